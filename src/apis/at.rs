@@ -1,0 +1,230 @@
+//! `At` (`cnat.programming-kubernetes.info/v1alpha1`): run a command once, at a given time.
+//!
+//! The book's example, which applies unchanged:
+//!
+//! ```yaml
+//! apiVersion: cnat.programming-kubernetes.info/v1alpha1
+//! kind: At
+//! metadata:
+//!   name: example-at
+//! spec:
+//!   schedule: "2019-04-12T10:12:00Z"
+//!   command: "echo YAY"
+//! ```
+//!
+//! Its life, driven by [`crate::controllers::at`]: `PENDING` until `schedule` is reached,
+//! `RUNNING` while a pod runs `/bin/sh -c <command>`, `DONE` when the pod finished, with
+//! `result`, `exitCode` and `message` saying how. An object without status is `PENDING`.
+
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use super::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_resource};
+
+/// An `At` object: run `spec.command` at `spec.schedule`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct At {
+    pub metadata: ObjectMeta,
+    pub spec: AtSpec,
+    pub status: Option<AtStatus>,
+}
+
+custom_resource!(
+    At,
+    spec = AtSpec,
+    status = AtStatus,
+    group = "cnat.programming-kubernetes.info",
+    version = "v1alpha1",
+    kind = "At",
+    plural = "ats"
+);
+
+impl CustomResourceExt for At {
+    const SINGULAR: &'static str = "at";
+    const PRINTER_COLUMNS: &'static [PrinterColumn] = &[
+        PrinterColumn {
+            name: "Schedule",
+            type_: "string",
+            json_path: ".spec.schedule",
+        },
+        PrinterColumn {
+            name: "Command",
+            type_: "string",
+            json_path: ".spec.command",
+        },
+        PrinterColumn {
+            name: "Phase",
+            type_: "string",
+            json_path: ".status.phase",
+        },
+        AGE_COLUMN,
+    ];
+}
+
+/// What the user asks for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AtSpec {
+    /// When to run, RFC 3339 in UTC, e.g. `2019-04-12T10:12:00Z`.
+    #[cfg_attr(feature = "schema", schemars(extend("format" = "date-time")))]
+    pub schedule: String,
+    /// The shell command line, run as `/bin/sh -c <command>`.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
+    pub command: String,
+}
+
+impl AtSpec {
+    /// Parses `schedule` as RFC 3339. The error names the field and the value.
+    pub fn parse_schedule(&self) -> Result<Timestamp, String> {
+        self.schedule.parse::<Timestamp>().map_err(|e| {
+            format!(
+                "spec.schedule: {:?} is not an RFC 3339 time such as 2019-04-12T10:12:00Z: {e}",
+                self.schedule
+            )
+        })
+    }
+}
+
+/// The three phases, with the book's upper-case strings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum AtPhase {
+    /// Waiting for the schedule.
+    #[default]
+    #[serde(rename = "PENDING")]
+    Pending,
+    /// The pod runs.
+    #[serde(rename = "RUNNING")]
+    Running,
+    /// Finished; nothing ever happens again.
+    #[serde(rename = "DONE")]
+    Done,
+}
+
+impl AtPhase {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AtPhase::Pending => "PENDING",
+            AtPhase::Running => "RUNNING",
+            AtPhase::Done => "DONE",
+        }
+    }
+}
+
+impl std::fmt::Display for AtPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a finished At ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum AtResult {
+    Succeeded,
+    Failed,
+}
+
+/// What the controller observed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct AtStatus {
+    /// `PENDING`, `RUNNING` or `DONE`; absent means `PENDING`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<AtPhase>,
+    /// The pod that runs (or ran) the command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    /// When the At went RUNNING.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>", extend("format" = "date-time")))]
+    pub start_time: Option<Timestamp>,
+    /// When the At went DONE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<String>", extend("format" = "date-time")))]
+    pub completion_time: Option<Timestamp>,
+    /// `Succeeded` or `Failed`, once DONE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<AtResult>,
+    /// The command's exit code, once DONE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// A human-readable explanation of the current state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions (`Ready`, `InvalidSpec`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl At {
+    /// The phase, treating a missing status or phase as `PENDING`.
+    pub fn phase(&self) -> AtPhase {
+        self.status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .unwrap_or_default()
+    }
+
+    /// The name of the pod an At runs: `<name>-pod`, as in the book.
+    pub fn pod_name(&self) -> String {
+        format!("{}-pod", self.metadata.name.as_deref().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::test_util::round_trip;
+
+    #[test]
+    fn the_books_example_parses() {
+        let yaml = "apiVersion: cnat.programming-kubernetes.info/v1alpha1\nkind: At\nmetadata:\n  name: example-at\nspec:\n  schedule: \"2019-04-12T10:12:00Z\"\n  command: \"echo YAY\"\n";
+        let at: At = serde_yaml_ng::from_str(yaml).unwrap();
+        assert_eq!(at.spec.command, "echo YAY");
+        assert_eq!(at.phase(), AtPhase::Pending);
+        assert_eq!(at.pod_name(), "example-at-pod");
+        assert_eq!(at.spec.parse_schedule().unwrap().as_second(), 1555063920);
+    }
+
+    #[test]
+    fn full_status_round_trips_with_camel_case() {
+        let at: At = round_trip(
+            r#"{"apiVersion":"cnat.programming-kubernetes.info/v1alpha1","kind":"At","metadata":{"name":"a","namespace":"default"},"spec":{"schedule":"2019-04-12T10:12:00Z","command":"exit 3"},"status":{"phase":"DONE","podName":"a-pod","startTime":"2019-04-12T10:12:00Z","completionTime":"2019-04-12T10:12:05Z","result":"Failed","exitCode":3,"message":"command exited with 3","observedGeneration":1,"conditions":[{"type":"Ready","status":"False","lastTransitionTime":"2019-04-12T10:12:05Z","reason":"PodFailed","message":"x"}]}}"#,
+        );
+        let st = at.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Done));
+        assert_eq!(st.result, Some(AtResult::Failed));
+        assert_eq!(st.exit_code, Some(3));
+    }
+
+    #[test]
+    fn wrong_kind_is_rejected_and_missing_kind_accepted() {
+        let err =
+            serde_json::from_str::<At>(r#"{"kind":"Pod","spec":{"schedule":"x","command":"y"}}"#)
+                .unwrap_err();
+        assert!(err.to_string().contains("kind"), "{err}");
+        let ok: At = serde_json::from_str(r#"{"spec":{"schedule":"x","command":"y"}}"#).unwrap();
+        assert_eq!(ok.spec.schedule, "x");
+    }
+
+    #[test]
+    fn bad_schedule_error_names_field_and_value() {
+        let spec = AtSpec {
+            schedule: "tomorrow".into(),
+            command: "true".into(),
+        };
+        let err = spec.parse_schedule().unwrap_err();
+        assert!(
+            err.contains("spec.schedule") && err.contains("tomorrow"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! # The custom resource types
+//!
+//! Kubernetes is extended with **CustomResourceDefinitions** (CRDs). A CRD tells the API
+//! server "there is now a resource `ats` in the group `cnat.programming-kubernetes.info`,
+//! version `v1alpha1`, and this is its schema". From that moment the server stores, validates
+//! and serves `At` objects exactly like built-in Pods: `kubectl get ats`, watches, resource
+//! versions, RBAC, everything. The CRD is pure data; the behaviour comes from a *controller*
+//! (this crate's [`crate::controllers`]) that watches the objects and acts on them.
+//!
+//! This module holds the Rust side of those resources: one struct per kind, plus the
+//! metadata that ties it to the API server's URL space (`k8s_openapi::Resource`). The YAML
+//! CRDs under `artifacts/crds/` are *generated from these types* by the `codegen/` crate, so the
+//! schema the server enforces and the struct the controller deserialises can never drift apart
+//! (`hack/verify-codegen.sh` fails CI when they do).
+//!
+//! ## Spec and status
+//!
+//! Every object follows the same split:
+//!
+//! * **`spec`** is the *desired state*, written by the user (`kubectl apply`). The controller
+//!   only ever reads it.
+//! * **`status`** is the *observed state*, written by the controller. Users read it to learn
+//!   what happened (`kubectl get ats` shows the phase; `kubectl describe` the conditions).
+//!
+//! `metadata.generation` counts spec changes; a controller copies the generation it acted
+//! on into `status.observedGeneration`, so a reader can tell whether the status is about
+//! the current spec or an older one.
+//!
+//! ## The status subresource
+//!
+//! All five CRDs enable `subresources: {status: {}}`. The API server then splits writes:
+//! a `PUT .../ats/NAME` (the main endpoint) ignores any change to `.status`, and a
+//! `PUT .../ats/NAME/status` ignores any change to everything *except* `.status`. Users
+//! therefore cannot forge a status by editing the object, controllers cannot accidentally
+//! overwrite a spec the user changed a moment ago, and RBAC can grant the controller
+//! `ats/status` without granting it the right to rewrite specs. It also makes
+//! `metadata.generation` meaningful: only spec changes bump it.
+//!
+//! ## The kinds
+//!
+//! | kind | group/version | what its controller teaches |
+//! |---|---|---|
+//! | [`At`](at::At) | `cnat.programming-kubernetes.info/v1alpha1` | one-shot job at a scheduled time |
+//! | [`TDSet`](tdset::TDSet) | `schedule.rs/v1` | time-driven requeue (scale by time of day) |
+//! | [`RedisCluster`](rediscluster::RedisCluster) | `cache.example.com/v1` | owned StatefulSet with a finalizer |
+//! | [`MyApp`](myapp::MyApp) | `example.com/v1` | plain owned Deployment, drift correction |
+//! | [`Foo`](foo::Foo) | `samplecontroller.k8s.io/v1alpha1` | sample-controller's own: adoption conflicts |
+//!
+//! Each type implements [`k8s_openapi::Resource`] and [`k8s_openapi::Metadata`], so the
+//! generic client ([`crate::client`]) and cache ([`crate::cache`]) treat them exactly like
+//! `Pod` or `Deployment`. Serialising one always writes `apiVersion` and `kind`;
+//! deserialising accepts them missing (as in a list item) but rejects wrong ones.
+
+pub mod at;
+pub mod conditions;
+pub mod foo;
+pub mod myapp;
+pub mod rediscluster;
+pub mod tdset;
+
+pub use at::{At, AtPhase, AtResult, AtSpec, AtStatus};
+pub use conditions::{Condition, ConditionStatus};
+pub use foo::{Foo, FooSpec, FooStatus};
+pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
+pub use rediscluster::{RedisCluster, RedisClusterSpec, RedisClusterStatus};
+pub use tdset::{SchedulingWindow, TDSet, TDSetContainer, TDSetService, TDSetSpec, TDSetStatus};
+
+/// Printer column of a CRD (`additionalPrinterColumns`): what `kubectl get` shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: &'static str,
+    /// OpenAPI type: `string`, `integer`, `date`, ...
+    pub type_: &'static str,
+    /// JSONPath into the object, e.g. `.status.phase`.
+    pub json_path: &'static str,
+}
+
+/// What codegen and the embedded API server need to know about a custom resource beyond
+/// `k8s_openapi::Resource`: its plural/singular names, short names and printer columns.
+pub trait CustomResourceExt: k8s_openapi::Resource {
+    /// Lower-case plural, the URL segment (`ats`).
+    const PLURAL: &'static str = Self::URL_PATH_SEGMENT;
+    /// Lower-case singular (`at`).
+    const SINGULAR: &'static str;
+    /// `kubectl` short names.
+    const SHORT_NAMES: &'static [&'static str] = &[];
+    /// The columns `kubectl get` prints, in order (Age is listed explicitly where wanted).
+    const PRINTER_COLUMNS: &'static [PrinterColumn];
+    /// The CRD's name: `<plural>.<group>`.
+    fn crd_name() -> String {
+        format!("{}.{}", Self::PLURAL, Self::GROUP)
+    }
+}
+
+/// The Age column every kind ends with.
+pub(crate) const AGE_COLUMN: PrinterColumn = PrinterColumn {
+    name: "Age",
+    type_: "date",
+    json_path: ".metadata.creationTimestamp",
+};
+
+/// Implements `Resource`, `ListableResource`, `Metadata`, `Serialize` and `Deserialize` for a
+/// custom resource struct `{ metadata, spec, status: Option<_> }`, the way k8s-openapi does
+/// for built-in kinds: `apiVersion` and `kind` are written on output and checked on input.
+macro_rules! custom_resource {
+    ($ty:ident, spec = $spec:ty, status = $status:ty,
+     group = $group:literal, version = $version:literal, kind = $kind:literal, plural = $plural:literal) => {
+        impl k8s_openapi::Resource for $ty {
+            const API_VERSION: &'static str = concat!($group, "/", $version);
+            const GROUP: &'static str = $group;
+            const KIND: &'static str = $kind;
+            const VERSION: &'static str = $version;
+            const URL_PATH_SEGMENT: &'static str = $plural;
+            type Scope = k8s_openapi::NamespaceResourceScope;
+        }
+
+        impl k8s_openapi::ListableResource for $ty {
+            const LIST_KIND: &'static str = concat!($kind, "List");
+        }
+
+        impl k8s_openapi::Metadata for $ty {
+            type Ty = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+            fn metadata(&self) -> &Self::Ty {
+                &self.metadata
+            }
+            fn metadata_mut(&mut self) -> &mut Self::Ty {
+                &mut self.metadata
+            }
+        }
+
+        impl serde::Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                #[derive(serde::Serialize)]
+                #[serde(rename_all = "camelCase")]
+                struct Wire<'a> {
+                    api_version: &'static str,
+                    kind: &'static str,
+                    metadata: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+                    spec: &'a $spec,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    status: &'a Option<$status>,
+                }
+                Wire {
+                    api_version: <Self as k8s_openapi::Resource>::API_VERSION,
+                    kind: <Self as k8s_openapi::Resource>::KIND,
+                    metadata: &self.metadata,
+                    spec: &self.spec,
+                    status: &self.status,
+                }
+                .serialize(serializer)
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                #[derive(serde::Deserialize)]
+                #[serde(rename_all = "camelCase")]
+                struct Wire {
+                    #[serde(default)]
+                    api_version: Option<String>,
+                    #[serde(default)]
+                    kind: Option<String>,
+                    #[serde(default)]
+                    metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+                    spec: $spec,
+                    #[serde(default)]
+                    status: Option<$status>,
+                }
+                let wire = Wire::deserialize(deserializer)?;
+                let want_av = <Self as k8s_openapi::Resource>::API_VERSION;
+                let want_kind = <Self as k8s_openapi::Resource>::KIND;
+                if let Some(av) = &wire.api_version {
+                    if av != want_av {
+                        return Err(serde::de::Error::custom(format!(
+                            "apiVersion: expected {want_av:?}, got {av:?}"
+                        )));
+                    }
+                }
+                if let Some(kind) = &wire.kind {
+                    if kind != want_kind {
+                        return Err(serde::de::Error::custom(format!(
+                            "kind: expected {want_kind:?}, got {kind:?}"
+                        )));
+                    }
+                }
+                Ok($ty {
+                    metadata: wire.metadata,
+                    spec: wire.spec,
+                    status: wire.status,
+                })
+            }
+        }
+    };
+}
+pub(crate) use custom_resource;
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use serde::{Serialize, de::DeserializeOwned};
+
+    /// JSON round trip: value -> JSON -> value must be identical, and JSON -> value -> JSON too.
+    pub fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
+        json: &str,
+    ) -> T {
+        let value: T = serde_json::from_str(json).expect("fixture parses");
+        let again = serde_json::to_string(&value).expect("serialises");
+        let back: T = serde_json::from_str(&again).expect("re-parses");
+        assert_eq!(value, back);
+        let a: serde_json::Value = serde_json::from_str(json).unwrap();
+        let b: serde_json::Value = serde_json::from_str(&again).unwrap();
+        assert_eq!(a, b, "serialised form differs from the fixture");
+        value
+    }
+}

@@ -1,0 +1,81 @@
+//! `MyApp` (`example.com/v1`): the smallest useful operator, a Deployment with `image` and
+//! `replicas`, kept as specified (drift corrected).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+use super::{Condition, CustomResourceExt, PrinterColumn, custom_resource};
+
+/// An application.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MyApp {
+    pub metadata: ObjectMeta,
+    pub spec: MyAppSpec,
+    pub status: Option<MyAppStatus>,
+}
+
+custom_resource!(
+    MyApp,
+    spec = MyAppSpec,
+    status = MyAppStatus,
+    group = "example.com",
+    version = "v1",
+    kind = "MyApp",
+    plural = "myapps"
+);
+
+impl CustomResourceExt for MyApp {
+    const SINGULAR: &'static str = "myapp";
+    const PRINTER_COLUMNS: &'static [PrinterColumn] = &[
+        PrinterColumn {
+            name: "Replicas",
+            type_: "integer",
+            json_path: ".spec.replicas",
+        },
+        PrinterColumn {
+            name: "Available",
+            type_: "integer",
+            json_path: ".status.availableReplicas",
+        },
+    ];
+}
+
+/// What the user asks for.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct MyAppSpec {
+    /// Desired replicas.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
+    pub replicas: i32,
+    /// Container image.
+    #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
+    pub image: String,
+}
+
+/// What the controller observed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct MyAppStatus {
+    /// Available replicas of the Deployment.
+    #[serde(default)]
+    pub available_replicas: i32,
+    /// Standard conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::test_util::round_trip;
+
+    #[test]
+    fn round_trip_camel_case() {
+        let m: MyApp = round_trip(
+            r#"{"apiVersion":"example.com/v1","kind":"MyApp","metadata":{"name":"m"},"spec":{"replicas":2,"image":"nginx:1.27"},"status":{"availableReplicas":2}}"#,
+        );
+        assert_eq!(m.spec.replicas, 2);
+    }
+}

@@ -1,0 +1,1 @@
+//! (This module's documentation and code arrive with its implementation.)
