@@ -666,3 +666,50 @@ async fn exec_plugin_failures_are_explained() {
         "no request goes out without credentials"
     );
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn exec_plugin_can_supply_a_client_certificate() {
+    let server = serve_https(Arc::new(|r: &Logged| {
+        if r.client_cert {
+            json(
+                200,
+                json!({"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"}}),
+            )
+        } else {
+            status(401, "Unauthorized", "no client certificate")
+        }
+    }))
+    .await;
+    let pki = server.pki.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cred = dir.path().join("cred.json");
+    std::fs::write(
+        &cred,
+        json!({"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential",
+               "status":{"clientCertificateData": pki.client_cert_pem, "clientKeyData": pki.client_key_pem}})
+        .to_string(),
+    )
+    .unwrap();
+    let plugin = write_plugin(dir.path(), &format!("cat '{}'\n", cred.display()));
+    let mut cfg = server.config();
+    cfg.qps = 0.0;
+    cfg.auth = Auth::Exec(sample_controller::client::config::ExecConfig {
+        api_version: "client.authentication.k8s.io/v1beta1".into(),
+        command: plugin.display().to_string(),
+        args: vec![],
+        env: vec![],
+        install_hint: None,
+        interactive_mode: InteractiveMode::Never,
+        provide_cluster_info: false,
+    });
+    let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
+    pods.get("a").await.unwrap();
+    pods.get("a").await.unwrap();
+    let log = server.requests();
+    assert_eq!(log.len(), 2);
+    assert!(
+        log.iter()
+            .all(|r| r.client_cert && r.header("authorization").is_none())
+    );
+}

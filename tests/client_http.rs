@@ -545,3 +545,25 @@ async fn connection_errors_retry_reads_but_not_writes() {
     let m = pods.client().metrics().snapshot();
     assert_eq!(m.requests.get(&("POST".to_string(), 0)).unwrap().count, 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn requests_time_out_but_watches_do_not() {
+    let event = Bytes::from(format!(
+        "{}\n",
+        json!({"type":"ADDED","object":pod_json("a","1")})
+    ));
+    let server = serve_http(Arc::new(move |_r: &Logged| stalled(event.clone()))).await;
+    let mut cfg = server.config();
+    cfg.qps = 0.0;
+    cfg.timeout = Some(Duration::from_secs(5));
+    let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
+    match pods.get("a").await {
+        Err(Error::Timeout(m)) => assert!(m.contains("5s"), "{m}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    // The watch delivers its event and then simply waits, long past the request timeout.
+    let mut w = pods.watch(&WatchParams::default()).await.unwrap();
+    assert!(matches!(w.next().await, Some(Ok(WatchEvent::Added(_)))));
+    let quiet = tokio::time::timeout(Duration::from_secs(3600), w.next()).await;
+    assert!(quiet.is_err(), "the watch stayed open for the virtual hour");
+}

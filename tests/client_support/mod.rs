@@ -324,3 +324,15 @@ pub async fn connect_proxy() -> (SocketAddr, Arc<Mutex<Vec<String>>>, Cancellati
     });
     (addr, seen, stop)
 }
+
+/// A 200 body that sends `first` and then never ends (a hung server, or a quiet watch).
+pub fn stalled(first: Bytes) -> Reply {
+    use futures_util::StreamExt;
+    let s = futures_util::stream::iter(vec![Ok::<_, Infallible>(Frame::data(first))])
+        .chain(futures_util::stream::pending());
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed(StreamBody::new(s)))
+        .unwrap()
+}
