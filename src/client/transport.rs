@@ -136,7 +136,7 @@ impl Client {
             config.connect_timeout,
         )?;
         let throttle = Throttle::new(config.qps, config.burst);
-        let auth = AuthProvider::new(&config);
+        let auth = AuthProvider::new(&config)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 base: config.server,
@@ -828,11 +828,13 @@ enum AuthProvider {
 }
 
 impl AuthProvider {
-    fn new(config: &Config) -> AuthProvider {
-        match &config.auth {
+    fn new(config: &Config) -> Result<AuthProvider> {
+        Ok(match &config.auth {
             Auth::None => AuthProvider::None,
             Auth::Bearer { token, file: None } => match token {
-                Some(t) => bearer(t.expose()).map_or(AuthProvider::None, AuthProvider::Static),
+                Some(t) => AuthProvider::Static(bearer(t.expose()).ok_or_else(|| {
+                    Error::Config("token: contains characters not allowed in a header".into())
+                })?),
                 None => AuthProvider::None,
             },
             Auth::Bearer {
@@ -850,20 +852,17 @@ impl AuthProvider {
             Auth::Basic { username, password } => {
                 let raw = format!("{username}:{}", password.expose());
                 let enc = base64::engine::general_purpose::STANDARD.encode(raw);
-                match HeaderValue::from_str(&format!("Basic {enc}")) {
-                    Ok(mut v) => {
-                        v.set_sensitive(true);
-                        AuthProvider::Static(v)
-                    }
-                    Err(_) => AuthProvider::None,
-                }
+                let mut v = HeaderValue::from_str(&format!("Basic {enc}"))
+                    .map_err(|e| Error::Config(format!("basic auth header: {e}")))?;
+                v.set_sensitive(true);
+                AuthProvider::Static(v)
             }
             Auth::Exec(exec) => AuthProvider::Exec(ExecProvider {
                 config: exec.clone(),
                 cluster: exec_cluster_info(config),
                 cached: tokio::sync::Mutex::new(None),
             }),
-        }
+        })
     }
 
     async fn credential(&self) -> Result<Credential> {
@@ -873,10 +872,21 @@ impl AuthProvider {
                 header: Some(h.clone()),
                 identity: None,
             }),
-            AuthProvider::TokenFile(f) => Ok(Credential {
-                header: f.token().await?.and_then(|t| bearer(t.expose())),
-                identity: None,
-            }),
+            AuthProvider::TokenFile(f) => {
+                let header = match f.token().await? {
+                    Some(t) => Some(bearer(t.expose()).ok_or_else(|| {
+                        Error::Config(format!(
+                            "token file {}: contains characters not allowed in a header",
+                            f.path.display()
+                        ))
+                    })?),
+                    None => None,
+                };
+                Ok(Credential {
+                    header,
+                    identity: None,
+                })
+            }
             AuthProvider::Exec(e) => e.credential().await,
         }
     }
@@ -992,8 +1002,17 @@ impl ExecProvider {
             .as_ref()
             .cloned()
             .ok_or_else(|| Error::Other("exec plugin produced no credential".into()))?;
+        let header = match &c.token {
+            Some(t) => Some(bearer(t.expose()).ok_or_else(|| {
+                Error::Config(format!(
+                    "exec plugin {}: token contains characters not allowed in a header",
+                    self.config.command
+                ))
+            })?),
+            None => None,
+        };
         Ok(Credential {
-            header: c.token.as_ref().and_then(|t| bearer(t.expose())),
+            header,
             identity: c.identity,
         })
     }
