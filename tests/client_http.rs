@@ -567,3 +567,37 @@ async fn requests_time_out_but_watches_do_not() {
     let quiet = tokio::time::timeout(Duration::from_secs(3600), w.next()).await;
     assert!(quiet.is_err(), "the watch stayed open for the virtual hour");
 }
+
+#[tokio::test]
+async fn watches_and_requests_multiplex_over_one_http2_connection() {
+    let event = Bytes::from(format!(
+        "{}\n",
+        json!({"type":"ADDED","object":pod_json("a","1")})
+    ));
+    let server = serve_https(Arc::new(move |r: &Logged| {
+        if r.query().contains("watch=true") {
+            stalled(event.clone())
+        } else {
+            json(200, pod_json("a", "1"))
+        }
+    }))
+    .await;
+    let pods: Api<Pod> = Api::namespaced(unthrottled(server.config()), "ns");
+    // Warm the pool so every later request finds the HTTP/2 connection.
+    pods.get("a").await.unwrap();
+    let mut watches = Vec::new();
+    for _ in 0..3 {
+        let mut w = pods.watch(&WatchParams::default()).await.unwrap();
+        assert!(matches!(w.next().await, Some(Ok(WatchEvent::Added(_)))));
+        watches.push(w);
+    }
+    pods.get("a").await.unwrap();
+    let log = server.requests();
+    assert_eq!(log.len(), 5);
+    assert!(
+        log.iter()
+            .all(|r| r.version == Version::HTTP_2 && r.conn == 0),
+        "{:?}",
+        log.iter().map(|r| (r.version, r.conn)).collect::<Vec<_>>()
+    );
+}

@@ -28,6 +28,8 @@ pub struct Logged {
     pub client_cert: bool,
     /// How many requests came before this one.
     pub index: usize,
+    /// Which accepted connection carried it (0, 1, ...).
+    pub conn: usize,
 }
 
 impl Logged {
@@ -170,6 +172,7 @@ pub async fn serve(handler: Handler, pki: Option<Arc<Pki>>) -> TestServer {
     let acceptor = pki.as_ref().map(|p| tls_acceptor(p));
     let (log2, stop2) = (log.clone(), stop.clone());
     tokio::spawn(async move {
+        let mut conn_id = 0usize;
         loop {
             let (tcp, _) = tokio::select! {
                 _ = stop2.cancelled() => return,
@@ -181,6 +184,8 @@ pub async fn serve(handler: Handler, pki: Option<Arc<Pki>>) -> TestServer {
                 acceptor.clone(),
                 stop2.clone(),
             );
+            let conn_no = conn_id;
+            conn_id += 1;
             tokio::spawn(async move {
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 match acceptor {
@@ -189,12 +194,12 @@ pub async fn serve(handler: Handler, pki: Option<Arc<Pki>>) -> TestServer {
                             return;
                         };
                         let client_cert = tls.get_ref().1.peer_certificates().is_some();
-                        let svc = service(handler, log, client_cert);
+                        let svc = service(handler, log, client_cert, conn_no);
                         let conn = builder.serve_connection(TokioIo::new(tls), svc);
                         tokio::select! { _ = stop.cancelled() => {}, _ = conn => {} }
                     }
                     None => {
-                        let svc = service(handler, log, false);
+                        let svc = service(handler, log, false, conn_no);
                         let conn = builder.serve_connection(TokioIo::new(tcp), svc);
                         tokio::select! { _ = stop.cancelled() => {}, _ = conn => {} }
                     }
@@ -214,6 +219,7 @@ fn service(
     handler: Handler,
     log: Arc<Mutex<Vec<Logged>>>,
     client_cert: bool,
+    conn: usize,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Reply,
@@ -240,6 +246,7 @@ fn service(
                     at: tokio::time::Instant::now(),
                     client_cert,
                     index: l.len(),
+                    conn,
                 };
                 l.push(logged.clone());
                 logged
