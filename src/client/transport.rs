@@ -722,7 +722,10 @@ impl Throttle {
         if !(qps.is_finite() && qps > 0.0) {
             return None;
         }
-        let period = Duration::from_secs_f64(1.0 / f64::from(qps));
+        // Rates below one request a day are treated as one a day (and never overflow).
+        let period = Duration::try_from_secs_f64(1.0 / f64::from(qps))
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_secs(86_400));
         let burst = std::num::NonZeroU32::new(burst.max(1))?;
         let quota = governor::Quota::with_period(period)?.allow_burst(burst);
         let clock = TokioClock {
@@ -1204,6 +1207,9 @@ mod tests {
             "{el:?}"
         );
         assert!(Throttle::new(0.0, 10).is_none());
+        assert!(Throttle::new(-1.0, 10).is_none());
+        assert!(Throttle::new(f32::NAN, 10).is_none());
+        assert!(Throttle::new(f32::MIN_POSITIVE, 0).is_some());
     }
 
     #[test]
