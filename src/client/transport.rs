@@ -197,6 +197,15 @@ impl Client {
         }
     }
 
+    /// `GET /version`: the server's build information (what `kubectl version` prints); a cheap
+    /// way to check that the server is reachable and the credentials work.
+    pub async fn apiserver_version(&self) -> Result<k8s_openapi::apimachinery::pkg::version::Info> {
+        let req = Request::get("/version")
+            .body(Bytes::new())
+            .map_err(|e| Error::Other(format!("building GET /version: {e}")))?;
+        self.request_json(req).await
+    }
+
     /// Like [`Client::request_bytes`], but returns the status code and body of *any* answer
     /// (after retries); only transport failures are errors.
     pub async fn request_raw(&self, req: Request<Bytes>) -> Result<(StatusCode, Bytes)> {
