@@ -312,8 +312,11 @@ where
                 if let Some(m) = &self.inner.metrics
                     && let Some(started) = s.started_at.take()
                 {
-                    m.work_duration
-                        .observe(Instant::now().saturating_duration_since(started).as_secs_f64());
+                    m.work_duration.observe(
+                        Instant::now()
+                            .saturating_duration_since(started)
+                            .as_secs_f64(),
+                    );
                 }
                 if s.dirty {
                     st.fifo.push_back(key.clone());

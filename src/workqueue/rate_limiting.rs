@@ -149,7 +149,8 @@ where
         if delay.is_zero() {
             self.queue.add(item);
         } else {
-            self.queue.insert_waiting(item, Instant::now() + delay, true);
+            self.queue
+                .insert_waiting(item, Instant::now() + delay, true);
         }
     }
 
