@@ -7,6 +7,10 @@
 //!   the timer task to move them all into the queue once they are due. The memory they take is
 //!   printed before the benchmarks run (resident set growth read from `/proc/self/statm`).
 //!
+//! - `add_get_done_on_cpu/*`: the one-worker cases again, timed by the on-CPU time of the single
+//!   runtime thread (`/proc/thread-self/schedstat`) instead of the wall clock, so that other load
+//!   on a shared machine does not count. Skipped where that file does not exist.
+//!
 //! Run: `cargo bench --bench workqueue` (about three minutes).
 
 use criterion::{BenchmarkId, Criterion, Throughput};
@@ -102,16 +106,42 @@ fn runtime(workers: usize) -> tokio::runtime::Runtime {
     }
 }
 
-fn bench_add_get_done(c: &mut Criterion) {
-    let mut group = c.benchmark_group("add_get_done");
+/// Nanoseconds this thread has spent on a CPU (Linux), from `/proc/thread-self/schedstat`.
+fn thread_cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Clock {
+    Wall,
+    /// On-CPU time of the calling thread: only meaningful on a current-thread runtime.
+    ThreadCpu,
+}
+
+fn bench_add_get_done(c: &mut Criterion, clock: Clock) {
+    let (name, cases): (&str, &[(&str, usize)]) = match clock {
+        Clock::Wall => (
+            "add_get_done",
+            &[
+                ("queue", 1),
+                ("queue", 4),
+                ("rate_limiting_queue", 1),
+                ("named_queue_with_metrics", 1),
+            ],
+        ),
+        Clock::ThreadCpu => (
+            "add_get_done_on_cpu",
+            &[
+                ("queue", 1),
+                ("rate_limiting_queue", 1),
+                ("named_queue_with_metrics", 1),
+            ],
+        ),
+    };
+    let mut group = c.benchmark_group(name);
     group.throughput(Throughput::Elements(1));
-    let cases: [(&str, usize); 4] = [
-        ("queue", 1),
-        ("queue", 4),
-        ("rate_limiting_queue", 1),
-        ("named_queue_with_metrics", 1),
-    ];
-    for (flavour, workers) in cases {
+    for &(flavour, workers) in cases {
         let rt = runtime(workers);
         let id = BenchmarkId::new(
             flavour,
@@ -134,8 +164,14 @@ fn bench_add_get_done(c: &mut Criterion) {
                     }
                 });
                 let start = Instant::now();
+                let cpu_start = thread_cpu_ns().unwrap_or(0);
                 let done = rt.block_on(produce_and_drain(queue, items, workers));
-                let elapsed = start.elapsed();
+                let elapsed = match clock {
+                    Clock::Wall => start.elapsed(),
+                    Clock::ThreadCpu => {
+                        Duration::from_nanos(thread_cpu_ns().unwrap_or(0).saturating_sub(cpu_start))
+                    }
+                };
                 assert_eq!(done as u64, iters, "every distinct key is processed once");
                 elapsed
             });
@@ -235,7 +271,10 @@ fn main() {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .configure_from_args();
-    bench_add_get_done(&mut c);
+    bench_add_get_done(&mut c, Clock::Wall);
+    if thread_cpu_ns().is_some() {
+        bench_add_get_done(&mut c, Clock::ThreadCpu);
+    }
     bench_timers(&mut c);
     c.final_summary();
 }
