@@ -9,7 +9,8 @@
 //!
 //! - `add_get_done_on_cpu/*`: the one-worker cases again, timed by the on-CPU time of the single
 //!   runtime thread (`/proc/thread-self/schedstat`) instead of the wall clock, so that other load
-//!   on a shared machine does not count. Skipped where that file does not exist.
+//!   on a shared machine does not count. `timers_on_cpu/*` does the same for the timer cases
+//!   (both run on a current-thread runtime). Skipped where that file does not exist.
 //!
 //! Run: `cargo bench --bench workqueue` (about three minutes).
 
@@ -187,10 +188,18 @@ fn insert_timers(q: &DelayingQueue<u64>, delay: Duration) {
     }
 }
 
-fn bench_timers(c: &mut Criterion) {
-    let mut group = c.benchmark_group("timers");
+fn bench_timers(c: &mut Criterion, clock: Clock) {
+    let mut group = c.benchmark_group(match clock {
+        Clock::Wall => "timers",
+        Clock::ThreadCpu => "timers_on_cpu",
+    });
     group.throughput(Throughput::Elements(TIMERS as u64));
     let rt = runtime(1);
+    let stopwatch = move || (Instant::now(), thread_cpu_ns().unwrap_or(0));
+    let elapsed = move |(wall, cpu): (Instant, u64)| match clock {
+        Clock::Wall => wall.elapsed(),
+        Clock::ThreadCpu => Duration::from_nanos(thread_cpu_ns().unwrap_or(0).saturating_sub(cpu)),
+    };
 
     group.bench_function("insert_1m_add_after", |b| {
         b.iter_custom(|iters| {
@@ -198,9 +207,9 @@ fn bench_timers(c: &mut Criterion) {
             for _ in 0..iters {
                 rt.block_on(async {
                     let q = DelayingQueue::new();
-                    let start = Instant::now();
+                    let start = stopwatch();
                     insert_timers(&q, Duration::from_secs(3600));
-                    total += start.elapsed();
+                    total += elapsed(start);
                     q.shut_down();
                 });
             }
@@ -219,11 +228,11 @@ fn bench_timers(c: &mut Criterion) {
                     insert_timers(&q, Duration::from_millis(1));
                     // Block (not await) so the timer task does not start before the clock does.
                     std::thread::sleep(Duration::from_millis(2));
-                    let start = Instant::now();
+                    let start = stopwatch();
                     while q.len() < TIMERS {
                         tokio::task::yield_now().await;
                     }
-                    total += start.elapsed();
+                    total += elapsed(start);
                     q.shut_down();
                 });
             }
@@ -275,6 +284,9 @@ fn main() {
     if thread_cpu_ns().is_some() {
         bench_add_get_done(&mut c, Clock::ThreadCpu);
     }
-    bench_timers(&mut c);
+    bench_timers(&mut c, Clock::Wall);
+    if thread_cpu_ns().is_some() {
+        bench_timers(&mut c, Clock::ThreadCpu);
+    }
     c.final_summary();
 }
