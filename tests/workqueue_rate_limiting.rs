@@ -252,3 +252,23 @@ async fn forget_does_not_remove_a_pending_retry() {
     assert_eq!(q.get().await, Some("a"));
     assert_eq!(start.elapsed(), S);
 }
+
+/// The documented way out of a backoff: `add_after(key, 0)` queues the item now; the pending
+/// retry still fires at its deadline.
+#[tokio::test(start_paused = true)]
+async fn add_after_zero_runs_a_backing_off_item_now() {
+    let q = RateLimitingQueue::new(ItemExponentialFailureRateLimiter::new(10 * S, 1000 * S));
+    let start = Instant::now();
+    q.add_rate_limited("a");
+    q.add("a");
+    assert_eq!(q.len(), 0);
+    q.add_after("a", Duration::ZERO);
+    assert_eq!(q.len(), 1);
+    assert_eq!(q.get().await, Some("a"));
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    q.done(&"a");
+    assert_eq!(q.get().await, Some("a"));
+    assert_eq!(start.elapsed(), 10 * S);
+    q.done(&"a");
+    assert_eq!(q.waiting_len(), 0);
+}
