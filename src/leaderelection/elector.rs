@@ -163,6 +163,7 @@ struct State {
     observed: Option<LeaderElectionRecord>,
     observed_time: Option<Instant>,
     reported_leader: String,
+    leading: bool,
 }
 
 struct Inner<L> {
@@ -275,8 +276,18 @@ impl<L: ResourceLock> LeaderElector<L> {
         &self.inner.config.identity
     }
 
-    /// True when the last observed record names this candidate as holder.
+    /// True from the moment this candidate acquired the lease until its renew loop ended
+    /// (renewal failed or `run` was cancelled): exactly the span in which
+    /// `on_started_leading`'s token is live. (client-go's `IsLeader` instead compares the last
+    /// observed holder with the identity, which stays true for a leader whose renewals are
+    /// silently failing; that comparison is [`LeaderElector::holds_observed_record`].)
     pub fn is_leader(&self) -> bool {
+        self.state().leading
+    }
+
+    /// True when the last observed record names this candidate as holder (client-go's
+    /// `IsLeader`).
+    pub fn holds_observed_record(&self) -> bool {
         self.state()
             .observed
             .as_ref()
@@ -319,9 +330,11 @@ impl<L: ResourceLock> LeaderElector<L> {
         let name = self.inner.config.name.clone();
         let identity = self.inner.config.identity.clone();
         if self.acquire(&cancel).await {
+            self.state().leading = true;
             let leading = cancel.child_token();
             let work = tokio::spawn((self.inner.callbacks.on_started_leading)(leading.clone()));
             self.renew(&cancel).await;
+            self.state().leading = false;
             tracing::info!(lease = %name, identity = %identity, "stopped leading");
             self.set_metric(false);
             self.record_event(format!("{identity} stopped leading"));
@@ -431,7 +444,7 @@ impl<L: ResourceLock> LeaderElector<L> {
 
         // 1. Fast path: we hold a lease that is still valid by our own observation; update
         //    straight from the cached object (its resourceVersion guards against races).
-        if self.is_leader() && self.lease_valid(now) {
+        if self.holds_observed_record() && self.lease_valid(now) {
             if let Some(old) = self.state().observed.clone() {
                 desired.acquire_time = old.acquire_time;
                 desired.leader_transitions = old.leader_transitions;
@@ -478,13 +491,14 @@ impl<L: ResourceLock> LeaderElector<L> {
         }
 
         // 4. Someone else holds an unexpired lease: not ours to take.
-        if !old.holder_identity.is_empty() && self.lease_valid(now) && !self.is_leader() {
+        if !old.holder_identity.is_empty() && self.lease_valid(now) && !self.holds_observed_record()
+        {
             tracing::trace!(lease = %cfg.name, holder = %old.holder_identity, "lock is held and has not yet expired");
             return false;
         }
 
         // 5. Keep acquireTime and transitions on renewal; count a transition on takeover.
-        if self.is_leader() {
+        if self.holds_observed_record() {
             desired.acquire_time = old.acquire_time.clone();
             desired.leader_transitions = old.leader_transitions;
         } else {
