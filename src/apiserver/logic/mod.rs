@@ -8,6 +8,8 @@
 //!
 //! | module | what it mirrors in Kubernetes |
 //! |---|---|
+//! | [`patch`] | the PATCH handlers of `apiserver/pkg/endpoints/handlers/patch.go`, `jsonpatch`, `strategicpatch`, the SSA field manager |
 //! | [`selectors`] | `labels.Parse` and `fields.ParseSelector` from apimachinery |
 
+pub mod patch;
 pub mod selectors;
