@@ -9,7 +9,9 @@
 //! | module | what it mirrors in Kubernetes |
 //! |---|---|
 //! | [`patch`] | the PATCH handlers of `apiserver/pkg/endpoints/handlers/patch.go`, `jsonpatch`, `strategicpatch`, the SSA field manager |
+//! | [`schema`] | apiextensions structural schemas: `validation.go`, `pruning`, `NewStructural`, kube-openapi validate |
 //! | [`selectors`] | `labels.Parse` and `fields.ParseSelector` from apimachinery |
 
 pub mod patch;
+pub mod schema;
 pub mod selectors;
