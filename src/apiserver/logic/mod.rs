@@ -11,7 +11,9 @@
 //! | [`patch`] | the PATCH handlers of `apiserver/pkg/endpoints/handlers/patch.go`, `jsonpatch`, `strategicpatch`, the SSA field manager |
 //! | [`schema`] | apiextensions structural schemas: `validation.go`, `pruning`, `NewStructural`, kube-openapi validate |
 //! | [`selectors`] | `labels.Parse` and `fields.ParseSelector` from apimachinery |
+//! | [`table`] | `rest.TableConvertor`: the CRD `tableconvertor`, the pod printer, the default convertor |
 
 pub mod patch;
 pub mod schema;
 pub mod selectors;
+pub mod table;
