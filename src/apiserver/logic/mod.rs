@@ -8,11 +8,13 @@
 //!
 //! | module | what it mirrors in Kubernetes |
 //! |---|---|
+//! | [`openapi`] | kube-openapi `handler3` (the `/openapi/v3` index and per-group-version documents) |
 //! | [`patch`] | the PATCH handlers of `apiserver/pkg/endpoints/handlers/patch.go`, `jsonpatch`, `strategicpatch`, the SSA field manager |
 //! | [`schema`] | apiextensions structural schemas: `validation.go`, `pruning`, `NewStructural`, kube-openapi validate |
 //! | [`selectors`] | `labels.Parse` and `fields.ParseSelector` from apimachinery |
 //! | [`table`] | `rest.TableConvertor`: the CRD `tableconvertor`, the pod printer, the default convertor |
 
+pub mod openapi;
 pub mod patch;
 pub mod schema;
 pub mod selectors;
