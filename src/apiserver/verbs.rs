@@ -299,8 +299,48 @@ pub fn list_json(def: &ResourceDef, r: &ListResult) -> Value {
 // ---------------------------------------------------------------------------------------------
 // create
 
-/// Validation of custom resources against their CRD schema (422 per field) plus pruning.
-pub fn validate_custom(_def: &ResourceDef, _obj: &mut Value) -> Result<(), ApiError> {
+/// Prunes unknown fields of a custom resource and validates it against its CRD's structural
+/// schema: 422 Invalid with one cause per failing field.
+pub fn validate_custom(def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+    let Some(schema) = def.custom.as_ref().and_then(|c| c.schema.as_ref()) else {
+        return Ok(());
+    };
+    // apiVersion, kind and metadata are the server's, not the schema's.
+    let mut body = obj.clone();
+    if let Some(m) = body.as_object_mut() {
+        m.remove("metadata");
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    super::logic::schema::prune(schema, &mut body);
+    let errors = super::logic::schema::validate(schema, &body);
+    if !errors.is_empty() {
+        let causes = errors
+            .iter()
+            .map(|e| {
+                let c = e.to_cause();
+                super::status::Cause::new(
+                    c.reason.as_deref().unwrap_or("FieldValueInvalid"),
+                    c.field.as_deref().unwrap_or_default(),
+                    c.message.unwrap_or_default(),
+                )
+            })
+            .collect();
+        return Err(ApiError::invalid(
+            &def.kind,
+            &def.group,
+            meta_str(obj, "name"),
+            causes,
+        ));
+    }
+    if let (Some(pruned), Some(o)) = (body.as_object_mut(), obj.as_object_mut()) {
+        for key in ["metadata", "apiVersion", "kind"] {
+            if let Some(v) = o.remove(key) {
+                pruned.insert(key.to_owned(), v);
+            }
+        }
+        *o = std::mem::take(pruned);
+    }
     Ok(())
 }
 
@@ -390,9 +430,8 @@ fn update_stored(
     if strategy::should_delete(def, &result) {
         // The last finalizer went away: the object is gone, and the caller sees its final state.
         let (ns, name) = super::store::key_of(&result);
-        let stored = st.update(&def.storage, result);
-        remove_object(st, def, &ns, &name);
-        return Ok((200, present(def, &stored)));
+        let removed = remove_object(st, def, &ns, &name, Some(result.clone())).unwrap_or(result);
+        return Ok((200, present(def, &removed)));
     }
     let stored = st.update(&def.storage, result);
     Ok((200, present(def, &stored)))
@@ -754,8 +793,14 @@ const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
 /// Removes a stored object and runs what its disappearance triggers: a CRD takes its custom
 /// resources with it, and the last object leaving a terminating namespace lets the namespace go.
-pub fn remove_object(st: &mut State, def: &ResourceDef, ns: &str, name: &str) -> Option<Value> {
-    let removed = st.delete(&def.storage, ns, name)?;
+pub fn remove_object(
+    st: &mut State,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    last: Option<Value>,
+) -> Option<Value> {
+    let removed = st.delete_as(&def.storage, ns, name, last)?;
     if is_crd(def) {
         crd::remove(st, &removed);
     }
@@ -950,8 +995,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
                 obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
                 obj["metadata"]["deletionTimestamp"] = json!(meta::time_in(grace));
                 if strategy::should_delete(&def, &obj) {
-                    st.update(&def.storage, obj);
-                    let removed = remove_object(st, &def, t.ns_key(), &name);
+                    let removed = remove_object(st, &def, t.ns_key(), &name, Some(obj));
                     return Ok((200, deleted_answer(&removed.unwrap_or(old))));
                 }
                 let stored = st.update(&def.storage, obj);
@@ -985,7 +1029,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
     if opts.dry_run {
         return Ok((200, deleted_answer(&old)));
     }
-    let removed = remove_object(st, &def, t.ns_key(), &name).unwrap_or(old);
+    let removed = remove_object(st, &def, t.ns_key(), &name, None).unwrap_or(old);
     Ok((200, deleted_answer(&removed)))
 }
 
