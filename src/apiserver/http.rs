@@ -45,7 +45,7 @@ fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
+pub fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -197,6 +197,9 @@ async fn serve(
                 .map(|d| json_response(200, &d, "application/json"))
                 .ok_or_else(ApiError::page_not_found);
         }
+        (Method::GET, ["openapi", "v3", rest @ ..]) => {
+            return super::openapi::serve(shared, rest, &query);
+        }
         (Method::GET, ["apis", group, version]) => {
             let doc = shared
                 .store
@@ -212,6 +215,7 @@ async fn serve(
     class.subresource = target.subresource.clone().unwrap_or_default();
     class.namespace = target.namespace.clone().unwrap_or_default();
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
+    let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
     let def = target.def.clone();
     match (parts.method, target.name.is_some()) {
         (Method::GET, has_name) => {
@@ -219,7 +223,11 @@ async fn serve(
             if watching {
                 class.verb = "watch".into();
                 let opts = ListOptions::parse(&query, true)?;
-                let renderer = None;
+                let renderer = if wants_table {
+                    Some(super::table::renderer(def.clone()))
+                } else {
+                    None
+                };
                 let settings = WatchSettings {
                     bookmark_interval: shared.bookmark_interval,
                     reject_send_initial_events: shared.reject_send_initial_events,
@@ -237,11 +245,28 @@ async fn serve(
             if has_name {
                 class.verb = "get".into();
                 let (code, obj) = shared.store.read(|s| verbs::get(s, &target, &query))?;
+                if wants_table && target.subresource.is_none() {
+                    let rv = obj["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let table = super::table::render(&def, &[obj], &rv, None);
+                    return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
+                }
                 return Ok(json_response(code, &obj, "application/json"));
             }
             class.verb = "list".into();
             let opts = ListOptions::parse(&query, false)?;
             let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
+            if wants_table {
+                let table = super::table::render(
+                    &def,
+                    &result.items,
+                    &result.resource_version.to_string(),
+                    result.continue_token.as_deref(),
+                );
+                return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
+            }
             Ok(json_response(
                 200,
                 &verbs::list_json(&def, &result),
