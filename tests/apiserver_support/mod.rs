@@ -159,6 +159,14 @@ pub async fn read_answer(resp: hyper::Response<Incoming>) -> Answer {
     }
 }
 
+/// A reader over an already-started watch response.
+pub fn reader(resp: hyper::Response<Incoming>) -> WatchReader {
+    WatchReader {
+        body: resp.into_body(),
+        buf: Vec::new(),
+    }
+}
+
 /// Reads newline-delimited watch events.
 pub struct WatchReader {
     body: Incoming,
