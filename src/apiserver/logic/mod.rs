@@ -10,12 +10,14 @@
 //! |---|---|
 //! | [`openapi`] | kube-openapi `handler3` (the `/openapi/v3` index and per-group-version documents) |
 //! | [`patch`] | the PATCH handlers of `apiserver/pkg/endpoints/handlers/patch.go`, `jsonpatch`, `strategicpatch`, the SSA field manager |
+//! | [`protobuf`] | `runtime/serializer/protobuf`: the `k8s\\0` + `runtime.Unknown` request envelope |
 //! | [`schema`] | apiextensions structural schemas: `validation.go`, `pruning`, `NewStructural`, kube-openapi validate |
 //! | [`selectors`] | `labels.Parse` and `fields.ParseSelector` from apimachinery |
 //! | [`table`] | `rest.TableConvertor`: the CRD `tableconvertor`, the pod printer, the default convertor |
 
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod schema;
 pub mod selectors;
 pub mod table;
