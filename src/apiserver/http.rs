@@ -197,6 +197,7 @@ async fn serve(
                 .map(|d| json_response(200, &d, "application/json"))
                 .ok_or_else(ApiError::page_not_found);
         }
+        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(&accept)),
         (Method::GET, ["openapi", "v3", rest @ ..]) => {
             return super::openapi::serve(shared, rest, &query);
         }
@@ -354,16 +355,24 @@ fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
 }
 
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
 fn decode_object(def: &ResourceDef, content_type: &str, bytes: &[u8]) -> Result<Value, ApiError> {
     match content_type {
         "" | "application/json" => parse_json(bytes),
         "application/yaml" => parse_yaml(bytes),
+        // Custom resources have no protobuf form; built-ins do (kubectl >= 1.32 typed writes).
+        PROTOBUF if def.custom.is_none() => {
+            super::logic::protobuf::decode_body(bytes).map_err(|e| {
+                ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+            })
+        }
         _ => {
-            let _ = def;
-            Err(ApiError::unsupported_media_type(&[
-                "application/json",
-                "application/yaml",
-            ]))
+            let mut accepted = vec!["application/json", "application/yaml"];
+            if def.custom.is_none() {
+                accepted.push(PROTOBUF);
+            }
+            Err(ApiError::unsupported_media_type(&accepted))
         }
     }
 }

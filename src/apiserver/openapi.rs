@@ -7,6 +7,14 @@
 //! are built by [`super::logic::openapi`]; this module serves them from the live resource table,
 //! so a new CRD's group-version appears in the index (with a new hash, which invalidates
 //! clients' caches) as soon as the CRD exists.
+//!
+//! `/openapi/v2` is served as an *empty* Swagger 2.0 document (no definitions), in protobuf
+//! (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, what kubectl asks for) or
+//! JSON. kubectl up to 1.29 downloads it unconditionally before validating a manifest and fails
+//! if it is missing; with no definitions in it, its client-side validation skips every kind
+//! ("resource is not present, let's just skip validation") and the `fieldValidation` check
+//! against the v3 documents sends it to server-side validation, as with newer versions. The
+//! price: `kubectl explain` has nothing to show.
 
 use std::sync::Arc;
 
@@ -28,6 +36,48 @@ fn group_versions(reg: &Registry) -> Vec<String> {
         }
     }
     out
+}
+
+/// The media type kubectl asks `/openapi/v2` for.
+pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+
+/// The empty Swagger 2.0 document `{swagger: "2.0", info: {title: "Kubernetes", version}}` as
+/// an `openapi_v2.Document` protobuf message (field 1 `swagger`, field 2 `info` with its
+/// field 1 `title` and field 2 `version`).
+pub fn v2_protobuf() -> Vec<u8> {
+    fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag, bytes.len() as u8];
+        out.extend_from_slice(bytes);
+        out
+    }
+    let mut info = field(0x0a, b"Kubernetes");
+    info.extend(field(0x12, b"v1.33.0"));
+    let mut doc = field(0x0a, b"2.0");
+    doc.extend(field(0x12, &info));
+    doc
+}
+
+/// Serves `/openapi/v2` (protobuf when asked for it, JSON otherwise).
+pub fn serve_v2(accept: &str) -> http::Response<Body> {
+    if accept.contains(V2_PROTOBUF) {
+        let mut resp = http::Response::new(http_body_util::BodyExt::boxed(
+            http_body_util::Full::new(bytes::Bytes::from(v2_protobuf())),
+        ));
+        // The `@` of the requested type is not valid in a response Content-Type (Go's
+        // mime.ParseMediaType rejects it); kube-openapi answers with this spelling.
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            ),
+        );
+        return resp;
+    }
+    json_response(
+        200,
+        &serde_json::json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": {}}),
+        "application/json",
+    )
 }
 
 /// A fingerprint of everything the documents are built from.
