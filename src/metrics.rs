@@ -12,7 +12,7 @@
 //! | `controller_sync_total` | counter | `controller` | each `sync_handler` call |
 //! | `controller_sync_errors_total` | counter | `controller` | each `sync_handler` error |
 //! | `controller_sync_duration_seconds` | histogram | `controller` | each `sync_handler` call |
-//! | `rest_client_requests_total` | counter | `verb`, `code` | the [`Client`](crate::client::Client), read at scrape time |
+//! | `rest_client_requests_total` | counter | `verb`, `code` | the [`crate::client::Client`], read at scrape time |
 //! | `rest_client_request_duration_seconds` | histogram (sum and count) | `verb`, `code` | the same |
 //! | `rest_client_too_many_requests_total` | counter | | 429 answers |
 //! | `rest_client_retries_total` | counter | | retried attempts |
@@ -29,6 +29,29 @@
 //! code `0` means the request got no answer. The client keeps a count and a latency sum per
 //! (verb, code) rather than buckets, so `rest_client_request_duration_seconds` is exposed as a
 //! histogram with only the `+Inf` bucket: rates and means work, quantiles do not.
+//!
+//! ## Use
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use std::time::Duration;
+//! use sample_controller::metrics::{Metrics, serve_metrics};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let metrics = Metrics::new();
+//! // A worker records each sync_handler call:
+//! metrics.controller().observe_sync("cnat", Duration::from_millis(12), false);
+//! assert!(metrics.encode().contains("controller_sync_total{controller=\"cnat\"} 1"));
+//!
+//! let cancel = CancellationToken::new();
+//! let server = serve_metrics("127.0.0.1:0".parse().unwrap(), metrics.registry(), cancel.clone()).await?;
+//! println!("curl http://{}/metrics", server.local_addr());
+//! cancel.cancel();
+//! server.join().await;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! The registry sits behind a mutex because families are registered from several places while
 //! the server may already be encoding; encoding takes the lock for the duration of one scrape.
