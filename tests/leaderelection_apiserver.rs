@@ -233,3 +233,66 @@ async fn a_stale_resource_version_gets_409_and_the_elector_copes() {
     a.cancel.cancel();
     a.task.await.unwrap();
 }
+
+#[tokio::test]
+async fn the_elector_records_leadership_events_on_the_lease() {
+    use k8s_openapi::api::core::v1::Event;
+    use sample_controller::client::ListParams;
+    use sample_controller::record::{ApiEventSink, EventBroadcaster};
+
+    let server = server().await;
+    let client = client(&server);
+    let broadcaster = EventBroadcaster::new();
+    let sink = broadcaster.start_recording_to_sink(ApiEventSink::new(client.clone()));
+    let lock = LeaseLock::new(client.clone(), "kube-system", "cnat-controller");
+    let mut config = LeaderElectionConfig::new(lock, "pod-a");
+    config.retry_period = Duration::from_millis(200);
+    config.renew_deadline = Duration::from_secs(1);
+    config.lease_duration = Duration::from_secs(4);
+    let elector = LeaderElector::new(
+        config,
+        LeaderCallbacks::new(
+            |t: CancellationToken| async move { t.cancelled().await },
+            || {},
+        ),
+    )
+    .unwrap()
+    .with_event_recorder(broadcaster.new_recorder("cnat-controller"));
+    let cancel = CancellationToken::new();
+    let (e, c) = (elector.clone(), cancel.clone());
+    let task = tokio::spawn(async move { e.run(c).await });
+    let mut polls = 0;
+    while !elector.is_leader() {
+        polls += 1;
+        assert!(polls < 3000, "never became leader");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cancel.cancel();
+    task.await.unwrap();
+    broadcaster.shutdown();
+    sink.join().await;
+
+    let api: Api<Event> = Api::namespaced(client.clone(), "kube-system");
+    let events = api.list(&ListParams::default()).await.unwrap().items;
+    let messages: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("LeaderElection"))
+        .map(|e| {
+            assert_eq!(e.involved_object.kind.as_deref(), Some("Lease"));
+            assert_eq!(e.involved_object.name.as_deref(), Some("cnat-controller"));
+            assert!(
+                e.involved_object.uid.is_some(),
+                "the Lease's uid is referenced"
+            );
+            e.message.clone().unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        messages.contains(&"pod-a became leader".to_owned()),
+        "{messages:?}"
+    );
+    assert!(
+        messages.contains(&"pod-a stopped leading".to_owned()),
+        "{messages:?}"
+    );
+}
