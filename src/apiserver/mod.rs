@@ -78,10 +78,12 @@
 //! real structured-merge-diff.
 
 pub mod auth;
+pub mod background;
 pub mod crd;
 pub mod discovery;
 pub mod events;
 pub mod http;
+pub mod kubelet;
 pub mod logic;
 pub mod meta;
 pub mod openapi;
@@ -169,6 +171,8 @@ pub struct ApiServerBuilder {
     bookmark_interval: Duration,
     kubeconfig_path: Option<PathBuf>,
     reject_send_initial_events: bool,
+    simulate: bool,
+    pod_run_time: Duration,
 }
 
 impl Default for ApiServerBuilder {
@@ -182,6 +186,8 @@ impl Default for ApiServerBuilder {
             bookmark_interval: Duration::from_secs(60),
             kubeconfig_path: None,
             reject_send_initial_events: false,
+            simulate: false,
+            pod_run_time: Duration::from_secs(1),
         }
     }
 }
@@ -236,6 +242,21 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Run the simulated node ([`kubelet`]) and the simulated workload controllers (default:
+    /// off for the library, so a test sees exactly the objects it wrote; on for the standalone
+    /// `sample-controller apiserver` and the demo). With it, pods get bound to `embedded-node`,
+    /// run, and end `Succeeded` or `Failed` by their command.
+    pub fn simulate(mut self, yes: bool) -> Self {
+        self.simulate = yes;
+        self
+    }
+
+    /// How long a simulated one-shot container runs (default 1 s; zero allowed).
+    pub fn pod_run_time(mut self, d: Duration) -> Self {
+        self.pod_run_time = d;
+        self
+    }
+
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
     pub async fn start(self) -> Result<ApiServerHandle, StartError> {
         let listener = TcpListener::bind(self.listen)
@@ -284,12 +305,27 @@ impl ApiServerBuilder {
             tracker.clone(),
         ));
         tracing::info!(%url, "embedded API server listening");
+        let clock = background::VirtualClock::new();
+        let node = kubelet::NodeControl::default();
+        if self.simulate {
+            kubelet::spawn(
+                store.clone(),
+                kubelet::KubeletConfig {
+                    run_time: self.pod_run_time,
+                    clock,
+                },
+                node.clone(),
+                shutdown.clone(),
+                &tracker,
+            );
+        }
         let handle = ApiServerHandle {
             url,
             token,
             ca_pem: tls.map(|t| t.ca_pem),
             shared,
             tracker,
+            node,
         };
         if let Some(path) = &self.kubeconfig_path
             && let Err(e) = handle.write_kubeconfig(path)
@@ -392,6 +428,7 @@ pub struct ApiServerHandle {
     ca_pem: Option<String>,
     shared: Arc<Shared>,
     tracker: TaskTracker,
+    node: kubelet::NodeControl,
 }
 
 impl std::fmt::Debug for ApiServerHandle {
@@ -470,6 +507,12 @@ impl ApiServerHandle {
     /// Drops the whole watch history: watches and exact lists from older revisions now get 410.
     pub fn compact(&self) {
         self.shared.store.write(|s| s.compact());
+    }
+
+    /// Pauses and resumes the simulated node ([`kubelet::NodeControl`]); without
+    /// [`ApiServerBuilder::simulate`] there is no node and pausing has no effect.
+    pub fn node(&self) -> &kubelet::NodeControl {
+        &self.node
     }
 
     /// Stops accepting, ends every watch and connection, and waits for them.
