@@ -70,10 +70,17 @@
 //!
 //! ## How it differs from a real cluster
 //!
-//! No controllers run (no scheduler, kubelet or garbage collector): pods stay `Pending` unless a
-//! test moves them, and deleting an owner leaves its dependents. Namespace deletion *is*
-//! finished inline (content deleted, namespace removed once empty). No admission, no RBAC
-//! enforcement, no defaulting of built-in kinds, no conversion webhooks, no field-level
+//! A few of a cluster's controllers are simulated in-process, each in its own module that
+//! explains what the real one does and what the simulation keeps:
+//!
+//! * the **garbage collector** ([`gc`], on by default): deleting an owner deletes or orphans its
+//!   dependents by `ownerReferences` and `propagationPolicy`;
+//! * the **scheduler and kubelet** ([`kubelet`], with [`ApiServerBuilder::simulate`]): pods are
+//!   bound to `embedded-node`, run, and end `Succeeded` or `Failed` by their command. Without
+//!   it pods stay `Pending` unless a test moves them.
+//!
+//! Namespace deletion is finished inline (content deleted, namespace removed once empty). No
+//! admission, no RBAC enforcement, no defaulting of built-in kinds, no conversion webhooks, no field-level
 //! validation of built-in kinds; server-side apply tracks managers but is simpler than the
 //! real structured-merge-diff.
 
@@ -82,6 +89,7 @@ pub mod background;
 pub mod crd;
 pub mod discovery;
 pub mod events;
+pub mod gc;
 pub mod http;
 pub mod kubelet;
 pub mod logic;
@@ -173,6 +181,7 @@ pub struct ApiServerBuilder {
     reject_send_initial_events: bool,
     simulate: bool,
     pod_run_time: Duration,
+    garbage_collector: bool,
 }
 
 impl Default for ApiServerBuilder {
@@ -188,6 +197,7 @@ impl Default for ApiServerBuilder {
             reject_send_initial_events: false,
             simulate: false,
             pod_run_time: Duration::from_secs(1),
+            garbage_collector: true,
         }
     }
 }
@@ -257,6 +267,13 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Run the garbage collector ([`gc`]; default: on): deleting an owner deletes or orphans
+    /// its dependents by `ownerReferences`, following the DELETE's `propagationPolicy`.
+    pub fn garbage_collector(mut self, yes: bool) -> Self {
+        self.garbage_collector = yes;
+        self
+    }
+
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
     pub async fn start(self) -> Result<ApiServerHandle, StartError> {
         let listener = TcpListener::bind(self.listen)
@@ -307,6 +324,9 @@ impl ApiServerBuilder {
         tracing::info!(%url, "embedded API server listening");
         let clock = background::VirtualClock::new();
         let node = kubelet::NodeControl::default();
+        if self.garbage_collector {
+            gc::spawn(store.clone(), shutdown.clone(), &tracker);
+        }
         if self.simulate {
             kubelet::spawn(
                 store.clone(),
