@@ -56,8 +56,8 @@
 //! managers, as the real field manager does for creates, PUTs and non-apply PATCHes.
 //!
 //! What it leaves out: fields owned by `Update` managers never conflict with an apply (the real
-//! server reports those conflicts too, which is why `kubectl apply --server-side` after a
-//! client-side apply needs `--force-conflicts` there but not here); field sets are computed
+//! server reports those conflicts too, so an apply that changes a value a controller wrote
+//! succeeds here where a real server would ask for `force`); field sets are computed
 //! without the OpenAPI schema, so the `"."` self-marker is written only for list elements and
 //! for `labels`/`annotations`, and list merge keys come from [`list_strategy`] rather than from
 //! `x-kubernetes-list-map-keys`; there is no per-version conversion of field sets.
