@@ -1740,4 +1740,75 @@ mod tests {
             status["metadata"]["managedFields"]
         );
     }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                (-5i64..5).prop_map(Value::from),
+                "[a-c]{0,2}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::btree_map("[a-d]", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn op() -> impl Strategy<Value = Value> {
+            let path =
+                prop::collection::vec(prop_oneof!["[a-d]", "[0-3]", Just("-".to_string())], 0..3)
+                    .prop_map(|t| t.iter().map(|s| format!("/{s}")).collect::<String>());
+            (0..6usize, path.clone(), path, json_value()).prop_map(|(kind, path, from, value)| {
+                let name = ["add", "remove", "replace", "move", "copy", "test"][kind];
+                json!({"op": name, "path": path, "from": from, "value": value})
+            })
+        }
+
+        proptest! {
+            /// A JSON patch either applies completely or leaves the document untouched.
+            #[test]
+            fn json_patch_is_all_or_nothing(doc in json_value(), ops in prop::collection::vec(op(), 0..5)) {
+                let mut target = doc.clone();
+                if json_patch(&mut target, &Value::Array(ops.clone())).is_err() {
+                    prop_assert_eq!(target, doc);
+                } else {
+                    // Applying the ops one by one gives the same result.
+                    let mut stepwise = doc.clone();
+                    for op in &ops {
+                        json_patch(&mut stepwise, &Value::Array(vec![op.clone()])).unwrap();
+                    }
+                    prop_assert_eq!(target, stepwise);
+                }
+            }
+
+            /// Merge patch: applying a patch twice is the same as once, and a patch without
+            /// nulls is contained in the result.
+            #[test]
+            fn merge_patch_is_idempotent(doc in json_value(), patch in json_value()) {
+                let mut once = doc.clone();
+                merge_patch(&mut once, &patch);
+                let mut twice = once.clone();
+                merge_patch(&mut twice, &patch);
+                prop_assert_eq!(&once, &twice);
+            }
+
+            /// Without merge lists or directives, a strategic merge patch is a merge patch.
+            #[test]
+            fn smp_without_lists_equals_merge_patch(doc in json_value(), patch in json_value()) {
+                prop_assume!(!patch.to_string().contains('['));
+                let mut a = doc.clone();
+                merge_patch(&mut a, &patch);
+                let mut b = doc.clone();
+                strategic_merge_patch(&mut b, &patch).unwrap();
+                prop_assert_eq!(a, b);
+            }
+        }
+    }
 }
