@@ -343,8 +343,9 @@ fn dropped_fields(before: &Value, after: &Value, prefix: &str, out: &mut Vec<Str
     }
 }
 
-/// Prunes unknown fields of a custom resource and validates it against its CRD's structural
-/// schema: 422 Invalid with one cause per failing field. With `fieldValidation=Strict` (what
+/// Defaults, prunes and validates a custom resource against its CRD's structural schema: schema
+/// `default`s fill missing fields, unknown fields are dropped, and failures are a 422 Invalid with
+/// one cause per failing field. With `fieldValidation=Strict` (what
 /// kubectl sends by default) an unknown field is a 400 `strict decoding error` instead, as on
 /// the real server.
 pub fn validate_custom(
@@ -362,11 +363,11 @@ pub fn validate_custom(
         m.remove("apiVersion");
         m.remove("kind");
     }
-    let before = body.clone();
-    super::logic::schema::prune(schema, &mut body);
     if opts.strict {
+        let mut pruned = body.clone();
+        super::logic::schema::prune(schema, &mut pruned);
         let mut dropped = vec![];
-        dropped_fields(&before, &body, "", &mut dropped);
+        dropped_fields(&body, &pruned, "", &mut dropped);
         if !dropped.is_empty() {
             let list: Vec<String> = dropped
                 .iter()
@@ -378,6 +379,8 @@ pub fn validate_custom(
             )));
         }
     }
+    super::logic::schema::apply_defaults(schema, &mut body);
+    super::logic::schema::prune(schema, &mut body);
     let errors = super::logic::schema::validate(schema, &body);
     if !errors.is_empty() {
         let causes = errors
