@@ -951,3 +951,119 @@ async fn http2_works_and_the_request_log_counts_everything() {
     assert!(log.snapshot().iter().any(|(k, _)| k.namespace == "default"));
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn strict_field_validation_rejects_unknown_fields_of_custom_resources() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    let mut a = at("strict");
+    a["spec"]["extra"] = json!(1);
+    let strict = c.post(&format!("{ATS}?fieldValidation=Strict"), &a).await;
+    assert_eq!(strict.code, 400);
+    assert_eq!(
+        strict.body["message"],
+        "strict decoding error: unknown field \"spec.extra\""
+    );
+    let lax = c.post(&format!("{ATS}?fieldValidation=Ignore"), &a).await;
+    assert_eq!(lax.code, 201);
+    assert!(lax.body["spec"].get("extra").is_none());
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn server_side_apply_conflicts_name_the_owning_manager() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let apply = |manager: &str, value: &str, force: bool| {
+        let path = format!("{CMS}/owned?fieldManager={manager}&force={force}");
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned"}, "data": {"k": value}});
+        (path, body)
+    };
+    let (p, b) = apply("alice", "1", false);
+    let first = c
+        .send(
+            "PATCH",
+            &p,
+            &[("content-type", "application/apply-patch+yaml")],
+            Some(&b),
+        )
+        .await;
+    assert_eq!(first.code, 201, "{:?}", first.body);
+    assert_eq!(
+        first.body["metadata"]["managedFields"][0]["manager"],
+        "alice"
+    );
+    let (p, b) = apply("bob", "2", false);
+    let conflict = c
+        .send(
+            "PATCH",
+            &p,
+            &[("content-type", "application/apply-patch+yaml")],
+            Some(&b),
+        )
+        .await;
+    assert_eq!(conflict.code, 409);
+    assert_eq!(conflict.body["reason"], "Conflict");
+    assert!(
+        conflict.body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Apply failed with 1 conflict")
+    );
+    assert_eq!(
+        conflict.body["details"]["causes"][0]["reason"],
+        "FieldManagerConflict"
+    );
+    let (p, b) = apply("bob", "2", true);
+    let forced = c
+        .send(
+            "PATCH",
+            &p,
+            &[("content-type", "application/apply-patch+yaml")],
+            Some(&b),
+        )
+        .await;
+    assert_eq!(forced.code, 200);
+    assert_eq!(forced.body["data"]["k"], "2");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn namespace_finalize_releases_a_terminating_namespace() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    c.post(
+        "/api/v1/namespaces",
+        &json!({"metadata": {"name": "held"}, "spec": {"finalizers": ["kubernetes", "example.com/wait"]}}),
+    )
+    .await;
+    let del = c.delete("/api/v1/namespaces/held", None).await;
+    assert_eq!(del.code, 200);
+    let ns = c.get("/api/v1/namespaces/held").await;
+    assert_eq!(ns.body["status"]["phase"], "Terminating");
+    let mut fin = ns.body.clone();
+    fin["spec"]["finalizers"] = json!([]);
+    let done = c.put("/api/v1/namespaces/held/finalize", &fin).await;
+    assert_eq!(done.code, 200, "{:?}", done.body);
+    assert_eq!(c.get("/api/v1/namespaces/held").await.code, 404);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn metrics_expose_request_counts() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    c.get(&format!("{CMS}/nope")).await;
+    let m = c.get("/metrics").await;
+    assert_eq!(m.code, 200);
+    let text = m.body.as_str().unwrap();
+    assert!(text.contains(
+        "apiserver_request_total{verb=\"get\",resource=\"configmaps\",subresource=\"\",namespace=\"default\",code=\"404\"} 1"
+    ), "{text}");
+    s.shutdown().await;
+}

@@ -403,3 +403,33 @@ async fn shutdown_ends_open_watches() {
     assert!(w.next().await.is_none());
     stop.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_future_revision_gets_a_504_error_event_unless_it_arrives() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let future = s.resource_version() + 100;
+    let mut w = c
+        .watch(&format!("{CMS}?watch=true&resourceVersion={future}"))
+        .await;
+    let e = w.next().await.unwrap();
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 504);
+    assert_eq!(
+        e["object"]["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert!(w.next().await.is_none());
+
+    // One revision ahead, reached while waiting: the watch proceeds normally.
+    let next = s.resource_version() + 1;
+    let mut w = c
+        .watch(&format!("{CMS}?watch=true&resourceVersion={next}"))
+        .await;
+    c.post(CMS, &cm("a", json!({}))).await;
+    c.post(CMS, &cm("b", json!({}))).await;
+    let e = w.next().await.unwrap();
+    assert_eq!(e["type"], "ADDED");
+    assert_eq!(e["object"]["metadata"]["name"], "b");
+    s.shutdown().await;
+}

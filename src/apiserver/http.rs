@@ -156,6 +156,14 @@ async fn serve(
             );
             return Ok(r);
         }
+        (Method::GET, ["metrics"]) => {
+            let mut r = Response::new(full(shared.log.prometheus_text()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            return Ok(r);
+        }
         (Method::GET, ["version"]) => {
             return Ok(json_response(
                 200,
@@ -414,6 +422,7 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         None => {}
         Some("status") if def.status_subresource => {}
         Some("scale") if def.scale.is_some() => {}
+        Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {
