@@ -26,6 +26,7 @@
 //! simulated run time even when the clock is paused.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -112,6 +113,29 @@ impl VirtualClock {
     }
 }
 
+/// Parses a duration flag: a number followed by `ms`, `s`, `m` or `h` (`250ms`, `1s`, `0s`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| {
+        format!("invalid duration {s:?}: expected a number and a unit, like 250ms or 1s")
+    })?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        "" if n == 0 => Duration::ZERO,
+        other => {
+            return Err(format!(
+                "invalid duration {s:?}: unknown unit {other:?} (use ms, s, m or h)"
+            ));
+        }
+    };
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +148,16 @@ mod tests {
         tokio::time::advance(std::time::Duration::from_secs(3600)).await;
         let t1 = clock.now();
         assert_eq!(t1.duration_since(t0).as_secs(), 3600);
+    }
+
+    #[test]
+    fn durations_parse_with_units_and_bad_ones_are_named() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("fast").unwrap_err().contains("\"fast\""));
+        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
     }
 
     #[tokio::test]

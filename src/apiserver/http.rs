@@ -133,6 +133,13 @@ async fn serve(
             return Err(ApiError::unauthorized());
         }
     }
+    let user = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| shared.tokens.authenticate(Some(h)))
+        .map(str::to_owned)
+        .unwrap_or_default();
     let (parts, body) = req.into_parts();
     let bytes = Limited::new(body, MAX_BODY)
         .collect()
@@ -163,6 +170,21 @@ async fn serve(
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
             );
             return Ok(r);
+        }
+        (method, ["admin", "faults"]) => {
+            // Fault injection over HTTP (see `faults::admin`): the bootstrap token only.
+            if user != "admin" {
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "forbidden: User \"{user}\" cannot {} path \"{path}\"",
+                        method.as_str().to_ascii_lowercase()
+                    ),
+                ));
+            }
+            let body = super::faults::admin(&shared.faults, &method, &bytes)?;
+            return Ok(json_response(200, &body, "application/json"));
         }
         (Method::GET, ["version"]) => {
             return Ok(json_response(
@@ -223,6 +245,13 @@ async fn serve(
     class.resource = target.def.plural.clone();
     class.subresource = target.subresource.clone().unwrap_or_default();
     class.namespace = target.namespace.clone().unwrap_or_default();
+    let verb = super::faults::verb_of(
+        &parts.method,
+        target.name.is_some(),
+        query.flag("watch").unwrap_or(false),
+    );
+    class.verb = verb.to_owned();
+    shared.faults.before(verb, &target).await?;
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
     let def = target.def.clone();
@@ -240,7 +269,7 @@ async fn serve(
                 let settings = WatchSettings {
                     bookmark_interval: shared.bookmark_interval,
                     reject_send_initial_events: shared.reject_send_initial_events,
-                    shutdown: shared.shutdown.clone(),
+                    shutdown: shared.faults.watch_token(),
                     renderer,
                 };
                 let body = watch::start(shared.store.clone(), &target, &opts, settings)?;

@@ -89,6 +89,7 @@ pub mod background;
 pub mod crd;
 pub mod discovery;
 pub mod events;
+pub mod faults;
 pub mod gc;
 pub mod http;
 pub mod kubelet;
@@ -137,6 +138,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// `host:port` for `/api`'s `serverAddressByClientCIDRs`.
     pub server_address: String,
+    /// Injected faults (checked on every resource request; ends watches on demand).
+    pub faults: faults::Faults,
 }
 
 /// Why the server could not start.
@@ -300,9 +303,11 @@ impl ApiServerBuilder {
         let store = Arc::new(Store::new(self.history_window));
         seed(&store);
         let shutdown = CancellationToken::new();
+        let log = RequestLog::default();
         let shared = Arc::new(Shared {
+            faults: faults::Faults::new(store.clone(), log.clone(), shutdown.clone()),
             store: store.clone(),
-            log: RequestLog::default(),
+            log,
             tokens,
             bookmark_interval: self.bookmark_interval,
             reject_send_initial_events: self.reject_send_initial_events,
@@ -533,6 +538,12 @@ impl ApiServerHandle {
     /// [`ApiServerBuilder::simulate`] there is no node and pausing has no effect.
     pub fn node(&self) -> &kubelet::NodeControl {
         &self.node
+    }
+
+    /// Fault injection: drop watches, compact, fail or delay requests, force conflicts
+    /// ([`faults`]).
+    pub fn faults(&self) -> &faults::Faults {
+        &self.shared.faults
     }
 
     /// Stops accepting, ends every watch and connection, and waits for them.
