@@ -78,6 +78,9 @@
 //! * the **scheduler and kubelet** ([`kubelet`], with [`ApiServerBuilder::simulate`]): pods are
 //!   bound to `embedded-node`, run, and end `Succeeded` or `Failed` by their command. Without
 //!   it pods stay `Pending` unless a test moves them.
+//! * the **Deployment and StatefulSet controllers** ([`workloads`], also with `simulate`):
+//!   status follows `spec.replicas`; StatefulSets create and delete their pods
+//!   `<name>-<ordinal>`.
 //!
 //! Namespace deletion is finished inline (content deleted, namespace removed once empty). No
 //! admission, no RBAC enforcement, no defaulting of built-in kinds, no conversion webhooks, no field-level
@@ -107,6 +110,7 @@ pub mod table;
 pub mod tls;
 pub mod verbs;
 pub mod watch;
+pub mod workloads;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -185,6 +189,7 @@ pub struct ApiServerBuilder {
     simulate: bool,
     pod_run_time: Duration,
     garbage_collector: bool,
+    workload_delay: Duration,
 }
 
 impl Default for ApiServerBuilder {
@@ -201,6 +206,7 @@ impl Default for ApiServerBuilder {
             simulate: false,
             pod_run_time: Duration::from_secs(1),
             garbage_collector: true,
+            workload_delay: Duration::from_millis(500),
         }
     }
 }
@@ -267,6 +273,13 @@ impl ApiServerBuilder {
     /// How long a simulated one-shot container runs (default 1 s; zero allowed).
     pub fn pod_run_time(mut self, d: Duration) -> Self {
         self.pod_run_time = d;
+        self
+    }
+
+    /// How long the simulated Deployment and StatefulSet controllers ([`workloads`]) take to
+    /// react to a change (default 500 ms; zero allowed).
+    pub fn workload_delay(mut self, d: Duration) -> Self {
+        self.workload_delay = d;
         self
     }
 
@@ -340,6 +353,15 @@ impl ApiServerBuilder {
                     clock,
                 },
                 node.clone(),
+                shutdown.clone(),
+                &tracker,
+            );
+            workloads::spawn(
+                store.clone(),
+                workloads::WorkloadConfig {
+                    delay: self.workload_delay,
+                    clock,
+                },
                 shutdown.clone(),
                 &tracker,
             );

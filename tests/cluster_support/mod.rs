@@ -195,3 +195,20 @@ impl Kubectl {
         self.run_with_input(args, None).await
     }
 }
+
+/// Merge-patches an object in-process (the same code path as a PATCH).
+pub fn merge_patch(
+    h: &ApiServerHandle,
+    group: &str,
+    plural: &str,
+    ns: &str,
+    name: &str,
+    patch: Value,
+) -> Value {
+    let mut t = target(h, group, "v1", plural, ns);
+    t.name = Some(name.to_owned());
+    h.store()
+        .write(|s| verbs::patch(s, &t, verbs::PatchType::Merge, patch, &Query::parse(None)))
+        .unwrap_or_else(|e| panic!("patch {plural}/{name}: {}", e.message))
+        .1
+}
