@@ -364,14 +364,31 @@ impl ToJson for meta::FieldsV1 {
     }
 }
 
-message!(meta::ObjectMeta { "name" => name, "generateName" => generate_name, "namespace" => namespace, "selfLink" => self_link, "uid" => uid, "resourceVersion" => resource_version, "generation" => generation, "creationTimestamp" => creation_timestamp, "deletionTimestamp" => deletion_timestamp, "labels" => labels, "annotations" => annotations, "ownerReferences" => owner_references, "finalizers" => finalizers, "managedFields" => managed_fields, } keep { "deletionGracePeriodSeconds" => deletion_grace_period_seconds, });
-message!(meta::OwnerReference { "apiVersion" => api_version, "kind" => kind, "name" => name, "uid" => uid, } keep { "controller" => controller, "blockOwnerDeletion" => block_owner_deletion, });
+message!(meta::ObjectMeta {
+    "name" => name, "generateName" => generate_name, "namespace" => namespace,
+    "selfLink" => self_link, "uid" => uid, "resourceVersion" => resource_version,
+    "generation" => generation, "creationTimestamp" => creation_timestamp,
+    "deletionTimestamp" => deletion_timestamp, "labels" => labels, "annotations" => annotations,
+    "ownerReferences" => owner_references, "finalizers" => finalizers,
+    "managedFields" => managed_fields,
+} keep {
+    "deletionGracePeriodSeconds" => deletion_grace_period_seconds,
+});
+message!(meta::OwnerReference {
+    "apiVersion" => api_version, "kind" => kind, "name" => name, "uid" => uid,
+} keep {
+    "controller" => controller, "blockOwnerDeletion" => block_owner_deletion,
+});
 message!(meta::ManagedFieldsEntry {
     "manager" => manager, "operation" => operation, "apiVersion" => api_version, "time" => time,
     "fieldsType" => fields_type, "fieldsV1" => fields_v1, "subresource" => subresource,
 });
-message!(meta::LabelSelector { "matchLabels" => match_labels, "matchExpressions" => match_expressions });
-message!(meta::LabelSelectorRequirement { "key" => key, "operator" => operator, "values" => values });
+message!(meta::LabelSelector {
+    "matchLabels" => match_labels, "matchExpressions" => match_expressions,
+});
+message!(meta::LabelSelectorRequirement {
+    "key" => key, "operator" => operator, "values" => values,
+});
 message!(meta::Condition {
     "type" => r#type, "status" => status, "observedGeneration" => observed_generation,
     "lastTransitionTime" => last_transition_time, "reason" => reason, "message" => message,
@@ -386,8 +403,16 @@ message!(core::NamespaceCondition {
     "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
     "reason" => reason, "message" => message,
 });
-message!(core::ConfigMap { "metadata" => metadata, "data" => data, "binaryData" => binary_data, } keep { "immutable" => immutable, });
-message!(core::Secret { "metadata" => metadata, "data" => data, "stringData" => string_data, "type" => r#type, } keep { "immutable" => immutable, });
+message!(core::ConfigMap {
+    "metadata" => metadata, "data" => data, "binaryData" => binary_data,
+} keep {
+    "immutable" => immutable,
+});
+message!(core::Secret {
+    "metadata" => metadata, "data" => data, "stringData" => string_data, "type" => r#type,
+} keep {
+    "immutable" => immutable,
+});
 message!(core::Event {
     "metadata" => metadata, "involvedObject" => involved_object, "reason" => reason,
     "message" => message, "source" => source, "firstTimestamp" => first_timestamp,
@@ -401,29 +426,90 @@ message!(core::ObjectReference {
 });
 message!(core::EventSource { "component" => component, "host" => host });
 message!(core::EventSeries { "count" => count, "lastObservedTime" => last_observed_time });
-message!(core::ServiceAccount { "metadata" => metadata, "secrets" => secrets, "imagePullSecrets" => image_pull_secrets, } keep { "automountServiceAccountToken" => automount_service_account_token, });
+message!(core::ServiceAccount {
+    "metadata" => metadata, "secrets" => secrets, "imagePullSecrets" => image_pull_secrets,
+} keep {
+    "automountServiceAccountToken" => automount_service_account_token,
+});
 message!(core::LocalObjectReference { "name" => name });
 message!(core::Service { "metadata" => metadata, "spec" => spec, "status" => status });
-message!(core::ServiceSpec { "ports" => ports, "selector" => selector, "clusterIP" => cluster_ip, "clusterIPs" => cluster_ips, "type" => r#type, "externalIPs" => external_ips, "sessionAffinity" => session_affinity, "loadBalancerIP" => load_balancer_ip, "loadBalancerSourceRanges" => load_balancer_source_ranges, "externalName" => external_name, "externalTrafficPolicy" => external_traffic_policy, "healthCheckNodePort" => health_check_node_port, "publishNotReadyAddresses" => publish_not_ready_addresses, "sessionAffinityConfig" => session_affinity_config, "ipFamilies" => ip_families, "ipFamilyPolicy" => ip_family_policy, "loadBalancerClass" => load_balancer_class, "internalTrafficPolicy" => internal_traffic_policy, "trafficDistribution" => traffic_distribution, } keep { "allocateLoadBalancerNodePorts" => allocate_load_balancer_node_ports, });
+message!(core::ServiceSpec {
+    "ports" => ports, "selector" => selector, "clusterIP" => cluster_ip,
+    "clusterIPs" => cluster_ips, "type" => r#type, "externalIPs" => external_ips,
+    "sessionAffinity" => session_affinity, "loadBalancerIP" => load_balancer_ip,
+    "loadBalancerSourceRanges" => load_balancer_source_ranges, "externalName" => external_name,
+    "externalTrafficPolicy" => external_traffic_policy,
+    "healthCheckNodePort" => health_check_node_port,
+    "publishNotReadyAddresses" => publish_not_ready_addresses,
+    "sessionAffinityConfig" => session_affinity_config, "ipFamilies" => ip_families,
+    "ipFamilyPolicy" => ip_family_policy, "loadBalancerClass" => load_balancer_class,
+    "internalTrafficPolicy" => internal_traffic_policy,
+    "trafficDistribution" => traffic_distribution,
+} keep {
+    "allocateLoadBalancerNodePorts" => allocate_load_balancer_node_ports,
+});
 message!(core::SessionAffinityConfig { "clientIP" => client_ip });
 message!(core::ClientIpConfig { } keep { "timeoutSeconds" => timeout_seconds, });
-message!(core::ServicePort { "name" => name, "protocol" => protocol, "appProtocol" => app_protocol, "targetPort" => target_port, "nodePort" => node_port, } keep { "port" => port, });
+message!(core::ServicePort {
+    "name" => name, "protocol" => protocol, "appProtocol" => app_protocol,
+    "targetPort" => target_port, "nodePort" => node_port,
+} keep {
+    "port" => port,
+});
 message!(core::ServiceStatus { "loadBalancer" => load_balancer, "conditions" => conditions });
 message!(core::LoadBalancerStatus { "ingress" => ingress });
-message!(core::LoadBalancerIngress { "ip" => ip, "hostname" => hostname, "ipMode" => ip_mode, "ports" => ports });
+message!(core::LoadBalancerIngress {
+    "ip" => ip, "hostname" => hostname, "ipMode" => ip_mode, "ports" => ports,
+});
 message!(core::PortStatus { "protocol" => protocol, "error" => error, } keep { "port" => port, });
 
 message!(core::Pod { "metadata" => metadata, "spec" => spec, "status" => status });
 message!(core::PodTemplateSpec { "metadata" => metadata, "spec" => spec });
-message!(core::PodSpec { "volumes" => volumes, "initContainers" => init_containers, "containers" => containers, "restartPolicy" => restart_policy, "dnsPolicy" => dns_policy, "nodeSelector" => node_selector, "serviceAccountName" => service_account_name, "serviceAccount" => service_account, "nodeName" => node_name, "hostNetwork" => host_network, "hostPID" => host_pid, "hostIPC" => host_ipc, "securityContext" => security_context, "imagePullSecrets" => image_pull_secrets, "hostname" => hostname, "subdomain" => subdomain, "schedulerName" => scheduler_name, "tolerations" => tolerations, "hostAliases" => host_aliases, "priorityClassName" => priority_class_name, "readinessGates" => readiness_gates, "runtimeClassName" => runtime_class_name, "preemptionPolicy" => preemption_policy, "overhead" => overhead, "schedulingGates" => scheduling_gates, "resources" => resources, } keep { "terminationGracePeriodSeconds" => termination_grace_period_seconds, "activeDeadlineSeconds" => active_deadline_seconds, "automountServiceAccountToken" => automount_service_account_token, "shareProcessNamespace" => share_process_namespace, "priority" => priority, "enableServiceLinks" => enable_service_links, "setHostnameAsFQDN" => set_hostname_as_fqdn, "hostUsers" => host_users, });
+message!(core::PodSpec {
+    "volumes" => volumes, "initContainers" => init_containers, "containers" => containers,
+    "restartPolicy" => restart_policy, "dnsPolicy" => dns_policy, "nodeSelector" => node_selector,
+    "serviceAccountName" => service_account_name, "serviceAccount" => service_account,
+    "nodeName" => node_name, "hostNetwork" => host_network, "hostPID" => host_pid,
+    "hostIPC" => host_ipc, "securityContext" => security_context,
+    "imagePullSecrets" => image_pull_secrets, "hostname" => hostname, "subdomain" => subdomain,
+    "schedulerName" => scheduler_name, "tolerations" => tolerations, "hostAliases" => host_aliases,
+    "priorityClassName" => priority_class_name, "readinessGates" => readiness_gates,
+    "runtimeClassName" => runtime_class_name, "preemptionPolicy" => preemption_policy,
+    "overhead" => overhead, "schedulingGates" => scheduling_gates, "resources" => resources,
+} keep {
+    "terminationGracePeriodSeconds" => termination_grace_period_seconds,
+    "activeDeadlineSeconds" => active_deadline_seconds,
+    "automountServiceAccountToken" => automount_service_account_token,
+    "shareProcessNamespace" => share_process_namespace, "priority" => priority,
+    "enableServiceLinks" => enable_service_links, "setHostnameAsFQDN" => set_hostname_as_fqdn,
+    "hostUsers" => host_users,
+});
 message!(core::PodReadinessGate { "conditionType" => condition_type });
 message!(core::PodSchedulingGate { "name" => name });
 message!(core::HostAlias { "ip" => ip, "hostnames" => hostnames });
-message!(core::Toleration { "key" => key, "operator" => operator, "value" => value, "effect" => effect, } keep { "tolerationSeconds" => toleration_seconds, });
-message!(core::PodSecurityContext { "supplementalGroups" => supplemental_groups, "supplementalGroupsPolicy" => supplemental_groups_policy, "sysctls" => sysctls, "fsGroupChangePolicy" => fs_group_change_policy, "seccompProfile" => seccomp_profile, "seLinuxChangePolicy" => se_linux_change_policy, } keep { "runAsUser" => run_as_user, "runAsGroup" => run_as_group, "runAsNonRoot" => run_as_non_root, "fsGroup" => fs_group, });
+message!(core::Toleration {
+    "key" => key, "operator" => operator, "value" => value, "effect" => effect,
+} keep {
+    "tolerationSeconds" => toleration_seconds,
+});
+message!(core::PodSecurityContext {
+    "supplementalGroups" => supplemental_groups,
+    "supplementalGroupsPolicy" => supplemental_groups_policy, "sysctls" => sysctls,
+    "fsGroupChangePolicy" => fs_group_change_policy, "seccompProfile" => seccomp_profile,
+    "seLinuxChangePolicy" => se_linux_change_policy,
+} keep {
+    "runAsUser" => run_as_user, "runAsGroup" => run_as_group, "runAsNonRoot" => run_as_non_root,
+    "fsGroup" => fs_group,
+});
 message!(core::Sysctl { "name" => name, "value" => value });
 message!(core::SeccompProfile { "type" => r#type, "localhostProfile" => localhost_profile });
-message!(core::SecurityContext { "capabilities" => capabilities, "procMount" => proc_mount, "seccompProfile" => seccomp_profile, } keep { "privileged" => privileged, "runAsUser" => run_as_user, "runAsGroup" => run_as_group, "runAsNonRoot" => run_as_non_root, "readOnlyRootFilesystem" => read_only_root_filesystem, "allowPrivilegeEscalation" => allow_privilege_escalation, });
+message!(core::SecurityContext {
+    "capabilities" => capabilities, "procMount" => proc_mount, "seccompProfile" => seccomp_profile,
+} keep {
+    "privileged" => privileged, "runAsUser" => run_as_user, "runAsGroup" => run_as_group,
+    "runAsNonRoot" => run_as_non_root, "readOnlyRootFilesystem" => read_only_root_filesystem,
+    "allowPrivilegeEscalation" => allow_privilege_escalation,
+});
 message!(core::Capabilities { "add" => add, "drop" => drop });
 message!(core::Container {
     "name" => name, "image" => image, "command" => command, "args" => args,
@@ -435,7 +521,11 @@ message!(core::Container {
     "imagePullPolicy" => image_pull_policy, "securityContext" => security_context,
     "stdin" => stdin, "stdinOnce" => stdin_once, "tty" => tty,
 });
-message!(core::ContainerPort { "name" => name, "hostPort" => host_port, "protocol" => protocol, "hostIP" => host_ip, } keep { "containerPort" => container_port, });
+message!(core::ContainerPort {
+    "name" => name, "hostPort" => host_port, "protocol" => protocol, "hostIP" => host_ip,
+} keep {
+    "containerPort" => container_port,
+});
 message!(core::EnvVar { "name" => name, "value" => value, "valueFrom" => value_from });
 message!(core::EnvVarSource {
     "fieldRef" => field_ref, "resourceFieldRef" => resource_field_ref,
@@ -445,20 +535,43 @@ message!(core::ObjectFieldSelector { "apiVersion" => api_version, "fieldPath" =>
 message!(core::ResourceFieldSelector {
     "containerName" => container_name, "resource" => resource, "divisor" => divisor,
 });
-message!(core::ConfigMapKeySelector { "key" => key, } keep { "optional" => optional, } inline local_object_reference);
-message!(core::SecretKeySelector { "key" => key, } keep { "optional" => optional, } inline local_object_reference);
-message!(core::EnvFromSource { "prefix" => prefix, "configMapRef" => config_map_ref, "secretRef" => secret_ref });
-message!(core::ConfigMapEnvSource { } keep { "optional" => optional, } inline local_object_reference);
+message!(core::ConfigMapKeySelector {
+    "key" => key,
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
+message!(core::SecretKeySelector {
+    "key" => key,
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
+message!(core::EnvFromSource {
+    "prefix" => prefix, "configMapRef" => config_map_ref, "secretRef" => secret_ref,
+});
+message!(core::ConfigMapEnvSource {
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
 message!(core::SecretEnvSource { } keep { "optional" => optional, } inline local_object_reference);
-message!(core::ResourceRequirements { "limits" => limits, "requests" => requests, "claims" => claims });
+message!(core::ResourceRequirements {
+    "limits" => limits, "requests" => requests, "claims" => claims,
+});
 message!(core::ResourceClaim { "name" => name, "request" => request });
 message!(core::VolumeMount {
     "name" => name, "readOnly" => read_only, "recursiveReadOnly" => recursive_read_only,
     "mountPath" => mount_path, "subPath" => sub_path, "mountPropagation" => mount_propagation,
     "subPathExpr" => sub_path_expr,
 });
-message!(core::Probe { "initialDelaySeconds" => initial_delay_seconds, "timeoutSeconds" => timeout_seconds, "periodSeconds" => period_seconds, "successThreshold" => success_threshold, "failureThreshold" => failure_threshold, } keep { "terminationGracePeriodSeconds" => termination_grace_period_seconds, } inline handler);
-message!(core::ProbeHandler { "exec" => exec, "httpGet" => http_get, "tcpSocket" => tcp_socket, "grpc" => grpc });
+message!(core::Probe {
+    "initialDelaySeconds" => initial_delay_seconds, "timeoutSeconds" => timeout_seconds,
+    "periodSeconds" => period_seconds, "successThreshold" => success_threshold,
+    "failureThreshold" => failure_threshold,
+} keep {
+    "terminationGracePeriodSeconds" => termination_grace_period_seconds,
+} inline handler);
+message!(core::ProbeHandler {
+    "exec" => exec, "httpGet" => http_get, "tcpSocket" => tcp_socket, "grpc" => grpc,
+});
 message!(core::ExecAction { "command" => command });
 message!(core::HttpGetAction {
     "path" => path, "port" => port, "host" => host, "scheme" => scheme, "httpHeaders" => http_headers,
@@ -474,21 +587,55 @@ message!(core::VolumeSource {
 });
 message!(core::HostPathVolumeSource { "path" => path, "type" => r#type });
 message!(core::EmptyDirVolumeSource { "medium" => medium, "sizeLimit" => size_limit });
-message!(core::SecretVolumeSource { "secretName" => secret_name, "items" => items, } keep { "defaultMode" => default_mode, "optional" => optional, });
-message!(core::ConfigMapVolumeSource { "items" => items, } keep { "defaultMode" => default_mode, "optional" => optional, } inline local_object_reference);
+message!(core::SecretVolumeSource {
+    "secretName" => secret_name, "items" => items,
+} keep {
+    "defaultMode" => default_mode, "optional" => optional,
+});
+message!(core::ConfigMapVolumeSource {
+    "items" => items,
+} keep {
+    "defaultMode" => default_mode, "optional" => optional,
+} inline local_object_reference);
 message!(core::KeyToPath { "key" => key, "path" => path, } keep { "mode" => mode, });
-message!(core::PersistentVolumeClaimVolumeSource { "claimName" => claim_name, "readOnly" => read_only });
-message!(core::DownwardAPIVolumeSource { "items" => items, } keep { "defaultMode" => default_mode, });
-message!(core::DownwardAPIVolumeFile { "path" => path, "fieldRef" => field_ref, "resourceFieldRef" => resource_field_ref, } keep { "mode" => mode, });
-message!(core::ProjectedVolumeSource { "sources" => sources, } keep { "defaultMode" => default_mode, });
+message!(core::PersistentVolumeClaimVolumeSource {
+    "claimName" => claim_name, "readOnly" => read_only,
+});
+message!(core::DownwardAPIVolumeSource {
+    "items" => items,
+} keep {
+    "defaultMode" => default_mode,
+});
+message!(core::DownwardAPIVolumeFile {
+    "path" => path, "fieldRef" => field_ref, "resourceFieldRef" => resource_field_ref,
+} keep {
+    "mode" => mode,
+});
+message!(core::ProjectedVolumeSource {
+    "sources" => sources,
+} keep {
+    "defaultMode" => default_mode,
+});
 message!(core::VolumeProjection {
     "secret" => secret, "downwardAPI" => downward_api, "configMap" => config_map,
     "serviceAccountToken" => service_account_token,
 });
-message!(core::SecretProjection { "items" => items, } keep { "optional" => optional, } inline local_object_reference);
-message!(core::ConfigMapProjection { "items" => items, } keep { "optional" => optional, } inline local_object_reference);
+message!(core::SecretProjection {
+    "items" => items,
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
+message!(core::ConfigMapProjection {
+    "items" => items,
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
 message!(core::DownwardAPIProjection { "items" => items });
-message!(core::ServiceAccountTokenProjection { "audience" => audience, "path" => path, } keep { "expirationSeconds" => expiration_seconds, });
+message!(core::ServiceAccountTokenProjection {
+    "audience" => audience, "path" => path,
+} keep {
+    "expirationSeconds" => expiration_seconds,
+});
 message!(core::PodStatus {
     "observedGeneration" => observed_generation, "phase" => phase, "conditions" => conditions,
     "message" => message, "reason" => reason, "nominatedNodeName" => nominated_node_name,
@@ -504,32 +651,79 @@ message!(core::PodCondition {
 });
 message!(core::PodIp { "ip" => ip });
 message!(core::HostIp { "ip" => ip });
-message!(core::ContainerStatus { "name" => name, "state" => state, "lastState" => last_state, "image" => image, "imageID" => image_id, "containerID" => container_id, "stopSignal" => stop_signal, } keep { "ready" => ready, "restartCount" => restart_count, "started" => started, });
-message!(core::ContainerState { "waiting" => waiting, "running" => running, "terminated" => terminated });
+message!(core::ContainerStatus {
+    "name" => name, "state" => state, "lastState" => last_state, "image" => image,
+    "imageID" => image_id, "containerID" => container_id, "stopSignal" => stop_signal,
+} keep {
+    "ready" => ready, "restartCount" => restart_count, "started" => started,
+});
+message!(core::ContainerState {
+    "waiting" => waiting, "running" => running, "terminated" => terminated,
+});
 message!(core::ContainerStateWaiting { "reason" => reason, "message" => message });
 message!(core::ContainerStateRunning { "startedAt" => started_at });
-message!(core::ContainerStateTerminated { "signal" => signal, "reason" => reason, "message" => message, "startedAt" => started_at, "finishedAt" => finished_at, "containerID" => container_id, } keep { "exitCode" => exit_code, });
+message!(core::ContainerStateTerminated {
+    "signal" => signal, "reason" => reason, "message" => message, "startedAt" => started_at,
+    "finishedAt" => finished_at, "containerID" => container_id,
+} keep {
+    "exitCode" => exit_code,
+});
 
 // ---- apps/v1 ------------------------------------------------------------------------------
 
 message!(apps::Deployment { "metadata" => metadata, "spec" => spec, "status" => status });
-message!(apps::DeploymentSpec { "selector" => selector, "template" => template, "strategy" => strategy, "minReadySeconds" => min_ready_seconds, "paused" => paused, } keep { "replicas" => replicas, "revisionHistoryLimit" => revision_history_limit, "progressDeadlineSeconds" => progress_deadline_seconds, });
+message!(apps::DeploymentSpec {
+    "selector" => selector, "template" => template, "strategy" => strategy,
+    "minReadySeconds" => min_ready_seconds, "paused" => paused,
+} keep {
+    "replicas" => replicas, "revisionHistoryLimit" => revision_history_limit,
+    "progressDeadlineSeconds" => progress_deadline_seconds,
+});
 message!(apps::DeploymentStrategy { "type" => r#type, "rollingUpdate" => rolling_update });
-message!(apps::RollingUpdateDeployment { "maxUnavailable" => max_unavailable, "maxSurge" => max_surge });
-message!(apps::DeploymentStatus { "observedGeneration" => observed_generation, "replicas" => replicas, "updatedReplicas" => updated_replicas, "readyReplicas" => ready_replicas, "availableReplicas" => available_replicas, "unavailableReplicas" => unavailable_replicas, "conditions" => conditions, } keep { "terminatingReplicas" => terminating_replicas, "collisionCount" => collision_count, });
+message!(apps::RollingUpdateDeployment {
+    "maxUnavailable" => max_unavailable, "maxSurge" => max_surge,
+});
+message!(apps::DeploymentStatus {
+    "observedGeneration" => observed_generation, "replicas" => replicas,
+    "updatedReplicas" => updated_replicas, "readyReplicas" => ready_replicas,
+    "availableReplicas" => available_replicas, "unavailableReplicas" => unavailable_replicas,
+    "conditions" => conditions,
+} keep {
+    "terminatingReplicas" => terminating_replicas, "collisionCount" => collision_count,
+});
 message!(apps::DeploymentCondition {
     "type" => r#type, "status" => status, "lastUpdateTime" => last_update_time,
     "lastTransitionTime" => last_transition_time, "reason" => reason, "message" => message,
 });
 message!(apps::StatefulSet { "metadata" => metadata, "spec" => spec, "status" => status });
-message!(apps::StatefulSetSpec { "selector" => selector, "template" => template, "serviceName" => service_name, "podManagementPolicy" => pod_management_policy, "updateStrategy" => update_strategy, "minReadySeconds" => min_ready_seconds, "persistentVolumeClaimRetentionPolicy" => persistent_volume_claim_retention_policy, "ordinals" => ordinals, } keep { "replicas" => replicas, "revisionHistoryLimit" => revision_history_limit, });
+message!(apps::StatefulSetSpec {
+    "selector" => selector, "template" => template, "serviceName" => service_name,
+    "podManagementPolicy" => pod_management_policy, "updateStrategy" => update_strategy,
+    "minReadySeconds" => min_ready_seconds,
+    "persistentVolumeClaimRetentionPolicy" => persistent_volume_claim_retention_policy,
+    "ordinals" => ordinals,
+} keep {
+    "replicas" => replicas, "revisionHistoryLimit" => revision_history_limit,
+});
 message!(apps::StatefulSetUpdateStrategy { "type" => r#type, "rollingUpdate" => rolling_update });
-message!(apps::RollingUpdateStatefulSetStrategy { "maxUnavailable" => max_unavailable, } keep { "partition" => partition, });
+message!(apps::RollingUpdateStatefulSetStrategy {
+    "maxUnavailable" => max_unavailable,
+} keep {
+    "partition" => partition,
+});
 message!(apps::StatefulSetPersistentVolumeClaimRetentionPolicy {
     "whenDeleted" => when_deleted, "whenScaled" => when_scaled,
 });
 message!(apps::StatefulSetOrdinals { } keep { "start" => start, });
-message!(apps::StatefulSetStatus { "observedGeneration" => observed_generation, "readyReplicas" => ready_replicas, "currentReplicas" => current_replicas, "updatedReplicas" => updated_replicas, "currentRevision" => current_revision, "updateRevision" => update_revision, "conditions" => conditions, } keep { "replicas" => replicas, "collisionCount" => collision_count, "availableReplicas" => available_replicas, });
+message!(apps::StatefulSetStatus {
+    "observedGeneration" => observed_generation, "readyReplicas" => ready_replicas,
+    "currentReplicas" => current_replicas, "updatedReplicas" => updated_replicas,
+    "currentRevision" => current_revision, "updateRevision" => update_revision,
+    "conditions" => conditions,
+} keep {
+    "replicas" => replicas, "collisionCount" => collision_count,
+    "availableReplicas" => available_replicas,
+});
 message!(apps::StatefulSetCondition {
     "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
     "reason" => reason, "message" => message,
@@ -538,7 +732,12 @@ message!(apps::StatefulSetCondition {
 // ---- coordination.k8s.io/v1 and events.k8s.io/v1 -------------------------------------------
 
 message!(coordination::Lease { "metadata" => metadata, "spec" => spec });
-message!(coordination::LeaseSpec { "holderIdentity" => holder_identity, "acquireTime" => acquire_time, "renewTime" => renew_time, "strategy" => strategy, "preferredHolder" => preferred_holder, } keep { "leaseDurationSeconds" => lease_duration_seconds, "leaseTransitions" => lease_transitions, });
+message!(coordination::LeaseSpec {
+    "holderIdentity" => holder_identity, "acquireTime" => acquire_time, "renewTime" => renew_time,
+    "strategy" => strategy, "preferredHolder" => preferred_holder,
+} keep {
+    "leaseDurationSeconds" => lease_duration_seconds, "leaseTransitions" => lease_transitions,
+});
 message!(events::Event {
     "metadata" => metadata, "eventTime" => event_time, "series" => series,
     "reportingController" => reporting_controller, "reportingInstance" => reporting_instance,
@@ -547,7 +746,11 @@ message!(events::Event {
     "deprecatedFirstTimestamp" => deprecated_first_timestamp,
     "deprecatedLastTimestamp" => deprecated_last_timestamp, "deprecatedCount" => deprecated_count,
 });
-message!(events::EventSeries { "lastObservedTime" => last_observed_time, } keep { "count" => count, });
+message!(events::EventSeries {
+    "lastObservedTime" => last_observed_time,
+} keep {
+    "count" => count,
+});
 
 fn decode_as<T: Message + Default + ToJson>(
     raw: &[u8],
