@@ -1067,3 +1067,38 @@ async fn metrics_expose_request_counts() {
     ), "{text}");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn events_k8s_io_creates_are_validated_and_cluster_paths_are_read_only() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let bad = c
+        .post(
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            &json!({"metadata": {"name": "e"}, "type": "Odd", "regarding": {"name": "x"}}),
+        )
+        .await;
+    assert_eq!(bad.code, 422);
+    let fields: Vec<&str> = bad.body["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert!(
+        fields.contains(&"eventTime") && fields.contains(&"reportingController"),
+        "{fields:?}"
+    );
+    // Core/v1 creates keep the legacy, lenient rules.
+    let core = c
+        .post(
+            "/api/v1/namespaces/default/events",
+            &json!({"metadata": {"name": "e"}, "involvedObject": {"name": "x"}, "reason": "R", "message": "m"}),
+        )
+        .await;
+    assert_eq!(core.code, 201);
+    let post_all = c.post("/api/v1/configmaps", &cm("x", json!({}))).await;
+    assert_eq!(post_all.code, 405);
+    assert_eq!(post_all.body["reason"], "MethodNotAllowed");
+    s.shutdown().await;
+}

@@ -107,6 +107,14 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
+    tracing::debug!(
+        verb = %class.verb,
+        resource = %class.resource,
+        subresource = %class.subresource,
+        namespace = %class.namespace,
+        code = resp.status().as_u16(),
+        "request served"
+    );
     shared.log.record(RequestKey {
         verb: class.verb,
         resource: class.resource,
@@ -255,6 +263,15 @@ async fn serve(
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
     let def = target.def.clone();
+    if def.namespaced && target.namespace.is_none() && parts.method != Method::GET {
+        // `/api/v1/pods` exists for list and watch across namespaces only.
+        class.verb = parts.method.as_str().to_ascii_lowercase();
+        return Err(ApiError::method_not_allowed(
+            parts.method.as_str(),
+            &def.plural,
+            &def.group,
+        ));
+    }
     match (parts.method, target.name.is_some()) {
         (Method::GET, has_name) => {
             let watching = query.flag("watch")?;

@@ -460,6 +460,17 @@ pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
             &t.def.group,
         ));
     }
+    if t.def.view == super::registry::View::EventsV1 {
+        let causes = super::events::validate_v1_create(&body);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(
+                &t.def.kind,
+                &t.def.group,
+                body["metadata"]["name"].as_str().unwrap_or_default(),
+                causes,
+            ));
+        }
+    }
     let obj = intake(&t.def, body)?;
     create_prepared(st, t, obj, WriteOptions::from_query(q))
 }

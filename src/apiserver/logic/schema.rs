@@ -344,7 +344,10 @@ fn validate_node(
                     path,
                     FieldErrorKind::TooMany,
                     Some(Value::from(len)),
-                    format!("must have at most {max} items"),
+                    format!(
+                        "must have at most {max} {}",
+                        if max == 1 { "item" } else { "items" }
+                    ),
                 ));
             }
             if let Some(min) = count(schema, "minItems")
@@ -482,7 +485,10 @@ fn validate_string(
             path,
             FieldErrorKind::TooLong,
             None,
-            format!("may not be more than {max} bytes"),
+            format!(
+                "may not be more than {max} {}",
+                if max == 1 { "byte" } else { "bytes" }
+            ),
         ));
     }
     if let Some(min) = count(schema, "minLength")
@@ -662,7 +668,10 @@ fn validate_object(
             path,
             FieldErrorKind::TooMany,
             Some(Value::from(n)),
-            format!("must have at most {max} items"),
+            format!(
+                "must have at most {max} {}",
+                if max == 1 { "item" } else { "items" }
+            ),
         ));
     }
     if let Some(min) = count(schema, "minProperties")
@@ -1235,6 +1244,25 @@ mod tests {
         assert_eq!(
             obj["spec"],
             json!({"replicas": 3, "mode": null, "ports": [{"protocol": "UDP"}, {"protocol": "TCP"}]})
+        );
+    }
+
+    #[test]
+    fn singular_limits() {
+        let schema = json!({"type": "object", "properties": {
+            "one": {"type": "string", "maxLength": 1},
+            "list": {"type": "array", "maxItems": 1, "items": {"type": "integer"}}
+        }});
+        let msgs: Vec<String> = validate(&schema, &json!({"one": "ab", "list": [1, 2]}))
+            .iter()
+            .map(FieldError::message)
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                "list: Too many: 2: must have at most 1 item",
+                "one: Too long: may not be more than 1 byte"
+            ]
         );
     }
 }

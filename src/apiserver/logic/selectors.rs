@@ -31,8 +31,9 @@
 //! caller, which can ask [`FieldSelector::unsupported_field`] about its allowed set. One alias is
 //! built in, as in the events storage: `source` means `source.component`.
 //!
-//! Both selectors are plain values: parse once, then call `matches` as often as needed. They never
-//! allocate while matching.
+//! Both selectors are plain values: parse once, then call `matches` as often as needed.
+//! [`LabelSelector::from_json`] builds one from the structured `metav1.LabelSelector` of a
+//! Deployment's `spec.selector`; its `Display` form is the string `kubectl` shows.
 
 use std::collections::BTreeMap;
 use std::fmt;
