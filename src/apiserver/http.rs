@@ -172,6 +172,12 @@ async fn serve(
             return Ok(r);
         }
         (Method::GET, ["metrics"]) => {
+            let attrs = super::rbac::Attributes {
+                verb: "get".into(),
+                path: path.clone(),
+                ..Default::default()
+            };
+            shared.rbac.check(&shared.store, &user, &attrs)?;
             let mut r = Response::new(full(shared.log.prometheus_text()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -181,7 +187,8 @@ async fn serve(
         }
         (method, ["admin", "faults"]) => {
             // Fault injection over HTTP (see `faults::admin`): the bootstrap token only.
-            if user != "admin" {
+            let info = shared.rbac.user(&user);
+            if !info.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
                 return Err(ApiError::new(
                     403,
                     "Forbidden",
@@ -259,6 +266,11 @@ async fn serve(
         query.flag("watch").unwrap_or(false),
     );
     class.verb = verb.to_owned();
+    shared.rbac.check(
+        &shared.store,
+        &user,
+        &super::rbac::Attributes::for_target(verb, &target),
+    )?;
     shared.faults.before(verb, &target).await?;
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let wants_table = accept.split(',').any(|a| a.contains("as=Table"));

@@ -63,10 +63,11 @@
 //!
 //! core/v1 namespaces, pods (+status), events, services, configmaps, secrets, serviceaccounts,
 //! nodes; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
-//! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC objects
-//! (stored, not enforced); apiextensions.k8s.io/v1 CustomResourceDefinitions, each of which
-//! serves its custom resources the moment it is created ([`crd`]). Plus discovery (legacy and
-//! aggregated), `/openapi/v3`, Table output for `kubectl get`, and the request log.
+//! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
+//! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); apiextensions.k8s.io/v1
+//! CustomResourceDefinitions, each of which serves its custom resources the moment it is
+//! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3`, Table output for
+//! `kubectl get`, and the request log.
 //!
 //! ## How it differs from a real cluster
 //!
@@ -83,9 +84,9 @@
 //!   `<name>-<ordinal>`.
 //!
 //! Namespace deletion is finished inline (content deleted, namespace removed once empty). No
-//! admission, no RBAC enforcement, no defaulting of built-in kinds, no conversion webhooks, no field-level
-//! validation of built-in kinds; server-side apply tracks managers but is simpler than the
-//! real structured-merge-diff.
+//! admission, RBAC enforced only on request ([`rbac`]), no defaulting of built-in kinds, no
+//! conversion webhooks, no field-level validation of built-in kinds; server-side apply tracks
+//! managers but is simpler than the real structured-merge-diff.
 
 pub mod auth;
 pub mod background;
@@ -100,6 +101,7 @@ pub mod logic;
 pub mod meta;
 pub mod openapi;
 pub mod query;
+pub mod rbac;
 pub mod registry;
 pub mod request_log;
 pub mod standalone;
@@ -144,6 +146,8 @@ pub struct Shared {
     pub server_address: String,
     /// Injected faults (checked on every resource request; ends watches on demand).
     pub faults: faults::Faults,
+    /// Users' groups and RBAC enforcement.
+    pub rbac: rbac::Authorizer,
 }
 
 /// Why the server could not start.
@@ -190,6 +194,8 @@ pub struct ApiServerBuilder {
     pod_run_time: Duration,
     garbage_collector: bool,
     workload_delay: Duration,
+    enforce_rbac: bool,
+    user_groups: std::collections::HashMap<String, Vec<String>>,
 }
 
 impl Default for ApiServerBuilder {
@@ -207,6 +213,8 @@ impl Default for ApiServerBuilder {
             pod_run_time: Duration::from_secs(1),
             garbage_collector: true,
             workload_delay: Duration::from_millis(500),
+            enforce_rbac: false,
+            user_groups: std::collections::HashMap::new(),
         }
     }
 }
@@ -227,6 +235,36 @@ impl ApiServerBuilder {
     /// Accepts another token, authenticating as `user`.
     pub fn extra_token(mut self, token: impl Into<String>, user: impl Into<String>) -> Self {
         self.extra_tokens.push((token.into(), user.into()));
+        self
+    }
+
+    /// Accepts a token for the service account `namespace/name`: the user
+    /// `system:serviceaccount:<namespace>:<name>` in the groups `system:serviceaccounts` and
+    /// `system:serviceaccounts:<namespace>` (what a pod's projected token authenticates as).
+    pub fn service_account_token(
+        self,
+        token: impl Into<String>,
+        namespace: &str,
+        name: &str,
+    ) -> Self {
+        self.extra_token(token, format!("system:serviceaccount:{namespace}:{name}"))
+    }
+
+    /// Puts `user` in `groups` (every user is also in `system:authenticated`; a member of
+    /// `system:masters` bypasses RBAC).
+    pub fn user_groups(mut self, user: impl Into<String>, groups: &[&str]) -> Self {
+        self.user_groups
+            .entry(user.into())
+            .or_default()
+            .extend(groups.iter().map(|g| (*g).to_owned()));
+        self
+    }
+
+    /// Enforce RBAC ([`rbac`]; default off, everything allowed): requests are authorized
+    /// against the Roles, ClusterRoles, RoleBindings and ClusterRoleBindings stored in the
+    /// server, and denied with 403. The bootstrap token stays all-powerful.
+    pub fn enforce_rbac(mut self, yes: bool) -> Self {
+        self.enforce_rbac = yes;
         self
     }
 
@@ -319,6 +357,7 @@ impl ApiServerBuilder {
         let log = RequestLog::default();
         let shared = Arc::new(Shared {
             faults: faults::Faults::new(store.clone(), log.clone(), shutdown.clone()),
+            rbac: rbac::Authorizer::new(self.enforce_rbac, self.user_groups),
             store: store.clone(),
             log,
             tokens,
@@ -566,6 +605,22 @@ impl ApiServerHandle {
     /// ([`faults`]).
     pub fn faults(&self) -> &faults::Faults {
         &self.shared.faults
+    }
+
+    /// Creates (or replaces) every object of a multi-document YAML string, in-process and
+    /// without authorization: RBAC objects, service accounts, namespaces, CRDs, ...
+    /// Returns `Kind/name` of each object.
+    pub fn load_manifests(&self, yaml: &str) -> Result<Vec<String>, rbac::ManifestError> {
+        rbac::load_manifests(&self.shared.store, yaml, "<string>")
+    }
+
+    /// [`Self::load_manifests`] for a YAML file or every YAML file of a directory (such as
+    /// `artifacts/deploy/`; `kustomization.yaml` is skipped).
+    pub fn load_manifest_path(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> Result<Vec<String>, rbac::ManifestError> {
+        rbac::load_manifest_path(&self.shared.store, path.as_ref())
     }
 
     /// Stops accepting, ends every watch and connection, and waits for them.
