@@ -165,6 +165,17 @@ pub enum StartError {
     /// Creating certificates failed.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// A token file (standalone `--token-auth-file`) could not be used.
+    #[error("token file {path}: {message}")]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Manifests to preload (standalone `--manifests`) were refused.
+    #[error(transparent)]
+    Manifests(#[from] rbac::ManifestError),
 }
 
 /// The entry point: `ApiServer::builder()...start().await`.
