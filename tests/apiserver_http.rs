@@ -1102,3 +1102,48 @@ async fn events_k8s_io_creates_are_validated_and_cluster_paths_are_read_only() {
     assert_eq!(post_all.body["reason"], "MethodNotAllowed");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn writes_record_their_field_manager() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let created = c
+        .post(&format!("{CMS}?fieldManager=tester"), &cm("m", json!({})))
+        .await;
+    let mf = &created.body["metadata"]["managedFields"][0];
+    assert_eq!(mf["manager"], "tester");
+    assert_eq!(mf["operation"], "Update");
+    assert_eq!(mf["fieldsType"], "FieldsV1");
+    let mut next = created.body.clone();
+    next["data"]["other"] = json!("x");
+    let updated = c
+        .send(
+            "PUT",
+            &format!("{CMS}/m"),
+            &[("user-agent", "my-controller/1.0 (linux/amd64)")],
+            Some(&next),
+        )
+        .await;
+    assert_eq!(updated.code, 200);
+    let managers: Vec<&str> = updated.body["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["manager"].as_str().unwrap())
+        .collect();
+    assert!(managers.contains(&"my-controller"), "{managers:?}");
+    // Re-sending the same object is still a no-op: the revision does not move.
+    let again = c
+        .send(
+            "PUT",
+            &format!("{CMS}/m"),
+            &[("user-agent", "my-controller/1.0 (linux/amd64)")],
+            Some(&updated.body),
+        )
+        .await;
+    assert_eq!(
+        again.body["metadata"]["resourceVersion"],
+        updated.body["metadata"]["resourceVersion"]
+    );
+    s.shutdown().await;
+}

@@ -131,7 +131,13 @@ async fn serve(
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
     let path = req.uri().path().to_owned();
-    let query = Query::parse(req.uri().query());
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let query = Query::parse(req.uri().query()).with_user_agent(&user_agent);
     if !super::auth::is_public_path(&path) {
         let header = req
             .headers()
@@ -213,7 +219,7 @@ async fn serve(
                 .map(|d| json_response(200, &d, "application/json"))
                 .ok_or_else(ApiError::page_not_found);
         }
-        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(&accept)),
+        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(shared, &accept)),
         (Method::GET, ["openapi", "v3", rest @ ..]) => {
             return super::openapi::serve(shared, rest, &query);
         }
