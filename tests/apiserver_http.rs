@@ -1147,3 +1147,86 @@ async fn writes_record_their_field_manager() {
     );
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn protobuf_bodies_are_accepted_for_built_in_kinds() {
+    use prost::Message;
+    use sample_controller::apiserver::logic::protobuf::encode_body;
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let pb = "application/vnd.kubernetes.protobuf";
+    let cm = k8s_pb::api::core::v1::ConfigMap {
+        metadata: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("from-protobuf".into()),
+            ..Default::default()
+        }),
+        data: [("color".to_owned(), "blue".to_owned())].into(),
+        ..Default::default()
+    };
+    let body = encode_body("v1", "ConfigMap", cm.encode_to_vec());
+    let created = read_answer(
+        c.raw(
+            "POST",
+            CMS,
+            &[
+                ("content-type", pb),
+                (
+                    "accept",
+                    "application/vnd.kubernetes.protobuf,application/json",
+                ),
+            ],
+            body,
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(created.code, 201, "{:?}", created.body);
+    assert_eq!(created.body["data"]["color"], "blue");
+    assert_eq!(
+        created.headers.get("content-type").unwrap(),
+        "application/json",
+        "answers are JSON, which the client's Accept allows"
+    );
+    let uid = created.body["metadata"]["uid"].as_str().unwrap().to_owned();
+    let opts = k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+        preconditions: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::Preconditions {
+            uid: Some("not-the-uid".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let del = encode_body("v1", "DeleteOptions", opts.encode_to_vec());
+    let refused = read_answer(
+        c.raw(
+            "DELETE",
+            &format!("{CMS}/from-protobuf"),
+            &[("content-type", pb)],
+            del,
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(refused.code, 409, "{:?}", refused.body);
+    assert!(refused.body["message"].as_str().unwrap().contains(&uid));
+    // Custom resources have no protobuf form.
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    let cr = read_answer(
+        c.raw(
+            "POST",
+            ATS,
+            &[("content-type", pb)],
+            encode_body("v1", "ConfigMap", vec![]),
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(cr.code, 415);
+    s.shutdown().await;
+}

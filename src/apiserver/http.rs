@@ -337,8 +337,13 @@ async fn serve(
             Ok(json_response(code, &obj, "application/json"))
         }
         (Method::DELETE, has_name) => {
+            // DeleteOptions: JSON from kubectl and most clients, protobuf from Go typed clients.
             let body = if bytes.is_empty() {
                 None
+            } else if content_type == PROTOBUF {
+                Some(super::logic::protobuf::decode_body(&bytes).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding protobuf DeleteOptions: {e}"))
+                })?)
             } else {
                 Some(parse_json(&bytes)?)
             };
