@@ -131,7 +131,13 @@ async fn serve(
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
     let path = req.uri().path().to_owned();
-    let query = Query::parse(req.uri().query());
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let query = Query::parse(req.uri().query()).with_user_agent(&user_agent);
     if !super::auth::is_public_path(&path) {
         let header = req
             .headers()
@@ -242,7 +248,7 @@ async fn serve(
                 .map(|d| json_response(200, &d, "application/json"))
                 .ok_or_else(ApiError::page_not_found);
         }
-        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(&accept)),
+        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(shared, &accept)),
         (Method::GET, ["openapi", "v3", rest @ ..]) => {
             return super::openapi::serve(shared, rest, &query);
         }
@@ -372,8 +378,13 @@ async fn serve(
             Ok(json_response(code, &obj, "application/json"))
         }
         (Method::DELETE, has_name) => {
+            // DeleteOptions: JSON from kubectl and most clients, protobuf from Go typed clients.
             let body = if bytes.is_empty() {
                 None
+            } else if content_type == PROTOBUF {
+                Some(super::logic::protobuf::decode_body(&bytes).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding protobuf DeleteOptions: {e}"))
+                })?)
             } else {
                 Some(parse_json(&bytes)?)
             };

@@ -374,6 +374,13 @@ pub fn prepare_update(
         }
     }
     m.remove("selfLink");
+    // A write that leaves managedFields out keeps the recorded ownership (an explicit empty
+    // list would reset it).
+    if !m.contains_key("managedFields")
+        && let Some(mf) = old_meta.get("managedFields")
+    {
+        m.insert("managedFields".into(), mf.clone());
+    }
     if (def.tracks_generation || def.custom.is_some())
         && meta::spec_part(def, old) != meta::spec_part(def, &result)
     {
