@@ -261,3 +261,26 @@ async fn kubectl_retries_429_with_retry_after_and_reports_500() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn plain_text_429_is_what_the_overload_filters_send() {
+    let h = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let c = TestClient::new(&h);
+    h.faults().inject(
+        Fault::fail(429)
+            .verb("list")
+            .resource("configmaps")
+            .retry_after(3)
+            .plain_text(),
+    );
+    let r = c.get(CMS).await;
+    assert_eq!(r.code, 429);
+    assert_eq!(r.headers["retry-after"], "3");
+    assert_eq!(r.headers["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(
+        r.body,
+        serde_json::Value::String("Too many requests, please try again later.\n".into())
+    );
+    assert_eq!(c.get(CMS).await.code, 200);
+    h.shutdown().await;
+}

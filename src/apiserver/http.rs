@@ -63,6 +63,10 @@ fn error_response(e: &ApiError) -> Response<Body> {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        if let Some(secs) = e.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         return resp;
     }
     let mut resp = json_response(e.code, &e.to_status(), "application/json");
