@@ -16,6 +16,22 @@
 //! | [`Faults::inject`] with [`Fault::latency`] | matching requests wait before they are served | timeouts |
 //! | [`Faults::conflict_next_updates`] | the next N updates/patches of a resource find the object changed under them: a no-op write bumps its resourceVersion (watchers see a `MODIFIED`), then `409 Conflict` | re-read and retry |
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sample_controller::apiserver::ApiServer;
+//! use sample_controller::apiserver::faults::Fault;
+//!
+//! let server = ApiServer::builder().start().await?;
+//! // The controller's next two status updates of `ats` are throttled, then its watches drop.
+//! server.faults().inject(Fault::fail(429).verb("update").resource("ats").times(2).retry_after(1));
+//! server.faults().drop_watches();
+//! // ... run the controller, then check it coped:
+//! assert_eq!(server.request_log().fault_count("drop-watches"), 1);
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
 //! A request is matched by its Kubernetes verb (`get`, `list`, `watch`, `create`, `update`,
 //! `patch`, `delete`, `deletecollection`) and its resource plural (`ats`, `pods`), either of
 //! which may be `*`. Failures and conflicts are consumed one per matching request; latency

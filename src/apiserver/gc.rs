@@ -29,6 +29,29 @@
 //! definition; a cluster-scoped dependent with a namespaced owner is an invalid reference and
 //! is never collected.
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sample_controller::apiserver::ApiServer;
+//!
+//! let server = ApiServer::builder().start().await?; // the collector is on by default
+//! let owner = server.load_manifests("{apiVersion: v1, kind: ConfigMap, metadata: {name: owner}}")?;
+//! assert_eq!(owner, ["ConfigMap/owner"]);
+//! let store = server.store();
+//! let uid = store.read(|s| s.get("core/configmaps", "default", "owner").unwrap()["metadata"]["uid"].clone());
+//! server.load_manifests(&format!(
+//!     "{{apiVersion: v1, kind: ConfigMap, metadata: {{name: dep, ownerReferences: \
+//!       [{{apiVersion: v1, kind: ConfigMap, name: owner, uid: {uid}}}]}}}}"
+//! ))?;
+//! store.write(|s| s.delete("core/configmaps", "default", "owner")); // a Background delete
+//! let mut changes = store.subscribe();
+//! while store.read(|s| s.get("core/configmaps", "default", "dep").is_some()) {
+//!     changes.changed().await?; // the collector removes the dependent
+//! }
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
 //! ## What the simulation keeps and leaves out
 //!
 //! This module keeps the algorithm of the real `attemptToDeleteItem`,

@@ -46,11 +46,42 @@
 //! none ends (or restarts) until [`NodeControl::resume`], so a test can hold a pod in `Running`
 //! for as long as it wants. On resume, pods whose run time elapsed while paused end at once.
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use sample_controller::apiserver::ApiServer;
+//! use serde_json::json;
+//!
+//! let server = ApiServer::builder()
+//!     .simulate(true) // the node and the workload controllers
+//!     .pod_run_time(Duration::ZERO)
+//!     .start()
+//!     .await?;
+//! let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "once"},
+//!     "spec": {"restartPolicy": "Never",
+//!              "containers": [{"name": "c", "image": "busybox",
+//!                              "command": ["/bin/sh", "-c", "exit 3"]}]}});
+//! server.load_manifests(&serde_yaml_ng::to_string(&pod)?)?;
+//! // Wait for the node to finish the pod (a test would watch; here we follow the store).
+//! let store = server.store();
+//! let mut changes = store.subscribe();
+//! while store.read(|s| s.get("core/pods", "default", "once").unwrap()["status"]["phase"] != "Failed") {
+//!     changes.changed().await?;
+//! }
+//! let pod = store.read(|s| s.get("core/pods", "default", "once").cloned()).unwrap();
+//! assert_eq!(pod["spec"]["nodeName"], "embedded-node");
+//! assert_eq!(pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
 //! ## What it leaves out
 //!
 //! No images, processes, probes, resources, volumes, init-container ordering (init containers
 //! are reported `terminated`/`Completed` when the pod starts), ephemeral containers, evictions,
-//! node pressure or pod networking beyond made-up addresses. Pods bound to another node are left
+//! node pressure or pod networking beyond made-up addresses.//! No Events are emitted (a real
+//! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`). Pods bound to another node are left
 //! alone. The one node is always `Ready`.
 //!
 //! Timestamps come from the server's [`VirtualClock`], so with a paused tokio clock `finishedAt`

@@ -48,6 +48,33 @@
 //! [`load_manifests`] reads RBAC (or any other) objects from YAML files such as
 //! `artifacts/deploy/`, so a test can run a controller under its real ClusterRole and prove
 //! the manifests are least privilege.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sample_controller::apiserver::ApiServer;
+//!
+//! let server = ApiServer::builder()
+//!     .enforce_rbac(true)
+//!     .service_account_token("controller-token", "cnat", "cnat")
+//!     .start()
+//!     .await?;
+//! server.load_manifests(r#"
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: ClusterRole
+//! metadata: {name: at-controller}
+//! rules: [{apiGroups: [cnat.programming-kubernetes.info], resources: [ats, ats/status], verbs: ["*"]}]
+//! ---
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: ClusterRoleBinding
+//! metadata: {name: at-controller}
+//! roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: at-controller}
+//! subjects: [{kind: ServiceAccount, name: cnat, namespace: cnat}]
+//! "#)?;
+//! // A client using "controller-token" may now manage ats everywhere, and nothing else.
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
 
 use std::collections::HashMap;
 use std::path::Path;
