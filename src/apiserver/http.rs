@@ -279,7 +279,7 @@ async fn serve(
     shared.rbac.check(
         &shared.store,
         &user,
-        &super::rbac::Attributes::for_target(verb, &target),
+        &super::rbac::Attributes::for_request(verb, &target, query.non_empty("fieldSelector")),
     )?;
     shared.faults.before(verb, &target).await?;
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));

@@ -40,7 +40,8 @@
 //!     The containers never exit and the pod stays `Running` and `Ready` until deleted. This is
 //!     how the pods of Deployments and StatefulSets behave.
 //! * **finishes deletion** of a pod on its node: a pod with a `deletionTimestamp` is deleted with
-//!   grace period 0 at once (its finalizers, if any, still hold it until they are removed).
+//!   grace period 0 at once, even while the node is paused (its finalizers, if any, still hold
+//!   it until they are removed).
 //!
 //! [`NodeControl::pause`] freezes the clock of every pod: pods are still bound and started, but
 //! none ends (or restarts) until [`NodeControl::resume`], so a test can hold a pod in `Running`

@@ -123,7 +123,21 @@ pub struct Attributes {
 }
 
 impl Attributes {
-    /// The attributes of a resource request.
+    /// The attributes of a resource request. A list or watch whose field selector requires an
+    /// exact `metadata.name` carries that name, so `resourceNames` rules can allow watching
+    /// one object (as `RequestInfoFactory` does).
+    pub fn for_request(verb: &str, t: &Target, field_selector: Option<&str>) -> Self {
+        let mut a = Self::for_target(verb, t);
+        if a.name.is_empty()
+            && matches!(verb, "list" | "watch")
+            && let Some(name) = field_selector.and_then(exact_name)
+        {
+            a.name = name;
+        }
+        a
+    }
+
+    /// The attributes of a resource request, from its URL alone.
     pub fn for_target(verb: &str, t: &Target) -> Self {
         Attributes {
             verb: verb.to_owned(),
@@ -139,6 +153,18 @@ impl Attributes {
             path: String::new(),
         }
     }
+}
+
+/// The name a field selector requires exactly (`metadata.name=x` or `metadata.name==x`,
+/// alone or among other terms).
+fn exact_name(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|term| {
+        let (k, v) = term
+            .split_once("==")
+            .or_else(|| term.split_once('='))
+            .filter(|(k, _)| !k.ends_with('!'))?;
+        (k.trim() == "metadata.name" && !v.trim().is_empty()).then(|| v.trim().to_owned())
+    })
 }
 
 /// Users' groups and whether RBAC is enforced.
@@ -650,6 +676,17 @@ mod tests {
                 .groups
                 .contains(&MASTERS_GROUP.to_owned())
         );
+    }
+
+    #[test]
+    fn an_exact_name_field_selector_names_the_object() {
+        assert_eq!(exact_name("metadata.name=web").as_deref(), Some("web"));
+        assert_eq!(
+            exact_name("status.phase=Running,metadata.name==web").as_deref(),
+            Some("web")
+        );
+        assert_eq!(exact_name("metadata.name!=web"), None);
+        assert_eq!(exact_name("status.phase=Running"), None);
     }
 
     #[test]
