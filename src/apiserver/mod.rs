@@ -66,8 +66,9 @@
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
-//! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3`, Table output for
-//! `kubectl get`, and the request log.
+//! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
+//! Table output for `kubectl get`, protobuf request bodies for built-in kinds, the request log
+//! (also at `/metrics`) and fault injection ([`faults`], also at `/admin/faults`).
 //!
 //! ## How it differs from a real cluster
 //!
@@ -75,18 +76,25 @@
 //! explains what the real one does and what the simulation keeps:
 //!
 //! * the **garbage collector** ([`gc`], on by default): deleting an owner deletes or orphans its
-//!   dependents by `ownerReferences` and `propagationPolicy`;
+//!   dependents by `ownerReferences` and `propagationPolicy`, and releases the `orphan` /
+//!   `foregroundDeletion` finalizers. Without it (`.garbage_collector(false)`) dependents stay
+//!   and those finalizers stay until something removes them;
 //! * the **scheduler and kubelet** ([`kubelet`], with [`ApiServerBuilder::simulate`]): pods are
-//!   bound to `embedded-node`, run, and end `Succeeded` or `Failed` by their command. Without
-//!   it pods stay `Pending` unless a test moves them.
+//!   bound to `embedded-node`, run, end `Succeeded` or `Failed` by their command, and a bound
+//!   pod deleted with a grace period is finished. Without it pods stay `Pending` unless a test
+//!   moves them, and a pod deleted with a grace period after a test bound it to a node waits
+//!   for a kubelet that never comes;
 //! * the **Deployment and StatefulSet controllers** ([`workloads`], also with `simulate`):
 //!   status follows `spec.replicas`; StatefulSets create and delete their pods
 //!   `<name>-<ordinal>`.
 //!
-//! Namespace deletion is finished inline (content deleted, namespace removed once empty). No
-//! admission, RBAC enforced only on request ([`rbac`]), no defaulting of built-in kinds, no
-//! conversion webhooks, no field-level validation of built-in kinds; server-side apply tracks
-//! managers but is simpler than the real structured-merge-diff.
+//! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer
+//! released, the namespace removed once empty), and deleting a CRD removes its custom resources
+//! at once. The watch history is one window shared by all resources (etcd's, not the
+//! per-resource watch cache's). No admission, RBAC enforced only on request ([`rbac`]), no
+//! defaulting of built-in kinds, no conversion webhooks, no field-level validation of built-in
+//! kinds; server-side apply tracks managers but is simpler than the real structured-merge-diff.
+//! Tables for built-in kinds other than pods use the default `Name` / `Created At` columns.
 
 pub mod auth;
 pub mod background;
@@ -518,7 +526,8 @@ where
     }
 }
 
-/// A running server. Dropping it does not stop the server; call [`ApiServerHandle::shutdown`].
+/// A running server. [`ApiServerHandle::shutdown`] stops it and waits until every connection has
+/// closed; dropping the handle also stops it, without waiting.
 pub struct ApiServerHandle {
     url: String,
     token: String,
@@ -533,6 +542,12 @@ impl std::fmt::Debug for ApiServerHandle {
         f.debug_struct("ApiServerHandle")
             .field("url", &self.url)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ApiServerHandle {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
     }
 }
 
