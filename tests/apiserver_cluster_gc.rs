@@ -371,3 +371,27 @@ async fn a_running_pod_of_a_deleted_owner_is_stopped_and_removed() {
     assert!(deleted_at(&h, "worker") < deleted_at(&h, "owner"));
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_collector_rebuilds_its_graph_after_the_history_is_compacted() {
+    let (h, c) = server().await;
+    // First make sure the collector is running and following the feed.
+    let warm = make(&c, cm("warm-owner", vec![], &[])).await;
+    make(&c, cm("warm-dep", vec![owner_ref(&warm, false)], &[])).await;
+    assert_eq!(c.delete(&format!("{CMS}/warm-owner"), None).await.code, 200);
+    gone(&h, "warm-dep").await;
+    // In-process writes with no await before the compaction: the collector cannot have read
+    // them, so it must relist (like an informer after 410 Gone) to learn `dep` belongs to `owner`.
+    let owner = create(&h, "", "configmaps", "default", cm("owner", vec![], &[]));
+    create(
+        &h,
+        "",
+        "configmaps",
+        "default",
+        cm("dep", vec![owner_ref(&owner, false)], &[]),
+    );
+    h.faults().compact();
+    assert_eq!(c.delete(&format!("{CMS}/owner"), None).await.code, 200);
+    gone(&h, "dep").await;
+    h.shutdown().await;
+}

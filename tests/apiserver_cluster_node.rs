@@ -291,3 +291,39 @@ spec:
     assert_eq!(out.stdout.trim(), format!("node/{NODE_NAME}"));
     h.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_node_catches_up_after_the_history_is_compacted() {
+    let h = server(Duration::from_secs(1)).await;
+    h.node().pause();
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod(
+            "survivor",
+            json!(["/bin/sh", "-c", "exit 0"]),
+            Some("Never"),
+        ),
+    );
+    wait_phase(&h, "default", "survivor", "Running").await;
+    // No await between the write and the compaction: the node cannot have read the newcomer's
+    // ADDED before it is compacted away, so it must relist (like an informer after 410 Gone).
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod(
+            "newcomer",
+            json!(["/bin/sh", "-c", "exit 0"]),
+            Some("Never"),
+        ),
+    );
+    h.faults().compact();
+    h.node().resume();
+    wait_phase(&h, "default", "survivor", "Succeeded").await;
+    wait_phase(&h, "default", "newcomer", "Succeeded").await;
+    h.shutdown().await;
+}
