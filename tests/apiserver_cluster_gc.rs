@@ -395,3 +395,43 @@ async fn the_collector_rebuilds_its_graph_after_the_history_is_compacted() {
     gone(&h, "dep").await;
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn kubectl_delete_namespace_waits_until_it_is_gone() {
+    let h = ApiServer::builder().simulate(true).start().await.unwrap();
+    let Some(k) = Kubectl::new(&h) else {
+        h.shutdown().await;
+        return;
+    };
+    let out = k.run(&["create", "namespace", "team"]).await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&[
+            "-n",
+            "team",
+            "run",
+            "web",
+            "--image=nginx",
+            "--restart=Always",
+        ])
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&[
+            "-n",
+            "team",
+            "wait",
+            "--for=jsonpath={.status.phase}=Running",
+            "pod/web",
+            "--timeout=30s",
+        ])
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&["delete", "namespace", "team", "--timeout=30s"])
+        .await;
+    assert!(out.ok, "{} {}", out.stdout, out.stderr);
+    assert!(get(&h, "core/namespaces", "", "team").is_none());
+    assert!(names(&h, "core/pods", "team").is_empty());
+    h.shutdown().await;
+}
