@@ -327,3 +327,40 @@ async fn the_node_catches_up_after_the_history_is_compacted() {
     wait_phase(&h, "default", "newcomer", "Succeeded").await;
     h.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_seeded_crash_looping_pod_is_adopted_in_its_back_off() {
+    let h = server(Duration::from_secs(1)).await;
+    // A pod that was already crash-looping on this node (seeded, as a test restoring a
+    // snapshot would): the node must adopt it in its back-off, not call it finished.
+    let mut p = pod(
+        "loop",
+        json!(["/bin/sh", "-c", "exit 9"]),
+        Some("OnFailure"),
+    );
+    p["spec"]["nodeName"] = json!(NODE_NAME);
+    p["status"] = json!({
+        "phase": "Running",
+        "containerStatuses": [{
+            "name": "main", "image": "busybox", "ready": false, "started": false,
+            "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 9, "reason": "Error"}}
+        }]
+    });
+    h.store().write(|s| {
+        let mut p = p.clone();
+        p["metadata"]["namespace"] = json!("default");
+        p["metadata"]["uid"] = json!("5eeded00-0000-4000-8000-000000000000");
+        s.create("core/pods", p)
+    });
+    for _ in 0..120 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+    }
+    let p = get(&h, "core/pods", "default", "loop").unwrap();
+    assert_eq!(p["status"]["phase"], "Running");
+    // Back-off 40 s (fourth restart), run 1 s, exit 9 again.
+    assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 4);
+    h.shutdown().await;
+}

@@ -368,7 +368,8 @@ impl Kubelet {
                 .map(super::store::key_of)
                 .collect()
         });
-        self.tracks.retain(|k, _| keys.contains(k));
+        let present: std::collections::HashSet<&Key> = keys.iter().collect();
+        self.tracks.retain(|k, _| present.contains(k));
         for key in keys {
             self.sync(&key);
         }
@@ -414,15 +415,31 @@ impl Kubelet {
             "Running" if node == NODE_NAME => {
                 // Adopt a pod that was already running (a resync, or a test that seeded it).
                 if !self.tracks.contains_key(key) {
-                    let due = (restart_policy(&pod) != Restart::Always)
-                        .then(|| Instant::now() + self.config.run_time);
+                    let statuses = pod["status"]["containerStatuses"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    let restarts = statuses
+                        .iter()
+                        .filter_map(|s| s["restartCount"].as_u64())
+                        .max()
+                        .unwrap_or(0);
+                    let restarts = u32::try_from(restarts).unwrap_or(u32::MAX);
+                    let backing_off = statuses.iter().any(|s| s["state"]["waiting"].is_object());
+                    let (stage, due) = if backing_off {
+                        (Stage::BackOff, Some(Instant::now() + back_off(restarts)))
+                    } else {
+                        let due = (restart_policy(&pod) != Restart::Always)
+                            .then(|| Instant::now() + self.config.run_time);
+                        (Stage::Running, due)
+                    };
                     self.tracks.insert(
                         key.clone(),
                         Track {
                             uid,
-                            stage: Stage::Running,
+                            stage,
                             due,
-                            restarts: 0,
+                            restarts,
                         },
                     );
                 }
