@@ -14,7 +14,7 @@
 //! | [`Faults::compact`] | a watch or exact list from an older resourceVersion gets `410 Expired` | the reflector relists |
 //! | [`Faults::inject`] with [`Fault::fail`] | the next N matching requests get the code with a proper `Status` (`500 InternalError`, `503 ServiceUnavailable`, `429 TooManyRequests` + `Retry-After`, `409 Conflict`, ...), or with [`Fault::plain_text`] the plain-text body the real overload filters send | retries, back-off, rate-limited requeues |
 //! | [`Faults::inject`] with [`Fault::latency`] | matching requests wait before they are served | timeouts |
-//! | [`Faults::conflict_next_updates`] | the next N updates/patches of a resource find the object changed under them: a no-op write bumps its resourceVersion (watchers see a `MODIFIED`), then `409 Conflict` | re-read and retry |
+//! | [`Faults::conflict_next_updates`] | the next N updates (PUT, also of `/status`) of a resource find the object changed under them: a no-op write bumps its resourceVersion (watchers see a `MODIFIED`), then `409 Conflict` | re-read and retry |
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -39,6 +39,9 @@
 //! fault that fires is counted in the request log
 //! ([`super::RequestLog::fault_count`]), and the failed request itself is counted as usual
 //! with its status code.
+//!
+//! Faults apply to HTTP requests only: the in-process simulated controllers ([`super::gc`],
+//! [`super::kubelet`], [`super::workloads`]) write to the store directly and never see them.
 //!
 //! Nothing like this exists in a real API server; the closest are chaos tools that kill
 //! connections or pods. Faults are checked after authentication and authorization, where an
@@ -216,7 +219,11 @@ impl Faults {
         self.rules().faults.push(fault);
     }
 
-    /// The next `n` updates or patches of `resource` (or `*`) hit a resourceVersion conflict.
+    /// The next `n` updates (PUT) of `resource` (or `*`) hit a resourceVersion conflict.
+    ///
+    /// Patches are left alone: a real server retries a patch without a resourceVersion
+    /// internally, so clients never see a conflict for one; use [`Fault::fail`] with 409 on
+    /// `patch` to force one anyway.
     pub fn conflict_next_updates(&self, resource: impl Into<String>, n: u32) {
         self.rules().conflicts.push((resource.into(), n));
     }
@@ -265,7 +272,7 @@ impl Faults {
             r.faults.retain(|f| f.count != Some(0));
             let mut conflict = false;
             if failure.is_none()
-                && matches!(verb, "update" | "patch")
+                && verb == "update"
                 && target.name.is_some()
                 && let Some(entry) = r
                     .conflicts
