@@ -163,6 +163,20 @@ async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() 
     .await;
     wait_sts_ready(&h, "db", 3).await;
 
+    // A pod that failed is replaced under the same name.
+    let failed = get(&h, "core/pods", "default", "db-1").unwrap();
+    h.store().write(|s| {
+        let mut p = failed.clone();
+        p["status"]["phase"] = json!("Failed");
+        s.update("core/pods", p)
+    });
+    wait_until(&h, "db-1 replaced", |s| {
+        s.get("core/pods", "default", "db-1").is_some_and(|p| {
+            p["metadata"]["uid"] != failed["metadata"]["uid"] && p["status"]["phase"] == "Running"
+        })
+    })
+    .await;
+
     let mut t = target(&h, "apps", "v1", "statefulsets", "default");
     t.name = Some("db".into());
     h.store()

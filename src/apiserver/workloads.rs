@@ -33,7 +33,8 @@
 //! * **StatefulSets** are simulated faithfully as far as pods go: each sync takes one
 //!   `OrderedReady` step (create the lowest missing ordinal once all lower ones are Running and
 //!   Ready, or delete the highest extra ordinal once no pod is terminating) or, with
-//!   `Parallel`, creates and deletes everything at once; then it writes `status` from the pods
+//!   `Parallel`, creates and deletes everything at once; a pod that ended `Failed` or
+//!   `Succeeded` is deleted and recreated under its name; then it writes `status` from the pods
 //!   that exist (`replicas` counts pods that are not terminating, `readyReplicas` and
 //!   `availableReplicas` those Running with `Ready=True`, `currentReplicas`/`updatedReplicas`,
 //!   `currentRevision`/`updateRevision`, `observedGeneration`). The simulated node runs the pods
@@ -260,8 +261,22 @@ impl Controllers {
             let replicas = sts["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
             let parallel = sts["spec"]["podManagementPolicy"] == "Parallel";
             let revision = format!("{name}-{}", template_hash(&sts));
-            let pods = owned_pods(st, ns, &uid);
+            let mut pods = owned_pods(st, ns, &uid);
             let mut changed = false;
+
+            // A pod that ended (Failed or Succeeded) is deleted, to be recreated with its name.
+            for (ord, p) in &pods {
+                let phase = p["status"]["phase"].as_str().unwrap_or_default();
+                if matches!(phase, "Failed" | "Succeeded")
+                    && meta_str(p, "deletionTimestamp").is_empty()
+                {
+                    delete_pod(st, ns, &format!("{name}-{ord}"), meta_str(p, "uid"));
+                    changed = true;
+                }
+            }
+            if changed {
+                pods = owned_pods(st, ns, &uid);
+            }
 
             // Scale up: missing ordinals below `replicas`.
             let missing: Vec<i64> = (0..replicas)
@@ -274,7 +289,7 @@ impl Controllers {
                         .filter(|(o, _)| *o < ord)
                         .all(|(_, p)| is_running_and_ready(p));
                     let all_lower_exist = (0..ord).all(|i| pods.iter().any(|(o, _)| *o == i));
-                    if !lower_ready || !all_lower_exist || changed {
+                    if !lower_ready || !all_lower_exist {
                         break;
                     }
                 }
