@@ -919,6 +919,44 @@ async fn discovery_legacy_and_aggregated() {
         .unwrap();
     assert_eq!(deploy["responseKind"]["kind"], "Deployment");
     assert_eq!(deploy["subresources"][1]["responseKind"]["kind"], "Scale");
+    let etag = agg
+        .headers
+        .get("etag")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let cached = c
+        .send(
+            "GET",
+            "/apis",
+            &[("accept", accept), ("if-none-match", &etag)],
+            None,
+        )
+        .await;
+    assert_eq!(cached.code, 304);
+    // A new CRD changes the document, and so its ETag.
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    let changed = c
+        .send(
+            "GET",
+            "/apis",
+            &[("accept", accept), ("if-none-match", &etag)],
+            None,
+        )
+        .await;
+    assert_eq!(changed.code, 200);
+    assert!(
+        changed.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["metadata"]["name"] == "cnat.programming-kubernetes.info")
+    );
     let old = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
     let agg1 = c.send("GET", "/api", &[("accept", old)], None).await;
     assert_eq!(agg1.body["apiVersion"], "apidiscovery.k8s.io/v2beta1");
