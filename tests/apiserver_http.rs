@@ -1268,3 +1268,54 @@ async fn protobuf_bodies_are_accepted_for_built_in_kinds() {
     assert_eq!(cr.code, 415);
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn malformed_bodies_are_bad_requests() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let odd = c
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "odd"}, "spec": "oops"}),
+        )
+        .await;
+    assert_eq!(odd.code, 400);
+    assert!(
+        odd.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Namespace.spec")
+    );
+    let not_json = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "application/json")],
+            b"{not json".to_vec(),
+            true,
+        )
+        .await;
+    assert_eq!(not_json.status(), 400);
+    let array = c.post(CMS, &json!([1, 2])).await;
+    assert_eq!(array.code, 400);
+    let wrong_kind = c
+        .post(
+            CMS,
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}),
+        )
+        .await;
+    assert_eq!(wrong_kind.code, 400);
+    let wrong_ct = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "text/plain")],
+            b"x".to_vec(),
+            true,
+        )
+        .await;
+    assert_eq!(wrong_ct.status(), 415);
+    // The server is still fine.
+    assert_eq!(c.get(CMS).await.code, 200);
+    s.shutdown().await;
+}
