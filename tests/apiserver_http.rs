@@ -919,6 +919,44 @@ async fn discovery_legacy_and_aggregated() {
         .unwrap();
     assert_eq!(deploy["responseKind"]["kind"], "Deployment");
     assert_eq!(deploy["subresources"][1]["responseKind"]["kind"], "Scale");
+    let etag = agg
+        .headers
+        .get("etag")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let cached = c
+        .send(
+            "GET",
+            "/apis",
+            &[("accept", accept), ("if-none-match", &etag)],
+            None,
+        )
+        .await;
+    assert_eq!(cached.code, 304);
+    // A new CRD changes the document, and so its ETag.
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    let changed = c
+        .send(
+            "GET",
+            "/apis",
+            &[("accept", accept), ("if-none-match", &etag)],
+            None,
+        )
+        .await;
+    assert_eq!(changed.code, 200);
+    assert!(
+        changed.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["metadata"]["name"] == "cnat.programming-kubernetes.info")
+    );
     let old = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
     let agg1 = c.send("GET", "/api", &[("accept", old)], None).await;
     assert_eq!(agg1.body["apiVersion"], "apidiscovery.k8s.io/v2beta1");
@@ -1228,5 +1266,56 @@ async fn protobuf_bodies_are_accepted_for_built_in_kinds() {
     )
     .await;
     assert_eq!(cr.code, 415);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_bad_requests() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let odd = c
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "odd"}, "spec": "oops"}),
+        )
+        .await;
+    assert_eq!(odd.code, 400);
+    assert!(
+        odd.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Namespace.spec")
+    );
+    let not_json = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "application/json")],
+            b"{not json".to_vec(),
+            true,
+        )
+        .await;
+    assert_eq!(not_json.status(), 400);
+    let array = c.post(CMS, &json!([1, 2])).await;
+    assert_eq!(array.code, 400);
+    let wrong_kind = c
+        .post(
+            CMS,
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}),
+        )
+        .await;
+    assert_eq!(wrong_kind.code, 400);
+    let wrong_ct = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "text/plain")],
+            b"x".to_vec(),
+            true,
+        )
+        .await;
+    assert_eq!(wrong_ct.status(), 415);
+    // The server is still fine.
+    assert_eq!(c.get(CMS).await.code, 200);
     s.shutdown().await;
 }

@@ -608,10 +608,11 @@ fn finalize_namespace(
         return Err(ApiError::conflict(&def.plural, &def.group, t.name()));
     }
     let mut new = old.clone();
-    new["spec"]["finalizers"] = body["spec"]["finalizers"]
+    let finalizers = body["spec"]["finalizers"]
         .as_array()
         .map(|a| Value::Array(a.clone()))
         .unwrap_or_else(|| json!([]));
+    meta::set_path(&mut new, ".spec.finalizers", finalizers);
     if new == old || opts.dry_run {
         return Ok((200, present(&def, &new)));
     }
@@ -1022,7 +1023,7 @@ fn finish_namespace_if_empty(st: &mut State, ns: &str) {
         .map(|a| a.iter().filter(|f| *f != "kubernetes").cloned().collect())
         .unwrap_or_default();
     let released = remaining.is_empty();
-    done["spec"]["finalizers"] = Value::Array(remaining);
+    meta::set_path(&mut done, ".spec.finalizers", Value::Array(remaining));
     if released && finalizers_of(&done).is_empty() {
         st.update("core/namespaces", done);
         st.delete("core/namespaces", "", ns);
@@ -1202,7 +1203,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
             obj["metadata"]["generation"] = json!(g + 1);
         }
         if is_namespace {
-            obj["status"]["phase"] = json!("Terminating");
+            meta::set_path(&mut obj, ".status.phase", json!("Terminating"));
         }
         if opts.dry_run {
             return Ok((200, present(&def, &obj)));
