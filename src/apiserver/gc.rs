@@ -115,6 +115,8 @@ async fn run(store: Arc<Store>, shutdown: CancellationToken) {
                 Batch::Resync => gc.resync(),
             }
             gc.drain();
+            // Stay cooperative when other writers keep the feed busy.
+            tokio::task::yield_now().await;
         }
     }
 }
