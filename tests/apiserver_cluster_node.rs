@@ -157,13 +157,14 @@ async fn a_paused_node_holds_pods_in_running_until_resumed() {
 #[tokio::test(start_paused = true)]
 async fn an_hour_of_simulated_time_long_running_pods_stay_and_crash_loops_back_off() {
     let h = server(Duration::from_secs(1)).await;
-    // No restartPolicy means Always: a long-running pod, whatever its command.
+    // No restartPolicy means Always: a long-running pod, even with a command that would
+    // finish successfully.
     create(
         &h,
         "",
         "pods",
         "default",
-        pod("server", json!(["/bin/sh", "-c", "exit 1"]), None),
+        pod("server", json!(["/bin/sh", "-c", "echo serving"]), None),
     );
     create(
         &h,
@@ -175,6 +176,14 @@ async fn an_hour_of_simulated_time_long_running_pods_stay_and_crash_loops_back_o
             json!(["/bin/sh", "-c", "exit 2"]),
             Some("OnFailure"),
         ),
+    );
+    // Under Always a failing command crash-loops too.
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod("always-crasher", json!(["/bin/sh", "-c", "exit 2"]), None),
     );
     wait_phase(&h, "default", "server", "Running").await;
     wait_phase(&h, "default", "crasher", "Running").await;
@@ -201,11 +210,21 @@ async fn an_hour_of_simulated_time_long_running_pods_stay_and_crash_loops_back_o
         restarts += 1;
         t += back_off;
     }
-    let crasher = get(&h, "core/pods", "default", "crasher").unwrap();
-    assert_eq!(crasher["status"]["phase"], "Running");
-    let cs = &crasher["status"]["containerStatuses"][0];
-    assert_eq!(cs["restartCount"], restarts);
-    assert_eq!(cs["lastState"]["terminated"]["exitCode"], 2);
+    for name in ["crasher", "always-crasher"] {
+        let crasher = get(&h, "core/pods", "default", name).unwrap();
+        assert_eq!(crasher["status"]["phase"], "Running", "{name}");
+        let cs = &crasher["status"]["containerStatuses"][0];
+        assert_eq!(cs["restartCount"], restarts, "{name}");
+        assert_eq!(cs["lastState"]["terminated"]["exitCode"], 2);
+        let ready = crasher["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()
+            .clone();
+        assert_eq!(ready["reason"], "ContainersNotReady", "{name}");
+    }
     h.shutdown().await;
 }
 

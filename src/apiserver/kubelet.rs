@@ -37,8 +37,12 @@
 //!     kubelet's back-off (10 s, doubling, at most 5 min) before it runs again; the pod stays
 //!     `Running` and ends `Succeeded` once all containers succeeded;
 //!   - `Always`, or no `restartPolicy` (Kubernetes defaults it to `Always`): **long-running**.
-//!     The containers never exit and the pod stays `Running` and `Ready` until deleted. This is
-//!     how the pods of Deployments and StatefulSets behave.
+//!     A container whose command fails (`exit N`, `false`) crash-loops as under `OnFailure`;
+//!     every other container runs on, so the pod stays `Running` (and `Ready`, unless a
+//!     container crash-loops) until deleted. This is how the pods of Deployments and
+//!     StatefulSets behave. (A real kubelet would also restart a container that exits 0; the
+//!     simulation cannot tell a finished `echo` from a server, so it treats success as
+//!     "still serving".)
 //! * **finishes deletion** of a pod on its node: a pod with a `deletionTimestamp` is deleted with
 //!   grace period 0 at once, even while the node is paused (its finalizers, if any, still hold
 //!   it until they are removed).
@@ -214,6 +218,15 @@ fn restart_policy(pod: &Value) -> Restart {
         Some("OnFailure") => Restart::OnFailure,
         _ => Restart::Always,
     }
+}
+
+/// Whether the pod's containers ever exit in the simulation: always for `Never` and
+/// `OnFailure`; for `Always`, only when some container's command fails (it then crash-loops).
+fn ever_exits(pod: &Value) -> bool {
+    restart_policy(pod) != Restart::Always
+        || containers(pod, "containers")
+            .iter()
+            .any(|c| exit_code_of(c) != 0)
 }
 
 /// The kubelet's crash-loop back-off: 10 s, doubling per restart, at most 5 minutes.
@@ -429,8 +442,7 @@ impl Kubelet {
                     let (stage, due) = if backing_off {
                         (Stage::BackOff, Some(Instant::now() + back_off(restarts)))
                     } else {
-                        let due = (restart_policy(&pod) != Restart::Always)
-                            .then(|| Instant::now() + self.config.run_time);
+                        let due = ever_exits(&pod).then(|| Instant::now() + self.config.run_time);
                         (Stage::Running, due)
                     };
                     self.tracks.insert(
@@ -520,15 +532,15 @@ impl Kubelet {
                     status.insert("initContainerStatuses".into(), json!(inits));
                 }
             });
-            let policy = restart_policy(&pod);
+            let exits = ever_exits(&pod);
             st.update(PODS, pod);
-            Some(policy)
+            Some(exits)
         });
-        let Some(policy) = started else {
+        let Some(exits) = started else {
             return;
         };
         tracing::debug!(namespace = %key.0, pod = %key.1, node = NODE_NAME, "pod started");
-        let due = (policy != Restart::Always).then(|| Instant::now() + self.config.run_time);
+        let due = exits.then(|| Instant::now() + self.config.run_time);
         self.tracks.insert(
             key.clone(),
             Track {
@@ -588,6 +600,11 @@ impl Kubelet {
                     continue;
                 };
                 let code = exit_code_of(c);
+                if code == 0 && policy == Restart::Always {
+                    // Under Always only a failing command ends; the others run on.
+                    statuses.push(old);
+                    continue;
+                }
                 let terminated = json!({
                     "exitCode": code,
                     "reason": if code == 0 { "Completed" } else { "Error" },
@@ -598,7 +615,7 @@ impl Kubelet {
                 let mut s = old.clone();
                 s["ready"] = json!(false);
                 s["started"] = json!(false);
-                if code != 0 && policy == Restart::OnFailure {
+                if code != 0 && policy != Restart::Never {
                     any_failed = true;
                     all_ok = false;
                     s["restartCount"] = json!(restarts + 1);
@@ -618,13 +635,17 @@ impl Kubelet {
                 }
                 statuses.push(s);
             }
-            let ended = !any_failed;
+            let ended = !any_failed && policy != Restart::Always;
             let phase = match (ended, all_ok) {
                 (false, _) => "Running",
                 (true, true) => "Succeeded",
                 (true, false) => "Failed",
             };
-            let unready: Vec<&str> = specs.iter().filter_map(|c| c["name"].as_str()).collect();
+            let unready: Vec<&str> = statuses
+                .iter()
+                .filter(|s| s["ready"] != true)
+                .filter_map(|s| s["name"].as_str())
+                .collect();
             let (reason, message) = if phase == "Succeeded" {
                 ("PodCompleted", String::new())
             } else {
