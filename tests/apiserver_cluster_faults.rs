@@ -227,7 +227,7 @@ async fn the_admin_endpoint_needs_the_bootstrap_token() {
 }
 
 #[tokio::test]
-async fn kubectl_retries_429_with_retry_after_and_reports_500() {
+async fn kubectl_retries_429_with_retry_after_and_reports_500_and_conflicts() {
     let h = ApiServer::builder().start().await.unwrap();
     let Some(k) = Kubectl::new(&h) else {
         h.shutdown().await;
@@ -256,6 +256,22 @@ async fn kubectl_retries_429_with_retry_after_and_reports_500() {
     assert!(
         out.stderr
             .contains("Internal error occurred: injected fault"),
+        "{}",
+        out.stderr
+    );
+
+    // `kubectl replace` sends the resourceVersion it read: a forced conflict reaches the user.
+    let yaml = k.run(&["get", "configmap", "a", "-o", "yaml"]).await;
+    assert!(yaml.ok, "{}", yaml.stderr);
+    h.faults().conflict_next_updates("configmaps", 1);
+    let out = k
+        .run_with_input(&["replace", "-f", "-"], Some(&yaml.stdout))
+        .await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains(
+            "Operation cannot be fulfilled on configmaps \"a\": the object has been modified"
+        ),
         "{}",
         out.stderr
     );
