@@ -1319,3 +1319,62 @@ async fn malformed_bodies_are_bad_requests() {
     assert_eq!(c.get(CMS).await.code, 200);
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn tables_follow_include_object_and_print_custom_columns() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let table = [(
+        "accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )];
+    c.post(CMS, &cm("a", json!({}))).await;
+    let meta = read_answer(c.raw("GET", CMS, &table, vec![], true).await).await;
+    assert_eq!(
+        meta.body["rows"][0]["object"]["kind"],
+        "PartialObjectMetadata"
+    );
+    let full = read_answer(
+        c.raw(
+            "GET",
+            &format!("{CMS}?includeObject=Object"),
+            &table,
+            vec![],
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(full.body["rows"][0]["object"]["kind"], "ConfigMap");
+    assert_eq!(full.body["rows"][0]["object"]["data"]["k"], "v");
+    let bad = read_answer(
+        c.raw(
+            "GET",
+            &format!("{CMS}?includeObject=All"),
+            &table,
+            vec![],
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(bad.code, 400);
+
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    c.post(ATS, &at("example-at")).await;
+    let ats = read_answer(c.raw("GET", ATS, &table, vec![], true).await).await;
+    let cols: Vec<&str> = ats.body["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cols, ["Name", "Schedule", "Command", "Phase", "Age"]);
+    assert_eq!(ats.body["rows"][0]["cells"][1], "2019-04-12T10:12:00Z");
+    assert_eq!(ats.body["rows"][0]["cells"][3], json!(null));
+    s.shutdown().await;
+}

@@ -305,7 +305,8 @@ async fn serve(
                 class.verb = "watch".into();
                 let opts = ListOptions::parse(&query, true)?;
                 let renderer = if wants_table {
-                    Some(super::table::renderer(def.clone()))
+                    let include = super::table::include_object(&query)?;
+                    Some(super::table::renderer(def.clone(), include))
                 } else {
                     None
                 };
@@ -331,7 +332,8 @@ async fn serve(
                         .as_str()
                         .unwrap_or_default()
                         .to_owned();
-                    let table = super::table::render(&def, &[obj], &rv, None);
+                    let include = super::table::include_object(&query)?;
+                    let table = super::table::render(&def, &[obj], &rv, None, include);
                     return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
                 }
                 return Ok(json_response(code, &obj, "application/json"));
@@ -340,11 +342,13 @@ async fn serve(
             let opts = ListOptions::parse(&query, false)?;
             let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
             if wants_table {
+                let include = super::table::include_object(&query)?;
                 let table = super::table::render(
                     &def,
                     &result.items,
                     &result.resource_version.to_string(),
                     result.continue_token.as_deref(),
+                    include,
                 );
                 return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
             }
