@@ -199,14 +199,12 @@ async fn serve(
             // Fault injection over HTTP (see `faults::admin`): the bootstrap token only.
             let info = shared.rbac.user(&user);
             if !info.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
-                return Err(ApiError::new(
-                    403,
-                    "Forbidden",
-                    format!(
-                        "forbidden: User \"{user}\" cannot {} path \"{path}\"",
-                        method.as_str().to_ascii_lowercase()
-                    ),
-                ));
+                let attrs = super::rbac::Attributes {
+                    verb: method.as_str().to_ascii_lowercase(),
+                    path: path.clone(),
+                    ..Default::default()
+                };
+                return Err(super::rbac::forbidden(&info, &attrs, ""));
             }
             let body = super::faults::admin(&shared.faults, &method, &bytes)?;
             return Ok(json_response(200, &body, "application/json"));

@@ -198,7 +198,9 @@ impl ApiServer {
 }
 
 /// Configures a server. Defaults: HTTPS, a random token, `127.0.0.1:0`, a history window of
-/// 10 000 events, bookmarks every 60 s, `sendInitialEvents` supported.
+/// 10 000 events, bookmarks every 60 s, `sendInitialEvents` supported; the garbage collector
+/// on; the simulated node and workload controllers off (when on: pods run 1 s, workloads react
+/// after 500 ms); RBAC not enforced.
 #[derive(Clone, Debug)]
 pub struct ApiServerBuilder {
     plain_http: bool,
