@@ -241,6 +241,24 @@ async fn deployment_status_follows_spec_replicas_after_the_delay() {
     );
     // No pods: deployments are simulated through their status only.
     assert!(names(&h, "core/pods", "default").is_empty());
+
+    // ReplicaSets created directly get their status the same way.
+    let rs = json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "api-rs"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "api"}},
+            "template": {"metadata": {"labels": {"app": "api"}},
+                         "spec": {"containers": [{"name": "main", "image": "nginx"}]}}
+        }
+    });
+    create(&h, "apps", "replicasets", "default", rs);
+    wait_until(&h, "replicaset ready", |s| {
+        s.get("apps/replicasets", "default", "api-rs")
+            .is_some_and(|r| r["status"]["readyReplicas"] == 3 && r["status"]["replicas"] == 3)
+    })
+    .await;
     h.shutdown().await;
 }
 

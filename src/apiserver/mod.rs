@@ -84,8 +84,8 @@
 //!   pod deleted with a grace period is finished. Without it pods stay `Pending` unless a test
 //!   moves them, and a pod deleted with a grace period after a test bound it to a node waits
 //!   for a kubelet that never comes;
-//! * the **Deployment and StatefulSet controllers** ([`workloads`], also with `simulate`):
-//!   status follows `spec.replicas`; StatefulSets create and delete their pods
+//! * the **Deployment, ReplicaSet and StatefulSet controllers** ([`workloads`], also with
+//!   `simulate`): status follows `spec.replicas`; StatefulSets create and delete their pods
 //!   `<name>-<ordinal>`.
 //!
 //! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer
