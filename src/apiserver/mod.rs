@@ -590,6 +590,21 @@ impl ApiServerHandle {
         serde_yaml_ng::to_string(&doc).unwrap_or_default()
     }
 
+    /// [`Self::kubeconfig_yaml`] authenticating with another token, e.g. one added with
+    /// [`ApiServerBuilder::service_account_token`], to run a client under that identity.
+    pub fn kubeconfig_yaml_for_token(&self, token: &str) -> String {
+        let mut doc: serde_json::Value =
+            serde_yaml_ng::from_str(&self.kubeconfig_yaml()).unwrap_or_default();
+        if let Some(user) = doc
+            .get_mut("users")
+            .and_then(|u| u.get_mut(0))
+            .and_then(|u| u.get_mut("user"))
+        {
+            user["token"] = json!(token);
+        }
+        serde_yaml_ng::to_string(&doc).unwrap_or_default()
+    }
+
     /// Writes [`Self::kubeconfig_yaml`] to `path` (mode 0600 on Unix: it holds a token).
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         let path = path.as_ref();
