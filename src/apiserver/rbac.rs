@@ -42,8 +42,9 @@
 //! against the RBAC objects stored at that moment, with the real matching rules above
 //! ([`authorize`]). Discovery, OpenAPI, `/version` and health checks are open to
 //! every authenticated user, as the default `system:discovery` and
-//! `system:public-info-viewer` bindings make them in a real cluster. Left out: ClusterRole
-//! aggregation (`aggregationRule`), the escalation checks on writing roles and bindings,
+//! `system:public-info-viewer` bindings make them in a real cluster. Left out: the bootstrap
+//! roles a real cluster starts with (`cluster-admin`, `admin`, `edit`, `view`, `system:*`) are
+//! not created, so bind only roles you load; ClusterRole aggregation (`aggregationRule`), the escalation checks on writing roles and bindings,
 //! impersonation, and `SelfSubjectAccessReview` (so `kubectl auth can-i` is not served).
 //! [`load_manifests`] reads RBAC (or any other) objects from YAML files such as
 //! `artifacts/deploy/`, so a test can run a controller under its real ClusterRole and prove
