@@ -63,6 +63,10 @@ fn error_response(e: &ApiError) -> Response<Body> {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        if let Some(secs) = e.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         return resp;
     }
     let mut resp = json_response(e.code, &e.to_status(), "application/json");
@@ -107,6 +111,14 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
+    tracing::debug!(
+        verb = %class.verb,
+        resource = %class.resource,
+        subresource = %class.subresource,
+        namespace = %class.namespace,
+        code = resp.status().as_u16(),
+        "request served"
+    );
     shared.log.record(RequestKey {
         verb: class.verb,
         resource: class.resource,
@@ -123,7 +135,13 @@ async fn serve(
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
     let path = req.uri().path().to_owned();
-    let query = Query::parse(req.uri().query());
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let query = Query::parse(req.uri().query()).with_user_agent(&user_agent);
     if !super::auth::is_public_path(&path) {
         let header = req
             .headers()
@@ -133,6 +151,13 @@ async fn serve(
             return Err(ApiError::unauthorized());
         }
     }
+    let user = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| shared.tokens.authenticate(Some(h)))
+        .map(str::to_owned)
+        .unwrap_or_default();
     let (parts, body) = req.into_parts();
     let bytes = Limited::new(body, MAX_BODY)
         .collect()
@@ -157,12 +182,32 @@ async fn serve(
             return Ok(r);
         }
         (Method::GET, ["metrics"]) => {
+            let attrs = super::rbac::Attributes {
+                verb: "get".into(),
+                path: path.clone(),
+                ..Default::default()
+            };
+            shared.rbac.check(&shared.store, &user, &attrs)?;
             let mut r = Response::new(full(shared.log.prometheus_text()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
             );
             return Ok(r);
+        }
+        (method, ["admin", "faults"]) => {
+            // Fault injection over HTTP (see `faults::admin`): the bootstrap token only.
+            let info = shared.rbac.user(&user);
+            if !info.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
+                let attrs = super::rbac::Attributes {
+                    verb: method.as_str().to_ascii_lowercase(),
+                    path: path.clone(),
+                    ..Default::default()
+                };
+                return Err(super::rbac::forbidden(&info, &attrs, ""));
+            }
+            let body = super::faults::admin(&shared.faults, &method, &bytes)?;
+            return Ok(json_response(200, &body, "application/json"));
         }
         (Method::GET, ["version"]) => {
             return Ok(json_response(
@@ -174,7 +219,9 @@ async fn serve(
         (Method::GET, ["api"]) => {
             let reg = shared.store.read(|s| s.registry.clone());
             return Ok(match discovery::negotiate_aggregated(&accept) {
-                Some(v) => aggregated_response(&discovery::aggregated(&reg, true, v), v),
+                Some(v) => {
+                    aggregated_response(&discovery::aggregated(&reg, true, v), v, &parts.headers)
+                }
                 None => json_response(
                     200,
                     &discovery::api_versions(&shared.server_address),
@@ -185,7 +232,9 @@ async fn serve(
         (Method::GET, ["apis"]) => {
             let reg = shared.store.read(|s| s.registry.clone());
             return Ok(match discovery::negotiate_aggregated(&accept) {
-                Some(v) => aggregated_response(&discovery::aggregated(&reg, false, v), v),
+                Some(v) => {
+                    aggregated_response(&discovery::aggregated(&reg, false, v), v, &parts.headers)
+                }
                 None => json_response(200, &discovery::api_group_list(&reg), "application/json"),
             });
         }
@@ -205,7 +254,7 @@ async fn serve(
                 .map(|d| json_response(200, &d, "application/json"))
                 .ok_or_else(ApiError::page_not_found);
         }
-        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(&accept)),
+        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(shared, &accept)),
         (Method::GET, ["openapi", "v3", rest @ ..]) => {
             return super::openapi::serve(shared, rest, &query);
         }
@@ -223,9 +272,30 @@ async fn serve(
     class.resource = target.def.plural.clone();
     class.subresource = target.subresource.clone().unwrap_or_default();
     class.namespace = target.namespace.clone().unwrap_or_default();
+    let verb = super::faults::verb_of(
+        &parts.method,
+        target.name.is_some(),
+        query.flag("watch").unwrap_or(false),
+    );
+    class.verb = verb.to_owned();
+    shared.rbac.check(
+        &shared.store,
+        &user,
+        &super::rbac::Attributes::for_request(verb, &target, query.non_empty("fieldSelector")),
+    )?;
+    shared.faults.before(verb, &target).await?;
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
     let def = target.def.clone();
+    if def.namespaced && target.namespace.is_none() && parts.method != Method::GET {
+        // `/api/v1/pods` exists for list and watch across namespaces only.
+        class.verb = parts.method.as_str().to_ascii_lowercase();
+        return Err(ApiError::method_not_allowed(
+            parts.method.as_str(),
+            &def.plural,
+            &def.group,
+        ));
+    }
     match (parts.method, target.name.is_some()) {
         (Method::GET, has_name) => {
             let watching = query.flag("watch")?;
@@ -233,14 +303,15 @@ async fn serve(
                 class.verb = "watch".into();
                 let opts = ListOptions::parse(&query, true)?;
                 let renderer = if wants_table {
-                    Some(super::table::renderer(def.clone()))
+                    let include = super::table::include_object(&query)?;
+                    Some(super::table::renderer(def.clone(), include))
                 } else {
                     None
                 };
                 let settings = WatchSettings {
                     bookmark_interval: shared.bookmark_interval,
                     reject_send_initial_events: shared.reject_send_initial_events,
-                    shutdown: shared.shutdown.clone(),
+                    shutdown: shared.faults.watch_token(),
                     renderer,
                 };
                 let body = watch::start(shared.store.clone(), &target, &opts, settings)?;
@@ -259,7 +330,8 @@ async fn serve(
                         .as_str()
                         .unwrap_or_default()
                         .to_owned();
-                    let table = super::table::render(&def, &[obj], &rv, None);
+                    let include = super::table::include_object(&query)?;
+                    let table = super::table::render(&def, &[obj], &rv, None, include);
                     return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
                 }
                 return Ok(json_response(code, &obj, "application/json"));
@@ -268,11 +340,13 @@ async fn serve(
             let opts = ListOptions::parse(&query, false)?;
             let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
             if wants_table {
+                let include = super::table::include_object(&query)?;
                 let table = super::table::render(
                     &def,
                     &result.items,
                     &result.resource_version.to_string(),
                     result.continue_token.as_deref(),
+                    include,
                 );
                 return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
             }
@@ -314,8 +388,13 @@ async fn serve(
             Ok(json_response(code, &obj, "application/json"))
         }
         (Method::DELETE, has_name) => {
+            // DeleteOptions: JSON from kubectl and most clients, protobuf from Go typed clients.
             let body = if bytes.is_empty() {
                 None
+            } else if content_type == PROTOBUF {
+                Some(super::logic::protobuf::decode_body(&bytes).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding protobuf DeleteOptions: {e}"))
+                })?)
             } else {
                 Some(parse_json(&bytes)?)
             };
@@ -345,11 +424,37 @@ async fn serve(
     }
 }
 
-fn aggregated_response(doc: &Value, version: &str) -> Response<Body> {
+/// An aggregated discovery document with the real server's caching headers: `ETag` (a quoted
+/// hash of the document; the real server uses SHA-512, clients only compare it), `Vary: Accept`
+/// and `Cache-Control: public`, and `304 Not Modified` when `If-None-Match` already matches.
+fn aggregated_response(doc: &Value, version: &str, headers: &http::HeaderMap) -> Response<Body> {
+    use std::hash::{Hash, Hasher};
     let ct = format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
-    let mut r = json_response(200, doc, &ct);
-    r.headers_mut()
-        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    let bytes = serde_json::to_vec(doc).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    let etag = format!("\"{:016X}\"", h.finish());
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    let mut r = if matches {
+        let mut r = Response::new(full(Bytes::new()));
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        let mut r = Response::new(full(bytes));
+        if let Ok(v) = HeaderValue::from_str(&ct) {
+            r.headers_mut().insert(header::CONTENT_TYPE, v);
+        }
+        r
+    };
+    let hs = r.headers_mut();
+    hs.insert(header::VARY, HeaderValue::from_static("Accept"));
+    hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        hs.insert(header::ETAG, v);
+    }
     r
 }
 
