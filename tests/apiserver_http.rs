@@ -351,6 +351,14 @@ async fn limit_and_continue_page_through_a_consistent_snapshot() {
         .collect();
     assert_eq!(names, ["c", "d"]);
     let token = p2.body["metadata"]["continue"].as_str().unwrap().to_owned();
+    let selected = c.get(&format!("{CMS}?limit=1&labelSelector=!nope")).await;
+    assert!(selected.body["metadata"]["continue"].is_string());
+    assert!(
+        selected.body["metadata"]
+            .get("remainingItemCount")
+            .is_none(),
+        "no count with a selector"
+    );
     let p3 = c.get(&format!("{CMS}?limit=2&continue={token}")).await;
     assert_eq!(p3.body["items"].as_array().unwrap().len(), 1);
     assert!(p3.body["metadata"].get("continue").is_none());
