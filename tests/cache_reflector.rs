@@ -477,7 +477,6 @@ impl sample_controller::cache::ListerWatcher<Pod> for ExpiringPages {
     }
 }
 
-
 #[tokio::test(start_paused = true)]
 async fn streaming_list_syncs_and_keeps_the_same_stream() {
     let fake = FakeListerWatcher::new();

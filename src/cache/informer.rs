@@ -32,8 +32,11 @@
 //!
 //! Each handler has an unbounded queue and its own task that calls it one notification at a
 //! time, in order. A slow handler delays only itself; the reflector and the other handlers go
-//! on (client-go's `processorListener`). Handlers are plain synchronous functions: they should
-//! do what client-go handlers do, enqueue a key, and return. A handler that panics is logged
+//! on (client-go's `processorListener`). Handlers are plain synchronous functions called on a
+//! tokio worker: they should do what client-go handlers do, enqueue a key, and return. A
+//! handler that must block its thread (a contended lock, file I/O) has to wrap that part in
+//! `tokio::task::block_in_place`, as any blocking code on a tokio worker must, or it can stall
+//! other tasks queued on the same worker. A handler that panics is logged
 //! and keeps receiving later notifications (client-go re-panics and kills the process).
 //!
 //! ## Late handlers, resync, sync state
