@@ -6,11 +6,20 @@ use serde::{Deserialize, Serialize};
 
 use super::{CustomResourceExt, PrinterColumn, custom_resource};
 
-/// sample-controller's Foo.
+/// sample-controller's Foo: a Deployment named `spec.deploymentName` running
+/// `spec.replicas` pods, created, owned and kept at that size by the Foo controller.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Foo {
+    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "serde_json::Map<String, serde_json::Value>")
+    )]
     pub metadata: ObjectMeta,
+    /// The desired state, written by the user.
     pub spec: FooSpec,
+    /// The observed state, written by the controller through the status subresource.
     pub status: Option<FooStatus>,
 }
 

@@ -6,11 +6,20 @@ use serde::{Deserialize, Serialize};
 
 use super::{Condition, CustomResourceExt, PrinterColumn, custom_resource};
 
-/// An application.
+/// An application: a Deployment of `spec.replicas` pods running `spec.image`, owned by the
+/// MyApp and put back in shape whenever it drifts.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MyApp {
+    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "serde_json::Map<String, serde_json::Value>")
+    )]
     pub metadata: ObjectMeta,
+    /// The desired state, written by the user.
     pub spec: MyAppSpec,
+    /// The observed state, written by the controller through the status subresource.
     pub status: Option<MyAppStatus>,
 }
 
@@ -63,6 +72,10 @@ pub struct MyAppStatus {
     pub available_replicas: i32,
     /// Standard conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))
+    )]
     pub conditions: Vec<Condition>,
 }
 
