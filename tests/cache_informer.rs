@@ -13,7 +13,7 @@ use sample_controller::cache::testing::{FakeListerWatcher, FakeSource, Request, 
 use sample_controller::cache::{
     Deleted, EventHandlerFns, InformerError, InformerScope, Lister, OWNER_UID_INDEX,
     ReflectorConfig, ResourceEventHandler, Selector, SharedIndexInformer, SharedInformerFactory,
-    key_of,
+    key_of, wait_for_cache_sync,
 };
 use sample_controller::client::{Error, WatchEvent};
 use tokio::time::Instant;
@@ -247,7 +247,10 @@ async fn late_handler_gets_every_cached_object_then_live_events() {
     );
     let rec = Recorder::default();
     let reg = inf.add_event_handler(rec.clone()).unwrap();
-    eventually("replay processed", || reg.has_synced()).await;
+    assert!(
+        wait_for_cache_sync(Instant::now() + Duration::from_secs(5), &[&inf, &reg]).await,
+        "replay processed"
+    );
     let replay = rec.take();
     assert_eq!(replay.len(), 5);
     assert!(replay.iter().all(|s| matches!(s, Seen::Add(_, _, true))));

@@ -667,6 +667,31 @@ impl<K: CacheObject> SharedIndexInformer<K> {
     }
 }
 
+/// Anything whose sync state can be waited for: informers and handler registrations.
+pub trait HasSynced: Send + Sync {
+    /// True once synced (a latch).
+    fn has_synced(&self) -> bool;
+}
+
+impl<K: CacheObject> HasSynced for SharedIndexInformer<K> {
+    fn has_synced(&self) -> bool {
+        SharedIndexInformer::has_synced(self)
+    }
+}
+
+impl HasSynced for HandlerRegistration {
+    fn has_synced(&self) -> bool {
+        HandlerRegistration::has_synced(self)
+    }
+}
+
+/// Waits until every item has synced (→ true) or `deadline` passes (→ false), checking now and
+/// every 100 ms (client-go's `cache.WaitForCacheSync`). A controller passes its handler
+/// registrations so that it starts workers only once its handlers have seen the initial list.
+pub async fn wait_for_cache_sync(deadline: Instant, items: &[&dyn HasSynced]) -> bool {
+    wait_until(deadline, || items.iter().all(|i| i.has_synced())).await
+}
+
 /// Checks `done` now and then every 100 ms until it is true (→ true) or `deadline` passes
 /// (→ false).
 pub async fn wait_until(deadline: Instant, mut done: impl FnMut() -> bool) -> bool {
