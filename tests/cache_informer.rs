@@ -11,9 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerRe
 use sample_controller::cache::informer::InformerOptions;
 use sample_controller::cache::testing::{FakeListerWatcher, FakeSource, Request, meta};
 use sample_controller::cache::{
-    Deleted, EventHandlerFns, InformerError, InformerScope, Lister, OWNER_UID_INDEX,
-    ReflectorConfig, ResourceEventHandler, Selector, SharedIndexInformer, SharedInformerFactory,
-    key_of, wait_for_cache_sync,
+    Deleted, EventHandlerFns, FilteringHandler, InformerError, InformerScope, Lister,
+    OWNER_UID_INDEX, ReflectorConfig, ResourceEventHandler, Selector, SharedIndexInformer,
+    SharedInformerFactory, key_of, wait_for_cache_sync,
 };
 use sample_controller::client::{Error, WatchEvent};
 use tokio::time::Instant;
@@ -562,4 +562,50 @@ async fn factory_shares_informers_per_type_and_scope() {
     factory.start(&cancel);
     settle().await;
     assert!(!after.is_started());
+}
+
+#[tokio::test(start_paused = true)]
+async fn filtering_handler_turns_label_changes_into_adds_and_deletes() {
+    let fake = FakeListerWatcher::new();
+    fake.upsert(pod("ns", "a"));
+    let mut other = pod("ns", "b");
+    other.metadata.labels = Some([("app".to_owned(), "db".to_owned())].into());
+    fake.upsert(other.clone());
+    let inf = informer(&fake, Duration::ZERO);
+    let web = Selector::parse("app=web").unwrap();
+    let rec = Recorder::default();
+    inf.add_event_handler(FilteringHandler::new(
+        move |p: &Pod| web.matches_opt(p.metadata.labels.as_ref()),
+        rec.clone(),
+    ))
+    .unwrap();
+    let (cancel, task) = spawn(&inf);
+    eventually("initial add", || rec.len() == 1).await;
+    assert_eq!(rec.take(), [Seen::Add("ns/a".into(), "2".into(), true)]);
+    // b becomes a web pod: an add. a stops being one: a delete of its last state.
+    fake.upsert(pod("ns", "b"));
+    fake.upsert(other.clone().tap_name("a"));
+    fake.upsert(pod("ns", "b"));
+    eventually("three notifications", || rec.len() == 3).await;
+    assert_eq!(
+        rec.take(),
+        [
+            Seen::Add("ns/b".into(), "4".into(), false),
+            Seen::Delete("ns/a".into(), "2".into(), false),
+            Seen::Update("ns/b".into(), "4".into(), "6".into()),
+        ]
+    );
+    cancel.cancel();
+    task.await.unwrap();
+}
+
+trait TapName {
+    fn tap_name(self, name: &str) -> Self;
+}
+
+impl TapName for Pod {
+    fn tap_name(mut self, name: &str) -> Self {
+        self.metadata.name = Some(name.into());
+        self
+    }
 }

@@ -193,6 +193,49 @@ impl<K: Send + Sync + 'static> ResourceEventHandler<K> for EventHandlerFns<K> {
     }
 }
 
+/// Passes on only the notifications about objects `filter` accepts (client-go's
+/// `FilteringResourceEventHandler`). For an update both states are tested: both pass → update;
+/// only the new one → add; only the old one → delete (as a [`Deleted::Final`] of the old state,
+/// the last state this handler was shown); neither → nothing. So the inner handler sees a
+/// consistent history of the filtered subset.
+pub struct FilteringHandler<F, H> {
+    filter: F,
+    handler: H,
+}
+
+impl<F, H> FilteringHandler<F, H> {
+    /// Wraps `handler` behind `filter`.
+    pub fn new(filter: F, handler: H) -> Self {
+        FilteringHandler { filter, handler }
+    }
+}
+
+impl<K, F, H> ResourceEventHandler<K> for FilteringHandler<F, H>
+where
+    K: CacheObject,
+    F: Fn(&K) -> bool + Send + Sync + 'static,
+    H: ResourceEventHandler<K>,
+{
+    fn on_add(&self, obj: Arc<K>, is_initial_list: bool) {
+        if (self.filter)(&obj) {
+            self.handler.on_add(obj, is_initial_list);
+        }
+    }
+    fn on_update(&self, old: Arc<K>, new: Arc<K>) {
+        match ((self.filter)(&old), (self.filter)(&new)) {
+            (true, true) => self.handler.on_update(old, new),
+            (false, true) => self.handler.on_add(new, false),
+            (true, false) => self.handler.on_delete(Deleted::Final(old)),
+            (false, false) => {}
+        }
+    }
+    fn on_delete(&self, obj: Deleted<K>) {
+        if (self.filter)(obj.object()) {
+            self.handler.on_delete(obj);
+        }
+    }
+}
+
 enum Notification<K> {
     Add(Arc<K>, bool),
     Update(Arc<K>, Arc<K>),

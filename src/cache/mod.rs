@@ -121,8 +121,8 @@ pub mod testing;
 
 pub use factory::{InformerScope, ListerWatcherSource, SharedInformerFactory};
 pub use informer::{
-    EventHandlerFns, HandlerRegistration, HasSynced, InformerError, InformerOptions,
-    ResourceEventHandler, SharedIndexInformer, wait_for_cache_sync,
+    EventHandlerFns, FilteringHandler, HandlerRegistration, HasSynced, InformerError,
+    InformerOptions, ResourceEventHandler, SharedIndexInformer, wait_for_cache_sync,
 };
 pub use keys::{Deleted, ObjectKey, key_of, split_key};
 pub use lister::{Lister, NamespaceLister};
