@@ -76,6 +76,20 @@ pub trait ListerWatcherSource: Send + Sync + 'static {
     fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K>;
 }
 
+/// The client's [`Client`](crate::client::Client) makes [`crate::client::Api`]s: namespaced
+/// when the scope names a namespace, all namespaces otherwise (which is also the right URL for
+/// cluster-scoped types).
+impl ListerWatcherSource for crate::client::Client {
+    fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K> {
+        match scope.namespace.as_deref() {
+            Some(ns) => {
+                BoxListerWatcher::new(crate::client::Api::<K>::namespaced(self.clone(), ns))
+            }
+            None => BoxListerWatcher::new(crate::client::Api::<K>::all(self.clone())),
+        }
+    }
+}
+
 trait Control: Send + Sync {
     fn run(&self, cancel: CancellationToken) -> BoxFuture<'static, ()>;
     fn has_synced(&self) -> bool;
