@@ -29,6 +29,7 @@ pub mod cache;
 pub mod client;
 pub mod controllers;
 pub mod leaderelection;
+pub mod manager;
 pub mod record;
 pub mod workqueue;
 

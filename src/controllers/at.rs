@@ -1,0 +1,916 @@
+//! # The At controller (cnat's `controller.go`, with its bugs fixed)
+//!
+//! An [`At`] asks for one thing: run `spec.command` once, at `spec.schedule`. This module
+//! decides, from what the controller has observed, what to do about it. The decision is a pure
+//! function, [`plan`]: given the At, what the pod lister says about its pod ([`PodState`]) and
+//! the current time, it returns a [`Plan`]: the pod to create, the status to write (only when
+//! it changed), the events to record, and when to look again. Keeping the decision pure makes
+//! every branch of the state machine testable without a server, and keeps the sync handler a
+//! short list of side effects.
+//!
+//! ## What is fixed relative to the book (see the reference's list of cnat's bugs)
+//!
+//! * the command runs as `/bin/sh -c <command>` (the book split it on spaces);
+//! * `restartPolicy: Never`, so a failing command ends the At as `DONE` with `result: Failed`
+//!   and its exit code (the book's `OnFailure` kept a failing At `RUNNING` for ever);
+//! * an unparsable schedule or an empty command is terminal until the spec changes: a Warning
+//!   `InvalidSpec` event and condition, no requeue (the book retried it with backoff for ever);
+//! * `PENDING` is written as soon as the At is seen, with the due time in `status.message`;
+//! * a pod with the At's pod name that this At does not control is never used or taken over:
+//!   Warning `ErrResourceExists` (the book read any such pod's phase as its own result);
+//! * `DONE` is final: a pod deleted afterwards is not recreated (the book reran the command at
+//!   the next resync);
+//! * the pod is read from the pod lister, never with a live GET.
+//!
+//! A schedule in the past still fires at once, however old (the book's example is from 2019).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
+use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
+
+/// The recorder's source component and the field manager of every write.
+pub const CONTROLLER_NAME: &str = "at-controller";
+
+/// The image the At's pod runs. Pinned (a `:latest` tag would make every start pull).
+pub const POD_IMAGE: &str = "busybox:1.36";
+
+/// The container name inside the At's pod (the book's).
+pub const POD_CONTAINER_NAME: &str = "busybox";
+
+/// Condition type: `True` once the At has run its command successfully.
+pub const CONDITION_READY: &str = "Ready";
+/// Condition type: `True` while the spec cannot be acted on.
+pub const CONDITION_INVALID_SPEC: &str = "InvalidSpec";
+
+/// Event reasons, as `kubectl describe at NAME` shows them.
+pub mod reason {
+    /// Normal: the At waits for its schedule.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// Normal: the pod running the command was created (or found).
+    pub const STARTED: &str = "Started";
+    /// Normal: the command succeeded.
+    pub const COMPLETED: &str = "Completed";
+    /// Warning: the command failed.
+    pub const FAILED: &str = "Failed";
+    /// Warning: the spec cannot be acted on (bad schedule, empty command).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Warning: a pod with the At's pod name exists and belongs to someone else.
+    pub const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
+    /// Warning: creating the pod failed.
+    pub const FAILED_CREATE: &str = "FailedCreate";
+    /// Condition reason: the pod runs.
+    pub const RUNNING: &str = "Running";
+}
+
+/// `Normal` or `Warning`, as core/v1 Events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// Routine progress.
+    Normal,
+    /// Something a user should look at.
+    Warning,
+}
+
+/// An event the sync should record once its writes have succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedEvent {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// CamelCase reason (see [`reason`]).
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// What the pod lister (plus the controller's expectations) says about the At's pod.
+#[derive(Clone, Copy, Debug)]
+pub enum PodState<'a> {
+    /// No pod of that name in the lister, and none is expected.
+    Absent,
+    /// The lister has no pod yet, but this controller created one and its informer has not
+    /// caught up: creating again would be a duplicate.
+    Expected,
+    /// The lister's pod of that name (controlled by this At or not).
+    Present(&'a Pod),
+}
+
+/// The decision of one sync: what to create, what status to write, what to tell the user,
+/// and when to look again. Produced by [`plan`], carried out by the sync handler in this order:
+/// create the pod, write the status, record the events, return `requeue_after`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// A pod to create.
+    pub create_pod: Option<Pod>,
+    /// The new status, present only when it differs from the current one.
+    pub status: Option<AtStatus>,
+    /// Events to record after the writes succeeded.
+    pub events: Vec<PlannedEvent>,
+    /// Look at this At again after this long (the schedule's due time), without an event.
+    pub requeue_after: Option<Duration>,
+}
+
+/// The At state machine, as a pure function of what the controller observed:
+///
+/// | phase | observation | decision |
+/// |---|---|---|
+/// | `DONE` | anything | nothing, ever (a deleted pod is not recreated) |
+/// | `PENDING` | schedule unparsable or command empty | `InvalidSpec` condition + Warning event; no requeue (the next spec change enqueues it) |
+/// | `PENDING` | due in the future | persist `PENDING` (+ Normal `Scheduled`), requeue exactly at the due time |
+/// | `PENDING` | due now or in the past | go `RUNNING` and continue below in the same sync |
+/// | `RUNNING` | pod absent | create `<name>-pod` (controller ownerReference, `/bin/sh -c`, `restartPolicy: Never`) |
+/// | `RUNNING` | pod expected (created, not yet in the lister) | wait for the pod informer |
+/// | any | pod not controlled by this At | Warning `ErrResourceExists`; the pod is left untouched |
+/// | `RUNNING` | pod Succeeded / Failed | `DONE` with result, exit code, message, completion time |
+/// | `RUNNING` | pod pending / running / being deleted | wait for the pod's next event |
+///
+/// The status in the plan is `Some` only when it differs from the At's current status, so a
+/// sync that changes nothing writes nothing.
+pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
+    let phase = at.phase();
+    if phase == AtPhase::Done {
+        return Plan::default();
+    }
+    let current = at.status.clone().unwrap_or_default();
+    let mut status = current.clone();
+    let generation = at.metadata.generation;
+    let mut out = Plan::default();
+
+    if phase == AtPhase::Pending {
+        let due = match validate_spec(&at.spec) {
+            Ok(due) => due,
+            Err(message) => {
+                status.phase = Some(AtPhase::Pending);
+                status.observed_generation = generation;
+                status.message = Some(message.clone());
+                let invalid = Condition::new(
+                    CONDITION_INVALID_SPEC,
+                    ConditionStatus::True,
+                    reason::INVALID_SPEC,
+                    message.as_str(),
+                    generation,
+                    now,
+                );
+                let ready = Condition::new(
+                    CONDITION_READY,
+                    ConditionStatus::False,
+                    reason::INVALID_SPEC,
+                    message.as_str(),
+                    generation,
+                    now,
+                );
+                let mut conditions_changed = set_condition(&mut status.conditions, invalid);
+                conditions_changed |= set_condition(&mut status.conditions, ready);
+                if conditions_changed || current.message.as_deref() != Some(message.as_str()) {
+                    out.events.push(PlannedEvent {
+                        type_: EventType::Warning,
+                        reason: reason::INVALID_SPEC,
+                        message,
+                    });
+                }
+                out.status = changed(&current, status);
+                return out;
+            }
+        };
+        remove_condition(&mut status.conditions, CONDITION_INVALID_SPEC);
+        if now < due {
+            let message = format!("waiting until {due} to run the command");
+            status.phase = Some(AtPhase::Pending);
+            status.observed_generation = generation;
+            set_condition(
+                &mut status.conditions,
+                Condition::new(
+                    CONDITION_READY,
+                    ConditionStatus::False,
+                    reason::SCHEDULED,
+                    message.as_str(),
+                    generation,
+                    now,
+                ),
+            );
+            if current.phase != Some(AtPhase::Pending)
+                || current.message.as_deref() != Some(message.as_str())
+            {
+                out.events.push(PlannedEvent {
+                    type_: EventType::Normal,
+                    reason: reason::SCHEDULED,
+                    message: format!("scheduled to run {:?} at {due}", at.spec.command),
+                });
+            }
+            status.message = Some(message);
+            out.status = changed(&current, status);
+            out.requeue_after =
+                Some(Duration::try_from(now.duration_until(due)).unwrap_or(Duration::ZERO));
+            return out;
+        }
+    }
+
+    // RUNNING (or PENDING that is due now): the pod decides.
+    let pod_name = at.pod_name();
+    let was_pending = phase == AtPhase::Pending;
+    match pod {
+        PodState::Present(pod) if !is_controlled_by(pod, at) => {
+            let message = format!("Resource {pod_name:?} already exists and is not managed by At");
+            status.phase = Some(phase);
+            status.observed_generation = generation;
+            let cond_changed = set_condition(
+                &mut status.conditions,
+                Condition::new(
+                    CONDITION_READY,
+                    ConditionStatus::False,
+                    reason::ERR_RESOURCE_EXISTS,
+                    message.as_str(),
+                    generation,
+                    now,
+                ),
+            );
+            if cond_changed || current.message.as_deref() != Some(message.as_str()) {
+                out.events.push(PlannedEvent {
+                    type_: EventType::Warning,
+                    reason: reason::ERR_RESOURCE_EXISTS,
+                    message: message.clone(),
+                });
+            }
+            status.message = Some(message);
+        }
+        PodState::Present(pod) => {
+            enter_running(&mut status, &pod_name, generation, now);
+            match finished(pod) {
+                Some(outcome) => {
+                    let (type_, event_reason, ready) = match outcome.result {
+                        AtResult::Succeeded => {
+                            (EventType::Normal, reason::COMPLETED, ConditionStatus::True)
+                        }
+                        AtResult::Failed => {
+                            (EventType::Warning, reason::FAILED, ConditionStatus::False)
+                        }
+                    };
+                    let cond_reason = match outcome.result {
+                        AtResult::Succeeded => "Succeeded",
+                        AtResult::Failed => "Failed",
+                    };
+                    status.phase = Some(AtPhase::Done);
+                    status.result = Some(outcome.result);
+                    status.exit_code = outcome.exit_code;
+                    status.completion_time = Some(truncate(now));
+                    status.message = Some(outcome.message.clone());
+                    set_condition(
+                        &mut status.conditions,
+                        Condition::new(
+                            CONDITION_READY,
+                            ready,
+                            cond_reason,
+                            outcome.message.as_str(),
+                            generation,
+                            now,
+                        ),
+                    );
+                    if was_pending {
+                        out.events.push(started_event(&pod_name, &at.spec.command));
+                    }
+                    out.events.push(PlannedEvent {
+                        type_,
+                        reason: event_reason,
+                        message: outcome.message,
+                    });
+                }
+                None => {
+                    let pod_phase = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.phase.as_deref())
+                        .unwrap_or("Pending");
+                    let message = if pod.metadata.deletion_timestamp.is_some() {
+                        format!("pod {pod_name} is being deleted before it finished")
+                    } else {
+                        format!("pod {pod_name} is {pod_phase}")
+                    };
+                    set_running_condition(&mut status, &message, generation, now);
+                    status.message = Some(message);
+                    if was_pending {
+                        out.events.push(started_event(&pod_name, &at.spec.command));
+                    }
+                }
+            }
+        }
+        PodState::Expected => {
+            enter_running(&mut status, &pod_name, generation, now);
+            let message = format!("pod {pod_name} created, waiting for it to run");
+            set_running_condition(&mut status, &message, generation, now);
+            status.message = Some(message);
+        }
+        PodState::Absent => {
+            enter_running(&mut status, &pod_name, generation, now);
+            let message = format!("pod {pod_name} created, waiting for it to run");
+            set_running_condition(&mut status, &message, generation, now);
+            status.message = Some(message);
+            out.create_pod = Some(new_pod(at));
+            out.events.push(if was_pending {
+                started_event(&pod_name, &at.spec.command)
+            } else {
+                PlannedEvent {
+                    type_: EventType::Normal,
+                    reason: reason::STARTED,
+                    message: format!(
+                        "created pod {pod_name} again: the previous one was deleted before it finished"
+                    ),
+                }
+            });
+        }
+    }
+    out.status = changed(&current, status);
+    out
+}
+
+/// Checks what a sync needs from the spec: a parsable schedule and a non-empty command.
+/// Returns the due time, or a message naming the field and the value.
+pub fn validate_spec(spec: &AtSpec) -> Result<Timestamp, String> {
+    if spec.command.trim().is_empty() {
+        return Err(format!(
+            "spec.command: {:?} is empty; expected a shell command line such as \"echo YAY\"",
+            spec.command
+        ));
+    }
+    spec.parse_schedule()
+}
+
+/// The book's `newPodForCR`, fixed: the command runs through a shell (the book split it on
+/// spaces), `restartPolicy: Never` (the book's `OnFailure` restarted a failing command in place
+/// for ever, so its pod never became Failed), and the pod carries a controller ownerReference
+/// so the garbage collector deletes it with its At and its events find their way back.
+pub fn new_pod(at: &At) -> Pod {
+    let name = at.metadata.name.clone().unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(at.pod_name()),
+            namespace: at.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([("app".to_string(), name)])),
+            owner_references: Some(vec![controller_ref(at)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: POD_CONTAINER_NAME.to_string(),
+                image: Some(POD_IMAGE.to_string()),
+                command: Some(vec![
+                    "/bin/sh".to_string(),
+                    "-c".to_string(),
+                    at.spec.command.clone(),
+                ]),
+                ..Container::default()
+            }],
+            restart_policy: Some("Never".to_string()),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// `metav1.NewControllerRef(at, At GVK)`: the ownerReference that makes the At the pod's
+/// controller (`controller: true`; `blockOwnerDeletion: true` so a foreground deletion of the
+/// At waits for its pod).
+pub fn controller_ref(at: &At) -> OwnerReference {
+    OwnerReference {
+        api_version: <At as k8s_openapi::Resource>::API_VERSION.to_string(),
+        kind: <At as k8s_openapi::Resource>::KIND.to_string(),
+        name: at.metadata.name.clone().unwrap_or_default(),
+        uid: at.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The pod's controller ownerReference if it points at an At of our API group (any version).
+pub fn at_controller_of(pod: &Pod) -> Option<&OwnerReference> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_deref()?
+        .iter()
+        .find(|r| r.controller == Some(true))?;
+    let group = owner
+        .api_version
+        .split_once('/')
+        .map(|(g, _)| g)
+        .unwrap_or("");
+    (owner.kind == <At as k8s_openapi::Resource>::KIND
+        && group == <At as k8s_openapi::Resource>::GROUP)
+        .then_some(owner)
+}
+
+/// `metav1.IsControlledBy`: the pod's controller ownerReference carries this At's UID.
+pub fn is_controlled_by(pod: &Pod, at: &At) -> bool {
+    match (at_controller_of(pod), at.metadata.uid.as_deref()) {
+        (Some(owner), Some(uid)) => owner.uid == uid,
+        _ => false,
+    }
+}
+
+/// How a finished pod ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Succeeded or Failed.
+    pub result: AtResult,
+    /// The container's exit code, when the kubelet reported one.
+    pub exit_code: Option<i32>,
+    /// A sentence for `status.message` and the event.
+    pub message: String,
+}
+
+/// The outcome of a pod in phase `Succeeded` or `Failed`; `None` while it has not finished.
+pub fn finished(pod: &Pod) -> Option<Outcome> {
+    let status = pod.status.as_ref()?;
+    let result = match status.phase.as_deref()? {
+        "Succeeded" => AtResult::Succeeded,
+        "Failed" => AtResult::Failed,
+        _ => return None,
+    };
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let terminated = status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.name == POD_CONTAINER_NAME)
+        .or_else(|| status.container_statuses.as_deref().and_then(|c| c.first()))
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.as_ref());
+    let exit_code = match (terminated, result) {
+        (Some(t), _) => Some(t.exit_code),
+        (None, AtResult::Succeeded) => Some(0),
+        (None, AtResult::Failed) => None,
+    };
+    let detail = terminated
+        .and_then(|t| t.reason.clone().or_else(|| t.message.clone()))
+        .or_else(|| status.reason.clone())
+        .or_else(|| status.message.clone());
+    let message = match (result, exit_code) {
+        (AtResult::Succeeded, _) => format!("pod {pod_name} succeeded: the command exited with 0"),
+        (AtResult::Failed, Some(code)) => match detail {
+            Some(d) => format!("pod {pod_name} failed: the command exited with {code} ({d})"),
+            None => format!("pod {pod_name} failed: the command exited with {code}"),
+        },
+        (AtResult::Failed, None) => match detail {
+            Some(d) => format!("pod {pod_name} failed: {d}"),
+            None => format!("pod {pod_name} failed"),
+        },
+    };
+    Some(Outcome {
+        result,
+        exit_code,
+        message,
+    })
+}
+
+fn enter_running(status: &mut AtStatus, pod_name: &str, generation: Option<i64>, now: Timestamp) {
+    status.phase = Some(AtPhase::Running);
+    status.pod_name = Some(pod_name.to_string());
+    status.observed_generation = generation;
+    if status.start_time.is_none() {
+        status.start_time = Some(truncate(now));
+    }
+}
+
+fn set_running_condition(
+    status: &mut AtStatus,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    set_condition(
+        &mut status.conditions,
+        Condition::new(
+            CONDITION_READY,
+            ConditionStatus::False,
+            reason::RUNNING,
+            message,
+            generation,
+            now,
+        ),
+    );
+}
+
+fn started_event(pod_name: &str, command: &str) -> PlannedEvent {
+    PlannedEvent {
+        type_: EventType::Normal,
+        reason: reason::STARTED,
+        message: format!("running {command:?} in pod {pod_name}"),
+    }
+}
+
+/// `metav1.Time` has whole seconds on the wire; keeping the same precision in memory makes a
+/// status read back from the server compare equal to the one that was written.
+fn truncate(t: Timestamp) -> Timestamp {
+    crate::apis::conditions::truncate_to_seconds(t)
+}
+
+fn changed(current: &AtStatus, new: AtStatus) -> Option<AtStatus> {
+    (new != *current).then_some(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    const NOW: &str = "2030-06-01T12:00:00Z";
+
+    fn at(schedule: &str, command: &str, status: Option<AtStatus>) -> At {
+        At {
+            metadata: ObjectMeta {
+                name: Some("example-at".into()),
+                namespace: Some("cnat".into()),
+                uid: Some("uid-at".into()),
+                generation: Some(1),
+                resource_version: Some("7".into()),
+                ..ObjectMeta::default()
+            },
+            spec: AtSpec {
+                schedule: schedule.into(),
+                command: command.into(),
+            },
+            status,
+        }
+    }
+
+    fn with_phase(mut a: At, now: Timestamp) -> At {
+        // Runs the planner until it settles, applying its status like the server would.
+        loop {
+            let p = plan(&a, PodState::Expected, now);
+            match p.status {
+                Some(s) => a.status = Some(s),
+                None => return a,
+            }
+        }
+    }
+
+    fn pod_of(a: &At, phase: &str, exit: Option<i32>) -> Pod {
+        let mut p = new_pod(a);
+        p.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            container_statuses: exit.map(|code| {
+                vec![ContainerStatus {
+                    name: POD_CONTAINER_NAME.into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: code,
+                            reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn pending_not_due_persists_pending_and_requeues_exactly_at_the_due_time() {
+        let a = at("2030-06-01T12:00:42Z", "echo YAY", None);
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(42)));
+        assert_eq!(p.create_pod, None);
+        let st = p.status.expect("PENDING is written");
+        assert_eq!(st.phase, Some(AtPhase::Pending));
+        assert_eq!(st.observed_generation, Some(1));
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].reason, reason::SCHEDULED);
+        assert_eq!(p.events[0].type_, EventType::Normal);
+
+        // The same observation a moment later: nothing new to write or say, only the timer.
+        let a2 = At {
+            status: Some(st),
+            ..a
+        };
+        let later = ts("2030-06-01T12:00:40.5Z");
+        let p2 = plan(&a2, PodState::Absent, later);
+        assert_eq!(p2.status, None);
+        assert!(p2.events.is_empty());
+        assert_eq!(p2.requeue_after, Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn sub_second_schedules_are_exact() {
+        let a = at("2030-06-01T12:00:00.250Z", "true", None);
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert_eq!(p.requeue_after, Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn due_creates_the_pod_and_goes_running_in_one_sync() {
+        let a = at(
+            "2030-06-01T12:00:00Z",
+            "echo YAY | tr A-Z a-z > /dev/null && exit 0",
+            None,
+        );
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert_eq!(p.requeue_after, None);
+        let pod = p.create_pod.expect("pod created");
+        assert_eq!(pod.metadata.name.as_deref(), Some("example-at-pod"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("cnat"));
+        let owners = pod.metadata.owner_references.as_ref().unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].kind, "At");
+        assert_eq!(
+            owners[0].api_version,
+            "cnat.programming-kubernetes.info/v1alpha1"
+        );
+        assert_eq!(owners[0].uid, "uid-at");
+        assert_eq!(owners[0].controller, Some(true));
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            spec.containers[0].command.as_deref().unwrap(),
+            [
+                "/bin/sh",
+                "-c",
+                "echo YAY | tr A-Z a-z > /dev/null && exit 0"
+            ]
+        );
+        assert!(is_controlled_by(&pod, &a));
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Running));
+        assert_eq!(st.pod_name.as_deref(), Some("example-at-pod"));
+        assert_eq!(st.start_time, Some(ts(NOW)));
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].reason, reason::STARTED);
+    }
+
+    #[test]
+    fn past_schedules_fire_at_once() {
+        let a = at("2019-04-12T10:12:00Z", "echo YAY", None);
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert!(p.create_pod.is_some());
+        assert_eq!(p.status.unwrap().phase, Some(AtPhase::Running));
+    }
+
+    #[test]
+    fn running_without_pod_creates_it_unless_one_is_expected() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "true", None), ts(NOW));
+        assert_eq!(a.phase(), AtPhase::Running);
+
+        // Expected: the informer has not seen our pod yet; never create a second one.
+        let p = plan(&a, PodState::Expected, ts(NOW));
+        assert_eq!(p, Plan::default());
+
+        // Absent and not expected: the pod was deleted while running; create it again.
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert!(p.create_pod.is_some());
+        assert_eq!(p.events[0].reason, reason::STARTED);
+        assert!(p.events[0].message.contains("again"), "{:?}", p.events);
+    }
+
+    #[test]
+    fn running_pod_waits_for_its_next_event() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "sleep 10", None), ts(NOW));
+        let pod = pod_of(&a, "Running", None);
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        assert_eq!(p.create_pod, None);
+        assert_eq!(p.requeue_after, None);
+        assert!(p.events.is_empty());
+        let st = p.status.expect("message says the pod runs");
+        assert_eq!(st.phase, Some(AtPhase::Running));
+        assert_eq!(st.message.as_deref(), Some("pod example-at-pod is Running"));
+        let settled = At {
+            status: Some(st),
+            ..a
+        };
+        assert_eq!(
+            plan(&settled, PodState::Present(&pod), ts(NOW)),
+            Plan::default()
+        );
+    }
+
+    #[test]
+    fn succeeded_pod_makes_it_done() {
+        let a = with_phase(
+            at("2030-06-01T11:00:00Z", "echo YAY", None),
+            ts("2030-06-01T11:00:00Z"),
+        );
+        let pod = pod_of(&a, "Succeeded", Some(0));
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Done));
+        assert_eq!(st.result, Some(AtResult::Succeeded));
+        assert_eq!(st.exit_code, Some(0));
+        assert_eq!(st.start_time, Some(ts("2030-06-01T11:00:00Z")));
+        assert_eq!(st.completion_time, Some(ts(NOW)));
+        let ready =
+            crate::apis::conditions::find_condition(&st.conditions, CONDITION_READY).unwrap();
+        assert_eq!(ready.status, ConditionStatus::True);
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].reason, reason::COMPLETED);
+        assert_eq!(p.events[0].type_, EventType::Normal);
+    }
+
+    #[test]
+    fn failed_pod_makes_it_done_with_the_exit_code() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "exit 3", None), ts(NOW));
+        let pod = pod_of(&a, "Failed", Some(3));
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Done));
+        assert_eq!(st.result, Some(AtResult::Failed));
+        assert_eq!(st.exit_code, Some(3));
+        assert_eq!(
+            st.message.as_deref(),
+            Some("pod example-at-pod failed: the command exited with 3 (Error)")
+        );
+        assert_eq!(p.events[0].type_, EventType::Warning);
+        assert_eq!(p.events[0].reason, reason::FAILED);
+    }
+
+    #[test]
+    fn failed_pod_without_container_status_keeps_the_pods_reason() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "true", None), ts(NOW));
+        let mut pod = pod_of(&a, "Failed", None);
+        pod.status.as_mut().unwrap().reason = Some("Evicted".into());
+        let st = plan(&a, PodState::Present(&pod), ts(NOW)).status.unwrap();
+        assert_eq!(st.exit_code, None);
+        assert_eq!(
+            st.message.as_deref(),
+            Some("pod example-at-pod failed: Evicted")
+        );
+    }
+
+    #[test]
+    fn pending_due_with_a_finished_pod_goes_straight_to_done() {
+        // The controller created the pod, then restarted before writing RUNNING.
+        let a = at("2030-06-01T11:00:00Z", "echo YAY", None);
+        let pod = pod_of(&a, "Succeeded", Some(0));
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        assert_eq!(p.create_pod, None);
+        assert_eq!(p.status.unwrap().phase, Some(AtPhase::Done));
+        let reasons: Vec<_> = p.events.iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, [reason::STARTED, reason::COMPLETED]);
+    }
+
+    #[test]
+    fn done_does_nothing_ever() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "true", None), ts(NOW));
+        let pod = pod_of(&a, "Succeeded", Some(0));
+        let done = At {
+            status: plan(&a, PodState::Present(&pod), ts(NOW)).status,
+            ..a
+        };
+        assert_eq!(done.phase(), AtPhase::Done);
+        for state in [
+            PodState::Absent,
+            PodState::Expected,
+            PodState::Present(&pod),
+        ] {
+            assert_eq!(
+                plan(&done, state, ts("2031-01-01T00:00:00Z")),
+                Plan::default()
+            );
+        }
+        // Even a spec change (new generation, now invalid) leaves a DONE At alone.
+        let mut edited = done.clone();
+        edited.metadata.generation = Some(2);
+        edited.spec.schedule = "garbage".into();
+        assert_eq!(plan(&edited, PodState::Absent, ts(NOW)), Plan::default());
+    }
+
+    #[test]
+    fn foreign_pod_is_reported_and_never_taken_over() {
+        let a = at("2030-06-01T11:00:00Z", "true", None);
+        let mut foreign = pod_of(&a, "Succeeded", Some(0));
+        foreign.metadata.owner_references = None;
+        let p = plan(&a, PodState::Present(&foreign), ts(NOW));
+        assert_eq!(p.create_pod, None);
+        assert_eq!(p.requeue_after, None);
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Pending), "the At did not start");
+        assert_eq!(st.result, None);
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].type_, EventType::Warning);
+        assert_eq!(p.events[0].reason, reason::ERR_RESOURCE_EXISTS);
+        assert_eq!(
+            p.events[0].message,
+            "Resource \"example-at-pod\" already exists and is not managed by At"
+        );
+        // Seen again: nothing new to write, no second event.
+        let again = At {
+            status: Some(st),
+            ..a.clone()
+        };
+        assert_eq!(
+            plan(&again, PodState::Present(&foreign), ts(NOW)),
+            Plan::default()
+        );
+
+        // A pod controlled by another At (different UID) is foreign too.
+        let mut other = pod_of(&a, "Running", None);
+        other.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-other".into();
+        assert!(!is_controlled_by(&other, &a));
+        assert_eq!(
+            plan(&a, PodState::Present(&other), ts(NOW)).events[0].reason,
+            reason::ERR_RESOURCE_EXISTS
+        );
+    }
+
+    #[test]
+    fn invalid_spec_sets_a_condition_once_and_never_requeues() {
+        for (schedule, command, field) in [
+            ("tomorrow", "echo hi", "spec.schedule"),
+            ("", "echo hi", "spec.schedule"),
+            ("2030-06-01", "echo hi", "spec.schedule"),
+            ("2030-06-01T12:00:00Z", "", "spec.command"),
+            ("2030-06-01T12:00:00Z", "   ", "spec.command"),
+        ] {
+            let a = at(schedule, command, None);
+            let p = plan(&a, PodState::Absent, ts(NOW));
+            assert_eq!(p.requeue_after, None, "{schedule:?} {command:?}");
+            assert_eq!(p.create_pod, None);
+            let st = p.status.clone().unwrap();
+            assert_eq!(st.phase, Some(AtPhase::Pending));
+            let cond =
+                crate::apis::conditions::find_condition(&st.conditions, CONDITION_INVALID_SPEC)
+                    .unwrap();
+            assert_eq!(cond.status, ConditionStatus::True);
+            assert!(cond.message.contains(field), "{}", cond.message);
+            assert_eq!(p.events.len(), 1);
+            assert_eq!(p.events[0].type_, EventType::Warning);
+            assert_eq!(p.events[0].reason, reason::INVALID_SPEC);
+            // The next sync (triggered by our own status write) changes nothing.
+            let settled = At {
+                status: Some(st),
+                ..a
+            };
+            assert_eq!(plan(&settled, PodState::Absent, ts(NOW)), Plan::default());
+        }
+    }
+
+    #[test]
+    fn fixing_the_spec_clears_the_condition_and_schedules() {
+        let bad = with_phase(at("tomorrow", "echo hi", None), ts(NOW));
+        let mut fixed = bad.clone();
+        fixed.spec.schedule = "2030-06-01T13:00:00Z".into();
+        fixed.metadata.generation = Some(2);
+        let p = plan(&fixed, PodState::Absent, ts(NOW));
+        let st = p.status.unwrap();
+        assert!(
+            crate::apis::conditions::find_condition(&st.conditions, CONDITION_INVALID_SPEC)
+                .is_none()
+        );
+        assert_eq!(st.observed_generation, Some(2));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(3600)));
+        assert_eq!(p.events[0].reason, reason::SCHEDULED);
+    }
+
+    #[test]
+    fn rescheduling_a_pending_at_moves_the_timer() {
+        let a = with_phase(at("2030-06-01T13:00:00Z", "true", None), ts(NOW));
+        let mut moved = a.clone();
+        moved.spec.schedule = "2030-06-01T12:30:00Z".into();
+        moved.metadata.generation = Some(2);
+        let p = plan(&moved, PodState::Absent, ts(NOW));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(1800)));
+        assert_eq!(p.events[0].reason, reason::SCHEDULED);
+        assert!(p.status.is_some());
+    }
+
+    #[test]
+    fn pod_being_deleted_is_waited_for() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "sleep 100", None), ts(NOW));
+        let mut pod = pod_of(&a, "Running", None);
+        pod.metadata.deletion_timestamp = Some(Time(ts(NOW)));
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        assert_eq!(p.create_pod, None);
+        assert!(p.status.unwrap().message.unwrap().contains("being deleted"));
+    }
+
+    #[test]
+    fn controller_of_checks_kind_and_group() {
+        let a = at("2030-06-01T11:00:00Z", "true", None);
+        let mut pod = new_pod(&a);
+        assert!(at_controller_of(&pod).is_some());
+        pod.metadata.owner_references.as_mut().unwrap()[0].api_version =
+            "other.example.com/v1".into();
+        assert!(
+            at_controller_of(&pod).is_none(),
+            "the book ignored the group"
+        );
+        let mut pod = new_pod(&a);
+        pod.metadata.owner_references.as_mut().unwrap()[0].controller = Some(false);
+        assert!(
+            at_controller_of(&pod).is_none(),
+            "only a controller ref counts"
+        );
+    }
+}
