@@ -10,16 +10,22 @@
 //! * [`error`]: `metav1.Status` errors and the `is_not_found` family;
 //! * [`watch`]: watch events and the newline-delimited JSON decoder.
 
+pub mod api;
+pub mod config;
 pub mod error;
 pub mod params;
+pub mod transport;
 pub mod watch;
 
+pub use api::{Api, DeleteResponse};
+pub use config::{Config, ConfigOptions};
 pub use error::{Error, Result};
 pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
-pub use watch::{Bookmark, WatchEvent, WatchStream};
+pub use transport::{Client, ClientMetrics, MetricsSnapshot};
+pub use watch::{Bookmark, WatchDecoder, WatchEvent, WatchStream};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
 use serde::{Deserialize, Deserializer};

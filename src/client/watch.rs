@@ -1,16 +1,46 @@
-//! Watch events: what a `?watch=true` stream carries.
+//! Watch events: what a `?watch=true` stream carries, and the decoder that reads it.
 //!
-//! A watch is one long HTTP response. The server writes one JSON object per line,
-//! `{"type":"ADDED","object":{...}}\n`, flushing each as it happens; the client reads lines as
-//! they arrive. Types: `ADDED`, `MODIFIED`, `DELETED` (the object's last state), `BOOKMARK`
-//! (only `metadata.resourceVersion` is meaningful: "you are up to date until here") and
+//! ## Why watches stream
+//!
+//! A controller must see every change to the objects it manages, soon after it happens. Polling
+//! (`list` every few seconds) costs a full list per poll and still misses the intermediate states.
+//! Instead the client opens one long `GET ...?watch=true&resourceVersion=N` and the server keeps
+//! the response open, writing one JSON object per line, `{"type":"ADDED","object":{...}}\n`,
+//! flushing each as the change is committed. The client reads lines as they arrive. The server
+//! ends the response cleanly after `timeoutSeconds`; the client (the reflector) then opens a new
+//! watch from the last resourceVersion it saw, so nothing is lost and nothing repeats.
+//!
+//! ## What a resourceVersion is
+//!
+//! Every write to the API server's storage bumps one cluster-wide counter (etcd's revision); an
+//! object's `metadata.resourceVersion` is the counter value of its last write, and a list's
+//! `metadata.resourceVersion` is the counter value its snapshot was taken at. Clients must treat
+//! it as an opaque string (compare for equality only), but it orders history: a watch "from N"
+//! delivers every change after N. The server keeps a bounded window of history; asking for
+//! something older yields `410 Gone` (reason `Expired`), and the client must list again.
+//!
+//! ## Event types
+//!
+//! `ADDED`, `MODIFIED`, `DELETED` (the object's last state), `BOOKMARK` (only
+//! `metadata.resourceVersion` is meaningful: "you are up to date until here"; with
+//! `sendInitialEvents` one bookmark carries the `k8s.io/initial-events-end` annotation) and
 //! `ERROR` (a `metav1.Status`, e.g. 410 Expired when the requested resourceVersion is older than
-//! the server's history window).
+//! the server's history window). Any other type is a decode error, never a panic.
+//!
+//! ## Decoding
+//!
+//! [`WatchDecoder`] is a pure, push-style decoder: bytes in (cut anywhere), events out. It never
+//! buffers more than one bounded line ([`DEFAULT_MAX_LINE`], 16 MiB). [`decode_stream`] drives it
+//! from a response body and is what [`crate::client::Api::watch`] returns. client-go's JSON
+//! framer reads whole JSON values rather than lines; the API server always writes one event per
+//! line, so splitting on `\n` reads the same wire format with a simpler bound on memory.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde::Deserialize;
 
 /// One decoded watch event.
+// ERROR events are rare and short-lived; keeping `Status` unboxed keeps matching simple.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchEvent<K> {
     /// The object appeared (or the watch started and this is part of the current state).
@@ -53,3 +83,381 @@ pub struct RawEvent {
 pub type WatchStream<K> = std::pin::Pin<
     Box<dyn futures_util::Stream<Item = crate::client::Result<WatchEvent<K>>> + Send + 'static>,
 >;
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+// ---------------------------------------------------------------------------------------------
+
+/// Default bound on one watch line: 16 MiB, comfortably above the API server's 3 MiB object limit
+/// (etcd's 1.5 MiB request limit plus JSON overhead), far below "unbounded".
+pub const DEFAULT_MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// A push-style decoder for newline-delimited watch JSON.
+///
+/// Feed it the body's chunks in order with [`WatchDecoder::push`]; each call returns the events
+/// completed by that chunk, in order. The chunk boundaries are arbitrary — a chunk may hold half a
+/// line, many lines, or a single byte — and the decoder's output depends only on the
+/// concatenated bytes, never on how they were cut (a property test checks exactly this).
+///
+/// Invariants:
+/// * at most `max_line` bytes of an unfinished line are buffered; a longer line yields one
+///   [`Error::LineTooLong`] and is skipped up to its newline, so memory stays bounded;
+/// * blank lines (keep-alives) are ignored, a trailing `\r` is tolerated;
+/// * a line that does not decode yields one `Err` and decoding resumes at the next line (the
+///   stream built on top stops at the first error, as client-go's `StreamWatcher` does).
+///
+/// [`Error::LineTooLong`]: crate::client::Error::LineTooLong
+#[derive(Debug)]
+pub struct WatchDecoder<K> {
+    buf: Vec<u8>,
+    max_line: usize,
+    /// Inside a line that already exceeded the bound: drop bytes until the next newline.
+    discarding: bool,
+    _kind: std::marker::PhantomData<fn() -> K>,
+}
+
+impl<K> Default for WatchDecoder<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K> WatchDecoder<K> {
+    /// A decoder with the default 16 MiB line bound.
+    pub fn new() -> Self {
+        Self::with_max_line(DEFAULT_MAX_LINE)
+    }
+
+    /// A decoder with a custom line bound (bytes, excluding the newline).
+    pub fn with_max_line(max_line: usize) -> Self {
+        WatchDecoder {
+            buf: Vec::new(),
+            max_line,
+            discarding: false,
+            _kind: std::marker::PhantomData,
+        }
+    }
+
+    /// Bytes of an unfinished line currently held.
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+impl<K: serde::de::DeserializeOwned> WatchDecoder<K> {
+    /// Feeds one chunk; returns every event the chunk completed, in order.
+    pub fn push(&mut self, mut chunk: &[u8]) -> Vec<crate::client::Result<WatchEvent<K>>> {
+        let mut out = Vec::new();
+        while !chunk.is_empty() {
+            match chunk.iter().position(|b| *b == b'\n') {
+                Some(nl) => {
+                    let (part, rest) = chunk.split_at(nl);
+                    chunk = &rest[1..];
+                    if self.discarding {
+                        self.discarding = false;
+                        continue;
+                    }
+                    if self.buf.len() + part.len() > self.max_line {
+                        self.buf.clear();
+                        out.push(Err(crate::client::Error::LineTooLong {
+                            limit: self.max_line,
+                        }));
+                        continue;
+                    }
+                    let ev = if self.buf.is_empty() {
+                        decode_line(part)
+                    } else {
+                        self.buf.extend_from_slice(part);
+                        let line = std::mem::take(&mut self.buf);
+                        decode_line(&line)
+                    };
+                    if let Some(ev) = ev {
+                        out.push(ev);
+                    }
+                }
+                None => {
+                    if !self.discarding {
+                        if self.buf.len() + chunk.len() > self.max_line {
+                            self.buf.clear();
+                            self.discarding = true;
+                            out.push(Err(crate::client::Error::LineTooLong {
+                                limit: self.max_line,
+                            }));
+                        } else {
+                            self.buf.extend_from_slice(chunk);
+                        }
+                    }
+                    chunk = &[];
+                }
+            }
+        }
+        out
+    }
+
+    /// The body ended: decodes a final line that had no newline. `None` when nothing but
+    /// whitespace was left. A server always ends events with `\n`, so leftovers usually mean the
+    /// connection was cut mid-event; the result then is a decode error the caller may log.
+    pub fn finish(&mut self) -> Option<crate::client::Result<WatchEvent<K>>> {
+        self.discarding = false;
+        let line = std::mem::take(&mut self.buf);
+        decode_line(&line)
+    }
+}
+
+/// Decodes one line; `None` for a blank line.
+fn decode_line<K: serde::de::DeserializeOwned>(
+    line: &[u8],
+) -> Option<crate::client::Result<WatchEvent<K>>> {
+    let line = line.trim_ascii();
+    if line.is_empty() {
+        return None;
+    }
+    Some(decode_event(line))
+}
+
+/// Decodes one complete watch event envelope.
+pub fn decode_event<K: serde::de::DeserializeOwned>(
+    line: &[u8],
+) -> crate::client::Result<WatchEvent<K>> {
+    use crate::client::Error;
+    let raw: RawEvent = serde_json::from_slice(line).map_err(|source| Error::Decode {
+        what: "watch event envelope".into(),
+        source,
+    })?;
+    let typed = |what: &str, v: serde_json::Value| {
+        serde_json::from_value::<K>(v).map_err(|source| Error::Decode {
+            what: format!("object of {what} watch event"),
+            source,
+        })
+    };
+    match raw.type_.as_str() {
+        "ADDED" => typed("ADDED", raw.object).map(WatchEvent::Added),
+        "MODIFIED" => typed("MODIFIED", raw.object).map(WatchEvent::Modified),
+        "DELETED" => typed("DELETED", raw.object).map(WatchEvent::Deleted),
+        "BOOKMARK" => decode_bookmark(&raw.object).map(WatchEvent::Bookmark),
+        "ERROR" => serde_json::from_value::<Status>(raw.object)
+            .map(WatchEvent::Error)
+            .map_err(|source| Error::Decode {
+                what: "Status of ERROR watch event".into(),
+                source,
+            }),
+        other => Err(Error::Other(format!(
+            "unknown watch event type {:?} (expected ADDED, MODIFIED, DELETED, BOOKMARK or ERROR)",
+            truncate(other, 64)
+        ))),
+    }
+}
+
+fn truncate(s: &str, max: usize) -> &str {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+/// A bookmark's object is the watched kind with only `metadata.resourceVersion` (and maybe the
+/// initial-events-end annotation) set; it is read without typing it as `K`, because required
+/// fields of `K` are absent.
+fn decode_bookmark(object: &serde_json::Value) -> crate::client::Result<Bookmark> {
+    let meta = object.get("metadata");
+    let rv = meta
+        .and_then(|m| m.get("resourceVersion"))
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| {
+            crate::client::Error::Other(
+                "BOOKMARK watch event without a string metadata.resourceVersion".into(),
+            )
+        })?;
+    let initial_events_end = meta
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(INITIAL_EVENTS_END_ANNOTATION))
+        .and_then(|v| v.as_str())
+        == Some("true");
+    Ok(Bookmark {
+        resource_version: rv.to_owned(),
+        initial_events_end,
+    })
+}
+
+/// Turns a byte-chunk stream (a response body) into a [`WatchStream`].
+///
+/// The stream yields events as lines complete, yields the first error and then ends (client-go's
+/// `StreamWatcher` closes after a decode error too), and ends quietly when the body ends. A
+/// truncated final line (the connection was cut mid-event) is logged at debug and dropped, as
+/// client-go treats an unexpected EOF.
+pub fn decode_stream<K, S, E>(body: S, max_line: usize) -> WatchStream<K>
+where
+    K: serde::de::DeserializeOwned + Send + 'static,
+    S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Send + 'static,
+    E: std::fmt::Display,
+{
+    use futures_util::StreamExt;
+    use std::collections::VecDeque;
+
+    struct State<K, S> {
+        body: std::pin::Pin<Box<S>>,
+        decoder: WatchDecoder<K>,
+        pending: VecDeque<crate::client::Result<WatchEvent<K>>>,
+        done: bool,
+    }
+    let state = State {
+        body: Box::pin(body),
+        decoder: WatchDecoder::with_max_line(max_line),
+        pending: VecDeque::new(),
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(ev) = st.pending.pop_front() {
+                if ev.is_err() {
+                    st.pending.clear();
+                    st.done = true;
+                }
+                return Some((ev, st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.body.next().await {
+                Some(Ok(chunk)) => st.pending.extend(st.decoder.push(&chunk)),
+                Some(Err(e)) => {
+                    st.done = true;
+                    return Some((
+                        Err(crate::client::Error::Transport(format!(
+                            "reading watch stream: {e}"
+                        ))),
+                        st,
+                    ));
+                }
+                None => {
+                    st.done = true;
+                    match st.decoder.finish() {
+                        Some(Ok(ev)) => return Some((Ok(ev), st)),
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "watch stream ended inside an event; dropping the partial line");
+                            return None;
+                        }
+                        None => return None,
+                    }
+                }
+            }
+        }
+    });
+    stream.boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm_line(t: &str, name: &str, rv: &str) -> String {
+        format!(
+            "{{\"type\":\"{t}\",\"object\":{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"{name}\",\"resourceVersion\":\"{rv}\"}}}}}}\n"
+        )
+    }
+
+    #[test]
+    fn decodes_all_event_types_across_split_chunks() {
+        let mut body = String::new();
+        body += &cm_line("ADDED", "a", "1");
+        body += &cm_line("MODIFIED", "a", "2");
+        body += "\n";
+        body += &cm_line("DELETED", "a", "3");
+        body += r#"{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+        body += "\r\n";
+        body += r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","message":"too old resource version: 1 (9)","reason":"Expired","code":410}}"#;
+        body += "\n";
+        let mut d = WatchDecoder::<ConfigMap>::new();
+        let bytes = body.as_bytes();
+        let mut evs = d.push(&bytes[..17]);
+        evs.extend(d.push(&bytes[17..]));
+        assert!(d.finish().is_none());
+        let evs: Vec<_> = evs.into_iter().map(|e| e.unwrap()).collect();
+        assert_eq!(evs.len(), 5);
+        assert!(matches!(&evs[0], WatchEvent::Added(c) if c.metadata.name.as_deref() == Some("a")));
+        assert!(matches!(&evs[1], WatchEvent::Modified(_)));
+        assert!(
+            matches!(&evs[2], WatchEvent::Deleted(c) if c.metadata.resource_version.as_deref() == Some("3"))
+        );
+        assert_eq!(
+            evs[3],
+            WatchEvent::Bookmark(Bookmark {
+                resource_version: "9".into(),
+                initial_events_end: true
+            })
+        );
+        match &evs[4] {
+            WatchEvent::Error(s) => {
+                let e = crate::client::Error::from_status(s.clone());
+                assert!(e.is_gone());
+            }
+            other => panic!("expected ERROR, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_type_is_an_error_and_decoding_resumes() {
+        let mut d = WatchDecoder::<ConfigMap>::new();
+        let body = format!(
+            "{{\"type\":\"EXPLODED\",\"object\":{{}}}}\n{}",
+            cm_line("ADDED", "b", "4")
+        );
+        let evs = d.push(body.as_bytes());
+        assert_eq!(evs.len(), 2);
+        let err = evs[0].as_ref().unwrap_err().to_string();
+        assert!(err.contains("EXPLODED"), "{err}");
+        assert!(evs[1].is_ok());
+    }
+
+    #[test]
+    fn overlong_line_is_bounded_and_skipped() {
+        let mut d = WatchDecoder::<ConfigMap>::with_max_line(100);
+        let mut evs = Vec::new();
+        for _ in 0..100 {
+            evs.extend(d.push(&[b'x'; 10]));
+            assert!(d.buffered() <= 100);
+        }
+        evs.extend(d.push(b"\n"));
+        evs.extend(d.push(br#"{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"5"}}}"#));
+        evs.extend(d.finish());
+        assert_eq!(evs.len(), 2);
+        assert!(matches!(
+            evs[0],
+            Err(crate::client::Error::LineTooLong { limit: 100 })
+        ));
+        assert!(matches!(&evs[1], Ok(WatchEvent::Bookmark(b)) if b.resource_version == "5"));
+    }
+
+    #[test]
+    fn bookmark_without_rv_and_garbage_are_errors_not_panics() {
+        let mut d = WatchDecoder::<ConfigMap>::new();
+        let evs = d.push(b"{\"type\":\"BOOKMARK\",\"object\":{}}\nnot json\n{\"type\":\"ADDED\",\"object\":{\"metadata\":7}}\n");
+        assert_eq!(evs.len(), 3);
+        assert!(evs.iter().all(|e| e.is_err()));
+    }
+
+    #[tokio::test]
+    async fn stream_ends_after_first_error_and_on_clean_eof() {
+        use futures_util::StreamExt;
+        let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = vec![
+            Ok(bytes::Bytes::from(cm_line("ADDED", "a", "1"))),
+            Ok(bytes::Bytes::from_static(
+                b"{\"type\":\"WAT\",\"object\":{}}\n",
+            )),
+            Ok(bytes::Bytes::from(cm_line("ADDED", "b", "2"))),
+        ];
+        let s = decode_stream::<ConfigMap, _, _>(futures_util::stream::iter(chunks), 1024);
+        let got: Vec<_> = s.collect().await;
+        assert_eq!(got.len(), 2);
+        assert!(got[0].is_ok() && got[1].is_err());
+
+        let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = vec![
+            Ok(bytes::Bytes::from(cm_line("ADDED", "a", "1"))),
+            Ok(bytes::Bytes::from_static(b"{\"type\":\"ADD")),
+        ];
+        let s = decode_stream::<ConfigMap, _, _>(futures_util::stream::iter(chunks), 1024);
+        let got: Vec<_> = s.collect().await;
+        assert_eq!(got.len(), 1, "a truncated final line is dropped quietly");
+    }
+}

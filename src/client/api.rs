@@ -1,0 +1,514 @@
+//! `Api<K>`: the typed verbs for one kind, like client-go's generated typed clients
+//! (`clientset.CoreV1().Pods(ns)`, `cnatClientset.CnatV1alpha1().Ats(ns)`), but generic.
+//!
+//! ## From a Rust type to a URL
+//!
+//! Every `K: k8s_openapi::Resource` knows its group, version and plural (`URL_PATH_SEGMENT`), for
+//! built-in kinds and for this crate's CRDs alike. The collection URL is
+//!
+//! ```text
+//! /api/v1[/namespaces/<ns>]/<plural>                       core group ("")
+//! /apis/<group>/<version>[/namespaces/<ns>]/<plural>       every other group
+//! ```
+//!
+//! with `/<name>` appended for one object and `/status` for the status subresource. An `Api`
+//! built with [`Api::all`] or [`Api::cluster`] leaves out the namespace segment: for a namespaced
+//! kind that lists across all namespaces, for a cluster-scoped kind it is the only form.
+//!
+//! ## Verbs
+//!
+//! | verb | HTTP | notes |
+//! |---|---|---|
+//! | `get` / `get_opt` | GET item | `get_opt` turns 404 into `None` |
+//! | `list` | GET collection | one page when `limit` is set; `metadata.continue` names the next |
+//! | `list_all` | GET pages | client-go's pager: follows `continue`, falls back to one full list when a token expired (410) |
+//! | `create` | POST collection | |
+//! | `update` / `update_status` | PUT item (`/status`) | optimistic concurrency: a stale `metadata.resourceVersion` is 409 Conflict |
+//! | `patch` / `patch_status` | PATCH item | merge, JSON, strategic merge, server-side apply |
+//! | `delete` | DELETE item | body is `DeleteOptions`; answer is the object (finalizers pending) or a Status |
+//! | `delete_collection` | DELETE collection | label/field selectors pick what goes |
+//! | `watch` | GET collection `?watch=true` | a stream of [`WatchEvent`]s, see [`crate::client::watch`] |
+//!
+//! `Api<K>` implements [`crate::cache::ListerWatcher`], so a reflector can run on it directly.
+
+use std::marker::PhantomData;
+
+use bytes::Bytes;
+use http::{Method, Request};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::params::{push_query, url_encode};
+use super::{
+    Client, DeleteParams, Error, ListParams, ObjectList, Patch, PatchParams, PostParams, Result,
+    WatchParams, WatchStream,
+};
+
+/// The page size `list_all` uses when the params give none (client-go's pager default).
+pub const DEFAULT_PAGE_SIZE: u32 = 500;
+
+/// What a DELETE answered: the object itself (still present, e.g. waiting for finalizers or
+/// foreground deletion) or a `Status` (it is gone).
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeleteResponse<T> {
+    /// The object, with `metadata.deletionTimestamp` set.
+    Object(T),
+    /// `status: Success`; the object is gone.
+    Status(Box<Status>),
+}
+
+/// Typed access to one kind of object in one namespace, all namespaces, or cluster-wide.
+pub struct Api<K> {
+    client: Client,
+    namespace: Option<String>,
+    _kind: PhantomData<fn() -> K>,
+}
+
+impl<K> Clone for Api<K> {
+    fn clone(&self) -> Self {
+        Api {
+            client: self.client.clone(),
+            namespace: self.namespace.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for Api<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("kind", &std::any::type_name::<K>())
+            .field("namespace", &self.namespace)
+            .finish()
+    }
+}
+
+impl<K> Api<K>
+where
+    K: k8s_openapi::Resource + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    /// Objects in namespace `ns`.
+    pub fn namespaced(client: Client, ns: &str) -> Self {
+        Api {
+            client,
+            namespace: Some(ns.to_owned()),
+            _kind: PhantomData,
+        }
+    }
+
+    /// Objects in the client's default namespace (the context's, or the pod's).
+    pub fn default_namespaced(client: Client) -> Self {
+        let ns = client.default_namespace().to_owned();
+        Self::namespaced(client, &ns)
+    }
+
+    /// A namespaced kind across all namespaces (list, watch; create uses the object's
+    /// namespace).
+    pub fn all(client: Client) -> Self {
+        Api {
+            client,
+            namespace: None,
+            _kind: PhantomData,
+        }
+    }
+
+    /// A cluster-scoped kind (Namespace, Node, CustomResourceDefinition, ...).
+    pub fn cluster(client: Client) -> Self {
+        Self::all(client)
+    }
+
+    /// The namespace this Api is bound to, if any.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The client underneath.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `/api/v1` or `/apis/<group>/<version>`.
+    pub fn group_version_path() -> String {
+        if K::GROUP.is_empty() {
+            format!("/api/{}", K::VERSION)
+        } else {
+            format!("/apis/{}/{}", K::GROUP, K::VERSION)
+        }
+    }
+
+    /// The collection path in `namespace` (or without a namespace segment).
+    pub fn collection_path_in(namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) => format!(
+                "{}/namespaces/{}/{}",
+                Self::group_version_path(),
+                url_encode(ns),
+                K::URL_PATH_SEGMENT
+            ),
+            None => format!("{}/{}", Self::group_version_path(), K::URL_PATH_SEGMENT),
+        }
+    }
+
+    /// This Api's collection path.
+    pub fn collection_path(&self) -> String {
+        Self::collection_path_in(self.namespace.as_deref())
+    }
+
+    fn item_path(&self, name: &str) -> Result<String> {
+        if name.is_empty() {
+            return Err(Error::Other(format!(
+                "{}: an object name is required",
+                K::KIND
+            )));
+        }
+        Ok(format!("{}/{}", self.collection_path(), url_encode(name)))
+    }
+
+    fn request(method: Method, uri: String, body: Bytes) -> Result<Request<Bytes>> {
+        Request::builder()
+            .method(method)
+            .uri(&uri)
+            .body(body)
+            .map_err(|e| Error::Other(format!("building request for {uri}: {e}")))
+    }
+
+    async fn json<T: DeserializeOwned>(&self, req: Request<Bytes>, what: &str) -> Result<T> {
+        let body = self.client.request_bytes(req).await?;
+        serde_json::from_slice(&body).map_err(|source| Error::Decode {
+            what: format!("{what} {}", K::KIND),
+            source,
+        })
+    }
+
+    /// GET one object.
+    pub async fn get(&self, name: &str) -> Result<K> {
+        let req = Self::request(Method::GET, self.item_path(name)?, Bytes::new())?;
+        self.json(req, "get").await
+    }
+
+    /// GET one object; `None` when it does not exist.
+    pub async fn get_opt(&self, name: &str) -> Result<Option<K>> {
+        match self.get(name).await {
+            Ok(k) => Ok(Some(k)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One LIST request (one page when `params.limit` is set).
+    pub async fn list(&self, params: &ListParams) -> Result<ObjectList<K>> {
+        let uri = format!("{}{}", self.collection_path(), params.to_query());
+        let req = Self::request(Method::GET, uri, Bytes::new())?;
+        self.json(req, "list of").await
+    }
+
+    /// Lists everything, page by page (`limit` from the params, default 500), as client-go's
+    /// `pager.List`. If a continue token expires mid-way (410), the pages read so far are
+    /// dropped and one unpaged list is made instead, so the result is always one consistent
+    /// snapshot. The returned list has no `continue` token and the snapshot's resourceVersion.
+    pub async fn list_all(&self, params: &ListParams) -> Result<ObjectList<K>> {
+        let mut page_params = params.clone();
+        if page_params.limit.is_none_or(|l| l == 0) {
+            page_params.limit = Some(DEFAULT_PAGE_SIZE);
+        }
+        let mut result: Option<ObjectList<K>> = None;
+        loop {
+            let page = match self.list(&page_params).await {
+                Ok(p) => p,
+                Err(e) if e.is_gone() && page_params.continue_token.is_some() => {
+                    tracing::info!(
+                        kind = K::KIND,
+                        "continue token expired while paging; falling back to a full list"
+                    );
+                    let mut full = params.clone();
+                    full.limit = None;
+                    full.continue_token = None;
+                    return self.list(&full).await;
+                }
+                Err(e) => return Err(e),
+            };
+            let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+            match &mut result {
+                None => result = Some(page),
+                Some(acc) => {
+                    acc.items.extend(page.items);
+                    acc.metadata.continue_ = page.metadata.continue_;
+                }
+            }
+            match next {
+                Some(token) => {
+                    page_params.continue_token = Some(token);
+                    // A continue token carries the snapshot's resourceVersion itself; the
+                    // server rejects both together.
+                    page_params.resource_version = None;
+                    page_params.resource_version_match = None;
+                }
+                None => break,
+            }
+        }
+        let mut list = result.unwrap_or_else(|| ObjectList {
+            metadata: Default::default(),
+            items: Vec::new(),
+        });
+        list.metadata.continue_ = None;
+        list.metadata.remaining_item_count = None;
+        Ok(list)
+    }
+
+    fn post_query(pp: &PostParams) -> String {
+        let mut q = String::new();
+        if pp.dry_run {
+            push_query(&mut q, "dryRun", "All");
+        }
+        if let Some(m) = pp.field_manager.as_deref().filter(|m| !m.is_empty()) {
+            push_query(&mut q, "fieldManager", m);
+        }
+        q
+    }
+
+    fn to_body(obj: &K) -> Result<(serde_json::Value, Bytes)> {
+        let value = serde_json::to_value(obj).map_err(|source| Error::Decode {
+            what: format!("encoding {}", K::KIND),
+            source,
+        })?;
+        let bytes = serde_json::to_vec(&value).map_err(|source| Error::Decode {
+            what: format!("encoding {}", K::KIND),
+            source,
+        })?;
+        Ok((value, Bytes::from(bytes)))
+    }
+
+    fn meta_str<'a>(value: &'a serde_json::Value, field: &str) -> Option<&'a str> {
+        value
+            .get("metadata")
+            .and_then(|m| m.get(field))
+            .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// The namespace a write of `value` goes to: this Api's, else the object's own.
+    fn write_namespace<'a>(&'a self, value: &'a serde_json::Value) -> Option<&'a str> {
+        self.namespace
+            .as_deref()
+            .or_else(|| Self::meta_str(value, "namespace"))
+    }
+
+    /// POST a new object.
+    pub async fn create(&self, pp: &PostParams, obj: &K) -> Result<K> {
+        let (value, body) = Self::to_body(obj)?;
+        let uri = format!(
+            "{}{}",
+            Self::collection_path_in(self.write_namespace(&value)),
+            Self::post_query(pp)
+        );
+        let req = Self::request(Method::POST, uri, body)?;
+        self.json(req, "create").await
+    }
+
+    async fn put(&self, pp: &PostParams, obj: &K, subresource: &str) -> Result<K> {
+        let (value, body) = Self::to_body(obj)?;
+        let name = Self::meta_str(&value, "name").ok_or_else(|| {
+            Error::Other(format!("update of {}: metadata.name is required", K::KIND))
+        })?;
+        let uri = format!(
+            "{}/{}{subresource}{}",
+            Self::collection_path_in(self.write_namespace(&value)),
+            url_encode(name),
+            Self::post_query(pp)
+        );
+        let req = Self::request(Method::PUT, uri, body)?;
+        self.json(req, "update").await
+    }
+
+    /// PUT the whole object (its `metadata.resourceVersion` guards against lost updates).
+    pub async fn update(&self, pp: &PostParams, obj: &K) -> Result<K> {
+        self.put(pp, obj, "").await
+    }
+
+    /// PUT the object's status (the `/status` subresource: spec changes are ignored).
+    pub async fn update_status(&self, pp: &PostParams, obj: &K) -> Result<K> {
+        self.put(pp, obj, "/status").await
+    }
+
+    async fn patch_at(
+        &self,
+        name: &str,
+        pp: &PatchParams,
+        patch: &Patch,
+        subresource: &str,
+    ) -> Result<K> {
+        let mut q = String::new();
+        if pp.dry_run {
+            push_query(&mut q, "dryRun", "All");
+        }
+        match pp.field_manager.as_deref().filter(|m| !m.is_empty()) {
+            Some(m) => push_query(&mut q, "fieldManager", m),
+            None if matches!(patch, Patch::Apply(_)) => {
+                return Err(Error::Other(
+                    "server-side apply needs PatchParams::field_manager".into(),
+                ));
+            }
+            None => {}
+        }
+        if pp.force {
+            if !matches!(patch, Patch::Apply(_)) {
+                return Err(Error::Other(
+                    "PatchParams::force applies only to server-side apply patches".into(),
+                ));
+            }
+            push_query(&mut q, "force", "true");
+        }
+        let body = serde_json::to_vec(patch.body()).map_err(|source| Error::Decode {
+            what: "encoding patch".into(),
+            source,
+        })?;
+        let uri = format!("{}{subresource}{q}", self.item_path(name)?);
+        let mut req = Self::request(Method::PATCH, uri, Bytes::from(body))?;
+        req.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(patch.content_type()),
+        );
+        self.json(req, "patch").await
+    }
+
+    /// PATCH the object.
+    pub async fn patch(&self, name: &str, pp: &PatchParams, patch: &Patch) -> Result<K> {
+        self.patch_at(name, pp, patch, "").await
+    }
+
+    /// PATCH the object's status subresource.
+    pub async fn patch_status(&self, name: &str, pp: &PatchParams, patch: &Patch) -> Result<K> {
+        self.patch_at(name, pp, patch, "/status").await
+    }
+
+    fn delete_body(dp: &DeleteParams) -> Result<Bytes> {
+        let mut v = serde_json::to_value(dp).map_err(|source| Error::Decode {
+            what: "encoding DeleteOptions".into(),
+            source,
+        })?;
+        if let Some(o) = v.as_object_mut() {
+            o.insert("kind".into(), "DeleteOptions".into());
+            o.insert("apiVersion".into(), "v1".into());
+        }
+        serde_json::to_vec(&v)
+            .map(Bytes::from)
+            .map_err(|source| Error::Decode {
+                what: "encoding DeleteOptions".into(),
+                source,
+            })
+    }
+
+    fn object_or_status<T: DeserializeOwned>(body: &[u8]) -> Result<DeleteResponse<T>> {
+        let value: serde_json::Value =
+            serde_json::from_slice(body).map_err(|source| Error::Decode {
+                what: format!("delete response for {}", K::KIND),
+                source,
+            })?;
+        if value.get("kind").and_then(|k| k.as_str()) == Some("Status") {
+            let s: Status = serde_json::from_value(value).map_err(|source| Error::Decode {
+                what: "delete Status".into(),
+                source,
+            })?;
+            Ok(DeleteResponse::Status(Box::new(s)))
+        } else {
+            serde_json::from_value(value)
+                .map(DeleteResponse::Object)
+                .map_err(|source| Error::Decode {
+                    what: format!("delete response for {}", K::KIND),
+                    source,
+                })
+        }
+    }
+
+    /// DELETE one object.
+    pub async fn delete(&self, name: &str, dp: &DeleteParams) -> Result<DeleteResponse<K>> {
+        let req = Self::request(
+            Method::DELETE,
+            self.item_path(name)?,
+            Self::delete_body(dp)?,
+        )?;
+        let body = self.client.request_bytes(req).await?;
+        Self::object_or_status(&body)
+    }
+
+    /// DELETE every object matching the list params' selectors.
+    pub async fn delete_collection(
+        &self,
+        dp: &DeleteParams,
+        lp: &ListParams,
+    ) -> Result<DeleteResponse<ObjectList<K>>> {
+        let uri = format!("{}{}", self.collection_path(), lp.to_query());
+        let req = Self::request(Method::DELETE, uri, Self::delete_body(dp)?)?;
+        let body = self.client.request_bytes(req).await?;
+        Self::object_or_status(&body)
+    }
+
+    /// Opens a watch (see [`crate::client::watch`]). The stream ends when the server closes it
+    /// (after `timeoutSeconds`); a 410 arrives as `WatchEvent::Error` with code 410, or as an
+    /// `Err` that `is_gone()` when the server refuses the request outright.
+    pub async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
+        let uri = format!("{}{}", self.collection_path(), params.to_query());
+        let req = Self::request(Method::GET, uri, Bytes::new())?;
+        self.client.request_stream(req).await
+    }
+}
+
+impl<K> crate::cache::ListerWatcher<K> for Api<K>
+where
+    K: k8s_openapi::Resource + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    async fn list(&self, params: &ListParams) -> Result<ObjectList<K>> {
+        Api::list(self, params).await
+    }
+
+    async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
+        Api::watch(self, params).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+
+    #[test]
+    fn paths_follow_group_and_scope() {
+        assert_eq!(
+            Api::<Pod>::collection_path_in(Some("kube-system")),
+            "/api/v1/namespaces/kube-system/pods"
+        );
+        assert_eq!(Api::<Pod>::collection_path_in(None), "/api/v1/pods");
+        assert_eq!(
+            Api::<Deployment>::collection_path_in(Some("a")),
+            "/apis/apps/v1/namespaces/a/deployments"
+        );
+        assert_eq!(
+            Api::<Namespace>::collection_path_in(None),
+            "/api/v1/namespaces"
+        );
+        assert_eq!(
+            Api::<crate::apis::At>::collection_path_in(Some("d")),
+            format!(
+                "/apis/{}/{}/namespaces/d/ats",
+                <crate::apis::At as k8s_openapi::Resource>::GROUP,
+                <crate::apis::At as k8s_openapi::Resource>::VERSION
+            )
+        );
+    }
+
+    #[test]
+    fn delete_answer_is_object_or_status() {
+        let s = Api::<Pod>::object_or_status::<Pod>(
+            br#"{"kind":"Status","apiVersion":"v1","status":"Success","details":{"name":"p"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(s, DeleteResponse::Status(st) if st.status.as_deref() == Some("Success")));
+        let o = Api::<Pod>::object_or_status::<Pod>(
+            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","deletionTimestamp":"2024-01-01T00:00:00Z"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(o, DeleteResponse::Object(p) if p.metadata.name.as_deref() == Some("p")));
+    }
+}
