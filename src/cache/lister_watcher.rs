@@ -16,3 +16,46 @@ pub trait ListerWatcher<K>: Send + Sync + 'static {
     /// Opens a WATCH; the stream yields events until the server closes it.
     fn watch(&self, params: &WatchParams) -> impl Future<Output = Result<WatchStream<K>>> + Send;
 }
+
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The object-safe twin of [`ListerWatcher`], so informers of one type can hold any source.
+trait DynListerWatcher<K>: Send + Sync + 'static {
+    fn list_dyn<'a>(&'a self, params: &'a ListParams) -> BoxFuture<'a, Result<ObjectList<K>>>;
+    fn watch_dyn<'a>(&'a self, params: &'a WatchParams) -> BoxFuture<'a, Result<WatchStream<K>>>;
+}
+
+impl<K: Send + 'static, T: ListerWatcher<K>> DynListerWatcher<K> for T {
+    fn list_dyn<'a>(&'a self, params: &'a ListParams) -> BoxFuture<'a, Result<ObjectList<K>>> {
+        Box::pin(self.list(params))
+    }
+    fn watch_dyn<'a>(&'a self, params: &'a WatchParams) -> BoxFuture<'a, Result<WatchStream<K>>> {
+        Box::pin(self.watch(params))
+    }
+}
+
+/// Any [`ListerWatcher<K>`] behind one type (a boxed trait object), which is what
+/// [`super::SharedIndexInformer`] and [`super::SharedInformerFactory`] store.
+pub struct BoxListerWatcher<K>(std::sync::Arc<dyn DynListerWatcher<K>>);
+
+impl<K> Clone for BoxListerWatcher<K> {
+    fn clone(&self) -> Self {
+        BoxListerWatcher(std::sync::Arc::clone(&self.0))
+    }
+}
+
+impl<K: Send + 'static> BoxListerWatcher<K> {
+    /// Boxes a lister-watcher.
+    pub fn new(lw: impl ListerWatcher<K>) -> Self {
+        BoxListerWatcher(std::sync::Arc::new(lw))
+    }
+}
+
+impl<K: Send + 'static> ListerWatcher<K> for BoxListerWatcher<K> {
+    async fn list(&self, params: &ListParams) -> Result<ObjectList<K>> {
+        self.0.list_dyn(params).await
+    }
+    async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
+        self.0.watch_dyn(params).await
+    }
+}
