@@ -24,9 +24,17 @@ use super::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_reso
 
 /// An `At` object: run `spec.command` at `spec.schedule`.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct At {
+    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "serde_json::Map<String, serde_json::Value>")
+    )]
     pub metadata: ObjectMeta,
+    /// The desired state, written by the user.
     pub spec: AtSpec,
+    /// The observed state, written by the controller through the status subresource.
     pub status: Option<AtStatus>,
 }
 
@@ -161,6 +169,10 @@ pub struct AtStatus {
     pub observed_generation: Option<i64>,
     /// Standard conditions (`Ready`, `InvalidSpec`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))
+    )]
     pub conditions: Vec<Condition>,
 }
 

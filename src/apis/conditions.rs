@@ -29,6 +29,13 @@ pub enum ConditionStatus {
 pub struct Condition {
     /// The condition's type, CamelCase (`Ready`, `Available`, `Degraded`, `InvalidSpec`).
     #[serde(rename = "type")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(
+            length(max = 316),
+            pattern(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$")
+        )
+    )]
     pub type_: String,
     /// Whether the condition holds.
     pub status: ConditionStatus,
@@ -36,12 +43,21 @@ pub struct Condition {
     #[cfg_attr(feature = "schema", schemars(with = "String", extend("format" = "date-time")))]
     pub last_transition_time: Timestamp,
     /// A CamelCase machine-readable reason.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(
+            length(min = 1, max = 1024),
+            pattern(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+        )
+    )]
     pub reason: String,
     /// A human-readable explanation.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(length(max = 32768)))]
     pub message: String,
     /// The `metadata.generation` the condition was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub observed_generation: Option<i64>,
 }
 

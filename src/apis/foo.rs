@@ -8,9 +8,17 @@ use super::{CustomResourceExt, PrinterColumn, custom_resource};
 
 /// sample-controller's Foo.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Foo {
+    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "serde_json::Map<String, serde_json::Value>")
+    )]
     pub metadata: ObjectMeta,
+    /// The desired state, written by the user.
     pub spec: FooSpec,
+    /// The observed state, written by the controller through the status subresource.
     pub status: Option<FooStatus>,
 }
 

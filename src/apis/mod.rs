@@ -53,6 +53,8 @@
 
 pub mod at;
 pub mod conditions;
+#[cfg(feature = "crds")]
+pub mod crds;
 pub mod foo;
 pub mod myapp;
 pub mod rediscluster;

@@ -8,9 +8,17 @@ use super::{Condition, CustomResourceExt, PrinterColumn, custom_resource};
 
 /// An application.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MyApp {
+    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "serde_json::Map<String, serde_json::Value>")
+    )]
     pub metadata: ObjectMeta,
+    /// The desired state, written by the user.
     pub spec: MyAppSpec,
+    /// The observed state, written by the controller through the status subresource.
     pub status: Option<MyAppStatus>,
 }
 
@@ -63,6 +71,10 @@ pub struct MyAppStatus {
     pub available_replicas: i32,
     /// Standard conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))
+    )]
     pub conditions: Vec<Condition>,
 }
 

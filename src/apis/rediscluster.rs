@@ -14,9 +14,17 @@ pub const DEFAULT_IMAGE: &str = "redis:7-alpine";
 
 /// A Redis cluster.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RedisCluster {
+    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "serde_json::Map<String, serde_json::Value>")
+    )]
     pub metadata: ObjectMeta,
+    /// The desired state, written by the user.
     pub spec: RedisClusterSpec,
+    /// The observed state, written by the controller through the status subresource.
     pub status: Option<RedisClusterStatus>,
 }
 
@@ -72,6 +80,10 @@ pub struct RedisClusterStatus {
     pub ready_replicas: i32,
     /// `Available`, `Degraded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))
+    )]
     pub conditions: Vec<Condition>,
 }
 

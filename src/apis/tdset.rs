@@ -13,9 +13,17 @@ use super::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_reso
 
 /// A time-of-day scaled Deployment.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TDSet {
+    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(with = "serde_json::Map<String, serde_json::Value>")
+    )]
     pub metadata: ObjectMeta,
+    /// The desired state, written by the user.
     pub spec: TDSetSpec,
+    /// The observed state, written by the controller through the status subresource.
     pub status: Option<TDSetStatus>,
 }
 
@@ -140,6 +148,10 @@ pub struct TDSetStatus {
     pub observed_generation: Option<i64>,
     /// `Available`, `Progressing`, `Degraded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))
+    )]
     pub conditions: Vec<Condition>,
 }
 
