@@ -1,2 +1,19 @@
 //! Pure request logic of the embedded API server: selectors, patches, schema validation and
 //! pruning, tables, OpenAPI documents, protobuf decoding. No I/O lives here.
+//!
+//! Each submodule is a set of functions from JSON values (and request parameters) to JSON values
+//! or errors, so it can be tested without a socket and reused by anyone who wants, for example,
+//! to apply a strategic merge patch to an object in memory. The HTTP layer in the parent module
+//! decides *when* to call them and turns their errors into `metav1.Status` answers.
+//!
+//! | module | what it mirrors in Kubernetes |
+//! |---|---|
+//! | [`patch`] | the PATCH handlers of `apiserver/pkg/endpoints/handlers/patch.go`, `jsonpatch`, `strategicpatch`, the SSA field manager |
+//! | [`schema`] | apiextensions structural schemas: `validation.go`, `pruning`, `NewStructural`, kube-openapi validate |
+//! | [`selectors`] | `labels.Parse` and `fields.ParseSelector` from apimachinery |
+//! | [`table`] | `rest.TableConvertor`: the CRD `tableconvertor`, the pod printer, the default convertor |
+
+pub mod patch;
+pub mod schema;
+pub mod selectors;
+pub mod table;

@@ -1,0 +1,66 @@
+//! Authentication: bearer tokens.
+//!
+//! The real server runs a chain of authenticators (client certificates, bearer tokens, service
+//! account tokens, ...) and answers `401 Unauthorized` with a Status body when none recognises
+//! the request. This server knows a table of static bearer tokens, each mapped to a user name
+//! (like kube-apiserver's `--token-auth-file`): the one generated at start-up (user `admin`)
+//! plus any added with the builder. The user name travels with the request so that later layers
+//! (authorization) can decide per user. Plain-HTTP servers check tokens the same way.
+//!
+//! `/healthz`, `/livez`, `/readyz` and `/version` are answered without a token, as the real
+//! server's `system:public-info-viewer` role allows anonymous clients to do.
+
+use std::collections::HashMap;
+
+/// Static bearer tokens and the users they stand for.
+#[derive(Clone, Debug, Default)]
+pub struct TokenTable {
+    tokens: HashMap<String, String>,
+}
+
+impl TokenTable {
+    /// Adds a token for `user`.
+    pub fn insert(&mut self, token: impl Into<String>, user: impl Into<String>) {
+        self.tokens.insert(token.into(), user.into());
+    }
+
+    /// The user an `Authorization` header value authenticates as, if any.
+    pub fn authenticate(&self, header: Option<&str>) -> Option<&str> {
+        let value = header?.trim();
+        let (scheme, token) = value.split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        self.tokens.get(token.trim()).map(String::as_str)
+    }
+}
+
+/// Paths answered without authentication.
+pub fn is_public_path(path: &str) -> bool {
+    matches!(path, "/healthz" | "/livez" | "/readyz" | "/version")
+}
+
+/// A random token: 32 characters from `[a-z0-9]`.
+pub fn random_token() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    (0..32)
+        .map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_known_bearer_tokens_authenticate() {
+        let mut t = TokenTable::default();
+        t.insert("abc", "admin");
+        t.insert("def", "alice");
+        assert_eq!(t.authenticate(Some("Bearer abc")), Some("admin"));
+        assert_eq!(t.authenticate(Some("bearer def")), Some("alice"));
+        assert_eq!(t.authenticate(Some("Bearer nope")), None);
+        assert_eq!(t.authenticate(Some("Basic abc")), None);
+        assert_eq!(t.authenticate(None), None);
+    }
+}

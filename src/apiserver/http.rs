@@ -1,0 +1,391 @@
+//! The HTTP front: authentication, URL routing, body decoding, content negotiation.
+//!
+//! A request goes through the same stages as in kube-apiserver's handler chain, in order:
+//!
+//! 1. **Authentication** ([`super::auth`]): a known bearer token, or `401` with a Status body.
+//! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), then
+//!    resource paths, parsed into a [`Target`] (group, version, resource, namespace, name,
+//!    subresource) and a Kubernetes verb from the method (`GET` on an object → `get`, on a
+//!    collection → `list` or `watch`, `POST` → `create`, `PUT` → `update`, `PATCH` → `patch`,
+//!    `DELETE` → `delete` or `deletecollection`). An unknown group, version, resource or
+//!    subresource gets the plain-text `404 page not found`, like the real server's not-found
+//!    handler.
+//! 3. **Decoding**: JSON, YAML, or (for built-in kinds) the Kubernetes protobuf envelope that
+//!    kubectl ≥ 1.32 sends for typed writes; patches by their media type. Anything else is `415`.
+//! 4. **The verb** ([`super::verbs`], [`super::watch`]), under the store lock.
+//! 5. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
+//!    `as=Table` (what `kubectl get` does), and the request is counted in the
+//!    [`super::request_log`].
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use serde_json::Value;
+
+use super::Shared;
+use super::discovery;
+use super::query::{ListOptions, Query};
+use super::registry::ResourceDef;
+use super::request_log::RequestKey;
+use super::status::ApiError;
+use super::verbs::{self, DeleteOptions, PatchType, Target};
+use super::watch::{self, WatchSettings};
+
+/// The response body type of every answer (JSON documents and watch streams alike).
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// Largest request body accepted (the real server's limit is 3 MiB per object; this leaves room).
+pub const MAX_BODY: usize = 16 * 1024 * 1024;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut resp = Response::new(full(bytes));
+    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    if e.plain_text {
+        let mut resp = Response::new(full(format!("{}\n", e.message)));
+        *resp.status_mut() = StatusCode::from_u16(e.code).unwrap_or(StatusCode::NOT_FOUND);
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        return resp;
+    }
+    let mut resp = json_response(e.code, &e.to_status(), "application/json");
+    if let Some(secs) = e.retry_after {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}
+
+/// Media type without parameters, lower-cased.
+fn media_type(v: Option<&HeaderValue>) -> String {
+    v.and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// What a request was, for the request log.
+#[derive(Default)]
+struct Classified {
+    verb: String,
+    resource: String,
+    subresource: String,
+    namespace: String,
+}
+
+/// Serves one request; never fails (errors become Status responses).
+pub async fn handle(
+    shared: Arc<Shared>,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let mut class = Classified {
+        verb: req.method().as_str().to_ascii_lowercase(),
+        resource: req.uri().path().to_owned(),
+        ..Default::default()
+    };
+    let resp = match serve(&shared, req, &mut class).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    shared.log.record(RequestKey {
+        verb: class.verb,
+        resource: class.resource,
+        subresource: class.subresource,
+        namespace: class.namespace,
+        code: resp.status().as_u16(),
+    });
+    Ok(resp)
+}
+
+async fn serve(
+    shared: &Arc<Shared>,
+    req: Request<hyper::body::Incoming>,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let path = req.uri().path().to_owned();
+    let query = Query::parse(req.uri().query());
+    if !super::auth::is_public_path(&path) {
+        let header = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        if shared.tokens.authenticate(header).is_none() {
+            return Err(ApiError::unauthorized());
+        }
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| ApiError::new(413, "RequestEntityTooLarge", format!("request body: {e}")))?
+        .to_bytes();
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    class.verb = "get".into();
+    match (parts.method.clone(), segs.as_slice()) {
+        (Method::GET, ["healthz" | "livez" | "readyz"]) => {
+            let mut r = Response::new(full("ok"));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            return Ok(r);
+        }
+        (Method::GET, ["version"]) => {
+            return Ok(json_response(
+                200,
+                &discovery::version(),
+                "application/json",
+            ));
+        }
+        (Method::GET, ["api"]) => {
+            let reg = shared.store.read(|s| s.registry.clone());
+            return Ok(match discovery::negotiate_aggregated(&accept) {
+                Some(v) => aggregated_response(&discovery::aggregated(&reg, true, v), v),
+                None => json_response(
+                    200,
+                    &discovery::api_versions(&shared.server_address),
+                    "application/json",
+                ),
+            });
+        }
+        (Method::GET, ["apis"]) => {
+            let reg = shared.store.read(|s| s.registry.clone());
+            return Ok(match discovery::negotiate_aggregated(&accept) {
+                Some(v) => aggregated_response(&discovery::aggregated(&reg, false, v), v),
+                None => json_response(200, &discovery::api_group_list(&reg), "application/json"),
+            });
+        }
+        (Method::GET, ["apis", group]) => {
+            let doc = shared
+                .store
+                .read(|s| discovery::api_group(&s.registry, group));
+            return doc
+                .map(|d| json_response(200, &d, "application/json"))
+                .ok_or_else(ApiError::page_not_found);
+        }
+        (Method::GET, ["api", "v1"]) => {
+            let doc = shared
+                .store
+                .read(|s| discovery::api_resource_list(&s.registry, "", "v1"));
+            return doc
+                .map(|d| json_response(200, &d, "application/json"))
+                .ok_or_else(ApiError::page_not_found);
+        }
+        (Method::GET, ["apis", group, version]) => {
+            let doc = shared
+                .store
+                .read(|s| discovery::api_resource_list(&s.registry, group, version));
+            return doc
+                .map(|d| json_response(200, &d, "application/json"))
+                .ok_or_else(ApiError::page_not_found);
+        }
+        _ => {}
+    }
+    let target = resolve(shared, &segs)?;
+    class.resource = target.def.plural.clone();
+    class.subresource = target.subresource.clone().unwrap_or_default();
+    class.namespace = target.namespace.clone().unwrap_or_default();
+    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
+    let def = target.def.clone();
+    match (parts.method, target.name.is_some()) {
+        (Method::GET, has_name) => {
+            let watching = query.flag("watch")?;
+            if watching {
+                class.verb = "watch".into();
+                let opts = ListOptions::parse(&query, true)?;
+                let renderer = None;
+                let settings = WatchSettings {
+                    bookmark_interval: shared.bookmark_interval,
+                    reject_send_initial_events: shared.reject_send_initial_events,
+                    shutdown: shared.shutdown.clone(),
+                    renderer,
+                };
+                let body = watch::start(shared.store.clone(), &target, &opts, settings)?;
+                let mut resp = Response::new(BodyExt::boxed(body));
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                return Ok(resp);
+            }
+            if has_name {
+                class.verb = "get".into();
+                let (code, obj) = shared.store.read(|s| verbs::get(s, &target, &query))?;
+                return Ok(json_response(code, &obj, "application/json"));
+            }
+            class.verb = "list".into();
+            let opts = ListOptions::parse(&query, false)?;
+            let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
+            Ok(json_response(
+                200,
+                &verbs::list_json(&def, &result),
+                "application/json",
+            ))
+        }
+        (Method::POST, false) => {
+            class.verb = "create".into();
+            let body = decode_object(&def, &content_type, &bytes)?;
+            let (code, obj) = shared
+                .store
+                .write(|s| verbs::create(s, &target, body, &query))?;
+            Ok(json_response(code, &obj, "application/json"))
+        }
+        (Method::PUT, true) => {
+            class.verb = "update".into();
+            let body = decode_object(&def, &content_type, &bytes)?;
+            let (code, obj) = shared
+                .store
+                .write(|s| verbs::update(s, &target, body, &query))?;
+            Ok(json_response(code, &obj, "application/json"))
+        }
+        (Method::PATCH, true) => {
+            class.verb = "patch".into();
+            let Some(ty) = PatchType::from_media_type(&content_type) else {
+                return Err(ApiError::unsupported_media_type(PatchType::ALL));
+            };
+            let body = if ty == PatchType::Apply {
+                parse_yaml(&bytes)?
+            } else {
+                parse_json(&bytes)?
+            };
+            let (code, obj) = shared
+                .store
+                .write(|s| verbs::patch(s, &target, ty, body, &query))?;
+            Ok(json_response(code, &obj, "application/json"))
+        }
+        (Method::DELETE, has_name) => {
+            let body = if bytes.is_empty() {
+                None
+            } else {
+                Some(parse_json(&bytes)?)
+            };
+            let opts = DeleteOptions::parse(body.as_ref(), &query)?;
+            if has_name {
+                class.verb = "delete".into();
+                let (code, obj) = shared
+                    .store
+                    .write(|s| verbs::delete_one(s, &target, &opts))?;
+                return Ok(json_response(code, &obj, "application/json"));
+            }
+            class.verb = "deletecollection".into();
+            let list_opts = ListOptions::parse(&query, false)?;
+            let (code, obj) = shared
+                .store
+                .write(|s| verbs::delete_collection(s, &target, &list_opts, &opts))?;
+            Ok(json_response(code, &obj, "application/json"))
+        }
+        (m, _) => {
+            class.verb = m.as_str().to_ascii_lowercase();
+            Err(ApiError::method_not_allowed(
+                m.as_str(),
+                &def.plural,
+                &def.group,
+            ))
+        }
+    }
+}
+
+fn aggregated_response(doc: &Value, version: &str) -> Response<Body> {
+    let ct = format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
+    let mut r = json_response(200, doc, &ct);
+    r.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("error decoding JSON request body: {e}")))
+}
+
+fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_yaml_ng::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
+}
+
+fn decode_object(def: &ResourceDef, content_type: &str, bytes: &[u8]) -> Result<Value, ApiError> {
+    match content_type {
+        "" | "application/json" => parse_json(bytes),
+        "application/yaml" => parse_yaml(bytes),
+        _ => {
+            let _ = def;
+            Err(ApiError::unsupported_media_type(&[
+                "application/json",
+                "application/yaml",
+            ]))
+        }
+    }
+}
+
+/// Parses a resource URL (`/api/v1/namespaces/default/pods/web/status`) into a [`Target`];
+/// anything unknown is the plain `404 page not found`.
+fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
+    let (group, version, rest) = match segs {
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(ApiError::page_not_found()),
+    };
+    let (namespace, resource, name, sub) = match rest {
+        ["namespaces", ns, res, tail @ ..] if *res != "status" && *res != "finalize" => {
+            if tail.len() > 2 {
+                return Err(ApiError::page_not_found());
+            }
+            (Some(*ns), *res, tail.first().copied(), tail.get(1).copied())
+        }
+        [res, tail @ ..] => {
+            if tail.len() > 2 {
+                return Err(ApiError::page_not_found());
+            }
+            (None, *res, tail.first().copied(), tail.get(1).copied())
+        }
+        [] => return Err(ApiError::page_not_found()),
+    };
+    let def = shared
+        .store
+        .read(|s| s.registry.lookup(group, version, resource))
+        .ok_or_else(ApiError::page_not_found)?;
+    if namespace.is_some() && !def.namespaced {
+        return Err(ApiError::page_not_found());
+    }
+    if def.namespaced && namespace.is_none() && name.is_some() {
+        return Err(ApiError::page_not_found());
+    }
+    match sub {
+        None => {}
+        Some("status") if def.status_subresource => {}
+        Some("scale") if def.scale.is_some() => {}
+        Some(_) => return Err(ApiError::page_not_found()),
+    }
+    Ok(Target {
+        def,
+        namespace: namespace.map(str::to_owned),
+        name: name.map(str::to_owned),
+        subresource: sub.map(str::to_owned),
+    })
+}

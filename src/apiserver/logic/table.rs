@@ -1,0 +1,915 @@
+//! Server-side printing: the `meta.k8s.io/v1` Table that `kubectl get` asks for.
+//!
+//! `kubectl get` does not know how to print a Pod or an `At`; it asks the server to do it, with
+//! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io, ..., application/json`. The server
+//! answers with a **Table**: column definitions (name, type, format, description, priority) and
+//! one row per object, each row holding ready-made cells plus the object's metadata (as a
+//! `PartialObjectMetadata`, which kubectl reads for `-A`, `--show-labels` and `-L`). Columns with
+//! `priority > 0` are shown only with `-o wide`; kubectl prints the cells as they come.
+//!
+//! Three column sets exist, as in the real server:
+//!
+//! - [`pod_columns`]: `NAME READY STATUS RESTARTS AGE` and, at priority 1, `IP NODE NOMINATED
+//!   NODE READINESS GATES`, computed by the same rules as the kubelet-aware pod printer
+//!   (`printPod` in `pkg/printers/internalversion`): waiting/terminated reasons win over the
+//!   phase, init containers show `Init:1/2`, a deleted pod is `Terminating`, restarts read
+//!   `2 (5m ago)`.
+//! - [`default_columns`]: `Name` and `Created At` (an RFC 3339 timestamp, type `date`), for
+//!   built-in kinds without a printer (`rest.DefaultTableConvertor`).
+//! - [`crd_columns`]: `Name`, then the CRD version's `additionalPrinterColumns`, each evaluated
+//!   with a simple JSONPath (`.spec.schedule`, `.status.conditions[0].type`); missing values are
+//!   `null` cells. A CRD without printer columns gets an `Age` column
+//!   (`serveDefaultColumnsIfEmpty`).
+//!
+//! # Dates
+//!
+//! The server, not kubectl, turns times into ages: a `date` printer column and a pod's `AGE` hold
+//! human durations such as `5m`, `3h10m` or `2d` (`duration.HumanDuration`), `<invalid>` for an
+//! unparsable timestamp and `<unknown>` for a missing one. kubectl prints those strings verbatim
+//! (its own printing only handles the no-Table fallback). The default convertor's `Created At` is
+//! the exception: it carries the raw RFC 3339 string. [`to_table`] uses the current time;
+//! [`to_table_at`] takes the time explicitly, which keeps tests exact.
+
+use jiff::Timestamp;
+use serde_json::{Map, Value, json};
+
+/// Computes a cell from an object and the current time (for the pod printer's columns).
+pub type CellFn = fn(&Value, Timestamp) -> Value;
+
+/// One column of a Table.
+#[derive(Debug, Clone)]
+pub struct ColumnDef {
+    /// The header (`Name`, `Schedule`, ...); kubectl upper-cases it.
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: String,
+    /// An OpenAPI format hint; `name` marks the primary column.
+    pub format: String,
+    /// Human-readable description (shown by `kubectl explain`-like tools).
+    pub description: String,
+    /// 0 = always shown, >0 = only with `-o wide`.
+    pub priority: i32,
+    /// The simple JSONPath the cell is read from (`.metadata.name`); ignored when `compute`
+    /// is set.
+    pub json_path: String,
+    /// A computed cell (pod printer), instead of a JSONPath lookup.
+    pub compute: Option<CellFn>,
+}
+
+impl ColumnDef {
+    fn path(
+        name: &str,
+        type_: &str,
+        format: &str,
+        description: &str,
+        priority: i32,
+        json_path: &str,
+    ) -> Self {
+        ColumnDef {
+            name: name.into(),
+            type_: type_.into(),
+            format: format.into(),
+            description: description.into(),
+            priority,
+            json_path: json_path.into(),
+            compute: None,
+        }
+    }
+
+    fn computed(name: &str, description: &str, priority: i32, compute: CellFn) -> Self {
+        ColumnDef {
+            name: name.into(),
+            type_: "string".into(),
+            format: String::new(),
+            description: description.into(),
+            priority,
+            json_path: String::new(),
+            compute: Some(compute),
+        }
+    }
+
+    /// The `columnDefinitions` entry.
+    pub fn definition(&self) -> Value {
+        json!({
+            "name": self.name,
+            "type": self.type_,
+            "format": self.format,
+            "description": self.description,
+            "priority": self.priority,
+        })
+    }
+
+    /// The cell for one object at time `now`.
+    pub fn cell(&self, obj: &Value, now: Timestamp) -> Value {
+        if let Some(f) = self.compute {
+            return f(obj, now);
+        }
+        let Some(value) = eval_json_path(obj, &self.json_path) else {
+            return Value::Null;
+        };
+        match self.type_.as_str() {
+            "string" => match value {
+                Value::String(s) => Value::String(s.clone()),
+                Value::Null => Value::Null,
+                other => Value::String(other.to_string()),
+            },
+            "integer" => match value {
+                Value::Number(n) => n
+                    .as_i64()
+                    .or_else(|| n.as_f64().map(|f| f as i64))
+                    .map(Value::from)
+                    .unwrap_or(Value::Null),
+                _ => Value::Null,
+            },
+            "number" => match value {
+                Value::Number(n) => n.as_f64().map(Value::from).unwrap_or(Value::Null),
+                _ => Value::Null,
+            },
+            "boolean" => match value {
+                Value::Bool(b) => Value::Bool(*b),
+                _ => Value::Null,
+            },
+            "date" => match value {
+                Value::String(s) => Value::String(match s.parse::<Timestamp>() {
+                    Ok(t) => human_duration(now, t),
+                    Err(_) => "<invalid>".to_string(),
+                }),
+                _ => Value::Null,
+            },
+            _ => Value::Null,
+        }
+    }
+}
+
+/// One step of a simple JSONPath.
+#[derive(Debug, PartialEq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// Parses the simple JSONPaths CRD printer columns use: `.a.b`, `.a[0].b`, `.a['x.y']`,
+/// optionally wrapped in `{}`. Returns `None` for anything richer (filters, wildcards, ranges).
+fn parse_json_path(path: &str) -> Option<Vec<Step>> {
+    let path = path.trim();
+    let path = path
+        .strip_prefix('{')
+        .and_then(|p| p.strip_suffix('}'))
+        .unwrap_or(path);
+    let mut steps = Vec::new();
+    let mut rest = path.strip_prefix('$').unwrap_or(path);
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let key = &r[..end];
+            if key.is_empty() || key.contains(['*', '?', '@', '(']) {
+                return None;
+            }
+            steps.push(Step::Key(key.to_string()));
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            let inner = r[..end].trim();
+            if let Some(q) = inner
+                .strip_prefix('\'')
+                .and_then(|q| q.strip_suffix('\''))
+                .or_else(|| inner.strip_prefix('"').and_then(|q| q.strip_suffix('"')))
+            {
+                steps.push(Step::Key(q.to_string()));
+            } else {
+                steps.push(Step::Index(inner.parse().ok()?));
+            }
+            rest = &r[end + 1..];
+        } else {
+            return None;
+        }
+    }
+    Some(steps)
+}
+
+/// Evaluates a simple JSONPath against `obj`; `None` when a key is missing (missing keys are
+/// allowed, as in the real convertor) or the path is not simple.
+pub fn eval_json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for step in parse_json_path(path)? {
+        cur = match step {
+            Step::Key(k) => cur.get(k.as_str())?,
+            Step::Index(i) => cur.get(i)?,
+        };
+    }
+    Some(cur)
+}
+
+/// Is `path` a JSONPath this module can evaluate? (CRD validation rejects other paths.)
+pub fn is_simple_json_path(path: &str) -> bool {
+    parse_json_path(path).is_some_and(|s| !s.is_empty())
+}
+
+/// `duration.HumanDuration(now - then)`: `45s`, `2m`, `7m30s`, `3h10m`, `20h`, `3d4h`, `40d`,
+/// `2y10d`; `<invalid>` when `then` is more than a second in the future.
+pub fn human_duration(now: Timestamp, then: Timestamp) -> String {
+    let seconds = now.as_second() - then.as_second();
+    if seconds < -1 {
+        return "<invalid>".into();
+    }
+    if seconds < 0 {
+        return "0s".into();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        let s = seconds % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = seconds / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let dy = (hours / 24) % 365;
+        return if dy == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{dy}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+/// The age of a timestamp field as the pod printer shows it (`<unknown>` when absent).
+fn age_of(value: Option<&Value>, now: Timestamp) -> String {
+    match value.and_then(Value::as_str) {
+        None | Some("") => "<unknown>".into(),
+        Some(s) => match s.parse::<Timestamp>() {
+            Ok(t) => human_duration(now, t),
+            Err(_) => "<invalid>".into(),
+        },
+    }
+}
+
+const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+const CREATED_DESCRIPTION: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+
+fn name_column() -> ColumnDef {
+    ColumnDef::path(
+        "Name",
+        "string",
+        "name",
+        NAME_DESCRIPTION,
+        0,
+        ".metadata.name",
+    )
+}
+
+/// `Name` and `Created At`: the default convertor for kinds without a printer.
+pub fn default_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Created At", CREATED_DESCRIPTION, 0, |obj, _| {
+            obj.pointer("/metadata/creationTimestamp")
+                .and_then(Value::as_str)
+                .map(|s| Value::String(s.to_string()))
+                .unwrap_or(Value::Null)
+        })
+        .with_type("date"),
+    ]
+}
+
+impl ColumnDef {
+    fn with_type(mut self, type_: &str) -> Self {
+        self.type_ = type_.into();
+        self
+    }
+}
+
+/// `Name`, then the CRD version's `additionalPrinterColumns` (a JSON array of
+/// `{name, type, format, description, priority, jsonPath}`); `Age` when there are none.
+pub fn crd_columns(printer_columns: &Value) -> Vec<ColumnDef> {
+    let mut columns = vec![name_column()];
+    let defined = printer_columns
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if defined.is_empty() {
+        columns.push(ColumnDef::path(
+            "Age",
+            "date",
+            "",
+            CREATED_DESCRIPTION,
+            0,
+            ".metadata.creationTimestamp",
+        ));
+        return columns;
+    }
+    for col in defined {
+        let s = |k: &str| col.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let json_path = s("jsonPath");
+        let description = match s("description") {
+            d if d.is_empty() => {
+                format!("Custom resource definition column (in JSONPath format): {json_path}")
+            }
+            d => d,
+        };
+        columns.push(ColumnDef {
+            name: s("name"),
+            type_: s("type"),
+            format: s("format"),
+            description,
+            priority: col
+                .get("priority")
+                .and_then(Value::as_i64)
+                .and_then(|p| i32::try_from(p).ok())
+                .unwrap_or(0),
+            json_path,
+            compute: None,
+        });
+    }
+    columns
+}
+
+fn pod_status(pod: &Value) -> (usize, usize, String, i64, Option<Timestamp>) {
+    let spec = pod.get("spec").unwrap_or(&Value::Null);
+    let status = pod.get("status").unwrap_or(&Value::Null);
+    let arr = |v: &Value, k: &str| {
+        v.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let s = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let total = arr(spec, "containers").len();
+    let mut ready = 0;
+    let mut restarts = 0i64;
+    let mut last_restart: Option<Timestamp> = None;
+    let mut reason = s(status, "/phase");
+    if !s(status, "/reason").is_empty() {
+        reason = s(status, "/reason");
+    }
+    let track = |c: &Value, last: &mut Option<Timestamp>| {
+        if let Some(t) = c
+            .pointer("/lastState/terminated/finishedAt")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            && last.is_none_or(|l| t > l)
+        {
+            *last = Some(t);
+        }
+    };
+    let init_specs = arr(spec, "initContainers");
+    let mut initializing = false;
+    let mut sidecar_restarts = 0i64;
+    for (i, c) in arr(status, "initContainerStatuses").iter().enumerate() {
+        let count = c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+        restarts += count;
+        track(c, &mut last_restart);
+        let name = c.get("name");
+        let sidecar = init_specs.iter().any(|sp| {
+            sp.get("name") == name
+                && sp.get("restartPolicy").and_then(Value::as_str) == Some("Always")
+        });
+        if sidecar {
+            sidecar_restarts += count;
+        }
+        let exit = c
+            .pointer("/state/terminated/exitCode")
+            .and_then(Value::as_i64);
+        let waiting = s(c, "/state/waiting/reason");
+        if exit == Some(0) || (sidecar && c.get("started").and_then(Value::as_bool) == Some(true)) {
+            continue;
+        }
+        if c.pointer("/state/terminated").is_some() {
+            let r = s(c, "/state/terminated/reason");
+            let signal = c
+                .pointer("/state/terminated/signal")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            reason = if !r.is_empty() {
+                format!("Init:{r}")
+            } else if signal != 0 {
+                format!("Init:Signal:{signal}")
+            } else {
+                format!("Init:ExitCode:{}", exit.unwrap_or(0))
+            };
+        } else if !waiting.is_empty() && waiting != "PodInitializing" {
+            reason = format!("Init:{waiting}");
+        } else {
+            reason = format!("Init:{i}/{}", init_specs.len());
+        }
+        initializing = true;
+        break;
+    }
+    let conditions = arr(status, "conditions");
+    let condition_true = |t: &str| {
+        conditions.iter().any(|c| {
+            c.get("type").and_then(Value::as_str) == Some(t)
+                && c.get("status").and_then(Value::as_str) == Some("True")
+        })
+    };
+    if !initializing || condition_true("Initialized") {
+        restarts = sidecar_restarts;
+        let mut has_running = false;
+        for c in arr(status, "containerStatuses").iter().rev() {
+            restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+            track(c, &mut last_restart);
+            let waiting = s(c, "/state/waiting/reason");
+            let terminated = c.pointer("/state/terminated");
+            if !waiting.is_empty() {
+                reason = waiting;
+            } else if let Some(t) = terminated {
+                let r = s(t, "/reason");
+                let signal = t.get("signal").and_then(Value::as_i64).unwrap_or(0);
+                reason = if !r.is_empty() {
+                    r
+                } else if signal != 0 {
+                    format!("Signal:{signal}")
+                } else {
+                    format!(
+                        "ExitCode:{}",
+                        t.get("exitCode").and_then(Value::as_i64).unwrap_or(0)
+                    )
+                };
+            } else if c.get("ready").and_then(Value::as_bool) == Some(true)
+                && c.pointer("/state/running").is_some()
+            {
+                has_running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && has_running {
+            reason = if condition_true("Ready") {
+                "Running".into()
+            } else {
+                "NotReady".into()
+            };
+        }
+    }
+    let phase = s(status, "/phase");
+    if pod
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|d| !d.is_null())
+    {
+        if s(status, "/reason") == "NodeLost" {
+            reason = "Unknown".into();
+        } else if phase != "Succeeded" && phase != "Failed" {
+            reason = "Terminating".into();
+        }
+    }
+    (ready, total, reason, restarts, last_restart)
+}
+
+/// The pod columns of the real server's printer: Name, Ready, Status, Restarts, Age, and at
+/// priority 1 IP, Node, Nominated Node, Readiness Gates.
+pub fn pod_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed(
+            "Ready",
+            "The aggregate readiness state of this pod for accepting traffic.",
+            0,
+            |pod, _| {
+                let (ready, total, ..) = pod_status(pod);
+                Value::String(format!("{ready}/{total}"))
+            },
+        ),
+        ColumnDef::computed(
+            "Status",
+            "The aggregate status of the containers in this pod.",
+            0,
+            |pod, _| Value::String(pod_status(pod).2),
+        ),
+        ColumnDef::computed(
+            "Restarts",
+            "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+            0,
+            |pod, now| {
+                let (_, _, _, restarts, last) = pod_status(pod);
+                Value::String(match last {
+                    Some(t) if restarts != 0 => {
+                        format!("{restarts} ({} ago)", human_duration(now, t))
+                    }
+                    _ => restarts.to_string(),
+                })
+            },
+        ),
+        ColumnDef::computed("Age", CREATED_DESCRIPTION, 0, |pod, now| {
+            Value::String(age_of(pod.pointer("/metadata/creationTimestamp"), now))
+        }),
+        ColumnDef::computed(
+            "IP",
+            "podIP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.",
+            1,
+            |pod, _| {
+                let ip = pod
+                    .pointer("/status/podIPs/0/ip")
+                    .or_else(|| pod.pointer("/status/podIP"))
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or("<none>");
+                Value::String(ip.into())
+            },
+        ),
+        ColumnDef::computed(
+            "Node",
+            "NodeName indicates in which node this pod is scheduled. If empty, this pod is a candidate for preemption or has not been scheduled.",
+            1,
+            |pod, _| none_if_empty(pod.pointer("/spec/nodeName")),
+        ),
+        ColumnDef::computed(
+            "Nominated Node",
+            "nominatedNodeName is set only when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods.",
+            1,
+            |pod, _| none_if_empty(pod.pointer("/status/nominatedNodeName")),
+        ),
+        ColumnDef::computed(
+            "Readiness Gates",
+            "If specified, all readiness gates will be evaluated for pod readiness.",
+            1,
+            |pod, _| {
+                let gates = pod
+                    .pointer("/spec/readinessGates")
+                    .and_then(Value::as_array);
+                let Some(gates) = gates.filter(|g| !g.is_empty()) else {
+                    return Value::String("<none>".into());
+                };
+                let conditions = pod
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let met = gates
+                    .iter()
+                    .filter(|g| {
+                        conditions.iter().any(|c| {
+                            c.get("type") == g.get("conditionType")
+                                && c.get("status").and_then(Value::as_str) == Some("True")
+                        })
+                    })
+                    .count();
+                Value::String(format!("{met}/{}", gates.len()))
+            },
+        ),
+    ]
+}
+
+fn none_if_empty(v: Option<&Value>) -> Value {
+    Value::String(
+        v.and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or("<none>")
+            .to_string(),
+    )
+}
+
+/// What each row's `object` holds (`?includeObject=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IncludeObject {
+    /// `PartialObjectMetadata` with the object's metadata (the default).
+    #[default]
+    Metadata,
+    /// The whole object (kubectl asks for it with `--sort-by`).
+    Object,
+    /// No object.
+    None,
+}
+
+impl IncludeObject {
+    /// Parses the `includeObject` query value (`Metadata`, `Object`, `None`; empty = default).
+    pub fn parse(s: &str) -> Result<IncludeObject, String> {
+        match s {
+            "" | "Metadata" => Ok(IncludeObject::Metadata),
+            "Object" => Ok(IncludeObject::Object),
+            "None" => Ok(IncludeObject::None),
+            other => Err(format!(
+                "includeObject: Unsupported value: {other:?}: supported values: \"Metadata\", \"None\", \"Object\""
+            )),
+        }
+    }
+}
+
+/// Builds a Table for `items` with the current time; see [`to_table_at`].
+pub fn to_table(
+    items: &[Value],
+    columns: &[ColumnDef],
+    list_rv: &str,
+    continue_: Option<&str>,
+) -> Value {
+    to_table_at(
+        items,
+        columns,
+        list_rv,
+        continue_,
+        IncludeObject::Metadata,
+        Timestamp::now(),
+    )
+}
+
+/// Builds a `meta.k8s.io/v1` Table: `metadata.resourceVersion` = `list_rv`, `metadata.continue`
+/// when paging, one row per item with its cells computed at `now`.
+pub fn to_table_at(
+    items: &[Value],
+    columns: &[ColumnDef],
+    list_rv: &str,
+    continue_: Option<&str>,
+    include: IncludeObject,
+    now: Timestamp,
+) -> Value {
+    let mut metadata = Map::new();
+    metadata.insert("resourceVersion".into(), Value::String(list_rv.into()));
+    if let Some(c) = continue_.filter(|c| !c.is_empty()) {
+        metadata.insert("continue".into(), Value::String(c.into()));
+    }
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|item| {
+            let cells: Vec<Value> = columns.iter().map(|c| c.cell(item, now)).collect();
+            let mut row = Map::new();
+            row.insert("cells".into(), Value::Array(cells));
+            match include {
+                IncludeObject::Metadata => {
+                    row.insert(
+                        "object".into(),
+                        json!({
+                            "kind": "PartialObjectMetadata",
+                            "apiVersion": "meta.k8s.io/v1",
+                            "metadata": item.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                        }),
+                    );
+                }
+                IncludeObject::Object => {
+                    row.insert("object".into(), item.clone());
+                }
+                IncludeObject::None => {}
+            }
+            Value::Object(row)
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": Value::Object(metadata),
+        "columnDefinitions": columns.iter().map(ColumnDef::definition).collect::<Vec<_>>(),
+        "rows": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn human_durations_match_apimachinery() {
+        let now = ts("2024-05-01T00:00:00Z");
+        let ago = |secs: i64| {
+            human_duration(now, Timestamp::from_second(now.as_second() - secs).unwrap())
+        };
+        assert_eq!(ago(-5), "<invalid>");
+        assert_eq!(ago(-1), "0s");
+        assert_eq!(ago(0), "0s");
+        assert_eq!(ago(119), "119s");
+        assert_eq!(ago(120), "2m");
+        assert_eq!(ago(450), "7m30s");
+        assert_eq!(ago(600), "10m");
+        assert_eq!(ago(179 * 60), "179m");
+        assert_eq!(ago(3 * 3600 + 600), "3h10m");
+        assert_eq!(ago(5 * 3600), "5h");
+        assert_eq!(ago(20 * 3600), "20h");
+        assert_eq!(ago(3 * 86400 + 4 * 3600), "3d4h");
+        assert_eq!(ago(40 * 86400), "40d");
+        assert_eq!(ago(2 * 365 * 86400 + 10 * 86400), "2y10d");
+        assert_eq!(ago(9 * 365 * 86400), "9y");
+    }
+
+    #[test]
+    fn json_paths() {
+        let obj =
+            json!({"spec": {"a": [{"b": 1}, {"b": 2}], "x.y": "dot"}, "metadata": {"name": "n"}});
+        assert_eq!(eval_json_path(&obj, ".spec.a[1].b"), Some(&json!(2)));
+        assert_eq!(eval_json_path(&obj, "{.metadata.name}"), Some(&json!("n")));
+        assert_eq!(eval_json_path(&obj, ".spec['x.y']"), Some(&json!("dot")));
+        assert_eq!(eval_json_path(&obj, ".spec.missing"), None);
+        assert_eq!(eval_json_path(&obj, ".spec.a[5]"), None);
+        assert!(!is_simple_json_path(".spec.a[*].b"));
+        assert!(!is_simple_json_path("spec"));
+        assert!(is_simple_json_path(".status.phase"));
+    }
+
+    fn at(name: &str, phase: Option<&str>) -> Value {
+        let mut v = json!({"apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+            "metadata": {"name": name, "namespace": "default", "uid": "u", "creationTimestamp": "2024-05-01T00:00:00Z",
+                         "labels": {"app": "x"}},
+            "spec": {"schedule": "2024-05-01T10:00:00Z", "command": "echo", "replicas": 3.0}});
+        if let Some(p) = phase {
+            v["status"] = json!({"phase": p});
+        }
+        v
+    }
+
+    #[test]
+    fn crd_table_with_printer_columns() {
+        let columns = crd_columns(&json!([
+            {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Where it is"},
+            {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "priority": 1},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+        ]));
+        let now = ts("2024-05-01T00:05:00Z");
+        let table = to_table_at(
+            &[at("a", Some("DONE")), at("b", None)],
+            &columns,
+            "42",
+            Some("tok"),
+            IncludeObject::Metadata,
+            now,
+        );
+        assert_eq!(table["kind"], "Table");
+        assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(
+            table["metadata"],
+            json!({"resourceVersion": "42", "continue": "tok"})
+        );
+        let defs = table["columnDefinitions"].as_array().unwrap();
+        assert_eq!(defs[0]["name"], "Name");
+        assert_eq!(defs[0]["format"], "name");
+        assert_eq!(
+            defs[1]["description"],
+            "Custom resource definition column (in JSONPath format): .spec.schedule"
+        );
+        assert_eq!(defs[2]["description"], "Where it is");
+        assert_eq!(defs[3]["priority"], 1);
+        assert_eq!(
+            table["rows"][0]["cells"],
+            json!(["a", "2024-05-01T10:00:00Z", "DONE", 3, "5m"])
+        );
+        assert_eq!(
+            table["rows"][1]["cells"],
+            json!(["b", "2024-05-01T10:00:00Z", null, 3, "5m"])
+        );
+        let obj = &table["rows"][0]["object"];
+        assert_eq!(obj["kind"], "PartialObjectMetadata");
+        assert_eq!(obj["metadata"]["labels"]["app"], "x");
+        assert!(obj.get("spec").is_none());
+    }
+
+    #[test]
+    fn crd_without_printer_columns_gets_age_and_include_object_variants() {
+        let columns = crd_columns(&json!([]));
+        assert_eq!(
+            columns.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["Name", "Age"]
+        );
+        let mut bad = at("x", None);
+        bad["metadata"]["creationTimestamp"] = json!("yesterday");
+        let now = ts("2024-05-03T00:00:00Z");
+        let t = to_table_at(
+            &[at("a", None), bad],
+            &columns,
+            "1",
+            None,
+            IncludeObject::Object,
+            now,
+        );
+        assert_eq!(t["rows"][0]["cells"], json!(["a", "2d"]));
+        assert_eq!(t["rows"][1]["cells"], json!(["x", "<invalid>"]));
+        assert_eq!(t["rows"][0]["object"]["kind"], "At");
+        assert!(t["metadata"].get("continue").is_none());
+        let t = to_table_at(
+            &[at("a", None)],
+            &columns,
+            "1",
+            None,
+            IncludeObject::None,
+            now,
+        );
+        assert!(t["rows"][0].get("object").is_none());
+        assert_eq!(IncludeObject::parse("Object"), Ok(IncludeObject::Object));
+        assert!(IncludeObject::parse("All").unwrap_err().contains("\"All\""));
+    }
+
+    #[test]
+    fn default_columns_show_raw_creation_time() {
+        let t = to_table_at(
+            &[json!({"metadata": {"name": "cm", "creationTimestamp": "2024-05-01T00:00:00Z"}})],
+            &default_columns(),
+            "7",
+            None,
+            IncludeObject::Metadata,
+            ts("2024-06-01T00:00:00Z"),
+        );
+        assert_eq!(t["rows"][0]["cells"], json!(["cm", "2024-05-01T00:00:00Z"]));
+        assert_eq!(t["columnDefinitions"][1]["name"], "Created At");
+        assert_eq!(t["columnDefinitions"][1]["type"], "date");
+    }
+
+    fn pod(status: Value) -> Value {
+        json!({"metadata": {"name": "p", "creationTimestamp": "2024-05-01T00:00:00Z"},
+               "spec": {"containers": [{"name": "a"}, {"name": "b"}], "nodeName": "node-1"},
+               "status": status})
+    }
+
+    fn cells(p: &Value) -> Value {
+        let t = to_table_at(
+            std::slice::from_ref(p),
+            &pod_columns(),
+            "1",
+            None,
+            IncludeObject::Metadata,
+            ts("2024-05-01T01:00:00Z"),
+        );
+        t["rows"][0]["cells"].clone()
+    }
+
+    #[test]
+    fn pod_printer() {
+        let running = pod(json!({"phase": "Running", "podIP": "10.0.0.5",
+        "containerStatuses": [
+            {"name": "a", "ready": true, "restartCount": 0, "state": {"running": {}}},
+            {"name": "b", "ready": true, "restartCount": 2, "state": {"running": {}},
+             "lastState": {"terminated": {"finishedAt": "2024-05-01T00:55:00Z", "exitCode": 1}}}
+        ]}));
+        assert_eq!(
+            cells(&running),
+            json!([
+                "p",
+                "2/2",
+                "Running",
+                "2 (5m ago)",
+                "60m",
+                "10.0.0.5",
+                "node-1",
+                "<none>",
+                "<none>"
+            ])
+        );
+        let crash = pod(json!({"phase": "Running", "containerStatuses": [
+            {"name": "a", "ready": false, "restartCount": 3, "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
+            {"name": "b", "ready": true, "restartCount": 0, "state": {"running": {}}}
+        ]}));
+        let c = cells(&crash);
+        assert_eq!(c[1], "1/2");
+        assert_eq!(c[2], "CrashLoopBackOff");
+        assert_eq!(c[3], "3");
+        let pending = pod(json!({"phase": "Pending"}));
+        let c = cells(&pending);
+        assert_eq!((&c[1], &c[2]), (&json!("0/2"), &json!("Pending")));
+        let mut init = pod(json!({"phase": "Pending", "initContainerStatuses": [
+            {"name": "i1", "restartCount": 0, "state": {"terminated": {"exitCode": 0}}},
+            {"name": "i2", "restartCount": 0, "state": {"running": {}}}
+        ]}));
+        init["spec"]["initContainers"] = json!([{"name": "i1"}, {"name": "i2"}]);
+        assert_eq!(cells(&init)[2], "Init:1/2");
+        let mut deleting = running.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2024-05-01T00:59:00Z");
+        assert_eq!(cells(&deleting)[2], "Terminating");
+        let done = pod(json!({"phase": "Succeeded", "containerStatuses": [
+            {"name": "a", "ready": false, "restartCount": 0, "state": {"terminated": {"reason": "Completed", "exitCode": 0}}}
+        ]}));
+        assert_eq!(cells(&done)[2], "Completed");
+        let mut gated = running.clone();
+        gated["spec"]["readinessGates"] = json!([{"conditionType": "x/ready"}]);
+        gated["status"]["conditions"] = json!([{"type": "x/ready", "status": "True"}]);
+        assert_eq!(cells(&gated)[8], "1/1");
+        let defs: Vec<(String, i64)> = pod_columns()
+            .iter()
+            .map(|c| (c.name.clone(), i64::from(c.priority)))
+            .collect();
+        assert_eq!(defs[4], ("Age".to_string(), 0));
+        assert_eq!(defs[5], ("IP".to_string(), 1));
+    }
+}

@@ -1,0 +1,217 @@
+//! Server-managed object metadata: names, uids, timestamps, generation.
+//!
+//! On create the real server fills `metadata.uid` (a fresh UUID), `creationTimestamp` (now,
+//! second precision, UTC) and, for kinds that track it, `generation: 1`; it turns
+//! `generateName` into a name by appending five random characters, and validates the name
+//! (a DNS-1123 subdomain for most kinds, a DNS-1123 label for namespaces, a path segment for
+//! RBAC objects). On update those fields are copied from the stored object whatever the request
+//! says, and `generation` moves by one whenever the object's *spec* (everything outside
+//! `metadata` and, with a status subresource, `status`) changes. These helpers are the rules;
+//! the handlers apply them.
+
+use serde_json::{Value, json};
+
+use super::registry::ResourceDef;
+use super::status::Cause;
+
+/// Now as a `metav1.Time` (RFC 3339, seconds, UTC).
+pub fn now_time() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// `now + secs` as a `metav1.Time`.
+pub fn time_in(secs: i64) -> String {
+    let t = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(secs))
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// A random version-4 UUID.
+pub fn new_uid() -> String {
+    let mut b = [0u8; 16];
+    for x in b.iter_mut() {
+        *x = fastrand::u8(..);
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// `generateName` → name: the base cut to 58 characters plus five characters from
+/// `bcdfghjklmnpqrstvwxz2456789` (apiserver `names.SimpleNameGenerator`).
+pub fn generate_name(base: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let base: String = base.chars().take(58).collect();
+    let suffix: String = (0..5)
+        .map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char)
+        .collect();
+    format!("{base}{suffix}")
+}
+
+fn is_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// DNS-1123 subdomain: dot-separated labels, at most 253 characters.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_label)
+}
+
+/// The validation failure of a name, if any, for this resource.
+pub fn validate_name(def: &ResourceDef, name: &str) -> Option<Cause> {
+    let msg = if def.plural == "namespaces" {
+        if is_label(name) {
+            return None;
+        }
+        format!(
+            "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+        )
+    } else if def.group == "rbac.authorization.k8s.io" {
+        if name != "." && name != ".." && !name.contains('/') && !name.contains('%') {
+            return None;
+        }
+        format!("Invalid value: \"{name}\": may not contain '/' or '%' and may not be '.' or '..'")
+    } else {
+        if is_dns1123_subdomain(name) {
+            return None;
+        }
+        format!(
+            "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        )
+    };
+    Some(Cause::new("FieldValueInvalid", "metadata.name", msg))
+}
+
+/// The part of an object whose change bumps `generation`: everything but `metadata` and, when
+/// the resource has a status subresource, `status`.
+pub fn spec_part(def: &ResourceDef, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("kind");
+        m.remove("apiVersion");
+        if def.status_subresource {
+            m.remove("status");
+        }
+    }
+    o
+}
+
+/// Reads a dotted JSON path (`.spec.replicas`) out of an object.
+pub fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for seg in path.trim_start_matches('.').split('.') {
+        if seg.is_empty() {
+            continue;
+        }
+        cur = cur.get(seg)?;
+    }
+    Some(cur)
+}
+
+/// Writes a dotted JSON path, creating objects on the way.
+pub fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let segs: Vec<&str> = path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut cur = obj;
+    for (i, seg) in segs.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = json!({});
+        }
+        let Some(map) = cur.as_object_mut() else {
+            return;
+        };
+        if i + 1 == segs.len() {
+            map.insert((*seg).to_owned(), value);
+            return;
+        }
+        cur = map.entry((*seg).to_owned()).or_insert_with(|| json!({}));
+    }
+}
+
+/// `metadata.<field>` as a string.
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    obj["metadata"][field].as_str().unwrap_or_default()
+}
+
+/// `metadata.labels` as a map (non-string values skipped).
+pub fn labels_of(obj: &Value) -> std::collections::BTreeMap<String, String> {
+    obj["metadata"]["labels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The finalizers of an object.
+pub fn finalizers_of(obj: &Value) -> Vec<String> {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::registry::Registry;
+
+    #[test]
+    fn names_are_dns_subdomains_and_namespaces_labels() {
+        let r = Registry::builtins();
+        let cm = r.lookup("", "v1", "configmaps").unwrap();
+        let ns = r.lookup("", "v1", "namespaces").unwrap();
+        assert!(validate_name(&cm, "a.b-c").is_none());
+        assert!(validate_name(&cm, "Bad").is_some());
+        assert!(validate_name(&ns, "a.b").is_some());
+        assert!(validate_name(&ns, "cnat").is_none());
+    }
+
+    #[test]
+    fn generated_names_keep_the_base_and_add_five_characters() {
+        let n = generate_name("web-");
+        assert!(n.starts_with("web-"));
+        assert_eq!(n.len(), 9);
+    }
+
+    #[test]
+    fn uids_look_like_uuids() {
+        let u = new_uid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+    }
+
+    #[test]
+    fn paths_read_and_write() {
+        let mut v = json!({});
+        set_path(&mut v, ".spec.replicas", json!(3));
+        assert_eq!(get_path(&v, ".spec.replicas"), Some(&json!(3)));
+    }
+}

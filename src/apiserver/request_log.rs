@@ -1,0 +1,124 @@
+//! The request log: what clients asked the server, counted.
+//!
+//! Every request is classified the way the real server's audit log and
+//! `apiserver_request_total` metric classify it — verb (`get`, `list`, `watch`, `create`,
+//! `update`, `patch`, `delete`, `deletecollection`), resource, subresource, namespace and HTTP
+//! status code — and counted. Tests use it to assert behaviour that is otherwise invisible,
+//! such as "this controller made zero GETs in steady state because it reads from its
+//! informer cache":
+//!
+//! ```no_run
+//! # async fn f(server: sample_controller::apiserver::ApiServerHandle) {
+//! let log = server.request_log();
+//! assert_eq!(log.count("get", "ats"), 0);
+//! assert!(log.count_code("update", "ats", 409) <= 1);
+//! # }
+//! ```
+//!
+//! Non-resource requests (discovery, `/version`, OpenAPI) are counted with verb `get` and the
+//! URL path as their resource. Counts are kept per distinct key, so memory stays bounded by the
+//! number of distinct (verb, resource, subresource, namespace, code) combinations.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+/// One classified request.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestKey {
+    /// Kubernetes verb (`get`, `list`, `watch`, `create`, ...).
+    pub verb: String,
+    /// Plural resource name, or the URL path for non-resource requests.
+    pub resource: String,
+    /// `status`, `scale`, or empty.
+    pub subresource: String,
+    /// Namespace from the URL, or empty.
+    pub namespace: String,
+    /// HTTP status code of the answer.
+    pub code: u16,
+}
+
+/// Shared, cloneable counts of every request served.
+#[derive(Clone, Debug, Default)]
+pub struct RequestLog {
+    counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
+}
+
+impl RequestLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<RequestKey, u64>> {
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one request.
+    pub fn record(&self, key: RequestKey) {
+        *self.lock().entry(key).or_default() += 1;
+    }
+
+    /// Every key with its count.
+    pub fn snapshot(&self) -> Vec<(RequestKey, u64)> {
+        self.lock().iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// Requests with this verb on this resource (any subresource, namespace or code).
+    pub fn count(&self, verb: &str, resource: &str) -> u64 {
+        self.count_where(|k| k.verb == verb && k.resource == resource)
+    }
+
+    /// Requests with this verb on this resource that were answered with `code`.
+    pub fn count_code(&self, verb: &str, resource: &str, code: u16) -> u64 {
+        self.count_where(|k| k.verb == verb && k.resource == resource && k.code == code)
+    }
+
+    /// Requests with this verb on this resource's `subresource`.
+    pub fn count_subresource(&self, verb: &str, resource: &str, subresource: &str) -> u64 {
+        self.count_where(|k| {
+            k.verb == verb && k.resource == resource && k.subresource == subresource
+        })
+    }
+
+    /// Requests matching an arbitrary predicate.
+    pub fn count_where(&self, pred: impl Fn(&RequestKey) -> bool) -> u64 {
+        self.lock()
+            .iter()
+            .filter(|(k, _)| pred(k))
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// Every request counted so far.
+    pub fn total(&self) -> u64 {
+        self.count_where(|_| true)
+    }
+
+    /// Forgets every count (start of a test phase).
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(verb: &str, res: &str, code: u16) -> RequestKey {
+        RequestKey {
+            verb: verb.into(),
+            resource: res.into(),
+            subresource: String::new(),
+            namespace: "default".into(),
+            code,
+        }
+    }
+
+    #[test]
+    fn counts_by_verb_resource_and_code() {
+        let log = RequestLog::default();
+        log.record(key("get", "pods", 200));
+        log.record(key("get", "pods", 404));
+        log.record(key("list", "pods", 200));
+        assert_eq!(log.count("get", "pods"), 2);
+        assert_eq!(log.count_code("get", "pods", 404), 1);
+        assert_eq!(log.total(), 3);
+        log.clear();
+        assert_eq!(log.total(), 0);
+    }
+}

@@ -1,0 +1,82 @@
+//! `sample-controller apiserver`: the embedded server as a standalone process.
+//!
+//! ```text
+//! sample-controller apiserver --kubeconfig-out k.yaml
+//! kubectl --kubeconfig k.yaml apply -f artifacts/crds/
+//! kubectl --kubeconfig k.yaml get ats
+//! ```
+//!
+//! It prints its URL (and where the kubeconfig went), then serves until SIGINT or SIGTERM, when
+//! it ends every watch and connection and exits. The default listen address is the one a
+//! kube-apiserver uses, `127.0.0.1:6443`; pass `--listen 127.0.0.1:0` for a free port.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::{ApiServer, StartError};
+
+/// Options of the `apiserver` subcommand.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ApiServerArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    pub listen: SocketAddr,
+    /// Write a kubeconfig for this server (CA data and token included) to this path.
+    #[arg(long)]
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Serve plain HTTP instead of HTTPS.
+    #[arg(long)]
+    pub plain_http: bool,
+    /// Bearer token to accept (default: random).
+    #[arg(long, env = "SAMPLE_CONTROLLER_APISERVER_TOKEN")]
+    pub token: Option<String>,
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
+    let mut builder = ApiServer::builder()
+        .listen(args.listen)
+        .plain_http(args.plain_http);
+    if let Some(t) = args.token {
+        builder = builder.token(t);
+    }
+    if let Some(p) = &args.kubeconfig_out {
+        builder = builder.kubeconfig_path(p);
+    }
+    let server = builder.start().await?;
+    println!("API server listening at {}", server.url());
+    if let Some(p) = &args.kubeconfig_out {
+        println!(
+            "kubeconfig written to {} (try: kubectl --kubeconfig {} get namespaces)",
+            p.display(),
+            p.display()
+        );
+    }
+    wait_for_signal().await;
+    println!("shutting down");
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,406 @@
+//! Per-resource write rules: what create and update do to an object before it is stored.
+//!
+//! In kube-apiserver these are the `PrepareForCreate` / `PrepareForUpdate` / `Validate` methods
+//! of each resource's *strategy*, run by the generic registry store. The ones reproduced here:
+//!
+//! * **create** — name from `generateName`, DNS-1123 name validation (422), namespace filled from
+//!   the URL (400 on mismatch) and required to exist (404) and not be terminating (403), `uid`,
+//!   `creationTimestamp`, `generation: 1` for kinds that track it, and the status reset of kinds
+//!   with a status subresource (a client cannot create an object with a made-up status: pods start
+//!   `Pending`, namespaces `Active`, everything else empty).
+//! * **update** — identity (`uid`, `creationTimestamp`, `generation`, `deletionTimestamp`) copied
+//!   from the stored object; optimistic concurrency (409 on a stale `resourceVersion`, 422 when a
+//!   kind demands one and none was sent); the **status subresource split**: the main endpoint
+//!   keeps the stored `.status` and takes everything else from the request, while `/status` keeps
+//!   everything *but* `.status` from the stored object; and the `generation` bump whenever the
+//!   spec part changed.
+//! * **finalizers** — no new finalizer may be added once an object is being deleted; an update
+//!   that removes the last finalizer of an object with a `deletionTimestamp` deletes it.
+
+use serde_json::{Value, json};
+
+use super::events;
+use super::meta::{self, finalizers_of, meta_str};
+use super::registry::{ResourceDef, View};
+use super::status::{ApiError, Cause};
+use super::store::{State, rv_of};
+
+/// Which endpoint a write came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The object itself.
+    Main,
+    /// `/status`.
+    Status,
+}
+
+/// A request body as the storage shape (events.k8s.io/v1 bodies are renamed to core/v1),
+/// with a 400 when it is not an object of this resource's kind.
+pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON or YAML object",
+        ));
+    }
+    if let Some(av) = body.get("apiVersion").and_then(Value::as_str)
+        && av != def.api_version()
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({})",
+            def.api_version()
+        )));
+    }
+    if let Some(kind) = body.get("kind").and_then(Value::as_str)
+        && kind != def.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            def.kind
+        )));
+    }
+    let mut obj = match def.view {
+        View::EventsV1 => events::from_events_v1(&body),
+        View::Native => body,
+    };
+    if obj.get("metadata").is_none_or(|m| !m.is_object())
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.insert("metadata".into(), json!({}));
+    }
+    if def.view == View::Native
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.insert("apiVersion".into(), Value::String(def.api_version()));
+        m.insert("kind".into(), Value::String(def.kind.clone()));
+    }
+    Ok(obj)
+}
+
+/// A stored object as this definition serves it.
+pub fn present(def: &ResourceDef, stored: &Value) -> Value {
+    match def.view {
+        View::EventsV1 => events::to_events_v1(stored),
+        View::Native => {
+            let mut o = stored.clone();
+            if let Some(m) = o.as_object_mut() {
+                m.insert("apiVersion".into(), Value::String(def.api_version()));
+                m.insert("kind".into(), Value::String(def.kind.clone()));
+            }
+            o
+        }
+    }
+}
+
+fn meta_mut(obj: &mut Value) -> Result<&mut serde_json::Map<String, Value>, ApiError> {
+    if let Some(o) = obj.as_object_mut()
+        && !o.get("metadata").is_some_and(Value::is_object)
+    {
+        o.insert("metadata".into(), json!({}));
+    }
+    obj.get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| ApiError::bad_request("the request body must be a JSON or YAML object"))
+}
+
+fn check_namespace(
+    def: &ResourceDef,
+    obj: &mut Value,
+    url_ns: Option<&str>,
+) -> Result<(), ApiError> {
+    let m = meta_mut(obj)?;
+    if !def.namespaced {
+        m.remove("namespace");
+        return Ok(());
+    }
+    let body_ns = m
+        .get("namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let url_ns = url_ns.unwrap_or_default();
+    if body_ns.is_empty() {
+        m.insert("namespace".into(), Value::String(url_ns.to_owned()));
+    } else if body_ns != url_ns {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    Ok(())
+}
+
+/// Prepares a new object for storage (see the module docs). The caller checks existence.
+pub fn prepare_create(
+    st: &State,
+    def: &ResourceDef,
+    mut obj: Value,
+    url_ns: Option<&str>,
+) -> Result<Value, ApiError> {
+    check_namespace(def, &mut obj, url_ns)?;
+    let name = meta_str(&obj, "name").to_owned();
+    let generate = meta_str(&obj, "generateName").to_owned();
+    let name = if name.is_empty() {
+        if generate.is_empty() {
+            return Err(ApiError::invalid(
+                &def.kind,
+                &def.group,
+                "",
+                vec![Cause::new(
+                    "FieldValueRequired",
+                    "metadata.name",
+                    "Required value: name or generateName is required",
+                )],
+            ));
+        }
+        meta::generate_name(&generate)
+    } else {
+        name
+    };
+    if let Some(cause) = meta::validate_name(def, &name) {
+        return Err(ApiError::invalid(&def.kind, &def.group, &name, vec![cause]));
+    }
+    if !meta_str(&obj, "resourceVersion").is_empty() {
+        return Err(ApiError::internal(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    let ns = meta_str(&obj, "namespace").to_owned();
+    if def.namespaced {
+        match st.get("core/namespaces", "", &ns) {
+            None => return Err(ApiError::not_found("namespaces", "", &ns)),
+            Some(n) if !meta_str(n, "deletionTimestamp").is_empty() => {
+                let mut e = ApiError::forbidden(
+                    &def.plural,
+                    &def.group,
+                    &name,
+                    &format!(
+                        "unable to create new content in namespace {ns} because it is being terminated"
+                    ),
+                );
+                if let Some(d) = e.details.as_mut() {
+                    d["causes"] = json!([{"reason": "NamespaceTerminating", "field": "metadata.namespace",
+                        "message": format!("namespace {ns} is being terminated")}]);
+                }
+                e.message = format!(
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    super::status::qualified(&def.plural, &def.group)
+                );
+                return Err(e);
+            }
+            Some(_) => {}
+        }
+    }
+    check_finalizers(def, &obj, None)?;
+    let m = meta_mut(&mut obj)?;
+    m.insert("name".into(), Value::String(name));
+    m.insert("uid".into(), Value::String(meta::new_uid()));
+    m.insert("creationTimestamp".into(), Value::String(meta::now_time()));
+    for f in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+        "resourceVersion",
+        "managedFields",
+    ] {
+        m.remove(f);
+    }
+    if def.tracks_generation || def.custom.is_some() {
+        m.insert("generation".into(), json!(1));
+    } else {
+        m.remove("generation");
+    }
+    reset_status_on_create(def, &mut obj);
+    Ok(obj)
+}
+
+fn reset_status_on_create(def: &ResourceDef, obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else {
+        return;
+    };
+    match (def.group.as_str(), def.plural.as_str()) {
+        ("", "namespaces") => {
+            o.insert("status".into(), json!({"phase": "Active"}));
+            let spec = o.entry("spec").or_insert_with(|| json!({}));
+            if spec.get("finalizers").is_none() {
+                spec["finalizers"] = json!(["kubernetes"]);
+            }
+        }
+        ("", "pods") => {
+            o.insert("status".into(), json!({"phase": "Pending"}));
+        }
+        ("", "nodes") => {}
+        _ if def.status_subresource => {
+            o.remove("status");
+        }
+        _ => {}
+    }
+}
+
+fn check_finalizers(def: &ResourceDef, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    let fins = finalizers_of(new);
+    let name = meta_str(new, "name");
+    if fins.iter().any(|f| f == "orphan") && fins.iter().any(|f| f == "foregroundDeletion") {
+        return Err(ApiError::invalid(
+            &def.kind,
+            &def.group,
+            name,
+            vec![Cause::new(
+                "FieldValueInvalid",
+                "metadata.finalizers",
+                "Invalid value: \"foregroundDeletion\": finalizer foregroundDeletion and orphan cannot be both set",
+            )],
+        ));
+    }
+    if let Some(old) = old
+        && !meta_str(old, "deletionTimestamp").is_empty()
+    {
+        let before = finalizers_of(old);
+        if let Some(added) = fins.iter().find(|f| !before.contains(f)) {
+            return Err(ApiError::invalid(
+                &def.kind,
+                &def.group,
+                name,
+                vec![Cause::new(
+                    "FieldValueForbidden",
+                    "metadata.finalizers",
+                    format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{\"{added}\"}}"
+                    ),
+                )],
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Merges a requested update with the stored object (see the module docs) and checks
+/// optimistic concurrency. Returns the object to store.
+pub fn prepare_update(
+    def: &ResourceDef,
+    old: &Value,
+    mut new: Value,
+    url_ns: Option<&str>,
+    url_name: &str,
+    endpoint: Endpoint,
+) -> Result<Value, ApiError> {
+    let body_name = meta_str(&new, "name").to_owned();
+    if body_name != url_name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({url_name})"
+        )));
+    }
+    check_namespace(def, &mut new, url_ns)?;
+    let sent_rv = meta_str(&new, "resourceVersion").to_owned();
+    if sent_rv.is_empty() {
+        if !def.unconditional_update {
+            return Err(ApiError::invalid(
+                &def.kind,
+                &def.group,
+                url_name,
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "metadata.resourceVersion",
+                    "Invalid value: 0x0: must be specified for an update",
+                )],
+            ));
+        }
+    } else if sent_rv.parse::<u64>().ok() != Some(rv_of(old)) {
+        return Err(ApiError::conflict(&def.plural, &def.group, url_name));
+    }
+    let sent_uid = meta_str(&new, "uid").to_owned();
+    if !sent_uid.is_empty() && sent_uid != meta_str(old, "uid") {
+        return Err(ApiError::invalid(
+            &def.kind,
+            &def.group,
+            url_name,
+            vec![Cause::new(
+                "FieldValueInvalid",
+                "metadata.uid",
+                format!("Invalid value: \"{sent_uid}\": field is immutable"),
+            )],
+        ));
+    }
+    let mut result = match endpoint {
+        Endpoint::Status => {
+            let mut r = old.clone();
+            if let Some(o) = r.as_object_mut() {
+                match new.get("status") {
+                    Some(s) => {
+                        o.insert("status".into(), s.clone());
+                    }
+                    None => {
+                        o.remove("status");
+                    }
+                }
+            }
+            r
+        }
+        Endpoint::Main => {
+            let mut r = new;
+            if def.status_subresource
+                && let Some(o) = r.as_object_mut()
+            {
+                match old.get("status") {
+                    Some(s) => {
+                        o.insert("status".into(), s.clone());
+                    }
+                    None => {
+                        o.remove("status");
+                    }
+                }
+            }
+            r
+        }
+    };
+    if endpoint == Endpoint::Main {
+        check_finalizers(def, &result, Some(old))?;
+    }
+    let old_meta = old["metadata"].as_object().cloned().unwrap_or_default();
+    let m = meta_mut(&mut result)?;
+    for f in [
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "namespace",
+        "resourceVersion",
+    ] {
+        match old_meta.get(f) {
+            Some(v) => {
+                m.insert(f.into(), v.clone());
+            }
+            None => {
+                m.remove(f);
+            }
+        }
+    }
+    m.remove("selfLink");
+    if (def.tracks_generation || def.custom.is_some())
+        && meta::spec_part(def, old) != meta::spec_part(def, &result)
+    {
+        let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+        result["metadata"]["generation"] = json!(g);
+    }
+    Ok(result)
+}
+
+/// True when a stored object should disappear: it is being deleted and nothing holds it.
+pub fn should_delete(def: &ResourceDef, obj: &Value) -> bool {
+    if meta_str(obj, "deletionTimestamp").is_empty() || !finalizers_of(obj).is_empty() {
+        return false;
+    }
+    if def.group.is_empty() && def.plural == "namespaces" {
+        let spec_fins = obj["spec"]["finalizers"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty());
+        return !spec_fins;
+    }
+    if def.group.is_empty() && def.plural == "pods" {
+        // A pod with a grace period waits for its kubelet unless the period is zero.
+        return obj["metadata"]["deletionGracePeriodSeconds"]
+            .as_i64()
+            .unwrap_or(0)
+            == 0;
+    }
+    true
+}

@@ -1,0 +1,1024 @@
+//! The REST verbs: get, list, create, update, patch, delete, deletecollection.
+//!
+//! Each function here is the body of one of kube-apiserver's `endpoints/handlers`
+//! (`get.go`, `create.go`, `update.go`, `patch.go`, `delete.go`) fused with the generic
+//! registry store behind it. They run synchronously under the store lock (see
+//! [`super::store`]), so a read-validate-write sequence is atomic exactly like etcd's
+//! compare-and-swap: two clients updating the same object with the same `resourceVersion`
+//! cannot both win; the second gets 409 Conflict.
+//!
+//! Answers follow the real server's status codes: 201 for create (and for a PUT or apply that
+//! creates), 200 otherwise; DELETE answers with the deleted object for kinds whose store sets
+//! `ReturnDeletedObject` (pods, service accounts, nodes), with the object still carrying its
+//! finalizers when deletion is pending, and with a `Status` of `Success` otherwise.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::crd;
+use super::logic::selectors::{FieldSelector, LabelSelector};
+use super::meta::{self, finalizers_of, meta_str};
+use super::query::{ListOptions, Query, RvMatch};
+use super::registry::ResourceDef;
+use super::status::{ApiError, success_status};
+use super::store::{Key, State, rv_of};
+use super::strategy::{self, Endpoint, intake, present};
+
+/// The resource, namespace, name and subresource a request URL names.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// The resource definition.
+    pub def: Arc<ResourceDef>,
+    /// Namespace from the URL (`None` for cluster-scoped or all-namespaces requests).
+    pub namespace: Option<String>,
+    /// Object name from the URL (`None` for collection requests).
+    pub name: Option<String>,
+    /// `status`, `scale`, or `None`.
+    pub subresource: Option<String>,
+}
+
+impl Target {
+    fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+    fn ns_key(&self) -> &str {
+        if self.def.namespaced {
+            self.namespace.as_deref().unwrap_or_default()
+        } else {
+            ""
+        }
+    }
+    fn not_found(&self) -> ApiError {
+        ApiError::not_found(&self.def.plural, &self.def.group, self.name())
+    }
+    fn endpoint(&self) -> Endpoint {
+        if self.subresource.as_deref() == Some("status") {
+            Endpoint::Status
+        } else {
+            Endpoint::Main
+        }
+    }
+}
+
+/// Label and field selectors of a list or watch, checked against the resource's field labels.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    label: LabelSelector,
+    field: FieldSelector,
+}
+
+impl Selection {
+    /// Parses the selectors (400 on syntax errors and unsupported field labels).
+    pub fn parse(
+        def: &ResourceDef,
+        opts: &ListOptions,
+        url_name: Option<&str>,
+    ) -> Result<Self, ApiError> {
+        let label = LabelSelector::parse(&opts.label_selector)
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let mut field =
+            FieldSelector::parse(&opts.field_selector).map_err(ApiError::bad_request)?;
+        let mut allowed: Vec<&str> = vec!["metadata.name", "metadata.namespace"];
+        allowed.extend(def.field_labels.iter().map(String::as_str));
+        if let Some(f) = field.unsupported_field(&allowed) {
+            return Err(ApiError::bad_request(format!(
+                "field label not supported: {f}"
+            )));
+        }
+        if let Some(name) = url_name {
+            match field.required_name() {
+                Some(n) if n != name => {
+                    return Err(ApiError::bad_request(
+                        "fieldSelector metadata.name doesn't match requested name",
+                    ));
+                }
+                Some(_) => {}
+                None if field.is_empty() => field = FieldSelector::for_name(name),
+                None => {
+                    let combined = format!("{},metadata.name={name}", opts.field_selector);
+                    field = FieldSelector::parse(&combined).map_err(ApiError::bad_request)?;
+                }
+            }
+        }
+        Ok(Selection { label, field })
+    }
+
+    /// Whether a stored object matches both selectors.
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.label.matches(&meta::labels_of(obj)) && self.field.matches(obj)
+    }
+}
+
+/// The answer of a verb: an HTTP code and a JSON body.
+pub type Answer = (u16, Value);
+
+// ---------------------------------------------------------------------------------------------
+// get
+
+/// GET on an object (or its `/status` or `/scale`).
+pub fn get(st: &State, t: &Target, q: &Query) -> Result<Answer, ApiError> {
+    let rv = q.non_empty("resourceVersion").unwrap_or_default();
+    if !rv.is_empty() && rv != "0" {
+        let n = parse_rv(rv)?;
+        if n > st.resource_version() {
+            return Err(ApiError::too_large_resource_version(
+                n,
+                st.resource_version(),
+            ));
+        }
+    }
+    let obj = st
+        .get(&t.def.storage, t.ns_key(), t.name())
+        .ok_or_else(|| t.not_found())?;
+    if t.subresource.as_deref() == Some("scale") {
+        return Ok((200, to_scale(&t.def, obj)));
+    }
+    Ok((200, present(&t.def, obj)))
+}
+
+fn parse_rv(rv: &str) -> Result<u64, ApiError> {
+    rv.parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// list
+
+/// What a list produced, before rendering (JSON list or Table).
+pub struct ListResult {
+    /// Matching objects, as served.
+    pub items: Vec<Value>,
+    /// The list's resourceVersion.
+    pub resource_version: u64,
+    /// Continue token for the next page, if any.
+    pub continue_token: Option<String>,
+    /// Items left after this page.
+    pub remaining: Option<u64>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    v: String,
+    rv: u64,
+    ns: String,
+    name: String,
+}
+
+fn encode_continue(rv: u64, key: &Key) -> String {
+    let tok = ContinueToken {
+        v: "meta.k8s.io/v1".into(),
+        rv,
+        ns: key.0.clone(),
+        name: key.1.clone(),
+    };
+    base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&tok).unwrap_or_default())
+}
+
+fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(token)
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(token))
+        .map_err(|_| ApiError::bad_request(format!("invalid continue token: {token:?}")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|_| ApiError::bad_request(format!("invalid continue token: {token:?}")))
+}
+
+/// LIST: selectors, namespaces, `limit`/`continue` over a consistent snapshot, and the
+/// `resourceVersion` / `resourceVersionMatch` table of the API concepts page.
+pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, ApiError> {
+    let sel = Selection::parse(&t.def, opts, None)?;
+    let current = st.resource_version();
+    let (snapshot_rv, start_after) = if !opts.continue_token.is_empty() {
+        let tok = decode_continue(&opts.continue_token)?;
+        (tok.rv, Some((tok.ns, tok.name)))
+    } else {
+        let rv = opts.resource_version.as_str();
+        let exact = match (rv, opts.rv_match) {
+            ("" | "0", _) => None,
+            (_, Some(RvMatch::Exact)) => Some(parse_rv(rv)?),
+            (_, Some(RvMatch::NotOlderThan)) => {
+                let n = parse_rv(rv)?;
+                check_not_too_large(n, current)?;
+                None
+            }
+            (_, None) if opts.limit > 0 => Some(parse_rv(rv)?),
+            (_, None) => {
+                let n = parse_rv(rv)?;
+                check_not_too_large(n, current)?;
+                None
+            }
+        };
+        match exact {
+            Some(n) => {
+                check_not_too_large(n, current)?;
+                (n, None)
+            }
+            None => (current, None),
+        }
+    };
+    let data: BTreeMap<Key, Value> = if snapshot_rv == current {
+        st.list(&t.def.storage, None)
+            .into_iter()
+            .map(|o| (super::store::key_of(o), o.clone()))
+            .collect()
+    } else {
+        st.snapshot_at(&t.def.storage, snapshot_rv).map_err(|_| {
+            if opts.continue_token.is_empty() {
+                ApiError::expired("The resourceVersion for the provided list is too old.")
+            } else {
+                ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                )
+            }
+        })?
+    };
+    let ns_filter = if t.def.namespaced {
+        t.namespace.as_deref()
+    } else {
+        None
+    };
+    let matching: Vec<(&Key, &Value)> = data
+        .iter()
+        .filter(|(k, _)| ns_filter.is_none_or(|ns| k.0 == ns))
+        .filter(|(k, _)| start_after.as_ref().is_none_or(|s| *k > s))
+        .filter(|(_, v)| sel.matches(v))
+        .collect();
+    let take = if opts.limit == 0 {
+        matching.len()
+    } else {
+        matching.len().min(opts.limit as usize)
+    };
+    let items: Vec<Value> = matching[..take]
+        .iter()
+        .map(|(_, v)| present(&t.def, v))
+        .collect();
+    let (continue_token, remaining) = if take < matching.len() && take > 0 {
+        (
+            Some(encode_continue(snapshot_rv, matching[take - 1].0)),
+            Some((matching.len() - take) as u64),
+        )
+    } else {
+        (None, None)
+    };
+    Ok(ListResult {
+        items,
+        resource_version: snapshot_rv,
+        continue_token,
+        remaining,
+    })
+}
+
+fn check_not_too_large(n: u64, current: u64) -> Result<(), ApiError> {
+    if n > current {
+        Err(ApiError::too_large_resource_version(n, current))
+    } else {
+        Ok(())
+    }
+}
+
+/// A list as `<Kind>List` JSON.
+pub fn list_json(def: &ResourceDef, r: &ListResult) -> Value {
+    let mut meta = json!({"resourceVersion": r.resource_version.to_string()});
+    if let Some(c) = &r.continue_token {
+        meta["continue"] = json!(c);
+    }
+    if let Some(n) = r.remaining {
+        meta["remainingItemCount"] = json!(n);
+    }
+    json!({
+        "kind": def.list_kind,
+        "apiVersion": def.api_version(),
+        "metadata": meta,
+        "items": r.items,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// create
+
+/// Validation of custom resources against their CRD schema (422 per field) plus pruning.
+pub fn validate_custom(_def: &ResourceDef, _obj: &mut Value) -> Result<(), ApiError> {
+    Ok(())
+}
+
+fn is_crd(def: &ResourceDef) -> bool {
+    def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions"
+}
+
+/// Prepares, validates and stores a new object; the shared tail of POST, create-on-PUT and
+/// server-side apply on a missing object.
+fn create_prepared(
+    st: &mut State,
+    t: &Target,
+    obj: Value,
+    dry_run: bool,
+) -> Result<Answer, ApiError> {
+    let def = &t.def;
+    let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
+    validate_custom(def, &mut obj)?;
+    let (ns, name) = super::store::key_of(&obj);
+    if let Some(existing) = st.get(&def.storage, &ns, &name) {
+        let generated = !meta_str(&obj, "generateName").is_empty();
+        let mut e = if generated {
+            ApiError::generate_name_conflict(&def.plural, &def.group, &name)
+        } else {
+            ApiError::already_exists(&def.plural, &def.group, &name)
+        };
+        if !meta_str(existing, "deletionTimestamp").is_empty() {
+            e.message = format!("object is being deleted: {}", e.message);
+        }
+        return Err(e);
+    }
+    if is_crd(def) {
+        crd::establish(st, &mut obj, dry_run)?;
+    }
+    if dry_run {
+        return Ok((201, present(def, &obj)));
+    }
+    let stored = st.create(&def.storage, obj);
+    Ok((201, present(def, &stored)))
+}
+
+/// POST on a collection.
+pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answer, ApiError> {
+    if t.subresource.is_some() || t.name.is_some() {
+        return Err(ApiError::method_not_allowed(
+            "create",
+            &t.def.plural,
+            &t.def.group,
+        ));
+    }
+    let obj = intake(&t.def, body)?;
+    create_prepared(st, t, obj, q.dry_run())
+}
+
+// ---------------------------------------------------------------------------------------------
+// update
+
+/// Runs the update rules on `new` (already in storage shape) against the stored object and
+/// writes the result. Shared by PUT and every patch type.
+fn update_stored(
+    st: &mut State,
+    t: &Target,
+    old: &Value,
+    new: Value,
+    dry_run: bool,
+) -> Result<Answer, ApiError> {
+    let def = &t.def;
+    let mut result = strategy::prepare_update(
+        def,
+        old,
+        new,
+        t.namespace.as_deref().filter(|_| def.namespaced),
+        t.name(),
+        t.endpoint(),
+    )?;
+    validate_custom(def, &mut result)?;
+    if is_crd(def) {
+        crd::establish(st, &mut result, dry_run)?;
+    }
+    if result == *old {
+        // A no-op write changes nothing: same resourceVersion, no watch event.
+        return Ok((200, present(def, old)));
+    }
+    if dry_run {
+        return Ok((200, present(def, &result)));
+    }
+    if strategy::should_delete(def, &result) {
+        // The last finalizer went away: the object is gone, and the caller sees its final state.
+        let (ns, name) = super::store::key_of(&result);
+        let stored = st.update(&def.storage, result);
+        remove_object(st, def, &ns, &name);
+        return Ok((200, present(def, &stored)));
+    }
+    let stored = st.update(&def.storage, result);
+    Ok((200, present(def, &stored)))
+}
+
+/// PUT on an object, its `/status` or its `/scale`.
+pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answer, ApiError> {
+    let def = t.def.clone();
+    if t.subresource.as_deref() == Some("scale") {
+        return update_scale(st, t, body, q.dry_run());
+    }
+    let new = intake(&def, body)?;
+    let Some(old) = st.get(&def.storage, t.ns_key(), t.name()).cloned() else {
+        if def.create_on_update && t.subresource.is_none() {
+            let body_name = meta_str(&new, "name");
+            if body_name != t.name() {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({})",
+                    t.name()
+                )));
+            }
+            let mut new = new;
+            if let Some(m) = new["metadata"].as_object_mut() {
+                m.remove("resourceVersion");
+            }
+            return create_prepared(st, t, new, q.dry_run());
+        }
+        return Err(t.not_found());
+    };
+    update_stored(st, t, &old, new, q.dry_run())
+}
+
+// ---------------------------------------------------------------------------------------------
+// scale
+
+/// The `autoscaling/v1` Scale view of an object.
+pub fn to_scale(def: &ResourceDef, obj: &Value) -> Value {
+    let Some(scale) = &def.scale else {
+        return json!({});
+    };
+    let replicas = |p: &str| meta::get_path(obj, p).and_then(Value::as_i64).unwrap_or(0);
+    let selector = scale
+        .label_selector_path
+        .as_deref()
+        .and_then(|p| meta::get_path(obj, p))
+        .map(|s| match s {
+            Value::String(s) => s.clone(),
+            other => other["matchLabels"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
+                .unwrap_or_default(),
+        });
+    let m = &obj["metadata"];
+    let mut status = json!({"replicas": replicas(&scale.status_replicas_path)});
+    if let Some(s) = selector {
+        status["selector"] = json!(s);
+    }
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
+            "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"],
+        },
+        "spec": {"replicas": replicas(&scale.spec_replicas_path)},
+        "status": status,
+    })
+}
+
+fn update_scale(
+    st: &mut State,
+    t: &Target,
+    body: Value,
+    dry_run: bool,
+) -> Result<Answer, ApiError> {
+    let def = t.def.clone();
+    let Some(scale) = def.scale.clone() else {
+        return Err(ApiError::page_not_found());
+    };
+    let old = st
+        .get(&def.storage, t.ns_key(), t.name())
+        .cloned()
+        .ok_or_else(|| t.not_found())?;
+    let sent_rv = body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default();
+    if !sent_rv.is_empty() && sent_rv.parse::<u64>().ok() != Some(rv_of(&old)) {
+        return Err(ApiError::conflict(&def.plural, &def.group, t.name()));
+    }
+    let Some(replicas) = body["spec"]["replicas"].as_i64() else {
+        return Err(ApiError::invalid(
+            "Scale",
+            "autoscaling",
+            t.name(),
+            vec![super::status::Cause::new(
+                "FieldValueRequired",
+                "spec.replicas",
+                "Required value",
+            )],
+        ));
+    };
+    if replicas < 0 {
+        return Err(ApiError::invalid(
+            "Scale",
+            "autoscaling",
+            t.name(),
+            vec![super::status::Cause::new(
+                "FieldValueInvalid",
+                "spec.replicas",
+                format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+            )],
+        ));
+    }
+    let mut new = old.clone();
+    meta::set_path(&mut new, &scale.spec_replicas_path, json!(replicas));
+    let main = Target {
+        subresource: None,
+        ..t.clone()
+    };
+    let (code, obj) = update_stored(st, &main, &old, new, dry_run)?;
+    let stored = st
+        .get(&def.storage, t.ns_key(), t.name())
+        .cloned()
+        .unwrap_or(obj);
+    Ok((code, to_scale(&def, &stored)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// patch
+
+/// The patch types the server understands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    /// `application/json-patch+json` (RFC 6902).
+    Json,
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge,
+    /// `application/strategic-merge-patch+json`.
+    Strategic,
+    /// `application/apply-patch+yaml` (server-side apply).
+    Apply,
+}
+
+impl PatchType {
+    /// Every accepted patch media type.
+    pub const ALL: &'static [&'static str] = &[
+        "application/json-patch+json",
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+        "application/apply-patch+yaml",
+    ];
+
+    /// From a `Content-Type` (parameters already stripped).
+    pub fn from_media_type(m: &str) -> Option<Self> {
+        match m {
+            "application/json-patch+json" => Some(PatchType::Json),
+            "application/merge-patch+json" => Some(PatchType::Merge),
+            "application/strategic-merge-patch+json" => Some(PatchType::Strategic),
+            "application/apply-patch+yaml" | "application/apply-patch+json" => {
+                Some(PatchType::Apply)
+            }
+            _ => None,
+        }
+    }
+}
+
+fn apply_patch_body(ty: PatchType, base: &mut Value, patch: &Value) -> Result<(), ApiError> {
+    use super::logic::patch as p;
+    let invalid = |e: String| ApiError::new(422, "Invalid", e);
+    match ty {
+        PatchType::Json => p::json_patch(base, patch).map_err(invalid),
+        PatchType::Merge => {
+            if !patch.is_object() {
+                return Err(ApiError::bad_request("merge patch must be a JSON object"));
+            }
+            p::merge_patch(base, patch);
+            Ok(())
+        }
+        PatchType::Strategic => {
+            if !patch.is_object() {
+                return Err(ApiError::bad_request(
+                    "strategic merge patch must be a JSON object",
+                ));
+            }
+            p::strategic_merge_patch(base, patch).map_err(invalid)
+        }
+        PatchType::Apply => Err(ApiError::internal("apply is handled separately")),
+    }
+}
+
+/// PATCH on an object, its `/status` or its `/scale`.
+pub fn patch(
+    st: &mut State,
+    t: &Target,
+    ty: PatchType,
+    body: Value,
+    q: &Query,
+) -> Result<Answer, ApiError> {
+    let def = t.def.clone();
+    if ty == PatchType::Strategic && !def.strategic_merge {
+        let gvk = format!("{}, Kind={}", def.api_version(), def.kind);
+        return Err(ApiError::unsupported_media_type(&[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/apply-patch+yaml",
+        ])
+        .with_message(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (strategic merge patch is not supported by {gvk})"
+        )));
+    }
+    let current = st.get(&def.storage, t.ns_key(), t.name()).cloned();
+    if ty == PatchType::Apply {
+        return server_side_apply(st, t, current, body, q);
+    }
+    let Some(old) = current else {
+        return Err(t.not_found());
+    };
+    if t.subresource.as_deref() == Some("scale") {
+        let mut scale = to_scale(&def, &old);
+        apply_patch_body(ty, &mut scale, &body)?;
+        return update_scale(st, t, scale, q.dry_run());
+    }
+    let mut view = present(&def, &old);
+    apply_patch_body(ty, &mut view, &body)?;
+    let new = intake(&def, view)?;
+    update_stored(st, t, &old, new, q.dry_run())
+}
+
+fn server_side_apply(
+    st: &mut State,
+    t: &Target,
+    current: Option<Value>,
+    body: Value,
+    q: &Query,
+) -> Result<Answer, ApiError> {
+    let def = t.def.clone();
+    let Some(manager) = q.non_empty("fieldManager") else {
+        return Err(ApiError::invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            vec![super::status::Cause::new(
+                "FieldValueRequired",
+                "fieldManager",
+                "Required value: is required for apply patch",
+            )],
+        ));
+    };
+    let force = q.flag("force")?;
+    let applied = intake(&def, body)?;
+    let current_view = current.as_ref().map(|c| present(&def, c));
+    let merged = super::logic::patch::apply_patch(
+        current_view.as_ref(),
+        &present(&def, &applied),
+        manager,
+        force,
+    )
+    .map_err(|e| ApiError::conflict_because(&def.plural, &def.group, t.name(), &e))?;
+    let merged = intake(&def, merged)?;
+    match current {
+        None => {
+            if t.subresource.is_some() {
+                return Err(t.not_found());
+            }
+            let body_name = meta_str(&merged, "name");
+            if body_name != t.name() {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({})",
+                    t.name()
+                )));
+            }
+            create_prepared(st, t, merged, q.dry_run())
+        }
+        Some(old) => {
+            let mut merged = merged;
+            merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
+            update_stored(st, t, &old, merged, q.dry_run())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// delete
+
+/// Decoded `DeleteOptions` (body and query parameters).
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    /// `gracePeriodSeconds`.
+    pub grace_period: Option<i64>,
+    /// `propagationPolicy` (or `Orphan` from `orphanDependents=true`).
+    pub propagation: Option<String>,
+    /// `preconditions.uid`.
+    pub precondition_uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub precondition_rv: Option<String>,
+    /// `dryRun: ["All"]` or `?dryRun=All`.
+    pub dry_run: bool,
+}
+
+impl DeleteOptions {
+    /// From an optional JSON body and the query.
+    pub fn parse(body: Option<&Value>, q: &Query) -> Result<Self, ApiError> {
+        let mut o = DeleteOptions {
+            grace_period: q.int("gracePeriodSeconds")?,
+            propagation: q.non_empty("propagationPolicy").map(str::to_owned),
+            dry_run: q.dry_run(),
+            ..Default::default()
+        };
+        if q.flag("orphanDependents")? {
+            o.propagation = Some("Orphan".into());
+        }
+        if let Some(b) = body.filter(|b| b.is_object()) {
+            if let Some(g) = b["gracePeriodSeconds"].as_i64() {
+                o.grace_period = Some(g);
+            }
+            if let Some(p) = b["propagationPolicy"].as_str() {
+                o.propagation = Some(p.to_owned());
+            }
+            if b["orphanDependents"].as_bool() == Some(true) && o.propagation.is_none() {
+                o.propagation = Some("Orphan".into());
+            }
+            o.precondition_uid = b["preconditions"]["uid"].as_str().map(str::to_owned);
+            o.precondition_rv = b["preconditions"]["resourceVersion"]
+                .as_str()
+                .map(str::to_owned);
+            if b["dryRun"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|v| v == "All"))
+            {
+                o.dry_run = true;
+            }
+        }
+        if let Some(p) = &o.propagation
+            && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+        {
+            return Err(ApiError::invalid(
+                "DeleteOptions",
+                "meta.k8s.io",
+                "",
+                vec![super::status::Cause::new(
+                    "FieldValueNotSupported",
+                    "propagationPolicy",
+                    format!(
+                        "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                    ),
+                )],
+            ));
+        }
+        Ok(o)
+    }
+}
+
+const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// Removes a stored object and runs what its disappearance triggers: a CRD takes its custom
+/// resources with it, and the last object leaving a terminating namespace lets the namespace go.
+pub fn remove_object(st: &mut State, def: &ResourceDef, ns: &str, name: &str) -> Option<Value> {
+    let removed = st.delete(&def.storage, ns, name)?;
+    if is_crd(def) {
+        crd::remove(st, &removed);
+    }
+    if def.namespaced && !ns.is_empty() {
+        finish_namespace_if_empty(st, ns);
+    }
+    Some(removed)
+}
+
+fn namespace_is_empty(st: &State, ns: &str) -> bool {
+    let storages: Vec<String> = st
+        .registry
+        .all()
+        .iter()
+        .filter(|d| d.namespaced)
+        .map(|d| d.storage.clone())
+        .collect();
+    storages.iter().all(|s| st.list(s, Some(ns)).is_empty())
+}
+
+/// The namespace controller's last step: once a terminating namespace is empty, its
+/// `kubernetes` finalizer is removed and, with no other finalizers, the namespace disappears.
+fn finish_namespace_if_empty(st: &mut State, ns: &str) {
+    let Some(nsobj) = st.get("core/namespaces", "", ns).cloned() else {
+        return;
+    };
+    if meta_str(&nsobj, "deletionTimestamp").is_empty() || !namespace_is_empty(st, ns) {
+        return;
+    }
+    let mut done = nsobj.clone();
+    done["spec"]["finalizers"] = json!([]);
+    if finalizers_of(&done).is_empty() {
+        st.update("core/namespaces", done);
+        st.delete("core/namespaces", "", ns);
+    } else if done != nsobj {
+        st.update("core/namespaces", done);
+    }
+}
+
+/// Deletes everything in a namespace that is being terminated (the namespace controller's job,
+/// done synchronously here). Objects with finalizers are marked and stay until released.
+fn empty_namespace(st: &mut State, ns: &str) {
+    let defs: Vec<Arc<ResourceDef>> = {
+        let mut seen = std::collections::HashSet::new();
+        st.registry
+            .all()
+            .iter()
+            .filter(|d| d.namespaced && seen.insert(d.storage.clone()))
+            .cloned()
+            .collect()
+    };
+    for def in defs {
+        let names: Vec<String> = st
+            .list(&def.storage, Some(ns))
+            .iter()
+            .map(|o| meta_str(o, "name").to_owned())
+            .collect();
+        for name in names {
+            let t = Target {
+                def: def.clone(),
+                namespace: Some(ns.to_owned()),
+                name: Some(name),
+                subresource: None,
+            };
+            let opts = DeleteOptions {
+                grace_period: Some(0),
+                ..Default::default()
+            };
+            // Errors cannot happen without preconditions; an object that vanished meanwhile is fine.
+            let _ = delete_one(st, &t, &opts);
+        }
+    }
+    finish_namespace_if_empty(st, ns);
+}
+
+fn add_finalizer(obj: &mut Value, f: &str) {
+    let mut fins = finalizers_of(obj);
+    if !fins.iter().any(|x| x == f) {
+        fins.push(f.to_owned());
+    }
+    obj["metadata"]["finalizers"] = json!(fins);
+}
+
+fn remove_finalizer(obj: &mut Value, f: &str) {
+    let fins: Vec<String> = finalizers_of(obj).into_iter().filter(|x| x != f).collect();
+    if fins.is_empty() {
+        if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("finalizers");
+        }
+    } else {
+        obj["metadata"]["finalizers"] = json!(fins);
+    }
+}
+
+/// DELETE on one object (the algorithm of the generic store's `Delete`).
+pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<Answer, ApiError> {
+    let def = t.def.clone();
+    let name = t.name().to_owned();
+    let old = st
+        .get(&def.storage, t.ns_key(), &name)
+        .cloned()
+        .ok_or_else(|| t.not_found())?;
+    if let Some(uid) = &opts.precondition_uid
+        && uid != meta_str(&old, "uid")
+    {
+        return Err(ApiError::conflict_because(
+            &def.plural,
+            &def.group,
+            &name,
+            &format!(
+                "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                meta_str(&old, "uid")
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.precondition_rv
+        && rv != meta_str(&old, "resourceVersion")
+    {
+        return Err(ApiError::conflict_because(
+            &def.plural,
+            &def.group,
+            &name,
+            &format!(
+                "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                meta_str(&old, "resourceVersion")
+            ),
+        ));
+    }
+    let is_namespace = def.group.is_empty() && def.plural == "namespaces";
+    if is_namespace && IMMORTAL_NAMESPACES.contains(&name.as_str()) {
+        return Err(ApiError::forbidden(
+            &def.plural,
+            &def.group,
+            &name,
+            "this namespace may not be deleted",
+        ));
+    }
+    let deleted_answer = |obj: &Value| -> Value {
+        if def.return_deleted_object {
+            present(&def, obj)
+        } else {
+            success_status(&name, &def.group, &def.plural, meta_str(obj, "uid"))
+        }
+    };
+    let already_deleting = !meta_str(&old, "deletionTimestamp").is_empty();
+    let mut obj = old.clone();
+    if !already_deleting {
+        match opts.propagation.as_deref() {
+            Some("Orphan") => {
+                remove_finalizer(&mut obj, "foregroundDeletion");
+                add_finalizer(&mut obj, "orphan");
+            }
+            Some("Foreground") => {
+                remove_finalizer(&mut obj, "orphan");
+                add_finalizer(&mut obj, "foregroundDeletion");
+            }
+            _ => {}
+        }
+    }
+    let is_pod = def.group.is_empty() && def.plural == "pods";
+    let grace = if is_pod {
+        let g = opts
+            .grace_period
+            .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(30);
+        let phase = obj["status"]["phase"].as_str().unwrap_or_default();
+        let unscheduled = obj["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty();
+        if unscheduled || phase == "Succeeded" || phase == "Failed" {
+            0
+        } else if g < 0 {
+            1
+        } else {
+            g
+        }
+    } else {
+        0
+    };
+    let holds = !finalizers_of(&obj).is_empty()
+        || (is_namespace
+            && obj["spec"]["finalizers"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty()));
+    if holds || grace > 0 {
+        if already_deleting {
+            let current_grace = obj["metadata"]["deletionGracePeriodSeconds"]
+                .as_i64()
+                .unwrap_or(0);
+            if grace < current_grace && !opts.dry_run {
+                obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+                obj["metadata"]["deletionTimestamp"] = json!(meta::time_in(grace));
+                if strategy::should_delete(&def, &obj) {
+                    st.update(&def.storage, obj);
+                    let removed = remove_object(st, &def, t.ns_key(), &name);
+                    return Ok((200, deleted_answer(&removed.unwrap_or(old))));
+                }
+                let stored = st.update(&def.storage, obj);
+                return Ok((200, present(&def, &stored)));
+            }
+            return Ok((200, present(&def, &old)));
+        }
+        obj["metadata"]["deletionTimestamp"] = json!(meta::time_in(grace));
+        obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        if let Some(g) = obj["metadata"]["generation"].as_i64()
+            && g > 0
+        {
+            obj["metadata"]["generation"] = json!(g + 1);
+        }
+        if is_namespace {
+            obj["status"]["phase"] = json!("Terminating");
+        }
+        if opts.dry_run {
+            return Ok((200, present(&def, &obj)));
+        }
+        let stored = st.update(&def.storage, obj);
+        if is_namespace {
+            empty_namespace(st, &name);
+            if let Some(now) = st.get(&def.storage, "", &name) {
+                return Ok((200, present(&def, now)));
+            }
+            return Ok((200, present(&def, &stored)));
+        }
+        return Ok((200, present(&def, &stored)));
+    }
+    if opts.dry_run {
+        return Ok((200, deleted_answer(&old)));
+    }
+    let removed = remove_object(st, &def, t.ns_key(), &name).unwrap_or(old);
+    Ok((200, deleted_answer(&removed)))
+}
+
+/// DELETE on a collection: every object matching the list options, each with the rules of
+/// [`delete_one`]; answers with a list of the affected objects.
+pub fn delete_collection(
+    st: &mut State,
+    t: &Target,
+    list_opts: &ListOptions,
+    opts: &DeleteOptions,
+) -> Result<Answer, ApiError> {
+    let matching = list(st, t, list_opts)?;
+    let mut affected = vec![];
+    for item in matching.items {
+        let target = Target {
+            name: Some(meta_str(&item, "name").to_owned()),
+            namespace: item["metadata"]["namespace"].as_str().map(str::to_owned),
+            ..t.clone()
+        };
+        match delete_one(st, &target, opts) {
+            Ok((_, body)) if body["kind"] == "Status" => affected.push(item),
+            Ok((_, body)) => affected.push(body),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((
+        200,
+        json!({
+            "kind": t.def.list_kind,
+            "apiVersion": t.def.api_version(),
+            "metadata": {"resourceVersion": st.resource_version().to_string()},
+            "items": affected,
+        }),
+    ))
+}

@@ -1,0 +1,368 @@
+//! Watch: a long-running GET that streams every change after a resourceVersion.
+//!
+//! ## The protocol
+//!
+//! `GET /api/v1/namespaces/default/pods?watch=true&resourceVersion=1200` answers `200 OK` at
+//! once with a chunked `application/json` body, then writes one JSON object per line, each a
+//! `WatchEvent`:
+//!
+//! ```text
+//! {"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"1201",...}}}
+//! {"type":"MODIFIED","object":{...}}
+//! {"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"1250"}}}
+//! ```
+//!
+//! Where the stream starts depends on `resourceVersion` (see the API concepts page):
+//!
+//! | `resourceVersion` | first events |
+//! |---|---|
+//! | unset or `"0"` | a synthetic `ADDED` for every object that exists now, then live changes |
+//! | `"N"` | every change with a revision above N (from the history window), then live changes |
+//!
+//! A reflector lists, remembers the list's resourceVersion, and watches from it: nothing is
+//! missed between the list and the watch, because the history holds the changes in between.
+//!
+//! ## The history window and 410
+//!
+//! History is finite (see [`super::store`]). A watch from a revision that has been compacted
+//! away still gets `200 OK` — by then the server has committed to streaming — followed by one
+//! `ERROR` event carrying a `410 Expired` Status (`too old resource version: 5 (1200)`), and the
+//! stream ends. client-go's reflector reacts by listing again. A revision *newer* than the
+//! server's gets, after up to three seconds of waiting for it, an `ERROR` with a 504
+//! `ResourceVersionTooLarge` Status.
+//!
+//! ## Selectors and transitions
+//!
+//! With a label or field selector the watcher sees a filtered world, and objects move in and
+//! out of it: an update that makes an object match is delivered as `ADDED`, one that makes it
+//! stop matching as `DELETED` (with its last matching content and the new revision), and
+//! changes on the far side of the selector are not delivered at all.
+//!
+//! ## Bookmarks, timeouts, streaming lists
+//!
+//! With `allowWatchBookmarks=true` the server sends a `BOOKMARK` carrying only the current
+//! revision every bookmark interval (60 s by default, configurable), and one right before it
+//! closes the stream at `timeoutSeconds` (default: a random 30–60 minutes), so a client can
+//! resume from a fresh revision even when its objects did not change. With
+//! `sendInitialEvents=true&resourceVersionMatch=NotOlderThan` (client-go's "watch list"), the
+//! synthetic `ADDED` events are followed by a bookmark annotated
+//! `k8s.io/initial-events-end: "true"`, which tells the client its initial list is complete.
+//!
+//! Each watch is a stream owned by its HTTP response: when the client disconnects, hyper drops
+//! the body and the watch ends with it; when the server shuts down, every watch ends cleanly.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+use serde_json::{Value, json};
+use tokio::sync::watch as tokio_watch;
+use tokio::time::{Instant, Interval};
+use tokio_util::sync::CancellationToken;
+
+use super::query::ListOptions;
+use super::registry::ResourceDef;
+use super::status::ApiError;
+use super::store::{ChangeType, Store};
+use super::strategy::present;
+use super::verbs::{Selection, Target};
+
+/// How long a watch from a future revision waits for it before the 504 ERROR event.
+pub const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
+
+/// Turns a served object into what goes on the wire (a Table row, for `kubectl get -w`).
+pub type Renderer = Arc<dyn Fn(&Value, bool) -> Value + Send + Sync>;
+
+/// Settings of one watch that come from the server rather than the request.
+#[derive(Clone)]
+pub struct WatchSettings {
+    /// Interval between periodic bookmarks.
+    pub bookmark_interval: Duration,
+    /// Refuse `sendInitialEvents` (as a server with the WatchList feature off does).
+    pub reject_send_initial_events: bool,
+    /// Ends every watch when cancelled (server shutdown).
+    pub shutdown: CancellationToken,
+    /// Optional rendering of event objects (Tables).
+    pub renderer: Option<Renderer>,
+}
+
+enum Start {
+    /// Stream changes after this revision.
+    From(u64),
+    /// The revision was compacted away: send a 410 ERROR and stop.
+    Expired(u64, u64),
+    /// The revision is in the future: wait for it, then stream, or send a 504 ERROR.
+    Future(u64),
+}
+
+struct WatchState {
+    store: Arc<Store>,
+    def: Arc<ResourceDef>,
+    namespace: Option<String>,
+    selection: Selection,
+    allow_bookmarks: bool,
+    pending: VecDeque<Bytes>,
+    last_rv: u64,
+    rx: tokio_watch::Receiver<u64>,
+    ticker: Interval,
+    deadline: Instant,
+    waiting_for: Option<(u64, Instant)>,
+    shutdown: CancellationToken,
+    renderer: Option<Renderer>,
+    rendered_once: bool,
+    done: bool,
+}
+
+fn frame(ty: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+impl WatchState {
+    fn in_scope(&self, obj: &Value) -> bool {
+        let ns_ok = match (&self.namespace, self.def.namespaced) {
+            (Some(ns), true) => obj["metadata"]["namespace"].as_str() == Some(ns.as_str()),
+            _ => true,
+        };
+        ns_ok && self.selection.matches(obj)
+    }
+
+    fn push_object(&mut self, ty: &str, stored: &Value) {
+        let served = present(&self.def, stored);
+        let out = match &self.renderer {
+            Some(r) => {
+                let v = r(&served, !self.rendered_once);
+                self.rendered_once = true;
+                v
+            }
+            None => served,
+        };
+        self.pending.push_back(frame(ty, &out));
+    }
+
+    fn push_bookmark(&mut self, initial_end: bool) {
+        let mut meta = json!({"resourceVersion": self.last_rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj =
+            json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": meta});
+        self.pending.push_back(frame("BOOKMARK", &obj));
+    }
+
+    fn push_error(&mut self, e: &ApiError) {
+        self.pending.push_back(frame("ERROR", &e.to_status()));
+        self.done = true;
+    }
+
+    /// Reads every change after `last_rv` and queues the ones this watcher sees.
+    fn catch_up(&mut self) {
+        let changes = self.store.read(|s| s.changes_since(self.last_rv));
+        let changes = match changes {
+            Ok(c) => c,
+            Err(compacted) => {
+                let e = ApiError::expired(format!(
+                    "too old resource version: {} ({compacted})",
+                    self.last_rv
+                ));
+                self.push_error(&e);
+                return;
+            }
+        };
+        for c in changes {
+            self.last_rv = c.rv;
+            if c.storage != self.def.storage {
+                continue;
+            }
+            let now = self.in_scope(&c.object);
+            let before = c.prev.as_ref().is_some_and(|p| self.in_scope(p));
+            match c.kind {
+                ChangeType::Added if now => self.push_object("ADDED", &c.object),
+                ChangeType::Deleted if before => self.push_object("DELETED", &c.object),
+                ChangeType::Modified => match (before, now) {
+                    (true, true) => self.push_object("MODIFIED", &c.object),
+                    (false, true) => self.push_object("ADDED", &c.object),
+                    (true, false) => {
+                        // Leaving the selector: the last matching content, at the new revision.
+                        let mut last = c.prev.clone().unwrap_or_default();
+                        last["metadata"]["resourceVersion"] = json!(c.rv.to_string());
+                        self.push_object("DELETED", &last);
+                    }
+                    (false, false) => {}
+                },
+                _ => {}
+            }
+        }
+    }
+
+    async fn next_batch(&mut self) {
+        if let Some((target, until)) = self.waiting_for {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => self.done = true,
+                _ = tokio::time::sleep_until(until) => {
+                    let current = *self.rx.borrow();
+                    if current >= target {
+                        self.waiting_for = None;
+                        self.catch_up();
+                    } else {
+                        self.push_error(&ApiError::too_large_resource_version(target, current));
+                    }
+                }
+                r = self.rx.changed() => {
+                    if r.is_err() { self.done = true; }
+                    else if *self.rx.borrow() >= target {
+                        self.waiting_for = None;
+                        self.catch_up();
+                    }
+                }
+            }
+            return;
+        }
+        tokio::select! {
+            _ = self.shutdown.cancelled() => self.done = true,
+            _ = tokio::time::sleep_until(self.deadline) => {
+                self.catch_up();
+                if self.allow_bookmarks && !self.done {
+                    self.push_bookmark(false);
+                }
+                self.done = true;
+            }
+            _ = self.ticker.tick(), if self.allow_bookmarks => {
+                self.catch_up();
+                if !self.done {
+                    self.push_bookmark(false);
+                }
+            }
+            r = self.rx.changed() => {
+                if r.is_err() {
+                    self.done = true;
+                } else {
+                    self.catch_up();
+                }
+            }
+        }
+    }
+}
+
+/// Starts a watch: validates the request (errors here become ordinary HTTP errors), computes
+/// the initial events and returns the response body stream.
+pub fn start(
+    store: Arc<Store>,
+    t: &Target,
+    opts: &ListOptions,
+    settings: WatchSettings,
+) -> Result<StreamBody<impl Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + use<>>, ApiError>
+{
+    if opts.send_initial_events.is_some() && settings.reject_send_initial_events {
+        return Err(ApiError::invalid_list_options(
+            "sendInitialEvents",
+            "Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled",
+        ));
+    }
+    let selection = Selection::parse(&t.def, opts, t.name.as_deref())?;
+    let rv_param = opts.resource_version.as_str();
+    let requested = if rv_param.is_empty() || rv_param == "0" {
+        None
+    } else {
+        Some(rv_param.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!("invalid resource version: {rv_param:?}"))
+        })?)
+    };
+    let send_initial = match opts.send_initial_events {
+        Some(b) => b,
+        None => requested.is_none(),
+    };
+    let timeout = match opts.timeout_seconds {
+        Some(s) if s > 0 => Duration::from_secs(s as u64),
+        _ => Duration::from_secs(1800 + fastrand::u64(..1800)),
+    };
+    let mut ticker = tokio::time::interval_at(
+        Instant::now() + settings.bookmark_interval,
+        settings.bookmark_interval.max(Duration::from_millis(1)),
+    );
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Snapshot and subscription under one lock: no change can fall between them.
+    let (initial, start, rx) = store.read(|s| {
+        let rx = store_subscribe(&store);
+        let current = s.resource_version();
+        let start = match requested {
+            Some(n) if n > current => Start::Future(n),
+            Some(n) if n < s.compacted_revision() && !send_initial => {
+                Start::Expired(n, s.compacted_revision())
+            }
+            Some(n) if !send_initial => Start::From(n),
+            _ => Start::From(current),
+        };
+        let initial: Vec<Value> = if send_initial {
+            s.list(&t.def.storage, None).into_iter().cloned().collect()
+        } else {
+            vec![]
+        };
+        (initial, start, rx)
+    });
+    let mut state = WatchState {
+        store,
+        def: t.def.clone(),
+        namespace: t.namespace.clone().filter(|_| t.def.namespaced),
+        selection,
+        allow_bookmarks: opts.allow_bookmarks,
+        pending: VecDeque::new(),
+        last_rv: 0,
+        rx,
+        ticker,
+        deadline: Instant::now() + timeout,
+        waiting_for: None,
+        shutdown: settings.shutdown,
+        renderer: settings.renderer,
+        rendered_once: false,
+        done: false,
+    };
+    match start {
+        Start::From(n) => {
+            state.last_rv = n;
+            for obj in &initial {
+                if state.in_scope(obj) {
+                    state.push_object("ADDED", obj);
+                }
+            }
+            if send_initial && opts.send_initial_events == Some(true) && opts.allow_bookmarks {
+                state.push_bookmark(true);
+            }
+            // Changes that landed between the snapshot and now are picked up by catch_up.
+            state.catch_up();
+        }
+        Start::Expired(n, compacted) => {
+            state.push_error(&ApiError::expired(format!(
+                "too old resource version: {n} ({compacted})"
+            )));
+        }
+        Start::Future(n) => {
+            state.last_rv = n;
+            state.waiting_for = Some((n, Instant::now() + TOO_LARGE_WAIT));
+        }
+    }
+    let stream = futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(b) = st.pending.pop_front() {
+                return Some((Ok(Frame::data(b)), st));
+            }
+            if st.done {
+                return None;
+            }
+            st.next_batch().await;
+        }
+    });
+    Ok(StreamBody::new(stream))
+}
+
+fn store_subscribe(store: &Store) -> tokio_watch::Receiver<u64> {
+    let mut rx = store.subscribe();
+    rx.mark_unchanged();
+    rx
+}
