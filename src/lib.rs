@@ -19,6 +19,7 @@
 //! | [`workqueue`] | `util/workqueue` |
 //! | [`record`] | `tools/record`: events |
 //! | [`leaderelection`] | `tools/leaderelection` |
+//! | [`metrics`], [`health`] | the manager's `/metrics`, `/healthz`, `/readyz` (controller-runtime's servers) |
 //! | [`controllers`] | each operator's `controller.go` |
 //! | [`apiserver`] | an embedded Kubernetes API server (the envtest of this crate) |
 
@@ -28,8 +29,10 @@ pub mod apiserver;
 pub mod cache;
 pub mod client;
 pub mod controllers;
+pub mod health;
 pub mod leaderelection;
 pub mod manager;
+pub mod metrics;
 pub mod record;
 pub mod workqueue;
 

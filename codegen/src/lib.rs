@@ -286,3 +286,76 @@ pub fn render_yaml(
 pub fn file_names(files: &[GeneratedFile]) -> BTreeSet<&str> {
     files.iter().map(|f| f.file_name.as_str()).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generation_is_deterministic_and_names_files_after_the_crd() {
+        let first = generate_all().unwrap();
+        let second = generate_all().unwrap();
+        assert_eq!(first, second);
+        let names: Vec<&str> = first.iter().map(|f| f.file_name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ats.cnat.programming-kubernetes.info.yaml",
+                "tdsets.schedule.rs.yaml",
+                "redisclusters.cache.example.com.yaml",
+                "myapps.example.com.yaml",
+                "foos.samplecontroller.k8s.io.yaml",
+            ]
+        );
+        for file in &first {
+            assert!(file.contents.starts_with(HEADER), "{}", file.file_name);
+        }
+    }
+
+    #[test]
+    fn the_at_schema_carries_the_books_validations() {
+        let schema = schema_for::<At>().unwrap();
+        let spec = &schema["properties"]["spec"];
+        assert_eq!(spec["required"], json!(["schedule", "command"]));
+        assert_eq!(spec["properties"]["schedule"]["format"], "date-time");
+        assert_eq!(spec["properties"]["command"]["minLength"], 1);
+        let phase = &schema["properties"]["status"]["properties"]["phase"];
+        assert_eq!(phase["type"], "string");
+        assert_eq!(phase["enum"], json!(["PENDING", "RUNNING", "DONE"]));
+        assert!(
+            phase["description"]
+                .as_str()
+                .unwrap()
+                .contains("`\"DONE\"`: Finished"),
+            "{phase}"
+        );
+        // status is optional and not nullable; spec is the only required root field.
+        assert_eq!(schema["required"], json!(["spec"]));
+        assert!(schema["properties"]["status"].get("nullable").is_none());
+    }
+
+    #[test]
+    fn the_crd_has_names_columns_and_the_status_subresource() {
+        let crd = crd_for::<TDSet>().unwrap();
+        assert_eq!(crd.metadata.name.as_deref(), Some("tdsets.schedule.rs"));
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.list_kind.as_deref(), Some("TDSetList"));
+        let v = &crd.spec.versions[0];
+        assert!(v.served && v.storage);
+        let cols: Vec<&str> = v
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(cols, ["Replicas", "Age"]);
+        assert!(v.subresources.as_ref().unwrap().status.is_some());
+    }
+
+    #[test]
+    fn yaml_prints_whole_numbers_as_integers() {
+        let text = generate_file::<TDSet>().unwrap().contents;
+        assert!(text.contains("maximum: 23\n"), "{text}");
+        assert!(!text.contains(".0\n"), "{text}");
+    }
+}

@@ -11,7 +11,28 @@
 //! metadata that ties it to the API server's URL space (`k8s_openapi::Resource`). The YAML
 //! CRDs under `artifacts/crds/` are *generated from these types* by the `codegen/` crate, so the
 //! schema the server enforces and the struct the controller deserialises can never drift apart
-//! (`hack/verify-codegen.sh` fails CI when they do).
+//! (`hack/verify-codegen.sh` fails CI when they do). [`crds`] embeds those files, so a test or
+//! the demo can install the CRDs into an API server without reading anything from disk.
+//!
+//! ## From Rust type to CRD schema
+//!
+//! A CRD carries an OpenAPI v3 schema for its objects; the API server rejects objects that do
+//! not match it (with an error naming the field) and *prunes* fields the schema does not
+//! mention. With the `schema` feature (used only by `codegen/`) each type derives
+//! `schemars::JsonSchema`, and codegen turns that into the schema:
+//!
+//! * doc comments become `description`s, which `kubectl explain at.spec` prints;
+//! * `#[schemars(...)]` attributes become validations: `length(min = 1)` → `minLength: 1`,
+//!   `range(min = 0, max = 23)` → `minimum`/`maximum`, `extend("format" = "date-time")` →
+//!   `format: date-time` (the server then rejects `schedule: tomorrow`);
+//! * a field without `Option` and without `#[serde(default)]` is `required`;
+//! * `Option<T>` is `nullable: true`; a Rust enum is `type: string` plus an `enum` list;
+//! * `conditions` lists are `x-kubernetes-list-type: map` keyed by `type`, as for built-in
+//!   kinds, so server-side apply merges them per condition type.
+//!
+//! The result is a *structural* schema, the only kind `apiextensions.k8s.io/v1` accepts:
+//! every node states its `type`, and there is no `$ref` or `oneOf` in place of a shape. The
+//! root says only `metadata: {type: object}`, because the server validates `ObjectMeta` itself.
 //!
 //! ## Spec and status
 //!

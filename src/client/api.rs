@@ -27,7 +27,7 @@
 //! | `patch` / `patch_status` | PATCH item | merge, JSON, strategic merge, server-side apply |
 //! | `delete` | DELETE item | body is `DeleteOptions`; answer is the object (finalizers pending) or a Status |
 //! | `delete_collection` | DELETE collection | label/field selectors pick what goes |
-//! | `watch` | GET collection `?watch=true` | a stream of [`WatchEvent`]s, see [`crate::client::watch`] |
+//! | `watch` | GET collection `?watch=true` | a stream of [`WatchEvent`](crate::client::WatchEvent)s, see [`crate::client::watch`] |
 //!
 //! `Api<K>` implements [`crate::cache::ListerWatcher`], so a reflector can run on it directly.
 

@@ -16,7 +16,8 @@
 //!   every `Api<K>`. TLS is rustls (ring provider, TLS 1.2 minimum) and offers ALPN `h2` and
 //!   `http/1.1`: against a real API server all requests, watches included, multiplex over one
 //!   HTTP/2 connection, as with client-go. `proxy-url` tunnels every connection through an HTTP
-//!   `CONNECT` proxy (plain-http destinations too).
+//!   `CONNECT` proxy (plain-http destinations too). Unlike client-go, the `HTTPS_PROXY` /
+//!   `NO_PROXY` environment variables are not consulted: set `proxy-url` in the kubeconfig.
 //! * **QPS and burst.** The API server is shared by every controller in the cluster, and a
 //!   controller bug (a hot reconcile loop) must not turn into a flood that starves everyone else.
 //!   The client therefore holds a token bucket: `burst` tokens (default 30) to start with, refilled
@@ -131,12 +132,13 @@ impl Client {
         let user_agent = HeaderValue::from_str(&config.user_agent)
             .map_err(|e| Error::Config(format!("user agent {:?}: {e}", config.user_agent)))?;
         let client = build_http_client(
+            config.is_https(),
             &config.tls,
             config.proxy_url.as_ref(),
             config.connect_timeout,
         )?;
         let throttle = Throttle::new(config.qps, config.burst);
-        let auth = AuthProvider::new(&config);
+        let auth = AuthProvider::new(&config)?;
         Ok(Client {
             inner: Arc::new(Inner {
                 base: config.server,
@@ -397,7 +399,8 @@ impl Client {
         let mut tls = inner.tls.clone();
         tls.client_cert_pem = Some(cert.clone());
         tls.client_key_pem = Some(key);
-        let client = build_http_client(&tls, inner.proxy_url.as_ref(), inner.connect_timeout)?;
+        let client =
+            build_http_client(true, &tls, inner.proxy_url.as_ref(), inner.connect_timeout)?;
         let mut state = inner
             .http
             .write()
@@ -483,6 +486,7 @@ impl tower_service::Service<Uri> for Connector {
 }
 
 fn build_http_client(
+    https: bool,
     tls: &TlsConfig,
     proxy: Option<&Uri>,
     connect_timeout: Duration,
@@ -502,7 +506,19 @@ fn build_http_client(
             Connector(ConnectorKind::Proxied(tunnel))
         }
     };
-    let rustls_config = rustls_client_config(tls)?;
+    // A plain-http server never does TLS: skip loading the system roots for it.
+    let rustls_config = if https {
+        rustls_client_config(tls)?
+    } else {
+        crate::install_crypto_provider();
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| Error::Config(format!("TLS versions: {e}")))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+    };
     let builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(rustls_config)
         .https_or_http();
@@ -828,11 +844,13 @@ enum AuthProvider {
 }
 
 impl AuthProvider {
-    fn new(config: &Config) -> AuthProvider {
-        match &config.auth {
+    fn new(config: &Config) -> Result<AuthProvider> {
+        Ok(match &config.auth {
             Auth::None => AuthProvider::None,
             Auth::Bearer { token, file: None } => match token {
-                Some(t) => bearer(t.expose()).map_or(AuthProvider::None, AuthProvider::Static),
+                Some(t) => AuthProvider::Static(bearer(t.expose()).ok_or_else(|| {
+                    Error::Config("token: contains characters not allowed in a header".into())
+                })?),
                 None => AuthProvider::None,
             },
             Auth::Bearer {
@@ -850,20 +868,17 @@ impl AuthProvider {
             Auth::Basic { username, password } => {
                 let raw = format!("{username}:{}", password.expose());
                 let enc = base64::engine::general_purpose::STANDARD.encode(raw);
-                match HeaderValue::from_str(&format!("Basic {enc}")) {
-                    Ok(mut v) => {
-                        v.set_sensitive(true);
-                        AuthProvider::Static(v)
-                    }
-                    Err(_) => AuthProvider::None,
-                }
+                let mut v = HeaderValue::from_str(&format!("Basic {enc}"))
+                    .map_err(|e| Error::Config(format!("basic auth header: {e}")))?;
+                v.set_sensitive(true);
+                AuthProvider::Static(v)
             }
             Auth::Exec(exec) => AuthProvider::Exec(ExecProvider {
                 config: exec.clone(),
                 cluster: exec_cluster_info(config),
                 cached: tokio::sync::Mutex::new(None),
             }),
-        }
+        })
     }
 
     async fn credential(&self) -> Result<Credential> {
@@ -873,10 +888,21 @@ impl AuthProvider {
                 header: Some(h.clone()),
                 identity: None,
             }),
-            AuthProvider::TokenFile(f) => Ok(Credential {
-                header: f.token().await?.and_then(|t| bearer(t.expose())),
-                identity: None,
-            }),
+            AuthProvider::TokenFile(f) => {
+                let header = match f.token().await? {
+                    Some(t) => Some(bearer(t.expose()).ok_or_else(|| {
+                        Error::Config(format!(
+                            "token file {}: contains characters not allowed in a header",
+                            f.path.display()
+                        ))
+                    })?),
+                    None => None,
+                };
+                Ok(Credential {
+                    header,
+                    identity: None,
+                })
+            }
             AuthProvider::Exec(e) => e.credential().await,
         }
     }
@@ -992,8 +1018,17 @@ impl ExecProvider {
             .as_ref()
             .cloned()
             .ok_or_else(|| Error::Other("exec plugin produced no credential".into()))?;
+        let header = match &c.token {
+            Some(t) => Some(bearer(t.expose()).ok_or_else(|| {
+                Error::Config(format!(
+                    "exec plugin {}: token contains characters not allowed in a header",
+                    self.config.command
+                ))
+            })?),
+            None => None,
+        };
         Ok(Credential {
-            header: c.token.as_ref().and_then(|t| bearer(t.expose())),
+            header,
             identity: c.identity,
         })
     }

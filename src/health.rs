@@ -1,0 +1,608 @@
+//! # Health probes: `/healthz` (am I alive?) and `/readyz` (may I get traffic / take over?)
+//!
+//! The kubelet probes every container. A failing **liveness** probe restarts the container; a
+//! failing **readiness** probe marks the pod not ready (no Service traffic, and a rolling update
+//! waits for it). controller-runtime serves both on `:8081`, the default here too; the
+//! Deployment in `artifacts/deploy` points its probes there.
+//!
+//! ## Liveness: is the process making progress?
+//!
+//! A controller can be "up" and still dead: its worker loop deadlocked, or its watch failing
+//! forever. [`HealthState`] fails `/healthz` when any of these holds:
+//!
+//! * a **loop** registered with [`HealthState::register_loop`] has not called
+//!   [`LoopHandle::tick`] within its `stall_after` (a stuck process loop);
+//! * a **watch** ([`HealthState::watch_health`]) has been answered 403 Forbidden, with no
+//!   progress since, for longer than [`HealthOptions::forbidden_after`] (5 min): its RBAC is
+//!   wrong and the cache will never fill. A restart will not fix RBAC, but a crash-looping pod
+//!   is what makes a human look;
+//! * a watch has relisted [`HealthOptions::max_relists`] (10) times within
+//!   [`HealthOptions::relist_window`] (10 min) with no watch event in between: it is stuck in a
+//!   relist loop (say, a list that always expires) and its cache is not current;
+//! * a check added with [`HealthState::add_liveness_check`] fails (the leader elector's
+//!   [`check`](crate::leaderelection::LeaderElector::check): a leader whose renewals are stuck).
+//!
+//! ## Readiness: are the caches synced?
+//!
+//! `/readyz` succeeds when every readiness check ([`HealthState::add_readiness_check`], a
+//! closure such as `move || informer.has_synced()`) returns true. Readiness does **not** depend
+//! on leadership: a standby replica syncs its informers and is ready, so it can take over
+//! without a cold start (leader election gates the workers, not the informers; see
+//! [`crate::leaderelection`]).
+//!
+//! ## Responses
+//!
+//! As the Kubernetes API server's own `/healthz?verbose`: one line per check, `[+]name ok` or
+//! `[-]name failed: reason`, then `healthz check passed` (200) or `healthz check failed` (500).
+//! `/livez` is an alias of `/healthz`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Default probe address, as controller-runtime's (`:8081`).
+pub const DEFAULT_PROBE_ADDR: &str = "0.0.0.0:8081";
+
+/// Thresholds of the watch liveness rules. [`Default`]: 5 min, 10 relists, 10 min.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HealthOptions {
+    /// How long a watch may be answered 403 with no progress before liveness fails.
+    pub forbidden_after: Duration,
+    /// Relists within [`HealthOptions::relist_window`], with no watch event between them, that
+    /// fail liveness.
+    pub max_relists: usize,
+    /// The window of the relist rule.
+    pub relist_window: Duration,
+}
+
+impl Default for HealthOptions {
+    fn default() -> Self {
+        HealthOptions {
+            forbidden_after: Duration::from_secs(300),
+            max_relists: 10,
+            relist_window: Duration::from_secs(600),
+        }
+    }
+}
+
+type ReadyFn = dyn Fn() -> bool + Send + Sync;
+type LiveFn = dyn Fn() -> Result<(), String> + Send + Sync;
+
+#[derive(Debug)]
+struct LoopState {
+    last_tick: Instant,
+    stall_after: Duration,
+}
+
+#[derive(Debug, Default)]
+struct WatchState {
+    forbidden_since: Option<Instant>,
+    relists: VecDeque<Instant>,
+}
+
+#[derive(Default)]
+struct Inner {
+    options: HealthOptions,
+    loops: BTreeMap<String, LoopState>,
+    watches: BTreeMap<String, WatchState>,
+    liveness: Vec<(String, Arc<LiveFn>)>,
+    readiness: Vec<(String, Arc<ReadyFn>)>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Liveness and readiness state of the process. Cheap to clone; clones share state.
+#[derive(Clone, Default)]
+pub struct HealthState {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for HealthState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthState")
+            .field("live", &self.is_live())
+            .field("ready", &self.is_ready())
+            .finish()
+    }
+}
+
+/// One check's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckResult {
+    /// The check's name.
+    pub name: String,
+    /// `None` when it passed; the reason when it failed.
+    pub failure: Option<String>,
+}
+
+/// A registered process loop; call [`LoopHandle::tick`] each time round.
+#[derive(Clone)]
+pub struct LoopHandle {
+    name: String,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for LoopHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopHandle")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl LoopHandle {
+    /// The loop is alive now.
+    pub fn tick(&self) {
+        if let Some(l) = lock(&self.inner).loops.get_mut(&self.name) {
+            l.last_tick = Instant::now();
+        }
+    }
+}
+
+/// What one reflector reports about its list/watch health.
+#[derive(Clone)]
+pub struct WatchHealth {
+    name: String,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for WatchHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatchHealth")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl WatchHealth {
+    fn with<R>(&self, f: impl FnOnce(&mut WatchState, &HealthOptions) -> R) -> R {
+        let mut inner = lock(&self.inner);
+        let Inner {
+            options, watches, ..
+        } = &mut *inner;
+        f(watches.entry(self.name.clone()).or_default(), options)
+    }
+
+    /// A list or watch was answered 403 Forbidden.
+    pub fn forbidden(&self) {
+        self.with(|w, _| {
+            w.forbidden_since.get_or_insert_with(Instant::now);
+        });
+    }
+
+    /// The reflector relisted (after a 410, a failed watch, or a resync of the list).
+    pub fn relisted(&self) {
+        self.with(|w, o| {
+            let now = Instant::now();
+            w.relists.push_back(now);
+            while w
+                .relists
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > o.relist_window)
+            {
+                w.relists.pop_front();
+            }
+        });
+    }
+
+    /// The watch delivered an event or bookmark, or a list succeeded after a 403: the
+    /// reflector is making progress.
+    pub fn progress(&self) {
+        self.with(|w, _| {
+            w.forbidden_since = None;
+            w.relists.clear();
+        });
+    }
+}
+
+impl HealthState {
+    /// A state with the default thresholds and no checks (live and ready).
+    pub fn new() -> Self {
+        HealthState::with_options(HealthOptions::default())
+    }
+
+    /// A state with the given thresholds.
+    pub fn with_options(options: HealthOptions) -> Self {
+        HealthState {
+            inner: Arc::new(Mutex::new(Inner {
+                options,
+                ..Default::default()
+            })),
+        }
+    }
+
+    /// Registers a loop that must tick at least every `stall_after`; it counts as having just
+    /// ticked.
+    pub fn register_loop(&self, name: &str, stall_after: Duration) -> LoopHandle {
+        lock(&self.inner).loops.insert(
+            name.to_owned(),
+            LoopState {
+                last_tick: Instant::now(),
+                stall_after,
+            },
+        );
+        LoopHandle {
+            name: name.to_owned(),
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Removes a loop (it ended on purpose, e.g. at shutdown).
+    pub fn unregister_loop(&self, name: &str) {
+        lock(&self.inner).loops.remove(name);
+    }
+
+    /// The handle a reflector named `name` reports through.
+    pub fn watch_health(&self, name: &str) -> WatchHealth {
+        lock(&self.inner)
+            .watches
+            .entry(name.to_owned())
+            .or_default();
+        WatchHealth {
+            name: name.to_owned(),
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Adds a liveness check; `Err(reason)` fails `/healthz`.
+    pub fn add_liveness_check(
+        &self,
+        name: &str,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        lock(&self.inner)
+            .liveness
+            .push((name.to_owned(), Arc::new(check)));
+    }
+
+    /// Adds a readiness check (`move || informer.has_synced()`); `false` fails `/readyz`.
+    pub fn add_readiness_check(
+        &self,
+        name: &str,
+        check: impl Fn() -> bool + Send + Sync + 'static,
+    ) {
+        lock(&self.inner)
+            .readiness
+            .push((name.to_owned(), Arc::new(check)));
+    }
+
+    /// Every liveness rule's outcome, in a stable order.
+    pub fn liveness(&self) -> Vec<CheckResult> {
+        let now = Instant::now();
+        let (mut out, checks) = {
+            let inner = lock(&self.inner);
+            let mut out = Vec::new();
+            for (name, l) in &inner.loops {
+                let silent = now.duration_since(l.last_tick);
+                out.push(CheckResult {
+                    name: format!("loop:{name}"),
+                    failure: (silent > l.stall_after).then(|| {
+                        format!(
+                            "no progress for {:.0?} (limit {:.0?})",
+                            silent, l.stall_after
+                        )
+                    }),
+                });
+            }
+            for (name, w) in &inner.watches {
+                let o = &inner.options;
+                let mut failure = None;
+                if let Some(since) = w.forbidden_since {
+                    let d = now.duration_since(since);
+                    if d > o.forbidden_after {
+                        failure = Some(format!("watch answered 403 Forbidden for {d:.0?}"));
+                    }
+                }
+                let recent = w
+                    .relists
+                    .iter()
+                    .filter(|t| now.duration_since(**t) <= o.relist_window)
+                    .count();
+                if failure.is_none() && recent >= o.max_relists {
+                    failure = Some(format!(
+                        "{recent} relists within {:.0?} without a watch event",
+                        o.relist_window
+                    ));
+                }
+                out.push(CheckResult {
+                    name: format!("watch:{name}"),
+                    failure,
+                });
+            }
+            (out, inner.liveness.clone())
+        };
+        // User checks run without the lock held: they may take locks of their own.
+        for (name, check) in checks {
+            out.push(CheckResult {
+                name,
+                failure: check().err(),
+            });
+        }
+        out
+    }
+
+    /// Every readiness check's outcome, in registration order.
+    pub fn readiness(&self) -> Vec<CheckResult> {
+        let checks = lock(&self.inner).readiness.clone();
+        checks
+            .into_iter()
+            .map(|(name, check)| CheckResult {
+                failure: (!check()).then(|| "not synced".to_owned()),
+                name,
+            })
+            .collect()
+    }
+
+    /// True when every liveness rule passes.
+    pub fn is_live(&self) -> bool {
+        self.liveness().iter().all(|c| c.failure.is_none())
+    }
+
+    /// True when every readiness check passes.
+    pub fn is_ready(&self) -> bool {
+        self.readiness().iter().all(|c| c.failure.is_none())
+    }
+}
+
+fn report(kind: &str, results: &[CheckResult]) -> (StatusCode, String) {
+    let mut body = String::new();
+    let mut ok = true;
+    for r in results {
+        match &r.failure {
+            None => {
+                let _ = writeln!(body, "[+]{} ok", r.name);
+            }
+            Some(reason) => {
+                ok = false;
+                let _ = writeln!(body, "[-]{} failed: {reason}", r.name);
+            }
+        }
+    }
+    if ok {
+        let _ = writeln!(body, "{kind} check passed");
+        (StatusCode::OK, body)
+    } else {
+        let _ = writeln!(body, "{kind} check failed");
+        (StatusCode::INTERNAL_SERVER_ERROR, body)
+    }
+}
+
+/// Serves `/healthz` (and `/livez`) and `/readyz` from `health` at `addr` until `cancel`
+/// fires. Binds before it returns; the accept loop runs on a task the handle owns.
+pub async fn serve_health(
+    addr: SocketAddr,
+    health: HealthState,
+    cancel: CancellationToken,
+) -> std::io::Result<ServerHandle> {
+    serve_routes(addr, cancel, move |path| {
+        let (status, body) = match path {
+            "/healthz" | "/livez" => report("healthz", &health.liveness()),
+            "/readyz" => report("readyz", &health.readiness()),
+            _ => return None,
+        };
+        Some(
+            Response::builder()
+                .status(status)
+                .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+                .body(Full::new(Bytes::from(body))),
+        )
+    })
+    .await
+}
+
+/// A running HTTP server (metrics or probes).
+#[derive(Debug)]
+pub struct ServerHandle {
+    local_addr: SocketAddr,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl ServerHandle {
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Waits until the server has stopped (its token was cancelled and open connections
+    /// finished their requests).
+    pub async fn join(self) {
+        if let Err(e) = self.task.await
+            && e.is_panic()
+        {
+            tracing::error!(error = %e, "HTTP server task panicked");
+        }
+    }
+
+    /// Stops the server and waits for it.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        self.join().await;
+    }
+}
+
+type Routed = Option<Result<Response<Full<Bytes>>, http::Error>>;
+
+/// A tiny HTTP/1.1 server: `GET`/`HEAD` of a path answered by `route` (`None` is 404).
+pub(crate) async fn serve_routes<F>(
+    addr: SocketAddr,
+    cancel: CancellationToken,
+    route: F,
+) -> std::io::Result<ServerHandle>
+where
+    F: Fn(&str) -> Routed + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind(addr).await?;
+    let local_addr = listener.local_addr()?;
+    let route = Arc::new(route);
+    let stop = cancel.child_token();
+    let stop_task = stop.clone();
+    let task = tokio::spawn(async move {
+        let mut conns = JoinSet::new();
+        loop {
+            let accepted = tokio::select! {
+                _ = stop_task.cancelled() => break,
+                a = listener.accept() => a,
+                // Reap finished connections so the set does not grow.
+                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            };
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(addr = %local_addr, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let route = route.clone();
+            let stop_conn = stop_task.clone();
+            conns.spawn(async move {
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let route = route.clone();
+                    async move { Ok::<_, Infallible>(answer(&req, route.as_ref())) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service);
+                let mut conn = std::pin::pin!(conn);
+                let result = tokio::select! {
+                    r = conn.as_mut() => r,
+                    _ = stop_conn.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                };
+                if let Err(e) = result {
+                    tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
+                }
+            });
+        }
+        while conns.join_next().await.is_some() {}
+    });
+    Ok(ServerHandle {
+        local_addr,
+        cancel: stop,
+        task,
+    })
+}
+
+fn answer<F>(req: &Request<Incoming>, route: &F) -> Response<Full<Bytes>>
+where
+    F: Fn(&str) -> Routed,
+{
+    let plain = |status: StatusCode, body: &'static str| {
+        let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+        *r.status_mut() = status;
+        r
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
+    }
+    match route(req.uri().path()) {
+        Some(Ok(resp)) => resp,
+        Some(Err(e)) => {
+            tracing::error!(error = %e, "building a response failed");
+            plain(StatusCode::INTERNAL_SERVER_ERROR, "internal error\n")
+        }
+        None => plain(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_loop_fails_liveness() {
+        let h = HealthState::new();
+        let l = h.register_loop("worker", Duration::from_secs(30));
+        assert!(h.is_live());
+        tokio::time::advance(Duration::from_secs(20)).await;
+        l.tick();
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert!(h.is_live());
+        tokio::time::advance(Duration::from_secs(11)).await;
+        let failed: Vec<_> = h
+            .liveness()
+            .into_iter()
+            .filter(|c| c.failure.is_some())
+            .collect();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(failed[0].name, "loop:worker");
+        h.unregister_loop("worker");
+        assert!(h.is_live());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_stuck_on_403_fails_liveness_after_the_grace() {
+        let h = HealthState::new();
+        let w = h.watch_health("ats");
+        w.forbidden();
+        tokio::time::advance(Duration::from_secs(200)).await;
+        w.forbidden();
+        assert!(h.is_live(), "the streak is measured from the first 403");
+        tokio::time::advance(Duration::from_secs(101)).await;
+        assert!(!h.is_live());
+        w.progress();
+        assert!(h.is_live());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn endless_relists_fail_liveness_but_spread_out_relists_do_not() {
+        let h = HealthState::new();
+        let w = h.watch_health("ats");
+        for _ in 0..9 {
+            w.relisted();
+            tokio::time::advance(Duration::from_secs(5)).await;
+        }
+        assert!(h.is_live());
+        w.relisted();
+        assert!(!h.is_live());
+        w.progress();
+        assert!(h.is_live());
+        // One relist an hour (a quiet resource whose resourceVersion expires) is fine.
+        for _ in 0..20 {
+            w.relisted();
+            tokio::time::advance(Duration::from_secs(3600)).await;
+        }
+        assert!(h.is_live());
+    }
+
+    #[test]
+    fn readiness_is_all_checks() {
+        let h = HealthState::new();
+        let synced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = synced.clone();
+        h.add_readiness_check("informer:ats", move || {
+            s.load(std::sync::atomic::Ordering::SeqCst)
+        });
+        h.add_readiness_check("informer:pods", || true);
+        assert!(!h.is_ready());
+        let (code, body) = report("readyz", &h.readiness());
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body.contains("[-]informer:ats failed: not synced"));
+        assert!(body.contains("[+]informer:pods ok"));
+        synced.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(h.is_ready());
+        h.add_liveness_check("leader", || Err("renewals stuck".into()));
+        assert!(!h.is_live());
+    }
+}

@@ -1,0 +1,317 @@
+//! The broadcaster: fan-out of events from recorders to watchers (log, API sink, tests).
+//!
+//! client-go's `eventBroadcasterImpl` on top of apimachinery's `watch.Broadcaster`
+//! (`pkg/watch/mux.go`). Recorders publish; every *watcher* started on the broadcaster gets its
+//! own copy of every event published after it started, in order, in its own bounded queue of
+//! [`BroadcasterOptions::queue_len`] (1000) events, consumed by its own task:
+//!
+//! ```text
+//! EventRecorder::event ──try_send──▶ [queue 1000] ──▶ logging task   (start_logging)
+//!            (never blocks)     └──▶ [queue 1000] ──▶ sink task      (start_recording_to_sink)
+//!                                                     └ correlator ─▶ POST / PATCH
+//! ```
+//!
+//! Invariants:
+//!
+//! * Publishing never blocks and never waits for a task: the recorder copies the event into each
+//!   watcher's queue with `try_send`. A full queue drops the event *for that watcher* and adds
+//!   one to [`EventBroadcaster::dropped_events`]. Events are a best-effort record; a controller
+//!   must never stall because the API server is too slow to take its events.
+//! * Each watcher handles its events one at a time, in publish order.
+//! * [`EventBroadcaster::shutdown`] closes every queue: watchers finish what is queued (a sink
+//!   gets one try per event, no retry waits) and their tasks end. Events published after
+//!   shutdown are dropped with a log line. A single watcher can be stopped at once with
+//!   [`WatcherHandle::stop`].
+//!
+//! ## Difference from client-go
+//!
+//! client-go has two queues in series: the broadcaster's incoming channel (1000, drop when
+//! full) and a distribution goroutine that copies into each watcher's channel (1000, drop when
+//! full). Here the recorder copies straight into the watchers' queues, which keeps the same
+//! bound and the same drop-don't-block rule with one task fewer and no hop; it also means
+//! [`EventBroadcaster::new`] needs no runtime, only the `start_*` methods do.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::correlator::{CorrelatorOptions, EventCorrelator};
+use super::recorder::EventRecorder;
+use super::sink::{DEFAULT_SLEEP_DURATION, EventSink, MAX_TRIES_PER_EVENT, record_to_sink};
+
+/// The broadcaster's numbers. [`Default`] gives client-go's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BroadcasterOptions {
+    /// Events each watcher may have queued before new ones are dropped (default 1000).
+    pub queue_len: usize,
+    /// Wait between sink retries; the first wait is random in `[0, sleep_duration)` (10 s).
+    pub sleep_duration: Duration,
+    /// Tries per event before the sink gives it up (12).
+    pub max_tries: u32,
+    /// The correlator each sink gets (one correlator per sink, as in client-go).
+    pub correlator: CorrelatorOptions,
+}
+
+impl Default for BroadcasterOptions {
+    fn default() -> Self {
+        BroadcasterOptions {
+            queue_len: 1000,
+            sleep_duration: DEFAULT_SLEEP_DURATION,
+            max_tries: MAX_TRIES_PER_EVENT,
+            correlator: CorrelatorOptions::default(),
+        }
+    }
+}
+
+/// State shared by the broadcaster and its recorders.
+pub(crate) struct Shared {
+    watchers: Mutex<Vec<(u64, mpsc::Sender<Arc<Event>>)>>,
+    next_id: AtomicU64,
+    dropped: AtomicU64,
+    stopped: AtomicBool,
+    cancel: CancellationToken,
+    options: BroadcasterOptions,
+}
+
+impl Shared {
+    /// Copies an event into every watcher's queue without waiting.
+    pub(crate) fn publish(&self, event: Event) {
+        if self.stopped.load(Ordering::Acquire) {
+            tracing::error!(
+                reason = event.reason.as_deref().unwrap_or_default(),
+                "unable to record event: the event broadcaster is shut down"
+            );
+            return;
+        }
+        let event = Arc::new(event);
+        let mut watchers = match self.watchers.lock() {
+            Ok(w) => w,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        watchers.retain(|(id, tx)| match tx.try_send(event.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    watcher = id,
+                    reason = event.reason.as_deref().unwrap_or_default(),
+                    "unable to record event: too many queued events, dropped event"
+                );
+                true
+            }
+            // The watcher's task ended (stopped): forget it.
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
+    }
+}
+
+/// Fans events out from recorders to watchers. Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct EventBroadcaster {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for EventBroadcaster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBroadcaster")
+            .field("dropped_events", &self.dropped_events())
+            .field("stopped", &self.shared.stopped.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for EventBroadcaster {
+    fn default() -> Self {
+        EventBroadcaster::new()
+    }
+}
+
+/// A running watcher task. Dropping the handle leaves the task running until the broadcaster
+/// shuts down; [`WatcherHandle::stop`] ends it at once.
+#[derive(Debug)]
+pub struct WatcherHandle {
+    stop: CancellationToken,
+    retry: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl WatcherHandle {
+    /// Stops the watcher now: a write in flight is abandoned and events still queued for it
+    /// are discarded.
+    pub fn stop(&self) {
+        self.stop.cancel();
+        self.retry.cancel();
+    }
+
+    /// Waits for the task to end (after [`WatcherHandle::stop`] or the broadcaster's
+    /// [`EventBroadcaster::shutdown`], which lets it finish its queue first).
+    pub async fn join(self) {
+        if let Err(e) = self.task.await
+            && e.is_panic()
+        {
+            tracing::error!(error = %e, "event watcher task panicked");
+        }
+    }
+
+    /// [`WatcherHandle::stop`], then [`WatcherHandle::join`].
+    pub async fn shutdown(self) {
+        self.stop();
+        self.join().await;
+    }
+}
+
+impl EventBroadcaster {
+    /// A broadcaster with client-go's numbers. Needs no runtime; the `start_*` methods do.
+    pub fn new() -> Self {
+        EventBroadcaster::with_options(BroadcasterOptions::default())
+    }
+
+    /// A broadcaster with the given numbers.
+    pub fn with_options(options: BroadcasterOptions) -> Self {
+        EventBroadcaster {
+            shared: Arc::new(Shared {
+                watchers: Mutex::new(Vec::new()),
+                next_id: AtomicU64::new(0),
+                dropped: AtomicU64::new(0),
+                stopped: AtomicBool::new(false),
+                cancel: CancellationToken::new(),
+                options,
+            }),
+        }
+    }
+
+    /// A recorder whose events carry `source.component = component`.
+    pub fn new_recorder(&self, component: &str) -> EventRecorder {
+        EventRecorder::new(component, "", self.shared.clone())
+    }
+
+    /// A recorder that also sets `source.host` (client-go's `EventSource.Host`), which kubelets
+    /// set to the node name; controllers usually leave it empty.
+    pub fn new_recorder_with_host(&self, component: &str, host: &str) -> EventRecorder {
+        EventRecorder::new(component, host, self.shared.clone())
+    }
+
+    /// Events dropped because a watcher's queue was full (one per watcher that missed it).
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Closes every watcher queue and cancels sink retries; see the module documentation.
+    pub fn shutdown(&self) {
+        self.shared.stopped.store(true, Ordering::Release);
+        self.shared.cancel.cancel();
+        let mut watchers = match self.shared.watchers.lock() {
+            Ok(w) => w,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        watchers.clear();
+    }
+
+    /// Calls `handler` for every event, one at a time, on a task of its own.
+    pub fn start_event_watcher<F>(&self, mut handler: F) -> WatcherHandle
+    where
+        F: FnMut(&Event) + Send + 'static,
+    {
+        let (mut rx, stop, retry) = self.register();
+        let stop_task = stop.clone();
+        let task = tokio::spawn(async move {
+            while let Some(event) = next_event(&mut rx, &stop_task).await {
+                handler(&event);
+            }
+        });
+        WatcherHandle { stop, retry, task }
+    }
+
+    /// Logs every event through `tracing` (target `events`): client-go's
+    /// `StartStructuredLogging`, "Event occurred" with the object, kind, type, reason and
+    /// message as fields.
+    pub fn start_logging(&self) -> WatcherHandle {
+        self.start_event_watcher(|e| {
+            let o = &e.involved_object;
+            let object = match (o.namespace.as_deref(), o.name.as_deref()) {
+                (Some(ns), Some(name)) if !ns.is_empty() => format!("{ns}/{name}"),
+                (_, name) => name.unwrap_or_default().to_owned(),
+            };
+            tracing::info!(
+                target: "events",
+                object,
+                field_path = o.field_path.as_deref().unwrap_or_default(),
+                kind = o.kind.as_deref().unwrap_or_default(),
+                api_version = o.api_version.as_deref().unwrap_or_default(),
+                type_ = e.type_.as_deref().unwrap_or_default(),
+                reason = e.reason.as_deref().unwrap_or_default(),
+                message = e.message.as_deref().unwrap_or_default(),
+                "Event occurred"
+            );
+        })
+    }
+
+    /// Writes every event to `sink` through a correlator of its own (aggregation, counting,
+    /// spam filter) with retries; see [`super::sink`].
+    pub fn start_recording_to_sink<S: EventSink>(&self, sink: S) -> WatcherHandle {
+        let options = self.shared.options.clone();
+        let (mut rx, stop, retry) = self.register();
+        let (stop_task, retry_task) = (stop.clone(), retry.clone());
+        let task = tokio::spawn(async move {
+            let mut correlator = EventCorrelator::new(options.correlator.clone());
+            while let Some(event) = next_event(&mut rx, &stop_task).await {
+                // Stopping the watcher abandons even a write in flight.
+                tokio::select! {
+                    biased;
+                    _ = stop_task.cancelled() => break,
+                    _ = record_to_sink(
+                        &sink,
+                        &mut correlator,
+                        Arc::unwrap_or_clone(event),
+                        options.sleep_duration,
+                        options.max_tries,
+                        &retry_task,
+                    ) => {}
+                }
+            }
+        });
+        WatcherHandle { stop, retry, task }
+    }
+
+    /// Adds a watcher queue. Returns its receiver, its stop token and its retry-cancel token
+    /// (cancelled by [`WatcherHandle::stop`] and by [`EventBroadcaster::shutdown`]).
+    fn register(
+        &self,
+    ) -> (
+        mpsc::Receiver<Arc<Event>>,
+        CancellationToken,
+        CancellationToken,
+    ) {
+        let (tx, rx) = mpsc::channel(self.shared.options.queue_len.max(1));
+        if !self.shared.stopped.load(Ordering::Acquire) {
+            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+            match self.shared.watchers.lock() {
+                Ok(mut w) => w.push((id, tx)),
+                Err(poisoned) => poisoned.into_inner().push((id, tx)),
+            }
+        }
+        // On a stopped broadcaster `tx` is dropped here: the watcher sees nothing and ends.
+        (
+            rx,
+            CancellationToken::new(),
+            self.shared.cancel.child_token(),
+        )
+    }
+}
+
+/// The next queued event, or `None` once the queue is closed and drained or `stop` fired.
+async fn next_event(
+    rx: &mut mpsc::Receiver<Arc<Event>>,
+    stop: &CancellationToken,
+) -> Option<Arc<Event>> {
+    tokio::select! {
+        biased;
+        _ = stop.cancelled() => None,
+        event = rx.recv() => event,
+    }
+}

@@ -1,0 +1,525 @@
+//! The event correlator: aggregation, de-duplication and the spam filter.
+//!
+//! client-go's `tools/record/events_cache.go`. Every event on its way to the API server passes
+//! through [`EventCorrelator::correlate`] first, which answers one of three things:
+//!
+//! * **send it as new** (POST): the first time this exact event is seen;
+//! * **patch the earlier one** (PATCH `count`, `lastTimestamp`, `message`): the same event was
+//!   sent before, so the existing `Event` object's count goes up instead of a new object
+//!   appearing (this is why `kubectl describe` says `(x12 over 3m)`);
+//! * **skip it**: the object has used up its spam budget.
+//!
+//! Three steps, each with its own LRU cache of [`CorrelatorOptions::lru_size`] (4096) entries:
+//!
+//! 1. **Aggregation.** Events that differ only in their message (same source, object, type and
+//!    reason) are *similar*. For each such group the aggregator remembers the distinct messages
+//!    seen within [`CorrelatorOptions::aggregate_interval`] (600 s) of the previous one. Fewer
+//!    than [`CorrelatorOptions::aggregate_max_events`] (10) distinct messages: the event passes
+//!    through unchanged. From the 10th on, it is replaced by a new event whose message is
+//!    `"(combined from similar events): <message>"`, keyed by the group, so all later similar
+//!    events count up one shared object instead of creating one object each.
+//! 2. **De-duplication.** The event's cache key (everything including the message, or the group
+//!    key for a combined event) is looked up; if it was seen, the event takes the earlier
+//!    event's name, resourceVersion and firstTimestamp, `count = old + 1`, and a strategic-merge
+//!    patch with only `count`, `lastTimestamp` and `message` is prepared.
+//! 3. **Spam filter.** One token bucket per *object* (source, involved object and type; reason
+//!    and message do not matter): burst [`CorrelatorOptions::spam_burst`] (25), refilled at
+//!    [`CorrelatorOptions::spam_qps`] (one token per 300 s). No token: the event is skipped.
+//!    Step 2 has already raised the remembered count, so the next PATCH that does get through
+//!    carries the skipped occurrences in its count; nothing is lost but the API traffic.
+//!
+//! Why so much machinery? Events are written by every controller for every object, often from
+//! hot loops ("failed to sync, retrying"). Without the correlator a single crash-looping object
+//! could write thousands of Event objects an hour into etcd; with it, that object costs at most
+//! 25 writes and then one every five minutes.
+//!
+//! ## Differences from client-go
+//!
+//! * Time: decisions (the aggregation interval, token refills) use [`tokio::time::Instant`], so
+//!   tests can run a paused clock through hours of event traffic; the timestamps written *into*
+//!   events are wall-clock time.
+//! * Keys: client-go concatenates the key fields with no separator; here a NUL separates them so
+//!   two different splits of the same characters can never collide.
+//! * The correlator is a plain struct owned by the one task that writes to the sink, so it needs
+//!   no lock (client-go locks each cache because its correlator is shared).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use tokio::time::Instant;
+
+use super::recorder::event_name;
+
+/// Prefix of a combined (aggregated) event's message, as in client-go.
+pub const COMBINED_MESSAGE_PREFIX: &str = "(combined from similar events): ";
+
+/// The correlator's numbers. [`Default`] gives client-go's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CorrelatorOptions {
+    /// Entries kept in each of the three LRU caches (default 4096).
+    pub lru_size: usize,
+    /// Distinct messages in one group at which aggregation starts (default 10).
+    pub aggregate_max_events: usize,
+    /// A group forgets its messages when this long passes without a similar event (600 s).
+    pub aggregate_interval: Duration,
+    /// Events an object may emit back to back (default 25).
+    pub spam_burst: u32,
+    /// Tokens per second refilled into an object's bucket (default 1/300).
+    pub spam_qps: f64,
+}
+
+impl Default for CorrelatorOptions {
+    fn default() -> Self {
+        CorrelatorOptions {
+            lru_size: 4096,
+            aggregate_max_events: 10,
+            aggregate_interval: Duration::from_secs(600),
+            spam_burst: 25,
+            spam_qps: 1.0 / 300.0,
+        }
+    }
+}
+
+/// What to do with one event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CorrelateResult {
+    /// The event to write: the original, an aggregated replacement, or the original renamed to
+    /// the earlier occurrence with its count raised.
+    pub event: Event,
+    /// The strategic-merge patch body when `event.count > 1` (an earlier occurrence exists).
+    pub patch: Option<serde_json::Value>,
+    /// True when the spam filter refused the event: nothing should be sent.
+    pub skip: bool,
+}
+
+/// Aggregation, de-duplication and spam filtering for one sink.
+#[derive(Debug)]
+pub struct EventCorrelator {
+    options: CorrelatorOptions,
+    aggregates: Lru<AggregateRecord>,
+    observations: Lru<Observation>,
+    spam: Lru<TokenBucket>,
+}
+
+#[derive(Clone, Debug)]
+struct AggregateRecord {
+    messages: HashSet<String>,
+    last_seen: Instant,
+}
+
+#[derive(Clone, Debug)]
+struct Observation {
+    count: i32,
+    first_timestamp: Option<Time>,
+    name: String,
+    resource_version: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+struct TokenBucket {
+    tokens: f64,
+    last_refill: Instant,
+}
+
+impl EventCorrelator {
+    /// A correlator with the given numbers.
+    pub fn new(options: CorrelatorOptions) -> Self {
+        let size = options.lru_size.max(1);
+        EventCorrelator {
+            options,
+            aggregates: Lru::new(size),
+            observations: Lru::new(size),
+            spam: Lru::new(size),
+        }
+    }
+
+    /// Runs the three steps on one event (see the module documentation).
+    pub fn correlate(&mut self, event: Event) -> CorrelateResult {
+        let (event, cache_key) = self.aggregate(event);
+        let (event, patch) = self.observe(event, &cache_key);
+        let skip = !self.spam_allows(&event);
+        CorrelateResult { event, patch, skip }
+    }
+
+    /// Records the server's copy of an event after a successful write, so the next PATCH targets
+    /// the right name and the count continues from what the server holds.
+    pub fn update_state(&mut self, written: &Event) {
+        self.observations.put(
+            event_key(written),
+            Observation {
+                count: written.count.unwrap_or(1),
+                first_timestamp: written.first_timestamp.clone(),
+                name: written.metadata.name.clone().unwrap_or_default(),
+                resource_version: written.metadata.resource_version.clone(),
+            },
+        );
+    }
+
+    fn aggregate(&mut self, event: Event) -> (Event, String) {
+        let now = Instant::now();
+        let full_key = event_key(&event);
+        let group_key = aggregate_key(&event);
+        let message = event.message.clone().unwrap_or_default();
+
+        let mut record = match self.aggregates.get(&group_key) {
+            Some(r) if now.duration_since(r.last_seen) <= self.options.aggregate_interval => {
+                r.clone()
+            }
+            _ => AggregateRecord {
+                messages: HashSet::new(),
+                last_seen: now,
+            },
+        };
+        record.messages.insert(message.clone());
+        record.last_seen = now;
+        let distinct = record.messages.len();
+        if distinct >= self.options.aggregate_max_events {
+            // client-go pops an arbitrary message so the set stays at the threshold.
+            if let Some(any) = record.messages.iter().next().cloned() {
+                record.messages.remove(&any);
+            }
+        }
+        self.aggregates.put(group_key.clone(), record);
+
+        if distinct < self.options.aggregate_max_events {
+            return (event, full_key);
+        }
+        let stamp = jiff::Timestamp::now();
+        let name = event_name(
+            event.involved_object.name.as_deref().unwrap_or_default(),
+            stamp,
+        );
+        let combined = Event {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: event.metadata.namespace.clone(),
+                ..Default::default()
+            },
+            count: Some(1),
+            first_timestamp: Some(Time(stamp)),
+            last_timestamp: Some(Time(stamp)),
+            involved_object: event.involved_object.clone(),
+            message: Some(format!("{COMBINED_MESSAGE_PREFIX}{message}")),
+            type_: event.type_.clone(),
+            reason: event.reason.clone(),
+            source: event.source.clone(),
+            ..Default::default()
+        };
+        (combined, group_key)
+    }
+
+    fn observe(&mut self, mut event: Event, key: &str) -> (Event, Option<serde_json::Value>) {
+        let mut patch = None;
+        if let Some(last) = self.observations.get(key).filter(|o| o.count > 0) {
+            event.metadata.name = Some(last.name.clone());
+            event.metadata.resource_version = last.resource_version.clone();
+            event.first_timestamp = last.first_timestamp.clone();
+            event.count = Some(last.count.saturating_add(1));
+            patch = Some(serde_json::json!({
+                "count": event.count,
+                "lastTimestamp": event.last_timestamp,
+                "message": event.message,
+            }));
+        }
+        self.observations.put(
+            key.to_owned(),
+            Observation {
+                count: event.count.unwrap_or(1),
+                first_timestamp: event.first_timestamp.clone(),
+                name: event.metadata.name.clone().unwrap_or_default(),
+                resource_version: event.metadata.resource_version.clone(),
+            },
+        );
+        (event, patch)
+    }
+
+    fn spam_allows(&mut self, event: &Event) -> bool {
+        let now = Instant::now();
+        let key = spam_key(event);
+        let burst = f64::from(self.options.spam_burst);
+        let mut bucket = self.spam.get(&key).cloned().unwrap_or(TokenBucket {
+            tokens: burst,
+            last_refill: now,
+        });
+        let elapsed = now.duration_since(bucket.last_refill).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * self.options.spam_qps).min(burst);
+        bucket.last_refill = now;
+        let allowed = bucket.tokens >= 1.0;
+        if allowed {
+            bucket.tokens -= 1.0;
+        }
+        self.spam.put(key, bucket);
+        allowed
+    }
+}
+
+impl Default for EventCorrelator {
+    fn default() -> Self {
+        EventCorrelator::new(CorrelatorOptions::default())
+    }
+}
+
+fn join_key(parts: &[&str]) -> String {
+    parts.join("\u{0}")
+}
+
+/// The full identity of an event: source, object (with fieldPath), type, reason and message.
+pub fn event_key(e: &Event) -> String {
+    let src = e.source.as_ref();
+    let o = &e.involved_object;
+    join_key(&[
+        src.and_then(|s| s.component.as_deref()).unwrap_or_default(),
+        src.and_then(|s| s.host.as_deref()).unwrap_or_default(),
+        o.kind.as_deref().unwrap_or_default(),
+        o.namespace.as_deref().unwrap_or_default(),
+        o.name.as_deref().unwrap_or_default(),
+        o.field_path.as_deref().unwrap_or_default(),
+        o.uid.as_deref().unwrap_or_default(),
+        o.api_version.as_deref().unwrap_or_default(),
+        e.type_.as_deref().unwrap_or_default(),
+        e.reason.as_deref().unwrap_or_default(),
+        e.message.as_deref().unwrap_or_default(),
+    ])
+}
+
+/// The key of a group of similar events: everything but the message.
+pub fn aggregate_key(e: &Event) -> String {
+    let src = e.source.as_ref();
+    let o = &e.involved_object;
+    join_key(&[
+        src.and_then(|s| s.component.as_deref()).unwrap_or_default(),
+        src.and_then(|s| s.host.as_deref()).unwrap_or_default(),
+        o.kind.as_deref().unwrap_or_default(),
+        o.namespace.as_deref().unwrap_or_default(),
+        o.name.as_deref().unwrap_or_default(),
+        o.uid.as_deref().unwrap_or_default(),
+        o.api_version.as_deref().unwrap_or_default(),
+        e.type_.as_deref().unwrap_or_default(),
+        e.reason.as_deref().unwrap_or_default(),
+        e.reporting_component.as_deref().unwrap_or_default(),
+        e.reporting_instance.as_deref().unwrap_or_default(),
+    ])
+}
+
+/// The spam-filter key: source, object and type (not reason, not message).
+pub fn spam_key(e: &Event) -> String {
+    let src = e.source.as_ref();
+    let o = &e.involved_object;
+    join_key(&[
+        src.and_then(|s| s.component.as_deref()).unwrap_or_default(),
+        src.and_then(|s| s.host.as_deref()).unwrap_or_default(),
+        o.kind.as_deref().unwrap_or_default(),
+        o.namespace.as_deref().unwrap_or_default(),
+        o.name.as_deref().unwrap_or_default(),
+        o.uid.as_deref().unwrap_or_default(),
+        o.api_version.as_deref().unwrap_or_default(),
+        e.type_.as_deref().unwrap_or_default(),
+    ])
+}
+
+/// A least-recently-used map with a fixed capacity (golang-lru's `Cache`, which client-go
+/// uses). Both `get` and `put` make an entry the most recent; inserting into a full cache
+/// evicts the least recent entry.
+#[derive(Debug)]
+pub(crate) struct Lru<V> {
+    capacity: usize,
+    tick: u64,
+    entries: HashMap<String, (V, u64)>,
+    order: BTreeMap<u64, String>,
+}
+
+impl<V> Lru<V> {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Lru {
+            capacity: capacity.max(1),
+            tick: 0,
+            entries: HashMap::new(),
+            order: BTreeMap::new(),
+        }
+    }
+
+    fn touch(&mut self, key: &str) -> u64 {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some((_, used)) = self.entries.get_mut(key) {
+            self.order.remove(used);
+            *used = tick;
+            self.order.insert(tick, key.to_owned());
+        }
+        tick
+    }
+
+    pub(crate) fn get(&mut self, key: &str) -> Option<&V> {
+        if !self.entries.contains_key(key) {
+            return None;
+        }
+        self.touch(key);
+        self.entries.get(key).map(|(v, _)| v)
+    }
+
+    pub(crate) fn put(&mut self, key: String, value: V) {
+        if self.entries.contains_key(&key) {
+            self.touch(&key);
+            if let Some((v, _)) = self.entries.get_mut(&key) {
+                *v = value;
+            }
+            return;
+        }
+        if self.entries.len() >= self.capacity
+            && let Some((_, oldest)) = self.order.pop_first()
+        {
+            self.entries.remove(&oldest);
+        }
+        self.tick += 1;
+        self.order.insert(self.tick, key.clone());
+        self.entries.insert(key, (value, self.tick));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EventSource, ObjectReference};
+
+    fn event(object: &str, reason: &str, message: &str) -> Event {
+        Event {
+            metadata: ObjectMeta {
+                name: Some(format!("{object}.{:x}", fastrand::u64(..))),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                kind: Some("At".into()),
+                api_version: Some("cnat.programming-kubernetes.info/v1alpha1".into()),
+                name: Some(object.into()),
+                namespace: Some("default".into()),
+                uid: Some(format!("uid-{object}")),
+                ..Default::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            type_: Some("Normal".into()),
+            count: Some(1),
+            source: Some(EventSource {
+                component: Some("cnat-controller".into()),
+                host: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn lru_evicts_least_recently_used() {
+        let mut lru = Lru::new(2);
+        lru.put("a".into(), 1);
+        lru.put("b".into(), 2);
+        assert_eq!(lru.get("a"), Some(&1)); // a is now more recent than b
+        lru.put("c".into(), 3);
+        assert_eq!(lru.get("b"), None);
+        assert_eq!(lru.get("a"), Some(&1));
+        assert_eq!(lru.get("c"), Some(&3));
+        lru.put("a".into(), 10);
+        assert_eq!(lru.get("a"), Some(&10));
+        assert_eq!(lru.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn repeats_become_patches_with_rising_count_on_one_name() {
+        let mut c = EventCorrelator::default();
+        let first = c.correlate(event("a", "Scheduled", "m"));
+        assert!(!first.skip);
+        assert!(first.patch.is_none());
+        assert_eq!(first.event.count, Some(1));
+        let name = first.event.metadata.name.clone();
+        let mut written = first.event.clone();
+        written.metadata.resource_version = Some("41".into());
+        c.update_state(&written);
+
+        for n in 2..=3 {
+            let r = c.correlate(event("a", "Scheduled", "m"));
+            assert!(!r.skip);
+            assert_eq!(r.event.count, Some(n));
+            assert_eq!(r.event.metadata.name, name);
+            let patch = r.patch.expect("a repeat is a patch");
+            assert_eq!(patch["count"], n);
+            assert_eq!(patch["message"], "m");
+            assert_eq!(patch.as_object().map(|o| o.len()), Some(3));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tenth_distinct_message_is_combined() {
+        let mut c = EventCorrelator::default();
+        for i in 0..9 {
+            let r = c.correlate(event("a", "Sync", &format!("message {i}")));
+            assert_eq!(
+                r.event.message.as_deref(),
+                Some(format!("message {i}").as_str())
+            );
+            assert!(r.patch.is_none());
+        }
+        let tenth = c.correlate(event("a", "Sync", "message 9"));
+        assert_eq!(
+            tenth.event.message.as_deref(),
+            Some("(combined from similar events): message 9")
+        );
+        assert_eq!(tenth.event.count, Some(1));
+        assert!(tenth.patch.is_none());
+        let eleventh = c.correlate(event("a", "Sync", "message 10"));
+        assert_eq!(eleventh.event.metadata.name, tenth.event.metadata.name);
+        assert_eq!(eleventh.event.count, Some(2));
+        assert!(eleventh.patch.is_some());
+        // Another reason is another group.
+        let other = c.correlate(event("a", "Other", "message 0"));
+        assert_eq!(other.event.message.as_deref(), Some("message 0"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn aggregation_group_forgets_after_the_interval() {
+        let mut c = EventCorrelator::default();
+        for i in 0..9 {
+            c.correlate(event("a", "Sync", &format!("m{i}")));
+        }
+        tokio::time::advance(Duration::from_secs(601)).await;
+        let r = c.correlate(event("a", "Sync", "m9"));
+        assert_eq!(r.event.message.as_deref(), Some("m9"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn spam_filter_drops_the_26th_and_refills_one_per_five_minutes() {
+        let mut c = EventCorrelator::default();
+        for i in 0..25 {
+            let r = c.correlate(event("a", &format!("R{i}"), "m"));
+            assert!(!r.skip, "event {i} passes");
+        }
+        assert!(c.correlate(event("a", "R25", "m")).skip);
+        // Another object has its own budget.
+        assert!(!c.correlate(event("b", "R0", "m")).skip);
+        tokio::time::advance(Duration::from_secs(299)).await;
+        assert!(c.correlate(event("a", "R26", "m")).skip);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(!c.correlate(event("a", "R27", "m")).skip);
+        assert!(c.correlate(event("a", "R28", "m")).skip);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn skipped_repeats_are_carried_in_the_next_count() {
+        let mut c = EventCorrelator::default();
+        for _ in 0..25 {
+            assert!(!c.correlate(event("a", "Same", "m")).skip);
+        }
+        assert!(c.correlate(event("a", "Same", "m")).skip);
+        assert!(c.correlate(event("a", "Same", "m")).skip);
+        tokio::time::advance(Duration::from_secs(300)).await;
+        let r = c.correlate(event("a", "Same", "m"));
+        assert!(!r.skip);
+        assert_eq!(r.event.count, Some(28));
+    }
+}

@@ -1,0 +1,625 @@
+//! The generated CRDs against the examples and the Rust types.
+//!
+//! The API server validates every custom object against its CRD's `openAPIV3Schema` (OpenAPI
+//! 3.0 with Kubernetes extensions). These tests do the same with the `jsonschema` crate
+//! (draft 4, whose keywords OpenAPI 3.0 schemas are built from), after translating the
+//! OpenAPI-only parts: `nullable: true` → `type: [T, "null"]`, `x-kubernetes-int-or-string`
+//! → `anyOf: [integer, string]`, other `x-kubernetes-*` keys dropped. What they establish:
+//!
+//! * every example under `artifacts/examples/` deserialises into its Rust type *and* passes
+//!   its schema, and carries no field the server would prune;
+//! * every status the controllers can write (built from the Rust types) passes too, so the
+//!   schema never rejects the controller's own updates;
+//! * every file under `artifacts/examples/invalid/` is rejected, at the field it is about;
+//! * every schema is structural, and every CRD has the names, printer columns, status
+//!   subresource and single served+storage version the Rust side declares.
+
+use std::path::{Path, PathBuf};
+
+use jiff::Timestamp;
+use sample_controller::apis::{
+    At, AtPhase, AtResult, AtStatus, Condition, ConditionStatus, CustomResourceExt, Foo, FooStatus,
+    MyApp, MyAppStatus, RedisCluster, RedisClusterStatus, TDSet, TDSetStatus, crds,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read_yaml(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The `openAPIV3Schema` of the CRD serving `apiVersion`/`kind`.
+fn schema_of(api_version: &str, kind: &str) -> Value {
+    for crd in crds::all_values().unwrap() {
+        let group = crd["spec"]["group"].as_str().unwrap();
+        let version = &crd["spec"]["versions"][0];
+        let av = format!("{group}/{}", version["name"].as_str().unwrap());
+        if av == api_version && crd["spec"]["names"]["kind"] == kind {
+            return version["schema"]["openAPIV3Schema"].clone();
+        }
+    }
+    panic!("no CRD serves {api_version} {kind}");
+}
+
+fn schema_of_kind<K: CustomResourceExt>() -> Value {
+    schema_of(K::API_VERSION, K::KIND)
+}
+
+/// OpenAPI 3.0 + Kubernetes extensions → JSON Schema draft 4.
+fn to_draft4(schema: &Value) -> Value {
+    let Value::Object(node) = schema else {
+        return schema.clone();
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in node {
+        match key.as_str() {
+            "properties" => {
+                let props = value
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), to_draft4(v)))
+                    .collect();
+                out.insert(key.clone(), Value::Object(props));
+            }
+            "items" | "additionalProperties" if value.is_object() => {
+                out.insert(key.clone(), to_draft4(value));
+            }
+            "nullable" | "x-kubernetes-int-or-string" => {}
+            k if k.starts_with("x-kubernetes-") => {}
+            _ => {
+                out.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    if node.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        out.remove("type");
+        out.insert(
+            "anyOf".into(),
+            json!([{"type": "integer"}, {"type": "string"}]),
+        );
+    }
+    if node.get("nullable") == Some(&Value::Bool(true)) {
+        if let Some(ty) = out.get("type").cloned() {
+            out.insert("type".into(), json!([ty, "null"]));
+        }
+        if let Some(Value::Array(values)) = out.get_mut("enum") {
+            values.push(Value::Null);
+        }
+    }
+    Value::Object(out)
+}
+
+fn validator(openapi: &Value) -> jsonschema::Validator {
+    jsonschema::draft4::options()
+        .should_validate_formats(true)
+        .build(&to_draft4(openapi))
+        .unwrap_or_else(|e| panic!("schema does not compile: {e}"))
+}
+
+/// Schema errors as `"<instance path>: <message>"` lines; empty when valid.
+fn schema_errors(openapi: &Value, instance: &Value) -> Vec<String> {
+    validator(openapi)
+        .iter_errors(instance)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect()
+}
+
+/// Fields of `instance` the API server would prune: present in the object but not described
+/// by the schema (Kubernetes drops unknown fields of structural schemas instead of failing).
+fn pruned_fields(schema: &Value, instance: &Value, path: &str, out: &mut Vec<String>) {
+    match instance {
+        Value::Object(fields) if schema.get("properties").is_some() => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            for (name, value) in fields {
+                match props.and_then(|p| p.get(name)) {
+                    Some(sub) => pruned_fields(sub, value, &format!("{path}.{name}"), out),
+                    None => out.push(format!("{path}.{name}")),
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    pruned_fields(item_schema, item, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Deserialises into `K`, serialises back, and checks both the file and the round-tripped
+/// object against `K`'s schema.
+fn check_example<K: CustomResourceExt + Serialize + DeserializeOwned>(path: &Path, doc: &Value) {
+    let obj: K = serde_json::from_value(doc.clone()).unwrap_or_else(|e| {
+        panic!(
+            "{} does not deserialise into {}: {e}",
+            path.display(),
+            K::KIND
+        )
+    });
+    let schema = schema_of_kind::<K>();
+    let errors = schema_errors(&schema, doc);
+    assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
+    let again = serde_json::to_value(&obj).unwrap();
+    let errors = schema_errors(&schema, &again);
+    assert!(
+        errors.is_empty(),
+        "{} after a round trip: {errors:#?}",
+        path.display()
+    );
+    let mut pruned = Vec::new();
+    pruned_fields(&schema, doc, "", &mut pruned);
+    assert!(
+        pruned.is_empty(),
+        "{}: the API server would prune {pruned:?}",
+        path.display()
+    );
+}
+
+#[test]
+fn every_example_deserialises_and_validates_against_its_crd() {
+    let files = yaml_files(&repo().join("artifacts/examples"));
+    let mut kinds = Vec::new();
+    for path in &files {
+        let doc = read_yaml(path);
+        let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+        match kind.as_str() {
+            "At" => check_example::<At>(path, &doc),
+            "TDSet" => check_example::<TDSet>(path, &doc),
+            "RedisCluster" => check_example::<RedisCluster>(path, &doc),
+            "MyApp" => check_example::<MyApp>(path, &doc),
+            "Foo" => check_example::<Foo>(path, &doc),
+            other => panic!("{}: unexpected kind {other:?}", path.display()),
+        }
+        kinds.push(kind);
+    }
+    kinds.sort();
+    assert_eq!(kinds, ["At", "Foo", "MyApp", "RedisCluster", "TDSet"]);
+}
+
+#[test]
+fn the_books_example_is_unchanged() {
+    let at: At = serde_json::from_value(read_yaml(
+        &repo().join("artifacts/examples/cnat-example.yaml"),
+    ))
+    .unwrap();
+    assert_eq!(at.metadata.name.as_deref(), Some("example-at"));
+    assert_eq!(at.spec.schedule, "2019-04-12T10:12:00Z");
+    assert_eq!(at.spec.command, "echo YAY");
+    assert!(at.status.is_none());
+}
+
+#[test]
+fn tdset_hello_world_has_the_five_windows() {
+    let t: TDSet = serde_json::from_value(read_yaml(
+        &repo().join("artifacts/examples/tdset-hello-world.yaml"),
+    ))
+    .unwrap();
+    let windows: Vec<(i32, i32, i32)> = t
+        .spec
+        .scheduling_config
+        .iter()
+        .map(|w| (w.start_time, w.end_time, w.replica))
+        .collect();
+    assert_eq!(
+        windows,
+        [(9, 17, 5), (17, 19, 3), (19, 0, 2), (1, 7, 2), (7, 9, 3)]
+    );
+    assert_eq!(t.spec.default_replica, 3);
+    assert_eq!(
+        (t.spec.container.image.as_str(), t.spec.container.port),
+        ("nginx", 80)
+    );
+}
+
+/// Each invalid example and the field its rejection must point at.
+const INVALID: &[(&str, &str)] = &[
+    ("at-without-command.yaml", "/spec"),
+    ("at-empty-command.yaml", "/spec/command"),
+    ("at-schedule-not-a-date-time.yaml", "/spec/schedule"),
+    ("at-unknown-phase.yaml", "/status/phase"),
+    ("tdset-hour-24.yaml", "/spec/schedulingConfig/0/endTime"),
+    ("tdset-default-replica-0.yaml", "/spec/defaultReplica"),
+    ("myapp-negative-replicas.yaml", "/spec/replicas"),
+    ("foo-negative-replicas.yaml", "/spec/replicas"),
+    ("rediscluster-size-0.yaml", "/spec/size"),
+];
+
+#[test]
+fn invalid_examples_are_rejected_at_the_right_field() {
+    let dir = repo().join("artifacts/examples/invalid");
+    let files = yaml_files(&dir);
+    let mut names: Vec<&str> = files
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap())
+        .collect();
+    names.sort();
+    let mut listed: Vec<&str> = INVALID.iter().map(|(f, _)| *f).collect();
+    listed.sort();
+    assert_eq!(
+        names, listed,
+        "every invalid example needs an expectation here"
+    );
+
+    for (file, field) in INVALID {
+        let doc = read_yaml(&dir.join(file));
+        let schema = schema_of(
+            doc["apiVersion"].as_str().unwrap(),
+            doc["kind"].as_str().unwrap(),
+        );
+        let errors = schema_errors(&schema, &doc);
+        assert!(!errors.is_empty(), "{file} was accepted");
+        assert!(
+            errors.iter().all(|e| e.starts_with(&format!("{field}:"))),
+            "{file}: expected errors at {field}, got {errors:#?}"
+        );
+    }
+    // The missing command is reported as a missing required property.
+    let doc = read_yaml(&dir.join("at-without-command.yaml"));
+    let errors = schema_errors(&schema_of_kind::<At>(), &doc);
+    assert!(errors[0].contains("command"), "{errors:?}");
+}
+
+fn condition() -> Condition {
+    Condition::new(
+        "Ready",
+        ConditionStatus::False,
+        "PodFailed",
+        "the command exited with 3",
+        Some(2),
+        Timestamp::from_second(1_555_063_925).unwrap(),
+    )
+}
+
+fn with_status<K: Serialize>(obj: &K) -> Value {
+    serde_json::to_value(obj).unwrap()
+}
+
+#[test]
+fn statuses_the_controllers_write_pass_the_schemas() {
+    let mut at: At = serde_json::from_value(read_yaml(
+        &repo().join("artifacts/examples/cnat-example.yaml"),
+    ))
+    .unwrap();
+    for phase in [AtPhase::Pending, AtPhase::Running, AtPhase::Done] {
+        for result in [None, Some(AtResult::Succeeded), Some(AtResult::Failed)] {
+            at.status = Some(AtStatus {
+                phase: Some(phase),
+                pod_name: Some("example-at-pod".into()),
+                start_time: Some(Timestamp::from_second(1_555_063_920).unwrap()),
+                completion_time: Some(Timestamp::from_second(1_555_063_925).unwrap()),
+                result,
+                exit_code: Some(3),
+                message: Some("the command exited with 3".into()),
+                observed_generation: Some(2),
+                conditions: vec![condition()],
+            });
+            let errors = schema_errors(&schema_of_kind::<At>(), &with_status(&at));
+            assert!(errors.is_empty(), "{phase:?}/{result:?}: {errors:#?}");
+        }
+    }
+
+    let mut t: TDSet = serde_json::from_value(read_yaml(
+        &repo().join("artifacts/examples/tdset-hello-world.yaml"),
+    ))
+    .unwrap();
+    t.status = Some(TDSetStatus {
+        replicas: 5,
+        observed_generation: Some(1),
+        conditions: vec![condition()],
+    });
+    let errors = schema_errors(&schema_of_kind::<TDSet>(), &with_status(&t));
+    assert!(errors.is_empty(), "{errors:#?}");
+
+    let mut r: RedisCluster = serde_json::from_value(read_yaml(
+        &repo().join("artifacts/examples/rediscluster.yaml"),
+    ))
+    .unwrap();
+    r.status = Some(RedisClusterStatus {
+        nodes: vec!["example-redis-0".into(), "example-redis-1".into()],
+        ready_replicas: 2,
+        conditions: vec![condition()],
+    });
+    let errors = schema_errors(&schema_of_kind::<RedisCluster>(), &with_status(&r));
+    assert!(errors.is_empty(), "{errors:#?}");
+
+    let mut m: MyApp =
+        serde_json::from_value(read_yaml(&repo().join("artifacts/examples/myapp.yaml"))).unwrap();
+    m.status = Some(MyAppStatus {
+        available_replicas: 2,
+        conditions: vec![condition()],
+    });
+    let errors = schema_errors(&schema_of_kind::<MyApp>(), &with_status(&m));
+    assert!(errors.is_empty(), "{errors:#?}");
+
+    let mut f: Foo =
+        serde_json::from_value(read_yaml(&repo().join("artifacts/examples/foo.yaml"))).unwrap();
+    f.status = Some(FooStatus {
+        available_replicas: 1,
+    });
+    let errors = schema_errors(&schema_of_kind::<Foo>(), &with_status(&f));
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn status_and_condition_validations_reject_bad_values() {
+    let schema = schema_of_kind::<At>();
+    let base = read_yaml(&repo().join("artifacts/examples/cnat-example.yaml"));
+    let with = |status: Value| {
+        let mut doc = base.clone();
+        doc["status"] = status;
+        schema_errors(&schema, &doc)
+    };
+    // Option fields are nullable, as `Option<T>` deserialises `null` as `None`.
+    assert!(with(json!({"podName": null, "result": null})).is_empty());
+    assert!(!with(json!({"result": "Maybe"})).is_empty());
+    assert!(!with(json!({"startTime": "yesterday"})).is_empty());
+    let cond = json!({"type": "Ready", "status": "True", "lastTransitionTime": "2019-04-12T10:12:00Z", "reason": "PodSucceeded"});
+    assert!(with(json!({"conditions": [cond]})).is_empty());
+    for (field, bad) in [
+        ("status", json!("Yes")),
+        ("reason", json!("")),
+        ("reason", json!("has spaces")),
+        ("type", json!("not a type!")),
+        ("lastTransitionTime", json!("now")),
+        ("observedGeneration", json!(-1)),
+    ] {
+        let mut c = cond.clone();
+        c[field] = bad.clone();
+        let errors = with(json!({"conditions": [c]}));
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with(&format!("/status/conditions/0/{field}:"))),
+            "condition {field}={bad} accepted: {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn openapi_translation_handles_nullable_enums_and_int_or_string() {
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "port": {"x-kubernetes-int-or-string": true},
+            "mode": {"type": "string", "enum": ["A"], "nullable": true}
+        }
+    });
+    assert!(schema_errors(&schema, &json!({"port": 80, "mode": null})).is_empty());
+    assert!(schema_errors(&schema, &json!({"port": "http", "mode": "A"})).is_empty());
+    assert!(!schema_errors(&schema, &json!({"port": 1.5})).is_empty());
+    assert!(!schema_errors(&schema, &json!({"mode": "B"})).is_empty());
+}
+
+/// Walks a schema and returns every violation of the structural rules.
+fn structural_violations(schema: &Value, path: &str, out: &mut Vec<String>) {
+    const FORBIDDEN: &[&str] = &[
+        "$ref",
+        "$schema",
+        "$defs",
+        "definitions",
+        "title",
+        "oneOf",
+        "anyOf",
+        "allOf",
+        "not",
+        "default",
+        "dependencies",
+        "patternProperties",
+        "additionalItems",
+        "id",
+    ];
+    let Value::Object(node) = schema else {
+        out.push(format!("{path}: not an object"));
+        return;
+    };
+    for key in node.keys() {
+        if FORBIDDEN.contains(&key.as_str()) {
+            out.push(format!("{path}: forbidden keyword {key}"));
+        }
+    }
+    let flag = |k: &str| node.get(k) == Some(&Value::Bool(true));
+    let ty = node.get("type").and_then(Value::as_str);
+    if ty.is_none()
+        && !flag("x-kubernetes-int-or-string")
+        && !flag("x-kubernetes-preserve-unknown-fields")
+    {
+        out.push(format!("{path}: no type"));
+    }
+    if ty == Some("array") && !node.get("items").is_some_and(Value::is_object) {
+        out.push(format!("{path}: array without a single items schema"));
+    }
+    if node.contains_key("properties") && ty != Some("object") {
+        out.push(format!("{path}: properties on a {ty:?} node"));
+    }
+    if let Some(Value::Object(props)) = node.get("properties") {
+        for (name, sub) in props {
+            structural_violations(sub, &format!("{path}.properties.{name}"), out);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(sub) = node.get(key) {
+            structural_violations(sub, &format!("{path}.{key}"), out);
+        }
+    }
+}
+
+#[test]
+fn every_schema_is_structural() {
+    for crd in crds::all_values().unwrap() {
+        let name = crd["metadata"]["name"].as_str().unwrap().to_owned();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut violations = Vec::new();
+        structural_violations(schema, "$", &mut violations);
+        assert!(violations.is_empty(), "{name}: {violations:#?}");
+        assert_eq!(schema["type"], "object", "{name}");
+        assert_eq!(
+            schema["properties"]["metadata"],
+            json!({"type": "object"}),
+            "{name}"
+        );
+        assert_eq!(schema["required"], json!(["spec"]), "{name}");
+        for field in ["apiVersion", "kind"] {
+            assert_eq!(schema["properties"][field]["type"], "string", "{name}");
+        }
+        assert!(schema["properties"]["status"].is_object(), "{name}");
+        // Doc comments travel into the schema, so `kubectl explain` has something to say.
+        assert!(
+            schema["properties"]["spec"]["description"]
+                .as_str()
+                .is_some_and(|d| !d.is_empty()),
+            "{name}"
+        );
+    }
+    // The walk itself catches what it is meant to catch.
+    let mut v = Vec::new();
+    structural_violations(
+        &json!({"type": "object", "properties": {"a": {"$ref": "#/x"}}}),
+        "$",
+        &mut v,
+    );
+    assert_eq!(
+        v,
+        [
+            "$.properties.a: forbidden keyword $ref",
+            "$.properties.a: no type"
+        ]
+    );
+}
+
+#[test]
+fn the_validations_the_types_declare_are_in_the_schemas() {
+    let at = schema_of_kind::<At>();
+    let spec = &at["properties"]["spec"];
+    assert_eq!(spec["required"], json!(["schedule", "command"]));
+    assert_eq!(spec["properties"]["schedule"]["format"], "date-time");
+    assert_eq!(spec["properties"]["command"]["minLength"], 1);
+    let status = &at["properties"]["status"]["properties"];
+    assert_eq!(
+        status["phase"]["enum"],
+        json!(["PENDING", "RUNNING", "DONE"])
+    );
+    assert_eq!(status["result"]["enum"], json!(["Succeeded", "Failed"]));
+    assert_eq!(status["conditions"]["x-kubernetes-list-type"], "map");
+    assert_eq!(
+        status["conditions"]["x-kubernetes-list-map-keys"],
+        json!(["type"])
+    );
+
+    let tdset = schema_of_kind::<TDSet>();
+    let window = &tdset["properties"]["spec"]["properties"]["schedulingConfig"]["items"];
+    for hour in ["startTime", "endTime"] {
+        assert_eq!(window["properties"][hour]["minimum"], 0);
+        assert_eq!(window["properties"][hour]["maximum"], 23);
+    }
+    assert_eq!(window["properties"]["replica"]["minimum"], 0);
+    let spec = &tdset["properties"]["spec"]["properties"];
+    assert_eq!(spec["defaultReplica"]["minimum"], 1);
+    assert_eq!(spec["intervalMint"]["minimum"], 1);
+    assert_eq!(spec["intervalMint"]["maximum"], 1440);
+
+    let redis = schema_of_kind::<RedisCluster>();
+    assert_eq!(
+        redis["properties"]["spec"]["properties"]["size"]["minimum"],
+        1
+    );
+    let myapp = schema_of_kind::<MyApp>();
+    assert_eq!(
+        myapp["properties"]["spec"]["properties"]["replicas"]["minimum"],
+        0
+    );
+    let foo = schema_of_kind::<Foo>();
+    assert_eq!(
+        foo["properties"]["spec"]["properties"]["replicas"]["minimum"],
+        0
+    );
+    assert_eq!(
+        foo["properties"]["spec"]["required"],
+        json!(["deploymentName"])
+    );
+}
+
+fn check_crd_shape<K: CustomResourceExt>() {
+    let crd = crds::crd::<K>().unwrap();
+    assert_eq!(crd.metadata.name.as_deref(), Some(K::crd_name().as_str()));
+    assert_eq!(crd.spec.group, K::GROUP);
+    assert_eq!(crd.spec.scope, "Namespaced");
+    let names = &crd.spec.names;
+    assert_eq!(names.kind, K::KIND);
+    assert_eq!(names.plural, K::PLURAL);
+    assert_eq!(names.singular.as_deref(), Some(K::SINGULAR));
+    assert_eq!(
+        names.list_kind.as_deref(),
+        Some(format!("{}List", K::KIND).as_str())
+    );
+    let short: Vec<&str> = names
+        .short_names
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(short, K::SHORT_NAMES);
+
+    assert_eq!(crd.spec.versions.len(), 1, "{}", K::KIND);
+    let version = &crd.spec.versions[0];
+    assert_eq!(version.name, K::VERSION);
+    assert!(version.served && version.storage);
+    let status = version
+        .subresources
+        .as_ref()
+        .and_then(|s| s.status.as_ref())
+        .unwrap_or_else(|| panic!("{}: no status subresource", K::KIND));
+    assert_eq!(status.0, json!({}));
+    let columns: Vec<(&str, &str, &str)> = version
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| (c.name.as_str(), c.type_.as_str(), c.json_path.as_str()))
+        .collect();
+    let want: Vec<(&str, &str, &str)> = K::PRINTER_COLUMNS
+        .iter()
+        .map(|c| (c.name, c.type_, c.json_path))
+        .collect();
+    assert_eq!(columns, want, "{}", K::KIND);
+}
+
+#[test]
+fn crds_have_names_printer_columns_and_the_status_subresource() {
+    check_crd_shape::<At>();
+    check_crd_shape::<TDSet>();
+    check_crd_shape::<RedisCluster>();
+    check_crd_shape::<MyApp>();
+    check_crd_shape::<Foo>();
+    let at: Vec<&str> = At::PRINTER_COLUMNS.iter().map(|c| c.name).collect();
+    assert_eq!(at, ["Schedule", "Command", "Phase", "Age"]);
+}
+
+#[test]
+fn the_embedded_crds_are_the_files_in_artifacts() {
+    let dir = repo().join("artifacts/crds");
+    let files = yaml_files(&dir);
+    assert_eq!(files.len(), crds::ALL.len());
+    for (name, yaml) in crds::ALL {
+        let on_disk = std::fs::read_to_string(dir.join(format!("{name}.yaml"))).unwrap();
+        assert_eq!(&on_disk, yaml, "{name}");
+        assert!(yaml.starts_with("# Generated by hack/update-codegen.sh; DO NOT EDIT.\n"));
+    }
+}

@@ -1,0 +1,356 @@
+//! The event pipeline end to end (recorder → broadcaster → correlator → sink) against an
+//! in-memory sink that behaves like the events endpoint: it stores events by name, answers 404
+//! for a PATCH of a missing event, bumps a resourceVersion, and can be told to fail the next
+//! requests. The same sequences against the embedded API server live in
+//! `tests/record_apiserver.rs`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use sample_controller::apis::At;
+use sample_controller::client::Error;
+use sample_controller::record::{
+    BroadcasterOptions, EventBroadcaster, EventSink, EventType, MAX_TRIES_PER_EVENT,
+};
+
+#[derive(Clone, Debug, PartialEq)]
+struct Request {
+    verb: &'static str,
+    name: String,
+    count: i32,
+    message: String,
+}
+
+#[derive(Default)]
+struct State {
+    events: BTreeMap<String, Event>,
+    log: Vec<Request>,
+    failures: VecDeque<Error>,
+    rv: u64,
+}
+
+/// An events endpoint in memory.
+#[derive(Clone, Default)]
+struct MemorySink(Arc<Mutex<State>>);
+
+impl MemorySink {
+    fn log(&self) -> Vec<Request> {
+        self.0.lock().unwrap().log.clone()
+    }
+    fn fail_next(&self, n: usize, make: impl Fn() -> Error) {
+        let mut s = self.0.lock().unwrap();
+        for _ in 0..n {
+            s.failures.push_back(make());
+        }
+    }
+    fn delete_all(&self) {
+        self.0.lock().unwrap().events.clear();
+    }
+    fn stored(&self) -> Vec<Event> {
+        self.0.lock().unwrap().events.values().cloned().collect()
+    }
+}
+
+fn key(e: &Event) -> String {
+    format!(
+        "{}/{}",
+        e.metadata.namespace.as_deref().unwrap_or_default(),
+        e.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+impl EventSink for MemorySink {
+    async fn create(&self, event: &Event) -> Result<Event, Error> {
+        let mut s = self.0.lock().unwrap();
+        s.log.push(Request {
+            verb: "POST",
+            name: event.metadata.name.clone().unwrap_or_default(),
+            count: event.count.unwrap_or_default(),
+            message: event.message.clone().unwrap_or_default(),
+        });
+        if let Some(e) = s.failures.pop_front() {
+            return Err(e);
+        }
+        assert!(
+            event.metadata.resource_version.is_none(),
+            "a create carries no resourceVersion"
+        );
+        if s.events.contains_key(&key(event)) {
+            return Err(Error::status(409, "AlreadyExists", "exists"));
+        }
+        s.rv += 1;
+        let mut stored = event.clone();
+        stored.metadata.resource_version = Some(s.rv.to_string());
+        s.events.insert(key(event), stored.clone());
+        Ok(stored)
+    }
+
+    async fn patch(&self, event: &Event, patch: &serde_json::Value) -> Result<Event, Error> {
+        let mut s = self.0.lock().unwrap();
+        s.log.push(Request {
+            verb: "PATCH",
+            name: event.metadata.name.clone().unwrap_or_default(),
+            count: patch["count"].as_i64().unwrap_or_default() as i32,
+            message: patch["message"].as_str().unwrap_or_default().to_owned(),
+        });
+        if let Some(e) = s.failures.pop_front() {
+            return Err(e);
+        }
+        s.rv += 1;
+        let rv = s.rv.to_string();
+        let Some(stored) = s.events.get_mut(&key(event)) else {
+            return Err(Error::status(404, "NotFound", "events not found"));
+        };
+        stored.count = patch["count"].as_i64().map(|c| c as i32);
+        stored.message = patch["message"].as_str().map(str::to_owned);
+        stored.last_timestamp = serde_json::from_value(patch["lastTimestamp"].clone()).unwrap();
+        stored.metadata.resource_version = Some(rv);
+        Ok(stored.clone())
+    }
+}
+
+fn at(name: &str) -> At {
+    At {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("demo".into()),
+            uid: Some(format!("uid-{name}")),
+            resource_version: Some("7".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Shuts the broadcaster down and waits for the sink to finish what is queued.
+async fn flush(b: &EventBroadcaster, h: sample_controller::record::WatcherHandle) {
+    b.shutdown();
+    h.join().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn same_event_three_times_is_post_then_patch_2_then_patch_3() {
+    let sink = MemorySink::default();
+    let b = EventBroadcaster::new();
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    let obj = at("example-at");
+    for _ in 0..3 {
+        r.event(&obj, EventType::Normal, "Scheduled", "will run soon");
+        tokio::task::yield_now().await;
+    }
+    flush(&b, h).await;
+
+    let log = sink.log();
+    assert_eq!(
+        log.iter().map(|r| (r.verb, r.count)).collect::<Vec<_>>(),
+        [("POST", 1), ("PATCH", 2), ("PATCH", 3)]
+    );
+    assert!(log.iter().all(|r| r.name == log[0].name));
+    assert!(log[0].name.starts_with("example-at."));
+
+    let stored = sink.stored();
+    assert_eq!(stored.len(), 1);
+    let e = &stored[0];
+    assert_eq!(e.count, Some(3));
+    assert_eq!(e.metadata.namespace.as_deref(), Some("demo"));
+    let o = &e.involved_object;
+    assert_eq!(o.kind.as_deref(), Some("At"));
+    assert_eq!(
+        o.api_version.as_deref(),
+        Some("cnat.programming-kubernetes.info/v1alpha1")
+    );
+    assert_eq!(o.name.as_deref(), Some("example-at"));
+    assert_eq!(o.namespace.as_deref(), Some("demo"));
+    assert_eq!(o.uid.as_deref(), Some("uid-example-at"));
+    assert_eq!(o.resource_version.as_deref(), Some("7"));
+    assert_eq!(
+        e.source.as_ref().and_then(|s| s.component.as_deref()),
+        Some("cnat-controller")
+    );
+    assert_eq!(e.type_.as_deref(), Some("Normal"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn ten_distinct_messages_aggregate_into_one_combined_event() {
+    let sink = MemorySink::default();
+    let b = EventBroadcaster::new();
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    let obj = at("busy");
+    for i in 0..11 {
+        r.eventf(
+            &obj,
+            EventType::Warning,
+            "SyncFailed",
+            format_args!("attempt {i} failed"),
+        );
+        tokio::task::yield_now().await;
+    }
+    flush(&b, h).await;
+
+    let log = sink.log();
+    assert_eq!(log.len(), 11);
+    assert!(log[..9].iter().all(|r| r.verb == "POST" && r.count == 1));
+    assert_eq!(log[9].verb, "POST");
+    assert_eq!(
+        log[9].message,
+        "(combined from similar events): attempt 9 failed"
+    );
+    assert_eq!(log[10].verb, "PATCH");
+    assert_eq!(log[10].name, log[9].name);
+    assert_eq!(log[10].count, 2);
+    assert_eq!(
+        log[10].message,
+        "(combined from similar events): attempt 10 failed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_26th_event_for_one_object_is_dropped_by_the_spam_filter() {
+    let sink = MemorySink::default();
+    let b = EventBroadcaster::new();
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    let obj = at("noisy");
+    for i in 0..26 {
+        r.event(&obj, EventType::Normal, &format!("Reason{i}"), "m");
+        tokio::task::yield_now().await;
+    }
+    // Another object is not affected by "noisy"'s budget.
+    r.event(&at("quiet"), EventType::Normal, "Reason", "m");
+    flush(&b, h).await;
+
+    let log = sink.log();
+    assert_eq!(log.len(), 26);
+    assert!(log.iter().all(|r| r.verb == "POST"));
+    assert!(
+        log.iter()
+            .all(|r| !r.name.starts_with("noisy.") || r.count == 1)
+    );
+    assert!(log[25].name.starts_with("quiet."));
+    assert_eq!(
+        b.dropped_events(),
+        0,
+        "spam-filtered events are not queue drops"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_404_on_patch_falls_back_to_create_with_the_same_name() {
+    let sink = MemorySink::default();
+    let b = EventBroadcaster::new();
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    let obj = at("expired");
+    r.event(&obj, EventType::Normal, "Done", "finished");
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+    // The API server's event TTL removed it.
+    sink.delete_all();
+    r.event(&obj, EventType::Normal, "Done", "finished");
+    flush(&b, h).await;
+
+    let log = sink.log();
+    assert_eq!(
+        log.iter().map(|r| (r.verb, r.count)).collect::<Vec<_>>(),
+        [("POST", 1), ("PATCH", 2), ("POST", 2)]
+    );
+    assert!(log.iter().all(|r| r.name == log[0].name));
+    assert_eq!(sink.stored()[0].count, Some(2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sink_retries_through_500s() {
+    let sink = MemorySink::default();
+    sink.fail_next(3, || Error::status(500, "InternalError", "etcd hiccup"));
+    let b = EventBroadcaster::new();
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    r.event(&at("retry"), EventType::Normal, "Scheduled", "m");
+    // Waits go through tokio::time; the paused clock jumps over them. Wait for the write.
+    while sink.stored().is_empty() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    flush(&b, h).await;
+    let log = sink.log();
+    assert_eq!(log.len(), 4, "three failures, then success: {log:?}");
+    assert!(log.iter().all(|r| r.verb == "POST"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sink_gives_up_after_12_tries_and_never_retries_a_4xx() {
+    let sink = MemorySink::default();
+    sink.fail_next(100, || Error::Transport("connection refused".into()));
+    let b = EventBroadcaster::new();
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    r.event(&at("down"), EventType::Normal, "Scheduled", "m");
+    // 12 tries take at most 10 s + 10 × 10 s of (paused) time.
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    assert_eq!(sink.log().len(), MAX_TRIES_PER_EVENT as usize);
+
+    sink.0.lock().unwrap().failures.clear();
+    sink.fail_next(1, || Error::status(422, "Invalid", "bad event"));
+    r.event(&at("invalid"), EventType::Normal, "Scheduled", "m");
+    tokio::time::sleep(Duration::from_secs(200)).await;
+    flush(&b, h).await;
+    assert_eq!(sink.log().len(), MAX_TRIES_PER_EVENT as usize + 1);
+    assert!(sink.stored().is_empty());
+}
+
+/// A sink that never answers: the queue behind it fills up.
+struct StuckSink;
+
+impl EventSink for StuckSink {
+    async fn create(&self, _: &Event) -> Result<Event, Error> {
+        std::future::pending().await
+    }
+    async fn patch(&self, _: &Event, _: &serde_json::Value) -> Result<Event, Error> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn recording_never_blocks_and_a_full_queue_drops_and_counts() {
+    let b = EventBroadcaster::new();
+    let h = b.start_recording_to_sink(StuckSink);
+    let r = b.new_recorder("cnat-controller");
+    // Let the sink task take the first event and hang on it.
+    r.event(&at("first"), EventType::Normal, "R", "m");
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+    for i in 0..1010 {
+        r.event(&at(&format!("o{i}")), EventType::Normal, "R", "m");
+    }
+    assert_eq!(b.dropped_events(), 10, "1000 queued, 10 dropped");
+
+    let small = EventBroadcaster::with_options(BroadcasterOptions {
+        queue_len: 5,
+        ..Default::default()
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    let w = small.start_event_watcher(move |e| {
+        seen2
+            .lock()
+            .unwrap()
+            .push(e.involved_object.name.clone().unwrap_or_default())
+    });
+    let r2 = small.new_recorder("x");
+    for i in 0..8 {
+        r2.event(&at(&format!("o{i}")), EventType::Normal, "R", "m");
+    }
+    assert_eq!(small.dropped_events(), 3);
+    small.shutdown();
+    w.join().await;
+    assert_eq!(*seen.lock().unwrap(), ["o0", "o1", "o2", "o3", "o4"]);
+
+    // After shutdown, recording is a logged no-op, not a panic or a block.
+    r2.event(&at("late"), EventType::Normal, "R", "m");
+    assert_eq!(seen.lock().unwrap().len(), 5);
+    h.shutdown().await;
+}
