@@ -3,8 +3,9 @@
 //! The API server validates every custom object against its CRD's `openAPIV3Schema` (OpenAPI
 //! 3.0 with Kubernetes extensions). These tests do the same with the `jsonschema` crate
 //! (draft 4, whose keywords OpenAPI 3.0 schemas are built from), after translating the
-//! OpenAPI-only parts: `nullable: true` → `type: [T, "null"]`, `x-kubernetes-int-or-string`
-//! → `anyOf: [integer, string]`, other `x-kubernetes-*` keys dropped. What they establish:
+//! OpenAPI-only parts: `nullable: true` → `type: [T, "null"]` (with an `enum` still rejecting
+//! null, as the API server does), `x-kubernetes-int-or-string` → `anyOf: [integer, string]`,
+//! other `x-kubernetes-*` keys dropped. What they establish:
 //!
 //! * every example under `artifacts/examples/` deserialises into its Rust type *and* passes
 //!   its schema, and carries no field the server would prune;
@@ -13,6 +14,8 @@
 //! * every file under `artifacts/examples/invalid/` is rejected, at the field it is about;
 //! * every schema is structural, and every CRD has the names, printer columns, status
 //!   subresource and single served+storage version the Rust side declares.
+
+#![cfg(feature = "crds")]
 
 use std::path::{Path, PathBuf};
 
@@ -95,13 +98,12 @@ fn to_draft4(schema: &Value) -> Value {
             json!([{"type": "integer"}, {"type": "string"}]),
         );
     }
-    if node.get("nullable") == Some(&Value::Bool(true)) {
-        if let Some(ty) = out.get("type").cloned() {
-            out.insert("type".into(), json!([ty, "null"]));
-        }
-        if let Some(Value::Array(values)) = out.get_mut("enum") {
-            values.push(Value::Null);
-        }
+    // No null is added to `enum`: the API server (kube-openapi) checks enum membership for
+    // null values too and never matches null, so a nullable enum still rejects null.
+    if node.get("nullable") == Some(&Value::Bool(true))
+        && let Some(ty) = out.get("type").cloned()
+    {
+        out.insert("type".into(), json!([ty, "null"]));
     }
     Value::Object(out)
 }
@@ -368,8 +370,10 @@ fn status_and_condition_validations_reject_bad_values() {
         doc["status"] = status;
         schema_errors(&schema, &doc)
     };
-    // Option fields are nullable, as `Option<T>` deserialises `null` as `None`.
-    assert!(with(json!({"podName": null, "result": null})).is_empty());
+    // Option fields are nullable, as `Option<T>` deserialises `null` as `None`; optional enums
+    // are the exception (the server checks enum membership for null too), so they are omitted.
+    assert!(with(json!({"podName": null, "exitCode": null})).is_empty());
+    assert!(!with(json!({"result": null})).is_empty());
     assert!(!with(json!({"result": "Maybe"})).is_empty());
     assert!(!with(json!({"startTime": "yesterday"})).is_empty());
     let cond = json!({"type": "Ready", "status": "True", "lastTransitionTime": "2019-04-12T10:12:00Z", "reason": "PodSucceeded"});
@@ -403,10 +407,15 @@ fn openapi_translation_handles_nullable_enums_and_int_or_string() {
             "mode": {"type": "string", "enum": ["A"], "nullable": true}
         }
     });
-    assert!(schema_errors(&schema, &json!({"port": 80, "mode": null})).is_empty());
-    assert!(schema_errors(&schema, &json!({"port": "http", "mode": "A"})).is_empty());
+    assert!(schema_errors(&schema, &json!({"port": 80, "mode": "A"})).is_empty());
+    assert!(schema_errors(&schema, &json!({"port": "http"})).is_empty());
     assert!(!schema_errors(&schema, &json!({"port": 1.5})).is_empty());
     assert!(!schema_errors(&schema, &json!({"mode": "B"})).is_empty());
+    // As on the API server, nullable lets null past the type check but not past the enum.
+    assert!(!schema_errors(&schema, &json!({"mode": null})).is_empty());
+    let nullable_string = json!({"type": "string", "nullable": true});
+    assert!(schema_errors(&nullable_string, &Value::Null).is_empty());
+    assert!(!schema_errors(&json!({"type": "string"}), &Value::Null).is_empty());
 }
 
 /// Walks a schema and returns every violation of the structural rules.

@@ -49,10 +49,17 @@ fn run(args: Vec<String>) -> Result<(), String> {
             .join("crds")
     });
 
+    write_all(&out)
+}
+
+/// Writes every CRD into `out`, removes `*.yaml` files no kind produces, and leaves files
+/// whose contents are already right untouched (so their modification time says when they
+/// last changed).
+fn write_all(out: &Path) -> Result<(), String> {
     let files = generate_all().map_err(|e| e.to_string())?;
-    std::fs::create_dir_all(&out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+    std::fs::create_dir_all(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     let wanted = file_names(&files);
-    let entries = std::fs::read_dir(&out).map_err(|e| format!("reading {}: {e}", out.display()))?;
+    let entries = std::fs::read_dir(out).map_err(|e| format!("reading {}: {e}", out.display()))?;
     for entry in entries {
         let entry = entry.map_err(|e| format!("reading {}: {e}", out.display()))?;
         let name = entry.file_name();
@@ -73,4 +80,60 @@ fn run(args: Vec<String>) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn writes_every_crd_and_removes_stale_yaml_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("crds");
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("widgets.example.com.yaml"), "stale").unwrap();
+        std::fs::write(out.join("README"), "kept").unwrap();
+        run(args(&["--out", out.to_str().unwrap()])).unwrap();
+
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "README",
+                "ats.cnat.programming-kubernetes.info.yaml",
+                "foos.samplecontroller.k8s.io.yaml",
+                "myapps.example.com.yaml",
+                "redisclusters.cache.example.com.yaml",
+                "tdsets.schedule.rs.yaml",
+            ]
+        );
+        let at =
+            std::fs::read_to_string(out.join("ats.cnat.programming-kubernetes.info.yaml")).unwrap();
+        assert!(at.starts_with(sample_controller_codegen::HEADER));
+
+        // A hand edit is overwritten by the next run.
+        std::fs::write(out.join("myapps.example.com.yaml"), "edited").unwrap();
+        run(args(&[&format!("--out={}", out.display())])).unwrap();
+        let myapp = std::fs::read_to_string(out.join("myapps.example.com.yaml")).unwrap();
+        assert!(myapp.contains("kind: MyApp"), "{myapp}");
+    }
+
+    #[test]
+    fn bad_arguments_are_errors_with_usage() {
+        let err = run(args(&["--out"])).unwrap_err();
+        assert!(
+            err.contains("--out needs a directory") && err.contains("usage:"),
+            "{err}"
+        );
+        let err = run(args(&["--frobnicate"])).unwrap_err();
+        assert!(err.contains("\"--frobnicate\""), "{err}");
+    }
 }

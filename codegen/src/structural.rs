@@ -11,8 +11,12 @@
 //! | schemars emits | for | becomes |
 //! |---|---|---|
 //! | `oneOf: [{type: string, enum: [A], description}, ...]` | an enum whose variants have doc comments | `type: string, enum: [A, ...]`, variant docs appended to the description as "Possible enum values" (as Kubernetes' own openapi-gen does) |
-//! | `anyOf: [X, {enum: [null], nullable: true}]` | `Option<X>` where `X` is an enum | `X` with `nullable: true` |
-//! | `enum: [A, B, null]` | `Option<Enum>` without variant docs | `enum: [A, B]` with `nullable: true` |
+//! | `anyOf: [X, {enum: [null], nullable: true}]` | `Option<X>` for a non-trivial `X` | `X` with `nullable: true` |
+//! | `enum: [A, B, null]` | `Option<Enum>` without variant docs | `enum: [A, B]` |
+//!
+//! `Option<T>` is `nullable: true` (serde reads `null` as `None`), except for enums: the API
+//! server validates `enum` even against null, so no enum node is nullable and an absent
+//! optional enum is simply omitted, which is how the Rust types serialise `None`.
 //!
 //! and JSON-Schema-only annotations (`$schema`, `title`, `default`, `examples`, ...) are
 //! dropped. Any other construct is reported as an error with the JSON path of the node, so a
@@ -132,11 +136,12 @@ fn convert(schema: Value, path: &str) -> Result<Value, PathError> {
         node.insert("type".into(), non_null[0].clone());
     }
     if let Some(Value::Array(values)) = node.get_mut("enum") {
-        let before = values.len();
         values.retain(|v| !v.is_null());
-        if values.len() != before {
-            node.insert("nullable".into(), Value::Bool(true));
-        }
+        // The API server checks `enum` even when the value is null (kube-openapi's common
+        // validator runs for null data and no enum entry matches null), so `nullable` on an
+        // enum would promise something the server does not do. An optional enum field is
+        // omitted, never null; the Rust types serialise `None` that way.
+        node.remove("nullable");
     }
 
     if let Some(props) = node.remove("properties") {
@@ -420,7 +425,23 @@ mod tests {
     }
 
     #[test]
-    fn option_of_enum_becomes_nullable_and_keeps_the_field_description() {
+    fn option_of_object_becomes_nullable_and_keeps_the_field_description() {
+        let got = to_structural(json!({
+            "description": "Field doc.",
+            "anyOf": [
+                {"description": "Type doc.", "type": "object", "properties": {"a": {"type": "string"}}},
+                {"enum": [null], "nullable": true}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            got,
+            json!({"description": "Field doc.", "type": "object", "properties": {"a": {"type": "string"}}, "nullable": true})
+        );
+    }
+
+    #[test]
+    fn optional_enums_are_not_nullable() {
         let got = to_structural(json!({
             "description": "Field doc.",
             "anyOf": [
@@ -431,17 +452,15 @@ mod tests {
         .unwrap();
         assert_eq!(
             got,
-            json!({"description": "Field doc.", "type": "string", "enum": ["A", "B"], "nullable": true})
+            json!({"description": "Field doc.", "type": "string", "enum": ["A", "B"]})
         );
+        let got = to_structural(json!({"type": "string", "enum": ["A", null], "nullable": true}))
+            .unwrap();
+        assert_eq!(got, json!({"type": "string", "enum": ["A"]}));
     }
 
     #[test]
-    fn null_in_enum_and_type_arrays_become_nullable() {
-        let got = to_structural(json!({"type": "string", "enum": ["A", null]})).unwrap();
-        assert_eq!(
-            got,
-            json!({"type": "string", "enum": ["A"], "nullable": true})
-        );
+    fn null_in_type_arrays_becomes_nullable() {
         let got = to_structural(json!({"type": ["integer", "null"]})).unwrap();
         assert_eq!(got, json!({"type": "integer", "nullable": true}));
     }

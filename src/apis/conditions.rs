@@ -9,6 +9,13 @@
 //! * `lastTransitionTime` changes only when `status` changes, so it says *since when* the fact
 //!   has held; a new reason or message alone does not move it;
 //! * `observedGeneration` is the `metadata.generation` the controller looked at.
+//!
+//! The generated CRDs carry `metav1.Condition`'s validations, so the API server rejects a
+//! status write (422) whose condition breaks them: `type` is a (optionally prefixed) name of
+//! at most 316 characters, `reason` is 1–1024 characters of CamelCase (letters, digits, `_`,
+//! `,`, `:`; starting with a letter), `message` at most 32768 characters, `status` one of
+//! `True`/`False`/`Unknown`, `lastTransitionTime` a date-time and `observedGeneration` ≥ 0.
+//! The list is `x-kubernetes-list-type: map` keyed by `type`, matching the "one per type" rule.
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{CustomResourceExt, PrinterColumn, custom_resource};
 
-/// sample-controller's Foo.
+/// sample-controller's Foo: a Deployment named `spec.deploymentName` running
+/// `spec.replicas` pods, created, owned and kept at that size by the Foo controller.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Foo {

@@ -26,7 +26,9 @@
 //!   `range(min = 0, max = 23)` → `minimum`/`maximum`, `extend("format" = "date-time")` →
 //!   `format: date-time` (the server then rejects `schedule: tomorrow`);
 //! * a field without `Option` and without `#[serde(default)]` is `required`;
-//! * `Option<T>` is `nullable: true`; a Rust enum is `type: string` plus an `enum` list;
+//! * `Option<T>` is `nullable: true`; a Rust enum is `type: string` plus an `enum` list (an
+//!   optional enum is not nullable: the server checks `enum` even against null, so `None` is
+//!   written by omitting the field, as serde does here);
 //! * `conditions` lists are `x-kubernetes-list-type: map` keyed by `type`, as for built-in
 //!   kinds, so server-side apply merges them per condition type.
 //!

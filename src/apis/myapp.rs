@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Condition, CustomResourceExt, PrinterColumn, custom_resource};
 
-/// An application.
+/// An application: a Deployment of `spec.replicas` pods running `spec.image`, owned by the
+/// MyApp and put back in shape whenever it drifts.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MyApp {

@@ -12,7 +12,7 @@ pub const FINALIZER: &str = "cache.example.com/finalizer";
 /// The image used when `spec.image` is not set.
 pub const DEFAULT_IMAGE: &str = "redis:7-alpine";
 
-/// A Redis cluster.
+/// A Redis cluster: a StatefulSet of `spec.size` Redis pods behind a headless Service.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RedisCluster {
