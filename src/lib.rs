@@ -29,6 +29,8 @@ pub mod apiserver;
 pub mod cache;
 pub mod client;
 pub mod controllers;
+#[cfg(feature = "embedded")]
+pub mod demo;
 pub mod health;
 pub mod leaderelection;
 pub mod manager;

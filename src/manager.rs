@@ -49,9 +49,24 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use tokio_util::sync::CancellationToken;
+
+use crate::apis::{At, CustomResourceExt};
+use crate::cache::{
+    BoxListerWatcher, CacheObject, InformerScope, ListerWatcherSource, SharedInformerFactory,
+};
+use crate::client::{
+    self, Api, Client, Config, ConfigOptions, ListParams, Patch, PatchParams, PostParams,
+};
+use crate::controllers::at::{AtController, CONTROLLER_NAME as AT_CONTROLLER_NAME};
+use crate::controllers::{Clock, Controller};
+use crate::record::{EventBroadcaster, EventSink};
+use crate::workqueue::RateLimitingQueue;
+use k8s_openapi::api::core::v1::Event;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 pub const KNOWN_CONTROLLERS: &[&str] = &["at"];
@@ -657,6 +672,379 @@ fn validate_dns1123_subdomain(s: &str) -> Result<(), String> {
     s.split('.').try_for_each(validate_dns1123_label).map_err(|_| {
         "must consist of lower case alphanumeric characters, '-' or '.', and start and end with an alphanumeric character".to_string()
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running: wiring the shared machinery and the controllers.
+// ---------------------------------------------------------------------------------------------
+
+/// Something that stops the manager, in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    /// A flag's value cannot be used.
+    #[error(transparent)]
+    Flag(#[from] FlagError),
+    /// The kubeconfig / in-cluster configuration could not be loaded.
+    #[error("loading the client configuration: {0}")]
+    Config(#[source] client::Error),
+    /// The API server did not answer.
+    #[error("cannot reach the API server at {server}: {source}")]
+    Unreachable {
+        server: String,
+        #[source]
+        source: client::Error,
+    },
+    /// The server answered, but our credentials were refused.
+    #[error("the API server at {server} refused the credentials: {source}")]
+    Unauthorized {
+        server: String,
+        #[source]
+        source: client::Error,
+    },
+    /// A custom resource type a selected controller needs is not served.
+    #[error(
+        "the {crd} CustomResourceDefinition is not installed on {server}; install it with: kubectl apply -f artifacts/crds/"
+    )]
+    CrdMissing { crd: String, server: String },
+    /// A listener could not be bound.
+    #[error("binding {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A controller could not be built or failed to start.
+    #[error("controller {name}: {message}")]
+    Controller { name: &'static str, message: String },
+    /// Leader election failed or leadership was lost.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
+}
+
+/// The controller manager: build it with [`Manager::new`], then [`Manager::run`] until the
+/// shutdown token is cancelled. Tests and the demo run it in-process against the embedded API
+/// server; the binary's [`run`] adds flags, a preflight check and signal handling.
+pub struct Manager {
+    config: ManagerConfig,
+    client: Client,
+    clock: Option<Clock>,
+    identity: String,
+    controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
+}
+
+impl Manager {
+    /// A manager for `config`, talking to the cluster through `client`.
+    pub fn new(config: ManagerConfig, client: Client) -> Self {
+        Manager {
+            config,
+            client,
+            clock: None,
+            identity: default_identity(),
+            controllers: Arc::default(),
+        }
+    }
+
+    /// Uses `clock` for the controllers' wall-clock time (tests pin the start time).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The leader-election identity (default: host name plus a random suffix).
+    pub fn with_identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = identity.into();
+        self
+    }
+
+    /// The leader-election identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// A handle on the controllers once [`Manager::run`] has built them (for tests and the
+    /// demo: sync counters, `has_synced`).
+    pub fn controllers_handle(&self) -> ControllersHandle {
+        ControllersHandle(Arc::clone(&self.controllers))
+    }
+
+    /// Runs until `shutdown` is cancelled: informers start at once; the controllers' workers
+    /// run while this process leads (always, without leader election). On shutdown the workers
+    /// stop taking new keys, the queues drain within `--graceful-shutdown-timeout`, the Lease
+    /// is released, the informers and the event pipeline stop.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
+        let cfg = &self.config;
+        let clock = self.clock.unwrap_or_default();
+        let mut factory =
+            SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period);
+        if let Some(ns) = &cfg.namespace {
+            factory = factory.with_namespace(ns.clone());
+        }
+        let broadcaster = EventBroadcaster::new();
+        let log_events = broadcaster.start_logging();
+        let sink_events =
+            broadcaster.start_recording_to_sink(EventApiSink::new(self.client.clone()));
+
+        let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
+        for name in &cfg.controllers {
+            let built: Arc<dyn Controller> = match *name {
+                "at" => AtController::new(
+                    self.client.clone(),
+                    &factory,
+                    broadcaster.new_recorder(AT_CONTROLLER_NAME),
+                    RateLimitingQueue::with_default_controller_rate_limiter(),
+                    clock,
+                )
+                .map_err(|e| ManagerError::Controller {
+                    name: "at",
+                    message: e.to_string(),
+                })?,
+                other => {
+                    return Err(ManagerError::Controller {
+                        name: "manager",
+                        message: format!("no constructor registered for {other:?}"),
+                    });
+                }
+            };
+            controllers.push(built);
+        }
+        *self.controllers.lock().unwrap_or_else(|p| p.into_inner()) = controllers.clone();
+
+        let informers = CancellationToken::new();
+        factory.start(&informers);
+        tracing::info!(
+            controllers = ?cfg.controllers,
+            namespace = cfg.namespace.as_deref().unwrap_or("*"),
+            "informers started"
+        );
+
+        let workers_stop = CancellationToken::new();
+        let mut running = tokio::task::JoinSet::new();
+        for c in &controllers {
+            let (c, stop, workers) = (Arc::clone(c), workers_stop.clone(), cfg.workers);
+            running.spawn(async move {
+                let name = c.name();
+                (name, c.run(workers, stop).await)
+            });
+        }
+
+        let mut outcome = Ok(());
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            Some(done) = running.join_next() => {
+                if let Ok((name, Err(message))) = done {
+                    outcome = Err(ManagerError::Controller { name, message });
+                }
+            }
+        }
+
+        tracing::info!("stopping: workers take no new keys; draining queues");
+        workers_stop.cancel();
+        let drain = async {
+            for c in &controllers {
+                c.shut_down_queue().await;
+            }
+            while running.join_next().await.is_some() {}
+        };
+        if tokio::time::timeout(cfg.shutdown_timeout, drain)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                timeout = %format_duration(cfg.shutdown_timeout),
+                "in-flight syncs did not finish before the graceful shutdown timeout"
+            );
+            running.abort_all();
+        }
+        informers.cancel();
+        factory.shutdown().await;
+        broadcaster.shutdown();
+        sink_events.join().await;
+        log_events.join().await;
+        tracing::info!("stopped");
+        outcome
+    }
+}
+
+/// A read-only view of a running manager's controllers.
+#[derive(Clone)]
+pub struct ControllersHandle(Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>);
+
+impl ControllersHandle {
+    /// The controllers built so far (empty before `run` starts).
+    pub fn controllers(&self) -> Vec<Arc<dyn Controller>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// True when every controller's caches have synced (and at least one controller exists).
+    pub fn has_synced(&self) -> bool {
+        let cs = self.controllers();
+        !cs.is_empty() && cs.iter().all(|c| c.has_synced())
+    }
+}
+
+/// `<hostname>_<random>`, client-go's leader-election identity shape.
+pub fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "sample-controller".to_string());
+    format!("{host}_{:016x}", fastrand::u64(..))
+}
+
+/// Writes the recorder's events as core/v1 Events through a [`Client`], each in its own
+/// namespace: POST for a new event, strategic-merge PATCH for a repeat.
+#[derive(Clone, Debug)]
+pub struct EventApiSink {
+    client: Client,
+}
+
+impl EventApiSink {
+    /// A sink writing through `client`.
+    pub fn new(client: Client) -> Self {
+        EventApiSink { client }
+    }
+
+    fn api(&self, event: &Event) -> Api<Event> {
+        let ns = event.metadata.namespace.as_deref().unwrap_or("default");
+        Api::namespaced(self.client.clone(), ns)
+    }
+}
+
+impl EventSink for EventApiSink {
+    async fn create(&self, event: &Event) -> client::Result<Event> {
+        self.api(event).create(&PostParams::default(), event).await
+    }
+
+    async fn patch(&self, event: &Event, patch: &serde_json::Value) -> client::Result<Event> {
+        let name = event.metadata.name.as_deref().unwrap_or_default();
+        self.api(event)
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(patch.clone()),
+            )
+            .await
+    }
+}
+
+/// Serves the factory's lister-watchers from a [`Client`]: `Api<K>` in one namespace or in all.
+#[derive(Clone, Debug)]
+pub struct ClientSource(pub Client);
+
+impl ListerWatcherSource for ClientSource {
+    fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K> {
+        let api = match scope.namespace.as_deref() {
+            Some(ns) => Api::<K>::namespaced(self.0.clone(), ns),
+            None => Api::<K>::all(self.0.clone()),
+        };
+        BoxListerWatcher::new(api)
+    }
+}
+
+/// How long the start-up check waits for the API server.
+pub const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Checks, before anything starts, that the server answers, accepts our credentials and
+/// serves the custom resources the selected controllers need. One LIST with `limit=1` per
+/// custom resource: it needs only the `list` permission the controller has anyway.
+pub async fn preflight(client: &Client, config: &ManagerConfig) -> Result<(), ManagerError> {
+    let server = client.server().to_string();
+    if config.controllers.contains(&"at") {
+        let api: Api<At> = match &config.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let params = ListParams {
+            limit: Some(1),
+            ..ListParams::default()
+        };
+        let result = tokio::time::timeout(PREFLIGHT_TIMEOUT, api.list(&params)).await;
+        match result {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.is_not_found() => {
+                return Err(ManagerError::CrdMissing {
+                    crd: <At as CustomResourceExt>::crd_name(),
+                    server,
+                });
+            }
+            Ok(Err(e)) if e.is_unauthorized() || e.is_forbidden() => {
+                return Err(ManagerError::Unauthorized { server, source: e });
+            }
+            Ok(Err(e)) => return Err(ManagerError::Unreachable { server, source: e }),
+            Err(_) => {
+                return Err(ManagerError::Unreachable {
+                    server,
+                    source: client::Error::Other(format!(
+                        "no answer within {}",
+                        format_duration(PREFLIGHT_TIMEOUT)
+                    )),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `sample-controller run`: validates the flags, builds the client, checks the server, and runs
+/// the manager until SIGINT or SIGTERM.
+pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
+    let in_cluster_ns = read_in_cluster_namespace().await;
+    let config = options.validate(in_cluster_ns.as_deref())?;
+    let opts = ConfigOptions {
+        kubeconfig: config.kubeconfig.clone(),
+        context: config.context.clone(),
+        master: config.master.clone(),
+    };
+    // Loading may read files and run an exec credential plugin: keep it off the runtime.
+    let mut client_config = tokio::task::spawn_blocking(move || Config::infer(&opts))
+        .await
+        .map_err(|e| ManagerError::Config(client::Error::Other(e.to_string())))?
+        .map_err(ManagerError::Config)?;
+    client_config.qps = config.qps;
+    client_config.burst = config.burst;
+    let client = Client::new(client_config).map_err(ManagerError::Config)?;
+    preflight(&client, &config).await?;
+
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    let result = Manager::new(config, client).run(shutdown).await;
+    signals.abort();
+    result
+}
+
+/// Cancels `token` on the first SIGINT or SIGTERM; a second signal exits at once with status
+/// 1, as controller-runtime's signal handler does.
+pub async fn shutdown_on_signal(token: CancellationToken) {
+    wait_for_signal().await;
+    tracing::info!("signal received; shutting down (a second signal exits immediately)");
+    token.cancel();
+    wait_for_signal().await;
+    tracing::warn!("second signal received; exiting immediately");
+    std::process::exit(1);
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops the manager");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 #[cfg(test)]

@@ -24,18 +24,464 @@
 //!
 //! A schedule in the past still fires at once, however old (the book's example is from 2019).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use tokio_util::sync::CancellationToken;
 
+use super::{Clock, Expectations, SyncHandler, SyncStats, run_workers};
 use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
+use crate::cache::{
+    Deleted, EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
+    SharedInformerFactory, key_of, split_key,
+};
+use crate::client::{self, Api, Client, PostParams};
+use crate::record::{EventRecorder, EventType};
+use crate::workqueue::RateLimitingQueue;
 
 /// The recorder's source component and the field manager of every write.
 pub const CONTROLLER_NAME: &str = "at-controller";
+
+/// How often `run` checks whether the informers have synced (client-go's
+/// `WaitForCacheSync` poll).
+const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// The At controller: informers, a queue, a recorder, and the state the sync handler needs to
+/// be safe against a lagging cache. Build it with [`AtController::new`], start the factory,
+/// then [`AtController::run`].
+pub struct AtController {
+    /// Writes: pod creates and At status updates. Reads never go here.
+    client: Client,
+    /// The At cache, read by `sync_handler`.
+    at_lister: Lister<At>,
+    /// The pod cache: `<name>-pod` is looked up here, never with a live GET.
+    pod_lister: Lister<Pod>,
+    /// True once the At handler has seen the initial list.
+    at_synced: HandlerRegistration,
+    /// True once the pod handler has seen the initial list.
+    pod_synced: HandlerRegistration,
+    /// Keys (`namespace/name` of Ats) waiting for a worker.
+    queue: RateLimitingQueue<String>,
+    /// Events for `kubectl describe at`.
+    recorder: EventRecorder,
+    /// Pods created and not yet seen by the pod informer.
+    expectations: Arc<Expectations>,
+    /// Statuses written and not yet seen by the At informer.
+    written: Arc<WrittenStatuses>,
+    /// Wall-clock time that follows tokio's clock.
+    clock: Clock,
+    /// Counters of the worker loop.
+    stats: Arc<SyncStats>,
+    /// The per-sync deadline.
+    sync_timeout: Duration,
+}
+
+/// Why a sync failed. Every variant is retried with backoff by the worker loop.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The API server refused or failed the pod create.
+    #[error("creating pod {namespace}/{pod}: {source}")]
+    CreatePod {
+        namespace: String,
+        pod: String,
+        #[source]
+        source: client::Error,
+    },
+    /// The status write failed (a 409 Conflict means the cache was stale: retry).
+    #[error("updating the status of At {key}: {source}")]
+    UpdateStatus {
+        key: String,
+        #[source]
+        source: client::Error,
+    },
+    /// The At in the cache lacks what every stored object has (a uid).
+    #[error("At {key} has no metadata.uid; cannot own a pod")]
+    MissingUid { key: String },
+}
+
+/// Errors from [`AtController::new`] and [`AtController::run`].
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Registering an event handler failed (the informer was already stopped).
+    #[error("registering the At controller's event handlers: {0}")]
+    Informer(#[from] InformerError),
+    /// Shut down before the caches synced (client-go: "failed to wait for caches to sync").
+    #[error("failed to wait for caches to sync")]
+    CacheSync,
+}
+
+impl AtController {
+    /// The book's `NewController`: takes the At and Pod informers from the shared factory
+    /// (creating them if this is the first controller to ask) and registers the handlers that
+    /// turn notifications into queue keys. Nothing runs until the factory is started.
+    pub fn new<S: ListerWatcherSource>(
+        client: Client,
+        factory: &SharedInformerFactory<S>,
+        recorder: EventRecorder,
+        queue: RateLimitingQueue<String>,
+        clock: Clock,
+    ) -> Result<Arc<Self>, RunError> {
+        let at_informer = factory.informer::<At>();
+        let pod_informer = factory.informer::<Pod>();
+        let expectations = Arc::new(Expectations::default());
+        let written = Arc::new(WrittenStatuses::default());
+
+        // Ats: every add and update (resyncs included) enqueues the At's key. Keys, not
+        // objects, go on the queue: the worker reads the latest state from the lister, so ten
+        // updates before a worker is free cost one sync. A deleted At needs no work (the
+        // garbage collector removes its pod), only forgetting what we remembered about it.
+        let at_handler = {
+            let (q1, q2) = (queue.clone(), queue.clone());
+            let (e, w) = (Arc::clone(&expectations), Arc::clone(&written));
+            EventHandlerFns::<At>::new()
+                .on_add(move |at, _initial| q1.add(key_of(at.as_ref())))
+                .on_update(move |_old, new| q2.add(key_of(new.as_ref())))
+                .on_delete(move |gone: Deleted<At>| {
+                    let key = gone.key();
+                    e.forget(&key);
+                    w.forget(&key);
+                })
+        };
+        let at_synced = at_informer.add_event_handler(at_handler)?;
+
+        // Pods: an event enqueues the pod's At, found only through a controller ownerReference
+        // of kind At in our group (the book checked the kind alone). A pod add also settles
+        // the expectation recorded when the pod was created. Deletions (final state or a
+        // tombstone from a relist) enqueue too: a RUNNING At whose pod vanished must act.
+        let pod_handler = {
+            let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
+            let e = Arc::clone(&expectations);
+            EventHandlerFns::<Pod>::new()
+                .on_add(move |pod, _initial| {
+                    if let Some(key) = owner_key(&pod) {
+                        e.creation_observed(&key);
+                        q1.add(key);
+                    }
+                })
+                .on_update(move |old, new| {
+                    // A resync re-delivers an unchanged pod: nothing new to react to.
+                    if old.metadata.resource_version == new.metadata.resource_version {
+                        return;
+                    }
+                    if let Some(key) = owner_key(&new) {
+                        q2.add(key);
+                    }
+                })
+                .on_delete(move |gone: Deleted<Pod>| {
+                    if let Some(key) = owner_key(gone.object()) {
+                        q3.add(key);
+                    }
+                })
+        };
+        let pod_synced = pod_informer.add_event_handler(pod_handler)?;
+
+        Ok(Arc::new(AtController {
+            client,
+            at_lister: at_informer.lister(),
+            pod_lister: pod_informer.lister(),
+            at_synced,
+            pod_synced,
+            queue,
+            recorder,
+            expectations,
+            written,
+            clock,
+            stats: Arc::new(SyncStats::default()),
+            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
+        }))
+    }
+
+    /// The worker loop's counters (syncs, errors, panics, timeouts).
+    pub fn stats(&self) -> Arc<SyncStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The controller's queue (the manager drains it on shutdown).
+    pub fn queue(&self) -> &RateLimitingQueue<String> {
+        &self.queue
+    }
+
+    /// True once both handlers have processed their informer's initial list.
+    pub fn has_synced(&self) -> bool {
+        self.at_synced.has_synced() && self.pod_synced.has_synced()
+    }
+
+    /// The book's `Run`: waits for the caches (a worker must never act on a partial view:
+    /// "no pod in the cache" would mean "create one"), then runs `workers` workers until `stop`
+    /// is cancelled or the queue shuts down. Returns when every worker has finished its item.
+    pub async fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> Result<(), RunError> {
+        tracing::info!(
+            controller = CONTROLLER_NAME,
+            "waiting for informer caches to sync"
+        );
+        while !self.has_synced() {
+            tokio::select! {
+                _ = stop.cancelled() => return Err(RunError::CacheSync),
+                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
+            }
+        }
+        tracing::info!(
+            controller = CONTROLLER_NAME,
+            workers,
+            "caches synced; starting workers"
+        );
+        let queue = self.queue.clone();
+        let stats = Arc::clone(&self.stats);
+        let timeout = self.sync_timeout;
+        run_workers(CONTROLLER_NAME, queue, self, workers, timeout, stats, stop).await;
+        tracing::info!(controller = CONTROLLER_NAME, "workers stopped");
+        Ok(())
+    }
+
+    /// The book's `syncHandler`: reads the At and its pod from the listers, asks [`plan`] what
+    /// to do, and does it: create the pod, write the status, record the events.
+    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+        let Some(cached) = self.at_lister.get_by_key(key) else {
+            // Deleted since it was queued: nothing to do (its pod goes with it).
+            tracing::debug!(key, "At in work queue no longer exists");
+            self.expectations.forget(key);
+            self.written.forget(key);
+            return Ok(None);
+        };
+        if cached.metadata.uid.is_none() {
+            return Err(SyncError::MissingUid {
+                key: key.to_string(),
+            });
+        }
+        // Our own last status write wins over a cache that has not caught up with it yet.
+        let at = self.written.effective(key, cached);
+        let (namespace, name) = split_key(key);
+        let namespace = namespace.unwrap_or_default().to_string();
+        let pod_name = at.pod_name();
+        let pod = self
+            .pod_lister
+            .get_by_key(&format!("{namespace}/{pod_name}"));
+        let state = match &pod {
+            Some(p) => PodState::Present(p),
+            None if !self.expectations.satisfied(key) => PodState::Expected,
+            None => PodState::Absent,
+        };
+        let plan = plan(&at, state, self.clock.now());
+
+        if let Some(new_pod) = &plan.create_pod {
+            // Expect before creating: the informer's add may beat the create's response.
+            self.expectations.expect_creations(key, 1);
+            let pp = PostParams {
+                field_manager: Some(CONTROLLER_NAME.to_string()),
+                ..PostParams::default()
+            };
+            if let Err(source) = Api::<Pod>::all(self.client.clone())
+                .create(&pp, new_pod)
+                .await
+            {
+                // Nothing will arrive for this create.
+                self.expectations.creation_observed(key);
+                if !source.is_already_exists() {
+                    self.recorder.event(
+                        at.as_ref(),
+                        EventType::Warning,
+                        reason::FAILED_CREATE,
+                        &format!("creating pod {pod_name}: {source}"),
+                    );
+                }
+                return Err(SyncError::CreatePod {
+                    namespace,
+                    pod: pod_name,
+                    source,
+                });
+            }
+            tracing::info!(key, pod = %pod_name, "pod launched");
+        }
+
+        if let Some(status) = plan.status {
+            let mut updated = at.as_ref().clone();
+            let old_phase = updated.phase();
+            updated.status = Some(status);
+            let pp = PostParams {
+                field_manager: Some(CONTROLLER_NAME.to_string()),
+                ..PostParams::default()
+            };
+            match Api::<At>::all(self.client.clone())
+                .update_status(&pp, &updated)
+                .await
+            {
+                Ok(stored) => {
+                    let phase = stored.phase();
+                    if phase != old_phase {
+                        tracing::info!(key, from = %old_phase, to = %phase, "phase changed");
+                    }
+                    self.written.record(key, &stored);
+                }
+                Err(source) if source.is_not_found() => {
+                    tracing::debug!(key, name, "At deleted while syncing");
+                    self.written.forget(key);
+                    return Ok(None);
+                }
+                Err(source) => {
+                    // A conflict means our copy was stale; drop what we remembered, the
+                    // informer will deliver the newer object and a retry reads it.
+                    self.written.forget(key);
+                    return Err(SyncError::UpdateStatus {
+                        key: key.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+
+        for event in &plan.events {
+            let type_ = match event.type_ {
+                PlannedEventType::Normal => EventType::Normal,
+                PlannedEventType::Warning => EventType::Warning,
+            };
+            self.recorder
+                .event(at.as_ref(), type_, event.reason, &event.message);
+        }
+        Ok(plan.requeue_after)
+    }
+}
+
+impl SyncHandler for AtController {
+    type Error = SyncError;
+
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+        AtController::sync_handler(self, key).await
+    }
+}
+
+impl super::Controller for AtController {
+    fn name(&self) -> &'static str {
+        "at"
+    }
+
+    fn has_synced(&self) -> bool {
+        AtController::has_synced(self)
+    }
+
+    fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            AtController::run(self, workers, stop)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        let queue = self.queue.clone();
+        Box::pin(async move { queue.shut_down_with_drain().await })
+    }
+
+    fn stats(&self) -> Arc<SyncStats> {
+        AtController::stats(self)
+    }
+}
+
+/// The key of the At that controls `pod`, if one does (client-go's `handleObject`).
+fn owner_key(pod: &Pod) -> Option<String> {
+    let owner = at_controller_of(pod)?;
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    Some(format!("{ns}/{}", owner.name))
+}
+
+/// The statuses this controller wrote and its At informer has not delivered yet.
+///
+/// Phases only move forward (PENDING → RUNNING → DONE). If the cache still shows an older
+/// phase than the one we wrote, acting on it could repeat work: most dangerously, a pod deleted
+/// right after the At went DONE would look like "RUNNING, no pod" and be created again. So
+/// the sync handler acts on the status it wrote (and its resourceVersion, so a write based on
+/// it does not conflict) until the cache catches up; see [`WrittenStatuses::effective`].
+#[derive(Debug, Default)]
+pub struct WrittenStatuses {
+    by_key: Mutex<HashMap<String, Written>>,
+}
+
+#[derive(Debug, Clone)]
+struct Written {
+    uid: Option<String>,
+    resource_version: Option<String>,
+    status: Option<AtStatus>,
+}
+
+fn phase_rank(p: AtPhase) -> u8 {
+    match p {
+        AtPhase::Pending => 0,
+        AtPhase::Running => 1,
+        AtPhase::Done => 2,
+    }
+}
+
+impl WrittenStatuses {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        // Single inserts and removes only: a poisoned map is still consistent.
+        self.by_key.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers the object the server returned from a status write.
+    pub fn record(&self, key: &str, stored: &At) {
+        self.lock().insert(
+            key.to_string(),
+            Written {
+                uid: stored.metadata.uid.clone(),
+                resource_version: stored.metadata.resource_version.clone(),
+                status: stored.status.clone(),
+            },
+        );
+    }
+
+    /// Forgets `key` (deleted, or a write conflicted).
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    /// The At to act on: the cached one, or, while the cache is behind our last write for the
+    /// same object (same uid, older phase), the cached one with our written status and
+    /// resourceVersion.
+    pub fn effective(&self, key: &str, cached: Arc<At>) -> Arc<At> {
+        let mut map = self.lock();
+        let Some(w) = map.get(key) else {
+            return cached;
+        };
+        let written_phase = w.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
+        let caught_up = w.uid != cached.metadata.uid
+            || w.resource_version == cached.metadata.resource_version
+            || phase_rank(cached.phase()) >= phase_rank(written_phase);
+        if caught_up {
+            map.remove(key);
+            return cached;
+        }
+        let mut at = cached.as_ref().clone();
+        at.status = w.status.clone();
+        at.metadata.resource_version = w.resource_version.clone();
+        Arc::new(at)
+    }
+
+    /// How many writes the cache has not caught up with.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// True when the cache has caught up with every write.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The decision: a pure function from what was observed to what to do.
+// ---------------------------------------------------------------------------------------------
 
 /// The image the At's pod runs. Pinned (a `:latest` tag would make every start pull).
 pub const POD_IMAGE: &str = "busybox:1.36";
@@ -68,9 +514,10 @@ pub mod reason {
     pub const RUNNING: &str = "Running";
 }
 
-/// `Normal` or `Warning`, as core/v1 Events.
+/// `Normal` or `Warning`, as core/v1 Events (kept apart from the recorder's type so the
+/// decision logic depends on nothing but the API types).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EventType {
+pub enum PlannedEventType {
     /// Routine progress.
     Normal,
     /// Something a user should look at.
@@ -81,7 +528,7 @@ pub enum EventType {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedEvent {
     /// Normal or Warning.
-    pub type_: EventType,
+    pub type_: PlannedEventType,
     /// CamelCase reason (see [`reason`]).
     pub reason: &'static str,
     /// Human-readable message.
@@ -168,7 +615,7 @@ pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
                 conditions_changed |= set_condition(&mut status.conditions, ready);
                 if conditions_changed || current.message.as_deref() != Some(message.as_str()) {
                     out.events.push(PlannedEvent {
-                        type_: EventType::Warning,
+                        type_: PlannedEventType::Warning,
                         reason: reason::INVALID_SPEC,
                         message,
                     });
@@ -197,7 +644,7 @@ pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
                 || current.message.as_deref() != Some(message.as_str())
             {
                 out.events.push(PlannedEvent {
-                    type_: EventType::Normal,
+                    type_: PlannedEventType::Normal,
                     reason: reason::SCHEDULED,
                     message: format!("scheduled to run {:?} at {due}", at.spec.command),
                 });
@@ -231,7 +678,7 @@ pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
             );
             if cond_changed || current.message.as_deref() != Some(message.as_str()) {
                 out.events.push(PlannedEvent {
-                    type_: EventType::Warning,
+                    type_: PlannedEventType::Warning,
                     reason: reason::ERR_RESOURCE_EXISTS,
                     message: message.clone(),
                 });
@@ -243,12 +690,16 @@ pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
             match finished(pod) {
                 Some(outcome) => {
                     let (type_, event_reason, ready) = match outcome.result {
-                        AtResult::Succeeded => {
-                            (EventType::Normal, reason::COMPLETED, ConditionStatus::True)
-                        }
-                        AtResult::Failed => {
-                            (EventType::Warning, reason::FAILED, ConditionStatus::False)
-                        }
+                        AtResult::Succeeded => (
+                            PlannedEventType::Normal,
+                            reason::COMPLETED,
+                            ConditionStatus::True,
+                        ),
+                        AtResult::Failed => (
+                            PlannedEventType::Warning,
+                            reason::FAILED,
+                            ConditionStatus::False,
+                        ),
                     };
                     let cond_reason = match outcome.result {
                         AtResult::Succeeded => "Succeeded",
@@ -314,7 +765,7 @@ pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
                 started_event(&pod_name, &at.spec.command)
             } else {
                 PlannedEvent {
-                    type_: EventType::Normal,
+                    type_: PlannedEventType::Normal,
                     reason: reason::STARTED,
                     message: format!(
                         "created pod {pod_name} again: the previous one was deleted before it finished"
@@ -497,7 +948,7 @@ fn set_running_condition(
 
 fn started_event(pod_name: &str, command: &str) -> PlannedEvent {
     PlannedEvent {
-        type_: EventType::Normal,
+        type_: PlannedEventType::Normal,
         reason: reason::STARTED,
         message: format!("running {command:?} in pod {pod_name}"),
     }
@@ -590,7 +1041,7 @@ mod tests {
         assert_eq!(st.observed_generation, Some(1));
         assert_eq!(p.events.len(), 1);
         assert_eq!(p.events[0].reason, reason::SCHEDULED);
-        assert_eq!(p.events[0].type_, EventType::Normal);
+        assert_eq!(p.events[0].type_, PlannedEventType::Normal);
 
         // The same observation a moment later: nothing new to write or say, only the timer.
         let a2 = At {
@@ -715,7 +1166,7 @@ mod tests {
         assert_eq!(ready.status, ConditionStatus::True);
         assert_eq!(p.events.len(), 1);
         assert_eq!(p.events[0].reason, reason::COMPLETED);
-        assert_eq!(p.events[0].type_, EventType::Normal);
+        assert_eq!(p.events[0].type_, PlannedEventType::Normal);
     }
 
     #[test]
@@ -731,7 +1182,7 @@ mod tests {
             st.message.as_deref(),
             Some("pod example-at-pod failed: the command exited with 3 (Error)")
         );
-        assert_eq!(p.events[0].type_, EventType::Warning);
+        assert_eq!(p.events[0].type_, PlannedEventType::Warning);
         assert_eq!(p.events[0].reason, reason::FAILED);
     }
 
@@ -798,7 +1249,7 @@ mod tests {
         assert_eq!(st.phase, Some(AtPhase::Pending), "the At did not start");
         assert_eq!(st.result, None);
         assert_eq!(p.events.len(), 1);
-        assert_eq!(p.events[0].type_, EventType::Warning);
+        assert_eq!(p.events[0].type_, PlannedEventType::Warning);
         assert_eq!(p.events[0].reason, reason::ERR_RESOURCE_EXISTS);
         assert_eq!(
             p.events[0].message,
@@ -845,7 +1296,7 @@ mod tests {
             assert_eq!(cond.status, ConditionStatus::True);
             assert!(cond.message.contains(field), "{}", cond.message);
             assert_eq!(p.events.len(), 1);
-            assert_eq!(p.events[0].type_, EventType::Warning);
+            assert_eq!(p.events[0].type_, PlannedEventType::Warning);
             assert_eq!(p.events[0].reason, reason::INVALID_SPEC);
             // The next sync (triggered by our own status write) changes nothing.
             let settled = At {

@@ -129,6 +129,26 @@ pub enum SyncOutcome {
     TimedOut,
 }
 
+/// What the manager needs from a running controller, whatever its kind. Each operator's
+/// controller struct implements it; the manager holds them as `Arc<dyn Controller>`.
+pub trait Controller: Send + Sync + 'static {
+    /// The name used by `--controllers` and in logs.
+    fn name(&self) -> &'static str;
+    /// True once the controller's informers have delivered their initial lists.
+    fn has_synced(&self) -> bool;
+    /// Waits for the caches, then runs `workers` workers until `stop` is cancelled; returns
+    /// when every worker has finished its current item.
+    fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), String>>;
+    /// Shuts the controller's queue down and waits for items still being processed.
+    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()>;
+    /// The worker loop's counters.
+    fn stats(&self) -> Arc<SyncStats>;
+}
+
 /// The book's `processNextWorkItem`: takes one key, runs `sync_handler` on it under a deadline
 /// and a panic guard, and settles the key with the queue. Returns `None` once the queue is shut
 /// down and empty (the worker should end), else the key and how its sync ended.
@@ -285,30 +305,6 @@ pub async fn run_workers<H: SyncHandler>(
             // Panics inside sync_handler are caught in the loop; this is a bug in the loop.
             tracing::error!(controller, error = %e, "worker task ended abnormally");
         }
-    }
-}
-
-/// Splits a `namespace/name` key (`cache.SplitMetaNamespaceKey`). A key without `/` is a
-/// cluster-scoped name. More than one `/` is an error naming the key.
-pub fn split_key(key: &str) -> Result<(Option<&str>, &str), String> {
-    let mut parts = key.split('/');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(name), None, None) if !name.is_empty() => Ok((None, name)),
-        (Some(ns), Some(name), None) if !name.is_empty() => {
-            Ok(((!ns.is_empty()).then_some(ns), name))
-        }
-        _ => Err(format!(
-            "unexpected key format: {key:?} (expected namespace/name or name)"
-        )),
-    }
-}
-
-/// The `namespace/name` key of an object (`cache.MetaNamespaceKeyFunc`).
-pub fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    let name = meta.name.as_deref().unwrap_or_default();
-    match meta.namespace.as_deref() {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-        _ => name.to_string(),
     }
 }
 
@@ -516,20 +512,5 @@ mod tests {
         q.shut_down_with_drain().await;
         run.await.unwrap();
         assert_eq!(stats.snapshot().syncs, 11);
-    }
-
-    #[test]
-    fn keys() {
-        assert_eq!(split_key("ns/a").unwrap(), (Some("ns"), "a"));
-        assert_eq!(split_key("a").unwrap(), (None, "a"));
-        assert!(split_key("a/b/c").is_err());
-        assert!(split_key("ns/").is_err());
-        assert!(split_key("").is_err());
-        let meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some("a".into()),
-            namespace: Some("ns".into()),
-            ..Default::default()
-        };
-        assert_eq!(key_of(&meta), "ns/a");
     }
 }
