@@ -56,6 +56,7 @@ use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use crate::apis::{At, CustomResourceExt};
+use crate::cache::ReflectorStats;
 use crate::cache::{
     BoxListerWatcher, CacheObject, InformerScope, ListerWatcherSource, SharedInformerFactory,
 };
@@ -63,10 +64,17 @@ use crate::client::{
     self, Api, Client, Config, ConfigOptions, ListParams, Patch, PatchParams, PostParams,
 };
 use crate::controllers::at::{AtController, CONTROLLER_NAME as AT_CONTROLLER_NAME};
-use crate::controllers::{Clock, Controller};
+use crate::controllers::{Clock, Controller, SyncStats};
+use crate::health::{HealthState, serve_health};
+use crate::leaderelection::{
+    LeaderCallbacks, LeaderElectionConfig as ElectionConfig, LeaderElector, LeaseLock,
+};
+use crate::metrics::{Metrics, serve_metrics};
 use crate::record::{EventBroadcaster, EventSink};
+use crate::workqueue::QueueMetrics;
 use crate::workqueue::RateLimitingQueue;
 use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::Pod;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 pub const KNOWN_CONTROLLERS: &[&str] = &["at"];
@@ -771,20 +779,36 @@ impl Manager {
     /// Runs until `shutdown` is cancelled: informers start at once; the controllers' workers
     /// run while this process leads (always, without leader election). On shutdown the workers
     /// stop taking new keys, the queues drain within `--graceful-shutdown-timeout`, the Lease
-    /// is released, the informers and the event pipeline stop.
+    /// is released, the informers and the event pipeline stop. Losing leadership (a renewal
+    /// that missed its deadline) stops the workers too and returns
+    /// [`ManagerError::LeaderElection`]: the process should exit and come back as a standby,
+    /// as kube-controller-manager does.
+    ///
+    /// If this future is dropped instead (the task aborted), drop guards stop the workers and
+    /// the informers; the Lease is then not released and expires on its own.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
-        let cfg = &self.config;
+        let cfg = self.config.clone();
         let clock = self.clock.unwrap_or_default();
+        let metrics = Metrics::new();
+        metrics.register_client(&self.client);
+        let health = HealthState::new();
+
+        // One informer factory for every controller: one watch per type, shared caches.
         let mut factory =
             SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period);
         if let Some(ns) = &cfg.namespace {
             factory = factory.with_namespace(ns.clone());
         }
+        let factory = Arc::new(factory);
+
+        // Events: logged, and written as core/v1 Events for `kubectl describe`.
         let broadcaster = EventBroadcaster::new();
+        metrics.register_event_broadcaster(&broadcaster);
         let log_events = broadcaster.start_logging();
         let sink_events =
             broadcaster.start_recording_to_sink(EventApiSink::new(self.client.clone()));
 
+        let queue_metrics = metrics.with_registry(QueueMetrics::new);
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
         for name in &cfg.controllers {
             let built: Arc<dyn Controller> = match *name {
@@ -792,8 +816,12 @@ impl Manager {
                     self.client.clone(),
                     &factory,
                     broadcaster.new_recorder(AT_CONTROLLER_NAME),
-                    RateLimitingQueue::with_default_controller_rate_limiter(),
+                    RateLimitingQueue::named_with_default_controller_rate_limiter(
+                        "at",
+                        &queue_metrics,
+                    ),
                     clock,
+                    SyncStats::with_metrics(metrics.controller()),
                 )
                 .map_err(|e| ManagerError::Controller {
                     name: "at",
@@ -810,59 +838,268 @@ impl Manager {
         }
         *self.controllers.lock().unwrap_or_else(|p| p.into_inner()) = controllers.clone();
 
+        // Informers run on every replica, leader or not: a standby keeps warm caches.
         let informers = CancellationToken::new();
+        let _stop_informers_on_drop = informers.clone().drop_guard();
         factory.start(&informers);
         tracing::info!(
             controllers = ?cfg.controllers,
             namespace = cfg.namespace.as_deref().unwrap_or("*"),
+            identity = %self.identity,
             "informers started"
         );
-
-        let workers_stop = CancellationToken::new();
-        let mut running = tokio::task::JoinSet::new();
-        for c in &controllers {
-            let (c, stop, workers) = (Arc::clone(c), workers_stop.clone(), cfg.workers);
-            running.spawn(async move {
-                let name = c.name();
-                (name, c.run(workers, stop).await)
-            });
-        }
-
-        let mut outcome = Ok(());
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            Some(done) = running.join_next() => {
-                if let Ok((name, Err(message))) = done {
-                    outcome = Err(ManagerError::Controller { name, message });
-                }
-            }
-        }
-
-        tracing::info!("stopping: workers take no new keys; draining queues");
-        workers_stop.cancel();
-        let drain = async {
-            for c in &controllers {
-                c.shut_down_queue().await;
-            }
-            while running.join_next().await.is_some() {}
-        };
-        if tokio::time::timeout(cfg.shutdown_timeout, drain)
-            .await
-            .is_err()
+        let pump = tokio::spawn(pump_cache_metrics(
+            Arc::clone(&factory),
+            metrics.clone(),
+            health.register_loop("cache-metrics", 4 * CACHE_METRICS_PERIOD),
+            informers.clone(),
+        ));
         {
-            tracing::warn!(
-                timeout = %format_duration(cfg.shutdown_timeout),
-                "in-flight syncs did not finish before the graceful shutdown timeout"
-            );
-            running.abort_all();
+            let handle = self.controllers_handle();
+            health.add_readiness_check("informers-synced", move || handle.has_synced());
         }
+
+        // Metrics and probes, each on its own listener (0 = off).
+        let servers = CancellationToken::new();
+        let _stop_servers_on_drop = servers.clone().drop_guard();
+        let mut listeners = Vec::new();
+        if let Some(addr) = cfg.metrics_addr {
+            let h = serve_metrics(addr, metrics.registry(), servers.clone())
+                .await
+                .map_err(|source| ManagerError::Bind {
+                    what: "the metrics server",
+                    addr,
+                    source,
+                })?;
+            tracing::info!(addr = %h.local_addr(), "serving /metrics");
+            listeners.push(h);
+        }
+        if let Some(addr) = cfg.health_addr {
+            let h = serve_health(addr, health.clone(), servers.clone())
+                .await
+                .map_err(|source| ManagerError::Bind {
+                    what: "the health probe server",
+                    addr,
+                    source,
+                })?;
+            tracing::info!(addr = %h.local_addr(), "serving /healthz and /readyz");
+            listeners.push(h);
+        }
+
+        let outcome = match &cfg.leader_election {
+            None => {
+                run_controllers(
+                    &controllers,
+                    cfg.workers,
+                    cfg.shutdown_timeout,
+                    shutdown.clone(),
+                )
+                .await
+            }
+            Some(le) => {
+                self.run_elected(
+                    le,
+                    &controllers,
+                    &metrics,
+                    &health,
+                    &broadcaster,
+                    shutdown.clone(),
+                )
+                .await
+            }
+        };
+
         informers.cancel();
         factory.shutdown().await;
+        let _ = pump.await;
+        servers.cancel();
+        for l in listeners {
+            l.join().await;
+        }
         broadcaster.shutdown();
         sink_events.join().await;
         log_events.join().await;
         tracing::info!("stopped");
         outcome
+    }
+
+    /// Leader election: the controllers run inside `on_started_leading`; the elector waits for
+    /// them to drain before it releases the Lease.
+    async fn run_elected(
+        &self,
+        le: &LeaderElectionConfig,
+        controllers: &[Arc<dyn Controller>],
+        metrics: &Metrics,
+        health: &HealthState,
+        broadcaster: &EventBroadcaster,
+        shutdown: CancellationToken,
+    ) -> Result<(), ManagerError> {
+        let lock = LeaseLock::new(self.client.clone(), &le.lease_namespace, &le.lease_name);
+        let mut config = ElectionConfig::new(lock, self.identity.clone());
+        config.lease_duration = le.lease_duration;
+        config.renew_deadline = le.renew_deadline;
+        config.retry_period = le.retry_period;
+        config.release_on_cancel = true;
+        let (workers, drain) = (self.config.workers, self.config.shutdown_timeout);
+        let controllers = controllers.to_vec();
+        let worker_error: Arc<std::sync::Mutex<Option<ManagerError>>> = Arc::default();
+        let callbacks = {
+            let worker_error = Arc::clone(&worker_error);
+            LeaderCallbacks::new(
+                move |leading: CancellationToken| {
+                    let (controllers, worker_error) =
+                        (controllers.clone(), Arc::clone(&worker_error));
+                    async move {
+                        tracing::info!("became the leader; starting the controllers' workers");
+                        if let Err(e) = run_controllers(&controllers, workers, drain, leading).await
+                        {
+                            *worker_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        }
+                    }
+                },
+                || tracing::info!("stopped leading"),
+            )
+            .on_new_leader(|id| tracing::info!(leader = id, "observed a new leader"))
+        };
+        let elector = LeaderElector::new(config, callbacks)
+            .map_err(|e| ManagerError::LeaderElection(e.to_string()))?
+            .with_metrics(metrics.leader_election())
+            .with_event_recorder(broadcaster.new_recorder("sample-controller"));
+        {
+            let elector = elector.clone();
+            let tolerance = le.renew_deadline;
+            health.add_liveness_check("leader-election", move || elector.check(tolerance));
+        }
+        elector.run(shutdown.clone()).await;
+        if let Some(e) = worker_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(e);
+        }
+        if shutdown.is_cancelled() {
+            Ok(())
+        } else {
+            Err(ManagerError::LeaderElection(format!(
+                "lost the lease {}/{}; exiting so a standby can take over",
+                le.lease_namespace, le.lease_name
+            )))
+        }
+    }
+}
+
+/// Runs every controller's workers until `stop` is cancelled (or one controller fails), then
+/// drains: workers take no new keys, queues shut down and wait for the keys in flight, bounded
+/// by `drain_timeout`.
+async fn run_controllers(
+    controllers: &[Arc<dyn Controller>],
+    workers: usize,
+    drain_timeout: Duration,
+    stop: CancellationToken,
+) -> Result<(), ManagerError> {
+    let workers_stop = CancellationToken::new();
+    let _stop_workers_on_drop = workers_stop.clone().drop_guard();
+    let mut running = tokio::task::JoinSet::new();
+    for c in controllers {
+        let (c, token) = (Arc::clone(c), workers_stop.clone());
+        running.spawn(async move {
+            let name = c.name();
+            (name, c.run(workers, token).await)
+        });
+    }
+    let mut outcome = Ok(());
+    tokio::select! {
+        _ = stop.cancelled() => {}
+        Some(done) = running.join_next() => {
+            if let Ok((name, Err(message))) = done {
+                outcome = Err(ManagerError::Controller { name, message });
+            }
+        }
+    }
+    tracing::info!("stopping: workers take no new keys; draining queues");
+    workers_stop.cancel();
+    let drain = async {
+        for c in controllers {
+            c.shut_down_queue().await;
+        }
+        while running.join_next().await.is_some() {}
+    };
+    if tokio::time::timeout(drain_timeout, drain).await.is_err() {
+        tracing::warn!(
+            timeout = %format_duration(drain_timeout),
+            "in-flight syncs did not finish before the graceful shutdown timeout"
+        );
+        running.abort_all();
+    }
+    outcome
+}
+
+/// How often the cache metrics are refreshed from the informers' counters.
+const CACHE_METRICS_PERIOD: Duration = Duration::from_secs(5);
+
+/// Copies the informers' counters (lists, watches, 410s, store sizes, last event) into the
+/// Prometheus families every few seconds, and ticks a liveness loop while doing it.
+async fn pump_cache_metrics(
+    factory: Arc<SharedInformerFactory<ClientSource>>,
+    metrics: Metrics,
+    alive: crate::health::LoopHandle,
+    stop: CancellationToken,
+) {
+    let informers = [
+        (
+            "ats",
+            factory.informer::<At>().status(),
+            StoreSize::of(factory.informer::<At>()),
+        ),
+        (
+            "pods",
+            factory.informer::<Pod>().status(),
+            StoreSize::of(factory.informer::<Pod>()),
+        ),
+    ];
+    let mut last: Vec<ReflectorStats> = informers
+        .iter()
+        .map(|_| ReflectorStats::default())
+        .collect();
+    let (reflector, store) = (metrics.reflector(), metrics.store());
+    loop {
+        for ((name, status, size), prev) in informers.iter().zip(last.iter_mut()) {
+            let now = status.snapshot();
+            for _ in prev.lists..now.lists {
+                reflector.list(name);
+            }
+            for _ in prev.watches..now.watches {
+                reflector.watch(name);
+            }
+            for _ in prev.expired..now.expired {
+                reflector.gone(name);
+            }
+            if now.last_event.is_some() && now.last_event != prev.last_event {
+                reflector.event(name);
+            }
+            store.set_objects(name, size.len());
+            *prev = now;
+        }
+        alive.tick();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(CACHE_METRICS_PERIOD) => {}
+        }
+    }
+}
+
+/// The size of one informer's store, type-erased.
+struct StoreSize(Box<dyn Fn() -> usize + Send + Sync>);
+
+impl StoreSize {
+    fn of<K: CacheObject>(informer: crate::cache::SharedIndexInformer<K>) -> Self {
+        let indexer = informer.indexer();
+        StoreSize(Box::new(move || indexer.len()))
+    }
+
+    fn len(&self) -> usize {
+        (self.0)()
     }
 }
 

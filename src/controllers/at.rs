@@ -118,13 +118,15 @@ pub enum RunError {
 impl AtController {
     /// The book's `NewController`: takes the At and Pod informers from the shared factory
     /// (creating them if this is the first controller to ask) and registers the handlers that
-    /// turn notifications into queue keys. Nothing runs until the factory is started.
+    /// turn notifications into queue keys. Nothing runs until the factory is started. `stats`
+    /// counts the worker loop's syncs (and exports them when built with metrics).
     pub fn new<S: ListerWatcherSource>(
         client: Client,
         factory: &SharedInformerFactory<S>,
         recorder: EventRecorder,
         queue: RateLimitingQueue<String>,
         clock: Clock,
+        stats: SyncStats,
     ) -> Result<Arc<Self>, RunError> {
         let at_informer = factory.informer::<At>();
         let pod_informer = factory.informer::<Pod>();
@@ -191,7 +193,7 @@ impl AtController {
             expectations,
             written,
             clock,
-            stats: Arc::new(SyncStats::default()),
+            stats: Arc::new(stats),
             sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
         }))
     }

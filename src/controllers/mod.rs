@@ -51,6 +51,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::ControllerMetrics;
 use crate::workqueue::RateLimitingQueue;
 
 /// The default per-sync deadline: far above any healthy sync (a few API calls), far below
@@ -71,9 +72,12 @@ pub trait SyncHandler: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Duration>, Self::Error>> + Send;
 }
 
-/// Counters of one controller's worker loop. Cheap to read from tests and metrics.
+/// Counters of one controller's worker loop. Cheap to read from tests; with
+/// [`SyncStats::with_metrics`] every sync is also exported as `controller_sync_*` on `/metrics`.
 #[derive(Debug, Default)]
 pub struct SyncStats {
+    /// Where syncs are exported, if anywhere.
+    metrics: Option<ControllerMetrics>,
     /// Every finished `sync_handler` call, whatever its outcome.
     pub syncs: AtomicU64,
     /// Calls that returned `Err`.
@@ -87,6 +91,21 @@ pub struct SyncStats {
 }
 
 impl SyncStats {
+    /// Counters that also feed the manager's Prometheus families.
+    pub fn with_metrics(metrics: ControllerMetrics) -> Self {
+        SyncStats {
+            metrics: Some(metrics),
+            ..SyncStats::default()
+        }
+    }
+
+    fn observe(&self, controller: &str, took: Duration, failed: bool) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.observe_sync(controller, took, failed);
+        }
+    }
+
     /// A snapshot of the counters: (syncs, errors, panics, timeouts, requeues_after).
     pub fn snapshot(&self) -> SyncStatsSnapshot {
         SyncStatsSnapshot {
@@ -181,8 +200,10 @@ async fn sync_one<H: SyncHandler>(
     ))
     .catch_unwind()
     .await;
-    stats.syncs.fetch_add(1, Ordering::Relaxed);
-    let elapsed_ms = started.elapsed().as_millis() as u64;
+    let took = started.elapsed();
+    let failed = !matches!(guarded, Ok(Ok(Ok(_))));
+    stats.observe(controller, took, failed);
+    let elapsed_ms = took.as_millis() as u64;
     match guarded {
         Ok(Ok(Ok(None))) => {
             // Success: clear the key's failure history so its next failure starts at 5 ms.
