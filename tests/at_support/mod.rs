@@ -59,6 +59,32 @@ pub fn manager_client(server: &ApiServerHandle) -> Client {
     Client::new(config).unwrap()
 }
 
+/// A manager client with another throttle (`qps` 0 turns it off).
+pub fn manager_client_with_qps(server: &ApiServerHandle, qps: f32, burst: u32) -> Client {
+    let mut config = Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap();
+    config.qps = qps;
+    config.burst = burst;
+    Client::new(config).unwrap()
+}
+
+/// Every At in the test namespace (one LIST, never a GET).
+pub async fn list_ats(client: &Client) -> Vec<At> {
+    ats(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+/// Every pod in the test namespace (one LIST, never a GET).
+pub async fn list_pods(client: &Client) -> Vec<Pod> {
+    pods(client)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
 /// The manager configuration of the tests: the At controller, no HTTP listeners.
 pub fn manager_config() -> ManagerConfig {
     ManagerConfig {
@@ -124,16 +150,25 @@ pub async fn start_manager(client: &Client, config: ManagerConfig, clock: Clock)
 
 /// Polls `check` every 10 ms (of tokio time) until it is true; panics after 6,000 tries
 /// (a minute of tokio time).
-pub async fn wait_until<F, Fut>(what: &str, mut check: F)
+pub async fn wait_until<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    for _ in 0..6_000 {
+    wait_until_every(what, Duration::from_millis(10), 6_000, check).await
+}
+
+/// Polls `check` every `period` (of tokio time), at most `tries` times; panics after that.
+pub async fn wait_until_every<F, Fut>(what: &str, period: Duration, tries: u32, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..tries {
         if check().await {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(period).await;
     }
     panic!("timed out waiting for {what}");
 }
