@@ -362,7 +362,7 @@ fn register_printers(
             }
             s.phases.insert(name.clone(), phase);
             drop(s);
-            let mut line = format!("at/{name:<14} {phase:<8}");
+            let mut line = format!("at/{name:<14} {:<8}", phase.as_str());
             if phase == AtPhase::Done {
                 let result = status.result.map(|r| format!("{r:?}")).unwrap_or_default();
                 let code = status
