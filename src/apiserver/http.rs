@@ -45,7 +45,7 @@ fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
+pub fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -156,6 +156,14 @@ async fn serve(
             );
             return Ok(r);
         }
+        (Method::GET, ["metrics"]) => {
+            let mut r = Response::new(full(shared.log.prometheus_text()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            return Ok(r);
+        }
         (Method::GET, ["version"]) => {
             return Ok(json_response(
                 200,
@@ -197,6 +205,10 @@ async fn serve(
                 .map(|d| json_response(200, &d, "application/json"))
                 .ok_or_else(ApiError::page_not_found);
         }
+        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(&accept)),
+        (Method::GET, ["openapi", "v3", rest @ ..]) => {
+            return super::openapi::serve(shared, rest, &query);
+        }
         (Method::GET, ["apis", group, version]) => {
             let doc = shared
                 .store
@@ -212,6 +224,7 @@ async fn serve(
     class.subresource = target.subresource.clone().unwrap_or_default();
     class.namespace = target.namespace.clone().unwrap_or_default();
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
+    let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
     let def = target.def.clone();
     match (parts.method, target.name.is_some()) {
         (Method::GET, has_name) => {
@@ -219,7 +232,11 @@ async fn serve(
             if watching {
                 class.verb = "watch".into();
                 let opts = ListOptions::parse(&query, true)?;
-                let renderer = None;
+                let renderer = if wants_table {
+                    Some(super::table::renderer(def.clone()))
+                } else {
+                    None
+                };
                 let settings = WatchSettings {
                     bookmark_interval: shared.bookmark_interval,
                     reject_send_initial_events: shared.reject_send_initial_events,
@@ -237,11 +254,28 @@ async fn serve(
             if has_name {
                 class.verb = "get".into();
                 let (code, obj) = shared.store.read(|s| verbs::get(s, &target, &query))?;
+                if wants_table && target.subresource.is_none() {
+                    let rv = obj["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let table = super::table::render(&def, &[obj], &rv, None);
+                    return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
+                }
                 return Ok(json_response(code, &obj, "application/json"));
             }
             class.verb = "list".into();
             let opts = ListOptions::parse(&query, false)?;
             let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
+            if wants_table {
+                let table = super::table::render(
+                    &def,
+                    &result.items,
+                    &result.resource_version.to_string(),
+                    result.continue_token.as_deref(),
+                );
+                return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
+            }
             Ok(json_response(
                 200,
                 &verbs::list_json(&def, &result),
@@ -329,16 +363,24 @@ fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
 }
 
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
 fn decode_object(def: &ResourceDef, content_type: &str, bytes: &[u8]) -> Result<Value, ApiError> {
     match content_type {
         "" | "application/json" => parse_json(bytes),
         "application/yaml" => parse_yaml(bytes),
+        // Custom resources have no protobuf form; built-ins do (kubectl >= 1.32 typed writes).
+        PROTOBUF if def.custom.is_none() => {
+            super::logic::protobuf::decode_body(bytes).map_err(|e| {
+                ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+            })
+        }
         _ => {
-            let _ = def;
-            Err(ApiError::unsupported_media_type(&[
-                "application/json",
-                "application/yaml",
-            ]))
+            let mut accepted = vec!["application/json", "application/yaml"];
+            if def.custom.is_none() {
+                accepted.push(PROTOBUF);
+            }
+            Err(ApiError::unsupported_media_type(&accepted))
         }
     }
 }
@@ -380,6 +422,7 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         None => {}
         Some("status") if def.status_subresource => {}
         Some("scale") if def.scale.is_some() => {}
+        Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {

@@ -15,6 +15,9 @@
 //! # }
 //! ```
 //!
+//! The same counts are served at `/metrics` in the Prometheus text format, named like the real
+//! server's `apiserver_request_total`.
+//!
 //! Non-resource requests (discovery, `/version`, OpenAPI) are counted with verb `get` and the
 //! URL path as their resource. Counts are kept per distinct key, so memory stays bounded by the
 //! number of distinct (verb, resource, subresource, namespace, code) combinations.
@@ -89,6 +92,30 @@ impl RequestLog {
         self.count_where(|_| true)
     }
 
+    /// The counts in the Prometheus text format, as the real server's
+    /// `apiserver_request_total{verb,resource,subresource,code}` (served at `/metrics`).
+    pub fn prometheus_text(&self) -> String {
+        fn esc(s: &str) -> String {
+            s.replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n")
+        }
+        let mut out = String::from(
+            "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource, subresource, namespace and HTTP response code.\n# TYPE apiserver_request_total counter\n",
+        );
+        for (k, v) in self.lock().iter() {
+            out.push_str(&format!(
+                "apiserver_request_total{{verb=\"{}\",resource=\"{}\",subresource=\"{}\",namespace=\"{}\",code=\"{}\"}} {v}\n",
+                esc(&k.verb),
+                esc(&k.resource),
+                esc(&k.subresource),
+                esc(&k.namespace),
+                k.code
+            ));
+        }
+        out
+    }
+
     /// Forgets every count (start of a test phase).
     pub fn clear(&self) {
         self.lock().clear();
@@ -118,6 +145,10 @@ mod tests {
         assert_eq!(log.count("get", "pods"), 2);
         assert_eq!(log.count_code("get", "pods", 404), 1);
         assert_eq!(log.total(), 3);
+        let text = log.prometheus_text();
+        assert!(text.contains(
+            "apiserver_request_total{verb=\"get\",resource=\"pods\",subresource=\"\",namespace=\"default\",code=\"404\"} 1"
+        ));
         log.clear();
         assert_eq!(log.total(), 0);
     }

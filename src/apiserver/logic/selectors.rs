@@ -468,6 +468,95 @@ impl LabelSelector {
         }
     }
 
+    /// Converts a structured `metav1.LabelSelector` (`{"matchLabels": {...}, "matchExpressions":
+    /// [{"key", "operator": In|NotIn|Exists|DoesNotExist, "values"}]}`), as found in
+    /// `spec.selector` of Deployments and StatefulSets. `null` or `{}` selects everything.
+    /// Errors name the offending expression. Its `Display` form is the string the `/scale`
+    /// subresource reports in `status.selector`.
+    pub fn from_json(selector: &Value) -> Result<LabelSelector, String> {
+        let mut requirements = Vec::new();
+        if selector.is_null() {
+            return Ok(LabelSelector { requirements });
+        }
+        let Some(obj) = selector.as_object() else {
+            return Err(format!(
+                "a label selector must be an object, got {selector}"
+            ));
+        };
+        if let Some(labels) = obj.get("matchLabels").filter(|v| !v.is_null()) {
+            let Some(labels) = labels.as_object() else {
+                return Err(format!("matchLabels must be an object, got {labels}"));
+            };
+            for (k, v) in labels {
+                let Some(v) = v.as_str() else {
+                    return Err(format!("matchLabels.{k}: value must be a string, got {v}"));
+                };
+                validate_key(k)?;
+                validate_value(k, v)?;
+                requirements.push(LabelRequirement {
+                    key: k.clone(),
+                    op: LabelOp::Equals,
+                    values: vec![v.to_string()],
+                });
+            }
+        }
+        if let Some(exprs) = obj.get("matchExpressions").filter(|v| !v.is_null()) {
+            let Some(exprs) = exprs.as_array() else {
+                return Err(format!("matchExpressions must be a list, got {exprs}"));
+            };
+            for (i, e) in exprs.iter().enumerate() {
+                let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+                validate_key(key).map_err(|err| format!("matchExpressions[{i}].key: {err}"))?;
+                let values: Vec<String> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let operator = e
+                    .get("operator")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let op = match operator {
+                    "In" => LabelOp::In,
+                    "NotIn" => LabelOp::NotIn,
+                    "Exists" => LabelOp::Exists,
+                    "DoesNotExist" => LabelOp::DoesNotExist,
+                    other => {
+                        return Err(format!(
+                            "matchExpressions[{i}].operator: {other:?} is not a valid label selector operator (In, NotIn, Exists, DoesNotExist)"
+                        ));
+                    }
+                };
+                let set_op = matches!(op, LabelOp::In | LabelOp::NotIn);
+                if set_op && values.is_empty() {
+                    return Err(format!(
+                        "matchExpressions[{i}].values: must be specified when `operator` is 'In' or 'NotIn'"
+                    ));
+                }
+                if !set_op && !values.is_empty() {
+                    return Err(format!(
+                        "matchExpressions[{i}].values: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+                    ));
+                }
+                for v in &values {
+                    validate_value(key, v)
+                        .map_err(|err| format!("matchExpressions[{i}].values: {err}"))?;
+                }
+                requirements.push(LabelRequirement {
+                    key: key.to_string(),
+                    op,
+                    values,
+                });
+            }
+        }
+        Ok(LabelSelector { requirements })
+    }
+
     /// Does every requirement hold for `labels`?
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
@@ -895,5 +984,35 @@ mod tests {
         );
         assert_eq!(s.unsupported_field(&["metadata.name", "spec.foo"]), None);
         assert!(FieldSelector::for_name("x").matches(&json!({"metadata": {"name": "x"}})));
+    }
+
+    #[test]
+    fn structured_selectors() {
+        let s = LabelSelector::from_json(&json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]},
+                                 {"key": "canary", "operator": "DoesNotExist"}]
+        }))
+        .unwrap();
+        assert_eq!(s.to_string(), "app=web,tier in (fe,be),!canary");
+        assert!(s.matches(&labels(&[("app", "web"), ("tier", "fe")])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "fe"), ("canary", "1")])));
+        assert!(LabelSelector::from_json(&Value::Null).unwrap().is_empty());
+        assert!(LabelSelector::from_json(&json!({})).unwrap().is_empty());
+        let err = LabelSelector::from_json(
+            &json!({"matchExpressions": [{"key": "a", "operator": "Gt"}]}),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("matchExpressions[0].operator") && err.contains("\"Gt\""),
+            "{err}"
+        );
+        let err = LabelSelector::from_json(
+            &json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+        )
+        .unwrap_err();
+        assert!(err.contains("must be specified"), "{err}");
+        let err = LabelSelector::from_json(&json!({"matchLabels": {"a": 1}})).unwrap_err();
+        assert!(err.contains("matchLabels.a"), "{err}");
     }
 }
