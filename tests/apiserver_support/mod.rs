@@ -44,9 +44,13 @@ impl TestClient {
     }
 
     pub fn with_http2(h: &ApiServerHandle, http2_only: bool) -> Self {
+        Self::from_parts(h.url(), h.token(), h.ca_pem(), http2_only)
+    }
+
+    pub fn from_parts(url: &str, token: &str, ca_pem: Option<&str>, http2_only: bool) -> Self {
         sample_controller::install_crypto_provider();
         let mut roots = rustls::RootCertStore::empty();
-        if let Some(pem) = h.ca_pem() {
+        if let Some(pem) = ca_pem {
             roots
                 .add(CertificateDer::from_pem_slice(pem.as_bytes()).unwrap())
                 .unwrap();
@@ -67,8 +71,8 @@ impl TestClient {
             cb.http2_only(true);
         }
         TestClient {
-            base: h.url().to_owned(),
-            token: h.token().to_owned(),
+            base: url.to_owned(),
+            token: token.to_owned(),
             client: cb.build(connector),
         }
     }

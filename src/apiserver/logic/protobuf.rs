@@ -29,9 +29,12 @@
 //! Kubernetes JSON encoding: `Time` becomes RFC 3339 with second precision, `MicroTime` gets
 //! six fractional digits, `IntOrString` becomes a number or a string, `Quantity` its string,
 //! `bytes` base64, `FieldsV1` the JSON it carries; embedded structs (`LocalObjectReference` in
-//! key selectors, `VolumeSource` in volumes, `ProbeHandler` in probes) are inlined; empty strings,
-//! lists and maps are left out (they are `omitempty` in JSON), numbers and booleans are kept as
-//! sent.
+//! key selectors, `VolumeSource` in volumes, `ProbeHandler` in probes) are inlined. Go's protobuf
+//! encoder writes every non-pointer field, zeros included, while its JSON encoder leaves
+//! `omitempty` zeros out; so empty strings, lists and maps are left out, and so are `0` and
+//! `false` except in the fields marked `keep` (pointer fields such as `spec.replicas`, where a
+//! zero is meant, and fields without `omitempty` such as `containerPort` or `restartCount`). The
+//! result is the JSON the same client would have sent.
 //!
 //! **Nothing is dropped silently.** Each conversion moves the fields it knows out of the decoded
 //! message and then checks that what remains is empty; a field it does not know (a rarely used
@@ -41,7 +44,9 @@
 //! clients can be switched to JSON (`rest.Config.ContentType = "application/json"`).
 //!
 //! Kinds decoded: core/v1 Namespace, ConfigMap, Secret, Event, Pod, Service, ServiceAccount;
-//! apps/v1 Deployment, StatefulSet; coordination.k8s.io/v1 Lease; events.k8s.io/v1 Event.
+//! apps/v1 Deployment, StatefulSet; coordination.k8s.io/v1 Lease; events.k8s.io/v1 Event;
+//! autoscaling/v1 Scale (the `/scale` subresource); and `DeleteOptions` (typed clients send the
+//! options of a DELETE as a protobuf body too).
 //! Namespace, ConfigMap, Secret, both Events, Lease and ServiceAccount are complete; Pod
 //! (and pod templates) covers containers, init containers, env, ports, resources, volume mounts,
 //! probes, security contexts, tolerations and the common volume types; StatefulSet volume claim
@@ -51,6 +56,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_pb::api::apps::v1 as apps;
+use k8s_pb::api::autoscaling::v1 as autoscaling;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::events::v1 as events;
@@ -254,18 +260,37 @@ fn ensure_consumed<T: Message + Default + PartialEq + std::fmt::Debug>(
     ))
 }
 
+/// Drops a zero number or `false`: Go writes every non-pointer scalar to protobuf, while its JSON
+/// encoding leaves `omitempty` zeros out.
+fn omit_zero(v: Option<Value>) -> Option<Value> {
+    match v {
+        Some(Value::Bool(false)) => None,
+        Some(Value::Number(n)) if n.as_f64() == Some(0.0) => None,
+        other => other,
+    }
+}
+
 /// Declares the JSON conversion of a k8s-pb message: `"jsonName" => field` moves and converts a
-/// field; `inline field` merges a nested message's keys into this object.
+/// field, leaving out a zero or `false` (Go's `omitempty`); fields in `keep { ... }` keep their
+/// zeros (Go pointer fields, where a zero was set on purpose, and fields without `omitempty`);
+/// `inline field` merges a nested message's keys into this object.
 macro_rules! message {
-    ($ty:ty { $( $json:literal => $field:ident ),* $(,)? } $( inline $inl:ident )* ) => {
+    ($ty:ty { $( $json:literal => $field:ident ),* $(,)? }
+     $( keep { $( $kjson:literal => $kfield:ident ),* $(,)? } )?
+     $( inline $inl:ident )* ) => {
         impl ToJson for $ty {
             fn to_json(mut self) -> Result<Value, String> {
                 let mut o = Map::new();
                 $(
-                    if let Some(v) = Conv::conv(std::mem::take(&mut self.$field)).map_err(|e| nest($json, e))? {
+                    if let Some(v) = omit_zero(Conv::conv(std::mem::take(&mut self.$field)).map_err(|e| nest($json, e))?) {
                         o.insert($json.to_string(), v);
                     }
                 )*
+                $( $(
+                    if let Some(v) = Conv::conv(std::mem::take(&mut self.$kfield)).map_err(|e| nest($kjson, e))? {
+                        o.insert($kjson.to_string(), v);
+                    }
+                )* )?
                 $(
                     if let Some(Value::Object(m)) = Conv::conv(std::mem::take(&mut self.$inl))? {
                         o.extend(m);
@@ -346,25 +371,39 @@ message!(meta::ObjectMeta {
     "name" => name, "generateName" => generate_name, "namespace" => namespace,
     "selfLink" => self_link, "uid" => uid, "resourceVersion" => resource_version,
     "generation" => generation, "creationTimestamp" => creation_timestamp,
-    "deletionTimestamp" => deletion_timestamp,
-    "deletionGracePeriodSeconds" => deletion_grace_period_seconds, "labels" => labels,
-    "annotations" => annotations, "ownerReferences" => owner_references,
-    "finalizers" => finalizers, "managedFields" => managed_fields,
+    "deletionTimestamp" => deletion_timestamp, "labels" => labels, "annotations" => annotations,
+    "ownerReferences" => owner_references, "finalizers" => finalizers,
+    "managedFields" => managed_fields,
+} keep {
+    "deletionGracePeriodSeconds" => deletion_grace_period_seconds,
 });
 message!(meta::OwnerReference {
     "apiVersion" => api_version, "kind" => kind, "name" => name, "uid" => uid,
+} keep {
     "controller" => controller, "blockOwnerDeletion" => block_owner_deletion,
 });
 message!(meta::ManagedFieldsEntry {
     "manager" => manager, "operation" => operation, "apiVersion" => api_version, "time" => time,
     "fieldsType" => fields_type, "fieldsV1" => fields_v1, "subresource" => subresource,
 });
-message!(meta::LabelSelector { "matchLabels" => match_labels, "matchExpressions" => match_expressions });
-message!(meta::LabelSelectorRequirement { "key" => key, "operator" => operator, "values" => values });
+message!(meta::LabelSelector {
+    "matchLabels" => match_labels, "matchExpressions" => match_expressions,
+});
+message!(meta::LabelSelectorRequirement {
+    "key" => key, "operator" => operator, "values" => values,
+});
 message!(meta::Condition {
     "type" => r#type, "status" => status, "observedGeneration" => observed_generation,
     "lastTransitionTime" => last_transition_time, "reason" => reason, "message" => message,
 });
+
+message!(meta::DeleteOptions {
+    "preconditions" => preconditions, "propagationPolicy" => propagation_policy, "dryRun" => dry_run,
+} keep {
+    "gracePeriodSeconds" => grace_period_seconds, "orphanDependents" => orphan_dependents,
+    "ignoreStoreReadErrorWithClusterBreakingPotential" => ignore_store_read_error_with_cluster_breaking_potential,
+});
+message!(meta::Preconditions { "uid" => uid, "resourceVersion" => resource_version });
 
 // ---- core/v1 ------------------------------------------------------------------------------
 
@@ -376,11 +415,14 @@ message!(core::NamespaceCondition {
     "reason" => reason, "message" => message,
 });
 message!(core::ConfigMap {
-    "metadata" => metadata, "immutable" => immutable, "data" => data, "binaryData" => binary_data,
+    "metadata" => metadata, "data" => data, "binaryData" => binary_data,
+} keep {
+    "immutable" => immutable,
 });
 message!(core::Secret {
-    "metadata" => metadata, "immutable" => immutable, "data" => data,
-    "stringData" => string_data, "type" => r#type,
+    "metadata" => metadata, "data" => data, "stringData" => string_data, "type" => r#type,
+} keep {
+    "immutable" => immutable,
 });
 message!(core::Event {
     "metadata" => metadata, "involvedObject" => involved_object, "reason" => reason,
@@ -397,76 +439,87 @@ message!(core::EventSource { "component" => component, "host" => host });
 message!(core::EventSeries { "count" => count, "lastObservedTime" => last_observed_time });
 message!(core::ServiceAccount {
     "metadata" => metadata, "secrets" => secrets, "imagePullSecrets" => image_pull_secrets,
+} keep {
     "automountServiceAccountToken" => automount_service_account_token,
 });
 message!(core::LocalObjectReference { "name" => name });
 message!(core::Service { "metadata" => metadata, "spec" => spec, "status" => status });
 message!(core::ServiceSpec {
-    "ports" => ports, "selector" => selector, "clusterIP" => cluster_ip, "clusterIPs" => cluster_ips,
-    "type" => r#type, "externalIPs" => external_ips, "sessionAffinity" => session_affinity,
-    "loadBalancerIP" => load_balancer_ip, "loadBalancerSourceRanges" => load_balancer_source_ranges,
-    "externalName" => external_name, "externalTrafficPolicy" => external_traffic_policy,
+    "ports" => ports, "selector" => selector, "clusterIP" => cluster_ip,
+    "clusterIPs" => cluster_ips, "type" => r#type, "externalIPs" => external_ips,
+    "sessionAffinity" => session_affinity, "loadBalancerIP" => load_balancer_ip,
+    "loadBalancerSourceRanges" => load_balancer_source_ranges, "externalName" => external_name,
+    "externalTrafficPolicy" => external_traffic_policy,
     "healthCheckNodePort" => health_check_node_port,
     "publishNotReadyAddresses" => publish_not_ready_addresses,
     "sessionAffinityConfig" => session_affinity_config, "ipFamilies" => ip_families,
-    "ipFamilyPolicy" => ip_family_policy,
-    "allocateLoadBalancerNodePorts" => allocate_load_balancer_node_ports,
-    "loadBalancerClass" => load_balancer_class, "internalTrafficPolicy" => internal_traffic_policy,
+    "ipFamilyPolicy" => ip_family_policy, "loadBalancerClass" => load_balancer_class,
+    "internalTrafficPolicy" => internal_traffic_policy,
     "trafficDistribution" => traffic_distribution,
+} keep {
+    "allocateLoadBalancerNodePorts" => allocate_load_balancer_node_ports,
 });
 message!(core::SessionAffinityConfig { "clientIP" => client_ip });
-message!(core::ClientIpConfig { "timeoutSeconds" => timeout_seconds });
+message!(core::ClientIpConfig { } keep { "timeoutSeconds" => timeout_seconds, });
 message!(core::ServicePort {
-    "name" => name, "protocol" => protocol, "appProtocol" => app_protocol, "port" => port,
+    "name" => name, "protocol" => protocol, "appProtocol" => app_protocol,
     "targetPort" => target_port, "nodePort" => node_port,
+} keep {
+    "port" => port,
 });
 message!(core::ServiceStatus { "loadBalancer" => load_balancer, "conditions" => conditions });
 message!(core::LoadBalancerStatus { "ingress" => ingress });
-message!(core::LoadBalancerIngress { "ip" => ip, "hostname" => hostname, "ipMode" => ip_mode, "ports" => ports });
-message!(core::PortStatus { "port" => port, "protocol" => protocol, "error" => error });
+message!(core::LoadBalancerIngress {
+    "ip" => ip, "hostname" => hostname, "ipMode" => ip_mode, "ports" => ports,
+});
+message!(core::PortStatus { "protocol" => protocol, "error" => error, } keep { "port" => port, });
 
 message!(core::Pod { "metadata" => metadata, "spec" => spec, "status" => status });
 message!(core::PodTemplateSpec { "metadata" => metadata, "spec" => spec });
 message!(core::PodSpec {
     "volumes" => volumes, "initContainers" => init_containers, "containers" => containers,
-    "restartPolicy" => restart_policy,
-    "terminationGracePeriodSeconds" => termination_grace_period_seconds,
-    "activeDeadlineSeconds" => active_deadline_seconds, "dnsPolicy" => dns_policy,
-    "nodeSelector" => node_selector, "serviceAccountName" => service_account_name,
-    "serviceAccount" => service_account,
-    "automountServiceAccountToken" => automount_service_account_token, "nodeName" => node_name,
-    "hostNetwork" => host_network, "hostPID" => host_pid, "hostIPC" => host_ipc,
-    "shareProcessNamespace" => share_process_namespace, "securityContext" => security_context,
+    "restartPolicy" => restart_policy, "dnsPolicy" => dns_policy, "nodeSelector" => node_selector,
+    "serviceAccountName" => service_account_name, "serviceAccount" => service_account,
+    "nodeName" => node_name, "hostNetwork" => host_network, "hostPID" => host_pid,
+    "hostIPC" => host_ipc, "securityContext" => security_context,
     "imagePullSecrets" => image_pull_secrets, "hostname" => hostname, "subdomain" => subdomain,
     "schedulerName" => scheduler_name, "tolerations" => tolerations, "hostAliases" => host_aliases,
-    "priorityClassName" => priority_class_name, "priority" => priority,
-    "readinessGates" => readiness_gates, "runtimeClassName" => runtime_class_name,
-    "enableServiceLinks" => enable_service_links, "preemptionPolicy" => preemption_policy,
-    "overhead" => overhead, "setHostnameAsFQDN" => set_hostname_as_fqdn, "hostUsers" => host_users,
-    "schedulingGates" => scheduling_gates, "resources" => resources,
+    "priorityClassName" => priority_class_name, "readinessGates" => readiness_gates,
+    "runtimeClassName" => runtime_class_name, "preemptionPolicy" => preemption_policy,
+    "overhead" => overhead, "schedulingGates" => scheduling_gates, "resources" => resources,
+} keep {
+    "terminationGracePeriodSeconds" => termination_grace_period_seconds,
+    "activeDeadlineSeconds" => active_deadline_seconds,
+    "automountServiceAccountToken" => automount_service_account_token,
+    "shareProcessNamespace" => share_process_namespace, "priority" => priority,
+    "enableServiceLinks" => enable_service_links, "setHostnameAsFQDN" => set_hostname_as_fqdn,
+    "hostUsers" => host_users,
 });
 message!(core::PodReadinessGate { "conditionType" => condition_type });
 message!(core::PodSchedulingGate { "name" => name });
 message!(core::HostAlias { "ip" => ip, "hostnames" => hostnames });
 message!(core::Toleration {
     "key" => key, "operator" => operator, "value" => value, "effect" => effect,
+} keep {
     "tolerationSeconds" => toleration_seconds,
 });
 message!(core::PodSecurityContext {
-    "runAsUser" => run_as_user, "runAsGroup" => run_as_group, "runAsNonRoot" => run_as_non_root,
     "supplementalGroups" => supplemental_groups,
-    "supplementalGroupsPolicy" => supplemental_groups_policy, "fsGroup" => fs_group,
-    "sysctls" => sysctls, "fsGroupChangePolicy" => fs_group_change_policy,
-    "seccompProfile" => seccomp_profile, "seLinuxChangePolicy" => se_linux_change_policy,
+    "supplementalGroupsPolicy" => supplemental_groups_policy, "sysctls" => sysctls,
+    "fsGroupChangePolicy" => fs_group_change_policy, "seccompProfile" => seccomp_profile,
+    "seLinuxChangePolicy" => se_linux_change_policy,
+} keep {
+    "runAsUser" => run_as_user, "runAsGroup" => run_as_group, "runAsNonRoot" => run_as_non_root,
+    "fsGroup" => fs_group,
 });
 message!(core::Sysctl { "name" => name, "value" => value });
 message!(core::SeccompProfile { "type" => r#type, "localhostProfile" => localhost_profile });
 message!(core::SecurityContext {
-    "capabilities" => capabilities, "privileged" => privileged, "runAsUser" => run_as_user,
-    "runAsGroup" => run_as_group, "runAsNonRoot" => run_as_non_root,
-    "readOnlyRootFilesystem" => read_only_root_filesystem,
-    "allowPrivilegeEscalation" => allow_privilege_escalation, "procMount" => proc_mount,
-    "seccompProfile" => seccomp_profile,
+    "capabilities" => capabilities, "procMount" => proc_mount, "seccompProfile" => seccomp_profile,
+} keep {
+    "privileged" => privileged, "runAsUser" => run_as_user, "runAsGroup" => run_as_group,
+    "runAsNonRoot" => run_as_non_root, "readOnlyRootFilesystem" => read_only_root_filesystem,
+    "allowPrivilegeEscalation" => allow_privilege_escalation,
 });
 message!(core::Capabilities { "add" => add, "drop" => drop });
 message!(core::Container {
@@ -480,8 +533,9 @@ message!(core::Container {
     "stdin" => stdin, "stdinOnce" => stdin_once, "tty" => tty,
 });
 message!(core::ContainerPort {
-    "name" => name, "hostPort" => host_port, "containerPort" => container_port,
-    "protocol" => protocol, "hostIP" => host_ip,
+    "name" => name, "hostPort" => host_port, "protocol" => protocol, "hostIP" => host_ip,
+} keep {
+    "containerPort" => container_port,
 });
 message!(core::EnvVar { "name" => name, "value" => value, "valueFrom" => value_from });
 message!(core::EnvVarSource {
@@ -492,12 +546,27 @@ message!(core::ObjectFieldSelector { "apiVersion" => api_version, "fieldPath" =>
 message!(core::ResourceFieldSelector {
     "containerName" => container_name, "resource" => resource, "divisor" => divisor,
 });
-message!(core::ConfigMapKeySelector { "key" => key, "optional" => optional } inline local_object_reference);
-message!(core::SecretKeySelector { "key" => key, "optional" => optional } inline local_object_reference);
-message!(core::EnvFromSource { "prefix" => prefix, "configMapRef" => config_map_ref, "secretRef" => secret_ref });
-message!(core::ConfigMapEnvSource { "optional" => optional } inline local_object_reference);
-message!(core::SecretEnvSource { "optional" => optional } inline local_object_reference);
-message!(core::ResourceRequirements { "limits" => limits, "requests" => requests, "claims" => claims });
+message!(core::ConfigMapKeySelector {
+    "key" => key,
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
+message!(core::SecretKeySelector {
+    "key" => key,
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
+message!(core::EnvFromSource {
+    "prefix" => prefix, "configMapRef" => config_map_ref, "secretRef" => secret_ref,
+});
+message!(core::ConfigMapEnvSource {
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
+message!(core::SecretEnvSource { } keep { "optional" => optional, } inline local_object_reference);
+message!(core::ResourceRequirements {
+    "limits" => limits, "requests" => requests, "claims" => claims,
+});
 message!(core::ResourceClaim { "name" => name, "request" => request });
 message!(core::VolumeMount {
     "name" => name, "readOnly" => read_only, "recursiveReadOnly" => recursive_read_only,
@@ -508,16 +577,19 @@ message!(core::Probe {
     "initialDelaySeconds" => initial_delay_seconds, "timeoutSeconds" => timeout_seconds,
     "periodSeconds" => period_seconds, "successThreshold" => success_threshold,
     "failureThreshold" => failure_threshold,
+} keep {
     "terminationGracePeriodSeconds" => termination_grace_period_seconds,
 } inline handler);
-message!(core::ProbeHandler { "exec" => exec, "httpGet" => http_get, "tcpSocket" => tcp_socket, "grpc" => grpc });
+message!(core::ProbeHandler {
+    "exec" => exec, "httpGet" => http_get, "tcpSocket" => tcp_socket, "grpc" => grpc,
+});
 message!(core::ExecAction { "command" => command });
 message!(core::HttpGetAction {
     "path" => path, "port" => port, "host" => host, "scheme" => scheme, "httpHeaders" => http_headers,
 });
 message!(core::HttpHeader { "name" => name, "value" => value });
 message!(core::TcpSocketAction { "port" => port, "host" => host });
-message!(core::GrpcAction { "port" => port, "service" => service });
+message!(core::GrpcAction { "service" => service, } keep { "port" => port, });
 message!(core::Volume { "name" => name } inline volume_source);
 message!(core::VolumeSource {
     "hostPath" => host_path, "emptyDir" => empty_dir, "secret" => secret,
@@ -527,27 +599,53 @@ message!(core::VolumeSource {
 message!(core::HostPathVolumeSource { "path" => path, "type" => r#type });
 message!(core::EmptyDirVolumeSource { "medium" => medium, "sizeLimit" => size_limit });
 message!(core::SecretVolumeSource {
-    "secretName" => secret_name, "items" => items, "defaultMode" => default_mode, "optional" => optional,
+    "secretName" => secret_name, "items" => items,
+} keep {
+    "defaultMode" => default_mode, "optional" => optional,
 });
 message!(core::ConfigMapVolumeSource {
-    "items" => items, "defaultMode" => default_mode, "optional" => optional,
+    "items" => items,
+} keep {
+    "defaultMode" => default_mode, "optional" => optional,
 } inline local_object_reference);
-message!(core::KeyToPath { "key" => key, "path" => path, "mode" => mode });
-message!(core::PersistentVolumeClaimVolumeSource { "claimName" => claim_name, "readOnly" => read_only });
-message!(core::DownwardAPIVolumeSource { "items" => items, "defaultMode" => default_mode });
-message!(core::DownwardAPIVolumeFile {
-    "path" => path, "fieldRef" => field_ref, "resourceFieldRef" => resource_field_ref, "mode" => mode,
+message!(core::KeyToPath { "key" => key, "path" => path, } keep { "mode" => mode, });
+message!(core::PersistentVolumeClaimVolumeSource {
+    "claimName" => claim_name, "readOnly" => read_only,
 });
-message!(core::ProjectedVolumeSource { "sources" => sources, "defaultMode" => default_mode });
+message!(core::DownwardAPIVolumeSource {
+    "items" => items,
+} keep {
+    "defaultMode" => default_mode,
+});
+message!(core::DownwardAPIVolumeFile {
+    "path" => path, "fieldRef" => field_ref, "resourceFieldRef" => resource_field_ref,
+} keep {
+    "mode" => mode,
+});
+message!(core::ProjectedVolumeSource {
+    "sources" => sources,
+} keep {
+    "defaultMode" => default_mode,
+});
 message!(core::VolumeProjection {
     "secret" => secret, "downwardAPI" => downward_api, "configMap" => config_map,
     "serviceAccountToken" => service_account_token,
 });
-message!(core::SecretProjection { "items" => items, "optional" => optional } inline local_object_reference);
-message!(core::ConfigMapProjection { "items" => items, "optional" => optional } inline local_object_reference);
+message!(core::SecretProjection {
+    "items" => items,
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
+message!(core::ConfigMapProjection {
+    "items" => items,
+} keep {
+    "optional" => optional,
+} inline local_object_reference);
 message!(core::DownwardAPIProjection { "items" => items });
 message!(core::ServiceAccountTokenProjection {
-    "audience" => audience, "expirationSeconds" => expiration_seconds, "path" => path,
+    "audience" => audience, "path" => path,
+} keep {
+    "expirationSeconds" => expiration_seconds,
 });
 message!(core::PodStatus {
     "observedGeneration" => observed_generation, "phase" => phase, "conditions" => conditions,
@@ -565,34 +663,44 @@ message!(core::PodCondition {
 message!(core::PodIp { "ip" => ip });
 message!(core::HostIp { "ip" => ip });
 message!(core::ContainerStatus {
-    "name" => name, "state" => state, "lastState" => last_state, "ready" => ready,
-    "restartCount" => restart_count, "image" => image, "imageID" => image_id,
-    "containerID" => container_id, "started" => started, "stopSignal" => stop_signal,
+    "name" => name, "state" => state, "lastState" => last_state, "image" => image,
+    "imageID" => image_id, "containerID" => container_id, "stopSignal" => stop_signal,
+} keep {
+    "ready" => ready, "restartCount" => restart_count, "started" => started,
 });
-message!(core::ContainerState { "waiting" => waiting, "running" => running, "terminated" => terminated });
+message!(core::ContainerState {
+    "waiting" => waiting, "running" => running, "terminated" => terminated,
+});
 message!(core::ContainerStateWaiting { "reason" => reason, "message" => message });
 message!(core::ContainerStateRunning { "startedAt" => started_at });
 message!(core::ContainerStateTerminated {
-    "exitCode" => exit_code, "signal" => signal, "reason" => reason, "message" => message,
-    "startedAt" => started_at, "finishedAt" => finished_at, "containerID" => container_id,
+    "signal" => signal, "reason" => reason, "message" => message, "startedAt" => started_at,
+    "finishedAt" => finished_at, "containerID" => container_id,
+} keep {
+    "exitCode" => exit_code,
 });
 
 // ---- apps/v1 ------------------------------------------------------------------------------
 
 message!(apps::Deployment { "metadata" => metadata, "spec" => spec, "status" => status });
 message!(apps::DeploymentSpec {
-    "replicas" => replicas, "selector" => selector, "template" => template, "strategy" => strategy,
-    "minReadySeconds" => min_ready_seconds, "revisionHistoryLimit" => revision_history_limit,
-    "paused" => paused, "progressDeadlineSeconds" => progress_deadline_seconds,
+    "selector" => selector, "template" => template, "strategy" => strategy,
+    "minReadySeconds" => min_ready_seconds, "paused" => paused,
+} keep {
+    "replicas" => replicas, "revisionHistoryLimit" => revision_history_limit,
+    "progressDeadlineSeconds" => progress_deadline_seconds,
 });
 message!(apps::DeploymentStrategy { "type" => r#type, "rollingUpdate" => rolling_update });
-message!(apps::RollingUpdateDeployment { "maxUnavailable" => max_unavailable, "maxSurge" => max_surge });
+message!(apps::RollingUpdateDeployment {
+    "maxUnavailable" => max_unavailable, "maxSurge" => max_surge,
+});
 message!(apps::DeploymentStatus {
     "observedGeneration" => observed_generation, "replicas" => replicas,
     "updatedReplicas" => updated_replicas, "readyReplicas" => ready_replicas,
     "availableReplicas" => available_replicas, "unavailableReplicas" => unavailable_replicas,
-    "terminatingReplicas" => terminating_replicas, "conditions" => conditions,
-    "collisionCount" => collision_count,
+    "conditions" => conditions,
+} keep {
+    "terminatingReplicas" => terminating_replicas, "collisionCount" => collision_count,
 });
 message!(apps::DeploymentCondition {
     "type" => r#type, "status" => status, "lastUpdateTime" => last_update_time,
@@ -600,39 +708,53 @@ message!(apps::DeploymentCondition {
 });
 message!(apps::StatefulSet { "metadata" => metadata, "spec" => spec, "status" => status });
 message!(apps::StatefulSetSpec {
-    "replicas" => replicas, "selector" => selector, "template" => template,
-    "serviceName" => service_name, "podManagementPolicy" => pod_management_policy,
-    "updateStrategy" => update_strategy, "revisionHistoryLimit" => revision_history_limit,
+    "selector" => selector, "template" => template, "serviceName" => service_name,
+    "podManagementPolicy" => pod_management_policy, "updateStrategy" => update_strategy,
     "minReadySeconds" => min_ready_seconds,
     "persistentVolumeClaimRetentionPolicy" => persistent_volume_claim_retention_policy,
     "ordinals" => ordinals,
+} keep {
+    "replicas" => replicas, "revisionHistoryLimit" => revision_history_limit,
 });
 message!(apps::StatefulSetUpdateStrategy { "type" => r#type, "rollingUpdate" => rolling_update });
-message!(apps::RollingUpdateStatefulSetStrategy { "partition" => partition, "maxUnavailable" => max_unavailable });
+message!(apps::RollingUpdateStatefulSetStrategy {
+    "maxUnavailable" => max_unavailable,
+} keep {
+    "partition" => partition,
+});
 message!(apps::StatefulSetPersistentVolumeClaimRetentionPolicy {
     "whenDeleted" => when_deleted, "whenScaled" => when_scaled,
 });
-message!(apps::StatefulSetOrdinals { "start" => start });
+message!(apps::StatefulSetOrdinals { } keep { "start" => start, });
 message!(apps::StatefulSetStatus {
-    "observedGeneration" => observed_generation, "replicas" => replicas,
-    "readyReplicas" => ready_replicas, "currentReplicas" => current_replicas,
-    "updatedReplicas" => updated_replicas, "currentRevision" => current_revision,
-    "updateRevision" => update_revision, "collisionCount" => collision_count,
-    "conditions" => conditions, "availableReplicas" => available_replicas,
+    "observedGeneration" => observed_generation, "readyReplicas" => ready_replicas,
+    "currentReplicas" => current_replicas, "updatedReplicas" => updated_replicas,
+    "currentRevision" => current_revision, "updateRevision" => update_revision,
+    "conditions" => conditions,
+} keep {
+    "replicas" => replicas, "collisionCount" => collision_count,
+    "availableReplicas" => available_replicas,
 });
 message!(apps::StatefulSetCondition {
     "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
     "reason" => reason, "message" => message,
 });
 
+// ---- autoscaling/v1 (the /scale subresource) ------------------------------------------------
+
+message!(autoscaling::Scale { "metadata" => metadata, "spec" => spec, "status" => status });
+// A zero `spec.replicas` is kept: it is what "scale to zero" sends.
+message!(autoscaling::ScaleSpec {} keep { "replicas" => replicas });
+message!(autoscaling::ScaleStatus { "selector" => selector } keep { "replicas" => replicas });
+
 // ---- coordination.k8s.io/v1 and events.k8s.io/v1 -------------------------------------------
 
 message!(coordination::Lease { "metadata" => metadata, "spec" => spec });
 message!(coordination::LeaseSpec {
-    "holderIdentity" => holder_identity, "leaseDurationSeconds" => lease_duration_seconds,
-    "acquireTime" => acquire_time, "renewTime" => renew_time,
-    "leaseTransitions" => lease_transitions, "strategy" => strategy,
-    "preferredHolder" => preferred_holder,
+    "holderIdentity" => holder_identity, "acquireTime" => acquire_time, "renewTime" => renew_time,
+    "strategy" => strategy, "preferredHolder" => preferred_holder,
+} keep {
+    "leaseDurationSeconds" => lease_duration_seconds, "leaseTransitions" => lease_transitions,
 });
 message!(events::Event {
     "metadata" => metadata, "eventTime" => event_time, "series" => series,
@@ -642,7 +764,11 @@ message!(events::Event {
     "deprecatedFirstTimestamp" => deprecated_first_timestamp,
     "deprecatedLastTimestamp" => deprecated_last_timestamp, "deprecatedCount" => deprecated_count,
 });
-message!(events::EventSeries { "count" => count, "lastObservedTime" => last_observed_time });
+message!(events::EventSeries {
+    "lastObservedTime" => last_observed_time,
+} keep {
+    "count" => count,
+});
 
 fn decode_as<T: Message + Default + ToJson>(
     raw: &[u8],
@@ -676,6 +802,8 @@ pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("apps/v1", "StatefulSet"),
     ("coordination.k8s.io/v1", "Lease"),
     ("events.k8s.io/v1", "Event"),
+    ("autoscaling/v1", "Scale"),
+    ("meta.k8s.io/v1", "DeleteOptions"),
 ];
 
 /// Decodes a Kubernetes protobuf request body (magic, `runtime.Unknown` envelope, object) into
@@ -719,6 +847,11 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
             decode_as::<coordination::Lease>(&raw, &api_version, &kind)
         }
         ("events.k8s.io/v1", "Event") => decode_as::<events::Event>(&raw, &api_version, &kind),
+        ("autoscaling/v1", "Scale") => decode_as::<autoscaling::Scale>(&raw, &api_version, &kind),
+        // DeleteOptions is registered in every group-version; clients name whichever they use.
+        (_, "DeleteOptions") if !api_version.is_empty() => {
+            decode_as::<meta::DeleteOptions>(&raw, &api_version, &kind)
+        }
         ("", _) | (_, "") => {
             return Err(format!(
                 "the protobuf envelope does not name the type of its content (apiVersion {api_version:?}, kind {kind:?})"
@@ -1101,7 +1234,7 @@ mod tests {
         let ns = decode_body(include_bytes!("testdata/kubectl-1.33-create-namespace.pb")).unwrap();
         assert_eq!(
             ns,
-            json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "cnat", "generation": 0}, "spec": {}, "status": {}})
+            json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": "cnat"}, "spec": {}, "status": {}})
         );
         let cm = decode_body(include_bytes!("testdata/kubectl-1.33-create-configmap.pb")).unwrap();
         assert_eq!(cm["kind"], "ConfigMap");
@@ -1110,5 +1243,79 @@ mod tests {
         let secret = decode_body(include_bytes!("testdata/kubectl-1.33-create-secret.pb")).unwrap();
         assert_eq!(secret["metadata"]["name"], "s1");
         assert_eq!(secret["data"], json!({"password": "aHVudGVyMg=="}));
+    }
+
+    /// Bodies captured from `kubectl.1.33 create deployment web --image=nginx --replicas=2
+    /// --port=80`, `create service clusterip web --tcp=80:8080` and `create serviceaccount robot`:
+    /// the JSON is what kubectl sends as JSON (`-o json --dry-run=client`), zeros of `omitempty`
+    /// fields left out.
+    #[test]
+    fn real_kubectl_workload_bodies() {
+        let d = decode_body(include_bytes!("testdata/kubectl-1.33-create-deployment.pb")).unwrap();
+        assert_eq!(
+            d,
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"labels": {"app": "web"}, "name": "web", "namespace": "default"},
+                   "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}}, "strategy": {},
+                            "template": {"metadata": {"labels": {"app": "web"}},
+                                         "spec": {"containers": [{"image": "nginx", "name": "nginx",
+                                                                  "ports": [{"containerPort": 80}], "resources": {}}]}}},
+                   "status": {}})
+        );
+        let svc = decode_body(include_bytes!("testdata/kubectl-1.33-create-service.pb")).unwrap();
+        assert_eq!(
+            svc["spec"],
+            json!({"ports": [{"name": "80-8080", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+                   "selector": {"app": "web"}, "type": "ClusterIP"})
+        );
+        let sa = decode_body(include_bytes!(
+            "testdata/kubectl-1.33-create-serviceaccount.pb"
+        ))
+        .unwrap();
+        assert_eq!(
+            sa,
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot", "namespace": "default"}})
+        );
+    }
+
+    #[test]
+    fn delete_options_and_scale() {
+        let opts = meta::DeleteOptions {
+            grace_period_seconds: Some(0),
+            preconditions: Some(meta::Preconditions {
+                uid: Some("u-1".into()),
+                resource_version: None,
+            }),
+            propagation_policy: Some("Foreground".into()),
+            orphan_dependents: None,
+            ..Default::default()
+        };
+        let v = decode_body(&encode_body(
+            "meta.k8s.io/v1",
+            "DeleteOptions",
+            opts.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "gracePeriodSeconds": 0,
+                   "preconditions": {"uid": "u-1"}, "propagationPolicy": "Foreground"})
+        );
+        let scale = autoscaling::Scale {
+            metadata: Some(meta_named("web", Some("default"))),
+            spec: Some(autoscaling::ScaleSpec { replicas: Some(0) }),
+            status: None,
+        };
+        let v = decode_body(&encode_body(
+            "autoscaling/v1",
+            "Scale",
+            scale.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v["spec"],
+            json!({"replicas": 0}),
+            "scale to zero keeps its zero"
+        );
     }
 }

@@ -31,8 +31,9 @@
 //! caller, which can ask [`FieldSelector::unsupported_field`] about its allowed set. One alias is
 //! built in, as in the events storage: `source` means `source.component`.
 //!
-//! Both selectors are plain values: parse once, then call `matches` as often as needed. They never
-//! allocate while matching.
+//! Both selectors are plain values: parse once, then call `matches` as often as needed.
+//! [`LabelSelector::from_json`] builds one from the structured `metav1.LabelSelector` of a
+//! Deployment's `spec.selector`; its `Display` form is the string `kubectl` shows.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -1014,5 +1015,55 @@ mod tests {
         assert!(err.contains("must be specified"), "{err}");
         let err = LabelSelector::from_json(&json!({"matchLabels": {"a": 1}})).unwrap_err();
         assert!(err.contains("matchLabels.a"), "{err}");
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn key() -> impl Strategy<Value = String> {
+            "[a-z]([a-z0-9.-]{0,8}[a-z0-9])?"
+        }
+        fn value() -> impl Strategy<Value = String> {
+            "([A-Za-z0-9]([A-Za-z0-9_.-]{0,6}[A-Za-z0-9])?)?"
+        }
+        fn requirement() -> impl Strategy<Value = LabelRequirement> {
+            (key(), 0..6usize, prop::collection::vec(value(), 1..4)).prop_map(
+                |(key, op, values)| {
+                    let (op, values) = match op {
+                        0 => (LabelOp::Exists, vec![]),
+                        1 => (LabelOp::DoesNotExist, vec![]),
+                        2 => (LabelOp::Equals, vec![values[0].clone()]),
+                        3 => (LabelOp::NotEquals, vec![values[0].clone()]),
+                        4 => (LabelOp::In, values),
+                        _ => (LabelOp::NotIn, values),
+                    };
+                    LabelRequirement { key, op, values }
+                },
+            )
+        }
+
+        proptest! {
+            /// Printing a selector and parsing it back gives the same selector, and the two
+            /// agree on every label set.
+            #[test]
+            fn display_parse_round_trip(
+                reqs in prop::collection::vec(requirement(), 0..4),
+                labels in prop::collection::btree_map(key(), value(), 0..4),
+            ) {
+                let selector = LabelSelector { requirements: reqs };
+                let text = selector.to_string();
+                let parsed = LabelSelector::parse(&text).unwrap();
+                prop_assert_eq!(&parsed, &selector, "text {}", text);
+                prop_assert_eq!(parsed.matches(&labels), selector.matches(&labels));
+            }
+
+            /// Parsing arbitrary text never panics.
+            #[test]
+            fn parse_never_panics(text in "\\PC{0,40}") {
+                let _ = LabelSelector::parse(&text);
+                let _ = FieldSelector::parse(&text);
+            }
+        }
     }
 }
