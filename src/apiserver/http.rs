@@ -63,6 +63,10 @@ fn error_response(e: &ApiError) -> Response<Body> {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        if let Some(secs) = e.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         return resp;
     }
     let mut resp = json_response(e.code, &e.to_status(), "application/json");
@@ -147,6 +151,13 @@ async fn serve(
             return Err(ApiError::unauthorized());
         }
     }
+    let user = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| shared.tokens.authenticate(Some(h)))
+        .map(str::to_owned)
+        .unwrap_or_default();
     let (parts, body) = req.into_parts();
     let bytes = Limited::new(body, MAX_BODY)
         .collect()
@@ -171,12 +182,32 @@ async fn serve(
             return Ok(r);
         }
         (Method::GET, ["metrics"]) => {
+            let attrs = super::rbac::Attributes {
+                verb: "get".into(),
+                path: path.clone(),
+                ..Default::default()
+            };
+            shared.rbac.check(&shared.store, &user, &attrs)?;
             let mut r = Response::new(full(shared.log.prometheus_text()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
             );
             return Ok(r);
+        }
+        (method, ["admin", "faults"]) => {
+            // Fault injection over HTTP (see `faults::admin`): the bootstrap token only.
+            let info = shared.rbac.user(&user);
+            if !info.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
+                let attrs = super::rbac::Attributes {
+                    verb: method.as_str().to_ascii_lowercase(),
+                    path: path.clone(),
+                    ..Default::default()
+                };
+                return Err(super::rbac::forbidden(&info, &attrs, ""));
+            }
+            let body = super::faults::admin(&shared.faults, &method, &bytes)?;
+            return Ok(json_response(200, &body, "application/json"));
         }
         (Method::GET, ["version"]) => {
             return Ok(json_response(
@@ -241,6 +272,18 @@ async fn serve(
     class.resource = target.def.plural.clone();
     class.subresource = target.subresource.clone().unwrap_or_default();
     class.namespace = target.namespace.clone().unwrap_or_default();
+    let verb = super::faults::verb_of(
+        &parts.method,
+        target.name.is_some(),
+        query.flag("watch").unwrap_or(false),
+    );
+    class.verb = verb.to_owned();
+    shared.rbac.check(
+        &shared.store,
+        &user,
+        &super::rbac::Attributes::for_request(verb, &target, query.non_empty("fieldSelector")),
+    )?;
+    shared.faults.before(verb, &target).await?;
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
     let def = target.def.clone();
@@ -260,14 +303,15 @@ async fn serve(
                 class.verb = "watch".into();
                 let opts = ListOptions::parse(&query, true)?;
                 let renderer = if wants_table {
-                    Some(super::table::renderer(def.clone()))
+                    let include = super::table::include_object(&query)?;
+                    Some(super::table::renderer(def.clone(), include))
                 } else {
                     None
                 };
                 let settings = WatchSettings {
                     bookmark_interval: shared.bookmark_interval,
                     reject_send_initial_events: shared.reject_send_initial_events,
-                    shutdown: shared.shutdown.clone(),
+                    shutdown: shared.faults.watch_token(),
                     renderer,
                 };
                 let body = watch::start(shared.store.clone(), &target, &opts, settings)?;
@@ -286,7 +330,8 @@ async fn serve(
                         .as_str()
                         .unwrap_or_default()
                         .to_owned();
-                    let table = super::table::render(&def, &[obj], &rv, None);
+                    let include = super::table::include_object(&query)?;
+                    let table = super::table::render(&def, &[obj], &rv, None, include);
                     return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
                 }
                 return Ok(json_response(code, &obj, "application/json"));
@@ -295,11 +340,13 @@ async fn serve(
             let opts = ListOptions::parse(&query, false)?;
             let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
             if wants_table {
+                let include = super::table::include_object(&query)?;
                 let table = super::table::render(
                     &def,
                     &result.items,
                     &result.resource_version.to_string(),
                     result.continue_token.as_deref(),
+                    include,
                 );
                 return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
             }

@@ -9,9 +9,27 @@
 //! It prints its URL (and where the kubeconfig went), then serves until SIGINT or SIGTERM, when
 //! it ends every watch and connection and exits. The default listen address is the one a
 //! kube-apiserver uses, `127.0.0.1:6443`; pass `--listen 127.0.0.1:0` for a free port.
+//!
+//! Unlike the library default, the standalone server behaves like a small cluster out of the
+//! box: the garbage collector, the simulated node ([`super::kubelet`]) and the simulated
+//! workload controllers run, so pods reach `Running` and `Succeeded`/`Failed` on their own.
+//! `--simulate=false` turns the node and the workload controllers off (the garbage collector
+//! stays); `--pod-run-time 0s` makes one-shot pods finish at once. Faults can be injected with
+//! the bootstrap token at `POST /admin/faults` ([`super::faults::admin`]):
+//!
+//! ```text
+//! curl -k -H "Authorization: Bearer $TOKEN" -X POST https://127.0.0.1:6443/admin/faults \
+//!      -d '{"action":"fail","code":503,"verb":"list","resource":"ats","count":3}'
+//! ```
+//!
+//! To see a controller run under its own, least-privilege identity, give it a token and turn
+//! RBAC on: `--token-auth-file tokens.csv` (kube-apiserver's format, e.g.
+//! `ctrl-token,system:serviceaccount:cnat:cnat,1`), `--manifests artifacts/deploy/` (the
+//! Namespace, ServiceAccount, ClusterRole and bindings) and `--enforce-rbac`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::{ApiServer, StartError};
 
@@ -30,19 +48,51 @@ pub struct ApiServerArgs {
     /// Bearer token to accept (default: random).
     #[arg(long, env = "SAMPLE_CONTROLLER_APISERVER_TOKEN")]
     pub token: Option<String>,
+    /// Run the simulated node and workload controllers (`--simulate=false` turns them off).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub simulate: bool,
+    /// How long a simulated one-shot container runs (`1s`, `250ms`, `0s`).
+    #[arg(long, default_value = "1s", value_parser = super::background::parse_duration)]
+    pub pod_run_time: Duration,
+    /// More bearer tokens, in kube-apiserver's format: `token,user,uid[,"group1,group2"]`.
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+    /// Enforce RBAC (Roles and bindings stored in the server); the bootstrap token stays
+    /// all-powerful.
+    #[arg(long)]
+    pub enforce_rbac: bool,
+    /// YAML files or directories of objects to create at start (RBAC, namespaces, CRDs, ...).
+    #[arg(long)]
+    pub manifests: Vec<PathBuf>,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
     let mut builder = ApiServer::builder()
         .listen(args.listen)
-        .plain_http(args.plain_http);
+        .plain_http(args.plain_http)
+        .simulate(args.simulate)
+        .pod_run_time(args.pod_run_time);
     if let Some(t) = args.token {
         builder = builder.token(t);
     }
     if let Some(p) = &args.kubeconfig_out {
         builder = builder.kubeconfig_path(p);
     }
+    if let Some(path) = &args.token_auth_file {
+        let bad = |message: String| StartError::TokenFile {
+            path: path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        for t in super::rbac::parse_token_auth_file(&text).map_err(bad)? {
+            let groups: Vec<&str> = t.groups.iter().map(String::as_str).collect();
+            builder = builder
+                .extra_token(t.token, t.user.clone())
+                .user_groups(t.user, &groups);
+        }
+    }
+    builder = builder.enforce_rbac(args.enforce_rbac);
     let server = builder.start().await?;
     println!("API server listening at {}", server.url());
     if let Some(p) = &args.kubeconfig_out {
@@ -51,6 +101,15 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
             p.display(),
             p.display()
         );
+    }
+    for path in &args.manifests {
+        match server.load_manifest_path(path) {
+            Ok(loaded) => println!("loaded {} objects from {}", loaded.len(), path.display()),
+            Err(e) => {
+                server.shutdown().await;
+                return Err(e.into());
+            }
+        }
     }
     wait_for_signal().await;
     println!("shutting down");
