@@ -141,6 +141,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     crate::install_crypto_provider();
     let started = Instant::now();
     let server = ApiServer::builder()
+        .simulate(true)
         .start()
         .await
         .map_err(|e| DemoError::Server(e.to_string()))?;
@@ -269,9 +270,12 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
 
     if outcome.is_ok() {
         println!();
-        println!(
-            "done: example-at and failing-at are DONE, blank-command carries its InvalidSpec warning."
-        );
+        let invalid = seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expect_invalid
+            .join(" and ");
+        println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
         println!("      the controller ran each command exactly once, at its schedule.");
         if opts.serve {
             println!();

@@ -11,7 +11,6 @@ fn bin() -> String {
 }
 
 #[tokio::test]
-#[ignore = "needs the embedded API server's simulated node (part 2), which runs the pods"]
 async fn the_demo_reaches_every_end_state_and_exits_0() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("demo.kubeconfig");
