@@ -191,3 +191,73 @@ async fn every_request_of_the_manager_is_granted_by_artifacts_deploy() {
     );
     server.shutdown().await;
 }
+
+/// The same life, with the embedded server enforcing RBAC and the manager authenticating as the
+/// `sample-controller` service account bound by `artifacts/deploy/` alone: any request outside
+/// the manifests is answered 403 and fails the test.
+#[tokio::test(start_paused = true)]
+async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
+    let _ticker = Ticker::start();
+    init_tracing();
+    sample_controller::install_crypto_provider();
+    let server = sample_controller::apiserver::ApiServer::builder()
+        .enforce_rbac(true)
+        .service_account_token("controller-token", "sample-controller", "sample-controller")
+        .start()
+        .await
+        .unwrap();
+    let client = client_for(&server);
+    sample_controller::demo::install_at_crd(&client)
+        .await
+        .unwrap();
+    for file in [
+        "artifacts/deploy/namespace.yaml",
+        "artifacts/deploy/serviceaccount.yaml",
+        "artifacts/deploy/clusterrole.yaml",
+        "artifacts/deploy/clusterrolebinding.yaml",
+        "artifacts/deploy/role-leader-election.yaml",
+    ] {
+        server
+            .load_manifests(&std::fs::read_to_string(file).unwrap())
+            .unwrap();
+    }
+    let config = sample_controller::client::Config::from_kubeconfig_yaml(
+        &server.kubeconfig_yaml_for_token("controller-token"),
+        None,
+    )
+    .unwrap();
+    let controller_client = sample_controller::client::Client::new(config).unwrap();
+
+    let clock = Clock::new();
+    let manager_cfg = ManagerConfig {
+        leader_election: Some(LeaderElectionConfig {
+            lease_name: "sample-controller".into(),
+            lease_namespace: "sample-controller".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }),
+        ..manager_config()
+    };
+    let manager = start_manager(&controller_client, manager_cfg, clock).await;
+    let now = in_the_future(&clock, Duration::ZERO);
+    create_at(&client, &at("ok", &now, "echo YAY")).await;
+    create_at(&client, &at("bad", &now, "exit 2")).await;
+    create_at(&client, &at("blank", &now, " ")).await;
+    wait_for_pod(&client, "ok-pod").await;
+    wait_for_pod(&client, "bad-pod").await;
+    finish_pod(&client, "ok-pod", 0).await;
+    finish_pod(&client, "bad-pod", 2).await;
+    wait_for_phase(&client, "ok", AtPhase::Done).await;
+    wait_for_phase(&client, "bad", AtPhase::Done).await;
+    wait_for_event(&client, "blank", "InvalidSpec").await;
+    manager.stop().await.unwrap();
+    let forbidden = server.request_log().count_where(|k| k.code == 403);
+    assert_eq!(
+        forbidden,
+        0,
+        "requests denied by RBAC: {:?}",
+        server.request_log().snapshot()
+    );
+    server.shutdown().await;
+}
