@@ -1,47 +1,116 @@
 //! The `sample-controller` binary.
+//!
+//! * `sample-controller demo`: the zero-setup tour: an embedded API server, the At controller,
+//!   three Ats reaching their end states (see `sample_controller::demo`).
+//! * `sample-controller run`: the controller manager against a real cluster (see
+//!   `sample_controller::manager` for the flags).
+//! * `sample-controller apiserver`: the embedded API server alone, for `kubectl` experiments.
+//!
+//! Exit codes: 0 on success or a clean shutdown, 1 when the work failed (an unreachable
+//! cluster, a missing CRD, a demo that did not finish), 2 for a bad flag.
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+#[cfg(feature = "embedded")]
+use sample_controller::demo::{self, DemoOptions};
+use sample_controller::manager::{self, LogFormat, ManagerError, ManagerOptions, verbosity_level};
 
-/// The Programming Kubernetes sample-controller / cnat operator, hand-rolled the client-go way.
-#[derive(Debug, Parser)]
-#[command(version, about)]
+#[derive(Parser, Debug)]
+#[command(
+    name = "sample-controller",
+    version,
+    about = "The Programming Kubernetes sample-controller / cnat At operator, the client-go way, in Rust"
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the controller manager against a cluster (kubeconfig, --master or in-cluster).
+    Run(Box<ManagerOptions>),
+    /// Zero-setup demo: embedded API server, the At controller, three Ats to their end states.
+    #[cfg(feature = "embedded")]
+    Demo(DemoOptions),
     /// Run the embedded Kubernetes API server until SIGINT/SIGTERM.
     #[cfg(feature = "embedded")]
     Apiserver(sample_controller::apiserver::standalone::ApiServerArgs),
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     sample_controller::install_crypto_provider();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sample-controller: error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     match cli.command {
-        #[cfg(feature = "embedded")]
-        Some(Command::Apiserver(args)) => {
-            match sample_controller::apiserver::standalone::run(args).await {
-                Ok(()) => std::process::ExitCode::SUCCESS,
+        Command::Run(opts) => {
+            init_logging(opts.log_format, verbosity_level(opts.verbosity));
+            match runtime.block_on(manager::run(*opts)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(ManagerError::Flag(e)) => {
+                    eprintln!("sample-controller: error: {e}");
+                    ExitCode::from(2)
+                }
                 Err(e) => {
-                    eprintln!("error: {e}");
-                    std::process::ExitCode::FAILURE
+                    eprintln!("sample-controller: error: {e}");
+                    ExitCode::FAILURE
                 }
             }
         }
-        None => {
-            println!("sample-controller {}", env!("CARGO_PKG_VERSION"));
-            std::process::ExitCode::SUCCESS
+        #[cfg(feature = "embedded")]
+        Command::Demo(opts) => {
+            // The demo prints its own story on stdout; logs stay at warnings unless -v.
+            let level = if opts.verbosity == 0 {
+                tracing::Level::WARN
+            } else {
+                verbosity_level(opts.verbosity)
+            };
+            init_logging(LogFormat::Text, level);
+            match runtime.block_on(demo::run(opts)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sample-controller: demo failed: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
+        #[cfg(feature = "embedded")]
+        Command::Apiserver(args) => {
+            init_logging(LogFormat::Text, tracing::Level::INFO);
+            match runtime.block_on(sample_controller::apiserver::standalone::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sample-controller: error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// Logs to stderr, as text or JSON. `RUST_LOG`, when set, overrides the `-v` level.
+fn init_logging(format: LogFormat, level: tracing::Level) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(level.as_str().to_ascii_lowercase()));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Text => builder.with_target(false).try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    if let Err(e) = result {
+        eprintln!("sample-controller: cannot set up logging: {e}");
     }
 }

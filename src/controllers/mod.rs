@@ -1,1 +1,537 @@
-//! (This module's documentation and code arrive with its implementation.)
+//! # Controllers: one `controller.go` per operator, one worker loop for all
+//!
+//! Each submodule is one operator, written the way sample-controller's `controller.go` reads:
+//! the struct, the constructor that wires informers to event handlers, `run`, and
+//! `sync_handler`. What every controller shares lives here: the **worker loop** that turns the
+//! work queue into calls of `sync_handler`, exactly as the book draws it:
+//!
+//! ```text
+//! informer handlers ──key──▶ RateLimitingQueue ──get──▶ worker ──▶ sync_handler(key)
+//!                                 ▲                                    │
+//!                                 │  Err(e)       → add_rate_limited   │ (backoff 5 ms … 1000 s)
+//!                                 ├─ Ok(Some(d))  → forget + add_after │ (look again at a set time)
+//!                                 └─ Ok(None)     → forget             │ (done: clear failures)
+//!                                      and always → done(key) ◀────────┘
+//! ```
+//!
+//! [`process_next_work_item`] is the book's `processNextWorkItem` with its three branches, plus
+//! what a production controller needs and the book leaves out:
+//!
+//! * **Panics are caught.** A panic inside `sync_handler` (a bug, or an unexpected object) is
+//!   caught at the worker, counted in [`SyncStats::panics`], logged with the key, and the key is
+//!   retried with backoff like any error. The process and the other keys carry on; client-go
+//!   relies on `HandleCrash`, which by default re-panics and kills the process.
+//! * **A per-sync deadline.** A sync that hangs (a request with no timeout, a deadlock) would
+//!   hold its key and its worker for ever. The sync runs under `tokio::time::timeout`; past the
+//!   deadline it is dropped, counted in [`SyncStats::timeouts`], and retried with backoff.
+//! * **`forget` before `add_after`.** cnat's loop deferred a key with `AddAfter` without
+//!   `Forget`, so earlier failures kept inflating the next backoff; here any success clears the
+//!   failure history, and the deferral is a plain timer.
+//!
+//! Workers stop taking new work when the manager's shutdown token is cancelled; the manager
+//! then calls `shut_down_with_drain` on the queue, which waits for the keys still processing.
+//!
+//! Other shared pieces: [`Clock`] (wall-clock time that follows tokio's paused clock) and
+//! [`Expectations`] ("I created this; the lister has not seen it yet").
+
+pub mod at;
+pub mod clock;
+pub mod expectations;
+
+pub use clock::Clock;
+pub use expectations::Expectations;
+
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::ControllerMetrics;
+use crate::workqueue::RateLimitingQueue;
+
+/// The default per-sync deadline: far above any healthy sync (a few API calls), far below
+/// "stuck for ever".
+pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A controller's reconcile function for one key. `Ok(None)`: done until the next event.
+/// `Ok(Some(d))`: look again after `d` (a time-driven requeue, not a failure). `Err`: retry
+/// with backoff.
+pub trait SyncHandler: Send + Sync + 'static {
+    /// What a failed sync reports (logged with the key).
+    type Error: Display + Send;
+
+    /// Reconciles the object named by `key` (`namespace/name`).
+    fn sync_handler(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<Duration>, Self::Error>> + Send;
+}
+
+/// Counters of one controller's worker loop. Cheap to read from tests; with
+/// [`SyncStats::with_metrics`] every sync is also exported as `controller_sync_*` on `/metrics`.
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Where syncs are exported, if anywhere.
+    metrics: Option<ControllerMetrics>,
+    /// Every finished `sync_handler` call, whatever its outcome.
+    pub syncs: AtomicU64,
+    /// Calls that returned `Err`.
+    pub errors: AtomicU64,
+    /// Calls that panicked (caught, retried).
+    pub panics: AtomicU64,
+    /// Calls that ran past the deadline (dropped, retried).
+    pub timeouts: AtomicU64,
+    /// Calls that asked to be looked at again later (`Ok(Some(_))`).
+    pub requeues_after: AtomicU64,
+}
+
+impl SyncStats {
+    /// Counters that also feed the manager's Prometheus families.
+    pub fn with_metrics(metrics: ControllerMetrics) -> Self {
+        SyncStats {
+            metrics: Some(metrics),
+            ..SyncStats::default()
+        }
+    }
+
+    fn observe(&self, controller: &str, took: Duration, failed: bool) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.observe_sync(controller, took, failed);
+        }
+    }
+
+    /// A snapshot of the counters: (syncs, errors, panics, timeouts, requeues_after).
+    pub fn snapshot(&self) -> SyncStatsSnapshot {
+        SyncStatsSnapshot {
+            syncs: self.syncs.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            panics: self.panics.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            requeues_after: self.requeues_after.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A point-in-time copy of [`SyncStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncStatsSnapshot {
+    /// See [`SyncStats::syncs`].
+    pub syncs: u64,
+    /// See [`SyncStats::errors`].
+    pub errors: u64,
+    /// See [`SyncStats::panics`].
+    pub panics: u64,
+    /// See [`SyncStats::timeouts`].
+    pub timeouts: u64,
+    /// See [`SyncStats::requeues_after`].
+    pub requeues_after: u64,
+}
+
+/// How one `sync_handler` call ended, as the worker loop saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// `Ok(None)`: forgotten.
+    Synced,
+    /// `Ok(Some(d))`: forgotten, then re-added after `d`.
+    RequeuedAfter(Duration),
+    /// `Err`: re-added with backoff. Carries the error's message.
+    Failed(String),
+    /// A panic: re-added with backoff. Carries the panic's message when it had one.
+    Panicked(String),
+    /// Past the deadline: dropped and re-added with backoff.
+    TimedOut,
+}
+
+/// What the manager needs from a running controller, whatever its kind. Each operator's
+/// controller struct implements it; the manager holds them as `Arc<dyn Controller>`.
+pub trait Controller: Send + Sync + 'static {
+    /// The name used by `--controllers` and in logs.
+    fn name(&self) -> &'static str;
+    /// True once the controller's informers have delivered their initial lists.
+    fn has_synced(&self) -> bool;
+    /// Waits for the caches, then runs `workers` workers until `stop` is cancelled; returns
+    /// when every worker has finished its current item.
+    fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), String>>;
+    /// Shuts the controller's queue down and waits for items still being processed.
+    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()>;
+    /// The worker loop's counters.
+    fn stats(&self) -> Arc<SyncStats>;
+}
+
+/// The book's `processNextWorkItem`: takes one key, runs `sync_handler` on it under a deadline
+/// and a panic guard, and settles the key with the queue. Returns `None` once the queue is shut
+/// down and empty (the worker should end), else the key and how its sync ended.
+pub async fn process_next_work_item<H: SyncHandler>(
+    controller: &'static str,
+    queue: &RateLimitingQueue<String>,
+    handler: &H,
+    sync_timeout: Duration,
+    stats: &SyncStats,
+) -> Option<(String, SyncOutcome)> {
+    let key = queue.get().await?;
+    let outcome = sync_one(controller, queue, handler, &key, sync_timeout, stats).await;
+    // Always: the key may now be handed to a worker again (at once if an event came meanwhile).
+    queue.done(&key);
+    Some((key, outcome))
+}
+
+async fn sync_one<H: SyncHandler>(
+    controller: &'static str,
+    queue: &RateLimitingQueue<String>,
+    handler: &H,
+    key: &str,
+    sync_timeout: Duration,
+    stats: &SyncStats,
+) -> SyncOutcome {
+    let started = tokio::time::Instant::now();
+    let guarded = AssertUnwindSafe(tokio::time::timeout(
+        sync_timeout,
+        handler.sync_handler(key),
+    ))
+    .catch_unwind()
+    .await;
+    let took = started.elapsed();
+    let failed = !matches!(guarded, Ok(Ok(Ok(_))));
+    stats.observe(controller, took, failed);
+    let elapsed_ms = took.as_millis() as u64;
+    match guarded {
+        Ok(Ok(Ok(None))) => {
+            // Success: clear the key's failure history so its next failure starts at 5 ms.
+            queue.forget(&key.to_string());
+            tracing::debug!(controller, key, elapsed_ms, "successfully synced");
+            SyncOutcome::Synced
+        }
+        Ok(Ok(Ok(Some(after)))) => {
+            stats.requeues_after.fetch_add(1, Ordering::Relaxed);
+            queue.forget(&key.to_string());
+            queue.add_after(key.to_string(), after);
+            tracing::debug!(
+                controller,
+                key,
+                elapsed_ms,
+                after_ms = after.as_millis() as u64,
+                "synced; looking again later"
+            );
+            SyncOutcome::RequeuedAfter(after)
+        }
+        Ok(Ok(Err(err))) => {
+            stats.errors.fetch_add(1, Ordering::Relaxed);
+            let message = err.to_string();
+            queue.add_rate_limited(key.to_string());
+            tracing::error!(
+                controller,
+                key,
+                error = %message,
+                retries = queue.num_requeues(&key.to_string()),
+                "error syncing; requeuing for later retry"
+            );
+            SyncOutcome::Failed(message)
+        }
+        Ok(Err(_elapsed)) => {
+            stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            queue.add_rate_limited(key.to_string());
+            tracing::error!(
+                controller,
+                key,
+                timeout_ms = sync_timeout.as_millis() as u64,
+                "sync exceeded its deadline; abandoned and requeued for later retry"
+            );
+            SyncOutcome::TimedOut
+        }
+        Err(panic) => {
+            stats.panics.fetch_add(1, Ordering::Relaxed);
+            let message = panic_message(panic.as_ref());
+            queue.add_rate_limited(key.to_string());
+            tracing::error!(
+                controller,
+                key,
+                panic = %message,
+                "sync panicked; the worker carries on and the key is requeued for later retry"
+            );
+            SyncOutcome::Panicked(message)
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// The book's `runWorker`: calls [`process_next_work_item`] until the queue shuts down or
+/// `stop` is cancelled. Cancellation is checked only between items, so a sync in progress
+/// always finishes (or hits its deadline) and its key is settled.
+pub async fn run_worker<H: SyncHandler>(
+    controller: &'static str,
+    queue: &RateLimitingQueue<String>,
+    handler: &H,
+    sync_timeout: Duration,
+    stats: &SyncStats,
+    stop: &CancellationToken,
+) {
+    loop {
+        let key = tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            key = queue.get() => key,
+        };
+        let Some(key) = key else { break };
+        sync_one(controller, queue, handler, &key, sync_timeout, stats).await;
+        queue.done(&key);
+    }
+    tracing::debug!(controller, "worker stopped");
+}
+
+/// Starts `workers` worker tasks on `queue` and waits until all of them have ended (the queue
+/// shut down, or `stop` was cancelled and each finished its current item).
+pub async fn run_workers<H: SyncHandler>(
+    controller: &'static str,
+    queue: RateLimitingQueue<String>,
+    handler: Arc<H>,
+    workers: usize,
+    sync_timeout: Duration,
+    stats: Arc<SyncStats>,
+    stop: CancellationToken,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers.max(1) {
+        let (queue, handler, stats, stop) = (
+            queue.clone(),
+            Arc::clone(&handler),
+            Arc::clone(&stats),
+            stop.clone(),
+        );
+        tasks.spawn(async move {
+            run_worker(controller, &queue, &*handler, sync_timeout, &stats, &stop).await;
+        });
+    }
+    tracing::info!(controller, workers, "started workers");
+    while let Some(res) = tasks.join_next().await {
+        if let Err(e) = res {
+            // Panics inside sync_handler are caught in the loop; this is a bug in the loop.
+            tracing::error!(controller, error = %e, "worker task ended abnormally");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// A scripted handler: each key has a queue of behaviours, one per call.
+    #[derive(Default)]
+    struct Script {
+        steps: Mutex<HashMap<String, Vec<Step>>>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    #[derive(Clone)]
+    enum Step {
+        Ok,
+        After(Duration),
+        Err,
+        Panic,
+        Hang,
+    }
+
+    impl Script {
+        fn with(steps: &[(&str, Vec<Step>)]) -> Self {
+            Script {
+                steps: Mutex::new(
+                    steps
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.iter().rev().cloned().collect()))
+                        .collect(),
+                ),
+                calls: Mutex::default(),
+            }
+        }
+    }
+
+    impl SyncHandler for Script {
+        type Error = String;
+        async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, String> {
+            self.calls.lock().unwrap().push(key.to_string());
+            let step = self
+                .steps
+                .lock()
+                .unwrap()
+                .get_mut(key)
+                .and_then(|v| v.pop())
+                .unwrap_or(Step::Ok);
+            match step {
+                Step::Ok => Ok(None),
+                Step::After(d) => Ok(Some(d)),
+                Step::Err => Err(format!("{key} failed")),
+                Step::Panic => panic!("boom in {key}"),
+                Step::Hang => std::future::pending().await,
+            }
+        }
+    }
+
+    async fn next(
+        q: &RateLimitingQueue<String>,
+        h: &Script,
+        stats: &SyncStats,
+    ) -> (String, SyncOutcome) {
+        process_next_work_item("test", q, h, Duration::from_secs(5), stats)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn three_branches_and_always_done() {
+        let q = RateLimitingQueue::with_default_controller_rate_limiter();
+        let h = Script::with(&[(
+            "ns/a",
+            vec![
+                Step::Err,
+                Step::Err,
+                Step::After(Duration::from_secs(30)),
+                Step::Ok,
+            ],
+        )]);
+        let stats = SyncStats::default();
+        q.add("ns/a".to_string());
+
+        let (_, o) = next(&q, &h, &stats).await;
+        assert_eq!(o, SyncOutcome::Failed("ns/a failed".into()));
+        assert_eq!(q.num_requeues(&"ns/a".to_string()), 1);
+        assert_eq!(q.processing_len(), 0, "done was called");
+
+        let t0 = tokio::time::Instant::now();
+        let (_, o) = next(&q, &h, &stats).await;
+        assert!(matches!(o, SyncOutcome::Failed(_)));
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_millis(5),
+            "first backoff is 5 ms"
+        );
+        assert_eq!(q.num_requeues(&"ns/a".to_string()), 2);
+
+        let (_, o) = next(&q, &h, &stats).await;
+        assert_eq!(o, SyncOutcome::RequeuedAfter(Duration::from_secs(30)));
+        assert_eq!(
+            q.num_requeues(&"ns/a".to_string()),
+            0,
+            "a deferral forgets earlier failures (cnat did not)"
+        );
+        let t1 = tokio::time::Instant::now();
+        let (_, o) = next(&q, &h, &stats).await;
+        assert_eq!(o, SyncOutcome::Synced);
+        assert_eq!(
+            t1.elapsed(),
+            Duration::from_secs(30),
+            "requeued exactly after d"
+        );
+        assert_eq!(q.len() + q.waiting_len(), 0);
+        assert_eq!(
+            stats.snapshot(),
+            SyncStatsSnapshot {
+                syncs: 4,
+                errors: 2,
+                panics: 0,
+                timeouts: 0,
+                requeues_after: 1
+            }
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panic_is_caught_counted_and_retried_with_backoff() {
+        let q = RateLimitingQueue::with_default_controller_rate_limiter();
+        let h = Script::with(&[("ns/p", vec![Step::Panic, Step::Panic, Step::Ok])]);
+        let stats = SyncStats::default();
+        q.add("ns/p".to_string());
+        q.add("ns/other".to_string());
+        let (k, o) = next(&q, &h, &stats).await;
+        assert_eq!(k, "ns/p");
+        assert_eq!(o, SyncOutcome::Panicked("boom in ns/p".into()));
+        let (k, o) = next(&q, &h, &stats).await;
+        assert_eq!((k.as_str(), o), ("ns/other", SyncOutcome::Synced));
+        let (_, o) = next(&q, &h, &stats).await;
+        assert!(matches!(o, SyncOutcome::Panicked(_)));
+        assert_eq!(q.num_requeues(&"ns/p".to_string()), 2);
+        let (_, o) = next(&q, &h, &stats).await;
+        assert_eq!(o, SyncOutcome::Synced);
+        assert_eq!(stats.snapshot().panics, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_sync_hits_its_deadline() {
+        let q = RateLimitingQueue::with_default_controller_rate_limiter();
+        let h = Script::with(&[("ns/h", vec![Step::Hang, Step::Ok])]);
+        let stats = SyncStats::default();
+        q.add("ns/h".to_string());
+        let t0 = tokio::time::Instant::now();
+        let (_, o) = next(&q, &h, &stats).await;
+        assert_eq!(o, SyncOutcome::TimedOut);
+        assert_eq!(t0.elapsed(), Duration::from_secs(5));
+        assert_eq!(q.processing_len(), 0);
+        let (_, o) = next(&q, &h, &stats).await;
+        assert_eq!(o, SyncOutcome::Synced);
+        assert_eq!(stats.snapshot().timeouts, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn workers_stop_on_cancel_and_on_shutdown() {
+        let q: RateLimitingQueue<String> =
+            RateLimitingQueue::with_default_controller_rate_limiter();
+        let h = Arc::new(Script::default());
+        let stats = Arc::new(SyncStats::default());
+        let stop = CancellationToken::new();
+        for i in 0..10 {
+            q.add(format!("ns/{i}"));
+        }
+        let run = tokio::spawn(run_workers(
+            "test",
+            q.clone(),
+            Arc::clone(&h),
+            3,
+            Duration::from_secs(5),
+            Arc::clone(&stats),
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(stats.snapshot().syncs, 10);
+        stop.cancel();
+        run.await.unwrap();
+        // After cancel, new work is not taken.
+        q.add("ns/late".to_string());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(stats.snapshot().syncs, 10);
+        assert_eq!(q.len(), 1);
+
+        // A shut-down queue also ends the workers.
+        let run = tokio::spawn(run_workers(
+            "test",
+            q.clone(),
+            Arc::clone(&h),
+            2,
+            Duration::from_secs(5),
+            Arc::clone(&stats),
+            CancellationToken::new(),
+        ));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        q.shut_down_with_drain().await;
+        run.await.unwrap();
+        assert_eq!(stats.snapshot().syncs, 11);
+    }
+}

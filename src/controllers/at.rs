@@ -1,0 +1,1508 @@
+//! # The At controller (cnat's `controller.go`, with its bugs fixed)
+//!
+//! An [`At`] asks for one thing: run `spec.command` once, at `spec.schedule`. This file reads
+//! top to bottom like the book's `controller.go`: the [`AtController`] struct, its constructor
+//! that wires the shared informers to event handlers, `run`, `sync_handler`, and then the
+//! decision itself.
+//!
+//! ## One At, from `kubectl apply` to `DONE`
+//!
+//! ```text
+//! kubectl apply at.yaml ─▶ API server ─watch─▶ At informer ─on_add─▶ queue.add("ns/name")
+//!                                                                       │
+//!  worker: sync_handler("ns/name")  ◀──────────────────────────────────┘
+//!    at  = at_lister.get("ns/name")                 (the cache, never a GET)
+//!    pod = pod_lister.get("ns/name-pod")            (+ expectations: "created, not seen yet")
+//!    plan(at, pod, now) ─▶ PENDING, not due: write PENDING, Ok(Some(due - now)) ─▶ add_after
+//!                                                        ... the timer fires at the due time
+//!                       ─▶ due: create the pod, write RUNNING, event Started
+//!  pod informer ─on_add/on_update─▶ queue.add(owner At's key)   (controller ownerReference)
+//!    plan(at, pod Succeeded/Failed, now) ─▶ write DONE (result, exitCode, message), event
+//! ```
+//!
+//! The decision is a pure function, [`plan`]: given the At, what the pod lister says about its
+//! pod ([`PodState`]) and the current time, it returns a [`Plan`]: the pod to create, the
+//! status to write (only when it changed), the events to record, and when to look again.
+//! Keeping the decision pure makes every branch of the state machine testable without a
+//! server, and keeps `sync_handler` a short list of side effects, in a crash-safe order: create
+//! the pod, then write the status (a crash in between leaves a pod that the next sync finds and
+//! adopts as its own, because it carries this At's controller ownerReference).
+//!
+//! ## A lagging cache never causes a second pod
+//!
+//! Listers lag the controller's own writes by a watch round trip. Two records bridge the gap:
+//!
+//! * [`Expectations`]: the pod this controller created and the pod informer has not delivered
+//!   yet. While one is outstanding, "no pod in the lister" means "wait", not "create"
+//!   (kube-controller-manager's `ControllerExpectations`);
+//! * [`WrittenStatuses`]: the status this controller wrote and the At informer has not
+//!   delivered yet. Phases only move forward, so an older phase in the cache is ignored in
+//!   favour of what was written (otherwise a pod deleted just after `DONE` could look like a
+//!   `RUNNING` At that lost its pod).
+//!
+//! ## Events (`kubectl describe at NAME`)
+//!
+//! | type | reason | when |
+//! |---|---|---|
+//! | Normal | `Scheduled` | the At is first seen waiting (or its schedule changed) |
+//! | Normal | `Started` | the pod was created (or recreated after it vanished while running) |
+//! | Normal | `Completed` | the command exited 0 |
+//! | Warning | `Failed` | the command failed (exit code in the message) |
+//! | Warning | `InvalidSpec` | the schedule does not parse, or the command is empty |
+//! | Warning | `ErrResourceExists` | a pod of that name exists and is not controlled by this At |
+//! | Warning | `FailedCreate` | the API server refused the pod |
+//!
+//! Events are recorded on transitions (when the status changes), not on every sync, so a
+//! resync does not repeat them.
+//!
+//! ## What is fixed relative to the book (see the reference's list of cnat's bugs)
+//!
+//! * the command runs as `/bin/sh -c <command>` (the book split it on spaces);
+//! * `restartPolicy: Never`, so a failing command ends the At as `DONE` with `result: Failed`
+//!   and its exit code (the book's `OnFailure` kept a failing At `RUNNING` for ever);
+//! * an unparsable schedule or an empty command is terminal until the spec changes: a Warning
+//!   `InvalidSpec` event and condition, no requeue (the book retried it with backoff for ever);
+//! * `PENDING` is written as soon as the At is seen, with the due time in `status.message`;
+//! * a pod with the At's pod name that this At does not control is never used or taken over:
+//!   Warning `ErrResourceExists` (the book read any such pod's phase as its own result). Such a
+//!   pod's events do not reach the At (only a controller ownerReference routes them), so the
+//!   At is looked at again on the informer's resync;
+//! * `DONE` is final: a pod deleted afterwards is not recreated (the book reran the command at
+//!   the next resync); a pod deleted while `RUNNING` is recreated once its deletion is seen;
+//! * the pod is read from the pod lister, never with a live GET; pod deletions are watched
+//!   (the book had no delete handler);
+//! * a success always clears the key's failure history (the book's `AddAfter` did not);
+//! * events are recorded (the book built a recorder and never used it).
+//!
+//! Kept from the book: the pod name `<name>-pod`, the `app: <name>` label, a schedule in the
+//! past fires at once however old (the book's example is from 2019), and the pod informer
+//! covers every pod in scope (`--namespace` narrows it).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use tokio_util::sync::CancellationToken;
+
+use super::{Clock, Expectations, SyncHandler, SyncStats, run_workers};
+use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
+use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
+use crate::cache::{
+    Deleted, EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
+    SharedInformerFactory, key_of, split_key,
+};
+use crate::client::{self, Api, Client, PostParams};
+use crate::record::{EventRecorder, EventType};
+use crate::workqueue::RateLimitingQueue;
+
+/// The recorder's source component and the field manager of every write.
+pub const CONTROLLER_NAME: &str = "at-controller";
+
+/// How often `run` checks whether the informers have synced (client-go's
+/// `WaitForCacheSync` poll).
+const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// The At controller: informers, a queue, a recorder, and the state the sync handler needs to
+/// be safe against a lagging cache. Build it with [`AtController::new`], start the factory,
+/// then [`AtController::run`].
+pub struct AtController {
+    /// Writes: pod creates and At status updates. Reads never go here.
+    client: Client,
+    /// The At cache, read by `sync_handler`.
+    at_lister: Lister<At>,
+    /// The pod cache: `<name>-pod` is looked up here, never with a live GET.
+    pod_lister: Lister<Pod>,
+    /// True once the At handler has seen the initial list.
+    at_synced: HandlerRegistration,
+    /// True once the pod handler has seen the initial list.
+    pod_synced: HandlerRegistration,
+    /// Keys (`namespace/name` of Ats) waiting for a worker.
+    queue: RateLimitingQueue<String>,
+    /// Events for `kubectl describe at`.
+    recorder: EventRecorder,
+    /// Pods created and not yet seen by the pod informer.
+    expectations: Arc<Expectations>,
+    /// Statuses written and not yet seen by the At informer.
+    written: Arc<WrittenStatuses>,
+    /// Wall-clock time that follows tokio's clock.
+    clock: Clock,
+    /// Counters of the worker loop.
+    stats: Arc<SyncStats>,
+    /// The per-sync deadline.
+    sync_timeout: Duration,
+}
+
+/// Why a sync failed. Every variant is retried with backoff by the worker loop.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// The API server refused or failed the pod create.
+    #[error("creating pod {namespace}/{pod}: {source}")]
+    CreatePod {
+        namespace: String,
+        pod: String,
+        #[source]
+        source: client::Error,
+    },
+    /// The status write failed (a 409 Conflict means the cache was stale: retry).
+    #[error("updating the status of At {key}: {source}")]
+    UpdateStatus {
+        key: String,
+        #[source]
+        source: client::Error,
+    },
+    /// The At in the cache lacks what every stored object has (a uid).
+    #[error("At {key} has no metadata.uid; cannot own a pod")]
+    MissingUid { key: String },
+}
+
+/// Errors from [`AtController::new`] and [`AtController::run`].
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Registering an event handler failed (the informer was already stopped).
+    #[error("registering the At controller's event handlers: {0}")]
+    Informer(#[from] InformerError),
+    /// Shut down before the caches synced (client-go: "failed to wait for caches to sync").
+    #[error("failed to wait for caches to sync")]
+    CacheSync,
+}
+
+impl AtController {
+    /// The book's `NewController`: takes the At and Pod informers from the shared factory
+    /// (creating them if this is the first controller to ask) and registers the handlers that
+    /// turn notifications into queue keys. Nothing runs until the factory is started. `stats`
+    /// counts the worker loop's syncs (and exports them when built with metrics).
+    pub fn new<S: ListerWatcherSource>(
+        client: Client,
+        factory: &SharedInformerFactory<S>,
+        recorder: EventRecorder,
+        queue: RateLimitingQueue<String>,
+        clock: Clock,
+        stats: SyncStats,
+    ) -> Result<Arc<Self>, RunError> {
+        let at_informer = factory.informer::<At>();
+        let pod_informer = factory.informer::<Pod>();
+        let expectations = Arc::new(Expectations::default());
+        let written = Arc::new(WrittenStatuses::default());
+
+        // Ats: every add and update (resyncs included) enqueues the At's key. Keys, not
+        // objects, go on the queue: the worker reads the latest state from the lister, so ten
+        // updates before a worker is free cost one sync. A deleted At needs no work (the
+        // garbage collector removes its pod), only forgetting what we remembered about it.
+        let at_handler = {
+            let (q1, q2) = (queue.clone(), queue.clone());
+            let (e, w) = (Arc::clone(&expectations), Arc::clone(&written));
+            EventHandlerFns::<At>::new()
+                .on_add(move |at, _initial| q1.add(key_of(at.as_ref())))
+                .on_update(move |_old, new| q2.add(key_of(new.as_ref())))
+                .on_delete(move |gone: Deleted<At>| {
+                    let key = gone.key();
+                    e.forget(&key);
+                    w.forget(&key);
+                })
+        };
+        let at_synced = at_informer.add_event_handler(at_handler)?;
+
+        // Pods: an event enqueues the pod's At, found only through a controller ownerReference
+        // of kind At in our group (the book checked the kind alone). A pod add also settles
+        // the expectation recorded when the pod was created. Deletions (final state or a
+        // tombstone from a relist) enqueue too: a RUNNING At whose pod vanished must act.
+        let pod_handler = {
+            let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
+            let e = Arc::clone(&expectations);
+            EventHandlerFns::<Pod>::new()
+                .on_add(move |pod, _initial| {
+                    if let Some(key) = owner_key(&pod) {
+                        e.creation_observed(&key);
+                        q1.add(key);
+                    }
+                })
+                .on_update(move |old, new| {
+                    // A resync re-delivers an unchanged pod: nothing new to react to.
+                    if old.metadata.resource_version == new.metadata.resource_version {
+                        return;
+                    }
+                    if let Some(key) = owner_key(&new) {
+                        q2.add(key);
+                    }
+                })
+                .on_delete(move |gone: Deleted<Pod>| {
+                    if let Some(key) = owner_key(gone.object()) {
+                        q3.add(key);
+                    }
+                })
+        };
+        let pod_synced = pod_informer.add_event_handler(pod_handler)?;
+
+        Ok(Arc::new(AtController {
+            client,
+            at_lister: at_informer.lister(),
+            pod_lister: pod_informer.lister(),
+            at_synced,
+            pod_synced,
+            queue,
+            recorder,
+            expectations,
+            written,
+            clock,
+            stats: Arc::new(stats),
+            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
+        }))
+    }
+
+    /// The worker loop's counters (syncs, errors, panics, timeouts).
+    pub fn stats(&self) -> Arc<SyncStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The controller's queue (the manager drains it on shutdown).
+    pub fn queue(&self) -> &RateLimitingQueue<String> {
+        &self.queue
+    }
+
+    /// True once both handlers have processed their informer's initial list.
+    pub fn has_synced(&self) -> bool {
+        self.at_synced.has_synced() && self.pod_synced.has_synced()
+    }
+
+    /// The book's `Run`: waits for the caches (a worker must never act on a partial view:
+    /// "no pod in the cache" would mean "create one"), then runs `workers` workers until `stop`
+    /// is cancelled or the queue shuts down. Returns when every worker has finished its item.
+    pub async fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> Result<(), RunError> {
+        tracing::info!(
+            controller = CONTROLLER_NAME,
+            "waiting for informer caches to sync"
+        );
+        while !self.has_synced() {
+            tokio::select! {
+                _ = stop.cancelled() => return Err(RunError::CacheSync),
+                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
+            }
+        }
+        tracing::info!(
+            controller = CONTROLLER_NAME,
+            workers,
+            "caches synced; starting workers"
+        );
+        let queue = self.queue.clone();
+        let stats = Arc::clone(&self.stats);
+        let timeout = self.sync_timeout;
+        run_workers(CONTROLLER_NAME, queue, self, workers, timeout, stats, stop).await;
+        tracing::info!(controller = CONTROLLER_NAME, "workers stopped");
+        Ok(())
+    }
+
+    /// The book's `syncHandler`: reads the At and its pod from the listers, asks [`plan`] what
+    /// to do, and does it: create the pod, write the status, record the events.
+    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+        let Some(cached) = self.at_lister.get_by_key(key) else {
+            // Deleted since it was queued: nothing to do (its pod goes with it).
+            tracing::debug!(key, "At in work queue no longer exists");
+            self.expectations.forget(key);
+            self.written.forget(key);
+            return Ok(None);
+        };
+        if cached.metadata.uid.is_none() {
+            return Err(SyncError::MissingUid {
+                key: key.to_string(),
+            });
+        }
+        // Our own last status write wins over a cache that has not caught up with it yet.
+        let at = self.written.effective(key, cached);
+        let (namespace, name) = split_key(key);
+        let namespace = namespace.unwrap_or_default().to_string();
+        let pod_name = at.pod_name();
+        let pod = self
+            .pod_lister
+            .get_by_key(&format!("{namespace}/{pod_name}"));
+        let state = match &pod {
+            Some(p) => PodState::Present(p),
+            None if !self.expectations.satisfied(key) => PodState::Expected,
+            None => PodState::Absent,
+        };
+        let plan = plan(&at, state, self.clock.now());
+
+        if let Some(new_pod) = &plan.create_pod {
+            // Expect before creating: the informer's add may beat the create's response.
+            self.expectations.expect_creations(key, 1);
+            let pp = PostParams {
+                field_manager: Some(CONTROLLER_NAME.to_string()),
+                ..PostParams::default()
+            };
+            if let Err(source) = Api::<Pod>::all(self.client.clone())
+                .create(&pp, new_pod)
+                .await
+            {
+                // Nothing will arrive for this create.
+                self.expectations.creation_observed(key);
+                if !source.is_already_exists() {
+                    self.recorder.event(
+                        at.as_ref(),
+                        EventType::Warning,
+                        reason::FAILED_CREATE,
+                        &format!("creating pod {pod_name}: {source}"),
+                    );
+                }
+                return Err(SyncError::CreatePod {
+                    namespace,
+                    pod: pod_name,
+                    source,
+                });
+            }
+            tracing::info!(key, pod = %pod_name, "pod launched");
+        }
+
+        if let Some(status) = plan.status {
+            let mut updated = at.as_ref().clone();
+            let old_phase = updated.phase();
+            updated.status = Some(status);
+            let pp = PostParams {
+                field_manager: Some(CONTROLLER_NAME.to_string()),
+                ..PostParams::default()
+            };
+            match Api::<At>::all(self.client.clone())
+                .update_status(&pp, &updated)
+                .await
+            {
+                Ok(stored) => {
+                    let phase = stored.phase();
+                    if phase != old_phase {
+                        tracing::info!(key, from = %old_phase, to = %phase, "phase changed");
+                    }
+                    self.written.record(key, &stored);
+                }
+                Err(source) if source.is_not_found() => {
+                    tracing::debug!(key, name, "At deleted while syncing");
+                    self.written.forget(key);
+                    return Ok(None);
+                }
+                Err(source) => {
+                    // A conflict means our copy was stale; drop what we remembered, the
+                    // informer will deliver the newer object and a retry reads it.
+                    self.written.forget(key);
+                    return Err(SyncError::UpdateStatus {
+                        key: key.to_string(),
+                        source,
+                    });
+                }
+            }
+        }
+
+        for event in &plan.events {
+            let type_ = match event.type_ {
+                PlannedEventType::Normal => EventType::Normal,
+                PlannedEventType::Warning => EventType::Warning,
+            };
+            self.recorder
+                .event(at.as_ref(), type_, event.reason, &event.message);
+        }
+        Ok(plan.requeue_after)
+    }
+}
+
+impl SyncHandler for AtController {
+    type Error = SyncError;
+
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+        AtController::sync_handler(self, key).await
+    }
+}
+
+impl super::Controller for AtController {
+    fn name(&self) -> &'static str {
+        "at"
+    }
+
+    fn has_synced(&self) -> bool {
+        AtController::has_synced(self)
+    }
+
+    fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            AtController::run(self, workers, stop)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        let queue = self.queue.clone();
+        Box::pin(async move { queue.shut_down_with_drain().await })
+    }
+
+    fn stats(&self) -> Arc<SyncStats> {
+        AtController::stats(self)
+    }
+}
+
+/// The key of the At that controls `pod`, if one does (client-go's `handleObject`).
+fn owner_key(pod: &Pod) -> Option<String> {
+    let owner = at_controller_of(pod)?;
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    Some(format!("{ns}/{}", owner.name))
+}
+
+/// The statuses this controller wrote and its At informer has not delivered yet.
+///
+/// Phases only move forward (PENDING → RUNNING → DONE). If the cache still shows an older
+/// phase than the one we wrote, acting on it could repeat work: most dangerously, a pod deleted
+/// right after the At went DONE would look like "RUNNING, no pod" and be created again. So
+/// the sync handler acts on the status it wrote (and its resourceVersion, so a write based on
+/// it does not conflict) until the cache catches up; see [`WrittenStatuses::effective`].
+#[derive(Debug, Default)]
+pub struct WrittenStatuses {
+    by_key: Mutex<HashMap<String, Written>>,
+}
+
+#[derive(Debug, Clone)]
+struct Written {
+    uid: Option<String>,
+    resource_version: Option<String>,
+    generation: Option<i64>,
+    status: Option<AtStatus>,
+}
+
+fn phase_rank(p: AtPhase) -> u8 {
+    match p {
+        AtPhase::Pending => 0,
+        AtPhase::Running => 1,
+        AtPhase::Done => 2,
+    }
+}
+
+impl WrittenStatuses {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Written>> {
+        // Single inserts and removes only: a poisoned map is still consistent.
+        self.by_key.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers the object the server returned from a status write.
+    pub fn record(&self, key: &str, stored: &At) {
+        self.lock().insert(
+            key.to_string(),
+            Written {
+                uid: stored.metadata.uid.clone(),
+                resource_version: stored.metadata.resource_version.clone(),
+                generation: stored.metadata.generation,
+                status: stored.status.clone(),
+            },
+        );
+    }
+
+    /// Forgets `key` (deleted, or a write conflicted).
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
+    }
+
+    /// The At to act on: the cached one, or, while the cache is behind our last write for the
+    /// same object, the cached one (its spec) with our written status and resourceVersion.
+    ///
+    /// resourceVersions are opaque (a client must not order them), so "behind" is judged by
+    /// what can be ordered: the cache has caught up when it shows our resourceVersion, a later
+    /// phase, or a later generation (a spec change made after our write). A cache showing the
+    /// same phase with another resourceVersion is treated as not caught up; if it was in fact
+    /// newer (someone else wrote the status), the next status write conflicts, the record is
+    /// forgotten and the retry reads the cache.
+    pub fn effective(&self, key: &str, cached: Arc<At>) -> Arc<At> {
+        let mut map = self.lock();
+        let Some(w) = map.get(key) else {
+            return cached;
+        };
+        let written_phase = w.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
+        let caught_up = w.uid != cached.metadata.uid
+            || w.resource_version == cached.metadata.resource_version
+            || phase_rank(cached.phase()) > phase_rank(written_phase)
+            || cached.metadata.generation > w.generation;
+        if caught_up {
+            map.remove(key);
+            return cached;
+        }
+        let mut at = cached.as_ref().clone();
+        at.status = w.status.clone();
+        at.metadata.resource_version = w.resource_version.clone();
+        Arc::new(at)
+    }
+
+    /// How many writes the cache has not caught up with.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// True when the cache has caught up with every write.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The decision: a pure function from what was observed to what to do.
+// ---------------------------------------------------------------------------------------------
+
+/// The image the At's pod runs. Pinned (a `:latest` tag would make every start pull).
+pub const POD_IMAGE: &str = "busybox:1.36";
+
+/// The container name inside the At's pod (the book's).
+pub const POD_CONTAINER_NAME: &str = "busybox";
+
+/// Condition type: `True` once the At has run its command successfully.
+pub const CONDITION_READY: &str = "Ready";
+/// Condition type: `True` while the spec cannot be acted on.
+pub const CONDITION_INVALID_SPEC: &str = "InvalidSpec";
+
+/// Event reasons, as `kubectl describe at NAME` shows them.
+pub mod reason {
+    /// Normal: the At waits for its schedule.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// Normal: the pod running the command was created (or found).
+    pub const STARTED: &str = "Started";
+    /// Normal: the command succeeded.
+    pub const COMPLETED: &str = "Completed";
+    /// Warning: the command failed.
+    pub const FAILED: &str = "Failed";
+    /// Warning: the spec cannot be acted on (bad schedule, empty command).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Warning: a pod with the At's pod name exists and belongs to someone else.
+    pub const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
+    /// Warning: creating the pod failed.
+    pub const FAILED_CREATE: &str = "FailedCreate";
+    /// Condition reason: the pod runs.
+    pub const RUNNING: &str = "Running";
+}
+
+/// `Normal` or `Warning`, as core/v1 Events (kept apart from the recorder's type so the
+/// decision logic depends on nothing but the API types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlannedEventType {
+    /// Routine progress.
+    Normal,
+    /// Something a user should look at.
+    Warning,
+}
+
+/// An event the sync should record once its writes have succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedEvent {
+    /// Normal or Warning.
+    pub type_: PlannedEventType,
+    /// CamelCase reason (see [`reason`]).
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+}
+
+/// What the pod lister (plus the controller's expectations) says about the At's pod.
+#[derive(Clone, Copy, Debug)]
+pub enum PodState<'a> {
+    /// No pod of that name in the lister, and none is expected.
+    Absent,
+    /// The lister has no pod yet, but this controller created one and its informer has not
+    /// caught up: creating again would be a duplicate.
+    Expected,
+    /// The lister's pod of that name (controlled by this At or not).
+    Present(&'a Pod),
+}
+
+/// The decision of one sync: what to create, what status to write, what to tell the user,
+/// and when to look again. Produced by [`plan`], carried out by the sync handler in this order:
+/// create the pod, write the status, record the events, return `requeue_after`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// A pod to create.
+    pub create_pod: Option<Pod>,
+    /// The new status, present only when it differs from the current one.
+    pub status: Option<AtStatus>,
+    /// Events to record after the writes succeeded.
+    pub events: Vec<PlannedEvent>,
+    /// Look at this At again after this long (the schedule's due time), without an event.
+    pub requeue_after: Option<Duration>,
+}
+
+/// The At state machine, as a pure function of what the controller observed:
+///
+/// | phase | observation | decision |
+/// |---|---|---|
+/// | `DONE` | anything | nothing, ever (a deleted pod is not recreated) |
+/// | `PENDING` | schedule unparsable or command empty | `InvalidSpec` condition + Warning event; no requeue (the next spec change enqueues it) |
+/// | `PENDING` | due in the future | persist `PENDING` (+ Normal `Scheduled`), requeue exactly at the due time |
+/// | `PENDING` | due now or in the past | go `RUNNING` and continue below in the same sync |
+/// | `RUNNING` | pod absent | create `<name>-pod` (controller ownerReference, `/bin/sh -c`, `restartPolicy: Never`) |
+/// | `RUNNING` | pod expected (created, not yet in the lister) | wait for the pod informer |
+/// | any | pod not controlled by this At | Warning `ErrResourceExists`; the pod is left untouched |
+/// | `RUNNING` | pod Succeeded / Failed | `DONE` with result, exit code, message, completion time |
+/// | `RUNNING` | pod pending / running / being deleted | wait for the pod's next event |
+///
+/// The status in the plan is `Some` only when it differs from the At's current status, so a
+/// sync that changes nothing writes nothing.
+pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
+    let phase = at.phase();
+    if phase == AtPhase::Done {
+        return Plan::default();
+    }
+    let current = at.status.clone().unwrap_or_default();
+    let mut status = current.clone();
+    let generation = at.metadata.generation;
+    let mut out = Plan::default();
+
+    if phase == AtPhase::Pending {
+        let due = match validate_spec(&at.spec) {
+            Ok(due) => due,
+            Err(message) => {
+                status.phase = Some(AtPhase::Pending);
+                status.observed_generation = generation;
+                status.message = Some(message.clone());
+                let invalid = Condition::new(
+                    CONDITION_INVALID_SPEC,
+                    ConditionStatus::True,
+                    reason::INVALID_SPEC,
+                    message.as_str(),
+                    generation,
+                    now,
+                );
+                let ready = Condition::new(
+                    CONDITION_READY,
+                    ConditionStatus::False,
+                    reason::INVALID_SPEC,
+                    message.as_str(),
+                    generation,
+                    now,
+                );
+                let mut conditions_changed = set_condition(&mut status.conditions, invalid);
+                conditions_changed |= set_condition(&mut status.conditions, ready);
+                if conditions_changed || current.message.as_deref() != Some(message.as_str()) {
+                    out.events.push(PlannedEvent {
+                        type_: PlannedEventType::Warning,
+                        reason: reason::INVALID_SPEC,
+                        message,
+                    });
+                }
+                out.status = changed(&current, status);
+                return out;
+            }
+        };
+        remove_condition(&mut status.conditions, CONDITION_INVALID_SPEC);
+        if now < due {
+            let message = format!("waiting until {due} to run the command");
+            status.phase = Some(AtPhase::Pending);
+            status.observed_generation = generation;
+            set_condition(
+                &mut status.conditions,
+                Condition::new(
+                    CONDITION_READY,
+                    ConditionStatus::False,
+                    reason::SCHEDULED,
+                    message.as_str(),
+                    generation,
+                    now,
+                ),
+            );
+            if current.phase != Some(AtPhase::Pending)
+                || current.message.as_deref() != Some(message.as_str())
+            {
+                out.events.push(PlannedEvent {
+                    type_: PlannedEventType::Normal,
+                    reason: reason::SCHEDULED,
+                    message: format!("scheduled to run {:?} at {due}", at.spec.command),
+                });
+            }
+            status.message = Some(message);
+            out.status = changed(&current, status);
+            out.requeue_after =
+                Some(Duration::try_from(now.duration_until(due)).unwrap_or(Duration::ZERO));
+            return out;
+        }
+    }
+
+    // RUNNING (or PENDING that is due now): the pod decides.
+    let pod_name = at.pod_name();
+    let was_pending = phase == AtPhase::Pending;
+    match pod {
+        PodState::Present(pod) if !is_controlled_by(pod, at) => {
+            let message = format!("Resource {pod_name:?} already exists and is not managed by At");
+            status.phase = Some(phase);
+            status.observed_generation = generation;
+            let cond_changed = set_condition(
+                &mut status.conditions,
+                Condition::new(
+                    CONDITION_READY,
+                    ConditionStatus::False,
+                    reason::ERR_RESOURCE_EXISTS,
+                    message.as_str(),
+                    generation,
+                    now,
+                ),
+            );
+            if cond_changed || current.message.as_deref() != Some(message.as_str()) {
+                out.events.push(PlannedEvent {
+                    type_: PlannedEventType::Warning,
+                    reason: reason::ERR_RESOURCE_EXISTS,
+                    message: message.clone(),
+                });
+            }
+            status.message = Some(message);
+        }
+        PodState::Present(pod) => {
+            enter_running(&mut status, &pod_name, generation, now);
+            match finished(pod) {
+                Some(outcome) => {
+                    let (type_, event_reason, ready) = match outcome.result {
+                        AtResult::Succeeded => (
+                            PlannedEventType::Normal,
+                            reason::COMPLETED,
+                            ConditionStatus::True,
+                        ),
+                        AtResult::Failed => (
+                            PlannedEventType::Warning,
+                            reason::FAILED,
+                            ConditionStatus::False,
+                        ),
+                    };
+                    let cond_reason = match outcome.result {
+                        AtResult::Succeeded => "Succeeded",
+                        AtResult::Failed => "Failed",
+                    };
+                    status.phase = Some(AtPhase::Done);
+                    status.result = Some(outcome.result);
+                    status.exit_code = outcome.exit_code;
+                    status.completion_time = Some(truncate(now));
+                    status.message = Some(outcome.message.clone());
+                    set_condition(
+                        &mut status.conditions,
+                        Condition::new(
+                            CONDITION_READY,
+                            ready,
+                            cond_reason,
+                            outcome.message.as_str(),
+                            generation,
+                            now,
+                        ),
+                    );
+                    if was_pending {
+                        out.events.push(started_event(&pod_name, &at.spec.command));
+                    }
+                    out.events.push(PlannedEvent {
+                        type_,
+                        reason: event_reason,
+                        message: outcome.message,
+                    });
+                }
+                None => {
+                    let pod_phase = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.phase.as_deref())
+                        .unwrap_or("Pending");
+                    let message = if pod.metadata.deletion_timestamp.is_some() {
+                        format!("pod {pod_name} is being deleted before it finished")
+                    } else {
+                        format!("pod {pod_name} is {pod_phase}")
+                    };
+                    set_running_condition(&mut status, &message, generation, now);
+                    status.message = Some(message);
+                    if was_pending {
+                        out.events.push(started_event(&pod_name, &at.spec.command));
+                    }
+                }
+            }
+        }
+        PodState::Expected => {
+            enter_running(&mut status, &pod_name, generation, now);
+            let message = format!("pod {pod_name} created, waiting for it to run");
+            set_running_condition(&mut status, &message, generation, now);
+            status.message = Some(message);
+        }
+        PodState::Absent => {
+            enter_running(&mut status, &pod_name, generation, now);
+            let message = format!("pod {pod_name} created, waiting for it to run");
+            set_running_condition(&mut status, &message, generation, now);
+            status.message = Some(message);
+            out.create_pod = Some(new_pod(at));
+            out.events.push(if was_pending {
+                started_event(&pod_name, &at.spec.command)
+            } else {
+                PlannedEvent {
+                    type_: PlannedEventType::Normal,
+                    reason: reason::STARTED,
+                    message: format!(
+                        "created pod {pod_name} again: the previous one was deleted before it finished"
+                    ),
+                }
+            });
+        }
+    }
+    out.status = changed(&current, status);
+    out
+}
+
+/// Checks what a sync needs from the spec: a parsable schedule and a non-empty command.
+/// Returns the due time, or a message naming the field and the value.
+pub fn validate_spec(spec: &AtSpec) -> Result<Timestamp, String> {
+    if spec.command.trim().is_empty() {
+        return Err(format!(
+            "spec.command: {:?} is empty; expected a shell command line such as \"echo YAY\"",
+            spec.command
+        ));
+    }
+    spec.parse_schedule()
+}
+
+/// The book's `newPodForCR`, fixed: the command runs through a shell (the book split it on
+/// spaces), `restartPolicy: Never` (the book's `OnFailure` restarted a failing command in place
+/// for ever, so its pod never became Failed), and the pod carries a controller ownerReference
+/// so the garbage collector deletes it with its At and its events find their way back.
+pub fn new_pod(at: &At) -> Pod {
+    let name = at.metadata.name.clone().unwrap_or_default();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(at.pod_name()),
+            namespace: at.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([("app".to_string(), name)])),
+            owner_references: Some(vec![controller_ref(at)]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: POD_CONTAINER_NAME.to_string(),
+                image: Some(POD_IMAGE.to_string()),
+                command: Some(vec![
+                    "/bin/sh".to_string(),
+                    "-c".to_string(),
+                    at.spec.command.clone(),
+                ]),
+                ..Container::default()
+            }],
+            restart_policy: Some("Never".to_string()),
+            ..PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// `metav1.NewControllerRef(at, At GVK)`: the ownerReference that makes the At the pod's
+/// controller (`controller: true`; `blockOwnerDeletion: true` so a foreground deletion of the
+/// At waits for its pod).
+pub fn controller_ref(at: &At) -> OwnerReference {
+    OwnerReference {
+        api_version: <At as k8s_openapi::Resource>::API_VERSION.to_string(),
+        kind: <At as k8s_openapi::Resource>::KIND.to_string(),
+        name: at.metadata.name.clone().unwrap_or_default(),
+        uid: at.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The pod's controller ownerReference if it points at an At of our API group (any version).
+pub fn at_controller_of(pod: &Pod) -> Option<&OwnerReference> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_deref()?
+        .iter()
+        .find(|r| r.controller == Some(true))?;
+    let group = owner
+        .api_version
+        .split_once('/')
+        .map(|(g, _)| g)
+        .unwrap_or("");
+    (owner.kind == <At as k8s_openapi::Resource>::KIND
+        && group == <At as k8s_openapi::Resource>::GROUP)
+        .then_some(owner)
+}
+
+/// `metav1.IsControlledBy`: the pod's controller ownerReference carries this At's UID.
+pub fn is_controlled_by(pod: &Pod, at: &At) -> bool {
+    match (at_controller_of(pod), at.metadata.uid.as_deref()) {
+        (Some(owner), Some(uid)) => owner.uid == uid,
+        _ => false,
+    }
+}
+
+/// How a finished pod ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// Succeeded or Failed.
+    pub result: AtResult,
+    /// The container's exit code, when the kubelet reported one.
+    pub exit_code: Option<i32>,
+    /// A sentence for `status.message` and the event.
+    pub message: String,
+}
+
+/// The outcome of a pod in phase `Succeeded` or `Failed`; `None` while it has not finished.
+pub fn finished(pod: &Pod) -> Option<Outcome> {
+    let status = pod.status.as_ref()?;
+    let result = match status.phase.as_deref()? {
+        "Succeeded" => AtResult::Succeeded,
+        "Failed" => AtResult::Failed,
+        _ => return None,
+    };
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let terminated = status
+        .container_statuses
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.name == POD_CONTAINER_NAME)
+        .or_else(|| status.container_statuses.as_deref().and_then(|c| c.first()))
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.terminated.as_ref());
+    let exit_code = match (terminated, result) {
+        (Some(t), _) => Some(t.exit_code),
+        (None, AtResult::Succeeded) => Some(0),
+        (None, AtResult::Failed) => None,
+    };
+    let detail = terminated
+        .and_then(|t| t.reason.clone().or_else(|| t.message.clone()))
+        .or_else(|| status.reason.clone())
+        .or_else(|| status.message.clone());
+    let message = match (result, exit_code) {
+        (AtResult::Succeeded, _) => format!("pod {pod_name} succeeded: the command exited with 0"),
+        (AtResult::Failed, Some(code)) => match detail {
+            Some(d) => format!("pod {pod_name} failed: the command exited with {code} ({d})"),
+            None => format!("pod {pod_name} failed: the command exited with {code}"),
+        },
+        (AtResult::Failed, None) => match detail {
+            Some(d) => format!("pod {pod_name} failed: {d}"),
+            None => format!("pod {pod_name} failed"),
+        },
+    };
+    Some(Outcome {
+        result,
+        exit_code,
+        message,
+    })
+}
+
+fn enter_running(status: &mut AtStatus, pod_name: &str, generation: Option<i64>, now: Timestamp) {
+    status.phase = Some(AtPhase::Running);
+    status.pod_name = Some(pod_name.to_string());
+    status.observed_generation = generation;
+    if status.start_time.is_none() {
+        status.start_time = Some(truncate(now));
+    }
+}
+
+fn set_running_condition(
+    status: &mut AtStatus,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    set_condition(
+        &mut status.conditions,
+        Condition::new(
+            CONDITION_READY,
+            ConditionStatus::False,
+            reason::RUNNING,
+            message,
+            generation,
+            now,
+        ),
+    );
+}
+
+fn started_event(pod_name: &str, command: &str) -> PlannedEvent {
+    PlannedEvent {
+        type_: PlannedEventType::Normal,
+        reason: reason::STARTED,
+        message: format!("running {command:?} in pod {pod_name}"),
+    }
+}
+
+/// `metav1.Time` has whole seconds on the wire; keeping the same precision in memory makes a
+/// status read back from the server compare equal to the one that was written.
+fn truncate(t: Timestamp) -> Timestamp {
+    crate::apis::conditions::truncate_to_seconds(t)
+}
+
+fn changed(current: &AtStatus, new: AtStatus) -> Option<AtStatus> {
+    (new != *current).then_some(new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    const NOW: &str = "2030-06-01T12:00:00Z";
+
+    fn at(schedule: &str, command: &str, status: Option<AtStatus>) -> At {
+        At {
+            metadata: ObjectMeta {
+                name: Some("example-at".into()),
+                namespace: Some("cnat".into()),
+                uid: Some("uid-at".into()),
+                generation: Some(1),
+                resource_version: Some("7".into()),
+                ..ObjectMeta::default()
+            },
+            spec: AtSpec {
+                schedule: schedule.into(),
+                command: command.into(),
+            },
+            status,
+        }
+    }
+
+    fn with_phase(mut a: At, now: Timestamp) -> At {
+        // Runs the planner until it settles, applying its status like the server would.
+        loop {
+            let p = plan(&a, PodState::Expected, now);
+            match p.status {
+                Some(s) => a.status = Some(s),
+                None => return a,
+            }
+        }
+    }
+
+    fn pod_of(a: &At, phase: &str, exit: Option<i32>) -> Pod {
+        let mut p = new_pod(a);
+        p.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            container_statuses: exit.map(|code| {
+                vec![ContainerStatus {
+                    name: POD_CONTAINER_NAME.into(),
+                    state: Some(ContainerState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: code,
+                            reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn pending_not_due_persists_pending_and_requeues_exactly_at_the_due_time() {
+        let a = at("2030-06-01T12:00:42Z", "echo YAY", None);
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(42)));
+        assert_eq!(p.create_pod, None);
+        let st = p.status.expect("PENDING is written");
+        assert_eq!(st.phase, Some(AtPhase::Pending));
+        assert_eq!(st.observed_generation, Some(1));
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].reason, reason::SCHEDULED);
+        assert_eq!(p.events[0].type_, PlannedEventType::Normal);
+
+        // The same observation a moment later: nothing new to write or say, only the timer.
+        let a2 = At {
+            status: Some(st),
+            ..a
+        };
+        let later = ts("2030-06-01T12:00:40.5Z");
+        let p2 = plan(&a2, PodState::Absent, later);
+        assert_eq!(p2.status, None);
+        assert!(p2.events.is_empty());
+        assert_eq!(p2.requeue_after, Some(Duration::from_millis(1500)));
+    }
+
+    #[test]
+    fn sub_second_schedules_are_exact() {
+        let a = at("2030-06-01T12:00:00.250Z", "true", None);
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert_eq!(p.requeue_after, Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn due_creates_the_pod_and_goes_running_in_one_sync() {
+        let a = at(
+            "2030-06-01T12:00:00Z",
+            "echo YAY | tr A-Z a-z > /dev/null && exit 0",
+            None,
+        );
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert_eq!(p.requeue_after, None);
+        let pod = p.create_pod.expect("pod created");
+        assert_eq!(pod.metadata.name.as_deref(), Some("example-at-pod"));
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("cnat"));
+        let owners = pod.metadata.owner_references.as_ref().unwrap();
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].kind, "At");
+        assert_eq!(
+            owners[0].api_version,
+            "cnat.programming-kubernetes.info/v1alpha1"
+        );
+        assert_eq!(owners[0].uid, "uid-at");
+        assert_eq!(owners[0].controller, Some(true));
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(
+            spec.containers[0].command.as_deref().unwrap(),
+            [
+                "/bin/sh",
+                "-c",
+                "echo YAY | tr A-Z a-z > /dev/null && exit 0"
+            ]
+        );
+        assert!(is_controlled_by(&pod, &a));
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Running));
+        assert_eq!(st.pod_name.as_deref(), Some("example-at-pod"));
+        assert_eq!(st.start_time, Some(ts(NOW)));
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].reason, reason::STARTED);
+    }
+
+    #[test]
+    fn past_schedules_fire_at_once() {
+        let a = at("2019-04-12T10:12:00Z", "echo YAY", None);
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert!(p.create_pod.is_some());
+        assert_eq!(p.status.unwrap().phase, Some(AtPhase::Running));
+    }
+
+    #[test]
+    fn running_without_pod_creates_it_unless_one_is_expected() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "true", None), ts(NOW));
+        assert_eq!(a.phase(), AtPhase::Running);
+
+        // Expected: the informer has not seen our pod yet; never create a second one.
+        let p = plan(&a, PodState::Expected, ts(NOW));
+        assert_eq!(p, Plan::default());
+
+        // Absent and not expected: the pod was deleted while running; create it again.
+        let p = plan(&a, PodState::Absent, ts(NOW));
+        assert!(p.create_pod.is_some());
+        assert_eq!(p.events[0].reason, reason::STARTED);
+        assert!(p.events[0].message.contains("again"), "{:?}", p.events);
+    }
+
+    #[test]
+    fn running_pod_waits_for_its_next_event() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "sleep 10", None), ts(NOW));
+        let pod = pod_of(&a, "Running", None);
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        assert_eq!(p.create_pod, None);
+        assert_eq!(p.requeue_after, None);
+        assert!(p.events.is_empty());
+        let st = p.status.expect("message says the pod runs");
+        assert_eq!(st.phase, Some(AtPhase::Running));
+        assert_eq!(st.message.as_deref(), Some("pod example-at-pod is Running"));
+        let settled = At {
+            status: Some(st),
+            ..a
+        };
+        assert_eq!(
+            plan(&settled, PodState::Present(&pod), ts(NOW)),
+            Plan::default()
+        );
+    }
+
+    #[test]
+    fn succeeded_pod_makes_it_done() {
+        let a = with_phase(
+            at("2030-06-01T11:00:00Z", "echo YAY", None),
+            ts("2030-06-01T11:00:00Z"),
+        );
+        let pod = pod_of(&a, "Succeeded", Some(0));
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Done));
+        assert_eq!(st.result, Some(AtResult::Succeeded));
+        assert_eq!(st.exit_code, Some(0));
+        assert_eq!(st.start_time, Some(ts("2030-06-01T11:00:00Z")));
+        assert_eq!(st.completion_time, Some(ts(NOW)));
+        let ready =
+            crate::apis::conditions::find_condition(&st.conditions, CONDITION_READY).unwrap();
+        assert_eq!(ready.status, ConditionStatus::True);
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].reason, reason::COMPLETED);
+        assert_eq!(p.events[0].type_, PlannedEventType::Normal);
+    }
+
+    #[test]
+    fn failed_pod_makes_it_done_with_the_exit_code() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "exit 3", None), ts(NOW));
+        let pod = pod_of(&a, "Failed", Some(3));
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Done));
+        assert_eq!(st.result, Some(AtResult::Failed));
+        assert_eq!(st.exit_code, Some(3));
+        assert_eq!(
+            st.message.as_deref(),
+            Some("pod example-at-pod failed: the command exited with 3 (Error)")
+        );
+        assert_eq!(p.events[0].type_, PlannedEventType::Warning);
+        assert_eq!(p.events[0].reason, reason::FAILED);
+    }
+
+    #[test]
+    fn failed_pod_without_container_status_keeps_the_pods_reason() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "true", None), ts(NOW));
+        let mut pod = pod_of(&a, "Failed", None);
+        pod.status.as_mut().unwrap().reason = Some("Evicted".into());
+        let st = plan(&a, PodState::Present(&pod), ts(NOW)).status.unwrap();
+        assert_eq!(st.exit_code, None);
+        assert_eq!(
+            st.message.as_deref(),
+            Some("pod example-at-pod failed: Evicted")
+        );
+    }
+
+    #[test]
+    fn pending_due_with_a_finished_pod_goes_straight_to_done() {
+        // The controller created the pod, then restarted before writing RUNNING.
+        let a = at("2030-06-01T11:00:00Z", "echo YAY", None);
+        let pod = pod_of(&a, "Succeeded", Some(0));
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        assert_eq!(p.create_pod, None);
+        assert_eq!(p.status.unwrap().phase, Some(AtPhase::Done));
+        let reasons: Vec<_> = p.events.iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, [reason::STARTED, reason::COMPLETED]);
+    }
+
+    #[test]
+    fn done_does_nothing_ever() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "true", None), ts(NOW));
+        let pod = pod_of(&a, "Succeeded", Some(0));
+        let done = At {
+            status: plan(&a, PodState::Present(&pod), ts(NOW)).status,
+            ..a
+        };
+        assert_eq!(done.phase(), AtPhase::Done);
+        for state in [
+            PodState::Absent,
+            PodState::Expected,
+            PodState::Present(&pod),
+        ] {
+            assert_eq!(
+                plan(&done, state, ts("2031-01-01T00:00:00Z")),
+                Plan::default()
+            );
+        }
+        // Even a spec change (new generation, now invalid) leaves a DONE At alone.
+        let mut edited = done.clone();
+        edited.metadata.generation = Some(2);
+        edited.spec.schedule = "garbage".into();
+        assert_eq!(plan(&edited, PodState::Absent, ts(NOW)), Plan::default());
+    }
+
+    #[test]
+    fn foreign_pod_is_reported_and_never_taken_over() {
+        let a = at("2030-06-01T11:00:00Z", "true", None);
+        let mut foreign = pod_of(&a, "Succeeded", Some(0));
+        foreign.metadata.owner_references = None;
+        let p = plan(&a, PodState::Present(&foreign), ts(NOW));
+        assert_eq!(p.create_pod, None);
+        assert_eq!(p.requeue_after, None);
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Pending), "the At did not start");
+        assert_eq!(st.result, None);
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(p.events[0].type_, PlannedEventType::Warning);
+        assert_eq!(p.events[0].reason, reason::ERR_RESOURCE_EXISTS);
+        assert_eq!(
+            p.events[0].message,
+            "Resource \"example-at-pod\" already exists and is not managed by At"
+        );
+        // Seen again: nothing new to write, no second event.
+        let again = At {
+            status: Some(st),
+            ..a.clone()
+        };
+        assert_eq!(
+            plan(&again, PodState::Present(&foreign), ts(NOW)),
+            Plan::default()
+        );
+
+        // A pod controlled by another At (different UID) is foreign too.
+        let mut other = pod_of(&a, "Running", None);
+        other.metadata.owner_references.as_mut().unwrap()[0].uid = "uid-other".into();
+        assert!(!is_controlled_by(&other, &a));
+        assert_eq!(
+            plan(&a, PodState::Present(&other), ts(NOW)).events[0].reason,
+            reason::ERR_RESOURCE_EXISTS
+        );
+    }
+
+    #[test]
+    fn invalid_spec_sets_a_condition_once_and_never_requeues() {
+        for (schedule, command, field) in [
+            ("tomorrow", "echo hi", "spec.schedule"),
+            ("", "echo hi", "spec.schedule"),
+            ("2030-06-01", "echo hi", "spec.schedule"),
+            ("2030-06-01T12:00:00Z", "", "spec.command"),
+            ("2030-06-01T12:00:00Z", "   ", "spec.command"),
+        ] {
+            let a = at(schedule, command, None);
+            let p = plan(&a, PodState::Absent, ts(NOW));
+            assert_eq!(p.requeue_after, None, "{schedule:?} {command:?}");
+            assert_eq!(p.create_pod, None);
+            let st = p.status.clone().unwrap();
+            assert_eq!(st.phase, Some(AtPhase::Pending));
+            let cond =
+                crate::apis::conditions::find_condition(&st.conditions, CONDITION_INVALID_SPEC)
+                    .unwrap();
+            assert_eq!(cond.status, ConditionStatus::True);
+            assert!(cond.message.contains(field), "{}", cond.message);
+            assert_eq!(p.events.len(), 1);
+            assert_eq!(p.events[0].type_, PlannedEventType::Warning);
+            assert_eq!(p.events[0].reason, reason::INVALID_SPEC);
+            // The next sync (triggered by our own status write) changes nothing.
+            let settled = At {
+                status: Some(st),
+                ..a
+            };
+            assert_eq!(plan(&settled, PodState::Absent, ts(NOW)), Plan::default());
+        }
+    }
+
+    #[test]
+    fn fixing_the_spec_clears_the_condition_and_schedules() {
+        let bad = with_phase(at("tomorrow", "echo hi", None), ts(NOW));
+        let mut fixed = bad.clone();
+        fixed.spec.schedule = "2030-06-01T13:00:00Z".into();
+        fixed.metadata.generation = Some(2);
+        let p = plan(&fixed, PodState::Absent, ts(NOW));
+        let st = p.status.unwrap();
+        assert!(
+            crate::apis::conditions::find_condition(&st.conditions, CONDITION_INVALID_SPEC)
+                .is_none()
+        );
+        assert_eq!(st.observed_generation, Some(2));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(3600)));
+        assert_eq!(p.events[0].reason, reason::SCHEDULED);
+    }
+
+    #[test]
+    fn rescheduling_a_pending_at_moves_the_timer() {
+        let a = with_phase(at("2030-06-01T13:00:00Z", "true", None), ts(NOW));
+        let mut moved = a.clone();
+        moved.spec.schedule = "2030-06-01T12:30:00Z".into();
+        moved.metadata.generation = Some(2);
+        let p = plan(&moved, PodState::Absent, ts(NOW));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(1800)));
+        assert_eq!(p.events[0].reason, reason::SCHEDULED);
+        assert!(p.status.is_some());
+    }
+
+    #[test]
+    fn pod_being_deleted_is_waited_for() {
+        let a = with_phase(at("2030-06-01T11:00:00Z", "sleep 100", None), ts(NOW));
+        let mut pod = pod_of(&a, "Running", None);
+        pod.metadata.deletion_timestamp = Some(Time(ts(NOW)));
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        assert_eq!(p.create_pod, None);
+        assert!(p.status.unwrap().message.unwrap().contains("being deleted"));
+    }
+
+    #[test]
+    fn written_status_wins_until_the_cache_catches_up() {
+        let written = WrittenStatuses::default();
+        let cached = Arc::new(at("2030-06-01T11:00:00Z", "true", None));
+        // Nothing written: the cache is used as is.
+        assert!(Arc::ptr_eq(
+            &written.effective("cnat/example-at", Arc::clone(&cached)),
+            &cached
+        ));
+
+        let mut stored = cached.as_ref().clone();
+        stored.metadata.resource_version = Some("9".into());
+        stored.status = Some(AtStatus {
+            phase: Some(AtPhase::Done),
+            ..AtStatus::default()
+        });
+        written.record("cnat/example-at", &stored);
+
+        // The cache still shows the older (PENDING, rv 7) object: act on what was written.
+        let eff = written.effective("cnat/example-at", Arc::clone(&cached));
+        assert_eq!(eff.phase(), AtPhase::Done);
+        assert_eq!(eff.metadata.resource_version.as_deref(), Some("9"));
+        assert_eq!(
+            plan(&eff, PodState::Absent, ts(NOW)),
+            Plan::default(),
+            "no new pod"
+        );
+
+        // The same phase but an older cache (our PENDING write not seen yet, status still
+        // empty there): what was written wins, with its resourceVersion.
+        let written_pending = WrittenStatuses::default();
+        let mut pending = cached.as_ref().clone();
+        pending.metadata.resource_version = Some("8".into());
+        pending.status = plan(&cached, PodState::Absent, ts(NOW)).status;
+        written_pending.record("cnat/example-at", &pending);
+        let eff = written_pending.effective("cnat/example-at", Arc::clone(&cached));
+        assert_eq!(eff.metadata.resource_version.as_deref(), Some("8"));
+        // A spec change after the write (a later generation) means the cache is newer.
+        let mut edited = cached.as_ref().clone();
+        edited.metadata.generation = Some(2);
+        let edited = Arc::new(edited);
+        assert!(Arc::ptr_eq(
+            &written_pending.effective("cnat/example-at", Arc::clone(&edited)),
+            &edited
+        ));
+
+        // A different object with the same name (deleted and re-created) is not confused.
+        let mut other = cached.as_ref().clone();
+        other.metadata.uid = Some("uid-new".into());
+        let other = Arc::new(other);
+        assert!(Arc::ptr_eq(
+            &written.effective("cnat/example-at", Arc::clone(&other)),
+            &other
+        ));
+        assert!(written.is_empty(), "the stale record was dropped");
+
+        // Caught up: the cache is used again and the record dropped.
+        written.record("cnat/example-at", &stored);
+        let caught_up = Arc::new(stored.clone());
+        assert!(Arc::ptr_eq(
+            &written.effective("cnat/example-at", Arc::clone(&caught_up)),
+            &caught_up
+        ));
+        assert!(written.is_empty());
+    }
+
+    #[test]
+    fn pod_events_route_to_the_controlling_at_only() {
+        let a = at("2030-06-01T11:00:00Z", "true", None);
+        let pod = new_pod(&a);
+        assert_eq!(owner_key(&pod).as_deref(), Some("cnat/example-at"));
+        let mut orphan = pod.clone();
+        orphan.metadata.owner_references = None;
+        assert_eq!(owner_key(&orphan), None);
+    }
+
+    #[test]
+    fn controller_of_checks_kind_and_group() {
+        let a = at("2030-06-01T11:00:00Z", "true", None);
+        let mut pod = new_pod(&a);
+        assert!(at_controller_of(&pod).is_some());
+        pod.metadata.owner_references.as_mut().unwrap()[0].api_version =
+            "other.example.com/v1".into();
+        assert!(
+            at_controller_of(&pod).is_none(),
+            "the book ignored the group"
+        );
+        let mut pod = new_pod(&a);
+        pod.metadata.owner_references.as_mut().unwrap()[0].controller = Some(false);
+        assert!(
+            at_controller_of(&pod).is_none(),
+            "only a controller ref counts"
+        );
+    }
+}

@@ -1,0 +1,466 @@
+//! # `sample-controller demo`: the whole story in one command
+//!
+//! `cargo run --release -- demo` needs nothing but the Rust toolchain: no cluster, no network,
+//! no Docker. In one process it starts
+//!
+//! 1. the **embedded API server** ([`crate::apiserver`]) over HTTPS with a generated CA and a
+//!    token, with its simulated node that runs pods (`exit N` and `false` fail, anything else
+//!    succeeds), and writes a kubeconfig so you can watch from another terminal with `kubectl`;
+//! 2. installs the **At CRD** generated from [`crate::apis::At`];
+//! 3. starts the **controller manager** ([`crate::manager::Manager`]) exactly as
+//!    `sample-controller run` would, talking to that server over real HTTP;
+//! 4. creates the Ats of the story:
+//!    * `example-at`: the book's `artifacts/examples/cnat-example.yaml` (`echo YAY`), its
+//!      schedule moved a few seconds ahead;
+//!    * `failing-at`: a command that exits 3, to show `result: Failed` and its exit code;
+//!    * `not-a-time`: a schedule that is not a time. A server that checks the CRD's
+//!      `format: date-time` rejects it at admission (the first line of defence; the demo prints
+//!      the rejection); a server that lets it through leaves it to the controller, which marks
+//!      it with a Warning `InvalidSpec` event and condition;
+//!    * `blank-command`: a command of spaces, which passes the schema's `minLength` but cannot
+//!      run; the controller marks it with a Warning `InvalidSpec` event and condition, and
+//!      never retries it until the spec changes;
+//! 5. prints every phase change and every event as the controller produces them, read from its
+//!    own informers (the same machinery the controller uses);
+//! 6. exits 0 once both runnable Ats are `DONE` and every invalid one the server accepted
+//!    carries its Warning, or keeps serving with `--serve` until Ctrl-C.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::apis::conditions::find_condition;
+use crate::apis::{At, AtPhase, AtSpec, ConditionStatus};
+use crate::apiserver::ApiServer;
+use crate::cache::{EventHandlerFns, SharedInformerFactory};
+use crate::client::{self, Api, Client, Config, PostParams};
+use crate::controllers::at::{CONDITION_INVALID_SPEC, reason};
+use crate::manager::{
+    ClientSource, LogFormat, Manager, ManagerConfig, format_duration, parse_go_duration,
+};
+
+/// The book's `cnat-example.yaml`, compiled in.
+const BOOK_EXAMPLE: &str = include_str!("../artifacts/examples/cnat-example.yaml");
+
+/// The namespace the demo's Ats live in.
+pub const DEMO_NAMESPACE: &str = "default";
+
+/// Flags of `sample-controller demo`.
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct DemoOptions {
+    /// Keep the API server and the controller running after the story ends (Ctrl-C stops).
+    #[arg(long)]
+    pub serve: bool,
+
+    /// How far ahead of now the runnable Ats are scheduled.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub delay: Duration,
+
+    /// Give up (exit 1) if the story has not ended after this long.
+    #[arg(long, default_value = "60s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+
+    /// Where to write the kubeconfig of the embedded API server.
+    #[arg(
+        long,
+        default_value = "sample-controller-demo.kubeconfig",
+        value_name = "PATH"
+    )]
+    pub kubeconfig_out: PathBuf,
+
+    /// Log verbosity of the controller's own logs (stderr), klog style; 0 shows warnings only.
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub verbosity: u8,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            serve: false,
+            delay: Duration::from_secs(5),
+            timeout: Duration::from_secs(60),
+            kubeconfig_out: PathBuf::from("sample-controller-demo.kubeconfig"),
+            verbosity: 0,
+        }
+    }
+}
+
+/// Why the demo did not reach its end.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// The embedded API server did not start.
+    #[error("starting the embedded API server: {0}")]
+    Server(String),
+    /// A request to the embedded server failed.
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: client::Error,
+    },
+    /// The kubeconfig could not be written.
+    #[error("writing the kubeconfig to {path}: {source}")]
+    Kubeconfig {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The story did not end in time.
+    #[error("not finished after {timeout}: still waiting for {waiting}")]
+    Timeout { timeout: String, waiting: String },
+    /// The manager stopped with an error.
+    #[error("the controller manager stopped: {0}")]
+    Manager(String),
+}
+
+fn api_err(what: impl Into<String>) -> impl FnOnce(client::Error) -> DemoError {
+    let what = what.into();
+    move |source| DemoError::Api { what, source }
+}
+
+/// What the printer has seen, to decide when the story is over.
+#[derive(Debug, Default)]
+struct Seen {
+    phases: BTreeMap<String, AtPhase>,
+    invalid: BTreeSet<String>,
+    warnings: BTreeSet<(String, String)>,
+    /// The invalid Ats the server accepted: each must end up with its Warning.
+    expect_invalid: Vec<String>,
+}
+
+/// Runs the demo (see the module documentation).
+pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
+    crate::install_crypto_provider();
+    let started = Instant::now();
+    let server = ApiServer::builder()
+        .simulate(true)
+        .start()
+        .await
+        .map_err(|e| DemoError::Server(e.to_string()))?;
+    let kubeconfig = server.kubeconfig_yaml();
+    write_private(&opts.kubeconfig_out, &kubeconfig).await?;
+    let config = Config::from_kubeconfig_yaml(&kubeconfig, None)
+        .map_err(api_err("reading the embedded server's kubeconfig"))?;
+    let client = Client::new(config).map_err(api_err("building the client"))?;
+
+    let path = opts.kubeconfig_out.display().to_string();
+    println!("sample-controller demo: the At operator on an embedded API server");
+    println!();
+    println!("  API server  {} (in this process)", server.url());
+    println!("  kubeconfig  {path}");
+    println!("  watch it    kubectl --kubeconfig {path} get ats -w");
+    println!();
+
+    install_at_crd(&client).await?;
+    say(
+        started,
+        "installed the CRD ats.cnat.programming-kubernetes.info",
+    );
+
+    // The printer: an informer factory of its own, like any other client of the API.
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let printer = SharedInformerFactory::new(ClientSource(client.clone()), Duration::ZERO)
+        .with_namespace(DEMO_NAMESPACE);
+    register_printers(&printer, Arc::clone(&seen), started);
+    let printer_stop = CancellationToken::new();
+    printer.start(&printer_stop);
+
+    // The controller manager, exactly as `sample-controller run` builds it (no HTTP
+    // listeners, no leader election: one process, one manager).
+    let manager_cfg = ManagerConfig {
+        kubeconfig: None,
+        master: None,
+        context: None,
+        namespace: None,
+        controllers: vec!["at"],
+        workers: 2,
+        resync_period: Duration::from_secs(600),
+        qps: 50.0,
+        burst: 100,
+        leader_election: None,
+        metrics_addr: None,
+        health_addr: None,
+        shutdown_timeout: Duration::from_secs(10),
+        log_format: LogFormat::Text,
+        verbosity: opts.verbosity,
+    };
+    let manager_stop = CancellationToken::new();
+    let manager = tokio::spawn(Manager::new(manager_cfg, client.clone()).run(manager_stop.clone()));
+
+    let due = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::try_from(opts.delay).unwrap_or_default())
+        .unwrap_or_else(|_| jiff::Timestamp::now());
+    let due_str = crate::apis::conditions::truncate_to_seconds(due).to_string();
+    let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);
+    let pp = PostParams::default();
+    // The book's example, exactly as shipped, with only its schedule moved.
+    let mut example: At = serde_yaml_ng::from_str(BOOK_EXAMPLE).map_err(|e| DemoError::Api {
+        what: "reading artifacts/examples/cnat-example.yaml".to_string(),
+        source: client::Error::Other(e.to_string()),
+    })?;
+    example.metadata.namespace = Some(DEMO_NAMESPACE.to_string());
+    example.spec.schedule = due_str.clone();
+    for at in [
+        example,
+        new_at("failing-at", &due_str, "exit 3"),
+        new_at("blank-command", &due_str, "   "),
+    ] {
+        let name = at.metadata.name.clone().unwrap_or_default();
+        ats.create(&pp, &at)
+            .await
+            .map_err(api_err(format!("creating At {name}")))?;
+        say(
+            started,
+            &format!(
+                "created at/{name:<14} schedule {}  command {:?}",
+                at.spec.schedule, at.spec.command
+            ),
+        );
+    }
+    seen.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .expect_invalid
+        .push("blank-command".to_string());
+    match ats
+        .create(&pp, &new_at("not-a-time", "tomorrow at noon", "echo never"))
+        .await
+    {
+        Err(e) if e.is_invalid() => say(
+            started,
+            &format!("the API server rejected at/not-a-time at admission: {e}"),
+        ),
+        Err(e) => return Err(api_err("creating At not-a-time")(e)),
+        Ok(_) => {
+            say(
+                started,
+                "created at/not-a-time     schedule \"tomorrow at noon\" (admission let it through; the controller will not)",
+            );
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .expect_invalid
+                .push("not-a-time".to_string());
+        }
+    }
+
+    let deadline = started + opts.timeout;
+    let outcome = loop {
+        if let Some(waiting) = still_waiting(&seen) {
+            if Instant::now() >= deadline {
+                break Err(DemoError::Timeout {
+                    timeout: format_duration(opts.timeout),
+                    waiting,
+                });
+            }
+            if manager.is_finished() {
+                break Err(DemoError::Manager("it exited early".to_string()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        } else {
+            break Ok(());
+        }
+    };
+
+    if outcome.is_ok() {
+        println!();
+        let invalid = seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expect_invalid
+            .join(" and ");
+        println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
+        println!("      the controller ran each command exactly once, at its schedule.");
+        if opts.serve {
+            println!();
+            println!(
+                "still serving (--serve); try:  kubectl --kubeconfig {path} describe at failing-at"
+            );
+            println!("press Ctrl-C to stop");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+
+    manager_stop.cancel();
+    match manager.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if outcome.is_ok() => return Err(DemoError::Manager(e.to_string())),
+        Err(e) if outcome.is_ok() => return Err(DemoError::Manager(e.to_string())),
+        _ => {}
+    }
+    printer_stop.cancel();
+    printer.shutdown().await;
+    server.shutdown().await;
+    outcome
+}
+
+fn new_at(name: &str, schedule: &str, command: &str) -> At {
+    At {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: Some(DEMO_NAMESPACE.to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: AtSpec {
+            schedule: schedule.to_string(),
+            command: command.to_string(),
+        },
+        status: None,
+    }
+}
+
+/// Creates the At CRD from the YAML generated by `codegen/` (the same file as
+/// `artifacts/crds/`). An existing one is fine.
+pub async fn install_at_crd(client: &Client) -> Result<(), DemoError> {
+    let value = crate::apis::crds::crd_value::<At>().map_err(|e| DemoError::Api {
+        what: "reading the embedded At CRD".to_string(),
+        source: client::Error::Other(e.to_string()),
+    })?;
+    let crd: CustomResourceDefinition =
+        serde_json::from_value(value).map_err(|e| DemoError::Api {
+            what: "decoding the embedded At CRD".to_string(),
+            source: client::Error::Other(e.to_string()),
+        })?;
+    match Api::<CustomResourceDefinition>::cluster(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_already_exists() => Ok(()),
+        Err(e) => Err(api_err("installing the At CRD")(e)),
+    }
+}
+
+async fn write_private(path: &std::path::Path, contents: &str) -> Result<(), DemoError> {
+    let err = |source| DemoError::Kubeconfig {
+        path: path.display().to_string(),
+        source,
+    };
+    tokio::fs::write(path, contents).await.map_err(err)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tokio::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .await
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
+fn say(started: Instant, line: &str) {
+    println!("[{:>6.1}s] {line}", started.elapsed().as_secs_f64());
+}
+
+/// Prints At phase changes and events as the informers deliver them, and records what the
+/// end condition needs.
+fn register_printers(
+    factory: &SharedInformerFactory<ClientSource>,
+    seen: Arc<Mutex<Seen>>,
+    started: Instant,
+) {
+    let on_at = {
+        let seen = Arc::clone(&seen);
+        move |at: &At| {
+            let name = at.metadata.name.clone().unwrap_or_default();
+            let phase = at.phase();
+            let status = at.status.clone().unwrap_or_default();
+            let invalid = find_condition(&status.conditions, CONDITION_INVALID_SPEC)
+                .is_some_and(|c| c.status == ConditionStatus::True);
+            let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+            if invalid {
+                s.invalid.insert(name.clone());
+            }
+            if at.status.is_none() || s.phases.get(&name) == Some(&phase) {
+                return;
+            }
+            s.phases.insert(name.clone(), phase);
+            drop(s);
+            let mut line = format!("at/{name:<14} {:<8}", phase.as_str());
+            if phase == AtPhase::Done {
+                let result = status.result.map(|r| format!("{r:?}")).unwrap_or_default();
+                let code = status
+                    .exit_code
+                    .map(|c| format!(" exit code {c}"))
+                    .unwrap_or_default();
+                line.push_str(&format!(" result {result}{code}"));
+            } else if let Some(m) = &status.message {
+                line.push_str(&format!(" {m}"));
+            }
+            say(started, &line);
+        }
+    };
+    let on_at_add = on_at.clone();
+    let ats = factory.informer::<At>();
+    let _ = ats.add_event_handler(
+        EventHandlerFns::<At>::new()
+            .on_add(move |at, _| on_at_add(&at))
+            .on_update(move |_, at| on_at(&at)),
+    );
+
+    let print_event = move |e: &Event| {
+        let kind = e
+            .involved_object
+            .kind
+            .clone()
+            .unwrap_or_default()
+            .to_lowercase();
+        let name = e.involved_object.name.clone().unwrap_or_default();
+        let type_ = e.type_.clone().unwrap_or_default();
+        let reason_ = e.reason.clone().unwrap_or_default();
+        let count = e.count.unwrap_or(1);
+        if type_ == "Warning" {
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .warnings
+                .insert((name.clone(), reason_.clone()));
+        }
+        let repeat = if count > 1 {
+            format!(" (x{count})")
+        } else {
+            String::new()
+        };
+        say(
+            started,
+            &format!(
+                "  event {type_:<7} {reason_:<17} {kind}/{name}: {}{repeat}",
+                e.message.clone().unwrap_or_default()
+            ),
+        );
+    };
+    let print_event_add = print_event.clone();
+    let events = factory.informer::<Event>();
+    let _ = events.add_event_handler(
+        EventHandlerFns::<Event>::new()
+            .on_add(move |e, _| print_event_add(&e))
+            .on_update(move |old, new| {
+                if old.count != new.count {
+                    print_event(&new);
+                }
+            }),
+    );
+}
+
+/// `None` when the story is over, else what it still waits for.
+fn still_waiting(seen: &Mutex<Seen>) -> Option<String> {
+    let s = seen.lock().unwrap_or_else(|p| p.into_inner());
+    let mut waiting = Vec::new();
+    for name in ["example-at", "failing-at"] {
+        if s.phases.get(name) != Some(&AtPhase::Done) {
+            waiting.push(format!("{name} to be DONE"));
+        }
+    }
+    let warned = s.warnings.contains(&(
+        "blank-command".to_string(),
+        reason::INVALID_SPEC.to_string(),
+    ));
+    if !(s.invalid.contains("blank-command") && warned) {
+        waiting.push("blank-command's InvalidSpec warning".to_string());
+    }
+    (!waiting.is_empty()).then(|| waiting.join(", "))
+}
