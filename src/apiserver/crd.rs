@@ -96,6 +96,20 @@ pub fn definitions(crd: &Value) -> Result<Vec<ResourceDef>, ApiError> {
         if v["name"].as_str().unwrap_or_default().is_empty() {
             causes.push(required(&format!("spec.versions[{i}].name")));
         }
+        if let Some(schema) = v["schema"].get("openAPIV3Schema")
+            && let Err(errs) = super::logic::schema::check_structural(schema)
+        {
+            for e in errs {
+                let (path, message) = e.split_once(": ").unwrap_or(("", e.as_str()));
+                let base = format!("spec.versions[{i}].schema.openAPIV3Schema");
+                let field = if path.is_empty() {
+                    base
+                } else {
+                    format!("{base}.{path}")
+                };
+                causes.push(Cause::new("FieldValueInvalid", &field, message));
+            }
+        }
     }
     if !causes.is_empty() {
         return Err(invalid(&name, causes));

@@ -18,8 +18,98 @@
 //!
 //! `eventTime`, `series`, `action`, `reason`, `related`, `reportingInstance` and `type` keep
 //! their names.
+//!
+//! Creating through events.k8s.io/v1 is stricter than through core/v1 (the new API's
+//! `ValidateEventCreate`): `eventTime`, `reportingController`, `reportingInstance`, `action` and
+//! `reason` are required, `type` must be `Normal` or `Warning`, the deprecated fields must be
+//! unset, and a `series` needs `count >= 2` ([`validate_v1_create`]).
 
 use serde_json::{Map, Value};
+
+use super::status::Cause;
+
+fn required(field: &str) -> Cause {
+    Cause::new("FieldValueRequired", field, "Required value")
+}
+
+fn invalid(field: &str, value: &str, detail: &str) -> Cause {
+    Cause::new(
+        "FieldValueInvalid",
+        field,
+        format!("Invalid value: {value:?}: {detail}"),
+    )
+}
+
+fn too_long(field: &str, max: usize) -> Cause {
+    Cause::new(
+        "FieldValueTooLong",
+        field,
+        format!("Too long: may not be more than {max} bytes"),
+    )
+}
+
+/// The failures of an events.k8s.io/v1 Event on create (empty when it is valid).
+pub fn validate_v1_create(ev: &Value) -> Vec<Cause> {
+    let mut out = vec![];
+    let s = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or_default();
+    if s("eventTime").is_empty() {
+        out.push(required("eventTime"));
+    }
+    let ty = s("type");
+    if ty != "Normal" && ty != "Warning" {
+        out.push(invalid("type", "", &format!("has invalid value: {ty}")));
+    }
+    for (field, max) in [
+        ("reportingController", 253),
+        ("reportingInstance", 128),
+        ("action", 128),
+        ("reason", 128),
+    ] {
+        let v = s(field);
+        if v.is_empty() {
+            out.push(required(field));
+        } else if v.len() > max {
+            out.push(too_long(field, max));
+        }
+    }
+    if s("note").len() > 1024 {
+        out.push(too_long("note", 1024));
+    }
+    for (v1, core) in [
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
+    ] {
+        if !s(v1).is_empty() {
+            out.push(invalid(core, "", "needs to be unset"));
+        }
+    }
+    if ev
+        .get("deprecatedCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        != 0
+    {
+        out.push(invalid("count", "", "needs to be unset"));
+    }
+    let src = &ev["deprecatedSource"];
+    if src
+        .get("component")
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty())
+        || src
+            .get("host")
+            .and_then(Value::as_str)
+            .is_some_and(|c| !c.is_empty())
+    {
+        out.push(invalid("source", "", "needs to be unset"));
+    }
+    if let Some(series) = ev.get("series").filter(|v| v.is_object())
+        && series["count"].as_i64().unwrap_or(0) < 2
+    {
+        out.push(invalid("series.count", "", "should be at least 2"));
+    }
+    out
+}
 
 const RENAMES: &[(&str, &str)] = &[
     ("regarding", "involvedObject"),
@@ -67,6 +157,22 @@ pub fn from_events_v1(v1: &Value) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn v1_creates_need_the_new_fields() {
+        let ok = json!({"eventTime": "2024-05-01T10:00:00.000000Z", "type": "Normal",
+            "reportingController": "c", "reportingInstance": "i", "action": "A", "reason": "R"});
+        assert!(validate_v1_create(&ok).is_empty());
+        let mut bad = ok.clone();
+        bad["type"] = json!("Odd");
+        bad["deprecatedCount"] = json!(3);
+        bad.as_object_mut().unwrap().remove("eventTime");
+        let fields: Vec<String> = validate_v1_create(&bad)
+            .into_iter()
+            .map(|c| c.field)
+            .collect();
+        assert_eq!(fields, ["eventTime", "type", "count"]);
+    }
 
     #[test]
     fn the_two_views_round_trip() {

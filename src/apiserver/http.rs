@@ -45,7 +45,7 @@ fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
+pub fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -107,6 +107,14 @@ pub async fn handle(
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
+    tracing::debug!(
+        verb = %class.verb,
+        resource = %class.resource,
+        subresource = %class.subresource,
+        namespace = %class.namespace,
+        code = resp.status().as_u16(),
+        "request served"
+    );
     shared.log.record(RequestKey {
         verb: class.verb,
         resource: class.resource,
@@ -133,6 +141,13 @@ async fn serve(
             return Err(ApiError::unauthorized());
         }
     }
+    let user = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|h| shared.tokens.authenticate(Some(h)))
+        .map(str::to_owned)
+        .unwrap_or_default();
     let (parts, body) = req.into_parts();
     let bytes = Limited::new(body, MAX_BODY)
         .collect()
@@ -155,6 +170,36 @@ async fn serve(
                 HeaderValue::from_static("text/plain; charset=utf-8"),
             );
             return Ok(r);
+        }
+        (Method::GET, ["metrics"]) => {
+            let attrs = super::rbac::Attributes {
+                verb: "get".into(),
+                path: path.clone(),
+                ..Default::default()
+            };
+            shared.rbac.check(&shared.store, &user, &attrs)?;
+            let mut r = Response::new(full(shared.log.prometheus_text()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            return Ok(r);
+        }
+        (method, ["admin", "faults"]) => {
+            // Fault injection over HTTP (see `faults::admin`): the bootstrap token only.
+            let info = shared.rbac.user(&user);
+            if !info.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "forbidden: User \"{user}\" cannot {} path \"{path}\"",
+                        method.as_str().to_ascii_lowercase()
+                    ),
+                ));
+            }
+            let body = super::faults::admin(&shared.faults, &method, &bytes)?;
+            return Ok(json_response(200, &body, "application/json"));
         }
         (Method::GET, ["version"]) => {
             return Ok(json_response(
@@ -197,6 +242,10 @@ async fn serve(
                 .map(|d| json_response(200, &d, "application/json"))
                 .ok_or_else(ApiError::page_not_found);
         }
+        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(&accept)),
+        (Method::GET, ["openapi", "v3", rest @ ..]) => {
+            return super::openapi::serve(shared, rest, &query);
+        }
         (Method::GET, ["apis", group, version]) => {
             let doc = shared
                 .store
@@ -211,19 +260,45 @@ async fn serve(
     class.resource = target.def.plural.clone();
     class.subresource = target.subresource.clone().unwrap_or_default();
     class.namespace = target.namespace.clone().unwrap_or_default();
+    let verb = super::faults::verb_of(
+        &parts.method,
+        target.name.is_some(),
+        query.flag("watch").unwrap_or(false),
+    );
+    class.verb = verb.to_owned();
+    shared.rbac.check(
+        &shared.store,
+        &user,
+        &super::rbac::Attributes::for_target(verb, &target),
+    )?;
+    shared.faults.before(verb, &target).await?;
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
+    let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
     let def = target.def.clone();
+    if def.namespaced && target.namespace.is_none() && parts.method != Method::GET {
+        // `/api/v1/pods` exists for list and watch across namespaces only.
+        class.verb = parts.method.as_str().to_ascii_lowercase();
+        return Err(ApiError::method_not_allowed(
+            parts.method.as_str(),
+            &def.plural,
+            &def.group,
+        ));
+    }
     match (parts.method, target.name.is_some()) {
         (Method::GET, has_name) => {
             let watching = query.flag("watch")?;
             if watching {
                 class.verb = "watch".into();
                 let opts = ListOptions::parse(&query, true)?;
-                let renderer = None;
+                let renderer = if wants_table {
+                    Some(super::table::renderer(def.clone()))
+                } else {
+                    None
+                };
                 let settings = WatchSettings {
                     bookmark_interval: shared.bookmark_interval,
                     reject_send_initial_events: shared.reject_send_initial_events,
-                    shutdown: shared.shutdown.clone(),
+                    shutdown: shared.faults.watch_token(),
                     renderer,
                 };
                 let body = watch::start(shared.store.clone(), &target, &opts, settings)?;
@@ -237,11 +312,28 @@ async fn serve(
             if has_name {
                 class.verb = "get".into();
                 let (code, obj) = shared.store.read(|s| verbs::get(s, &target, &query))?;
+                if wants_table && target.subresource.is_none() {
+                    let rv = obj["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned();
+                    let table = super::table::render(&def, &[obj], &rv, None);
+                    return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
+                }
                 return Ok(json_response(code, &obj, "application/json"));
             }
             class.verb = "list".into();
             let opts = ListOptions::parse(&query, false)?;
             let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
+            if wants_table {
+                let table = super::table::render(
+                    &def,
+                    &result.items,
+                    &result.resource_version.to_string(),
+                    result.continue_token.as_deref(),
+                );
+                return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
+            }
             Ok(json_response(
                 200,
                 &verbs::list_json(&def, &result),
@@ -329,16 +421,24 @@ fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
 }
 
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
 fn decode_object(def: &ResourceDef, content_type: &str, bytes: &[u8]) -> Result<Value, ApiError> {
     match content_type {
         "" | "application/json" => parse_json(bytes),
         "application/yaml" => parse_yaml(bytes),
+        // Custom resources have no protobuf form; built-ins do (kubectl >= 1.32 typed writes).
+        PROTOBUF if def.custom.is_none() => {
+            super::logic::protobuf::decode_body(bytes).map_err(|e| {
+                ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+            })
+        }
         _ => {
-            let _ = def;
-            Err(ApiError::unsupported_media_type(&[
-                "application/json",
-                "application/yaml",
-            ]))
+            let mut accepted = vec!["application/json", "application/yaml"];
+            if def.custom.is_none() {
+                accepted.push(PROTOBUF);
+            }
+            Err(ApiError::unsupported_media_type(&accepted))
         }
     }
 }
@@ -380,6 +480,7 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         None => {}
         Some("status") if def.status_subresource => {}
         Some("scale") if def.scale.is_some() => {}
+        Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {

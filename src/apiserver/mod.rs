@@ -63,37 +63,56 @@
 //!
 //! core/v1 namespaces, pods (+status), events, services, configmaps, secrets, serviceaccounts,
 //! nodes; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
-//! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC objects
-//! (stored, not enforced); apiextensions.k8s.io/v1 CustomResourceDefinitions, each of which
-//! serves its custom resources the moment it is created ([`crd`]). Plus discovery (legacy and
-//! aggregated), `/openapi/v3`, Table output for `kubectl get`, and the request log.
+//! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
+//! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); apiextensions.k8s.io/v1
+//! CustomResourceDefinitions, each of which serves its custom resources the moment it is
+//! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3`, Table output for
+//! `kubectl get`, and the request log.
 //!
 //! ## How it differs from a real cluster
 //!
-//! No controllers run (no scheduler, kubelet or garbage collector): pods stay `Pending` unless a
-//! test moves them, and deleting an owner leaves its dependents. Namespace deletion *is*
-//! finished inline (content deleted, namespace removed once empty). No admission, no RBAC
-//! enforcement, no defaulting of built-in kinds, no conversion webhooks, no field-level
-//! validation of built-in kinds; server-side apply tracks managers but is simpler than the
-//! real structured-merge-diff.
+//! A few of a cluster's controllers are simulated in-process, each in its own module that
+//! explains what the real one does and what the simulation keeps:
+//!
+//! * the **garbage collector** ([`gc`], on by default): deleting an owner deletes or orphans its
+//!   dependents by `ownerReferences` and `propagationPolicy`;
+//! * the **scheduler and kubelet** ([`kubelet`], with [`ApiServerBuilder::simulate`]): pods are
+//!   bound to `embedded-node`, run, and end `Succeeded` or `Failed` by their command. Without
+//!   it pods stay `Pending` unless a test moves them.
+//! * the **Deployment and StatefulSet controllers** ([`workloads`], also with `simulate`):
+//!   status follows `spec.replicas`; StatefulSets create and delete their pods
+//!   `<name>-<ordinal>`.
+//!
+//! Namespace deletion is finished inline (content deleted, namespace removed once empty). No
+//! admission, RBAC enforced only on request ([`rbac`]), no defaulting of built-in kinds, no
+//! conversion webhooks, no field-level validation of built-in kinds; server-side apply tracks
+//! managers but is simpler than the real structured-merge-diff.
 
 pub mod auth;
+pub mod background;
 pub mod crd;
 pub mod discovery;
 pub mod events;
+pub mod faults;
+pub mod gc;
 pub mod http;
+pub mod kubelet;
 pub mod logic;
 pub mod meta;
+pub mod openapi;
 pub mod query;
+pub mod rbac;
 pub mod registry;
 pub mod request_log;
 pub mod standalone;
 pub mod status;
 pub mod store;
 pub mod strategy;
+pub mod table;
 pub mod tls;
 pub mod verbs;
 pub mod watch;
+pub mod workloads;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -125,6 +144,10 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// `host:port` for `/api`'s `serverAddressByClientCIDRs`.
     pub server_address: String,
+    /// Injected faults (checked on every resource request; ends watches on demand).
+    pub faults: faults::Faults,
+    /// Users' groups and RBAC enforcement.
+    pub rbac: rbac::Authorizer,
 }
 
 /// Why the server could not start.
@@ -167,6 +190,12 @@ pub struct ApiServerBuilder {
     bookmark_interval: Duration,
     kubeconfig_path: Option<PathBuf>,
     reject_send_initial_events: bool,
+    simulate: bool,
+    pod_run_time: Duration,
+    garbage_collector: bool,
+    workload_delay: Duration,
+    enforce_rbac: bool,
+    user_groups: std::collections::HashMap<String, Vec<String>>,
 }
 
 impl Default for ApiServerBuilder {
@@ -180,6 +209,12 @@ impl Default for ApiServerBuilder {
             bookmark_interval: Duration::from_secs(60),
             kubeconfig_path: None,
             reject_send_initial_events: false,
+            simulate: false,
+            pod_run_time: Duration::from_secs(1),
+            garbage_collector: true,
+            workload_delay: Duration::from_millis(500),
+            enforce_rbac: false,
+            user_groups: std::collections::HashMap::new(),
         }
     }
 }
@@ -200,6 +235,36 @@ impl ApiServerBuilder {
     /// Accepts another token, authenticating as `user`.
     pub fn extra_token(mut self, token: impl Into<String>, user: impl Into<String>) -> Self {
         self.extra_tokens.push((token.into(), user.into()));
+        self
+    }
+
+    /// Accepts a token for the service account `namespace/name`: the user
+    /// `system:serviceaccount:<namespace>:<name>` in the groups `system:serviceaccounts` and
+    /// `system:serviceaccounts:<namespace>` (what a pod's projected token authenticates as).
+    pub fn service_account_token(
+        self,
+        token: impl Into<String>,
+        namespace: &str,
+        name: &str,
+    ) -> Self {
+        self.extra_token(token, format!("system:serviceaccount:{namespace}:{name}"))
+    }
+
+    /// Puts `user` in `groups` (every user is also in `system:authenticated`; a member of
+    /// `system:masters` bypasses RBAC).
+    pub fn user_groups(mut self, user: impl Into<String>, groups: &[&str]) -> Self {
+        self.user_groups
+            .entry(user.into())
+            .or_default()
+            .extend(groups.iter().map(|g| (*g).to_owned()));
+        self
+    }
+
+    /// Enforce RBAC ([`rbac`]; default off, everything allowed): requests are authorized
+    /// against the Roles, ClusterRoles, RoleBindings and ClusterRoleBindings stored in the
+    /// server, and denied with 403. The bootstrap token stays all-powerful.
+    pub fn enforce_rbac(mut self, yes: bool) -> Self {
+        self.enforce_rbac = yes;
         self
     }
 
@@ -234,6 +299,35 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Run the simulated node ([`kubelet`]) and the simulated workload controllers (default:
+    /// off for the library, so a test sees exactly the objects it wrote; on for the standalone
+    /// `sample-controller apiserver` and the demo). With it, pods get bound to `embedded-node`,
+    /// run, and end `Succeeded` or `Failed` by their command.
+    pub fn simulate(mut self, yes: bool) -> Self {
+        self.simulate = yes;
+        self
+    }
+
+    /// How long a simulated one-shot container runs (default 1 s; zero allowed).
+    pub fn pod_run_time(mut self, d: Duration) -> Self {
+        self.pod_run_time = d;
+        self
+    }
+
+    /// How long the simulated Deployment and StatefulSet controllers ([`workloads`]) take to
+    /// react to a change (default 500 ms; zero allowed).
+    pub fn workload_delay(mut self, d: Duration) -> Self {
+        self.workload_delay = d;
+        self
+    }
+
+    /// Run the garbage collector ([`gc`]; default: on): deleting an owner deletes or orphans
+    /// its dependents by `ownerReferences`, following the DELETE's `propagationPolicy`.
+    pub fn garbage_collector(mut self, yes: bool) -> Self {
+        self.garbage_collector = yes;
+        self
+    }
+
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
     pub async fn start(self) -> Result<ApiServerHandle, StartError> {
         let listener = TcpListener::bind(self.listen)
@@ -260,9 +354,12 @@ impl ApiServerBuilder {
         let store = Arc::new(Store::new(self.history_window));
         seed(&store);
         let shutdown = CancellationToken::new();
+        let log = RequestLog::default();
         let shared = Arc::new(Shared {
+            faults: faults::Faults::new(store.clone(), log.clone(), shutdown.clone()),
+            rbac: rbac::Authorizer::new(self.enforce_rbac, self.user_groups),
             store: store.clone(),
-            log: RequestLog::default(),
+            log,
             tokens,
             bookmark_interval: self.bookmark_interval,
             reject_send_initial_events: self.reject_send_initial_events,
@@ -282,12 +379,39 @@ impl ApiServerBuilder {
             tracker.clone(),
         ));
         tracing::info!(%url, "embedded API server listening");
+        let clock = background::VirtualClock::new();
+        let node = kubelet::NodeControl::default();
+        if self.garbage_collector {
+            gc::spawn(store.clone(), shutdown.clone(), &tracker);
+        }
+        if self.simulate {
+            kubelet::spawn(
+                store.clone(),
+                kubelet::KubeletConfig {
+                    run_time: self.pod_run_time,
+                    clock,
+                },
+                node.clone(),
+                shutdown.clone(),
+                &tracker,
+            );
+            workloads::spawn(
+                store.clone(),
+                workloads::WorkloadConfig {
+                    delay: self.workload_delay,
+                    clock,
+                },
+                shutdown.clone(),
+                &tracker,
+            );
+        }
         let handle = ApiServerHandle {
             url,
             token,
             ca_pem: tls.map(|t| t.ca_pem),
             shared,
             tracker,
+            node,
         };
         if let Some(path) = &self.kubeconfig_path
             && let Err(e) = handle.write_kubeconfig(path)
@@ -390,6 +514,7 @@ pub struct ApiServerHandle {
     ca_pem: Option<String>,
     shared: Arc<Shared>,
     tracker: TaskTracker,
+    node: kubelet::NodeControl,
 }
 
 impl std::fmt::Debug for ApiServerHandle {
@@ -468,6 +593,34 @@ impl ApiServerHandle {
     /// Drops the whole watch history: watches and exact lists from older revisions now get 410.
     pub fn compact(&self) {
         self.shared.store.write(|s| s.compact());
+    }
+
+    /// Pauses and resumes the simulated node ([`kubelet::NodeControl`]); without
+    /// [`ApiServerBuilder::simulate`] there is no node and pausing has no effect.
+    pub fn node(&self) -> &kubelet::NodeControl {
+        &self.node
+    }
+
+    /// Fault injection: drop watches, compact, fail or delay requests, force conflicts
+    /// ([`faults`]).
+    pub fn faults(&self) -> &faults::Faults {
+        &self.shared.faults
+    }
+
+    /// Creates (or replaces) every object of a multi-document YAML string, in-process and
+    /// without authorization: RBAC objects, service accounts, namespaces, CRDs, ...
+    /// Returns `Kind/name` of each object.
+    pub fn load_manifests(&self, yaml: &str) -> Result<Vec<String>, rbac::ManifestError> {
+        rbac::load_manifests(&self.shared.store, yaml, "<string>")
+    }
+
+    /// [`Self::load_manifests`] for a YAML file or every YAML file of a directory (such as
+    /// `artifacts/deploy/`; `kustomization.yaml` is skipped).
+    pub fn load_manifest_path(
+        &self,
+        path: impl AsRef<Path>,
+    ) -> Result<Vec<String>, rbac::ManifestError> {
+        rbac::load_manifest_path(&self.shared.store, path.as_ref())
     }
 
     /// Stops accepting, ends every watch and connection, and waits for them.

@@ -15,6 +15,12 @@
 //! # }
 //! ```
 //!
+//! Injected faults ([`super::faults`]) are counted too, separately ([`RequestLog::fault_count`]):
+//! the request a fault failed also appears among the requests, with the code it got.
+//!
+//! The same counts are served at `/metrics` in the Prometheus text format, named like the real
+//! server's `apiserver_request_total`.
+//!
 //! Non-resource requests (discovery, `/version`, OpenAPI) are counted with verb `get` and the
 //! URL path as their resource. Counts are kept per distinct key, so memory stays bounded by the
 //! number of distinct (verb, resource, subresource, namespace, code) combinations.
@@ -41,6 +47,18 @@ pub struct RequestKey {
 #[derive(Clone, Debug, Default)]
 pub struct RequestLog {
     counts: Arc<Mutex<BTreeMap<RequestKey, u64>>>,
+    faults: Arc<Mutex<BTreeMap<FaultKey, u64>>>,
+}
+
+/// One kind of injected fault that fired (see [`super::faults`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FaultKey {
+    /// `fail-<code>`, `latency`, `conflict`, `drop-watches` or `compact`.
+    pub fault: String,
+    /// The verb of the request it hit (`*` for server-wide faults).
+    pub verb: String,
+    /// The resource of the request it hit (`*` for server-wide faults).
+    pub resource: String,
 }
 
 impl RequestLog {
@@ -89,9 +107,66 @@ impl RequestLog {
         self.count_where(|_| true)
     }
 
+    /// The counts in the Prometheus text format, as the real server's
+    /// `apiserver_request_total{verb,resource,subresource,code}` (served at `/metrics`).
+    pub fn prometheus_text(&self) -> String {
+        fn esc(s: &str) -> String {
+            s.replace('\\', "\\\\")
+                .replace('"', "\\\"")
+                .replace('\n', "\\n")
+        }
+        let mut out = String::from(
+            "# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, resource, subresource, namespace and HTTP response code.\n# TYPE apiserver_request_total counter\n",
+        );
+        for (k, v) in self.lock().iter() {
+            out.push_str(&format!(
+                "apiserver_request_total{{verb=\"{}\",resource=\"{}\",subresource=\"{}\",namespace=\"{}\",code=\"{}\"}} {v}\n",
+                esc(&k.verb),
+                esc(&k.resource),
+                esc(&k.subresource),
+                esc(&k.namespace),
+                k.code
+            ));
+        }
+        out
+    }
+
     /// Forgets every count (start of a test phase).
     pub fn clear(&self) {
         self.lock().clear();
+        self.faults_lock().clear();
+    }
+
+    fn faults_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<FaultKey, u64>> {
+        self.faults.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts one injected fault.
+    pub fn record_fault(&self, fault: &str, verb: &str, resource: &str) {
+        let key = FaultKey {
+            fault: fault.to_owned(),
+            verb: verb.to_owned(),
+            resource: resource.to_owned(),
+        };
+        *self.faults_lock().entry(key).or_default() += 1;
+    }
+
+    /// How many times a fault kind (`fail-503`, `latency`, `conflict`, `drop-watches`,
+    /// `compact`) fired.
+    pub fn fault_count(&self, fault: &str) -> u64 {
+        self.faults_lock()
+            .iter()
+            .filter(|(k, _)| k.fault == fault)
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// Every injected fault that fired, with its count.
+    pub fn faults(&self) -> Vec<(FaultKey, u64)> {
+        self.faults_lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     }
 }
 
@@ -118,6 +193,10 @@ mod tests {
         assert_eq!(log.count("get", "pods"), 2);
         assert_eq!(log.count_code("get", "pods", 404), 1);
         assert_eq!(log.total(), 3);
+        let text = log.prometheus_text();
+        assert!(text.contains(
+            "apiserver_request_total{verb=\"get\",resource=\"pods\",subresource=\"\",namespace=\"default\",code=\"404\"} 1"
+        ));
         log.clear();
         assert_eq!(log.total(), 0);
     }

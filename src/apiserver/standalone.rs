@@ -9,9 +9,22 @@
 //! It prints its URL (and where the kubeconfig went), then serves until SIGINT or SIGTERM, when
 //! it ends every watch and connection and exits. The default listen address is the one a
 //! kube-apiserver uses, `127.0.0.1:6443`; pass `--listen 127.0.0.1:0` for a free port.
+//!
+//! Unlike the library default, the standalone server behaves like a small cluster out of the
+//! box: the garbage collector, the simulated node ([`super::kubelet`]) and the simulated
+//! workload controllers run, so pods reach `Running` and `Succeeded`/`Failed` on their own.
+//! `--simulate=false` turns the node and the workload controllers off (the garbage collector
+//! stays); `--pod-run-time 0s` makes one-shot pods finish at once. Faults can be injected with
+//! the bootstrap token at `POST /admin/faults` ([`super::faults::admin`]):
+//!
+//! ```text
+//! curl -k -H "Authorization: Bearer $TOKEN" -X POST https://127.0.0.1:6443/admin/faults \
+//!      -d '{"action":"fail","code":503,"verb":"list","resource":"ats","count":3}'
+//! ```
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::{ApiServer, StartError};
 
@@ -30,13 +43,21 @@ pub struct ApiServerArgs {
     /// Bearer token to accept (default: random).
     #[arg(long, env = "SAMPLE_CONTROLLER_APISERVER_TOKEN")]
     pub token: Option<String>,
+    /// Run the simulated node and workload controllers (`--simulate=false` turns them off).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub simulate: bool,
+    /// How long a simulated one-shot container runs (`1s`, `250ms`, `0s`).
+    #[arg(long, default_value = "1s", value_parser = super::background::parse_duration)]
+    pub pod_run_time: Duration,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
     let mut builder = ApiServer::builder()
         .listen(args.listen)
-        .plain_http(args.plain_http);
+        .plain_http(args.plain_http)
+        .simulate(args.simulate)
+        .pod_run_time(args.pod_run_time);
     if let Some(t) = args.token {
         builder = builder.token(t);
     }

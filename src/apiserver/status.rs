@@ -193,7 +193,10 @@ impl ApiError {
         ApiError::new(
             422,
             "Invalid",
-            format!("{kind} \"{name}\" is invalid: {summary}"),
+            format!(
+                "{} \"{name}\" is invalid: {summary}",
+                qualified(kind, group)
+            ),
         )
         .with_details(d)
     }

@@ -216,12 +216,24 @@ impl State {
 
     /// Removes an object; returns its last state stamped with the deletion revision.
     pub fn delete(&mut self, storage: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.delete_as(storage, namespace, name, None)
+    }
+
+    /// Removes an object whose final state is `last` (an update that released the last
+    /// finalizer): watchers see one DELETED event carrying `last`, never the intermediate write.
+    pub fn delete_as(
+        &mut self,
+        storage: &str,
+        namespace: &str,
+        name: &str,
+        last: Option<Value>,
+    ) -> Option<Value> {
         let prev = self
             .objects
             .get_mut(storage)?
             .remove(&(namespace.to_owned(), name.to_owned()))?;
         self.rv += 1;
-        let mut obj = prev.clone();
+        let mut obj = last.unwrap_or_else(|| prev.clone());
         stamp(&mut obj, self.rv);
         self.record(Change {
             rv: self.rv,

@@ -199,7 +199,6 @@ pub fn prepare_create(
         "deletionGracePeriodSeconds",
         "selfLink",
         "resourceVersion",
-        "managedFields",
     ] {
         m.remove(f);
     }

@@ -299,8 +299,116 @@ pub fn list_json(def: &ResourceDef, r: &ListResult) -> Value {
 // ---------------------------------------------------------------------------------------------
 // create
 
-/// Validation of custom resources against their CRD schema (422 per field) plus pruning.
-pub fn validate_custom(_def: &ResourceDef, _obj: &mut Value) -> Result<(), ApiError> {
+/// How a write was asked to be carried out (`dryRun`, `fieldValidation`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WriteOptions {
+    /// `dryRun=All`: run every check, store nothing.
+    pub dry_run: bool,
+    /// `fieldValidation=Strict`: unknown fields are an error instead of being dropped.
+    pub strict: bool,
+}
+
+impl WriteOptions {
+    /// From the query (`fieldValidation` other than `Strict` means the fields are pruned).
+    pub fn from_query(q: &Query) -> Self {
+        WriteOptions {
+            dry_run: q.dry_run(),
+            strict: q.get("fieldValidation") == Some("Strict"),
+        }
+    }
+}
+
+/// Paths present in `before` but not in `after` (what pruning removed), as `spec.x`.
+fn dropped_fields(before: &Value, after: &Value, prefix: &str, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (k, bv) in b {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                match a.get(k) {
+                    None => out.push(path),
+                    Some(av) => dropped_fields(bv, av, &path, out),
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) => {
+            for (i, (bv, av)) in b.iter().zip(a).enumerate() {
+                dropped_fields(bv, av, &format!("{prefix}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Defaults, prunes and validates a custom resource against its CRD's structural schema: schema
+/// `default`s fill missing fields, unknown fields are dropped, and failures are a 422 Invalid with
+/// one cause per failing field. With `fieldValidation=Strict` (what
+/// kubectl sends by default) an unknown field is a 400 `strict decoding error` instead, as on
+/// the real server.
+pub fn validate_custom(
+    def: &ResourceDef,
+    obj: &mut Value,
+    opts: WriteOptions,
+) -> Result<(), ApiError> {
+    let Some(schema) = def.custom.as_ref().and_then(|c| c.schema.as_ref()) else {
+        return Ok(());
+    };
+    // apiVersion, kind and metadata are the server's, not the schema's.
+    let mut body = obj.clone();
+    if let Some(m) = body.as_object_mut() {
+        m.remove("metadata");
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    if opts.strict {
+        let mut pruned = body.clone();
+        super::logic::schema::prune(schema, &mut pruned);
+        let mut dropped = vec![];
+        dropped_fields(&body, &pruned, "", &mut dropped);
+        if !dropped.is_empty() {
+            let list: Vec<String> = dropped
+                .iter()
+                .map(|f| format!("unknown field \"{f}\""))
+                .collect();
+            return Err(ApiError::bad_request(format!(
+                "strict decoding error: {}",
+                list.join(", ")
+            )));
+        }
+    }
+    super::logic::schema::apply_defaults(schema, &mut body);
+    super::logic::schema::prune(schema, &mut body);
+    let errors = super::logic::schema::validate(schema, &body);
+    if !errors.is_empty() {
+        let causes = errors
+            .iter()
+            .map(|e| {
+                let c = e.to_cause();
+                super::status::Cause::new(
+                    c.reason.as_deref().unwrap_or("FieldValueInvalid"),
+                    c.field.as_deref().unwrap_or_default(),
+                    c.message.unwrap_or_default(),
+                )
+            })
+            .collect();
+        return Err(ApiError::invalid(
+            &def.kind,
+            &def.group,
+            meta_str(obj, "name"),
+            causes,
+        ));
+    }
+    if let (Some(pruned), Some(o)) = (body.as_object_mut(), obj.as_object_mut()) {
+        for key in ["metadata", "apiVersion", "kind"] {
+            if let Some(v) = o.remove(key) {
+                pruned.insert(key.to_owned(), v);
+            }
+        }
+        *o = std::mem::take(pruned);
+    }
     Ok(())
 }
 
@@ -314,11 +422,12 @@ fn create_prepared(
     st: &mut State,
     t: &Target,
     obj: Value,
-    dry_run: bool,
+    opts: WriteOptions,
 ) -> Result<Answer, ApiError> {
+    let dry_run = opts.dry_run;
     let def = &t.def;
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
-    validate_custom(def, &mut obj)?;
+    validate_custom(def, &mut obj, opts)?;
     let (ns, name) = super::store::key_of(&obj);
     if let Some(existing) = st.get(&def.storage, &ns, &name) {
         let generated = !meta_str(&obj, "generateName").is_empty();
@@ -351,8 +460,19 @@ pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
             &t.def.group,
         ));
     }
+    if t.def.view == super::registry::View::EventsV1 {
+        let causes = super::events::validate_v1_create(&body);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(
+                &t.def.kind,
+                &t.def.group,
+                body["metadata"]["name"].as_str().unwrap_or_default(),
+                causes,
+            ));
+        }
+    }
     let obj = intake(&t.def, body)?;
-    create_prepared(st, t, obj, q.dry_run())
+    create_prepared(st, t, obj, WriteOptions::from_query(q))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -365,8 +485,9 @@ fn update_stored(
     t: &Target,
     old: &Value,
     new: Value,
-    dry_run: bool,
+    opts: WriteOptions,
 ) -> Result<Answer, ApiError> {
+    let dry_run = opts.dry_run;
     let def = &t.def;
     let mut result = strategy::prepare_update(
         def,
@@ -376,7 +497,7 @@ fn update_stored(
         t.name(),
         t.endpoint(),
     )?;
-    validate_custom(def, &mut result)?;
+    validate_custom(def, &mut result, opts)?;
     if is_crd(def) {
         crd::establish(st, &mut result, dry_run)?;
     }
@@ -390,9 +511,8 @@ fn update_stored(
     if strategy::should_delete(def, &result) {
         // The last finalizer went away: the object is gone, and the caller sees its final state.
         let (ns, name) = super::store::key_of(&result);
-        let stored = st.update(&def.storage, result);
-        remove_object(st, def, &ns, &name);
-        return Ok((200, present(def, &stored)));
+        let removed = remove_object(st, def, &ns, &name, Some(result.clone())).unwrap_or(result);
+        return Ok((200, present(def, &removed)));
     }
     let stored = st.update(&def.storage, result);
     Ok((200, present(def, &stored)))
@@ -402,7 +522,10 @@ fn update_stored(
 pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answer, ApiError> {
     let def = t.def.clone();
     if t.subresource.as_deref() == Some("scale") {
-        return update_scale(st, t, body, q.dry_run());
+        return update_scale(st, t, body, WriteOptions::from_query(q));
+    }
+    if t.subresource.as_deref() == Some("finalize") {
+        return finalize_namespace(st, t, body, WriteOptions::from_query(q));
     }
     let new = intake(&def, body)?;
     let Some(old) = st.get(&def.storage, t.ns_key(), t.name()).cloned() else {
@@ -418,11 +541,46 @@ pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
             if let Some(m) = new["metadata"].as_object_mut() {
                 m.remove("resourceVersion");
             }
-            return create_prepared(st, t, new, q.dry_run());
+            return create_prepared(st, t, new, WriteOptions::from_query(q));
         }
         return Err(t.not_found());
     };
-    update_stored(st, t, &old, new, q.dry_run())
+    update_stored(st, t, &old, new, WriteOptions::from_query(q))
+}
+
+/// `PUT /api/v1/namespaces/{name}/finalize`: the namespace controller's way of removing its
+/// `kubernetes` entry from `spec.finalizers` (nothing else of the body is used). A terminating
+/// namespace left with no finalizers disappears.
+fn finalize_namespace(
+    st: &mut State,
+    t: &Target,
+    body: Value,
+    opts: WriteOptions,
+) -> Result<Answer, ApiError> {
+    let def = t.def.clone();
+    let body = intake(&def, body)?;
+    let old = st
+        .get(&def.storage, "", t.name())
+        .cloned()
+        .ok_or_else(|| t.not_found())?;
+    let sent_rv = meta_str(&body, "resourceVersion");
+    if !sent_rv.is_empty() && sent_rv.parse::<u64>().ok() != Some(rv_of(&old)) {
+        return Err(ApiError::conflict(&def.plural, &def.group, t.name()));
+    }
+    let mut new = old.clone();
+    new["spec"]["finalizers"] = body["spec"]["finalizers"]
+        .as_array()
+        .map(|a| Value::Array(a.clone()))
+        .unwrap_or_else(|| json!([]));
+    if new == old || opts.dry_run {
+        return Ok((200, present(&def, &new)));
+    }
+    if strategy::should_delete(&def, &new) {
+        let removed = remove_object(st, &def, "", t.name(), Some(new.clone())).unwrap_or(new);
+        return Ok((200, present(&def, &removed)));
+    }
+    let stored = st.update(&def.storage, new);
+    Ok((200, present(&def, &stored)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -471,7 +629,7 @@ fn update_scale(
     st: &mut State,
     t: &Target,
     body: Value,
-    dry_run: bool,
+    opts: WriteOptions,
 ) -> Result<Answer, ApiError> {
     let def = t.def.clone();
     let Some(scale) = def.scale.clone() else {
@@ -517,7 +675,7 @@ fn update_scale(
         subresource: None,
         ..t.clone()
     };
-    let (code, obj) = update_stored(st, &main, &old, new, dry_run)?;
+    let (code, obj) = update_stored(st, &main, &old, new, opts)?;
     let stored = st
         .get(&def.storage, t.ns_key(), t.name())
         .cloned()
@@ -618,12 +776,12 @@ pub fn patch(
     if t.subresource.as_deref() == Some("scale") {
         let mut scale = to_scale(&def, &old);
         apply_patch_body(ty, &mut scale, &body)?;
-        return update_scale(st, t, scale, q.dry_run());
+        return update_scale(st, t, scale, WriteOptions::from_query(q));
     }
     let mut view = present(&def, &old);
     apply_patch_body(ty, &mut view, &body)?;
     let new = intake(&def, view)?;
-    update_stored(st, t, &old, new, q.dry_run())
+    update_stored(st, t, &old, new, WriteOptions::from_query(q))
 }
 
 fn server_side_apply(
@@ -649,13 +807,30 @@ fn server_side_apply(
     let force = q.flag("force")?;
     let applied = intake(&def, body)?;
     let current_view = current.as_ref().map(|c| present(&def, c));
-    let merged = super::logic::patch::apply_patch(
+    use super::logic::patch::{ApplyError, apply};
+    let merged = apply(
         current_view.as_ref(),
         &present(&def, &applied),
         manager,
         force,
+        &meta::now_time(),
     )
-    .map_err(|e| ApiError::conflict_because(&def.plural, &def.group, t.name(), &e))?;
+    .map_err(|e| match e {
+        ApplyError::Invalid(m) => ApiError::bad_request(m),
+        ApplyError::Conflict { message, conflicts } => {
+            // apierrors.NewApplyConflict: 409 Conflict, one FieldManagerConflict cause per field.
+            let causes: Vec<Value> = conflicts
+                .iter()
+                .map(|(manager, field)| {
+                    json!({"reason": "FieldManagerConflict",
+                           "message": format!("conflict with {manager:?}"), "field": field})
+                })
+                .collect();
+            let mut err = ApiError::new(409, "Conflict", message);
+            err.details = Some(json!({"causes": causes}));
+            err
+        }
+    })?;
     let merged = intake(&def, merged)?;
     match current {
         None => {
@@ -669,12 +844,12 @@ fn server_side_apply(
                     t.name()
                 )));
             }
-            create_prepared(st, t, merged, q.dry_run())
+            create_prepared(st, t, merged, WriteOptions::from_query(q))
         }
         Some(old) => {
             let mut merged = merged;
             merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
-            update_stored(st, t, &old, merged, q.dry_run())
+            update_stored(st, t, &old, merged, WriteOptions::from_query(q))
         }
     }
 }
@@ -754,8 +929,14 @@ const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
 /// Removes a stored object and runs what its disappearance triggers: a CRD takes its custom
 /// resources with it, and the last object leaving a terminating namespace lets the namespace go.
-pub fn remove_object(st: &mut State, def: &ResourceDef, ns: &str, name: &str) -> Option<Value> {
-    let removed = st.delete(&def.storage, ns, name)?;
+pub fn remove_object(
+    st: &mut State,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    last: Option<Value>,
+) -> Option<Value> {
+    let removed = st.delete_as(&def.storage, ns, name, last)?;
     if is_crd(def) {
         crd::remove(st, &removed);
     }
@@ -777,7 +958,9 @@ fn namespace_is_empty(st: &State, ns: &str) -> bool {
 }
 
 /// The namespace controller's last step: once a terminating namespace is empty, its
-/// `kubernetes` finalizer is removed and, with no other finalizers, the namespace disappears.
+/// `kubernetes` finalizer is removed and, with no other finalizers (in `spec` or `metadata`),
+/// the namespace disappears. Other `spec.finalizers` keep it until released through
+/// `PUT .../finalize`.
 fn finish_namespace_if_empty(st: &mut State, ns: &str) {
     let Some(nsobj) = st.get("core/namespaces", "", ns).cloned() else {
         return;
@@ -786,8 +969,13 @@ fn finish_namespace_if_empty(st: &mut State, ns: &str) {
         return;
     }
     let mut done = nsobj.clone();
-    done["spec"]["finalizers"] = json!([]);
-    if finalizers_of(&done).is_empty() {
+    let remaining: Vec<Value> = nsobj["spec"]["finalizers"]
+        .as_array()
+        .map(|a| a.iter().filter(|f| *f != "kubernetes").cloned().collect())
+        .unwrap_or_default();
+    let released = remaining.is_empty();
+    done["spec"]["finalizers"] = Value::Array(remaining);
+    if released && finalizers_of(&done).is_empty() {
         st.update("core/namespaces", done);
         st.delete("core/namespaces", "", ns);
     } else if done != nsobj {
@@ -950,8 +1138,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
                 obj["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
                 obj["metadata"]["deletionTimestamp"] = json!(meta::time_in(grace));
                 if strategy::should_delete(&def, &obj) {
-                    st.update(&def.storage, obj);
-                    let removed = remove_object(st, &def, t.ns_key(), &name);
+                    let removed = remove_object(st, &def, t.ns_key(), &name, Some(obj));
                     return Ok((200, deleted_answer(&removed.unwrap_or(old))));
                 }
                 let stored = st.update(&def.storage, obj);
@@ -985,7 +1172,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
     if opts.dry_run {
         return Ok((200, deleted_answer(&old)));
     }
-    let removed = remove_object(st, &def, t.ns_key(), &name).unwrap_or(old);
+    let removed = remove_object(st, &def, t.ns_key(), &name, None).unwrap_or(old);
     Ok((200, deleted_answer(&removed)))
 }
 

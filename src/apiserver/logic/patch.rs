@@ -51,10 +51,16 @@
 //!   (409, `Apply failed with 1 conflict: conflict with "other": .spec.x`), unless `force` is set,
 //!   in which case ownership moves to this manager.
 //!
-//! What it leaves out: ownership is not tracked for `operation: Update` managers (ordinary PUT
-//! and PATCH calls), so values written by plain updates never conflict; field sets are computed
-//! without the OpenAPI schema, so the `"."` self-marker is written only for list elements and for
-//! `labels`/`annotations`; there is no per-version conversion of field sets.
+//! Ordinary writes are recorded too: [`record_update`] gives the writing manager an
+//! `operation: Update` entry with the fields it set or changed, taking them away from other
+//! managers, as the real field manager does for creates, PUTs and non-apply PATCHes.
+//!
+//! What it leaves out: fields owned by `Update` managers never conflict with an apply (the real
+//! server reports those conflicts too, so an apply that changes a value a controller wrote
+//! succeeds here where a real server would ask for `force`); field sets are computed
+//! without the OpenAPI schema, so the `"."` self-marker is written only for list elements and
+//! for `labels`/`annotations`, and list merge keys come from [`list_strategy`] rather than from
+//! `x-kubernetes-list-map-keys`; there is no per-version conversion of field sets.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1153,6 +1159,97 @@ pub fn apply(
     Ok(result)
 }
 
+/// Records an ordinary write (create, PUT, non-apply PATCH) in `metadata.managedFields`, as the
+/// API server's field manager does for `operation: Update`: the fields this write set or changed
+/// (all of them for a create, `old == None`) are added to the entry of (`manager`, `Update`,
+/// `subresource`) and taken away from every other manager (an update never conflicts, it takes
+/// ownership); fields that no longer exist leave every set; entries left empty disappear.
+/// `time` is `now`; `apiVersion` is the object's.
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    subresource: Option<&str>,
+    now: &str,
+) {
+    let mut entries: Vec<Value> = new
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .or_else(|| {
+            old.and_then(|o| o.pointer("/metadata/managedFields"))
+                .and_then(Value::as_array)
+                .cloned()
+        })
+        .unwrap_or_default();
+    let mut body = new.clone();
+    if let Some(Value::Object(meta)) = body.get_mut("metadata") {
+        meta.remove("managedFields");
+    }
+    let new_paths = paths_of(&body);
+    let changed: BTreeSet<FieldPath> = match old {
+        None => new_paths.clone(),
+        Some(old) => new_paths
+            .iter()
+            .filter(|p| {
+                p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(&body, p)
+            })
+            .cloned()
+            .collect(),
+    };
+    let is_mine = |e: &Value| {
+        e.get("manager").and_then(Value::as_str) == Some(manager)
+            && e.get("operation").and_then(Value::as_str) == Some("Update")
+            && e.get("subresource").and_then(Value::as_str) == subresource
+    };
+    let mut mine_found = false;
+    for e in &mut entries {
+        let mut set = e.get("fieldsV1").map(parse_fields_v1).unwrap_or_default();
+        if is_mine(e) {
+            mine_found = true;
+            set.extend(changed.iter().cloned());
+            e["time"] = Value::String(now.to_string());
+            if let Some(v) = body.get("apiVersion") {
+                e["apiVersion"] = v.clone();
+            }
+        } else {
+            set.retain(|p| !changed.contains(p));
+        }
+        // Fields that no longer exist are owned by nobody.
+        set.retain(|p| value_at(&body, p).is_some());
+        e["fieldsV1"] = fields_v1(&set);
+    }
+    if !mine_found && !changed.is_empty() {
+        let mut entry = json!({
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": body.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "time": now,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(&changed),
+        });
+        if let Some(sub) = subresource {
+            entry["subresource"] = Value::String(sub.to_string());
+        }
+        entries.push(entry);
+    }
+    entries.retain(|e| {
+        e.get("fieldsV1")
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty())
+    });
+    if !new.get("metadata").is_some_and(Value::is_object) {
+        new["metadata"] = json!({});
+    }
+    if entries.is_empty() {
+        if let Some(Value::Object(meta)) = new.get_mut("metadata") {
+            meta.remove("managedFields");
+        }
+    } else {
+        new["metadata"]["managedFields"] = Value::Array(entries);
+    }
+}
+
 /// The path set of an applied configuration in `FieldsV1` form (what [`apply`] records).
 pub fn managed_fields_of(applied: &Value) -> Value {
     fields_v1(&paths_of(applied))
@@ -1603,5 +1700,115 @@ mod tests {
         secret["kind"] = json!("Secret");
         let err = apply(Some(&live), &secret, "m", false, "t").unwrap_err();
         assert!(err.to_string().contains("\"Secret\""), "{err}");
+    }
+
+    #[test]
+    fn updates_record_and_transfer_ownership() {
+        let mut created = cm(json!({"a": "1", "b": "2"}));
+        record_update(None, &mut created, "kubectl-create", None, "t1");
+        assert_eq!(
+            created["metadata"]["managedFields"],
+            json!([{"manager": "kubectl-create", "operation": "Update", "apiVersion": "v1", "time": "t1",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}])
+        );
+        // A controller changes b and adds c: it owns them now; a stays with the creator.
+        let mut next = created.clone();
+        next["data"]["b"] = json!("20");
+        next["data"]["c"] = json!("3");
+        record_update(Some(&created), &mut next, "controller", None, "t2");
+        let owners = field_owners(&next);
+        assert_eq!(owners[".data.a"], vec!["kubectl-create"]);
+        assert_eq!(owners[".data.b"], vec!["controller"]);
+        assert_eq!(owners[".data.c"], vec!["controller"]);
+        // Status writes are recorded per subresource; removed fields leave every set.
+        let mut status = next.clone();
+        status["data"].as_object_mut().unwrap().remove("a");
+        status["status"] = json!({"phase": "DONE"});
+        record_update(Some(&next), &mut status, "controller", Some("status"), "t3");
+        let entries = status["metadata"]["managedFields"].as_array().unwrap();
+        assert!(
+            entries.iter().all(|e| e["manager"] != "kubectl-create"),
+            "creator owned only the removed field"
+        );
+        assert!(entries.iter().any(|e| e["subresource"] == "status"
+            && e["fieldsV1"] == json!({"f:status": {"f:phase": {}}})));
+        // An unchanged write adds nothing.
+        let mut same = status.clone();
+        record_update(Some(&status), &mut same, "other", None, "t4");
+        assert_eq!(
+            same["metadata"]["managedFields"],
+            status["metadata"]["managedFields"]
+        );
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn json_value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                (-5i64..5).prop_map(Value::from),
+                "[a-c]{0,2}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::btree_map("[a-d]", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn op() -> impl Strategy<Value = Value> {
+            let path =
+                prop::collection::vec(prop_oneof!["[a-d]", "[0-3]", Just("-".to_string())], 0..3)
+                    .prop_map(|t| t.iter().map(|s| format!("/{s}")).collect::<String>());
+            (0..6usize, path.clone(), path, json_value()).prop_map(|(kind, path, from, value)| {
+                let name = ["add", "remove", "replace", "move", "copy", "test"][kind];
+                json!({"op": name, "path": path, "from": from, "value": value})
+            })
+        }
+
+        proptest! {
+            /// A JSON patch either applies completely or leaves the document untouched.
+            #[test]
+            fn json_patch_is_all_or_nothing(doc in json_value(), ops in prop::collection::vec(op(), 0..5)) {
+                let mut target = doc.clone();
+                if json_patch(&mut target, &Value::Array(ops.clone())).is_err() {
+                    prop_assert_eq!(target, doc);
+                } else {
+                    // Applying the ops one by one gives the same result.
+                    let mut stepwise = doc.clone();
+                    for op in &ops {
+                        json_patch(&mut stepwise, &Value::Array(vec![op.clone()])).unwrap();
+                    }
+                    prop_assert_eq!(target, stepwise);
+                }
+            }
+
+            /// Merge patch: applying a patch twice is the same as once, and a patch without
+            /// nulls is contained in the result.
+            #[test]
+            fn merge_patch_is_idempotent(doc in json_value(), patch in json_value()) {
+                let mut once = doc.clone();
+                merge_patch(&mut once, &patch);
+                let mut twice = once.clone();
+                merge_patch(&mut twice, &patch);
+                prop_assert_eq!(&once, &twice);
+            }
+
+            /// Without merge lists or directives, a strategic merge patch is a merge patch.
+            #[test]
+            fn smp_without_lists_equals_merge_patch(doc in json_value(), patch in json_value()) {
+                prop_assume!(!patch.to_string().contains('['));
+                let mut a = doc.clone();
+                merge_patch(&mut a, &patch);
+                let mut b = doc.clone();
+                strategic_merge_patch(&mut b, &patch).unwrap();
+                prop_assert_eq!(a, b);
+            }
+        }
     }
 }

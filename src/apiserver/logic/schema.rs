@@ -16,13 +16,18 @@
 //!    `x-kubernetes-embedded-resource` objects) — so a typo'd field silently disappears rather
 //!    than being stored — and
 //! 3. then **validates** ([`validate`]) what is left: `type`, `nullable`, `required`, `enum`,
-//!    `format` (`date-time`, `date`, `byte`, `int32`, `int64`), `minimum`/`maximum` with their
-//!    `exclusive*` flags, `multipleOf`, `minLength`/`maxLength`, `pattern`,
-//!    `minItems`/`maxItems`, `minProperties`/`maxProperties`, `items`, `properties`,
-//!    `additionalProperties`, `x-kubernetes-int-or-string`, `x-kubernetes-embedded-resource`
-//!    (which requires `apiVersion` and `kind`), `allOf`/`anyOf`/`oneOf`/`not` for value checks.
+//!    `format` (`date-time`, `date`, `byte`, `ipv4`, `ipv6`, `cidr`, `uuid`),
+//!    `minimum`/`maximum` with their `exclusive*` flags, `multipleOf`, `minLength`/`maxLength`,
+//!    `pattern`, `minItems`/`maxItems`, `minProperties`/`maxProperties`, `items`,
+//!    `properties`, `additionalProperties`, `x-kubernetes-int-or-string`,
+//!    `x-kubernetes-embedded-resource` (which requires `apiVersion` and `kind`),
+//!    `x-kubernetes-list-type: set|map` (no duplicate items, or no two items with the same
+//!    `x-kubernetes-list-map-keys`), and `allOf`/`anyOf`/`oneOf`/`not` for value checks.
 //!    Every failure becomes a [`FieldError`]; the server answers **422 Invalid** with one
 //!    `StatusCause` per error ([`FieldError::to_cause`]).
+//!
+//! Before pruning, [`apply_defaults`] fills in the schema's `default` values, as the real server
+//! does when it decodes a body (and when it reads stored objects).
 //!
 //! # Error wording
 //!
@@ -46,9 +51,8 @@
 //! object is validated by the server's ObjectMeta rules, not by the schema, so the root's
 //! `apiVersion`, `kind` and `metadata` are skipped here.
 //!
-//! Not done: CEL rules (`x-kubernetes-validations`), list-type uniqueness
-//! (`x-kubernetes-list-type: set|map`), defaulting (`default`), and ratcheting of unchanged
-//! invalid values on update.
+//! Not done: CEL rules (`x-kubernetes-validations`), the `metadata` restrictions of embedded
+//! resources, and ratcheting (tolerating unchanged invalid values on update).
 
 use base64::Engine as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;
@@ -71,6 +75,8 @@ pub enum FieldErrorKind {
     TooMany,
     /// A field may not be set (`FieldValueForbidden`, "Forbidden").
     Forbidden,
+    /// A list item repeats another (`FieldValueDuplicate`, "Duplicate value").
+    Duplicate,
 }
 
 impl FieldErrorKind {
@@ -84,6 +90,7 @@ impl FieldErrorKind {
             FieldErrorKind::TooLong => "FieldValueTooLong",
             FieldErrorKind::TooMany => "FieldValueTooMany",
             FieldErrorKind::Forbidden => "FieldValueForbidden",
+            FieldErrorKind::Duplicate => "FieldValueDuplicate",
         }
     }
 
@@ -96,6 +103,7 @@ impl FieldErrorKind {
             FieldErrorKind::TooLong => "Too long",
             FieldErrorKind::TooMany => "Too many",
             FieldErrorKind::Forbidden => "Forbidden",
+            FieldErrorKind::Duplicate => "Duplicate value",
         }
     }
 }
@@ -336,7 +344,10 @@ fn validate_node(
                     path,
                     FieldErrorKind::TooMany,
                     Some(Value::from(len)),
-                    format!("must have at most {max} items"),
+                    format!(
+                        "must have at most {max} {}",
+                        if max == 1 { "item" } else { "items" }
+                    ),
                 ));
             }
             if let Some(min) = count(schema, "minItems")
@@ -354,6 +365,7 @@ fn validate_node(
                     validate_node(item_schema, item, &format!("{path}[{i}]"), false, errors);
                 }
             }
+            validate_list_type(schema, items, path, errors);
         }
         Value::Object(map) => validate_object(schema, map, path, display, root, errors),
         _ => {}
@@ -404,6 +416,54 @@ fn validate_node(
     }
 }
 
+/// `x-kubernetes-list-type: set` (items unique) and `map` (items unique by
+/// `x-kubernetes-list-map-keys`): a repeated item is a `Duplicate value` at its index.
+fn validate_list_type(schema: &Value, items: &[Value], path: &str, errors: &mut Vec<FieldError>) {
+    let identity: Box<dyn Fn(&Value) -> Value> =
+        match schema.get("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("set") => Box::new(|item: &Value| item.clone()),
+            Some("map") => {
+                let keys: Vec<String> = schema
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|k| {
+                        k.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if keys.is_empty() {
+                    return;
+                }
+                Box::new(move |item: &Value| {
+                    let mut m = Map::new();
+                    for k in &keys {
+                        if let Some(v) = item.get(k) {
+                            m.insert(k.clone(), v.clone());
+                        }
+                    }
+                    Value::Object(m)
+                })
+            }
+            _ => return,
+        };
+    let mut seen: Vec<Value> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let id = identity(item);
+        if seen.contains(&id) {
+            errors.push(FieldError::new(
+                &format!("{path}[{i}]"),
+                FieldErrorKind::Duplicate,
+                Some(id),
+                "",
+            ));
+        } else {
+            seen.push(id);
+        }
+    }
+}
+
 fn validate_quiet(schema: &Value, value: &Value, path: &str, root: bool) -> bool {
     let mut errors = Vec::new();
     validate_node(schema, value, path, root, &mut errors);
@@ -425,7 +485,10 @@ fn validate_string(
             path,
             FieldErrorKind::TooLong,
             None,
-            format!("may not be more than {max} bytes"),
+            format!(
+                "may not be more than {max} {}",
+                if max == 1 { "byte" } else { "bytes" }
+            ),
         ));
     }
     if let Some(min) = count(schema, "minLength")
@@ -470,15 +533,36 @@ fn validate_string(
     }
 }
 
-/// Checks the string formats the API server enforces that matter for our types. Unknown formats
-/// pass, as in kube-openapi.
+/// Checks the string formats of kube-openapi's format registry that matter here (`date-time`,
+/// `date`, `byte`, `ipv4`, `ipv6`, `cidr`, `uuid`). Unknown formats pass, as in kube-openapi.
 fn format_ok(format: &str, s: &str) -> bool {
     match format {
         "date-time" => s.parse::<jiff::Timestamp>().is_ok(),
         "date" => s.parse::<jiff::civil::Date>().is_ok() && s.len() == 10,
         "byte" => base64::engine::general_purpose::STANDARD.decode(s).is_ok(),
-        "int32" => s.parse::<i32>().is_ok(),
-        "int64" => s.parse::<i64>().is_ok(),
+        "ipv4" => s.parse::<std::net::Ipv4Addr>().is_ok(),
+        "ipv6" => s.parse::<std::net::Ipv6Addr>().is_ok(),
+        "cidr" => s.split_once('/').is_some_and(|(ip, bits)| {
+            let bits = bits.parse::<u8>().ok();
+            match ip.parse::<std::net::IpAddr>() {
+                Ok(std::net::IpAddr::V4(_)) => bits.is_some_and(|b| b <= 32),
+                Ok(std::net::IpAddr::V6(_)) => bits.is_some_and(|b| b <= 128),
+                Err(_) => false,
+            }
+        }),
+        "uuid" => {
+            let b = s.as_bytes();
+            b.len() == 36
+                && b.iter().enumerate().all(|(i, c)| {
+                    if matches!(i, 8 | 13 | 18 | 23) {
+                        *c == b'-'
+                    } else {
+                        c.is_ascii_hexdigit()
+                    }
+                })
+        }
+        // `int32`, `int64`, `double` and other names strfmt does not register are not checked,
+        // as in kube-openapi (numeric formats apply to numbers, whose type is checked already).
         _ => true,
     }
 }
@@ -584,7 +668,10 @@ fn validate_object(
             path,
             FieldErrorKind::TooMany,
             Some(Value::from(n)),
-            format!("must have at most {max} items"),
+            format!(
+                "must have at most {max} {}",
+                if max == 1 { "item" } else { "items" }
+            ),
         ));
     }
     if let Some(min) = count(schema, "minProperties")
@@ -659,6 +746,47 @@ fn prune_node(schema: &Value, value: &mut Value, root: bool) {
             if let Some(item_schema) = schema.get("items") {
                 for item in items {
                     prune_node(item_schema, item, false);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Fills in `default` values of the schema, as the API server does for custom resources when it
+/// decodes a request body and when it reads stored objects: a property missing from an object
+/// (or `null` where the property is not `nullable`) gets its schema's `default`, then defaulting
+/// continues inside it; list items and `additionalProperties` values are defaulted by their
+/// schemas. Defaults are applied before pruning and validation, so a default is itself validated.
+pub fn apply_defaults(schema: &Value, obj: &mut Value) {
+    match obj {
+        Value::Object(map) => {
+            if let Some(Value::Object(props)) = schema.get("properties") {
+                for (key, prop) in props {
+                    if let Some(default) = prop.get("default") {
+                        let missing = match map.get(key) {
+                            None => true,
+                            Some(Value::Null) => !flag(prop, "nullable"),
+                            Some(_) => false,
+                        };
+                        if missing {
+                            map.insert(key.clone(), default.clone());
+                        }
+                    }
+                    if let Some(child) = map.get_mut(key) {
+                        apply_defaults(prop, child);
+                    }
+                }
+            } else if let Some(additional @ Value::Object(_)) = schema.get("additionalProperties") {
+                for child in map.values_mut() {
+                    apply_defaults(additional, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for item in items {
+                    apply_defaults(item_schema, item);
                 }
             }
         }
@@ -1042,6 +1170,99 @@ mod tests {
                 &json!({"type": "object", "properties": {"free": {"x-kubernetes-preserve-unknown-fields": true}}})
             ),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn list_type_map_and_set_duplicates() {
+        let schema = json!({"type": "object", "properties": {
+            "conditions": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+                           "items": {"type": "object", "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}
+        }});
+        let errs = validate(
+            &schema,
+            &json!({
+                "conditions": [{"type": "Ready", "status": "True"}, {"type": "Done"}, {"type": "Ready", "status": "False"}],
+                "tags": ["a", "b", "a"]
+            }),
+        );
+        let msgs: Vec<String> = errs.iter().map(FieldError::message).collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "conditions[2]: Duplicate value: {\"type\":\"Ready\"}".to_string(),
+                "tags[2]: Duplicate value: \"a\"".to_string(),
+            ]
+        );
+        assert_eq!(
+            errs[0].to_cause().reason.as_deref(),
+            Some("FieldValueDuplicate")
+        );
+    }
+
+    #[test]
+    fn formats_beyond_date_time() {
+        let schema = json!({"type": "object", "properties": {
+            "ip": {"type": "string", "format": "ipv4"}, "net": {"type": "string", "format": "cidr"},
+            "id": {"type": "string", "format": "uuid"}, "n": {"type": "string", "format": "int32"},
+            "day": {"type": "string", "format": "date"}
+        }});
+        assert!(
+            validate(
+                &schema,
+                &json!({"ip": "10.0.0.1", "net": "10.0.0.0/8",
+            "id": "123e4567-e89b-12d3-a456-426614174000", "n": "not checked", "day": "2024-05-01"})
+            )
+            .is_empty()
+        );
+        let errs = validate(
+            &schema,
+            &json!({"ip": "10.0.0.300", "net": "10.0.0.0/33", "id": "nope", "day": "2024-13-01"}),
+        );
+        let paths: Vec<&str> = errs.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["day", "id", "ip", "net"]);
+        assert!(errs.iter().all(|e| e.kind == FieldErrorKind::TypeInvalid));
+    }
+
+    #[test]
+    fn defaults_fill_missing_fields() {
+        let schema = json!({"type": "object", "properties": {
+            "spec": {"type": "object", "default": {}, "properties": {
+                "replicas": {"type": "integer", "default": 1},
+                "mode": {"type": "string", "default": "auto", "nullable": true},
+                "ports": {"type": "array", "items": {"type": "object", "properties": {
+                    "protocol": {"type": "string", "default": "TCP"}}}}
+            }}
+        }});
+        let mut obj = json!({"apiVersion": "a/v1", "kind": "K"});
+        apply_defaults(&schema, &mut obj);
+        assert_eq!(obj["spec"], json!({"replicas": 1, "mode": "auto"}));
+        let mut obj =
+            json!({"spec": {"replicas": 3, "mode": null, "ports": [{"protocol": "UDP"}, {}]}});
+        apply_defaults(&schema, &mut obj);
+        assert_eq!(
+            obj["spec"],
+            json!({"replicas": 3, "mode": null, "ports": [{"protocol": "UDP"}, {"protocol": "TCP"}]})
+        );
+    }
+
+    #[test]
+    fn singular_limits() {
+        let schema = json!({"type": "object", "properties": {
+            "one": {"type": "string", "maxLength": 1},
+            "list": {"type": "array", "maxItems": 1, "items": {"type": "integer"}}
+        }});
+        let msgs: Vec<String> = validate(&schema, &json!({"one": "ab", "list": [1, 2]}))
+            .iter()
+            .map(FieldError::message)
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                "list: Too many: 2: must have at most 1 item",
+                "one: Too long: may not be more than 1 byte"
+            ]
         );
     }
 }

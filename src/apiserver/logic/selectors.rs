@@ -31,8 +31,9 @@
 //! caller, which can ask [`FieldSelector::unsupported_field`] about its allowed set. One alias is
 //! built in, as in the events storage: `source` means `source.component`.
 //!
-//! Both selectors are plain values: parse once, then call `matches` as often as needed. They never
-//! allocate while matching.
+//! Both selectors are plain values: parse once, then call `matches` as often as needed.
+//! [`LabelSelector::from_json`] builds one from the structured `metav1.LabelSelector` of a
+//! Deployment's `spec.selector`; its `Display` form is the string `kubectl` shows.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -468,6 +469,95 @@ impl LabelSelector {
         }
     }
 
+    /// Converts a structured `metav1.LabelSelector` (`{"matchLabels": {...}, "matchExpressions":
+    /// [{"key", "operator": In|NotIn|Exists|DoesNotExist, "values"}]}`), as found in
+    /// `spec.selector` of Deployments and StatefulSets. `null` or `{}` selects everything.
+    /// Errors name the offending expression. Its `Display` form is the string the `/scale`
+    /// subresource reports in `status.selector`.
+    pub fn from_json(selector: &Value) -> Result<LabelSelector, String> {
+        let mut requirements = Vec::new();
+        if selector.is_null() {
+            return Ok(LabelSelector { requirements });
+        }
+        let Some(obj) = selector.as_object() else {
+            return Err(format!(
+                "a label selector must be an object, got {selector}"
+            ));
+        };
+        if let Some(labels) = obj.get("matchLabels").filter(|v| !v.is_null()) {
+            let Some(labels) = labels.as_object() else {
+                return Err(format!("matchLabels must be an object, got {labels}"));
+            };
+            for (k, v) in labels {
+                let Some(v) = v.as_str() else {
+                    return Err(format!("matchLabels.{k}: value must be a string, got {v}"));
+                };
+                validate_key(k)?;
+                validate_value(k, v)?;
+                requirements.push(LabelRequirement {
+                    key: k.clone(),
+                    op: LabelOp::Equals,
+                    values: vec![v.to_string()],
+                });
+            }
+        }
+        if let Some(exprs) = obj.get("matchExpressions").filter(|v| !v.is_null()) {
+            let Some(exprs) = exprs.as_array() else {
+                return Err(format!("matchExpressions must be a list, got {exprs}"));
+            };
+            for (i, e) in exprs.iter().enumerate() {
+                let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
+                validate_key(key).map_err(|err| format!("matchExpressions[{i}].key: {err}"))?;
+                let values: Vec<String> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|vs| {
+                        vs.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let operator = e
+                    .get("operator")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let op = match operator {
+                    "In" => LabelOp::In,
+                    "NotIn" => LabelOp::NotIn,
+                    "Exists" => LabelOp::Exists,
+                    "DoesNotExist" => LabelOp::DoesNotExist,
+                    other => {
+                        return Err(format!(
+                            "matchExpressions[{i}].operator: {other:?} is not a valid label selector operator (In, NotIn, Exists, DoesNotExist)"
+                        ));
+                    }
+                };
+                let set_op = matches!(op, LabelOp::In | LabelOp::NotIn);
+                if set_op && values.is_empty() {
+                    return Err(format!(
+                        "matchExpressions[{i}].values: must be specified when `operator` is 'In' or 'NotIn'"
+                    ));
+                }
+                if !set_op && !values.is_empty() {
+                    return Err(format!(
+                        "matchExpressions[{i}].values: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+                    ));
+                }
+                for v in &values {
+                    validate_value(key, v)
+                        .map_err(|err| format!("matchExpressions[{i}].values: {err}"))?;
+                }
+                requirements.push(LabelRequirement {
+                    key: key.to_string(),
+                    op,
+                    values,
+                });
+            }
+        }
+        Ok(LabelSelector { requirements })
+    }
+
     /// Does every requirement hold for `labels`?
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
@@ -895,5 +985,85 @@ mod tests {
         );
         assert_eq!(s.unsupported_field(&["metadata.name", "spec.foo"]), None);
         assert!(FieldSelector::for_name("x").matches(&json!({"metadata": {"name": "x"}})));
+    }
+
+    #[test]
+    fn structured_selectors() {
+        let s = LabelSelector::from_json(&json!({
+            "matchLabels": {"app": "web"},
+            "matchExpressions": [{"key": "tier", "operator": "In", "values": ["fe", "be"]},
+                                 {"key": "canary", "operator": "DoesNotExist"}]
+        }))
+        .unwrap();
+        assert_eq!(s.to_string(), "app=web,tier in (fe,be),!canary");
+        assert!(s.matches(&labels(&[("app", "web"), ("tier", "fe")])));
+        assert!(!s.matches(&labels(&[("app", "web"), ("tier", "fe"), ("canary", "1")])));
+        assert!(LabelSelector::from_json(&Value::Null).unwrap().is_empty());
+        assert!(LabelSelector::from_json(&json!({})).unwrap().is_empty());
+        let err = LabelSelector::from_json(
+            &json!({"matchExpressions": [{"key": "a", "operator": "Gt"}]}),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("matchExpressions[0].operator") && err.contains("\"Gt\""),
+            "{err}"
+        );
+        let err = LabelSelector::from_json(
+            &json!({"matchExpressions": [{"key": "a", "operator": "In"}]}),
+        )
+        .unwrap_err();
+        assert!(err.contains("must be specified"), "{err}");
+        let err = LabelSelector::from_json(&json!({"matchLabels": {"a": 1}})).unwrap_err();
+        assert!(err.contains("matchLabels.a"), "{err}");
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn key() -> impl Strategy<Value = String> {
+            "[a-z]([a-z0-9.-]{0,8}[a-z0-9])?"
+        }
+        fn value() -> impl Strategy<Value = String> {
+            "([A-Za-z0-9]([A-Za-z0-9_.-]{0,6}[A-Za-z0-9])?)?"
+        }
+        fn requirement() -> impl Strategy<Value = LabelRequirement> {
+            (key(), 0..6usize, prop::collection::vec(value(), 1..4)).prop_map(
+                |(key, op, values)| {
+                    let (op, values) = match op {
+                        0 => (LabelOp::Exists, vec![]),
+                        1 => (LabelOp::DoesNotExist, vec![]),
+                        2 => (LabelOp::Equals, vec![values[0].clone()]),
+                        3 => (LabelOp::NotEquals, vec![values[0].clone()]),
+                        4 => (LabelOp::In, values),
+                        _ => (LabelOp::NotIn, values),
+                    };
+                    LabelRequirement { key, op, values }
+                },
+            )
+        }
+
+        proptest! {
+            /// Printing a selector and parsing it back gives the same selector, and the two
+            /// agree on every label set.
+            #[test]
+            fn display_parse_round_trip(
+                reqs in prop::collection::vec(requirement(), 0..4),
+                labels in prop::collection::btree_map(key(), value(), 0..4),
+            ) {
+                let selector = LabelSelector { requirements: reqs };
+                let text = selector.to_string();
+                let parsed = LabelSelector::parse(&text).unwrap();
+                prop_assert_eq!(&parsed, &selector, "text {}", text);
+                prop_assert_eq!(parsed.matches(&labels), selector.matches(&labels));
+            }
+
+            /// Parsing arbitrary text never panics.
+            #[test]
+            fn parse_never_panics(text in "\\PC{0,40}") {
+                let _ = LabelSelector::parse(&text);
+                let _ = FieldSelector::parse(&text);
+            }
+        }
     }
 }

@@ -14,6 +14,11 @@
 //!   (`printPod` in `pkg/printers/internalversion`): waiting/terminated reasons win over the
 //!   phase, init containers show `Init:1/2`, a deleted pod is `Terminating`, restarts read
 //!   `2 (5m ago)`.
+//! - [`builtin_columns`]: the real printers of the other served built-ins — namespaces
+//!   (`STATUS`), configmaps (`DATA`), secrets (`TYPE DATA`), serviceaccounts (`SECRETS`),
+//!   services (`TYPE CLUSTER-IP EXTERNAL-IP PORT(S)`), events (`LAST SEEN TYPE REASON OBJECT
+//!   MESSAGE`), deployments (`READY UP-TO-DATE AVAILABLE`), statefulsets (`READY`), leases
+//!   (`HOLDER`), each with its `-o wide` extras.
 //! - [`default_columns`]: `Name` and `Created At` (an RFC 3339 timestamp, type `date`), for
 //!   built-in kinds without a printer (`rest.DefaultTableConvertor`).
 //! - [`crd_columns`]: `Name`, then the CRD version's `additionalPrinterColumns`, each evaluated
@@ -593,6 +598,293 @@ fn none_if_empty(v: Option<&Value>) -> Value {
     )
 }
 
+fn text(obj: &Value, pointer: &str) -> String {
+    obj.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+fn len_of(obj: &Value, pointer: &str) -> usize {
+    match obj.pointer(pointer) {
+        Some(Value::Object(m)) => m.len(),
+        Some(Value::Array(a)) => a.len(),
+        _ => 0,
+    }
+}
+
+fn age_column() -> ColumnDef {
+    ColumnDef::computed("Age", CREATED_DESCRIPTION, 0, |obj, now| {
+        Value::String(age_of(obj.pointer("/metadata/creationTimestamp"), now))
+    })
+}
+
+fn selector_string(selector: Option<&Value>) -> String {
+    match selector {
+        Some(sel) => match super::selectors::LabelSelector::from_json(sel) {
+            Ok(s) if !s.is_empty() => s.to_string(),
+            Ok(_) => "<none>".into(),
+            Err(_) => "<invalid>".into(),
+        },
+        None => "<none>".into(),
+    }
+}
+
+fn container_field(obj: &Value, field: &str) -> Value {
+    let names: Vec<String> = obj
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| cs.iter().map(|c| text(c, &format!("/{field}"))).collect())
+        .unwrap_or_default();
+    Value::String(names.join(","))
+}
+
+fn event_time(obj: &Value, pointer: &str, now: Timestamp) -> Option<String> {
+    obj.pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s.parse::<Timestamp>() {
+            Ok(t) => human_duration(now, t),
+            Err(_) => "<invalid>".into(),
+        })
+}
+
+fn event_first_seen(ev: &Value, now: Timestamp) -> String {
+    event_time(ev, "/firstTimestamp", now)
+        .or_else(|| event_time(ev, "/eventTime", now))
+        .unwrap_or_else(|| "<unknown>".into())
+}
+
+fn event_last_seen(ev: &Value, now: Timestamp) -> String {
+    if ev.get("series").is_some_and(Value::is_object) {
+        return event_time(ev, "/series/lastObservedTime", now)
+            .unwrap_or_else(|| "<unknown>".into());
+    }
+    event_time(ev, "/lastTimestamp", now).unwrap_or_else(|| event_first_seen(ev, now))
+}
+
+fn service_ports(svc: &Value) -> String {
+    let ports = svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if ports.is_empty() {
+        return "<none>".into();
+    }
+    ports
+        .iter()
+        .map(|p| {
+            let port = p.get("port").map(|v| v.to_string()).unwrap_or_default();
+            let protocol = p.get("protocol").and_then(Value::as_str).unwrap_or("TCP");
+            match p
+                .get("nodePort")
+                .and_then(Value::as_i64)
+                .filter(|n| *n != 0)
+            {
+                Some(node) => format!("{port}:{node}/{protocol}"),
+                None => format!("{port}/{protocol}"),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn service_external_ip(svc: &Value) -> String {
+    let external: Vec<String> = svc
+        .pointer("/spec/externalIPs")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    match text(svc, "/spec/type").as_str() {
+        "" | "ClusterIP" | "NodePort" => {
+            if external.is_empty() {
+                "<none>".into()
+            } else {
+                external.join(",")
+            }
+        }
+        "LoadBalancer" => {
+            let mut ips: Vec<String> = svc
+                .pointer("/status/loadBalancer/ingress")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|i| {
+                            i.get("ip")
+                                .or_else(|| i.get("hostname"))
+                                .and_then(Value::as_str)
+                        })
+                        .map(str::to_string)
+                        .collect()
+                })
+                .unwrap_or_default();
+            ips.extend(external);
+            if ips.is_empty() {
+                "<pending>".into()
+            } else {
+                ips.join(",")
+            }
+        }
+        "ExternalName" => text(svc, "/spec/externalName"),
+        _ => "<unknown>".into(),
+    }
+}
+
+/// The columns of the real server's printers for the other built-in kinds this crate serves,
+/// by group and resource: namespaces (Status), configmaps (Data), secrets (Type, Data),
+/// serviceaccounts (Secrets), services (Type, Cluster-IP, External-IP, Port(s), Selector),
+/// events (Last Seen, Type, Reason, Object, Message, ...), deployments (Ready, Up-to-date,
+/// Available, ...), statefulsets (Ready, ...), leases (Holder), and pods ([`pod_columns`]).
+/// `None` for kinds printed by the default convertor ([`default_columns`]).
+pub fn builtin_columns(group: &str, resource: &str) -> Option<Vec<ColumnDef>> {
+    let columns = match (group, resource) {
+        ("", "pods") => return Some(pod_columns()),
+        ("", "namespaces") => vec![
+            name_column(),
+            ColumnDef::computed("Status", "The status of the namespace", 0, |o, _| {
+                Value::String(text(o, "/status/phase"))
+            }),
+            age_column(),
+        ],
+        ("", "configmaps") => vec![
+            name_column(),
+            ColumnDef::computed("Data", "Number of data in configmap", 0, |o, _| {
+                Value::from(len_of(o, "/data") + len_of(o, "/binaryData"))
+            })
+            .with_type("integer"),
+            age_column(),
+        ],
+        ("", "secrets") => vec![
+            name_column(),
+            ColumnDef::computed("Type", "The type of the secret", 0, |o, _| Value::String(text(o, "/type"))),
+            ColumnDef::computed("Data", "Number of data in secret", 0, |o, _| Value::from(len_of(o, "/data")))
+                .with_type("integer"),
+            age_column(),
+        ],
+        ("", "serviceaccounts") => vec![
+            name_column(),
+            ColumnDef::computed("Secrets", "Secrets is the list of secrets allowed to be used by pods running using this ServiceAccount.", 0, |o, _| {
+                Value::from(len_of(o, "/secrets"))
+            })
+            .with_type("integer"),
+            age_column(),
+        ],
+        ("", "services") => vec![
+            name_column(),
+            ColumnDef::computed("Type", "The type of the service.", 0, |o, _| {
+                Value::String(match text(o, "/spec/type") {
+                    t if t.is_empty() => "ClusterIP".into(),
+                    t => t,
+                })
+            }),
+            ColumnDef::computed("Cluster-IP", "The cluster IP of the service.", 0, |o, _| {
+                none_if_empty(o.pointer("/spec/clusterIP"))
+            }),
+            ColumnDef::computed("External-IP", "The external IP of the service.", 0, |o, _| {
+                Value::String(service_external_ip(o))
+            }),
+            ColumnDef::computed("Port(s)", "The ports of the service.", 0, |o, _| Value::String(service_ports(o))),
+            age_column(),
+            ColumnDef::computed("Selector", "Route service traffic to pods with label keys and values matching this selector.", 1, |o, _| {
+                let sel = o.pointer("/spec/selector").map(|m| serde_json::json!({"matchLabels": m}));
+                Value::String(selector_string(sel.as_ref()))
+            }),
+        ],
+        ("", "events") | ("events.k8s.io", "events") => vec![
+            ColumnDef::computed("Last Seen", "The time of the last occurrence of the event.", 0, |o, now| {
+                Value::String(event_last_seen(o, now))
+            }),
+            ColumnDef::computed("Type", "Type of this event (Normal, Warning), new types could be added in the future.", 0, |o, _| {
+                Value::String(text(o, "/type"))
+            }),
+            ColumnDef::computed("Reason", "The reason for the event.", 0, |o, _| Value::String(text(o, "/reason"))),
+            ColumnDef::computed("Object", "The object that this event is about.", 0, |o, _| {
+                let kind = text(o, "/involvedObject/kind").to_lowercase();
+                let name = text(o, "/involvedObject/name");
+                Value::String(if name.is_empty() { kind } else { format!("{kind}/{name}") })
+            }),
+            ColumnDef::computed("Subobject", "The subobject that this event is about.", 1, |o, _| {
+                Value::String(text(o, "/involvedObject/fieldPath"))
+            }),
+            ColumnDef::computed("Source", "The component reporting this event.", 1, |o, _| {
+                let first = |a: &str, b: &str| {
+                    let v = text(o, a);
+                    if v.is_empty() { text(o, b) } else { v }
+                };
+                let component = first("/source/component", "/reportingComponent");
+                let instance = first("/source/host", "/reportingInstance");
+                Value::String(if instance.is_empty() { component } else { format!("{component}, {instance}") })
+            }),
+            ColumnDef::computed("Message", "A human-readable description of the status of this operation.", 0, |o, _| {
+                Value::String(text(o, "/message").trim().to_string())
+            }),
+            ColumnDef::computed("First Seen", "The time of the first occurrence of the event.", 1, |o, now| {
+                Value::String(event_first_seen(o, now))
+            }),
+            ColumnDef::computed("Count", "The number of times this event has occurred.", 1, |o, _| {
+                let count = if o.get("series").is_some_and(Value::is_object) {
+                    o.pointer("/series/count").and_then(Value::as_i64).unwrap_or(0)
+                } else {
+                    o.get("count").and_then(Value::as_i64).filter(|c| *c != 0).unwrap_or(1)
+                };
+                Value::from(count)
+            })
+            .with_type("integer"),
+            ColumnDef::computed("Name", "The name of the referenced object.", 1, |o, _| {
+                Value::String(text(o, "/metadata/name"))
+            }),
+        ],
+        ("apps", "deployments") => vec![
+            name_column(),
+            ColumnDef::computed("Ready", "Number of the pod with ready state", 0, |o, _| {
+                let ready = o.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
+                let want = o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+                Value::String(format!("{ready}/{want}"))
+            }),
+            ColumnDef::computed("Up-to-date", "Total number of non-terminated pods targeted by this deployment that have the desired template spec.", 0, |o, _| {
+                Value::from(o.pointer("/status/updatedReplicas").and_then(Value::as_i64).unwrap_or(0))
+            })
+            .with_type("integer"),
+            ColumnDef::computed("Available", "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.", 0, |o, _| {
+                Value::from(o.pointer("/status/availableReplicas").and_then(Value::as_i64).unwrap_or(0))
+            })
+            .with_type("integer"),
+            age_column(),
+            ColumnDef::computed("Containers", "Names of each container in the template.", 1, |o, _| container_field(o, "name")),
+            ColumnDef::computed("Images", "Images referenced by each container in the template.", 1, |o, _| container_field(o, "image")),
+            ColumnDef::computed("Selector", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1, |o, _| {
+                Value::String(selector_string(o.pointer("/spec/selector")))
+            }),
+        ],
+        ("apps", "statefulsets") => vec![
+            name_column(),
+            ColumnDef::computed("Ready", "Number of the pod with ready state", 0, |o, _| {
+                let ready = o.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
+                let want = o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+                Value::String(format!("{ready}/{want}"))
+            }),
+            age_column(),
+            ColumnDef::computed("Containers", "Names of each container in the template.", 1, |o, _| container_field(o, "name")),
+            ColumnDef::computed("Images", "Images referenced by each container in the template.", 1, |o, _| container_field(o, "image")),
+        ],
+        ("coordination.k8s.io", "leases") => vec![
+            name_column(),
+            ColumnDef::computed("Holder", "The holder of the lease", 0, |o, _| {
+                Value::String(text(o, "/spec/holderIdentity"))
+            }),
+            age_column(),
+        ],
+        _ => return None,
+    };
+    Some(columns)
+}
+
 /// What each row's `object` holds (`?includeObject=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IncludeObject {
@@ -911,5 +1203,160 @@ mod tests {
             .collect();
         assert_eq!(defs[4], ("Age".to_string(), 0));
         assert_eq!(defs[5], ("IP".to_string(), 1));
+    }
+
+    fn row(group: &str, resource: &str, obj: Value, now: &str) -> Value {
+        let cols = builtin_columns(group, resource).unwrap();
+        let t = to_table_at(&[obj], &cols, "1", None, IncludeObject::None, ts(now));
+        t["rows"][0]["cells"].clone()
+    }
+
+    #[test]
+    fn builtin_printers() {
+        let created = json!({"name": "x", "creationTimestamp": "2024-05-01T00:00:00Z"});
+        let now = "2024-05-01T00:10:00Z";
+        assert_eq!(
+            row(
+                "",
+                "namespaces",
+                json!({"metadata": created, "status": {"phase": "Active"}}),
+                now
+            ),
+            json!(["x", "Active", "10m"])
+        );
+        assert_eq!(
+            row(
+                "",
+                "configmaps",
+                json!({"metadata": created, "data": {"a": "1", "b": "2"}, "binaryData": {"c": ""}}),
+                now
+            ),
+            json!(["x", 3, "10m"])
+        );
+        assert_eq!(
+            row(
+                "",
+                "secrets",
+                json!({"metadata": created, "type": "Opaque", "data": {"p": "aA=="}}),
+                now
+            ),
+            json!(["x", "Opaque", 1, "10m"])
+        );
+        assert_eq!(
+            row("", "serviceaccounts", json!({"metadata": created}), now),
+            json!(["x", 0, "10m"])
+        );
+        assert_eq!(
+            row(
+                "",
+                "services",
+                json!({"metadata": created, "spec": {"type": "NodePort", "clusterIP": "10.0.0.1",
+                "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}], "selector": {"app": "web"}}}),
+                now
+            ),
+            json!([
+                "x",
+                "NodePort",
+                "10.0.0.1",
+                "<none>",
+                "80:30080/TCP,53/UDP",
+                "10m",
+                "app=web"
+            ])
+        );
+        assert_eq!(
+            row(
+                "",
+                "services",
+                json!({"metadata": created, "spec": {"type": "LoadBalancer"}}),
+                now
+            ),
+            json!([
+                "x",
+                "LoadBalancer",
+                "<none>",
+                "<pending>",
+                "<none>",
+                "10m",
+                "<none>"
+            ])
+        );
+        assert_eq!(
+            row(
+                "apps",
+                "deployments",
+                json!({"metadata": created,
+                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                         "template": {"spec": {"containers": [{"name": "web", "image": "nginx"}, {"name": "log", "image": "busybox"}]}}},
+                "status": {"readyReplicas": 2, "updatedReplicas": 3, "availableReplicas": 2}}),
+                now
+            ),
+            json!([
+                "x",
+                "2/3",
+                3,
+                2,
+                "10m",
+                "web,log",
+                "nginx,busybox",
+                "app=web"
+            ])
+        );
+        assert_eq!(
+            row(
+                "apps",
+                "statefulsets",
+                json!({"metadata": created, "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "redis", "image": "redis:7"}]}}},
+                "status": {"readyReplicas": 1}}),
+                now
+            ),
+            json!(["x", "1/2", "10m", "redis", "redis:7"])
+        );
+        assert_eq!(
+            row(
+                "coordination.k8s.io",
+                "leases",
+                json!({"metadata": created, "spec": {"holderIdentity": "pod-a"}}),
+                now
+            ),
+            json!(["x", "pod-a", "10m"])
+        );
+        assert!(builtin_columns("apiextensions.k8s.io", "customresourcedefinitions").is_none());
+    }
+
+    #[test]
+    fn event_printer() {
+        let ev = json!({"metadata": {"name": "example.17"}, "type": "Normal", "reason": "Scheduled",
+            "involvedObject": {"kind": "At", "name": "example", "fieldPath": "spec"},
+            "source": {"component": "cnat"}, "message": " pod created \n",
+            "firstTimestamp": "2024-05-01T00:00:00Z", "lastTimestamp": "2024-05-01T00:08:00Z", "count": 3});
+        assert_eq!(
+            row("", "events", ev.clone(), "2024-05-01T00:10:00Z"),
+            json!([
+                "2m",
+                "Normal",
+                "Scheduled",
+                "at/example",
+                "spec",
+                "cnat",
+                "pod created",
+                "10m",
+                3,
+                "example.17"
+            ])
+        );
+        let mut series = ev;
+        series.as_object_mut().unwrap().remove("lastTimestamp");
+        series.as_object_mut().unwrap().remove("firstTimestamp");
+        series.as_object_mut().unwrap().remove("source");
+        series["eventTime"] = json!("2024-05-01T00:00:00.000000Z");
+        series["series"] = json!({"count": 5, "lastObservedTime": "2024-05-01T00:09:00.000000Z"});
+        series["reportingComponent"] = json!("cnat-controller");
+        series["reportingInstance"] = json!("pod-a");
+        let cells = row("", "events", series, "2024-05-01T00:10:00Z");
+        assert_eq!(cells[0], "60s");
+        assert_eq!(cells[5], "cnat-controller, pod-a");
+        assert_eq!(cells[7], "10m");
+        assert_eq!(cells[8], 5);
     }
 }

@@ -1,0 +1,53 @@
+//! Table output: what `kubectl get` prints.
+//!
+//! `kubectl get` does not format objects itself. It asks the server for a
+//! `meta.k8s.io/v1` **Table** (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`) and
+//! prints the columns and cells it gets back. So the server decides what `kubectl get ats`
+//! shows: for a custom resource, `Name` plus the CRD version's `additionalPrinterColumns`; for
+//! pods, the familiar `NAME READY STATUS RESTARTS AGE`; for every other kind the default
+//! `Name` / `Created At`. The cell logic lives in [`super::logic::table`]; this module picks the
+//! columns for a resource and applies them to gets, lists and watch events. In a watch, only the
+//! first event's Table carries `columnDefinitions` (the real server sets `NoHeaders` after it).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::logic::table::{self as cells, ColumnDef};
+use super::registry::ResourceDef;
+use super::watch::Renderer;
+
+/// The response `Content-Type` of a Table.
+pub const CONTENT_TYPE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
+/// The columns `kubectl get` shows for a resource.
+pub fn columns(def: &ResourceDef) -> Vec<ColumnDef> {
+    if let Some(custom) = &def.custom {
+        return cells::crd_columns(&Value::Array(custom.printer_columns.clone()));
+    }
+    if def.group.is_empty() && def.plural == "pods" {
+        return cells::pod_columns();
+    }
+    cells::default_columns()
+}
+
+/// A Table of `items` (as served) at list revision `rv`.
+pub fn render(def: &ResourceDef, items: &[Value], rv: &str, continue_: Option<&str>) -> Value {
+    cells::to_table(items, &columns(def), rv, continue_)
+}
+
+/// Renders each watch event's object as a one-row Table.
+pub fn renderer(def: Arc<ResourceDef>) -> Renderer {
+    let cols = columns(&def);
+    Arc::new(move |obj: &Value, first: bool| {
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let mut t = cells::to_table(std::slice::from_ref(obj), &cols, &rv, None);
+        if !first && let Some(m) = t.as_object_mut() {
+            m.insert("columnDefinitions".into(), Value::Null);
+        }
+        t
+    })
+}

@@ -1,0 +1,291 @@
+//! The simulated Deployment and StatefulSet controllers: StatefulSets create and delete their
+//! pods `<name>-<ordinal>` in order (or in parallel), status follows `spec.replicas`, and
+//! kubectl's `rollout status` and `scale` work against them.
+
+#[path = "cluster_support/mod.rs"]
+mod cluster;
+
+use std::time::Duration;
+
+use cluster::*;
+use sample_controller::apiserver::store::ChangeType;
+use sample_controller::apiserver::{ApiServer, ApiServerHandle};
+use serde_json::{Value, json};
+
+async fn server(delay: Duration) -> ApiServerHandle {
+    ApiServer::builder()
+        .plain_http(true)
+        .simulate(true)
+        .workload_delay(delay)
+        .start()
+        .await
+        .unwrap()
+}
+
+fn sts(name: &str, replicas: i64, policy: Option<&str>) -> Value {
+    let mut s = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "main", "image": "redis:7"}]}
+            }
+        }
+    });
+    if let Some(p) = policy {
+        s["spec"]["podManagementPolicy"] = json!(p);
+    }
+    s
+}
+
+/// Pod names in order of their creation (ADDED) or deletion (DELETED) in the history.
+fn pod_events(h: &ApiServerHandle, kind: ChangeType) -> Vec<String> {
+    h.store().read(|s| {
+        s.changes_since(1)
+            .unwrap()
+            .iter()
+            .filter(|c| c.storage == "core/pods" && c.kind == kind)
+            .map(|c| c.object["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    })
+}
+
+async fn wait_sts_ready(h: &ApiServerHandle, name: &str, n: i64) {
+    wait_until(h, &format!("statefulset {name} with {n} ready"), |s| {
+        let Some(o) = s.get("apps/statefulsets", "default", name) else {
+            return false;
+        };
+        let st = &o["status"];
+        st["replicas"] == n
+            && st["availableReplicas"] == n
+            && (n == 0 || st["readyReplicas"] == n)
+            && s.list("core/pods", Some("default")).len() as i64 == n
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn ordered_ready_scales_up_in_order_and_down_from_the_highest_ordinal() {
+    let h = server(Duration::from_millis(500)).await;
+    let created = create(&h, "apps", "statefulsets", "default", sts("web", 3, None));
+    wait_sts_ready(&h, "web", 3).await;
+    assert_eq!(
+        pod_events(&h, ChangeType::Added),
+        ["web-0", "web-1", "web-2"]
+    );
+    let mut names = names(&h, "core/pods", "default");
+    names.sort();
+    assert_eq!(names, ["web-0", "web-1", "web-2"]);
+    let p = get(&h, "core/pods", "default", "web-1").unwrap();
+    let owner = &p["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "StatefulSet");
+    assert_eq!(owner["uid"], created["metadata"]["uid"]);
+    assert_eq!(owner["controller"], true);
+    assert_eq!(p["metadata"]["labels"]["app"], "web");
+    assert_eq!(p["metadata"]["labels"]["apps.kubernetes.io/pod-index"], "1");
+    assert_eq!(p["spec"]["hostname"], "web-1");
+    assert_eq!(p["status"]["phase"], "Running");
+    let status = get(&h, "apps/statefulsets", "default", "web").unwrap()["status"].clone();
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(status["currentReplicas"], 3);
+
+    merge_patch(
+        &h,
+        "apps",
+        "statefulsets",
+        "default",
+        "web",
+        json!({"spec": {"replicas": 1}}),
+    );
+    wait_sts_ready(&h, "web", 1).await;
+    assert_eq!(pod_events(&h, ChangeType::Deleted), ["web-2", "web-1"]);
+    assert_eq!(
+        get(&h, "apps/statefulsets", "default", "web").unwrap()["status"]["observedGeneration"],
+        2
+    );
+
+    // A pod that disappears comes back with the same name.
+    let mut t = target(&h, "", "v1", "pods", "default");
+    t.name = Some("web-0".into());
+    let opts = sample_controller::apiserver::verbs::DeleteOptions {
+        grace_period: Some(0),
+        ..Default::default()
+    };
+    h.store()
+        .write(|s| sample_controller::apiserver::verbs::delete_one(s, &t, &opts))
+        .unwrap();
+    wait_until(&h, "web-0 recreated", |s| {
+        s.get("core/pods", "default", "web-0")
+            .is_some_and(|p| p["metadata"]["uid"] != "" && p["status"]["phase"] == "Running")
+    })
+    .await;
+    assert_eq!(
+        pod_events(&h, ChangeType::Added)
+            .iter()
+            .filter(|n| *n == "web-0")
+            .count(),
+        2
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() {
+    let h = server(Duration::from_secs(2)).await;
+    create(
+        &h,
+        "apps",
+        "statefulsets",
+        "default",
+        sts("db", 0, Some("Parallel")),
+    );
+    wait_sts_ready(&h, "db", 0).await;
+    merge_patch(
+        &h,
+        "apps",
+        "statefulsets",
+        "default",
+        "db",
+        json!({"spec": {"replicas": 3}}),
+    );
+    // Nothing happens before the delay...
+    tokio::time::advance(Duration::from_millis(1_900)).await;
+    tokio::task::yield_now().await;
+    assert!(names(&h, "core/pods", "default").is_empty());
+    // ...then every pod is created in one step.
+    wait_until(&h, "three pods", |s| {
+        s.list("core/pods", Some("default")).len() == 3
+    })
+    .await;
+    wait_sts_ready(&h, "db", 3).await;
+
+    let mut t = target(&h, "apps", "v1", "statefulsets", "default");
+    t.name = Some("db".into());
+    h.store()
+        .write(|s| sample_controller::apiserver::verbs::delete_one(s, &t, &Default::default()))
+        .unwrap();
+    wait_until(&h, "pods collected", |s| {
+        s.list("core/pods", Some("default")).is_empty()
+    })
+    .await;
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn deployment_status_follows_spec_replicas_after_the_delay() {
+    let h = server(Duration::from_secs(3)).await;
+    let d = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "api"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "api"}},
+            "template": {"metadata": {"labels": {"app": "api"}},
+                         "spec": {"containers": [{"name": "main", "image": "nginx"}]}}
+        }
+    });
+    create(&h, "apps", "deployments", "default", d);
+    tokio::time::advance(Duration::from_millis(2_900)).await;
+    tokio::task::yield_now().await;
+    assert!(
+        get(&h, "apps/deployments", "default", "api").unwrap()["status"]["readyReplicas"].is_null()
+    );
+    wait_until(&h, "deployment available", |s| {
+        s.get("apps/deployments", "default", "api")
+            .is_some_and(|d| d["status"]["availableReplicas"] == 2)
+    })
+    .await;
+    let status = get(&h, "apps/deployments", "default", "api").unwrap()["status"].clone();
+    assert_eq!(status["replicas"], 2);
+    assert_eq!(status["updatedReplicas"], 2);
+    assert_eq!(status["readyReplicas"], 2);
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(status["conditions"][0]["type"], "Available");
+    assert_eq!(status["conditions"][0]["status"], "True");
+
+    merge_patch(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        "api",
+        json!({"spec": {"replicas": 0}}),
+    );
+    wait_until(&h, "deployment scaled to zero", |s| {
+        s.get("apps/deployments", "default", "api")
+            .is_some_and(|d| d["status"]["observedGeneration"] == 2)
+    })
+    .await;
+    let status = get(&h, "apps/deployments", "default", "api").unwrap()["status"].clone();
+    assert!(
+        status["replicas"].is_null(),
+        "zero counts are omitted: {status}"
+    );
+    // No pods: deployments are simulated through their status only.
+    assert!(names(&h, "core/pods", "default").is_empty());
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_rollout_status_and_scale() {
+    let h = ApiServer::builder()
+        .simulate(true)
+        .workload_delay(Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap();
+    let Some(k) = Kubectl::new(&h) else {
+        h.shutdown().await;
+        return;
+    };
+    let out = k
+        .run(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=2",
+        ])
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&["rollout", "status", "deployment/web", "--timeout=30s"])
+        .await;
+    assert!(out.ok, "{} {}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("successfully rolled out"),
+        "{}",
+        out.stdout
+    );
+
+    // The server does not default built-in kinds; rollout status needs the strategy spelled out.
+    let mut set = sts("cache", 1, None);
+    set["spec"]["updateStrategy"] = json!({"type": "RollingUpdate"});
+    let manifest = serde_yaml_ng::to_string(&set).unwrap();
+    let out = k
+        .run_with_input(&["apply", "-f", "-"], Some(&manifest))
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&["scale", "statefulset", "cache", "--replicas=3"])
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&["rollout", "status", "statefulset/cache", "--timeout=30s"])
+        .await;
+    assert!(out.ok, "{} {}", out.stdout, out.stderr);
+    let out = k
+        .run(&[
+            "wait",
+            "--for=jsonpath={.status.phase}=Running",
+            "pod/cache-2",
+            "--timeout=30s",
+        ])
+        .await;
+    assert!(out.ok, "{} {}", out.stdout, out.stderr);
+    h.shutdown().await;
+}

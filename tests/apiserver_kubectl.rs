@@ -1,0 +1,324 @@
+//! Real kubectl against the embedded API server, over HTTPS with the kubeconfig it writes.
+//!
+//! Each test runs the same scenario — the issue's list: apply the CRDs and examples, `get`
+//! with printer columns, `get -o yaml`, `get -w` seeing an API change, merge and status
+//! patches, `wait --for=jsonpath`, `describe` listing events, `delete` waiting for a finalizer,
+//! `apply --server-side`, and `create namespace|configmap` (protobuf bodies from kubectl 1.32)
+//! — with one kubectl version. The versioned binaries (`kubectl.1.28`, `kubectl.1.33`, ...)
+//! live next to the file the `kubectl` on the PATH resolves to; a missing binary skips its
+//! test with a message.
+
+#[path = "apiserver_support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use sample_controller::apiserver::ApiServerHandle;
+use serde_json::json;
+use support::*;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+/// The kubectl binary for `version` (`None` = the one on the PATH), if installed.
+fn kubectl(version: Option<&str>) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    let on_path = std::env::split_paths(&path)
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file())?;
+    let Some(v) = version else {
+        return Some(on_path);
+    };
+    let real = std::fs::canonicalize(&on_path).ok()?;
+    let versioned = real.parent()?.join(format!("kubectl.{v}"));
+    versioned.is_file().then_some(versioned)
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    home: tempfile::TempDir,
+}
+
+struct Out {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Kubectl {
+    fn new(bin: PathBuf, server: &ApiServerHandle) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let kubeconfig = home.path().join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        Kubectl {
+            bin,
+            kubeconfig,
+            home,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.home.path().join("cache"))
+            .args(args)
+            .env("HOME", self.home.path())
+            .current_dir(repo())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    async fn run(&self, args: &[&str]) -> Out {
+        let out = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
+            .await
+            .expect("kubectl did not finish within 60 s")
+            .unwrap();
+        Out {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        assert!(
+            out.ok,
+            "kubectl {args:?} failed\nstdout: {}\nstderr: {}",
+            out.stdout, out.stderr
+        );
+        out.stdout
+    }
+}
+
+async fn scenario(version: Option<&str>) {
+    let Some(bin) = kubectl(version) else {
+        eprintln!(
+            "SKIPPED: kubectl {} not found (looked on PATH and beside the binary it resolves to)",
+            version.unwrap_or("(default)")
+        );
+        return;
+    };
+    let server = start().await;
+    let api = TestClient::new(&server);
+    let k = Kubectl::new(bin, &server);
+
+    // apply -f artifacts/crds/, then the examples.
+    let out = k.ok(&["apply", "-f", "artifacts/crds/"]).await;
+    assert!(
+        out.contains("ats.cnat.programming-kubernetes.info created"),
+        "{out}"
+    );
+    let out = k.ok(&["apply", "-f", "artifacts/examples/"]).await;
+    assert!(
+        out.contains("at.cnat.programming-kubernetes.info/example-at created"),
+        "{out}"
+    );
+
+    // get: the CRD's printer columns.
+    let out = k.ok(&["get", "ats"]).await;
+    let header = out.lines().next().unwrap_or_default();
+    for col in ["NAME", "SCHEDULE", "COMMAND", "PHASE"] {
+        assert!(header.contains(col), "{out}");
+    }
+    assert!(
+        out.contains("example-at") && out.contains("echo YAY"),
+        "{out}"
+    );
+    let yaml = k.ok(&["get", "at", "example-at", "-o", "yaml"]).await;
+    assert!(
+        yaml.contains("kind: At") && yaml.contains("schedule:"),
+        "{yaml}"
+    );
+
+    // get -w sees a change made through the API.
+    let mut watch = k.command(&["get", "ats", "-w"]);
+    watch.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = watch.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.unwrap_or_default().contains("NAME"));
+    // Wait until the watch is registered before changing anything.
+    while server.request_log().count("watch", "ats") == 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = api
+        .patch(
+            &format!("{ATS}/example-at/status"),
+            "application/merge-patch+json",
+            &json!({"status": {"phase": "RUNNING"}}),
+        )
+        .await;
+    assert_eq!(r.code, 200);
+    let seen = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("RUNNING") {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(seen, "kubectl get -w did not show the change");
+    child.kill().await.unwrap();
+
+    // patch --type=merge and patch --subresource=status.
+    k.ok(&[
+        "patch",
+        "at",
+        "example-at",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"command":"echo patched"}}"#,
+    ])
+    .await;
+    let got = api.get(&format!("{ATS}/example-at")).await;
+    assert_eq!(got.body["spec"]["command"], "echo patched");
+    assert_eq!(got.body["metadata"]["generation"], 2);
+    k.ok(&[
+        "patch",
+        "at",
+        "example-at",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"DONE"}}"#,
+    ])
+    .await;
+
+    // wait --for=jsonpath.
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.phase}=DONE",
+        "at/example-at",
+        "--timeout=30s",
+    ])
+    .await;
+
+    // describe lists events about the object.
+    let uid = got.body["metadata"]["uid"].as_str().unwrap();
+    let ev = api
+        .post(
+            "/api/v1/namespaces/default/events",
+            &json!({"metadata": {"name": "example-at.1"},
+                "involvedObject": {"apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+                                   "name": "example-at", "namespace": "default", "uid": uid},
+                "reason": "PhaseChange", "message": "phase changed to DONE", "type": "Normal",
+                "source": {"component": "cnat-controller"}, "count": 1,
+                "firstTimestamp": "2024-05-01T10:00:00Z", "lastTimestamp": "2024-05-01T10:00:00Z"}),
+        )
+        .await;
+    assert_eq!(ev.code, 201, "{:?}", ev.body);
+    let out = k.ok(&["describe", "at", "example-at"]).await;
+    assert!(
+        out.contains("PhaseChange") && out.contains("phase changed to DONE"),
+        "{out}"
+    );
+
+    // delete waits for a finalizer to be removed.
+    api.patch(
+        &format!("{ATS}/example-at"),
+        "application/merge-patch+json",
+        &json!({"metadata": {"finalizers": ["cnat.programming-kubernetes.info/cleanup"]}}),
+    )
+    .await;
+    let mut del = k.command(&["delete", "at", "example-at", "--timeout=60s"]);
+    del.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let del = del.spawn().unwrap();
+    loop {
+        let now = api.get(&format!("{ATS}/example-at")).await;
+        if now.body["metadata"]["deletionTimestamp"].is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // kubectl is now waiting; the object stays until the finalizer goes.
+    assert_eq!(api.get(&format!("{ATS}/example-at")).await.code, 200);
+    api.patch(
+        &format!("{ATS}/example-at"),
+        "application/merge-patch+json",
+        &json!({"metadata": {"finalizers": null}}),
+    )
+    .await;
+    let out = tokio::time::timeout(Duration::from_secs(60), del.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("deleted"));
+    assert_eq!(api.get(&format!("{ATS}/example-at")).await.code, 404);
+
+    // apply --server-side.
+    let out = k
+        .ok(&[
+            "apply",
+            "--server-side",
+            "-f",
+            "artifacts/examples/cnat-example.yaml",
+        ])
+        .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let out = k
+        .ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            "artifacts/examples/foo.yaml",
+        ])
+        .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+
+    // create namespace / configmap: typed writes, protobuf bodies from kubectl 1.32 on.
+    k.ok(&["create", "namespace", "cnat"]).await;
+    k.ok(&[
+        "create",
+        "configmap",
+        "settings",
+        "-n",
+        "cnat",
+        "--from-literal=color=blue",
+    ])
+    .await;
+    let cm = api.get("/api/v1/namespaces/cnat/configmaps/settings").await;
+    assert_eq!(cm.code, 200);
+    assert_eq!(cm.body["data"]["color"], "blue");
+    let ns = k
+        .ok(&["get", "ns", "cnat", "-o", "jsonpath={.status.phase}"])
+        .await;
+    assert_eq!(ns, "Active");
+
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_1_28() {
+    scenario(Some("1.28")).await;
+}
+
+#[tokio::test]
+async fn kubectl_1_33() {
+    scenario(Some("1.33")).await;
+}
+
+#[tokio::test]
+async fn kubectl_on_path() {
+    scenario(None).await;
+}

@@ -1,0 +1,214 @@
+//! Helpers for the cluster-behaviour tests (simulated node, garbage collector, workload
+//! controllers, faults, RBAC): direct store access for paused-clock tests, waiting on the
+//! store's revision channel, and a kubectl runner that skips when kubectl is absent.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use sample_controller::apiserver::ApiServerHandle;
+use sample_controller::apiserver::query::Query;
+use sample_controller::apiserver::verbs::{self, Target};
+use serde_json::{Value, json};
+
+/// The target of a resource in the server's registry.
+pub fn target(h: &ApiServerHandle, group: &str, version: &str, plural: &str, ns: &str) -> Target {
+    let def = h
+        .store()
+        .read(|s| s.registry.lookup(group, version, plural))
+        .unwrap_or_else(|| panic!("{group}/{version} {plural} is not served"));
+    Target {
+        def,
+        namespace: (!ns.is_empty()).then(|| ns.to_owned()),
+        name: None,
+        subresource: None,
+    }
+}
+
+/// Creates an object in-process (the same code path as a POST).
+pub fn create(h: &ApiServerHandle, group: &str, plural: &str, ns: &str, body: Value) -> Value {
+    // Every built-in resource this crate serves is at version v1.
+    let t = target(h, group, "v1", plural, ns);
+    let (code, obj) = h
+        .store()
+        .write(|s| verbs::create(s, &t, body, &Query::parse(None)))
+        .unwrap_or_else(|e| panic!("create {plural}: {}", e.message));
+    assert_eq!(code, 201);
+    obj
+}
+
+/// The stored object, if any (`group/plural` storage key, e.g. `core/pods`).
+pub fn get(h: &ApiServerHandle, storage: &str, ns: &str, name: &str) -> Option<Value> {
+    h.store().read(|s| s.get(storage, ns, name).cloned())
+}
+
+/// Names of the stored objects of a resource in a namespace.
+pub fn names(h: &ApiServerHandle, storage: &str, ns: &str) -> Vec<String> {
+    h.store().read(|s| {
+        s.list(storage, Some(ns))
+            .iter()
+            .map(|o| {
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+            .collect()
+    })
+}
+
+/// Waits (on the store's revision channel, no polling) until `pred` holds for the state; panics
+/// after 30 s of wall-clock or virtual time so a missing transition fails instead of hanging.
+pub async fn wait_until<F>(h: &ApiServerHandle, what: &str, mut pred: F)
+where
+    F: FnMut(&sample_controller::apiserver::store::State) -> bool,
+{
+    let store = h.store();
+    let mut rx = store.subscribe();
+    let fut = async {
+        loop {
+            if store.read(&mut pred) {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                panic!("store closed while waiting for {what}");
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .is_err()
+    {
+        panic!("timed out waiting for {what}");
+    }
+}
+
+/// Waits until the pod reaches `phase`.
+pub async fn wait_phase(h: &ApiServerHandle, ns: &str, name: &str, phase: &str) -> Value {
+    wait_until(h, &format!("pod {ns}/{name} {phase}"), |s| {
+        s.get("core/pods", ns, name)
+            .is_some_and(|p| p["status"]["phase"] == phase)
+    })
+    .await;
+    get(h, "core/pods", ns, name).unwrap()
+}
+
+/// A pod running `command` with `restartPolicy`.
+pub fn pod(name: &str, command: Value, restart_policy: Option<&str>) -> Value {
+    let mut p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "command": command}]}
+    });
+    if let Some(r) = restart_policy {
+        p["spec"]["restartPolicy"] = json!(r);
+    }
+    p
+}
+
+/// The kubectl on the PATH, if installed.
+pub fn kubectl_bin() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file())
+}
+
+/// kubectl with a kubeconfig for one server and a private HOME.
+pub struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    home: tempfile::TempDir,
+}
+
+/// What a kubectl run printed.
+pub struct Out {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Kubectl {
+    /// `None` (after printing why) when kubectl is not installed.
+    pub fn new(server: &ApiServerHandle) -> Option<Self> {
+        let Some(bin) = kubectl_bin() else {
+            eprintln!("kubectl not found on PATH: skipping the kubectl part of this test");
+            return None;
+        };
+        let home = tempfile::tempdir().unwrap();
+        let kubeconfig = home.path().join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        Some(Kubectl {
+            bin,
+            kubeconfig,
+            home,
+        })
+    }
+
+    /// Same, but authenticating with `token`.
+    pub fn with_token(server: &ApiServerHandle, token: &str) -> Option<Self> {
+        let k = Self::new(server)?;
+        let yaml = server.kubeconfig_yaml().replace(server.token(), token);
+        std::fs::write(&k.kubeconfig, yaml).unwrap();
+        Some(k)
+    }
+
+    /// Runs kubectl with `args` (and `stdin` piped in, if given).
+    pub async fn run_with_input(&self, args: &[&str], stdin: Option<&str>) -> Out {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = tokio::process::Command::new(&self.bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.home.path().join("cache"))
+            .args(args)
+            .env("HOME", self.home.path())
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        if let Some(input) = stdin {
+            let mut si = child.stdin.take().unwrap();
+            si.write_all(input.as_bytes()).await.unwrap();
+            drop(si);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("kubectl ran for more than 60 s")
+            .unwrap();
+        Out {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs kubectl with `args`.
+    pub async fn run(&self, args: &[&str]) -> Out {
+        self.run_with_input(args, None).await
+    }
+}
+
+/// Merge-patches an object in-process (the same code path as a PATCH).
+pub fn merge_patch(
+    h: &ApiServerHandle,
+    group: &str,
+    plural: &str,
+    ns: &str,
+    name: &str,
+    patch: Value,
+) -> Value {
+    let mut t = target(h, group, "v1", plural, ns);
+    t.name = Some(name.to_owned());
+    h.store()
+        .write(|s| verbs::patch(s, &t, verbs::PatchType::Merge, patch, &Query::parse(None)))
+        .unwrap_or_else(|e| panic!("patch {plural}/{name}: {}", e.message))
+        .1
+}
