@@ -12,15 +12,17 @@
 //! 4. creates the Ats of the story:
 //!    * `example-at`: the book's example (`echo YAY`), its schedule moved a few seconds ahead;
 //!    * `failing-at`: a command that exits 3, to show `result: Failed` and its exit code;
-//!    * `not-a-time`: a schedule that is not a time; the API server's schema rejects it at
-//!      admission (the first line of defence) and the demo prints the rejection;
+//!    * `not-a-time`: a schedule that is not a time. A server that checks the CRD's
+//!      `format: date-time` rejects it at admission (the first line of defence; the demo prints
+//!      the rejection); a server that lets it through leaves it to the controller, which marks
+//!      it with a Warning `InvalidSpec` event and condition;
 //!    * `blank-command`: a command of spaces, which passes the schema's `minLength` but cannot
 //!      run; the controller marks it with a Warning `InvalidSpec` event and condition, and
 //!      never retries it until the spec changes;
 //! 5. prints every phase change and every event as the controller produces them, read from its
 //!    own informers (the same machinery the controller uses);
-//! 6. exits 0 once both runnable Ats are `DONE` and the blank one carries its Warning, or
-//!    keeps serving with `--serve` until Ctrl-C.
+//! 6. exits 0 once both runnable Ats are `DONE` and every invalid one the server accepted
+//!    carries its Warning, or keeps serving with `--serve` until Ctrl-C.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -126,6 +128,8 @@ struct Seen {
     phases: BTreeMap<String, AtPhase>,
     invalid: BTreeSet<String>,
     warnings: BTreeSet<(String, String)>,
+    /// The invalid Ats the server accepted: each must end up with its Warning.
+    expect_invalid: Vec<String>,
 }
 
 /// Runs the demo (see the module documentation).
@@ -205,6 +209,10 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
             &format!("created at/{name:<14} schedule {schedule}  command {command:?}"),
         );
     }
+    seen.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .expect_invalid
+        .push("blank-command".to_string());
     match ats
         .create(&pp, &new_at("not-a-time", "tomorrow at noon", "echo never"))
         .await
@@ -214,10 +222,16 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
             &format!("the API server rejected at/not-a-time at admission: {e}"),
         ),
         Err(e) => return Err(api_err("creating At not-a-time")(e)),
-        Ok(_) => say(
-            started,
-            "the API server accepted at/not-a-time: its schema does not check date-times",
-        ),
+        Ok(_) => {
+            say(
+                started,
+                "created at/not-a-time     schedule \"tomorrow at noon\" (admission let it through; the controller will not)",
+            );
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .expect_invalid
+                .push("not-a-time".to_string());
+        }
     }
 
     let deadline = started + opts.timeout;
@@ -348,7 +362,7 @@ fn register_printers(
             }
             s.phases.insert(name.clone(), phase);
             drop(s);
-            let mut line = format!("at/{name:<14} {phase:<8}");
+            let mut line = format!("at/{name:<14} {:<8}", phase.as_str());
             if phase == AtPhase::Done {
                 let result = status.result.map(|r| format!("{r:?}")).unwrap_or_default();
                 let code = status

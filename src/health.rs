@@ -30,6 +30,40 @@
 //! without a cold start (leader election gates the workers, not the informers; see
 //! [`crate::leaderelection`]).
 //!
+//! ## Use
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicBool, Ordering};
+//! use std::time::Duration;
+//! use sample_controller::health::{HealthState, serve_health};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let health = HealthState::new();
+//! let synced = Arc::new(AtomicBool::new(false)); // stands in for informer.has_synced()
+//! let s = synced.clone();
+//! health.add_readiness_check("informer:ats", move || s.load(Ordering::SeqCst));
+//! let worker_loop = health.register_loop("workers", Duration::from_secs(60));
+//! worker_loop.tick(); // each time round the loop
+//!
+//! assert!(health.is_live() && !health.is_ready());
+//! synced.store(true, Ordering::SeqCst);
+//! assert!(health.is_ready());
+//!
+//! let cancel = CancellationToken::new();
+//! let server = serve_health("127.0.0.1:0".parse().unwrap(), health, cancel.clone()).await?;
+//! println!("curl http://{}/readyz", server.local_addr());
+//! server.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A reflector reports through a [`WatchHealth`] from [`HealthState::watch_health`]: `forbidden()`
+//! when a list or watch is answered 403, `relisted()` on every relist, `progress()` when a watch
+//! event or bookmark arrives.
+//!
 //! ## Responses
 //!
 //! As the Kubernetes API server's own `/healthz?verbose`: one line per check, `[+]name ok` or

@@ -21,6 +21,8 @@
 //! | [`leaderelection`] | `tools/leaderelection` |
 //! | [`metrics`], [`health`] | the manager's `/metrics`, `/healthz`, `/readyz` (controller-runtime's servers) |
 //! | [`controllers`] | each operator's `controller.go` |
+//! | [`manager`] | `kube-controller-manager` / sample-controller's `main.go`: flags, wiring, leader election, shutdown |
+//! | `demo` | `sample-controller demo`: the whole story on the embedded API server |
 //! | [`apiserver`] | an embedded Kubernetes API server (the envtest of this crate) |
 
 pub mod apis;

@@ -12,7 +12,7 @@
 //! | `controller_sync_total` | counter | `controller` | each `sync_handler` call |
 //! | `controller_sync_errors_total` | counter | `controller` | each `sync_handler` error |
 //! | `controller_sync_duration_seconds` | histogram | `controller` | each `sync_handler` call |
-//! | `rest_client_requests_total` | counter | `verb`, `code` | the [`Client`](crate::client::Client), read at scrape time |
+//! | `rest_client_requests_total` | counter | `verb`, `code` | the [`crate::client::Client`], read at scrape time |
 //! | `rest_client_request_duration_seconds` | histogram (sum and count) | `verb`, `code` | the same |
 //! | `rest_client_too_many_requests_total` | counter | | 429 answers |
 //! | `rest_client_retries_total` | counter | | retried attempts |
@@ -25,10 +25,37 @@
 //! | `leader_election_master_status` | gauge | `name` | 1 while this process leads that election (client-go's name) |
 //! | `workqueue_*` | | `name` | the workqueue's own metrics (client-go's names) |
 //!
+//! A labelled family has no series until its first sample, and prometheus-client then leaves
+//! it out of the exposition altogether (no `# TYPE` line either); dashboards see it from the
+//! first sync, list or election on.
+//!
 //! `verb` is the HTTP method (`GET`, `PUT`, ...), as in client-go's `rest_client_*` families;
 //! code `0` means the request got no answer. The client keeps a count and a latency sum per
 //! (verb, code) rather than buckets, so `rest_client_request_duration_seconds` is exposed as a
 //! histogram with only the `+Inf` bucket: rates and means work, quantiles do not.
+//!
+//! ## Use
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use std::time::Duration;
+//! use sample_controller::metrics::{Metrics, serve_metrics};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! let metrics = Metrics::new();
+//! // A worker records each sync_handler call:
+//! metrics.controller().observe_sync("cnat", Duration::from_millis(12), false);
+//! assert!(metrics.encode().contains("controller_sync_total{controller=\"cnat\"} 1"));
+//!
+//! let cancel = CancellationToken::new();
+//! let server = serve_metrics("127.0.0.1:0".parse().unwrap(), metrics.registry(), cancel.clone()).await?;
+//! println!("curl http://{}/metrics", server.local_addr());
+//! cancel.cancel();
+//! server.join().await;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! The registry sits behind a mutex because families are registered from several places while
 //! the server may already be encoding; encoding takes the lock for the duration of one scrape.
@@ -406,6 +433,36 @@ impl Collector for RestClientCollector {
     }
 }
 
+/// A bind address flag that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {flag} {value:?}: expected \"0\" (off), \":<port>\" or \"<host>:<port>\"")]
+pub struct BindAddressError {
+    /// The flag's name (`--metrics-bind-address`, `--health-probe-bind-address`).
+    pub flag: String,
+    /// The value given.
+    pub value: String,
+}
+
+/// Parses a bind-address flag the way controller-runtime reads `--metrics-bind-address` and
+/// `--health-probe-bind-address`: `"0"` turns the server off (`None`), `":8080"` listens on
+/// every interface, `"127.0.0.1:8080"` or `"[::1]:8080"` on one.
+pub fn parse_bind_address(flag: &str, value: &str) -> Result<Option<SocketAddr>, BindAddressError> {
+    let err = || BindAddressError {
+        flag: flag.to_owned(),
+        value: value.to_owned(),
+    };
+    let v = value.trim();
+    if v == "0" {
+        return Ok(None);
+    }
+    let full = if v.starts_with(':') {
+        format!("0.0.0.0{v}")
+    } else {
+        v.to_owned()
+    };
+    full.parse::<SocketAddr>().map(Some).map_err(|_| err())
+}
+
 /// Serves `registry` on `GET /metrics` at `addr` until `cancel` fires. Binds before it returns
 /// (so port 0 works; see [`ServerHandle::local_addr`]); the accept loop runs on a task the
 /// handle owns.
@@ -427,4 +484,46 @@ pub async fn serve_metrics(
         )
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_addresses_as_controller_runtime_reads_them() {
+        let f = "--metrics-bind-address";
+        assert_eq!(parse_bind_address(f, "0"), Ok(None));
+        assert_eq!(
+            parse_bind_address(f, ":8080"),
+            Ok(Some("0.0.0.0:8080".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_bind_address(f, "127.0.0.1:9090"),
+            Ok(Some("127.0.0.1:9090".parse().unwrap()))
+        );
+        assert_eq!(
+            parse_bind_address(f, "[::1]:8081"),
+            Ok(Some("[::1]:8081".parse().unwrap()))
+        );
+        let e = parse_bind_address(f, "localhost:http").unwrap_err();
+        assert!(e.to_string().contains("--metrics-bind-address"));
+        assert!(e.to_string().contains("localhost:http"));
+        assert!(parse_bind_address(f, ":99999").is_err());
+    }
+
+    #[test]
+    fn labelled_families_appear_with_their_first_sample() {
+        let m = Metrics::new();
+        let text = m.encode();
+        assert!(!text.contains("controller_sync"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+        m.leader_election().set_leading("kube-system/cnat", false);
+        let text = m.encode();
+        assert!(
+            text.contains("# TYPE leader_election_master_status gauge"),
+            "{text}"
+        );
+        assert!(text.contains("leader_election_master_status{name=\"kube-system/cnat\"} 0"));
+    }
 }

@@ -919,6 +919,44 @@ async fn discovery_legacy_and_aggregated() {
         .unwrap();
     assert_eq!(deploy["responseKind"]["kind"], "Deployment");
     assert_eq!(deploy["subresources"][1]["responseKind"]["kind"], "Scale");
+    let etag = agg
+        .headers
+        .get("etag")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let cached = c
+        .send(
+            "GET",
+            "/apis",
+            &[("accept", accept), ("if-none-match", &etag)],
+            None,
+        )
+        .await;
+    assert_eq!(cached.code, 304);
+    // A new CRD changes the document, and so its ETag.
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    let changed = c
+        .send(
+            "GET",
+            "/apis",
+            &[("accept", accept), ("if-none-match", &etag)],
+            None,
+        )
+        .await;
+    assert_eq!(changed.code, 200);
+    assert!(
+        changed.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["metadata"]["name"] == "cnat.programming-kubernetes.info")
+    );
     let old = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
     let agg1 = c.send("GET", "/api", &[("accept", old)], None).await;
     assert_eq!(agg1.body["apiVersion"], "apidiscovery.k8s.io/v2beta1");
@@ -1100,5 +1138,184 @@ async fn events_k8s_io_creates_are_validated_and_cluster_paths_are_read_only() {
     let post_all = c.post("/api/v1/configmaps", &cm("x", json!({}))).await;
     assert_eq!(post_all.code, 405);
     assert_eq!(post_all.body["reason"], "MethodNotAllowed");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn writes_record_their_field_manager() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let created = c
+        .post(&format!("{CMS}?fieldManager=tester"), &cm("m", json!({})))
+        .await;
+    let mf = &created.body["metadata"]["managedFields"][0];
+    assert_eq!(mf["manager"], "tester");
+    assert_eq!(mf["operation"], "Update");
+    assert_eq!(mf["fieldsType"], "FieldsV1");
+    let mut next = created.body.clone();
+    next["data"]["other"] = json!("x");
+    let updated = c
+        .send(
+            "PUT",
+            &format!("{CMS}/m"),
+            &[("user-agent", "my-controller/1.0 (linux/amd64)")],
+            Some(&next),
+        )
+        .await;
+    assert_eq!(updated.code, 200);
+    let managers: Vec<&str> = updated.body["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["manager"].as_str().unwrap())
+        .collect();
+    assert!(managers.contains(&"my-controller"), "{managers:?}");
+    // Re-sending the same object is still a no-op: the revision does not move.
+    let again = c
+        .send(
+            "PUT",
+            &format!("{CMS}/m"),
+            &[("user-agent", "my-controller/1.0 (linux/amd64)")],
+            Some(&updated.body),
+        )
+        .await;
+    assert_eq!(
+        again.body["metadata"]["resourceVersion"],
+        updated.body["metadata"]["resourceVersion"]
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn protobuf_bodies_are_accepted_for_built_in_kinds() {
+    use prost::Message;
+    use sample_controller::apiserver::logic::protobuf::encode_body;
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let pb = "application/vnd.kubernetes.protobuf";
+    let cm = k8s_pb::api::core::v1::ConfigMap {
+        metadata: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("from-protobuf".into()),
+            ..Default::default()
+        }),
+        data: [("color".to_owned(), "blue".to_owned())].into(),
+        ..Default::default()
+    };
+    let body = encode_body("v1", "ConfigMap", cm.encode_to_vec());
+    let created = read_answer(
+        c.raw(
+            "POST",
+            CMS,
+            &[
+                ("content-type", pb),
+                (
+                    "accept",
+                    "application/vnd.kubernetes.protobuf,application/json",
+                ),
+            ],
+            body,
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(created.code, 201, "{:?}", created.body);
+    assert_eq!(created.body["data"]["color"], "blue");
+    assert_eq!(
+        created.headers.get("content-type").unwrap(),
+        "application/json",
+        "answers are JSON, which the client's Accept allows"
+    );
+    let uid = created.body["metadata"]["uid"].as_str().unwrap().to_owned();
+    let opts = k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+        preconditions: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::Preconditions {
+            uid: Some("not-the-uid".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let del = encode_body("v1", "DeleteOptions", opts.encode_to_vec());
+    let refused = read_answer(
+        c.raw(
+            "DELETE",
+            &format!("{CMS}/from-protobuf"),
+            &[("content-type", pb)],
+            del,
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(refused.code, 409, "{:?}", refused.body);
+    assert!(refused.body["message"].as_str().unwrap().contains(&uid));
+    // Custom resources have no protobuf form.
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    let cr = read_answer(
+        c.raw(
+            "POST",
+            ATS,
+            &[("content-type", pb)],
+            encode_body("v1", "ConfigMap", vec![]),
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(cr.code, 415);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_bodies_are_bad_requests() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let odd = c
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "odd"}, "spec": "oops"}),
+        )
+        .await;
+    assert_eq!(odd.code, 400);
+    assert!(
+        odd.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Namespace.spec")
+    );
+    let not_json = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "application/json")],
+            b"{not json".to_vec(),
+            true,
+        )
+        .await;
+    assert_eq!(not_json.status(), 400);
+    let array = c.post(CMS, &json!([1, 2])).await;
+    assert_eq!(array.code, 400);
+    let wrong_kind = c
+        .post(
+            CMS,
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}}),
+        )
+        .await;
+    assert_eq!(wrong_kind.code, 400);
+    let wrong_ct = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "text/plain")],
+            b"x".to_vec(),
+            true,
+        )
+        .await;
+    assert_eq!(wrong_ct.status(), 415);
+    // The server is still fine.
+    assert_eq!(c.get(CMS).await.code, 200);
     s.shutdown().await;
 }

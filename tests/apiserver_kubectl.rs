@@ -124,6 +124,34 @@ async fn scenario(version: Option<&str>) {
         "{out}"
     );
 
+    // The server validates (kubectl's default --validate=strict sends fieldValidation=Strict):
+    // schema violations are 422 Invalid, unknown fields a strict decoding error.
+    for bad in [
+        "at-empty-command.yaml",
+        "at-schedule-not-a-date-time.yaml",
+        "at-without-command.yaml",
+        "foo-negative-replicas.yaml",
+    ] {
+        let out = k
+            .run(&["create", "-f", &format!("artifacts/examples/invalid/{bad}")])
+            .await;
+        assert!(!out.ok, "{bad} was accepted");
+        assert!(out.stderr.contains("is invalid"), "{bad}: {}", out.stderr);
+    }
+    let unknown = k.home.path().join("unknown-field.yaml");
+    std::fs::write(
+        &unknown,
+        "apiVersion: cnat.programming-kubernetes.info/v1alpha1\nkind: At\nmetadata:\n  name: typo\nspec:\n  schedule: \"2019-04-12T10:12:00Z\"\n  command: \"echo YAY\"\n  comand: \"typo\"\n",
+    )
+    .unwrap();
+    let out = k.run(&["apply", "-f", unknown.to_str().unwrap()]).await;
+    assert!(!out.ok, "an unknown field was accepted");
+    assert!(
+        out.stderr.contains("unknown field \"spec.comand\""),
+        "{}",
+        out.stderr
+    );
+
     // get: the CRD's printer columns.
     let out = k.ok(&["get", "ats"]).await;
     let header = out.lines().next().unwrap_or_default();

@@ -433,3 +433,33 @@ async fn a_future_revision_gets_a_504_error_event_unless_it_arrives() {
     assert_eq!(e["object"]["metadata"]["name"], "b");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn deleting_a_crd_deletes_its_objects_and_ends_their_watches() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    c.post(ATS, &at("one")).await;
+    let mut w = c
+        .watch(&format!(
+            "{ATS}?watch=true&resourceVersion={}",
+            s.resource_version()
+        ))
+        .await;
+    let del = c
+        .delete(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/ats.cnat.programming-kubernetes.info",
+            None,
+        )
+        .await;
+    assert_eq!(del.code, 200);
+    let e = w.next().await.unwrap();
+    assert_eq!(e["type"], "DELETED");
+    assert_eq!(e["object"]["metadata"]["name"], "one");
+    assert!(w.next().await.is_none());
+    s.shutdown().await;
+}

@@ -713,3 +713,34 @@ async fn exec_plugin_can_supply_a_client_certificate() {
             .all(|r| r.client_cert && r.header("authorization").is_none())
     );
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn expired_exec_credentials_are_fetched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = dir.path().join("count");
+    let plugin = write_plugin(
+        dir.path(),
+        &format!(
+            "echo run >> '{}'\nprintf '%s' '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"t\",\"expirationTimestamp\":\"2000-01-01T00:00:00Z\"}}}}'\n",
+            count.display()
+        ),
+    );
+    let expected = Arc::new(std::sync::Mutex::new("t".to_string()));
+    let server = token_server(expected).await;
+    let mut cfg = server.config();
+    cfg.qps = 0.0;
+    cfg.auth = Auth::Exec(sample_controller::client::config::ExecConfig {
+        api_version: "client.authentication.k8s.io/v1".into(),
+        command: plugin.display().to_string(),
+        args: vec![],
+        env: vec![],
+        install_hint: None,
+        interactive_mode: InteractiveMode::Never,
+        provide_cluster_info: false,
+    });
+    let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
+    pods.get("a").await.unwrap();
+    pods.get("a").await.unwrap();
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 2);
+}

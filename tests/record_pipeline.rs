@@ -354,3 +354,52 @@ async fn recording_never_blocks_and_a_full_queue_drops_and_counts() {
     assert_eq!(seen.lock().unwrap().len(), 5);
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn cluster_scoped_objects_get_events_in_default_and_annotations_are_kept() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let b = EventBroadcaster::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let w = b.start_event_watcher(move |e| s.lock().unwrap().push(e.clone()));
+    let r = b.new_recorder("ns-controller");
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some("team-a".into()),
+            uid: Some("uid-ns".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    r.annotated_eventf(
+        &ns,
+        [("example.com/trace".to_owned(), "abc".to_owned())].into(),
+        EventType::Warning,
+        "Terminating",
+        format_args!("{} objects left", 3),
+    );
+    // An object without a name cannot be referenced: dropped, not sent.
+    r.event(&At::default(), EventType::Normal, "Nameless", "m");
+    b.shutdown();
+    w.join().await;
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    let e = &seen[0];
+    assert_eq!(e.metadata.namespace.as_deref(), Some("default"));
+    assert_eq!(e.involved_object.kind.as_deref(), Some("Namespace"));
+    assert_eq!(e.involved_object.api_version.as_deref(), Some("v1"));
+    assert_eq!(e.involved_object.namespace, None);
+    assert_eq!(e.message.as_deref(), Some("3 objects left"));
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        e.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("example.com/trace"))
+            .map(String::as_str),
+        Some("abc")
+    );
+    assert_eq!(e.reporting_component.as_deref(), Some("ns-controller"));
+    assert_eq!(e.first_timestamp, e.last_timestamp);
+}

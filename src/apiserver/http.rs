@@ -131,7 +131,13 @@ async fn serve(
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
     let path = req.uri().path().to_owned();
-    let query = Query::parse(req.uri().query());
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let query = Query::parse(req.uri().query()).with_user_agent(&user_agent);
     if !super::auth::is_public_path(&path) {
         let header = req
             .headers()
@@ -211,7 +217,9 @@ async fn serve(
         (Method::GET, ["api"]) => {
             let reg = shared.store.read(|s| s.registry.clone());
             return Ok(match discovery::negotiate_aggregated(&accept) {
-                Some(v) => aggregated_response(&discovery::aggregated(&reg, true, v), v),
+                Some(v) => {
+                    aggregated_response(&discovery::aggregated(&reg, true, v), v, &parts.headers)
+                }
                 None => json_response(
                     200,
                     &discovery::api_versions(&shared.server_address),
@@ -222,7 +230,9 @@ async fn serve(
         (Method::GET, ["apis"]) => {
             let reg = shared.store.read(|s| s.registry.clone());
             return Ok(match discovery::negotiate_aggregated(&accept) {
-                Some(v) => aggregated_response(&discovery::aggregated(&reg, false, v), v),
+                Some(v) => {
+                    aggregated_response(&discovery::aggregated(&reg, false, v), v, &parts.headers)
+                }
                 None => json_response(200, &discovery::api_group_list(&reg), "application/json"),
             });
         }
@@ -242,7 +252,7 @@ async fn serve(
                 .map(|d| json_response(200, &d, "application/json"))
                 .ok_or_else(ApiError::page_not_found);
         }
-        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(&accept)),
+        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(shared, &accept)),
         (Method::GET, ["openapi", "v3", rest @ ..]) => {
             return super::openapi::serve(shared, rest, &query);
         }
@@ -372,8 +382,13 @@ async fn serve(
             Ok(json_response(code, &obj, "application/json"))
         }
         (Method::DELETE, has_name) => {
+            // DeleteOptions: JSON from kubectl and most clients, protobuf from Go typed clients.
             let body = if bytes.is_empty() {
                 None
+            } else if content_type == PROTOBUF {
+                Some(super::logic::protobuf::decode_body(&bytes).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding protobuf DeleteOptions: {e}"))
+                })?)
             } else {
                 Some(parse_json(&bytes)?)
             };
@@ -403,11 +418,37 @@ async fn serve(
     }
 }
 
-fn aggregated_response(doc: &Value, version: &str) -> Response<Body> {
+/// An aggregated discovery document with the real server's caching headers: `ETag` (a quoted
+/// hash of the document; the real server uses SHA-512, clients only compare it), `Vary: Accept`
+/// and `Cache-Control: public`, and `304 Not Modified` when `If-None-Match` already matches.
+fn aggregated_response(doc: &Value, version: &str, headers: &http::HeaderMap) -> Response<Body> {
+    use std::hash::{Hash, Hasher};
     let ct = format!("application/json;g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList");
-    let mut r = json_response(200, doc, &ct);
-    r.headers_mut()
-        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    let bytes = serde_json::to_vec(doc).unwrap_or_default();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    let etag = format!("\"{:016X}\"", h.finish());
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag));
+    let mut r = if matches {
+        let mut r = Response::new(full(Bytes::new()));
+        *r.status_mut() = StatusCode::NOT_MODIFIED;
+        r
+    } else {
+        let mut r = Response::new(full(bytes));
+        if let Ok(v) = HeaderValue::from_str(&ct) {
+            r.headers_mut().insert(header::CONTENT_TYPE, v);
+        }
+        r
+    };
+    let hs = r.headers_mut();
+    hs.insert(header::VARY, HeaderValue::from_static("Accept"));
+    hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("public"));
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        hs.insert(header::ETAG, v);
+    }
     r
 }
 

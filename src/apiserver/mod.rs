@@ -66,8 +66,9 @@
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
-//! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3`, Table output for
-//! `kubectl get`, and the request log.
+//! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
+//! Table output for `kubectl get`, protobuf request bodies for built-in kinds, and the request
+//! log (also at `/metrics`).
 //!
 //! ## How it differs from a real cluster
 //!
@@ -83,10 +84,13 @@
 //!   status follows `spec.replicas`; StatefulSets create and delete their pods
 //!   `<name>-<ordinal>`.
 //!
-//! Namespace deletion is finished inline (content deleted, namespace removed once empty). No
-//! admission, RBAC enforced only on request ([`rbac`]), no defaulting of built-in kinds, no
-//! conversion webhooks, no field-level validation of built-in kinds; server-side apply tracks
-//! managers but is simpler than the real structured-merge-diff.
+//! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer released,
+//! the namespace removed once empty), and deleting a CRD removes its custom resources at once.
+//! The watch history is one window shared by all resources (etcd's, not the per-resource watch
+//! cache's). No admission, RBAC enforced only on request ([`rbac`]), no defaulting of built-in
+//! kinds, no conversion webhooks, no field-level validation of built-in kinds; server-side
+//! apply tracks managers but is simpler than the real structured-merge-diff. Tables for
+//! built-in kinds other than pods use the default `Name` / `Created At` columns.
 
 pub mod auth;
 pub mod background;
@@ -507,7 +511,8 @@ where
     }
 }
 
-/// A running server. Dropping it does not stop the server; call [`ApiServerHandle::shutdown`].
+/// A running server. [`ApiServerHandle::shutdown`] stops it and waits until every connection has
+/// closed; dropping the handle also stops it, without waiting.
 pub struct ApiServerHandle {
     url: String,
     token: String,
@@ -522,6 +527,12 @@ impl std::fmt::Debug for ApiServerHandle {
         f.debug_struct("ApiServerHandle")
             .field("url", &self.url)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ApiServerHandle {
+    fn drop(&mut self) {
+        self.shared.shutdown.cancel();
     }
 }
 

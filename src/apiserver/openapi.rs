@@ -8,13 +8,11 @@
 //! so a new CRD's group-version appears in the index (with a new hash, which invalidates
 //! clients' caches) as soon as the CRD exists.
 //!
-//! `/openapi/v2` is served as an *empty* Swagger 2.0 document (no definitions), in protobuf
-//! (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, what kubectl asks for) or
-//! JSON. kubectl up to 1.29 downloads it unconditionally before validating a manifest and fails
-//! if it is missing; with no definitions in it, its client-side validation skips every kind
-//! ("resource is not present, let's just skip validation") and the `fieldValidation` check
-//! against the v3 documents sends it to server-side validation, as with newer versions. The
-//! price: `kubectl explain` has nothing to show.
+//! `/openapi/v2` serves the Swagger 2.0 document of [`super::logic::openapi_v2`], in protobuf
+//! (what kubectl asks for) or JSON: kubectl up to 1.28 downloads it unconditionally before
+//! validating a manifest, fails without it, and finds there the same `fieldValidation`
+//! parameter that sends it to server-side validation.
+//!
 
 use std::sync::Arc;
 
@@ -23,6 +21,7 @@ use serde_json::Value;
 use super::Shared;
 use super::http::{Body, json_response};
 use super::logic::openapi::{OpenApiKind, gv_document, v3_index};
+use super::logic::openapi_v2;
 use super::query::Query;
 use super::registry::Registry;
 use super::status::ApiError;
@@ -38,33 +37,46 @@ fn group_versions(reg: &Registry) -> Vec<String> {
     out
 }
 
-/// The media type kubectl asks `/openapi/v2` for.
-pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
-
-/// The empty Swagger 2.0 document `{swagger: "2.0", info: {title: "Kubernetes", version}}` as
-/// an `openapi_v2.Document` protobuf message (field 1 `swagger`, field 2 `info` with its
-/// field 1 `title` and field 2 `version`).
-pub fn v2_protobuf() -> Vec<u8> {
-    fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
-        let mut out = vec![tag, bytes.len() as u8];
-        out.extend_from_slice(bytes);
-        out
-    }
-    let mut info = field(0x0a, b"Kubernetes");
-    info.extend(field(0x12, b"v1.33.0"));
-    let mut doc = field(0x0a, b"2.0");
-    doc.extend(field(0x12, &info));
-    doc
+/// The OpenAPI description of every served kind.
+fn kinds(defs: &[Arc<super::registry::ResourceDef>]) -> Vec<OpenApiKind> {
+    defs.iter()
+        .map(|d| {
+            let mut subresources = vec![];
+            if d.status_subresource {
+                subresources.push("status".to_owned());
+            }
+            if d.scale.is_some() {
+                subresources.push("scale".to_owned());
+            }
+            OpenApiKind {
+                group: d.group.clone(),
+                version: d.version.clone(),
+                kind: d.kind.clone(),
+                plural: d.plural.clone(),
+                namespaced: d.namespaced,
+                schema: d
+                    .custom
+                    .as_ref()
+                    .and_then(|c| c.schema.clone())
+                    .unwrap_or(Value::Null),
+                subresources,
+            }
+        })
+        .collect()
 }
 
 /// Serves `/openapi/v2` (protobuf when asked for it, JSON otherwise).
-pub fn serve_v2(accept: &str) -> http::Response<Body> {
-    if accept.contains(V2_PROTOBUF) {
+pub fn serve_v2(shared: &Arc<Shared>, accept: &str) -> http::Response<Body> {
+    let reg = shared.store.read(|s| s.registry.clone());
+    let kinds = kinds(reg.all());
+    if accept.contains(openapi_v2::PROTOBUF_CONTENT_TYPE) {
+        let body = openapi_v2::v2_document_protobuf(&kinds);
         let mut resp = http::Response::new(http_body_util::BodyExt::boxed(
-            http_body_util::Full::new(bytes::Bytes::from(v2_protobuf())),
+            http_body_util::Full::new(bytes::Bytes::from(body)),
         ));
         // The `@` of the requested type is not valid in a response Content-Type (Go's
-        // mime.ParseMediaType rejects it); kube-openapi answers with this spelling.
+        // mime.ParseMediaType rejects it, and client-go then fails the request), so the
+        // response uses kube-openapi's dotted spelling.
         resp.headers_mut().insert(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static(
@@ -73,11 +85,7 @@ pub fn serve_v2(accept: &str) -> http::Response<Body> {
         );
         return resp;
     }
-    json_response(
-        200,
-        &serde_json::json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.33.0"}, "paths": {}}),
-        "application/json",
-    )
+    json_response(200, &openapi_v2::v2_document(&kinds), "application/json")
 }
 
 /// A fingerprint of everything the documents are built from.
@@ -115,31 +123,7 @@ pub fn serve(
     if defs.is_empty() {
         return Err(ApiError::page_not_found());
     }
-    let kinds: Vec<OpenApiKind> = defs
-        .iter()
-        .map(|d| {
-            let mut subresources = vec![];
-            if d.status_subresource {
-                subresources.push("status".to_owned());
-            }
-            if d.scale.is_some() {
-                subresources.push("scale".to_owned());
-            }
-            OpenApiKind {
-                group: d.group.clone(),
-                version: d.version.clone(),
-                kind: d.kind.clone(),
-                plural: d.plural.clone(),
-                namespaced: d.namespaced,
-                schema: d
-                    .custom
-                    .as_ref()
-                    .and_then(|c| c.schema.clone())
-                    .unwrap_or(Value::Null),
-                subresources,
-            }
-        })
-        .collect();
+    let kinds = kinds(&defs);
     let gv = defs[0].api_version();
     Ok(json_response(
         200,

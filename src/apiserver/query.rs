@@ -12,10 +12,13 @@ use std::collections::HashMap;
 
 use super::status::ApiError;
 
-/// Decoded query parameters (the last value wins for repeated keys).
+/// Decoded query parameters (the last value wins for repeated keys), plus the request's
+/// `User-Agent`, from which the server names the field manager of a write that does not give
+/// `fieldManager`.
 #[derive(Clone, Debug, Default)]
 pub struct Query {
     params: HashMap<String, String>,
+    user_agent: String,
 }
 
 fn percent_decode(s: &str) -> String {
@@ -60,7 +63,28 @@ impl Query {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             params.insert(percent_decode(k), percent_decode(v));
         }
-        Query { params }
+        Query {
+            params,
+            user_agent: String::new(),
+        }
+    }
+
+    /// The same parameters, remembering the request's `User-Agent`.
+    pub fn with_user_agent(mut self, ua: &str) -> Self {
+        self.user_agent = ua.to_owned();
+        self
+    }
+
+    /// The field manager of a write: `fieldManager`, else the `User-Agent` up to its first `/`
+    /// (`kubectl/v1.33.1 (linux/amd64) ...` → `kubectl`), as the real server's field manager
+    /// names it; at most 128 characters.
+    pub fn field_manager(&self) -> String {
+        let m = match self.non_empty("fieldManager") {
+            Some(m) => m,
+            None => self.user_agent.split('/').next().unwrap_or_default(),
+        };
+        let m = if m.is_empty() { "unknown" } else { m };
+        m.chars().take(128).collect()
     }
 
     /// A parameter's value.

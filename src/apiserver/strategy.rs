@@ -58,6 +58,19 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
             def.kind
         )));
     }
+    // Built-in kinds are typed on the real server: a `metadata`, `spec` or `status` that is not
+    // an object fails decoding there, so it does here (custom resources meet their schema).
+    if def.custom.is_none() {
+        for field in ["metadata", "spec", "status"] {
+            if let Some(v) = body.get(field).filter(|v| !v.is_object() && !v.is_null()) {
+                return Err(ApiError::bad_request(format!(
+                    "json: cannot unmarshal {} into Go struct field {}.{field} of type object",
+                    json_type(v),
+                    def.kind
+                )));
+            }
+        }
+    }
     let mut obj = match def.view {
         View::EventsV1 => events::from_events_v1(&body),
         View::Native => body,
@@ -74,6 +87,17 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         m.insert("kind".into(), Value::String(def.kind.clone()));
     }
     Ok(obj)
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
 }
 
 /// A stored object as this definition serves it.
@@ -218,9 +242,8 @@ fn reset_status_on_create(def: &ResourceDef, obj: &mut Value) {
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") => {
             o.insert("status".into(), json!({"phase": "Active"}));
-            let spec = o.entry("spec").or_insert_with(|| json!({}));
-            if spec.get("finalizers").is_none() {
-                spec["finalizers"] = json!(["kubernetes"]);
+            if o.get("spec").and_then(|s| s.get("finalizers")).is_none() {
+                meta::set_path(obj, ".spec.finalizers", json!(["kubernetes"]));
             }
         }
         ("", "pods") => {
@@ -374,6 +397,13 @@ pub fn prepare_update(
         }
     }
     m.remove("selfLink");
+    // A write that leaves managedFields out keeps the recorded ownership (an explicit empty
+    // list would reset it).
+    if !m.contains_key("managedFields")
+        && let Some(mf) = old_meta.get("managedFields")
+    {
+        m.insert("managedFields".into(), mf.clone());
+    }
     if (def.tracks_generation || def.custom.is_some())
         && meta::spec_part(def, old) != meta::spec_part(def, &result)
     {

@@ -299,13 +299,17 @@ pub fn list_json(def: &ResourceDef, r: &ListResult) -> Value {
 // ---------------------------------------------------------------------------------------------
 // create
 
-/// How a write was asked to be carried out (`dryRun`, `fieldValidation`).
-#[derive(Clone, Copy, Debug, Default)]
+/// How a write was asked to be carried out (`dryRun`, `fieldValidation`, field manager).
+#[derive(Clone, Debug, Default)]
 pub struct WriteOptions {
     /// `dryRun=All`: run every check, store nothing.
     pub dry_run: bool,
     /// `fieldValidation=Strict`: unknown fields are an error instead of being dropped.
     pub strict: bool,
+    /// The manager recorded in `metadata.managedFields` for this write.
+    pub manager: String,
+    /// Record an `operation: Update` entry (false for server-side apply, which records its own).
+    pub record: bool,
 }
 
 impl WriteOptions {
@@ -314,8 +318,27 @@ impl WriteOptions {
         WriteOptions {
             dry_run: q.dry_run(),
             strict: q.get("fieldValidation") == Some("Strict"),
+            manager: q.field_manager(),
+            record: true,
         }
     }
+}
+
+/// Managed fields with their timestamps blanked, so that a write changing nothing but the time
+/// of an ownership record is recognised as the no-op it is.
+fn without_managed_times(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(entries) = o["metadata"]
+        .get_mut("managedFields")
+        .and_then(Value::as_array_mut)
+    {
+        for e in entries {
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+        }
+    }
+    o
 }
 
 /// Paths present in `before` but not in `after` (what pruning removed), as `spec.x`.
@@ -351,7 +374,7 @@ fn dropped_fields(before: &Value, after: &Value, prefix: &str, out: &mut Vec<Str
 pub fn validate_custom(
     def: &ResourceDef,
     obj: &mut Value,
-    opts: WriteOptions,
+    opts: &WriteOptions,
 ) -> Result<(), ApiError> {
     let Some(schema) = def.custom.as_ref().and_then(|c| c.schema.as_ref()) else {
         return Ok(());
@@ -427,7 +450,11 @@ fn create_prepared(
     let dry_run = opts.dry_run;
     let def = &t.def;
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
-    validate_custom(def, &mut obj, opts)?;
+    validate_custom(def, &mut obj, &opts)?;
+    if opts.record {
+        let sub = t.subresource.as_deref();
+        super::logic::patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
+    }
     let (ns, name) = super::store::key_of(&obj);
     if let Some(existing) = st.get(&def.storage, &ns, &name) {
         let generated = !meta_str(&obj, "generateName").is_empty();
@@ -497,13 +524,26 @@ fn update_stored(
         t.name(),
         t.endpoint(),
     )?;
-    validate_custom(def, &mut result, opts)?;
+    validate_custom(def, &mut result, &opts)?;
     if is_crd(def) {
         crd::establish(st, &mut result, dry_run)?;
     }
-    if result == *old {
+    if without_managed_times(&result) == without_managed_times(old) {
         // A no-op write changes nothing: same resourceVersion, no watch event.
         return Ok((200, present(def, old)));
+    }
+    if opts.record {
+        let sub = t.subresource.as_deref();
+        super::logic::patch::record_update(
+            Some(old),
+            &mut result,
+            &opts.manager,
+            sub,
+            &meta::now_time(),
+        );
+        if without_managed_times(&result) == without_managed_times(old) {
+            return Ok((200, present(def, old)));
+        }
     }
     if dry_run {
         return Ok((200, present(def, &result)));
@@ -568,10 +608,11 @@ fn finalize_namespace(
         return Err(ApiError::conflict(&def.plural, &def.group, t.name()));
     }
     let mut new = old.clone();
-    new["spec"]["finalizers"] = body["spec"]["finalizers"]
+    let finalizers = body["spec"]["finalizers"]
         .as_array()
         .map(|a| Value::Array(a.clone()))
         .unwrap_or_else(|| json!([]));
+    meta::set_path(&mut new, ".spec.finalizers", finalizers);
     if new == old || opts.dry_run {
         return Ok((200, present(&def, &new)));
     }
@@ -844,12 +885,20 @@ fn server_side_apply(
                     t.name()
                 )));
             }
-            create_prepared(st, t, merged, WriteOptions::from_query(q))
+            let opts = WriteOptions {
+                record: false,
+                ..WriteOptions::from_query(q)
+            };
+            create_prepared(st, t, merged, opts)
         }
         Some(old) => {
             let mut merged = merged;
             merged["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
-            update_stored(st, t, &old, merged, WriteOptions::from_query(q))
+            let opts = WriteOptions {
+                record: false,
+                ..WriteOptions::from_query(q)
+            };
+            update_stored(st, t, &old, merged, opts)
         }
     }
 }
@@ -974,7 +1023,7 @@ fn finish_namespace_if_empty(st: &mut State, ns: &str) {
         .map(|a| a.iter().filter(|f| *f != "kubernetes").cloned().collect())
         .unwrap_or_default();
     let released = remaining.is_empty();
-    done["spec"]["finalizers"] = Value::Array(remaining);
+    meta::set_path(&mut done, ".spec.finalizers", Value::Array(remaining));
     if released && finalizers_of(&done).is_empty() {
         st.update("core/namespaces", done);
         st.delete("core/namespaces", "", ns);
@@ -1154,7 +1203,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
             obj["metadata"]["generation"] = json!(g + 1);
         }
         if is_namespace {
-            obj["status"]["phase"] = json!("Terminating");
+            meta::set_path(&mut obj, ".status.phase", json!("Terminating"));
         }
         if opts.dry_run {
             return Ok((200, present(&def, &obj)));

@@ -175,6 +175,7 @@ impl WatchState {
                 return;
             }
         };
+        let had_changes = !changes.is_empty();
         for c in changes {
             self.last_rv = c.rv;
             if c.storage != self.def.storage {
@@ -197,6 +198,18 @@ impl WatchState {
                     (false, false) => {}
                 },
                 _ => {}
+            }
+        }
+        // A custom resource whose CRD was deleted is no longer served: like the real server,
+        // end its watches (after the DELETED events of its objects).
+        if had_changes && self.def.custom.is_some() {
+            let served = self.store.read(|s| {
+                s.registry
+                    .lookup(&self.def.group, &self.def.version, &self.def.plural)
+                    .is_some()
+            });
+            if !served {
+                self.done = true;
             }
         }
     }

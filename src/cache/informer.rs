@@ -32,8 +32,11 @@
 //!
 //! Each handler has an unbounded queue and its own task that calls it one notification at a
 //! time, in order. A slow handler delays only itself; the reflector and the other handlers go
-//! on (client-go's `processorListener`). Handlers are plain synchronous functions: they should
-//! do what client-go handlers do, enqueue a key, and return. A handler that panics is logged
+//! on (client-go's `processorListener`). Handlers are plain synchronous functions called on a
+//! tokio worker: they should do what client-go handlers do, enqueue a key, and return. A
+//! handler that must block its thread (a contended lock, file I/O) has to wrap that part in
+//! `tokio::task::block_in_place`, as any blocking code on a tokio worker must, or it can stall
+//! other tasks queued on the same worker. A handler that panics is logged
 //! and keeps receiving later notifications (client-go re-panics and kills the process).
 //!
 //! ## Late handlers, resync, sync state
@@ -186,6 +189,49 @@ impl<K: Send + Sync + 'static> ResourceEventHandler<K> for EventHandlerFns<K> {
     fn on_delete(&self, obj: Deleted<K>) {
         if let Some(f) = &self.delete {
             f(obj)
+        }
+    }
+}
+
+/// Passes on only the notifications about objects `filter` accepts (client-go's
+/// `FilteringResourceEventHandler`). For an update both states are tested: both pass → update;
+/// only the new one → add; only the old one → delete (as a [`Deleted::Final`] of the old state,
+/// the last state this handler was shown); neither → nothing. So the inner handler sees a
+/// consistent history of the filtered subset.
+pub struct FilteringHandler<F, H> {
+    filter: F,
+    handler: H,
+}
+
+impl<F, H> FilteringHandler<F, H> {
+    /// Wraps `handler` behind `filter`.
+    pub fn new(filter: F, handler: H) -> Self {
+        FilteringHandler { filter, handler }
+    }
+}
+
+impl<K, F, H> ResourceEventHandler<K> for FilteringHandler<F, H>
+where
+    K: CacheObject,
+    F: Fn(&K) -> bool + Send + Sync + 'static,
+    H: ResourceEventHandler<K>,
+{
+    fn on_add(&self, obj: Arc<K>, is_initial_list: bool) {
+        if (self.filter)(&obj) {
+            self.handler.on_add(obj, is_initial_list);
+        }
+    }
+    fn on_update(&self, old: Arc<K>, new: Arc<K>) {
+        match ((self.filter)(&old), (self.filter)(&new)) {
+            (true, true) => self.handler.on_update(old, new),
+            (false, true) => self.handler.on_add(new, false),
+            (true, false) => self.handler.on_delete(Deleted::Final(old)),
+            (false, false) => {}
+        }
+    }
+    fn on_delete(&self, obj: Deleted<K>) {
+        if (self.filter)(obj.object()) {
+            self.handler.on_delete(obj);
         }
     }
 }
@@ -662,6 +708,31 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         }
         debug!(informer = %self.core.name, "informer stopped");
     }
+}
+
+/// Anything whose sync state can be waited for: informers and handler registrations.
+pub trait HasSynced: Send + Sync {
+    /// True once synced (a latch).
+    fn has_synced(&self) -> bool;
+}
+
+impl<K: CacheObject> HasSynced for SharedIndexInformer<K> {
+    fn has_synced(&self) -> bool {
+        SharedIndexInformer::has_synced(self)
+    }
+}
+
+impl HasSynced for HandlerRegistration {
+    fn has_synced(&self) -> bool {
+        HandlerRegistration::has_synced(self)
+    }
+}
+
+/// Waits until every item has synced (→ true) or `deadline` passes (→ false), checking now and
+/// every 100 ms (client-go's `cache.WaitForCacheSync`). A controller passes its handler
+/// registrations so that it starts workers only once its handlers have seen the initial list.
+pub async fn wait_for_cache_sync(deadline: Instant, items: &[&dyn HasSynced]) -> bool {
+    wait_until(deadline, || items.iter().all(|i| i.has_synced())).await
 }
 
 /// Checks `done` now and then every 100 ms until it is true (→ true) or `deadline` passes

@@ -32,6 +32,49 @@
 //! 6. [`lister`] and [`selector`]: typed reads from the cache, label selectors.
 //! 7. [`testing`]: an in-memory lister-watcher that plays a server, for tests and benchmarks.
 //!
+//! ## Example
+//!
+//! An informer over an in-memory source (in a controller the source is an `Api<Pod>`, and
+//! the informer comes from a [`SharedInformerFactory`]):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use k8s_openapi::api::core::v1::Pod;
+//! use sample_controller::cache::testing::{FakeListerWatcher, meta};
+//! use sample_controller::cache::{EventHandlerFns, InformerOptions, SharedIndexInformer, key_of};
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let server = FakeListerWatcher::<Pod>::new();
+//! server.upsert(Pod { metadata: meta("default", "web-1", &[("app", "web")]), ..Default::default() });
+//!
+//! let informer = SharedIndexInformer::new(server.clone(), InformerOptions::default());
+//! // Handlers only say *which* object changed; a worker reads the rest from the lister.
+//! informer
+//!     .add_event_handler(EventHandlerFns::new().on_add(|pod: Arc<Pod>, _initial| {
+//!         println!("enqueue {}", key_of(pod.as_ref()));
+//!     }))
+//!     .unwrap();
+//!
+//! let cancel = CancellationToken::new();
+//! let run = tokio::spawn({
+//!     let (informer, cancel) = (informer.clone(), cancel.clone());
+//!     async move { informer.run(cancel).await }
+//! });
+//! let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+//! assert!(informer.wait_for_cache_sync(deadline).await);
+//!
+//! let web = informer.lister().namespace("default").get("web-1").unwrap();
+//! assert_eq!(web.metadata.labels.as_ref().unwrap()["app"], "web");
+//! assert!(informer.lister().namespace("default").get("nope").unwrap_err().is_not_found());
+//!
+//! cancel.cancel();
+//! run.await.unwrap();
+//! # }
+//! ```
+//!
 //! ## Invariants a controller relies on
 //!
 //! * **Eventually equal.** Once the server stops changing, the cache holds exactly the
@@ -78,8 +121,8 @@ pub mod testing;
 
 pub use factory::{InformerScope, ListerWatcherSource, SharedInformerFactory};
 pub use informer::{
-    EventHandlerFns, HandlerRegistration, InformerError, InformerOptions, ResourceEventHandler,
-    SharedIndexInformer,
+    EventHandlerFns, FilteringHandler, HandlerRegistration, HasSynced, InformerError,
+    InformerOptions, ResourceEventHandler, SharedIndexInformer, wait_for_cache_sync,
 };
 pub use keys::{Deleted, ObjectKey, key_of, split_key};
 pub use lister::{Lister, NamespaceLister};

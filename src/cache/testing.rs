@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures_util::stream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::CacheObject;
 use super::factory::{InformerScope, ListerWatcherSource};
@@ -57,7 +58,7 @@ struct State<K> {
     snapshots: HashMap<String, (Vec<K>, usize, u64)>,
     next_token: u64,
     streaming: bool,
-    requests: Vec<Request>,
+    requests: Vec<(Instant, Request)>,
 }
 
 /// The in-memory fake (see the module doc). Cloning shares the same state.
@@ -85,6 +86,21 @@ fn gone(rv: u64, oldest: u64) -> Error {
         "Expired",
         format!("too old resource version: {rv} ({oldest})"),
     )
+}
+
+fn clone_error(e: &Error) -> Error {
+    match e {
+        Error::Api(s) => Error::Api(s.clone()),
+        Error::Http { code, excerpt } => Error::Http {
+            code: *code,
+            excerpt: excerpt.clone(),
+        },
+        Error::Transport(m) => Error::Transport(m.clone()),
+        Error::Timeout(m) => Error::Timeout(m.clone()),
+        Error::Config(m) => Error::Config(m.clone()),
+        Error::LineTooLong { limit } => Error::LineTooLong { limit: *limit },
+        other => Error::Other(other.to_string()),
+    }
 }
 
 fn parse_rv(rv: &str) -> Result<u64> {
@@ -208,7 +224,33 @@ impl<K: CacheObject> FakeListerWatcher<K> {
 
     /// Every request received so far.
     pub fn requests(&self) -> Vec<Request> {
+        self.state()
+            .requests
+            .iter()
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// Every request received so far, with the (tokio) time it arrived.
+    pub fn request_log(&self) -> Vec<(Instant, Request)> {
         self.state().requests.clone()
+    }
+
+    /// Sends `event` as is to every open watch, without changing the stored objects (to
+    /// script what a misbehaving or racing server might send).
+    pub fn send_raw(&self, event: WatchEvent<K>) {
+        self.state()
+            .watchers
+            .retain(|w| w.send(Ok(event.clone())).is_ok());
+    }
+
+    /// Sends a stream-level error (not an `ERROR` event) to every open watch, as a decoder or
+    /// transport failure in the middle of a stream would, then closes them.
+    pub fn break_watches(&self, error: Error) {
+        let mut s = self.state();
+        for w in s.watchers.drain(..) {
+            let _ = w.send(Err(clone_error(&error)));
+        }
     }
 
     /// Forgets the recorded requests.
@@ -235,7 +277,8 @@ impl<K: CacheObject> FakeListerWatcher<K> {
 
     fn do_list(&self, params: &ListParams) -> Result<ObjectList<K>> {
         let mut s = self.state();
-        s.requests.push(Request::List(params.clone()));
+        s.requests
+            .push((Instant::now(), Request::List(params.clone())));
         if let Some(e) = s.list_faults.pop_front() {
             return Err(e);
         }
@@ -303,7 +346,8 @@ impl<K: CacheObject> FakeListerWatcher<K> {
 
     fn do_watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
         let mut s = self.state();
-        s.requests.push(Request::Watch(params.clone()));
+        s.requests
+            .push((Instant::now(), Request::Watch(params.clone())));
         if let Some(e) = s.watch_faults.pop_front() {
             return Err(e);
         }

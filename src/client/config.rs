@@ -176,7 +176,9 @@ pub enum Auth {
 }
 
 /// Everything needed to talk to one API server (client-go's `rest.Config`).
-#[derive(Clone, Debug)]
+///
+/// Its `Debug` output leaves out secrets (tokens, passwords, keys, proxy credentials).
+#[derive(Clone)]
 pub struct Config {
     /// The server's base URL, e.g. `https://127.0.0.1:6443` (a path prefix is kept).
     pub server: http::Uri,
@@ -201,6 +203,32 @@ pub struct Config {
     pub max_retries: u32,
     /// `User-Agent` header.
     pub user_agent: String,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let proxy = self.proxy_url.as_ref().map(|p| {
+            format!(
+                "{}://{}:{}",
+                p.scheme_str().unwrap_or("http"),
+                p.host().unwrap_or(""),
+                p.port_u16().unwrap_or(80)
+            )
+        });
+        f.debug_struct("Config")
+            .field("server", &self.server)
+            .field("default_namespace", &self.default_namespace)
+            .field("tls", &self.tls)
+            .field("auth", &self.auth)
+            .field("proxy_url", &proxy)
+            .field("qps", &self.qps)
+            .field("burst", &self.burst)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("user_agent", &self.user_agent)
+            .finish()
+    }
 }
 
 /// The default user agent: `sample-controller/<version> (<os>/<arch>)`.
@@ -1092,6 +1120,10 @@ contexts:
             }
         );
         assert!(!format!("{c:?}").contains("s3cr3t"), "Debug must redact");
+        let mut p = c.clone();
+        p.proxy_url = Some("http://user:pw@proxy:3128".parse().unwrap());
+        let dbg = format!("{p:?}");
+        assert!(dbg.contains("proxy:3128") && !dbg.contains("pw"), "{dbg}");
         let c = Config::from_kubeconfig_yaml(KC, Some("basic")).unwrap();
         assert_eq!(c.default_namespace, "default");
         assert!(matches!(c.auth, Auth::Basic { ref username, .. } if username == "bob"));

@@ -197,6 +197,15 @@ impl Client {
         }
     }
 
+    /// `GET /version`: the server's build information (what `kubectl version` prints); a cheap
+    /// way to check that the server is reachable and the credentials work.
+    pub async fn apiserver_version(&self) -> Result<k8s_openapi::apimachinery::pkg::version::Info> {
+        let req = Request::get("/version")
+            .body(Bytes::new())
+            .map_err(|e| Error::Other(format!("building GET /version: {e}")))?;
+        self.request_json(req).await
+    }
+
     /// Like [`Client::request_bytes`], but returns the status code and body of *any* answer
     /// (after retries); only transport failures are errors.
     pub async fn request_raw(&self, req: Request<Bytes>) -> Result<(StatusCode, Bytes)> {
@@ -722,7 +731,10 @@ impl Throttle {
         if !(qps.is_finite() && qps > 0.0) {
             return None;
         }
-        let period = Duration::from_secs_f64(1.0 / f64::from(qps));
+        // Rates below one request a day are treated as one a day (and never overflow).
+        let period = Duration::try_from_secs_f64(1.0 / f64::from(qps))
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_secs(86_400));
         let burst = std::num::NonZeroU32::new(burst.max(1))?;
         let quota = governor::Quota::with_period(period)?.allow_burst(burst);
         let clock = TokioClock {
@@ -1204,6 +1216,9 @@ mod tests {
             "{el:?}"
         );
         assert!(Throttle::new(0.0, 10).is_none());
+        assert!(Throttle::new(-1.0, 10).is_none());
+        assert!(Throttle::new(f32::NAN, 10).is_none());
+        assert!(Throttle::new(f32::MIN_POSITIVE, 0).is_some());
     }
 
     #[test]

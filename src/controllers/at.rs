@@ -1,12 +1,59 @@
 //! # The At controller (cnat's `controller.go`, with its bugs fixed)
 //!
-//! An [`At`] asks for one thing: run `spec.command` once, at `spec.schedule`. This module
-//! decides, from what the controller has observed, what to do about it. The decision is a pure
-//! function, [`plan`]: given the At, what the pod lister says about its pod ([`PodState`]) and
-//! the current time, it returns a [`Plan`]: the pod to create, the status to write (only when
-//! it changed), the events to record, and when to look again. Keeping the decision pure makes
-//! every branch of the state machine testable without a server, and keeps the sync handler a
-//! short list of side effects.
+//! An [`At`] asks for one thing: run `spec.command` once, at `spec.schedule`. This file reads
+//! top to bottom like the book's `controller.go`: the [`AtController`] struct, its constructor
+//! that wires the shared informers to event handlers, `run`, `sync_handler`, and then the
+//! decision itself.
+//!
+//! ## One At, from `kubectl apply` to `DONE`
+//!
+//! ```text
+//! kubectl apply at.yaml ─▶ API server ─watch─▶ At informer ─on_add─▶ queue.add("ns/name")
+//!                                                                       │
+//!  worker: sync_handler("ns/name")  ◀──────────────────────────────────┘
+//!    at  = at_lister.get("ns/name")                 (the cache, never a GET)
+//!    pod = pod_lister.get("ns/name-pod")            (+ expectations: "created, not seen yet")
+//!    plan(at, pod, now) ─▶ PENDING, not due: write PENDING, Ok(Some(due - now)) ─▶ add_after
+//!                                                        ... the timer fires at the due time
+//!                       ─▶ due: create the pod, write RUNNING, event Started
+//!  pod informer ─on_add/on_update─▶ queue.add(owner At's key)   (controller ownerReference)
+//!    plan(at, pod Succeeded/Failed, now) ─▶ write DONE (result, exitCode, message), event
+//! ```
+//!
+//! The decision is a pure function, [`plan`]: given the At, what the pod lister says about its
+//! pod ([`PodState`]) and the current time, it returns a [`Plan`]: the pod to create, the
+//! status to write (only when it changed), the events to record, and when to look again.
+//! Keeping the decision pure makes every branch of the state machine testable without a
+//! server, and keeps `sync_handler` a short list of side effects, in a crash-safe order: create
+//! the pod, then write the status (a crash in between leaves a pod that the next sync finds and
+//! adopts as its own, because it carries this At's controller ownerReference).
+//!
+//! ## A lagging cache never causes a second pod
+//!
+//! Listers lag the controller's own writes by a watch round trip. Two records bridge the gap:
+//!
+//! * [`Expectations`]: the pod this controller created and the pod informer has not delivered
+//!   yet. While one is outstanding, "no pod in the lister" means "wait", not "create"
+//!   (kube-controller-manager's `ControllerExpectations`);
+//! * [`WrittenStatuses`]: the status this controller wrote and the At informer has not
+//!   delivered yet. Phases only move forward, so an older phase in the cache is ignored in
+//!   favour of what was written (otherwise a pod deleted just after `DONE` could look like a
+//!   `RUNNING` At that lost its pod).
+//!
+//! ## Events (`kubectl describe at NAME`)
+//!
+//! | type | reason | when |
+//! |---|---|---|
+//! | Normal | `Scheduled` | the At is first seen waiting (or its schedule changed) |
+//! | Normal | `Started` | the pod was created (or recreated after it vanished while running) |
+//! | Normal | `Completed` | the command exited 0 |
+//! | Warning | `Failed` | the command failed (exit code in the message) |
+//! | Warning | `InvalidSpec` | the schedule does not parse, or the command is empty |
+//! | Warning | `ErrResourceExists` | a pod of that name exists and is not controlled by this At |
+//! | Warning | `FailedCreate` | the API server refused the pod |
+//!
+//! Events are recorded on transitions (when the status changes), not on every sync, so a
+//! resync does not repeat them.
 //!
 //! ## What is fixed relative to the book (see the reference's list of cnat's bugs)
 //!
@@ -17,12 +64,19 @@
 //!   `InvalidSpec` event and condition, no requeue (the book retried it with backoff for ever);
 //! * `PENDING` is written as soon as the At is seen, with the due time in `status.message`;
 //! * a pod with the At's pod name that this At does not control is never used or taken over:
-//!   Warning `ErrResourceExists` (the book read any such pod's phase as its own result);
+//!   Warning `ErrResourceExists` (the book read any such pod's phase as its own result). Such a
+//!   pod's events do not reach the At (only a controller ownerReference routes them), so the
+//!   At is looked at again on the informer's resync;
 //! * `DONE` is final: a pod deleted afterwards is not recreated (the book reran the command at
-//!   the next resync);
-//! * the pod is read from the pod lister, never with a live GET.
+//!   the next resync); a pod deleted while `RUNNING` is recreated once its deletion is seen;
+//! * the pod is read from the pod lister, never with a live GET; pod deletions are watched
+//!   (the book had no delete handler);
+//! * a success always clears the key's failure history (the book's `AddAfter` did not);
+//! * events are recorded (the book built a recorder and never used it).
 //!
-//! A schedule in the past still fires at once, however old (the book's example is from 2019).
+//! Kept from the book: the pod name `<name>-pod`, the `app: <name>` label, a schedule in the
+//! past fires at once however old (the book's example is from 2019), and the pod informer
+//! covers every pod in scope (`--namespace` narrows it).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -1346,6 +1400,64 @@ mod tests {
         let p = plan(&a, PodState::Present(&pod), ts(NOW));
         assert_eq!(p.create_pod, None);
         assert!(p.status.unwrap().message.unwrap().contains("being deleted"));
+    }
+
+    #[test]
+    fn written_status_wins_until_the_cache_catches_up() {
+        let written = WrittenStatuses::default();
+        let cached = Arc::new(at("2030-06-01T11:00:00Z", "true", None));
+        // Nothing written: the cache is used as is.
+        assert!(Arc::ptr_eq(
+            &written.effective("cnat/example-at", Arc::clone(&cached)),
+            &cached
+        ));
+
+        let mut stored = cached.as_ref().clone();
+        stored.metadata.resource_version = Some("9".into());
+        stored.status = Some(AtStatus {
+            phase: Some(AtPhase::Done),
+            ..AtStatus::default()
+        });
+        written.record("cnat/example-at", &stored);
+
+        // The cache still shows the older (PENDING, rv 7) object: act on what was written.
+        let eff = written.effective("cnat/example-at", Arc::clone(&cached));
+        assert_eq!(eff.phase(), AtPhase::Done);
+        assert_eq!(eff.metadata.resource_version.as_deref(), Some("9"));
+        assert_eq!(
+            plan(&eff, PodState::Absent, ts(NOW)),
+            Plan::default(),
+            "no new pod"
+        );
+
+        // A different object with the same name (deleted and re-created) is not confused.
+        let mut other = cached.as_ref().clone();
+        other.metadata.uid = Some("uid-new".into());
+        let other = Arc::new(other);
+        assert!(Arc::ptr_eq(
+            &written.effective("cnat/example-at", Arc::clone(&other)),
+            &other
+        ));
+        assert!(written.is_empty(), "the stale record was dropped");
+
+        // Caught up: the cache is used again and the record dropped.
+        written.record("cnat/example-at", &stored);
+        let caught_up = Arc::new(stored.clone());
+        assert!(Arc::ptr_eq(
+            &written.effective("cnat/example-at", Arc::clone(&caught_up)),
+            &caught_up
+        ));
+        assert!(written.is_empty());
+    }
+
+    #[test]
+    fn pod_events_route_to_the_controlling_at_only() {
+        let a = at("2030-06-01T11:00:00Z", "true", None);
+        let pod = new_pod(&a);
+        assert_eq!(owner_key(&pod).as_deref(), Some("cnat/example-at"));
+        let mut orphan = pod.clone();
+        orphan.metadata.owner_references = None;
+        assert_eq!(owner_key(&orphan), None);
     }
 
     #[test]

@@ -261,7 +261,7 @@ impl<L: ResourceLock> LeaderElector<L> {
         self
     }
 
-    /// Records "<identity> became leader" / "<identity> stopped leading" events on the lock
+    /// Records `"<identity> became leader"` / `"<identity> stopped leading"` events on the lock
     /// object, as client-go's resource locks do. Call before [`LeaderElector::run`] and before
     /// cloning.
     pub fn with_event_recorder(mut self, recorder: EventRecorder) -> Self {

@@ -17,7 +17,9 @@
 //!    than [`CorrelatorOptions::aggregate_max_events`] (10) distinct messages: the event passes
 //!    through unchanged. From the 10th on, it is replaced by a new event whose message is
 //!    `"(combined from similar events): <message>"`, keyed by the group, so all later similar
-//!    events count up one shared object instead of creating one object each.
+//!    events count up one shared object instead of creating one object each. (As in client-go,
+//!    the group keeps at most 9 messages: a combination adds its message and evicts an arbitrary
+//!    one, so a message that was combined once may later pass on its own.)
 //! 2. **De-duplication.** The event's cache key (everything including the message, or the group
 //!    key for a combined event) is looked up; if it was seen, the event takes the earlier
 //!    event's name, resourceVersion and firstTimestamp, `count = old + 1`, and a strategic-merge

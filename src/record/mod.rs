@@ -67,4 +67,4 @@ pub mod sink;
 pub use broadcaster::{BroadcasterOptions, EventBroadcaster, WatcherHandle};
 pub use correlator::{CorrelateResult, CorrelatorOptions, EventCorrelator};
 pub use recorder::{EventRecorder, EventType, object_reference};
-pub use sink::{EventSink, MAX_TRIES_PER_EVENT};
+pub use sink::{ApiEventSink, EventSink, MAX_TRIES_PER_EVENT};

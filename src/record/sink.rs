@@ -40,7 +40,7 @@ use k8s_openapi::api::core::v1::Event;
 use tokio_util::sync::CancellationToken;
 
 use super::correlator::EventCorrelator;
-use crate::client::Error;
+use crate::client::{Api, Client, Error, Patch, PatchParams, PostParams};
 
 /// Tries per event before it is given up (client-go's `maxTriesPerEvent`).
 pub const MAX_TRIES_PER_EVENT: u32 = 12;
@@ -59,6 +59,75 @@ pub trait EventSink: Send + Sync + 'static {
         event: &Event,
         patch: &serde_json::Value,
     ) -> impl Future<Output = Result<Event, Error>> + Send;
+}
+
+/// The [`EventSink`] that writes core/v1 Events through the API (client-go's
+/// `EventSinkImpl{CoreV1().Events("")}`): each event goes to its own namespace.
+#[derive(Clone, Debug)]
+pub struct ApiEventSink {
+    client: Client,
+    namespace: Option<String>,
+}
+
+impl ApiEventSink {
+    /// A sink for events in any namespace.
+    pub fn new(client: Client) -> Self {
+        ApiEventSink {
+            client,
+            namespace: None,
+        }
+    }
+
+    /// A sink that accepts only events in `namespace` (client-go's namespaced sink), for
+    /// controllers whose RBAC covers one namespace.
+    pub fn namespaced(client: Client, namespace: &str) -> Self {
+        ApiEventSink {
+            client,
+            namespace: Some(namespace.to_owned()),
+        }
+    }
+
+    fn api_for(&self, event: &Event) -> Result<Api<Event>, Error> {
+        let ns = event.metadata.namespace.as_deref().unwrap_or_default();
+        if ns.is_empty() {
+            return Err(Error::Other(format!(
+                "event {:?} has no metadata.namespace",
+                event.metadata.name.as_deref().unwrap_or_default()
+            )));
+        }
+        if let Some(only) = &self.namespace
+            && only != ns
+        {
+            return Err(Error::Other(format!(
+                "can't write event in namespace {ns:?} with a sink for namespace {only:?}"
+            )));
+        }
+        Ok(Api::namespaced(self.client.clone(), ns))
+    }
+}
+
+impl EventSink for ApiEventSink {
+    async fn create(&self, event: &Event) -> Result<Event, Error> {
+        self.api_for(event)?
+            .create(&PostParams::default(), event)
+            .await
+    }
+
+    async fn patch(&self, event: &Event, patch: &serde_json::Value) -> Result<Event, Error> {
+        let name = event.metadata.name.as_deref().unwrap_or_default();
+        if name.is_empty() {
+            return Err(Error::Other(
+                "event to patch has no metadata.name".to_owned(),
+            ));
+        }
+        self.api_for(event)?
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Strategic(patch.clone()),
+            )
+            .await
+    }
 }
 
 /// What became of one write attempt.

@@ -267,7 +267,11 @@ where
         if self.shared.backoffs.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        self.shared.lock().by_item.get(item).is_some_and(|s| s.backoff)
+        self.shared
+            .lock()
+            .by_item
+            .get(item)
+            .is_some_and(|s| s.backoff)
     }
 
     /// The number of distinct items waiting for their deadline.

@@ -15,7 +15,7 @@
 //! | `workqueue_work_duration_seconds` | histogram | get → done |
 //! | `workqueue_unfinished_work_seconds` | gauge | sum of the ages of the items being processed, refreshed every 500 ms |
 //! | `workqueue_longest_running_processor_seconds` | gauge | the largest of those ages |
-//! | `workqueue_retries_total` | counter | one per `add_after` (so one per `add_rate_limited`) |
+//! | `workqueue_retries_total` | counter | one per `add_after`, and one per `add_rate_limited` that is not joined to a pending backoff |
 //!
 //! Every series carries one label, `name`, the queue's name. Both histograms use client-go's
 //! buckets, `ExponentialBuckets(10e-9, 10, 10)`: 1e-8, 1e-7, …, 1, 10 seconds.

@@ -88,6 +88,15 @@
 //! - `add_after` never blocks (client-go's request channel holds 1000 entries), and no 10 s
 //!   heartbeat is needed.
 //! - Metrics go to a registry the caller passes in, not a process-global provider.
+//! - `add_rate_limited` after shutdown is ignored before the limiter is asked, so a shut-down
+//!   queue records no more failures (client-go asks the limiter first, then drops the item).
+//!
+//! ## Tasks and runtimes
+//!
+//! [`Queue::new`] needs nothing. Every other constructor starts one small task (the delaying
+//! queue's timer, or a named queue's 500 ms metrics refresh), so it must be called inside a Tokio
+//! runtime. Each task is owned by the queue: it ends when the queue shuts down or when its last
+//! handle is dropped.
 //!
 //! All waiting goes through `tokio::time`, so tests drive every delay with a paused clock.
 

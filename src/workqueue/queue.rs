@@ -49,6 +49,7 @@ use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -91,6 +92,8 @@ struct Inner<T> {
     /// Wakes `shut_down_with_drain` when the last processing item is done, or on `shut_down`.
     drained: Notify,
     metrics: Option<QueueMetricHandles>,
+    /// Mirrors `State::shutting_down` (written under the lock) for lock-free reads.
+    shut: AtomicBool,
 }
 
 struct State<T> {
@@ -169,6 +172,7 @@ where
                 item_ready: Notify::new(),
                 drained: Notify::new(),
                 metrics,
+                shut: AtomicBool::new(false),
             }),
         }
     }
@@ -209,8 +213,12 @@ where
                 }
             }
         }
-        for _ in 0..pushed {
-            self.inner.item_ready.notify_one();
+        // Waiters register before they look at the FIFO, so waking every registered waiter
+        // once is enough for a batch; one item needs only one waiter.
+        match pushed {
+            0 => {}
+            1 => self.inner.item_ready.notify_one(),
+            _ => self.inner.item_ready.notify_waiters(),
         }
     }
 
@@ -312,8 +320,11 @@ where
                 if let Some(m) = &self.inner.metrics
                     && let Some(started) = s.started_at.take()
                 {
-                    m.work_duration
-                        .observe(Instant::now().saturating_duration_since(started).as_secs_f64());
+                    m.work_duration.observe(
+                        Instant::now()
+                            .saturating_duration_since(started)
+                            .as_secs_f64(),
+                    );
                 }
                 if s.dirty {
                     st.fifo.push_back(key.clone());
@@ -350,6 +361,7 @@ where
             let mut st = self.inner.lock();
             st.shutting_down = true;
             st.drain = false;
+            self.inner.shut.store(true, Ordering::Release);
         }
         self.inner.item_ready.notify_waiters();
         self.inner.drained.notify_waiters();
@@ -363,6 +375,7 @@ where
             let mut st = self.inner.lock();
             st.shutting_down = true;
             st.drain = true;
+            self.inner.shut.store(true, Ordering::Release);
         }
         self.inner.item_ready.notify_waiters();
         loop {
@@ -380,7 +393,7 @@ where
 
     /// Whether [`shut_down`](Self::shut_down) (or the draining variant) has been called.
     pub fn shutting_down(&self) -> bool {
-        self.inner.lock().shutting_down
+        self.inner.shut.load(Ordering::Acquire)
     }
 
     /// Whether nothing is queued and nothing is being processed, read in one consistent snapshot

@@ -242,7 +242,8 @@ impl StateStore for ReservingState {
     }
 }
 
-type Bucket = governor::RateLimiter<NotKeyed, ReservingState, TokioClock, NoOpMiddleware<std::time::Instant>>;
+type Bucket =
+    governor::RateLimiter<NotKeyed, ReservingState, TokioClock, NoOpMiddleware<std::time::Instant>>;
 
 /// One token bucket shared by every item: it limits the overall retry rate of a queue.
 ///

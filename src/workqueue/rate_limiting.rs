@@ -37,6 +37,11 @@
 //!   a caller that asks for an earlier time explicitly gets it, and the entry stops being a
 //!   backoff.
 //!
+//! The price: a change that would fix the failure (a corrected spec, a deletion) also waits for
+//! the backoff to end, up to the limiter's cap. A caller that knows an event must run at once
+//! can say so with `add_after(key, Duration::ZERO)`, which queues the item now; the pending
+//! retry still fires later (and is deduplicated if the item is still queued by then).
+//!
 //! An add that arrives while the item is *being processed* is still recorded as usual (the
 //! worker may have read stale state), so a failing reconcile followed by `add_rate_limited` can
 //! run once more at once if an event came in during it; that run's failure joins the pending
@@ -149,7 +154,8 @@ where
         if delay.is_zero() {
             self.queue.add(item);
         } else {
-            self.queue.insert_waiting(item, Instant::now() + delay, true);
+            self.queue
+                .insert_waiting(item, Instant::now() + delay, true);
         }
     }
 

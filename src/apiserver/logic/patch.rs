@@ -1092,12 +1092,24 @@ pub fn apply(
     }
 
     let mut result = base;
-    // Remove what this manager applied before and no longer applies, unless someone else owns it.
+    // Remove what this manager applied before and no longer applies, unless someone else owns
+    // it or something inside it (a list element keeps living while another manager owns one of
+    // its fields).
     for p in old_paths.difference(&new_paths) {
-        if other_sets.iter().any(|(_, s)| s.contains(p)) {
+        // The key field of a list element goes with the element (its `.` entry), never alone.
+        if let [.., PathElem::Key(k), PathElem::Field(f)] = p.as_slice()
+            && serde_json::from_str::<Map<String, Value>>(k).is_ok_and(|m| m.contains_key(f))
+        {
             continue;
         }
-        remove_at(&mut result, p);
+        let node: Vec<&PathElem> = p.iter().filter(|e| **e != PathElem::Itself).collect();
+        let owned_elsewhere = other_sets.iter().any(|(_, set)| {
+            set.iter()
+                .any(|q| q.len() >= node.len() && q.iter().zip(&node).all(|(a, b)| a == *b))
+        });
+        if !owned_elsewhere {
+            remove_at(&mut result, p);
+        }
     }
     apply_merge(&mut result, &applied_clean, None);
     // Server-owned metadata of the live object always wins.
@@ -1738,6 +1750,70 @@ mod tests {
         assert_eq!(
             same["metadata"]["managedFields"],
             status["metadata"]["managedFields"]
+        );
+    }
+
+    #[test]
+    fn apply_keeps_list_elements_others_still_own() {
+        let deploy = |containers: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                   "spec": {"template": {"spec": {"containers": containers}}}})
+        };
+        let live = apply(
+            None,
+            &deploy(
+                json!([{"name": "web", "image": "nginx"}, {"name": "log", "image": "busybox"}]),
+            ),
+            "kubectl",
+            false,
+            "t",
+        )
+        .unwrap();
+        // A controller adds a field to the "log" container through an ordinary update.
+        let mut updated = live.clone();
+        updated["spec"]["template"]["spec"]["containers"][1]["imagePullPolicy"] = json!("Always");
+        record_update(Some(&live), &mut updated, "controller", None, "t2");
+        // The user drops both containers but "web" from the file.
+        let next = apply(
+            Some(&updated),
+            &deploy(json!([{"name": "web", "image": "nginx"}])),
+            "kubectl",
+            false,
+            "t3",
+        )
+        .unwrap();
+        let names: Vec<&str> = next["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["web", "log"],
+            "log survives: the controller owns a field in it"
+        );
+        assert!(
+            next["spec"]["template"]["spec"]["containers"][1]
+                .get("image")
+                .is_none(),
+            "kubectl's field is gone"
+        );
+        // Without the controller's field, the element goes.
+        let gone = apply(
+            Some(&live),
+            &deploy(json!([{"name": "web", "image": "nginx"}])),
+            "kubectl",
+            false,
+            "t3",
+        )
+        .unwrap();
+        assert_eq!(
+            gone["spec"]["template"]["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
         );
     }
 

@@ -44,7 +44,9 @@
 //! clients can be switched to JSON (`rest.Config.ContentType = "application/json"`).
 //!
 //! Kinds decoded: core/v1 Namespace, ConfigMap, Secret, Event, Pod, Service, ServiceAccount;
-//! apps/v1 Deployment, StatefulSet; coordination.k8s.io/v1 Lease; events.k8s.io/v1 Event.
+//! apps/v1 Deployment, StatefulSet; coordination.k8s.io/v1 Lease; events.k8s.io/v1 Event;
+//! autoscaling/v1 Scale (the `/scale` subresource); and `DeleteOptions` (typed clients send the
+//! options of a DELETE as a protobuf body too).
 //! Namespace, ConfigMap, Secret, both Events, Lease and ServiceAccount are complete; Pod
 //! (and pod templates) covers containers, init containers, env, ports, resources, volume mounts,
 //! probes, security contexts, tolerations and the common volume types; StatefulSet volume claim
@@ -54,6 +56,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_pb::api::apps::v1 as apps;
+use k8s_pb::api::autoscaling::v1 as autoscaling;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::events::v1 as events;
@@ -394,6 +397,14 @@ message!(meta::Condition {
     "lastTransitionTime" => last_transition_time, "reason" => reason, "message" => message,
 });
 
+message!(meta::DeleteOptions {
+    "preconditions" => preconditions, "propagationPolicy" => propagation_policy, "dryRun" => dry_run,
+} keep {
+    "gracePeriodSeconds" => grace_period_seconds, "orphanDependents" => orphan_dependents,
+    "ignoreStoreReadErrorWithClusterBreakingPotential" => ignore_store_read_error_with_cluster_breaking_potential,
+});
+message!(meta::Preconditions { "uid" => uid, "resourceVersion" => resource_version });
+
 // ---- core/v1 ------------------------------------------------------------------------------
 
 message!(core::Namespace { "metadata" => metadata, "spec" => spec, "status" => status });
@@ -729,6 +740,13 @@ message!(apps::StatefulSetCondition {
     "reason" => reason, "message" => message,
 });
 
+// ---- autoscaling/v1 (the /scale subresource) ------------------------------------------------
+
+message!(autoscaling::Scale { "metadata" => metadata, "spec" => spec, "status" => status });
+// A zero `spec.replicas` is kept: it is what "scale to zero" sends.
+message!(autoscaling::ScaleSpec {} keep { "replicas" => replicas });
+message!(autoscaling::ScaleStatus { "selector" => selector } keep { "replicas" => replicas });
+
 // ---- coordination.k8s.io/v1 and events.k8s.io/v1 -------------------------------------------
 
 message!(coordination::Lease { "metadata" => metadata, "spec" => spec });
@@ -784,6 +802,8 @@ pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("apps/v1", "StatefulSet"),
     ("coordination.k8s.io/v1", "Lease"),
     ("events.k8s.io/v1", "Event"),
+    ("autoscaling/v1", "Scale"),
+    ("meta.k8s.io/v1", "DeleteOptions"),
 ];
 
 /// Decodes a Kubernetes protobuf request body (magic, `runtime.Unknown` envelope, object) into
@@ -827,6 +847,11 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
             decode_as::<coordination::Lease>(&raw, &api_version, &kind)
         }
         ("events.k8s.io/v1", "Event") => decode_as::<events::Event>(&raw, &api_version, &kind),
+        ("autoscaling/v1", "Scale") => decode_as::<autoscaling::Scale>(&raw, &api_version, &kind),
+        // DeleteOptions is registered in every group-version; clients name whichever they use.
+        (_, "DeleteOptions") if !api_version.is_empty() => {
+            decode_as::<meta::DeleteOptions>(&raw, &api_version, &kind)
+        }
         ("", _) | (_, "") => {
             return Err(format!(
                 "the protobuf envelope does not name the type of its content (apiVersion {api_version:?}, kind {kind:?})"
@@ -1250,6 +1275,47 @@ mod tests {
         assert_eq!(
             sa,
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot", "namespace": "default"}})
+        );
+    }
+
+    #[test]
+    fn delete_options_and_scale() {
+        let opts = meta::DeleteOptions {
+            grace_period_seconds: Some(0),
+            preconditions: Some(meta::Preconditions {
+                uid: Some("u-1".into()),
+                resource_version: None,
+            }),
+            propagation_policy: Some("Foreground".into()),
+            orphan_dependents: None,
+            ..Default::default()
+        };
+        let v = decode_body(&encode_body(
+            "meta.k8s.io/v1",
+            "DeleteOptions",
+            opts.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "gracePeriodSeconds": 0,
+                   "preconditions": {"uid": "u-1"}, "propagationPolicy": "Foreground"})
+        );
+        let scale = autoscaling::Scale {
+            metadata: Some(meta_named("web", Some("default"))),
+            spec: Some(autoscaling::ScaleSpec { replicas: Some(0) }),
+            status: None,
+        };
+        let v = decode_body(&encode_body(
+            "autoscaling/v1",
+            "Scale",
+            scale.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v["spec"],
+            json!({"replicas": 0}),
+            "scale to zero keeps its zero"
         );
     }
 }

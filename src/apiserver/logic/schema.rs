@@ -1265,4 +1265,66 @@ mod tests {
             ]
         );
     }
+
+    /// The project's own CRDs and examples: every CRD schema is structural, every example
+    /// validates and survives pruning unchanged, and every invalid example fails (on the field its
+    /// leading comment names, when it names one).
+    #[test]
+    fn project_crds_and_examples() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts");
+        let read_yaml = |path: &std::path::Path| -> Value {
+            serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+        };
+        let mut schemas: Vec<(String, String, Value)> = Vec::new();
+        for entry in std::fs::read_dir(root.join("crds")).unwrap() {
+            let crd = read_yaml(&entry.unwrap().path());
+            let group = crd["spec"]["group"].as_str().unwrap().to_string();
+            let kind = crd["spec"]["names"]["kind"].as_str().unwrap().to_string();
+            for version in crd["spec"]["versions"].as_array().unwrap() {
+                let schema = version["schema"]["openAPIV3Schema"].clone();
+                assert_eq!(check_structural(&schema), Ok(()), "{kind}");
+                let api_version = format!("{group}/{}", version["name"].as_str().unwrap());
+                schemas.push((api_version, kind.clone(), schema));
+            }
+        }
+        assert!(!schemas.is_empty());
+        let schema_for = |obj: &Value| -> Value {
+            schemas
+                .iter()
+                .find(|(av, k, _)| obj["apiVersion"] == av.as_str() && obj["kind"] == k.as_str())
+                .map(|(_, _, s)| s.clone())
+                .unwrap_or_else(|| panic!("no CRD for {}", obj["kind"]))
+        };
+        let mut checked = 0;
+        for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+                continue;
+            }
+            let obj = read_yaml(&path);
+            let schema = schema_for(&obj);
+            assert_eq!(validate(&schema, &obj), vec![], "{}", path.display());
+            let mut pruned = obj.clone();
+            prune(&schema, &mut pruned);
+            assert_eq!(pruned, obj, "{} lost fields to pruning", path.display());
+            checked += 1;
+        }
+        for entry in std::fs::read_dir(root.join("examples/invalid")).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let obj: Value = serde_yaml_ng::from_str(&text).unwrap();
+            let errors = validate(&schema_for(&obj), &obj);
+            assert!(!errors.is_empty(), "{} should be invalid", path.display());
+            let comment = text.lines().next().unwrap_or_default();
+            let names_a_field = comment.contains("spec.") || comment.contains("status.");
+            assert!(
+                !names_a_field || errors.iter().any(|e| comment.contains(&e.path)),
+                "{}: errors {:?} do not name the field in {comment:?}",
+                path.display(),
+                errors.iter().map(FieldError::message).collect::<Vec<_>>()
+            );
+            checked += 1;
+        }
+        assert!(checked >= 10, "only {checked} examples found");
+    }
 }

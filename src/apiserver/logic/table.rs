@@ -1359,4 +1359,38 @@ mod tests {
         assert_eq!(cells[7], "10m");
         assert_eq!(cells[8], 5);
     }
+
+    /// The At CRD's own printer columns on the book's example, as `kubectl get ats` shows them.
+    #[test]
+    fn at_crd_printer_columns() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts");
+        let read = |p: &str| -> Value {
+            serde_yaml_ng::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap()
+        };
+        let crd = read("crds/ats.cnat.programming-kubernetes.info.yaml");
+        let columns = crd_columns(&crd["spec"]["versions"][0]["additionalPrinterColumns"]);
+        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["Name", "Schedule", "Command", "Phase", "Age"]);
+        let mut at = read("examples/cnat-example.yaml");
+        at["metadata"]["creationTimestamp"] = json!("2024-05-01T00:00:00Z");
+        at["status"] = json!({"phase": "PENDING"});
+        let t = to_table_at(
+            &[at],
+            &columns,
+            "9",
+            None,
+            IncludeObject::Metadata,
+            ts("2024-05-01T03:00:00Z"),
+        );
+        assert_eq!(
+            t["rows"][0]["cells"],
+            json!([
+                "example-at",
+                "2019-04-12T10:12:00Z",
+                "echo YAY",
+                "PENDING",
+                "3h"
+            ])
+        );
+    }
 }

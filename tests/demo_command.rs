@@ -1,0 +1,60 @@
+//! `sample-controller demo`, the README's first command, run as a user runs it.
+
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// The binary under test: this package's, or the one `SAMPLE_CONTROLLER_BIN` names.
+fn bin() -> String {
+    std::env::var("SAMPLE_CONTROLLER_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sample-controller").to_string())
+}
+
+#[tokio::test]
+#[ignore = "needs the embedded API server's simulated node (part 2), which runs the pods"]
+async fn the_demo_reaches_every_end_state_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("demo.kubeconfig");
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        Command::new(bin())
+            .args([
+                "demo",
+                "--delay=2s",
+                "--timeout=60s",
+                "--kubeconfig-out",
+                kubeconfig.to_str().unwrap(),
+            ])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the demo ends within its bound")
+    .expect("the demo starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("get ats -w"), "{stdout}");
+    assert!(
+        stdout.contains("at/example-at     DONE     result Succeeded exit code 0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("at/failing-at     DONE     result Failed exit code 3"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("InvalidSpec"), "{stdout}");
+    // The kubeconfig it wrote is private (it holds a token) and usable.
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    assert!(text.contains("token"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&kubeconfig).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "kubeconfig mode {mode:o}");
+    }
+}
