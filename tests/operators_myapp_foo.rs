@@ -34,8 +34,12 @@ async fn hand_edit(client: &Client, name: &str, patch: serde_json::Value) {
 async fn myapp_creates_scales_and_corrects_drift() {
     let _ticker = Ticker::start();
     let (server, client) = operator_server().await;
-    let manager =
-        start_manager(&manager_client(&server), config_for(&["myapp"]), Clock::new()).await;
+    let manager = start_manager(
+        &manager_client(&server),
+        config_for(&["myapp"]),
+        Clock::new(),
+    )
+    .await;
     let app = MyApp {
         metadata: meta("web"),
         spec: MyAppSpec {
@@ -51,7 +55,10 @@ async fn myapp_creates_scales_and_corrects_drift() {
     let d = wait_for_replicas(&client, "web", 2).await;
     assert_eq!(image_of(&d).as_deref(), Some("nginx:1.27"));
     let owner = &d.metadata.owner_references.unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.controller), ("MyApp", Some(true)));
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("MyApp", Some(true))
+    );
     let available = |n: i32| {
         let client = client.clone();
         async move {
@@ -108,10 +115,12 @@ fn a_foo(name: &str, deployment: &str, replicas: i32) -> Foo {
 async fn foo_creates_scales_corrects_drift_and_reports_synced() {
     let _ticker = Ticker::start();
     let (server, client) = operator_server().await;
-    let manager =
-        start_manager(&manager_client(&server), config_for(&["foo"]), Clock::new()).await;
+    let manager = start_manager(&manager_client(&server), config_for(&["foo"]), Clock::new()).await;
     api::<Foo>(&client)
-        .create(&PostParams::default(), &a_foo("example-foo", "example-foo", 1))
+        .create(
+            &PostParams::default(),
+            &a_foo("example-foo", "example-foo", 1),
+        )
         .await
         .unwrap();
     let d = wait_for_replicas(&client, "example-foo", 1).await;
@@ -141,7 +150,12 @@ async fn foo_creates_scales_corrects_drift_and_reports_synced() {
     wait_for_replicas(&client, "example-foo", 3).await;
     wait_until("availableReplicas 3", || available(3)).await;
 
-    hand_edit(&client, "example-foo", serde_json::json!({"spec": {"replicas": 7}})).await;
+    hand_edit(
+        &client,
+        "example-foo",
+        serde_json::json!({"spec": {"replicas": 7}}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     wait_for_replicas(&client, "example-foo", 3).await;
 
@@ -194,8 +208,7 @@ async fn foo_never_adopts_a_deployment_it_does_not_own_and_does_not_retry_the_co
             == Some(2)
     })
     .await;
-    let manager =
-        start_manager(&manager_client(&server), config_for(&["foo"]), Clock::new()).await;
+    let manager = start_manager(&manager_client(&server), config_for(&["foo"]), Clock::new()).await;
     api::<Foo>(&client)
         .create(&PostParams::default(), &a_foo("claimant", "squatter", 4))
         .await
@@ -211,10 +224,20 @@ async fn foo_never_adopts_a_deployment_it_does_not_own_and_does_not_retry_the_co
     // Left alone, and no retry storm: an hour later nothing more has run.
     let syncs = manager.syncs();
     advance_settled(Duration::from_secs(3600), Duration::from_secs(60)).await;
-    assert_eq!(manager.syncs(), syncs, "a permanent conflict is not retried");
+    assert_eq!(
+        manager.syncs(),
+        syncs,
+        "a permanent conflict is not retried"
+    );
     let d = deployment(&client, "squatter").await.unwrap();
     assert_eq!(replicas_of(&d), Some(2));
-    assert!(d.metadata.owner_references.clone().unwrap_or_default().is_empty());
+    assert!(
+        d.metadata
+            .owner_references
+            .clone()
+            .unwrap_or_default()
+            .is_empty()
+    );
     assert_eq!(image_of(&d).as_deref(), Some("busybox:1.36"));
     let stats = manager.controllers.controllers()[0].stats().snapshot();
     assert_eq!(stats.errors, 0);

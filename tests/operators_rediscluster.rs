@@ -87,7 +87,10 @@ async fn scales_3_to_5_to_2_and_the_finalizer_cleans_everything_up() {
         .items
     {
         let owner = &pod.metadata.owner_references.unwrap()[0];
-        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("StatefulSet", "cache"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str()),
+            ("StatefulSet", "cache")
+        );
     }
 
     patch_spec::<RedisCluster>(&client, "cache", serde_json::json!({"size": 5})).await;
@@ -151,7 +154,10 @@ async fn a_misconfigured_cluster_is_degraded_with_a_warning_and_creates_nothing(
     .await;
     assert!(statefulset(&client, "broken").await.is_none());
     assert_eq!(
-        manager.controllers.controllers()[0].stats().snapshot().errors,
+        manager.controllers.controllers()[0]
+            .stats()
+            .snapshot()
+            .errors,
         0,
         "a bad spec is not retried as an error"
     );

@@ -71,7 +71,10 @@ async fn a_simulated_day(zone: Option<&str>) {
         .unwrap();
     let d = wait_for_replicas(&client, "hello-world", 3).await;
     let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.controller), ("TDSet", Some(true)));
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("TDSet", Some(true))
+    );
     let labels = d.metadata.labels.clone().unwrap();
     assert_eq!(labels["app.kubernetes.io/instance"], "hello-world");
     assert_eq!(labels["app.kubernetes.io/managed-by"], "tdset-controller");
@@ -101,7 +104,11 @@ async fn a_simulated_day(zone: Option<&str>) {
             "the controller ran between boundaries (polling) before {hour}:00"
         );
         let d = deployment(&client, "hello-world").await.unwrap();
-        assert_eq!(replicas_of(&d), Some(current), "scaled early, before {hour}:00");
+        assert_eq!(
+            replicas_of(&d),
+            Some(current),
+            "scaled early, before {hour}:00"
+        );
 
         // At the boundary: scaled once, to the new window's count.
         advance_settled(Duration::from_secs(1), HOUR).await;
@@ -212,7 +219,10 @@ async fn hand_scaling_is_corrected_and_spec_changes_roll_in() {
         .unwrap()
         .clone();
     assert_eq!(degraded.status, ConditionStatus::True);
-    assert_eq!(replicas_of(&deployment(&client, "hello-world").await.unwrap()), Some(5));
+    assert_eq!(
+        replicas_of(&deployment(&client, "hello-world").await.unwrap()),
+        Some(5)
+    );
 
     manager.stop().await.unwrap();
     server.shutdown().await;
