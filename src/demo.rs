@@ -10,7 +10,8 @@
 //! 3. starts the **controller manager** ([`crate::manager::Manager`]) exactly as
 //!    `sample-controller run` would, talking to that server over real HTTP;
 //! 4. creates the Ats of the story:
-//!    * `example-at`: the book's example (`echo YAY`), its schedule moved a few seconds ahead;
+//!    * `example-at`: the book's `artifacts/examples/cnat-example.yaml` (`echo YAY`), its
+//!      schedule moved a few seconds ahead;
 //!    * `failing-at`: a command that exits 3, to show `result: Failed` and its exit code;
 //!    * `not-a-time`: a schedule that is not a time. A server that checks the CRD's
 //!      `format: date-time` rejects it at admission (the first line of defence; the demo prints
@@ -52,6 +53,9 @@ use crate::manager::{
 };
 
 mod operators;
+
+/// The book's `cnat-example.yaml`, compiled in.
+const BOOK_EXAMPLE: &str = include_str!("../artifacts/examples/cnat-example.yaml");
 
 /// The namespace the demo's Ats live in.
 pub const DEMO_NAMESPACE: &str = "default";
@@ -288,17 +292,28 @@ async fn at_story(
     let due_str = crate::apis::conditions::truncate_to_seconds(due).to_string();
     let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);
     let pp = PostParams::default();
-    for (name, schedule, command) in [
-        ("example-at", due_str.as_str(), "echo YAY"),
-        ("failing-at", due_str.as_str(), "exit 3"),
-        ("blank-command", due_str.as_str(), "   "),
+    // The book's example, exactly as shipped, with only its schedule moved.
+    let mut example: At = serde_yaml_ng::from_str(BOOK_EXAMPLE).map_err(|e| DemoError::Api {
+        what: "reading artifacts/examples/cnat-example.yaml".to_string(),
+        source: client::Error::Other(e.to_string()),
+    })?;
+    example.metadata.namespace = Some(DEMO_NAMESPACE.to_string());
+    example.spec.schedule = due_str.clone();
+    for at in [
+        example,
+        new_at("failing-at", &due_str, "exit 3"),
+        new_at("blank-command", &due_str, "   "),
     ] {
-        ats.create(&pp, &new_at(name, schedule, command))
+        let name = at.metadata.name.clone().unwrap_or_default();
+        ats.create(&pp, &at)
             .await
             .map_err(api_err(format!("creating At {name}")))?;
         say(
             started,
-            &format!("created at/{name:<14} schedule {schedule}  command {command:?}"),
+            &format!(
+                "created at/{name:<14} schedule {}  command {:?}",
+                at.spec.schedule, at.spec.command
+            ),
         );
     }
     seen.lock()
