@@ -227,7 +227,7 @@ async fn the_admin_endpoint_needs_the_bootstrap_token() {
 }
 
 #[tokio::test]
-async fn kubectl_retries_429_with_retry_after_and_reports_500() {
+async fn kubectl_retries_429_with_retry_after_and_reports_500_and_conflicts() {
     let h = ApiServer::builder().start().await.unwrap();
     let Some(k) = Kubectl::new(&h) else {
         h.shutdown().await;
@@ -259,5 +259,44 @@ async fn kubectl_retries_429_with_retry_after_and_reports_500() {
         "{}",
         out.stderr
     );
+
+    // `kubectl replace` sends the resourceVersion it read: a forced conflict reaches the user.
+    let yaml = k.run(&["get", "configmap", "a", "-o", "yaml"]).await;
+    assert!(yaml.ok, "{}", yaml.stderr);
+    h.faults().conflict_next_updates("configmaps", 1);
+    let out = k
+        .run_with_input(&["replace", "-f", "-"], Some(&yaml.stdout))
+        .await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains(
+            "Operation cannot be fulfilled on configmaps \"a\": the object has been modified"
+        ),
+        "{}",
+        out.stderr
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn plain_text_429_is_what_the_overload_filters_send() {
+    let h = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let c = TestClient::new(&h);
+    h.faults().inject(
+        Fault::fail(429)
+            .verb("list")
+            .resource("configmaps")
+            .retry_after(3)
+            .plain_text(),
+    );
+    let r = c.get(CMS).await;
+    assert_eq!(r.code, 429);
+    assert_eq!(r.headers["retry-after"], "3");
+    assert_eq!(r.headers["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(
+        r.body,
+        serde_json::Value::String("Too many requests, please try again later.\n".into())
+    );
+    assert_eq!(c.get(CMS).await.code, 200);
     h.shutdown().await;
 }

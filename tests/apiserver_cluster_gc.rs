@@ -308,3 +308,130 @@ async fn kubectl_cascade_flags_map_to_propagation_policies() {
     assert!(cm_now(&h, "dep2").is_none());
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn background_deletion_marks_a_dependent_with_a_finalizer_and_waits_for_it() {
+    let (h, c) = server().await;
+    let owner = make(&c, cm("owner", vec![], &[])).await;
+    make(
+        &c,
+        cm(
+            "held",
+            vec![owner_ref(&owner, false)],
+            &["example.com/hold"],
+        ),
+    )
+    .await;
+    assert_eq!(c.delete(&format!("{CMS}/owner"), None).await.code, 200);
+    wait_until(&h, "held marked for deletion", |s| {
+        s.get("core/configmaps", "default", "held")
+            .is_some_and(|o| o["metadata"]["deletionTimestamp"].is_string())
+    })
+    .await;
+    let r = c
+        .patch(
+            &format!("{CMS}/held"),
+            "application/merge-patch+json",
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    assert_eq!(r.code, 200);
+    gone(&h, "held").await;
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_running_pod_of_a_deleted_owner_is_stopped_and_removed() {
+    let h = ApiServer::builder()
+        .plain_http(true)
+        .simulate(true)
+        .start()
+        .await
+        .unwrap();
+    let c = TestClient::new(&h);
+    let owner = make(&c, cm("owner", vec![], &[])).await;
+    let mut p = pod("worker", json!(["sleep", "infinity"]), None);
+    p["metadata"]["ownerReferences"] = json!([owner_ref(&owner, true)]);
+    let r = c.post("/api/v1/namespaces/default/pods", &p).await;
+    assert_eq!(r.code, 201);
+    wait_phase(&h, "default", "worker", "Running").await;
+    let r = c
+        .delete(
+            &format!("{CMS}/owner"),
+            Some(&json!({"propagationPolicy": "Foreground"})),
+        )
+        .await;
+    assert_eq!(r.code, 200);
+    // The pod gets a grace period (it runs on a node); the node finishes it, then the owner goes.
+    wait_until(&h, "pod and owner gone", |s| {
+        s.get("core/pods", "default", "worker").is_none()
+            && s.get("core/configmaps", "default", "owner").is_none()
+    })
+    .await;
+    assert!(deleted_at(&h, "worker") < deleted_at(&h, "owner"));
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_collector_rebuilds_its_graph_after_the_history_is_compacted() {
+    let (h, c) = server().await;
+    // First make sure the collector is running and following the feed.
+    let warm = make(&c, cm("warm-owner", vec![], &[])).await;
+    make(&c, cm("warm-dep", vec![owner_ref(&warm, false)], &[])).await;
+    assert_eq!(c.delete(&format!("{CMS}/warm-owner"), None).await.code, 200);
+    gone(&h, "warm-dep").await;
+    // In-process writes with no await before the compaction: the collector cannot have read
+    // them, so it must relist (like an informer after 410 Gone) to learn `dep` belongs to `owner`.
+    let owner = create(&h, "", "configmaps", "default", cm("owner", vec![], &[]));
+    create(
+        &h,
+        "",
+        "configmaps",
+        "default",
+        cm("dep", vec![owner_ref(&owner, false)], &[]),
+    );
+    h.faults().compact();
+    assert_eq!(c.delete(&format!("{CMS}/owner"), None).await.code, 200);
+    gone(&h, "dep").await;
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_delete_namespace_waits_until_it_is_gone() {
+    let h = ApiServer::builder().simulate(true).start().await.unwrap();
+    let Some(k) = Kubectl::new(&h) else {
+        h.shutdown().await;
+        return;
+    };
+    let out = k.run(&["create", "namespace", "team"]).await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&[
+            "-n",
+            "team",
+            "run",
+            "web",
+            "--image=nginx",
+            "--restart=Always",
+        ])
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&[
+            "-n",
+            "team",
+            "wait",
+            "--for=jsonpath={.status.phase}=Running",
+            "pod/web",
+            "--timeout=30s",
+        ])
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run(&["delete", "namespace", "team", "--timeout=30s"])
+        .await;
+    assert!(out.ok, "{} {}", out.stdout, out.stderr);
+    assert!(get(&h, "core/namespaces", "", "team").is_none());
+    assert!(names(&h, "core/pods", "team").is_empty());
+    h.shutdown().await;
+}

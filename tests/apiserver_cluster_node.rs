@@ -157,13 +157,14 @@ async fn a_paused_node_holds_pods_in_running_until_resumed() {
 #[tokio::test(start_paused = true)]
 async fn an_hour_of_simulated_time_long_running_pods_stay_and_crash_loops_back_off() {
     let h = server(Duration::from_secs(1)).await;
-    // No restartPolicy means Always: a long-running pod, whatever its command.
+    // No restartPolicy means Always: a long-running pod, even with a command that would
+    // finish successfully.
     create(
         &h,
         "",
         "pods",
         "default",
-        pod("server", json!(["/bin/sh", "-c", "exit 1"]), None),
+        pod("server", json!(["/bin/sh", "-c", "echo serving"]), None),
     );
     create(
         &h,
@@ -175,6 +176,14 @@ async fn an_hour_of_simulated_time_long_running_pods_stay_and_crash_loops_back_o
             json!(["/bin/sh", "-c", "exit 2"]),
             Some("OnFailure"),
         ),
+    );
+    // Under Always a failing command crash-loops too.
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod("always-crasher", json!(["/bin/sh", "-c", "exit 2"]), None),
     );
     wait_phase(&h, "default", "server", "Running").await;
     wait_phase(&h, "default", "crasher", "Running").await;
@@ -201,11 +210,21 @@ async fn an_hour_of_simulated_time_long_running_pods_stay_and_crash_loops_back_o
         restarts += 1;
         t += back_off;
     }
-    let crasher = get(&h, "core/pods", "default", "crasher").unwrap();
-    assert_eq!(crasher["status"]["phase"], "Running");
-    let cs = &crasher["status"]["containerStatuses"][0];
-    assert_eq!(cs["restartCount"], restarts);
-    assert_eq!(cs["lastState"]["terminated"]["exitCode"], 2);
+    for name in ["crasher", "always-crasher"] {
+        let crasher = get(&h, "core/pods", "default", name).unwrap();
+        assert_eq!(crasher["status"]["phase"], "Running", "{name}");
+        let cs = &crasher["status"]["containerStatuses"][0];
+        assert_eq!(cs["restartCount"], restarts, "{name}");
+        assert_eq!(cs["lastState"]["terminated"]["exitCode"], 2);
+        let ready = crasher["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()
+            .clone();
+        assert_eq!(ready["reason"], "ContainersNotReady", "{name}");
+    }
     h.shutdown().await;
 }
 
@@ -289,5 +308,78 @@ spec:
     assert_eq!(out.stdout, "Failed");
     let out = k.run(&["get", "nodes", "-o", "name"]).await;
     assert_eq!(out.stdout.trim(), format!("node/{NODE_NAME}"));
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_node_catches_up_after_the_history_is_compacted() {
+    let h = server(Duration::from_secs(1)).await;
+    h.node().pause();
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod(
+            "survivor",
+            json!(["/bin/sh", "-c", "exit 0"]),
+            Some("Never"),
+        ),
+    );
+    wait_phase(&h, "default", "survivor", "Running").await;
+    // No await between the write and the compaction: the node cannot have read the newcomer's
+    // ADDED before it is compacted away, so it must relist (like an informer after 410 Gone).
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod(
+            "newcomer",
+            json!(["/bin/sh", "-c", "exit 0"]),
+            Some("Never"),
+        ),
+    );
+    h.faults().compact();
+    h.node().resume();
+    wait_phase(&h, "default", "survivor", "Succeeded").await;
+    wait_phase(&h, "default", "newcomer", "Succeeded").await;
+    h.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_seeded_crash_looping_pod_is_adopted_in_its_back_off() {
+    let h = server(Duration::from_secs(1)).await;
+    // A pod that was already crash-looping on this node (seeded, as a test restoring a
+    // snapshot would): the node must adopt it in its back-off, not call it finished.
+    let mut p = pod(
+        "loop",
+        json!(["/bin/sh", "-c", "exit 9"]),
+        Some("OnFailure"),
+    );
+    p["spec"]["nodeName"] = json!(NODE_NAME);
+    p["status"] = json!({
+        "phase": "Running",
+        "containerStatuses": [{
+            "name": "main", "image": "busybox", "ready": false, "started": false,
+            "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 9, "reason": "Error"}}
+        }]
+    });
+    h.store().write(|s| {
+        let mut p = p.clone();
+        p["metadata"]["namespace"] = json!("default");
+        p["metadata"]["uid"] = json!("5eeded00-0000-4000-8000-000000000000");
+        s.create("core/pods", p)
+    });
+    for _ in 0..120 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+    }
+    let p = get(&h, "core/pods", "default", "loop").unwrap();
+    assert_eq!(p["status"]["phase"], "Running");
+    // Back-off 40 s (fourth restart), run 1 s, exit 9 again.
+    assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 4);
     h.shutdown().await;
 }

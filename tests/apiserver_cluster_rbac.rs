@@ -365,3 +365,46 @@ async fn kubectl_reports_forbidden_for_a_service_account_token() {
     );
     h.shutdown().await;
 }
+
+#[tokio::test]
+async fn resource_names_allow_watching_one_object_by_field_selector() {
+    let h = server().await;
+    let bot = as_user(&h, "bot-token");
+    // `config-reader` grants get on the secret `allowed` only: a list or watch narrowed to it
+    // by `metadata.name` is allowed, any other list is not.
+    let ok = bot
+        .get("/api/v1/namespaces/team/secrets?fieldSelector=metadata.name%3Dallowed")
+        .await;
+    assert_eq!(ok.code, 403, "the role grants get, not list");
+    h.load_manifests(
+        r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: watch-one, namespace: team}
+rules: [{apiGroups: [""], resources: [secrets], resourceNames: [allowed], verbs: [list, watch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bot-watches-one, namespace: team}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: watch-one}
+subjects: [{kind: ServiceAccount, name: bot, namespace: team}]
+"#,
+    )
+    .unwrap();
+    let ok = bot
+        .get("/api/v1/namespaces/team/secrets?fieldSelector=metadata.name%3Dallowed")
+        .await;
+    assert_eq!(ok.code, 200);
+    let r = bot
+        .get("/api/v1/namespaces/team/secrets?fieldSelector=metadata.name%3Dother")
+        .await;
+    assert_eq!(r.code, 403);
+    assert_eq!(
+        r.body["message"],
+        format!(
+            "secrets \"other\" is forbidden: User \"{BOT}\" cannot list resource \"secrets\" in API group \"\" in the namespace \"team\""
+        )
+    );
+    assert_eq!(bot.get("/api/v1/namespaces/team/secrets").await.code, 403);
+    h.shutdown().await;
+}

@@ -163,6 +163,20 @@ async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() 
     .await;
     wait_sts_ready(&h, "db", 3).await;
 
+    // A pod that failed is replaced under the same name.
+    let failed = get(&h, "core/pods", "default", "db-1").unwrap();
+    h.store().write(|s| {
+        let mut p = failed.clone();
+        p["status"]["phase"] = json!("Failed");
+        s.update("core/pods", p)
+    });
+    wait_until(&h, "db-1 replaced", |s| {
+        s.get("core/pods", "default", "db-1").is_some_and(|p| {
+            p["metadata"]["uid"] != failed["metadata"]["uid"] && p["status"]["phase"] == "Running"
+        })
+    })
+    .await;
+
     let mut t = target(&h, "apps", "v1", "statefulsets", "default");
     t.name = Some("db".into());
     h.store()
@@ -227,6 +241,24 @@ async fn deployment_status_follows_spec_replicas_after_the_delay() {
     );
     // No pods: deployments are simulated through their status only.
     assert!(names(&h, "core/pods", "default").is_empty());
+
+    // ReplicaSets created directly get their status the same way.
+    let rs = json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "api-rs"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "api"}},
+            "template": {"metadata": {"labels": {"app": "api"}},
+                         "spec": {"containers": [{"name": "main", "image": "nginx"}]}}
+        }
+    });
+    create(&h, "apps", "replicasets", "default", rs);
+    wait_until(&h, "replicaset ready", |s| {
+        s.get("apps/replicasets", "default", "api-rs")
+            .is_some_and(|r| r["status"]["readyReplicas"] == 3 && r["status"]["replicas"] == 3)
+    })
+    .await;
     h.shutdown().await;
 }
 

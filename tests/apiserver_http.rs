@@ -351,6 +351,14 @@ async fn limit_and_continue_page_through_a_consistent_snapshot() {
         .collect();
     assert_eq!(names, ["c", "d"]);
     let token = p2.body["metadata"]["continue"].as_str().unwrap().to_owned();
+    let selected = c.get(&format!("{CMS}?limit=1&labelSelector=!nope")).await;
+    assert!(selected.body["metadata"]["continue"].is_string());
+    assert!(
+        selected.body["metadata"]
+            .get("remainingItemCount")
+            .is_none(),
+        "no count with a selector"
+    );
     let p3 = c.get(&format!("{CMS}?limit=2&continue={token}")).await;
     assert_eq!(p3.body["items"].as_array().unwrap().len(), 1);
     assert!(p3.body["metadata"].get("continue").is_none());
@@ -1317,5 +1325,64 @@ async fn malformed_bodies_are_bad_requests() {
     assert_eq!(wrong_ct.status(), 415);
     // The server is still fine.
     assert_eq!(c.get(CMS).await.code, 200);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn tables_follow_include_object_and_print_custom_columns() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let table = [(
+        "accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )];
+    c.post(CMS, &cm("a", json!({}))).await;
+    let meta = read_answer(c.raw("GET", CMS, &table, vec![], true).await).await;
+    assert_eq!(
+        meta.body["rows"][0]["object"]["kind"],
+        "PartialObjectMetadata"
+    );
+    let full = read_answer(
+        c.raw(
+            "GET",
+            &format!("{CMS}?includeObject=Object"),
+            &table,
+            vec![],
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(full.body["rows"][0]["object"]["kind"], "ConfigMap");
+    assert_eq!(full.body["rows"][0]["object"]["data"]["k"], "v");
+    let bad = read_answer(
+        c.raw(
+            "GET",
+            &format!("{CMS}?includeObject=All"),
+            &table,
+            vec![],
+            true,
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(bad.code, 400);
+
+    c.post(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        &at_crd(),
+    )
+    .await;
+    c.post(ATS, &at("example-at")).await;
+    let ats = read_answer(c.raw("GET", ATS, &table, vec![], true).await).await;
+    let cols: Vec<&str> = ats.body["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cols, ["Name", "Schedule", "Command", "Phase", "Age"]);
+    assert_eq!(ats.body["rows"][0]["cells"][1], "2019-04-12T10:12:00Z");
+    assert_eq!(ats.body["rows"][0]["cells"][3], json!(null));
     s.shutdown().await;
 }

@@ -342,6 +342,11 @@ async fn kubectl_1_28() {
 }
 
 #[tokio::test]
+async fn kubectl_1_30() {
+    scenario(Some("1.30")).await;
+}
+
+#[tokio::test]
 async fn kubectl_1_33() {
     scenario(Some("1.33")).await;
 }

@@ -101,6 +101,13 @@ async fn a_thousand_ats_due_at_once_make_exactly_a_thousand_pods_and_no_gets() {
         gets_before,
         "no GET after the informers synced"
     );
+    // The controller is the only writer of At status, so a conflict could only come from
+    // acting on a cache that lags its own writes.
+    assert_eq!(
+        log.count_code("update", "ats", 409),
+        0,
+        "no status write from a stale cache"
+    );
     manager.stop().await.unwrap();
     server.shutdown().await;
 }

@@ -403,3 +403,22 @@ async fn cluster_scoped_objects_get_events_in_default_and_annotations_are_kept()
     assert_eq!(e.reporting_component.as_deref(), Some("ns-controller"));
     assert_eq!(e.first_timestamp, e.last_timestamp);
 }
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_the_managers_token_shuts_the_pipeline_down() {
+    let sink = MemorySink::default();
+    let b = EventBroadcaster::new();
+    let root = tokio_util::sync::CancellationToken::new();
+    b.shutdown_when(root.clone());
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    r.event(&at("before"), EventType::Normal, "R", "m");
+    root.cancel();
+    // The queued event is still written, then the sink task ends.
+    h.join().await;
+    r.event(&at("after"), EventType::Normal, "R", "m");
+    tokio::task::yield_now().await;
+    let names: Vec<_> = sink.log().into_iter().map(|r| r.name).collect();
+    assert_eq!(names.len(), 1);
+    assert!(names[0].starts_with("before."));
+}

@@ -12,9 +12,25 @@
 //! |---|---|---|
 //! | [`Faults::drop_watches`] | every open watch response ends now | the reflector re-watches from its last resourceVersion |
 //! | [`Faults::compact`] | a watch or exact list from an older resourceVersion gets `410 Expired` | the reflector relists |
-//! | [`Faults::inject`] with [`Fault::fail`] | the next N matching requests get the code with a proper `Status` (`500 InternalError`, `503 ServiceUnavailable`, `429 TooManyRequests` + `Retry-After`, `409 Conflict`, ...) | retries, back-off, rate-limited requeues |
+//! | [`Faults::inject`] with [`Fault::fail`] | the next N matching requests get the code with a proper `Status` (`500 InternalError`, `503 ServiceUnavailable`, `429 TooManyRequests` + `Retry-After`, `409 Conflict`, ...), or with [`Fault::plain_text`] the plain-text body the real overload filters send | retries, back-off, rate-limited requeues |
 //! | [`Faults::inject`] with [`Fault::latency`] | matching requests wait before they are served | timeouts |
-//! | [`Faults::conflict_next_updates`] | the next N updates/patches of a resource find the object changed under them: a no-op write bumps its resourceVersion (watchers see a `MODIFIED`), then `409 Conflict` | re-read and retry |
+//! | [`Faults::conflict_next_updates`] | the next N updates (PUT, also of `/status`) of a resource find the object changed under them: a no-op write bumps its resourceVersion (watchers see a `MODIFIED`), then `409 Conflict` | re-read and retry |
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sample_controller::apiserver::ApiServer;
+//! use sample_controller::apiserver::faults::Fault;
+//!
+//! let server = ApiServer::builder().start().await?;
+//! // The controller's next two status updates of `ats` are throttled, then its watches drop.
+//! server.faults().inject(Fault::fail(429).verb("update").resource("ats").times(2).retry_after(1));
+//! server.faults().drop_watches();
+//! // ... run the controller, then check it coped:
+//! assert_eq!(server.request_log().fault_count("drop-watches"), 1);
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
 //!
 //! A request is matched by its Kubernetes verb (`get`, `list`, `watch`, `create`, `update`,
 //! `patch`, `delete`, `deletecollection`) and its resource plural (`ats`, `pods`), either of
@@ -23,6 +39,9 @@
 //! fault that fires is counted in the request log
 //! ([`super::RequestLog::fault_count`]), and the failed request itself is counted as usual
 //! with its status code.
+//!
+//! Faults apply to HTTP requests only: the in-process simulated controllers ([`super::gc`],
+//! [`super::kubelet`], [`super::workloads`]) write to the store directly and never see them.
 //!
 //! Nothing like this exists in a real API server; the closest are chaos tools that kill
 //! connections or pods. Faults are checked after authentication and authorization, where an
@@ -48,6 +67,9 @@ pub enum FaultAction {
         code: u16,
         /// `Retry-After` seconds (also `details.retryAfterSeconds`); 429 defaults to 1.
         retry_after: Option<u32>,
+        /// Answer in plain text instead of a `Status`, as API Priority and Fairness and the
+        /// max-in-flight filter do for their 429s.
+        plain_text: bool,
     },
     /// Wait this long, then serve normally.
     Latency(Duration),
@@ -75,6 +97,7 @@ impl Fault {
             action: FaultAction::Fail {
                 code,
                 retry_after: (code == 429).then_some(1),
+                plain_text: false,
             },
             count: Some(1),
         }
@@ -113,6 +136,15 @@ impl Fault {
     pub fn retry_after(mut self, secs: u32) -> Self {
         if let FaultAction::Fail { retry_after, .. } = &mut self.action {
             *retry_after = Some(secs);
+        }
+        self
+    }
+
+    /// Answer a failure in plain text (`Too many requests, please try again later.` for 429)
+    /// with only the `Retry-After` header, like the real server's overload filters.
+    pub fn plain_text(mut self) -> Self {
+        if let FaultAction::Fail { plain_text, .. } = &mut self.action {
+            *plain_text = true;
         }
         self
     }
@@ -187,7 +219,11 @@ impl Faults {
         self.rules().faults.push(fault);
     }
 
-    /// The next `n` updates or patches of `resource` (or `*`) hit a resourceVersion conflict.
+    /// The next `n` updates (PUT) of `resource` (or `*`) hit a resourceVersion conflict.
+    ///
+    /// Patches are left alone: a real server retries a patch without a resourceVersion
+    /// internally, so clients never see a conflict for one; use [`Fault::fail`] with 409 on
+    /// `patch` to force one anyway.
     pub fn conflict_next_updates(&self, resource: impl Into<String>, n: u32) {
         self.rules().conflicts.push((resource.into(), n));
     }
@@ -218,11 +254,15 @@ impl Faults {
                 }
                 match &f.action {
                     FaultAction::Latency(d) => delay += *d,
-                    FaultAction::Fail { code, retry_after } => {
+                    FaultAction::Fail {
+                        code,
+                        retry_after,
+                        plain_text,
+                    } => {
                         if failure.is_some() {
                             continue;
                         }
-                        failure = Some((*code, *retry_after));
+                        failure = Some((*code, *retry_after, *plain_text));
                     }
                 }
                 if let Some(c) = f.count.as_mut() {
@@ -232,7 +272,7 @@ impl Faults {
             r.faults.retain(|f| f.count != Some(0));
             let mut conflict = false;
             if failure.is_none()
-                && matches!(verb, "update" | "patch")
+                && verb == "update"
                 && target.name.is_some()
                 && let Some(entry) = r
                     .conflicts
@@ -249,9 +289,21 @@ impl Faults {
             self.log.record_fault("latency", verb, resource);
             tokio::time::sleep(delay).await;
         }
-        if let Some((code, retry_after)) = failure {
+        if let Some((code, retry_after, plain_text)) = failure {
             self.log
                 .record_fault(&format!("fail-{code}"), verb, resource);
+            if plain_text {
+                let message = if code == 429 {
+                    "Too many requests, please try again later.".to_owned()
+                } else {
+                    format!("injected fault on {verb} {resource}")
+                };
+                return Err(ApiError {
+                    plain_text: true,
+                    retry_after,
+                    ..ApiError::new(code, "", message)
+                });
+            }
             return Err(failure_error(code, retry_after, verb, target));
         }
         if conflict {
@@ -343,7 +395,8 @@ pub fn verb_of(method: &http::Method, has_name: bool, watch: bool) -> &'static s
 ///   - `{"action": "dropWatches"}`
 ///   - `{"action": "compact"}`
 ///   - `{"action": "fail", "code": 503, "verb": "update", "resource": "ats", "count": 2,
-///     "retryAfterSeconds": 1}` (`verb`/`resource` default to `*`, `count` to 1)
+///     "retryAfterSeconds": 1, "plainText": false}` (`verb`/`resource` default to `*`, `count`
+///     to 1; `plainText` answers without a Status body, like the overload filters' 429)
 ///   - `{"action": "latency", "millis": 250, "verb": "*", "resource": "pods", "count": 10}`
 ///     (`count` omitted: until cleared)
 ///   - `{"action": "conflict", "resource": "ats", "count": 1}`
@@ -419,6 +472,15 @@ pub fn admin(faults: &Faults, method: &http::Method, body: &[u8]) -> Result<Valu
             if let Some(r) = count("retryAfterSeconds")? {
                 f = f.retry_after(r);
             }
+            match &req["plainText"] {
+                Value::Null | Value::Bool(false) => {}
+                Value::Bool(true) => f = f.plain_text(),
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "field plainText: expected a boolean, got {other}"
+                    )));
+                }
+            }
             faults.inject(f);
         }
         "latency" => {
@@ -447,10 +509,15 @@ pub fn admin(faults: &Faults, method: &http::Method, body: &[u8]) -> Result<Valu
 fn fault_json(f: &Fault) -> Value {
     let mut v = json!({"verb": f.verb, "resource": f.resource, "count": f.count});
     match &f.action {
-        FaultAction::Fail { code, retry_after } => {
+        FaultAction::Fail {
+            code,
+            retry_after,
+            plain_text,
+        } => {
             v["action"] = json!("fail");
             v["code"] = json!(code);
             v["retryAfterSeconds"] = json!(retry_after);
+            v["plainText"] = json!(plain_text);
         }
         FaultAction::Latency(d) => {
             v["action"] = json!("latency");

@@ -29,6 +29,29 @@
 //! definition; a cluster-scoped dependent with a namespaced owner is an invalid reference and
 //! is never collected.
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sample_controller::apiserver::ApiServer;
+//!
+//! let server = ApiServer::builder().start().await?; // the collector is on by default
+//! let owner = server.load_manifests("{apiVersion: v1, kind: ConfigMap, metadata: {name: owner}}")?;
+//! assert_eq!(owner, ["ConfigMap/owner"]);
+//! let store = server.store();
+//! let uid = store.read(|s| s.get("core/configmaps", "default", "owner").unwrap()["metadata"]["uid"].clone());
+//! server.load_manifests(&format!(
+//!     "{{apiVersion: v1, kind: ConfigMap, metadata: {{name: dep, ownerReferences: \
+//!       [{{apiVersion: v1, kind: ConfigMap, name: owner, uid: {uid}}}]}}}}"
+//! ))?;
+//! store.write(|s| s.delete("core/configmaps", "default", "owner")); // a Background delete
+//! let mut changes = store.subscribe();
+//! while store.read(|s| s.get("core/configmaps", "default", "dep").is_some()) {
+//!     changes.changed().await?; // the collector removes the dependent
+//! }
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
 //! ## What the simulation keeps and leaves out
 //!
 //! This module keeps the algorithm of the real `attemptToDeleteItem`,
@@ -92,6 +115,8 @@ async fn run(store: Arc<Store>, shutdown: CancellationToken) {
                 Batch::Resync => gc.resync(),
             }
             gc.drain();
+            // Stay cooperative when other writers keep the feed busy.
+            tokio::task::yield_now().await;
         }
     }
 }
@@ -548,5 +573,83 @@ fn release(st: &mut State, r: &ObjRef, finalizer: &str) {
         verbs::remove_object(st, &def, &r.1, &r.2, Some(obj));
     } else {
         st.update(&r.0, obj);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_owner_references_are_ignored() {
+        let obj = json!({"metadata": {"ownerReferences": [
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "a", "uid": "1", "blockOwnerDeletion": true},
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "b"},
+            "not an object"
+        ]}});
+        let refs = owner_refs(&obj);
+        assert_eq!(refs.len(), 1);
+        assert!(refs[0].block);
+    }
+
+    #[test]
+    fn dropping_the_last_reference_removes_the_field() {
+        let mut obj = json!({"metadata": {"ownerReferences": [{"uid": "1"}, {"uid": "2"}]}});
+        retain_owner_refs(&mut obj, |u| u != "1");
+        assert_eq!(obj["metadata"]["ownerReferences"], json!([{"uid": "2"}]));
+        retain_owner_refs(&mut obj, |_| false);
+        assert!(obj["metadata"].get("ownerReferences").is_none());
+    }
+
+    #[test]
+    fn owners_are_classified_by_uid_scope_and_deletion_state() {
+        let store = Store::new(100);
+        store.write(|st| {
+            st.create(
+                "core/configmaps",
+                json!({"metadata": {"name": "live", "namespace": "a", "uid": "u-live"}}),
+            );
+            st.create(
+                "core/configmaps",
+                json!({"metadata": {"name": "going", "namespace": "a", "uid": "u-going",
+                                    "deletionTimestamp": "2024-01-01T00:00:00Z",
+                                    "finalizers": ["foregroundDeletion"]}}),
+            );
+        });
+        let r = |name: &str, uid: &str, kind: &str| OwnerRef {
+            api_version: "v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: uid.into(),
+            block: false,
+        };
+        store.read(|st| {
+            assert!(matches!(
+                classify(st, "a", &r("live", "u-live", "ConfigMap")),
+                Owner::Solid
+            ));
+            assert!(matches!(
+                classify(st, "a", &r("live", "other-uid", "ConfigMap")),
+                Owner::Dangling
+            ));
+            // Another namespace's object of that name is not the owner.
+            assert!(matches!(
+                classify(st, "b", &r("live", "u-live", "ConfigMap")),
+                Owner::Dangling
+            ));
+            assert!(matches!(
+                classify(st, "a", &r("going", "u-going", "ConfigMap")),
+                Owner::Waiting
+            ));
+            assert!(matches!(
+                classify(st, "a", &r("x", "y", "NoSuchKind")),
+                Owner::Invalid
+            ));
+            // A cluster-scoped dependent cannot have a namespaced owner.
+            assert!(matches!(
+                classify(st, "", &r("live", "u-live", "ConfigMap")),
+                Owner::Invalid
+            ));
+        });
     }
 }

@@ -63,6 +63,10 @@ fn error_response(e: &ApiError) -> Response<Body> {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        if let Some(secs) = e.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         return resp;
     }
     let mut resp = json_response(e.code, &e.to_status(), "application/json");
@@ -195,14 +199,12 @@ async fn serve(
             // Fault injection over HTTP (see `faults::admin`): the bootstrap token only.
             let info = shared.rbac.user(&user);
             if !info.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
-                return Err(ApiError::new(
-                    403,
-                    "Forbidden",
-                    format!(
-                        "forbidden: User \"{user}\" cannot {} path \"{path}\"",
-                        method.as_str().to_ascii_lowercase()
-                    ),
-                ));
+                let attrs = super::rbac::Attributes {
+                    verb: method.as_str().to_ascii_lowercase(),
+                    path: path.clone(),
+                    ..Default::default()
+                };
+                return Err(super::rbac::forbidden(&info, &attrs, ""));
             }
             let body = super::faults::admin(&shared.faults, &method, &bytes)?;
             return Ok(json_response(200, &body, "application/json"));
@@ -279,7 +281,7 @@ async fn serve(
     shared.rbac.check(
         &shared.store,
         &user,
-        &super::rbac::Attributes::for_target(verb, &target),
+        &super::rbac::Attributes::for_request(verb, &target, query.non_empty("fieldSelector")),
     )?;
     shared.faults.before(verb, &target).await?;
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
@@ -301,7 +303,8 @@ async fn serve(
                 class.verb = "watch".into();
                 let opts = ListOptions::parse(&query, true)?;
                 let renderer = if wants_table {
-                    Some(super::table::renderer(def.clone()))
+                    let include = super::table::include_object(&query)?;
+                    Some(super::table::renderer(def.clone(), include))
                 } else {
                     None
                 };
@@ -327,7 +330,8 @@ async fn serve(
                         .as_str()
                         .unwrap_or_default()
                         .to_owned();
-                    let table = super::table::render(&def, &[obj], &rv, None);
+                    let include = super::table::include_object(&query)?;
+                    let table = super::table::render(&def, &[obj], &rv, None, include);
                     return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
                 }
                 return Ok(json_response(code, &obj, "application/json"));
@@ -336,11 +340,13 @@ async fn serve(
             let opts = ListOptions::parse(&query, false)?;
             let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
             if wants_table {
+                let include = super::table::include_object(&query)?;
                 let table = super::table::render(
                     &def,
                     &result.items,
                     &result.resource_version.to_string(),
                     result.continue_token.as_deref(),
+                    include,
                 );
                 return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
             }

@@ -37,20 +37,56 @@
 //!     kubelet's back-off (10 s, doubling, at most 5 min) before it runs again; the pod stays
 //!     `Running` and ends `Succeeded` once all containers succeeded;
 //!   - `Always`, or no `restartPolicy` (Kubernetes defaults it to `Always`): **long-running**.
-//!     The containers never exit and the pod stays `Running` and `Ready` until deleted. This is
-//!     how the pods of Deployments and StatefulSets behave.
+//!     A container whose command fails (`exit N`, `false`) crash-loops as under `OnFailure`;
+//!     every other container runs on, so the pod stays `Running` (and `Ready`, unless a
+//!     container crash-loops) until deleted. This is how the pods of Deployments and
+//!     StatefulSets behave. (A real kubelet would also restart a container that exits 0; the
+//!     simulation cannot tell a finished `echo` from a server, so it treats success as
+//!     "still serving".)
 //! * **finishes deletion** of a pod on its node: a pod with a `deletionTimestamp` is deleted with
-//!   grace period 0 at once (its finalizers, if any, still hold it until they are removed).
+//!   grace period 0 at once, even while the node is paused (its finalizers, if any, still hold
+//!   it until they are removed).
 //!
 //! [`NodeControl::pause`] freezes the clock of every pod: pods are still bound and started, but
 //! none ends (or restarts) until [`NodeControl::resume`], so a test can hold a pod in `Running`
 //! for as long as it wants. On resume, pods whose run time elapsed while paused end at once.
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use sample_controller::apiserver::ApiServer;
+//! use serde_json::json;
+//!
+//! let server = ApiServer::builder()
+//!     .simulate(true) // the node and the workload controllers
+//!     .pod_run_time(Duration::ZERO)
+//!     .start()
+//!     .await?;
+//! let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "once"},
+//!     "spec": {"restartPolicy": "Never",
+//!              "containers": [{"name": "c", "image": "busybox",
+//!                              "command": ["/bin/sh", "-c", "exit 3"]}]}});
+//! server.load_manifests(&serde_yaml_ng::to_string(&pod)?)?;
+//! // Wait for the node to finish the pod (a test would watch; here we follow the store).
+//! let store = server.store();
+//! let mut changes = store.subscribe();
+//! while store.read(|s| s.get("core/pods", "default", "once").unwrap()["status"]["phase"] != "Failed") {
+//!     changes.changed().await?;
+//! }
+//! let pod = store.read(|s| s.get("core/pods", "default", "once").cloned()).unwrap();
+//! assert_eq!(pod["spec"]["nodeName"], "embedded-node");
+//! assert_eq!(pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
 //! ## What it leaves out
 //!
 //! No images, processes, probes, resources, volumes, init-container ordering (init containers
 //! are reported `terminated`/`Completed` when the pod starts), ephemeral containers, evictions,
-//! node pressure or pod networking beyond made-up addresses. Pods bound to another node are left
+//! node pressure or pod networking beyond made-up addresses.//! No Events are emitted (a real
+//! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`). Pods bound to another node are left
 //! alone. The one node is always `Ready`.
 //!
 //! Timestamps come from the server's [`VirtualClock`], so with a paused tokio clock `finishedAt`
@@ -182,6 +218,15 @@ fn restart_policy(pod: &Value) -> Restart {
         Some("OnFailure") => Restart::OnFailure,
         _ => Restart::Always,
     }
+}
+
+/// Whether the pod's containers ever exit in the simulation: always for `Never` and
+/// `OnFailure`; for `Always`, only when some container's command fails (it then crash-loops).
+fn ever_exits(pod: &Value) -> bool {
+    restart_policy(pod) != Restart::Always
+        || containers(pod, "containers")
+            .iter()
+            .any(|c| exit_code_of(c) != 0)
 }
 
 /// The kubelet's crash-loop back-off: 10 s, doubling per restart, at most 5 minutes.
@@ -336,7 +381,8 @@ impl Kubelet {
                 .map(super::store::key_of)
                 .collect()
         });
-        self.tracks.retain(|k, _| keys.contains(k));
+        let present: std::collections::HashSet<&Key> = keys.iter().collect();
+        self.tracks.retain(|k, _| present.contains(k));
         for key in keys {
             self.sync(&key);
         }
@@ -382,15 +428,30 @@ impl Kubelet {
             "Running" if node == NODE_NAME => {
                 // Adopt a pod that was already running (a resync, or a test that seeded it).
                 if !self.tracks.contains_key(key) {
-                    let due = (restart_policy(&pod) != Restart::Always)
-                        .then(|| Instant::now() + self.config.run_time);
+                    let statuses = pod["status"]["containerStatuses"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    let restarts = statuses
+                        .iter()
+                        .filter_map(|s| s["restartCount"].as_u64())
+                        .max()
+                        .unwrap_or(0);
+                    let restarts = u32::try_from(restarts).unwrap_or(u32::MAX);
+                    let backing_off = statuses.iter().any(|s| s["state"]["waiting"].is_object());
+                    let (stage, due) = if backing_off {
+                        (Stage::BackOff, Some(Instant::now() + back_off(restarts)))
+                    } else {
+                        let due = ever_exits(&pod).then(|| Instant::now() + self.config.run_time);
+                        (Stage::Running, due)
+                    };
                     self.tracks.insert(
                         key.clone(),
                         Track {
                             uid,
-                            stage: Stage::Running,
+                            stage,
                             due,
-                            restarts: 0,
+                            restarts,
                         },
                     );
                 }
@@ -471,15 +532,15 @@ impl Kubelet {
                     status.insert("initContainerStatuses".into(), json!(inits));
                 }
             });
-            let policy = restart_policy(&pod);
+            let exits = ever_exits(&pod);
             st.update(PODS, pod);
-            Some(policy)
+            Some(exits)
         });
-        let Some(policy) = started else {
+        let Some(exits) = started else {
             return;
         };
         tracing::debug!(namespace = %key.0, pod = %key.1, node = NODE_NAME, "pod started");
-        let due = (policy != Restart::Always).then(|| Instant::now() + self.config.run_time);
+        let due = exits.then(|| Instant::now() + self.config.run_time);
         self.tracks.insert(
             key.clone(),
             Track {
@@ -539,6 +600,11 @@ impl Kubelet {
                     continue;
                 };
                 let code = exit_code_of(c);
+                if code == 0 && policy == Restart::Always {
+                    // Under Always only a failing command ends; the others run on.
+                    statuses.push(old);
+                    continue;
+                }
                 let terminated = json!({
                     "exitCode": code,
                     "reason": if code == 0 { "Completed" } else { "Error" },
@@ -549,7 +615,7 @@ impl Kubelet {
                 let mut s = old.clone();
                 s["ready"] = json!(false);
                 s["started"] = json!(false);
-                if code != 0 && policy == Restart::OnFailure {
+                if code != 0 && policy != Restart::Never {
                     any_failed = true;
                     all_ok = false;
                     s["restartCount"] = json!(restarts + 1);
@@ -569,13 +635,17 @@ impl Kubelet {
                 }
                 statuses.push(s);
             }
-            let ended = !any_failed;
+            let ended = !any_failed && policy != Restart::Always;
             let phase = match (ended, all_ok) {
                 (false, _) => "Running",
                 (true, true) => "Succeeded",
                 (true, false) => "Failed",
             };
-            let unready: Vec<&str> = specs.iter().filter_map(|c| c["name"].as_str()).collect();
+            let unready: Vec<&str> = statuses
+                .iter()
+                .filter(|s| s["ready"] != true)
+                .filter_map(|s| s["name"].as_str())
+                .collect();
             let (reason, message) = if phase == "Succeeded" {
                 ("PodCompleted", String::new())
             } else {

@@ -67,8 +67,8 @@
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
 //! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
-//! Table output for `kubectl get`, protobuf request bodies for built-in kinds, and the request
-//! log (also at `/metrics`).
+//! Table output for `kubectl get`, protobuf request bodies for built-in kinds, the request log
+//! (also at `/metrics`) and fault injection ([`faults`], also at `/admin/faults`).
 //!
 //! ## How it differs from a real cluster
 //!
@@ -76,21 +76,25 @@
 //! explains what the real one does and what the simulation keeps:
 //!
 //! * the **garbage collector** ([`gc`], on by default): deleting an owner deletes or orphans its
-//!   dependents by `ownerReferences` and `propagationPolicy`;
+//!   dependents by `ownerReferences` and `propagationPolicy`, and releases the `orphan` /
+//!   `foregroundDeletion` finalizers. Without it (`.garbage_collector(false)`) dependents stay
+//!   and those finalizers stay until something removes them;
 //! * the **scheduler and kubelet** ([`kubelet`], with [`ApiServerBuilder::simulate`]): pods are
-//!   bound to `embedded-node`, run, and end `Succeeded` or `Failed` by their command. Without
-//!   it pods stay `Pending` unless a test moves them.
-//! * the **Deployment and StatefulSet controllers** ([`workloads`], also with `simulate`):
-//!   status follows `spec.replicas`; StatefulSets create and delete their pods
+//!   bound to `embedded-node`, run, end `Succeeded` or `Failed` by their command, and a bound
+//!   pod deleted with a grace period is finished. Without it pods stay `Pending` unless a test
+//!   moves them, and a pod deleted with a grace period after a test bound it to a node waits
+//!   for a kubelet that never comes;
+//! * the **Deployment, ReplicaSet and StatefulSet controllers** ([`workloads`], also with
+//!   `simulate`): status follows `spec.replicas`; StatefulSets create and delete their pods
 //!   `<name>-<ordinal>`.
 //!
-//! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer released,
-//! the namespace removed once empty), and deleting a CRD removes its custom resources at once.
-//! The watch history is one window shared by all resources (etcd's, not the per-resource watch
-//! cache's). No admission, RBAC enforced only on request ([`rbac`]), no defaulting of built-in
-//! kinds, no conversion webhooks, no field-level validation of built-in kinds; server-side
-//! apply tracks managers but is simpler than the real structured-merge-diff. Tables for
-//! built-in kinds other than pods use the default `Name` / `Created At` columns.
+//! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer
+//! released, the namespace removed once empty), and deleting a CRD removes its custom resources
+//! at once. The watch history is one window shared by all resources (etcd's, not the
+//! per-resource watch cache's). No admission, RBAC enforced only on request ([`rbac`]), no
+//! defaulting of built-in kinds, no conversion webhooks, no field-level validation of built-in
+//! kinds; server-side apply tracks managers but is simpler than the real structured-merge-diff.
+//! Tables for built-in kinds other than pods use the default `Name` / `Created At` columns.
 
 pub mod auth;
 pub mod background;
@@ -169,6 +173,17 @@ pub enum StartError {
     /// Creating certificates failed.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// A token file (standalone `--token-auth-file`) could not be used.
+    #[error("token file {path}: {message}")]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Manifests to preload (standalone `--manifests`) were refused.
+    #[error(transparent)]
+    Manifests(#[from] rbac::ManifestError),
 }
 
 /// The entry point: `ApiServer::builder()...start().await`.
@@ -183,7 +198,9 @@ impl ApiServer {
 }
 
 /// Configures a server. Defaults: HTTPS, a random token, `127.0.0.1:0`, a history window of
-/// 10 000 events, bookmarks every 60 s, `sendInitialEvents` supported.
+/// 10 000 events, bookmarks every 60 s, `sendInitialEvents` supported; the garbage collector
+/// on; the simulated node and workload controllers off (when on: pods run 1 s, workloads react
+/// after 500 ms); RBAC not enforced.
 #[derive(Clone, Debug)]
 pub struct ApiServerBuilder {
     plain_http: bool,
@@ -570,6 +587,21 @@ impl ApiServerHandle {
             "current-context": "sample-controller",
             "preferences": {},
         });
+        serde_yaml_ng::to_string(&doc).unwrap_or_default()
+    }
+
+    /// [`Self::kubeconfig_yaml`] authenticating with another token, e.g. one added with
+    /// [`ApiServerBuilder::service_account_token`], to run a client under that identity.
+    pub fn kubeconfig_yaml_for_token(&self, token: &str) -> String {
+        let mut doc: serde_json::Value =
+            serde_yaml_ng::from_str(&self.kubeconfig_yaml()).unwrap_or_default();
+        if let Some(user) = doc
+            .get_mut("users")
+            .and_then(|u| u.get_mut(0))
+            .and_then(|u| u.get_mut("user"))
+        {
+            user["token"] = json!(token);
+        }
         serde_yaml_ng::to_string(&doc).unwrap_or_default()
     }
 

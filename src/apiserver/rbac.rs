@@ -42,12 +42,40 @@
 //! against the RBAC objects stored at that moment, with the real matching rules above
 //! ([`authorize`]). Discovery, OpenAPI, `/version` and health checks are open to
 //! every authenticated user, as the default `system:discovery` and
-//! `system:public-info-viewer` bindings make them in a real cluster. Left out: ClusterRole
-//! aggregation (`aggregationRule`), the escalation checks on writing roles and bindings,
+//! `system:public-info-viewer` bindings make them in a real cluster. Left out: the bootstrap
+//! roles a real cluster starts with (`cluster-admin`, `admin`, `edit`, `view`, `system:*`) are
+//! not created, so bind only roles you load; ClusterRole aggregation (`aggregationRule`), the escalation checks on writing roles and bindings,
 //! impersonation, and `SelfSubjectAccessReview` (so `kubectl auth can-i` is not served).
 //! [`load_manifests`] reads RBAC (or any other) objects from YAML files such as
 //! `artifacts/deploy/`, so a test can run a controller under its real ClusterRole and prove
 //! the manifests are least privilege.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sample_controller::apiserver::ApiServer;
+//!
+//! let server = ApiServer::builder()
+//!     .enforce_rbac(true)
+//!     .service_account_token("controller-token", "cnat", "cnat")
+//!     .start()
+//!     .await?;
+//! server.load_manifests(r#"
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: ClusterRole
+//! metadata: {name: at-controller}
+//! rules: [{apiGroups: [cnat.programming-kubernetes.info], resources: [ats, ats/status], verbs: ["*"]}]
+//! ---
+//! apiVersion: rbac.authorization.k8s.io/v1
+//! kind: ClusterRoleBinding
+//! metadata: {name: at-controller}
+//! roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: at-controller}
+//! subjects: [{kind: ServiceAccount, name: cnat, namespace: cnat}]
+//! "#)?;
+//! // A client using "controller-token" may now manage ats everywhere, and nothing else.
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -96,7 +124,21 @@ pub struct Attributes {
 }
 
 impl Attributes {
-    /// The attributes of a resource request.
+    /// The attributes of a resource request. A list or watch whose field selector requires an
+    /// exact `metadata.name` carries that name, so `resourceNames` rules can allow watching
+    /// one object (as `RequestInfoFactory` does).
+    pub fn for_request(verb: &str, t: &Target, field_selector: Option<&str>) -> Self {
+        let mut a = Self::for_target(verb, t);
+        if a.name.is_empty()
+            && matches!(verb, "list" | "watch")
+            && let Some(name) = field_selector.and_then(exact_name)
+        {
+            a.name = name;
+        }
+        a
+    }
+
+    /// The attributes of a resource request, from its URL alone.
     pub fn for_target(verb: &str, t: &Target) -> Self {
         Attributes {
             verb: verb.to_owned(),
@@ -112,6 +154,18 @@ impl Attributes {
             path: String::new(),
         }
     }
+}
+
+/// The name a field selector requires exactly (`metadata.name=x` or `metadata.name==x`,
+/// alone or among other terms).
+fn exact_name(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|term| {
+        let (k, v) = term
+            .split_once("==")
+            .or_else(|| term.split_once('='))
+            .filter(|(k, _)| !k.ends_with('!'))?;
+        (k.trim() == "metadata.name" && !v.trim().is_empty()).then(|| v.trim().to_owned())
+    })
 }
 
 /// Users' groups and whether RBAC is enforced.
@@ -478,6 +532,55 @@ pub fn load_manifest_path(store: &Store, path: &Path) -> Result<Vec<String>, Man
     Ok(out)
 }
 
+/// One line of a kube-apiserver `--token-auth-file`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaticToken {
+    /// The bearer token.
+    pub token: String,
+    /// The user it authenticates as.
+    pub user: String,
+    /// Extra groups.
+    pub groups: Vec<String>,
+}
+
+/// Parses kube-apiserver's `--token-auth-file` format: one `token,user,uid[,"group1,group2"]`
+/// per line (the uid is read and ignored; empty lines and `#` comments are skipped).
+pub fn parse_token_auth_file(text: &str) -> Result<Vec<StaticToken>, String> {
+    let mut out = vec![];
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.splitn(4, ',');
+        let token = parts.next().unwrap_or_default().trim();
+        let user = parts.next().unwrap_or_default().trim();
+        let _uid = parts.next();
+        let groups: Vec<String> = parts
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .trim_matches('"')
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if token.is_empty() || user.is_empty() {
+            return Err(format!(
+                "line {}: expected token,user,uid[,\"groups\"], got {line:?}",
+                i + 1
+            ));
+        }
+        out.push(StaticToken {
+            token: token.to_owned(),
+            user: user.to_owned(),
+            groups,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -574,6 +677,31 @@ mod tests {
                 .groups
                 .contains(&MASTERS_GROUP.to_owned())
         );
+    }
+
+    #[test]
+    fn an_exact_name_field_selector_names_the_object() {
+        assert_eq!(exact_name("metadata.name=web").as_deref(), Some("web"));
+        assert_eq!(
+            exact_name("status.phase=Running,metadata.name==web").as_deref(),
+            Some("web")
+        );
+        assert_eq!(exact_name("metadata.name!=web"), None);
+        assert_eq!(exact_name("status.phase=Running"), None);
+    }
+
+    #[test]
+    fn token_files_follow_the_kube_apiserver_format() {
+        let t = parse_token_auth_file(
+            "# comment\nabc,alice,1\n\ndef,system:serviceaccount:cnat:cnat,2,\"devs,ops\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].user, "alice");
+        assert!(t[0].groups.is_empty());
+        assert_eq!(t[1].groups, ["devs", "ops"]);
+        let e = parse_token_auth_file("ok,bob,1\njusttoken").unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
     }
 
     #[test]

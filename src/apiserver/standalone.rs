@@ -21,6 +21,11 @@
 //! curl -k -H "Authorization: Bearer $TOKEN" -X POST https://127.0.0.1:6443/admin/faults \
 //!      -d '{"action":"fail","code":503,"verb":"list","resource":"ats","count":3}'
 //! ```
+//!
+//! To see a controller run under its own, least-privilege identity, give it a token and turn
+//! RBAC on: `--token-auth-file tokens.csv` (kube-apiserver's format, e.g.
+//! `ctrl-token,system:serviceaccount:cnat:cnat,1`), `--manifests artifacts/deploy/` (the
+//! Namespace, ServiceAccount, ClusterRole and bindings) and `--enforce-rbac`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -49,6 +54,16 @@ pub struct ApiServerArgs {
     /// How long a simulated one-shot container runs (`1s`, `250ms`, `0s`).
     #[arg(long, default_value = "1s", value_parser = super::background::parse_duration)]
     pub pod_run_time: Duration,
+    /// More bearer tokens, in kube-apiserver's format: `token,user,uid[,"group1,group2"]`.
+    #[arg(long)]
+    pub token_auth_file: Option<PathBuf>,
+    /// Enforce RBAC (Roles and bindings stored in the server); the bootstrap token stays
+    /// all-powerful.
+    #[arg(long)]
+    pub enforce_rbac: bool,
+    /// YAML files or directories of objects to create at start (RBAC, namespaces, CRDs, ...).
+    #[arg(long)]
+    pub manifests: Vec<PathBuf>,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -64,6 +79,20 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
     if let Some(p) = &args.kubeconfig_out {
         builder = builder.kubeconfig_path(p);
     }
+    if let Some(path) = &args.token_auth_file {
+        let bad = |message: String| StartError::TokenFile {
+            path: path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+        for t in super::rbac::parse_token_auth_file(&text).map_err(bad)? {
+            let groups: Vec<&str> = t.groups.iter().map(String::as_str).collect();
+            builder = builder
+                .extra_token(t.token, t.user.clone())
+                .user_groups(t.user, &groups);
+        }
+    }
+    builder = builder.enforce_rbac(args.enforce_rbac);
     let server = builder.start().await?;
     println!("API server listening at {}", server.url());
     if let Some(p) = &args.kubeconfig_out {
@@ -72,6 +101,15 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
             p.display(),
             p.display()
         );
+    }
+    for path in &args.manifests {
+        match server.load_manifest_path(path) {
+            Ok(loaded) => println!("loaded {} objects from {}", loaded.len(), path.display()),
+            Err(e) => {
+                server.shutdown().await;
+                return Err(e.into());
+            }
+        }
     }
     wait_for_signal().await;
     println!("shutting down");

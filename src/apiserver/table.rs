@@ -13,8 +13,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::logic::table::{self as cells, ColumnDef};
+use super::logic::table::{self as cells, ColumnDef, IncludeObject};
+use super::query::Query;
 use super::registry::ResourceDef;
+use super::status::ApiError;
 use super::watch::Renderer;
 
 /// The response `Content-Type` of a Table.
@@ -31,20 +33,46 @@ pub fn columns(def: &ResourceDef) -> Vec<ColumnDef> {
     cells::default_columns()
 }
 
+/// What each row carries, from the `includeObject` query parameter (`Metadata` by default:
+/// a `PartialObjectMetadata`; `Object`, which `kubectl get --sort-by` asks for; or `None`).
+pub fn include_object(q: &Query) -> Result<IncludeObject, ApiError> {
+    IncludeObject::parse(q.get("includeObject").unwrap_or_default()).map_err(ApiError::bad_request)
+}
+
 /// A Table of `items` (as served) at list revision `rv`.
-pub fn render(def: &ResourceDef, items: &[Value], rv: &str, continue_: Option<&str>) -> Value {
-    cells::to_table(items, &columns(def), rv, continue_)
+pub fn render(
+    def: &ResourceDef,
+    items: &[Value],
+    rv: &str,
+    continue_: Option<&str>,
+    include: IncludeObject,
+) -> Value {
+    cells::to_table_at(
+        items,
+        &columns(def),
+        rv,
+        continue_,
+        include,
+        jiff::Timestamp::now(),
+    )
 }
 
 /// Renders each watch event's object as a one-row Table.
-pub fn renderer(def: Arc<ResourceDef>) -> Renderer {
+pub fn renderer(def: Arc<ResourceDef>, include: IncludeObject) -> Renderer {
     let cols = columns(&def);
     Arc::new(move |obj: &Value, first: bool| {
         let rv = obj["metadata"]["resourceVersion"]
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let mut t = cells::to_table(std::slice::from_ref(obj), &cols, &rv, None);
+        let mut t = cells::to_table_at(
+            std::slice::from_ref(obj),
+            &cols,
+            &rv,
+            None,
+            include,
+            jiff::Timestamp::now(),
+        );
         if !first && let Some(m) = t.as_object_mut() {
             m.insert("columnDefinitions".into(), Value::Null);
         }

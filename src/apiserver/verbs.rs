@@ -258,7 +258,9 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
     let (continue_token, remaining) = if take < matching.len() && take > 0 {
         (
             Some(encode_continue(snapshot_rv, matching[take - 1].0)),
-            Some((matching.len() - take) as u64),
+            // Like etcd-backed lists, the count is only known without selectors.
+            (opts.label_selector.is_empty() && opts.field_selector.is_empty())
+                .then_some((matching.len() - take) as u64),
         )
     } else {
         (None, None)

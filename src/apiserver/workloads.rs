@@ -1,4 +1,4 @@
-//! Simulated workload controllers: Deployments and StatefulSets.
+//! Simulated workload controllers: Deployments, ReplicaSets and StatefulSets.
 //!
 //! ## What these controllers do in a real cluster
 //!
@@ -33,7 +33,8 @@
 //! * **StatefulSets** are simulated faithfully as far as pods go: each sync takes one
 //!   `OrderedReady` step (create the lowest missing ordinal once all lower ones are Running and
 //!   Ready, or delete the highest extra ordinal once no pod is terminating) or, with
-//!   `Parallel`, creates and deletes everything at once; then it writes `status` from the pods
+//!   `Parallel`, creates and deletes everything at once; a pod that ended `Failed` or
+//!   `Succeeded` is deleted and recreated under its name; then it writes `status` from the pods
 //!   that exist (`replicas` counts pods that are not terminating, `readyReplicas` and
 //!   `availableReplicas` those Running with `Ready=True`, `currentReplicas`/`updatedReplicas`,
 //!   `currentRevision`/`updateRevision`, `observedGeneration`). The simulated node runs the pods
@@ -41,7 +42,9 @@
 //! * **Deployments** get only their status: after the delay every count equals `spec.replicas`
 //!   (default 1), `observedGeneration` catches up, and `Available`/`Progressing` are `True`.
 //!   No ReplicaSets or pods are created, so a test of a controller that owns Deployments sees
-//!   them "roll out" without the cost of pods. Rolling updates, `maxSurge`/`maxUnavailable`,
+//!   them "roll out" without the cost of pods. **ReplicaSets** created directly get their
+//!   status the same way (`replicas`, `fullyLabeledReplicas`, `readyReplicas`,
+//!   `availableReplicas`, `observedGeneration`), without pods either. Rolling updates, `maxSurge`/`maxUnavailable`,
 //!   `minReadySeconds`, paused deployments and rollbacks are left out.
 //!
 //! Updates of a StatefulSet's template do not roll existing pods (the real controller replaces
@@ -63,6 +66,7 @@ use super::store::{State, Store};
 use super::verbs::{self, DeleteOptions, Target};
 
 const DEPLOYMENTS: &str = "apps/deployments";
+const REPLICASETS: &str = "apps/replicasets";
 const STATEFULSETS: &str = "apps/statefulsets";
 const PODS: &str = "core/pods";
 
@@ -86,7 +90,7 @@ pub fn spawn(
     tracker.spawn(run(store, config, shutdown));
 }
 
-/// `(storage, namespace, name)` of a Deployment or StatefulSet.
+/// `(storage, namespace, name)` of a Deployment, ReplicaSet or StatefulSet.
 type WorkKey = (&'static str, String, String);
 
 struct Controllers {
@@ -135,10 +139,10 @@ impl Controllers {
     fn resync(&mut self) {
         let keys: Vec<WorkKey> = self.store.read(|st| {
             let mut keys = vec![];
-            for (storage, fixed) in [(DEPLOYMENTS, DEPLOYMENTS), (STATEFULSETS, STATEFULSETS)] {
+            for storage in [DEPLOYMENTS, REPLICASETS, STATEFULSETS] {
                 for o in st.list(storage, None) {
                     keys.push((
-                        fixed,
+                        storage,
                         meta_str(o, "namespace").to_owned(),
                         meta_str(o, "name").to_owned(),
                     ));
@@ -155,6 +159,7 @@ impl Controllers {
         let ns = meta_str(obj, "namespace").to_owned();
         match storage {
             DEPLOYMENTS => self.schedule((DEPLOYMENTS, ns, meta_str(obj, "name").to_owned())),
+            REPLICASETS => self.schedule((REPLICASETS, ns, meta_str(obj, "name").to_owned())),
             STATEFULSETS => self.schedule((STATEFULSETS, ns, meta_str(obj, "name").to_owned())),
             PODS => {
                 if let Some(owner) = controller_of(obj, "StatefulSet") {
@@ -177,6 +182,7 @@ impl Controllers {
             self.due.remove(&k);
             match k.0 {
                 DEPLOYMENTS => self.sync_deployment(&k.1, &k.2),
+                REPLICASETS => self.sync_replicaset(&k.1, &k.2),
                 _ => self.sync_statefulset(&k.1, &k.2),
             }
         }
@@ -250,6 +256,34 @@ impl Controllers {
         });
     }
 
+    /// A ReplicaSet's status: every count equals `spec.replicas` (status only, like
+    /// Deployments).
+    fn sync_replicaset(&mut self, ns: &str, name: &str) {
+        self.store.write(|st| {
+            let Some(rs) = st.get(REPLICASETS, ns, name).cloned() else {
+                return;
+            };
+            if !meta_str(&rs, "deletionTimestamp").is_empty() {
+                return;
+            }
+            let replicas = rs["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
+            let mut status = json!({
+                "replicas": replicas,
+                "observedGeneration": rs["metadata"]["generation"].as_i64().unwrap_or(1),
+            });
+            if replicas > 0 {
+                for f in ["fullyLabeledReplicas", "readyReplicas", "availableReplicas"] {
+                    status[f] = json!(replicas);
+                }
+            }
+            if rs["status"] != status {
+                let mut new = rs;
+                new["status"] = status;
+                st.update(REPLICASETS, new);
+            }
+        });
+    }
+
     fn sync_statefulset(&mut self, ns: &str, name: &str) {
         let stepped = self.store.write(|st| {
             let sts = st.get(STATEFULSETS, ns, name).cloned()?;
@@ -260,8 +294,22 @@ impl Controllers {
             let replicas = sts["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
             let parallel = sts["spec"]["podManagementPolicy"] == "Parallel";
             let revision = format!("{name}-{}", template_hash(&sts));
-            let pods = owned_pods(st, ns, &uid);
+            let mut pods = owned_pods(st, ns, &uid);
             let mut changed = false;
+
+            // A pod that ended (Failed or Succeeded) is deleted, to be recreated with its name.
+            for (ord, p) in &pods {
+                let phase = p["status"]["phase"].as_str().unwrap_or_default();
+                if matches!(phase, "Failed" | "Succeeded")
+                    && meta_str(p, "deletionTimestamp").is_empty()
+                {
+                    delete_pod(st, ns, &format!("{name}-{ord}"), meta_str(p, "uid"));
+                    changed = true;
+                }
+            }
+            if changed {
+                pods = owned_pods(st, ns, &uid);
+            }
 
             // Scale up: missing ordinals below `replicas`.
             let missing: Vec<i64> = (0..replicas)
@@ -274,7 +322,7 @@ impl Controllers {
                         .filter(|(o, _)| *o < ord)
                         .all(|(_, p)| is_running_and_ready(p));
                     let all_lower_exist = (0..ord).all(|i| pods.iter().any(|(o, _)| *o == i));
-                    if !lower_ready || !all_lower_exist || changed {
+                    if !lower_ready || !all_lower_exist {
                         break;
                     }
                 }

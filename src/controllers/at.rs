@@ -468,6 +468,7 @@ pub struct WrittenStatuses {
 struct Written {
     uid: Option<String>,
     resource_version: Option<String>,
+    generation: Option<i64>,
     status: Option<AtStatus>,
 }
 
@@ -492,6 +493,7 @@ impl WrittenStatuses {
             Written {
                 uid: stored.metadata.uid.clone(),
                 resource_version: stored.metadata.resource_version.clone(),
+                generation: stored.metadata.generation,
                 status: stored.status.clone(),
             },
         );
@@ -503,8 +505,14 @@ impl WrittenStatuses {
     }
 
     /// The At to act on: the cached one, or, while the cache is behind our last write for the
-    /// same object (same uid, older phase), the cached one with our written status and
-    /// resourceVersion.
+    /// same object, the cached one (its spec) with our written status and resourceVersion.
+    ///
+    /// resourceVersions are opaque (a client must not order them), so "behind" is judged by
+    /// what can be ordered: the cache has caught up when it shows our resourceVersion, a later
+    /// phase, or a later generation (a spec change made after our write). A cache showing the
+    /// same phase with another resourceVersion is treated as not caught up; if it was in fact
+    /// newer (someone else wrote the status), the next status write conflicts, the record is
+    /// forgotten and the retry reads the cache.
     pub fn effective(&self, key: &str, cached: Arc<At>) -> Arc<At> {
         let mut map = self.lock();
         let Some(w) = map.get(key) else {
@@ -513,7 +521,8 @@ impl WrittenStatuses {
         let written_phase = w.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
         let caught_up = w.uid != cached.metadata.uid
             || w.resource_version == cached.metadata.resource_version
-            || phase_rank(cached.phase()) >= phase_rank(written_phase);
+            || phase_rank(cached.phase()) > phase_rank(written_phase)
+            || cached.metadata.generation > w.generation;
         if caught_up {
             map.remove(key);
             return cached;
@@ -1429,6 +1438,24 @@ mod tests {
             Plan::default(),
             "no new pod"
         );
+
+        // The same phase but an older cache (our PENDING write not seen yet, status still
+        // empty there): what was written wins, with its resourceVersion.
+        let written_pending = WrittenStatuses::default();
+        let mut pending = cached.as_ref().clone();
+        pending.metadata.resource_version = Some("8".into());
+        pending.status = plan(&cached, PodState::Absent, ts(NOW)).status;
+        written_pending.record("cnat/example-at", &pending);
+        let eff = written_pending.effective("cnat/example-at", Arc::clone(&cached));
+        assert_eq!(eff.metadata.resource_version.as_deref(), Some("8"));
+        // A spec change after the write (a later generation) means the cache is newer.
+        let mut edited = cached.as_ref().clone();
+        edited.metadata.generation = Some(2);
+        let edited = Arc::new(edited);
+        assert!(Arc::ptr_eq(
+            &written_pending.effective("cnat/example-at", Arc::clone(&edited)),
+            &edited
+        ));
 
         // A different object with the same name (deleted and re-created) is not confused.
         let mut other = cached.as_ref().clone();

@@ -20,7 +20,8 @@
 //! * Each watcher handles its events one at a time, in publish order.
 //! * [`EventBroadcaster::shutdown`] closes every queue: watchers finish what is queued (a sink
 //!   gets one try per event, no retry waits) and their tasks end. Events published after
-//!   shutdown are dropped with a log line. A single watcher can be stopped at once with
+//!   shutdown are dropped with a log line. [`EventBroadcaster::shutdown_when`] ties this to a
+//!   manager's root cancellation token. A single watcher can be stopped at once with
 //!   [`WatcherHandle::stop`].
 //!
 //! ## Difference from client-go
@@ -210,6 +211,19 @@ impl EventBroadcaster {
             Err(poisoned) => poisoned.into_inner(),
         };
         watchers.clear();
+    }
+
+    /// Shuts the broadcaster down (as [`EventBroadcaster::shutdown`]) when `token` is cancelled:
+    /// client-go's `WithContext`. Starts a small task that ends at that moment or when the
+    /// broadcaster is shut down some other way, whichever comes first.
+    pub fn shutdown_when(&self, token: CancellationToken) {
+        let b = self.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = token.cancelled() => b.shutdown(),
+                _ = b.shared.cancel.cancelled() => {}
+            }
+        });
     }
 
     /// Calls `handler` for every event, one at a time, on a task of its own.

@@ -150,7 +150,7 @@ impl Kubectl {
     /// Same, but authenticating with `token`.
     pub fn with_token(server: &ApiServerHandle, token: &str) -> Option<Self> {
         let k = Self::new(server)?;
-        let yaml = server.kubeconfig_yaml().replace(server.token(), token);
+        let yaml = server.kubeconfig_yaml_for_token(token);
         std::fs::write(&k.kubeconfig, yaml).unwrap();
         Some(k)
     }
