@@ -20,7 +20,11 @@ async fn demo(args: &[&str]) -> (Option<i32>, String, String) {
         Command::new(bin())
             .arg("demo")
             .args(args)
-            .args(["--timeout=60s", "--kubeconfig-out", kubeconfig.to_str().unwrap()])
+            .args([
+                "--timeout=60s",
+                "--kubeconfig-out",
+                kubeconfig.to_str().unwrap(),
+            ])
             .kill_on_drop(true)
             .output(),
     )
@@ -53,7 +57,10 @@ async fn the_operators_demo_shows_each_operator_working_and_exits_0() {
     ] {
         assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
     }
-    assert!(!stdout.contains("at/example-at"), "At was not selected:\n{stdout}");
+    assert!(
+        !stdout.contains("at/example-at"),
+        "At was not selected:\n{stdout}"
+    );
 }
 
 #[tokio::test]
