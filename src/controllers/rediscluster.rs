@@ -35,7 +35,8 @@
 //!    in ordinal order and removes the highest ordinals first.
 //! 7. **Status**: the names of the cluster's Running and Ready pods in ordinal order
 //!    (`nodes`), their count (`readyReplicas`), and the conditions `Available` (all `size`
-//!    nodes ready) and `Degraded`, written only when changed.
+//!    nodes ready) and `Degraded`, written only when changed (with the cached
+//!    `resourceVersion`; a 409 Conflict is retried with backoff and reads the newer copy).
 //!
 //! Objects of those names that this RedisCluster does not control are never taken over:
 //! Warning `ErrResourceExists` and `Degraded=True`.

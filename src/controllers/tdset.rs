@@ -29,6 +29,9 @@
 //! 5. **Write the status** when it changed: `replicas`, `observedGeneration`, and the
 //!    conditions `Available` (the Deployment has the replicas available), `Progressing` (it has
 //!    not caught up with the last change yet) and `Degraded` (something the user must fix).
+//!    The write carries the cached `resourceVersion`: a 409 Conflict means the cache has not
+//!    yet delivered the controller's own previous write, and the retry (5 ms later, with
+//!    backoff) reads the newer copy, exactly as in sample-controller.
 //! 6. **Return the time until the next boundary** ([`next_boundary`]): the next whole hour, in
 //!    the time zone, at which the selected window changes, capped by `intervalMint` when it is
 //!    set. Hours are walked in *civil* time and converted back to instants, so half-hour zones
