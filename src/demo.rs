@@ -24,6 +24,11 @@
 //!    own informers (the same machinery the controller uses);
 //! 6. exits 0 once both runnable Ats are `DONE` and every invalid one the server accepted
 //!    carries its Warning, or keeps serving with `--serve` until Ctrl-C.
+//!
+//! `--operators` chooses which operators the story shows (default `at,tdset,rediscluster`;
+//! also `myapp` and `foo`). Beside the Ats, a TDSet scales a Deployment by its current window
+//! and has a hand-scaling put back, and a RedisCluster goes 3 → 5 → 2 nodes on the simulated
+//! StatefulSet controller and is deleted through its finalizer; see the `operators` submodule.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -46,6 +51,8 @@ use crate::controllers::at::{CONDITION_INVALID_SPEC, reason};
 use crate::manager::{
     ClientSource, LogFormat, Manager, ManagerConfig, format_duration, parse_go_duration,
 };
+
+mod operators;
 
 /// The book's `cnat-example.yaml`, compiled in.
 const BOOK_EXAMPLE: &str = include_str!("../artifacts/examples/cnat-example.yaml");
@@ -79,6 +86,15 @@ pub struct DemoOptions {
     /// Log verbosity of the controller's own logs (stderr), klog style; 0 shows warnings only.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub verbosity: u8,
+
+    /// The operators to show, comma-separated: at, tdset, rediscluster, myapp, foo.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "at,tdset,rediscluster",
+        value_name = "LIST"
+    )]
+    pub operators: Vec<String>,
 }
 
 impl Default for DemoOptions {
@@ -89,6 +105,10 @@ impl Default for DemoOptions {
             timeout: Duration::from_secs(60),
             kubeconfig_out: PathBuf::from("sample-controller-demo.kubeconfig"),
             verbosity: 0,
+            operators: operators::DEFAULT_OPERATORS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
         }
     }
 }
@@ -119,6 +139,9 @@ pub enum DemoError {
     /// The manager stopped with an error.
     #[error("the controller manager stopped: {0}")]
     Manager(String),
+    /// `--operators` named something that is not an operator.
+    #[error("--operators: {0:?} is not an operator (known: at, tdset, rediscluster, myapp, foo)")]
+    UnknownOperator(String),
 }
 
 fn api_err(what: impl Into<String>) -> impl FnOnce(client::Error) -> DemoError {
@@ -139,6 +162,8 @@ struct Seen {
 /// Runs the demo (see the module documentation).
 pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     crate::install_crypto_provider();
+    let operators = operators::resolve(&opts.operators)?;
+    let with_at = operators.contains(&"at");
     let started = Instant::now();
     let server = ApiServer::builder()
         .simulate(true)
@@ -159,11 +184,14 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     println!("  watch it    kubectl --kubeconfig {path} get ats -w");
     println!();
 
-    install_at_crd(&client).await?;
-    say(
-        started,
-        "installed the CRD ats.cnat.programming-kubernetes.info",
-    );
+    if with_at {
+        install_at_crd(&client).await?;
+        say(
+            started,
+            "installed the CRD ats.cnat.programming-kubernetes.info",
+        );
+    }
+    operators::install_crds(&client, &operators, started).await?;
 
     // The printer: an informer factory of its own, like any other client of the API.
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -180,7 +208,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         master: None,
         context: None,
         namespace: None,
-        controllers: vec!["at"],
+        controllers: operators.clone(),
         workers: 2,
         resync_period: Duration::from_secs(600),
         qps: 50.0,
@@ -195,6 +223,72 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let manager_stop = CancellationToken::new();
     let manager = tokio::spawn(Manager::new(manager_cfg, client.clone()).run(manager_stop.clone()));
 
+    // The other operators' stories run beside the At's.
+    let deadline = started + opts.timeout;
+    let other_stories = tokio::spawn(operators::run(
+        client.clone(),
+        operators.clone(),
+        started,
+        deadline,
+    ));
+    let outcome = if with_at {
+        at_story(&client, &opts, &seen, started, deadline, &manager).await
+    } else {
+        Ok(())
+    };
+    let outcome = match (outcome, other_stories.await) {
+        (Err(e), _) => Err(e),
+        (Ok(()), Ok(r)) => r,
+        (Ok(()), Err(e)) => Err(DemoError::Manager(format!("the operators' story: {e}"))),
+    };
+
+    if outcome.is_ok() {
+        println!();
+        if with_at {
+            let invalid = seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .expect_invalid
+                .join(" and ");
+            println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
+            println!("      the controller ran each command exactly once, at its schedule.");
+        }
+        for op in operators.iter().filter(|o| **o != "at") {
+            println!("done: {}", operators::summary(op));
+        }
+        if opts.serve {
+            println!();
+            println!(
+                "still serving (--serve); try:  kubectl --kubeconfig {path} get ats,tdsets,redisclusters,deployments,statefulsets,pods"
+            );
+            println!("press Ctrl-C to stop");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+
+    manager_stop.cancel();
+    match manager.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) if outcome.is_ok() => return Err(DemoError::Manager(e.to_string())),
+        Err(e) if outcome.is_ok() => return Err(DemoError::Manager(e.to_string())),
+        _ => {}
+    }
+    printer_stop.cancel();
+    printer.shutdown().await;
+    server.shutdown().await;
+    outcome
+}
+
+/// The At part of the story: create the Ats, then wait until the runnable ones are `DONE`
+/// and the blank one carries its Warning.
+async fn at_story(
+    client: &Client,
+    opts: &DemoOptions,
+    seen: &Mutex<Seen>,
+    started: Instant,
+    deadline: Instant,
+    manager: &tokio::task::JoinHandle<Result<(), crate::manager::ManagerError>>,
+) -> Result<(), DemoError> {
     let due = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::try_from(opts.delay).unwrap_or_default())
         .unwrap_or_else(|_| jiff::Timestamp::now());
@@ -250,54 +344,22 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         }
     }
 
-    let deadline = started + opts.timeout;
-    let outcome = loop {
-        if let Some(waiting) = still_waiting(&seen) {
+    loop {
+        if let Some(waiting) = still_waiting(seen) {
             if Instant::now() >= deadline {
-                break Err(DemoError::Timeout {
+                return Err(DemoError::Timeout {
                     timeout: format_duration(opts.timeout),
                     waiting,
                 });
             }
             if manager.is_finished() {
-                break Err(DemoError::Manager("it exited early".to_string()));
+                return Err(DemoError::Manager("it exited early".to_string()));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         } else {
-            break Ok(());
-        }
-    };
-
-    if outcome.is_ok() {
-        println!();
-        let invalid = seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .expect_invalid
-            .join(" and ");
-        println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
-        println!("      the controller ran each command exactly once, at its schedule.");
-        if opts.serve {
-            println!();
-            println!(
-                "still serving (--serve); try:  kubectl --kubeconfig {path} describe at failing-at"
-            );
-            println!("press Ctrl-C to stop");
-            let _ = tokio::signal::ctrl_c().await;
+            return Ok(());
         }
     }
-
-    manager_stop.cancel();
-    match manager.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) if outcome.is_ok() => return Err(DemoError::Manager(e.to_string())),
-        Err(e) if outcome.is_ok() => return Err(DemoError::Manager(e.to_string())),
-        _ => {}
-    }
-    printer_stop.cancel();
-    printer.shutdown().await;
-    server.shutdown().await;
-    outcome
 }
 
 fn new_at(name: &str, schedule: &str, command: &str) -> At {

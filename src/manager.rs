@@ -55,7 +55,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use crate::apis::{At, CustomResourceExt};
+use crate::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
 use crate::cache::ReflectorStats;
 use crate::cache::{
     BoxListerWatcher, CacheObject, InformerScope, ListerWatcherSource, SharedInformerFactory,
@@ -64,7 +64,7 @@ use crate::client::{
     self, Api, Client, Config, ConfigOptions, ListParams, Patch, PatchParams, PostParams,
 };
 use crate::controllers::at::{AtController, CONTROLLER_NAME as AT_CONTROLLER_NAME};
-use crate::controllers::{Clock, Controller, SyncStats};
+use crate::controllers::{Clock, Controller, SyncStats, foo, myapp, rediscluster, tdset};
 use crate::health::{HealthState, serve_health};
 use crate::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig as ElectionConfig, LeaderElector, LeaseLock,
@@ -77,7 +77,12 @@ use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
-pub const KNOWN_CONTROLLERS: &[&str] = &["at"];
+pub const KNOWN_CONTROLLERS: &[&str] = &["at", "tdset", "rediscluster", "myapp", "foo"];
+
+/// Controllers that `*` does not enable: they run only when named (kube-controller-manager's
+/// "disabled by default" controllers). Each needs its own CRD installed, so a cluster with
+/// only the At CRD keeps working with the default `--controllers=*`.
+pub const DISABLED_BY_DEFAULT: &[&str] = &["tdset", "rediscluster", "myapp", "foo"];
 
 /// The Lease name used when `--leader-elect-resource-name` is not given.
 pub const DEFAULT_LEASE_NAME: &str = "sample-controller";
@@ -106,8 +111,9 @@ pub struct ManagerOptions {
     #[arg(long, default_value = "", value_name = "NAMESPACE")]
     pub namespace: String,
 
-    /// Controllers to run: '*' enables every registered controller, 'name' enables one,
-    /// '-name' disables one. Comma-separated; known: at.
+    /// Controllers to run: '*' enables every controller that is on by default (at), 'name'
+    /// enables one, '-name' disables one. Comma-separated; known: at, tdset, rediscluster,
+    /// myapp, foo.
     #[arg(long, value_delimiter = ',', default_value = "*", value_name = "LIST")]
     pub controllers: Vec<String>,
 
@@ -464,8 +470,8 @@ pub async fn read_in_cluster_namespace() -> Option<String> {
 
 /// kube-controller-manager's `--controllers` rules (`IsControllerEnabled`): for each known
 /// controller the first entry that names it decides (`name` on, `-name` off); a controller no
-/// entry names is on when the list contains `*`. Unknown names are an error, not silently
-/// ignored.
+/// entry names is on when the list contains `*`, unless it is in [`DISABLED_BY_DEFAULT`].
+/// Unknown names are an error, not silently ignored.
 pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagError> {
     let joined = list.join(",");
     let entries: Vec<&str> = list
@@ -498,7 +504,7 @@ pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagErr
                     None if e == known => Some(true),
                     _ => None,
                 })
-                .unwrap_or(star)
+                .unwrap_or(star && !DISABLED_BY_DEFAULT.contains(known))
         })
         .collect();
     if chosen.is_empty() {
@@ -825,6 +831,67 @@ impl Manager {
                 )
                 .map_err(|e| ManagerError::Controller {
                     name: "at",
+                    message: e.to_string(),
+                })?,
+                // The other operators, built the same way: a recorder named after the
+                // controller, a named queue (so it has metrics), the shared factory.
+                "tdset" => tdset::TDSetController::new(
+                    self.client.clone(),
+                    &factory,
+                    broadcaster.new_recorder(tdset::CONTROLLER_NAME),
+                    RateLimitingQueue::named_with_default_controller_rate_limiter(
+                        "tdset",
+                        &queue_metrics,
+                    ),
+                    clock,
+                    SyncStats::with_metrics(metrics.controller()),
+                )
+                .map_err(|e| ManagerError::Controller {
+                    name: "tdset",
+                    message: e.to_string(),
+                })?,
+                "rediscluster" => rediscluster::RedisClusterController::new(
+                    self.client.clone(),
+                    &factory,
+                    broadcaster.new_recorder(rediscluster::CONTROLLER_NAME),
+                    RateLimitingQueue::named_with_default_controller_rate_limiter(
+                        "rediscluster",
+                        &queue_metrics,
+                    ),
+                    clock,
+                    SyncStats::with_metrics(metrics.controller()),
+                )
+                .map_err(|e| ManagerError::Controller {
+                    name: "rediscluster",
+                    message: e.to_string(),
+                })?,
+                "myapp" => myapp::MyAppController::new(
+                    self.client.clone(),
+                    &factory,
+                    broadcaster.new_recorder(myapp::CONTROLLER_NAME),
+                    RateLimitingQueue::named_with_default_controller_rate_limiter(
+                        "myapp",
+                        &queue_metrics,
+                    ),
+                    clock,
+                    SyncStats::with_metrics(metrics.controller()),
+                )
+                .map_err(|e| ManagerError::Controller {
+                    name: "myapp",
+                    message: e.to_string(),
+                })?,
+                "foo" => foo::FooController::new(
+                    self.client.clone(),
+                    &factory,
+                    broadcaster.new_recorder(foo::CONTROLLER_NAME),
+                    RateLimitingQueue::named_with_default_controller_rate_limiter(
+                        "foo",
+                        &queue_metrics,
+                    ),
+                    SyncStats::with_metrics(metrics.controller()),
+                )
+                .map_err(|e| ManagerError::Controller {
+                    name: "foo",
                     message: e.to_string(),
                 })?,
                 other => {
@@ -1186,41 +1253,51 @@ pub const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(15);
 /// serves the custom resources the selected controllers need. One LIST with `limit=1` per
 /// custom resource: it needs only the `list` permission the controller has anyway.
 pub async fn preflight(client: &Client, config: &ManagerConfig) -> Result<(), ManagerError> {
-    let server = client.server().to_string();
-    if config.controllers.contains(&"at") {
-        let api: Api<At> = match &config.namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let params = ListParams {
-            limit: Some(1),
-            ..ListParams::default()
-        };
-        let result = tokio::time::timeout(PREFLIGHT_TIMEOUT, api.list(&params)).await;
-        match result {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) if e.is_not_found() => {
-                return Err(ManagerError::CrdMissing {
-                    crd: <At as CustomResourceExt>::crd_name(),
-                    server,
-                });
-            }
-            Ok(Err(e)) if e.is_unauthorized() || e.is_forbidden() => {
-                return Err(ManagerError::Unauthorized { server, source: e });
-            }
-            Ok(Err(e)) => return Err(ManagerError::Unreachable { server, source: e }),
-            Err(_) => {
-                return Err(ManagerError::Unreachable {
-                    server,
-                    source: client::Error::Other(format!(
-                        "no answer within {}",
-                        format_duration(PREFLIGHT_TIMEOUT)
-                    )),
-                });
-            }
+    for name in &config.controllers {
+        match *name {
+            "at" => preflight_crd::<At>(client, config).await?,
+            "tdset" => preflight_crd::<TDSet>(client, config).await?,
+            "rediscluster" => preflight_crd::<RedisCluster>(client, config).await?,
+            "myapp" => preflight_crd::<MyApp>(client, config).await?,
+            "foo" => preflight_crd::<Foo>(client, config).await?,
+            _ => {}
         }
     }
     Ok(())
+}
+
+/// One `LIST ?limit=1` of `K`: a 404 means its CRD is not installed.
+async fn preflight_crd<K>(client: &Client, config: &ManagerConfig) -> Result<(), ManagerError>
+where
+    K: CustomResourceExt + crate::cache::CacheObject,
+{
+    let server = client.server().to_string();
+    let api: Api<K> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let params = ListParams {
+        limit: Some(1),
+        ..ListParams::default()
+    };
+    match tokio::time::timeout(PREFLIGHT_TIMEOUT, api.list(&params)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) if e.is_not_found() => Err(ManagerError::CrdMissing {
+            crd: K::crd_name(),
+            server,
+        }),
+        Ok(Err(e)) if e.is_unauthorized() || e.is_forbidden() => {
+            Err(ManagerError::Unauthorized { server, source: e })
+        }
+        Ok(Err(e)) => Err(ManagerError::Unreachable { server, source: e }),
+        Err(_) => Err(ManagerError::Unreachable {
+            server,
+            source: client::Error::Other(format!(
+                "no answer within {}",
+                format_duration(PREFLIGHT_TIMEOUT)
+            )),
+        }),
+    }
 }
 
 /// `sample-controller run`: validates the flags, builds the client, checks the server, and runs
@@ -1480,5 +1557,12 @@ mod tests {
         assert_eq!(v(&["at", "-at"]).unwrap(), vec!["at"]);
         assert!(v(&[""]).is_err());
         assert!(v(&["nope"]).is_err());
+        // The other operators run only when named.
+        assert_eq!(v(&["*", "tdset"]).unwrap(), vec!["at", "tdset"]);
+        assert_eq!(
+            v(&["foo", "myapp", "rediscluster", "tdset", "at"]).unwrap(),
+            KNOWN_CONTROLLERS.to_vec()
+        );
+        assert_eq!(v(&["foo"]).unwrap(), vec!["foo"]);
     }
 }

@@ -37,6 +37,11 @@
 pub mod at;
 pub mod clock;
 pub mod expectations;
+pub mod foo;
+pub mod myapp;
+pub mod owned;
+pub mod rediscluster;
+pub mod tdset;
 
 pub use clock::Clock;
 pub use expectations::Expectations;

@@ -1,0 +1,471 @@
+//! # The MyApp controller: a plain owned Deployment
+//!
+//! The smallest useful operator, and the best one to read first after At. A [`MyApp`] says
+//! "run `spec.replicas` copies of `spec.image`"; the controller keeps one Deployment, named
+//! like the MyApp and carrying a controller ownerReference to it, in exactly that shape, and
+//! reports the Deployment's `availableReplicas` back in `status`.
+//!
+//! ## The sync handler, step by step
+//!
+//! 1. **Read the MyApp from the lister.** Gone: nothing to do; the garbage collector deletes
+//!    the Deployment through its ownerReference, so there is no delete handler to write.
+//! 2. **Build the desired Deployment** ([`new_deployment`]): the `app.kubernetes.io/*` labels
+//!    on the selector and the pods, one container `app` running the image.
+//! 3. **Read the Deployment from the lister.** Absent: if this controller created it a moment
+//!    ago and the informer has not delivered it yet ([`Expectations`]), wait for that event;
+//!    otherwise create it. Present but controlled by someone else: a Warning
+//!    `ErrResourceExists` and the `Ready=False` condition, and no retry (it is not a transient
+//!    error; the next change of either object brings the key back).
+//! 4. **Correct drift** ([`deployment_drift`]): a hand-scaled or re-imaged Deployment is put
+//!    back with an update of just those fields, carrying the cached `resourceVersion` (a 409
+//!    Conflict means the cache was behind; the retry reads the newer copy).
+//! 5. **Write the status** through the `/status` subresource, only when it changed:
+//!    `availableReplicas` and a `Ready` condition (`True` when every replica is available).
+//!
+//! Events bring the key back: any change to the MyApp (its spec; the controller's own status
+//! writes are filtered out) or to a Deployment it controls (sample-controller's
+//! `handleObject`, in [`owner_handlers`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use tokio_util::sync::CancellationToken;
+
+use super::owned::{
+    controller_reference, deployment_drift, is_controlled_by, owner_handlers, standard_labels,
+};
+use super::{Clock, Expectations, SyncHandler, SyncStats, run_workers};
+use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
+use crate::apis::{MyApp, MyAppStatus};
+use crate::cache::{
+    EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
+    SharedInformerFactory, key_of, split_key,
+};
+use crate::client::{self, Api, Client, PostParams};
+use crate::record::{EventRecorder, EventType};
+use crate::workqueue::RateLimitingQueue;
+
+/// The recorder's source component and the field manager of every write.
+pub const CONTROLLER_NAME: &str = "myapp-controller";
+
+/// The name of the Deployment's only container.
+pub const CONTAINER_NAME: &str = "app";
+
+/// Condition type: `True` when every desired replica is available.
+pub const CONDITION_READY: &str = "Ready";
+
+/// Event and condition reasons.
+pub mod reason {
+    /// Normal: the Deployment was created.
+    pub const CREATED: &str = "Created";
+    /// Normal: the Deployment had drifted and was put back.
+    pub const DRIFT_CORRECTED: &str = "DriftCorrected";
+    /// Warning: a Deployment of that name exists and is not controlled by this MyApp.
+    pub const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
+    /// Condition: every replica is available.
+    pub const AVAILABLE: &str = "Available";
+    /// Condition: replicas are still starting.
+    pub const SCALING: &str = "Scaling";
+}
+
+const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// The MyApp controller. Build it with [`MyAppController::new`], start the factory, then run.
+pub struct MyAppController {
+    client: Client,
+    myapp_lister: Lister<MyApp>,
+    deployment_lister: Lister<Deployment>,
+    myapp_synced: HandlerRegistration,
+    deployment_synced: HandlerRegistration,
+    queue: RateLimitingQueue<String>,
+    recorder: EventRecorder,
+    /// Deployments created and not yet seen by the Deployment informer.
+    expectations: Arc<Expectations>,
+    clock: Clock,
+    stats: Arc<SyncStats>,
+    sync_timeout: Duration,
+}
+
+/// Why a sync failed. Every variant is retried with backoff by the worker loop.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A write to the API server failed.
+    #[error("{action} for MyApp {key}: {source}")]
+    Api {
+        key: String,
+        action: &'static str,
+        #[source]
+        source: client::Error,
+    },
+    /// The MyApp in the cache has no uid (it cannot own anything).
+    #[error("MyApp {key} has no metadata.uid; cannot own a Deployment")]
+    MissingUid { key: String },
+}
+
+/// Errors from [`MyAppController::new`] and [`MyAppController::run`].
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Registering an event handler failed (the informer was already stopped).
+    #[error("registering the MyApp controller's event handlers: {0}")]
+    Informer(#[from] InformerError),
+    /// Shut down before the caches synced.
+    #[error("failed to wait for caches to sync")]
+    CacheSync,
+}
+
+impl MyAppController {
+    /// `NewController`: wires the MyApp and Deployment informers of the shared factory to the
+    /// queue. Nothing runs until the factory is started.
+    pub fn new<S: ListerWatcherSource>(
+        client: Client,
+        factory: &SharedInformerFactory<S>,
+        recorder: EventRecorder,
+        queue: RateLimitingQueue<String>,
+        clock: Clock,
+        stats: SyncStats,
+    ) -> Result<Arc<Self>, RunError> {
+        let myapp_informer = factory.informer::<MyApp>();
+        let deployment_informer = factory.informer::<Deployment>();
+        let expectations = Arc::new(Expectations::default());
+
+        // MyApps: adds, and updates that changed the spec (or began the deletion). Our own
+        // status writes change neither, so they do not bring the key straight back.
+        let myapp_handler = {
+            let (q1, q2) = (queue.clone(), queue.clone());
+            let e = Arc::clone(&expectations);
+            EventHandlerFns::<MyApp>::new()
+                .on_add(move |m, _initial| q1.add(key_of(m.as_ref())))
+                .on_update(move |old, new| {
+                    if old.spec != new.spec
+                        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+                    {
+                        q2.add(key_of(new.as_ref()));
+                    }
+                })
+                .on_delete(move |gone| e.forget(&gone.key()))
+        };
+        let myapp_synced = myapp_informer.add_event_handler(myapp_handler)?;
+        let deployment_synced =
+            deployment_informer.add_event_handler(owner_handlers::<MyApp, Deployment>(
+                &queue,
+                Some(Arc::clone(&expectations)),
+            ))?;
+
+        Ok(Arc::new(MyAppController {
+            client,
+            myapp_lister: myapp_informer.lister(),
+            deployment_lister: deployment_informer.lister(),
+            myapp_synced,
+            deployment_synced,
+            queue,
+            recorder,
+            expectations,
+            clock,
+            stats: Arc::new(stats),
+            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
+        }))
+    }
+
+    /// True once both handlers have processed their informer's initial list.
+    pub fn has_synced(&self) -> bool {
+        self.myapp_synced.has_synced() && self.deployment_synced.has_synced()
+    }
+
+    /// The controller's queue.
+    pub fn queue(&self) -> &RateLimitingQueue<String> {
+        &self.queue
+    }
+
+    /// `Run`: waits for the caches, then runs `workers` workers until `stop` is cancelled.
+    pub async fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> Result<(), RunError> {
+        while !self.has_synced() {
+            tokio::select! {
+                _ = stop.cancelled() => return Err(RunError::CacheSync),
+                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
+            }
+        }
+        tracing::info!(
+            controller = CONTROLLER_NAME,
+            workers,
+            "caches synced; starting workers"
+        );
+        let (queue, stats, timeout) = (
+            self.queue.clone(),
+            Arc::clone(&self.stats),
+            self.sync_timeout,
+        );
+        run_workers(CONTROLLER_NAME, queue, self, workers, timeout, stats, stop).await;
+        Ok(())
+    }
+
+    /// `syncHandler` (see the module documentation for the steps).
+    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+        // 1. The MyApp, from the cache.
+        let Some(app) = self.myapp_lister.get_by_key(key) else {
+            tracing::debug!(key, "MyApp in work queue no longer exists");
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        if app.metadata.deletion_timestamp.is_some() {
+            // Being deleted: the garbage collector takes the Deployment with it.
+            return Ok(None);
+        }
+        let api_err = |action: &'static str| {
+            let key = key.to_string();
+            move |source| SyncError::Api {
+                key,
+                action,
+                source,
+            }
+        };
+        // 2. What the Deployment should be.
+        let Some(desired) = new_deployment(&app) else {
+            return Err(SyncError::MissingUid {
+                key: key.to_string(),
+            });
+        };
+        let (namespace, name) = split_key(key);
+        let namespace = namespace.unwrap_or_default();
+        let deployments = Api::<Deployment>::namespaced(self.client.clone(), namespace);
+        let pp = PostParams {
+            field_manager: Some(CONTROLLER_NAME.to_string()),
+            ..PostParams::default()
+        };
+
+        // 3. The Deployment, from the cache; created when absent (and not already on its way).
+        let deployment = match self.deployment_lister.get_by_key(key) {
+            Some(d) => d,
+            None if !self.expectations.satisfied(key) => return Ok(None),
+            None => {
+                self.expectations.expect_creations(key, 1);
+                if let Err(e) = deployments.create(&pp, &desired).await {
+                    self.expectations.creation_observed(key);
+                    return Err(api_err("creating the Deployment")(e));
+                }
+                self.recorder.event(
+                    app.as_ref(),
+                    EventType::Normal,
+                    reason::CREATED,
+                    &format!("created Deployment {name}"),
+                );
+                // The informer's add brings the key back to write the status.
+                return Ok(None);
+            }
+        };
+        if !is_controlled_by(&deployment.metadata, app.as_ref()) {
+            let message = format!("Resource {name:?} already exists and is not managed by MyApp");
+            let mut status = app.status.clone().unwrap_or_default();
+            let changed = set_condition(
+                &mut status.conditions,
+                Condition::new(
+                    CONDITION_READY,
+                    ConditionStatus::False,
+                    reason::ERR_RESOURCE_EXISTS,
+                    message.as_str(),
+                    app.metadata.generation,
+                    self.clock.now(),
+                ),
+            );
+            if changed {
+                self.recorder.event(
+                    app.as_ref(),
+                    EventType::Warning,
+                    reason::ERR_RESOURCE_EXISTS,
+                    &message,
+                );
+                self.write_status(&app, status, &pp).await?;
+            }
+            return Ok(None);
+        }
+
+        // 4. Drift: put back what the MyApp decides, keep everything else.
+        if let Some(fixed) = deployment_drift(&deployment, &desired) {
+            deployments
+                .update(&pp, &fixed)
+                .await
+                .map_err(api_err("correcting the Deployment"))?;
+            self.recorder.event(
+                app.as_ref(),
+                EventType::Normal,
+                reason::DRIFT_CORRECTED,
+                &format!(
+                    "Deployment {name} set to {} replica(s) of {}",
+                    app.spec.replicas, app.spec.image
+                ),
+            );
+        }
+
+        // 5. Status, from the Deployment's.
+        let available = deployment
+            .status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0);
+        let mut status = app.status.clone().unwrap_or_default();
+        status.available_replicas = available;
+        let (ready, why) = if available >= app.spec.replicas {
+            (ConditionStatus::True, reason::AVAILABLE)
+        } else {
+            (ConditionStatus::False, reason::SCALING)
+        };
+        set_condition(
+            &mut status.conditions,
+            Condition::new(
+                CONDITION_READY,
+                ready,
+                why,
+                format!("{available} of {} replica(s) available", app.spec.replicas),
+                app.metadata.generation,
+                self.clock.now(),
+            ),
+        );
+        if Some(&status) != app.status.as_ref() {
+            self.write_status(&app, status, &pp).await?;
+        }
+        Ok(None)
+    }
+
+    async fn write_status(
+        &self,
+        app: &MyApp,
+        status: MyAppStatus,
+        pp: &PostParams,
+    ) -> Result<(), SyncError> {
+        let mut updated = app.clone();
+        updated.status = Some(status);
+        match Api::<MyApp>::all(self.client.clone())
+            .update_status(pp, &updated)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(source) => Err(SyncError::Api {
+                key: key_of(app),
+                action: "updating the status",
+                source,
+            }),
+        }
+    }
+}
+
+/// The Deployment a MyApp wants: named like it, in its namespace, controlled by it, with the
+/// `app.kubernetes.io/*` labels on the selector and the pods. `None` if the MyApp has no uid.
+pub fn new_deployment(app: &MyApp) -> Option<Deployment> {
+    let name = app.metadata.name.clone().unwrap_or_default();
+    let labels = standard_labels("myapp", &name, CONTROLLER_NAME);
+    Some(Deployment {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: app.metadata.namespace.clone(),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![controller_reference(app)?]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: Some(app.spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: CONTAINER_NAME.to_string(),
+                        image: Some(app.spec.image.clone()),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    })
+}
+
+impl SyncHandler for MyAppController {
+    type Error = SyncError;
+
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+        MyAppController::sync_handler(self, key).await
+    }
+}
+
+impl super::Controller for MyAppController {
+    fn name(&self) -> &'static str {
+        "myapp"
+    }
+
+    fn has_synced(&self) -> bool {
+        MyAppController::has_synced(self)
+    }
+
+    fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            MyAppController::run(self, workers, stop)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        let queue = self.queue.clone();
+        Box::pin(async move { queue.shut_down_with_drain().await })
+    }
+
+    fn stats(&self) -> Arc<SyncStats> {
+        Arc::clone(&self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::MyAppSpec;
+
+    #[test]
+    fn the_deployment_is_owned_labelled_and_shaped_by_the_spec() {
+        let app = MyApp {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u".into()),
+                ..ObjectMeta::default()
+            },
+            spec: MyAppSpec {
+                replicas: 4,
+                image: "nginx:1.27".into(),
+            },
+            status: None,
+        };
+        let d = new_deployment(&app).unwrap();
+        assert!(is_controlled_by(&d.metadata, &app));
+        let spec = d.spec.unwrap();
+        assert_eq!(spec.replicas, Some(4));
+        let sel = spec.selector.match_labels.unwrap();
+        assert_eq!(sel["app.kubernetes.io/instance"], "web");
+        assert_eq!(
+            spec.template.metadata.unwrap().labels.unwrap(),
+            sel,
+            "the selector matches the pods"
+        );
+        let c = &spec.template.spec.unwrap().containers[0];
+        assert_eq!(c.image.as_deref(), Some("nginx:1.27"));
+        assert!(new_deployment(&MyApp::default()).is_none());
+    }
+}

@@ -1,0 +1,345 @@
+//! # Owning objects: controller references, `handleObject`, and drift
+//!
+//! Every operator after At follows one pattern: a custom resource (the *owner*) wants some
+//! built-in objects (its *dependents*: a Deployment, a StatefulSet, a Service) to exist in a
+//! given shape. Three questions come up in each of them, and this module answers them once:
+//!
+//! 1. **Whose is this object?** A dependent names its owner in `metadata.ownerReferences`; the
+//!    one entry with `controller: true` is *the* controller (at most one per object, the API
+//!    server enforces it). [`controller_ref_of`] finds that entry when it points at a given
+//!    kind in a given group (checking the group too: cnat checked the kind alone), and
+//!    [`is_controlled_by`] compares its `uid` with the owner's, so a dependent left behind by a
+//!    deleted owner of the same name is not mistaken for one's own.
+//! 2. **Which key goes on the queue when a dependent changes?** sample-controller's
+//!    `handleObject`: find the controller reference, and enqueue the owner's key
+//!    (`namespace/name`). [`owner_handlers`] builds that handler for any pair of types: adds
+//!    also settle an [`Expectations`] entry, updates that only re-deliver the same
+//!    `resourceVersion` (informer resyncs) are dropped, deletes (final state or tombstone)
+//!    enqueue too, because a deleted dependent must be recreated.
+//! 3. **Has the dependent drifted?** Someone scaled the Deployment by hand or edited its image.
+//!    The API server fills in defaults (`imagePullPolicy`, `terminationMessagePath`, the
+//!    strategy...), so comparing the whole spec with the one we would build would report drift
+//!    on every sync and update for ever. [`deployment_drift`] compares only the fields the
+//!    owner decides (replicas, the template's labels, each of our containers' image, ports and
+//!    command) and returns the cached object with just those fields put back: an update that
+//!    keeps everything else (sample-controller replaced the whole object instead).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::{Metadata, Resource};
+
+use super::Expectations;
+use crate::cache::{Deleted, EventHandlerFns};
+use crate::workqueue::RateLimitingQueue;
+
+/// The label every operator puts on what it creates: which application this is.
+pub const LABEL_NAME: &str = "app.kubernetes.io/name";
+/// Which instance (the owner's name).
+pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
+/// Which controller manages it.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
+/// The recommended `app.kubernetes.io/*` labels for an object created by `manager` for the
+/// owner named `instance`, of application `name`.
+pub fn standard_labels(name: &str, instance: &str, manager: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_NAME.to_string(), name.to_string()),
+        (LABEL_INSTANCE.to_string(), instance.to_string()),
+        (LABEL_MANAGED_BY.to_string(), manager.to_string()),
+    ])
+}
+
+/// The controller ownerReference pointing at `owner` (`controller: true`,
+/// `blockOwnerDeletion: true`), or `None` when the owner has no uid yet (it was never stored).
+pub fn controller_reference<O>(owner: &O) -> Option<OwnerReference>
+where
+    O: Resource + Metadata<Ty = ObjectMeta>,
+{
+    let meta = owner.metadata();
+    Some(OwnerReference {
+        api_version: O::API_VERSION.to_string(),
+        kind: O::KIND.to_string(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+/// The controller reference of `meta` if it points at an `O` (same kind, same group; any
+/// version of the group counts, as in `metav1.GetControllerOf` callers that compare groups).
+pub fn controller_ref_of<O: Resource>(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    let group_of = |api_version: &str| {
+        api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g.to_string())
+            .unwrap_or_default()
+    };
+    meta.owner_references
+        .as_deref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .filter(|r| r.kind == O::KIND && group_of(&r.api_version) == O::GROUP)
+}
+
+/// True when `dependent`'s controller reference is `owner` itself (same uid).
+pub fn is_controlled_by<O>(dependent: &ObjectMeta, owner: &O) -> bool
+where
+    O: Resource + Metadata<Ty = ObjectMeta>,
+{
+    match (controller_ref_of::<O>(dependent), &owner.metadata().uid) {
+        (Some(r), Some(uid)) => &r.uid == uid,
+        _ => false,
+    }
+}
+
+/// The queue key (`namespace/name`) of the `O` controlling `dependent`, if one does.
+pub fn owner_key<O: Resource>(dependent: &ObjectMeta) -> Option<String> {
+    let r = controller_ref_of::<O>(dependent)?;
+    let ns = dependent.namespace.as_deref().unwrap_or_default();
+    Some(format!("{ns}/{}", r.name))
+}
+
+/// sample-controller's `handleObject` as an informer handler for dependents of type `D`
+/// controlled by an `O`: every add, real update (new `resourceVersion`) and delete enqueues the
+/// owner's key. An add also settles one expected creation for that key, when `expectations`
+/// is given. An update whose controller changed enqueues both the old and the new owner.
+pub fn owner_handlers<O, D>(
+    queue: &RateLimitingQueue<String>,
+    expectations: Option<Arc<Expectations>>,
+) -> EventHandlerFns<D>
+where
+    O: Resource,
+    D: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+{
+    let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
+    EventHandlerFns::<D>::new()
+        .on_add(move |obj, _initial| {
+            if let Some(key) = owner_key::<O>(obj.metadata()) {
+                if let Some(e) = &expectations {
+                    e.creation_observed(&key);
+                }
+                q1.add(key);
+            }
+        })
+        .on_update(move |old, new| {
+            // A resync re-delivers an unchanged object: nothing new to react to.
+            if old.metadata().resource_version == new.metadata().resource_version {
+                return;
+            }
+            let old_key = owner_key::<O>(old.metadata());
+            let new_key = owner_key::<O>(new.metadata());
+            if let Some(k) = &old_key
+                && old_key != new_key
+            {
+                q2.add(k.clone());
+            }
+            if let Some(k) = new_key {
+                q2.add(k);
+            }
+        })
+        .on_delete(move |gone: Deleted<D>| {
+            if let Some(key) = owner_key::<O>(gone.object().metadata()) {
+                q3.add(key);
+            }
+        })
+}
+
+/// The fields of `existing` that differ from `desired` in what the owner decides, put back to
+/// the desired values on a copy of `existing`; `None` when nothing drifted. Compared: the
+/// replica count (when `desired` sets one), the owner's labels on the pod template (other
+/// labels are kept), and, for every container of `desired`, the container of the same name:
+/// its image, its ports and its command. Everything else (server defaults, other people's
+/// annotations, containers injected by someone else) is left as it is.
+pub fn deployment_drift(existing: &Deployment, desired: &Deployment) -> Option<Deployment> {
+    let mut out = existing.clone();
+    let mut changed = false;
+    let (Some(want), Some(spec)) = (desired.spec.as_ref(), out.spec.as_mut()) else {
+        return None;
+    };
+    if want.replicas.is_some() && spec.replicas != want.replicas {
+        spec.replicas = want.replicas;
+        changed = true;
+    }
+    let want_meta = want.template.metadata.clone().unwrap_or_default();
+    let meta = spec
+        .template
+        .metadata
+        .get_or_insert_with(ObjectMeta::default);
+    for (k, v) in want_meta.labels.iter().flatten() {
+        let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+        if labels.get(k) != Some(v) {
+            labels.insert(k.clone(), v.clone());
+            changed = true;
+        }
+    }
+    let want_containers = want
+        .template
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
+    let pod_spec = spec.template.spec.get_or_insert_with(Default::default);
+    for wc in want_containers {
+        match pod_spec.containers.iter_mut().find(|c| c.name == wc.name) {
+            Some(c) => changed |= put_back_container(c, wc),
+            None => {
+                pod_spec.containers.push(wc.clone());
+                changed = true;
+            }
+        }
+    }
+    changed.then_some(out)
+}
+
+/// Puts `want`'s image, ports and command into `c`; true if anything changed.
+fn put_back_container(c: &mut Container, want: &Container) -> bool {
+    let mut changed = false;
+    if c.image != want.image {
+        c.image = want.image.clone();
+        changed = true;
+    }
+    let port_numbers = |c: &Container| {
+        c.ports
+            .iter()
+            .flatten()
+            .map(|p| (p.container_port, p.name.clone()))
+            .collect::<Vec<_>>()
+    };
+    if port_numbers(c) != port_numbers(want) {
+        c.ports = want.ports.clone();
+        changed = true;
+    }
+    if c.command != want.command {
+        c.command = want.command.clone();
+        changed = true;
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apis::Foo;
+    use k8s_openapi::api::apps::v1::DeploymentSpec;
+    use k8s_openapi::api::core::v1::{ContainerPort, PodSpec, PodTemplateSpec};
+
+    fn foo(uid: &str) -> Foo {
+        Foo {
+            metadata: ObjectMeta {
+                name: Some("f".into()),
+                namespace: Some("ns".into()),
+                uid: Some(uid.into()),
+                ..ObjectMeta::default()
+            },
+            ..Foo::default()
+        }
+    }
+
+    fn deployment(replicas: i32, image: &str) -> Deployment {
+        Deployment {
+            metadata: ObjectMeta::default(),
+            spec: Some(DeploymentSpec {
+                replicas: Some(replicas),
+                template: PodTemplateSpec {
+                    metadata: Some(ObjectMeta {
+                        labels: Some(BTreeMap::from([("app".into(), "x".into())])),
+                        ..ObjectMeta::default()
+                    }),
+                    spec: Some(PodSpec {
+                        containers: vec![Container {
+                            name: "main".into(),
+                            image: Some(image.into()),
+                            ports: Some(vec![ContainerPort {
+                                container_port: 80,
+                                ..ContainerPort::default()
+                            }]),
+                            ..Container::default()
+                        }],
+                        ..PodSpec::default()
+                    }),
+                },
+                ..DeploymentSpec::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn controller_reference_round_trips_through_the_lookups() {
+        let owner = foo("u1");
+        let r = controller_reference(&owner).unwrap();
+        assert_eq!(r.api_version, "samplecontroller.k8s.io/v1alpha1");
+        assert_eq!(r.kind, "Foo");
+        let meta = ObjectMeta {
+            namespace: Some("ns".into()),
+            owner_references: Some(vec![r]),
+            ..ObjectMeta::default()
+        };
+        assert!(is_controlled_by(&meta, &owner));
+        assert!(!is_controlled_by(&meta, &foo("u2")), "same name, new uid");
+        assert_eq!(owner_key::<Foo>(&meta).as_deref(), Some("ns/f"));
+        assert!(controller_reference(&Foo::default()).is_none(), "no uid");
+    }
+
+    #[test]
+    fn only_a_controller_ref_of_the_right_group_counts() {
+        let mut r = controller_reference(&foo("u1")).unwrap();
+        r.api_version = "other.example.com/v1alpha1".into();
+        let meta = ObjectMeta {
+            owner_references: Some(vec![r.clone()]),
+            ..ObjectMeta::default()
+        };
+        assert!(owner_key::<Foo>(&meta).is_none());
+        r.api_version = "samplecontroller.k8s.io/v1".into();
+        r.controller = Some(false);
+        let meta = ObjectMeta {
+            owner_references: Some(vec![r]),
+            ..ObjectMeta::default()
+        };
+        assert!(owner_key::<Foo>(&meta).is_none());
+    }
+
+    #[test]
+    fn drift_puts_back_only_what_the_owner_decides() {
+        let want = deployment(3, "nginx:1.27");
+        assert_eq!(deployment_drift(&want, &want), None);
+
+        // Server defaults and foreign labels are not drift.
+        let mut defaulted = want.clone();
+        {
+            let spec = defaulted.spec.as_mut().unwrap();
+            spec.revision_history_limit = Some(10);
+            let t = &mut spec.template;
+            t.metadata
+                .as_mut()
+                .unwrap()
+                .labels
+                .as_mut()
+                .unwrap()
+                .insert("extra".into(), "kept".into());
+            t.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("IfNotPresent".into());
+        }
+        assert_eq!(deployment_drift(&defaulted, &want), None);
+
+        // Hand-scaled and re-imaged: both come back, the defaults stay.
+        let mut drifted = defaulted.clone();
+        drifted.spec.as_mut().unwrap().replicas = Some(7);
+        drifted
+            .spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers[0]
+            .image = Some("evil:1".into());
+        let fixed = deployment_drift(&drifted, &want).unwrap();
+        assert_eq!(fixed, defaulted);
+    }
+}

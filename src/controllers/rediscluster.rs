@@ -1,0 +1,862 @@
+//! # The RedisCluster controller: an owned StatefulSet, and a finalizer
+//!
+//! A [`RedisCluster`] asks for `spec.size` Redis pods with stable identities
+//! (`<name>-0`, `<name>-1`, ...) behind a headless Service. The controller owns a StatefulSet
+//! and the Service, and reports the ready pods' names in `status.nodes`. It teaches two things
+//! the other operators do not:
+//!
+//! * **Watching the grandchildren.** The pods are created by the StatefulSet controller, not by
+//!   this one, but `status.nodes` is about them, so the controller watches pods too and maps a
+//!   pod to its cluster through the label [`LABEL_CLUSTER`] the pod template carries. The pod's
+//!   own controller reference points at the StatefulSet; only pods whose StatefulSet is the
+//!   cluster's count as nodes.
+//! * **A finalizer.** Deleting an object with finalizers only sets `metadata.deletionTimestamp`;
+//!   the object stays until every finalizer is removed. The controller adds
+//!   [`FINALIZER`] to every RedisCluster, and when one is being deleted it runs its cleanup
+//!   first: it deletes the StatefulSet and the Service, waits until they and every pod of the
+//!   cluster are gone, records a Normal `CleanedUp` event, and only then removes the finalizer,
+//!   letting the object go. (Owner references alone would also remove the children, in the
+//!   background and with nobody to tell; a finalizer is how an operator runs its own logic,
+//!   such as a final backup or releasing something outside the cluster, before its object
+//!   disappears.)
+//!
+//! ## The sync handler, step by step
+//!
+//! 1. **Read the RedisCluster from the lister.** Gone: nothing to do.
+//! 2. **Being deleted** (`deletionTimestamp` set) and still carrying the finalizer: clean up
+//!    (above). Without our finalizer: nothing to do.
+//! 3. **No finalizer yet**: add it (an update of the object with the cached
+//!    `resourceVersion`; the update event brings the key back).
+//! 4. **Validate the spec** ([`validate`]): `size` at least 1, an image without spaces. A bad
+//!    spec gets a Warning `InvalidSpec` event and `Degraded=True`, and is not retried.
+//! 5. **The headless Service** (`clusterIP: None`, port 6379): created when absent.
+//! 6. **The StatefulSet**: created when absent (with [`Expectations`]), else its replicas and
+//!    image are put back to the spec. Scaling is the StatefulSet controller's job: it adds pods
+//!    in ordinal order and removes the highest ordinals first.
+//! 7. **Status**: the names of the cluster's Running and Ready pods in ordinal order
+//!    (`nodes`), their count (`readyReplicas`), and the conditions `Available` (all `size`
+//!    nodes ready) and `Degraded`, written only when changed (with the cached
+//!    `resourceVersion`; a 409 Conflict is retried with backoff and reads the newer copy).
+//!
+//! Objects of those names that this RedisCluster does not control are never taken over:
+//! Warning `ErrResourceExists` and `Degraded=True`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, Pod, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use tokio_util::sync::CancellationToken;
+
+use super::owned::{
+    LABEL_INSTANCE, controller_ref_of, controller_reference, is_controlled_by, owner_handlers,
+    standard_labels,
+};
+use super::{Clock, Expectations, SyncHandler, SyncStats, run_workers};
+use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
+use crate::apis::rediscluster::{DEFAULT_IMAGE, FINALIZER};
+use crate::apis::{RedisCluster, RedisClusterSpec, RedisClusterStatus};
+use crate::cache::{
+    Deleted, EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
+    Selector, SharedInformerFactory, key_of, split_key,
+};
+use crate::client::{self, Api, Client, DeleteParams, PostParams, PropagationPolicy};
+use crate::record::{EventRecorder, EventType};
+use crate::workqueue::RateLimitingQueue;
+
+/// The recorder's source component and the field manager of every write.
+pub const CONTROLLER_NAME: &str = "rediscluster-controller";
+
+/// The label on every pod of a cluster: its RedisCluster's name.
+pub const LABEL_CLUSTER: &str = "cache.example.com/cluster";
+
+/// The Redis port.
+pub const REDIS_PORT: i32 = 6379;
+
+/// The name of the Redis container.
+pub const CONTAINER_NAME: &str = "redis";
+
+/// Condition types.
+pub const CONDITION_AVAILABLE: &str = "Available";
+/// See [`CONDITION_AVAILABLE`].
+pub const CONDITION_DEGRADED: &str = "Degraded";
+
+/// Event and condition reasons.
+pub mod reason {
+    /// Normal: the StatefulSet or Service was created.
+    pub const CREATED: &str = "Created";
+    /// Normal: the StatefulSet was scaled or re-imaged to match the spec.
+    pub const SCALED: &str = "Scaled";
+    /// Normal: the finalizer's cleanup finished; the RedisCluster can go.
+    pub const CLEANED_UP: &str = "CleanedUp";
+    /// Warning: the spec cannot be acted on.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Warning: an object of the cluster's name is not controlled by it.
+    pub const ERR_RESOURCE_EXISTS: &str = "ErrResourceExists";
+    /// Condition: all is well.
+    pub const AS_EXPECTED: &str = "AsExpected";
+    /// Condition: every node is ready.
+    pub const ALL_NODES_READY: &str = "AllNodesReady";
+    /// Condition: some nodes are not ready yet.
+    pub const NODES_NOT_READY: &str = "NodesNotReady";
+}
+
+const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// Checks the spec; the message names the field and the value.
+pub fn validate(spec: &RedisClusterSpec) -> Result<(), String> {
+    if spec.size < 1 {
+        return Err(format!("spec.size: {} must be at least 1", spec.size));
+    }
+    if let Some(image) = &spec.image
+        && (image.trim().is_empty() || image.chars().any(char::is_whitespace))
+    {
+        return Err(format!("spec.image: {image:?} is not an image reference"));
+    }
+    Ok(())
+}
+
+/// The RedisCluster controller. Build it with [`RedisClusterController::new`], start the
+/// factory, then run.
+pub struct RedisClusterController {
+    client: Client,
+    cluster_lister: Lister<RedisCluster>,
+    statefulset_lister: Lister<StatefulSet>,
+    service_lister: Lister<Service>,
+    pod_lister: Lister<Pod>,
+    synced: Vec<HandlerRegistration>,
+    queue: RateLimitingQueue<String>,
+    recorder: EventRecorder,
+    expectations: Arc<Expectations>,
+    clock: Clock,
+    stats: Arc<SyncStats>,
+    sync_timeout: Duration,
+}
+
+/// Why a sync failed. Every variant is retried with backoff by the worker loop.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A write to the API server failed.
+    #[error("{action} for RedisCluster {key}: {source}")]
+    Api {
+        key: String,
+        action: &'static str,
+        #[source]
+        source: client::Error,
+    },
+    /// The RedisCluster in the cache has no uid (it cannot own anything).
+    #[error("RedisCluster {key} has no metadata.uid; cannot own a StatefulSet")]
+    MissingUid { key: String },
+}
+
+/// Errors from [`RedisClusterController::new`] and [`RedisClusterController::run`].
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Registering an event handler failed.
+    #[error("registering the RedisCluster controller's event handlers: {0}")]
+    Informer(#[from] InformerError),
+    /// Shut down before the caches synced.
+    #[error("failed to wait for caches to sync")]
+    CacheSync,
+}
+
+impl RedisClusterController {
+    /// `NewController`: RedisCluster adds and changes (spec, finalizers, deletion), changes to
+    /// the StatefulSet and Service it controls, and changes to pods labelled with a cluster's
+    /// name all enqueue that cluster.
+    pub fn new<S: ListerWatcherSource>(
+        client: Client,
+        factory: &SharedInformerFactory<S>,
+        recorder: EventRecorder,
+        queue: RateLimitingQueue<String>,
+        clock: Clock,
+        stats: SyncStats,
+    ) -> Result<Arc<Self>, RunError> {
+        let cluster_informer = factory.informer::<RedisCluster>();
+        let statefulset_informer = factory.informer::<StatefulSet>();
+        let service_informer = factory.informer::<Service>();
+        let pod_informer = factory.informer::<Pod>();
+        let expectations = Arc::new(Expectations::default());
+
+        let cluster_handler = {
+            let (q1, q2) = (queue.clone(), queue.clone());
+            let e = Arc::clone(&expectations);
+            EventHandlerFns::<RedisCluster>::new()
+                .on_add(move |c, _initial| q1.add(key_of(c.as_ref())))
+                .on_update(move |old, new| {
+                    // Our own status writes change none of these.
+                    if old.spec != new.spec
+                        || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+                        || old.metadata.finalizers != new.metadata.finalizers
+                    {
+                        q2.add(key_of(new.as_ref()));
+                    }
+                })
+                .on_delete(move |gone: Deleted<RedisCluster>| e.forget(&gone.key()))
+        };
+        let mut synced = vec![cluster_informer.add_event_handler(cluster_handler)?];
+        synced.push(statefulset_informer.add_event_handler(owner_handlers::<
+            RedisCluster,
+            StatefulSet,
+        >(
+            &queue,
+            Some(Arc::clone(&expectations)),
+        ))?);
+        synced.push(
+            service_informer
+                .add_event_handler(owner_handlers::<RedisCluster, Service>(&queue, None))?,
+        );
+        let pod_handler = {
+            let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
+            EventHandlerFns::<Pod>::new()
+                .on_add(move |p, _initial| {
+                    if let Some(k) = cluster_key(&p) {
+                        q1.add(k);
+                    }
+                })
+                .on_update(move |old, new| {
+                    if old.metadata.resource_version != new.metadata.resource_version
+                        && let Some(k) = cluster_key(&new)
+                    {
+                        q2.add(k);
+                    }
+                })
+                .on_delete(move |gone: Deleted<Pod>| {
+                    if let Some(k) = cluster_key(gone.object()) {
+                        q3.add(k);
+                    }
+                })
+        };
+        synced.push(pod_informer.add_event_handler(pod_handler)?);
+
+        Ok(Arc::new(RedisClusterController {
+            client,
+            cluster_lister: cluster_informer.lister(),
+            statefulset_lister: statefulset_informer.lister(),
+            service_lister: service_informer.lister(),
+            pod_lister: pod_informer.lister(),
+            synced,
+            queue,
+            recorder,
+            expectations,
+            clock,
+            stats: Arc::new(stats),
+            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
+        }))
+    }
+
+    /// True once every handler has processed its informer's initial list.
+    pub fn has_synced(&self) -> bool {
+        self.synced.iter().all(HandlerRegistration::has_synced)
+    }
+
+    /// The controller's queue.
+    pub fn queue(&self) -> &RateLimitingQueue<String> {
+        &self.queue
+    }
+
+    /// `Run`: waits for the caches, then runs `workers` workers until `stop` is cancelled.
+    pub async fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> Result<(), RunError> {
+        while !self.has_synced() {
+            tokio::select! {
+                _ = stop.cancelled() => return Err(RunError::CacheSync),
+                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
+            }
+        }
+        tracing::info!(
+            controller = CONTROLLER_NAME,
+            workers,
+            "caches synced; starting workers"
+        );
+        let (queue, stats, timeout) = (
+            self.queue.clone(),
+            Arc::clone(&self.stats),
+            self.sync_timeout,
+        );
+        run_workers(CONTROLLER_NAME, queue, self, workers, timeout, stats, stop).await;
+        Ok(())
+    }
+
+    /// `syncHandler` (see the module documentation for the seven steps).
+    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+        // 1.
+        let Some(cluster) = self.cluster_lister.get_by_key(key) else {
+            tracing::debug!(key, "RedisCluster in work queue no longer exists");
+            self.expectations.forget(key);
+            return Ok(None);
+        };
+        let (namespace, name) = split_key(key);
+        let namespace = namespace.unwrap_or_default();
+        let pp = PostParams {
+            field_manager: Some(CONTROLLER_NAME.to_string()),
+            ..PostParams::default()
+        };
+        let err = |action: &'static str| {
+            let key = key.to_string();
+            move |source| SyncError::Api {
+                key,
+                action,
+                source,
+            }
+        };
+        let has_finalizer = cluster
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER);
+
+        // 2.
+        if cluster.metadata.deletion_timestamp.is_some() {
+            if has_finalizer {
+                self.finalize(&cluster, namespace, name, &pp).await?;
+            }
+            return Ok(None);
+        }
+
+        // 3.
+        if !has_finalizer {
+            let mut updated = cluster.as_ref().clone();
+            updated
+                .metadata
+                .finalizers
+                .get_or_insert_with(Vec::new)
+                .push(FINALIZER.to_string());
+            match Api::<RedisCluster>::namespaced(self.client.clone(), namespace)
+                .update(&pp, &updated)
+                .await
+            {
+                Ok(_) => return Ok(None),
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(err("adding the finalizer")(e)),
+            }
+        }
+
+        let now = self.clock.now();
+        let generation = cluster.metadata.generation;
+        let mut status = cluster.status.clone().unwrap_or_default();
+
+        // 4.
+        if let Err(message) = validate(&cluster.spec) {
+            self.degraded(&cluster, status, reason::INVALID_SPEC, message, &pp)
+                .await?;
+            return Ok(None);
+        }
+        let (Some(want_sts), Some(want_svc)) = (new_statefulset(&cluster), new_service(&cluster))
+        else {
+            return Err(SyncError::MissingUid {
+                key: key.to_string(),
+            });
+        };
+
+        // 5.
+        let services = Api::<Service>::namespaced(self.client.clone(), namespace);
+        match self.service_lister.get_by_key(key) {
+            Some(s) if !is_controlled_by(&s.metadata, cluster.as_ref()) => {
+                let message =
+                    format!("Service {name:?} already exists and is not managed by RedisCluster");
+                self.degraded(&cluster, status, reason::ERR_RESOURCE_EXISTS, message, &pp)
+                    .await?;
+                return Ok(None);
+            }
+            Some(_) => {}
+            None => match services.create(&pp, &want_svc).await {
+                Ok(_) => {}
+                Err(e) if e.is_already_exists() => {}
+                Err(e) => return Err(err("creating the Service")(e)),
+            },
+        }
+
+        // 6.
+        let statefulsets = Api::<StatefulSet>::namespaced(self.client.clone(), namespace);
+        let size = cluster.spec.size;
+        let image = image_of(&cluster.spec);
+        match self.statefulset_lister.get_by_key(key) {
+            None if !self.expectations.satisfied(key) => {}
+            None => {
+                self.expectations.expect_creations(key, 1);
+                if let Err(e) = statefulsets.create(&pp, &want_sts).await {
+                    self.expectations.creation_observed(key);
+                    return Err(err("creating the StatefulSet")(e));
+                }
+                self.recorder.event(
+                    cluster.as_ref(),
+                    EventType::Normal,
+                    reason::CREATED,
+                    &format!("created StatefulSet {name} with {size} node(s) of {image}"),
+                );
+            }
+            Some(sts) if !is_controlled_by(&sts.metadata, cluster.as_ref()) => {
+                let message = format!(
+                    "StatefulSet {name:?} already exists and is not managed by RedisCluster"
+                );
+                self.degraded(&cluster, status, reason::ERR_RESOURCE_EXISTS, message, &pp)
+                    .await?;
+                return Ok(None);
+            }
+            Some(sts) => {
+                if let Some(fixed) = statefulset_drift(&sts, size, &image) {
+                    statefulsets
+                        .update(&pp, &fixed)
+                        .await
+                        .map_err(err("updating the StatefulSet"))?;
+                    self.recorder.event(
+                        cluster.as_ref(),
+                        EventType::Normal,
+                        reason::SCALED,
+                        &format!("StatefulSet {name} set to {size} node(s) of {image}"),
+                    );
+                }
+            }
+        }
+
+        // 7.
+        let nodes = self.ready_nodes(namespace, name);
+        status.ready_replicas = i32::try_from(nodes.len()).unwrap_or(i32::MAX);
+        let ready = status.ready_replicas;
+        status.nodes = nodes;
+        let (available, why) = if ready >= size {
+            (ConditionStatus::True, reason::ALL_NODES_READY)
+        } else {
+            (ConditionStatus::False, reason::NODES_NOT_READY)
+        };
+        set_condition(
+            &mut status.conditions,
+            Condition::new(
+                CONDITION_AVAILABLE,
+                available,
+                why,
+                format!("{ready} of {size} node(s) ready"),
+                generation,
+                now,
+            ),
+        );
+        set_condition(
+            &mut status.conditions,
+            Condition::new(
+                CONDITION_DEGRADED,
+                ConditionStatus::False,
+                reason::AS_EXPECTED,
+                "",
+                generation,
+                now,
+            ),
+        );
+        self.write_status(&cluster, status, &pp).await?;
+        Ok(None)
+    }
+
+    /// The finalizer's cleanup: delete the StatefulSet and the Service, wait until they and
+    /// every pod of the cluster are gone (their delete events bring the key back), then record
+    /// `CleanedUp` and remove the finalizer.
+    async fn finalize(
+        &self,
+        cluster: &RedisCluster,
+        namespace: &str,
+        name: &str,
+        pp: &PostParams,
+    ) -> Result<(), SyncError> {
+        let key = key_of(cluster);
+        let err = |action: &'static str| {
+            let key = key.clone();
+            move |source| SyncError::Api {
+                key,
+                action,
+                source,
+            }
+        };
+        let background = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..DeleteParams::default()
+        };
+        let mut waiting = false;
+        if let Some(sts) = self.statefulset_lister.get_by_key(&key)
+            && is_controlled_by(&sts.metadata, cluster)
+        {
+            waiting = true;
+            if sts.metadata.deletion_timestamp.is_none() {
+                match Api::<StatefulSet>::namespaced(self.client.clone(), namespace)
+                    .delete(name, &background)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(err("deleting the StatefulSet")(e)),
+                }
+            }
+        }
+        if let Some(svc) = self.service_lister.get_by_key(&key)
+            && is_controlled_by(&svc.metadata, cluster)
+        {
+            waiting = true;
+            if svc.metadata.deletion_timestamp.is_none() {
+                match Api::<Service>::namespaced(self.client.clone(), namespace)
+                    .delete(name, &background)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(err("deleting the Service")(e)),
+                }
+            }
+        }
+        let pods_left = self.cluster_pods(namespace, name).len();
+        if waiting || pods_left > 0 {
+            tracing::debug!(key, pods_left, "cleanup in progress");
+            return Ok(());
+        }
+        self.recorder.event(
+            cluster,
+            EventType::Normal,
+            reason::CLEANED_UP,
+            &format!("deleted StatefulSet {name}, Service {name} and their pods"),
+        );
+        let mut updated = cluster.clone();
+        if let Some(f) = updated.metadata.finalizers.as_mut() {
+            f.retain(|f| f != FINALIZER);
+        }
+        match Api::<RedisCluster>::namespaced(self.client.clone(), namespace)
+            .update(pp, &updated)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(err("removing the finalizer")(e)),
+        }
+    }
+
+    /// Every pod labelled with the cluster's name, whoever created it.
+    fn cluster_pods(&self, namespace: &str, name: &str) -> Vec<Arc<Pod>> {
+        // Filtered by hand rather than with a label selector: a cluster name may be longer
+        // than a label value is allowed to be, and then no pod can carry it anyway.
+        self.pod_lister
+            .namespace(namespace)
+            .list(&Selector::everything())
+            .into_iter()
+            .filter(|p| {
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_CLUSTER))
+                    .map(String::as_str)
+                    == Some(name)
+            })
+            .collect()
+    }
+
+    /// The names of the cluster's Running and Ready pods created by its StatefulSet, in
+    /// ordinal order.
+    fn ready_nodes(&self, namespace: &str, name: &str) -> Vec<String> {
+        let mut nodes: Vec<(u32, String)> = self
+            .cluster_pods(namespace, name)
+            .iter()
+            .filter(|p| {
+                controller_ref_of::<StatefulSet>(&p.metadata).is_some_and(|r| r.name == name)
+            })
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .filter_map(|p| {
+                let pod_name = p.metadata.name.clone()?;
+                let ordinal = pod_name
+                    .strip_prefix(name)?
+                    .strip_prefix('-')?
+                    .parse()
+                    .ok()?;
+                Some((ordinal, pod_name))
+            })
+            .collect();
+        nodes.sort();
+        nodes.into_iter().map(|(_, n)| n).collect()
+    }
+
+    async fn degraded(
+        &self,
+        cluster: &RedisCluster,
+        mut status: RedisClusterStatus,
+        why: &'static str,
+        message: String,
+        pp: &PostParams,
+    ) -> Result<(), SyncError> {
+        let cond = Condition::new(
+            CONDITION_DEGRADED,
+            ConditionStatus::True,
+            why,
+            message.as_str(),
+            cluster.metadata.generation,
+            self.clock.now(),
+        );
+        if set_condition(&mut status.conditions, cond) {
+            self.recorder
+                .event(cluster, EventType::Warning, why, &message);
+        }
+        self.write_status(cluster, status, pp).await
+    }
+
+    async fn write_status(
+        &self,
+        cluster: &RedisCluster,
+        status: RedisClusterStatus,
+        pp: &PostParams,
+    ) -> Result<(), SyncError> {
+        if cluster.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let mut updated = cluster.clone();
+        updated.status = Some(status);
+        match Api::<RedisCluster>::all(self.client.clone())
+            .update_status(pp, &updated)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(source) => Err(SyncError::Api {
+                key: key_of(cluster),
+                action: "updating the status",
+                source,
+            }),
+        }
+    }
+}
+
+/// The key of the cluster a pod belongs to, from its [`LABEL_CLUSTER`] label.
+fn cluster_key(pod: &Pod) -> Option<String> {
+    let name = pod.metadata.labels.as_ref()?.get(LABEL_CLUSTER)?;
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    Some(format!("{ns}/{name}"))
+}
+
+/// Running with the `Ready` condition `True`.
+fn pod_ready(pod: &Pod) -> bool {
+    let Some(status) = &pod.status else {
+        return false;
+    };
+    status.phase.as_deref() == Some("Running")
+        && status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn image_of(spec: &RedisClusterSpec) -> String {
+    spec.image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_string())
+}
+
+fn pod_labels(cluster: &RedisCluster) -> BTreeMap<String, String> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let mut labels = standard_labels("redis", &name, CONTROLLER_NAME);
+    labels.insert(LABEL_CLUSTER.to_string(), name);
+    labels
+}
+
+/// The StatefulSet a RedisCluster wants: named like it, `size` replicas, `serviceName` the
+/// headless Service, pods labelled with [`LABEL_CLUSTER`], one `redis` container on 6379.
+/// `None` if the RedisCluster has no uid.
+pub fn new_statefulset(cluster: &RedisCluster) -> Option<StatefulSet> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let labels = pod_labels(cluster);
+    let selector = BTreeMap::from([
+        (LABEL_CLUSTER.to_string(), name.clone()),
+        (LABEL_INSTANCE.to_string(), name.clone()),
+    ]);
+    Some(StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: cluster.metadata.namespace.clone(),
+            labels: Some(labels.clone()),
+            owner_references: Some(vec![controller_reference(cluster)?]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(cluster.spec.size),
+            service_name: Some(name),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: CONTAINER_NAME.to_string(),
+                        image: Some(image_of(&cluster.spec)),
+                        ports: Some(vec![ContainerPort {
+                            name: Some("redis".to_string()),
+                            container_port: REDIS_PORT,
+                            ..ContainerPort::default()
+                        }]),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The headless Service (`clusterIP: None`) that gives each pod its stable DNS name
+/// `<pod>.<cluster>.<namespace>.svc`. `None` if the RedisCluster has no uid.
+pub fn new_service(cluster: &RedisCluster) -> Option<Service> {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    Some(Service {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: cluster.metadata.namespace.clone(),
+            labels: Some(pod_labels(cluster)),
+            owner_references: Some(vec![controller_reference(cluster)?]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".to_string()),
+            selector: Some(BTreeMap::from([(LABEL_CLUSTER.to_string(), name)])),
+            ports: Some(vec![ServicePort {
+                name: Some("redis".to_string()),
+                port: REDIS_PORT,
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The StatefulSet with its replicas and image put back, or `None` when both match.
+fn statefulset_drift(sts: &StatefulSet, size: i32, image: &str) -> Option<StatefulSet> {
+    let mut out = sts.clone();
+    let spec = out.spec.as_mut()?;
+    let mut changed = false;
+    if spec.replicas != Some(size) {
+        spec.replicas = Some(size);
+        changed = true;
+    }
+    if let Some(c) = spec
+        .template
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.iter_mut().find(|c| c.name == CONTAINER_NAME))
+        && c.image.as_deref() != Some(image)
+    {
+        c.image = Some(image.to_string());
+        changed = true;
+    }
+    changed.then_some(out)
+}
+
+impl SyncHandler for RedisClusterController {
+    type Error = SyncError;
+
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+        RedisClusterController::sync_handler(self, key).await
+    }
+}
+
+impl super::Controller for RedisClusterController {
+    fn name(&self) -> &'static str {
+        "rediscluster"
+    }
+
+    fn has_synced(&self) -> bool {
+        RedisClusterController::has_synced(self)
+    }
+
+    fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move {
+            RedisClusterController::run(self, workers, stop)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        let queue = self.queue.clone();
+        Box::pin(async move { queue.shut_down_with_drain().await })
+    }
+
+    fn stats(&self) -> Arc<SyncStats> {
+        Arc::clone(&self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(size: i32, image: Option<&str>) -> RedisCluster {
+        RedisCluster {
+            metadata: ObjectMeta {
+                name: Some("cache".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u".into()),
+                ..ObjectMeta::default()
+            },
+            spec: RedisClusterSpec {
+                size,
+                image: image.map(str::to_string),
+            },
+            status: None,
+        }
+    }
+
+    #[test]
+    fn the_statefulset_and_service_fit_together() {
+        let c = cluster(3, None);
+        let sts = new_statefulset(&c).unwrap();
+        let svc = new_service(&c).unwrap();
+        assert!(is_controlled_by(&sts.metadata, &c));
+        let spec = sts.spec.clone().unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(spec.service_name.as_deref(), Some("cache"));
+        let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+        for (k, v) in spec.selector.match_labels.unwrap() {
+            assert_eq!(
+                pod_labels.get(&k),
+                Some(&v),
+                "the selector matches the pods"
+            );
+        }
+        for (k, v) in svc.spec.as_ref().unwrap().selector.clone().unwrap() {
+            assert_eq!(pod_labels.get(&k), Some(&v), "the Service selects the pods");
+        }
+        assert_eq!(
+            svc.spec.unwrap().cluster_ip.as_deref(),
+            Some("None"),
+            "headless"
+        );
+        let image = spec.template.spec.unwrap().containers[0].image.clone();
+        assert_eq!(image.as_deref(), Some(DEFAULT_IMAGE));
+
+        assert_eq!(statefulset_drift(&sts, 3, DEFAULT_IMAGE), None);
+        let fixed = statefulset_drift(&sts, 5, "redis:7.2").unwrap();
+        assert_eq!(fixed.spec.unwrap().replicas, Some(5));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        assert!(validate(&cluster(3, Some("redis:7")).spec).is_ok());
+        assert!(
+            validate(&cluster(0, None).spec)
+                .unwrap_err()
+                .contains("spec.size: 0")
+        );
+        let e = validate(&cluster(3, Some("redis 7")).spec).unwrap_err();
+        assert!(e.contains("spec.image") && e.contains("redis 7"), "{e}");
+    }
+}

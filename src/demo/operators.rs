@@ -1,0 +1,403 @@
+//! The demo's stories for the operators after At (`--operators`): each creates its custom
+//! resource in the embedded server, changes it the way a user would, and waits (polling the
+//! API, like a user running `kubectl get`) until the controller has made the cluster match.
+//! The event printer of the demo shows what the controllers said along the way.
+//!
+//! * **tdset**: a TDSet whose only window is the current UTC hour (2 replicas, else 1). The
+//!   story shows the Deployment at 2, says when the next boundary is (the controller will be
+//!   woken then by its queue, without polling), raises the window to 4, and scales the
+//!   Deployment by hand to show the controller putting it back.
+//! * **rediscluster**: 3 nodes, then 5, then 2 (the simulated StatefulSet controller adds and
+//!   removes `<name>-<ordinal>` pods in order), then deletion through the finalizer.
+//! * **myapp**: a Deployment of 2 replicas until `availableReplicas` is 2.
+//! * **foo**: sample-controller's example Foo until `availableReplicas` is 1.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{DEMO_NAMESPACE, DemoError, api_err, say};
+use crate::apis::{
+    CustomResourceExt, Foo, FooSpec, MyApp, MyAppSpec, RedisCluster, RedisClusterSpec,
+    SchedulingWindow, TDSet, TDSetContainer, TDSetSpec,
+};
+use crate::cache::CacheObject;
+use crate::client::{self, Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use crate::manager::KNOWN_CONTROLLERS;
+
+/// What `demo` shows without `--operators`.
+pub const DEFAULT_OPERATORS: &[&str] = &["at", "tdset", "rediscluster"];
+
+/// Checks `--operators` and puts the names in the manager's order, without repeats.
+pub fn resolve(list: &[String]) -> Result<Vec<&'static str>, DemoError> {
+    let wanted: Vec<&str> = list
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if let Some(unknown) = wanted.iter().find(|w| !KNOWN_CONTROLLERS.contains(w)) {
+        return Err(DemoError::UnknownOperator(unknown.to_string()));
+    }
+    let chosen: Vec<&'static str> = KNOWN_CONTROLLERS
+        .iter()
+        .copied()
+        .filter(|k| wanted.contains(k))
+        .collect();
+    if chosen.is_empty() {
+        return Err(DemoError::UnknownOperator(list.join(",")));
+    }
+    Ok(chosen)
+}
+
+/// One line on what the story of `op` showed.
+pub fn summary(op: &str) -> &'static str {
+    match op {
+        "tdset" => "the TDSet's Deployment follows its window; hand-scaling was put back",
+        "rediscluster" => {
+            "the RedisCluster went 3 -> 5 -> 2 nodes and its finalizer cleaned everything up"
+        }
+        "myapp" => "the MyApp's Deployment is available",
+        "foo" => "the Foo's Deployment is available",
+        _ => "",
+    }
+}
+
+/// Installs the CRDs of the selected operators (At's is installed by the At story).
+pub async fn install_crds(
+    client: &Client,
+    operators: &[&'static str],
+    started: Instant,
+) -> Result<(), DemoError> {
+    for op in operators {
+        match *op {
+            "tdset" => install::<TDSet>(client, started).await?,
+            "rediscluster" => install::<RedisCluster>(client, started).await?,
+            "myapp" => install::<MyApp>(client, started).await?,
+            "foo" => install::<Foo>(client, started).await?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+async fn install<K: CustomResourceExt>(client: &Client, started: Instant) -> Result<(), DemoError> {
+    let name = K::crd_name();
+    let value = crate::apis::crds::crd_value::<K>().map_err(|e| DemoError::Api {
+        what: format!("reading the embedded CRD {name}"),
+        source: client::Error::Other(e.to_string()),
+    })?;
+    let crd: CustomResourceDefinition =
+        serde_json::from_value(value).map_err(|e| DemoError::Api {
+            what: format!("decoding the embedded CRD {name}"),
+            source: client::Error::Other(e.to_string()),
+        })?;
+    match Api::<CustomResourceDefinition>::cluster(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.is_already_exists() => {}
+        Err(e) => return Err(api_err(format!("installing the CRD {name}"))(e)),
+    }
+    say(started, &format!("installed the CRD {name}"));
+    Ok(())
+}
+
+/// Runs the stories of the selected operators side by side; the first failure ends it.
+pub async fn run(
+    client: Client,
+    operators: Vec<&'static str>,
+    started: Instant,
+    deadline: Instant,
+) -> Result<(), DemoError> {
+    let stories = operators.iter().filter_map(|op| {
+        let client = client.clone();
+        let story: futures_util::future::BoxFuture<'static, Result<(), DemoError>> = match *op {
+            "tdset" => Box::pin(tdset_story(client, started, deadline)),
+            "rediscluster" => Box::pin(rediscluster_story(client, started, deadline)),
+            "myapp" => Box::pin(myapp_story(client, started, deadline)),
+            "foo" => Box::pin(foo_story(client, started, deadline)),
+            _ => return None,
+        };
+        Some(story)
+    });
+    futures_util::future::try_join_all(stories).await?;
+    Ok(())
+}
+
+fn api<K: CacheObject>(client: &Client) -> Api<K> {
+    Api::namespaced(client.clone(), DEMO_NAMESPACE)
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(DEMO_NAMESPACE.to_string()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Polls `check` every 100 ms until it is true, or fails at `deadline` naming `what`.
+async fn wait_for<F, Fut>(what: &str, deadline: Instant, mut check: F) -> Result<(), DemoError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, client::Error>>,
+{
+    loop {
+        match check().await {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(api_err(format!("waiting for {what}"))(e)),
+        }
+        if Instant::now() >= deadline {
+            return Err(DemoError::Timeout {
+                timeout: "the --timeout".to_string(),
+                waiting: what.to_string(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn deployment_replicas(client: &Client, name: &str) -> Result<Option<i32>, client::Error> {
+    Ok(api::<Deployment>(client)
+        .get_opt(name)
+        .await?
+        .and_then(|d| d.spec)
+        .and_then(|s| s.replicas))
+}
+
+async fn tdset_story(client: Client, started: Instant, deadline: Instant) -> Result<(), DemoError> {
+    let now = Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC);
+    let hour = i32::from(now.hour());
+    let window = |replica| SchedulingWindow {
+        start_time: hour,
+        end_time: (hour + 1) % 24,
+        replica,
+    };
+    let tdset = TDSet {
+        metadata: meta("office-hours"),
+        spec: TDSetSpec {
+            container: TDSetContainer {
+                image: "nginx:1.27".to_string(),
+                port: 80,
+            },
+            service: None,
+            scheduling_config: vec![window(2)],
+            default_replica: 1,
+            interval_mint: None,
+            time_zone: None,
+        },
+        status: None,
+    };
+    api::<TDSet>(&client)
+        .create(&PostParams::default(), &tdset)
+        .await
+        .map_err(api_err("creating TDSet office-hours"))?;
+    say(
+        started,
+        &format!(
+            "created tdset/office-hours: 2 replicas from {hour:02}:00 to the next hour (UTC), else 1"
+        ),
+    );
+    let at = |n: i32| {
+        let client = client.clone();
+        move || {
+            let client = client.clone();
+            async move { Ok(deployment_replicas(&client, "office-hours").await? == Some(n)) }
+        }
+    };
+    wait_for("deployment/office-hours at 2", deadline, at(2)).await?;
+    say(
+        started,
+        &format!(
+            "deployment/office-hours runs 2 replicas; at {:02}:00 UTC the controller wakes once and scales it to 1",
+            (hour + 1) % 24
+        ),
+    );
+    let patch = json!({"spec": {"schedulingConfig": [window(4)]}});
+    api::<TDSet>(&client)
+        .patch(
+            "office-hours",
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+        .map_err(api_err("editing TDSet office-hours"))?;
+    say(
+        started,
+        "edited tdset/office-hours: this hour's window now wants 4",
+    );
+    wait_for("deployment/office-hours at 4", deadline, at(4)).await?;
+    say(started, "deployment/office-hours scaled to 4");
+    api::<Deployment>(&client)
+        .patch(
+            "office-hours",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 9}})),
+        )
+        .await
+        .map_err(api_err("scaling deployment/office-hours by hand"))?;
+    say(started, "scaled deployment/office-hours to 9 by hand");
+    // The patch is stored before it returns: from here on, 4 means the controller put it back.
+    wait_for("deployment/office-hours back at 4", deadline, at(4)).await?;
+    say(started, "deployment/office-hours is back at 4");
+    Ok(())
+}
+
+async fn rediscluster_story(
+    client: Client,
+    started: Instant,
+    deadline: Instant,
+) -> Result<(), DemoError> {
+    let cluster = RedisCluster {
+        metadata: meta("example-redis"),
+        spec: RedisClusterSpec {
+            size: 3,
+            image: None,
+        },
+        status: None,
+    };
+    let clusters = api::<RedisCluster>(&client);
+    clusters
+        .create(&PostParams::default(), &cluster)
+        .await
+        .map_err(api_err("creating RedisCluster example-redis"))?;
+    say(started, "created rediscluster/example-redis with size 3");
+    for size in [3usize, 5, 2] {
+        if size != 3 {
+            clusters
+                .patch(
+                    "example-redis",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"size": size}})),
+                )
+                .await
+                .map_err(api_err("resizing RedisCluster example-redis"))?;
+            say(
+                started,
+                &format!("resized rediscluster/example-redis to {size}"),
+            );
+        }
+        let want: Vec<String> = (0..size).map(|i| format!("example-redis-{i}")).collect();
+        let clusters2 = clusters.clone();
+        let want2 = want.clone();
+        wait_for(&format!("{size} ready Redis nodes"), deadline, move || {
+            let (clusters, want) = (clusters2.clone(), want2.clone());
+            async move {
+                let c = clusters.get("example-redis").await?;
+                Ok(c.status.is_some_and(|s| s.nodes == want))
+            }
+        })
+        .await?;
+        say(
+            started,
+            &format!(
+                "rediscluster/example-redis status.nodes = {}",
+                want.join(", ")
+            ),
+        );
+    }
+    clusters
+        .delete("example-redis", &DeleteParams::default())
+        .await
+        .map_err(api_err("deleting RedisCluster example-redis"))?;
+    say(
+        started,
+        "deleted rediscluster/example-redis: the finalizer runs the cleanup first",
+    );
+    let clusters2 = clusters.clone();
+    wait_for("example-redis to be gone", deadline, move || {
+        let clusters = clusters2.clone();
+        async move { Ok(clusters.get_opt("example-redis").await?.is_none()) }
+    })
+    .await?;
+    say(
+        started,
+        "rediscluster/example-redis is gone, with its StatefulSet, Service and pods",
+    );
+    Ok(())
+}
+
+async fn myapp_story(client: Client, started: Instant, deadline: Instant) -> Result<(), DemoError> {
+    let app = MyApp {
+        metadata: meta("example-myapp"),
+        spec: MyAppSpec {
+            replicas: 2,
+            image: "nginx:1.27".to_string(),
+        },
+        status: None,
+    };
+    let apps = api::<MyApp>(&client);
+    apps.create(&PostParams::default(), &app)
+        .await
+        .map_err(api_err("creating MyApp example-myapp"))?;
+    say(
+        started,
+        "created myapp/example-myapp: 2 replicas of nginx:1.27",
+    );
+    let apps2 = apps.clone();
+    wait_for("example-myapp to be available", deadline, move || {
+        let apps = apps2.clone();
+        async move {
+            let a = apps.get("example-myapp").await?;
+            Ok(a.status.is_some_and(|s| s.available_replicas == 2))
+        }
+    })
+    .await?;
+    say(started, "myapp/example-myapp: 2 replicas available");
+    Ok(())
+}
+
+async fn foo_story(client: Client, started: Instant, deadline: Instant) -> Result<(), DemoError> {
+    let example = Foo {
+        metadata: meta("example-foo"),
+        spec: FooSpec {
+            deployment_name: "example-foo".to_string(),
+            replicas: Some(1),
+        },
+        status: None,
+    };
+    let foos = api::<Foo>(&client);
+    foos.create(&PostParams::default(), &example)
+        .await
+        .map_err(api_err("creating Foo example-foo"))?;
+    say(
+        started,
+        "created foo/example-foo (sample-controller's example)",
+    );
+    let foos2 = foos.clone();
+    wait_for("example-foo to be available", deadline, move || {
+        let foos = foos2.clone();
+        async move {
+            let f = foos.get("example-foo").await?;
+            Ok(f.status.is_some_and(|s| s.available_replicas == 1))
+        }
+    })
+    .await?;
+    say(started, "foo/example-foo: 1 replica available");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operators_are_checked_and_ordered() {
+        let v = |s: &[&str]| resolve(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            v(&["rediscluster", "at", "at"]).unwrap(),
+            vec!["at", "rediscluster"]
+        );
+        assert_eq!(v(&["foo", " myapp "]).unwrap(), vec!["myapp", "foo"]);
+        assert!(matches!(v(&["nope"]), Err(DemoError::UnknownOperator(n)) if n == "nope"));
+        assert!(v(&[""]).is_err());
+    }
+}

@@ -1,0 +1,71 @@
+//! `sample-controller demo --operators ...`, run as a user runs it: the operators' stories end
+//! and the demo exits 0, having printed what each controller did.
+
+use std::time::Duration;
+
+use tokio::process::Command;
+
+/// The binary under test: this package's, or the one `SAMPLE_CONTROLLER_BIN` names.
+fn bin() -> String {
+    std::env::var("SAMPLE_CONTROLLER_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sample-controller").to_string())
+}
+
+async fn demo(args: &[&str]) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("demo.kubeconfig");
+    let out = tokio::time::timeout(
+        // A guard against a hung child, not a timing claim: the demo has its own --timeout.
+        Duration::from_secs(120),
+        Command::new(bin())
+            .arg("demo")
+            .args(args)
+            .args([
+                "--timeout=60s",
+                "--kubeconfig-out",
+                kubeconfig.to_str().unwrap(),
+            ])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the demo ends within its bound")
+    .expect("the demo starts");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn the_operators_demo_shows_each_operator_working_and_exits_0() {
+    let (code, stdout, stderr) = demo(&["--operators=tdset,rediscluster,myapp,foo"]).await;
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for line in [
+        "installed the CRD tdsets.schedule.rs",
+        "deployment/office-hours scaled to 4",
+        "DriftCorrected",
+        "deployment/office-hours is back at 4",
+        "rediscluster/example-redis status.nodes = example-redis-0, example-redis-1, example-redis-2, example-redis-3, example-redis-4",
+        "rediscluster/example-redis status.nodes = example-redis-0, example-redis-1\n",
+        "CleanedUp",
+        "rediscluster/example-redis is gone",
+        "myapp/example-myapp: 2 replicas available",
+        "foo/example-foo: 1 replica available",
+        "Synced",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+    assert!(
+        !stdout.contains("at/example-at"),
+        "At was not selected:\n{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_operator_is_refused_by_name() {
+    let (code, stdout, stderr) = demo(&["--operators=tdset,nope"]).await;
+    assert_ne!(code, Some(0), "stdout:\n{stdout}");
+    assert!(stderr.contains("\"nope\""), "stderr:\n{stderr}");
+}

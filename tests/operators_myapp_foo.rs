@@ -1,0 +1,264 @@
+//! MyApp and Foo end to end: create, scale, drift correction, and for Foo sample-controller's
+//! adoption conflict (a Deployment of the wanted name that the Foo does not own).
+
+mod at_support;
+mod operators_support;
+
+use std::time::Duration;
+
+use at_support::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use operators_support::*;
+use sample_controller::apis::{Foo, FooSpec, MyApp, MyAppSpec};
+use sample_controller::client::{Client, DeleteParams, Patch, PatchParams, PostParams};
+use sample_controller::controllers::Clock;
+use sample_controller::controllers::{foo, myapp};
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(NS.to_string()),
+        ..ObjectMeta::default()
+    }
+}
+
+async fn hand_edit(client: &Client, name: &str, patch: serde_json::Value) {
+    api::<Deployment>(client)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn myapp_creates_scales_and_corrects_drift() {
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    let manager = start_manager(
+        &manager_client(&server),
+        config_for(&["myapp"]),
+        Clock::new(),
+    )
+    .await;
+    let app = MyApp {
+        metadata: meta("web"),
+        spec: MyAppSpec {
+            replicas: 2,
+            image: "nginx:1.27".into(),
+        },
+        status: None,
+    };
+    api::<MyApp>(&client)
+        .create(&PostParams::default(), &app)
+        .await
+        .unwrap();
+    let d = wait_for_replicas(&client, "web", 2).await;
+    assert_eq!(image_of(&d).as_deref(), Some("nginx:1.27"));
+    let owner = &d.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("MyApp", Some(true))
+    );
+    let available = |n: i32| {
+        let client = client.clone();
+        async move {
+            api::<MyApp>(&client)
+                .get("web")
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| s.available_replicas == n)
+        }
+    };
+    wait_until("availableReplicas 2", || available(2)).await;
+
+    patch_spec::<MyApp>(&client, "web", serde_json::json!({"replicas": 4})).await;
+    wait_for_replicas(&client, "web", 4).await;
+    wait_until("availableReplicas 4", || available(4)).await;
+
+    // Drift: scaled and re-imaged by hand, put back, and the extra label someone added kept.
+    hand_edit(
+        &client,
+        "web",
+        serde_json::json!({
+            "metadata": {"labels": {"team": "blue"}},
+            "spec": {"replicas": 9, "template": {"spec": {"containers": [{"name": "app", "image": "evil:1"}]}}}
+        }),
+    )
+    .await;
+    wait_until("drift corrected", || async {
+        deployment(&client, "web").await.is_some_and(|d| {
+            replicas_of(&d) == Some(4) && image_of(&d).as_deref() == Some("nginx:1.27")
+        })
+    })
+    .await;
+    let d = deployment(&client, "web").await.unwrap();
+    assert_eq!(d.metadata.labels.unwrap()["team"], "blue");
+    wait_for_event(&client, "web", myapp::reason::DRIFT_CORRECTED).await;
+
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
+
+fn a_foo(name: &str, deployment: &str, replicas: i32) -> Foo {
+    Foo {
+        metadata: meta(name),
+        spec: FooSpec {
+            deployment_name: deployment.to_string(),
+            replicas: Some(replicas),
+        },
+        status: None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn foo_creates_scales_corrects_drift_and_reports_synced() {
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    let manager = start_manager(&manager_client(&server), config_for(&["foo"]), Clock::new()).await;
+    api::<Foo>(&client)
+        .create(
+            &PostParams::default(),
+            &a_foo("example-foo", "example-foo", 1),
+        )
+        .await
+        .unwrap();
+    let d = wait_for_replicas(&client, "example-foo", 1).await;
+    assert_eq!(image_of(&d).as_deref(), Some(foo::IMAGE));
+    let labels = d.spec.unwrap().selector.match_labels.unwrap();
+    assert_eq!(labels["app"], "nginx");
+    assert_eq!(labels["controller"], "example-foo");
+    let synced = wait_for_event(&client, "example-foo", foo::reason::SUCCESS_SYNCED).await;
+    assert_eq!(
+        synced.message.as_deref(),
+        Some(foo::reason::MESSAGE_RESOURCE_SYNCED)
+    );
+    let available = |n: i32| {
+        let client = client.clone();
+        async move {
+            api::<Foo>(&client)
+                .get("example-foo")
+                .await
+                .unwrap()
+                .status
+                .is_some_and(|s| s.available_replicas == n)
+        }
+    };
+    wait_until("availableReplicas 1", || available(1)).await;
+
+    patch_spec::<Foo>(&client, "example-foo", serde_json::json!({"replicas": 3})).await;
+    wait_for_replicas(&client, "example-foo", 3).await;
+    wait_until("availableReplicas 3", || available(3)).await;
+
+    hand_edit(
+        &client,
+        "example-foo",
+        serde_json::json!({"spec": {"replicas": 7}}),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_for_replicas(&client, "example-foo", 3).await;
+
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn foo_never_adopts_a_deployment_it_does_not_own_and_does_not_retry_the_conflict() {
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    // A Deployment named "squatter" that no Foo owns.
+    let squatter = Deployment {
+        metadata: meta("squatter"),
+        spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+            replicas: Some(2),
+            selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("app".to_string(), "other".to_string())].into()),
+                ..Default::default()
+            },
+            template: k8s_openapi::api::core::v1::PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some([("app".to_string(), "other".to_string())].into()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                    containers: vec![k8s_openapi::api::core::v1::Container {
+                        name: "other".into(),
+                        image: Some("busybox:1.36".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    };
+    api::<Deployment>(&client)
+        .create(&PostParams::default(), &squatter)
+        .await
+        .unwrap();
+    // Its own (simulated) controller reports it rolled out before the story starts, so the
+    // only events the Foo controller sees later are the ones the test causes.
+    wait_until("the squatter rolled out", || async {
+        deployment(&client, "squatter")
+            .await
+            .and_then(|d| d.status)
+            .and_then(|s| s.available_replicas)
+            == Some(2)
+    })
+    .await;
+    let manager = start_manager(&manager_client(&server), config_for(&["foo"]), Clock::new()).await;
+    api::<Foo>(&client)
+        .create(&PostParams::default(), &a_foo("claimant", "squatter", 4))
+        .await
+        .unwrap();
+
+    let warning = wait_for_event(&client, "claimant", foo::reason::ERR_RESOURCE_EXISTS).await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        warning.message.as_deref(),
+        Some("Resource \"squatter\" already exists and is not managed by Foo")
+    );
+
+    // Left alone, and no retry storm: an hour later nothing more has run.
+    let syncs = manager.syncs();
+    advance_settled(Duration::from_secs(3600), Duration::from_secs(60)).await;
+    assert_eq!(
+        manager.syncs(),
+        syncs,
+        "a permanent conflict is not retried"
+    );
+    let d = deployment(&client, "squatter").await.unwrap();
+    assert_eq!(replicas_of(&d), Some(2));
+    assert!(
+        d.metadata
+            .owner_references
+            .clone()
+            .unwrap_or_default()
+            .is_empty()
+    );
+    assert_eq!(image_of(&d).as_deref(), Some("busybox:1.36"));
+    let stats = manager.controllers.controllers()[0].stats().snapshot();
+    assert_eq!(stats.errors, 0);
+
+    // The squatter goes: the Foo gets its own Deployment at once.
+    api::<Deployment>(&client)
+        .delete("squatter", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("the Foo's own Deployment", || async {
+        deployment(&client, "squatter").await.is_some_and(|d| {
+            d.metadata
+                .owner_references
+                .unwrap_or_default()
+                .iter()
+                .any(|r| r.kind == "Foo" && r.name == "claimant")
+        })
+    })
+    .await;
+    wait_for_replicas(&client, "squatter", 4).await;
+
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}

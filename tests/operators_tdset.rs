@@ -1,0 +1,229 @@
+//! TDSet end to end on a paused clock: a whole simulated day of the published hello-world
+//! example, in UTC and in Asia/Kolkata (UTC+05:30, so its boundaries fall on the half hour of
+//! UTC). At every window boundary the Deployment is scaled exactly once; between boundaries
+//! the controller does not run at all (no polling); the 19 → 0 window wraps past midnight and
+//! the uncovered hour 0 → 1 falls back to `defaultReplica`.
+
+mod at_support;
+mod operators_support;
+
+use std::time::Duration;
+
+use at_support::*;
+use jiff::Timestamp;
+use jiff::civil::date;
+use jiff::tz::TimeZone;
+use k8s_openapi::api::apps::v1::Deployment;
+use operators_support::*;
+use sample_controller::apis::conditions::find_condition;
+use sample_controller::apis::{ConditionStatus, TDSet};
+use sample_controller::client::{Client, Patch, PatchParams, PostParams};
+use sample_controller::controllers::Clock;
+use sample_controller::controllers::tdset::{CONDITION_DEGRADED, CONDITION_PROGRESSING, reason};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn hello_world(zone: Option<&str>) -> TDSet {
+    let yaml = include_str!("../artifacts/examples/tdset-hello-world.yaml");
+    let mut t: TDSet = serde_yaml_ng::from_str(yaml).unwrap();
+    t.metadata.namespace = Some(NS.to_string());
+    t.spec.time_zone = zone.map(str::to_string);
+    t
+}
+
+fn local(tz: &TimeZone, day: i8, hour: i8, minute: i8) -> Timestamp {
+    date(2030, 6, day)
+        .at(hour, minute, 0, 0)
+        .to_zoned(tz.clone())
+        .unwrap()
+        .timestamp()
+}
+
+/// Waits until the TDSet reports `replicas` and the Deployment has caught up with them.
+async fn wait_settled(client: &Client, replicas: i32) {
+    wait_until(&format!("hello-world settled at {replicas}"), || async {
+        let t = api::<TDSet>(client).get("hello-world").await.unwrap();
+        let Some(st) = t.status else { return false };
+        st.replicas == replicas
+            && find_condition(&st.conditions, CONDITION_PROGRESSING)
+                .is_some_and(|c| c.status == ConditionStatus::False)
+    })
+    .await;
+}
+
+fn deployment_writes(server: &sample_controller::apiserver::ApiServerHandle) -> u64 {
+    server
+        .request_log()
+        .count_where(|k| k.resource == "deployments" && k.verb == "update")
+}
+
+async fn a_simulated_day(zone: Option<&str>) {
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    let tz = zone.map_or(TimeZone::UTC, |z| TimeZone::get(z).unwrap());
+    // Half past midnight, local time: the uncovered hour, so defaultReplica (3).
+    let clock = Clock::starting_at(local(&tz, 3, 0, 30));
+    let manager = start_manager(&manager_client(&server), config_for(&["tdset"]), clock).await;
+
+    api::<TDSet>(&client)
+        .create(&PostParams::default(), &hello_world(zone))
+        .await
+        .unwrap();
+    let d = wait_for_replicas(&client, "hello-world", 3).await;
+    let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("TDSet", Some(true))
+    );
+    let labels = d.metadata.labels.clone().unwrap();
+    assert_eq!(labels["app.kubernetes.io/instance"], "hello-world");
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "tdset-controller");
+    wait_settled(&client, 3).await;
+
+    // (local day, hour, replicas from then on): every boundary of the day, ending with the
+    // wrap-around window 19 → 0 giving way to the default at midnight.
+    let boundaries = [
+        (3, 1, 2),
+        (3, 7, 3),
+        (3, 9, 5),
+        (3, 17, 3),
+        (3, 19, 2),
+        (4, 0, 3),
+    ];
+    let mut current = 3;
+    for (day, hour, want) in boundaries {
+        let at = local(&tz, day, hour, 0);
+        let syncs_before = manager.syncs();
+        let writes_before = deployment_writes(&server);
+
+        // Up to one second before the boundary: nothing runs, nothing changes.
+        advance_settled(clock.until(at) - Duration::from_secs(1), HOUR).await;
+        assert_eq!(
+            manager.syncs(),
+            syncs_before,
+            "the controller ran between boundaries (polling) before {hour}:00"
+        );
+        let d = deployment(&client, "hello-world").await.unwrap();
+        assert_eq!(
+            replicas_of(&d),
+            Some(current),
+            "scaled early, before {hour}:00"
+        );
+
+        // At the boundary: scaled once, to the new window's count.
+        advance_settled(Duration::from_secs(1), HOUR).await;
+        wait_for_replicas(&client, "hello-world", want).await;
+        wait_settled(&client, want).await;
+        assert_eq!(
+            deployment_writes(&server) - writes_before,
+            1,
+            "exactly one Deployment write at {hour}:00"
+        );
+        assert!(
+            manager.syncs() > syncs_before,
+            "a sync happened at the boundary"
+        );
+        current = want;
+    }
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_day_in_utc_follows_every_window_with_one_write_per_boundary() {
+    a_simulated_day(None).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_day_in_kolkata_follows_the_local_hours() {
+    a_simulated_day(Some("Asia/Kolkata")).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_scaling_is_corrected_and_spec_changes_roll_in() {
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    let clock = Clock::starting_at("2030-06-03T10:00:00Z".parse().unwrap());
+    let manager = start_manager(&manager_client(&server), config_for(&["tdset"]), clock).await;
+    api::<TDSet>(&client)
+        .create(&PostParams::default(), &hello_world(None))
+        .await
+        .unwrap();
+    wait_for_replicas(&client, "hello-world", 5).await;
+    wait_settled(&client, 5).await;
+
+    // Someone scales the Deployment by hand: put back.
+    api::<Deployment>(&client)
+        .patch(
+            "hello-world",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    wait_for_replicas(&client, "hello-world", 5).await;
+    wait_for_event(&client, "hello-world", reason::DRIFT_CORRECTED).await;
+
+    // A new image and a Service roll in.
+    patch_spec::<TDSet>(
+        &client,
+        "hello-world",
+        serde_json::json!({"container": {"image": "nginx:1.27", "port": 8080}, "service": {"port": 80}}),
+    )
+    .await;
+    wait_until("the new image", || async {
+        deployment(&client, "hello-world")
+            .await
+            .and_then(|d| image_of(&d))
+            .as_deref()
+            == Some("nginx:1.27")
+    })
+    .await;
+    wait_until("the Service", || async {
+        service(&client, "hello-world").await.is_some()
+    })
+    .await;
+    let svc = service(&client, "hello-world").await.unwrap();
+    let port = &svc.spec.unwrap().ports.unwrap()[0];
+    assert_eq!(port.port, 80);
+    assert_eq!(
+        port.target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(8080))
+    );
+
+    // Removing spec.service removes the Service.
+    api::<TDSet>(&client)
+        .patch(
+            "hello-world",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"service": null}})),
+        )
+        .await
+        .unwrap();
+    wait_until("the Service to go", || async {
+        service(&client, "hello-world").await.is_none()
+    })
+    .await;
+
+    // An unknown time zone: Degraded with a Warning, the Deployment left as it was.
+    patch_spec::<TDSet>(
+        &client,
+        "hello-world",
+        serde_json::json!({"timeZone": "Mars/Olympus_Mons"}),
+    )
+    .await;
+    let warning = wait_for_event(&client, "hello-world", reason::INVALID_SPEC).await;
+    assert!(warning.message.unwrap().contains("Mars/Olympus_Mons"));
+    let t = api::<TDSet>(&client).get("hello-world").await.unwrap();
+    let degraded = find_condition(&t.status.as_ref().unwrap().conditions, CONDITION_DEGRADED)
+        .unwrap()
+        .clone();
+    assert_eq!(degraded.status, ConditionStatus::True);
+    assert_eq!(
+        replicas_of(&deployment(&client, "hello-world").await.unwrap()),
+        Some(5)
+    );
+
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
