@@ -79,11 +79,6 @@ use k8s_openapi::api::core::v1::Pod;
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 pub const KNOWN_CONTROLLERS: &[&str] = &["at", "tdset", "rediscluster", "myapp", "foo"];
 
-/// Controllers that `*` does not enable: they run only when named (kube-controller-manager's
-/// "disabled by default" controllers). Each needs its own CRD installed, so a cluster with
-/// only the At CRD keeps working with the default `--controllers=*`.
-pub const DISABLED_BY_DEFAULT: &[&str] = &["tdset", "rediscluster", "myapp", "foo"];
-
 /// The Lease name used when `--leader-elect-resource-name` is not given.
 pub const DEFAULT_LEASE_NAME: &str = "sample-controller";
 
@@ -470,7 +465,9 @@ pub async fn read_in_cluster_namespace() -> Option<String> {
 
 /// kube-controller-manager's `--controllers` rules (`IsControllerEnabled`): for each known
 /// controller the first entry that names it decides (`name` on, `-name` off); a controller no
-/// entry names is on when the list contains `*`, unless it is in [`DISABLED_BY_DEFAULT`].
+/// entry names is on when the list contains `*`. The default, `*`, runs every registered
+/// controller, so each needs its CRD installed (`kubectl apply -f artifacts/crds/` installs them
+/// all); `--controllers=at` runs the At operator alone on a cluster that has only its CRD.
 /// Unknown names are an error, not silently ignored.
 pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagError> {
     let joined = list.join(",");
@@ -504,7 +501,7 @@ pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagErr
                     None if e == known => Some(true),
                     _ => None,
                 })
-                .unwrap_or(star && !DISABLED_BY_DEFAULT.contains(known))
+                .unwrap_or(star)
         })
         .collect();
     if chosen.is_empty() {
@@ -1550,15 +1547,25 @@ mod tests {
     fn controllers_rules() {
         let v =
             |s: &[&str]| resolve_controllers(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>());
-        assert_eq!(v(&["*"]).unwrap(), vec!["at"]);
+        assert_eq!(v(&["*"]).unwrap(), KNOWN_CONTROLLERS.to_vec());
         assert_eq!(v(&["at"]).unwrap(), vec!["at"]);
-        assert!(v(&["*", "-at"]).is_err());
-        assert!(v(&["-at", "*"]).is_err());
+        assert_eq!(
+            v(&["*", "-at"]).unwrap(),
+            vec!["tdset", "rediscluster", "myapp", "foo"]
+        );
+        assert_eq!(
+            v(&["-at", "*"]).unwrap(),
+            vec!["tdset", "rediscluster", "myapp", "foo"]
+        );
         assert_eq!(v(&["at", "-at"]).unwrap(), vec!["at"]);
         assert!(v(&[""]).is_err());
         assert!(v(&["nope"]).is_err());
-        // The other operators run only when named.
-        assert_eq!(v(&["*", "tdset"]).unwrap(), vec!["at", "tdset"]);
+        // Naming a controller next to `*` changes nothing; `-name` switches one off.
+        assert_eq!(v(&["*", "tdset"]).unwrap(), KNOWN_CONTROLLERS.to_vec());
+        assert_eq!(
+            v(&["-tdset", "-foo", "-myapp", "-rediscluster", "*"]).unwrap(),
+            vec!["at"]
+        );
         assert_eq!(
             v(&["foo", "myapp", "rediscluster", "tdset", "at"]).unwrap(),
             KNOWN_CONTROLLERS.to_vec()

@@ -122,6 +122,8 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
             kubeconfig.to_str().unwrap(),
             &format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
             &format!("--health-probe-bind-address=127.0.0.1:{probe_port}"),
+            // The test server has only the At CRD installed.
+            "--controllers=at",
             "--leader-elect",
             "--leader-elect-resource-namespace=default",
         ])
