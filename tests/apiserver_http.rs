@@ -1329,6 +1329,37 @@ async fn malformed_bodies_are_bad_requests() {
 }
 
 #[tokio::test]
+async fn bodies_over_the_limit_get_413_and_the_server_stays_up() {
+    use sample_controller::apiserver::http::MAX_BODY;
+    let s = start().await;
+    // HTTP/2, so the early answer arrives even while the client is still sending.
+    let c = TestClient::with_http2(&s, true);
+    let mut big = br#"{"metadata":{"name":"big"},"data":{"k":""#.to_vec();
+    big.resize(MAX_BODY + 1, b'x');
+    let resp = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "application/json")],
+            big,
+            true,
+        )
+        .await;
+    let a = read_answer(resp).await;
+    assert_eq!(a.code, 413, "{:?}", a.body);
+    assert_eq!(a.body["kind"], "Status");
+    assert_eq!(a.body["reason"], "RequestEntityTooLarge");
+    assert_eq!(
+        a.body["message"],
+        format!("Request entity too large: limit is {MAX_BODY}")
+    );
+    // Nothing was stored and the server still answers.
+    assert_eq!(c.get(&format!("{CMS}/big")).await.code, 404);
+    assert_eq!(c.post(CMS, &cm("small", json!({}))).await.code, 201);
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn tables_follow_include_object_and_print_custom_columns() {
     let s = start().await;
     let c = TestClient::new(&s);

@@ -41,6 +41,43 @@ pub type Body = BoxBody<Bytes, Infallible>;
 /// Largest request body accepted (the real server's limit is 3 MiB per object; this leaves room).
 pub const MAX_BODY: usize = 16 * 1024 * 1024;
 
+/// The `413 RequestEntityTooLarge` Status the real server sends (`limitedReadBody` in the
+/// apiserver's `handlers/rest.go`): message `Request entity too large: limit is N`.
+fn too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("Request entity too large: limit is {MAX_BODY}"),
+    )
+}
+
+/// Reads a request body of at most [`MAX_BODY`] bytes. A declared `Content-Length` above the
+/// limit is refused before a byte is read; a body without one (chunked, HTTP/2 streams) is cut
+/// off as soon as it passes the limit. Either way the answer is a `413` Status.
+async fn read_body(
+    headers: &http::HeaderMap,
+    body: hyper::body::Incoming,
+) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                too_large()
+            } else {
+                ApiError::bad_request(format!("error reading request body: {e}"))
+            }
+        })
+}
+
 fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
@@ -159,11 +196,7 @@ async fn serve(
         .map(str::to_owned)
         .unwrap_or_default();
     let (parts, body) = req.into_parts();
-    let bytes = Limited::new(body, MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| ApiError::new(413, "RequestEntityTooLarge", format!("request body: {e}")))?
-        .to_bytes();
+    let bytes = read_body(&parts.headers, body).await?;
     let accept = parts
         .headers
         .get(header::ACCEPT)
