@@ -438,11 +438,7 @@ async fn a_future_revision_gets_a_504_error_event_unless_it_arrives() {
 async fn deleting_a_crd_deletes_its_objects_and_ends_their_watches() {
     let s = start().await;
     let c = TestClient::new(&s);
-    c.post(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &at_crd(),
-    )
-    .await;
+    c.install_at_crd().await;
     c.post(ATS, &at("one")).await;
     let mut w = c
         .watch(&format!(
