@@ -3,6 +3,9 @@
 //! A request goes through the same stages as in kube-apiserver's handler chain, in order:
 //!
 //! 1. **Authentication** ([`super::auth`]): a known bearer token, or `401` with a Status body.
+//!    The body is then read, at most [`MAX_BODY`] bytes; a larger one (by its `Content-Length`
+//!    or as it streams in) is refused with `413 RequestEntityTooLarge`, as the real server's
+//!    `limitedReadBody` does.
 //! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), then
 //!    resource paths, parsed into a [`Target`] (group, version, resource, namespace, name,
 //!    subresource) and a Kubernetes verb from the method (`GET` on an object → `get`, on a
@@ -12,8 +15,11 @@
 //!    handler.
 //! 3. **Decoding**: JSON, YAML, or (for built-in kinds) the Kubernetes protobuf envelope that
 //!    kubectl ≥ 1.32 sends for typed writes; patches by their media type. Anything else is `415`.
-//! 4. **The verb** ([`super::verbs`], [`super::watch`]), under the store lock.
-//! 5. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
+//! 4. **Authorization and faults**: when RBAC is enforced, [`super::rbac`] checks the user's
+//!    roles (`403` with the real server's message); then any injected fault for the verb and
+//!    resource ([`super::faults`]) delays or fails the request.
+//! 5. **The verb** ([`super::verbs`], [`super::watch`]), under the store lock.
+//! 6. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
 //!    `as=Table` (what `kubectl get` does), and the request is counted in the
 //!    [`super::request_log`].
 
