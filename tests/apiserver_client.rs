@@ -17,12 +17,7 @@ async fn the_crate_client_works_from_the_servers_kubeconfig() {
     let raw = TestClient::new(&s);
     let crd: serde_json::Value =
         serde_yaml_ng::from_str(sample_controller::apis::crds::AT_YAML).unwrap();
-    let created = raw
-        .post(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &crd,
-        )
-        .await;
+    let created = raw.post(CRDS, &crd).await;
     assert_eq!(created.code, 201, "{:?}", created.body);
 
     let config = Config::from_kubeconfig_yaml(&s.kubeconfig_yaml(), None).unwrap();

@@ -753,13 +753,7 @@ async fn namespaces_delete_their_content_and_immortal_ones_stay() {
 async fn crds_serve_their_resources_at_once_with_validation_and_pruning() {
     let s = start().await;
     let c = TestClient::new(&s);
-    let crd = c
-        .post(
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-            &at_crd(),
-        )
-        .await;
-    assert_eq!(crd.code, 201, "{:?}", crd.body);
+    let crd = c.install_at_crd().await;
     let conds = crd.body["status"]["conditions"].as_array().unwrap();
     assert!(
         conds
@@ -944,11 +938,7 @@ async fn discovery_legacy_and_aggregated() {
         .await;
     assert_eq!(cached.code, 304);
     // A new CRD changes the document, and so its ETag.
-    c.post(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &at_crd(),
-    )
-    .await;
+    c.install_at_crd().await;
     let changed = c
         .send(
             "GET",
@@ -1002,11 +992,7 @@ async fn http2_works_and_the_request_log_counts_everything() {
 async fn strict_field_validation_rejects_unknown_fields_of_custom_resources() {
     let s = start().await;
     let c = TestClient::new(&s);
-    c.post(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &at_crd(),
-    )
-    .await;
+    c.install_at_crd().await;
     let mut a = at("strict");
     a["spec"]["extra"] = json!(1);
     let strict = c.post(&format!("{ATS}?fieldValidation=Strict"), &a).await;
@@ -1257,11 +1243,7 @@ async fn protobuf_bodies_are_accepted_for_built_in_kinds() {
     assert_eq!(refused.code, 409, "{:?}", refused.body);
     assert!(refused.body["message"].as_str().unwrap().contains(&uid));
     // Custom resources have no protobuf form.
-    c.post(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &at_crd(),
-    )
-    .await;
+    c.install_at_crd().await;
     let cr = read_answer(
         c.raw(
             "POST",
@@ -1329,6 +1311,37 @@ async fn malformed_bodies_are_bad_requests() {
 }
 
 #[tokio::test]
+async fn bodies_over_the_limit_get_413_and_the_server_stays_up() {
+    use sample_controller::apiserver::http::MAX_BODY;
+    let s = start().await;
+    // HTTP/2, so the early answer arrives even while the client is still sending.
+    let c = TestClient::with_http2(&s, true);
+    let mut big = br#"{"metadata":{"name":"big"},"data":{"k":""#.to_vec();
+    big.resize(MAX_BODY + 1, b'x');
+    let resp = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "application/json")],
+            big,
+            true,
+        )
+        .await;
+    let a = read_answer(resp).await;
+    assert_eq!(a.code, 413, "{:?}", a.body);
+    assert_eq!(a.body["kind"], "Status");
+    assert_eq!(a.body["reason"], "RequestEntityTooLarge");
+    assert_eq!(
+        a.body["message"],
+        format!("Request entity too large: limit is {MAX_BODY}")
+    );
+    // Nothing was stored and the server still answers.
+    assert_eq!(c.get(&format!("{CMS}/big")).await.code, 404);
+    assert_eq!(c.post(CMS, &cm("small", json!({}))).await.code, 201);
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn tables_follow_include_object_and_print_custom_columns() {
     let s = start().await;
     let c = TestClient::new(&s);
@@ -1368,11 +1381,7 @@ async fn tables_follow_include_object_and_print_custom_columns() {
     .await;
     assert_eq!(bad.code, 400);
 
-    c.post(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &at_crd(),
-    )
-    .await;
+    c.install_at_crd().await;
     c.post(ATS, &at("example-at")).await;
     let ats = read_answer(c.raw("GET", ATS, &table, vec![], true).await).await;
     let cols: Vec<&str> = ats.body["columnDefinitions"]

@@ -8,100 +8,21 @@
 //! live next to the file the `kubectl` on the PATH resolves to; a missing binary skips its
 //! test with a message.
 
+#[path = "cluster_support/mod.rs"]
+mod cluster;
 #[path = "apiserver_support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use sample_controller::apiserver::ApiServerHandle;
+use cluster::{Kubectl, kubectl_bin};
 use serde_json::json;
 use support::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
-
-/// The kubectl binary for `version` (`None` = the one on the PATH), if installed.
-fn kubectl(version: Option<&str>) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let on_path = std::env::split_paths(&path)
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())?;
-    let Some(v) = version else {
-        return Some(on_path);
-    };
-    let real = std::fs::canonicalize(&on_path).ok()?;
-    let versioned = real.parent()?.join(format!("kubectl.{v}"));
-    versioned.is_file().then_some(versioned)
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-struct Kubectl {
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-    home: tempfile::TempDir,
-}
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Kubectl {
-    fn new(bin: PathBuf, server: &ApiServerHandle) -> Self {
-        let home = tempfile::tempdir().unwrap();
-        let kubeconfig = home.path().join("kubeconfig");
-        server.write_kubeconfig(&kubeconfig).unwrap();
-        Kubectl {
-            bin,
-            kubeconfig,
-            home,
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(self.home.path().join("cache"))
-            .args(args)
-            .env("HOME", self.home.path())
-            .current_dir(repo())
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        cmd
-    }
-
-    async fn run(&self, args: &[&str]) -> Out {
-        let out = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
-            .await
-            .expect("kubectl did not finish within 60 s")
-            .unwrap();
-        Out {
-            ok: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args).await;
-        assert!(
-            out.ok,
-            "kubectl {args:?} failed\nstdout: {}\nstderr: {}",
-            out.stdout, out.stderr
-        );
-        out.stdout
-    }
-}
 
 async fn scenario(version: Option<&str>) {
-    let Some(bin) = kubectl(version) else {
+    let Some(bin) = kubectl_bin(version) else {
         eprintln!(
             "SKIPPED: kubectl {} not found (looked on PATH and beside the binary it resolves to)",
             version.unwrap_or("(default)")
@@ -110,7 +31,7 @@ async fn scenario(version: Option<&str>) {
     };
     let server = start().await;
     let api = TestClient::new(&server);
-    let k = Kubectl::new(bin, &server);
+    let k = Kubectl::with_bin(bin, &server);
 
     // apply -f artifacts/crds/, then the examples.
     let out = k.ok(&["apply", "-f", "artifacts/crds/"]).await;
@@ -138,7 +59,7 @@ async fn scenario(version: Option<&str>) {
         assert!(!out.ok, "{bad} was accepted");
         assert!(out.stderr.contains("is invalid"), "{bad}: {}", out.stderr);
     }
-    let unknown = k.home.path().join("unknown-field.yaml");
+    let unknown = k.home().join("unknown-field.yaml");
     std::fs::write(
         &unknown,
         "apiVersion: cnat.programming-kubernetes.info/v1alpha1\nkind: At\nmetadata:\n  name: typo\nspec:\n  schedule: \"2019-04-12T10:12:00Z\"\n  command: \"echo YAY\"\n  comand: \"typo\"\n",

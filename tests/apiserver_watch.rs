@@ -113,6 +113,22 @@ async fn a_watch_without_a_revision_starts_with_synthetic_added_events() {
 }
 
 #[tokio::test]
+async fn a_huge_timeout_seconds_is_a_watch_without_timeout_not_a_crash() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    c.post(CMS, &cm("a", json!({}))).await;
+    let mut w = c
+        .watch(&format!("{CMS}?watch=true&timeoutSeconds={}", i64::MAX))
+        .await;
+    let e = w.next().await.unwrap();
+    assert_eq!(e["type"], "ADDED");
+    c.post(CMS, &cm("b", json!({}))).await;
+    let e = w.next().await.unwrap();
+    assert_eq!(e["object"]["metadata"]["name"], "b");
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_compacted_revision_gets_200_then_one_410_error_event() {
     let s = start().await;
     let c = TestClient::new(&s);
@@ -438,11 +454,7 @@ async fn a_future_revision_gets_a_504_error_event_unless_it_arrives() {
 async fn deleting_a_crd_deletes_its_objects_and_ends_their_watches() {
     let s = start().await;
     let c = TestClient::new(&s);
-    c.post(
-        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        &at_crd(),
-    )
-    .await;
+    c.install_at_crd().await;
     c.post(ATS, &at("one")).await;
     let mut w = c
         .watch(&format!(

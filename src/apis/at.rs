@@ -12,7 +12,7 @@
 //!   command: "echo YAY"
 //! ```
 //!
-//! Its life, driven by [`crate::controllers::at`]: `PENDING` until `schedule` is reached,
+//! Its life, driven by the `At` controller (`controllers::at`): `PENDING` until `schedule` is reached,
 //! `RUNNING` while a pod runs `/bin/sh -c <command>`, `DONE` when the pod finished, with
 //! `result`, `exitCode` and `message` saying how. An object without status is `PENDING`.
 

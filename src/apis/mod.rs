@@ -63,11 +63,11 @@
 //!
 //! | kind | group/version | what its controller teaches |
 //! |---|---|---|
-//! | [`At`](at::At) | `cnat.programming-kubernetes.info/v1alpha1` | one-shot job at a scheduled time |
-//! | [`TDSet`](tdset::TDSet) | `schedule.rs/v1` | time-driven requeue (scale by time of day) |
-//! | [`RedisCluster`](rediscluster::RedisCluster) | `cache.example.com/v1` | owned StatefulSet with a finalizer |
-//! | [`MyApp`](myapp::MyApp) | `example.com/v1` | plain owned Deployment, drift correction |
-//! | [`Foo`](foo::Foo) | `samplecontroller.k8s.io/v1alpha1` | sample-controller's own: adoption conflicts |
+//! | [`At`] | `cnat.programming-kubernetes.info/v1alpha1` | one-shot job at a scheduled time |
+//! | [`TDSet`] | `schedule.rs/v1` | time-driven requeue (scale by time of day) |
+//! | [`RedisCluster`] | `cache.example.com/v1` | owned StatefulSet with a finalizer |
+//! | [`MyApp`] | `example.com/v1` | plain owned Deployment, drift correction |
+//! | [`Foo`] | `samplecontroller.k8s.io/v1alpha1` | sample-controller's own: adoption conflicts |
 //!
 //! Each type implements [`k8s_openapi::Resource`] and [`k8s_openapi::Metadata`], so the
 //! generic client ([`crate::client`]) and cache ([`crate::cache`]) treat them exactly like

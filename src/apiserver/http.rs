@@ -3,6 +3,9 @@
 //! A request goes through the same stages as in kube-apiserver's handler chain, in order:
 //!
 //! 1. **Authentication** ([`super::auth`]): a known bearer token, or `401` with a Status body.
+//!    The body is then read, at most [`MAX_BODY`] bytes; a larger one (by its `Content-Length`
+//!    or as it streams in) is refused with `413 RequestEntityTooLarge`, as the real server's
+//!    `limitedReadBody` does.
 //! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), then
 //!    resource paths, parsed into a [`Target`] (group, version, resource, namespace, name,
 //!    subresource) and a Kubernetes verb from the method (`GET` on an object → `get`, on a
@@ -12,8 +15,11 @@
 //!    handler.
 //! 3. **Decoding**: JSON, YAML, or (for built-in kinds) the Kubernetes protobuf envelope that
 //!    kubectl ≥ 1.32 sends for typed writes; patches by their media type. Anything else is `415`.
-//! 4. **The verb** ([`super::verbs`], [`super::watch`]), under the store lock.
-//! 5. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
+//! 4. **Authorization and faults**: when RBAC is enforced, [`super::rbac`] checks the user's
+//!    roles (`403` with the real server's message); then any injected fault for the verb and
+//!    resource ([`super::faults`]) delays or fails the request.
+//! 5. **The verb** ([`super::verbs`], [`super::watch`]), under the store lock.
+//! 6. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
 //!    `as=Table` (what `kubectl get` does), and the request is counted in the
 //!    [`super::request_log`].
 
@@ -40,6 +46,43 @@ pub type Body = BoxBody<Bytes, Infallible>;
 
 /// Largest request body accepted (the real server's limit is 3 MiB per object; this leaves room).
 pub const MAX_BODY: usize = 16 * 1024 * 1024;
+
+/// The `413 RequestEntityTooLarge` Status the real server sends (`limitedReadBody` in the
+/// apiserver's `handlers/rest.go`): message `Request entity too large: limit is N`.
+fn too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("Request entity too large: limit is {MAX_BODY}"),
+    )
+}
+
+/// Reads a request body of at most [`MAX_BODY`] bytes. A declared `Content-Length` above the
+/// limit is refused before a byte is read; a body without one (chunked, HTTP/2 streams) is cut
+/// off as soon as it passes the limit. Either way the answer is a `413` Status.
+async fn read_body(
+    headers: &http::HeaderMap,
+    body: hyper::body::Incoming,
+) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    Limited::new(body, MAX_BODY)
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                too_large()
+            } else {
+                ApiError::bad_request(format!("error reading request body: {e}"))
+            }
+        })
+}
 
 fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
@@ -159,11 +202,7 @@ async fn serve(
         .map(str::to_owned)
         .unwrap_or_default();
     let (parts, body) = req.into_parts();
-    let bytes = Limited::new(body, MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| ApiError::new(413, "RequestEntityTooLarge", format!("request body: {e}")))?
-        .to_bytes();
+    let bytes = read_body(&parts.headers, body).await?;
     let accept = parts
         .headers
         .get(header::ACCEPT)

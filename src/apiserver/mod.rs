@@ -23,7 +23,8 @@
 //!
 //! ```text
 //! TCP ─ TLS (rustls, ALPN h2/http1.1) ─ hyper ─ http::handle
-//!         auth (bearer token) → route (discovery | OpenAPI | resource URL)
+//!         auth (bearer token) → read body (≤ 16 MiB, else 413)
+//!         → route (discovery | OpenAPI | resource URL) → RBAC (if enforced) → faults
 //!         → decode (JSON | YAML | protobuf | patch types)
 //!         → verbs::{get,list,create,update,patch,delete} under the store lock   ──┐
 //!         → watch::start (a stream that follows the store's revision channel)  ◄─┘ changes
@@ -61,8 +62,8 @@
 //!
 //! ## What is served
 //!
-//! core/v1 namespaces, pods (+status), events, services, configmaps, secrets, serviceaccounts,
-//! nodes; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
+//! core/v1 namespaces, pods, services and nodes (each +status), events, configmaps, secrets,
+//! serviceaccounts; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
@@ -94,7 +95,10 @@
 //! per-resource watch cache's). No admission, RBAC enforced only on request ([`rbac`]), no
 //! defaulting of built-in kinds, no conversion webhooks, no field-level validation of built-in
 //! kinds; server-side apply tracks managers but is simpler than the real structured-merge-diff.
-//! Tables for built-in kinds other than pods use the default `Name` / `Created At` columns.
+//! Tables for built-in kinds follow the real printers for pods, namespaces, configmaps,
+//! secrets, serviceaccounts, services, events, deployments, statefulsets and leases
+//! ([`logic::table::builtin_columns`]); the other kinds (nodes, replicasets, RBAC objects, CRDs)
+//! get the default `Name` / `Created At` columns.
 
 pub mod auth;
 pub mod background;

@@ -157,15 +157,17 @@ impl Attributes {
 }
 
 /// The name a field selector requires exactly (`metadata.name=x` or `metadata.name==x`,
-/// alone or among other terms).
+/// alone or among other terms), parsed by the same [`FieldSelector`] the list verb uses. As in
+/// `RequestInfoFactory`, a selector that does not parse names nothing (the list itself then
+/// fails with `400`).
+///
+/// [`FieldSelector`]: super::logic::selectors::FieldSelector
 fn exact_name(selector: &str) -> Option<String> {
-    selector.split(',').find_map(|term| {
-        let (k, v) = term
-            .split_once("==")
-            .or_else(|| term.split_once('='))
-            .filter(|(k, _)| !k.ends_with('!'))?;
-        (k.trim() == "metadata.name" && !v.trim().is_empty()).then(|| v.trim().to_owned())
-    })
+    super::logic::selectors::FieldSelector::parse(selector)
+        .ok()?
+        .required_name()
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
 }
 
 /// Users' groups and whether RBAC is enforced.
@@ -688,6 +690,8 @@ mod tests {
         );
         assert_eq!(exact_name("metadata.name!=web"), None);
         assert_eq!(exact_name("status.phase=Running"), None);
+        assert_eq!(exact_name("metadata.name="), None);
+        assert_eq!(exact_name(r"metadata.name=a\,b").as_deref(), Some("a,b"));
     }
 
     #[test]

@@ -171,23 +171,10 @@ impl State {
     }
 
     /// Stores a new object (the caller has checked it does not exist) and returns it stamped
-    /// with the new revision.
-    pub fn create(&mut self, storage: &str, mut obj: Value) -> Value {
-        self.rv += 1;
-        stamp(&mut obj, self.rv);
-        let key = key_of(&obj);
-        self.objects
-            .entry(storage.to_owned())
-            .or_default()
-            .insert(key, obj.clone());
-        self.record(Change {
-            rv: self.rv,
-            storage: storage.to_owned(),
-            kind: ChangeType::Added,
-            object: obj.clone(),
-            prev: None,
-        });
-        obj
+    /// with the new revision. The same write as [`State::update`], which records an `ADDED`
+    /// change when there was no previous object.
+    pub fn create(&mut self, storage: &str, obj: Value) -> Value {
+        self.update(storage, obj)
     }
 
     /// Replaces a stored object and returns it stamped with the new revision.

@@ -329,7 +329,11 @@ pub fn start(
         last_rv: 0,
         rx,
         ticker,
-        deadline: Instant::now() + timeout,
+        // `timeoutSeconds` comes from the client: a huge one must not overflow the clock, it
+        // just means "no timeout" (a year is longer than any test or demo runs).
+        deadline: Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(365 * 24 * 3600)),
         waiting_for: None,
         shutdown: settings.shutdown,
         renderer: settings.renderer,

@@ -267,58 +267,50 @@ fn join_key(parts: &[&str]) -> String {
     parts.join("\u{0}")
 }
 
-/// The full identity of an event: source, object (with fieldPath), type, reason and message.
-pub fn event_key(e: &Event) -> String {
+/// What every key starts with: the source, the involved object and the event type. The three
+/// keys below differ only in what they add (client-go spells each out in full in
+/// `getEventKey`, `EventAggregatorByReasonFunc` and `getSpamKey`).
+fn source_object_type(e: &Event) -> Vec<&str> {
     let src = e.source.as_ref();
     let o = &e.involved_object;
-    join_key(&[
+    vec![
         src.and_then(|s| s.component.as_deref()).unwrap_or_default(),
         src.and_then(|s| s.host.as_deref()).unwrap_or_default(),
         o.kind.as_deref().unwrap_or_default(),
         o.namespace.as_deref().unwrap_or_default(),
         o.name.as_deref().unwrap_or_default(),
-        o.field_path.as_deref().unwrap_or_default(),
         o.uid.as_deref().unwrap_or_default(),
         o.api_version.as_deref().unwrap_or_default(),
         e.type_.as_deref().unwrap_or_default(),
-        e.reason.as_deref().unwrap_or_default(),
-        e.message.as_deref().unwrap_or_default(),
-    ])
+    ]
 }
 
-/// The key of a group of similar events: everything but the message.
+/// The full identity of an event: source, object (with fieldPath), type, reason and message.
+pub fn event_key(e: &Event) -> String {
+    let mut parts = source_object_type(e);
+    parts.extend([
+        e.involved_object.field_path.as_deref().unwrap_or_default(),
+        e.reason.as_deref().unwrap_or_default(),
+        e.message.as_deref().unwrap_or_default(),
+    ]);
+    join_key(&parts)
+}
+
+/// The key of a group of similar events: everything but the message (and the fieldPath),
+/// plus the reporting component and instance.
 pub fn aggregate_key(e: &Event) -> String {
-    let src = e.source.as_ref();
-    let o = &e.involved_object;
-    join_key(&[
-        src.and_then(|s| s.component.as_deref()).unwrap_or_default(),
-        src.and_then(|s| s.host.as_deref()).unwrap_or_default(),
-        o.kind.as_deref().unwrap_or_default(),
-        o.namespace.as_deref().unwrap_or_default(),
-        o.name.as_deref().unwrap_or_default(),
-        o.uid.as_deref().unwrap_or_default(),
-        o.api_version.as_deref().unwrap_or_default(),
-        e.type_.as_deref().unwrap_or_default(),
+    let mut parts = source_object_type(e);
+    parts.extend([
         e.reason.as_deref().unwrap_or_default(),
         e.reporting_component.as_deref().unwrap_or_default(),
         e.reporting_instance.as_deref().unwrap_or_default(),
-    ])
+    ]);
+    join_key(&parts)
 }
 
 /// The spam-filter key: source, object and type (not reason, not message).
 pub fn spam_key(e: &Event) -> String {
-    let src = e.source.as_ref();
-    let o = &e.involved_object;
-    join_key(&[
-        src.and_then(|s| s.component.as_deref()).unwrap_or_default(),
-        src.and_then(|s| s.host.as_deref()).unwrap_or_default(),
-        o.kind.as_deref().unwrap_or_default(),
-        o.namespace.as_deref().unwrap_or_default(),
-        o.name.as_deref().unwrap_or_default(),
-        o.uid.as_deref().unwrap_or_default(),
-        o.api_version.as_deref().unwrap_or_default(),
-        e.type_.as_deref().unwrap_or_default(),
-    ])
+    join_key(&source_object_type(e))
 }
 
 /// A least-recently-used map with a fixed capacity (golang-lru's `Cache`, which client-go

@@ -122,6 +122,13 @@ impl TestClient {
         read_answer(resp).await
     }
 
+    /// Creates the [`at_crd`] and checks that the server accepted it.
+    pub async fn install_at_crd(&self) -> Answer {
+        let crd = self.post(CRDS, &at_crd()).await;
+        assert_eq!(crd.code, 201, "creating the At CRD: {:?}", crd.body);
+        crd
+    }
+
     pub async fn get(&self, path: &str) -> Answer {
         self.send("GET", path, &[], None).await
     }
@@ -264,3 +271,4 @@ pub fn at(name: &str) -> Value {
 
 pub const ATS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/default/ats";
 pub const CMS: &str = "/api/v1/namespaces/default/configmaps";
+pub const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";

@@ -108,12 +108,24 @@ pub fn pod(name: &str, command: Value, restart_policy: Option<&str>) -> Value {
     p
 }
 
-/// The kubectl on the PATH, if installed.
-pub fn kubectl_bin() -> Option<PathBuf> {
+/// The kubectl binary for `version` (`None` = the one on the PATH), if installed. Versioned
+/// binaries (`kubectl.1.28`, ...) live next to the file the `kubectl` on the PATH resolves to.
+pub fn kubectl_bin(version: Option<&str>) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
+    let on_path = std::env::split_paths(&path)
         .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())
+        .find(|p| p.is_file())?;
+    let Some(v) = version else {
+        return Some(on_path);
+    };
+    let real = std::fs::canonicalize(&on_path).ok()?;
+    let versioned = real.parent()?.join(format!("kubectl.{v}"));
+    versioned.is_file().then_some(versioned)
+}
+
+/// The repository root, where kubectl runs (so `artifacts/...` paths resolve).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// kubectl with a kubeconfig for one server and a private HOME.
@@ -133,21 +145,26 @@ pub struct Out {
 impl Kubectl {
     /// `None` (after printing why) when kubectl is not installed.
     pub fn new(server: &ApiServerHandle) -> Option<Self> {
-        let Some(bin) = kubectl_bin() else {
+        let Some(bin) = kubectl_bin(None) else {
             eprintln!("kubectl not found on PATH: skipping the kubectl part of this test");
             return None;
         };
+        Some(Self::with_bin(bin, server))
+    }
+
+    /// The kubectl at `bin`, talking to `server`.
+    pub fn with_bin(bin: PathBuf, server: &ApiServerHandle) -> Self {
         let home = tempfile::tempdir().unwrap();
         let kubeconfig = home.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
-        Some(Kubectl {
+        Kubectl {
             bin,
             kubeconfig,
             home,
-        })
+        }
     }
 
-    /// Same, but authenticating with `token`.
+    /// Same as [`Kubectl::new`], but authenticating with `token`.
     pub fn with_token(server: &ApiServerHandle, token: &str) -> Option<Self> {
         let k = Self::new(server)?;
         let yaml = server.kubeconfig_yaml_for_token(token);
@@ -155,9 +172,15 @@ impl Kubectl {
         Some(k)
     }
 
-    /// Runs kubectl with `args` (and `stdin` piped in, if given).
-    pub async fn run_with_input(&self, args: &[&str], stdin: Option<&str>) -> Out {
-        use tokio::io::AsyncWriteExt;
+    /// The private HOME (a temporary directory) kubectl runs with; tests may put files there.
+    pub fn home(&self) -> &std::path::Path {
+        self.home.path()
+    }
+
+    /// The command `kubectl <args>` with this kubeconfig, cache and HOME, run from the
+    /// repository root, stdin closed, killed when dropped. For long-running commands
+    /// (`get -w`, a `delete` that waits) that a test reads while they run.
+    pub fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(&self.bin);
         cmd.arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -165,14 +188,20 @@ impl Kubectl {
             .arg(self.home.path().join("cache"))
             .args(args)
             .env("HOME", self.home.path())
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .current_dir(repo())
+            .stdin(Stdio::null())
             .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs kubectl with `args` (and `stdin` piped in, if given).
+    pub async fn run_with_input(&self, args: &[&str], stdin: Option<&str>) -> Out {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = self.command(args);
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         if let Some(input) = stdin {
             let mut si = child.stdin.take().unwrap();
@@ -188,6 +217,17 @@ impl Kubectl {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
+    }
+
+    /// Runs kubectl with `args` and returns its stdout; fails the test if kubectl failed.
+    pub async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        assert!(
+            out.ok,
+            "kubectl {args:?} failed\nstdout: {}\nstderr: {}",
+            out.stdout, out.stderr
+        );
+        out.stdout
     }
 
     /// Runs kubectl with `args`.
