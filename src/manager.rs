@@ -106,8 +106,8 @@ pub struct ManagerOptions {
     #[arg(long, default_value = "", value_name = "NAMESPACE")]
     pub namespace: String,
 
-    /// Controllers to run: '*' enables every controller that is on by default (at), 'name'
-    /// enables one, '-name' disables one. Comma-separated; known: at, tdset, rediscluster,
+    /// Controllers to run: '*' enables every registered controller, 'name' enables one,
+    /// '-name' disables one. Comma-separated; known: at, tdset, rediscluster,
     /// myapp, foo.
     #[arg(long, value_delimiter = ',', default_value = "*", value_name = "LIST")]
     pub controllers: Vec<String>,
@@ -1381,7 +1381,7 @@ mod tests {
         assert_eq!(opts, ManagerOptions::default());
         let cfg = opts.validate(None).unwrap();
         assert_eq!(cfg.namespace, None);
-        assert_eq!(cfg.controllers, vec!["at"]);
+        assert_eq!(cfg.controllers, KNOWN_CONTROLLERS.to_vec());
         assert_eq!(cfg.workers, 2);
         assert_eq!(cfg.resync_period, Duration::from_secs(600));
         assert_eq!((cfg.qps, cfg.burst), (20.0, 30));

@@ -412,6 +412,10 @@ impl SyncHandler for AtController {
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         AtController::sync_handler(self, key).await
     }
+
+    fn is_conflict(err: &SyncError) -> bool {
+        matches!(err, SyncError::UpdateStatus { source, .. } if source.is_conflict())
+    }
 }
 
 impl super::Controller for AtController {

@@ -404,6 +404,10 @@ impl SyncHandler for FooController {
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         FooController::sync_handler(self, key).await
     }
+
+    fn is_conflict(err: &SyncError) -> bool {
+        matches!(err, SyncError::Api { source, .. } if source.is_conflict())
+    }
 }
 
 impl super::Controller for FooController {

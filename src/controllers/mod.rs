@@ -75,6 +75,14 @@ pub trait SyncHandler: Send + Sync + 'static {
         &self,
         key: &str,
     ) -> impl Future<Output = Result<Option<Duration>, Self::Error>> + Send;
+
+    /// Whether `err` is an optimistic-concurrency conflict (HTTP 409 on a write based on a
+    /// cached copy that was already out of date). Such a sync is retried with backoff like any
+    /// failure, but it is an expected race that heals itself once the informer catches up, so
+    /// the worker logs it at INFO rather than ERROR. The default says no.
+    fn is_conflict(_err: &Self::Error) -> bool {
+        false
+    }
 }
 
 /// Counters of one controller's worker loop. Cheap to read from tests; with
@@ -233,13 +241,24 @@ async fn sync_one<H: SyncHandler>(
             stats.errors.fetch_add(1, Ordering::Relaxed);
             let message = err.to_string();
             queue.add_rate_limited(key.to_string());
-            tracing::error!(
-                controller,
-                key,
-                error = %message,
-                retries = queue.num_requeues(&key.to_string()),
-                "error syncing; requeuing for later retry"
-            );
+            let retries = queue.num_requeues(&key.to_string());
+            if H::is_conflict(&err) {
+                tracing::info!(
+                    controller,
+                    key,
+                    error = %message,
+                    retries,
+                    "the object changed while syncing; requeuing to retry with a fresh copy"
+                );
+            } else {
+                tracing::error!(
+                    controller,
+                    key,
+                    error = %message,
+                    retries,
+                    "error syncing; requeuing for later retry"
+                );
+            }
             SyncOutcome::Failed(message)
         }
         Ok(Err(_elapsed)) => {

@@ -400,6 +400,10 @@ impl SyncHandler for MyAppController {
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         MyAppController::sync_handler(self, key).await
     }
+
+    fn is_conflict(err: &SyncError) -> bool {
+        matches!(err, SyncError::Api { source, .. } if source.is_conflict())
+    }
 }
 
 impl super::Controller for MyAppController {

@@ -762,6 +762,10 @@ impl SyncHandler for RedisClusterController {
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         RedisClusterController::sync_handler(self, key).await
     }
+
+    fn is_conflict(err: &SyncError) -> bool {
+        matches!(err, SyncError::Api { source, .. } if source.is_conflict())
+    }
 }
 
 impl super::Controller for RedisClusterController {

@@ -733,6 +733,10 @@ impl SyncHandler for TDSetController {
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         TDSetController::sync_handler(self, key).await
     }
+
+    fn is_conflict(err: &SyncError) -> bool {
+        matches!(err, SyncError::Api { source, .. } if source.is_conflict())
+    }
 }
 
 impl super::Controller for TDSetController {
