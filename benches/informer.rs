@@ -1,7 +1,8 @@
 //! Informer initial-sync benchmark: time and memory per cached object.
 //!
 //! Run with `hack/bench-informer.sh` (or `cargo bench --bench informer`; pass sizes as
-//! arguments, e.g. `cargo bench --bench informer -- 10000 100000`).
+//! arguments, e.g. `cargo bench --bench informer -- 10000 100000`, and optionally a source,
+//! see below).
 //!
 //! For each size and each sync path (streaming list, paged LIST) it syncs a fresh informer
 //! from a synthetic source that generates realistic pods on demand (labels, annotations, an
@@ -16,9 +17,23 @@
 //! * the growth of the process's resident set size during the sync, per object (each
 //!   measurement runs in a fresh child process).
 //!
-//! The source builds objects in memory (no JSON decoding, no network), so the times measure
-//! the cache itself: reflector, transform, indexer (namespace and owner-uid indexes) and one
-//! handler's notifications.
+//! Two sources, chosen with `--source=memory`, `--source=embedded` or `--source=both` (the
+//! default), e.g. `cargo bench --bench informer -- --source=embedded 10000`:
+//!
+//! * `memory` builds objects in memory (no JSON decoding, no network), so the times measure
+//!   the cache itself: reflector, transform, indexer (namespace and owner-uid indexes) and one
+//!   handler's notifications.
+//! * `embedded` starts the embedded API server (`ApiServer::builder().plain_http(true)`, no
+//!   simulated node) in the measuring process, creates the pods through its HTTP API with the
+//!   project's client (eight concurrent tasks, client throttle off, the same pods as `memory`
+//!   minus the server-owned fields: uid, resourceVersion, creationTimestamp, managedFields and
+//!   status), so each pod carries the managedFields entry the server records on create. It
+//!   then syncs an informer over `Api<Pod>` for all namespaces. Seeding is done before the
+//!   baselines are taken and is not timed; the sync time includes the server's own work
+//!   (serializing the list or the initial events) and JSON decoding over loopback HTTP, both
+//!   on the same two-thread runtime as the informer. Heap and RSS growth also include what the
+//!   server and the client allocate and keep during the sync (connection buffers, pooled
+//!   memory), so they are an upper bound for the cache.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -39,6 +54,14 @@ use sample_controller::cache::{
 };
 use sample_controller::client::{
     Bookmark, Error, ListParams, ObjectList, Result, WatchEvent, WatchParams, WatchStream,
+};
+#[cfg(feature = "embedded")]
+use sample_controller::{
+    apiserver::{ApiServer, ApiServerHandle},
+    client::{
+        Api, Client, Config, PostParams,
+        config::{Auth, Secret},
+    },
 };
 use tokio_util::sync::CancellationToken;
 
@@ -206,14 +229,14 @@ impl ListerWatcher<Pod> for Synthetic {
     }
 }
 
-/// A synthetic source whose watch fails once with 410 after the sync, forcing one relist.
-struct RelistOnce {
-    inner: Synthetic,
+/// A source whose watch fails once with 410 after the sync, forcing one relist.
+struct RelistOnce<L> {
+    inner: L,
     expired: AtomicBool,
     relisting: AtomicBool,
 }
 
-impl ListerWatcher<Pod> for RelistOnce {
+impl<L: ListerWatcher<Pod>> ListerWatcher<Pod> for RelistOnce<L> {
     async fn list(&self, params: &ListParams) -> Result<ObjectList<Pod>> {
         self.inner.list(params).await
     }
@@ -237,12 +260,86 @@ struct Row {
     rss_per_obj: Option<f64>,
 }
 
-async fn measure(n: usize, streaming: bool, keep_managed_fields: bool) -> Row {
+/// Starts the embedded API server and creates `n` pods (the [`make_pod`] pods without the
+/// fields the server owns) through its HTTP API, eight requests at a time.
+#[cfg(feature = "embedded")]
+async fn seed_embedded(n: usize) -> std::result::Result<(ApiServerHandle, Api<Pod>), String> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let server = ApiServer::builder()
+        .plain_http(true)
+        .start()
+        .await
+        .map_err(|e| format!("cannot start the embedded API server: {e}"))?;
+    let mut cfg = Config::new(Config::parse_server(server.url()).map_err(|e| e.to_string())?);
+    // The client drops credentials for http:// servers read from a kubeconfig; set the token.
+    cfg.auth = Auth::Bearer {
+        token: Some(Secret::new(server.token())),
+        file: None,
+    };
+    cfg.qps = 0.0;
+    let client = Client::new(cfg).map_err(|e| format!("cannot build the client: {e}"))?;
+    let namespaces: Api<Namespace> = Api::cluster(client.clone());
+    for t in 0..50 {
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(format!("team-{t}")),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match namespaces.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(e) if e.is_already_exists() => {}
+            Err(e) => return Err(format!("cannot create namespace team-{t}: {e}")),
+        }
+    }
+    const TASKS: usize = 8;
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..TASKS {
+        let client = client.clone();
+        tasks.spawn(async move {
+            for i in (w..n).step_by(TASKS) {
+                let mut pod = make_pod(i);
+                let ns = pod.metadata.namespace.clone().unwrap_or_default();
+                pod.metadata.uid = None;
+                pod.metadata.resource_version = None;
+                pod.metadata.creation_timestamp = None;
+                pod.metadata.managed_fields = None;
+                pod.status = None;
+                Api::<Pod>::namespaced(client.clone(), &ns)
+                    .create(&PostParams::default(), &pod)
+                    .await
+                    .map_err(|e| format!("cannot create pod {i}: {e}"))?;
+            }
+            Ok::<(), String>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.map_err(|e| format!("a seeding task failed: {e}"))??;
+    }
+    let first = Api::<Pod>::namespaced(client.clone(), "team-0")
+        .get("web-0000000")
+        .await
+        .map_err(|e| format!("cannot read back pod web-0000000: {e}"))?;
+    eprintln!(
+        "pod web-0000000 as stored: {} managedFields entries, {} bytes of JSON",
+        first.metadata.managed_fields.as_ref().map_or(0, Vec::len),
+        serde_json::to_vec(&first).map_or(0, |b| b.len())
+    );
+    Ok((server, Api::all(client)))
+}
+
+async fn measure<L: ListerWatcher<Pod>>(
+    n: usize,
+    inner: L,
+    streaming: bool,
+    keep_managed_fields: bool,
+) -> Row {
     let base_rss = rss_bytes();
     let base_live = LIVE.load(Ordering::SeqCst);
     PEAK.store(base_live, Ordering::SeqCst);
     let source = RelistOnce {
-        inner: Synthetic { n },
+        inner,
         expired: AtomicBool::new(streaming),
         relisting: AtomicBool::new(false),
     };
@@ -318,7 +415,7 @@ async fn measure(n: usize, streaming: bool, keep_managed_fields: bool) -> Row {
     }
 }
 
-fn run_one(n: usize, streaming: bool, keep: bool) -> i32 {
+fn run_one(n: usize, streaming: bool, keep: bool, embedded: bool) -> i32 {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -330,7 +427,38 @@ fn run_one(n: usize, streaming: bool, keep: bool) -> i32 {
             return 1;
         }
     };
-    let r = rt.block_on(measure(n, streaming, keep));
+    let r = if embedded {
+        #[cfg(feature = "embedded")]
+        {
+            let seeded = rt.block_on(async {
+                let started = Instant::now();
+                let seeded = seed_embedded(n).await;
+                eprintln!(
+                    "seeded {n} pods through the HTTP API in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+                seeded
+            });
+            match seeded {
+                Ok((server, api)) => {
+                    let r = rt.block_on(measure(n, api, streaming, keep));
+                    rt.block_on(server.shutdown());
+                    r
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    return 1;
+                }
+            }
+        }
+        #[cfg(not(feature = "embedded"))]
+        {
+            eprintln!("the embedded source needs the `embedded` feature");
+            return 1;
+        }
+    } else {
+        rt.block_on(measure(n, Synthetic { n }, streaming, keep))
+    };
     println!(
         "| {} | {} | {} | {:.3} s | {:.0} B | {:.0} B | {} | {} |",
         r.n,
@@ -355,16 +483,34 @@ fn main() {
             args.get(1).and_then(|a| a.parse::<usize>().ok()),
             args.get(2).map(|a| a == "streaming"),
             args.get(3).map(|a| a == "keep"),
+            args.get(4).map(|a| a == "embedded"),
         );
         let code = match parsed {
-            (Some(n), Some(streaming), Some(keep)) => run_one(n, streaming, keep),
+            (Some(n), Some(streaming), Some(keep), Some(embedded)) => {
+                run_one(n, streaming, keep, embedded)
+            }
             _ => {
-                eprintln!("usage: informer --one <objects> streaming|list keep|drop");
+                eprintln!(
+                    "usage: informer --one <objects> streaming|list keep|drop memory|embedded"
+                );
                 2
             }
         };
         std::process::exit(code);
     }
+    let sources: &[&str] = match args
+        .iter()
+        .find_map(|a| a.strip_prefix("--source="))
+        .unwrap_or("both")
+    {
+        "memory" => &["memory"],
+        "embedded" => &["embedded"],
+        "both" => &["memory", "embedded"],
+        other => {
+            eprintln!("--source={other:?}: expected memory, embedded or both");
+            std::process::exit(2);
+        }
+    };
     let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let sizes = if sizes.is_empty() {
         vec![10_000, 100_000]
@@ -378,18 +524,23 @@ fn main() {
             std::process::exit(1);
         }
     };
-    println!(
-        "| objects | sync path | transform | sync time | cache heap / object | peak heap / object during sync | extra peak heap / object during a relist | RSS growth / object |"
-    );
-    println!("|---:|---|---|---:|---:|---:|---:|---:|");
-    for &n in &sizes {
-        for streaming in ["streaming", "list"] {
-            for keep in ["drop", "keep"] {
-                let status = std::process::Command::new(&exe)
-                    .args(["--one", &n.to_string(), streaming, keep])
-                    .status();
-                if !matches!(status, Ok(s) if s.success()) {
-                    eprintln!("measurement {n} {streaming} {keep} failed: {status:?}");
+    for &source in sources {
+        println!();
+        println!("Source: {source}");
+        println!();
+        println!(
+            "| objects | sync path | transform | sync time | cache heap / object | peak heap / object during sync | extra peak heap / object during a relist | RSS growth / object |"
+        );
+        println!("|---:|---|---|---:|---:|---:|---:|---:|");
+        for &n in &sizes {
+            for streaming in ["streaming", "list"] {
+                for keep in ["drop", "keep"] {
+                    let status = std::process::Command::new(&exe)
+                        .args(["--one", &n.to_string(), streaming, keep, source])
+                        .status();
+                    if !matches!(status, Ok(s) if s.success()) {
+                        eprintln!("measurement {n} {streaming} {keep} {source} failed: {status:?}");
+                    }
                 }
             }
         }
