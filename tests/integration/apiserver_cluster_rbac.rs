@@ -2,11 +2,9 @@
 //! ClusterRoles and ClusterRoleBindings, subresources, resourceNames, groups, service
 //! accounts, non-resource URLs, and the exact 403 messages of the real server.
 
-#[path = "cluster_support/mod.rs"]
-mod cluster;
+use crate::cluster_support as cluster;
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use cluster::Kubectl;
 use sample_controller::apiserver::{ApiServer, ApiServerHandle};

@@ -5,7 +5,7 @@
 //! real sink in [`Flaky`], which answers the first N writes with the Status a failing server
 //! sends (500 InternalError) before passing writes through.
 
-mod record_support;
+use crate::record_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

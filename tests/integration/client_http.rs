@@ -2,7 +2,7 @@
 //! mapping, Retry-After, the throttle over virtual time, paging, watch streams, HTTP/2 over TLS,
 //! client certificates, tokens and the CONNECT proxy.
 
-mod client_support;
+use crate::client_support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

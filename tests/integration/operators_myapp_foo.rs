@@ -1,8 +1,8 @@
 //! MyApp and Foo end to end: create, scale, drift correction, and for Foo sample-controller's
 //! adoption conflict (a Deployment of the wanted name that the Foo does not own).
 
-mod at_support;
-mod operators_support;
+use crate::at_support;
+use crate::operators_support;
 
 use std::time::Duration;
 

@@ -2,11 +2,9 @@
 //! in Running; long-running pods stay Running; a crash-looping pod backs off like a kubelet.
 //! Paused-clock tests drive the store in-process; the kubectl test goes over HTTPS.
 
-#[path = "cluster_support/mod.rs"]
-mod cluster;
+use crate::cluster_support as cluster;
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use std::time::Duration;
 

@@ -2,8 +2,8 @@
 //! (`<name>-<ordinal>`, in order), the simulated node runs them, and the controller reports the
 //! ready ones in `status.nodes`. Deletion runs the finalizer's cleanup and leaves nothing.
 
-mod at_support;
-mod operators_support;
+use crate::at_support;
+use crate::operators_support;
 
 use at_support::*;
 use k8s_openapi::api::core::v1::Pod;

@@ -2,8 +2,7 @@
 //! pods `<name>-<ordinal>` in order (or in parallel), status follows `spec.replicas`, and
 //! kubectl's `rollout status` and `scale` work against them.
 
-#[path = "cluster_support/mod.rs"]
-mod cluster;
+use crate::cluster_support as cluster;
 
 use std::time::Duration;
 

@@ -2,8 +2,7 @@
 //! extra tokens from a kube-apiserver token file, preloads manifests, enforces RBAC on request,
 //! and serves `/admin/faults` to the bootstrap token.
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use std::process::Stdio;
 use std::time::Duration;

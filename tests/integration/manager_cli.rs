@@ -1,7 +1,6 @@
 //! `sample-controller run` as a user runs it: the real binary, real flags, real signals.
 
-#[path = "at_support/mod.rs"]
-mod at_support;
+use crate::at_support;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -2,11 +2,9 @@
 //! dangling owner references, finalizers holding a foreground deletion, namespace deletion,
 //! and kubectl's `--cascade`.
 
-#[path = "cluster_support/mod.rs"]
-mod cluster;
+use crate::cluster_support as cluster;
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use cluster::*;
 use sample_controller::apiserver::{ApiServer, ApiServerHandle};

@@ -1,7 +1,7 @@
 //! kubeconfig, loading rules and in-cluster configuration: one fixture per auth kind and per
 //! error the user can make, token-file rotation, exec credential plugins, `KUBECONFIG` merging.
 
-mod client_support;
+use crate::client_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

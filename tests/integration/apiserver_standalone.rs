@@ -1,8 +1,7 @@
 //! `sample-controller apiserver` as a process: it prints its URL, writes a kubeconfig that a
 //! client can use as is (CA data and token), and stops cleanly on SIGTERM.
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use std::process::Stdio;
 use std::time::Duration;

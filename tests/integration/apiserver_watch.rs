@@ -1,8 +1,7 @@
 //! Watch over real HTTPS: framing, resumption from a resourceVersion, 410 after compaction,
 //! bookmarks, timeouts, `sendInitialEvents`, selector transitions, Tables and shutdown.
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use std::time::Duration;
 

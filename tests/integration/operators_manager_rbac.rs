@@ -3,8 +3,8 @@
 //! controllers make is allowed by the shipped ClusterRole (no 403 anywhere), while what the
 //! role does not grant is refused.
 
-mod at_support;
-mod operators_support;
+use crate::at_support;
+use crate::operators_support;
 
 use at_support::*;
 use k8s_openapi::api::core::v1::Secret;
@@ -73,9 +73,10 @@ async fn five_controllers_in_one_manager_need_nothing_beyond_the_cluster_role() 
     // At: due an hour ago, so it runs at once; the simulated node runs its pod to completion.
     create_at(&client, &at("once", "2030-06-03T09:00:00Z", "echo hi")).await;
     // TDSet: 10:00 UTC is in the 9–17 window of hello-world.
-    let mut tdset: TDSet =
-        serde_yaml_ng::from_str(include_str!("../artifacts/examples/tdset-hello-world.yaml"))
-            .unwrap();
+    let mut tdset: TDSet = serde_yaml_ng::from_str(include_str!(
+        "../../artifacts/examples/tdset-hello-world.yaml"
+    ))
+    .unwrap();
     tdset.metadata.namespace = Some(NS.to_string());
     api::<TDSet>(&client)
         .create(&PostParams::default(), &tdset)

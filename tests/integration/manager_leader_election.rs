@@ -1,8 +1,7 @@
 //! Two managers with `--leader-elect` on one Lease: only the leader's workers run; when the
 //! leader dies, the standby takes over and finishes the work.
 
-#[path = "at_support/mod.rs"]
-mod at_support;
+use crate::at_support;
 
 use std::time::Duration;
 

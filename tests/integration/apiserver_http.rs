@@ -1,8 +1,7 @@
 //! The embedded API server over real HTTPS: every verb, every error shape, subresources,
 //! CRDs, discovery and the request log, checked with a plain hyper client.
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use serde_json::{Value, json};
 use support::*;

@@ -1,8 +1,7 @@
 //! The crate's own client against the embedded API server, configured from the kubeconfig the
 //! server hands out: typed CRUD, status updates, conflicts and watches on the `At` kind.
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use futures_util::StreamExt;
 use sample_controller::apis::{At, AtPhase, AtSpec, AtStatus};

@@ -8,7 +8,7 @@
 //! fault injection yet, so a leader's failing renewals come from [`Partitionable`], a wrapper
 //! around its lock that fails every call while its switch is on.
 
-mod record_support;
+use crate::record_support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! the families the manager promises; `/readyz` follows informer sync, on a leader and on a
 //! standby alike (leader election gates workers, not caches); `/healthz` follows liveness.
 
-mod record_support;
+use crate::record_support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;

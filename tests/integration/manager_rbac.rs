@@ -6,8 +6,7 @@
 //! the test's own requests use verbs the manifests do not grant (it creates Ats, creates the
 //! namespace, patches pod status and deletes a pod), so they are counted and subtracted exactly.
 
-#[path = "at_support/mod.rs"]
-mod at_support;
+use crate::at_support;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The At controller under load and across restarts: no duplicate pod, ever.
 
-mod at_support;
+use crate::at_support;
 
 use std::time::Duration;
 

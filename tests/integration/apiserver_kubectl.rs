@@ -8,10 +8,8 @@
 //! live next to the file the `kubectl` on the PATH resolves to; a missing binary skips its
 //! test with a message.
 
-#[path = "cluster_support/mod.rs"]
-mod cluster;
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
+use crate::cluster_support as cluster;
 
 use std::process::Stdio;
 use std::time::Duration;

@@ -2,11 +2,9 @@
 //! failures with proper Status bodies (500, 503, 429 + Retry-After, 409), latency, forced
 //! resourceVersion conflicts, and the `/admin/faults` endpoint.
 
-#[path = "cluster_support/mod.rs"]
-mod cluster;
+use crate::cluster_support as cluster;
 
-#[path = "apiserver_support/mod.rs"]
-mod support;
+use crate::apiserver_support as support;
 
 use std::time::Duration;
 

@@ -4,8 +4,8 @@
 //! the controller does not run at all (no polling); the 19 → 0 window wraps past midnight and
 //! the uncovered hour 0 → 1 falls back to `defaultReplica`.
 
-mod at_support;
-mod operators_support;
+use crate::at_support;
+use crate::operators_support;
 
 use std::time::Duration;
 
@@ -24,7 +24,7 @@ use sample_controller::controllers::tdset::{CONDITION_DEGRADED, CONDITION_PROGRE
 const HOUR: Duration = Duration::from_secs(3600);
 
 fn hello_world(zone: Option<&str>) -> TDSet {
-    let yaml = include_str!("../artifacts/examples/tdset-hello-world.yaml");
+    let yaml = include_str!("../../artifacts/examples/tdset-hello-world.yaml");
     let mut t: TDSet = serde_yaml_ng::from_str(yaml).unwrap();
     t.metadata.namespace = Some(NS.to_string());
     t.spec.time_zone = zone.map(str::to_string);

@@ -1,7 +1,7 @@
 //! The At controller end to end: an embedded API server over real HTTP, the controller
 //! manager in-process, and pods finished by the test (the kubelet's part).
 
-mod at_support;
+use crate::at_support;
 
 use std::time::Duration;
 
