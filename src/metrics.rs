@@ -29,9 +29,11 @@
 //! | `leader_election_master_status` | gauge | `name` | 1 while this process leads that election (client-go's name) |
 //! | `workqueue_*` | | `name` | the workqueue's own metrics (client-go's names) |
 //!
-//! A labelled family has no series until its first sample, and prometheus-client then leaves
-//! it out of the exposition altogether (no `# TYPE` line either); dashboards see it from the
-//! first sync, list or election on.
+//! The labelled families the registry itself holds (`controller_sync_*`,
+//! `leader_election_master_status`) have no series until their first sample, and
+//! prometheus-client then leaves them out of the exposition altogether (no `# TYPE` line
+//! either); dashboards see them from the first sync or election on. The families read at scrape
+//! time are described below.
 //!
 //! ## The `rest_client_*` families are client-go's
 //!
@@ -58,7 +60,11 @@
 //! The client, the informers and the event broadcaster keep their own counters; nothing copies
 //! them into the registry. Collectors registered here read them while `/metrics` is being
 //! encoded, so a scrape always shows the value of that instant: a watch event that arrived a
-//! millisecond before the scrape is in it.
+//! millisecond before the scrape is in it. These families appear as soon as their source is
+//! registered (an informer not started yet shows zeros), except
+//! `reflector_last_event_age_seconds`, which has a series per informer from its first watch
+//! event on. Manager code registers its informers after starting them
+//! ([`Metrics::register_informer`]); the manager exposes the `ats` and `pods` informers.
 //!
 //! ## Use
 //!

@@ -44,8 +44,9 @@
 //!   doubling, capped at 2 s). Writes are not retried on connection errors: the server may have
 //!   applied them.
 //! * **Timeouts.** Connect: [`Config::connect_timeout`] (30 s). A non-watch request (headers and
-//!   body) is bounded by [`Config::timeout`]. Watches have no client timeout; the server ends them
-//!   after their `timeoutSeconds`.
+//!   body, retries included) is bounded by [`Config::timeout`], counted from the moment its first
+//!   throttle token is granted. Watches have no client timeout; the server ends them after their
+//!   `timeoutSeconds`.
 //! * **Credentials.** A bearer token (fixed, or a file re-read about every minute: kubelet rotates
 //!   projected service-account tokens), basic auth, a client certificate, or an exec credential
 //!   plugin (`client.authentication.k8s.io/v1` or `v1beta1`): the plugin's `ExecCredential` is
@@ -1078,6 +1079,8 @@ impl ClientMetrics {
         f(&mut s)
     }
 
+    /// Counts one attempt answered `code` (0: no answer); `retry` when it was not the first
+    /// attempt of its request.
     pub(crate) fn record_attempt(&self, method: &Method, code: u16, retry: bool) {
         self.with(|s| {
             let key = (method.as_str().to_owned(), code);
@@ -1092,6 +1095,7 @@ impl ClientMetrics {
         });
     }
 
+    /// Records one whole request that took `took`.
     pub(crate) fn observe_request(&self, method: &Method, took: Duration) {
         self.with(|s| {
             s.request_latency
@@ -1101,6 +1105,7 @@ impl ClientMetrics {
         });
     }
 
+    /// Records one wait for the throttle (zero when a token was there).
     pub(crate) fn observe_throttle(&self, method: &Method, waited: Duration) {
         self.with(|s| {
             s.throttle_wait = s.throttle_wait.saturating_add(waited);
