@@ -56,7 +56,6 @@ use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use crate::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
-use crate::cache::ReflectorStats;
 use crate::cache::{
     BoxListerWatcher, CacheObject, InformerScope, ListerWatcherSource, SharedInformerFactory,
 };
@@ -912,12 +911,9 @@ impl Manager {
             identity = %self.identity,
             "informers started"
         );
-        let pump = tokio::spawn(pump_cache_metrics(
-            Arc::clone(&factory),
-            metrics.clone(),
-            health.register_loop("cache-metrics", 4 * CACHE_METRICS_PERIOD),
-            informers.clone(),
-        ));
+        // The informers' counters and store sizes, read by every /metrics scrape.
+        metrics.register_informer("ats", &factory.informer::<At>());
+        metrics.register_informer("pods", &factory.informer::<Pod>());
         {
             let handle = self.controllers_handle();
             health.add_readiness_check("informers-synced", move || handle.has_synced());
@@ -975,7 +971,6 @@ impl Manager {
 
         informers.cancel();
         factory.shutdown().await;
-        let _ = pump.await;
         servers.cancel();
         for l in listeners {
             l.join().await;
@@ -1097,74 +1092,6 @@ async fn run_controllers(
         running.abort_all();
     }
     outcome
-}
-
-/// How often the cache metrics are refreshed from the informers' counters.
-const CACHE_METRICS_PERIOD: Duration = Duration::from_secs(5);
-
-/// Copies the informers' counters (lists, watches, 410s, store sizes, last event) into the
-/// Prometheus families every few seconds, and ticks a liveness loop while doing it.
-async fn pump_cache_metrics(
-    factory: Arc<SharedInformerFactory<ClientSource>>,
-    metrics: Metrics,
-    alive: crate::health::LoopHandle,
-    stop: CancellationToken,
-) {
-    let informers = [
-        (
-            "ats",
-            factory.informer::<At>().status(),
-            StoreSize::of(factory.informer::<At>()),
-        ),
-        (
-            "pods",
-            factory.informer::<Pod>().status(),
-            StoreSize::of(factory.informer::<Pod>()),
-        ),
-    ];
-    let mut last: Vec<ReflectorStats> = informers
-        .iter()
-        .map(|_| ReflectorStats::default())
-        .collect();
-    let (reflector, store) = (metrics.reflector(), metrics.store());
-    loop {
-        for ((name, status, size), prev) in informers.iter().zip(last.iter_mut()) {
-            let now = status.snapshot();
-            for _ in prev.lists..now.lists {
-                reflector.list(name);
-            }
-            for _ in prev.watches..now.watches {
-                reflector.watch(name);
-            }
-            for _ in prev.expired..now.expired {
-                reflector.gone(name);
-            }
-            if now.last_event.is_some() && now.last_event != prev.last_event {
-                reflector.event(name);
-            }
-            store.set_objects(name, size.len());
-            *prev = now;
-        }
-        alive.tick();
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(CACHE_METRICS_PERIOD) => {}
-        }
-    }
-}
-
-/// The size of one informer's store, type-erased.
-struct StoreSize(Box<dyn Fn() -> usize + Send + Sync>);
-
-impl StoreSize {
-    fn of<K: CacheObject>(informer: crate::cache::SharedIndexInformer<K>) -> Self {
-        let indexer = informer.indexer();
-        StoreSize(Box::new(move || indexer.len()))
-    }
-
-    fn len(&self) -> usize {
-        (self.0)()
-    }
 }
 
 /// A read-only view of a running manager's controllers.

@@ -3,36 +3,68 @@
 //! The `/metrics` endpoint every production controller serves (controller-runtime serves it on
 //! `:8080`, the default here too). [`Metrics`] owns one `prometheus-client`
 //! [`Registry`] and the families below; other modules get small cloneable handles
-//! ([`ControllerMetrics`], [`ReflectorMetrics`], [`StoreMetrics`], [`LeaderElectionMetrics`]) or
-//! register their own families (the workqueue's) through [`Metrics::with_registry`].
-//! [`serve_metrics`] exposes the registry over HTTP in the Prometheus/OpenMetrics text format.
+//! ([`ControllerMetrics`], [`LeaderElectionMetrics`]), hand over something to be read at scrape
+//! time ([`Metrics::register_client`], [`Metrics::register_informer`],
+//! [`Metrics::register_event_broadcaster`]) or register their own families (the workqueue's)
+//! through [`Metrics::with_registry`]. [`serve_metrics`] exposes the registry over HTTP in the
+//! Prometheus/OpenMetrics text format.
 //!
 //! | family | type | labels | set by |
 //! |---|---|---|---|
 //! | `controller_sync_total` | counter | `controller` | each `sync_handler` call |
 //! | `controller_sync_errors_total` | counter | `controller` | each `sync_handler` error |
 //! | `controller_sync_duration_seconds` | histogram | `controller` | each `sync_handler` call |
-//! | `rest_client_requests_total` | counter | `verb`, `code` | the [`crate::client::Client`], read at scrape time |
-//! | `rest_client_request_duration_seconds` | histogram (sum and count) | `verb`, `code` | the same |
+//! | `rest_client_requests_total` | counter | `code`, `method`, `host` | every attempt the [`crate::client::Client`] makes, retries and watches included; `code="<error>"` when no answer came |
+//! | `rest_client_request_retries_total` | counter | `code`, `verb`, `host` | every attempt after the first of one request |
+//! | `rest_client_request_duration_seconds` | histogram | `verb`, `host` | each whole request: throttle wait, retries and response body included; watches are not timed |
+//! | `rest_client_rate_limiter_duration_seconds` | histogram | `verb`, `host` | each wait for the client-side throttle |
 //! | `rest_client_too_many_requests_total` | counter | | 429 answers |
-//! | `rest_client_retries_total` | counter | | retried attempts |
+//! | `rest_client_retries_total` | counter | | retried attempts (the sum of `rest_client_request_retries_total`) |
 //! | `reflector_lists_total` | counter | `name` | each LIST a reflector makes |
 //! | `reflector_watches_total` | counter | `name` | each WATCH a reflector opens |
 //! | `reflector_gone_total` | counter | `name` | each 410 Gone / expired resourceVersion |
-//! | `reflector_last_event_age_seconds` | gauge | `name` | seconds since the reflector's last watch event, computed at scrape time |
+//! | `reflector_last_event_age_seconds` | gauge | `name` | seconds since the reflector's last watch event |
 //! | `store_objects` | gauge | `name` | objects in each informer's store |
 //! | `events_dropped_total` | counter | | events the broadcaster dropped (full queue) |
 //! | `leader_election_master_status` | gauge | `name` | 1 while this process leads that election (client-go's name) |
 //! | `workqueue_*` | | `name` | the workqueue's own metrics (client-go's names) |
 //!
-//! A labelled family has no series until its first sample, and prometheus-client then leaves
-//! it out of the exposition altogether (no `# TYPE` line either); dashboards see it from the
-//! first sync, list or election on.
+//! The labelled families the registry itself holds (`controller_sync_*`,
+//! `leader_election_master_status`) have no series until their first sample, and
+//! prometheus-client then leaves them out of the exposition altogether (no `# TYPE` line
+//! either); dashboards see them from the first sync or election on. The families read at scrape
+//! time are described below.
 //!
-//! `verb` is the HTTP method (`GET`, `PUT`, ...), as in client-go's `rest_client_*` families;
-//! code `0` means the request got no answer. The client keeps a count and a latency sum per
-//! (verb, code) rather than buckets, so `rest_client_request_duration_seconds` is exposed as a
-//! histogram with only the `+Inf` bucket: rates and means work, quantiles do not.
+//! ## The `rest_client_*` families are client-go's
+//!
+//! Names, labels and buckets follow client-go's `rest` package as exposed by
+//! `k8s.io/component-base/metrics/prometheus/restclient`, so dashboards written for any Go
+//! controller work unchanged:
+//!
+//! * `verb` and `method` both hold the HTTP method (`GET`, `PUT`, ...): client-go names the label
+//!   `method` on `rest_client_requests_total` and `verb` everywhere else.
+//! * `host` is the API server's `host[:port]` as written in the configuration's URL.
+//! * The histograms use client-go's buckets: 5 ms, 25 ms, 100 ms, 250 ms, 500 ms, 1 s, 2 s, 4 s,
+//!   8 s, 15 s, 30 s, 60 s ([`crate::client::transport::LATENCY_BUCKETS`]).
+//! * `rest_client_request_duration_seconds` times a whole request, once, from the call to the
+//!   last byte of the answer (client-go's `Request.request`), whatever the outcome; the time per
+//!   attempt is not exposed. Watches are not timed (client-go's `Watch` is not either).
+//! * `rest_client_too_many_requests_total` and `rest_client_retries_total` are this crate's own
+//!   unlabelled totals, kept for existing dashboards.
+//!
+//! client-go's request and response size histograms, DNS latency and exec-plugin metrics are not
+//! implemented.
+//!
+//! ## Read at scrape time
+//!
+//! The client, the informers and the event broadcaster keep their own counters; nothing copies
+//! them into the registry. Collectors registered here read them while `/metrics` is being
+//! encoded, so a scrape always shows the value of that instant: a watch event that arrived a
+//! millisecond before the scrape is in it. These families appear as soon as their source is
+//! registered (an informer not started yet shows zeros), except
+//! `reflector_last_event_age_seconds`, which has a series per informer from its first watch
+//! event on. Manager code registers its informers after starting them
+//! ([`Metrics::register_informer`]); the manager exposes the `ats` and `pods` informers.
 //!
 //! ## Use
 //!
@@ -60,7 +92,7 @@
 //! The registry sits behind a mutex because families are registered from several places while
 //! the server may already be encoding; encoding takes the lock for the duration of one scrape.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -80,6 +112,8 @@ use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::cache::{CacheObject, ReflectorStats, ReflectorStatus, SharedIndexInformer};
+use crate::client::transport::LatencyHistogram;
 use crate::client::{Client, ClientMetrics};
 use crate::health::{ServerHandle, serve_routes};
 use crate::record::EventBroadcaster;
@@ -129,49 +163,6 @@ impl ControllerMetrics {
     }
 }
 
-/// Reflector metrics (lists, watches, 410s, last event time).
-#[derive(Clone, Debug)]
-pub struct ReflectorMetrics {
-    lists: Family<Labels, Counter>,
-    watches: Family<Labels, Counter>,
-    gone: Family<Labels, Counter>,
-    last_event: Arc<Mutex<HashMap<String, Instant>>>,
-}
-
-impl ReflectorMetrics {
-    /// A LIST was made by reflector `name`.
-    pub fn list(&self, name: &str) {
-        self.lists.get_or_create(&labels(&[("name", name)])).inc();
-    }
-    /// A WATCH was opened by reflector `name`.
-    pub fn watch(&self, name: &str) {
-        self.watches.get_or_create(&labels(&[("name", name)])).inc();
-    }
-    /// Reflector `name` got 410 Gone (its resourceVersion expired).
-    pub fn gone(&self, name: &str) {
-        self.gone.get_or_create(&labels(&[("name", name)])).inc();
-    }
-    /// Reflector `name` received a watch event (or bookmark) now.
-    pub fn event(&self, name: &str) {
-        lock(&self.last_event).insert(name.to_owned(), Instant::now());
-    }
-}
-
-/// Informer store sizes.
-#[derive(Clone, Debug)]
-pub struct StoreMetrics {
-    objects: Family<Labels, Gauge>,
-}
-
-impl StoreMetrics {
-    /// The store of informer `name` holds `count` objects.
-    pub fn set_objects(&self, name: &str, count: usize) {
-        self.objects
-            .get_or_create(&labels(&[("name", name)]))
-            .set(i64::try_from(count).unwrap_or(i64::MAX));
-    }
-}
-
 /// `leader_election_master_status{name}`.
 #[derive(Clone, Debug)]
 pub struct LeaderElectionMetrics {
@@ -192,9 +183,9 @@ impl LeaderElectionMetrics {
 pub struct Metrics {
     registry: Arc<Mutex<Registry>>,
     controller: ControllerMetrics,
-    reflector: ReflectorMetrics,
-    store: StoreMetrics,
     leader_election: LeaderElectionMetrics,
+    clients: RestClients,
+    caches: Caches,
 }
 
 impl Default for Metrics {
@@ -234,36 +225,10 @@ impl Metrics {
             "Time spent in sync_handler, by controller",
             controller.duration.clone(),
         );
-        let reflector = ReflectorMetrics {
-            lists: Family::default(),
-            watches: Family::default(),
-            gone: Family::default(),
-            last_event: Arc::default(),
-        };
-        registry.register(
-            "reflector_lists",
-            "LIST requests made by reflectors",
-            reflector.lists.clone(),
-        );
-        registry.register(
-            "reflector_watches",
-            "WATCH requests opened by reflectors",
-            reflector.watches.clone(),
-        );
-        registry.register(
-            "reflector_gone",
-            "410 Gone answers (expired resourceVersion) seen by reflectors",
-            reflector.gone.clone(),
-        );
-        registry.register_collector(Box::new(LastEventAge(reflector.last_event.clone())));
-        let store = StoreMetrics {
-            objects: Family::default(),
-        };
-        registry.register(
-            "store_objects",
-            "Objects in each informer's store",
-            store.objects.clone(),
-        );
+        let caches = Caches::default();
+        registry.register_collector(Box::new(caches.clone()));
+        let clients = RestClients::default();
+        registry.register_collector(Box::new(clients.clone()));
         let leader_election = LeaderElectionMetrics {
             status: Family::default(),
         };
@@ -275,9 +240,9 @@ impl Metrics {
         Metrics {
             registry: Arc::new(Mutex::new(registry)),
             controller,
-            reflector,
-            store,
             leader_election,
+            clients,
+            caches,
         }
     }
 
@@ -296,23 +261,46 @@ impl Metrics {
     pub fn controller(&self) -> ControllerMetrics {
         self.controller.clone()
     }
-    /// Handle for reflector metrics.
-    pub fn reflector(&self) -> ReflectorMetrics {
-        self.reflector.clone()
-    }
-    /// Handle for store sizes.
-    pub fn store(&self) -> StoreMetrics {
-        self.store.clone()
-    }
     /// Handle for `leader_election_master_status`.
     pub fn leader_election(&self) -> LeaderElectionMetrics {
         self.leader_election.clone()
     }
 
-    /// Exposes `client`'s request counters as the `rest_client_*` families.
+    /// Exposes `client`'s request counters as the `rest_client_*` families, read at scrape
+    /// time. Several clients may be registered (their series differ by `host`, or add up when
+    /// they talk to the same server); registering the same client twice counts it once.
     pub fn register_client(&self, client: &Client) {
         let metrics = client.metrics();
-        self.with_registry(|r| r.register_collector(Box::new(RestClientCollector(metrics))));
+        let mut clients = lock(&self.clients.0);
+        if !clients.iter().any(|c| Arc::ptr_eq(c, &metrics)) {
+            clients.push(metrics);
+        }
+    }
+
+    /// Exposes `informer`'s reflector counters and store size under `name` (the `name` label of
+    /// the `reflector_*` and `store_objects` families), read at scrape time. A second
+    /// registration under the same name replaces the first.
+    pub fn register_informer<K: CacheObject>(&self, name: &str, informer: &SharedIndexInformer<K>) {
+        let indexer = informer.indexer();
+        self.register_reflector(name, informer.status(), move || indexer.len());
+    }
+
+    /// Like [`Metrics::register_informer`], for a reflector outside a shared informer: its
+    /// `status` and a function returning the size of the store it fills.
+    pub fn register_reflector(
+        &self,
+        name: &str,
+        status: ReflectorStatus,
+        store_len: impl Fn() -> usize + Send + Sync + 'static,
+    ) {
+        let source = CacheSource {
+            name: name.to_owned(),
+            status,
+            store_len: Box::new(store_len),
+        };
+        let mut caches = lock(&self.caches.0);
+        caches.retain(|c| c.name != name);
+        caches.push(source);
     }
 
     /// Exposes `broadcaster`'s dropped-event count as `events_dropped_total`.
@@ -338,25 +326,88 @@ pub fn encode_registry(registry: &Mutex<Registry>) -> String {
     out
 }
 
-#[derive(Debug)]
-struct LastEventAge(Arc<Mutex<HashMap<String, Instant>>>);
+/// Reads one counter of a reflector.
+type ReadCounter = fn(&ReflectorStats) -> u64;
 
-impl Collector for LastEventAge {
+/// One informer (or bare reflector) whose counters a scrape reads.
+struct CacheSource {
+    name: String,
+    status: ReflectorStatus,
+    store_len: Box<dyn Fn() -> usize + Send + Sync>,
+}
+
+/// The registered informers; encodes the `reflector_*` and `store_objects` families.
+#[derive(Clone, Default)]
+struct Caches(Arc<Mutex<Vec<CacheSource>>>);
+
+impl std::fmt::Debug for Caches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = lock(&self.0).iter().map(|c| c.name.clone()).collect();
+        f.debug_tuple("Caches").field(&names).finish()
+    }
+}
+
+impl Collector for Caches {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let now = Instant::now();
-        let ages: Vec<(String, f64)> = lock(&self.0)
+        // Read everything first, so no informer lock is held while encoding.
+        let mut rows: Vec<(Labels, ReflectorStats, usize)> = lock(&self.0)
             .iter()
-            .map(|(name, at)| (name.clone(), now.duration_since(*at).as_secs_f64()))
+            .map(|c| {
+                (
+                    labels(&[("name", &c.name)]),
+                    c.status.snapshot(),
+                    (c.store_len)(),
+                )
+            })
             .collect();
-        let mut metric = encoder.encode_descriptor(
-            "reflector_last_event_age_seconds",
-            "Seconds since each reflector last received a watch event",
+        if rows.is_empty() {
+            return Ok(());
+        }
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        let counters: [(&str, &str, ReadCounter); 3] = [
+            ("reflector_lists", "LIST requests made by reflectors", |s| {
+                s.lists
+            }),
+            (
+                "reflector_watches",
+                "WATCH requests opened by reflectors",
+                |s| s.watches,
+            ),
+            (
+                "reflector_gone",
+                "410 Gone answers (expired resourceVersion) seen by reflectors",
+                |s| s.expired,
+            ),
+        ];
+        for (name, help, read) in counters {
+            let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (l, stats, _) in &rows {
+                ConstCounter::new(read(stats)).encode(m.encode_family(l)?)?;
+            }
+        }
+        if rows.iter().any(|(_, s, _)| s.last_event.is_some()) {
+            let mut m = encoder.encode_descriptor(
+                "reflector_last_event_age_seconds",
+                "Seconds since each reflector last received a watch event",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (l, stats, _) in &rows {
+                if let Some(at) = stats.last_event {
+                    let age = now.saturating_duration_since(at).as_secs_f64();
+                    ConstGauge::new(age).encode(m.encode_family(l)?)?;
+                }
+            }
+        }
+        let mut m = encoder.encode_descriptor(
+            "store_objects",
+            "Objects in each informer's store",
             None,
             MetricType::Gauge,
         )?;
-        for (name, age) in ages {
-            let l = labels(&[("name", &name)]);
-            ConstGauge::new(age).encode(metric.encode_family(&l)?)?;
+        for (l, _, len) in &rows {
+            ConstGauge::new(i64::try_from(*len).unwrap_or(i64::MAX)).encode(m.encode_family(l)?)?;
         }
         Ok(())
     }
@@ -378,51 +429,149 @@ impl Collector for EventDrops {
     }
 }
 
-#[derive(Debug)]
-struct RestClientCollector(Arc<ClientMetrics>);
+/// The registered clients; encodes the `rest_client_*` families.
+#[derive(Clone, Debug, Default)]
+struct RestClients(Arc<Mutex<Vec<Arc<ClientMetrics>>>>);
 
-impl Collector for RestClientCollector {
+/// client-go's `code` label: the status code, or `<error>` when no answer came.
+fn code_label(code: u16) -> String {
+    if code == 0 {
+        "<error>".to_owned()
+    } else {
+        code.to_string()
+    }
+}
+
+/// All registered clients' counters, summed per label set.
+#[derive(Default)]
+struct RestTotals {
+    /// (code, method, host) → attempts.
+    requests: BTreeMap<(String, String, String), u64>,
+    /// (code, verb, host) → retried attempts.
+    retries_by_code: BTreeMap<(String, String, String), u64>,
+    /// (verb, host) → latency.
+    request_latency: BTreeMap<(String, String), LatencyHistogram>,
+    rate_limiter_latency: BTreeMap<(String, String), LatencyHistogram>,
+    too_many_requests: u64,
+    retries: u64,
+}
+
+fn merge(into: &mut LatencyHistogram, h: &LatencyHistogram) {
+    for (a, b) in into.counts.iter_mut().zip(h.counts.iter()) {
+        *a += b;
+    }
+    into.sum = into.sum.saturating_add(h.sum);
+    into.count += h.count;
+}
+
+impl RestTotals {
+    fn of(clients: &[Arc<ClientMetrics>]) -> RestTotals {
+        let mut t = RestTotals::default();
+        for c in clients {
+            let s = c.snapshot();
+            for ((method, code), n) in &s.requests {
+                *t.requests
+                    .entry((code_label(*code), method.clone(), s.host.clone()))
+                    .or_default() += n;
+            }
+            for ((verb, code), n) in &s.retries_by_code {
+                *t.retries_by_code
+                    .entry((code_label(*code), verb.clone(), s.host.clone()))
+                    .or_default() += n;
+            }
+            for (verb, h) in &s.request_latency {
+                merge(
+                    t.request_latency
+                        .entry((verb.clone(), s.host.clone()))
+                        .or_default(),
+                    h,
+                );
+            }
+            for (verb, h) in &s.rate_limiter_latency {
+                merge(
+                    t.rate_limiter_latency
+                        .entry((verb.clone(), s.host.clone()))
+                        .or_default(),
+                    h,
+                );
+            }
+            t.too_many_requests += s.too_many_requests;
+            t.retries += s.retries;
+        }
+        t
+    }
+}
+
+fn encode_latency(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &BTreeMap<(String, String), LatencyHistogram>,
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for ((verb, host), h) in series {
+        let l = labels(&[("verb", verb), ("host", host)]);
+        m.encode_family(&l)?.encode_histogram::<Labels>(
+            h.sum.as_secs_f64(),
+            h.count,
+            &h.buckets(),
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+impl Collector for RestClients {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snap = self.0.snapshot();
+        let clients: Vec<Arc<ClientMetrics>> = lock(&self.0).clone();
+        if clients.is_empty() {
+            return Ok(());
+        }
+        let t = RestTotals::of(&clients);
         {
             let mut m = encoder.encode_descriptor(
                 "rest_client_requests",
-                "HTTP requests to the API server, by verb and status code (0: no answer)",
+                "Number of HTTP requests, partitioned by status code, method, and host.",
                 None,
                 MetricType::Counter,
             )?;
-            for ((verb, code), stats) in &snap.requests {
-                let code = code.to_string();
-                let l = labels(&[("verb", verb), ("code", &code)]);
-                ConstCounter::new(stats.count).encode(m.encode_family(&l)?)?;
+            for ((code, method, host), n) in &t.requests {
+                let l = labels(&[("code", code), ("method", method), ("host", host)]);
+                ConstCounter::new(*n).encode(m.encode_family(&l)?)?;
             }
         }
         {
             let mut m = encoder.encode_descriptor(
-                "rest_client_request_duration_seconds",
-                "Time to response headers of API requests, by verb and status code",
+                "rest_client_request_retries",
+                "Number of request retries, partitioned by status code, verb, and host.",
                 None,
-                MetricType::Histogram,
+                MetricType::Counter,
             )?;
-            for ((verb, code), stats) in &snap.requests {
-                let code = code.to_string();
-                let l = labels(&[("verb", verb), ("code", &code)]);
-                m.encode_family(&l)?.encode_histogram::<Labels>(
-                    stats.latency_sum.as_secs_f64(),
-                    stats.count,
-                    &[(f64::INFINITY, stats.count)],
-                    None,
-                )?;
+            for ((code, verb, host), n) in &t.retries_by_code {
+                let l = labels(&[("code", code), ("verb", verb), ("host", host)]);
+                ConstCounter::new(*n).encode(m.encode_family(&l)?)?;
             }
         }
-        let tmr = ConstCounter::new(snap.too_many_requests);
+        encode_latency(
+            &mut encoder,
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host.",
+            &t.request_latency,
+        )?;
+        encode_latency(
+            &mut encoder,
+            "rest_client_rate_limiter_duration_seconds",
+            "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+            &t.rate_limiter_latency,
+        )?;
+        let tmr = ConstCounter::new(t.too_many_requests);
         tmr.encode(encoder.encode_descriptor(
             "rest_client_too_many_requests",
             "429 Too Many Requests answers from the API server",
             None,
             tmr.metric_type(),
         )?)?;
-        let retries = ConstCounter::new(snap.retries);
+        let retries = ConstCounter::new(t.retries);
         retries.encode(encoder.encode_descriptor(
             "rest_client_retries",
             "API requests that were retries of an earlier attempt",
@@ -510,6 +659,84 @@ mod tests {
         assert!(e.to_string().contains("--metrics-bind-address"));
         assert!(e.to_string().contains("localhost:http"));
         assert!(parse_bind_address(f, ":99999").is_err());
+    }
+
+    fn test_client(url: &str) -> Client {
+        Client::new(crate::client::Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    #[test]
+    fn rest_client_families_have_client_go_names_labels_and_buckets() {
+        use http::Method;
+        let m = Metrics::new();
+        assert!(
+            !m.encode().contains("rest_client"),
+            "no client, no families"
+        );
+        let client = test_client("http://10.0.0.1:6443");
+        let cm = client.metrics();
+        for ms in [3, 5, 6, 700] {
+            cm.observe_request(&Method::GET, Duration::from_millis(ms));
+        }
+        cm.observe_request(&Method::GET, Duration::from_secs(90));
+        cm.observe_request(&Method::PUT, Duration::from_millis(30));
+        cm.observe_throttle(&Method::GET, Duration::ZERO);
+        cm.observe_throttle(&Method::GET, Duration::from_millis(200));
+        cm.record_attempt(&Method::GET, 200, false);
+        cm.record_attempt(&Method::GET, 0, false);
+        cm.record_attempt(&Method::GET, 0, true);
+        cm.record_attempt(&Method::GET, 429, false);
+        m.register_client(&client);
+        // The same server through a second client: its series add up with the first's.
+        let other = test_client("http://10.0.0.1:6443");
+        other.metrics().record_attempt(&Method::GET, 200, false);
+        m.register_client(&other);
+        let text = m.encode();
+        let h = "host=\"10.0.0.1:6443\"";
+        let bucket = |le: &str, n: u64| {
+            format!(
+                "rest_client_request_duration_seconds_bucket{{le=\"{le}\",verb=\"GET\",{h}}} {n}\n"
+            )
+        };
+        let mut expected = vec![
+            bucket("0.005", 2),
+            bucket("0.025", 3),
+            bucket("0.1", 3),
+            bucket("0.25", 3),
+            bucket("0.5", 3),
+            bucket("1.0", 4),
+        ];
+        for le in ["2.0", "4.0", "8.0", "15.0", "30.0", "60.0"] {
+            expected.push(bucket(le, 4));
+        }
+        expected.push(bucket("+Inf", 5));
+        expected.extend([
+            format!("rest_client_request_duration_seconds_count{{verb=\"GET\",{h}}} 5\n"),
+            format!("rest_client_request_duration_seconds_sum{{verb=\"PUT\",{h}}} 0.03\n"),
+            format!("rest_client_request_duration_seconds_bucket{{le=\"0.025\",verb=\"PUT\",{h}}} 0\n"),
+            format!("rest_client_request_duration_seconds_bucket{{le=\"0.1\",verb=\"PUT\",{h}}} 1\n"),
+            format!("rest_client_rate_limiter_duration_seconds_bucket{{le=\"0.005\",verb=\"GET\",{h}}} 1\n"),
+            format!("rest_client_rate_limiter_duration_seconds_bucket{{le=\"0.25\",verb=\"GET\",{h}}} 2\n"),
+            format!("rest_client_requests_total{{code=\"200\",method=\"GET\",{h}}} 2\n"),
+            format!("rest_client_requests_total{{code=\"<error>\",method=\"GET\",{h}}} 2\n"),
+            format!("rest_client_requests_total{{code=\"429\",method=\"GET\",{h}}} 1\n"),
+            format!("rest_client_request_retries_total{{code=\"<error>\",verb=\"GET\",{h}}} 1\n"),
+            "rest_client_too_many_requests_total 1\n".to_owned(),
+            "rest_client_retries_total 1\n".to_owned(),
+            "# TYPE rest_client_request_duration_seconds histogram\n".to_owned(),
+            "# TYPE rest_client_requests counter\n".to_owned(),
+        ]);
+        for line in expected {
+            assert!(text.contains(&line), "{line:?} missing from:\n{text}");
+        }
+        // Each family once, however many clients.
+        assert_eq!(
+            text.matches("# TYPE rest_client_requests counter").count(),
+            1
+        );
+        // Registering a client twice does not double its counts.
+        m.register_client(&client);
+        assert_eq!(m.encode(), text);
     }
 
     #[test]

@@ -196,8 +196,9 @@ pub struct Config {
     pub burst: u32,
     /// TCP connect timeout (client-go: 30 s).
     pub connect_timeout: Duration,
-    /// Timeout of a whole non-watch request (headers and body); `None` = no limit. Watches never
-    /// get one: the server ends them after their `timeoutSeconds`.
+    /// Timeout of a whole non-watch request (headers and body, retries included), counted once
+    /// the client-side throttle has let it go; `None` = no limit. Watches never get one: the
+    /// server ends them after their `timeoutSeconds`.
     pub timeout: Option<Duration>,
     /// How many times a request is retried after a `Retry-After` answer or a connection error.
     pub max_retries: u32,

@@ -55,7 +55,7 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
-pub use transport::{Client, ClientMetrics, MetricsSnapshot};
+pub use transport::{Client, ClientMetrics, LatencyHistogram, MetricsSnapshot};
 pub use watch::{Bookmark, WatchDecoder, WatchEvent, WatchStream};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;

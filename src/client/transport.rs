@@ -20,12 +20,23 @@
 //!   `NO_PROXY` environment variables are not consulted: set `proxy-url` in the kubeconfig.
 //! * **QPS and burst.** The API server is shared by every controller in the cluster, and a
 //!   controller bug (a hot reconcile loop) must not turn into a flood that starves everyone else.
-//!   The client therefore holds a token bucket: `burst` tokens (default 30) to start with, refilled
-//!   at `qps` per second (default 20); each request waits for a token. Watches skip the bucket (a
-//!   watch is one long request, not a flood), as in client-go; a *retried* watch does take one.
-//!   `qps = 0` disables the throttle. The bucket runs on `tokio::time`, so tests with a paused clock
-//!   can count requests over virtual time. The server protects itself too (priority and fairness
-//!   answers `429` with `Retry-After`); the bucket is the polite half of that contract.
+//!   The client therefore holds a token bucket ([`Throttle`]): `burst` tokens (default 30) to
+//!   start with, refilled at `qps` per second (default 20); each request waits for a token.
+//!   Watches skip the bucket (a watch is one long request, not a flood), as in client-go; a
+//!   *retried* watch does take one. `qps = 0` disables the throttle. The server protects itself
+//!   too (priority and fairness answers `429` with `Retry-After`); the bucket is the polite half
+//!   of that contract.
+//! * **Fair waiting.** Like client-go's limiter (`golang.org/x/time/rate`'s `Wait`), a request
+//!   first *reserves* a token, which fixes its slot at once, and then sleeps until that slot.
+//!   Waiters are therefore served in the order they arrived, one every `1/qps` after the burst,
+//!   and a task hammering the client in a loop cannot overtake a request that queued before its
+//!   next call. A request abandoned while it waits (its future dropped, say by a timeout)
+//!   cancels its reservation: its token goes back unless later reservations are already queued
+//!   behind it, in which case they keep their slots and the abandoned slot passes unused, as
+//!   x/time/rate does on context cancellation. The first wait happens before the request
+//!   timeout starts (client-go's order), so a long queue does not turn into timeouts of requests
+//!   that were never sent. The bucket runs on `tokio::time`, so tests with a paused clock see
+//!   exact schedules.
 //! * **Retries.** client-go's rule: any request answered `429`, or `5xx` *with* a
 //!   `Retry-After: <seconds>` header, is sent again after that many seconds, at most
 //!   [`Config::max_retries`] (10) times. Connection errors (refused, reset, cut mid-response) on
@@ -33,21 +44,24 @@
 //!   doubling, capped at 2 s). Writes are not retried on connection errors: the server may have
 //!   applied them.
 //! * **Timeouts.** Connect: [`Config::connect_timeout`] (30 s). A non-watch request (headers and
-//!   body) is bounded by [`Config::timeout`]. Watches have no client timeout; the server ends them
-//!   after their `timeoutSeconds`.
+//!   body, retries included) is bounded by [`Config::timeout`], counted from the moment its first
+//!   throttle token is granted. Watches have no client timeout; the server ends them after their
+//!   `timeoutSeconds`.
 //! * **Credentials.** A bearer token (fixed, or a file re-read about every minute: kubelet rotates
 //!   projected service-account tokens), basic auth, a client certificate, or an exec credential
 //!   plugin (`client.authentication.k8s.io/v1` or `v1beta1`): the plugin's `ExecCredential` is
 //!   cached until its `expirationTimestamp` and re-fetched after a `401`. A plugin may return a
 //!   client certificate instead of a token; the connection pool is then rebuilt with it. Header
 //!   values carrying secrets are marked sensitive and nothing secret is logged.
-//! * **Metrics.** Every attempt is counted in [`ClientMetrics`] by method and status code with its
-//!   latency, plus 429s, retries and time spent waiting on the throttle.
+//! * **Metrics.** [`ClientMetrics`] keeps what client-go's `rest_client_*` metrics count: every
+//!   attempt by method and status code, retries by method and code, a latency histogram of whole
+//!   requests (throttle wait, retries and body included) and one of throttle waits, both by
+//!   method with client-go's buckets ([`LATENCY_BUCKETS`]), plus the 429 count. The manager's
+//!   `/metrics` endpoint reads them at scrape time (see [`crate::metrics`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -139,6 +153,7 @@ impl Client {
         )?;
         let throttle = Throttle::new(config.qps, config.burst);
         let auth = AuthProvider::new(&config)?;
+        let metrics = Arc::new(ClientMetrics::new(host_label(&config.server)));
         Ok(Client {
             inner: Arc::new(Inner {
                 base: config.server,
@@ -155,7 +170,7 @@ impl Client {
                 }),
                 auth,
                 throttle,
-                metrics: Arc::new(ClientMetrics::default()),
+                metrics,
             }),
         })
     }
@@ -208,10 +223,20 @@ impl Client {
 
     /// Like [`Client::request_bytes`], but returns the status code and body of *any* answer
     /// (after retries); only transport failures are errors.
+    ///
+    /// As in client-go, the first wait for the throttle comes before the request timeout starts:
+    /// a request queued behind others does not time out before it is even sent.
     pub async fn request_raw(&self, req: Request<Bytes>) -> Result<(StatusCode, Bytes)> {
+        let method = req.method().clone();
+        let _timer = RequestTimer {
+            metrics: &self.inner.metrics,
+            method: method.clone(),
+            started: tokio::time::Instant::now(),
+        };
+        self.throttle(&method, req.uri().path()).await;
         let timeout = self.inner.timeout;
         let fut = async {
-            let resp = self.send(req, false).await?;
+            let resp = self.send_attempts(req, false, true).await?;
             let status = resp.status();
             let body = resp
                 .into_body()
@@ -258,18 +283,32 @@ impl Client {
     }
 
     /// The core loop: throttle, authenticate, send, retry. Returns the final response with its
-    /// body unread.
+    /// body unread. A watch (`watch = true`) skips the throttle on its first attempt.
     pub async fn send(&self, req: Request<Bytes>, watch: bool) -> Result<Response<Incoming>> {
+        self.send_attempts(req, watch, false).await
+    }
+
+    /// [`Client::send`]; `first_throttled` says the caller already waited for the first
+    /// attempt's token.
+    async fn send_attempts(
+        &self,
+        req: Request<Bytes>,
+        watch: bool,
+        first_throttled: bool,
+    ) -> Result<Response<Incoming>> {
         let inner = &*self.inner;
         let (parts, body) = req.into_parts();
         let uri = self.full_uri(&parts.uri)?;
         let method = parts.method.clone();
+        let mut attempts = 0u32;
         let mut retries = 0u32;
         let mut refreshed_after_401 = false;
         let mut conn_backoff = Duration::from_millis(100);
         loop {
-            if !watch || retries > 0 {
-                self.throttle().await;
+            let first = attempts == 0;
+            attempts += 1;
+            if retries > 0 || !(watch || (first && first_throttled)) {
+                self.throttle(&method, uri.path()).await;
             }
             let mut builder = Request::builder().method(method.clone()).uri(uri.clone());
             if let Some(h) = builder.headers_mut() {
@@ -292,13 +331,13 @@ impl Client {
                 request.headers_mut().insert(AUTHORIZATION, h);
             }
             let client = self.http_client(cred.identity)?;
-            let started = tokio::time::Instant::now();
             let result = client.request(request).await;
-            let elapsed = started.elapsed();
             match result {
                 Ok(resp) => {
                     let status = resp.status();
-                    inner.metrics.record(&method, status.as_u16(), elapsed);
+                    inner
+                        .metrics
+                        .record_attempt(&method, status.as_u16(), retries > 0);
                     if status == StatusCode::UNAUTHORIZED
                         && !refreshed_after_401
                         && inner.auth.invalidate()
@@ -311,7 +350,6 @@ impl Client {
                         && retries < inner.max_retries
                     {
                         retries += 1;
-                        inner.metrics.retries.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(
                             %method,
                             path = uri.path(),
@@ -327,11 +365,10 @@ impl Client {
                     return Ok(resp);
                 }
                 Err(e) => {
-                    inner.metrics.record(&method, 0, elapsed);
+                    inner.metrics.record_attempt(&method, 0, retries > 0);
                     let idempotent = method == Method::GET || method == Method::HEAD;
                     if idempotent && retries < inner.max_retries {
                         retries += 1;
-                        inner.metrics.retries.fetch_add(1, Ordering::Relaxed);
                         let jitter = conn_backoff.mul_f64(fastrand::f64() * 0.1);
                         tracing::debug!(%method, path = uri.path(), error = %error_chain(&e), attempt = retries, "connection error; retrying");
                         tokio::time::sleep(conn_backoff + jitter).await;
@@ -362,25 +399,25 @@ impl Client {
         Uri::from_parts(parts).map_err(|e| Error::Other(format!("request path {pq:?}: {e}")))
     }
 
-    async fn throttle(&self) {
+    /// Waits for a throttle token (if there is a throttle) and records the wait.
+    async fn throttle(&self, method: &Method, path: &str) {
         if let Some(t) = &self.inner.throttle {
             let waited = t.acquire().await;
-            if !waited.is_zero() {
-                self.inner
-                    .metrics
-                    .throttle_wait_nanos
-                    .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
-                if waited > Duration::from_secs(1) {
-                    tracing::info!(
-                        waited_ms = waited.as_millis() as u64,
-                        "waited for client-side throttling (not priority and fairness)"
-                    );
-                } else if waited > Duration::from_millis(50) {
-                    tracing::debug!(
-                        waited_ms = waited.as_millis() as u64,
-                        "waited for client-side throttling (not priority and fairness)"
-                    );
-                }
+            self.inner.metrics.observe_throttle(method, waited);
+            if waited > Duration::from_secs(1) {
+                tracing::info!(
+                    %method,
+                    path,
+                    waited_ms = waited.as_millis() as u64,
+                    "waited for client-side throttling (not priority and fairness)"
+                );
+            } else if waited > Duration::from_millis(50) {
+                tracing::debug!(
+                    %method,
+                    path,
+                    waited_ms = waited.as_millis() as u64,
+                    "waited for client-side throttling (not priority and fairness)"
+                );
             }
         }
     }
@@ -698,66 +735,207 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
 // Throttle
 // ---------------------------------------------------------------------------------------------
 
-/// governor's clock on `tokio::time`, so a paused test clock drives the bucket.
-#[derive(Clone, Debug)]
-struct TokioClock {
-    start: tokio::time::Instant,
-}
+/// The slowest rate the throttle honours: one request a day. Slower rates are raised to it, so
+/// the arithmetic below never produces a wait that overflows a clock.
+const MIN_QPS: f64 = 1.0 / 86_400.0;
 
-impl governor::clock::Clock for TokioClock {
-    type Instant = Duration;
-    fn now(&self) -> Duration {
-        self.start.elapsed()
-    }
-}
-
-type Limiter = governor::RateLimiter<
-    governor::state::NotKeyed,
-    governor::state::InMemoryState,
-    TokioClock,
-    governor::middleware::NoOpMiddleware<Duration>,
->;
-
-/// The client-side token bucket: `burst` requests at once, then `qps` per second.
+/// The client-side token bucket: `burst` requests at once, then `qps` per second, handed out in
+/// arrival order.
+///
+/// This is client-go's `flowcontrol.NewTokenBucketRateLimiter`, which is a
+/// `golang.org/x/time/rate.Limiter`, with the same arithmetic:
+///
+/// * The bucket starts full (`burst` tokens) and refills continuously at `qps` tokens a second,
+///   never above `burst`.
+/// * [`Throttle::reserve`] always takes a token *now*, even one that only exists in the future:
+///   the count goes negative and the [`Reservation`] records when its token will exist (its
+///   *time to act*). The next caller's token is one `1/qps` later still. Each caller's slot is
+///   therefore fixed the moment it arrives, and a caller that arrives later can never be served
+///   before one that arrived earlier, however often it asks (x/time/rate's `Wait` does the same:
+///   reserve, then sleep until the slot).
+/// * Dropping a [`Reservation`] before its time to act cancels it (x/time/rate's
+///   `Reservation.Cancel`, which `Wait` calls when its context is cancelled): the token goes back
+///   into the bucket unless later reservations were already stacked on top of it. In that case
+///   their slots stay where they are, so the cancelled slot simply passes unused. Either way
+///   nothing is lost for good: the bucket is a function of time and refills to `burst` once no
+///   one is waiting.
+///
+/// Times come from `tokio::time`, so a test with a paused clock sees exact schedules.
 pub struct Throttle {
-    limiter: Limiter,
-    clock: TokioClock,
+    qps: f64,
+    burst: f64,
+    state: Mutex<Bucket>,
+}
+
+/// x/time/rate's limiter state.
+#[derive(Debug)]
+struct Bucket {
+    /// Tokens at `last`; negative when that many are promised to reservations still waiting.
+    tokens: f64,
+    /// When `tokens` was last brought up to date.
+    last: tokio::time::Instant,
+    /// The latest time to act of any reservation (x/time/rate's `lastEvent`).
+    last_event: tokio::time::Instant,
+}
+
+impl std::fmt::Debug for Throttle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Throttle")
+            .field("qps", &self.qps)
+            .field("burst", &self.burst)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Throttle {
     /// `None` when `qps` is not a positive number (throttling disabled). A `burst` of 0 is
-    /// treated as 1.
+    /// treated as 1; rates below one request a day are treated as one a day.
     pub fn new(qps: f32, burst: u32) -> Option<Throttle> {
         if !(qps.is_finite() && qps > 0.0) {
             return None;
         }
-        // Rates below one request a day are treated as one a day (and never overflow).
-        let period = Duration::try_from_secs_f64(1.0 / f64::from(qps))
-            .unwrap_or(Duration::MAX)
-            .min(Duration::from_secs(86_400));
-        let burst = std::num::NonZeroU32::new(burst.max(1))?;
-        let quota = governor::Quota::with_period(period)?.allow_burst(burst);
-        let clock = TokioClock {
-            start: tokio::time::Instant::now(),
-        };
+        let burst = f64::from(burst.max(1));
+        let now = tokio::time::Instant::now();
         Some(Throttle {
-            limiter: governor::RateLimiter::direct_with_clock(quota, clock.clone()),
-            clock,
+            qps: f64::from(qps).max(MIN_QPS),
+            burst,
+            state: Mutex::new(Bucket {
+                tokens: burst,
+                last: now,
+                last_event: now,
+            }),
         })
     }
 
-    /// Waits for a token; returns how long it waited.
+    /// Takes one token, possibly one that only exists in the future, and returns the
+    /// reservation saying when it may be used. Dropping the reservation before then gives the
+    /// token back where possible (see the type's documentation).
+    pub fn reserve(&self) -> Reservation<'_> {
+        let now = tokio::time::Instant::now();
+        let mut b = lock_bucket(&self.state);
+        let tokens = self.advance(&b, now) - 1.0;
+        let wait = if tokens < 0.0 {
+            self.duration_from_tokens(-tokens)
+        } else {
+            Duration::ZERO
+        };
+        let time_to_act = add_saturating(now, wait);
+        b.last = now;
+        b.tokens = tokens;
+        b.last_event = time_to_act;
+        Reservation {
+            throttle: self,
+            time_to_act,
+            acted: false,
+        }
+    }
+
+    /// Waits for a token (reserve, then sleep until the reserved slot); returns how long it
+    /// waited. Dropping the future while it waits cancels the reservation.
     pub async fn acquire(&self) -> Duration {
-        use governor::clock::Clock as _;
         let started = tokio::time::Instant::now();
-        loop {
-            match self.limiter.check() {
-                Ok(()) => return started.elapsed(),
-                Err(not_until) => {
-                    let wait = not_until.wait_time_from(self.clock.now());
-                    tokio::time::sleep(wait.max(Duration::from_micros(1))).await;
-                }
-            }
+        self.reserve().wait().await;
+        started.elapsed()
+    }
+
+    /// Tokens in the bucket at `now`, had nothing been taken since `b.last`.
+    fn advance(&self, b: &Bucket, now: tokio::time::Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(b.last);
+        (b.tokens + self.tokens_from_duration(elapsed)).min(self.burst)
+    }
+
+    fn tokens_from_duration(&self, d: Duration) -> f64 {
+        d.as_nanos() as f64 * self.qps / 1e9
+    }
+
+    fn duration_from_tokens(&self, tokens: f64) -> Duration {
+        // To the nearest nanosecond, which absorbs floating-point noise: 1.648 tokens at 2 qps
+        // is 824 ms, not 824 ms + 1 ns (a whole millisecond later on Tokio's timer). `as`
+        // saturates.
+        Duration::from_nanos((tokens * 1e9 / self.qps).round() as u64)
+    }
+
+    /// x/time/rate's `Reservation.CancelAt`.
+    fn cancel(&self, time_to_act: tokio::time::Instant, now: tokio::time::Instant) {
+        let mut b = lock_bucket(&self.state);
+        if time_to_act < now {
+            return;
+        }
+        // Tokens reserved after this one (their slots lie between it and the last event) stay
+        // taken: giving them back would let a newcomer jump the queue.
+        let restore =
+            1.0 - self.tokens_from_duration(b.last_event.saturating_duration_since(time_to_act));
+        if restore <= 0.0 {
+            return;
+        }
+        let tokens = (self.advance(&b, now) + restore).min(self.burst);
+        b.last = now;
+        b.tokens = tokens;
+        if time_to_act == b.last_event
+            && let Some(previous) = time_to_act.checked_sub(self.duration_from_tokens(1.0))
+            && previous >= now
+        {
+            b.last_event = previous;
+        }
+    }
+}
+
+fn lock_bucket(m: &Mutex<Bucket>) -> std::sync::MutexGuard<'_, Bucket> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn add_saturating(t: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
+    // A wait too long for the clock is, for every practical purpose, thirty years.
+    t.checked_add(d)
+        .unwrap_or_else(|| t + Duration::from_secs(30 * 365 * 86_400))
+}
+
+/// One token taken from a [`Throttle`], usable from [`Reservation::time_to_act`] on.
+///
+/// Dropped before [`Reservation::wait`] completes, it is cancelled (the token is returned when
+/// no later reservation depends on it).
+#[must_use = "dropping a reservation cancels it"]
+pub struct Reservation<'a> {
+    throttle: &'a Throttle,
+    time_to_act: tokio::time::Instant,
+    acted: bool,
+}
+
+impl std::fmt::Debug for Reservation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("time_to_act", &self.time_to_act)
+            .field("acted", &self.acted)
+            .finish()
+    }
+}
+
+impl Reservation<'_> {
+    /// When the reserved token exists.
+    pub fn time_to_act(&self) -> tokio::time::Instant {
+        self.time_to_act
+    }
+
+    /// How long from now until [`Reservation::time_to_act`] (zero if it has passed).
+    pub fn delay(&self) -> Duration {
+        self.time_to_act
+            .saturating_duration_since(tokio::time::Instant::now())
+    }
+
+    /// Sleeps until the reserved slot and uses the token.
+    pub async fn wait(mut self) {
+        if self.time_to_act > tokio::time::Instant::now() {
+            tokio::time::sleep_until(self.time_to_act).await;
+        }
+        self.acted = true;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.acted {
+            self.throttle
+                .cancel(self.time_to_act, tokio::time::Instant::now());
         }
     }
 }
@@ -766,34 +944,98 @@ impl Throttle {
 // Metrics
 // ---------------------------------------------------------------------------------------------
 
-/// Request counters of one [`Client`] (client-go's `rest_client_requests_total`,
-/// `rest_client_request_duration_seconds`, rate-limiter and retry metrics), read by the manager's
-/// `/metrics` endpoint through [`ClientMetrics::snapshot`].
-#[derive(Debug, Default)]
-pub struct ClientMetrics {
-    requests: Mutex<BTreeMap<(String, u16), RequestStats>>,
-    too_many_requests: AtomicU64,
-    retries: AtomicU64,
-    throttle_wait_nanos: AtomicU64,
+/// Upper bounds, in seconds, of the latency histograms (`rest_client_request_duration_seconds`
+/// and `rest_client_rate_limiter_duration_seconds`): client-go's buckets. A `+Inf` bucket
+/// follows the last.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+];
+
+/// A latency histogram over [`LATENCY_BUCKETS`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencyHistogram {
+    /// Observations per bucket, *not* cumulative: `counts[i]` holds those above
+    /// `LATENCY_BUCKETS[i - 1]` and at most `LATENCY_BUCKETS[i]`; the last entry holds those
+    /// above 60 s.
+    pub counts: [u64; LATENCY_BUCKETS.len() + 1],
+    /// Sum of the observations.
+    pub sum: Duration,
+    /// Number of observations.
+    pub count: u64,
 }
 
-/// Count and total latency of the attempts with one method and status code.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RequestStats {
-    /// Attempts.
-    pub count: u64,
-    /// Sum of the time to response headers.
-    pub latency_sum: Duration,
+impl LatencyHistogram {
+    /// Adds one observation (Prometheus buckets are inclusive: 5 ms lands in `le="0.005"`).
+    pub fn observe(&mut self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|le| secs <= *le)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.counts[i] += 1;
+        self.sum = self.sum.saturating_add(d);
+        self.count += 1;
+    }
+
+    /// Observations of at most `le` seconds: the value of the `le` bucket in the exposition
+    /// (`f64::INFINITY` for `+Inf`, which is every observation).
+    pub fn cumulative(&self, le: f64) -> u64 {
+        self.buckets()
+            .iter()
+            .take_while(|(upper, _)| *upper <= le)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// `(upper bound, observations in that bucket alone)` pairs ending with `+Inf`: the shape
+    /// prometheus-client's histogram encoder takes.
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        LATENCY_BUCKETS
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(self.counts.iter().copied())
+            .collect()
+    }
+}
+
+/// Request counters of one [`Client`], in the shape of client-go's `rest_client_*` metrics, read
+/// by the manager's `/metrics` endpoint through [`ClientMetrics::snapshot`].
+///
+/// What is counted where, as in client-go's `rest.Request`:
+///
+/// * every attempt, retries and watches included, by method and status code
+///   (`rest_client_requests_total`); code 0 means the attempt got no answer (client-go's
+///   `<error>`);
+/// * every attempt after the first of one request, by method and code
+///   (`rest_client_request_retries_total`);
+/// * each whole request made through [`Client::request_raw`] (and the helpers built on it), from
+///   its call to its last body byte, throttle waits and retries included
+///   (`rest_client_request_duration_seconds`). Watches and bare [`Client::send`] calls are not
+///   timed, as client-go times neither `Watch` nor `Stream`;
+/// * each wait for the throttle, zero waits included (`rest_client_rate_limiter_duration_seconds`).
+#[derive(Debug)]
+pub struct ClientMetrics {
+    host: String,
+    state: Mutex<MetricsSnapshot>,
 }
 
 /// A point-in-time copy of [`ClientMetrics`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MetricsSnapshot {
-    /// By (HTTP method, status code); code 0 means no response (a connection error).
-    pub requests: BTreeMap<(String, u16), RequestStats>,
+    /// The server's `host[:port]`, as written in its URL (client-go's `host` label).
+    pub host: String,
+    /// Attempts by (HTTP method, status code); code 0 means no response (a connection error).
+    pub requests: BTreeMap<(String, u16), u64>,
+    /// Attempts that were retries, by (HTTP method, status code).
+    pub retries_by_code: BTreeMap<(String, u16), u64>,
+    /// Whole-request latency by HTTP method.
+    pub request_latency: BTreeMap<String, LatencyHistogram>,
+    /// Time spent waiting for the throttle, by HTTP method.
+    pub rate_limiter_latency: BTreeMap<String, LatencyHistogram>,
     /// Answers with code 429.
     pub too_many_requests: u64,
-    /// Attempts that were retries.
+    /// Attempts that were retries (the sum of `retries_by_code`).
     pub retries: u64,
     /// Total time requests waited for the client-side throttle.
     pub throttle_wait: Duration,
@@ -805,35 +1047,106 @@ impl MetricsSnapshot {
         self.requests
             .iter()
             .filter(|((m, _), _)| m == method)
-            .map(|(_, s)| s.count)
+            .map(|(_, n)| n)
             .sum()
     }
     /// All attempts.
     pub fn total(&self) -> u64 {
-        self.requests.values().map(|s| s.count).sum()
+        self.requests.values().sum()
     }
 }
 
 impl ClientMetrics {
-    fn record(&self, method: &Method, code: u16, latency: Duration) {
-        if code == 429 {
-            self.too_many_requests.fetch_add(1, Ordering::Relaxed);
+    /// Empty counters for a client of the server at `host` (`host[:port]`).
+    pub fn new(host: impl Into<String>) -> ClientMetrics {
+        let host = host.into();
+        ClientMetrics {
+            state: Mutex::new(MetricsSnapshot {
+                host: host.clone(),
+                ..MetricsSnapshot::default()
+            }),
+            host,
         }
-        if let Ok(mut m) = self.requests.lock() {
-            let e = m.entry((method.as_str().to_owned(), code)).or_default();
-            e.count += 1;
-            e.latency_sum += latency;
-        }
+    }
+
+    /// The `host` label of this client's series.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut MetricsSnapshot) -> T) -> T {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut s)
+    }
+
+    /// Counts one attempt answered `code` (0: no answer); `retry` when it was not the first
+    /// attempt of its request.
+    pub(crate) fn record_attempt(&self, method: &Method, code: u16, retry: bool) {
+        self.with(|s| {
+            let key = (method.as_str().to_owned(), code);
+            if code == 429 {
+                s.too_many_requests += 1;
+            }
+            if retry {
+                s.retries += 1;
+                *s.retries_by_code.entry(key.clone()).or_default() += 1;
+            }
+            *s.requests.entry(key).or_default() += 1;
+        });
+    }
+
+    /// Records one whole request that took `took`.
+    pub(crate) fn observe_request(&self, method: &Method, took: Duration) {
+        self.with(|s| {
+            s.request_latency
+                .entry(method.as_str().to_owned())
+                .or_default()
+                .observe(took);
+        });
+    }
+
+    /// Records one wait for the throttle (zero when a token was there).
+    pub(crate) fn observe_throttle(&self, method: &Method, waited: Duration) {
+        self.with(|s| {
+            s.throttle_wait = s.throttle_wait.saturating_add(waited);
+            s.rate_limiter_latency
+                .entry(method.as_str().to_owned())
+                .or_default()
+                .observe(waited);
+        });
     }
 
     /// Copies the counters.
     pub fn snapshot(&self) -> MetricsSnapshot {
-        MetricsSnapshot {
-            requests: self.requests.lock().map(|m| m.clone()).unwrap_or_default(),
-            too_many_requests: self.too_many_requests.load(Ordering::Relaxed),
-            retries: self.retries.load(Ordering::Relaxed),
-            throttle_wait: Duration::from_nanos(self.throttle_wait_nanos.load(Ordering::Relaxed)),
-        }
+        self.with(|s| s.clone())
+    }
+}
+
+/// Times one whole request for `rest_client_request_duration_seconds`; records on drop, so a
+/// request that fails, times out or is abandoned by its caller is timed too (client-go records
+/// in a `defer`).
+struct RequestTimer<'a> {
+    metrics: &'a ClientMetrics,
+    method: Method,
+    started: tokio::time::Instant,
+}
+
+impl Drop for RequestTimer<'_> {
+    fn drop(&mut self) {
+        self.metrics
+            .observe_request(&self.method, self.started.elapsed());
+    }
+}
+
+/// client-go's `host` label: the `host[:port]` of the server URL (no user info).
+fn host_label(server: &Uri) -> String {
+    match server.authority() {
+        Some(a) => a
+            .as_str()
+            .rsplit_once('@')
+            .map_or(a.as_str(), |(_, host)| host)
+            .to_owned(),
+        None => "none".to_owned(),
     }
 }
 
@@ -1199,6 +1512,12 @@ fn parse_exec_credential(stdout: &[u8], api_version: &str, cmd: &str) -> Result<
 mod tests {
     use super::*;
 
+    use std::sync::Mutex as StdMutex;
+
+    fn ms(d: Duration) -> u128 {
+        d.as_millis()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn throttle_allows_burst_then_qps() {
         let t = Throttle::new(10.0, 5).unwrap();
@@ -1207,18 +1526,223 @@ mod tests {
             assert!(t.acquire().await.is_zero());
         }
         for _ in 0..10 {
-            t.acquire().await;
+            assert_eq!(ms(t.acquire().await), 100);
         }
-        // 10 more at 10/s take one virtual second.
-        let el = start.elapsed();
-        assert!(
-            el >= Duration::from_millis(990) && el <= Duration::from_millis(1010),
-            "{el:?}"
-        );
+        // 10 more at 10/s take exactly one virtual second.
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
         assert!(Throttle::new(0.0, 10).is_none());
         assert!(Throttle::new(-1.0, 10).is_none());
         assert!(Throttle::new(f32::NAN, 10).is_none());
-        assert!(Throttle::new(f32::MIN_POSITIVE, 0).is_some());
+        assert!(Throttle::new(f32::INFINITY, 10).is_none());
+        // Burst 0 acts as 1; a rate below one a day acts as one a day (no overflow).
+        let slow = Throttle::new(f32::MIN_POSITIVE, 0).unwrap();
+        assert!(slow.reserve().delay().is_zero());
+        let _first = slow.reserve();
+        assert_eq!(slow.reserve().delay(), Duration::from_secs(86_400));
+    }
+
+    /// burst 10, 5 qps (client-go's defaults), 30 callers queued one after another: the first
+    /// ten pass at once, then one every 200 ms, in the order they arrived.
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_callers_get_the_burst_then_one_slot_each_in_arrival_order() {
+        let t = Arc::new(Throttle::new(5.0, 10).unwrap());
+        let start = tokio::time::Instant::now();
+        let admitted = Arc::new(StdMutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        for i in 0..30u32 {
+            let (t, admitted) = (t.clone(), admitted.clone());
+            tasks.push(tokio::spawn(async move {
+                t.acquire().await;
+                admitted.lock().unwrap().push((i, ms(start.elapsed())));
+            }));
+            // Let caller i take its place in the queue before caller i+1 arrives.
+            tokio::task::yield_now().await;
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let admitted = admitted.lock().unwrap().clone();
+        let expected: Vec<(u32, u128)> = (0..30u32)
+            .map(|i| (i, if i < 10 { 0 } else { 200 * u128::from(i - 9) }))
+            .collect();
+        assert_eq!(admitted, expected);
+    }
+
+    /// A task calling in a tight loop holds at most one reservation at a time; a caller that
+    /// arrives between two of its calls is served at the next free slot, not after the loop.
+    #[tokio::test(start_paused = true)]
+    async fn a_tight_loop_cannot_overtake_a_caller_that_queued_first() {
+        let t = Arc::new(Throttle::new(5.0, 1).unwrap());
+        let start = tokio::time::Instant::now();
+        let log = Arc::new(StdMutex::new(Vec::new()));
+        let hog = {
+            let (t, log) = (t.clone(), log.clone());
+            tokio::spawn(async move {
+                for _ in 0..6 {
+                    t.acquire().await;
+                    log.lock().unwrap().push(("hog", ms(start.elapsed())));
+                }
+            })
+        };
+        let victim = {
+            let (t, log) = (t.clone(), log.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                t.acquire().await;
+                log.lock().unwrap().push(("victim", ms(start.elapsed())));
+            })
+        };
+        hog.await.unwrap();
+        victim.await.unwrap();
+        // The hog reserved 400 ms at 200 ms; the victim arrived at 300 ms and got the next slot,
+        // 600 ms; the hog's following call (made at 400 ms) waits for 800 ms.
+        assert_eq!(
+            *log.lock().unwrap(),
+            vec![
+                ("hog", 0),
+                ("hog", 200),
+                ("hog", 400),
+                ("victim", 600),
+                ("hog", 800),
+                ("hog", 1000),
+                ("hog", 1200),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_abandoned_wait_does_not_keep_its_slot() {
+        let t = Throttle::new(5.0, 10).unwrap();
+        let start = tokio::time::Instant::now();
+        let at = |r: &Reservation<'_>| ms(r.time_to_act() - start);
+        for _ in 0..10 {
+            assert!(t.acquire().await.is_zero());
+        }
+
+        // The newest reservation, abandoned (here by a timeout), gives its token back: the next
+        // caller gets the 200 ms slot instead of 400 ms.
+        let abandoned = tokio::time::timeout(Duration::from_millis(100), t.acquire()).await;
+        assert!(abandoned.is_err());
+        assert_eq!(ms(t.acquire().await), 100);
+        assert_eq!(ms(start.elapsed()), 200);
+
+        // A reservation with others queued behind it cannot give its token back without letting
+        // a newcomer jump the queue: the others keep their slots and its slot passes unused.
+        let c = t.reserve();
+        let d = t.reserve();
+        let e = t.reserve();
+        assert_eq!((at(&c), at(&d), at(&e)), (400, 600, 800));
+        drop(d);
+        let f = t.reserve();
+        assert_eq!((at(&e), at(&f)), (800, 1000));
+        c.wait().await;
+        e.wait().await;
+        f.wait().await;
+        assert_eq!(ms(start.elapsed()), 1000);
+
+        // Nothing is lost for good: once the queue has drained and the bucket refilled
+        // (burst / qps = 2 s), the full burst is there again.
+        tokio::time::advance(Duration::from_secs(2)).await;
+        for _ in 0..10 {
+            assert!(t.acquire().await.is_zero());
+        }
+        assert_eq!(ms(t.acquire().await), 200);
+    }
+
+    #[test]
+    fn latency_buckets_are_client_gos_and_inclusive() {
+        assert_eq!(
+            LATENCY_BUCKETS,
+            [
+                0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0
+            ]
+        );
+        let mut h = LatencyHistogram::default();
+        h.observe(Duration::from_millis(5));
+        h.observe(Duration::from_micros(5001));
+        h.observe(Duration::from_secs(60));
+        h.observe(Duration::from_secs(61));
+        assert_eq!(h.count, 4);
+        assert_eq!(h.sum, Duration::from_micros(121_010_001));
+        assert_eq!(h.cumulative(0.005), 1);
+        assert_eq!(h.cumulative(0.025), 2);
+        assert_eq!(h.cumulative(30.0), 2);
+        assert_eq!(h.cumulative(60.0), 3);
+        assert_eq!(h.cumulative(f64::INFINITY), 4);
+        let b = h.buckets();
+        assert_eq!(b.len(), 13);
+        assert_eq!(b[12], (f64::INFINITY, 1));
+    }
+
+    #[test]
+    fn host_label_is_host_and_port_without_user_info() {
+        let h = |s: &str| host_label(&s.parse().unwrap());
+        assert_eq!(h("https://10.0.0.1:6443"), "10.0.0.1:6443");
+        assert_eq!(h("https://admin:pw@10.0.0.1:6443/prefix"), "10.0.0.1:6443");
+        assert_eq!(
+            h("https://kubernetes.default.svc"),
+            "kubernetes.default.svc"
+        );
+        assert_eq!(h("https://[::1]:6443"), "[::1]:6443");
+    }
+
+    mod fairness {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+            /// Callers arriving at arbitrary times: each is admitted no earlier than it
+            /// arrived, never before a caller that arrived earlier, and never faster than the
+            /// bucket allows (at most `burst + qps·t` admissions in any window of length t).
+            #[test]
+            fn admission_follows_arrival_and_the_rate(
+                qps in prop::sample::select(vec![1.0f32, 2.0, 4.0, 5.0, 10.0, 20.0]),
+                burst in 1u32..6,
+                mut arrivals_ms in prop::collection::vec(0u64..3000, 1..40),
+            ) {
+                arrivals_ms.sort_unstable();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .start_paused(true)
+                    .build()
+                    .unwrap();
+                let admitted: Vec<(u64, Duration)> = rt.block_on(async {
+                    let t = Arc::new(Throttle::new(qps, burst).unwrap());
+                    let start = tokio::time::Instant::now();
+                    let mut tasks = Vec::new();
+                    for &a in &arrivals_ms {
+                        let t = t.clone();
+                        tasks.push(tokio::spawn(async move {
+                            tokio::time::sleep_until(start + Duration::from_millis(a)).await;
+                            t.acquire().await;
+                            (a, start.elapsed())
+                        }));
+                        tokio::task::yield_now().await;
+                    }
+                    let mut out = Vec::new();
+                    for task in tasks {
+                        out.push(task.await.unwrap());
+                    }
+                    out
+                });
+                let period = 1.0 / f64::from(qps);
+                for (i, &(a, at)) in admitted.iter().enumerate() {
+                    prop_assert!(at >= Duration::from_millis(a));
+                    for &(b, bt) in &admitted[i + 1..] {
+                        prop_assert!(a == b || at <= bt, "arrived at {a} ms, admitted after one that arrived at {b} ms");
+                    }
+                }
+                // Any burst + 1 consecutive admissions span at least one refill period, give or
+                // take Tokio's timer, which wakes a sleeper up to 1 ms after its deadline.
+                let mut times: Vec<Duration> = admitted.iter().map(|(_, at)| *at).collect();
+                times.sort_unstable();
+                for w in times.windows(burst as usize + 1) {
+                    let gap = (w[burst as usize] - w[0]).as_secs_f64();
+                    prop_assert!(gap + 0.001 >= period, "{} admissions within {gap}s", burst + 1);
+                }
+            }
+        }
     }
 
     #[test]

@@ -218,7 +218,7 @@ async fn error_codes_map_to_helpers() {
     }
     let m = pods.client().metrics().snapshot();
     assert_eq!(m.too_many_requests, 1);
-    assert_eq!(m.requests.get(&("GET".to_string(), 404)).unwrap().count, 2);
+    assert_eq!(m.requests[&("GET".to_string(), 404)], 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -321,6 +321,27 @@ async fn throttle_caps_the_rate_but_not_watches() {
         assert!(w.next().await.is_none());
     }
     assert_eq!(tokio::time::Instant::now(), t0);
+}
+
+/// client-go throttles the first attempt before the request timeout starts: a request queued
+/// behind the throttle for longer than the timeout is still sent, and answered.
+#[tokio::test]
+async fn the_throttle_wait_does_not_count_against_the_request_timeout() {
+    let server = serve_http(Arc::new(|_r: &Logged| json(200, pod_json("a", "1")))).await;
+    let mut cfg = server.config();
+    cfg.qps = 1.0;
+    cfg.burst = 1;
+    cfg.timeout = Some(Duration::from_millis(300));
+    let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
+    // Two at once: the first takes the only token, the second waits about a second for the
+    // next one, far longer than the timeout, and then still has 300 ms for its answer.
+    let (a, b) = tokio::join!(pods.get("a"), pods.get("a"));
+    a.unwrap();
+    b.unwrap();
+    let m = pods.client().metrics().snapshot();
+    assert_eq!(m.requests[&("GET".to_string(), 200)], 2);
+    assert!(m.throttle_wait > Duration::from_millis(300), "{m:?}");
+    assert_eq!(m.rate_limiter_latency["GET"].count, 2);
 }
 
 #[tokio::test]
@@ -544,13 +565,16 @@ async fn connection_errors_retry_reads_but_not_writes() {
     let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
     assert!(matches!(pods.get("a").await, Err(Error::Transport(_))));
     let m = pods.client().metrics().snapshot();
-    assert_eq!(m.requests.get(&("GET".to_string(), 0)).unwrap().count, 4);
+    assert_eq!(m.requests[&("GET".to_string(), 0)], 4);
+    assert_eq!(m.retries_by_code[&("GET".to_string(), 0)], 3);
+    // One whole request, timed once, however many attempts it took.
+    assert_eq!(m.request_latency["GET"].count, 1);
     assert!(matches!(
         pods.create(&PostParams::default(), &pod("a")).await,
         Err(Error::Transport(_))
     ));
     let m = pods.client().metrics().snapshot();
-    assert_eq!(m.requests.get(&("POST".to_string(), 0)).unwrap().count, 1);
+    assert_eq!(m.requests[&("POST".to_string(), 0)], 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,10 +1,11 @@
 //! The manager's HTTP endpoints over real HTTP: `/metrics` parses as Prometheus text and carries
-//! the families the manager promises; `/readyz` follows informer sync, on a leader and on a
+//! the families the manager promises, with client-go's `rest_client_*` labels and buckets and
+//! informer counters read at scrape time; `/readyz` follows informer sync, on a leader and on a
 //! standby alike (leader election gates workers, not caches); `/healthz` follows liveness.
 
 use crate::record_support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,8 +16,10 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use record_support::*;
-use sample_controller::client::{Api, ListParams};
+use sample_controller::cache::SharedInformerFactory;
+use sample_controller::client::{Api, Client, Config, ListParams, PostParams};
 use sample_controller::health::{HealthState, serve_health};
 use sample_controller::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock,
@@ -103,6 +106,122 @@ fn parse_exposition(text: &str) -> BTreeSet<String> {
     families
 }
 
+/// One sample line: its name, labels and value.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// Every sample of the exposition, labels parsed (values unescaped only as far as the tests
+/// need: they contain no quotes or backslashes).
+fn samples(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|line| {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let body = rest.strip_suffix('}').unwrap();
+                    let labels = body
+                        .split("\",")
+                        .filter(|p| !p.is_empty())
+                        .map(|p| {
+                            let (k, v) = p.split_once('=').unwrap();
+                            (k.to_owned(), v.trim_matches('"').to_owned())
+                        })
+                        .collect();
+                    (name.to_owned(), labels)
+                }
+                None => (series.to_owned(), BTreeMap::new()),
+            };
+            Sample {
+                name,
+                labels,
+                value: value.parse().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// The value of the one sample named `name` whose labels include `want`; None if there is none.
+fn value(text: &str, name: &str, want: &[(&str, &str)]) -> Option<f64> {
+    let found: Vec<f64> = samples(text)
+        .into_iter()
+        .filter(|s| {
+            s.name == name
+                && want
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| s.value)
+        .collect();
+    assert!(found.len() <= 1, "{name} {want:?} matches {found:?}");
+    found.first().copied()
+}
+
+/// The `_bucket` series of histogram `name` for `want`, as (le, cumulative count) in
+/// exposition order.
+fn buckets(text: &str, name: &str, want: &[(&str, &str)]) -> Vec<(f64, f64)> {
+    samples(text)
+        .into_iter()
+        .filter(|s| {
+            s.name == format!("{name}_bucket")
+                && want
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|s| {
+            let le = match s.labels["le"].as_str() {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().unwrap(),
+            };
+            (le, s.value)
+        })
+        .collect()
+}
+
+/// client-go's `requestLatency` / `rateLimiterLatency` buckets, then `+Inf`.
+const CLIENT_GO_BUCKETS: [f64; 13] = [
+    0.005,
+    0.025,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    15.0,
+    30.0,
+    60.0,
+    f64::INFINITY,
+];
+
+/// Checks one histogram series: client-go's bucket bounds, cumulative counts that never
+/// decrease, `+Inf` equal to `_count`; returns the buckets.
+fn check_histogram(text: &str, name: &str, want: &[(&str, &str)], count: f64) -> Vec<(f64, f64)> {
+    let b = buckets(text, name, want);
+    let bounds: Vec<f64> = b.iter().map(|(le, _)| *le).collect();
+    assert_eq!(bounds, CLIENT_GO_BUCKETS, "{name} {want:?}:\n{text}");
+    for w in b.windows(2) {
+        assert!(w[0].1 <= w[1].1, "{name} {want:?} buckets decrease: {b:?}");
+    }
+    assert_eq!(b.last().unwrap().1, count, "{name} {want:?} +Inf");
+    assert_eq!(
+        value(text, &format!("{name}_count"), want),
+        Some(count),
+        "{name} {want:?} _count"
+    );
+    b
+}
+
+/// The cumulative count of bucket `le` in `b`.
+fn at_most(b: &[(f64, f64)], le: f64) -> f64 {
+    b.iter().find(|(bound, _)| *bound == le).unwrap().1
+}
+
 #[tokio::test]
 async fn metrics_endpoint_serves_every_family_as_prometheus_text() {
     let server = server().await;
@@ -125,12 +244,17 @@ async fn metrics_endpoint_serves_every_family_as_prometheus_text() {
     metrics
         .controller()
         .observe_sync("cnat", Duration::from_millis(3), true);
-    let reflector = metrics.reflector();
-    reflector.list("ats");
-    reflector.watch("ats");
-    reflector.gone("ats");
-    reflector.event("ats");
-    metrics.store().set_objects("ats", 3);
+    // An informer over ConfigMaps (with its own client, so its LIST and WATCH do not show up
+    // in the counts below), synced before the scrape.
+    let factory = SharedInformerFactory::new(record_support::client(&server), Duration::ZERO)
+        .with_namespace("default");
+    let informer = factory.informer::<ConfigMap>();
+    metrics.register_informer("configmaps", &informer);
+    let informers = CancellationToken::new();
+    factory.start(&informers);
+    wait_synced(|| informer.has_synced()).await;
+    let stats = informer.status().snapshot();
+    let objects = informer.indexer().len();
     metrics
         .leader_election()
         .set_leading("kube-system/cnat", true);
@@ -175,11 +299,6 @@ async fn metrics_endpoint_serves_every_family_as_prometheus_text() {
         "controller_sync_total{controller=\"cnat\"} 2",
         "controller_sync_errors_total{controller=\"cnat\"} 1",
         "controller_sync_duration_seconds_count{controller=\"cnat\"} 2",
-        "rest_client_requests_total{verb=\"GET\",code=\"200\"} 1",
-        "rest_client_requests_total{verb=\"GET\",code=\"404\"} 1",
-        "rest_client_request_duration_seconds_count{verb=\"GET\",code=\"404\"} 1",
-        "reflector_gone_total{name=\"ats\"} 1",
-        "store_objects{name=\"ats\"} 3",
         "events_dropped_total 0",
         "leader_election_master_status{name=\"kube-system/cnat\"} 1",
         "workqueue_depth{name=\"ats\"} 1",
@@ -187,12 +306,282 @@ async fn metrics_endpoint_serves_every_family_as_prometheus_text() {
     ] {
         assert!(body.contains(sample), "{sample} missing from:\n{body}");
     }
-    assert!(body.contains("reflector_last_event_age_seconds{name=\"ats\"} "));
+    let host = client.metrics().host().to_owned();
+    let h = host.as_str();
+    let get200 = [("code", "200"), ("method", "GET"), ("host", h)];
+    let get404 = [("code", "404"), ("method", "GET"), ("host", h)];
+    assert_eq!(
+        value(&body, "rest_client_requests_total", &get200),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&body, "rest_client_requests_total", &get404),
+        Some(1.0)
+    );
+    check_histogram(
+        &body,
+        "rest_client_request_duration_seconds",
+        &[("verb", "GET"), ("host", h)],
+        2.0,
+    );
+    let named = [("name", "configmaps")];
+    assert_eq!(
+        value(&body, "reflector_lists_total", &named),
+        Some(stats.lists as f64)
+    );
+    assert_eq!(
+        value(&body, "reflector_watches_total", &named),
+        Some(stats.watches as f64)
+    );
+    assert!(stats.lists + stats.watches >= 1, "{stats:?}");
+    assert_eq!(value(&body, "reflector_gone_total", &named), Some(0.0));
+    assert_eq!(value(&body, "store_objects", &named), Some(objects as f64));
+    assert_eq!(
+        value(&body, "reflector_last_event_age_seconds", &named).is_some(),
+        stats.last_event.is_some()
+    );
 
     let (code, _, _) = get(handle.local_addr(), "/nope").await;
     assert_eq!(code, 404);
     handle.shutdown().await;
     queue.shut_down();
+    informers.cancel();
+    factory.shutdown().await;
+}
+
+/// Polls `synced` (every 10 ms, at most 30 s).
+async fn wait_synced(synced: impl Fn() -> bool) {
+    for _ in 0..3000 {
+        if synced() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("never synced");
+}
+
+async fn scrape(metrics: &Metrics) -> String {
+    let cancel = CancellationToken::new();
+    let handle = serve_metrics(
+        "127.0.0.1:0".parse().unwrap(),
+        metrics.registry(),
+        cancel.clone(),
+    )
+    .await
+    .unwrap();
+    let (code, _, body) = get(handle.local_addr(), "/metrics").await;
+    assert_eq!(code, 200);
+    parse_exposition(&body);
+    handle.shutdown().await;
+    body
+}
+
+/// client-go's `rest_client_*` families after traffic of several verbs and outcomes: every
+/// attempt counted by code, method and host (`<error>` for no answer), retries by code, one
+/// latency observation per request in client-go's buckets with the throttle wait included, and
+/// one throttle observation per attempt.
+#[tokio::test]
+async fn rest_client_families_have_client_go_labels_and_buckets() {
+    let server = server().await;
+    let mut config = Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap();
+    // One token at a time, one a second.
+    config.qps = 1.0;
+    config.burst = 1;
+    let client = Client::new(config).unwrap();
+    let metrics = Metrics::new();
+    metrics.register_client(&client);
+    metrics.register_client(&client); // counted once
+
+    // Three requests at once take their tokens in the order they arrive: the LIST at once, the
+    // GET about 1 s later, the POST about 2 s later.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("metrics-test".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let pp = PostParams::default();
+    let lp = ListParams::default();
+    let (list, missing, created) =
+        tokio::join!(cms.list(&lp), cms.get("missing"), cms.create(&pp, &cm));
+    list.unwrap();
+    assert!(missing.unwrap_err().is_not_found());
+    created.unwrap();
+
+    // A server that is not there: one GET, retried once, no answer either time.
+    let gone = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut refused = Config::new(format!("http://{gone}").parse().unwrap());
+    refused.qps = 0.0;
+    refused.max_retries = 1;
+    let refused = Client::new(refused).unwrap();
+    metrics.register_client(&refused);
+    assert!(
+        Api::<ConfigMap>::namespaced(refused.clone(), "default")
+            .get("x")
+            .await
+            .is_err()
+    );
+
+    let body = scrape(&metrics).await;
+    let host = client.metrics().host().to_owned();
+    let h = host.as_str();
+    let gone_host = gone.to_string();
+    let g = gone_host.as_str();
+    let url: http::Uri = server.url().parse().unwrap();
+    assert_eq!(h, url.authority().unwrap().as_str());
+
+    // rest_client_requests_total{code, method, host}: every attempt.
+    for (code, method, host, n) in [
+        ("200", "GET", h, 1.0),
+        ("404", "GET", h, 1.0),
+        ("201", "POST", h, 1.0),
+        ("<error>", "GET", g, 2.0),
+    ] {
+        assert_eq!(
+            value(
+                &body,
+                "rest_client_requests_total",
+                &[("code", code), ("method", method), ("host", host)]
+            ),
+            Some(n),
+            "{code} {method} {host}:\n{body}"
+        );
+    }
+    // rest_client_request_retries_total{code, verb, host}: the second attempt only.
+    assert_eq!(
+        value(
+            &body,
+            "rest_client_request_retries_total",
+            &[("code", "<error>"), ("verb", "GET"), ("host", g)]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(value(&body, "rest_client_retries_total", &[]), Some(1.0));
+
+    // rest_client_request_duration_seconds{verb, host}: one per request, the throttle wait
+    // included: the second GET took about 1 s, the POST about 2 s.
+    let get = check_histogram(
+        &body,
+        "rest_client_request_duration_seconds",
+        &[("verb", "GET"), ("host", h)],
+        2.0,
+    );
+    assert!(at_most(&get, 0.5) <= 1.0, "{get:?}");
+    let post = check_histogram(
+        &body,
+        "rest_client_request_duration_seconds",
+        &[("verb", "POST"), ("host", h)],
+        1.0,
+    );
+    assert_eq!(at_most(&post, 1.0), 0.0, "{post:?}");
+    let failed = check_histogram(
+        &body,
+        "rest_client_request_duration_seconds",
+        &[("verb", "GET"), ("host", g)],
+        1.0,
+    );
+    assert_eq!(at_most(&failed, f64::INFINITY), 1.0);
+    let sum = value(
+        &body,
+        "rest_client_request_duration_seconds_sum",
+        &[("verb", "POST"), ("host", h)],
+    )
+    .unwrap();
+    assert!(sum >= 1.0, "{sum}");
+
+    // rest_client_rate_limiter_duration_seconds{verb, host}: one per throttled attempt; the
+    // client without a throttle has none.
+    let waits = check_histogram(
+        &body,
+        "rest_client_rate_limiter_duration_seconds",
+        &[("verb", "GET"), ("host", h)],
+        2.0,
+    );
+    assert!(at_most(&waits, 0.25) <= 1.0, "{waits:?}");
+    let post_wait = check_histogram(
+        &body,
+        "rest_client_rate_limiter_duration_seconds",
+        &[("verb", "POST"), ("host", h)],
+        1.0,
+    );
+    assert_eq!(at_most(&post_wait, 1.0), 0.0, "{post_wait:?}");
+    assert!(
+        buckets(
+            &body,
+            "rest_client_rate_limiter_duration_seconds",
+            &[("host", g)]
+        )
+        .is_empty()
+    );
+}
+
+/// The informer families are read when /metrics is encoded: a scrape right after a change
+/// reaches the store shows it, with no refresh period to wait for.
+#[tokio::test]
+async fn informer_metrics_are_current_at_every_scrape() {
+    let server = server().await;
+    let client = client(&server);
+    let metrics = Metrics::new();
+    let factory =
+        SharedInformerFactory::new(client.clone(), Duration::ZERO).with_namespace("default");
+    let informer = factory.informer::<ConfigMap>();
+    metrics.register_informer("configmaps", &informer);
+    let named = [("name", "configmaps")];
+
+    // Registered but not started: zeros, and no event yet.
+    let body = scrape(&metrics).await;
+    assert_eq!(value(&body, "store_objects", &named), Some(0.0));
+    assert_eq!(value(&body, "reflector_lists_total", &named), Some(0.0));
+    assert_eq!(value(&body, "reflector_watches_total", &named), Some(0.0));
+    assert_eq!(
+        value(&body, "reflector_last_event_age_seconds", &named),
+        None
+    );
+
+    let cancel = CancellationToken::new();
+    factory.start(&cancel);
+    wait_synced(|| informer.has_synced()).await;
+    let before = informer.indexer().len();
+    let body = scrape(&metrics).await;
+    assert_eq!(value(&body, "store_objects", &named), Some(before as f64));
+    let stats = informer.status().snapshot();
+    assert!(stats.lists + stats.watches >= 1);
+    assert_eq!(
+        value(&body, "reflector_watches_total", &named),
+        Some(stats.watches as f64)
+    );
+
+    // A new object: as soon as the watch event has reached the store, a scrape shows it.
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for i in 0..3 {
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(format!("live-{i}")),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+        let want = before + i + 1;
+        wait_synced(|| informer.indexer().len() == want).await;
+        let body = scrape(&metrics).await;
+        assert_eq!(
+            value(&body, "store_objects", &named),
+            Some(want as f64),
+            "{body}"
+        );
+        let age = value(&body, "reflector_last_event_age_seconds", &named)
+            .expect("a watch event was received");
+        assert!(age >= 0.0);
+    }
+    cancel.cancel();
+    factory.shutdown().await;
 }
 
 /// One replica of the manager: informers (simulated by a `synced` flag a readiness closure
