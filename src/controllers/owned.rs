@@ -23,6 +23,12 @@
 //!    owner decides (replicas, the template's labels, each of our containers' image, ports and
 //!    command) and returns the cached object with just those fields put back: an update that
 //!    keeps everything else (sample-controller replaced the whole object instead).
+//! 4. **What went wrong, and with which object?** A failed sync is logged by the worker loop
+//!    with nothing but the key, so the error itself must say what was being done to what:
+//!    [`SyncError`] names the owner's kind, its key and the action, then the API server's
+//!    cause (`creating the Deployment for MyApp default/web: ...`). It is one type for all the
+//!    owning operators; the kind comes from the owner's type parameter, so it cannot be
+//!    misspelt.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,7 +40,66 @@ use k8s_openapi::{Metadata, Resource};
 
 use super::Expectations;
 use crate::cache::{Deleted, EventHandlerFns};
+use crate::client;
 use crate::workqueue::RateLimitingQueue;
+
+/// Why a sync of an owner (a TDSet, RedisCluster, MyApp or Foo) failed. The worker loop
+/// retries every variant with backoff; a 409 Conflict on a write is an expected race (see
+/// [`SyncError::is_conflict`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A request to the API server failed, e.g.
+    /// `creating the Deployment for MyApp default/web: <the server's message>`.
+    #[error("{action} for {kind} {key}: {source}")]
+    Api {
+        /// The owner's kind (`MyApp`).
+        kind: &'static str,
+        /// The owner's queue key (`namespace/name`).
+        key: String,
+        /// What was being done (`creating the Deployment`, `updating the status`).
+        action: &'static str,
+        #[source]
+        source: client::Error,
+    },
+    /// The owner in the cache has no uid, so no ownerReference can point at it (every stored
+    /// object has one; this is an object that did not come from an API server).
+    #[error("{kind} {key} has no metadata.uid; cannot own a {dependent}")]
+    MissingUid {
+        /// The owner's kind.
+        kind: &'static str,
+        /// The owner's queue key.
+        key: String,
+        /// The kind of what it should own (`Deployment`, `StatefulSet`).
+        dependent: &'static str,
+    },
+}
+
+impl SyncError {
+    /// A failed request while syncing the `O` with queue key `key`.
+    pub fn api<O: Resource>(key: &str, action: &'static str, source: client::Error) -> Self {
+        SyncError::Api {
+            kind: O::KIND,
+            key: key.to_string(),
+            action,
+            source,
+        }
+    }
+
+    /// The `O` with queue key `key` has no uid and so cannot own a `D`.
+    pub fn missing_uid<O: Resource, D: Resource>(key: &str) -> Self {
+        SyncError::MissingUid {
+            kind: O::KIND,
+            key: key.to_string(),
+            dependent: D::KIND,
+        }
+    }
+
+    /// True for a 409 Conflict from the API server: a write based on a cached copy that was
+    /// already out of date. The operators' `SyncHandler::is_conflict` answers with this.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, SyncError::Api { source, .. } if source.is_conflict())
+    }
+}
 
 /// The label every operator puts on what it creates: which application this is.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -302,6 +367,27 @@ mod tests {
             ..ObjectMeta::default()
         };
         assert!(owner_key::<Foo>(&meta).is_none());
+    }
+
+    #[test]
+    fn sync_errors_name_the_kind_the_key_and_the_action() {
+        use crate::apis::MyApp;
+        use k8s_openapi::api::apps::v1::StatefulSet;
+        let conflict = client::Error::status(409, "Conflict", "the object has been modified");
+        let e = SyncError::api::<MyApp>("default/web", "updating the status", conflict);
+        assert_eq!(
+            e.to_string(),
+            "updating the status for MyApp default/web: 409 (Conflict): the object has been modified"
+        );
+        assert!(e.is_conflict());
+        let denied = client::Error::status(403, "Forbidden", "no");
+        assert!(!SyncError::api::<Foo>("ns/f", "creating the Deployment", denied).is_conflict());
+        let e = SyncError::missing_uid::<Foo, StatefulSet>("ns/f");
+        assert_eq!(
+            e.to_string(),
+            "Foo ns/f has no metadata.uid; cannot own a StatefulSet"
+        );
+        assert!(!e.is_conflict());
     }
 
     #[test]
