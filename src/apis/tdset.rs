@@ -6,36 +6,21 @@
 //! whose `endTime` is not after its `startTime` wraps past midnight: `19 → 0` means 19:00 to
 //! 24:00, `22 → 6` means 22:00 to 06:00 the next morning. Start is inclusive, end exclusive.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_resource};
 
-/// A time-of-day scaled Deployment.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct TDSet {
-    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "serde_json::Map<String, serde_json::Value>")
-    )]
-    pub metadata: ObjectMeta,
-    /// The desired state, written by the user.
-    pub spec: TDSetSpec,
-    /// The observed state, written by the controller through the status subresource.
-    pub status: Option<TDSetStatus>,
-}
-
-custom_resource!(
-    TDSet,
-    spec = TDSetSpec,
-    status = TDSetStatus,
+custom_resource! {
+    /// A time-of-day scaled Deployment.
+    pub struct TDSet {
+        spec: TDSetSpec,
+        status: Option<TDSetStatus>,
+    }
     group = "schedule.rs",
     version = "v1",
     kind = "TDSet",
-    plural = "tdsets"
-);
+    plural = "tdsets",
+}
 
 impl CustomResourceExt for TDSet {
     const SINGULAR: &'static str = "tdset";
