@@ -141,11 +141,13 @@ pub struct TDSetStatus {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::apis::test_util::round_trip;
 
-    fn hello_world() -> TDSetSpec {
+    /// A day schedule for tests: five windows that cover the day but for 0:00–1:00 (one of
+    /// them, 19 → 0, wrapping), default 3 replicas, UTC. The controller's tests reuse it.
+    pub(crate) fn hello_world() -> TDSetSpec {
         let w = |s, e, r| SchedulingWindow {
             start_time: s,
             end_time: e,

@@ -35,11 +35,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::owned::{
     SyncError, controller_reference, deployment_drift, is_controlled_by, owner_handlers,
-    standard_labels,
+    standard_labels, update_status,
 };
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
+use crate::apis::MyApp;
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
-use crate::apis::{MyApp, MyAppStatus};
 use crate::cache::{
     EventHandlerFns, Lister, ListerWatcherSource, SharedInformerFactory, key_of, split_key,
 };
@@ -213,7 +213,11 @@ impl SyncHandler for MyAppController {
                     reason::ERR_RESOURCE_EXISTS,
                     &message,
                 );
-                self.write_status(&app, status, &pp).await?;
+                let updated = MyApp {
+                    status: Some(status),
+                    ..app.as_ref().clone()
+                };
+                update_status(&self.client, &pp, &updated).await?;
             }
             return Ok(None);
         }
@@ -260,38 +264,17 @@ impl SyncHandler for MyAppController {
             ),
         );
         if Some(&status) != app.status.as_ref() {
-            self.write_status(&app, status, &pp).await?;
+            let updated = MyApp {
+                status: Some(status),
+                ..app.as_ref().clone()
+            };
+            update_status(&self.client, &pp, &updated).await?;
         }
         Ok(None)
     }
 
     fn is_conflict(err: &SyncError) -> bool {
         err.is_conflict()
-    }
-}
-
-impl MyAppController {
-    /// Writes `status` through the `/status` subresource (a MyApp deleted meanwhile is fine).
-    async fn write_status(
-        &self,
-        app: &MyApp,
-        status: MyAppStatus,
-        pp: &PostParams,
-    ) -> Result<(), SyncError> {
-        let mut updated = app.clone();
-        updated.status = Some(status);
-        match Api::<MyApp>::all(self.client.clone())
-            .update_status(pp, &updated)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(SyncError::api::<MyApp>(
-                &key_of(app),
-                "updating the status",
-                e,
-            )),
-        }
     }
 }
 

@@ -28,7 +28,7 @@
 //!    [`SyncError`] names the owner's kind, its key and the action, then the API server's
 //!    cause (`creating the Deployment for MyApp default/web: ...`). It is one type for all the
 //!    owning operators; the kind comes from the owner's type parameter, so it cannot be
-//!    misspelt.
+//!    misspelt. [`update_status`] is the one status write they all end with.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,10 +37,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::{Metadata, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::Expectations;
-use crate::cache::{Deleted, EventHandlerFns};
-use crate::client;
+use crate::cache::{Deleted, EventHandlerFns, key_of};
+use crate::client::{self, Api, Client, PostParams};
 use crate::workqueue::RateLimitingQueue;
 
 /// Why a sync of an owner (a TDSet, RedisCluster, MyApp or Foo) failed. The worker loop
@@ -98,6 +100,40 @@ impl SyncError {
     /// already out of date. The operators' `SyncHandler::is_conflict` answers with this.
     pub fn is_conflict(&self) -> bool {
         matches!(self, SyncError::Api { source, .. } if source.is_conflict())
+    }
+}
+
+/// Writes `updated` (a copy of the cached owner carrying its new status) through the
+/// `/status` subresource. The write carries the cached `resourceVersion`: a 409 Conflict means
+/// the cache had not yet caught up (often with this controller's own previous write) and the
+/// sync is retried with a fresher copy. A 404 means the owner was deleted since it was read:
+/// there is nobody left to report to, so that is not an error.
+pub async fn update_status<O>(
+    client: &Client,
+    pp: &PostParams,
+    updated: &O,
+) -> Result<(), SyncError>
+where
+    O: Resource
+        + Metadata<Ty = ObjectMeta>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    match Api::<O>::all(client.clone())
+        .update_status(pp, updated)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(SyncError::api::<O>(
+            &key_of(updated),
+            "updating the status",
+            e,
+        )),
     }
 }
 

@@ -53,7 +53,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::owned::{
     LABEL_INSTANCE, SyncError, controller_ref_of, controller_reference, is_controlled_by,
-    owner_handlers, standard_labels,
+    owner_handlers, standard_labels, update_status,
 };
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
@@ -550,20 +550,11 @@ impl RedisClusterController {
         if cluster.status.as_ref() == Some(&status) {
             return Ok(());
         }
-        let mut updated = cluster.clone();
-        updated.status = Some(status);
-        match Api::<RedisCluster>::all(self.client.clone())
-            .update_status(pp, &updated)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(SyncError::api::<RedisCluster>(
-                &key_of(cluster),
-                "updating the status",
-                e,
-            )),
-        }
+        let updated = RedisCluster {
+            status: Some(status),
+            ..cluster.clone()
+        };
+        update_status(&self.client, pp, &updated).await
     }
 }
 

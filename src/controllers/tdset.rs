@@ -55,7 +55,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::owned::{
     SyncError, controller_reference, deployment_drift, is_controlled_by, owner_handlers,
-    standard_labels,
+    standard_labels, update_status,
 };
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
@@ -573,20 +573,11 @@ impl TDSetController {
         if tdset.status.as_ref() == Some(&status) {
             return Ok(());
         }
-        let mut updated = tdset.clone();
-        updated.status = Some(status);
-        match Api::<TDSet>::all(self.client.clone())
-            .update_status(pp, &updated)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(SyncError::api::<TDSet>(
-                &key_of(tdset),
-                "updating the status",
-                e,
-            )),
-        }
+        let updated = TDSet {
+            status: Some(status),
+            ..tdset.clone()
+        };
+        update_status(&self.client, pp, &updated).await
     }
 }
 
@@ -664,30 +655,13 @@ pub fn new_service(tdset: &TDSet) -> Option<Service> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::{SchedulingWindow, TDSetContainer};
 
+    /// The apis' test schedule with a default of 1 replica, in `tz`.
     fn hello_world(tz: Option<&str>) -> TDSetSpec {
-        let w = |s, e, r| SchedulingWindow {
-            start_time: s,
-            end_time: e,
-            replica: r,
-        };
         TDSetSpec {
-            container: TDSetContainer {
-                image: "nginx".into(),
-                port: 80,
-            },
-            service: None,
-            scheduling_config: vec![
-                w(9, 17, 5),
-                w(17, 19, 3),
-                w(19, 0, 2),
-                w(1, 7, 2),
-                w(7, 9, 3),
-            ],
             default_replica: 1,
-            interval_mint: None,
             time_zone: tz.map(str::to_string),
+            ..crate::apis::tdset::tests::hello_world()
         }
     }
 
