@@ -34,7 +34,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::owned::{
-    SyncError, controller_reference, deployment_drift, is_controlled_by, owner_handlers,
+    SyncError, dependent_metadata, deployment_drift, is_controlled_by, owner_handlers,
     standard_labels, update_status,
 };
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
@@ -284,13 +284,7 @@ pub fn new_deployment(app: &MyApp) -> Option<Deployment> {
     let name = app.metadata.name.clone().unwrap_or_default();
     let labels = standard_labels("myapp", &name, CONTROLLER_NAME);
     Some(Deployment {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: app.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![controller_reference(app)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(app, &name, labels.clone())?,
         spec: Some(DeploymentSpec {
             replicas: Some(app.spec.replicas),
             selector: LabelSelector {

@@ -2,12 +2,13 @@
 //!
 //! Every operator after At follows one pattern: a custom resource (the *owner*) wants some
 //! built-in objects (its *dependents*: a Deployment, a StatefulSet, a Service) to exist in a
-//! given shape. Three questions come up in each of them, and this module answers them once:
+//! given shape. Four questions come up in each of them, and this module answers them once:
 //!
 //! 1. **Whose is this object?** A dependent names its owner in `metadata.ownerReferences`; the
 //!    one entry with `controller: true` is *the* controller (at most one per object, the API
-//!    server enforces it). [`controller_ref_of`] finds that entry when it points at a given
-//!    kind in a given group (checking the group too: cnat checked the kind alone), and
+//!    server enforces it). [`dependent_metadata`] writes that entry ([`controller_reference`])
+//!    into what an operator creates. [`controller_ref_of`] finds it again when it points at a
+//!    given kind in a given group (checking the group too: cnat checked the kind alone), and
 //!    [`is_controlled_by`] compares its `uid` with the owner's, so a dependent left behind by a
 //!    deleted owner of the same name is not mistaken for one's own.
 //! 2. **Which key goes on the queue when a dependent changes?** sample-controller's
@@ -168,6 +169,26 @@ where
         uid: meta.uid.clone()?,
         controller: Some(true),
         block_owner_deletion: Some(true),
+    })
+}
+
+/// The metadata of a dependent named `name` that `owner` creates: in the owner's namespace
+/// (an ownerReference cannot cross namespaces), with `labels`, and with the owner's
+/// [`controller_reference`]. `None` when the owner has no uid yet.
+pub fn dependent_metadata<O>(
+    owner: &O,
+    name: &str,
+    labels: BTreeMap<String, String>,
+) -> Option<ObjectMeta>
+where
+    O: Resource + Metadata<Ty = ObjectMeta>,
+{
+    Some(ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: owner.metadata().namespace.clone(),
+        labels: Some(labels),
+        owner_references: Some(vec![controller_reference(owner)?]),
+        ..ObjectMeta::default()
     })
 }
 
@@ -385,6 +406,18 @@ mod tests {
         assert!(!is_controlled_by(&meta, &foo("u2")), "same name, new uid");
         assert_eq!(owner_key::<Foo>(&meta).as_deref(), Some("ns/f"));
         assert!(controller_reference(&Foo::default()).is_none(), "no uid");
+
+        let labels = standard_labels("foo", "f", "foo-controller");
+        let made = dependent_metadata(&owner, "f-web", labels.clone()).unwrap();
+        assert_eq!(made.name.as_deref(), Some("f-web"));
+        assert_eq!(
+            made.namespace.as_deref(),
+            Some("ns"),
+            "the owner's namespace"
+        );
+        assert_eq!(made.labels, Some(labels.clone()));
+        assert!(is_controlled_by(&made, &owner));
+        assert!(dependent_metadata(&Foo::default(), "x", labels).is_none());
     }
 
     #[test]

@@ -52,7 +52,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::owned::{
-    LABEL_INSTANCE, SyncError, controller_ref_of, controller_reference, is_controlled_by,
+    LABEL_INSTANCE, SyncError, controller_ref_of, dependent_metadata, is_controlled_by,
     owner_handlers, standard_labels, update_status,
 };
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
@@ -602,13 +602,7 @@ pub fn new_statefulset(cluster: &RedisCluster) -> Option<StatefulSet> {
         (LABEL_INSTANCE.to_string(), name.clone()),
     ]);
     Some(StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: cluster.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![controller_reference(cluster)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(cluster, &name, labels.clone())?,
         spec: Some(StatefulSetSpec {
             replicas: Some(cluster.spec.size),
             service_name: Some(name),
@@ -646,13 +640,7 @@ pub fn new_statefulset(cluster: &RedisCluster) -> Option<StatefulSet> {
 pub fn new_service(cluster: &RedisCluster) -> Option<Service> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     Some(Service {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: cluster.metadata.namespace.clone(),
-            labels: Some(pod_labels(cluster)),
-            owner_references: Some(vec![controller_reference(cluster)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(cluster, &name, pod_labels(cluster))?,
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_string()),
             selector: Some(BTreeMap::from([(LABEL_CLUSTER.to_string(), name)])),

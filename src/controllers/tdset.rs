@@ -54,7 +54,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::owned::{
-    SyncError, controller_reference, deployment_drift, is_controlled_by, owner_handlers,
+    SyncError, dependent_metadata, deployment_drift, is_controlled_by, owner_handlers,
     standard_labels, update_status,
 };
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
@@ -588,13 +588,7 @@ pub fn new_deployment(tdset: &TDSet, replicas: i32) -> Option<Deployment> {
     let name = tdset.metadata.name.clone().unwrap_or_default();
     let labels = standard_labels("tdset", &name, CONTROLLER_NAME);
     Some(Deployment {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: tdset.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![controller_reference(tdset)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(tdset, &name, labels.clone())?,
         spec: Some(DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
@@ -632,13 +626,7 @@ pub fn new_service(tdset: &TDSet) -> Option<Service> {
     let name = tdset.metadata.name.clone().unwrap_or_default();
     let labels = standard_labels("tdset", &name, CONTROLLER_NAME);
     Some(Service {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: tdset.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![controller_reference(tdset)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(tdset, &name, labels.clone())?,
         spec: Some(ServiceSpec {
             selector: Some(labels),
             ports: Some(vec![ServicePort {
