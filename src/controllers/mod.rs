@@ -47,7 +47,7 @@
 //! then [`run_workers`]), and [`Controller`], the object-safe face the manager holds as
 //! `Arc<dyn Controller>`, implemented for every [`Operator`] by one blanket `impl`. A new
 //! operator is therefore a struct, a constructor that wires informers to its queue, and these
-//! two small impls; see [`foo`] (sample-controller itself) for the shortest complete one.
+//! two small impls; [`myapp`] is the smallest complete one.
 //!
 //! Other shared pieces: [`Clock`] (wall-clock time that follows tokio's paused clock),
 //! [`Expectations`] ("I created this; the lister has not seen it yet"), and [`owned`] (owner
@@ -733,5 +733,108 @@ mod tests {
         q.shut_down_with_drain().await;
         run.await.unwrap();
         assert_eq!(stats.snapshot().syncs, 11);
+    }
+
+    /// The smallest [`Operator`]: the scripted handler, gated by one ConfigMap informer.
+    struct Op {
+        script: Script,
+        workers: Workers,
+    }
+
+    impl SyncHandler for Op {
+        type Error = String;
+        async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, String> {
+            self.script.sync_handler(key).await
+        }
+    }
+
+    impl Operator for Op {
+        const NAME: &'static str = "op";
+        fn workers(&self) -> &Workers {
+            &self.workers
+        }
+    }
+
+    /// An operator whose one handler is registered on an informer over an in-memory source
+    /// holding one ConfigMap, with the key `ns/a` already queued.
+    fn operator() -> (
+        Arc<Op>,
+        crate::cache::SharedIndexInformer<k8s_openapi::api::core::v1::ConfigMap>,
+    ) {
+        use crate::cache::testing::{FakeListerWatcher, meta};
+        use crate::cache::{EventHandlerFns, InformerOptions, SharedIndexInformer};
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let server = FakeListerWatcher::<ConfigMap>::new();
+        server.upsert(ConfigMap {
+            metadata: meta("ns", "a", &[]),
+            ..ConfigMap::default()
+        });
+        let informer = SharedIndexInformer::new(server, InformerOptions::default());
+        let registration = informer
+            .add_event_handler(EventHandlerFns::<ConfigMap>::new())
+            .unwrap();
+        let queue = RateLimitingQueue::with_default_controller_rate_limiter();
+        queue.add("ns/a".to_string());
+        let op = Op {
+            script: Script::default(),
+            workers: Workers::new(queue, SyncStats::default(), vec![registration]),
+        };
+        (Arc::new(op), informer)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_never_starts_workers_before_the_caches_sync() {
+        let (op, _informer_never_run) = operator();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(run(Arc::clone(&op), 2, stop.clone()));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!Controller::has_synced(&*op));
+        assert_eq!(
+            op.script.calls.lock().unwrap().len(),
+            0,
+            "no sync on a partial view"
+        );
+        stop.cancel();
+        let err = running.await.unwrap().unwrap_err();
+        assert!(matches!(err, RunError::CacheSync));
+        assert_eq!(err.to_string(), "failed to wait for caches to sync");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_starts_the_workers_once_synced_and_the_manager_sees_it_as_a_controller() {
+        let (op, informer) = operator();
+        let informer_stop = CancellationToken::new();
+        let informer_task = tokio::spawn({
+            let (informer, stop) = (informer.clone(), informer_stop.clone());
+            async move { informer.run(stop).await }
+        });
+        let controller: Arc<dyn Controller> = op.clone();
+        assert_eq!(controller.name(), "op");
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(Arc::clone(&controller).run(1, stop.clone()));
+        for _ in 0..1000 {
+            if controller.stats().snapshot().syncs > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(controller.has_synced());
+        assert_eq!(*op.script.calls.lock().unwrap(), vec!["ns/a".to_string()]);
+        stop.cancel();
+        assert_eq!(running.await.unwrap(), Ok(()));
+        controller.shut_down_queue().await;
+        assert!(op.workers().queue().shutting_down());
+        informer_stop.cancel();
+        informer_task.await.unwrap();
+    }
+
+    #[test]
+    fn an_informer_error_names_the_controller() {
+        let err = RunError::informer::<Op>(InformerError::Stopped);
+        assert_eq!(
+            err.to_string(),
+            "registering the op controller's event handlers: \
+             handler was not added to shared informer because it has stopped already"
+        );
     }
 }
