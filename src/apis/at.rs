@@ -15,38 +15,61 @@
 //! Its life, driven by the `At` controller (`controllers::at`): `PENDING` until `schedule` is reached,
 //! `RUNNING` while a pod runs `/bin/sh -c <command>`, `DONE` when the pod finished, with
 //! `result`, `exitCode` and `message` saying how. An object without status is `PENDING`.
+//!
+//! ## What `custom_resource!` writes
+//!
+//! The five kinds share one shape, so the type is declared with the `custom_resource!` macro
+//! of [`crate::apis`]: below, the invocation gives the doc comment, the spec and status
+//! types, group, version, kind and plural. For `At` it expands to what k8s-openapi generates
+//! for a built-in kind such as `Pod`:
+//!
+//! ```text
+//! #[derive(Clone, Debug, Default, PartialEq)]          // + schemars::JsonSchema for codegen
+//! pub struct At {
+//!     pub metadata: ObjectMeta,                         // name, namespace, uid, resourceVersion...
+//!     pub spec: AtSpec,                                 // desired state, written by the user
+//!     pub status: Option<AtStatus>,                     // observed state, via the /status subresource
+//! }
+//!
+//! impl k8s_openapi::Resource for At {                  // where it lives in the API server's URL space
+//!     const API_VERSION: &'static str = "cnat.programming-kubernetes.info/v1alpha1";
+//!     const GROUP: &'static str = "cnat.programming-kubernetes.info";
+//!     const KIND: &'static str = "At";
+//!     const VERSION: &'static str = "v1alpha1";
+//!     const URL_PATH_SEGMENT: &'static str = "ats";  // /apis/<group>/<version>/namespaces/<ns>/ats
+//!     type Scope = k8s_openapi::NamespaceResourceScope;
+//! }
+//! impl k8s_openapi::ListableResource for At {          // a LIST answers with kind "AtList"
+//!     const LIST_KIND: &'static str = "AtList";
+//! }
+//! impl k8s_openapi::Metadata for At {                  // how the cache and client reach metadata
+//!     type Ty = ObjectMeta;
+//!     fn metadata(&self) -> &ObjectMeta { &self.metadata }
+//!     fn metadata_mut(&mut self) -> &mut ObjectMeta { &mut self.metadata }
+//! }
+//! impl Serialize for At { .. }      // writes apiVersion and kind first, omits a None status
+//! impl Deserialize for At { .. }    // accepts apiVersion/kind missing, rejects them wrong:
+//!                                   // `kind: expected "At", got "Pod"`
+//! ```
+//!
+//! With these, `Api::<At>`, `Lister<At>` and the informers treat an `At` exactly like a `Pod`.
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_resource};
 
-/// An `At` object: run `spec.command` at `spec.schedule`.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct At {
-    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "serde_json::Map<String, serde_json::Value>")
-    )]
-    pub metadata: ObjectMeta,
-    /// The desired state, written by the user.
-    pub spec: AtSpec,
-    /// The observed state, written by the controller through the status subresource.
-    pub status: Option<AtStatus>,
-}
-
-custom_resource!(
-    At,
-    spec = AtSpec,
-    status = AtStatus,
+custom_resource! {
+    /// An `At` object: run `spec.command` at `spec.schedule`.
+    pub struct At {
+        spec: AtSpec,
+        status: Option<AtStatus>,
+    }
     group = "cnat.programming-kubernetes.info",
     version = "v1alpha1",
     kind = "At",
-    plural = "ats"
-);
+    plural = "ats",
+}
 
 impl CustomResourceExt for At {
     const SINGULAR: &'static str = "at";

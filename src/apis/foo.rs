@@ -1,37 +1,22 @@
 //! `Foo` (`samplecontroller.k8s.io/v1alpha1`): sample-controller's own resource. A Foo owns a
 //! Deployment named `spec.deploymentName` running nginx with `spec.replicas` replicas.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::{CustomResourceExt, PrinterColumn, custom_resource};
 
-/// sample-controller's Foo: a Deployment named `spec.deploymentName` running
-/// `spec.replicas` pods, created, owned and kept at that size by the Foo controller.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct Foo {
-    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "serde_json::Map<String, serde_json::Value>")
-    )]
-    pub metadata: ObjectMeta,
-    /// The desired state, written by the user.
-    pub spec: FooSpec,
-    /// The observed state, written by the controller through the status subresource.
-    pub status: Option<FooStatus>,
-}
-
-custom_resource!(
-    Foo,
-    spec = FooSpec,
-    status = FooStatus,
+custom_resource! {
+    /// sample-controller's Foo: a Deployment named `spec.deploymentName` running
+    /// `spec.replicas` pods, created, owned and kept at that size by the Foo controller.
+    pub struct Foo {
+        spec: FooSpec,
+        status: Option<FooStatus>,
+    }
     group = "samplecontroller.k8s.io",
     version = "v1alpha1",
     kind = "Foo",
-    plural = "foos"
-);
+    plural = "foos",
+}
 
 impl CustomResourceExt for Foo {
     const SINGULAR: &'static str = "foo";

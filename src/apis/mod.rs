@@ -69,9 +69,10 @@
 //! | [`MyApp`] | `example.com/v1` | plain owned Deployment, drift correction |
 //! | [`Foo`] | `samplecontroller.k8s.io/v1alpha1` | sample-controller's own: adoption conflicts |
 //!
-//! Each type implements [`k8s_openapi::Resource`] and [`k8s_openapi::Metadata`], so the
-//! generic client ([`crate::client`]) and cache ([`crate::cache`]) treat them exactly like
-//! `Pod` or `Deployment`. Serialising one always writes `apiVersion` and `kind`;
+//! Each type is declared with one macro, `custom_resource!` (its expansion for `At` is shown
+//! in [`at`]), which implements [`k8s_openapi::Resource`], `ListableResource` and
+//! [`k8s_openapi::Metadata`], so the generic client ([`crate::client`]) and cache
+//! ([`crate::cache`]) treat them exactly like `Pod` or `Deployment`. Serialising one always writes `apiVersion` and `kind`;
 //! deserialising accepts them missing (as in a list item) but rejects wrong ones.
 
 pub mod at;
@@ -125,12 +126,49 @@ pub(crate) const AGE_COLUMN: PrinterColumn = PrinterColumn {
     json_path: ".metadata.creationTimestamp",
 };
 
-/// Implements `Resource`, `ListableResource`, `Metadata`, `Serialize` and `Deserialize` for a
-/// custom resource struct `{ metadata, spec, status: Option<_> }`, the way k8s-openapi does
-/// for built-in kinds: `apiVersion` and `kind` are written on output and checked on input.
+/// Declares a custom resource's Rust type and everything that ties it to the API server, so
+/// that each kind states only what is its own: its doc comment, its spec and status types,
+/// and its group, version, kind and plural. Every kind has the same shape,
+/// `{ metadata, spec, status: Option<_> }`, and the macro writes, for `$ty`:
+///
+/// * the struct itself, deriving `Clone, Debug, Default, PartialEq` (and, with the `schema`
+///   feature, `schemars::JsonSchema`, with `metadata` described as a plain object because the
+///   API server validates `ObjectMeta` itself);
+/// * `k8s_openapi::Resource` (the URL: `/apis/<group>/<version>/namespaces/<ns>/<plural>`),
+///   `ListableResource` (`<Kind>List`) and `Metadata` (for the generic client and cache);
+/// * `Serialize` and `Deserialize` the way k8s-openapi writes them for built-in kinds:
+///   `apiVersion` and `kind` are written on output, and on input they may be missing (as in a
+///   list item) but not wrong.
+///
+/// [`at`] shows the expansion for `At` in full.
 macro_rules! custom_resource {
-    ($ty:ident, spec = $spec:ty, status = $status:ty,
-     group = $group:literal, version = $version:literal, kind = $kind:literal, plural = $plural:literal) => {
+    (
+        $(#[$attr:meta])*
+        pub struct $ty:ident {
+            spec: $spec:ty,
+            status: Option<$status:ty> $(,)?
+        }
+        group = $group:literal,
+        version = $version:literal,
+        kind = $kind:literal,
+        plural = $plural:literal $(,)?
+    ) => {
+        $(#[$attr])*
+        #[derive(Clone, Debug, Default, PartialEq)]
+        #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+        pub struct $ty {
+            /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
+            #[cfg_attr(
+                feature = "schema",
+                schemars(with = "serde_json::Map<String, serde_json::Value>")
+            )]
+            pub metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+            /// The desired state, written by the user.
+            pub spec: $spec,
+            /// The observed state, written by the controller through the status subresource.
+            pub status: Option<$status>,
+        }
+
         impl k8s_openapi::Resource for $ty {
             const API_VERSION: &'static str = concat!($group, "/", $version);
             const GROUP: &'static str = $group;

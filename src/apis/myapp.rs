@@ -1,37 +1,22 @@
 //! `MyApp` (`example.com/v1`): the smallest useful operator, a Deployment with `image` and
 //! `replicas`, kept as specified (drift corrected).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::{Condition, CustomResourceExt, PrinterColumn, custom_resource};
 
-/// An application: a Deployment of `spec.replicas` pods running `spec.image`, owned by the
-/// MyApp and put back in shape whenever it drifts.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct MyApp {
-    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "serde_json::Map<String, serde_json::Value>")
-    )]
-    pub metadata: ObjectMeta,
-    /// The desired state, written by the user.
-    pub spec: MyAppSpec,
-    /// The observed state, written by the controller through the status subresource.
-    pub status: Option<MyAppStatus>,
-}
-
-custom_resource!(
-    MyApp,
-    spec = MyAppSpec,
-    status = MyAppStatus,
+custom_resource! {
+    /// An application: a Deployment of `spec.replicas` pods running `spec.image`, owned by the
+    /// MyApp and put back in shape whenever it drifts.
+    pub struct MyApp {
+        spec: MyAppSpec,
+        status: Option<MyAppStatus>,
+    }
     group = "example.com",
     version = "v1",
     kind = "MyApp",
-    plural = "myapps"
-);
+    plural = "myapps",
+}
 
 impl CustomResourceExt for MyApp {
     const SINGULAR: &'static str = "myapp";

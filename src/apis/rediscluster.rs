@@ -1,7 +1,6 @@
 //! `RedisCluster` (`cache.example.com/v1`): a StatefulSet of `size` Redis pods behind a
 //! headless Service, cleaned up through the finalizer `cache.example.com/finalizer`.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::{Condition, CustomResourceExt, PrinterColumn, custom_resource};
@@ -12,31 +11,17 @@ pub const FINALIZER: &str = "cache.example.com/finalizer";
 /// The image used when `spec.image` is not set.
 pub const DEFAULT_IMAGE: &str = "redis:7-alpine";
 
-/// A Redis cluster: a StatefulSet of `spec.size` Redis pods behind a headless Service.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct RedisCluster {
-    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "serde_json::Map<String, serde_json::Value>")
-    )]
-    pub metadata: ObjectMeta,
-    /// The desired state, written by the user.
-    pub spec: RedisClusterSpec,
-    /// The observed state, written by the controller through the status subresource.
-    pub status: Option<RedisClusterStatus>,
-}
-
-custom_resource!(
-    RedisCluster,
-    spec = RedisClusterSpec,
-    status = RedisClusterStatus,
+custom_resource! {
+    /// A Redis cluster: a StatefulSet of `spec.size` Redis pods behind a headless Service.
+    pub struct RedisCluster {
+        spec: RedisClusterSpec,
+        status: Option<RedisClusterStatus>,
+    }
     group = "cache.example.com",
     version = "v1",
     kind = "RedisCluster",
-    plural = "redisclusters"
-);
+    plural = "redisclusters",
+}
 
 impl CustomResourceExt for RedisCluster {
     const SINGULAR: &'static str = "rediscluster";

@@ -6,36 +6,21 @@
 //! whose `endTime` is not after its `startTime` wraps past midnight: `19 → 0` means 19:00 to
 //! 24:00, `22 → 6` means 22:00 to 06:00 the next morning. Start is inclusive, end exclusive.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_resource};
 
-/// A time-of-day scaled Deployment.
-#[derive(Clone, Debug, Default, PartialEq)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct TDSet {
-    /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
-    #[cfg_attr(
-        feature = "schema",
-        schemars(with = "serde_json::Map<String, serde_json::Value>")
-    )]
-    pub metadata: ObjectMeta,
-    /// The desired state, written by the user.
-    pub spec: TDSetSpec,
-    /// The observed state, written by the controller through the status subresource.
-    pub status: Option<TDSetStatus>,
-}
-
-custom_resource!(
-    TDSet,
-    spec = TDSetSpec,
-    status = TDSetStatus,
+custom_resource! {
+    /// A time-of-day scaled Deployment.
+    pub struct TDSet {
+        spec: TDSetSpec,
+        status: Option<TDSetStatus>,
+    }
     group = "schedule.rs",
     version = "v1",
     kind = "TDSet",
-    plural = "tdsets"
-);
+    plural = "tdsets",
+}
 
 impl CustomResourceExt for TDSet {
     const SINGULAR: &'static str = "tdset";
@@ -156,11 +141,13 @@ pub struct TDSetStatus {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::apis::test_util::round_trip;
 
-    fn hello_world() -> TDSetSpec {
+    /// A day schedule for tests: five windows that cover the day but for 0:00–1:00 (one of
+    /// them, 19 → 0, wrapping), default 3 replicas, UTC. The controller's tests reuse it.
+    pub(crate) fn hello_world() -> TDSetSpec {
         let w = |s, e, r| SchedulingWindow {
             start_time: s,
             end_time: e,

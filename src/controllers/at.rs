@@ -2,8 +2,9 @@
 //!
 //! An [`At`] asks for one thing: run `spec.command` once, at `spec.schedule`. This file reads
 //! top to bottom like the book's `controller.go`: the [`AtController`] struct, its constructor
-//! that wires the shared informers to event handlers, `run`, `sync_handler`, and then the
-//! decision itself.
+//! that wires the shared informers to event handlers, what it hands to the shared `Run`
+//! ([`super::run`], through its [`Operator`] impl), `sync_handler`, and then the decision
+//! itself.
 //!
 //! ## One At, from `kubectl apply` to `DONE`
 //!
@@ -85,14 +86,12 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use tokio_util::sync::CancellationToken;
 
-use super::{Clock, Expectations, SyncHandler, SyncStats, run_workers};
+use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
 use crate::cache::{
-    Deleted, EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
-    SharedInformerFactory, key_of, split_key,
+    Deleted, EventHandlerFns, Lister, ListerWatcherSource, SharedInformerFactory, key_of, split_key,
 };
 use crate::client::{self, Api, Client, PostParams};
 use crate::record::{EventRecorder, EventType};
@@ -101,13 +100,9 @@ use crate::workqueue::RateLimitingQueue;
 /// The recorder's source component and the field manager of every write.
 pub const CONTROLLER_NAME: &str = "at-controller";
 
-/// How often `run` checks whether the informers have synced (client-go's
-/// `WaitForCacheSync` poll).
-const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
-
 /// The At controller: informers, a queue, a recorder, and the state the sync handler needs to
 /// be safe against a lagging cache. Build it with [`AtController::new`], start the factory,
-/// then [`AtController::run`].
+/// then [`run`](super::run) it (the manager does both).
 pub struct AtController {
     /// Writes: pod creates and At status updates. Reads never go here.
     client: Client,
@@ -115,12 +110,9 @@ pub struct AtController {
     at_lister: Lister<At>,
     /// The pod cache: `<name>-pod` is looked up here, never with a live GET.
     pod_lister: Lister<Pod>,
-    /// True once the At handler has seen the initial list.
-    at_synced: HandlerRegistration,
-    /// True once the pod handler has seen the initial list.
-    pod_synced: HandlerRegistration,
-    /// Keys (`namespace/name` of Ats) waiting for a worker.
-    queue: RateLimitingQueue<String>,
+    /// Keys (`namespace/name` of Ats) waiting for a worker, the worker loop's counters, and
+    /// the registrations of the At and pod handlers (synced once each saw its initial list).
+    workers: Workers,
     /// Events for `kubectl describe at`.
     recorder: EventRecorder,
     /// Pods created and not yet seen by the pod informer.
@@ -129,10 +121,6 @@ pub struct AtController {
     written: Arc<WrittenStatuses>,
     /// Wall-clock time that follows tokio's clock.
     clock: Clock,
-    /// Counters of the worker loop.
-    stats: Arc<SyncStats>,
-    /// The per-sync deadline.
-    sync_timeout: Duration,
 }
 
 /// Why a sync failed. Every variant is retried with backoff by the worker loop.
@@ -156,17 +144,6 @@ pub enum SyncError {
     /// The At in the cache lacks what every stored object has (a uid).
     #[error("At {key} has no metadata.uid; cannot own a pod")]
     MissingUid { key: String },
-}
-
-/// Errors from [`AtController::new`] and [`AtController::run`].
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Registering an event handler failed (the informer was already stopped).
-    #[error("registering the At controller's event handlers: {0}")]
-    Informer(#[from] InformerError),
-    /// Shut down before the caches synced (client-go: "failed to wait for caches to sync").
-    #[error("failed to wait for caches to sync")]
-    CacheSync,
 }
 
 impl AtController {
@@ -203,7 +180,9 @@ impl AtController {
                     w.forget(&key);
                 })
         };
-        let at_synced = at_informer.add_event_handler(at_handler)?;
+        let at_synced = at_informer
+            .add_event_handler(at_handler)
+            .map_err(RunError::informer::<Self>)?;
 
         // Pods: an event enqueues the pod's At, found only through a controller ownerReference
         // of kind At in our group (the book checked the kind alone). A pod add also settles
@@ -234,73 +213,40 @@ impl AtController {
                     }
                 })
         };
-        let pod_synced = pod_informer.add_event_handler(pod_handler)?;
+        let pod_synced = pod_informer
+            .add_event_handler(pod_handler)
+            .map_err(RunError::informer::<Self>)?;
 
         Ok(Arc::new(AtController {
             client,
             at_lister: at_informer.lister(),
             pod_lister: pod_informer.lister(),
-            at_synced,
-            pod_synced,
-            queue,
+            workers: Workers::new(queue, stats, vec![at_synced, pod_synced]),
             recorder,
             expectations,
             written,
             clock,
-            stats: Arc::new(stats),
-            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
         }))
     }
+}
 
-    /// The worker loop's counters (syncs, errors, panics, timeouts).
-    pub fn stats(&self) -> Arc<SyncStats> {
-        Arc::clone(&self.stats)
-    }
+/// The book's `Run` is the shared [`super::run`]: it waits for both caches (a worker must never
+/// act on a partial view: "no pod in the cache" would mean "create one"), then starts the
+/// workers, and returns when every worker has finished its item.
+impl Operator for AtController {
+    const NAME: &'static str = "at";
 
-    /// The controller's queue (the manager drains it on shutdown).
-    pub fn queue(&self) -> &RateLimitingQueue<String> {
-        &self.queue
+    fn workers(&self) -> &Workers {
+        &self.workers
     }
+}
 
-    /// True once both handlers have processed their informer's initial list.
-    pub fn has_synced(&self) -> bool {
-        self.at_synced.has_synced() && self.pod_synced.has_synced()
-    }
-
-    /// The book's `Run`: waits for the caches (a worker must never act on a partial view:
-    /// "no pod in the cache" would mean "create one"), then runs `workers` workers until `stop`
-    /// is cancelled or the queue shuts down. Returns when every worker has finished its item.
-    pub async fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> Result<(), RunError> {
-        tracing::info!(
-            controller = CONTROLLER_NAME,
-            "waiting for informer caches to sync"
-        );
-        while !self.has_synced() {
-            tokio::select! {
-                _ = stop.cancelled() => return Err(RunError::CacheSync),
-                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
-            }
-        }
-        tracing::info!(
-            controller = CONTROLLER_NAME,
-            workers,
-            "caches synced; starting workers"
-        );
-        let queue = self.queue.clone();
-        let stats = Arc::clone(&self.stats);
-        let timeout = self.sync_timeout;
-        run_workers(CONTROLLER_NAME, queue, self, workers, timeout, stats, stop).await;
-        tracing::info!(controller = CONTROLLER_NAME, "workers stopped");
-        Ok(())
-    }
+impl SyncHandler for AtController {
+    type Error = SyncError;
 
     /// The book's `syncHandler`: reads the At and its pod from the listers, asks [`plan`] what
     /// to do, and does it: create the pod, write the status, record the events.
-    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         let Some(cached) = self.at_lister.get_by_key(key) else {
             // Deleted since it was queued: nothing to do (its pod goes with it).
             tracing::debug!(key, "At in work queue no longer exists");
@@ -404,48 +350,10 @@ impl AtController {
         }
         Ok(plan.requeue_after)
     }
-}
 
-impl SyncHandler for AtController {
-    type Error = SyncError;
-
-    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        AtController::sync_handler(self, key).await
-    }
-
+    /// Only the status write can conflict (a pod create answers 409 AlreadyExists instead).
     fn is_conflict(err: &SyncError) -> bool {
         matches!(err, SyncError::UpdateStatus { source, .. } if source.is_conflict())
-    }
-}
-
-impl super::Controller for AtController {
-    fn name(&self) -> &'static str {
-        "at"
-    }
-
-    fn has_synced(&self) -> bool {
-        AtController::has_synced(self)
-    }
-
-    fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
-        Box::pin(async move {
-            AtController::run(self, workers, stop)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
-        let queue = self.queue.clone();
-        Box::pin(async move { queue.shut_down_with_drain().await })
-    }
-
-    fn stats(&self) -> Arc<SyncStats> {
-        AtController::stats(self)
     }
 }
 

@@ -44,16 +44,17 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use tokio_util::sync::CancellationToken;
 
-use super::owned::{controller_reference, deployment_drift, is_controlled_by, owner_key};
-use super::{Expectations, SyncHandler, SyncStats, run_workers};
+use super::owned::{
+    SyncError, controller_reference, deployment_drift, is_controlled_by, owner_key,
+};
+use super::{Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::{Foo, FooStatus};
 use crate::cache::{
-    Deleted, EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
-    Selector, SharedInformerFactory, key_of, split_key,
+    Deleted, EventHandlerFns, Lister, ListerWatcherSource, Selector, SharedInformerFactory, key_of,
+    split_key,
 };
-use crate::client::{self, Api, Client, PostParams};
+use crate::client::{Api, Client, PostParams};
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -78,48 +79,15 @@ pub fn message_resource_exists(name: &str) -> String {
     format!("Resource {name:?} already exists and is not managed by Foo")
 }
 
-const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
-
 /// sample-controller's `Controller`. Build it with [`FooController::new`], start the factory,
-/// then run.
+/// then [`run`](super::run) it (the manager does both).
 pub struct FooController {
     client: Client,
     foo_lister: Lister<Foo>,
     deployment_lister: Lister<Deployment>,
-    foos_synced: HandlerRegistration,
-    deployments_synced: HandlerRegistration,
-    queue: RateLimitingQueue<String>,
+    workers: Workers,
     recorder: EventRecorder,
     expectations: Arc<Expectations>,
-    stats: Arc<SyncStats>,
-    sync_timeout: Duration,
-}
-
-/// Why a sync failed. Every variant is retried with backoff by the worker loop.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// A write to the API server failed.
-    #[error("{action} for Foo {key}: {source}")]
-    Api {
-        key: String,
-        action: &'static str,
-        #[source]
-        source: client::Error,
-    },
-    /// The Foo in the cache has no uid (it cannot own anything).
-    #[error("Foo {key} has no metadata.uid; cannot own a Deployment")]
-    MissingUid { key: String },
-}
-
-/// Errors from [`FooController::new`] and [`FooController::run`].
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Registering an event handler failed.
-    #[error("registering the Foo controller's event handlers: {0}")]
-    Informer(#[from] InformerError),
-    /// Shut down before the caches synced.
-    #[error("failed to wait for caches to sync")]
-    CacheSync,
 }
 
 impl FooController {
@@ -151,7 +119,9 @@ impl FooController {
                 })
                 .on_delete(move |gone: Deleted<Foo>| e.forget(&gone.key()))
         };
-        let foos_synced = foo_informer.add_event_handler(foo_handler)?;
+        let foos_synced = foo_informer
+            .add_event_handler(foo_handler)
+            .map_err(RunError::informer::<Self>)?;
 
         let deployment_handler = {
             let handle = {
@@ -178,61 +148,35 @@ impl FooController {
                 })
                 .on_delete(move |gone: Deleted<Deployment>| h3(gone.object()))
         };
-        let deployments_synced = deployment_informer.add_event_handler(deployment_handler)?;
+        let deployments_synced = deployment_informer
+            .add_event_handler(deployment_handler)
+            .map_err(RunError::informer::<Self>)?;
 
         Ok(Arc::new(FooController {
             client,
             foo_lister,
             deployment_lister: deployment_informer.lister(),
-            foos_synced,
-            deployments_synced,
-            queue,
+            workers: Workers::new(queue, stats, vec![foos_synced, deployments_synced]),
             recorder,
             expectations,
-            stats: Arc::new(stats),
-            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
         }))
     }
+}
 
-    /// True once both handlers have processed their informer's initial list.
-    pub fn has_synced(&self) -> bool {
-        self.foos_synced.has_synced() && self.deployments_synced.has_synced()
-    }
+/// `Run` is the shared [`super::run`]: it waits for both caches, then starts the workers.
+impl Operator for FooController {
+    const NAME: &'static str = "foo";
 
-    /// The controller's queue.
-    pub fn queue(&self) -> &RateLimitingQueue<String> {
-        &self.queue
+    fn workers(&self) -> &Workers {
+        &self.workers
     }
+}
 
-    /// `Run`: waits for the caches, then runs `workers` workers until `stop` is cancelled, and
-    /// (unlike sample-controller) returns only once every worker has finished its item.
-    pub async fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> Result<(), RunError> {
-        while !self.has_synced() {
-            tokio::select! {
-                _ = stop.cancelled() => return Err(RunError::CacheSync),
-                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
-            }
-        }
-        tracing::info!(
-            controller = "foo",
-            workers,
-            "caches synced; starting workers"
-        );
-        let (queue, stats, timeout) = (
-            self.queue.clone(),
-            Arc::clone(&self.stats),
-            self.sync_timeout,
-        );
-        run_workers("foo", queue, self, workers, timeout, stats, stop).await;
-        Ok(())
-    }
+impl SyncHandler for FooController {
+    type Error = SyncError;
 
     /// `syncHandler` (see the module documentation for the seven steps).
-    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         // 1.
         let Some(foo) = self.foo_lister.get_by_key(key) else {
             tracing::debug!(key, "Foo referenced by item in work queue no longer exists");
@@ -245,14 +189,6 @@ impl FooController {
             tracing::info!(key, "Deployment name missing from object reference");
             return Ok(None);
         }
-        let api_err = |action: &'static str| {
-            let key = key.to_string();
-            move |source| SyncError::Api {
-                key,
-                action,
-                source,
-            }
-        };
         let (namespace, _) = split_key(key);
         let namespace = namespace.unwrap_or_default();
         let deployments = Api::<Deployment>::namespaced(self.client.clone(), namespace);
@@ -261,9 +197,7 @@ impl FooController {
             ..PostParams::default()
         };
         let Some(desired) = new_deployment(&foo) else {
-            return Err(SyncError::MissingUid {
-                key: key.to_string(),
-            });
+            return Err(SyncError::missing_uid::<Foo, Deployment>(key));
         };
 
         // 3.
@@ -277,7 +211,7 @@ impl FooController {
                     Ok(created) => Arc::new(created),
                     Err(e) => {
                         self.expectations.creation_observed(key);
-                        return Err(api_err("creating the Deployment")(e));
+                        return Err(SyncError::api::<Foo>(key, "creating the Deployment", e));
                     }
                 }
             }
@@ -302,7 +236,7 @@ impl FooController {
                 deployments
                     .update(&pp, &fixed)
                     .await
-                    .map_err(api_err("updating the Deployment"))?,
+                    .map_err(|e| SyncError::api::<Foo>(key, "updating the Deployment", e))?,
             ),
             None => deployment,
         };
@@ -324,7 +258,7 @@ impl FooController {
             {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => return Ok(None),
-                Err(e) => return Err(api_err("updating the status")(e)),
+                Err(e) => return Err(SyncError::api::<Foo>(key, "updating the status", e)),
             }
         }
 
@@ -336,6 +270,10 @@ impl FooController {
             reason::MESSAGE_RESOURCE_SYNCED,
         );
         Ok(None)
+    }
+
+    fn is_conflict(err: &SyncError) -> bool {
+        err.is_conflict()
     }
 }
 
@@ -396,49 +334,6 @@ pub fn new_deployment(foo: &Foo) -> Option<Deployment> {
         }),
         status: None,
     })
-}
-
-impl SyncHandler for FooController {
-    type Error = SyncError;
-
-    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        FooController::sync_handler(self, key).await
-    }
-
-    fn is_conflict(err: &SyncError) -> bool {
-        matches!(err, SyncError::Api { source, .. } if source.is_conflict())
-    }
-}
-
-impl super::Controller for FooController {
-    fn name(&self) -> &'static str {
-        "foo"
-    }
-
-    fn has_synced(&self) -> bool {
-        FooController::has_synced(self)
-    }
-
-    fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
-        Box::pin(async move {
-            FooController::run(self, workers, stop)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
-        let queue = self.queue.clone();
-        Box::pin(async move { queue.shut_down_with_drain().await })
-    }
-
-    fn stats(&self) -> Arc<SyncStats> {
-        Arc::clone(&self.stats)
-    }
 }
 
 #[cfg(test)]

@@ -31,8 +31,27 @@
 //! Workers stop taking new work when the manager's shutdown token is cancelled; the manager
 //! then calls `shut_down_with_drain` on the queue, which waits for the keys still processing.
 //!
-//! Other shared pieces: [`Clock`] (wall-clock time that follows tokio's paused clock) and
-//! [`Expectations`] ("I created this; the lister has not seen it yet").
+//! ## What an operator writes, and what it gets
+//!
+//! Everything around `sync_handler` is the same in every `controller.go`: `Run` waits for the
+//! informer caches, then starts the workers; the manager asks each controller its name, whether
+//! it has synced, and to drain its queue. Here an operator writes only what is its own:
+//!
+//! ```text
+//! impl SyncHandler for XController   sync_handler(key): the reconcile logic (+ is_conflict)
+//! impl Operator for XController      NAME, and its Workers: the queue, the counters, and the
+//!                                    handler registrations that say its caches have synced
+//! ```
+//!
+//! and receives the rest once, for all operators: [`run`] (the book's `Run`: wait for caches,
+//! then [`run_workers`]), and [`Controller`], the object-safe face the manager holds as
+//! `Arc<dyn Controller>`, implemented for every [`Operator`] by one blanket `impl`. A new
+//! operator is therefore a struct, a constructor that wires informers to its queue, and these
+//! two small impls; [`myapp`] is the smallest complete one.
+//!
+//! Other shared pieces: [`Clock`] (wall-clock time that follows tokio's paused clock),
+//! [`Expectations`] ("I created this; the lister has not seen it yet"), and [`owned`] (owner
+//! references, `handleObject`, drift, and the error type of the operators that own objects).
 
 pub mod at;
 pub mod clock;
@@ -56,6 +75,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
+use crate::cache::{HandlerRegistration, InformerError};
 use crate::metrics::ControllerMetrics;
 use crate::workqueue::RateLimitingQueue;
 
@@ -161,8 +181,11 @@ pub enum SyncOutcome {
     TimedOut,
 }
 
-/// What the manager needs from a running controller, whatever its kind. Each operator's
-/// controller struct implements it; the manager holds them as `Arc<dyn Controller>`.
+/// What the manager needs from a running controller, whatever its kind; the manager holds
+/// them as `Arc<dyn Controller>`. Every [`Operator`] implements it through the blanket `impl`
+/// below, so an operator never writes it by hand. (It is separate from [`Operator`] because a
+/// trait with an associated error type and `async fn`s cannot be a `dyn` object: this one
+/// boxes `run`'s future and turns its error into a string.)
 pub trait Controller: Send + Sync + 'static {
     /// The name used by `--controllers` and in logs.
     fn name(&self) -> &'static str;
@@ -179,6 +202,159 @@ pub trait Controller: Send + Sync + 'static {
     fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()>;
     /// The worker loop's counters.
     fn stats(&self) -> Arc<SyncStats>;
+}
+
+/// How often [`run`] checks whether the informers have synced (client-go's
+/// `WaitForCacheSync` polls every 100 ms too).
+const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
+
+/// What the shared [`run`] drives for one controller: the queue its event handlers fill, the
+/// counters of its worker loop, and the registrations of its event handlers, whose
+/// `has_synced` gate the start. These are sample-controller's `workqueue` field and the
+/// `foosSynced`, `deploymentsSynced` funcs its `Run` passes to `cache.WaitForCacheSync`.
+///
+/// An operator's constructor builds one from the queue it cloned into its handlers and the
+/// registrations those handlers returned, and keeps it in its struct.
+pub struct Workers {
+    queue: RateLimitingQueue<String>,
+    stats: Arc<SyncStats>,
+    synced: Vec<HandlerRegistration>,
+}
+
+impl Workers {
+    /// `queue`: the controller's queue. `stats`: its counters. `synced`: one registration per
+    /// event handler the controller added to an informer.
+    pub fn new(
+        queue: RateLimitingQueue<String>,
+        stats: SyncStats,
+        synced: Vec<HandlerRegistration>,
+    ) -> Self {
+        Workers {
+            queue,
+            stats: Arc::new(stats),
+            synced,
+        }
+    }
+
+    /// The queue the controller's event handlers fill and its workers drain.
+    pub fn queue(&self) -> &RateLimitingQueue<String> {
+        &self.queue
+    }
+
+    /// The worker loop's counters (and, when built with metrics, its Prometheus families).
+    pub fn stats(&self) -> &Arc<SyncStats> {
+        &self.stats
+    }
+
+    /// True once every handler has processed its informer's initial list (client-go:
+    /// `WaitForCacheSync` over the controller's `HasSynced` funcs). Until then a lister may be
+    /// missing objects that exist, and "not in the cache" would be read as "create it".
+    pub fn has_synced(&self) -> bool {
+        self.synced.iter().all(HandlerRegistration::has_synced)
+    }
+}
+
+/// What one operator supplies beyond its [`SyncHandler`]: its name and its [`Workers`].
+/// Everything else (waiting for the caches, starting the workers, the manager's
+/// [`Controller`] interface) is written once, in [`run`] and the blanket
+/// `impl<O: Operator> Controller for O`.
+pub trait Operator: SyncHandler {
+    /// The controller's name: what `--controllers` selects, the `controller` field of its log
+    /// lines and the `controller` label of its `controller_sync_*` metrics.
+    const NAME: &'static str;
+
+    /// The controller's queue, counters and handler registrations.
+    fn workers(&self) -> &Workers;
+
+    /// The deadline of one `sync_handler` call; [`DEFAULT_SYNC_TIMEOUT`] unless overridden.
+    fn sync_timeout(&self) -> Duration {
+        DEFAULT_SYNC_TIMEOUT
+    }
+}
+
+/// Why a controller could not be built or could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// Registering an event handler failed (the informer was already stopped).
+    #[error("registering the {controller} controller's event handlers: {source}")]
+    Informer {
+        /// [`Operator::NAME`] of the controller being built.
+        controller: &'static str,
+        #[source]
+        source: InformerError,
+    },
+    /// Shut down before the caches synced (client-go: "failed to wait for caches to sync").
+    #[error("failed to wait for caches to sync")]
+    CacheSync,
+}
+
+impl RunError {
+    /// For `map_err` in an operator's constructor:
+    /// `informer.add_event_handler(h).map_err(RunError::informer::<Self>)?`.
+    pub fn informer<O: Operator>(source: InformerError) -> RunError {
+        RunError::Informer {
+            controller: O::NAME,
+            source,
+        }
+    }
+}
+
+/// The book's `Run`, for every operator: waits until [`Workers::has_synced`] (a worker must
+/// never act on a partial view of the cluster), then runs `workers` workers with
+/// [`run_workers`] until `stop` is cancelled or the queue shuts down. Returns once every
+/// worker has finished its current item; [`RunError::CacheSync`] if `stop` came first.
+///
+/// Unlike client-go's `Run` it does not shut the queue down itself: the manager does, after
+/// cancelling `stop`, with a drain (see [`Controller::shut_down_queue`]).
+pub async fn run<O: Operator>(
+    operator: Arc<O>,
+    workers: usize,
+    stop: CancellationToken,
+) -> Result<(), RunError> {
+    let controller = O::NAME;
+    tracing::info!(controller, "waiting for informer caches to sync");
+    while !operator.workers().has_synced() {
+        tokio::select! {
+            _ = stop.cancelled() => return Err(RunError::CacheSync),
+            _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
+        }
+    }
+    tracing::info!(controller, workers, "caches synced; starting workers");
+    let queue = operator.workers().queue().clone();
+    let stats = Arc::clone(operator.workers().stats());
+    let timeout = operator.sync_timeout();
+    run_workers(controller, queue, operator, workers, timeout, stats, stop).await;
+    tracing::info!(controller, "workers stopped");
+    Ok(())
+}
+
+/// The manager's view of any [`Operator`]: its name, its [`Workers`], [`run`] boxed, and a
+/// drain of its queue.
+impl<O: Operator> Controller for O {
+    fn name(&self) -> &'static str {
+        O::NAME
+    }
+
+    fn has_synced(&self) -> bool {
+        self.workers().has_synced()
+    }
+
+    fn run(
+        self: Arc<Self>,
+        workers: usize,
+        stop: CancellationToken,
+    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
+        Box::pin(async move { run(self, workers, stop).await.map_err(|e| e.to_string()) })
+    }
+
+    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
+        let queue = self.workers().queue().clone();
+        Box::pin(async move { queue.shut_down_with_drain().await })
+    }
+
+    fn stats(&self) -> Arc<SyncStats> {
+        Arc::clone(self.workers().stats())
+    }
 }
 
 /// The book's `processNextWorkItem`: takes one key, runs `sync_handler` on it under a deadline
@@ -557,5 +733,108 @@ mod tests {
         q.shut_down_with_drain().await;
         run.await.unwrap();
         assert_eq!(stats.snapshot().syncs, 11);
+    }
+
+    /// The smallest [`Operator`]: the scripted handler, gated by one ConfigMap informer.
+    struct Op {
+        script: Script,
+        workers: Workers,
+    }
+
+    impl SyncHandler for Op {
+        type Error = String;
+        async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, String> {
+            self.script.sync_handler(key).await
+        }
+    }
+
+    impl Operator for Op {
+        const NAME: &'static str = "op";
+        fn workers(&self) -> &Workers {
+            &self.workers
+        }
+    }
+
+    /// An operator whose one handler is registered on an informer over an in-memory source
+    /// holding one ConfigMap, with the key `ns/a` already queued.
+    fn operator() -> (
+        Arc<Op>,
+        crate::cache::SharedIndexInformer<k8s_openapi::api::core::v1::ConfigMap>,
+    ) {
+        use crate::cache::testing::{FakeListerWatcher, meta};
+        use crate::cache::{EventHandlerFns, InformerOptions, SharedIndexInformer};
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let server = FakeListerWatcher::<ConfigMap>::new();
+        server.upsert(ConfigMap {
+            metadata: meta("ns", "a", &[]),
+            ..ConfigMap::default()
+        });
+        let informer = SharedIndexInformer::new(server, InformerOptions::default());
+        let registration = informer
+            .add_event_handler(EventHandlerFns::<ConfigMap>::new())
+            .unwrap();
+        let queue = RateLimitingQueue::with_default_controller_rate_limiter();
+        queue.add("ns/a".to_string());
+        let op = Op {
+            script: Script::default(),
+            workers: Workers::new(queue, SyncStats::default(), vec![registration]),
+        };
+        (Arc::new(op), informer)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_never_starts_workers_before_the_caches_sync() {
+        let (op, _informer_never_run) = operator();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(run(Arc::clone(&op), 2, stop.clone()));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!Controller::has_synced(&*op));
+        assert_eq!(
+            op.script.calls.lock().unwrap().len(),
+            0,
+            "no sync on a partial view"
+        );
+        stop.cancel();
+        let err = running.await.unwrap().unwrap_err();
+        assert!(matches!(err, RunError::CacheSync));
+        assert_eq!(err.to_string(), "failed to wait for caches to sync");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn run_starts_the_workers_once_synced_and_the_manager_sees_it_as_a_controller() {
+        let (op, informer) = operator();
+        let informer_stop = CancellationToken::new();
+        let informer_task = tokio::spawn({
+            let (informer, stop) = (informer.clone(), informer_stop.clone());
+            async move { informer.run(stop).await }
+        });
+        let controller: Arc<dyn Controller> = op.clone();
+        assert_eq!(controller.name(), "op");
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(Arc::clone(&controller).run(1, stop.clone()));
+        for _ in 0..1000 {
+            if controller.stats().snapshot().syncs > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(controller.has_synced());
+        assert_eq!(*op.script.calls.lock().unwrap(), vec!["ns/a".to_string()]);
+        stop.cancel();
+        assert_eq!(running.await.unwrap(), Ok(()));
+        controller.shut_down_queue().await;
+        assert!(op.workers().queue().shutting_down());
+        informer_stop.cancel();
+        informer_task.await.unwrap();
+    }
+
+    #[test]
+    fn an_informer_error_names_the_controller() {
+        let err = RunError::informer::<Op>(InformerError::Stopped);
+        assert_eq!(
+            err.to_string(),
+            "registering the op controller's event handlers: \
+             handler was not added to shared informer because it has stopped already"
+        );
     }
 }

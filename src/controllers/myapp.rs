@@ -32,19 +32,18 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use tokio_util::sync::CancellationToken;
 
 use super::owned::{
-    controller_reference, deployment_drift, is_controlled_by, owner_handlers, standard_labels,
+    SyncError, dependent_metadata, deployment_drift, is_controlled_by, owner_handlers,
+    standard_labels, update_status,
 };
-use super::{Clock, Expectations, SyncHandler, SyncStats, run_workers};
+use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
+use crate::apis::MyApp;
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
-use crate::apis::{MyApp, MyAppStatus};
 use crate::cache::{
-    EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
-    SharedInformerFactory, key_of, split_key,
+    EventHandlerFns, Lister, ListerWatcherSource, SharedInformerFactory, key_of, split_key,
 };
-use crate::client::{self, Api, Client, PostParams};
+use crate::client::{Api, Client, PostParams};
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -71,49 +70,17 @@ pub mod reason {
     pub const SCALING: &str = "Scaling";
 }
 
-const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
-
-/// The MyApp controller. Build it with [`MyAppController::new`], start the factory, then run.
+/// The MyApp controller. Build it with [`MyAppController::new`], start the factory, then
+/// [`run`](super::run) it (the manager does both).
 pub struct MyAppController {
     client: Client,
     myapp_lister: Lister<MyApp>,
     deployment_lister: Lister<Deployment>,
-    myapp_synced: HandlerRegistration,
-    deployment_synced: HandlerRegistration,
-    queue: RateLimitingQueue<String>,
+    workers: Workers,
     recorder: EventRecorder,
     /// Deployments created and not yet seen by the Deployment informer.
     expectations: Arc<Expectations>,
     clock: Clock,
-    stats: Arc<SyncStats>,
-    sync_timeout: Duration,
-}
-
-/// Why a sync failed. Every variant is retried with backoff by the worker loop.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// A write to the API server failed.
-    #[error("{action} for MyApp {key}: {source}")]
-    Api {
-        key: String,
-        action: &'static str,
-        #[source]
-        source: client::Error,
-    },
-    /// The MyApp in the cache has no uid (it cannot own anything).
-    #[error("MyApp {key} has no metadata.uid; cannot own a Deployment")]
-    MissingUid { key: String },
-}
-
-/// Errors from [`MyAppController::new`] and [`MyAppController::run`].
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Registering an event handler failed (the informer was already stopped).
-    #[error("registering the MyApp controller's event handlers: {0}")]
-    Informer(#[from] InformerError),
-    /// Shut down before the caches synced.
-    #[error("failed to wait for caches to sync")]
-    CacheSync,
 }
 
 impl MyAppController {
@@ -147,66 +114,42 @@ impl MyAppController {
                 })
                 .on_delete(move |gone| e.forget(&gone.key()))
         };
-        let myapp_synced = myapp_informer.add_event_handler(myapp_handler)?;
-        let deployment_synced =
-            deployment_informer.add_event_handler(owner_handlers::<MyApp, Deployment>(
+        let myapp_synced = myapp_informer
+            .add_event_handler(myapp_handler)
+            .map_err(RunError::informer::<Self>)?;
+        let deployment_synced = deployment_informer
+            .add_event_handler(owner_handlers::<MyApp, Deployment>(
                 &queue,
                 Some(Arc::clone(&expectations)),
-            ))?;
+            ))
+            .map_err(RunError::informer::<Self>)?;
 
         Ok(Arc::new(MyAppController {
             client,
             myapp_lister: myapp_informer.lister(),
             deployment_lister: deployment_informer.lister(),
-            myapp_synced,
-            deployment_synced,
-            queue,
+            workers: Workers::new(queue, stats, vec![myapp_synced, deployment_synced]),
             recorder,
             expectations,
             clock,
-            stats: Arc::new(stats),
-            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
         }))
     }
+}
 
-    /// True once both handlers have processed their informer's initial list.
-    pub fn has_synced(&self) -> bool {
-        self.myapp_synced.has_synced() && self.deployment_synced.has_synced()
-    }
+/// `Run` is the shared [`super::run`]: it waits for both caches, then starts the workers.
+impl Operator for MyAppController {
+    const NAME: &'static str = "myapp";
 
-    /// The controller's queue.
-    pub fn queue(&self) -> &RateLimitingQueue<String> {
-        &self.queue
+    fn workers(&self) -> &Workers {
+        &self.workers
     }
+}
 
-    /// `Run`: waits for the caches, then runs `workers` workers until `stop` is cancelled.
-    pub async fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> Result<(), RunError> {
-        while !self.has_synced() {
-            tokio::select! {
-                _ = stop.cancelled() => return Err(RunError::CacheSync),
-                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
-            }
-        }
-        tracing::info!(
-            controller = CONTROLLER_NAME,
-            workers,
-            "caches synced; starting workers"
-        );
-        let (queue, stats, timeout) = (
-            self.queue.clone(),
-            Arc::clone(&self.stats),
-            self.sync_timeout,
-        );
-        run_workers(CONTROLLER_NAME, queue, self, workers, timeout, stats, stop).await;
-        Ok(())
-    }
+impl SyncHandler for MyAppController {
+    type Error = SyncError;
 
     /// `syncHandler` (see the module documentation for the steps).
-    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         // 1. The MyApp, from the cache.
         let Some(app) = self.myapp_lister.get_by_key(key) else {
             tracing::debug!(key, "MyApp in work queue no longer exists");
@@ -217,19 +160,9 @@ impl MyAppController {
             // Being deleted: the garbage collector takes the Deployment with it.
             return Ok(None);
         }
-        let api_err = |action: &'static str| {
-            let key = key.to_string();
-            move |source| SyncError::Api {
-                key,
-                action,
-                source,
-            }
-        };
         // 2. What the Deployment should be.
         let Some(desired) = new_deployment(&app) else {
-            return Err(SyncError::MissingUid {
-                key: key.to_string(),
-            });
+            return Err(SyncError::missing_uid::<MyApp, Deployment>(key));
         };
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default();
@@ -247,7 +180,7 @@ impl MyAppController {
                 self.expectations.expect_creations(key, 1);
                 if let Err(e) = deployments.create(&pp, &desired).await {
                     self.expectations.creation_observed(key);
-                    return Err(api_err("creating the Deployment")(e));
+                    return Err(SyncError::api::<MyApp>(key, "creating the Deployment", e));
                 }
                 self.recorder.event(
                     app.as_ref(),
@@ -280,7 +213,11 @@ impl MyAppController {
                     reason::ERR_RESOURCE_EXISTS,
                     &message,
                 );
-                self.write_status(&app, status, &pp).await?;
+                let updated = MyApp {
+                    status: Some(status),
+                    ..app.as_ref().clone()
+                };
+                update_status(&self.client, &pp, &updated).await?;
             }
             return Ok(None);
         }
@@ -290,7 +227,7 @@ impl MyAppController {
             deployments
                 .update(&pp, &fixed)
                 .await
-                .map_err(api_err("correcting the Deployment"))?;
+                .map_err(|e| SyncError::api::<MyApp>(key, "correcting the Deployment", e))?;
             self.recorder.event(
                 app.as_ref(),
                 EventType::Normal,
@@ -327,31 +264,17 @@ impl MyAppController {
             ),
         );
         if Some(&status) != app.status.as_ref() {
-            self.write_status(&app, status, &pp).await?;
+            let updated = MyApp {
+                status: Some(status),
+                ..app.as_ref().clone()
+            };
+            update_status(&self.client, &pp, &updated).await?;
         }
         Ok(None)
     }
 
-    async fn write_status(
-        &self,
-        app: &MyApp,
-        status: MyAppStatus,
-        pp: &PostParams,
-    ) -> Result<(), SyncError> {
-        let mut updated = app.clone();
-        updated.status = Some(status);
-        match Api::<MyApp>::all(self.client.clone())
-            .update_status(pp, &updated)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(source) => Err(SyncError::Api {
-                key: key_of(app),
-                action: "updating the status",
-                source,
-            }),
-        }
+    fn is_conflict(err: &SyncError) -> bool {
+        err.is_conflict()
     }
 }
 
@@ -361,13 +284,7 @@ pub fn new_deployment(app: &MyApp) -> Option<Deployment> {
     let name = app.metadata.name.clone().unwrap_or_default();
     let labels = standard_labels("myapp", &name, CONTROLLER_NAME);
     Some(Deployment {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: app.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![controller_reference(app)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(app, &name, labels.clone())?,
         spec: Some(DeploymentSpec {
             replicas: Some(app.spec.replicas),
             selector: LabelSelector {
@@ -392,49 +309,6 @@ pub fn new_deployment(app: &MyApp) -> Option<Deployment> {
         }),
         status: None,
     })
-}
-
-impl SyncHandler for MyAppController {
-    type Error = SyncError;
-
-    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        MyAppController::sync_handler(self, key).await
-    }
-
-    fn is_conflict(err: &SyncError) -> bool {
-        matches!(err, SyncError::Api { source, .. } if source.is_conflict())
-    }
-}
-
-impl super::Controller for MyAppController {
-    fn name(&self) -> &'static str {
-        "myapp"
-    }
-
-    fn has_synced(&self) -> bool {
-        MyAppController::has_synced(self)
-    }
-
-    fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
-        Box::pin(async move {
-            MyAppController::run(self, workers, stop)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
-        let queue = self.queue.clone();
-        Box::pin(async move { queue.shut_down_with_drain().await })
-    }
-
-    fn stats(&self) -> Arc<SyncStats> {
-        Arc::clone(&self.stats)
-    }
 }
 
 #[cfg(test)]

@@ -2,12 +2,13 @@
 //!
 //! Every operator after At follows one pattern: a custom resource (the *owner*) wants some
 //! built-in objects (its *dependents*: a Deployment, a StatefulSet, a Service) to exist in a
-//! given shape. Three questions come up in each of them, and this module answers them once:
+//! given shape. Four questions come up in each of them, and this module answers them once:
 //!
 //! 1. **Whose is this object?** A dependent names its owner in `metadata.ownerReferences`; the
 //!    one entry with `controller: true` is *the* controller (at most one per object, the API
-//!    server enforces it). [`controller_ref_of`] finds that entry when it points at a given
-//!    kind in a given group (checking the group too: cnat checked the kind alone), and
+//!    server enforces it). [`dependent_metadata`] writes that entry ([`controller_reference`])
+//!    into what an operator creates. [`controller_ref_of`] finds it again when it points at a
+//!    given kind in a given group (checking the group too: cnat checked the kind alone), and
 //!    [`is_controlled_by`] compares its `uid` with the owner's, so a dependent left behind by a
 //!    deleted owner of the same name is not mistaken for one's own.
 //! 2. **Which key goes on the queue when a dependent changes?** sample-controller's
@@ -23,6 +24,12 @@
 //!    owner decides (replicas, the template's labels, each of our containers' image, ports and
 //!    command) and returns the cached object with just those fields put back: an update that
 //!    keeps everything else (sample-controller replaced the whole object instead).
+//! 4. **What went wrong, and with which object?** A failed sync is logged by the worker loop
+//!    with nothing but the key, so the error itself must say what was being done to what:
+//!    [`SyncError`] names the owner's kind, its key and the action, then the API server's
+//!    cause (`creating the Deployment for MyApp default/web: ...`). It is one type for all the
+//!    owning operators; the kind comes from the owner's type parameter, so it cannot be
+//!    misspelt. [`update_status`] is the one status write they all end with.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,10 +38,105 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::{Metadata, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::Expectations;
-use crate::cache::{Deleted, EventHandlerFns};
+use crate::cache::{Deleted, EventHandlerFns, key_of};
+use crate::client::{self, Api, Client, PostParams};
 use crate::workqueue::RateLimitingQueue;
+
+/// Why a sync of an owner (a TDSet, RedisCluster, MyApp or Foo) failed. The worker loop
+/// retries every variant with backoff; a 409 Conflict on a write is an expected race (see
+/// [`SyncError::is_conflict`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// A request to the API server failed, e.g.
+    /// `creating the Deployment for MyApp default/web: <the server's message>`.
+    #[error("{action} for {kind} {key}: {source}")]
+    Api {
+        /// The owner's kind (`MyApp`).
+        kind: &'static str,
+        /// The owner's queue key (`namespace/name`).
+        key: String,
+        /// What was being done (`creating the Deployment`, `updating the status`).
+        action: &'static str,
+        #[source]
+        source: client::Error,
+    },
+    /// The owner in the cache has no uid, so no ownerReference can point at it (every stored
+    /// object has one; this is an object that did not come from an API server).
+    #[error("{kind} {key} has no metadata.uid; cannot own a {dependent}")]
+    MissingUid {
+        /// The owner's kind.
+        kind: &'static str,
+        /// The owner's queue key.
+        key: String,
+        /// The kind of what it should own (`Deployment`, `StatefulSet`).
+        dependent: &'static str,
+    },
+}
+
+impl SyncError {
+    /// A failed request while syncing the `O` with queue key `key`.
+    pub fn api<O: Resource>(key: &str, action: &'static str, source: client::Error) -> Self {
+        SyncError::Api {
+            kind: O::KIND,
+            key: key.to_string(),
+            action,
+            source,
+        }
+    }
+
+    /// The `O` with queue key `key` has no uid and so cannot own a `D`.
+    pub fn missing_uid<O: Resource, D: Resource>(key: &str) -> Self {
+        SyncError::MissingUid {
+            kind: O::KIND,
+            key: key.to_string(),
+            dependent: D::KIND,
+        }
+    }
+
+    /// True for a 409 Conflict from the API server: a write based on a cached copy that was
+    /// already out of date. The operators' `SyncHandler::is_conflict` answers with this.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, SyncError::Api { source, .. } if source.is_conflict())
+    }
+}
+
+/// Writes `updated` (a copy of the cached owner carrying its new status) through the
+/// `/status` subresource. The write carries the cached `resourceVersion`: a 409 Conflict means
+/// the cache had not yet caught up (often with this controller's own previous write) and the
+/// sync is retried with a fresher copy. A 404 means the owner was deleted since it was read:
+/// there is nobody left to report to, so that is not an error.
+pub async fn update_status<O>(
+    client: &Client,
+    pp: &PostParams,
+    updated: &O,
+) -> Result<(), SyncError>
+where
+    O: Resource
+        + Metadata<Ty = ObjectMeta>
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    match Api::<O>::all(client.clone())
+        .update_status(pp, updated)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(SyncError::api::<O>(
+            &key_of(updated),
+            "updating the status",
+            e,
+        )),
+    }
+}
 
 /// The label every operator puts on what it creates: which application this is.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -67,6 +169,26 @@ where
         uid: meta.uid.clone()?,
         controller: Some(true),
         block_owner_deletion: Some(true),
+    })
+}
+
+/// The metadata of a dependent named `name` that `owner` creates: in the owner's namespace
+/// (an ownerReference cannot cross namespaces), with `labels`, and with the owner's
+/// [`controller_reference`]. `None` when the owner has no uid yet.
+pub fn dependent_metadata<O>(
+    owner: &O,
+    name: &str,
+    labels: BTreeMap<String, String>,
+) -> Option<ObjectMeta>
+where
+    O: Resource + Metadata<Ty = ObjectMeta>,
+{
+    Some(ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: owner.metadata().namespace.clone(),
+        labels: Some(labels),
+        owner_references: Some(vec![controller_reference(owner)?]),
+        ..ObjectMeta::default()
     })
 }
 
@@ -284,6 +406,18 @@ mod tests {
         assert!(!is_controlled_by(&meta, &foo("u2")), "same name, new uid");
         assert_eq!(owner_key::<Foo>(&meta).as_deref(), Some("ns/f"));
         assert!(controller_reference(&Foo::default()).is_none(), "no uid");
+
+        let labels = standard_labels("foo", "f", "foo-controller");
+        let made = dependent_metadata(&owner, "f-web", labels.clone()).unwrap();
+        assert_eq!(made.name.as_deref(), Some("f-web"));
+        assert_eq!(
+            made.namespace.as_deref(),
+            Some("ns"),
+            "the owner's namespace"
+        );
+        assert_eq!(made.labels, Some(labels.clone()));
+        assert!(is_controlled_by(&made, &owner));
+        assert!(dependent_metadata(&Foo::default(), "x", labels).is_none());
     }
 
     #[test]
@@ -302,6 +436,27 @@ mod tests {
             ..ObjectMeta::default()
         };
         assert!(owner_key::<Foo>(&meta).is_none());
+    }
+
+    #[test]
+    fn sync_errors_name_the_kind_the_key_and_the_action() {
+        use crate::apis::MyApp;
+        use k8s_openapi::api::apps::v1::StatefulSet;
+        let conflict = client::Error::status(409, "Conflict", "the object has been modified");
+        let e = SyncError::api::<MyApp>("default/web", "updating the status", conflict);
+        assert_eq!(
+            e.to_string(),
+            "updating the status for MyApp default/web: 409 (Conflict): the object has been modified"
+        );
+        assert!(e.is_conflict());
+        let denied = client::Error::status(403, "Forbidden", "no");
+        assert!(!SyncError::api::<Foo>("ns/f", "creating the Deployment", denied).is_conflict());
+        let e = SyncError::missing_uid::<Foo, StatefulSet>("ns/f");
+        assert_eq!(
+            e.to_string(),
+            "Foo ns/f has no metadata.uid; cannot own a StatefulSet"
+        );
+        assert!(!e.is_conflict());
     }
 
     #[test]

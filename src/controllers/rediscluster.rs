@@ -50,21 +50,20 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerPort, Pod, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use tokio_util::sync::CancellationToken;
 
 use super::owned::{
-    LABEL_INSTANCE, controller_ref_of, controller_reference, is_controlled_by, owner_handlers,
-    standard_labels,
+    LABEL_INSTANCE, SyncError, controller_ref_of, dependent_metadata, is_controlled_by,
+    owner_handlers, standard_labels, update_status,
 };
-use super::{Clock, Expectations, SyncHandler, SyncStats, run_workers};
+use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
 use crate::apis::rediscluster::{DEFAULT_IMAGE, FINALIZER};
 use crate::apis::{RedisCluster, RedisClusterSpec, RedisClusterStatus};
 use crate::cache::{
-    Deleted, EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
-    Selector, SharedInformerFactory, key_of, split_key,
+    Deleted, EventHandlerFns, Lister, ListerWatcherSource, Selector, SharedInformerFactory, key_of,
+    split_key,
 };
-use crate::client::{self, Api, Client, DeleteParams, PostParams, PropagationPolicy};
+use crate::client::{Api, Client, DeleteParams, PostParams, PropagationPolicy};
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -105,8 +104,6 @@ pub mod reason {
     pub const NODES_NOT_READY: &str = "NodesNotReady";
 }
 
-const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
-
 /// Checks the spec; the message names the field and the value.
 pub fn validate(spec: &RedisClusterSpec) -> Result<(), String> {
     if spec.size < 1 {
@@ -121,47 +118,17 @@ pub fn validate(spec: &RedisClusterSpec) -> Result<(), String> {
 }
 
 /// The RedisCluster controller. Build it with [`RedisClusterController::new`], start the
-/// factory, then run.
+/// factory, then [`run`](super::run) it (the manager does both).
 pub struct RedisClusterController {
     client: Client,
     cluster_lister: Lister<RedisCluster>,
     statefulset_lister: Lister<StatefulSet>,
     service_lister: Lister<Service>,
     pod_lister: Lister<Pod>,
-    synced: Vec<HandlerRegistration>,
-    queue: RateLimitingQueue<String>,
+    workers: Workers,
     recorder: EventRecorder,
     expectations: Arc<Expectations>,
     clock: Clock,
-    stats: Arc<SyncStats>,
-    sync_timeout: Duration,
-}
-
-/// Why a sync failed. Every variant is retried with backoff by the worker loop.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// A write to the API server failed.
-    #[error("{action} for RedisCluster {key}: {source}")]
-    Api {
-        key: String,
-        action: &'static str,
-        #[source]
-        source: client::Error,
-    },
-    /// The RedisCluster in the cache has no uid (it cannot own anything).
-    #[error("RedisCluster {key} has no metadata.uid; cannot own a StatefulSet")]
-    MissingUid { key: String },
-}
-
-/// Errors from [`RedisClusterController::new`] and [`RedisClusterController::run`].
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Registering an event handler failed.
-    #[error("registering the RedisCluster controller's event handlers: {0}")]
-    Informer(#[from] InformerError),
-    /// Shut down before the caches synced.
-    #[error("failed to wait for caches to sync")]
-    CacheSync,
 }
 
 impl RedisClusterController {
@@ -198,17 +165,24 @@ impl RedisClusterController {
                 })
                 .on_delete(move |gone: Deleted<RedisCluster>| e.forget(&gone.key()))
         };
-        let mut synced = vec![cluster_informer.add_event_handler(cluster_handler)?];
-        synced.push(statefulset_informer.add_event_handler(owner_handlers::<
-            RedisCluster,
-            StatefulSet,
-        >(
-            &queue,
-            Some(Arc::clone(&expectations)),
-        ))?);
+        let registered = RunError::informer::<Self>;
+        let mut synced = vec![
+            cluster_informer
+                .add_event_handler(cluster_handler)
+                .map_err(registered)?,
+        ];
+        synced.push(
+            statefulset_informer
+                .add_event_handler(owner_handlers::<RedisCluster, StatefulSet>(
+                    &queue,
+                    Some(Arc::clone(&expectations)),
+                ))
+                .map_err(registered)?,
+        );
         synced.push(
             service_informer
-                .add_event_handler(owner_handlers::<RedisCluster, Service>(&queue, None))?,
+                .add_event_handler(owner_handlers::<RedisCluster, Service>(&queue, None))
+                .map_err(registered)?,
         );
         let pod_handler = {
             let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
@@ -231,7 +205,11 @@ impl RedisClusterController {
                     }
                 })
         };
-        synced.push(pod_informer.add_event_handler(pod_handler)?);
+        synced.push(
+            pod_informer
+                .add_event_handler(pod_handler)
+                .map_err(registered)?,
+        );
 
         Ok(Arc::new(RedisClusterController {
             client,
@@ -239,54 +217,28 @@ impl RedisClusterController {
             statefulset_lister: statefulset_informer.lister(),
             service_lister: service_informer.lister(),
             pod_lister: pod_informer.lister(),
-            synced,
-            queue,
+            workers: Workers::new(queue, stats, synced),
             recorder,
             expectations,
             clock,
-            stats: Arc::new(stats),
-            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
         }))
     }
+}
 
-    /// True once every handler has processed its informer's initial list.
-    pub fn has_synced(&self) -> bool {
-        self.synced.iter().all(HandlerRegistration::has_synced)
-    }
+/// `Run` is the shared [`super::run`]: it waits for the four caches, then starts the workers.
+impl Operator for RedisClusterController {
+    const NAME: &'static str = "rediscluster";
 
-    /// The controller's queue.
-    pub fn queue(&self) -> &RateLimitingQueue<String> {
-        &self.queue
+    fn workers(&self) -> &Workers {
+        &self.workers
     }
+}
 
-    /// `Run`: waits for the caches, then runs `workers` workers until `stop` is cancelled.
-    pub async fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> Result<(), RunError> {
-        while !self.has_synced() {
-            tokio::select! {
-                _ = stop.cancelled() => return Err(RunError::CacheSync),
-                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
-            }
-        }
-        tracing::info!(
-            controller = CONTROLLER_NAME,
-            workers,
-            "caches synced; starting workers"
-        );
-        let (queue, stats, timeout) = (
-            self.queue.clone(),
-            Arc::clone(&self.stats),
-            self.sync_timeout,
-        );
-        run_workers(CONTROLLER_NAME, queue, self, workers, timeout, stats, stop).await;
-        Ok(())
-    }
+impl SyncHandler for RedisClusterController {
+    type Error = SyncError;
 
     /// `syncHandler` (see the module documentation for the seven steps).
-    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         // 1.
         let Some(cluster) = self.cluster_lister.get_by_key(key) else {
             tracing::debug!(key, "RedisCluster in work queue no longer exists");
@@ -299,14 +251,7 @@ impl RedisClusterController {
             field_manager: Some(CONTROLLER_NAME.to_string()),
             ..PostParams::default()
         };
-        let err = |action: &'static str| {
-            let key = key.to_string();
-            move |source| SyncError::Api {
-                key,
-                action,
-                source,
-            }
-        };
+        let err = |action, e| SyncError::api::<RedisCluster>(key, action, e);
         let has_finalizer = cluster
             .metadata
             .finalizers
@@ -336,7 +281,7 @@ impl RedisClusterController {
             {
                 Ok(_) => return Ok(None),
                 Err(e) if e.is_not_found() => return Ok(None),
-                Err(e) => return Err(err("adding the finalizer")(e)),
+                Err(e) => return Err(err("adding the finalizer", e)),
             }
         }
 
@@ -352,9 +297,7 @@ impl RedisClusterController {
         }
         let (Some(want_sts), Some(want_svc)) = (new_statefulset(&cluster), new_service(&cluster))
         else {
-            return Err(SyncError::MissingUid {
-                key: key.to_string(),
-            });
+            return Err(SyncError::missing_uid::<RedisCluster, StatefulSet>(key));
         };
 
         // 5.
@@ -371,7 +314,7 @@ impl RedisClusterController {
             None => match services.create(&pp, &want_svc).await {
                 Ok(_) => {}
                 Err(e) if e.is_already_exists() => {}
-                Err(e) => return Err(err("creating the Service")(e)),
+                Err(e) => return Err(err("creating the Service", e)),
             },
         }
 
@@ -385,7 +328,7 @@ impl RedisClusterController {
                 self.expectations.expect_creations(key, 1);
                 if let Err(e) = statefulsets.create(&pp, &want_sts).await {
                     self.expectations.creation_observed(key);
-                    return Err(err("creating the StatefulSet")(e));
+                    return Err(err("creating the StatefulSet", e));
                 }
                 self.recorder.event(
                     cluster.as_ref(),
@@ -407,7 +350,7 @@ impl RedisClusterController {
                     statefulsets
                         .update(&pp, &fixed)
                         .await
-                        .map_err(err("updating the StatefulSet"))?;
+                        .map_err(|e| err("updating the StatefulSet", e))?;
                     self.recorder.event(
                         cluster.as_ref(),
                         EventType::Normal,
@@ -454,6 +397,12 @@ impl RedisClusterController {
         Ok(None)
     }
 
+    fn is_conflict(err: &SyncError) -> bool {
+        err.is_conflict()
+    }
+}
+
+impl RedisClusterController {
     /// The finalizer's cleanup: delete the StatefulSet and the Service, wait until they and
     /// every pod of the cluster are gone (their delete events bring the key back), then record
     /// `CleanedUp` and remove the finalizer.
@@ -465,14 +414,7 @@ impl RedisClusterController {
         pp: &PostParams,
     ) -> Result<(), SyncError> {
         let key = key_of(cluster);
-        let err = |action: &'static str| {
-            let key = key.clone();
-            move |source| SyncError::Api {
-                key,
-                action,
-                source,
-            }
-        };
+        let err = |action, e| SyncError::api::<RedisCluster>(&key, action, e);
         let background = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
             ..DeleteParams::default()
@@ -489,7 +431,7 @@ impl RedisClusterController {
                 {
                     Ok(_) => {}
                     Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(err("deleting the StatefulSet")(e)),
+                    Err(e) => return Err(err("deleting the StatefulSet", e)),
                 }
             }
         }
@@ -504,7 +446,7 @@ impl RedisClusterController {
                 {
                     Ok(_) => {}
                     Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(err("deleting the Service")(e)),
+                    Err(e) => return Err(err("deleting the Service", e)),
                 }
             }
         }
@@ -529,7 +471,7 @@ impl RedisClusterController {
         {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(err("removing the finalizer")(e)),
+            Err(e) => Err(err("removing the finalizer", e)),
         }
     }
 
@@ -608,20 +550,11 @@ impl RedisClusterController {
         if cluster.status.as_ref() == Some(&status) {
             return Ok(());
         }
-        let mut updated = cluster.clone();
-        updated.status = Some(status);
-        match Api::<RedisCluster>::all(self.client.clone())
-            .update_status(pp, &updated)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(source) => Err(SyncError::Api {
-                key: key_of(cluster),
-                action: "updating the status",
-                source,
-            }),
-        }
+        let updated = RedisCluster {
+            status: Some(status),
+            ..cluster.clone()
+        };
+        update_status(&self.client, pp, &updated).await
     }
 }
 
@@ -669,13 +602,7 @@ pub fn new_statefulset(cluster: &RedisCluster) -> Option<StatefulSet> {
         (LABEL_INSTANCE.to_string(), name.clone()),
     ]);
     Some(StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: cluster.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![controller_reference(cluster)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(cluster, &name, labels.clone())?,
         spec: Some(StatefulSetSpec {
             replicas: Some(cluster.spec.size),
             service_name: Some(name),
@@ -713,13 +640,7 @@ pub fn new_statefulset(cluster: &RedisCluster) -> Option<StatefulSet> {
 pub fn new_service(cluster: &RedisCluster) -> Option<Service> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     Some(Service {
-        metadata: ObjectMeta {
-            name: Some(name.clone()),
-            namespace: cluster.metadata.namespace.clone(),
-            labels: Some(pod_labels(cluster)),
-            owner_references: Some(vec![controller_reference(cluster)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(cluster, &name, pod_labels(cluster))?,
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_string()),
             selector: Some(BTreeMap::from([(LABEL_CLUSTER.to_string(), name)])),
@@ -754,49 +675,6 @@ fn statefulset_drift(sts: &StatefulSet, size: i32, image: &str) -> Option<Statef
         changed = true;
     }
     changed.then_some(out)
-}
-
-impl SyncHandler for RedisClusterController {
-    type Error = SyncError;
-
-    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        RedisClusterController::sync_handler(self, key).await
-    }
-
-    fn is_conflict(err: &SyncError) -> bool {
-        matches!(err, SyncError::Api { source, .. } if source.is_conflict())
-    }
-}
-
-impl super::Controller for RedisClusterController {
-    fn name(&self) -> &'static str {
-        "rediscluster"
-    }
-
-    fn has_synced(&self) -> bool {
-        RedisClusterController::has_synced(self)
-    }
-
-    fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
-        Box::pin(async move {
-            RedisClusterController::run(self, workers, stop)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
-        let queue = self.queue.clone();
-        Box::pin(async move { queue.shut_down_with_drain().await })
-    }
-
-    fn stats(&self) -> Arc<SyncStats> {
-        Arc::clone(&self.stats)
-    }
 }
 
 #[cfg(test)]

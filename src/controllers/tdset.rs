@@ -52,19 +52,18 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use tokio_util::sync::CancellationToken;
 
 use super::owned::{
-    controller_reference, deployment_drift, is_controlled_by, owner_handlers, standard_labels,
+    SyncError, dependent_metadata, deployment_drift, is_controlled_by, owner_handlers,
+    standard_labels, update_status,
 };
-use super::{Clock, Expectations, SyncHandler, SyncStats, run_workers};
+use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
 use crate::apis::{TDSet, TDSetSpec, TDSetStatus};
 use crate::cache::{
-    Deleted, EventHandlerFns, HandlerRegistration, InformerError, Lister, ListerWatcherSource,
-    SharedInformerFactory, key_of, split_key,
+    Deleted, EventHandlerFns, Lister, ListerWatcherSource, SharedInformerFactory, key_of, split_key,
 };
-use crate::client::{self, Api, Client, DeleteParams, PostParams};
+use crate::client::{Api, Client, DeleteParams, PostParams};
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -104,8 +103,6 @@ pub mod reason {
     /// Condition: the Deployment caught up.
     pub const COMPLETE: &str = "Complete";
 }
-
-const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
 
 // ---------------------------------------------------------------------------------------------
 // The schedule: pure functions of the spec and the instant.
@@ -214,48 +211,17 @@ pub fn requeue_after(spec: &TDSetSpec, tz: &TimeZone, now: Timestamp) -> Option<
 // The controller.
 // ---------------------------------------------------------------------------------------------
 
-/// The TDSet controller. Build it with [`TDSetController::new`], start the factory, then run.
+/// The TDSet controller. Build it with [`TDSetController::new`], start the factory, then
+/// [`run`](super::run) it (the manager does both).
 pub struct TDSetController {
     client: Client,
     tdset_lister: Lister<TDSet>,
     deployment_lister: Lister<Deployment>,
     service_lister: Lister<Service>,
-    tdset_synced: HandlerRegistration,
-    deployment_synced: HandlerRegistration,
-    service_synced: HandlerRegistration,
-    queue: RateLimitingQueue<String>,
+    workers: Workers,
     recorder: EventRecorder,
     expectations: Arc<Expectations>,
     clock: Clock,
-    stats: Arc<SyncStats>,
-    sync_timeout: Duration,
-}
-
-/// Why a sync failed. Every variant is retried with backoff by the worker loop.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    /// A write to the API server failed.
-    #[error("{action} for TDSet {key}: {source}")]
-    Api {
-        key: String,
-        action: &'static str,
-        #[source]
-        source: client::Error,
-    },
-    /// The TDSet in the cache has no uid (it cannot own anything).
-    #[error("TDSet {key} has no metadata.uid; cannot own a Deployment")]
-    MissingUid { key: String },
-}
-
-/// Errors from [`TDSetController::new`] and [`TDSetController::run`].
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// Registering an event handler failed.
-    #[error("registering the TDSet controller's event handlers: {0}")]
-    Informer(#[from] InformerError),
-    /// Shut down before the caches synced.
-    #[error("failed to wait for caches to sync")]
-    CacheSync,
 }
 
 impl TDSetController {
@@ -291,72 +257,51 @@ impl TDSetController {
                 })
                 .on_delete(move |gone: Deleted<TDSet>| e.forget(&gone.key()))
         };
-        let tdset_synced = tdset_informer.add_event_handler(tdset_handler)?;
-        let deployment_synced =
-            deployment_informer.add_event_handler(owner_handlers::<TDSet, Deployment>(
+        let tdset_synced = tdset_informer
+            .add_event_handler(tdset_handler)
+            .map_err(RunError::informer::<Self>)?;
+        let deployment_synced = deployment_informer
+            .add_event_handler(owner_handlers::<TDSet, Deployment>(
                 &queue,
                 Some(Arc::clone(&expectations)),
-            ))?;
-        let service_synced =
-            service_informer.add_event_handler(owner_handlers::<TDSet, Service>(&queue, None))?;
+            ))
+            .map_err(RunError::informer::<Self>)?;
+        let service_synced = service_informer
+            .add_event_handler(owner_handlers::<TDSet, Service>(&queue, None))
+            .map_err(RunError::informer::<Self>)?;
 
         Ok(Arc::new(TDSetController {
             client,
             tdset_lister: tdset_informer.lister(),
             deployment_lister: deployment_informer.lister(),
             service_lister: service_informer.lister(),
-            tdset_synced,
-            deployment_synced,
-            service_synced,
-            queue,
+            workers: Workers::new(
+                queue,
+                stats,
+                vec![tdset_synced, deployment_synced, service_synced],
+            ),
             recorder,
             expectations,
             clock,
-            stats: Arc::new(stats),
-            sync_timeout: super::DEFAULT_SYNC_TIMEOUT,
         }))
     }
+}
 
-    /// True once every handler has processed its informer's initial list.
-    pub fn has_synced(&self) -> bool {
-        self.tdset_synced.has_synced()
-            && self.deployment_synced.has_synced()
-            && self.service_synced.has_synced()
-    }
+/// `Run` is the shared [`super::run`]: it waits for the three caches, then starts the
+/// workers.
+impl Operator for TDSetController {
+    const NAME: &'static str = "tdset";
 
-    /// The controller's queue.
-    pub fn queue(&self) -> &RateLimitingQueue<String> {
-        &self.queue
+    fn workers(&self) -> &Workers {
+        &self.workers
     }
+}
 
-    /// `Run`: waits for the caches, then runs `workers` workers until `stop` is cancelled.
-    pub async fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> Result<(), RunError> {
-        while !self.has_synced() {
-            tokio::select! {
-                _ = stop.cancelled() => return Err(RunError::CacheSync),
-                _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
-            }
-        }
-        tracing::info!(
-            controller = CONTROLLER_NAME,
-            workers,
-            "caches synced; starting workers"
-        );
-        let (queue, stats, timeout) = (
-            self.queue.clone(),
-            Arc::clone(&self.stats),
-            self.sync_timeout,
-        );
-        run_workers(CONTROLLER_NAME, queue, self, workers, timeout, stats, stop).await;
-        Ok(())
-    }
+impl SyncHandler for TDSetController {
+    type Error = SyncError;
 
     /// `syncHandler` (see the module documentation for the six steps).
-    pub async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         // 1.
         let Some(tdset) = self.tdset_lister.get_by_key(key) else {
             tracing::debug!(key, "TDSet in work queue no longer exists");
@@ -408,17 +353,7 @@ impl TDSetController {
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default();
         let Some(desired) = new_deployment(&tdset, replicas) else {
-            return Err(SyncError::MissingUid {
-                key: key.to_string(),
-            });
-        };
-        let api_err = |action: &'static str| {
-            let key = key.to_string();
-            move |source| SyncError::Api {
-                key,
-                action,
-                source,
-            }
+            return Err(SyncError::missing_uid::<TDSet, Deployment>(key));
         };
         let deployments = Api::<Deployment>::namespaced(self.client.clone(), namespace);
         let deployment = match self.deployment_lister.get_by_key(key) {
@@ -428,7 +363,7 @@ impl TDSetController {
                 self.expectations.expect_creations(key, 1);
                 if let Err(e) = deployments.create(&pp, &desired).await {
                     self.expectations.creation_observed(key);
-                    return Err(api_err("creating the Deployment")(e));
+                    return Err(SyncError::api::<TDSet>(key, "creating the Deployment", e));
                 }
                 self.recorder.event(
                     tdset.as_ref(),
@@ -454,7 +389,7 @@ impl TDSetController {
             deployments
                 .update(&pp, &fixed)
                 .await
-                .map_err(api_err("updating the Deployment"))?;
+                .map_err(|e| SyncError::api::<TDSet>(key, "updating the Deployment", e))?;
             let (why, message) = if was != Some(replicas) && status.replicas == replicas {
                 (
                     reason::DRIFT_CORRECTED,
@@ -546,6 +481,12 @@ impl TDSetController {
         Ok(next)
     }
 
+    fn is_conflict(err: &SyncError) -> bool {
+        err.is_conflict()
+    }
+}
+
+impl TDSetController {
     /// Creates, corrects or deletes the Service. `Ok(Err(message))` reports a Service of that
     /// name that this TDSet does not control.
     async fn sync_service(
@@ -558,14 +499,7 @@ impl TDSetController {
         let key = key_of(tdset);
         let api = Api::<Service>::namespaced(self.client.clone(), namespace);
         let existing = self.service_lister.get_by_key(&key);
-        let err = |action: &'static str| {
-            let key = key.clone();
-            move |source| SyncError::Api {
-                key,
-                action,
-                source,
-            }
-        };
+        let err = |action, e| SyncError::api::<TDSet>(&key, action, e);
         if let Some(s) = &existing
             && !is_controlled_by(&s.metadata, tdset)
         {
@@ -580,14 +514,14 @@ impl TDSetController {
             (None, Some(_)) => match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(err("deleting the Service")(e)),
+                Err(e) => return Err(err("deleting the Service", e)),
             },
             (None, None) => {}
             (Some(want), None) => match api.create(pp, &want).await {
                 Ok(_) => {}
                 // Created by an earlier sync the cache has not seen yet.
                 Err(e) if e.is_already_exists() => {}
-                Err(e) => return Err(err("creating the Service")(e)),
+                Err(e) => return Err(err("creating the Service", e)),
             },
             (Some(want), Some(have)) => {
                 let want_spec = want.spec.unwrap_or_default();
@@ -599,7 +533,7 @@ impl TDSetController {
                     spec.selector = want_spec.selector;
                     api.update(pp, &fixed)
                         .await
-                        .map_err(err("updating the Service"))?;
+                        .map_err(|e| err("updating the Service", e))?;
                 }
             }
         }
@@ -639,20 +573,11 @@ impl TDSetController {
         if tdset.status.as_ref() == Some(&status) {
             return Ok(());
         }
-        let mut updated = tdset.clone();
-        updated.status = Some(status);
-        match Api::<TDSet>::all(self.client.clone())
-            .update_status(pp, &updated)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(source) => Err(SyncError::Api {
-                key: key_of(tdset),
-                action: "updating the status",
-                source,
-            }),
-        }
+        let updated = TDSet {
+            status: Some(status),
+            ..tdset.clone()
+        };
+        update_status(&self.client, pp, &updated).await
     }
 }
 
@@ -663,13 +588,7 @@ pub fn new_deployment(tdset: &TDSet, replicas: i32) -> Option<Deployment> {
     let name = tdset.metadata.name.clone().unwrap_or_default();
     let labels = standard_labels("tdset", &name, CONTROLLER_NAME);
     Some(Deployment {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: tdset.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![controller_reference(tdset)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(tdset, &name, labels.clone())?,
         spec: Some(DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
@@ -707,13 +626,7 @@ pub fn new_service(tdset: &TDSet) -> Option<Service> {
     let name = tdset.metadata.name.clone().unwrap_or_default();
     let labels = standard_labels("tdset", &name, CONTROLLER_NAME);
     Some(Service {
-        metadata: ObjectMeta {
-            name: Some(name),
-            namespace: tdset.metadata.namespace.clone(),
-            labels: Some(labels.clone()),
-            owner_references: Some(vec![controller_reference(tdset)?]),
-            ..ObjectMeta::default()
-        },
+        metadata: dependent_metadata(tdset, &name, labels.clone())?,
         spec: Some(ServiceSpec {
             selector: Some(labels),
             ports: Some(vec![ServicePort {
@@ -727,76 +640,16 @@ pub fn new_service(tdset: &TDSet) -> Option<Service> {
     })
 }
 
-impl SyncHandler for TDSetController {
-    type Error = SyncError;
-
-    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        TDSetController::sync_handler(self, key).await
-    }
-
-    fn is_conflict(err: &SyncError) -> bool {
-        matches!(err, SyncError::Api { source, .. } if source.is_conflict())
-    }
-}
-
-impl super::Controller for TDSetController {
-    fn name(&self) -> &'static str {
-        "tdset"
-    }
-
-    fn has_synced(&self) -> bool {
-        TDSetController::has_synced(self)
-    }
-
-    fn run(
-        self: Arc<Self>,
-        workers: usize,
-        stop: CancellationToken,
-    ) -> futures_util::future::BoxFuture<'static, Result<(), String>> {
-        Box::pin(async move {
-            TDSetController::run(self, workers, stop)
-                .await
-                .map_err(|e| e.to_string())
-        })
-    }
-
-    fn shut_down_queue(&self) -> futures_util::future::BoxFuture<'static, ()> {
-        let queue = self.queue.clone();
-        Box::pin(async move { queue.shut_down_with_drain().await })
-    }
-
-    fn stats(&self) -> Arc<SyncStats> {
-        Arc::clone(&self.stats)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apis::{SchedulingWindow, TDSetContainer};
 
+    /// The apis' test schedule with a default of 1 replica, in `tz`.
     fn hello_world(tz: Option<&str>) -> TDSetSpec {
-        let w = |s, e, r| SchedulingWindow {
-            start_time: s,
-            end_time: e,
-            replica: r,
-        };
         TDSetSpec {
-            container: TDSetContainer {
-                image: "nginx".into(),
-                port: 80,
-            },
-            service: None,
-            scheduling_config: vec![
-                w(9, 17, 5),
-                w(17, 19, 3),
-                w(19, 0, 2),
-                w(1, 7, 2),
-                w(7, 9, 3),
-            ],
             default_replica: 1,
-            interval_mint: None,
             time_zone: tz.map(str::to_string),
+            ..crate::apis::tdset::tests::hello_world()
         }
     }
 
