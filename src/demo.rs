@@ -6,10 +6,11 @@
 //! 1. the **embedded API server** ([`crate::apiserver`]) over HTTPS with a generated CA and a
 //!    token, with its simulated node that runs pods (`exit N` and `false` fail, anything else
 //!    succeeds), and writes a kubeconfig so you can watch from another terminal with `kubectl`;
-//! 2. installs the **At CRD** generated from [`crate::apis::At`];
+//! 2. installs the **At CRD** generated from [`crate::apis::At`] (and the CRDs of the other
+//!    selected operators);
 //! 3. starts the **controller manager** ([`crate::manager::Manager`]) exactly as
 //!    `sample-controller run` would, talking to that server over real HTTP;
-//! 4. creates the Ats of the story:
+//! 4. creates the four Ats of the story (three stored, one refused at admission):
 //!    * `example-at`: the book's `artifacts/examples/cnat-example.yaml` (`echo YAY`), its
 //!      schedule moved a few seconds ahead;
 //!    * `failing-at`: a command that exits 3, to show `result: Failed` and its exit code;
@@ -22,13 +23,20 @@
 //!      never retries it until the spec changes;
 //! 5. prints every phase change and every event as the controller produces them, read from its
 //!    own informers (the same machinery the controller uses);
-//! 6. exits 0 once both runnable Ats are `DONE` and every invalid one the server accepted
-//!    carries its Warning, or keeps serving with `--serve` until Ctrl-C.
+//! 6. once both runnable Ats are `DONE` and every invalid one the server accepted carries its
+//!    Warning, **checks** that the controller ran each command exactly once, at its schedule:
+//!    the server's request log must show exactly one successful pod creation per runnable At,
+//!    and each At's pod (found by name and its controller ownerReference) must have been
+//!    created no earlier than the At's schedule and at most a few seconds after it
+//!    ([`check_runs`]). It prints what it measured, or fails with what does not hold;
+//! 7. exits 0, or keeps serving with `--serve` until Ctrl-C.
 //!
 //! `--operators` chooses which operators the story shows (default `at,tdset,rediscluster`;
 //! also `myapp` and `foo`). Beside the Ats, a TDSet scales a Deployment by its current window
 //! and has a hand-scaling put back, and a RedisCluster goes 3 → 5 → 2 nodes on the simulated
 //! StatefulSet controller and is deleted through its finalizer; see the `operators` submodule.
+//! Only what the selected operators need is installed, watched and printed: without `at`
+//! there is no At CRD, no At informer in the printer and no `kubectl get ats` hint.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -36,7 +44,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::time::Instant;
@@ -139,6 +147,9 @@ pub enum DemoError {
     /// The manager stopped with an error.
     #[error("the controller manager stopped: {0}")]
     Manager(String),
+    /// The At controller did not run each command exactly once, at its schedule.
+    #[error("the At controller did not run each command exactly once at its schedule: {0}")]
+    NotExactlyOnce(String),
     /// `--operators` named something that is not an operator.
     #[error("--operators: {0:?} is not an operator (known: at, tdset, rediscluster, myapp, foo)")]
     UnknownOperator(String),
@@ -177,11 +188,17 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let client = Client::new(config).map_err(api_err("building the client"))?;
 
     let path = opts.kubeconfig_out.display().to_string();
-    println!("sample-controller demo: the At operator on an embedded API server");
+    println!(
+        "sample-controller demo: the {} operator{} on an embedded API server",
+        operators.join(", "),
+        if operators.len() == 1 { "" } else { "s" }
+    );
     println!();
     println!("  API server  {} (in this process)", server.url());
     println!("  kubeconfig  {path}");
-    println!("  watch it    kubectl --kubeconfig {path} get ats -w");
+    for resource in operators.iter().map(|op| operators::watched_resource(op)) {
+        println!("  watch it    kubectl --kubeconfig {path} get {resource} -w");
+    }
     println!();
 
     if with_at {
@@ -197,7 +214,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let seen = Arc::new(Mutex::new(Seen::default()));
     let printer = SharedInformerFactory::new(ClientSource(client.clone()), Duration::ZERO)
         .with_namespace(DEMO_NAMESPACE);
-    register_printers(&printer, Arc::clone(&seen), started);
+    register_printers(&printer, Arc::clone(&seen), started, with_at);
     let printer_stop = CancellationToken::new();
     printer.start(&printer_stop);
 
@@ -232,17 +249,20 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         deadline,
     ));
     let outcome = if with_at {
-        at_story(&client, &opts, &seen, started, deadline, &manager).await
+        match at_story(&client, &opts, &seen, started, deadline, &manager).await {
+            Ok(schedule) => check_each_ran_once(&client, &server, schedule).await,
+            Err(e) => Err(e),
+        }
     } else {
-        Ok(())
+        Ok(Vec::new())
     };
     let outcome = match (outcome, other_stories.await) {
         (Err(e), _) => Err(e),
-        (Ok(()), Ok(r)) => r,
-        (Ok(()), Err(e)) => Err(DemoError::Manager(format!("the operators' story: {e}"))),
+        (Ok(runs), Ok(r)) => r.map(|()| runs),
+        (Ok(_), Err(e)) => Err(DemoError::Manager(format!("the operators' story: {e}"))),
     };
 
-    if outcome.is_ok() {
+    if let Ok(runs) = &outcome {
         println!();
         if with_at {
             let invalid = seen
@@ -251,15 +271,26 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
                 .expect_invalid
                 .join(" and ");
             println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
-            println!("      the controller ran each command exactly once, at its schedule.");
+            println!(
+                "      the API server saw {} pod creations: one per runnable At, none before its schedule:",
+                runs.len()
+            );
+            for run in runs {
+                println!("      {run}");
+            }
         }
         for op in operators.iter().filter(|o| **o != "at") {
             println!("done: {}", operators::summary(op));
         }
         if opts.serve {
             println!();
+            let resources: BTreeSet<&str> = operators
+                .iter()
+                .flat_map(|op| operators::shown_resources(op).iter().copied())
+                .collect();
             println!(
-                "still serving (--serve); try:  kubectl --kubeconfig {path} get ats,tdsets,redisclusters,deployments,statefulsets,pods"
+                "still serving (--serve); try:  kubectl --kubeconfig {path} get {}",
+                resources.into_iter().collect::<Vec<_>>().join(",")
             );
             println!("press Ctrl-C to stop");
             let _ = tokio::signal::ctrl_c().await;
@@ -276,11 +307,11 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     printer_stop.cancel();
     printer.shutdown().await;
     server.shutdown().await;
-    outcome
+    outcome.map(|_| ())
 }
 
 /// The At part of the story: create the Ats, then wait until the runnable ones are `DONE`
-/// and the blank one carries its Warning.
+/// and the blank one carries its Warning. Returns the runnable Ats' schedule.
 async fn at_story(
     client: &Client,
     opts: &DemoOptions,
@@ -288,11 +319,12 @@ async fn at_story(
     started: Instant,
     deadline: Instant,
     manager: &tokio::task::JoinHandle<Result<(), crate::manager::ManagerError>>,
-) -> Result<(), DemoError> {
+) -> Result<jiff::Timestamp, DemoError> {
     let due = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::try_from(opts.delay).unwrap_or_default())
         .unwrap_or_else(|_| jiff::Timestamp::now());
-    let due_str = crate::apis::conditions::truncate_to_seconds(due).to_string();
+    let due = crate::apis::conditions::truncate_to_seconds(due);
+    let due_str = due.to_string();
     let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);
     let pp = PostParams::default();
     // The book's example, exactly as shipped, with only its schedule moved.
@@ -357,9 +389,115 @@ async fn at_story(
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         } else {
-            return Ok(());
+            return Ok(due);
         }
     }
+}
+
+/// The Ats whose commands run: each must have run exactly once.
+const RUNNABLE_ATS: [&str; 2] = ["example-at", "failing-at"];
+
+/// How late after its schedule a pod may be created and still count as "at its schedule".
+/// The controller wakes at the schedule itself; the slack is for a loaded machine.
+const LATE_SLACK: jiff::SignedDuration = jiff::SignedDuration::from_secs(10);
+
+/// One runnable At's run, as the demo measured it after the story.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeasuredRun {
+    /// The At's name.
+    pub at: String,
+    /// Its `spec.schedule`.
+    pub schedule: jiff::Timestamp,
+    /// Its pod (`<name>-pod` with this At's controller ownerReference) and the pod's
+    /// `creationTimestamp`, if there is one.
+    pub pod: Option<(String, jiff::Timestamp)>,
+}
+
+/// Checks "the controller ran each command exactly once, at its schedule" from what the
+/// server saw: `pod_creations` successful pod creations (HTTP `201` answers to `create pods`;
+/// the simulated workload controllers write pods to the store directly and are not counted)
+/// and each runnable At's pod. Returns one line per At on success, else what does not hold.
+pub fn check_runs(pod_creations: u64, runs: &[MeasuredRun]) -> Result<Vec<String>, String> {
+    let mut wrong = Vec::new();
+    if pod_creations != runs.len() as u64 {
+        wrong.push(format!(
+            "the API server created {pod_creations} pods for {} runnable Ats (want exactly one each)",
+            runs.len()
+        ));
+    }
+    let mut lines = Vec::new();
+    for run in runs {
+        let Some((pod, created)) = &run.pod else {
+            wrong.push(format!("at/{} has no pod of its own", run.at));
+            continue;
+        };
+        let after = created.duration_since(run.schedule);
+        if after.is_negative() {
+            wrong.push(format!(
+                "pod/{pod} was created at {created}, {}s before at/{}'s schedule {}",
+                -after.as_secs(),
+                run.at,
+                run.schedule
+            ));
+        } else if after > LATE_SLACK {
+            wrong.push(format!(
+                "pod/{pod} was created at {created}, {}s after at/{}'s schedule {} (more than {}s late)",
+                after.as_secs(),
+                run.at,
+                run.schedule,
+                LATE_SLACK.as_secs()
+            ));
+        } else {
+            lines.push(format!(
+                "at/{:<14} pod/{pod} created {created}, {}s after its schedule {}",
+                run.at,
+                after.as_secs(),
+                run.schedule
+            ));
+        }
+    }
+    if wrong.is_empty() {
+        Ok(lines)
+    } else {
+        Err(wrong.join("; "))
+    }
+}
+
+/// Measures each runnable At's pod and the server's pod creations, then [`check_runs`].
+async fn check_each_ran_once(
+    client: &Client,
+    server: &crate::apiserver::ApiServerHandle,
+    schedule: jiff::Timestamp,
+) -> Result<Vec<String>, DemoError> {
+    let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);
+    let pods = Api::<Pod>::namespaced(client.clone(), DEMO_NAMESPACE);
+    let mut runs = Vec::new();
+    for name in RUNNABLE_ATS {
+        let at = ats
+            .get(name)
+            .await
+            .map_err(api_err(format!("reading At {name}")))?;
+        let pod_name = at.pod_name();
+        let pod =
+            pods.get_opt(&pod_name)
+                .await
+                .map_err(api_err(format!("reading pod {pod_name}")))?
+                .filter(|p| {
+                    p.metadata.owner_references.iter().flatten().any(|o| {
+                        o.controller == Some(true) && Some(&o.uid) == at.metadata.uid.as_ref()
+                    })
+                })
+                .and_then(|p| p.metadata.creation_timestamp)
+                .map(|t| (pod_name, t.0));
+        let schedule = at.spec.schedule.parse().unwrap_or(schedule);
+        runs.push(MeasuredRun {
+            at: name.to_string(),
+            schedule,
+            pod,
+        });
+    }
+    let creations = server.request_log().count_code("create", "pods", 201);
+    check_runs(creations, &runs).map_err(DemoError::NotExactlyOnce)
 }
 
 fn new_at(name: &str, schedule: &str, command: &str) -> At {
@@ -425,6 +563,7 @@ fn register_printers(
     factory: &SharedInformerFactory<ClientSource>,
     seen: Arc<Mutex<Seen>>,
     started: Instant,
+    with_at: bool,
 ) {
     let on_at = {
         let seen = Arc::clone(&seen);
@@ -457,13 +596,17 @@ fn register_printers(
             say(started, &line);
         }
     };
-    let on_at_add = on_at.clone();
-    let ats = factory.informer::<At>();
-    let _ = ats.add_event_handler(
-        EventHandlerFns::<At>::new()
-            .on_add(move |at, _| on_at_add(&at))
-            .on_update(move |_, at| on_at(&at)),
-    );
+    // Only an At story has Ats to print: without it no At CRD is installed, and an At
+    // informer would only log its failing lists.
+    if with_at {
+        let on_at_add = on_at.clone();
+        let ats = factory.informer::<At>();
+        let _ = ats.add_event_handler(
+            EventHandlerFns::<At>::new()
+                .on_add(move |at, _| on_at_add(&at))
+                .on_update(move |_, at| on_at(&at)),
+        );
+    }
 
     let print_event = move |e: &Event| {
         let kind = e
@@ -525,4 +668,74 @@ fn still_waiting(seen: &Mutex<Seen>) -> Option<String> {
         waiting.push("blank-command's InvalidSpec warning".to_string());
     }
     (!waiting.is_empty()).then(|| waiting.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ts(s: &str) -> jiff::Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn run(at: &str, created: Option<&str>) -> MeasuredRun {
+        MeasuredRun {
+            at: at.to_string(),
+            schedule: ts("2030-06-03T10:00:00Z"),
+            pod: created.map(|c| (format!("{at}-pod"), ts(c))),
+        }
+    }
+
+    #[test]
+    fn one_pod_each_at_or_after_the_schedule_holds() {
+        let lines = check_runs(
+            2,
+            &[
+                run("example-at", Some("2030-06-03T10:00:00Z")),
+                run("failing-at", Some("2030-06-03T10:00:01Z")),
+            ],
+        )
+        .unwrap();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].contains("pod/example-at-pod created 2030-06-03T10:00:00Z, 0s after"));
+        assert!(lines[1].contains("pod/failing-at-pod created 2030-06-03T10:00:01Z, 1s after"));
+    }
+
+    #[test]
+    fn a_second_pod_creation_is_caught() {
+        let runs = [
+            run("example-at", Some("2030-06-03T10:00:00Z")),
+            run("failing-at", Some("2030-06-03T10:00:00Z")),
+        ];
+        let err = check_runs(3, &runs).unwrap_err();
+        assert!(err.contains("created 3 pods for 2 runnable Ats"), "{err}");
+    }
+
+    #[test]
+    fn an_early_a_late_and_a_missing_pod_are_caught() {
+        let err = check_runs(
+            2,
+            &[
+                run("example-at", Some("2030-06-03T09:59:58Z")),
+                run("failing-at", None),
+            ],
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("pod/example-at-pod was created at 2030-06-03T09:59:58Z, 2s before"),
+            "{err}"
+        );
+        assert!(err.contains("at/failing-at has no pod of its own"), "{err}");
+        let err = check_runs(1, &[run("example-at", Some("2030-06-03T10:01:00Z"))]).unwrap_err();
+        assert!(err.contains("60s after at/example-at's schedule"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_check_is_a_demo_error_naming_it() {
+        let e = DemoError::NotExactlyOnce("at/failing-at has no pod of its own".to_string());
+        assert_eq!(
+            e.to_string(),
+            "the At controller did not run each command exactly once at its schedule: at/failing-at has no pod of its own"
+        );
+    }
 }

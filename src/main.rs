@@ -1,7 +1,9 @@
 //! The `sample-controller` binary.
 //!
-//! * `sample-controller demo`: the zero-setup tour: an embedded API server, the At controller,
-//!   three Ats reaching their end states (see `sample_controller::demo`).
+//! * `sample-controller demo`: the zero-setup tour: an embedded API server and the controller
+//!   manager; four Ats (two run once at their schedule, one is refused at admission, one is
+//!   marked InvalidSpec), a TDSet following its time window and a RedisCluster resized and
+//!   deleted through its finalizer (see `sample_controller::demo`; `--operators` chooses).
 //! * `sample-controller run`: the controller manager against a real cluster (see
 //!   `sample_controller::manager` for the flags).
 //! * `sample-controller apiserver`: the embedded API server alone, for `kubectl` experiments.
@@ -31,7 +33,8 @@ struct Cli {
 enum Command {
     /// Run the controller manager against a cluster (kubeconfig, --master or in-cluster).
     Run(Box<ManagerOptions>),
-    /// Zero-setup demo: embedded API server, the At controller, three Ats to their end states.
+    /// Zero-setup demo: embedded API server and controllers; four Ats (two run once at their
+    /// schedule, one refused at admission, one marked InvalidSpec), a TDSet and a RedisCluster.
     #[cfg(feature = "embedded")]
     Demo(DemoOptions),
     /// Run the embedded Kubernetes API server until SIGINT/SIGTERM.

@@ -67,6 +67,23 @@ pub fn summary(op: &str) -> &'static str {
     }
 }
 
+/// The resource whose changes `kubectl get <it> -w` shows for the story of `op`.
+pub fn watched_resource(op: &str) -> &'static str {
+    shown_resources(op).first().copied().unwrap_or("events")
+}
+
+/// The resources the story of `op` creates or changes, its custom resource first.
+pub fn shown_resources(op: &str) -> &'static [&'static str] {
+    match op {
+        "at" => &["ats", "pods"],
+        "tdset" => &["tdsets", "deployments"],
+        "rediscluster" => &["redisclusters", "statefulsets", "services", "pods"],
+        "myapp" => &["myapps", "deployments"],
+        "foo" => &["foos", "deployments"],
+        _ => &[],
+    }
+}
+
 /// Installs the CRDs of the selected operators (At's is installed by the At story).
 pub async fn install_crds(
     client: &Client,

@@ -47,6 +47,24 @@ async fn the_demo_reaches_every_end_state_and_exits_0() {
         "{stdout}"
     );
     assert!(stdout.contains("InvalidSpec"), "{stdout}");
+    // "Exactly once, at its schedule" is measured, not claimed: one pod creation per runnable
+    // At in the server's request log, each pod created at or after the At's schedule.
+    assert!(
+        stdout.contains(
+            "the API server saw 2 pod creations: one per runnable At, none before its schedule:"
+        ),
+        "{stdout}"
+    );
+    for at in ["example-at", "failing-at"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("at/{at} ")))
+            .unwrap_or_else(|| panic!("no measured run of {at} in:\n{stdout}"));
+        assert!(
+            line.contains(&format!("pod/{at}-pod created ")) && line.contains("after its schedule"),
+            "{line}"
+        );
+    }
     // The kubeconfig it wrote is private (it holds a token) and usable.
     let text = std::fs::read_to_string(&kubeconfig).unwrap();
     assert!(text.contains("token"));

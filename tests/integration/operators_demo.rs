@@ -63,6 +63,32 @@ async fn the_operators_demo_shows_each_operator_working_and_exits_0() {
     );
 }
 
+/// Without `at` nothing of the At story is started or printed: no At CRD is installed, so an
+/// At informer would only fail its lists and log warnings about them.
+#[tokio::test]
+async fn without_at_nothing_of_the_at_story_is_started_or_printed() {
+    let (code, stdout, stderr) = demo(&["--operators=tdset"]).await;
+    assert_eq!(code, Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        stdout.contains("sample-controller demo: the tdset operator on an embedded API server"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("get tdsets -w"), "{stdout}");
+    assert!(
+        stdout.contains("deployment/office-hours is back at 4"),
+        "{stdout}"
+    );
+    for absent in ["get ats", "at/", "ats.cnat", "pod creations"] {
+        assert!(!stdout.contains(absent), "{absent:?} in:\n{stdout}");
+    }
+    // Nothing asked the server about Ats: no failed list, no watch, no warning.
+    assert!(
+        !stderr.contains("cnat.programming-kubernetes.info"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("WARN"), "{stderr}");
+}
+
 #[tokio::test]
 async fn an_unknown_operator_is_refused_by_name() {
     let (code, stdout, stderr) = demo(&["--operators=tdset,nope"]).await;
