@@ -58,8 +58,9 @@ async fn server() -> ApiServerHandle {
     ApiServer::builder().plain_http(true).start().await.unwrap()
 }
 
-fn client_at(server: &ApiServerHandle, url: &str) -> Client {
+fn client_at(server: &ApiServerHandle, url: &str, max_retries: u32) -> Client {
     let mut config = Config::new(url.parse().unwrap());
+    config.max_retries = max_retries;
     config.auth = Auth::Bearer {
         token: Some(Secret::from(server.token())),
         file: None,
@@ -69,7 +70,11 @@ fn client_at(server: &ApiServerHandle, url: &str) -> Client {
 }
 
 fn client(server: &ApiServerHandle) -> Client {
-    client_at(server, server.url())
+    client_at(
+        server,
+        server.url(),
+        Config::new("http://x".parse().unwrap()).max_retries,
+    )
 }
 
 fn pods(client: &Client) -> Api<Pod> {
@@ -97,7 +102,10 @@ fn pod(name: &str) -> Pod {
 }
 
 async fn create(api: &Api<Pod>, name: &str) -> String {
-    rv(&api.create(&PostParams::default(), &pod(name)).await.unwrap())
+    rv(&api
+        .create(&PostParams::default(), &pod(name))
+        .await
+        .unwrap())
 }
 
 /// A real change: a new label value, so a new resourceVersion.
@@ -163,10 +171,20 @@ fn fast(streaming_list: bool) -> ReflectorConfig {
 }
 
 fn informer(lw: impl ListerWatcher<Pod>, config: ReflectorConfig) -> SharedIndexInformer<Pod> {
+    informer_with_resync(lw, config, Duration::ZERO)
+}
+
+/// An informer whose default resync period is `resync`. As in client-go, an informer created
+/// with zero resync never resyncs, whatever period a handler asks for.
+fn informer_with_resync(
+    lw: impl ListerWatcher<Pod>,
+    config: ReflectorConfig,
+    resync: Duration,
+) -> SharedIndexInformer<Pod> {
     SharedIndexInformer::new(
         lw,
         InformerOptions {
-            default_resync: Duration::ZERO,
+            default_resync: resync,
             reflector: config,
         },
     )
@@ -266,7 +284,10 @@ fn code(e: &sample_controller::client::Error) -> u16 {
 }
 
 impl ListerWatcher<Pod> for Recording {
-    async fn list(&self, params: &ListParams) -> sample_controller::client::Result<ObjectList<Pod>> {
+    async fn list(
+        &self,
+        params: &ListParams,
+    ) -> sample_controller::client::Result<ObjectList<Pod>> {
         let r = ListerWatcher::list(&self.api, params).await;
         self.calls.lock().unwrap().push(Call::List {
             rv: params.resource_version.clone(),
@@ -429,12 +450,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Holds every LIST and WATCH of pods back (503) until [`Faults::clear`].
+/// Holds every LIST (503) and WATCH (429, which the reflector answers by re-watching from
+/// its last RV, never by relisting) of pods back until `Faults::clear`.
 fn block_list_and_watch(server: &ApiServerHandle) {
-    for verb in ["list", "watch"] {
-        server
-            .faults()
-            .inject(Fault::fail(503).verb(verb).resource("pods").times(1_000_000));
+    for (verb, code) in [("list", 503), ("watch", 429)] {
+        server.faults().inject(
+            Fault::fail(code)
+                .verb(verb)
+                .resource("pods")
+                .times(1_000_000),
+        );
     }
 }
 
@@ -447,7 +472,7 @@ async fn convergence_case(ops: Vec<Op>, streaming: bool) -> Result<(), TestCaseE
         create(&api, &format!("p{i}")).await;
         present[i] = true;
     }
-    let inf = informer(pods(&direct), fast(streaming));
+    let inf = informer_with_resync(pods(&direct), fast(streaming), Duration::from_secs(2));
     let early = Checker::default();
     let resyncing = Checker::default();
     inf.add_event_handler(early.clone()).unwrap();
@@ -591,10 +616,7 @@ async fn handler_added_after_sync_gets_a_synthetic_add_for_every_cached_object()
             .iter()
             .all(|s| matches!(s, Seen::Add(_, _, true)))
     );
-    assert_eq!(
-        early_seen[6],
-        Seen::Add(format!("{NS}/p6"), rv6, false)
-    );
+    assert_eq!(early_seen[6], Seen::Add(format!("{NS}/p6"), rv6, false));
     cancel.cancel();
     task.await.unwrap();
     server.shutdown().await;
@@ -610,7 +632,7 @@ async fn resync_period_delivers_updates_with_unchanged_resource_versions() {
     for name in ["a", "b"] {
         rvs.insert(format!("{NS}/{name}"), create(&api, name).await);
     }
-    let inf = informer(pods(&client(&server)), fast(true));
+    let inf = informer_with_resync(pods(&client(&server)), fast(true), Duration::from_secs(1));
     let resyncing = Recorder::default();
     let quiet = Recorder::default();
     inf.add_event_handler_with_resync_period(resyncing.clone(), Duration::from_secs(1))
@@ -670,7 +692,7 @@ async fn resync_period_delivers_updates_with_unchanged_resource_versions() {
 
 // ----- 4. relist after 410 (reference vectors 5 and 6) -----
 
-/// Cuts the informer off (every list and watch of pods is answered 503), runs `changes` on
+/// Cuts the informer off (see [`block_list_and_watch`]), runs `changes` on
 /// the server, compacts the history, and lets the informer back in: its re-watch from the
 /// last RV gets `410 Expired` and only a relist can tell it what happened.
 async fn while_cut_off<F: Future<Output = ()>>(server: &ApiServerHandle, changes: F) {
@@ -697,9 +719,12 @@ async fn relist_after_410(streaming: bool) {
     // An event on the open watch, so its end is not a "very short watch" (which relists).
     delete(&api, "warmup").await;
     eventually("warmup delete", || rec.len() == 5).await;
-    assert_eq!(
-        rec.take()[4],
-        Seen::Delete("default/warmup".into(), rvs["warmup"].clone(), false)
+    // The DELETED event carries the object at its deletion's resourceVersion.
+    let warmup = rec.take().pop().unwrap();
+    assert!(
+        matches!(&warmup, Seen::Delete(k, rv, false)
+            if k == "default/warmup" && rv.parse::<u64>().unwrap() > rvs["warmup"].parse().unwrap()),
+        "{warmup:?}"
     );
     assert_eq!(
         rv_num(&api.get("same").await.unwrap()),
@@ -729,17 +754,16 @@ async fn relist_after_410(streaming: bool) {
         seen,
         [
             Seen::Add("default/new".into(), new_rv, false),
-            Seen::Update(
-                "default/changed".into(),
-                rvs["changed"].clone(),
-                changed_rv
-            ),
+            Seen::Update("default/changed".into(), rvs["changed"].clone(), changed_rv),
             Seen::Delete("default/vanished".into(), rvs["vanished"].clone(), true),
         ],
         "tombstone with the last known state, add, real update; nothing for the unchanged \
          object or the one created and deleted while away"
     );
-    assert!(inf.status().snapshot().expired > expired_before, "a 410 was met");
+    assert!(
+        inf.status().snapshot().expired > expired_before,
+        "a 410 was met"
+    );
     // The unchanged object kept its cached allocation.
     assert!(Arc::ptr_eq(
         &same_before,
@@ -794,11 +818,11 @@ async fn watch_410_relists_at_last_rv_then_from_storage_with_limit_500() {
         create(&api, "c").await;
     })
     .await;
-    // The first relist after the 410 watch fails with 410 as well.
+    // The first relist after the 410 watch fails with 410 as well. (The test lists nothing
+    // itself until the informer has relisted twice: the fault would hit its LIST instead.)
     server
         .faults()
         .inject(Fault::fail(410).verb("list").resource("pods"));
-    converges(&inf, &api, "after the relists").await;
     eventually("two lists after the 410", || {
         lw.since(mark)
             .iter()
@@ -807,12 +831,13 @@ async fn watch_410_relists_at_last_rv_then_from_storage_with_limit_500() {
             >= 2
     })
     .await;
+    converges(&inf, &api, "after the relists").await;
     let calls = lw.since(mark);
     let first_list = calls
         .iter()
         .position(|c| matches!(c, Call::List { .. }))
         .unwrap();
-    // Before it: re-watches from the last RV, held back with 503, then one that opened (and
+    // Before it: re-watches from the last RV, held back with 429, then one that opened (and
     // delivered the 410 ERROR event).
     for c in &calls[..first_list] {
         let Call::Watch { rv, .. } = c else {
@@ -821,10 +846,7 @@ async fn watch_410_relists_at_last_rv_then_from_storage_with_limit_500() {
         assert_eq!(rv.as_deref(), Some(last_rv.as_str()), "{calls:?}");
     }
     assert!(
-        matches!(
-            calls[first_list - 1],
-            Call::Watch { failed: None, .. }
-        ),
+        matches!(calls[first_list - 1], Call::Watch { failed: None, .. }),
         "the watch that met the 410 had opened: {calls:?}"
     );
     assert_eq!(
@@ -926,7 +948,9 @@ async fn refused_rewatches_back_off_and_resume_without_relist() {
         .parse()
         .unwrap();
     let mut gate = Gate::new(upstream).await;
-    let gated = client_at(&server, &format!("http://{}", gate.addr));
+    // The client itself retries connection errors of GETs (up to `max_retries` times); the
+    // reflector's reaction is what is under test, so the gated client does not.
+    let gated = client_at(&server, &format!("http://{}", gate.addr), 0);
     let lw = Recording::new(pods(&gated));
     let inf = informer(lw.clone(), fast(false));
     let (cancel, task) = run(&inf);
@@ -950,10 +974,7 @@ async fn refused_rewatches_back_off_and_resume_without_relist() {
     let missed = create(&api, "missed").await;
     gate.reopen().await;
     converges(&inf, &api, "after the server is reachable again").await;
-    assert_eq!(
-        rv(&inf.indexer().get("default/missed").unwrap()),
-        missed
-    );
+    assert_eq!(rv(&inf.indexer().get("default/missed").unwrap()), missed);
     let calls = lw.since(mark);
     assert!(
         calls.iter().all(|c| matches!(
