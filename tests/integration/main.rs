@@ -34,6 +34,7 @@ mod at_controller;
 mod at_scale;
 mod cache_apiserver;
 mod cache_convergence;
+mod cache_embedded;
 mod cache_informer;
 mod cache_reflector;
 mod client_apiserver;
