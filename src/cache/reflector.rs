@@ -71,10 +71,11 @@
 //!
 //! * a list-and-watch cycle that ended with **403 Forbidden** (on the list, the streaming
 //!   list's fallback or the watch) → [`WatchHealth::forbidden`];
-//! * a list or streaming list that was **stored** → [`WatchHealth::listed`] (the 403 streak is
-//!   over), and, for every list after the first, [`WatchHealth::relisted`];
-//! * a **watch event or bookmark** after the sync → [`WatchHealth::progress`] (the watch works:
-//!   both the 403 streak and the relist count end).
+//! * a LIST that was **stored** → [`WatchHealth::listed`] (the 403 streak is over), and, for
+//!   every list after the first, [`WatchHealth::relisted`];
+//! * a **watch event or bookmark** after the sync, or a streaming list that reached its end
+//!   bookmark (it is a watch, and it works) → [`WatchHealth::progress`]: both the 403 streak
+//!   and the relist count end.
 //!
 //! A successful list alone does not clear the relist count: a reflector whose every watch is
 //! answered 410 lists fine and never watches, which is exactly the loop the relist rule is for.
@@ -783,7 +784,10 @@ where
                         cycle.last_sync_rv = String::new();
                         self.set_rv(cycle, &b.resource_version);
                         self.status.with(|s| s.streaming_lists += 1);
-                        self.report_listed(cycle);
+                        // The sync came over a watch that reached its end bookmark: the watch
+                        // works, which is progress, not a relist.
+                        cycle.listed_before = true;
+                        self.report(WatchHealth::progress);
                         debug!(reflector = %self.config.name, resource_version = %b.resource_version, count,
                             "streaming list stored");
                         return Ok(Some(stream));
