@@ -61,8 +61,13 @@
 //! ```
 //!
 //! A reflector reports through a [`WatchHealth`] from [`HealthState::watch_health`]: `forbidden()`
-//! when a list or watch is answered 403, `relisted()` on every relist, `progress()` when a watch
-//! event or bookmark arrives.
+//! when a list or watch is answered 403, `listed()` when a list succeeds (ending a 403 streak),
+//! `relisted()` on every successful list after the first, `progress()` when a watch event or
+//! bookmark arrives. The manager wires this up for every informer: its
+//! [`SharedInformerFactory`](crate::cache::SharedInformerFactory) is built
+//! [`with_watch_health`](crate::cache::SharedInformerFactory::with_watch_health), so each
+//! informer's reflector reports under the informer's resource name (`watch:ats`,
+//! `watch:pods`, ...), and `/healthz` names the resource whose watch is stuck.
 //!
 //! ## Responses
 //!
@@ -238,8 +243,16 @@ impl WatchHealth {
         });
     }
 
-    /// The watch delivered an event or bookmark, or a list succeeded after a 403: the
-    /// reflector is making progress.
+    /// A list succeeded: a 403 streak is over (the reflector can read again). The relist
+    /// count is kept: a reflector that lists fine but whose watches always fail still relists
+    /// endlessly.
+    pub fn listed(&self) {
+        self.with(|w, _| {
+            w.forbidden_since = None;
+        });
+    }
+
+    /// The watch delivered an event or bookmark: the reflector is making progress.
     pub fn progress(&self) {
         self.with(|w, _| {
             w.forbidden_since = None;

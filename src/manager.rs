@@ -17,6 +17,17 @@
 //!       release the Lease, exit 0
 //! ```
 //!
+//! ## What the probes and metrics cover
+//!
+//! Every informer the enabled controllers create through the shared factory (and no other: a
+//! disabled controller's types are never listed) is registered twice. Its reflector counters
+//! and store size appear in `/metrics` under the resource plural (`reflector_lists{name="ats"}`,
+//! `store_objects{name="deployments"}`), and its reflector reports to the probes'
+//! [`HealthState`]: `/healthz` fails with `watch:<plural>` when that watch has been answered 403
+//! for 5 minutes or relisted 10 times in 10 minutes without an event (see [`crate::health`]),
+//! and `/readyz` has an `informer:<plural>` line that passes once its first list is cached, on
+//! the leader and on a standby alike.
+//!
 //! ## Flags
 //!
 //! The flag set follows sample-controller (`--kubeconfig`, `--master`) and
@@ -73,7 +84,6 @@ use crate::record::{EventBroadcaster, EventSink};
 use crate::workqueue::QueueMetrics;
 use crate::workqueue::RateLimitingQueue;
 use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::api::core::v1::Pod;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 pub const KNOWN_CONTROLLERS: &[&str] = &["at", "tdset", "rediscluster", "myapp", "foo"];
@@ -796,8 +806,11 @@ impl Manager {
         let health = HealthState::new();
 
         // One informer factory for every controller: one watch per type, shared caches.
+        // Each informer's reflector reports 403s, relists and watch progress to `health`, so
+        // /healthz fails, naming the resource, when a watch is stuck.
         let mut factory =
-            SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period);
+            SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period)
+                .with_watch_health(health.clone());
         if let Some(ns) = &cfg.namespace {
             factory = factory.with_namespace(ns.clone());
         }
@@ -911,9 +924,15 @@ impl Manager {
             identity = %self.identity,
             "informers started"
         );
-        // The informers' counters and store sizes, read by every /metrics scrape.
-        metrics.register_informer("ats", &factory.informer::<At>());
-        metrics.register_informer("pods", &factory.informer::<Pod>());
+        // Every informer the enabled controllers created (and only those): counters and store
+        // sizes read by every /metrics scrape, and one readiness line each.
+        for informer in factory.informers() {
+            metrics.register_reflector(&informer.name, informer.status(), informer.store_len_fn());
+            let synced = informer.clone();
+            health.add_readiness_check(&format!("informer:{}", informer.name), move || {
+                synced.has_synced()
+            });
+        }
         {
             let handle = self.controllers_handle();
             health.add_readiness_check("informers-synced", move || handle.has_synced());

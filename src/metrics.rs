@@ -64,7 +64,10 @@
 //! registered (an informer not started yet shows zeros), except
 //! `reflector_last_event_age_seconds`, which has a series per informer from its first watch
 //! event on. Manager code registers its informers after starting them
-//! ([`Metrics::register_informer`]); the manager exposes the `ats` and `pods` informers.
+//! ([`Metrics::register_informer`], or [`Metrics::register_reflector`] with what
+//! [`SharedInformerFactory::informers`](crate::cache::SharedInformerFactory::informers)
+//! reports); the manager registers every informer its enabled controllers created, under the
+//! resource plural (`ats`, `pods`, `tdsets`, `deployments`, ...), and no other.
 //!
 //! ## Use
 //!

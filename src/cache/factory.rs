@@ -23,6 +23,18 @@
 //!    until every informer task has returned and every handler queue has drained. After
 //!    `shutdown` begins, `start` does nothing.
 //!
+//! ## Observing every informer
+//!
+//! A process must not lose track of what it watches. [`SharedInformerFactory::informers`]
+//! lists every informer the factory has created, with its resource, scope, reflector counters
+//! and store size, so metrics can be registered for exactly the informers that exist (the
+//! manager registers each one, read at scrape time). Built
+//! [`with_watch_health`](SharedInformerFactory::with_watch_health), the factory also hands each
+//! new informer's reflector a [`WatchHealth`](crate::health::WatchHealth) named after it (see
+//! [`InformerInfo::name`]), so `/healthz` fails, naming the resource, when that watch is stuck
+//! on 403 or relists endlessly. client-go's factory has neither: its callers keep their own
+//! list of informers for metrics, and its health checks do not look at reflectors.
+//!
 //! The factory does not know how to talk to a server. It asks a [`ListerWatcherSource`] for a
 //! [`ListerWatcher`](super::ListerWatcher) for each type and scope; the client's `Client`
 //! implements it with `Api<K>`, and tests use [`super::testing::FakeSource`]. Selectors are
@@ -43,7 +55,8 @@ use super::CacheObject;
 use super::informer::{InformerOptions, SharedIndexInformer, wait_until};
 use super::lister::Lister;
 use super::lister_watcher::BoxListerWatcher;
-use super::reflector::ReflectorConfig;
+use super::reflector::{ReflectorConfig, ReflectorStatus};
+use crate::health::HealthState;
 
 /// Which slice of a type an informer watches.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -93,6 +106,8 @@ impl ListerWatcherSource for crate::client::Client {
 trait Control: Send + Sync {
     fn run(&self, cancel: CancellationToken) -> BoxFuture<'static, ()>;
     fn has_synced(&self) -> bool;
+    fn status(&self) -> ReflectorStatus;
+    fn store_len(&self) -> usize;
 }
 
 impl<K: CacheObject> Control for SharedIndexInformer<K> {
@@ -102,6 +117,62 @@ impl<K: CacheObject> Control for SharedIndexInformer<K> {
     }
     fn has_synced(&self) -> bool {
         SharedIndexInformer::has_synced(self)
+    }
+    fn status(&self) -> ReflectorStatus {
+        SharedIndexInformer::status(self)
+    }
+    fn store_len(&self) -> usize {
+        self.indexer().len()
+    }
+}
+
+/// One informer of a factory, as [`SharedInformerFactory::informers`] reports it.
+#[derive(Clone)]
+pub struct InformerInfo {
+    /// The name metrics and health checks use: the resource plural (`"ats"`, `"pods"`) for an
+    /// informer in the factory's default scope, the plural and the scope otherwise
+    /// (`"pods (namespace=kube-system)"`).
+    pub name: String,
+    /// The resource plural (`K::URL_PATH_SEGMENT`).
+    pub resource: &'static str,
+    /// What the informer watches.
+    pub scope: InformerScope,
+    /// Whether [`SharedInformerFactory::start`] has started it.
+    pub started: bool,
+    control: Arc<dyn Control>,
+}
+
+impl std::fmt::Debug for InformerInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InformerInfo")
+            .field("name", &self.name)
+            .field("resource", &self.resource)
+            .field("scope", &self.scope)
+            .field("started", &self.started)
+            .finish()
+    }
+}
+
+impl InformerInfo {
+    /// The reflector's counters (live: the handle stays current while the informer runs).
+    pub fn status(&self) -> ReflectorStatus {
+        self.control.status()
+    }
+
+    /// Objects in the informer's cache now.
+    pub fn store_len(&self) -> usize {
+        self.control.store_len()
+    }
+
+    /// True once the informer's first list is in its cache.
+    pub fn has_synced(&self) -> bool {
+        self.control.has_synced()
+    }
+
+    /// A function reading the cache size, for a metrics collector.
+    pub fn store_len_fn(&self) -> impl Fn() -> usize + Send + Sync + 'static {
+        let control = Arc::clone(&self.control);
+        move || control.store_len()
     }
 }
 
@@ -113,6 +184,9 @@ struct InformerKey {
 
 struct Entry {
     name: String,
+    short_name: String,
+    resource: &'static str,
+    scope: InformerScope,
     informer: Box<dyn Any + Send + Sync>,
     control: Arc<dyn Control>,
     started: bool,
@@ -133,6 +207,7 @@ pub struct SharedInformerFactory<S> {
     default_scope: InformerScope,
     custom_resync: HashMap<TypeId, Duration>,
     reflector: ReflectorConfig,
+    health: Option<HealthState>,
     state: Mutex<State>,
 }
 
@@ -146,6 +221,7 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
             default_scope: InformerScope::default(),
             custom_resync: HashMap::new(),
             reflector: ReflectorConfig::default(),
+            health: None,
             state: Mutex::new(State::default()),
         }
     }
@@ -178,6 +254,32 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
     pub fn with_reflector_config(mut self, config: ReflectorConfig) -> Self {
         self.reflector = config;
         self
+    }
+
+    /// Every informer created from now on reports its reflector's 403s, relists and watch
+    /// progress to `health`, under its [`InformerInfo::name`] (`/healthz` shows
+    /// `watch:<name>`).
+    pub fn with_watch_health(mut self, health: HealthState) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    /// Every informer created so far, sorted by name.
+    pub fn informers(&self) -> Vec<InformerInfo> {
+        let mut out: Vec<InformerInfo> = self
+            .state()
+            .informers
+            .values()
+            .map(|e| InformerInfo {
+                name: e.short_name.clone(),
+                resource: e.resource,
+                scope: e.scope.clone(),
+                started: e.started,
+                control: Arc::clone(&e.control),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -220,10 +322,21 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
                 },
             },
         );
+        let short_name = if scope == self.default_scope {
+            K::URL_PATH_SEGMENT.to_owned()
+        } else {
+            name.clone()
+        };
+        if let Some(health) = &self.health {
+            informer.set_watch_health(health.watch_health(&short_name));
+        }
         state.informers.insert(
             key,
             Entry {
                 name,
+                short_name,
+                resource: K::URL_PATH_SEGMENT,
+                scope,
                 informer: Box::new(informer.clone()),
                 control: Arc::new(informer.clone()),
                 started: false,

@@ -668,6 +668,12 @@ impl<K: CacheObject> SharedIndexInformer<K> {
         self.reflector.last_synced_resource_version()
     }
 
+    /// Makes the reflector report 403s, relists and watch progress to `health` (the liveness
+    /// rules of [`crate::health`]).
+    pub fn set_watch_health(&self, health: crate::health::WatchHealth) {
+        self.reflector.set_watch_health(health);
+    }
+
     /// True once `run` has been called.
     pub fn is_started(&self) -> bool {
         self.core.started.load(Ordering::SeqCst)

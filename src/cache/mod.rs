@@ -119,7 +119,7 @@ pub mod selector;
 pub mod store;
 pub mod testing;
 
-pub use factory::{InformerScope, ListerWatcherSource, SharedInformerFactory};
+pub use factory::{InformerInfo, InformerScope, ListerWatcherSource, SharedInformerFactory};
 pub use informer::{
     EventHandlerFns, FilteringHandler, HandlerRegistration, HasSynced, InformerError,
     InformerOptions, ResourceEventHandler, SharedIndexInformer, wait_for_cache_sync,

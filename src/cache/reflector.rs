@@ -63,6 +63,23 @@
 //! reflector runs: the last synced RV and counters of lists, watches, streaming lists, 410s
 //! and errors, and the time of the last event.
 //!
+//! ## Health
+//!
+//! Given a [`WatchHealth`] ([`Reflector::set_watch_health`]; the informer factory gives one to
+//! every informer it creates when it has a [`HealthState`](crate::health::HealthState)), the
+//! reflector reports what `/healthz` needs to tell a stuck watch from a quiet one:
+//!
+//! * a list-and-watch cycle that ended with **403 Forbidden** (on the list, the streaming
+//!   list's fallback or the watch) → [`WatchHealth::forbidden`];
+//! * a LIST that was **stored** → [`WatchHealth::listed`] (the 403 streak is over), and, for
+//!   every list after the first, [`WatchHealth::relisted`];
+//! * a **watch event or bookmark** after the sync, or a streaming list that reached its end
+//!   bookmark (it is a watch, and it works) → [`WatchHealth::progress`]: both the 403 streak
+//!   and the relist count end.
+//!
+//! A successful list alone does not clear the relist count: a reflector whose every watch is
+//! answered 410 lists fine and never watches, which is exactly the loop the relist rule is for.
+//!
 //! ## Differences from client-go
 //!
 //! The store interface is typed and takes `Arc<K>`; [`ReflectorStore::prepare`] (transform and
@@ -88,6 +105,7 @@ use super::keys::key_of;
 use super::lister_watcher::ListerWatcher;
 use super::store::Indexer;
 use crate::client::{Error, ListParams, Result, WatchEvent, WatchParams, WatchStream};
+use crate::health::WatchHealth;
 
 /// Default page size of the list pager.
 pub const DEFAULT_PAGE_SIZE: u32 = 500;
@@ -316,6 +334,7 @@ pub struct Reflector<K, LW, S = Indexer<K>> {
     store: S,
     config: ReflectorConfig,
     status: ReflectorStatus,
+    health: Mutex<Option<WatchHealth>>,
     running: AtomicBool,
     _k: std::marker::PhantomData<fn() -> K>,
 }
@@ -327,6 +346,7 @@ struct Cycle {
     rv_unavailable: bool,
     paginated_result: bool,
     populated_logged: bool,
+    listed_before: bool,
 }
 
 enum WatchEnd {
@@ -400,6 +420,7 @@ where
             store,
             config,
             status: ReflectorStatus::default(),
+            health: Mutex::new(None),
             running: AtomicBool::new(false),
             _k: std::marker::PhantomData,
         }
@@ -413,6 +434,35 @@ where
     /// The resourceVersion the store reflects.
     pub fn last_synced_resource_version(&self) -> String {
         self.status.last_synced_resource_version()
+    }
+
+    /// Reports this reflector's list/watch health to `health` from now on (see the module
+    /// doc, "Health"); replaces an earlier handle.
+    pub fn set_watch_health(&self, health: WatchHealth) {
+        *self.health.lock().unwrap_or_else(|e| e.into_inner()) = Some(health);
+    }
+
+    fn report(&self, f: impl FnOnce(&WatchHealth)) {
+        if let Some(h) = self
+            .health
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            f(h);
+        }
+    }
+
+    /// A list (or streaming list) was stored: it ends a 403 streak, and every list after the
+    /// first is a relist.
+    fn report_listed(&self, cycle: &mut Cycle) {
+        let relist = std::mem::replace(&mut cycle.listed_before, true);
+        self.report(|h| {
+            h.listed();
+            if relist {
+                h.relisted();
+            }
+        });
     }
 
     /// The store this reflector writes to.
@@ -448,6 +498,7 @@ where
             rv_unavailable: false,
             paginated_result: false,
             populated_logged: false,
+            listed_before: false,
         };
         loop {
             if cancel.is_cancelled() {
@@ -455,6 +506,9 @@ where
             }
             if let Err(e) = self.list_and_watch(&mut cycle, &cancel).await {
                 self.status.with(|s| s.errors += 1);
+                if e.is_forbidden() {
+                    self.report(WatchHealth::forbidden);
+                }
                 if is_expired(&e) {
                     debug!(reflector = %self.config.name, error = %e, "watch expired; relisting");
                 } else {
@@ -598,6 +652,7 @@ where
         self.store.replace(objs, &list_rv);
         cycle.last_sync_rv = String::new();
         self.set_rv(cycle, &list_rv);
+        self.report_listed(cycle);
         debug!(reflector = %self.config.name, resource_version = %list_rv, count, "list stored");
         Ok(())
     }
@@ -729,6 +784,10 @@ where
                         cycle.last_sync_rv = String::new();
                         self.set_rv(cycle, &b.resource_version);
                         self.status.with(|s| s.streaming_lists += 1);
+                        // The sync came over a watch that reached its end bookmark: the watch
+                        // works, which is progress, not a relist.
+                        cycle.listed_before = true;
+                        self.report(WatchHealth::progress);
                         debug!(reflector = %self.config.name, resource_version = %b.resource_version, count,
                             "streaming list stored");
                         return Ok(Some(stream));
@@ -852,6 +911,9 @@ where
             };
             events += 1;
             self.status.with(|s| s.last_event = Some(Instant::now()));
+            if !matches!(event, WatchEvent::Error(_)) {
+                self.report(WatchHealth::progress);
+            }
             match event {
                 WatchEvent::Added(o) => {
                     let rv = rv_of(&o).to_owned();
