@@ -44,11 +44,16 @@
 //! clients can be switched to JSON (`rest.Config.ContentType = "application/json"`).
 //!
 //! Kinds decoded: core/v1 Namespace, ConfigMap, Secret, Event, Pod, Service, ServiceAccount;
-//! apps/v1 Deployment, StatefulSet; coordination.k8s.io/v1 Lease; events.k8s.io/v1 Event;
-//! autoscaling/v1 Scale (the `/scale` subresource); and `DeleteOptions` (typed clients send the
-//! options of a DELETE as a protobuf body too).
-//! Namespace, ConfigMap, Secret, both Events, Lease and ServiceAccount are complete; Pod
-//! (and pod templates) covers containers, init containers, env, ports, resources, volume mounts,
+//! apps/v1 Deployment, StatefulSet, ReplicaSet; rbac.authorization.k8s.io/v1 Role, ClusterRole,
+//! RoleBinding, ClusterRoleBinding (what `kubectl create role|clusterrole|rolebinding|
+//! clusterrolebinding` send); apiextensions.k8s.io/v1 CustomResourceDefinition (schemas
+//! included: `default`/`example`/`enum` values are the raw JSON they carry, `items` a schema or a
+//! list, `additionalProperties` a schema or a boolean); coordination.k8s.io/v1 Lease;
+//! events.k8s.io/v1 Event; autoscaling/v1 Scale (the `/scale` subresource); and `DeleteOptions`
+//! (typed clients send the options of a DELETE as a protobuf body too). Of the served kinds only
+//! core/v1 Node is not decoded (nodes are registered by the in-process kubelet, not by clients).
+//! Namespace, ConfigMap, Secret, both Events, Lease, ServiceAccount, the RBAC kinds and the
+//! CRD are complete; Pod (and pod templates) covers containers, init containers, env, ports, resources, volume mounts,
 //! probes, security contexts, tolerations and the common volume types; StatefulSet volume claim
 //! templates are not decoded.
 
@@ -56,6 +61,8 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_pb::api::apps::v1 as apps;
+use k8s_pb::api::rbac::v1 as rbac;
+use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crd;
 use k8s_pb::api::autoscaling::v1 as autoscaling;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
@@ -112,6 +119,20 @@ impl ToJson for Vec<u8> {
         Ok(Value::String(
             base64::engine::general_purpose::STANDARD.encode(self),
         ))
+    }
+}
+
+impl ToJson for f64 {
+    fn to_json(self) -> Result<Value, String> {
+        serde_json::Number::from_f64(self)
+            .map(Value::Number)
+            .ok_or_else(|| format!("{self} is not a finite number"))
+    }
+}
+
+impl<T: ToJson> ToJson for Box<T> {
+    fn to_json(self) -> Result<Value, String> {
+        (*self).to_json()
     }
 }
 
@@ -273,10 +294,13 @@ fn omit_zero(v: Option<Value>) -> Option<Value> {
 /// Declares the JSON conversion of a k8s-pb message: `"jsonName" => field` moves and converts a
 /// field, leaving out a zero or `false` (Go's `omitempty`); fields in `keep { ... }` keep their
 /// zeros (Go pointer fields, where a zero was set on purpose, and fields without `omitempty`);
-/// `inline field` merges a nested message's keys into this object.
+/// `exact { ... }` fields are `Option`s converted as they are, empty strings included (raw JSON
+/// such as a schema's `default: ""`); `inline field` merges a nested message's keys into this
+/// object.
 macro_rules! message {
     ($ty:ty { $( $json:literal => $field:ident ),* $(,)? }
      $( keep { $( $kjson:literal => $kfield:ident ),* $(,)? } )?
+     $( exact { $( $xjson:literal => $xfield:ident ),* $(,)? } )?
      $( inline $inl:ident )* ) => {
         impl ToJson for $ty {
             fn to_json(mut self) -> Result<Value, String> {
@@ -289,6 +313,11 @@ macro_rules! message {
                 $( $(
                     if let Some(v) = Conv::conv(std::mem::take(&mut self.$kfield)).map_err(|e| nest($kjson, e))? {
                         o.insert($kjson.to_string(), v);
+                    }
+                )* )?
+                $( $(
+                    if let Some(v) = self.$xfield.take() {
+                        o.insert($xjson.to_string(), ToJson::to_json(v).map_err(|e| nest($xjson, e))?);
                     }
                 )* )?
                 $(
@@ -740,6 +769,185 @@ message!(apps::StatefulSetCondition {
     "reason" => reason, "message" => message,
 });
 
+message!(apps::ReplicaSet { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(apps::ReplicaSetSpec {
+    "minReadySeconds" => min_ready_seconds, "selector" => selector, "template" => template,
+} keep {
+    "replicas" => replicas,
+});
+message!(apps::ReplicaSetStatus {
+    "fullyLabeledReplicas" => fully_labeled_replicas, "readyReplicas" => ready_replicas,
+    "availableReplicas" => available_replicas, "observedGeneration" => observed_generation,
+    "conditions" => conditions,
+} keep {
+    "replicas" => replicas, "terminatingReplicas" => terminating_replicas,
+});
+message!(apps::ReplicaSetCondition {
+    "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
+    "reason" => reason, "message" => message,
+});
+
+// ---- rbac.authorization.k8s.io/v1 ----------------------------------------------------------
+
+message!(rbac::Role { "metadata" => metadata, "rules" => rules });
+message!(rbac::ClusterRole {
+    "metadata" => metadata, "rules" => rules, "aggregationRule" => aggregation_rule,
+});
+message!(rbac::AggregationRule { "clusterRoleSelectors" => cluster_role_selectors });
+message!(rbac::PolicyRule {
+    "verbs" => verbs, "apiGroups" => api_groups, "resources" => resources,
+    "resourceNames" => resource_names, "nonResourceURLs" => non_resource_ur_ls,
+});
+message!(rbac::RoleBinding { "metadata" => metadata, "subjects" => subjects, "roleRef" => role_ref });
+message!(rbac::ClusterRoleBinding {
+    "metadata" => metadata, "subjects" => subjects, "roleRef" => role_ref,
+});
+message!(rbac::Subject {
+    "kind" => kind, "apiGroup" => api_group, "name" => name, "namespace" => namespace,
+});
+message!(rbac::RoleRef { "apiGroup" => api_group, "kind" => kind, "name" => name });
+
+// ---- apiextensions.k8s.io/v1 ---------------------------------------------------------------
+
+message!(crd::CustomResourceDefinition {
+    "metadata" => metadata, "spec" => spec, "status" => status,
+});
+message!(crd::CustomResourceDefinitionSpec {
+    "group" => group, "names" => names, "scope" => scope, "versions" => versions,
+    "conversion" => conversion, "preserveUnknownFields" => preserve_unknown_fields,
+});
+message!(crd::CustomResourceDefinitionNames {
+    "plural" => plural, "singular" => singular, "shortNames" => short_names, "kind" => kind,
+    "listKind" => list_kind, "categories" => categories,
+});
+message!(crd::CustomResourceDefinitionVersion {
+    "name" => name, "deprecated" => deprecated, "deprecationWarning" => deprecation_warning,
+    "schema" => schema, "subresources" => subresources,
+    "additionalPrinterColumns" => additional_printer_columns,
+    "selectableFields" => selectable_fields,
+} keep {
+    "served" => served, "storage" => storage,
+});
+message!(crd::CustomResourceValidation { "openAPIV3Schema" => open_apiv3_schema });
+message!(crd::CustomResourceSubresources { "status" => status, "scale" => scale });
+/// `subresources.status` is an empty object whose presence enables `/status`.
+impl ToJson for crd::CustomResourceSubresourceStatus {
+    fn to_json(self) -> Result<Value, String> {
+        Ok(Value::Object(Map::new()))
+    }
+}
+message!(crd::CustomResourceSubresourceScale {
+    "specReplicasPath" => spec_replicas_path, "statusReplicasPath" => status_replicas_path,
+    "labelSelectorPath" => label_selector_path,
+});
+message!(crd::CustomResourceColumnDefinition {
+    "name" => name, "type" => r#type, "format" => format, "description" => description,
+    "priority" => priority, "jsonPath" => json_path,
+});
+message!(crd::SelectableField { "jsonPath" => json_path });
+message!(crd::CustomResourceConversion { "strategy" => strategy, "webhook" => webhook });
+message!(crd::WebhookConversion {
+    "clientConfig" => client_config, "conversionReviewVersions" => conversion_review_versions,
+});
+message!(crd::WebhookClientConfig {
+    "url" => url, "service" => service, "caBundle" => ca_bundle,
+});
+message!(crd::ServiceReference {
+    "namespace" => namespace, "name" => name, "path" => path,
+} keep {
+    "port" => port,
+});
+message!(crd::CustomResourceDefinitionStatus {
+    "conditions" => conditions, "acceptedNames" => accepted_names,
+    "storedVersions" => stored_versions, "observedGeneration" => observed_generation,
+});
+message!(crd::CustomResourceDefinitionCondition {
+    "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
+    "reason" => reason, "message" => message, "observedGeneration" => observed_generation,
+});
+// A schema: Go pointer fields (`maximum`, `maxLength`, `items`, ...) keep their zeros, and the
+// raw JSON values (`default`, `example`) are kept exactly, `""` and `0` included.
+message!(crd::JsonSchemaProps {
+    "id" => id, "$schema" => schema, "$ref" => r#ref, "description" => description,
+    "type" => r#type, "format" => format, "title" => title,
+    "exclusiveMaximum" => exclusive_maximum, "exclusiveMinimum" => exclusive_minimum,
+    "pattern" => pattern, "uniqueItems" => unique_items, "enum" => r#enum,
+    "required" => required, "allOf" => all_of, "oneOf" => one_of, "anyOf" => any_of,
+    "properties" => properties, "patternProperties" => pattern_properties,
+    "dependencies" => dependencies, "definitions" => definitions,
+    "externalDocs" => external_docs, "nullable" => nullable,
+    "x-kubernetes-embedded-resource" => x_kubernetes_embedded_resource,
+    "x-kubernetes-int-or-string" => x_kubernetes_int_or_string,
+    "x-kubernetes-list-map-keys" => x_kubernetes_list_map_keys,
+    "x-kubernetes-validations" => x_kubernetes_validations,
+} keep {
+    "maximum" => maximum, "minimum" => minimum, "maxLength" => max_length,
+    "minLength" => min_length, "maxItems" => max_items, "minItems" => min_items,
+    "multipleOf" => multiple_of, "maxProperties" => max_properties,
+    "minProperties" => min_properties, "items" => items, "not" => not,
+    "additionalProperties" => additional_properties, "additionalItems" => additional_items,
+    "x-kubernetes-preserve-unknown-fields" => x_kubernetes_preserve_unknown_fields,
+    "x-kubernetes-list-type" => x_kubernetes_list_type,
+    "x-kubernetes-map-type" => x_kubernetes_map_type,
+} exact {
+    "default" => default, "example" => example,
+});
+message!(crd::ExternalDocumentation { "description" => description, "url" => url });
+message!(crd::ValidationRule {
+    "rule" => rule, "message" => message, "messageExpression" => message_expression,
+    "reason" => reason, "fieldPath" => field_path,
+} keep {
+    "optionalOldSelf" => optional_old_self,
+});
+
+/// `JSON` (a schema's `default`, `example` and `enum` values): the raw JSON it carries.
+impl ToJson for crd::Json {
+    fn to_json(self) -> Result<Value, String> {
+        match self.raw {
+            None => Ok(Value::Null),
+            Some(raw) => {
+                serde_json::from_slice(&raw).map_err(|e| format!("does not hold JSON: {e}"))
+            }
+        }
+    }
+}
+
+/// `items`: one schema for every element, or (JSON Schema's tuple form) a list of schemas.
+impl ToJson for crd::JsonSchemaPropsOrArray {
+    fn to_json(self) -> Result<Value, String> {
+        if !self.j_son_schemas.is_empty() {
+            return Ok(Conv::conv(self.j_son_schemas)?.unwrap_or(Value::Null));
+        }
+        match self.schema {
+            Some(schema) => schema.to_json(),
+            None => Ok(Value::Null),
+        }
+    }
+}
+
+/// `additionalProperties` / `additionalItems`: a schema, or `true`/`false`.
+impl ToJson for crd::JsonSchemaPropsOrBool {
+    fn to_json(self) -> Result<Value, String> {
+        match self.schema {
+            Some(schema) => schema.to_json(),
+            None => Ok(Value::Bool(self.allows.unwrap_or(false))),
+        }
+    }
+}
+
+/// A `dependencies` entry: a schema, or the list of properties that must also be present.
+impl ToJson for crd::JsonSchemaPropsOrStringArray {
+    fn to_json(self) -> Result<Value, String> {
+        if !self.property.is_empty() {
+            return Ok(Conv::conv(self.property)?.unwrap_or(Value::Null));
+        }
+        match self.schema {
+            Some(schema) => schema.to_json(),
+            None => Ok(Value::Null),
+        }
+    }
+}
+
 // ---- autoscaling/v1 (the /scale subresource) ------------------------------------------------
 
 message!(autoscaling::Scale { "metadata" => metadata, "spec" => spec, "status" => status });
@@ -800,6 +1008,12 @@ pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("v1", "ServiceAccount"),
     ("apps/v1", "Deployment"),
     ("apps/v1", "StatefulSet"),
+    ("apps/v1", "ReplicaSet"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("coordination.k8s.io/v1", "Lease"),
     ("events.k8s.io/v1", "Event"),
     ("autoscaling/v1", "Scale"),
@@ -843,6 +1057,22 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
         ("v1", "ServiceAccount") => decode_as::<core::ServiceAccount>(&raw, &api_version, &kind),
         ("apps/v1", "Deployment") => decode_as::<apps::Deployment>(&raw, &api_version, &kind),
         ("apps/v1", "StatefulSet") => decode_as::<apps::StatefulSet>(&raw, &api_version, &kind),
+        ("apps/v1", "ReplicaSet") => decode_as::<apps::ReplicaSet>(&raw, &api_version, &kind),
+        ("rbac.authorization.k8s.io/v1", "Role") => {
+            decode_as::<rbac::Role>(&raw, &api_version, &kind)
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+            decode_as::<rbac::ClusterRole>(&raw, &api_version, &kind)
+        }
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+            decode_as::<rbac::RoleBinding>(&raw, &api_version, &kind)
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            decode_as::<rbac::ClusterRoleBinding>(&raw, &api_version, &kind)
+        }
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+            decode_as::<crd::CustomResourceDefinition>(&raw, &api_version, &kind)
+        }
         ("coordination.k8s.io/v1", "Lease") => {
             decode_as::<coordination::Lease>(&raw, &api_version, &kind)
         }
