@@ -61,12 +61,12 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_pb::api::apps::v1 as apps;
-use k8s_pb::api::rbac::v1 as rbac;
-use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crd;
 use k8s_pb::api::autoscaling::v1 as autoscaling;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::events::v1 as events;
+use k8s_pb::api::rbac::v1 as rbac;
+use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crd;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
@@ -149,9 +149,10 @@ impl<T: ToJson> Conv for Option<T> {
     }
 }
 
-/// Prefixes an error from a nested value with the field (or index) it came from.
+/// Prefixes an error from a nested value with the field (or index) it came from; an error
+/// starting with `:` is about the value itself (`default: does not hold JSON`).
 fn nest(prefix: &str, e: String) -> String {
-    if e.starts_with('[') {
+    if e.starts_with('[') || e.starts_with(':') {
         format!("{prefix}{e}")
     } else {
         format!("{prefix}.{e}")
@@ -906,7 +907,7 @@ impl ToJson for crd::Json {
         match self.raw {
             None => Ok(Value::Null),
             Some(raw) => {
-                serde_json::from_slice(&raw).map_err(|e| format!("does not hold JSON: {e}"))
+                serde_json::from_slice(&raw).map_err(|e| format!(": does not hold JSON: {e}"))
             }
         }
     }
@@ -1547,5 +1548,372 @@ mod tests {
             json!({"replicas": 0}),
             "scale to zero keeps its zero"
         );
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn rbac_kinds_as_kubectl_create_sends_them() {
+        // `kubectl create role pod-reader --verb=get,list --resource=pods`
+        let role = rbac::Role {
+            metadata: Some(meta_named("pod-reader", Some("cnat"))),
+            rules: vec![rbac::PolicyRule {
+                verbs: strings(&["get", "list"]),
+                api_groups: strings(&[""]),
+                resources: strings(&["pods"]),
+                resource_names: vec![],
+                non_resource_ur_ls: vec![],
+            }],
+        };
+        let v = decode_body(&encode_body(
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            role.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(v["kind"], "Role");
+        assert_eq!(v["apiVersion"], "rbac.authorization.k8s.io/v1");
+        assert_eq!(
+            v["rules"],
+            json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]),
+            "the core group's empty name is kept inside the list"
+        );
+
+        let cr = rbac::ClusterRole {
+            metadata: Some(meta_named("metrics", None)),
+            rules: vec![rbac::PolicyRule {
+                verbs: strings(&["get"]),
+                non_resource_ur_ls: strings(&["/metrics"]),
+                ..Default::default()
+            }],
+            aggregation_rule: Some(rbac::AggregationRule {
+                cluster_role_selectors: vec![meta::LabelSelector {
+                    match_labels: BTreeMap::from([("agg".to_string(), "true".to_string())]),
+                    match_expressions: vec![],
+                }],
+            }),
+        };
+        let v = decode_body(&encode_body(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            cr.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v["rules"],
+            json!([{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}])
+        );
+        assert_eq!(
+            v["aggregationRule"],
+            json!({"clusterRoleSelectors": [{"matchLabels": {"agg": "true"}}]})
+        );
+
+        let subjects = vec![
+            rbac::Subject {
+                kind: Some("User".into()),
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                name: Some("alice".into()),
+                namespace: Some(String::new()),
+            },
+            rbac::Subject {
+                kind: Some("ServiceAccount".into()),
+                api_group: Some(String::new()),
+                name: Some("cnat".into()),
+                namespace: Some("cnat".into()),
+            },
+        ];
+        let role_ref = rbac::RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: Some("Role".into()),
+            name: Some("pod-reader".into()),
+        };
+        let rb = rbac::RoleBinding {
+            metadata: Some(meta_named("read-pods", Some("cnat"))),
+            subjects: subjects.clone(),
+            role_ref: Some(role_ref.clone()),
+        };
+        let v = decode_body(&encode_body(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            rb.encode_to_vec(),
+        ))
+        .unwrap();
+        let expected_subjects = json!([
+            {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+            {"kind": "ServiceAccount", "name": "cnat", "namespace": "cnat"},
+        ]);
+        assert_eq!(v["subjects"], expected_subjects);
+        assert_eq!(
+            v["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"})
+        );
+        assert_eq!(v["metadata"]["namespace"], "cnat");
+
+        let crb = rbac::ClusterRoleBinding {
+            metadata: Some(meta_named("read-all", None)),
+            subjects,
+            role_ref: Some(rbac::RoleRef {
+                kind: Some("ClusterRole".into()),
+                ..role_ref
+            }),
+        };
+        let v = decode_body(&encode_body(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRoleBinding",
+            crb.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(v["kind"], "ClusterRoleBinding");
+        assert_eq!(v["subjects"], expected_subjects);
+        assert_eq!(v["roleRef"]["kind"], "ClusterRole");
+    }
+
+    #[test]
+    fn replicaset_keeps_zero_replicas_and_its_template() {
+        let rs = apps::ReplicaSet {
+            metadata: Some(meta_named("web-1", Some("default"))),
+            spec: Some(apps::ReplicaSetSpec {
+                replicas: Some(0),
+                min_ready_seconds: Some(0),
+                selector: Some(meta::LabelSelector {
+                    match_labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+                    match_expressions: vec![],
+                }),
+                template: Some(core::PodTemplateSpec {
+                    metadata: Some(meta::ObjectMeta {
+                        labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+                        ..Default::default()
+                    }),
+                    spec: Some(core::PodSpec {
+                        containers: vec![core::Container {
+                            name: Some("web".into()),
+                            image: Some("nginx".into()),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                }),
+            }),
+            status: Some(apps::ReplicaSetStatus {
+                replicas: Some(0),
+                ..Default::default()
+            }),
+        };
+        let v = decode_body(&encode_body("apps/v1", "ReplicaSet", rs.encode_to_vec())).unwrap();
+        assert_eq!(v["kind"], "ReplicaSet");
+        assert_eq!(
+            v["spec"],
+            json!({
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "web", "image": "nginx"}]}},
+            })
+        );
+        assert_eq!(v["status"], json!({"replicas": 0}));
+    }
+
+    fn schema(type_: &str) -> crd::JsonSchemaProps {
+        crd::JsonSchemaProps {
+            r#type: Some(type_.into()),
+            ..Default::default()
+        }
+    }
+
+    fn raw_json(v: Value) -> crd::Json {
+        crd::Json {
+            raw: Some(serde_json::to_vec(&v).unwrap()),
+        }
+    }
+
+    #[test]
+    fn crd_with_schema_subresources_and_printer_columns() {
+        let spec_schema = crd::JsonSchemaProps {
+            r#type: Some("object".into()),
+            required: strings(&["schedule"]),
+            properties: BTreeMap::from([
+                (
+                    "schedule".to_string(),
+                    crd::JsonSchemaProps {
+                        format: Some("date-time".into()),
+                        ..schema("string")
+                    },
+                ),
+                (
+                    "command".to_string(),
+                    crd::JsonSchemaProps {
+                        min_length: Some(0),
+                        default: Some(raw_json(json!(""))),
+                        ..schema("string")
+                    },
+                ),
+                (
+                    "replicas".to_string(),
+                    crd::JsonSchemaProps {
+                        minimum: Some(0.0),
+                        maximum: Some(10.0),
+                        r#enum: vec![raw_json(json!(1)), raw_json(json!(3))],
+                        ..schema("integer")
+                    },
+                ),
+                (
+                    "tags".to_string(),
+                    crd::JsonSchemaProps {
+                        items: Some(Box::new(crd::JsonSchemaPropsOrArray {
+                            schema: Some(Box::new(schema("string"))),
+                            j_son_schemas: vec![],
+                        })),
+                        x_kubernetes_list_type: Some("set".into()),
+                        ..schema("array")
+                    },
+                ),
+                (
+                    "labels".to_string(),
+                    crd::JsonSchemaProps {
+                        additional_properties: Some(Box::new(crd::JsonSchemaPropsOrBool {
+                            allows: Some(true),
+                            schema: Some(Box::new(schema("string"))),
+                        })),
+                        ..schema("object")
+                    },
+                ),
+                (
+                    "closed".to_string(),
+                    crd::JsonSchemaProps {
+                        additional_properties: Some(Box::new(crd::JsonSchemaPropsOrBool {
+                            allows: Some(false),
+                            schema: None,
+                        })),
+                        x_kubernetes_preserve_unknown_fields: Some(false),
+                        ..schema("object")
+                    },
+                ),
+            ]),
+            x_kubernetes_validations: vec![crd::ValidationRule {
+                rule: Some("self.schedule != ''".into()),
+                message: Some("schedule is required".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let definition = crd::CustomResourceDefinition {
+            metadata: Some(meta_named("ats.cnat.programming-kubernetes.info", None)),
+            spec: Some(crd::CustomResourceDefinitionSpec {
+                group: Some("cnat.programming-kubernetes.info".into()),
+                names: Some(crd::CustomResourceDefinitionNames {
+                    plural: Some("ats".into()),
+                    singular: Some("at".into()),
+                    short_names: vec![],
+                    kind: Some("At".into()),
+                    list_kind: Some("AtList".into()),
+                    categories: strings(&["all"]),
+                }),
+                scope: Some("Namespaced".into()),
+                versions: vec![crd::CustomResourceDefinitionVersion {
+                    name: Some("v1alpha1".into()),
+                    served: Some(true),
+                    storage: Some(false),
+                    deprecated: Some(false),
+                    schema: Some(crd::CustomResourceValidation {
+                        open_apiv3_schema: Some(crd::JsonSchemaProps {
+                            properties: BTreeMap::from([("spec".to_string(), spec_schema)]),
+                            ..schema("object")
+                        }),
+                    }),
+                    subresources: Some(crd::CustomResourceSubresources {
+                        status: Some(crd::CustomResourceSubresourceStatus {}),
+                        scale: None,
+                    }),
+                    additional_printer_columns: vec![crd::CustomResourceColumnDefinition {
+                        name: Some("Schedule".into()),
+                        r#type: Some("string".into()),
+                        priority: Some(0),
+                        json_path: Some(".spec.schedule".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                conversion: Some(crd::CustomResourceConversion {
+                    strategy: Some("None".into()),
+                    webhook: None,
+                }),
+                preserve_unknown_fields: Some(false),
+            }),
+            status: Some(crd::CustomResourceDefinitionStatus::default()),
+        };
+        let v = decode_body(&encode_body(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            definition.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(v["kind"], "CustomResourceDefinition");
+        assert_eq!(v["apiVersion"], "apiextensions.k8s.io/v1");
+        assert_eq!(
+            v["spec"]["names"],
+            json!({"plural": "ats", "singular": "at", "kind": "At", "listKind": "AtList", "categories": ["all"]})
+        );
+        assert_eq!(v["spec"]["conversion"], json!({"strategy": "None"}));
+        assert!(v["spec"].get("preserveUnknownFields").is_none());
+        let version = &v["spec"]["versions"][0];
+        assert_eq!(version["served"], true);
+        assert_eq!(version["storage"], false, "storage has no omitempty");
+        assert!(version.get("deprecated").is_none());
+        assert_eq!(version["subresources"], json!({"status": {}}));
+        assert_eq!(
+            version["additionalPrinterColumns"],
+            json!([{"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"}])
+        );
+        let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(
+            spec,
+            &json!({
+                "type": "object",
+                "required": ["schedule"],
+                "properties": {
+                    "schedule": {"type": "string", "format": "date-time"},
+                    "command": {"type": "string", "minLength": 0, "default": ""},
+                    "replicas": {"type": "integer", "minimum": 0.0, "maximum": 10.0, "enum": [1, 3]},
+                    "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "closed": {"type": "object", "additionalProperties": false,
+                               "x-kubernetes-preserve-unknown-fields": false},
+                },
+                "x-kubernetes-validations": [{"rule": "self.schedule != ''", "message": "schedule is required"}],
+            })
+        );
+    }
+
+    #[test]
+    fn crd_schema_tuple_items_and_bad_default_are_reported() {
+        let tuple = crd::JsonSchemaProps {
+            items: Some(Box::new(crd::JsonSchemaPropsOrArray {
+                schema: None,
+                j_son_schemas: vec![schema("string"), schema("integer")],
+            })),
+            dependencies: BTreeMap::from([(
+                "a".to_string(),
+                crd::JsonSchemaPropsOrStringArray {
+                    schema: None,
+                    property: strings(&["b"]),
+                },
+            )]),
+            ..schema("array")
+        };
+        assert_eq!(
+            tuple.to_json().unwrap(),
+            json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}],
+                   "dependencies": {"a": ["b"]}})
+        );
+        let bad = crd::JsonSchemaProps {
+            default: Some(crd::Json {
+                raw: Some(b"{not json".to_vec()),
+            }),
+            ..schema("object")
+        };
+        let err = bad.to_json().unwrap_err();
+        assert!(err.starts_with("default: does not hold JSON"), "{err}");
     }
 }
