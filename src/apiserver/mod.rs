@@ -96,9 +96,9 @@
 //! defaulting of built-in kinds, no conversion webhooks, no field-level validation of built-in
 //! kinds; server-side apply tracks managers but is simpler than the real structured-merge-diff.
 //! Tables for built-in kinds follow the real printers for pods, namespaces, configmaps,
-//! secrets, serviceaccounts, services, events, deployments, statefulsets and leases
-//! ([`logic::table::builtin_columns`]); the other kinds (nodes, replicasets, RBAC objects, CRDs)
-//! get the default `Name` / `Created At` columns.
+//! secrets, serviceaccounts, services, events, deployments, statefulsets, replicasets, nodes,
+//! role bindings and leases ([`logic::table::builtin_columns`]); roles, cluster roles and CRDs
+//! get the `Name` / `Created At` columns, as on a real server.
 
 pub mod auth;
 pub mod background;

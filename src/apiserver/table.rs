@@ -4,8 +4,9 @@
 //! `meta.k8s.io/v1` **Table** (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`) and
 //! prints the columns and cells it gets back. So the server decides what `kubectl get ats`
 //! shows: for a custom resource, `Name` plus the CRD version's `additionalPrinterColumns`; for
-//! pods, the familiar `NAME READY STATUS RESTARTS AGE`; for every other kind the default
-//! `Name` / `Created At`. The cell logic lives in [`super::logic::table`]; this module picks the
+//! a built-in kind with a printer, the real server's columns (pods: the familiar `NAME READY
+//! STATUS RESTARTS AGE`, deployments: `NAME READY UP-TO-DATE AVAILABLE AGE`, ...); for any other
+//! kind the default `Name` / `Created At`. The cell logic lives in [`super::logic::table`]; this module picks the
 //! columns for a resource and applies them to gets, lists and watch events. In a watch, only the
 //! first event's Table carries `columnDefinitions` (the real server sets `NoHeaders` after it).
 
@@ -27,10 +28,7 @@ pub fn columns(def: &ResourceDef) -> Vec<ColumnDef> {
     if let Some(custom) = &def.custom {
         return cells::crd_columns(&Value::Array(custom.printer_columns.clone()));
     }
-    if def.group.is_empty() && def.plural == "pods" {
-        return cells::pod_columns();
-    }
-    cells::default_columns()
+    cells::builtin_columns(&def.group, &def.plural).unwrap_or_else(cells::default_columns)
 }
 
 /// What each row carries, from the `includeObject` query parameter (`Metadata` by default:

@@ -44,11 +44,16 @@
 //! clients can be switched to JSON (`rest.Config.ContentType = "application/json"`).
 //!
 //! Kinds decoded: core/v1 Namespace, ConfigMap, Secret, Event, Pod, Service, ServiceAccount;
-//! apps/v1 Deployment, StatefulSet; coordination.k8s.io/v1 Lease; events.k8s.io/v1 Event;
-//! autoscaling/v1 Scale (the `/scale` subresource); and `DeleteOptions` (typed clients send the
-//! options of a DELETE as a protobuf body too).
-//! Namespace, ConfigMap, Secret, both Events, Lease and ServiceAccount are complete; Pod
-//! (and pod templates) covers containers, init containers, env, ports, resources, volume mounts,
+//! apps/v1 Deployment, StatefulSet, ReplicaSet; rbac.authorization.k8s.io/v1 Role, ClusterRole,
+//! RoleBinding, ClusterRoleBinding (what `kubectl create role|clusterrole|rolebinding|
+//! clusterrolebinding` send); apiextensions.k8s.io/v1 CustomResourceDefinition (schemas
+//! included: `default`/`example`/`enum` values are the raw JSON they carry, `items` a schema or a
+//! list, `additionalProperties` a schema or a boolean); coordination.k8s.io/v1 Lease;
+//! events.k8s.io/v1 Event; autoscaling/v1 Scale (the `/scale` subresource); and `DeleteOptions`
+//! (typed clients send the options of a DELETE as a protobuf body too). Of the served kinds only
+//! core/v1 Node is not decoded (nodes are registered by the in-process kubelet, not by clients).
+//! Namespace, ConfigMap, Secret, both Events, Lease, ServiceAccount, the RBAC kinds and the
+//! CRD are complete; Pod (and pod templates) covers containers, init containers, env, ports, resources, volume mounts,
 //! probes, security contexts, tolerations and the common volume types; StatefulSet volume claim
 //! templates are not decoded.
 
@@ -60,6 +65,8 @@ use k8s_pb::api::autoscaling::v1 as autoscaling;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::events::v1 as events;
+use k8s_pb::api::rbac::v1 as rbac;
+use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crd;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
@@ -115,6 +122,20 @@ impl ToJson for Vec<u8> {
     }
 }
 
+impl ToJson for f64 {
+    fn to_json(self) -> Result<Value, String> {
+        serde_json::Number::from_f64(self)
+            .map(Value::Number)
+            .ok_or_else(|| format!("{self} is not a finite number"))
+    }
+}
+
+impl<T: ToJson> ToJson for Box<T> {
+    fn to_json(self) -> Result<Value, String> {
+        (*self).to_json()
+    }
+}
+
 impl<T: ToJson> Conv for Option<T> {
     fn conv(self) -> Result<Option<Value>, String> {
         match self {
@@ -128,9 +149,10 @@ impl<T: ToJson> Conv for Option<T> {
     }
 }
 
-/// Prefixes an error from a nested value with the field (or index) it came from.
+/// Prefixes an error from a nested value with the field (or index) it came from; an error
+/// starting with `:` is about the value itself (`default: does not hold JSON`).
 fn nest(prefix: &str, e: String) -> String {
-    if e.starts_with('[') {
+    if e.starts_with('[') || e.starts_with(':') {
         format!("{prefix}{e}")
     } else {
         format!("{prefix}.{e}")
@@ -273,10 +295,13 @@ fn omit_zero(v: Option<Value>) -> Option<Value> {
 /// Declares the JSON conversion of a k8s-pb message: `"jsonName" => field` moves and converts a
 /// field, leaving out a zero or `false` (Go's `omitempty`); fields in `keep { ... }` keep their
 /// zeros (Go pointer fields, where a zero was set on purpose, and fields without `omitempty`);
-/// `inline field` merges a nested message's keys into this object.
+/// `exact { ... }` fields are `Option`s converted as they are, empty strings included (raw JSON
+/// such as a schema's `default: ""`); `inline field` merges a nested message's keys into this
+/// object.
 macro_rules! message {
     ($ty:ty { $( $json:literal => $field:ident ),* $(,)? }
      $( keep { $( $kjson:literal => $kfield:ident ),* $(,)? } )?
+     $( exact { $( $xjson:literal => $xfield:ident ),* $(,)? } )?
      $( inline $inl:ident )* ) => {
         impl ToJson for $ty {
             fn to_json(mut self) -> Result<Value, String> {
@@ -289,6 +314,11 @@ macro_rules! message {
                 $( $(
                     if let Some(v) = Conv::conv(std::mem::take(&mut self.$kfield)).map_err(|e| nest($kjson, e))? {
                         o.insert($kjson.to_string(), v);
+                    }
+                )* )?
+                $( $(
+                    if let Some(v) = self.$xfield.take() {
+                        o.insert($xjson.to_string(), ToJson::to_json(v).map_err(|e| nest($xjson, e))?);
                     }
                 )* )?
                 $(
@@ -740,6 +770,185 @@ message!(apps::StatefulSetCondition {
     "reason" => reason, "message" => message,
 });
 
+message!(apps::ReplicaSet { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(apps::ReplicaSetSpec {
+    "minReadySeconds" => min_ready_seconds, "selector" => selector, "template" => template,
+} keep {
+    "replicas" => replicas,
+});
+message!(apps::ReplicaSetStatus {
+    "fullyLabeledReplicas" => fully_labeled_replicas, "readyReplicas" => ready_replicas,
+    "availableReplicas" => available_replicas, "observedGeneration" => observed_generation,
+    "conditions" => conditions,
+} keep {
+    "replicas" => replicas, "terminatingReplicas" => terminating_replicas,
+});
+message!(apps::ReplicaSetCondition {
+    "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
+    "reason" => reason, "message" => message,
+});
+
+// ---- rbac.authorization.k8s.io/v1 ----------------------------------------------------------
+
+message!(rbac::Role { "metadata" => metadata, "rules" => rules });
+message!(rbac::ClusterRole {
+    "metadata" => metadata, "rules" => rules, "aggregationRule" => aggregation_rule,
+});
+message!(rbac::AggregationRule { "clusterRoleSelectors" => cluster_role_selectors });
+message!(rbac::PolicyRule {
+    "verbs" => verbs, "apiGroups" => api_groups, "resources" => resources,
+    "resourceNames" => resource_names, "nonResourceURLs" => non_resource_ur_ls,
+});
+message!(rbac::RoleBinding { "metadata" => metadata, "subjects" => subjects, "roleRef" => role_ref });
+message!(rbac::ClusterRoleBinding {
+    "metadata" => metadata, "subjects" => subjects, "roleRef" => role_ref,
+});
+message!(rbac::Subject {
+    "kind" => kind, "apiGroup" => api_group, "name" => name, "namespace" => namespace,
+});
+message!(rbac::RoleRef { "apiGroup" => api_group, "kind" => kind, "name" => name });
+
+// ---- apiextensions.k8s.io/v1 ---------------------------------------------------------------
+
+message!(crd::CustomResourceDefinition {
+    "metadata" => metadata, "spec" => spec, "status" => status,
+});
+message!(crd::CustomResourceDefinitionSpec {
+    "group" => group, "names" => names, "scope" => scope, "versions" => versions,
+    "conversion" => conversion, "preserveUnknownFields" => preserve_unknown_fields,
+});
+message!(crd::CustomResourceDefinitionNames {
+    "plural" => plural, "singular" => singular, "shortNames" => short_names, "kind" => kind,
+    "listKind" => list_kind, "categories" => categories,
+});
+message!(crd::CustomResourceDefinitionVersion {
+    "name" => name, "deprecated" => deprecated, "deprecationWarning" => deprecation_warning,
+    "schema" => schema, "subresources" => subresources,
+    "additionalPrinterColumns" => additional_printer_columns,
+    "selectableFields" => selectable_fields,
+} keep {
+    "served" => served, "storage" => storage,
+});
+message!(crd::CustomResourceValidation { "openAPIV3Schema" => open_apiv3_schema });
+message!(crd::CustomResourceSubresources { "status" => status, "scale" => scale });
+/// `subresources.status` is an empty object whose presence enables `/status`.
+impl ToJson for crd::CustomResourceSubresourceStatus {
+    fn to_json(self) -> Result<Value, String> {
+        Ok(Value::Object(Map::new()))
+    }
+}
+message!(crd::CustomResourceSubresourceScale {
+    "specReplicasPath" => spec_replicas_path, "statusReplicasPath" => status_replicas_path,
+    "labelSelectorPath" => label_selector_path,
+});
+message!(crd::CustomResourceColumnDefinition {
+    "name" => name, "type" => r#type, "format" => format, "description" => description,
+    "priority" => priority, "jsonPath" => json_path,
+});
+message!(crd::SelectableField { "jsonPath" => json_path });
+message!(crd::CustomResourceConversion { "strategy" => strategy, "webhook" => webhook });
+message!(crd::WebhookConversion {
+    "clientConfig" => client_config, "conversionReviewVersions" => conversion_review_versions,
+});
+message!(crd::WebhookClientConfig {
+    "url" => url, "service" => service, "caBundle" => ca_bundle,
+});
+message!(crd::ServiceReference {
+    "namespace" => namespace, "name" => name, "path" => path,
+} keep {
+    "port" => port,
+});
+message!(crd::CustomResourceDefinitionStatus {
+    "conditions" => conditions, "acceptedNames" => accepted_names,
+    "storedVersions" => stored_versions, "observedGeneration" => observed_generation,
+});
+message!(crd::CustomResourceDefinitionCondition {
+    "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
+    "reason" => reason, "message" => message, "observedGeneration" => observed_generation,
+});
+// A schema: Go pointer fields (`maximum`, `maxLength`, `items`, ...) keep their zeros, and the
+// raw JSON values (`default`, `example`) are kept exactly, `""` and `0` included.
+message!(crd::JsonSchemaProps {
+    "id" => id, "$schema" => schema, "$ref" => r#ref, "description" => description,
+    "type" => r#type, "format" => format, "title" => title,
+    "exclusiveMaximum" => exclusive_maximum, "exclusiveMinimum" => exclusive_minimum,
+    "pattern" => pattern, "uniqueItems" => unique_items, "enum" => r#enum,
+    "required" => required, "allOf" => all_of, "oneOf" => one_of, "anyOf" => any_of,
+    "properties" => properties, "patternProperties" => pattern_properties,
+    "dependencies" => dependencies, "definitions" => definitions,
+    "externalDocs" => external_docs, "nullable" => nullable,
+    "x-kubernetes-embedded-resource" => x_kubernetes_embedded_resource,
+    "x-kubernetes-int-or-string" => x_kubernetes_int_or_string,
+    "x-kubernetes-list-map-keys" => x_kubernetes_list_map_keys,
+    "x-kubernetes-validations" => x_kubernetes_validations,
+} keep {
+    "maximum" => maximum, "minimum" => minimum, "maxLength" => max_length,
+    "minLength" => min_length, "maxItems" => max_items, "minItems" => min_items,
+    "multipleOf" => multiple_of, "maxProperties" => max_properties,
+    "minProperties" => min_properties, "items" => items, "not" => not,
+    "additionalProperties" => additional_properties, "additionalItems" => additional_items,
+    "x-kubernetes-preserve-unknown-fields" => x_kubernetes_preserve_unknown_fields,
+    "x-kubernetes-list-type" => x_kubernetes_list_type,
+    "x-kubernetes-map-type" => x_kubernetes_map_type,
+} exact {
+    "default" => default, "example" => example,
+});
+message!(crd::ExternalDocumentation { "description" => description, "url" => url });
+message!(crd::ValidationRule {
+    "rule" => rule, "message" => message, "messageExpression" => message_expression,
+    "reason" => reason, "fieldPath" => field_path,
+} keep {
+    "optionalOldSelf" => optional_old_self,
+});
+
+/// `JSON` (a schema's `default`, `example` and `enum` values): the raw JSON it carries.
+impl ToJson for crd::Json {
+    fn to_json(self) -> Result<Value, String> {
+        match self.raw {
+            None => Ok(Value::Null),
+            Some(raw) => {
+                serde_json::from_slice(&raw).map_err(|e| format!(": does not hold JSON: {e}"))
+            }
+        }
+    }
+}
+
+/// `items`: one schema for every element, or (JSON Schema's tuple form) a list of schemas.
+impl ToJson for crd::JsonSchemaPropsOrArray {
+    fn to_json(self) -> Result<Value, String> {
+        if !self.j_son_schemas.is_empty() {
+            return Ok(Conv::conv(self.j_son_schemas)?.unwrap_or(Value::Null));
+        }
+        match self.schema {
+            Some(schema) => schema.to_json(),
+            None => Ok(Value::Null),
+        }
+    }
+}
+
+/// `additionalProperties` / `additionalItems`: a schema, or `true`/`false`.
+impl ToJson for crd::JsonSchemaPropsOrBool {
+    fn to_json(self) -> Result<Value, String> {
+        match self.schema {
+            Some(schema) => schema.to_json(),
+            None => Ok(Value::Bool(self.allows.unwrap_or(false))),
+        }
+    }
+}
+
+/// A `dependencies` entry: a schema, or the list of properties that must also be present.
+impl ToJson for crd::JsonSchemaPropsOrStringArray {
+    fn to_json(self) -> Result<Value, String> {
+        if !self.property.is_empty() {
+            return Ok(Conv::conv(self.property)?.unwrap_or(Value::Null));
+        }
+        match self.schema {
+            Some(schema) => schema.to_json(),
+            None => Ok(Value::Null),
+        }
+    }
+}
+
 // ---- autoscaling/v1 (the /scale subresource) ------------------------------------------------
 
 message!(autoscaling::Scale { "metadata" => metadata, "spec" => spec, "status" => status });
@@ -800,6 +1009,12 @@ pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("v1", "ServiceAccount"),
     ("apps/v1", "Deployment"),
     ("apps/v1", "StatefulSet"),
+    ("apps/v1", "ReplicaSet"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("coordination.k8s.io/v1", "Lease"),
     ("events.k8s.io/v1", "Event"),
     ("autoscaling/v1", "Scale"),
@@ -843,6 +1058,22 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
         ("v1", "ServiceAccount") => decode_as::<core::ServiceAccount>(&raw, &api_version, &kind),
         ("apps/v1", "Deployment") => decode_as::<apps::Deployment>(&raw, &api_version, &kind),
         ("apps/v1", "StatefulSet") => decode_as::<apps::StatefulSet>(&raw, &api_version, &kind),
+        ("apps/v1", "ReplicaSet") => decode_as::<apps::ReplicaSet>(&raw, &api_version, &kind),
+        ("rbac.authorization.k8s.io/v1", "Role") => {
+            decode_as::<rbac::Role>(&raw, &api_version, &kind)
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+            decode_as::<rbac::ClusterRole>(&raw, &api_version, &kind)
+        }
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+            decode_as::<rbac::RoleBinding>(&raw, &api_version, &kind)
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            decode_as::<rbac::ClusterRoleBinding>(&raw, &api_version, &kind)
+        }
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
+            decode_as::<crd::CustomResourceDefinition>(&raw, &api_version, &kind)
+        }
         ("coordination.k8s.io/v1", "Lease") => {
             decode_as::<coordination::Lease>(&raw, &api_version, &kind)
         }
@@ -1317,5 +1548,372 @@ mod tests {
             json!({"replicas": 0}),
             "scale to zero keeps its zero"
         );
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn rbac_kinds_as_kubectl_create_sends_them() {
+        // `kubectl create role pod-reader --verb=get,list --resource=pods`
+        let role = rbac::Role {
+            metadata: Some(meta_named("pod-reader", Some("cnat"))),
+            rules: vec![rbac::PolicyRule {
+                verbs: strings(&["get", "list"]),
+                api_groups: strings(&[""]),
+                resources: strings(&["pods"]),
+                resource_names: vec![],
+                non_resource_ur_ls: vec![],
+            }],
+        };
+        let v = decode_body(&encode_body(
+            "rbac.authorization.k8s.io/v1",
+            "Role",
+            role.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(v["kind"], "Role");
+        assert_eq!(v["apiVersion"], "rbac.authorization.k8s.io/v1");
+        assert_eq!(
+            v["rules"],
+            json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]),
+            "the core group's empty name is kept inside the list"
+        );
+
+        let cr = rbac::ClusterRole {
+            metadata: Some(meta_named("metrics", None)),
+            rules: vec![rbac::PolicyRule {
+                verbs: strings(&["get"]),
+                non_resource_ur_ls: strings(&["/metrics"]),
+                ..Default::default()
+            }],
+            aggregation_rule: Some(rbac::AggregationRule {
+                cluster_role_selectors: vec![meta::LabelSelector {
+                    match_labels: BTreeMap::from([("agg".to_string(), "true".to_string())]),
+                    match_expressions: vec![],
+                }],
+            }),
+        };
+        let v = decode_body(&encode_body(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRole",
+            cr.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v["rules"],
+            json!([{"verbs": ["get"], "nonResourceURLs": ["/metrics"]}])
+        );
+        assert_eq!(
+            v["aggregationRule"],
+            json!({"clusterRoleSelectors": [{"matchLabels": {"agg": "true"}}]})
+        );
+
+        let subjects = vec![
+            rbac::Subject {
+                kind: Some("User".into()),
+                api_group: Some("rbac.authorization.k8s.io".into()),
+                name: Some("alice".into()),
+                namespace: Some(String::new()),
+            },
+            rbac::Subject {
+                kind: Some("ServiceAccount".into()),
+                api_group: Some(String::new()),
+                name: Some("cnat".into()),
+                namespace: Some("cnat".into()),
+            },
+        ];
+        let role_ref = rbac::RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: Some("Role".into()),
+            name: Some("pod-reader".into()),
+        };
+        let rb = rbac::RoleBinding {
+            metadata: Some(meta_named("read-pods", Some("cnat"))),
+            subjects: subjects.clone(),
+            role_ref: Some(role_ref.clone()),
+        };
+        let v = decode_body(&encode_body(
+            "rbac.authorization.k8s.io/v1",
+            "RoleBinding",
+            rb.encode_to_vec(),
+        ))
+        .unwrap();
+        let expected_subjects = json!([
+            {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"},
+            {"kind": "ServiceAccount", "name": "cnat", "namespace": "cnat"},
+        ]);
+        assert_eq!(v["subjects"], expected_subjects);
+        assert_eq!(
+            v["roleRef"],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"})
+        );
+        assert_eq!(v["metadata"]["namespace"], "cnat");
+
+        let crb = rbac::ClusterRoleBinding {
+            metadata: Some(meta_named("read-all", None)),
+            subjects,
+            role_ref: Some(rbac::RoleRef {
+                kind: Some("ClusterRole".into()),
+                ..role_ref
+            }),
+        };
+        let v = decode_body(&encode_body(
+            "rbac.authorization.k8s.io/v1",
+            "ClusterRoleBinding",
+            crb.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(v["kind"], "ClusterRoleBinding");
+        assert_eq!(v["subjects"], expected_subjects);
+        assert_eq!(v["roleRef"]["kind"], "ClusterRole");
+    }
+
+    #[test]
+    fn replicaset_keeps_zero_replicas_and_its_template() {
+        let rs = apps::ReplicaSet {
+            metadata: Some(meta_named("web-1", Some("default"))),
+            spec: Some(apps::ReplicaSetSpec {
+                replicas: Some(0),
+                min_ready_seconds: Some(0),
+                selector: Some(meta::LabelSelector {
+                    match_labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+                    match_expressions: vec![],
+                }),
+                template: Some(core::PodTemplateSpec {
+                    metadata: Some(meta::ObjectMeta {
+                        labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+                        ..Default::default()
+                    }),
+                    spec: Some(core::PodSpec {
+                        containers: vec![core::Container {
+                            name: Some("web".into()),
+                            image: Some("nginx".into()),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                }),
+            }),
+            status: Some(apps::ReplicaSetStatus {
+                replicas: Some(0),
+                ..Default::default()
+            }),
+        };
+        let v = decode_body(&encode_body("apps/v1", "ReplicaSet", rs.encode_to_vec())).unwrap();
+        assert_eq!(v["kind"], "ReplicaSet");
+        assert_eq!(
+            v["spec"],
+            json!({
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "web", "image": "nginx"}]}},
+            })
+        );
+        assert_eq!(v["status"], json!({"replicas": 0}));
+    }
+
+    fn schema(type_: &str) -> crd::JsonSchemaProps {
+        crd::JsonSchemaProps {
+            r#type: Some(type_.into()),
+            ..Default::default()
+        }
+    }
+
+    fn raw_json(v: Value) -> crd::Json {
+        crd::Json {
+            raw: Some(serde_json::to_vec(&v).unwrap()),
+        }
+    }
+
+    #[test]
+    fn crd_with_schema_subresources_and_printer_columns() {
+        let spec_schema = crd::JsonSchemaProps {
+            r#type: Some("object".into()),
+            required: strings(&["schedule"]),
+            properties: BTreeMap::from([
+                (
+                    "schedule".to_string(),
+                    crd::JsonSchemaProps {
+                        format: Some("date-time".into()),
+                        ..schema("string")
+                    },
+                ),
+                (
+                    "command".to_string(),
+                    crd::JsonSchemaProps {
+                        min_length: Some(0),
+                        default: Some(raw_json(json!(""))),
+                        ..schema("string")
+                    },
+                ),
+                (
+                    "replicas".to_string(),
+                    crd::JsonSchemaProps {
+                        minimum: Some(0.0),
+                        maximum: Some(10.0),
+                        r#enum: vec![raw_json(json!(1)), raw_json(json!(3))],
+                        ..schema("integer")
+                    },
+                ),
+                (
+                    "tags".to_string(),
+                    crd::JsonSchemaProps {
+                        items: Some(Box::new(crd::JsonSchemaPropsOrArray {
+                            schema: Some(Box::new(schema("string"))),
+                            j_son_schemas: vec![],
+                        })),
+                        x_kubernetes_list_type: Some("set".into()),
+                        ..schema("array")
+                    },
+                ),
+                (
+                    "labels".to_string(),
+                    crd::JsonSchemaProps {
+                        additional_properties: Some(Box::new(crd::JsonSchemaPropsOrBool {
+                            allows: Some(true),
+                            schema: Some(Box::new(schema("string"))),
+                        })),
+                        ..schema("object")
+                    },
+                ),
+                (
+                    "closed".to_string(),
+                    crd::JsonSchemaProps {
+                        additional_properties: Some(Box::new(crd::JsonSchemaPropsOrBool {
+                            allows: Some(false),
+                            schema: None,
+                        })),
+                        x_kubernetes_preserve_unknown_fields: Some(false),
+                        ..schema("object")
+                    },
+                ),
+            ]),
+            x_kubernetes_validations: vec![crd::ValidationRule {
+                rule: Some("self.schedule != ''".into()),
+                message: Some("schedule is required".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let definition = crd::CustomResourceDefinition {
+            metadata: Some(meta_named("ats.cnat.programming-kubernetes.info", None)),
+            spec: Some(crd::CustomResourceDefinitionSpec {
+                group: Some("cnat.programming-kubernetes.info".into()),
+                names: Some(crd::CustomResourceDefinitionNames {
+                    plural: Some("ats".into()),
+                    singular: Some("at".into()),
+                    short_names: vec![],
+                    kind: Some("At".into()),
+                    list_kind: Some("AtList".into()),
+                    categories: strings(&["all"]),
+                }),
+                scope: Some("Namespaced".into()),
+                versions: vec![crd::CustomResourceDefinitionVersion {
+                    name: Some("v1alpha1".into()),
+                    served: Some(true),
+                    storage: Some(false),
+                    deprecated: Some(false),
+                    schema: Some(crd::CustomResourceValidation {
+                        open_apiv3_schema: Some(crd::JsonSchemaProps {
+                            properties: BTreeMap::from([("spec".to_string(), spec_schema)]),
+                            ..schema("object")
+                        }),
+                    }),
+                    subresources: Some(crd::CustomResourceSubresources {
+                        status: Some(crd::CustomResourceSubresourceStatus {}),
+                        scale: None,
+                    }),
+                    additional_printer_columns: vec![crd::CustomResourceColumnDefinition {
+                        name: Some("Schedule".into()),
+                        r#type: Some("string".into()),
+                        priority: Some(0),
+                        json_path: Some(".spec.schedule".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                conversion: Some(crd::CustomResourceConversion {
+                    strategy: Some("None".into()),
+                    webhook: None,
+                }),
+                preserve_unknown_fields: Some(false),
+            }),
+            status: Some(crd::CustomResourceDefinitionStatus::default()),
+        };
+        let v = decode_body(&encode_body(
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+            definition.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(v["kind"], "CustomResourceDefinition");
+        assert_eq!(v["apiVersion"], "apiextensions.k8s.io/v1");
+        assert_eq!(
+            v["spec"]["names"],
+            json!({"plural": "ats", "singular": "at", "kind": "At", "listKind": "AtList", "categories": ["all"]})
+        );
+        assert_eq!(v["spec"]["conversion"], json!({"strategy": "None"}));
+        assert!(v["spec"].get("preserveUnknownFields").is_none());
+        let version = &v["spec"]["versions"][0];
+        assert_eq!(version["served"], true);
+        assert_eq!(version["storage"], false, "storage has no omitempty");
+        assert!(version.get("deprecated").is_none());
+        assert_eq!(version["subresources"], json!({"status": {}}));
+        assert_eq!(
+            version["additionalPrinterColumns"],
+            json!([{"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"}])
+        );
+        let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(
+            spec,
+            &json!({
+                "type": "object",
+                "required": ["schedule"],
+                "properties": {
+                    "schedule": {"type": "string", "format": "date-time"},
+                    "command": {"type": "string", "minLength": 0, "default": ""},
+                    "replicas": {"type": "integer", "minimum": 0.0, "maximum": 10.0, "enum": [1, 3]},
+                    "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+                    "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "closed": {"type": "object", "additionalProperties": false,
+                               "x-kubernetes-preserve-unknown-fields": false},
+                },
+                "x-kubernetes-validations": [{"rule": "self.schedule != ''", "message": "schedule is required"}],
+            })
+        );
+    }
+
+    #[test]
+    fn crd_schema_tuple_items_and_bad_default_are_reported() {
+        let tuple = crd::JsonSchemaProps {
+            items: Some(Box::new(crd::JsonSchemaPropsOrArray {
+                schema: None,
+                j_son_schemas: vec![schema("string"), schema("integer")],
+            })),
+            dependencies: BTreeMap::from([(
+                "a".to_string(),
+                crd::JsonSchemaPropsOrStringArray {
+                    schema: None,
+                    property: strings(&["b"]),
+                },
+            )]),
+            ..schema("array")
+        };
+        assert_eq!(
+            tuple.to_json().unwrap(),
+            json!({"type": "array", "items": [{"type": "string"}, {"type": "integer"}],
+                   "dependencies": {"a": ["b"]}})
+        );
+        let bad = crd::JsonSchemaProps {
+            default: Some(crd::Json {
+                raw: Some(b"{not json".to_vec()),
+            }),
+            ..schema("object")
+        };
+        let err = bad.to_json().unwrap_err();
+        assert!(err.starts_with("default: does not hold JSON"), "{err}");
     }
 }

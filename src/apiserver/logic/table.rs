@@ -17,10 +17,14 @@
 //! - [`builtin_columns`]: the real printers of the other served built-ins — namespaces
 //!   (`STATUS`), configmaps (`DATA`), secrets (`TYPE DATA`), serviceaccounts (`SECRETS`),
 //!   services (`TYPE CLUSTER-IP EXTERNAL-IP PORT(S)`), events (`LAST SEEN TYPE REASON OBJECT
-//!   MESSAGE`), deployments (`READY UP-TO-DATE AVAILABLE`), statefulsets (`READY`), leases
-//!   (`HOLDER`), each with its `-o wide` extras.
+//!   MESSAGE`), deployments (`READY UP-TO-DATE AVAILABLE`), statefulsets (`READY`),
+//!   replicasets (`DESIRED CURRENT READY`), rolebindings and clusterrolebindings (`ROLE`),
+//!   nodes (`STATUS ROLES AGE VERSION`), leases (`HOLDER`), each with its `-o wide` extras
+//!   (the server always fills them in, as the real one does with `GenerateOptions{Wide: true}`).
 //! - [`default_columns`]: `Name` and `Created At` (an RFC 3339 timestamp, type `date`), for
-//!   built-in kinds without a printer (`rest.DefaultTableConvertor`).
+//!   built-in kinds without a printer (`rest.DefaultTableConvertor`). Roles, cluster roles and
+//!   CRDs print exactly these columns on a real server too (their printers are `Name` /
+//!   `Created At`).
 //! - [`crd_columns`]: `Name`, then the CRD version's `additionalPrinterColumns`, each evaluated
 //!   with a simple JSONPath (`.spec.schedule`, `.status.conditions[0].type`); missing values are
 //!   `null` cells. A CRD without printer columns gets an `Age` column
@@ -639,6 +643,93 @@ fn container_field(obj: &Value, field: &str) -> Value {
     Value::String(names.join(","))
 }
 
+/// The subjects of a binding with `kind`, joined by `, ` (`rbac.SubjectsStrings`): users and
+/// groups by name, service accounts as `namespace:name`.
+fn subjects_of(binding: &Value, kind: &str) -> Value {
+    let names: Vec<String> = binding
+        .get("subjects")
+        .and_then(Value::as_array)
+        .map(|subjects| {
+            subjects
+                .iter()
+                .filter(|s| s.get("kind").and_then(Value::as_str) == Some(kind))
+                .map(|s| match kind {
+                    "ServiceAccount" => {
+                        format!("{}:{}", text(s, "/namespace"), text(s, "/name"))
+                    }
+                    _ => text(s, "/name"),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Value::String(names.join(", "))
+}
+
+/// A node's `STATUS`: `Ready` / `NotReady` from its Ready condition (`Unknown` without one),
+/// plus `SchedulingDisabled` when cordoned.
+fn node_status(node: &Value) -> String {
+    let ready = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| {
+            cs.iter()
+                .rev()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+        });
+    let mut status = vec![match ready {
+        Some(c) if c.get("status").and_then(Value::as_str) == Some("True") => "Ready",
+        Some(_) => "NotReady",
+        None => "Unknown",
+    }];
+    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        status.push("SchedulingDisabled");
+    }
+    status.join(",")
+}
+
+/// A node's `ROLES`: the `node-role.kubernetes.io/<role>` label suffixes and the
+/// `kubernetes.io/role` label value, sorted, or `<none>`.
+fn node_roles(node: &Value) -> String {
+    let mut roles = std::collections::BTreeSet::new();
+    if let Some(labels) = node.pointer("/metadata/labels").and_then(Value::as_object) {
+        for (k, v) in labels {
+            if let Some(role) = k.strip_prefix("node-role.kubernetes.io/") {
+                if !role.is_empty() {
+                    roles.insert(role.to_string());
+                }
+            } else if k == "kubernetes.io/role"
+                && let Some(role) = v.as_str().filter(|r| !r.is_empty())
+            {
+                roles.insert(role.to_string());
+            }
+        }
+    }
+    if roles.is_empty() {
+        "<none>".into()
+    } else {
+        roles.into_iter().collect::<Vec<_>>().join(",")
+    }
+}
+
+/// The first address of `kind` (`InternalIP`, `ExternalIP`) in a node's status, or `<none>`.
+fn node_address(node: &Value, kind: &str) -> String {
+    node.pointer("/status/addresses")
+        .and_then(Value::as_array)
+        .and_then(|a| {
+            a.iter()
+                .find(|addr| addr.get("type").and_then(Value::as_str) == Some(kind))
+        })
+        .map(|addr| text(addr, "/address"))
+        .unwrap_or_else(|| "<none>".into())
+}
+
+fn unknown_if_empty(obj: &Value, pointer: &str) -> Value {
+    Value::String(match text(obj, pointer) {
+        t if t.is_empty() => "<unknown>".into(),
+        t => t,
+    })
+}
+
 fn event_time(obj: &Value, pointer: &str, now: Timestamp) -> Option<String> {
     obj.pointer(pointer)
         .and_then(Value::as_str)
@@ -740,7 +831,9 @@ fn service_external_ip(svc: &Value) -> String {
 /// by group and resource: namespaces (Status), configmaps (Data), secrets (Type, Data),
 /// serviceaccounts (Secrets), services (Type, Cluster-IP, External-IP, Port(s), Selector),
 /// events (Last Seen, Type, Reason, Object, Message, ...), deployments (Ready, Up-to-date,
-/// Available, ...), statefulsets (Ready, ...), leases (Holder), and pods ([`pod_columns`]).
+/// Available, ...), statefulsets (Ready, ...), replicasets (Desired, Current, Ready, ...),
+/// rolebindings and clusterrolebindings (Role, ...), nodes (Status, Roles, Age, Version, ...),
+/// leases (Holder), and pods ([`pod_columns`]).
 /// `None` for kinds printed by the default convertor ([`default_columns`]).
 pub fn builtin_columns(group: &str, resource: &str) -> Option<Vec<ColumnDef>> {
     let columns = match (group, resource) {
@@ -872,6 +965,63 @@ pub fn builtin_columns(group: &str, resource: &str) -> Option<Vec<ColumnDef>> {
             age_column(),
             ColumnDef::computed("Containers", "Names of each container in the template.", 1, |o, _| container_field(o, "name")),
             ColumnDef::computed("Images", "Images referenced by each container in the template.", 1, |o, _| container_field(o, "image")),
+        ],
+        ("apps", "replicasets") => vec![
+            name_column(),
+            ColumnDef::computed("Desired", "Replicas is the number of desired pods.", 0, |o, _| {
+                Value::from(o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1))
+            })
+            .with_type("integer"),
+            ColumnDef::computed("Current", "Replicas is the most recently observed number of non-terminating pods.", 0, |o, _| {
+                Value::from(o.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0))
+            })
+            .with_type("integer"),
+            ColumnDef::computed("Ready", "The number of non-terminating pods targeted by this ReplicaSet with a Ready Condition.", 0, |o, _| {
+                Value::from(o.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0))
+            })
+            .with_type("integer"),
+            age_column(),
+            ColumnDef::computed("Containers", "Names of each container in the template.", 1, |o, _| container_field(o, "name")),
+            ColumnDef::computed("Images", "Images referenced by each container in the template.", 1, |o, _| container_field(o, "image")),
+            ColumnDef::computed("Selector", "Selector is a label query over pods that should match the replica count.", 1, |o, _| {
+                Value::String(selector_string(o.pointer("/spec/selector")))
+            }),
+        ],
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => vec![
+            name_column(),
+            ColumnDef::computed("Role", "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace.", 0, |o, _| {
+                Value::String(format!("{}/{}", text(o, "/roleRef/kind"), text(o, "/roleRef/name")))
+            }),
+            age_column(),
+            ColumnDef::computed("Users", "Users in the roleBinding", 1, |o, _| subjects_of(o, "User")),
+            ColumnDef::computed("Groups", "Groups in the roleBinding", 1, |o, _| subjects_of(o, "Group")),
+            ColumnDef::computed("ServiceAccounts", "ServiceAccounts in the roleBinding", 1, |o, _| {
+                subjects_of(o, "ServiceAccount")
+            }),
+        ],
+        ("", "nodes") => vec![
+            name_column(),
+            ColumnDef::computed("Status", "The status of the node", 0, |o, _| Value::String(node_status(o))),
+            ColumnDef::computed("Roles", "The roles of the node", 0, |o, _| Value::String(node_roles(o))),
+            age_column(),
+            ColumnDef::computed("Version", "Kubelet Version reported by the node.", 0, |o, _| {
+                Value::String(text(o, "/status/nodeInfo/kubeletVersion"))
+            }),
+            ColumnDef::computed("Internal-IP", "List of addresses reachable to the node.", 1, |o, _| {
+                Value::String(node_address(o, "InternalIP"))
+            }),
+            ColumnDef::computed("External-IP", "List of addresses reachable to the node.", 1, |o, _| {
+                Value::String(node_address(o, "ExternalIP"))
+            }),
+            ColumnDef::computed("OS-Image", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", 1, |o, _| {
+                unknown_if_empty(o, "/status/nodeInfo/osImage")
+            }),
+            ColumnDef::computed("Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", 1, |o, _| {
+                unknown_if_empty(o, "/status/nodeInfo/kernelVersion")
+            }),
+            ColumnDef::computed("Container-Runtime", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).", 1, |o, _| {
+                unknown_if_empty(o, "/status/nodeInfo/containerRuntimeVersion")
+            }),
         ],
         ("coordination.k8s.io", "leases") => vec![
             name_column(),
@@ -1321,7 +1471,93 @@ mod tests {
             ),
             json!(["x", "pod-a", "10m"])
         );
+        assert_eq!(
+            row(
+                "apps",
+                "replicasets",
+                json!({"metadata": created,
+                "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                         "template": {"spec": {"containers": [{"name": "web", "image": "nginx"}]}}},
+                "status": {"replicas": 3, "readyReplicas": 1}}),
+                now
+            ),
+            json!(["x", 3, 3, 1, "10m", "web", "nginx", "app=web"])
+        );
+        let subjects = json!([
+            {"kind": "User", "name": "alice"},
+            {"kind": "User", "name": "bob"},
+            {"kind": "Group", "name": "devs"},
+            {"kind": "ServiceAccount", "name": "cnat", "namespace": "cnat"},
+        ]);
+        assert_eq!(
+            row(
+                "rbac.authorization.k8s.io",
+                "rolebindings",
+                json!({"metadata": created, "roleRef": {"kind": "Role", "name": "pod-reader"}, "subjects": subjects}),
+                now
+            ),
+            json!([
+                "x",
+                "Role/pod-reader",
+                "10m",
+                "alice, bob",
+                "devs",
+                "cnat:cnat"
+            ])
+        );
+        assert_eq!(
+            row(
+                "rbac.authorization.k8s.io",
+                "clusterrolebindings",
+                json!({"metadata": created, "roleRef": {"kind": "ClusterRole", "name": "view"}}),
+                now
+            ),
+            json!(["x", "ClusterRole/view", "10m", "", "", ""])
+        );
+        assert_eq!(
+            row(
+                "",
+                "nodes",
+                json!({"metadata": {"name": "x", "creationTimestamp": "2024-05-01T00:00:00Z",
+                    "labels": {"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/control-plane": ""}},
+                "spec": {"unschedulable": true},
+                "status": {"conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}],
+                    "addresses": [{"type": "Hostname", "address": "x"}, {"type": "InternalIP", "address": "10.0.0.5"}],
+                    "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian", "kernelVersion": "6.1", "containerRuntimeVersion": "containerd://1.7"}}}),
+                now
+            ),
+            json!([
+                "x",
+                "Ready,SchedulingDisabled",
+                "control-plane,worker",
+                "10m",
+                "v1.33.0",
+                "10.0.0.5",
+                "<none>",
+                "Debian",
+                "6.1",
+                "containerd://1.7"
+            ])
+        );
+        assert_eq!(
+            row("", "nodes", json!({"metadata": created}), now),
+            json!([
+                "x",
+                "Unknown",
+                "<none>",
+                "10m",
+                "",
+                "<none>",
+                "<none>",
+                "<unknown>",
+                "<unknown>",
+                "<unknown>"
+            ])
+        );
+        // Roles, cluster roles and CRDs print `Name` / `Created At`, as on a real server.
         assert!(builtin_columns("apiextensions.k8s.io", "customresourcedefinitions").is_none());
+        assert!(builtin_columns("rbac.authorization.k8s.io", "roles").is_none());
+        assert!(builtin_columns("rbac.authorization.k8s.io", "clusterroles").is_none());
     }
 
     #[test]
