@@ -468,9 +468,9 @@ async fn convergence_case(ops: Vec<Op>, streaming: bool) -> Result<(), TestCaseE
     let direct = client(&server);
     let api = pods(&direct);
     let mut present = [false; 8];
-    for i in 0..3usize {
+    for (i, present) in present.iter_mut().enumerate().take(3) {
         create(&api, &format!("p{i}")).await;
-        present[i] = true;
+        *present = true;
     }
     let inf = informer_with_resync(pods(&direct), fast(streaming), Duration::from_secs(2));
     let early = Checker::default();
@@ -680,7 +680,7 @@ async fn resync_period_delivers_updates_with_unchanged_resource_versions() {
     let new_rv = touch(&api, "a", 1).await;
     let change = Seen::Update("default/a".into(), rvs["default/a"].clone(), new_rv);
     eventually("real update to the quiet handler", || quiet.len() == 1).await;
-    assert_eq!(quiet.take(), [change.clone()]);
+    assert_eq!(quiet.take(), std::slice::from_ref(&change));
     eventually("real update to the resyncing handler", || {
         resyncing.snapshot().contains(&change)
     })
