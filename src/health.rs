@@ -633,6 +633,31 @@ mod tests {
         assert!(h.is_live());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_successful_list_ends_a_403_streak_but_not_a_relist_loop() {
+        let h = HealthState::new();
+        let w = h.watch_health("ats");
+        w.forbidden();
+        tokio::time::advance(Duration::from_secs(301)).await;
+        assert!(!h.is_live());
+        w.listed();
+        assert!(h.is_live());
+        for _ in 0..10 {
+            w.listed();
+            w.relisted();
+        }
+        let failed: Vec<_> = h
+            .liveness()
+            .into_iter()
+            .filter_map(|c| c.failure.map(|f| (c.name, f)))
+            .collect();
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert_eq!(failed[0].0, "watch:ats");
+        assert!(failed[0].1.starts_with("10 relists within"), "{failed:?}");
+        w.progress();
+        assert!(h.is_live());
+    }
+
     #[test]
     fn readiness_is_all_checks() {
         let h = HealthState::new();
