@@ -346,7 +346,7 @@ fn lease() -> Value {
 /// `(name, priority)` of each column, and the first row's cells without the time columns
 /// (`Age`, `Last Seen`, `First Seen`), which depend on the clock; those are checked to be
 /// strings.
-async fn table(api: &TestClient, path: &str) -> (Vec<(String, i64)>, Vec<Value>) {
+async fn table(api: &TestClient, path: &str) -> (Columns, Vec<Value>) {
     let answer = read_answer(
         api.raw("GET", path, &[("accept", TABLE)], vec![], true)
             .await,
@@ -355,7 +355,7 @@ async fn table(api: &TestClient, path: &str) -> (Vec<(String, i64)>, Vec<Value>)
     assert_eq!(answer.code, 200, "{path}: {:?}", answer.body);
     assert_eq!(answer.body["kind"], "Table", "{path}: {:?}", answer.body);
     let defs = answer.body["columnDefinitions"].as_array().unwrap();
-    let columns: Vec<(String, i64)> = defs
+    let columns: Columns = defs
         .iter()
         .map(|d| {
             (
@@ -381,7 +381,10 @@ async fn table(api: &TestClient, path: &str) -> (Vec<(String, i64)>, Vec<Value>)
     (columns, kept)
 }
 
-fn cols(spec: &[(&str, i64)]) -> Vec<(String, i64)> {
+/// `(name, priority)` of each column of a Table.
+type Columns = Vec<(String, i64)>;
+
+fn cols(spec: &[(&str, i64)]) -> Columns {
     spec.iter().map(|(n, p)| (n.to_string(), *p)).collect()
 }
 
@@ -443,7 +446,7 @@ async fn builtin_kinds_get_their_printer_tables() {
         assert_eq!(r.code, 201, "{path}: {:?}", r.body);
     }
 
-    let cases: Vec<(String, Vec<(String, i64)>, Value)> = vec![
+    let cases: Vec<(String, Columns, Value)> = vec![
         (
             format!("{apps}/deployments"),
             cols(&[
