@@ -28,6 +28,7 @@ mod apiserver_cluster_standalone;
 mod apiserver_cluster_workloads;
 mod apiserver_http;
 mod apiserver_kubectl;
+mod apiserver_list_snapshot;
 mod apiserver_standalone;
 mod apiserver_watch;
 mod at_controller;
