@@ -19,6 +19,7 @@ mod operators_support;
 mod record_support;
 
 // The areas.
+mod apiserver_auth_review;
 mod apiserver_client;
 mod apiserver_cluster_faults;
 mod apiserver_cluster_gc;
