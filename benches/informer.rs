@@ -34,6 +34,10 @@
 //!   on the same two-thread runtime as the informer. Heap and RSS growth also include what the
 //!   server and the client allocate and keep during the sync (connection buffers, pooled
 //!   memory), so they are an upper bound for the cache.
+//!
+//! A third measurement, `--paging` (`cargo bench --bench informer -- --paging 10000`), times
+//! the server side of a paged LIST of `n` pods in-process, with and without writes between
+//! the pages (see the `paging` module below).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -69,12 +73,15 @@ struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
+/// Every byte ever allocated (never decremented): what a piece of work copied.
+static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged to the system allocator.
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
+            ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
             let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(now, Ordering::Relaxed);
         }
@@ -475,6 +482,225 @@ fn run_one(n: usize, streaming: bool, keep: bool, embedded: bool) -> i32 {
     0
 }
 
+/// `--paging`: the server's own cost of a paged LIST, measured in-process on the embedded API
+/// server's [`Store`](sample_controller::apiserver::Store) and `verbs::list` (no HTTP, no JSON
+/// encoding), so the figure is the store's work alone.
+///
+/// It seeds `n` pods (the [`make_pod`] pods, in 50 namespaces) through `verbs::create`, then
+/// pages through all of them with `limit=500` and the `continue` token, exactly as a client-go
+/// pager does, twice over:
+///
+/// * with no writes between pages: every page is served at the current revision;
+/// * with 100 writes between pages (80 updates of random pods, 10 creates, 10 deletes): every
+///   page after the first is served from the consistent snapshot at the first page's revision,
+///   which the store rebuilds from its history.
+///
+/// For each it reports the median over five passes of the time spent inside `verbs::list`
+/// per page and the heap bytes allocated per page (a counter of every allocation, so it shows
+/// what a page copied). Each pass also checks that the pages together hold exactly the objects
+/// that existed at the first page's revision.
+#[cfg(feature = "embedded")]
+mod paging {
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+
+    use sample_controller::apiserver::Store;
+    use sample_controller::apiserver::query::{ListOptions, Query};
+    use sample_controller::apiserver::verbs::{self, Target};
+    use serde_json::{Value, json};
+
+    use super::{ALLOCATED, make_pod};
+
+    const LIMIT: u64 = 500;
+    const PASSES: usize = 5;
+    const WRITES_PER_PAGE: usize = 100;
+
+    fn target(store: &Store, plural: &str, ns: Option<&str>) -> Result<Target, String> {
+        let def = store
+            .read(|s| s.registry.lookup("", "v1", plural))
+            .ok_or_else(|| format!("the store serves no {plural}"))?;
+        Ok(Target {
+            def,
+            namespace: ns.map(str::to_owned),
+            name: None,
+            subresource: None,
+        })
+    }
+
+    /// Pod `i` as a client would send it (no server-owned fields).
+    fn pod_json(i: usize) -> Result<Value, String> {
+        let mut pod = make_pod(i);
+        pod.metadata.uid = None;
+        pod.metadata.resource_version = None;
+        pod.metadata.creation_timestamp = None;
+        pod.metadata.managed_fields = None;
+        pod.status = None;
+        let mut v = serde_json::to_value(&pod).map_err(|e| format!("pod {i}: {e}"))?;
+        v["apiVersion"] = json!("v1");
+        v["kind"] = json!("Pod");
+        Ok(v)
+    }
+
+    fn key(i: usize) -> (String, String) {
+        (format!("team-{}", i % 50), format!("web-{i:07}"))
+    }
+
+    fn seed(n: usize) -> Result<Store, String> {
+        // The embedded server's default history window.
+        let store = Store::new(10_000);
+        let q = Query::parse(None);
+        let namespaces = target(&store, "namespaces", None)?;
+        for t in 0..50 {
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("team-{t}")}});
+            store
+                .write(|s| verbs::create(s, &namespaces, ns, &q))
+                .map_err(|e| format!("namespace team-{t}: {}", e.message))?;
+        }
+        for i in 0..n {
+            let (ns, _) = key(i);
+            let pods = target(&store, "pods", Some(&ns))?;
+            let body = pod_json(i)?;
+            store
+                .write(|s| verbs::create(s, &pods, body, &q))
+                .map_err(|e| format!("pod {i}: {}", e.message))?;
+        }
+        Ok(store)
+    }
+
+    /// 100 writes: 80 updates of random pods, 10 creates, 10 deletes.
+    fn churn(store: &Store, rng: &mut fastrand::Rng, next_id: &mut usize) -> Result<(), String> {
+        let mut fresh = vec![];
+        for _ in 0..WRITES_PER_PAGE / 10 {
+            fresh.push(pod_json(*next_id)?);
+            *next_id += 1;
+        }
+        let upper = *next_id;
+        store.write(|s| {
+            for obj in fresh {
+                s.create("core/pods", obj);
+            }
+            for w in 0..WRITES_PER_PAGE - WRITES_PER_PAGE / 10 {
+                let (ns, name) = key(rng.usize(..upper));
+                if w % 9 == 0 {
+                    s.delete("core/pods", &ns, &name);
+                } else if let Some(old) = s.get("core/pods", &ns, &name) {
+                    let mut new = old.clone();
+                    new["metadata"]["labels"]["revision"] = json!(w.to_string());
+                    s.update("core/pods", new);
+                }
+            }
+        });
+        Ok(())
+    }
+
+    struct Pass {
+        pages: usize,
+        secs: f64,
+        allocated: usize,
+    }
+
+    fn pass(
+        store: &Store,
+        writes: bool,
+        rng: &mut fastrand::Rng,
+        next_id: &mut usize,
+    ) -> Result<Pass, String> {
+        let all = target(store, "pods", None)?;
+        let expected = store.read(|s| s.list("core/pods", None).len());
+        let (mut pages, mut items, mut secs, mut allocated) = (0, 0, 0.0, 0);
+        let mut token = String::new();
+        loop {
+            let opts = ListOptions {
+                limit: LIMIT,
+                continue_token: std::mem::take(&mut token),
+                ..Default::default()
+            };
+            let before = ALLOCATED.load(Ordering::Relaxed);
+            let started = Instant::now();
+            let page = store
+                .read(|s| verbs::list(s, &all, &opts))
+                .map_err(|e| format!("page {pages}: {}", e.message))?;
+            secs += started.elapsed().as_secs_f64();
+            allocated += ALLOCATED.load(Ordering::Relaxed) - before;
+            pages += 1;
+            items += page.items.len();
+            match page.continue_token {
+                Some(next) => token = next,
+                None => break,
+            }
+            if writes {
+                churn(store, rng, next_id)?;
+            }
+        }
+        if items != expected {
+            return Err(format!(
+                "the pages held {items} pods, the snapshot {expected}"
+            ));
+        }
+        Ok(Pass {
+            pages,
+            secs,
+            allocated,
+        })
+    }
+
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+
+    pub fn report(sizes: &[usize]) -> i32 {
+        println!();
+        println!("Paged LIST, server side (limit={LIMIT}, median of {PASSES} passes)");
+        println!();
+        println!(
+            "| objects | writes between pages | pages | time in verbs::list / page | heap allocated / page |"
+        );
+        println!("|---:|---:|---:|---:|---:|");
+        for &n in sizes {
+            let started = Instant::now();
+            let store = match seed(n) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("seeding {n} pods: {e}");
+                    return 1;
+                }
+            };
+            eprintln!(
+                "seeded {n} pods in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            let mut rng = fastrand::Rng::with_seed(42);
+            let mut next_id = n;
+            for writes in [false, true] {
+                let mut times = vec![];
+                let mut bytes = vec![];
+                let mut pages = 0;
+                for _ in 0..PASSES {
+                    match pass(&store, writes, &mut rng, &mut next_id) {
+                        Ok(p) => {
+                            pages = p.pages;
+                            times.push(p.secs / p.pages as f64);
+                            bytes.push(p.allocated as f64 / p.pages as f64);
+                        }
+                        Err(e) => {
+                            eprintln!("paging through {n} pods: {e}");
+                            return 1;
+                        }
+                    }
+                }
+                println!(
+                    "| {n} | {} | {pages} | {:.2} ms | {:.0} KiB |",
+                    if writes { WRITES_PER_PAGE } else { 0 },
+                    median(times) * 1e3,
+                    median(bytes) / 1024.0,
+                );
+            }
+        }
+        0
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // Child mode: one measurement in a fresh process, so RSS belongs to it alone.
@@ -498,6 +724,20 @@ fn main() {
         };
         std::process::exit(code);
     }
+    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    if args.iter().any(|a| a == "--paging") {
+        #[cfg(feature = "embedded")]
+        std::process::exit(paging::report(if sizes.is_empty() {
+            &[10_000]
+        } else {
+            &sizes
+        }));
+        #[cfg(not(feature = "embedded"))]
+        {
+            eprintln!("--paging needs the `embedded` feature");
+            std::process::exit(1);
+        }
+    }
     let sources: &[&str] = match args
         .iter()
         .find_map(|a| a.strip_prefix("--source="))
@@ -511,7 +751,6 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let sizes = if sizes.is_empty() {
         vec![10_000, 100_000]
     } else {

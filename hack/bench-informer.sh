@@ -7,6 +7,8 @@
 #   hack/bench-informer.sh                             # 10000 and 100000 pods, both sources
 #   hack/bench-informer.sh 5000 50000                  # other sizes
 #   hack/bench-informer.sh --source=embedded 10000     # one source: memory or embedded
+#   hack/bench-informer.sh --paging 10000              # the server's cost of one LIST page,
+#                                                      # with and without writes between pages
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec cargo bench --bench informer -- "$@"

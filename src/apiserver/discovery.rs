@@ -14,12 +14,17 @@
 //!   `v2beta1` for kubectl 1.28/1.29). The response `Content-Type` must carry the same
 //!   `g`/`v`/`as` parameters, or client-go falls back to the legacy documents.
 //!
+//! Besides the registry's resources, discovery lists the create-only access reviews of
+//! `authorization.k8s.io/v1` ([`super::review`]), after the built-in groups and before the
+//! custom resources' groups; `kubectl auth can-i` finds them there.
+//!
 //! The meta types (`APIVersions`, `APIGroupList`, `APIResourceList`) serialise with
 //! `apiVersion: v1` whatever group was asked about, as on the real server.
 
 use serde_json::{Value, json};
 
 use super::registry::{Registry, ResourceDef};
+use super::review;
 
 /// The `/version` document (a Kubernetes 1.33 server).
 pub fn version() -> Value {
@@ -44,9 +49,34 @@ fn gv(group: &str, version: &str) -> Value {
     json!({"groupVersion": format!("{group}/{version}"), "version": version})
 }
 
+/// Every served group, core (`""`) excluded: the built-in groups in registration order, the
+/// reviews' group, then the custom resources' groups.
+pub fn group_names(reg: &Registry) -> Vec<String> {
+    let mut names = reg.groups();
+    let builtin = names
+        .iter()
+        .take_while(|g| {
+            reg.all()
+                .iter()
+                .any(|d| &d.group == *g && d.custom.is_none())
+        })
+        .count();
+    if !names.iter().any(|g| g == review::GROUP) {
+        names.insert(builtin, review::GROUP.to_owned());
+    }
+    names
+}
+
+fn versions_of(reg: &Registry, group: &str) -> Vec<String> {
+    if group == review::GROUP {
+        return vec![review::VERSION.to_owned()];
+    }
+    reg.versions(group)
+}
+
 /// One `APIGroup`.
 pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
-    let versions = reg.versions(group);
+    let versions = versions_of(reg, group);
     let first = versions.first()?;
     Some(json!({
         "kind": "APIGroup",
@@ -59,8 +89,7 @@ pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
 
 /// `GET /apis`.
 pub fn api_group_list(reg: &Registry) -> Value {
-    let groups: Vec<Value> = reg
-        .groups()
+    let groups: Vec<Value> = group_names(reg)
         .iter()
         .filter_map(|g| {
             let mut v = api_group(reg, g)?;
@@ -76,6 +105,9 @@ pub fn api_group_list(reg: &Registry) -> Value {
 
 /// `GET /api/v1` or `GET /apis/<group>/<version>`.
 pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    if group == review::GROUP && version == review::VERSION {
+        return Some(review::api_resource_list());
+    }
     let defs = reg.in_group_version(group, version);
     if defs.is_empty() {
         return None;
@@ -146,6 +178,9 @@ fn resource_discovery(d: &ResourceDef) -> Value {
 }
 
 fn group_discovery(reg: &Registry, group: &str) -> Value {
+    if group == review::GROUP {
+        return review::group_discovery();
+    }
     let versions: Vec<Value> = reg
         .versions(group)
         .iter()
@@ -167,7 +202,7 @@ pub fn aggregated(reg: &Registry, core: bool, version: &str) -> Value {
     let items: Vec<Value> = if core {
         vec![group_discovery(reg, "")]
     } else {
-        reg.groups()
+        group_names(reg)
             .iter()
             .map(|g| group_discovery(reg, g))
             .collect()
@@ -224,5 +259,29 @@ mod tests {
         assert!(names.contains(&"deployments/scale"));
         assert!(names.contains(&"deployments/status"));
         assert!(api_resource_list(&reg, "nope", "v1").is_none());
+    }
+
+    #[test]
+    fn the_reviews_group_follows_the_built_in_groups() {
+        let reg = Registry::builtins();
+        let names = group_names(&reg);
+        assert_eq!(names.last().map(String::as_str), Some(review::GROUP));
+        let listed = api_group_list(&reg);
+        assert!(
+            listed["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["name"] == review::GROUP
+                    && g["preferredVersion"]["groupVersion"] == "authorization.k8s.io/v1")
+        );
+        let agg = aggregated(&reg, false, "v2");
+        assert!(
+            agg["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["metadata"]["name"] == review::GROUP)
+        );
     }
 }

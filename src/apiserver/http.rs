@@ -2,12 +2,15 @@
 //!
 //! A request goes through the same stages as in kube-apiserver's handler chain, in order:
 //!
-//! 1. **Authentication** ([`super::auth`]): a known bearer token, or `401` with a Status body.
+//! 1. **Authentication** ([`super::auth`]): a known bearer token, or `401` with a Status body;
+//!    then **impersonation** ([`super::impersonation`]): `Impersonate-User` and friends, if
+//!    the authenticated user may, replace the user the rest of the request acts as.
 //!    The body is then read, at most [`MAX_BODY`] bytes; a larger one (by its `Content-Length`
 //!    or as it streams in) is refused with `413 RequestEntityTooLarge`, as the real server's
 //!    `limitedReadBody` does.
-//! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), then
-//!    resource paths, parsed into a [`Target`] (group, version, resource, namespace, name,
+//! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), the
+//!    access reviews of `authorization.k8s.io/v1` ([`super::review`]), then resource paths,
+//!    parsed into a [`Target`] (group, version, resource, namespace, name,
 //!    subresource) and a Kubernetes verb from the method (`GET` on an object → `get`, on a
 //!    collection → `list` or `watch`, `POST` → `create`, `PUT` → `update`, `PATCH` → `patch`,
 //!    `DELETE` → `delete` or `deletecollection`). An unknown group, version, resource or
@@ -194,13 +197,23 @@ async fn serve(
             return Err(ApiError::unauthorized());
         }
     }
-    let user = req
+    let authenticated = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|h| shared.tokens.authenticate(Some(h)))
-        .map(str::to_owned)
-        .unwrap_or_default();
+        .map(str::to_owned);
+    // Impersonation applies to authenticated requests; a public path asked for without a
+    // token is answered as it is.
+    let user = match authenticated {
+        Some(name) => super::impersonation::resolve(
+            &shared.rbac,
+            &shared.store,
+            shared.rbac.user(&name),
+            req.headers(),
+        )?,
+        None => shared.rbac.user(""),
+    };
     let (parts, body) = req.into_parts();
     let bytes = read_body(&parts.headers, body).await?;
     let accept = parts
@@ -235,15 +248,14 @@ async fn serve(
             return Ok(r);
         }
         (method, ["admin", "faults"]) => {
-            // Fault injection over HTTP (see `faults::admin`): the bootstrap token only.
-            let info = shared.rbac.user(&user);
-            if !info.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
+            // Fault injection over HTTP (see `faults::admin`): `system:masters` only.
+            if !user.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
                 let attrs = super::rbac::Attributes {
                     verb: method.as_str().to_ascii_lowercase(),
                     path: path.clone(),
                     ..Default::default()
                 };
-                return Err(super::rbac::forbidden(&info, &attrs, ""));
+                return Err(super::rbac::forbidden(&user, &attrs, ""));
             }
             let body = super::faults::admin(&shared.faults, &method, &bytes)?;
             return Ok(json_response(200, &body, "application/json"));
@@ -306,6 +318,9 @@ async fn serve(
                 .ok_or_else(ApiError::page_not_found);
         }
         _ => {}
+    }
+    if super::review::owns(&segs) {
+        return serve_review(shared, &segs, &parts, &bytes, &user, class);
     }
     let target = resolve(shared, &segs)?;
     class.resource = target.def.plural.clone();
@@ -461,6 +476,59 @@ async fn serve(
             ))
         }
     }
+}
+
+/// `POST /apis/authorization.k8s.io/v1/...reviews`: an access or rules review, authorized like
+/// any create and answered `201` with the review's status filled in ([`super::review`]).
+fn serve_review(
+    shared: &Arc<Shared>,
+    segs: &[&str],
+    parts: &http::request::Parts,
+    bytes: &[u8],
+    user: &super::rbac::UserInfo,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let target = super::review::route(segs).ok_or_else(ApiError::page_not_found)?;
+    class.resource = target.kind.plural().to_owned();
+    class.namespace = target.namespace.clone().unwrap_or_default();
+    class.verb = parts.method.as_str().to_ascii_lowercase();
+    if parts.method != Method::POST {
+        // The reviews are create-only: no GET, PUT, PATCH or DELETE route exists for them.
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    class.verb = "create".into();
+    shared
+        .rbac
+        .check(&shared.store, user, &target.create_attributes())?;
+    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
+    let body = match content_type.as_str() {
+        "" | "application/json" => parse_json(bytes)?,
+        "application/yaml" => parse_yaml(bytes)?,
+        PROTOBUF => super::logic::protobuf::decode_body(bytes).map_err(|e| {
+            ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+        })?,
+        _ => {
+            return Err(ApiError::unsupported_media_type(&[
+                "application/json",
+                "application/yaml",
+                PROTOBUF,
+            ]));
+        }
+    };
+    let answer = shared
+        .store
+        .read(|st| super::review::create(&shared.rbac, st, user, &target, body))?;
+    tracing::debug!(
+        review = target.kind.kind(),
+        user = %user.name,
+        allowed = %answer["status"]["allowed"],
+        "access review answered"
+    );
+    Ok(json_response(201, &answer, "application/json"))
 }
 
 /// An aggregated discovery document with the real server's caching headers: `ETag` (a quoted

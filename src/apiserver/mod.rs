@@ -23,7 +23,7 @@
 //!
 //! ```text
 //! TCP ─ TLS (rustls, ALPN h2/http1.1) ─ hyper ─ http::handle
-//!         auth (bearer token) → read body (≤ 16 MiB, else 413)
+//!         auth (bearer token) → impersonation (Impersonate-User, ...) → read body (≤ 16 MiB, else 413)
 //!         → route (discovery | OpenAPI | resource URL) → RBAC (if enforced) → faults
 //!         → decode (JSON | YAML | protobuf | patch types)
 //!         → verbs::{get,list,create,update,patch,delete} under the store lock   ──┐
@@ -65,7 +65,9 @@
 //! core/v1 namespaces, pods, services and nodes (each +status), events, configmaps, secrets,
 //! serviceaccounts; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
-//! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); apiextensions.k8s.io/v1
+//! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); authorization.k8s.io/v1
+//! access reviews answered by the same authorizer, for `kubectl auth can-i` ([`review`]), and
+//! impersonation (`kubectl --as`, [`impersonation`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
 //! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
 //! Table output for `kubectl get`, protobuf request bodies for built-in kinds, the request log
@@ -92,9 +94,10 @@
 //! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer
 //! released, the namespace removed once empty), and deleting a CRD removes its custom resources
 //! at once. The watch history is one window shared by all resources (etcd's, not the
-//! per-resource watch cache's). No admission, RBAC enforced only on request ([`rbac`]), no
-//! defaulting of built-in kinds, no conversion webhooks, no field-level validation of built-in
-//! kinds; server-side apply tracks managers but is simpler than the real structured-merge-diff.
+//! per-resource watch cache's). No admission; RBAC enforced only on request ([`rbac`]; without
+//! it every request and every `kubectl auth can-i` is allowed, as with
+//! `--authorization-mode=AlwaysAllow`); no defaulting of built-in kinds, no conversion
+//! webhooks, no field-level validation of built-in kinds; server-side apply tracks managers but is simpler than the real structured-merge-diff.
 //! Tables for built-in kinds follow the real printers for pods, namespaces, configmaps,
 //! secrets, serviceaccounts, services, events, deployments, statefulsets, replicasets, nodes,
 //! role bindings and leases ([`logic::table::builtin_columns`]); roles, cluster roles and CRDs
@@ -108,6 +111,7 @@ pub mod events;
 pub mod faults;
 pub mod gc;
 pub mod http;
+pub mod impersonation;
 pub mod kubelet;
 pub mod logic;
 pub mod meta;
@@ -116,6 +120,7 @@ pub mod query;
 pub mod rbac;
 pub mod registry;
 pub mod request_log;
+pub mod review;
 pub mod standalone;
 pub mod status;
 pub mod store;
@@ -287,7 +292,9 @@ impl ApiServerBuilder {
 
     /// Enforce RBAC ([`rbac`]; default off, everything allowed): requests are authorized
     /// against the Roles, ClusterRoles, RoleBindings and ClusterRoleBindings stored in the
-    /// server, and denied with 403. The bootstrap token stays all-powerful.
+    /// server, and denied with 403; access reviews (`kubectl auth can-i`) and impersonation
+    /// follow the same rules. The bootstrap token stays all-powerful. Off, every request,
+    /// every impersonation and every access review is allowed.
     pub fn enforce_rbac(mut self, yes: bool) -> Self {
         self.enforce_rbac = yes;
         self

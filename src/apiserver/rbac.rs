@@ -40,12 +40,31 @@
 //! [`super::ApiServerBuilder::enforce_rbac`] (default off, as in a server started with
 //! `--authorization-mode=AlwaysAllow`) every resource request and `/metrics` is authorized
 //! against the RBAC objects stored at that moment, with the real matching rules above
-//! ([`authorize`]). Discovery, OpenAPI, `/version` and health checks are open to
-//! every authenticated user, as the default `system:discovery` and
-//! `system:public-info-viewer` bindings make them in a real cluster. Left out: the bootstrap
-//! roles a real cluster starts with (`cluster-admin`, `admin`, `edit`, `view`, `system:*`) are
-//! not created, so bind only roles you load; ClusterRole aggregation (`aggregationRule`), the escalation checks on writing roles and bindings,
-//! impersonation, and `SelfSubjectAccessReview` (so `kubectl auth can-i` is not served).
+//! ([`authorize`]), as the user the request acts as after impersonation
+//! ([`super::impersonation`]). Discovery, OpenAPI, `/version` and health checks are open to
+//! every authenticated user.
+//!
+//! A real cluster starts with bootstrap roles and bindings. This server does not store them,
+//! but builds in the effect of four bootstrap ClusterRoleBindings, so that they show in access
+//! reviews exactly as on a real cluster: `cluster-admin` (everything, for `system:masters`),
+//! `system:basic-user` (create `selfsubjectaccessreviews` and `selfsubjectrulesreviews`),
+//! `system:discovery` and `system:public-info-viewer` (GET on `/api`, `/apis`, `/openapi`,
+//! `/version`, health checks), the last three for `system:authenticated`. A stored
+//! ClusterRoleBinding with one of those names replaces the built-in one. The other bootstrap
+//! roles (`admin`, `edit`, `view`, `system:controller:*`, ...) do not exist, so bind only roles
+//! you load.
+//!
+//! The same decisions answer `kubectl auth can-i`: [`Authorizer::decide`] serves access
+//! reviews and [`Authorizer::rules_for`] rules reviews ([`super::review`]). An allowed decision
+//! carries the real reason, `RBAC: allowed by ClusterRoleBinding "x" of ClusterRole "y" to
+//! User "alice"` (`RoleBinding "x/ns" of Role "y" to ServiceAccount "cnat/cnat"` for a
+//! namespaced grant); members of `system:masters` are allowed with an empty reason by the
+//! privileged-group authorizer that runs first; with enforcement off every decision is "allowed"
+//! and every rules list is `*`, which is what the server then does.
+//!
+//! Left out: ClusterRole aggregation (`aggregationRule`) and the escalation checks on writing
+//! roles and bindings.
+//!
 //! [`load_manifests`] reads RBAC (or any other) objects from YAML files such as
 //! `artifacts/deploy/`, so a test can run a controller under its real ClusterRole and prove
 //! the manifests are least privilege.
@@ -80,7 +99,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::query::Query;
 use super::status::ApiError;
@@ -121,6 +140,8 @@ pub struct Attributes {
     pub name: String,
     /// URL path (non-resource requests).
     pub path: String,
+    /// A request for a resource (`true`) or for a non-resource path such as `/metrics`.
+    pub resource_request: bool,
 }
 
 impl Attributes {
@@ -152,6 +173,7 @@ impl Attributes {
             },
             name: t.name.clone().unwrap_or_default(),
             path: String::new(),
+            resource_request: true,
         }
     }
 }
@@ -209,75 +231,316 @@ impl Authorizer {
     }
 
     /// `Ok` if `user` may do `attrs` (or enforcement is off), else the 403 a real server sends.
-    pub fn check(&self, store: &Store, user: &str, attrs: &Attributes) -> Result<(), ApiError> {
+    pub fn check(
+        &self,
+        store: &Store,
+        user: &UserInfo,
+        attrs: &Attributes,
+    ) -> Result<(), ApiError> {
         if !self.enforce {
             return Ok(());
         }
-        let user = self.user(user);
-        let (allowed, reason) = store.read(|st| authorize(st, &user, attrs));
+        let (allowed, reason) = store.read(|st| authorize(st, user, attrs));
         if allowed {
             return Ok(());
         }
         tracing::debug!(user = %user.name, verb = %attrs.verb, resource = %attrs.resource, namespace = %attrs.namespace, "RBAC denied the request");
-        Err(forbidden(&user, attrs, &reason))
+        Err(forbidden(user, attrs, &reason))
+    }
+
+    /// The decision for `user` doing `attrs`, as an access review reports it: with enforcement
+    /// off every request is allowed with no reason (the `AlwaysAllow` authorizer), otherwise
+    /// [`authorize`] decides.
+    pub fn decide(&self, st: &State, user: &UserInfo, attrs: &Attributes) -> Decision {
+        if !self.enforce {
+            return Decision {
+                allowed: true,
+                reason: String::new(),
+            };
+        }
+        let (allowed, reason) = authorize(st, user, attrs);
+        Decision { allowed, reason }
+    }
+
+    /// Every rule that applies to `user` in `namespace`, as a rules review reports them: with
+    /// enforcement off, `*` for every resource and every path (what `AlwaysAllow` reports),
+    /// otherwise [`rules_for`].
+    pub fn rules_for(&self, st: &State, user: &UserInfo, namespace: &str) -> Rules {
+        if !self.enforce {
+            return Rules {
+                rules: vec![
+                    json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
+                    json!({"verbs": ["*"], "nonResourceURLs": ["*"]}),
+                ],
+                errors: vec![],
+            };
+        }
+        rules_for(st, user, namespace)
     }
 }
 
-/// The RBAC decision for `user` doing `attrs` with the objects in `st`: `(allowed, reason)`,
-/// where `reason` lists bindings whose roles are missing (as the real authorizer reports).
+/// An authorization decision with the authorizer's reason (`RBAC: allowed by ...`, or on a
+/// denial the bindings whose roles are missing; empty when there is nothing to say).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request is allowed.
+    pub allowed: bool,
+    /// Why, in the real authorizer's words.
+    pub reason: String,
+}
+
+/// The rules that apply to a user in a namespace, and the roles that could not be resolved.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rules {
+    /// PolicyRules (`verbs`, `apiGroups`, `resources`, `resourceNames`, `nonResourceURLs`), in
+    /// the order the bindings were visited: cluster-wide first, then the namespace's.
+    pub rules: Vec<Value>,
+    /// One message per binding whose role is missing.
+    pub errors: Vec<String>,
+}
+
+impl Rules {
+    /// The errors joined as Go's `utilerrors.NewAggregate(...).Error()` joins them (`None`
+    /// without errors).
+    pub fn evaluation_error(&self) -> Option<String> {
+        aggregate(&self.errors)
+    }
+}
+
+fn aggregate(errors: &[String]) -> Option<String> {
+    match errors {
+        [] => None,
+        [one] => Some(one.clone()),
+        many => Some(format!("[{}]", many.join(", "))),
+    }
+}
+
+/// A ClusterRoleBinding every real cluster is bootstrapped with, whose effect this server
+/// builds in (see the module docs): its name, its ClusterRole's name and rules, and the groups
+/// it binds.
+struct BootstrapBinding {
+    name: &'static str,
+    groups: &'static [&'static str],
+    rules: fn() -> Vec<Value>,
+}
+
+/// `cluster-admin` (for `system:masters`), `system:basic-user`, `system:discovery` and
+/// `system:public-info-viewer`, as in `plugin/pkg/auth/authorizer/rbac/bootstrappolicy`
+/// (limited to what this server serves).
+const BOOTSTRAP: &[BootstrapBinding] = &[
+    BootstrapBinding {
+        name: "cluster-admin",
+        groups: &[MASTERS_GROUP],
+        rules: || {
+            vec![
+                json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
+                json!({"verbs": ["*"], "nonResourceURLs": ["*"]}),
+            ]
+        },
+    },
+    BootstrapBinding {
+        name: "system:basic-user",
+        groups: &["system:authenticated"],
+        rules: || {
+            vec![
+                json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"],
+                        "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}),
+            ]
+        },
+    },
+    BootstrapBinding {
+        name: "system:discovery",
+        groups: &["system:authenticated"],
+        rules: || {
+            vec![json!({"verbs": ["get"], "nonResourceURLs": [
+                "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
+                "/openapi/*", "/readyz", "/version", "/version/"]})]
+        },
+    },
+    BootstrapBinding {
+        name: "system:public-info-viewer",
+        groups: &["system:authenticated", "system:unauthenticated"],
+        rules: || {
+            vec![json!({"verbs": ["get"], "nonResourceURLs": [
+                "/healthz", "/livez", "/readyz", "/version", "/version/"]})]
+        },
+    },
+];
+
+/// `describeSubject` of the RBAC rule resolver: `User "alice"`, `Group "devs"`,
+/// `ServiceAccount "cnat/cnat"` (name/namespace).
+fn describe_subject(subject: &Value, binding_ns: &str) -> String {
+    let kind = subject["kind"].as_str().unwrap_or_default();
+    let name = subject["name"].as_str().unwrap_or_default();
+    if kind == "ServiceAccount" {
+        let ns = subject["namespace"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(binding_ns);
+        return format!("{kind} \"{name}/{ns}\"");
+    }
+    format!("{kind} \"{name}\"")
+}
+
+/// Visits every rule that applies to `user` in `namespace`, in the order of the real rule
+/// resolver (`VisitRulesFor`): ClusterRoleBindings (the stored ones, then the built-in bootstrap
+/// bindings not overridden by a stored one of the same name), then the namespace's
+/// RoleBindings. `visit(source, rule)` returns `false` to stop; a binding whose role is missing
+/// adds a message to `errors` instead.
+fn visit_rules(
+    st: &State,
+    user: &UserInfo,
+    namespace: &str,
+    errors: &mut Vec<String>,
+    visit: &mut dyn FnMut(&dyn Fn() -> String, &Value) -> bool,
+) {
+    let crbs = st.list(&format!("{GROUP}/clusterrolebindings"), None);
+    for crb in &crbs {
+        if !visit_binding(st, user, crb, "", errors, visit) {
+            return;
+        }
+    }
+    for boot in BOOTSTRAP {
+        if crbs.iter().any(|c| c["metadata"]["name"] == boot.name) {
+            continue;
+        }
+        let Some(group) = boot
+            .groups
+            .iter()
+            .find(|g| user.groups.iter().any(|ug| ug == *g))
+        else {
+            continue;
+        };
+        let describe = || {
+            format!(
+                "ClusterRoleBinding \"{0}\" of ClusterRole \"{0}\" to Group \"{group}\"",
+                boot.name
+            )
+        };
+        for rule in (boot.rules)() {
+            if !visit(&describe, &rule) {
+                return;
+            }
+        }
+    }
+    if !namespace.is_empty() {
+        for rb in st.list(&format!("{GROUP}/rolebindings"), Some(namespace)) {
+            if !visit_binding(st, user, rb, namespace, errors, visit) {
+                return;
+            }
+        }
+    }
+}
+
+/// One binding of [`visit_rules`]: nothing when `user` is not among its subjects, an error
+/// when its role is missing, else each rule of the role. Returns `false` when `visit` stopped.
+fn visit_binding(
+    st: &State,
+    user: &UserInfo,
+    b: &Value,
+    binding_ns: &str,
+    errors: &mut Vec<String>,
+    visit: &mut dyn FnMut(&dyn Fn() -> String, &Value) -> bool,
+) -> bool {
+    let Some(subject) = matching_subject(b, binding_ns, user) else {
+        return true;
+    };
+    let role_ref = &b["roleRef"];
+    let kind = role_ref["kind"].as_str().unwrap_or_default();
+    let name = role_ref["name"].as_str().unwrap_or_default();
+    let role = match kind {
+        "ClusterRole" => st.get(&format!("{GROUP}/clusterroles"), "", name),
+        "Role" => st.get(&format!("{GROUP}/roles"), binding_ns, name),
+        _ => {
+            errors.push(format!("unsupported role reference kind: \"{kind}\""));
+            return true;
+        }
+    };
+    let Some(role) = role else {
+        let resource = if kind == "ClusterRole" {
+            "clusterrole"
+        } else {
+            "role"
+        };
+        errors.push(format!("{resource}.{GROUP} \"{name}\" not found"));
+        return true;
+    };
+    let describe = || {
+        let binding_name = b["metadata"]["name"].as_str().unwrap_or_default();
+        if binding_ns.is_empty() {
+            format!(
+                "ClusterRoleBinding \"{binding_name}\" of {kind} \"{name}\" to {}",
+                describe_subject(subject, "")
+            )
+        } else {
+            format!(
+                "RoleBinding \"{binding_name}/{binding_ns}\" of {kind} \"{name}\" to {}",
+                describe_subject(subject, binding_ns)
+            )
+        }
+    };
+    let rules = role["rules"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    rules.iter().all(|r| visit(&describe, r))
+}
+
+/// Every rule that applies to `user` in `namespace` (`RulesFor` of the RBAC rule resolver):
+/// the rules of every matching ClusterRoleBinding, then of every matching RoleBinding in
+/// `namespace`, plus the missing roles as errors.
+pub fn rules_for(st: &State, user: &UserInfo, namespace: &str) -> Rules {
+    let mut out = Rules::default();
+    let mut rules = vec![];
+    visit_rules(st, user, namespace, &mut out.errors, &mut |_, rule| {
+        rules.push(rule.clone());
+        true
+    });
+    out.rules = rules;
+    out
+}
+
+/// The RBAC decision for `user` doing `attrs` with the objects in `st`: `(allowed, reason)`.
+/// Members of `system:masters` are allowed with an empty reason (the privileged-group
+/// authorizer that runs before RBAC); otherwise the first rule that allows gives the reason
+/// `RBAC: allowed by ClusterRoleBinding "b" of ClusterRole "r" to User "u"`, and a denial's
+/// reason lists the bindings whose roles are missing (empty when none are).
 pub fn authorize(st: &State, user: &UserInfo, attrs: &Attributes) -> (bool, String) {
     if user.groups.iter().any(|g| g == MASTERS_GROUP) {
         return (true, String::new());
     }
     let mut errors: Vec<String> = vec![];
-    let mut visit = |binding: &Value, binding_ns: &str| -> bool {
-        if !subjects_match(binding, binding_ns, user) {
-            return false;
-        }
-        let role_ref = &binding["roleRef"];
-        let kind = role_ref["kind"].as_str().unwrap_or_default();
-        let name = role_ref["name"].as_str().unwrap_or_default();
-        let role = match kind {
-            "ClusterRole" => st.get(&format!("{GROUP}/clusterroles"), "", name),
-            "Role" => st.get(&format!("{GROUP}/roles"), binding_ns, name),
-            _ => None,
-        };
-        let Some(role) = role else {
-            let resource = if kind == "ClusterRole" {
-                "clusterrole"
-            } else {
-                "role"
-            };
-            errors.push(format!("{resource}.{GROUP} \"{name}\" not found"));
-            return false;
-        };
-        role["rules"]
-            .as_array()
-            .is_some_and(|rules| rules.iter().any(|r| rule_allows(r, attrs)))
-    };
-    for crb in st.list(&format!("{GROUP}/clusterrolebindings"), None) {
-        if visit(crb, "") {
-            return (true, String::new());
-        }
-    }
-    if !attrs.namespace.is_empty() {
-        for rb in st.list(&format!("{GROUP}/rolebindings"), Some(&attrs.namespace)) {
-            if visit(rb, &attrs.namespace) {
-                return (true, String::new());
+    let mut allowed_by: Option<String> = None;
+    visit_rules(
+        st,
+        user,
+        &attrs.namespace,
+        &mut errors,
+        &mut |describe, rule| {
+            if rule_allows(rule, attrs) {
+                allowed_by = Some(format!("RBAC: allowed by {}", describe()));
+                return false;
             }
-        }
+            true
+        },
+    );
+    if let Some(reason) = allowed_by {
+        return (true, reason);
     }
-    let reason = match errors.len() {
-        0 => String::new(),
-        1 => format!("RBAC: {}", errors[0]),
-        _ => format!("RBAC: [{}]", errors.join(", ")),
-    };
+    let reason = aggregate(&errors)
+        .map(|e| format!("RBAC: {e}"))
+        .unwrap_or_default();
     (false, reason)
 }
 
-fn subjects_match(binding: &Value, binding_ns: &str, user: &UserInfo) -> bool {
-    binding["subjects"].as_array().is_some_and(|subjects| {
-        subjects.iter().any(|s| {
+/// The first subject of `binding` that `user` is (`appliesTo` of the rule resolver).
+fn matching_subject<'b>(
+    binding: &'b Value,
+    binding_ns: &str,
+    user: &UserInfo,
+) -> Option<&'b Value> {
+    binding["subjects"].as_array().and_then(|subjects| {
+        subjects.iter().find(|s| {
             let name = s["name"].as_str().unwrap_or_default();
             match s["kind"].as_str().unwrap_or_default() {
                 "User" => name == user.name,
@@ -287,7 +550,7 @@ fn subjects_match(binding: &Value, binding_ns: &str, user: &UserInfo) -> bool {
                         .as_str()
                         .filter(|n| !n.is_empty())
                         .unwrap_or(binding_ns);
-                    user.name == format!("system:serviceaccount:{ns}:{name}")
+                    !ns.is_empty() && user.name == format!("system:serviceaccount:{ns}:{name}")
                 }
                 _ => false,
             }
@@ -307,7 +570,7 @@ pub fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
     if !verbs.iter().any(|v| *v == "*" || *v == attrs.verb) {
         return false;
     }
-    if attrs.resource.is_empty() {
+    if !attrs.resource_request {
         return strings(&rule["nonResourceURLs"]).iter().any(|u| {
             *u == "*"
                 || *u == attrs.path
@@ -341,7 +604,7 @@ pub fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
 
 /// The 403 of `responsewriters.Forbidden`.
 pub fn forbidden(user: &UserInfo, attrs: &Attributes, reason: &str) -> ApiError {
-    let msg = if attrs.resource.is_empty() {
+    let msg = if !attrs.resource_request {
         format!(
             "User \"{}\" cannot {} path \"{}\"",
             user.name, attrs.verb, attrs.path
@@ -369,7 +632,7 @@ pub fn forbidden(user: &UserInfo, attrs: &Attributes, reason: &str) -> ApiError 
     } else {
         format!("{msg}: {reason}")
     };
-    if attrs.resource.is_empty() {
+    if !attrs.resource_request {
         return ApiError::new(403, "Forbidden", format!("forbidden: {why}"));
     }
     ApiError::forbidden(&attrs.resource, &attrs.group, &attrs.name, &why)
@@ -412,11 +675,43 @@ pub enum ManifestError {
 }
 
 /// Creates every object in a multi-document YAML string (any kind the server serves; an
-/// object that already exists is replaced). Returns `Kind/name` of each object.
+/// object that already exists is replaced). Namespaces and CustomResourceDefinitions go first,
+/// so objects inside a namespace or of a custom kind may come before them in the text, as
+/// `kustomize` orders them. Returns `Kind/name` of each object, in the order created.
 pub fn load_manifests(
     store: &Store,
     yaml: &str,
     origin: &str,
+) -> Result<Vec<String>, ManifestError> {
+    let mut out = load_documents(store, yaml, origin, Pass::Prerequisites)?;
+    out.extend(load_documents(store, yaml, origin, Pass::Rest)?);
+    Ok(out)
+}
+
+/// Which documents a pass over manifests creates.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Namespaces and CustomResourceDefinitions: what other objects need to exist first.
+    Prerequisites,
+    /// Everything else.
+    Rest,
+}
+
+impl Pass {
+    fn of(kind: &str) -> Self {
+        if matches!(kind, "Namespace" | "CustomResourceDefinition") {
+            Pass::Prerequisites
+        } else {
+            Pass::Rest
+        }
+    }
+}
+
+fn load_documents(
+    store: &Store,
+    yaml: &str,
+    origin: &str,
+    pass: Pass,
 ) -> Result<Vec<String>, ManifestError> {
     use serde::Deserialize;
     let mut out = vec![];
@@ -438,6 +733,9 @@ pub fn load_manifests(
             .as_str()
             .ok_or_else(|| parse_err("field kind: required".into()))?
             .to_owned();
+        if Pass::of(&kind) != pass {
+            continue;
+        }
         let name = v["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -505,7 +803,7 @@ pub fn load_manifests(
 }
 
 /// [`load_manifests`] for a file, or for every `.yaml`/`.yml` file of a directory (sorted by
-/// name, `kustomization.yaml` skipped).
+/// name, `kustomization.yaml` skipped; the Namespaces and CRDs of every file first).
 pub fn load_manifest_path(store: &Store, path: &Path) -> Result<Vec<String>, ManifestError> {
     let read_err = |p: &Path, source| ManifestError::Read {
         path: p.display().to_string(),
@@ -526,10 +824,16 @@ pub fn load_manifest_path(store: &Store, path: &Path) -> Result<Vec<String>, Man
     } else {
         vec![path.to_owned()]
     };
-    let mut out = vec![];
+    let mut texts = vec![];
     for f in files {
         let text = std::fs::read_to_string(&f).map_err(|e| read_err(&f, e))?;
-        out.extend(load_manifests(store, &text, &f.display().to_string())?);
+        texts.push((f.display().to_string(), text));
+    }
+    let mut out = vec![];
+    for pass in [Pass::Prerequisites, Pass::Rest] {
+        for (origin, text) in &texts {
+            out.extend(load_documents(store, text, origin, pass)?);
+        }
     }
     Ok(out)
 }
@@ -604,6 +908,7 @@ mod tests {
             namespace: ns.into(),
             name: name.into(),
             path: String::new(),
+            resource_request: true,
         }
     }
 
@@ -653,6 +958,7 @@ mod tests {
         ));
         let urls = json!({"verbs": ["get"], "nonResourceURLs": ["/metrics", "/healthz/*"]});
         let mut a = attrs("get", "", "", "", "", "");
+        a.resource_request = false;
         a.path = "/metrics".into();
         assert!(rule_allows(&urls, &a));
         a.path = "/healthz/etcd".into();
@@ -725,5 +1031,169 @@ mod tests {
             "ats.g.io \"x\" is forbidden: User \"alice\" cannot update resource \"ats/status\" in API group \"g.io\" at the cluster scope"
         );
         assert_eq!(e.to_status()["details"]["kind"], "ats");
+    }
+
+    fn policy_store() -> Store {
+        let store = Store::new(100);
+        store.write(|st| {
+            st.update(
+                &format!("{GROUP}/clusterroles"),
+                json!({"metadata": {"name": "at-reader"}, "rules": [
+                    {"apiGroups": ["cnat.programming-kubernetes.info"], "resources": ["ats"],
+                     "verbs": ["get", "list"]}]}),
+            );
+            st.update(
+                &format!("{GROUP}/clusterrolebindings"),
+                json!({"metadata": {"name": "alice-reads"},
+                       "roleRef": {"kind": "ClusterRole", "name": "at-reader"},
+                       "subjects": [{"kind": "User", "name": "alice"}]}),
+            );
+            st.update(
+                &format!("{GROUP}/rolebindings"),
+                json!({"metadata": {"name": "sa-reads", "namespace": "cnat"},
+                       "roleRef": {"kind": "ClusterRole", "name": "at-reader"},
+                       "subjects": [{"kind": "ServiceAccount", "name": "cnat"}]}),
+            );
+            st.update(
+                &format!("{GROUP}/rolebindings"),
+                json!({"metadata": {"name": "ghost", "namespace": "cnat"},
+                       "roleRef": {"kind": "Role", "name": "ghost"},
+                       "subjects": [{"kind": "User", "name": "alice"}]}),
+            );
+        });
+        store
+    }
+
+    #[test]
+    fn allowed_decisions_name_the_binding_that_allowed_them() {
+        let store = policy_store();
+        let az = Authorizer::new(true, HashMap::new());
+        let g = "cnat.programming-kubernetes.info";
+        store.read(|st| {
+            let alice = az.user("alice");
+            assert_eq!(
+                az.decide(st, &alice, &attrs("list", g, "ats", "", "default", "")),
+                Decision {
+                    allowed: true,
+                    reason: "RBAC: allowed by ClusterRoleBinding \"alice-reads\" of ClusterRole \"at-reader\" to User \"alice\"".into()
+                }
+            );
+            let sa = az.user("system:serviceaccount:cnat:cnat");
+            assert_eq!(
+                az.decide(st, &sa, &attrs("get", g, "ats", "", "cnat", "x")).reason,
+                "RBAC: allowed by RoleBinding \"sa-reads/cnat\" of ClusterRole \"at-reader\" to ServiceAccount \"cnat/cnat\""
+            );
+            // Outside its namespace the binding does not apply.
+            assert!(!az.decide(st, &sa, &attrs("get", g, "ats", "", "default", "x")).allowed);
+            // A denial reports the missing role of a binding that applied.
+            assert_eq!(
+                az.decide(st, &alice, &attrs("delete", g, "ats", "", "cnat", "x")),
+                Decision {
+                    allowed: false,
+                    reason: "RBAC: role.rbac.authorization.k8s.io \"ghost\" not found".into()
+                }
+            );
+            // Masters: allowed before RBAC is consulted, without a reason.
+            let admin = az.user(ADMIN_USER);
+            assert_eq!(
+                az.decide(st, &admin, &attrs("delete", "", "nodes", "", "", "n")),
+                Decision {
+                    allowed: true,
+                    reason: String::new()
+                }
+            );
+            // Not enforced: everything, for everyone.
+            let open = Authorizer::new(false, HashMap::new());
+            assert!(open.decide(st, &alice, &attrs("delete", "", "nodes", "", "", "")).allowed);
+        });
+    }
+
+    #[test]
+    fn bootstrap_bindings_grant_reviews_and_discovery_unless_overridden() {
+        let store = policy_store();
+        let az = Authorizer::new(true, HashMap::new());
+        let review = attrs(
+            "create",
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            "",
+            "",
+            "",
+        );
+        let mut discovery = attrs("get", "", "", "", "", "");
+        discovery.resource_request = false;
+        discovery.path = "/apis/apps/v1".into();
+        let bob = az.user("bob");
+        store.read(|st| {
+            assert_eq!(
+                az.decide(st, &bob, &review).reason,
+                "RBAC: allowed by ClusterRoleBinding \"system:basic-user\" of ClusterRole \"system:basic-user\" to Group \"system:authenticated\""
+            );
+            assert!(az.decide(st, &bob, &discovery).allowed);
+            // A subject given without system:authenticated (a SubjectAccessReview) has neither.
+            let bare = UserInfo {
+                name: "bob".into(),
+                groups: vec![],
+            };
+            assert!(!az.decide(st, &bare, &review).allowed);
+        });
+        // A stored binding of the same name replaces the built-in one.
+        store.write(|st| {
+            st.update(
+                &format!("{GROUP}/clusterrolebindings"),
+                json!({"metadata": {"name": "system:basic-user"},
+                       "roleRef": {"kind": "ClusterRole", "name": "at-reader"},
+                       "subjects": [{"kind": "Group", "name": "nobody"}]}),
+            );
+        });
+        store.read(|st| assert!(!az.decide(st, &bob, &review).allowed));
+    }
+
+    #[test]
+    fn rules_for_collects_cluster_then_namespace_rules_and_missing_roles() {
+        let store = policy_store();
+        let az = Authorizer::new(true, HashMap::new());
+        store.read(|st| {
+            let alice = az.user("alice");
+            let r = az.rules_for(st, &alice, "cnat");
+            assert_eq!(r.rules[0]["resources"], json!(["ats"]));
+            assert!(r.rules.iter().any(|rule| rule["resources"]
+                == json!(["selfsubjectaccessreviews", "selfsubjectrulesreviews"])));
+            assert_eq!(
+                r.evaluation_error().as_deref(),
+                Some("role.rbac.authorization.k8s.io \"ghost\" not found")
+            );
+            assert_eq!(az.rules_for(st, &alice, "default").evaluation_error(), None);
+            let admin = az.user(ADMIN_USER);
+            assert!(
+                az.rules_for(st, &admin, "default")
+                    .rules
+                    .contains(&json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}))
+            );
+            let open = Authorizer::new(false, HashMap::new());
+            assert_eq!(open.rules_for(st, &alice, "default").rules.len(), 2);
+        });
+    }
+
+    #[test]
+    fn manifests_create_namespaces_before_what_lives_in_them() {
+        let store = Store::new(100);
+        let dir = std::env::temp_dir().join(format!("rbac-manifests-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // `a-*.yaml` sorts before the namespace file, as deployment.yaml does in artifacts/deploy.
+        std::fs::write(
+            dir.join("a-role.yaml"),
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r, namespace: late}\nrules: []\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("b-namespace.yaml"),
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: late}\n",
+        )
+        .unwrap();
+        let loaded = load_manifest_path(&store, &dir).unwrap();
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(loaded, ["Namespace/late", "Role/r"]);
+        assert!(store.read(|st| st.get(&format!("{GROUP}/roles"), "late", "r").is_some()));
     }
 }

@@ -22,9 +22,27 @@
 //! below that can no longer be answered faithfully and gets `410 Expired` ("too old resource
 //! version"), which tells a client-go reflector to list again from scratch.
 //!
-//! The same history lets [`State::snapshot_at`] rebuild a resource's contents as of an older
-//! revision (undo the newer changes in reverse), which serves `resourceVersionMatch=Exact` lists
-//! and the consistent snapshot behind `limit`/`continue` paging, like etcd's MVCC reads.
+//! ## Snapshots: reading the past without copying the present
+//!
+//! The same history lets [`State::snapshot_at`] show a resource as it was at an older
+//! revision, which serves `resourceVersionMatch=Exact` lists and the consistent snapshot
+//! behind `limit`/`continue` paging (every page of a paged LIST shows the collection as it was
+//! at the first page's revision, whatever was written since), like etcd's MVCC reads.
+//!
+//! A [`Snapshot`] copies nothing. It borrows the current objects and holds a small *undo
+//! table*: for each key written after the revision asked for, the value it had then (`None`
+//! if it did not exist), taken from the oldest such change's `prev` (or `None` for an
+//! `ADDED`). Reading merges the two in key order: a key in the undo table shows its old value
+//! (or is skipped), every other key shows the current object, which is what it was then too.
+//! So building a snapshot costs the number of changes since that revision (found by binary
+//! search in the history, then one pass), and reading a page of `limit` objects costs that
+//! page ([`Snapshot::range`] starts at the page's first key in the ordered map), not the size
+//! of the resource. Counting the objects of a snapshot is O(1) per namespace plus the undo
+//! table, thanks to per-namespace counters kept on every write ([`Snapshot::count`]).
+//!
+//! Invariant: every change in the history records the state before it in `prev` (absent only
+//! for `ADDED`), so the undo table is exact for any revision not older than
+//! [`State::compacted_revision`]; older ones are refused.
 //!
 //! ## Concurrency
 //!
@@ -35,6 +53,8 @@
 //! change is ever missed even if several land between two wake-ups.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::iter::Peekable;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -105,11 +125,40 @@ fn stamp(obj: &mut Value, rv: u64) {
     }
 }
 
+/// The objects of one storage key, ordered by `(namespace, name)`, with a count per namespace.
+#[derive(Debug, Default)]
+struct Bucket {
+    objects: BTreeMap<Key, Value>,
+    per_namespace: HashMap<String, usize>,
+}
+
+impl Bucket {
+    fn insert(&mut self, key: Key, obj: Value) -> Option<Value> {
+        let ns = key.0.clone();
+        let prev = self.objects.insert(key, obj);
+        if prev.is_none() {
+            *self.per_namespace.entry(ns).or_default() += 1;
+        }
+        prev
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Value> {
+        let prev = self.objects.remove(key)?;
+        if let Some(n) = self.per_namespace.get_mut(&key.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_namespace.remove(&key.0);
+            }
+        }
+        Some(prev)
+    }
+}
+
 /// Everything stored, plus the resource table. Reached through [`Store::read`] / [`Store::write`].
 #[derive(Debug)]
 pub struct State {
     rv: u64,
-    objects: HashMap<String, BTreeMap<Key, Value>>,
+    objects: HashMap<String, Bucket>,
     history: VecDeque<Arc<Change>>,
     compacted: u64,
     window: usize,
@@ -143,12 +192,13 @@ impl State {
     pub fn get(&self, storage: &str, namespace: &str, name: &str) -> Option<&Value> {
         self.objects
             .get(storage)?
+            .objects
             .get(&(namespace.to_owned(), name.to_owned()))
     }
 
     /// Stored objects of a resource, ordered by namespace then name; `namespace: None` = all.
     pub fn list(&self, storage: &str, namespace: Option<&str>) -> Vec<&Value> {
-        let Some(map) = self.objects.get(storage) else {
+        let Some(map) = self.objects.get(storage).map(|b| &b.objects) else {
             return vec![];
         };
         match namespace {
@@ -242,34 +292,29 @@ impl State {
         Ok(self.history.range(start..).cloned().collect())
     }
 
-    /// A resource's contents as of revision `rv` (undoing newer changes); `Err(compacted)` when
-    /// the history needed has been compacted.
-    pub fn snapshot_at(&self, storage: &str, rv: u64) -> Result<BTreeMap<Key, Value>, u64> {
+    /// A resource as it was at revision `rv` (the current revision or older), without copying
+    /// it: see [`Snapshot`]. `Err(compacted)` when the history needed has been compacted.
+    pub fn snapshot_at(&self, storage: &str, rv: u64) -> Result<Snapshot<'_>, u64> {
         if rv < self.compacted {
             return Err(self.compacted);
         }
-        let mut map = self.objects.get(storage).cloned().unwrap_or_default();
-        for change in self.history.iter().rev() {
-            if change.rv <= rv {
-                break;
-            }
+        let mut undo: BTreeMap<Key, Option<&Value>> = BTreeMap::new();
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        for change in self.history.range(start..) {
             if change.storage != storage {
                 continue;
             }
-            let key = key_of(&change.object);
-            match (&change.kind, &change.prev) {
-                (ChangeType::Added, _) => {
-                    map.remove(&key);
-                }
-                (_, Some(prev)) => {
-                    map.insert(key, prev.clone());
-                }
-                (_, None) => {
-                    map.remove(&key);
-                }
-            }
+            // The oldest change after `rv` holds the state at `rv`: keep the first one seen.
+            let before = match change.kind {
+                ChangeType::Added => None,
+                ChangeType::Modified | ChangeType::Deleted => change.prev.as_ref(),
+            };
+            undo.entry(key_of(&change.object)).or_insert(before);
         }
-        Ok(map)
+        Ok(Snapshot {
+            bucket: self.objects.get(storage),
+            undo,
+        })
     }
 
     /// Drops the whole event history: every watch or exact list from an older revision now
@@ -284,11 +329,117 @@ impl State {
         let keys: Vec<Key> = self
             .objects
             .get(storage)
-            .map(|m| m.keys().cloned().collect())
+            .map(|b| b.objects.keys().cloned().collect())
             .unwrap_or_default();
         keys.into_iter()
             .filter_map(|(ns, name)| self.delete(storage, &ns, &name))
             .collect()
+    }
+}
+
+/// One resource as it was at some revision, read without copying (see the module docs):
+/// the current objects plus an undo table for the keys written since.
+#[derive(Debug)]
+pub struct Snapshot<'a> {
+    bucket: Option<&'a Bucket>,
+    undo: BTreeMap<Key, Option<&'a Value>>,
+}
+
+impl<'a> Snapshot<'a> {
+    /// How many keys were written since the snapshot's revision (the size of the undo table).
+    pub fn changed_keys(&self) -> usize {
+        self.undo.len()
+    }
+
+    /// One object as it was.
+    pub fn get(&self, key: &Key) -> Option<&'a Value> {
+        match self.undo.get(key) {
+            Some(then) => *then,
+            None => self.bucket.and_then(|b| b.objects.get(key)),
+        }
+    }
+
+    /// The objects in `namespace` (`None` = all), in key order, starting after the key
+    /// `after` (exclusive) when given: one page of a paged LIST is `range(ns, token_key).take(limit)`.
+    /// Borrowed, never copied; the cost is the keys visited, not the size of the resource.
+    pub fn range<'s>(
+        &'s self,
+        namespace: Option<&'s str>,
+        after: Option<&Key>,
+    ) -> impl Iterator<Item = (&'s Key, &'s Value)> + use<'s, 'a> {
+        let lower: Bound<Key> = match (namespace, after) {
+            (Some(ns), Some(k)) if k.0.as_str() >= ns => Bound::Excluded(k.clone()),
+            (Some(ns), _) => Bound::Included((ns.to_owned(), String::new())),
+            (None, Some(k)) => Bound::Excluded(k.clone()),
+            (None, None) => Bound::Unbounded,
+        };
+        let range = (lower, Bound::<Key>::Unbounded);
+        let current = self
+            .bucket
+            .map(|b| b.objects.range(range.clone()))
+            .into_iter()
+            .flatten();
+        let undo = self.undo.range(range);
+        Merge {
+            current: current.peekable(),
+            undo: undo.peekable(),
+        }
+        .take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns))
+    }
+
+    /// How many objects `namespace` (`None` = all) held: the current count corrected by the
+    /// undo table.
+    pub fn count(&self, namespace: Option<&str>) -> usize {
+        let current = match (self.bucket, namespace) {
+            (None, _) => 0,
+            (Some(b), None) => b.objects.len(),
+            (Some(b), Some(ns)) => b.per_namespace.get(ns).copied().unwrap_or(0),
+        };
+        let mut n = current as i64;
+        for (key, then) in &self.undo {
+            if namespace.is_some_and(|ns| key.0 != ns) {
+                continue;
+            }
+            let now = self.bucket.is_some_and(|b| b.objects.contains_key(key));
+            n += i64::from(then.is_some()) - i64::from(now);
+        }
+        usize::try_from(n).unwrap_or(0)
+    }
+}
+
+/// The ordered merge of the current objects and the undo table behind [`Snapshot::range`].
+struct Merge<'s, 'a, C: Iterator<Item = (&'a Key, &'a Value)>> {
+    current: Peekable<C>,
+    undo: Peekable<std::collections::btree_map::Range<'s, Key, Option<&'a Value>>>,
+}
+
+impl<'s, 'a: 's, C: Iterator<Item = (&'a Key, &'a Value)>> Iterator for Merge<'s, 'a, C> {
+    type Item = (&'s Key, &'s Value);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let take_undo = match (self.current.peek(), self.undo.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some((c, _)), Some((u, _))) => {
+                    if c == u {
+                        // Written since: the undo table's value wins over the current one.
+                        self.current.next();
+                        true
+                    } else {
+                        u < c
+                    }
+                }
+            };
+            if !take_undo {
+                return self.current.next().map(|(k, v)| (k as &Key, v as &Value));
+            }
+            if let Some((key, Some(then))) = self.undo.next() {
+                return Some((key, *then));
+            }
+            // Created since the snapshot's revision: it did not exist then.
+        }
     }
 }
 
@@ -390,8 +541,120 @@ mod tests {
         store.write(|s| s.update("core/configmaps", cm("a", "2")));
         store.write(|s| s.create("core/configmaps", cm("b", "1")));
         store.write(|s| s.delete("core/configmaps", "default", "a"));
-        let snap = store.read(|s| s.snapshot_at("core/configmaps", rv_of(&a1)).unwrap());
-        assert_eq!(snap.len(), 1);
-        assert_eq!(snap[&("default".into(), "a".into())]["data"]["v"], "1");
+        store.read(|s| {
+            let snap = s.snapshot_at("core/configmaps", rv_of(&a1)).unwrap();
+            let all: Vec<_> = snap.range(None, None).collect();
+            assert_eq!(all.len(), 1);
+            assert_eq!(all[0].1["data"]["v"], "1");
+            assert_eq!(snap.count(None), 1);
+            assert_eq!(snap.changed_keys(), 2);
+        });
+    }
+
+    #[test]
+    fn snapshots_at_every_revision_match_a_model_of_random_writes() {
+        const CMS: &str = "core/configmaps";
+        let store = Store::new(10_000);
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut model: BTreeMap<Key, Value> = BTreeMap::new();
+        let mut states = vec![(store.resource_version(), model.clone())];
+        for step in 0..600 {
+            let ns = ["a", "b", "c"][rng.usize(..3)];
+            let name = format!("o{:02}", rng.usize(..40));
+            let key = (ns.to_owned(), name.clone());
+            let op = rng.usize(..3);
+            store.write(|s| {
+                if op < 2 {
+                    let obj = json!({"metadata": {"namespace": ns, "name": name}, "data": {"step": step}});
+                    model.insert(key, s.update(CMS, obj));
+                } else if s.delete(CMS, ns, &name).is_some() {
+                    model.remove(&key);
+                }
+                // Writes to another resource interleave in the same history.
+                if step % 5 == 0 {
+                    s.update("core/secrets", json!({"metadata": {"namespace": ns, "name": name}}));
+                }
+            });
+            states.push((store.resource_version(), model.clone()));
+        }
+        let owned = |it: &mut dyn Iterator<Item = (&Key, &Value)>| -> Vec<(Key, Value)> {
+            it.map(|(k, v)| (k.clone(), v.clone())).collect()
+        };
+        store.read(|s| {
+            for (rv, expected) in &states {
+                let snap = s.snapshot_at(CMS, *rv).unwrap();
+                let want: Vec<(Key, Value)> = expected
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                assert_eq!(owned(&mut snap.range(None, None)), want, "rv {rv}");
+                assert_eq!(snap.count(None), expected.len(), "rv {rv}");
+                for ns in ["a", "b", "c", "d"] {
+                    let want_ns: Vec<(Key, Value)> =
+                        want.iter().filter(|(k, _)| k.0 == ns).cloned().collect();
+                    assert_eq!(owned(&mut snap.range(Some(ns), None)), want_ns);
+                    assert_eq!(snap.count(Some(ns)), want_ns.len());
+                    // Pages of 7 resumed after the last key served give the same objects.
+                    let mut paged = vec![];
+                    let mut after: Option<Key> = None;
+                    loop {
+                        let page = owned(&mut snap.range(Some(ns), after.as_ref()).take(7));
+                        let Some(last) = page.last() else { break };
+                        after = Some(last.0.clone());
+                        paged.extend(page);
+                    }
+                    assert_eq!(paged, want_ns, "paged {ns} at rv {rv}");
+                    // A resume key from another namespace starts at this namespace's edge.
+                    let before = ("0".to_owned(), "z".to_owned());
+                    assert_eq!(owned(&mut snap.range(Some(ns), Some(&before))), want_ns);
+                }
+                for (k, v) in expected {
+                    assert_eq!(snap.get(k), Some(v));
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn a_snapshot_costs_the_changes_since_its_revision() {
+        let store = Store::new(100);
+        for i in 0..50 {
+            store.write(|s| s.create("core/configmaps", cm(&format!("c{i:02}"), "1")));
+        }
+        let rv = store.resource_version();
+        store.write(|s| s.update("core/configmaps", cm("c07", "2")));
+        store.write(|s| s.update("core/configmaps", cm("c07", "3")));
+        store.write(|s| s.delete("core/configmaps", "default", "c08"));
+        store.write(|s| s.create("core/configmaps", cm("c99", "1")));
+        store.read(|s| {
+            assert_eq!(
+                s.snapshot_at("core/configmaps", rv).unwrap().changed_keys(),
+                3
+            );
+            let now = s
+                .snapshot_at("core/configmaps", s.resource_version())
+                .unwrap();
+            assert_eq!(now.changed_keys(), 0);
+            let then = s.snapshot_at("core/configmaps", rv).unwrap();
+            let c07 = ("default".to_owned(), "c07".to_owned());
+            assert_eq!(then.get(&c07).unwrap()["data"]["v"], "1");
+            assert_eq!(then.count(Some("default")), 50);
+            assert_eq!(now.count(Some("default")), 50);
+        });
+    }
+
+    #[test]
+    fn snapshots_older_than_the_window_are_refused() {
+        let store = Store::new(2);
+        let first = store.write(|s| s.create("core/configmaps", cm("a", "1")));
+        store.write(|s| s.update("core/configmaps", cm("a", "2")));
+        store.write(|s| s.update("core/configmaps", cm("a", "3")));
+        store.read(|s| {
+            assert!(s.snapshot_at("core/configmaps", rv_of(&first) - 1).is_err());
+            assert!(
+                s.snapshot_at("core/configmaps", s.resource_version())
+                    .is_ok()
+            );
+        });
     }
 }

@@ -12,8 +12,6 @@
 //! `ReturnDeletedObject` (pods, service accounts, nodes), with the object still carrying its
 //! finalizers when deletion is pending, and with a `Status` of `Success` otherwise.
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -160,20 +158,26 @@ pub struct ListResult {
     pub remaining: Option<u64>,
 }
 
+/// What a `continue` token carries: the snapshot's revision, the last key served, and how many
+/// objects the earlier pages served (so `remainingItemCount` needs no count of the keys before
+/// the page). Opaque to clients, like the real server's base64 JSON.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ContinueToken {
     v: String,
     rv: u64,
     ns: String,
     name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    served: Option<u64>,
 }
 
-fn encode_continue(rv: u64, key: &Key) -> String {
+fn encode_continue(rv: u64, key: &Key, served: Option<u64>) -> String {
     let tok = ContinueToken {
         v: "meta.k8s.io/v1".into(),
         rv,
         ns: key.0.clone(),
         name: key.1.clone(),
+        served,
     };
     base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&tok).unwrap_or_default())
 }
@@ -189,11 +193,23 @@ fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
 
 /// LIST: selectors, namespaces, `limit`/`continue` over a consistent snapshot, and the
 /// `resourceVersion` / `resourceVersionMatch` table of the API concepts page.
+///
+/// Every list reads a [`Snapshot`](super::store::Snapshot): at the current revision it is the
+/// stored objects themselves, at an older one (an exact `resourceVersion`, or the first page's
+/// revision carried by a `continue` token) the stored objects with the writes since undone. A
+/// page starts at the token's key in the ordered map and stops after `limit` matching objects,
+/// so serving one page of N objects costs that page plus the writes since the first page, and
+/// only the page's objects are copied (by `present`).
+///
+/// As with etcd, a page that filled up gets a `continue` token when any key follows it (with
+/// selectors the next page may then be empty), and `remainingItemCount` only without selectors.
 pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, ApiError> {
     let sel = Selection::parse(&t.def, opts, None)?;
     let current = st.resource_version();
+    let mut served_before: Option<u64> = Some(0);
     let (snapshot_rv, start_after) = if !opts.continue_token.is_empty() {
         let tok = decode_continue(&opts.continue_token)?;
+        served_before = tok.served;
         (tok.rv, Some((tok.ns, tok.name)))
     } else {
         let rv = opts.resource_version.as_str();
@@ -220,57 +236,56 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
             None => (current, None),
         }
     };
-    // At the current revision the stored objects are borrowed, not copied: a paged LIST of N
-    // objects reads each page without cloning the other N - 500 (only the page's items are
-    // copied, by `present`). An older revision is rebuilt from the history into an owned map.
-    let data: BTreeMap<Key, Cow<'_, Value>> = if snapshot_rv == current {
-        st.list(&t.def.storage, None)
-            .into_iter()
-            .map(|o| (super::store::key_of(o), Cow::Borrowed(o)))
-            .collect()
-    } else {
-        st.snapshot_at(&t.def.storage, snapshot_rv)
-            .map(|m| m.into_iter().map(|(k, v)| (k, Cow::Owned(v))).collect())
-            .map_err(|_| {
-            if opts.continue_token.is_empty() {
-                ApiError::expired("The resourceVersion for the provided list is too old.")
-            } else {
-                ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                )
-            }
-        })?
-    };
+    if snapshot_rv > current {
+        // Only a forged token can name a revision the server has not reached.
+        return Err(ApiError::too_large_resource_version(snapshot_rv, current));
+    }
+    let snapshot = st.snapshot_at(&t.def.storage, snapshot_rv).map_err(|_| {
+        if opts.continue_token.is_empty() {
+            ApiError::expired("The resourceVersion for the provided list is too old.")
+        } else {
+            ApiError::expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            )
+        }
+    })?;
     let ns_filter = if t.def.namespaced {
         t.namespace.as_deref()
     } else {
         None
     };
-    let matching: Vec<(&Key, &Value)> = data
-        .iter()
-        .map(|(k, v)| (k, v.as_ref()))
-        .filter(|(k, _)| ns_filter.is_none_or(|ns| k.0 == ns))
-        .filter(|(k, _)| start_after.as_ref().is_none_or(|s| *k > s))
-        .filter(|(_, v)| sel.matches(v))
-        .collect();
-    let take = if opts.limit == 0 {
-        matching.len()
-    } else {
-        matching.len().min(opts.limit as usize)
-    };
-    let items: Vec<Value> = matching[..take]
-        .iter()
-        .map(|(_, v)| present(&t.def, v))
-        .collect();
-    let (continue_token, remaining) = if take < matching.len() && take > 0 {
-        (
-            Some(encode_continue(snapshot_rv, matching[take - 1].0)),
+    let limit = usize::try_from(opts.limit)
+        .ok()
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let mut keys = snapshot.range(ns_filter, start_after.as_ref());
+    let mut items: Vec<Value> = vec![];
+    let mut last: Option<&Key> = None;
+    for (key, obj) in keys.by_ref() {
+        if sel.matches(obj) {
+            items.push(present(&t.def, obj));
+            last = Some(key);
+            if items.len() == limit {
+                break;
+            }
+        }
+    }
+    let more = items.len() == limit && keys.next().is_some();
+    let (continue_token, remaining) = match (more, last) {
+        (true, Some(last)) => {
+            let served = served_before.map(|n| n + items.len() as u64);
             // Like etcd-backed lists, the count is only known without selectors.
-            (opts.label_selector.is_empty() && opts.field_selector.is_empty())
-                .then_some((matching.len() - take) as u64),
-        )
-    } else {
-        (None, None)
+            let remaining = if opts.label_selector.is_empty() && opts.field_selector.is_empty() {
+                Some(match served {
+                    Some(served) => (snapshot.count(ns_filter) as u64).saturating_sub(served),
+                    None => snapshot.range(ns_filter, Some(last)).count() as u64,
+                })
+            } else {
+                None
+            };
+            (Some(encode_continue(snapshot_rv, last, served)), remaining)
+        }
+        _ => (None, None),
     };
     Ok(ListResult {
         items,

@@ -19,6 +19,7 @@ mod operators_support;
 mod record_support;
 
 // The areas.
+mod apiserver_auth_review;
 mod apiserver_client;
 mod apiserver_cluster_faults;
 mod apiserver_cluster_gc;
@@ -29,6 +30,7 @@ mod apiserver_cluster_workloads;
 mod apiserver_http;
 mod apiserver_kubectl;
 mod apiserver_kubectl_compat;
+mod apiserver_list_snapshot;
 mod apiserver_standalone;
 mod apiserver_watch;
 mod at_controller;

@@ -49,11 +49,13 @@
 //! clusterrolebinding` send); apiextensions.k8s.io/v1 CustomResourceDefinition (schemas
 //! included: `default`/`example`/`enum` values are the raw JSON they carry, `items` a schema or a
 //! list, `additionalProperties` a schema or a boolean); coordination.k8s.io/v1 Lease;
-//! events.k8s.io/v1 Event; autoscaling/v1 Scale (the `/scale` subresource); and `DeleteOptions`
-//! (typed clients send the options of a DELETE as a protobuf body too). Of the served kinds only
-//! core/v1 Node is not decoded (nodes are registered by the in-process kubelet, not by clients).
-//! Namespace, ConfigMap, Secret, both Events, Lease, ServiceAccount, the RBAC kinds and the
-//! CRD are complete; Pod (and pod templates) covers containers, init containers, env, ports, resources, volume mounts,
+//! events.k8s.io/v1 Event; autoscaling/v1 Scale (the `/scale` subresource); the four access
+//! reviews of authorization.k8s.io/v1 (`kubectl auth can-i`); and `DeleteOptions` (typed clients
+//! send the options of a DELETE as a protobuf body too). Of the served kinds only core/v1 Node is
+//! not decoded (nodes are registered by the in-process kubelet, not by clients).
+//! Namespace, ConfigMap, Secret, both Events, Lease, ServiceAccount, the RBAC kinds, the CRD and
+//! the reviews are complete; Pod (and pod templates) covers containers, init containers, env,
+//! ports, resources, volume mounts,
 //! probes, security contexts, tolerations and the common volume types; StatefulSet volume claim
 //! templates are not decoded.
 
@@ -61,6 +63,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_pb::api::apps::v1 as apps;
+use k8s_pb::api::authorization::v1 as authorization;
 use k8s_pb::api::autoscaling::v1 as autoscaling;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
@@ -434,6 +437,73 @@ message!(meta::DeleteOptions {
     "ignoreStoreReadErrorWithClusterBreakingPotential" => ignore_store_read_error_with_cluster_breaking_potential,
 });
 message!(meta::Preconditions { "uid" => uid, "resourceVersion" => resource_version });
+
+message!(meta::FieldSelectorRequirement {
+    "key" => key, "operator" => operator, "values" => values,
+});
+
+// ---- authorization.k8s.io/v1 ---------------------------------------------------------------
+
+impl ToJson for authorization::ExtraValue {
+    fn to_json(self) -> Result<Value, String> {
+        Ok(Value::Array(
+            self.items.into_iter().map(Value::String).collect(),
+        ))
+    }
+}
+
+message!(authorization::SelfSubjectAccessReview {
+    "metadata" => metadata, "spec" => spec, "status" => status,
+});
+message!(authorization::SelfSubjectAccessReviewSpec {
+    "resourceAttributes" => resource_attributes,
+    "nonResourceAttributes" => non_resource_attributes,
+});
+message!(authorization::SubjectAccessReview {
+    "metadata" => metadata, "spec" => spec, "status" => status,
+});
+message!(authorization::LocalSubjectAccessReview {
+    "metadata" => metadata, "spec" => spec, "status" => status,
+});
+message!(authorization::SubjectAccessReviewSpec {
+    "resourceAttributes" => resource_attributes,
+    "nonResourceAttributes" => non_resource_attributes,
+    "user" => user, "groups" => groups, "extra" => extra, "uid" => uid,
+});
+message!(authorization::ResourceAttributes {
+    "namespace" => namespace, "verb" => verb, "group" => group, "version" => version,
+    "resource" => resource, "subresource" => subresource, "name" => name,
+    "fieldSelector" => field_selector, "labelSelector" => label_selector,
+});
+message!(authorization::NonResourceAttributes { "path" => path, "verb" => verb });
+message!(authorization::FieldSelectorAttributes {
+    "rawSelector" => raw_selector, "requirements" => requirements,
+});
+message!(authorization::LabelSelectorAttributes {
+    "rawSelector" => raw_selector, "requirements" => requirements,
+});
+message!(authorization::SubjectAccessReviewStatus {
+    "denied" => denied, "reason" => reason, "evaluationError" => evaluation_error,
+} keep {
+    "allowed" => allowed,
+});
+message!(authorization::SelfSubjectRulesReview {
+    "metadata" => metadata, "spec" => spec, "status" => status,
+});
+message!(authorization::SelfSubjectRulesReviewSpec { "namespace" => namespace });
+message!(authorization::SubjectRulesReviewStatus {
+    "resourceRules" => resource_rules, "nonResourceRules" => non_resource_rules,
+    "evaluationError" => evaluation_error,
+} keep {
+    "incomplete" => incomplete,
+});
+message!(authorization::ResourceRule {
+    "verbs" => verbs, "apiGroups" => api_groups, "resources" => resources,
+    "resourceNames" => resource_names,
+});
+message!(authorization::NonResourceRule {
+    "verbs" => verbs, "nonResourceURLs" => non_resource_ur_ls,
+});
 
 // ---- core/v1 ------------------------------------------------------------------------------
 
@@ -1018,6 +1088,10 @@ pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("coordination.k8s.io/v1", "Lease"),
     ("events.k8s.io/v1", "Event"),
     ("autoscaling/v1", "Scale"),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
+    ("authorization.k8s.io/v1", "SelfSubjectRulesReview"),
+    ("authorization.k8s.io/v1", "SubjectAccessReview"),
+    ("authorization.k8s.io/v1", "LocalSubjectAccessReview"),
     ("meta.k8s.io/v1", "DeleteOptions"),
 ];
 
@@ -1079,6 +1153,18 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
         }
         ("events.k8s.io/v1", "Event") => decode_as::<events::Event>(&raw, &api_version, &kind),
         ("autoscaling/v1", "Scale") => decode_as::<autoscaling::Scale>(&raw, &api_version, &kind),
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            decode_as::<authorization::SelfSubjectAccessReview>(&raw, &api_version, &kind)
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            decode_as::<authorization::SelfSubjectRulesReview>(&raw, &api_version, &kind)
+        }
+        ("authorization.k8s.io/v1", "SubjectAccessReview") => {
+            decode_as::<authorization::SubjectAccessReview>(&raw, &api_version, &kind)
+        }
+        ("authorization.k8s.io/v1", "LocalSubjectAccessReview") => {
+            decode_as::<authorization::LocalSubjectAccessReview>(&raw, &api_version, &kind)
+        }
         // DeleteOptions is registered in every group-version; clients name whichever they use.
         (_, "DeleteOptions") if !api_version.is_empty() => {
             decode_as::<meta::DeleteOptions>(&raw, &api_version, &kind)
@@ -1915,5 +2001,95 @@ mod tests {
         };
         let err = bad.to_json().unwrap_err();
         assert!(err.starts_with("default: does not hold JSON"), "{err}");
+    }
+
+    #[test]
+    fn access_reviews_decode_as_kubectl_sends_them() {
+        // What kubectl auth can-i sends: an empty ObjectMeta with Go's zero creation time, the
+        // attributes, and a zero status (allowed=false).
+        let review = authorization::SelfSubjectAccessReview {
+            metadata: Some(meta::ObjectMeta {
+                creation_timestamp: Some(meta::Time {
+                    seconds: Some(-62_135_596_800),
+                    nanos: Some(0),
+                }),
+                ..Default::default()
+            }),
+            spec: Some(authorization::SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(authorization::ResourceAttributes {
+                    namespace: Some("default".into()),
+                    verb: Some("list".into()),
+                    group: Some("cnat.programming-kubernetes.info".into()),
+                    version: Some(String::new()),
+                    resource: Some("ats".into()),
+                    subresource: Some(String::new()),
+                    name: Some(String::new()),
+                    ..Default::default()
+                }),
+                non_resource_attributes: None,
+            }),
+            status: Some(authorization::SubjectAccessReviewStatus {
+                allowed: Some(false),
+                denied: Some(false),
+                reason: Some(String::new()),
+                evaluation_error: Some(String::new()),
+            }),
+        };
+        let v = decode_body(&encode_body(
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview",
+            review.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+                   "metadata": {},
+                   "spec": {"resourceAttributes": {"namespace": "default", "verb": "list",
+                            "group": "cnat.programming-kubernetes.info", "resource": "ats"}},
+                   "status": {"allowed": false}})
+        );
+        let rules = authorization::SelfSubjectRulesReview {
+            spec: Some(authorization::SelfSubjectRulesReviewSpec {
+                namespace: Some("team".into()),
+            }),
+            ..Default::default()
+        };
+        let v = decode_body(&encode_body(
+            "authorization.k8s.io/v1",
+            "SelfSubjectRulesReview",
+            rules.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(v["spec"], json!({"namespace": "team"}));
+        let sar = authorization::SubjectAccessReview {
+            spec: Some(authorization::SubjectAccessReviewSpec {
+                user: Some("alice".into()),
+                groups: vec!["devs".into()],
+                extra: BTreeMap::from([(
+                    "scopes".to_string(),
+                    authorization::ExtraValue {
+                        items: vec!["a".into(), "b".into()],
+                    },
+                )]),
+                non_resource_attributes: Some(authorization::NonResourceAttributes {
+                    path: Some("/metrics".into()),
+                    verb: Some("get".into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let v = decode_body(&encode_body(
+            "authorization.k8s.io/v1",
+            "SubjectAccessReview",
+            sar.encode_to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            v["spec"],
+            json!({"user": "alice", "groups": ["devs"], "extra": {"scopes": ["a", "b"]},
+                   "nonResourceAttributes": {"path": "/metrics", "verb": "get"}})
+        );
     }
 }
