@@ -5,7 +5,13 @@
 //! the request. This server knows a table of static bearer tokens, each mapped to a user name
 //! (like kube-apiserver's `--token-auth-file`): the one generated at start-up (user `admin`)
 //! plus any added with the builder. The user name travels with the request so that later layers
-//! (authorization) can decide per user. Plain-HTTP servers check tokens the same way.
+//! (authorization) can decide per user.
+//!
+//! Plain HTTP is the exception, as kube-apiserver's old insecure port was: clients such as kubectl
+//! (and this crate's client, following clientcmd) never send credentials to an `http://` server,
+//! so a plain-HTTP server treats a request without an `Authorization` header as the bootstrap user
+//! `admin`. A request that does carry a token is still checked, and an unknown token is still 401.
+//! Serve plain HTTP on loopback only.
 //!
 //! `/healthz`, `/livez`, `/readyz` and `/version` are answered without a token, as the real
 //! server's `system:public-info-viewer` role allows anonymous clients to do.

@@ -193,16 +193,19 @@ async fn serve(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        if shared.tokens.authenticate(header).is_none() {
+        let anonymous_allowed = header.is_none() && shared.unauthenticated_user.is_some();
+        if !anonymous_allowed && shared.tokens.authenticate(header).is_none() {
             return Err(ApiError::unauthorized());
         }
     }
-    let authenticated = req
+    let header = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|h| shared.tokens.authenticate(Some(h)))
-        .map(str::to_owned);
+        .and_then(|v| v.to_str().ok());
+    let authenticated = match header {
+        Some(h) => shared.tokens.authenticate(Some(h)).map(str::to_owned),
+        None => shared.unauthenticated_user.clone(),
+    };
     // Impersonation applies to authenticated requests; a public path asked for without a
     // token is answered as it is.
     let user = match authenticated {

@@ -153,6 +153,10 @@ pub struct Shared {
     pub log: RequestLog,
     /// Accepted bearer tokens.
     pub tokens: auth::TokenTable,
+    /// Who a request without an `Authorization` header is: `None` (401) over HTTPS; the
+    /// bootstrap user over plain HTTP, as kube-apiserver's old insecure port served everyone
+    /// (clients such as kubectl send no credentials to an `http://` server).
+    pub unauthenticated_user: Option<String>,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
     /// Answer `sendInitialEvents` with 422.
@@ -393,6 +397,7 @@ impl ApiServerBuilder {
             store: store.clone(),
             log,
             tokens,
+            unauthenticated_user: self.plain_http.then(|| rbac::ADMIN_USER.to_owned()),
             bookmark_interval: self.bookmark_interval,
             reject_send_initial_events: self.reject_send_initial_events,
             shutdown: shutdown.clone(),

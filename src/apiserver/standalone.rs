@@ -42,7 +42,8 @@ pub struct ApiServerArgs {
     /// Write a kubeconfig for this server (CA data and token included) to this path.
     #[arg(long)]
     pub kubeconfig_out: Option<PathBuf>,
-    /// Serve plain HTTP instead of HTTPS.
+    /// Serve plain HTTP instead of HTTPS. Like kube-apiserver's old insecure port, requests
+    /// without a token are then the bootstrap user (clients send no credentials over http).
     #[arg(long)]
     pub plain_http: bool,
     /// Bearer token to accept (default: random).

@@ -253,6 +253,40 @@ async fn a_wrong_token_is_unauthorized() {
 }
 
 #[tokio::test]
+async fn a_plain_http_servers_own_kubeconfig_works_and_a_wrong_token_is_still_refused() {
+    // clientcmd (and this crate's loader) send no credentials to an http:// server, so the
+    // kubeconfig a plain-HTTP server writes carries a token nobody sends: the server serves
+    // token-less requests as its bootstrap user, like kube-apiserver's old insecure port.
+    let server = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let client =
+        Client::new(Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap())
+            .unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(&PostParams::default(), &cm("plain", json!({})))
+        .await
+        .unwrap();
+    assert_eq!(
+        cms.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+
+    let mut cfg = Config::new(Config::parse_server(server.url()).unwrap());
+    cfg.auth = Auth::Bearer {
+        token: Some(Secret::new("wrong-token".to_string())),
+        file: None,
+    };
+    let wrong: Api<ConfigMap> = Api::default_namespaced(Client::new(cfg).unwrap());
+    assert!(
+        wrong
+            .list(&ListParams::default())
+            .await
+            .unwrap_err()
+            .is_unauthorized()
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn custom_resources_and_422() {
     let (server, client) = https_server().await;
     let crds: Api<CustomResourceDefinition> = Api::cluster(client.clone());

@@ -179,3 +179,29 @@ async fn five_controllers_in_one_manager_need_nothing_beyond_the_cluster_role() 
     manager.stop().await.unwrap();
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_deploy_directory_loads_in_one_go_namespace_first() {
+    // `sample-controller apiserver --manifests artifacts/deploy/` loads the directory as a whole:
+    // its files sort alphabetically (deployment.yaml before namespace.yaml), so Namespaces and
+    // CRDs from every file are created before anything else.
+    let server = ApiServer::builder().simulate(false).start().await.unwrap();
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/artifacts/deploy");
+    let loaded = server.load_manifest_path(deploy).unwrap();
+    assert_eq!(
+        loaded.first().map(String::as_str),
+        Some("Namespace/sample-controller")
+    );
+    for expected in [
+        "ServiceAccount/sample-controller",
+        "ClusterRole/sample-controller",
+        "ClusterRoleBinding/sample-controller",
+        "Deployment/sample-controller",
+    ] {
+        assert!(
+            loaded.iter().any(|l| l == expected),
+            "{expected}: {loaded:?}"
+        );
+    }
+    server.shutdown().await;
+}
