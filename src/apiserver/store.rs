@@ -29,13 +29,15 @@
 //! behind `limit`/`continue` paging (every page of a paged LIST shows the collection as it was
 //! at the first page's revision, whatever was written since), like etcd's MVCC reads.
 //!
-//! A [`Snapshot`] copies nothing. It borrows the current objects and holds a small *undo
-//! table*: for each key written after the revision asked for, the value it had then (`None`
+//! etcd keeps every version of every key until compaction and reads any revision directly.
+//! This store keeps only the current objects and the history ring, so a read of the past is
+//! "the present, minus what changed since". A [`Snapshot`] copies no object. It borrows the
+//! current objects and holds a small *undo table*: for each key written after the revision asked for, the value it had then (`None`
 //! if it did not exist), taken from the oldest such change's `prev` (or `None` for an
 //! `ADDED`). Reading merges the two in key order: a key in the undo table shows its old value
 //! (or is skipped), every other key shows the current object, which is what it was then too.
 //! So building a snapshot costs the number of changes since that revision (found by binary
-//! search in the history, then one pass), and reading a page of `limit` objects costs that
+//! search in the history, then one pass; it is rebuilt for every page), and reading a page of `limit` objects costs that
 //! page ([`Snapshot::range`] starts at the page's first key in the ordered map), not the size
 //! of the resource. Counting the objects of a snapshot is O(1) per namespace plus the undo
 //! table, thanks to per-namespace counters kept on every write ([`Snapshot::count`]).
