@@ -126,6 +126,18 @@ pub(crate) const AGE_COLUMN: PrinterColumn = PrinterColumn {
     json_path: ".metadata.creationTimestamp",
 };
 
+/// A custom resource with a `status` (every kind declared with [`custom_resource!`]): what a
+/// controller needs to write a new status through the `/status` subresource without knowing the
+/// concrete kind (see `controllers::owned::write_status_if_changed`).
+pub trait HasStatus: Clone {
+    /// The kind's status type.
+    type Status;
+    /// The status, if the object has one yet.
+    fn status(&self) -> Option<&Self::Status>;
+    /// A copy of the object carrying `status`.
+    fn with_status(&self, status: Self::Status) -> Self;
+}
+
 /// Declares a custom resource's Rust type and everything that ties it to the API server, so
 /// that each kind states only what is its own: its doc comment, its spec and status types,
 /// and its group, version, kind and plural. Every kind has the same shape,
@@ -252,6 +264,19 @@ macro_rules! custom_resource {
                     spec: wire.spec,
                     status: wire.status,
                 })
+            }
+        }
+
+        impl $crate::apis::HasStatus for $ty {
+            type Status = $status;
+            fn status(&self) -> Option<&$status> {
+                self.status.as_ref()
+            }
+            fn with_status(&self, status: $status) -> Self {
+                $ty {
+                    status: Some(status),
+                    ..self.clone()
+                }
             }
         }
     };

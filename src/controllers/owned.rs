@@ -42,6 +42,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Expectations;
+use crate::apis::HasStatus;
 use crate::cache::{Deleted, EventHandlerFns, key_of};
 use crate::client::{self, Api, Client, PostParams};
 use crate::workqueue::RateLimitingQueue;
@@ -102,6 +103,32 @@ impl SyncError {
     pub fn is_conflict(&self) -> bool {
         matches!(self, SyncError::Api { source, .. } if source.is_conflict())
     }
+}
+
+/// Writes `status` for the cached `owner` through [`update_status`], unless the cache already
+/// shows exactly that status: an unchanged status costs no request, so a sync that finds
+/// nothing to do writes nothing (and triggers no watch event of its own).
+pub async fn write_status_if_changed<O>(
+    client: &Client,
+    pp: &PostParams,
+    owner: &O,
+    status: O::Status,
+) -> Result<(), SyncError>
+where
+    O: HasStatus
+        + Resource
+        + Metadata<Ty = ObjectMeta>
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    O::Status: PartialEq,
+{
+    if owner.status() == Some(&status) {
+        return Ok(());
+    }
+    update_status(client, pp, &owner.with_status(status)).await
 }
 
 /// Writes `updated` (a copy of the cached owner carrying its new status) through the

@@ -53,7 +53,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::owned::{
     LABEL_INSTANCE, SyncError, controller_ref_of, dependent_metadata, is_controlled_by,
-    owner_handlers, standard_labels, update_status,
+    owner_handlers, standard_labels, write_status_if_changed,
 };
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
@@ -393,7 +393,7 @@ impl SyncHandler for RedisClusterController {
                 now,
             ),
         );
-        self.write_status(&cluster, status, &pp).await?;
+        write_status_if_changed(&self.client, &pp, &*cluster, status).await?;
         Ok(None)
     }
 
@@ -538,23 +538,7 @@ impl RedisClusterController {
             self.recorder
                 .event(cluster, EventType::Warning, why, &message);
         }
-        self.write_status(cluster, status, pp).await
-    }
-
-    async fn write_status(
-        &self,
-        cluster: &RedisCluster,
-        status: RedisClusterStatus,
-        pp: &PostParams,
-    ) -> Result<(), SyncError> {
-        if cluster.status.as_ref() == Some(&status) {
-            return Ok(());
-        }
-        let updated = RedisCluster {
-            status: Some(status),
-            ..cluster.clone()
-        };
-        update_status(&self.client, pp, &updated).await
+        write_status_if_changed(&self.client, pp, cluster, status).await
     }
 }
 

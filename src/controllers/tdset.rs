@@ -55,7 +55,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::owned::{
     SyncError, dependent_metadata, deployment_drift, is_controlled_by, owner_handlers,
-    standard_labels, update_status,
+    standard_labels, write_status_if_changed,
 };
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
@@ -340,7 +340,7 @@ impl SyncHandler for TDSetController {
                         &message,
                     );
                 }
-                self.write_status(&tdset, status, &pp).await?;
+                write_status_if_changed(&self.client, &pp, &*tdset, status).await?;
                 return Ok(None);
             }
         };
@@ -475,7 +475,7 @@ impl SyncHandler for TDSetController {
                 Condition::new(type_, st, why, message, generation, now),
             );
         }
-        self.write_status(&tdset, status, &pp).await?;
+        write_status_if_changed(&self.client, &pp, &*tdset, status).await?;
 
         // 6.
         Ok(next)
@@ -560,24 +560,7 @@ impl TDSetController {
             self.recorder
                 .event(tdset, EventType::Warning, why, &message);
         }
-        self.write_status(tdset, status, pp).await
-    }
-
-    /// Writes `status` through the status subresource, if it differs from the cached one.
-    async fn write_status(
-        &self,
-        tdset: &TDSet,
-        status: TDSetStatus,
-        pp: &PostParams,
-    ) -> Result<(), SyncError> {
-        if tdset.status.as_ref() == Some(&status) {
-            return Ok(());
-        }
-        let updated = TDSet {
-            status: Some(status),
-            ..tdset.clone()
-        };
-        update_status(&self.client, pp, &updated).await
+        write_status_if_changed(&self.client, pp, tdset, status).await
     }
 }
 
