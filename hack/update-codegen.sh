@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates artifacts/crds/*.yaml from the Rust API types in src/apis/.
+# Regenerates artifacts/crds/*.yaml from the Rust API types in controller/src/apis/.
 # Run it after changing any type there, and commit the result.
 set -euo pipefail
 

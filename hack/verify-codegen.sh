@@ -24,7 +24,7 @@ if [[ ${status} -eq 0 ]]; then
   echo "artifacts/crds is up to date."
 else
   echo >&2
-  echo "artifacts/crds is out of date with the Rust types in src/apis/." >&2
+  echo "artifacts/crds is out of date with the Rust types in controller/src/apis/." >&2
   echo "Run hack/update-codegen.sh and commit the result." >&2
   exit 1
 fi

@@ -3,7 +3,7 @@
 //! * `sample-controller demo`: the zero-setup tour: an embedded API server and the controller
 //!   manager; four Ats (two run once at their schedule, one is refused at admission, one is
 //!   marked InvalidSpec), a TDSet following its time window and a RedisCluster resized and
-//!   deleted through its finalizer (see `sample_controller::demo`; `--operators` chooses).
+//!   deleted through its finalizer (see `src/demo.rs`; `--operators` chooses).
 //! * `sample-controller run`: the controller manager against a real cluster (see
 //!   `sample_controller::manager` for the flags).
 //! * `sample-controller apiserver`: the embedded API server alone, for `kubectl` experiments.
@@ -14,8 +14,9 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-#[cfg(feature = "embedded")]
-use sample_controller::demo::{self, DemoOptions};
+mod demo;
+
+use demo::DemoOptions;
 use sample_controller::manager::{self, LogFormat, ManagerError, ManagerOptions, verbosity_level};
 
 #[derive(Parser, Debug)]
@@ -35,15 +36,13 @@ enum Command {
     Run(Box<ManagerOptions>),
     /// Zero-setup demo: embedded API server and controllers; four Ats (two run once at their
     /// schedule, one refused at admission, one marked InvalidSpec), a TDSet and a RedisCluster.
-    #[cfg(feature = "embedded")]
     Demo(DemoOptions),
     /// Run the embedded Kubernetes API server until SIGINT/SIGTERM.
-    #[cfg(feature = "embedded")]
-    Apiserver(sample_controller::apiserver::standalone::ApiServerArgs),
+    Apiserver(embedded_apiserver::standalone::ApiServerArgs),
 }
 
 fn main() -> ExitCode {
-    sample_controller::install_crypto_provider();
+    apimachinery::crypto::install_provider();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -70,7 +69,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-        #[cfg(feature = "embedded")]
         Command::Demo(opts) => {
             // The demo prints its own story on stdout; logs stay at warnings unless -v.
             let level = if opts.verbosity == 0 {
@@ -87,10 +85,9 @@ fn main() -> ExitCode {
                 }
             }
         }
-        #[cfg(feature = "embedded")]
         Command::Apiserver(args) => {
             init_logging(LogFormat::Text, tracing::Level::INFO);
-            match runtime.block_on(sample_controller::apiserver::standalone::run(args)) {
+            match runtime.block_on(embedded_apiserver::standalone::run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sample-controller: error: {e}");

@@ -16,19 +16,18 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::{DEMO_NAMESPACE, DemoError, api_err, say};
-use crate::apis::{
+use sample_controller::apis::{
     CustomResourceExt, Foo, FooSpec, MyApp, MyAppSpec, RedisCluster, RedisClusterSpec,
     SchedulingWindow, TDSet, TDSetContainer, TDSetSpec,
 };
-use crate::cache::CacheObject;
-use crate::client::{self, Api, Client, DeleteParams, Patch, PatchParams, PostParams};
-use crate::manager::KNOWN_CONTROLLERS;
+use sample_controller::cache::CacheObject;
+use sample_controller::client::{self, Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use sample_controller::manager::KNOWN_CONTROLLERS;
 
 /// What `demo` shows without `--operators`.
 pub const DEFAULT_OPERATORS: &[&str] = &["at", "tdset", "rediscluster"];
@@ -104,23 +103,12 @@ pub async fn install_crds(
 
 async fn install<K: CustomResourceExt>(client: &Client, started: Instant) -> Result<(), DemoError> {
     let name = K::crd_name();
-    let value = crate::apis::crds::crd_value::<K>().map_err(|e| DemoError::Api {
-        what: format!("reading the embedded CRD {name}"),
-        source: client::Error::Other(e.to_string()),
-    })?;
-    let crd: CustomResourceDefinition =
-        serde_json::from_value(value).map_err(|e| DemoError::Api {
-            what: format!("decoding the embedded CRD {name}"),
+    sample_controller::apis::crds::install::<K>(client)
+        .await
+        .map_err(|e| DemoError::Api {
+            what: format!("installing the CRD {name}"),
             source: client::Error::Other(e.to_string()),
         })?;
-    match Api::<CustomResourceDefinition>::cluster(client.clone())
-        .create(&PostParams::default(), &crd)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if e.is_already_exists() => {}
-        Err(e) => return Err(api_err(format!("installing the CRD {name}"))(e)),
-    }
     say(started, &format!("installed the CRD {name}"));
     Ok(())
 }

@@ -8,7 +8,7 @@ use crate::apiserver_support as support;
 use crate::cluster_support as cluster;
 
 use cluster::{Kubectl, kubectl_bin};
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use serde_json::{Value, json};
 use support::{Answer, TestClient};
 

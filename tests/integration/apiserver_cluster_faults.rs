@@ -9,8 +9,8 @@ use crate::apiserver_support as support;
 use std::time::Duration;
 
 use cluster::Kubectl;
-use sample_controller::apiserver::ApiServer;
-use sample_controller::apiserver::faults::Fault;
+use embedded_apiserver::ApiServer;
+use embedded_apiserver::faults::Fault;
 use serde_json::json;
 use support::{TestClient, cm};
 

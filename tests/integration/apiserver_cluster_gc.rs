@@ -7,7 +7,7 @@ use crate::cluster_support as cluster;
 use crate::apiserver_support as support;
 
 use cluster::*;
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use serde_json::{Value, json};
 use support::TestClient;
 
@@ -63,7 +63,7 @@ fn deleted_at(h: &ApiServerHandle, name: &str) -> u64 {
             .unwrap()
             .iter()
             .find(|c| {
-                c.kind == sample_controller::apiserver::store::ChangeType::Deleted
+                c.kind == embedded_apiserver::store::ChangeType::Deleted
                     && c.object["metadata"]["name"] == name
             })
             .map(|c| c.rv)

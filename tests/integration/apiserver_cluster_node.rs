@@ -9,8 +9,8 @@ use crate::apiserver_support as support;
 use std::time::Duration;
 
 use cluster::*;
-use sample_controller::apiserver::kubelet::NODE_NAME;
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
+use embedded_apiserver::kubelet::NODE_NAME;
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use serde_json::{Value, json};
 
 async fn server(run_time: Duration) -> ApiServerHandle {

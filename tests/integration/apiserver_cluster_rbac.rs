@@ -7,7 +7,7 @@ use crate::cluster_support as cluster;
 use crate::apiserver_support as support;
 
 use cluster::Kubectl;
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use serde_json::json;
 use support::{TestClient, cm};
 

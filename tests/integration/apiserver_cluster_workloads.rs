@@ -7,8 +7,8 @@ use crate::cluster_support as cluster;
 use std::time::Duration;
 
 use cluster::*;
-use sample_controller::apiserver::store::ChangeType;
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
+use embedded_apiserver::store::ChangeType;
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use serde_json::{Value, json};
 
 async fn server(delay: Duration) -> ApiServerHandle {
@@ -110,12 +110,12 @@ async fn ordered_ready_scales_up_in_order_and_down_from_the_highest_ordinal() {
     // A pod that disappears comes back with the same name.
     let mut t = target(&h, "", "v1", "pods", "default");
     t.name = Some("web-0".into());
-    let opts = sample_controller::apiserver::verbs::DeleteOptions {
+    let opts = embedded_apiserver::verbs::DeleteOptions {
         grace_period: Some(0),
         ..Default::default()
     };
     h.store()
-        .write(|s| sample_controller::apiserver::verbs::delete_one(s, &t, &opts))
+        .write(|s| embedded_apiserver::verbs::delete_one(s, &t, &opts))
         .unwrap();
     wait_until(&h, "web-0 recreated", |s| {
         s.get("core/pods", "default", "web-0")
@@ -179,7 +179,7 @@ async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() 
     let mut t = target(&h, "apps", "v1", "statefulsets", "default");
     t.name = Some("db".into());
     h.store()
-        .write(|s| sample_controller::apiserver::verbs::delete_one(s, &t, &Default::default()))
+        .write(|s| embedded_apiserver::verbs::delete_one(s, &t, &Default::default()))
         .unwrap();
     wait_until(&h, "pods collected", |s| {
         s.list("core/pods", Some("default")).is_empty()

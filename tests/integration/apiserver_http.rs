@@ -1181,8 +1181,8 @@ async fn writes_record_their_field_manager() {
 
 #[tokio::test]
 async fn protobuf_bodies_are_accepted_for_built_in_kinds() {
+    use embedded_apiserver::logic::protobuf::encode_body;
     use prost::Message;
-    use sample_controller::apiserver::logic::protobuf::encode_body;
     let s = start().await;
     let c = TestClient::new(&s);
     let pb = "application/vnd.kubernetes.protobuf";
@@ -1311,7 +1311,7 @@ async fn malformed_bodies_are_bad_requests() {
 
 #[tokio::test]
 async fn bodies_over_the_limit_get_413_and_the_server_stays_up() {
-    use sample_controller::apiserver::http::MAX_BODY;
+    use embedded_apiserver::http::MAX_BODY;
     let s = start().await;
     // HTTP/2, so the early answer arrives even while the client is still sending.
     let c = TestClient::with_http2(&s, true);

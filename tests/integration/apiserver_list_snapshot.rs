@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use sample_controller::apiserver::ApiServer;
+use embedded_apiserver::ApiServer;
 use serde_json::{Value, json};
 use support::*;
 
@@ -71,7 +71,7 @@ fn items(a: &Answer) -> Vec<Value> {
 /// Writes from another client until stopped: creates, updates and deletes all over the key
 /// range, counted.
 fn spawn_writer(
-    server: &sample_controller::apiserver::ApiServerHandle,
+    server: &embedded_apiserver::ApiServerHandle,
     stop: Arc<AtomicBool>,
     writes: Arc<AtomicUsize>,
 ) -> tokio::task::JoinHandle<()> {

@@ -5,7 +5,7 @@ use crate::apiserver_support as support;
 
 use std::time::Duration;
 
-use sample_controller::apiserver::ApiServer;
+use embedded_apiserver::ApiServer;
 use serde_json::json;
 use support::*;
 

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use futures_util::StreamExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -23,7 +24,6 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
 use sample_controller::cache::informer::InformerOptions;
 use sample_controller::cache::{
     Deleted, EventHandlerFns, InformerScope, ReflectorConfig, SharedIndexInformer,

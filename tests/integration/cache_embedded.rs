@@ -29,12 +29,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use embedded_apiserver::faults::Fault;
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 use sample_controller::apis::{At, AtSpec};
-use sample_controller::apiserver::faults::Fault;
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
 use sample_controller::cache::informer::{InformerOptions, wait_for_cache_sync};
 use sample_controller::cache::reflector::{BackoffConfig, is_connection_refused};
 use sample_controller::cache::{
@@ -1009,7 +1009,7 @@ async fn refused_rewatches_back_off_and_resume_without_relist() {
 async fn lister_get_of_a_missing_object_is_not_found_with_the_qualified_singular() {
     let server = server().await;
     let direct = client(&server);
-    sample_controller::demo::install_at_crd(&direct)
+    sample_controller::apis::crds::install::<sample_controller::apis::At>(&direct)
         .await
         .unwrap();
     let ats: Api<At> = Api::namespaced(direct.clone(), NS);

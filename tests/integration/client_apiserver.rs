@@ -2,15 +2,13 @@
 //! server's own kubeconfig) and over plain HTTP: every verb on a built-in kind and on a custom
 //! resource, paging, error mapping, watches (resume, bookmarks, streaming lists, 410).
 
-#![cfg(feature = "embedded")]
-
 use std::time::Duration;
 
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use sample_controller::apis::At;
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
 use sample_controller::cache::ListerWatcher;
 use sample_controller::client::config::{Auth, Secret};
 use sample_controller::client::{
@@ -490,7 +488,7 @@ async fn throttle_caps_the_rate_against_the_server() {
 /// 201 that followed it, and the client's metrics show one retry.
 #[tokio::test]
 async fn retry_after_from_the_embedded_server_is_honoured() {
-    use sample_controller::apiserver::faults::Fault;
+    use embedded_apiserver::faults::Fault;
     let (server, client) = https_server().await;
     server.faults().inject(
         Fault::fail(429)

@@ -15,8 +15,6 @@
 //! * every schema is structural, and every CRD has the names, printer columns, status
 //!   subresource and single served+storage version the Rust side declares.
 
-#![cfg(feature = "crds")]
-
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;

@@ -82,7 +82,7 @@ async fn an_unreachable_cluster_is_one_clear_line_and_exit_code_1() {
 #[tokio::test]
 async fn a_cluster_without_the_crd_says_how_to_install_it() {
     sample_controller::install_crypto_provider();
-    let server = sample_controller::apiserver::ApiServer::builder()
+    let server = embedded_apiserver::ApiServer::builder()
         .start()
         .await
         .unwrap();

@@ -12,13 +12,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use embedded_apiserver::faults::Fault;
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use sample_controller::apiserver::faults::Fault;
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
 use sample_controller::client::{Api, Client, Config, PostParams};
 use sample_controller::controllers::Clock;
 use sample_controller::manager::{
@@ -100,7 +100,7 @@ async fn rbac_server(with_binding: bool) -> (ApiServerHandle, Client, Client) {
         .await
         .unwrap();
     let admin = client_for(&server);
-    sample_controller::demo::install_at_crd(&admin)
+    sample_controller::apis::crds::install::<sample_controller::apis::At>(&admin)
         .await
         .unwrap();
     let mut files = vec![

@@ -199,14 +199,14 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
     let _ticker = Ticker::start();
     init_tracing();
     sample_controller::install_crypto_provider();
-    let server = sample_controller::apiserver::ApiServer::builder()
+    let server = embedded_apiserver::ApiServer::builder()
         .enforce_rbac(true)
         .service_account_token("controller-token", "sample-controller", "sample-controller")
         .start()
         .await
         .unwrap();
     let client = client_for(&server);
-    sample_controller::demo::install_at_crd(&client)
+    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
         .await
         .unwrap();
     for file in [

@@ -7,12 +7,12 @@ use crate::at_support;
 use crate::operators_support;
 
 use at_support::*;
+use embedded_apiserver::ApiServer;
 use k8s_openapi::api::core::v1::Secret;
 use operators_support::*;
 use sample_controller::apis::{
     AtPhase, Foo, FooSpec, MyApp, MyAppSpec, RedisCluster, RedisClusterSpec, TDSet,
 };
-use sample_controller::apiserver::ApiServer;
 use sample_controller::client::{Api, Client, Config, DeleteParams, ListParams, PostParams};
 use sample_controller::controllers::Clock;
 use sample_controller::controllers::foo;

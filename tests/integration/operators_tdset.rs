@@ -62,7 +62,7 @@ fn sync_counts(manager: &RunningManager) -> (u64, u64) {
         .fold((0, 0), |(s, e), st| (s + st.syncs, e + st.errors))
 }
 
-fn deployment_writes(server: &sample_controller::apiserver::ApiServerHandle) -> u64 {
+fn deployment_writes(server: &embedded_apiserver::ApiServerHandle) -> u64 {
     server
         .request_log()
         .count_where(|k| k.resource == "deployments" && k.verb == "update")

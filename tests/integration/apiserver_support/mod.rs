@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -14,7 +15,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
 use serde_json::{Value, json};
 
 pub type Https = hyper_rustls::HttpsConnector<HttpConnector>;

@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sample_controller::apis::{At, AtPhase, AtSpec};
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
 use sample_controller::client::{Api, Client, Config, ListParams, Patch, PatchParams, PostParams};
 use sample_controller::controllers::Clock;
 use sample_controller::manager::{
@@ -27,7 +27,7 @@ pub async fn server() -> (ApiServerHandle, Client) {
     init_tracing();
     let server = ApiServer::builder().start().await.expect("server starts");
     let client = client_for(&server);
-    sample_controller::demo::install_at_crd(&client)
+    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
         .await
         .expect("CRD installs");
     (server, client)

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use sample_controller::apiserver::ApiServerHandle;
-use sample_controller::apiserver::query::Query;
-use sample_controller::apiserver::verbs::{self, Target};
+use embedded_apiserver::ApiServerHandle;
+use embedded_apiserver::query::Query;
+use embedded_apiserver::verbs::{self, Target};
 use serde_json::{Value, json};
 
 /// The target of a resource in the server's registry.
@@ -63,7 +63,7 @@ pub fn names(h: &ApiServerHandle, storage: &str, ns: &str) -> Vec<String> {
 /// after 30 s of wall-clock or virtual time so a missing transition fails instead of hanging.
 pub async fn wait_until<F>(h: &ApiServerHandle, what: &str, mut pred: F)
 where
-    F: FnMut(&sample_controller::apiserver::store::State) -> bool,
+    F: FnMut(&embedded_apiserver::store::State) -> bool,
 {
     let store = h.store();
     let mut rx = store.subscribe();

@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
+use embedded_apiserver::{ApiServer, ApiServerBuilder, ApiServerHandle};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use sample_controller::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
-use sample_controller::apiserver::{ApiServer, ApiServerBuilder, ApiServerHandle};
 use sample_controller::cache::CacheObject;
 use sample_controller::client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
 use sample_controller::manager::ManagerConfig;

@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use embedded_apiserver::{ApiServer, ApiServerHandle};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sample_controller::apis::crds;
 use sample_controller::apis::{At, AtSpec};
-use sample_controller::apiserver::{ApiServer, ApiServerHandle};
 use sample_controller::client::{Api, Client, Config, PostParams};
 
 pub async fn server() -> ApiServerHandle {

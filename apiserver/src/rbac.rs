@@ -72,7 +72,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use sample_controller::apiserver::ApiServer;
+//! use embedded_apiserver::ApiServer;
 //!
 //! let server = ApiServer::builder()
 //!     .enforce_rbac(true)

@@ -55,7 +55,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use sample_controller::apiserver::ApiServer;
+//! use embedded_apiserver::ApiServer;
 //! use serde_json::json;
 //!
 //! let server = ApiServer::builder()

@@ -31,16 +31,17 @@ use super::CustomResourceExt;
 
 /// `ats.cnat.programming-kubernetes.info`.
 pub const AT_YAML: &str =
-    include_str!("../../artifacts/crds/ats.cnat.programming-kubernetes.info.yaml");
+    include_str!("../../../artifacts/crds/ats.cnat.programming-kubernetes.info.yaml");
 /// `tdsets.schedule.rs`.
-pub const TDSET_YAML: &str = include_str!("../../artifacts/crds/tdsets.schedule.rs.yaml");
+pub const TDSET_YAML: &str = include_str!("../../../artifacts/crds/tdsets.schedule.rs.yaml");
 /// `redisclusters.cache.example.com`.
 pub const REDISCLUSTER_YAML: &str =
-    include_str!("../../artifacts/crds/redisclusters.cache.example.com.yaml");
+    include_str!("../../../artifacts/crds/redisclusters.cache.example.com.yaml");
 /// `myapps.example.com`.
-pub const MYAPP_YAML: &str = include_str!("../../artifacts/crds/myapps.example.com.yaml");
+pub const MYAPP_YAML: &str = include_str!("../../../artifacts/crds/myapps.example.com.yaml");
 /// `foos.samplecontroller.k8s.io`.
-pub const FOO_YAML: &str = include_str!("../../artifacts/crds/foos.samplecontroller.k8s.io.yaml");
+pub const FOO_YAML: &str =
+    include_str!("../../../artifacts/crds/foos.samplecontroller.k8s.io.yaml");
 
 /// Every CRD of this crate: `(metadata.name, YAML text)`. The name is `<plural>.<group>`, the
 /// same as [`CustomResourceExt::crd_name`] and as the file name under `artifacts/crds/`
@@ -102,6 +103,43 @@ pub fn all_values() -> Result<Vec<serde_json::Value>, CrdError> {
 /// Every CRD, typed, in the order of [`ALL`].
 pub fn all_crds() -> Result<Vec<CustomResourceDefinition>, CrdError> {
     ALL.iter().map(|(name, yaml)| parse(name, yaml)).collect()
+}
+
+/// Why [`install`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    /// The embedded CRD could not be read.
+    #[error(transparent)]
+    Crd(#[from] CrdError),
+    /// The API server refused the create (anything but AlreadyExists).
+    #[error("creating the CRD {name}: {source}")]
+    Api {
+        /// The CRD name.
+        name: String,
+        /// The server's answer.
+        #[source]
+        source: crate::client::Error,
+    },
+}
+
+/// Creates `K`'s CRD in the cluster behind `client`, as `kubectl apply -f artifacts/crds/` would;
+/// a CRD that already exists is left as it is and counts as success. The demo and the tests use
+/// it to prepare an empty API server.
+pub async fn install<K: CustomResourceExt>(
+    client: &crate::client::Client,
+) -> Result<(), InstallError> {
+    let crd = crd::<K>()?;
+    match crate::client::Api::<CustomResourceDefinition>::cluster(client.clone())
+        .create(&crate::client::PostParams::default(), &crd)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_already_exists() => Ok(()),
+        Err(source) => Err(InstallError::Api {
+            name: K::crd_name(),
+            source,
+        }),
+    }
 }
 
 fn parse<T: serde::de::DeserializeOwned>(name: &str, yaml: &str) -> Result<T, CrdError> {

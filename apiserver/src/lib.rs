@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use sample_controller::apiserver::ApiServer;
+//! use embedded_apiserver::ApiServer;
 //!
 //! let server = ApiServer::builder().start().await?;   // HTTPS on 127.0.0.1:<random port>
 //! server.write_kubeconfig("/tmp/kubeconfig")?;         // kubectl --kubeconfig /tmp/kubeconfig get ns
@@ -102,6 +102,8 @@
 //! secrets, serviceaccounts, services, events, deployments, statefulsets, replicasets, nodes,
 //! role bindings and leases ([`logic::table::builtin_columns`]); roles, cluster roles and CRDs
 //! get the `Name` / `Created At` columns, as on a real server.
+
+#![forbid(unsafe_code)]
 
 pub mod auth;
 pub mod background;

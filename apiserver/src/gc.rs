@@ -32,7 +32,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use sample_controller::apiserver::ApiServer;
+//! use embedded_apiserver::ApiServer;
 //!
 //! let server = ApiServer::builder().start().await?; // the collector is on by default
 //! let owner = server.load_manifests("{apiVersion: v1, kind: ConfigMap, metadata: {name: owner}}")?;

@@ -181,7 +181,7 @@ pub fn finalizers_of(obj: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::registry::Registry;
+    use crate::registry::Registry;
 
     #[test]
     fn names_are_dns_subdomains_and_namespaces_labels() {

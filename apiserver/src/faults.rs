@@ -19,8 +19,8 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use sample_controller::apiserver::ApiServer;
-//! use sample_controller::apiserver::faults::Fault;
+//! use embedded_apiserver::ApiServer;
+//! use embedded_apiserver::faults::Fault;
 //!
 //! let server = ApiServer::builder().start().await?;
 //! // The controller's next two status updates of `ats` are throttled, then its watches drop.
@@ -530,7 +530,7 @@ fn fault_json(f: &Fault) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::apiserver::registry::Registry;
+    use crate::registry::Registry;
 
     fn target(plural: &str) -> Target {
         let def = Registry::builtins().lookup("", "v1", plural).unwrap();

@@ -1599,7 +1599,7 @@ mod tests {
     /// The At CRD's own printer columns on the book's example, as `kubectl get ats` shows them.
     #[test]
     fn at_crd_printer_columns() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../artifacts");
         let read = |p: &str| -> Value {
             serde_yaml_ng::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap()
         };

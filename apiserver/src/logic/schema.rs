@@ -1271,7 +1271,7 @@ mod tests {
     /// leading comment names, when it names one).
     #[test]
     fn project_crds_and_examples() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../artifacts");
         let read_yaml = |path: &std::path::Path| -> Value {
             serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
         };

@@ -40,7 +40,7 @@ fn err(e: impl std::fmt::Display) -> TlsError {
 
 /// Creates a fresh CA and serving certificate and the rustls configuration using them.
 pub fn generate() -> Result<ServerTls, TlsError> {
-    crate::install_crypto_provider();
+    apimachinery::crypto::install_provider();
     let ca_key = KeyPair::generate().map_err(err)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     ca_params

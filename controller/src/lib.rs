@@ -22,17 +22,18 @@
 //! | [`metrics`], [`health`] | the manager's `/metrics`, `/healthz`, `/readyz` (controller-runtime's servers) |
 //! | [`controllers`] | each operator's `controller.go` |
 //! | [`manager`] | `kube-controller-manager` / sample-controller's `main.go`: flags, wiring, leader election, shutdown |
-//! | `demo` | `sample-controller demo`: the whole story on the embedded API server |
-//! | [`apiserver`] | an embedded Kubernetes API server (the envtest of this crate) |
+//!
+//! This crate is the controller library alone. Two sibling crates of the workspace complete it:
+//! `apimachinery` (the helpers this library and the API server share) and `embedded_apiserver`
+//! (an in-process Kubernetes API server for tests and the demo, the envtest of this workspace).
+//! This crate never depends on the server.
+
+#![forbid(unsafe_code)]
 
 pub mod apis;
-#[cfg(feature = "embedded")]
-pub mod apiserver;
 pub mod cache;
 pub mod client;
 pub mod controllers;
-#[cfg(feature = "embedded")]
-pub mod demo;
 pub mod health;
 pub mod leaderelection;
 pub mod manager;
@@ -40,14 +41,6 @@ pub mod metrics;
 pub mod record;
 pub mod workqueue;
 
-/// Installs rustls' process-wide crypto provider (ring) if none is installed yet.
-///
-/// rustls panics with "no process-level CryptoProvider available" when two providers are
-/// compiled in and none was chosen; this crate compiles only ring and installs it explicitly
-/// before building any TLS configuration. Calling it more than once is harmless.
-pub fn install_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Err means another thread installed one first: also fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-}
+/// Installs rustls' process-wide crypto provider (ring) if none is installed yet; see
+/// [`apimachinery::crypto`]. Calling it more than once is harmless.
+pub use apimachinery::crypto::install_provider as install_crypto_provider;

@@ -8,7 +8,7 @@
 //! informer cache":
 //!
 //! ```no_run
-//! # async fn f(server: sample_controller::apiserver::ApiServerHandle) {
+//! # async fn f(server: embedded_apiserver::ApiServerHandle) {
 //! let log = server.request_log();
 //! assert_eq!(log.count("get", "ats"), 0);
 //! assert!(log.count_code("update", "ats", 409) <= 1);
