@@ -49,15 +49,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use apimachinery::duration::{format as format_duration, parse as parse_go_duration};
 use embedded_apiserver::ApiServer;
 use sample_controller::apis::conditions::find_condition;
 use sample_controller::apis::{At, AtPhase, AtSpec, ConditionStatus};
 use sample_controller::cache::{EventHandlerFns, SharedInformerFactory};
 use sample_controller::client::{self, Api, Client, Config, PostParams};
 use sample_controller::controllers::at::{CONDITION_INVALID_SPEC, reason};
-use sample_controller::manager::{
-    ClientSource, LogFormat, Manager, ManagerConfig, format_duration, parse_go_duration,
-};
+use sample_controller::manager::{ClientSource, LogFormat, Manager, ManagerConfig};
 
 mod operators;
 

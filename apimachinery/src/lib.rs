@@ -8,8 +8,18 @@
 //!
 //! | module | apimachinery / client-go analogue |
 //! |---|---|
+//! | [`clock`] | `k8s.io/utils/clock`: a wall clock that follows tokio's (pausable) clock |
 //! | [`crypto`] | (none: rustls' process-wide crypto provider, installed once) |
+//! | [`duration`] | Go's `time.ParseDuration` and `Duration.String`, as every component's flags use them |
+//! | [`labels`] | `pkg/labels`: label selectors, parsed and matched |
+//! | [`signals`] | sample-controller's `pkg/signals`: SIGINT/SIGTERM, twice to exit |
+//! | [`uuid`] | `util/uuid`: random version-4 UUIDs for `metadata.uid` |
 
 #![forbid(unsafe_code)]
 
+pub mod clock;
 pub mod crypto;
+pub mod duration;
+pub mod labels;
+pub mod signals;
+pub mod uuid;

@@ -26,7 +26,6 @@
 //! simulated run time even when the clock is paused.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -78,87 +77,17 @@ impl ChangeFeed {
     }
 }
 
-/// Wall-clock timestamps that advance with `tokio::time` (see the module docs).
-#[derive(Clone, Copy, Debug)]
-pub struct VirtualClock {
-    wall0: jiff::Timestamp,
-    inst0: tokio::time::Instant,
-}
+/// Wall-clock timestamps that advance with `tokio::time` (see the module docs): the shared
+/// `apimachinery::clock::Clock`, under the name the node and workload controllers know it by.
+pub use apimachinery::clock::Clock as VirtualClock;
 
-impl Default for VirtualClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl VirtualClock {
-    /// A clock reading the current wall-clock time now.
-    pub fn new() -> Self {
-        VirtualClock {
-            wall0: jiff::Timestamp::now(),
-            inst0: tokio::time::Instant::now(),
-        }
-    }
-
-    /// The current virtual time.
-    pub fn now(&self) -> jiff::Timestamp {
-        let elapsed = tokio::time::Instant::now().saturating_duration_since(self.inst0);
-        let elapsed = jiff::SignedDuration::try_from(elapsed).unwrap_or(jiff::SignedDuration::MAX);
-        self.wall0.checked_add(elapsed).unwrap_or(self.wall0)
-    }
-
-    /// The current virtual time as a `metav1.Time` (RFC 3339, seconds, UTC).
-    pub fn now_time(&self) -> String {
-        self.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-    }
-}
-
-/// Parses a duration flag: a number followed by `ms`, `s`, `m` or `h` (`250ms`, `1s`, `0s`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| {
-        format!("invalid duration {s:?}: expected a number and a unit, like 250ms or 1s")
-    })?;
-    let d = match unit {
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        "" if n == 0 => Duration::ZERO,
-        other => {
-            return Err(format!(
-                "invalid duration {s:?}: unknown unit {other:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    Ok(d)
-}
+/// The server's duration flags (`--pod-run-time 250ms`) read Go's syntax, as kube-apiserver's do.
+pub use apimachinery::duration::parse as parse_duration;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_virtual_clock_follows_paused_tokio_time() {
-        let clock = VirtualClock::new();
-        let t0 = clock.now();
-        tokio::time::advance(std::time::Duration::from_secs(3600)).await;
-        let t1 = clock.now();
-        assert_eq!(t1.duration_since(t0).as_secs(), 3600);
-    }
-
-    #[test]
-    fn durations_parse_with_units_and_bad_ones_are_named() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("fast").unwrap_err().contains("\"fast\""));
-        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
-    }
 
     #[tokio::test]
     async fn the_feed_reports_changes_then_resyncs_after_compaction() {

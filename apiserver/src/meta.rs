@@ -29,24 +29,8 @@ pub fn time_in(secs: i64) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// A random version-4 UUID.
-pub fn new_uid() -> String {
-    let mut b = [0u8; 16];
-    for x in b.iter_mut() {
-        *x = fastrand::u8(..);
-    }
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
+/// A random version-4 UUID for `metadata.uid` (`apimachinery::uuid`).
+pub use apimachinery::uuid::new_v4 as new_uid;
 
 /// `generateName` → name: the base cut to 58 characters plus five characters from
 /// `bcdfghjklmnpqrstvwxz2456789` (apiserver `names.SimpleNameGenerator`).

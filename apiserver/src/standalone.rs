@@ -112,31 +112,8 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
             }
         }
     }
-    wait_for_signal().await;
+    apimachinery::signals::wait_for_signal().await;
     println!("shutting down");
     server.shutdown().await;
     Ok(())
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the server");
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }

@@ -29,7 +29,8 @@
 //! 4. [`informer`]: [`SharedIndexInformer`], which wires a reflector to an indexer and to any
 //!    number of event handlers, each with its own buffer.
 //! 5. [`factory`]: [`SharedInformerFactory`], one informer per type and scope per process.
-//! 6. [`lister`] and [`selector`]: typed reads from the cache, label selectors.
+//! 6. [`lister`] and [`selector`]: typed reads from the cache, label selectors (the selector
+//!    language is shared with the API server: `apimachinery::labels`, re-exported here).
 //! 7. [`testing`]: an in-memory lister-watcher that plays a server, for tests and benchmarks.
 //!
 //! ## Example
@@ -115,7 +116,9 @@ pub mod keys;
 pub mod lister;
 pub mod lister_watcher;
 pub mod reflector;
-pub mod selector;
+/// Label selectors: `apimachinery::labels`, the same parser and matcher the embedded API server
+/// uses, re-exported where a reader of client-go's `tools/cache` looks for them.
+pub use apimachinery::labels as selector;
 pub mod store;
 pub mod testing;
 

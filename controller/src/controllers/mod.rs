@@ -54,7 +54,6 @@
 //! references, `handleObject`, drift, and the error type of the operators that own objects).
 
 pub mod at;
-pub mod clock;
 pub mod expectations;
 pub mod foo;
 pub mod myapp;
@@ -62,7 +61,9 @@ pub mod owned;
 pub mod rediscluster;
 pub mod tdset;
 
-pub use clock::Clock;
+/// The wall clock that follows tokio's clock (`apimachinery::clock`), re-exported for the
+/// operators' schedules.
+pub use apimachinery::clock::Clock;
 pub use expectations::Expectations;
 
 use std::fmt::Display;

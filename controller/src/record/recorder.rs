@@ -217,26 +217,8 @@ pub fn event_name(object_name: &str, at: jiff::Timestamp) -> String {
     if is_dns_subdomain(&name) {
         name
     } else {
-        random_uuid()
+        apimachinery::uuid::new_v4()
     }
-}
-
-fn random_uuid() -> String {
-    let mut b = [0u8; 16];
-    for byte in &mut b {
-        *byte = fastrand::u8(..);
-    }
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 /// RFC 1123 subdomain: at most 253 characters of `[a-z0-9.-]`, starting and ending with an

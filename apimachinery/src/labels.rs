@@ -1,8 +1,10 @@
-//! Label selectors on the client side: parse `app=web,tier in (a,b),!canary` and match labels.
+//! Label selectors: parse `app=web,tier in (a,b),!canary` and match labels.
 //!
-//! A lister answers `list(selector)` from the local cache, so the client needs the same selector
-//! language the API server speaks (apimachinery's `labels` package, which client-go also
-//! carries on the client side). The grammar, requirement by requirement, separated by commas:
+//! Both sides of the wire speak this language (apimachinery's `pkg/labels`): the API server
+//! filters `?labelSelector=` lists and watches with it, and a client's lister answers
+//! `list(selector)` from its local cache with it. Here it is written once, for both the
+//! embedded API server and the controller library. The grammar, requirement by requirement,
+//! separated by commas:
 //!
 //! | text | meaning | matches when the label is missing? |
 //! |---|---|---|
@@ -755,5 +757,55 @@ mod tests {
         };
         let e = Selector::from_label_selector(&bad).unwrap_err();
         assert!(e.to_string().contains("\"Like\""), "{e}");
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn key() -> impl Strategy<Value = String> {
+            "[a-z]([a-z0-9.-]{0,8}[a-z0-9])?"
+        }
+        fn value() -> impl Strategy<Value = String> {
+            "([A-Za-z0-9]([A-Za-z0-9_.-]{0,6}[A-Za-z0-9])?)?"
+        }
+        fn requirement() -> impl Strategy<Value = Requirement> {
+            (key(), 0..6usize, prop::collection::vec(value(), 1..4)).prop_map(
+                |(key, op, values)| {
+                    let (op, values) = match op {
+                        0 => (Operator::Exists, vec![]),
+                        1 => (Operator::DoesNotExist, vec![]),
+                        2 => (Operator::Equals, vec![values[0].clone()]),
+                        3 => (Operator::NotEquals, vec![values[0].clone()]),
+                        4 => (Operator::In, values),
+                        _ => (Operator::NotIn, values),
+                    };
+                    Requirement::new(key, op, values).expect("generated requirements are valid")
+                },
+            )
+        }
+
+        proptest! {
+            /// Printing a selector and parsing it back gives the same selector, and the two
+            /// agree on every label set (what a server and a lister rely on when one sends the
+            /// other a selector).
+            #[test]
+            fn display_parse_round_trip(
+                reqs in prop::collection::vec(requirement(), 0..4),
+                labels in prop::collection::btree_map(key(), value(), 0..4),
+            ) {
+                let selector = Selector::from_requirements(reqs);
+                let text = selector.to_string();
+                let parsed = Selector::parse(&text).unwrap();
+                prop_assert_eq!(&parsed, &selector, "text {}", text);
+                prop_assert_eq!(parsed.matches(&labels), selector.matches(&labels));
+            }
+
+            /// Parsing arbitrary text never panics.
+            #[test]
+            fn parse_never_panics(text in "\\PC{0,40}") {
+                let _ = Selector::parse(&text);
+            }
+        }
     }
 }

@@ -2,13 +2,15 @@
 //! millisecond.
 //!
 //! An At is due at a wall-clock instant (`spec.schedule`), but a controller waits with
-//! `tokio::time` (the work queue's `add_after`). If the controller read the system clock while
-//! tests paused and advanced tokio's clock, the two would disagree and the At would never be
-//! due. [`Clock`] ties them together: it samples the system time once, together with
-//! `tokio::time::Instant::now()`, and from then on reports
-//! `wall_anchor + (tokio_now - tokio_anchor)`. In production the two clocks advance together
-//! (up to NTP slews); under `#[tokio::test(start_paused = true)]` the wall clock jumps exactly
-//! as far as `tokio::time::advance` moves.
+//! `tokio::time` (the work queue's `add_after`); the embedded API server's simulated node and
+//! workload controllers likewise wait with `tokio::time` and write wall-clock timestamps
+//! (`startedAt`, `finishedAt`, `lastTransitionTime`). If either read the system clock while tests
+//! paused and advanced tokio's clock, the two would disagree. [`Clock`] ties them together: it
+//! samples the system time once, together with `tokio::time::Instant::now()`, and from then on
+//! reports `wall_anchor + (tokio_now - tokio_anchor)`. In production the two clocks advance
+//! together (up to NTP slews: a step of the system clock is not followed); under
+//! `#[tokio::test(start_paused = true)]` the wall clock jumps exactly as far as
+//! `tokio::time::advance` moves.
 //!
 //! client-go's controllers use `k8s.io/utils/clock` for the same reason (a `FakeClock` in
 //! tests); here the fake and the real clock are one type, driven by tokio.
@@ -18,7 +20,7 @@ use std::time::Duration;
 use jiff::{SignedDuration, Timestamp};
 use tokio::time::Instant;
 
-/// Wall-clock time derived from tokio's (possibly paused) clock. Cheap to clone.
+/// Wall-clock time derived from tokio's (possibly paused) clock. Cheap to copy.
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     wall_anchor: Timestamp,
@@ -48,6 +50,12 @@ impl Clock {
             .unwrap_or(Timestamp::MAX)
     }
 
+    /// The current time as a `metav1.Time` string (RFC 3339, whole seconds, UTC), the form
+    /// Kubernetes writes into objects.
+    pub fn now_time(&self) -> String {
+        self.now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
     /// How long from now until `t`; zero when `t` is not in the future.
     pub fn until(&self, t: Timestamp) -> Duration {
         Duration::try_from(self.now().duration_until(t)).unwrap_or(Duration::ZERO)
@@ -69,6 +77,7 @@ mod tests {
         let start: Timestamp = "2030-01-01T00:00:00Z".parse().unwrap();
         let clock = Clock::starting_at(start);
         assert_eq!(clock.now(), start);
+        assert_eq!(clock.now_time(), "2030-01-01T00:00:00Z");
         let due: Timestamp = "2031-01-01T00:00:00Z".parse().unwrap();
         assert_eq!(clock.until(due), Duration::from_secs(365 * 24 * 3600));
         tokio::time::advance(Duration::from_secs(365 * 24 * 3600)).await;

@@ -1,0 +1,49 @@
+//! Waiting for the signals that ask a process to stop: SIGINT (Ctrl-C) and SIGTERM (what the
+//! kubelet sends a container before its grace period ends).
+//!
+//! controller-runtime's `signals.SetupSignalHandler` (and sample-controller's own
+//! `pkg/signals`) cancel a context on the first signal, so everything can shut down in order,
+//! and exit with code 1 on the second, for an operator who does not want to wait. The manager
+//! uses both halves ([`shutdown_on_signal`]); the embedded API server's command needs only
+//! [`wait_for_signal`].
+
+use std::future::Future;
+
+/// Resolves at the first SIGINT or SIGTERM. Where SIGTERM cannot be listened for (or on a
+/// platform without it), only SIGINT counts, and a warning says so.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT (Ctrl-C) stops the process");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// sample-controller's `SetupSignalHandler`: on the first signal calls `shutdown` (cancel a
+/// token, say) and logs that a second signal exits at once; on the second exits with code 1.
+/// Never returns after the second signal; spawn it.
+pub fn shutdown_on_signal(shutdown: impl FnOnce() + Send + 'static) -> impl Future<Output = ()> {
+    async move {
+        wait_for_signal().await;
+        tracing::info!("signal received; shutting down (a second signal exits immediately)");
+        shutdown();
+        wait_for_signal().await;
+        tracing::warn!("second signal received; exiting immediately");
+        std::process::exit(1);
+    }
+}
