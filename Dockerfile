@@ -16,8 +16,8 @@ COPY . .
 # BuildKit caches keep the registry and target directory between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin sample-controller \
- && cp target/release/sample-controller /sample-controller
+    cargo build --profile dist --locked --bin sample-controller \
+ && cp target/dist/sample-controller /sample-controller
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /sample-controller /sample-controller
