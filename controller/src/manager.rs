@@ -68,9 +68,9 @@ use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use crate::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
-use crate::cache::{
-    BoxListerWatcher, CacheObject, InformerScope, ListerWatcherSource, SharedInformerFactory,
-};
+/// The factory's lister-watchers from a [`Client`]; it lives in [`crate::cache::api_source`].
+pub use crate::cache::ClientSource;
+use crate::cache::SharedInformerFactory;
 use crate::client::{
     self, Api, Client, Config, ConfigOptions, ListParams, Patch, PatchParams, PostParams,
 };
@@ -1056,20 +1056,6 @@ impl EventSink for EventApiSink {
                 &Patch::Strategic(patch.clone()),
             )
             .await
-    }
-}
-
-/// Serves the factory's lister-watchers from a [`Client`]: `Api<K>` in one namespace or in all.
-#[derive(Clone, Debug)]
-pub struct ClientSource(pub Client);
-
-impl ListerWatcherSource for ClientSource {
-    fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K> {
-        let api = match scope.namespace.as_deref() {
-            Some(ns) => Api::<K>::namespaced(self.0.clone(), ns),
-            None => Api::<K>::all(self.0.clone()),
-        };
-        BoxListerWatcher::new(api)
     }
 }
 

@@ -23,7 +23,7 @@ use sample_controller::cache::testing::{FakeListerWatcher, meta};
 use sample_controller::cache::{
     Deleted, ReflectorConfig, ResourceEventHandler, SharedIndexInformer, key_of,
 };
-use sample_controller::client::Error;
+use sample_controller::client::{Error, TransportError, TransportKind};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]
@@ -187,9 +187,13 @@ fn run_case(ops: Vec<Op>, streaming: bool, server_streams: bool) -> Result<(), T
                 Op::FailWatch429 => {
                     fake.fail_next_watch(Error::status(429, "TooManyRequests", "too many requests"))
                 }
-                Op::FailWatchRefused => fake.fail_next_watch(Error::Transport(
-                    "tcp connect error: Connection refused (os error 111)".into(),
-                )),
+                Op::FailWatchRefused => {
+                    fake.fail_next_watch(Error::Transport(TransportError::new(
+                        TransportKind::ConnectionRefused,
+                        "GET /api/v1/pods?watch=true",
+                        "tcp connect error: Connection refused (os error 111)",
+                    )))
+                }
                 Op::StreamError => {
                     fake.error_watches(Error::status(500, "InternalError", "stream broke"))
                 }

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::Pod;
 use sample_controller::cache::reflector::{Backoff, BackoffConfig, DEFAULT_PAGE_SIZE};
 use sample_controller::cache::testing::{FakeListerWatcher, Request, meta};
 use sample_controller::cache::{Indexer, Reflector, ReflectorConfig, key_of};
-use sample_controller::client::{Bookmark, Error, ListParams, WatchEvent, WatchParams};
+use sample_controller::client::{
+    Bookmark, Error, ListParams, TransportError, TransportKind, WatchEvent, WatchParams,
+};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -269,9 +271,11 @@ async fn connection_refused_on_watch_rewatches_after_backoff_without_relist() {
     let h = start(&fake, list_watch());
     eventually("watching", || fake.open_watches() == 1).await;
     fake.clear_requests();
-    fake.fail_next_watch(Error::Transport(
-        "tcp connect error: Connection refused (os error 111)".into(),
-    ));
+    fake.fail_next_watch(Error::Transport(TransportError::new(
+        TransportKind::ConnectionRefused,
+        "GET /api/v1/pods?watch=true",
+        "tcp connect error: Connection refused (os error 111)",
+    )));
     fake.fail_next_watch(Error::status(429, "TooManyRequests", "slow down"));
     let closed_at = Instant::now();
     // A clean close after more than a second is not "very short": re-watch at once.
@@ -331,7 +335,11 @@ async fn connection_reset_mid_stream_resumes_without_relist() {
     eventually("watching", || fake.open_watches() == 1).await;
     fake.upsert(pod("ns", "b"));
     eventually("rv 3", || h.reflector.last_synced_resource_version() == "3").await;
-    fake.break_watches(Error::Transport("connection reset by peer".into()));
+    fake.break_watches(Error::Transport(TransportError::new(
+        TransportKind::ConnectionClosed,
+        "reading watch stream",
+        "connection reset by peer",
+    )));
     eventually("watching again", || watches(&fake.requests()).len() == 2).await;
     assert_eq!(lists(&fake.requests()).len(), 1);
     h.stop().await;

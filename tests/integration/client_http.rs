@@ -493,10 +493,9 @@ async fn https_negotiates_http2_and_sends_the_token() {
     cfg.tls.ca_pem = Some(pki().ca_pem.into_bytes());
     cfg.max_retries = 0;
     let other: Api<Pod> = Api::namespaced(unthrottled(cfg), "ns");
-    match other.get("a").await.unwrap_err() {
-        Error::Transport(m) => assert!(m.to_lowercase().contains("certificate"), "{m}"),
-        e => panic!("expected a transport error, got {e:?}"),
-    }
+    let e = other.get("a").await.unwrap_err();
+    assert!(e.is_tls(), "expected a TLS failure, got {e:?}");
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
 
     // insecure-skip-tls-verify connects anyway.
     let mut cfg = server.config();
@@ -528,7 +527,11 @@ async fn client_certificate_and_tls_server_name() {
     cfg.tls.server_name = Some("not-in-the-cert.example".into());
     cfg.max_retries = 0;
     let wrong: Api<Pod> = Api::namespaced(unthrottled(cfg), "ns");
-    assert!(matches!(wrong.get("a").await, Err(Error::Transport(_))));
+    let e = wrong.get("a").await.unwrap_err();
+    assert!(
+        e.is_tls(),
+        "a certificate for another name is a TLS failure: {e:?}"
+    );
 
     let mut cfg = server.config();
     cfg.tls.client_cert_pem = Some(b"not pem".to_vec());
@@ -563,16 +566,23 @@ async fn connection_errors_retry_reads_but_not_writes() {
     cfg.timeout = None;
     cfg.max_retries = 3;
     let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
-    assert!(matches!(pods.get("a").await, Err(Error::Transport(_))));
+    let e = pods.get("a").await.unwrap_err();
+    assert!(e.is_connection_refused(), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains(&format!("GET http://{addr}/api/v1/namespaces/ns/pods/a")),
+        "the message names the request: {e}"
+    );
     let m = pods.client().metrics().snapshot();
     assert_eq!(m.requests[&("GET".to_string(), 0)], 4);
     assert_eq!(m.retries_by_code[&("GET".to_string(), 0)], 3);
     // One whole request, timed once, however many attempts it took.
     assert_eq!(m.request_latency["GET"].count, 1);
-    assert!(matches!(
-        pods.create(&PostParams::default(), &pod("a")).await,
-        Err(Error::Transport(_))
-    ));
+    let e = pods
+        .create(&PostParams::default(), &pod("a"))
+        .await
+        .unwrap_err();
+    assert!(e.is_connection_refused(), "{e:?}");
     let m = pods.client().metrics().snapshot();
     assert_eq!(m.requests[&("POST".to_string(), 0)], 1);
 }

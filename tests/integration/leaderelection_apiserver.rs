@@ -17,7 +17,9 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
 use record_support::*;
-use sample_controller::client::{Api, Client, Error, Patch, PatchParams, Result};
+use sample_controller::client::{
+    Api, Client, Error, Patch, PatchParams, Result, TransportError, TransportKind,
+};
 use sample_controller::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig, LeaderElectionRecord, LeaderElector, LeaseLock,
     ResourceLock,
@@ -33,7 +35,11 @@ struct Partitionable {
 impl Partitionable {
     fn check(&self) -> Result<()> {
         if self.down.load(Ordering::SeqCst) {
-            return Err(Error::Transport("connection reset by peer".into()));
+            return Err(Error::Transport(TransportError::new(
+                TransportKind::ConnectionClosed,
+                "PUT lease",
+                "connection reset by peer",
+            )));
         }
         Ok(())
     }

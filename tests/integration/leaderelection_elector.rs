@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use sample_controller::client::{Error, Result};
+use sample_controller::client::{Error, Result, TransportError, TransportKind};
 use sample_controller::leaderelection::{
     ConfigError, LeaderCallbacks, LeaderElectionConfig, LeaderElectionRecord, LeaderElector,
     ResourceLock,
@@ -45,7 +45,11 @@ impl MemLock {
     }
     fn check_partition(&self) -> Result<()> {
         if self.partitioned.load(Ordering::SeqCst) {
-            return Err(Error::Transport("connection refused".into()));
+            return Err(Error::Transport(TransportError::new(
+                TransportKind::ConnectionRefused,
+                "PUT lease",
+                "partitioned",
+            )));
         }
         Ok(())
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sample_controller::apis::At;
-use sample_controller::client::Error;
+use sample_controller::client::{Error, TransportError, TransportKind};
 use sample_controller::record::{
     BroadcasterOptions, EventBroadcaster, EventSink, EventType, MAX_TRIES_PER_EVENT,
 };
@@ -284,7 +284,13 @@ async fn the_sink_retries_through_500s() {
 #[tokio::test(start_paused = true)]
 async fn the_sink_gives_up_after_12_tries_and_never_retries_a_4xx() {
     let sink = MemorySink::default();
-    sink.fail_next(100, || Error::Transport("connection refused".into()));
+    sink.fail_next(100, || {
+        Error::Transport(TransportError::new(
+            TransportKind::ConnectionRefused,
+            "POST events",
+            "server down",
+        ))
+    });
     let b = EventBroadcaster::new();
     let h = b.start_recording_to_sink(sink.clone());
     let r = b.new_recorder("cnat-controller");

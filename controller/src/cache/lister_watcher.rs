@@ -2,8 +2,9 @@
 //!
 //! The reflector does not care how objects are fetched, only that it can *list* them (a
 //! snapshot with a resourceVersion) and *watch* them (every change after a resourceVersion).
-//! [`crate::client::Api`] implements this trait against a real API server; tests can implement
-//! it with anything that speaks the same contract.
+//! [`crate::client::Api`] implements this trait against a real API server (in
+//! [`super::api_source`], so that the client never depends on the cache); tests implement it
+//! with anything that speaks the same contract, such as [`super::testing::FakeListerWatcher`].
 
 use std::future::Future;
 

@@ -25,13 +25,16 @@
 //!
 //! 1. [`keys`]: how objects are named in the cache (`"ns/name"`), and tombstones.
 //! 2. [`store`]: the [`Indexer`], a thread-safe map of `Arc<K>` with indexes.
-//! 3. [`reflector`]: the list-then-watch loop with client-go's exact rules and numbers.
-//! 4. [`informer`]: [`SharedIndexInformer`], which wires a reflector to an indexer and to any
+//! 3. [`lister_watcher`]: [`ListerWatcher`], the two calls (list, watch) a reflector makes,
+//!    and [`api_source`]: the client's `Api<K>` as one, and [`ClientSource`], which gives the
+//!    factory one per type and scope.
+//! 4. [`reflector`]: the list-then-watch loop with client-go's exact rules and numbers.
+//! 5. [`informer`]: [`SharedIndexInformer`], which wires a reflector to an indexer and to any
 //!    number of event handlers, each with its own buffer.
-//! 5. [`factory`]: [`SharedInformerFactory`], one informer per type and scope per process.
-//! 6. [`lister`] and [`selector`]: typed reads from the cache, label selectors (the selector
+//! 6. [`factory`]: [`SharedInformerFactory`], one informer per type and scope per process.
+//! 7. [`lister`] and [`selector`]: typed reads from the cache, label selectors (the selector
 //!    language is shared with the API server: `apimachinery::labels`, re-exported here).
-//! 7. [`testing`]: an in-memory lister-watcher that plays a server, for tests and benchmarks.
+//! 8. [`testing`]: an in-memory lister-watcher that plays a server, for tests and benchmarks.
 //!
 //! ## Example
 //!
@@ -110,6 +113,7 @@
 //! `k8s.io/apimachinery/pkg/labels` for selectors. The main difference is that there is no
 //! DeltaFIFO: see [`informer`] for why none is needed.
 
+pub mod api_source;
 pub mod factory;
 pub mod informer;
 pub mod keys;
@@ -122,6 +126,7 @@ pub use apimachinery::labels as selector;
 pub mod store;
 pub mod testing;
 
+pub use api_source::ClientSource;
 pub use factory::{InformerInfo, InformerScope, ListerWatcherSource, SharedInformerFactory};
 pub use informer::{
     EventHandlerFns, FilteringHandler, HandlerRegistration, HasSynced, InformerError,

@@ -87,7 +87,8 @@
 //! holds the changed objects and one page rather than a second copy of the whole collection
 //! (see [`super`] on memory). The internal-error retry window (`MaxInternalErrorRetryDuration`)
 //! is not implemented because it is off by default in client-go. "Connection refused" is
-//! recognised in the text of [`Error::Transport`], since that is where the transport reports it.
+//! the transport error kind [`Error::is_connection_refused`], which the transport reads off the
+//! `io::Error` it got, as client-go's `utilnet.IsConnectionRefused` reads the `syscall` errno.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -355,15 +356,11 @@ enum WatchEnd {
     Failed(Error),
 }
 
-/// True when the error says the server refused the TCP connection.
+/// True when the server refused the TCP connection (client-go's `utilnet.IsConnectionRefused`):
+/// the kind [`TransportKind::ConnectionRefused`](crate::client::error::TransportKind), which
+/// the transport takes from the `io::Error` underneath, never from message text.
 pub fn is_connection_refused(e: &Error) -> bool {
-    match e {
-        Error::Transport(msg) => {
-            let m = msg.to_ascii_lowercase();
-            m.contains("connection refused") || m.contains("econnrefused")
-        }
-        _ => false,
-    }
+    e.is_connection_refused()
 }
 
 /// True for 410 Expired/Gone (client-go's `isExpiredError`).
@@ -581,9 +578,22 @@ where
             }
             other => other,
         }
-        .map_err(|e| match e {
-            Error::Api(_) | Error::Http { .. } => e,
-            other => Error::Other(format!("failed to list {}: {other}", self.config.name)),
+        .map_err(|e| {
+            // Say which list failed, keeping the kind (a refused connection stays one).
+            let name = &self.config.name;
+            match e {
+                Error::Api(_) | Error::Http { .. } => e,
+                Error::Transport(mut t) => {
+                    t.context = format!("failed to list {name}: {}", t.context);
+                    Error::Transport(t)
+                }
+                Error::Timeout(m) => Error::Timeout(format!("failed to list {name}: {m}")),
+                Error::Decode { what, source } => Error::Decode {
+                    what: format!("{what} (listing {name})"),
+                    source,
+                },
+                other => Error::Other(format!("failed to list {name}: {other}")),
+            }
         })
     }
 
@@ -902,8 +912,8 @@ where
                 None => return WatchEnd::Closed { events, started },
                 // A connection that breaks mid-stream is a close, as client-go's stream watcher
                 // treats unexpected EOF: resume from the last RV.
-                Some(Err(Error::Transport(msg))) | Some(Err(Error::Timeout(msg))) => {
-                    debug!(reflector = %self.config.name, error = %msg, "watch connection ended");
+                Some(Err(e @ (Error::Transport(_) | Error::Timeout(_)))) => {
+                    debug!(reflector = %self.config.name, error = %e, "watch connection ended");
                     return WatchEnd::Closed { events, started };
                 }
                 Some(Err(e)) => return WatchEnd::Failed(e),

@@ -29,7 +29,8 @@
 //! | `delete_collection` | DELETE collection | label/field selectors pick what goes |
 //! | `watch` | GET collection `?watch=true` | a stream of [`WatchEvent`](crate::client::WatchEvent)s, see [`crate::client::watch`] |
 //!
-//! `Api<K>` implements [`crate::cache::ListerWatcher`], so a reflector can run on it directly.
+//! The cache turns an `Api<K>` into the list-and-watch source of a reflector
+//! (`cache::api_source`); this module knows nothing of the cache.
 
 use std::marker::PhantomData;
 
@@ -451,19 +452,6 @@ where
         let uri = format!("{}{}", self.collection_path(), params.to_query());
         let req = Self::request(Method::GET, uri, Bytes::new())?;
         self.client.request_stream(req).await
-    }
-}
-
-impl<K> crate::cache::ListerWatcher<K> for Api<K>
-where
-    K: k8s_openapi::Resource + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-{
-    async fn list(&self, params: &ListParams) -> Result<ObjectList<K>> {
-        Api::list(self, params).await
-    }
-
-    async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
-        Api::watch(self, params).await
     }
 }
 

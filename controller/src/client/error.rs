@@ -13,6 +13,28 @@
 //! `k8s.io/apimachinery/pkg/api/errors` does. A body that is not a Status (an HTML page from a
 //! proxy, plain text from priority-and-fairness) becomes [`Error::Http`] keeping the code and a
 //! bounded excerpt of the body, so nothing about the failure is lost and nothing is unbounded.
+//!
+//! ## Kinds, not strings
+//!
+//! Code that reacts to a failure matches on the variant (and, for a transport failure, on its
+//! [`TransportKind`]) or calls a helper; it never searches the message text:
+//!
+//! | the failure | how to ask | who cares |
+//! |---|---|---|
+//! | the server answered with a Status | [`Error::Api`], `is_not_found()`, `is_conflict()`, ... | every sync handler |
+//! | the server answered non-2xx without a Status | [`Error::Http`], [`Error::code`] | retries |
+//! | nobody listens on the server's port | [`Error::is_connection_refused`] | the reflector backs off and re-watches instead of relisting (client-go's `utilnet.IsConnectionRefused`) |
+//! | DNS, unreachable network, proxy | [`TransportKind::Connect`] | |
+//! | certificate or handshake rejected | [`Error::is_tls`] | a wrong CA is not worth retrying quickly |
+//! | the connection broke mid-request or mid-watch | [`TransportKind::ConnectionClosed`] | the reflector resumes the watch from its last resourceVersion |
+//! | no complete answer in time | [`Error::Timeout`], [`Error::is_timeout`] | retries |
+//! | a body that does not decode | [`Error::Decode`] | |
+//! | kubeconfig, flags | [`Error::Config`] | startup |
+//!
+//! The transport builds its failures with [`Error::transport`], which walks the error's
+//! `source()` chain down to the `std::io::Error` / `rustls::Error` underneath and takes the kind
+//! from *their* types (`io::ErrorKind::ConnectionRefused`, ...), the way Go's
+//! `errors.Is(err, syscall.ECONNREFUSED)` does; the full chain is kept as text for the message.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 
@@ -42,9 +64,9 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// Connecting, TLS or reading the body failed.
-    #[error("transport: {0}")]
-    Transport(String),
+    /// Connecting, TLS or reading the answer failed; [`TransportError::kind`] says which.
+    #[error("{0}")]
+    Transport(TransportError),
     /// A watch line exceeded the decoder's bound.
     #[error("watch line longer than {limit} bytes")]
     LineTooLong {
@@ -64,6 +86,170 @@ pub enum Error {
 
 /// Shorthand.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which part of talking to the server failed, for an [`Error::Transport`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// Nobody listens on the server's address (`ECONNREFUSED`): the server is down or
+    /// restarting.
+    ConnectionRefused,
+    /// No connection for another reason: the name did not resolve, the network or host is
+    /// unreachable, the proxy refused the tunnel.
+    Connect,
+    /// The TLS handshake failed: the server's certificate is not trusted or does not name the
+    /// host, our client certificate was rejected, no common protocol version.
+    Tls,
+    /// An established connection broke: reset, closed, or ended in the middle of an answer
+    /// or a watch stream.
+    ConnectionClosed,
+    /// Any other I/O failure.
+    Io,
+}
+
+impl TransportKind {
+    /// A short phrase naming the failure, as the error message says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::ConnectionRefused => "connection refused",
+            TransportKind::Connect => "cannot connect",
+            TransportKind::Tls => "TLS handshake failed",
+            TransportKind::ConnectionClosed => "connection closed",
+            TransportKind::Io => "I/O error",
+        }
+    }
+}
+
+impl std::fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A transport failure: its kind, what was being done, and the underlying error chain as text.
+///
+/// Displays as `{context}: {kind} ({detail})`, e.g.
+/// `GET https://127.0.0.1:6443/api/v1/pods: connection refused (client error (Connect): tcp connect error: Connection refused (os error 111))`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportError {
+    /// What failed.
+    pub kind: TransportKind,
+    /// What was being done (`"GET https://host/api/v1/pods"`, `"reading watch stream"`).
+    pub context: String,
+    /// The underlying errors, outermost first, joined with `": "`.
+    pub detail: String,
+}
+
+impl TransportError {
+    /// A transport failure of `kind` while doing `context`.
+    pub fn new(kind: TransportKind, context: impl Into<String>, detail: impl Into<String>) -> Self {
+        TransportError {
+            kind,
+            context: context.into(),
+            detail: detail.into(),
+        }
+    }
+
+    /// What failed.
+    pub fn kind(&self) -> TransportKind {
+        self.kind
+    }
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.context.is_empty() {
+            write!(f, "{}: ", self.context)?;
+        }
+        f.write_str(self.kind.as_str())?;
+        if !self.detail.is_empty() {
+            write!(f, " ({})", self.detail)?;
+        }
+        Ok(())
+    }
+}
+
+/// A transport failure known only by its description, for fakes and tests: kind
+/// [`TransportKind::Io`]. Code that knows the kind uses [`TransportError::new`].
+impl From<&str> for TransportError {
+    fn from(detail: &str) -> Self {
+        TransportError::new(TransportKind::Io, "", detail)
+    }
+}
+
+/// Classifies an error chain by the *types* in it, outermost first: a `rustls::Error` is TLS;
+/// an `io::Error` by its `ErrorKind`; hyper's own errors by their predicates. `None` when
+/// nothing in the chain says.
+fn classify(err: &(dyn std::error::Error + 'static)) -> Option<Classified> {
+    use std::io::ErrorKind as Io;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    let mut connecting = false;
+    while let Some(e) = cur {
+        if e.downcast_ref::<rustls::Error>().is_some() {
+            return Some(Classified::Transport(TransportKind::Tls));
+        }
+        if let Some(h) = e.downcast_ref::<hyper_util::client::legacy::Error>()
+            && h.is_connect()
+        {
+            connecting = true;
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>() {
+            if h.is_timeout() {
+                return Some(Classified::Timeout);
+            }
+            if h.is_incomplete_message() || h.is_closed() || h.is_canceled() {
+                return Some(Classified::Transport(TransportKind::ConnectionClosed));
+            }
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            let kind = match io.kind() {
+                Io::ConnectionRefused => Some(TransportKind::ConnectionRefused),
+                Io::TimedOut => return Some(Classified::Timeout),
+                Io::ConnectionReset
+                | Io::ConnectionAborted
+                | Io::BrokenPipe
+                | Io::UnexpectedEof
+                | Io::NotConnected => Some(TransportKind::ConnectionClosed),
+                Io::HostUnreachable
+                | Io::NetworkUnreachable
+                | Io::AddrNotAvailable
+                | Io::NetworkDown => Some(TransportKind::Connect),
+                _ => None,
+            };
+            if kind.is_some() {
+                return kind.map(Classified::Transport);
+            }
+            // `io::Error::source` skips the error it wraps (it returns the wrapped error's
+            // source), so look at the wrapped error itself: that is where tokio-rustls puts
+            // the `rustls::Error` of a failed handshake.
+            if let Some(found) = io.get_ref().and_then(|inner| classify(inner)) {
+                return Some(found);
+            }
+        }
+        cur = e.source();
+    }
+    connecting.then_some(Classified::Transport(TransportKind::Connect))
+}
+
+enum Classified {
+    Transport(TransportKind),
+    Timeout,
+}
+
+/// The error and its sources as one line, outermost first, skipping a source whose text the
+/// line already contains.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
 
 impl Error {
     /// Builds an API error from a Status.
@@ -104,6 +290,50 @@ impl Error {
             excerpt.push_str("...");
         }
         Error::Http { code, excerpt }
+    }
+
+    /// A transport failure while doing `context` (`"GET https://host/api/v1/pods"`), its kind
+    /// taken from the types in `err`'s source chain (see the module documentation). An I/O
+    /// timeout becomes [`Error::Timeout`]; a chain that names no kind is [`TransportKind::Io`].
+    pub fn transport(context: impl Into<String>, err: &(dyn std::error::Error + 'static)) -> Self {
+        let context = context.into();
+        let detail = error_chain(err);
+        match classify(err) {
+            Some(Classified::Timeout) => Error::Timeout(format!("{context}: {detail}")),
+            Some(Classified::Transport(kind)) => {
+                Error::Transport(TransportError::new(kind, context, detail))
+            }
+            None => Error::Transport(TransportError::new(TransportKind::Io, context, detail)),
+        }
+    }
+
+    /// The kind of a transport failure, `None` for any other error.
+    pub fn transport_kind(&self) -> Option<TransportKind> {
+        match self {
+            Error::Transport(t) => Some(t.kind),
+            _ => None,
+        }
+    }
+
+    /// Nobody listens on the server's address (client-go's `utilnet.IsConnectionRefused`).
+    pub fn is_connection_refused(&self) -> bool {
+        self.transport_kind() == Some(TransportKind::ConnectionRefused)
+    }
+
+    /// The TLS handshake failed (untrusted certificate, wrong name, rejected client certificate).
+    pub fn is_tls(&self) -> bool {
+        self.transport_kind() == Some(TransportKind::Tls)
+    }
+
+    /// An established connection broke (reset, closed, ended mid-answer or mid-watch).
+    pub fn is_connection_closed(&self) -> bool {
+        self.transport_kind() == Some(TransportKind::ConnectionClosed)
+    }
+
+    /// No complete answer in time ([`Error::Timeout`]); a server-side 504 is
+    /// [`Error::is_server_timeout`] instead.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout(_))
     }
 
     /// The Status, if the server sent one.
@@ -213,6 +443,50 @@ mod tests {
             br#"{"kind":"Status","reason":"Expired","code":410,"message":"too old"}"#,
         );
         assert!(e.is_gone() && e.is_resource_expired());
+    }
+
+    #[test]
+    fn transport_kinds_come_from_the_types_in_the_chain() {
+        use std::io;
+        #[derive(Debug, thiserror::Error)]
+        #[error("tcp connect error")]
+        struct Wrapper(#[source] io::Error);
+
+        let refused = Wrapper(io::Error::from(io::ErrorKind::ConnectionRefused));
+        let e = Error::transport("GET https://127.0.0.1:1/api", &refused);
+        assert!(e.is_connection_refused(), "{e:?}");
+        assert!(!e.is_tls() && !e.is_timeout());
+        let text = e.to_string();
+        assert!(
+            text.starts_with("GET https://127.0.0.1:1/api: connection refused (tcp connect error"),
+            "{text}"
+        );
+
+        // The message alone says nothing: the kind is what counts.
+        let reset = io::Error::new(io::ErrorKind::ConnectionReset, "peer went away");
+        let e = Error::transport("reading watch stream", &reset);
+        assert!(
+            e.is_connection_closed() && !e.is_connection_refused(),
+            "{e:?}"
+        );
+        let misleading = io::Error::other("connection refused");
+        assert!(!Error::transport("x", &misleading).is_connection_refused());
+
+        // tokio-rustls wraps the handshake's rustls::Error inside an io::Error.
+        let tls = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        let e = Error::transport("GET https://example/api", &Wrapper(tls));
+        assert!(e.is_tls(), "{e:?}");
+        assert!(e.to_string().contains("TLS handshake failed"), "{e}");
+
+        let timed_out = io::Error::from(io::ErrorKind::TimedOut);
+        assert!(Error::transport("connecting", &timed_out).is_timeout());
+        assert_eq!(
+            Error::transport("x", &io::Error::other("odd")).transport_kind(),
+            Some(TransportKind::Io)
+        );
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! * [`api`]: `Api<K>`, the typed verbs (`get`, `list`, `list_all`, `create`, `update`,
 //!   `update_status`, `patch`, `delete`, `delete_collection`, `watch`) for every
 //!   `K: k8s_openapi::Resource`, built-in kinds and this crate's CRDs alike;
-//! * [`error`]: `metav1.Status` errors and the `is_not_found` family;
+//! * [`error`]: `metav1.Status` errors and the `is_not_found` family; transport failures by
+//!   kind (connection refused, TLS, connection closed, timeout), never by message text;
 //! * [`params`]: `ListOptions`, `CreateOptions`, `PatchOptions`, `DeleteOptions`;
 //! * [`watch`]: watch events, what a resourceVersion is, and the newline-delimited JSON decoder.
 //!
@@ -50,7 +51,7 @@ pub mod watch;
 
 pub use api::{Api, DeleteResponse};
 pub use config::{Config, ConfigOptions};
-pub use error::{Error, Result};
+pub use error::{Error, Result, TransportError, TransportKind};
 pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,

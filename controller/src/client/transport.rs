@@ -242,7 +242,7 @@ impl Client {
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| Error::Transport(format!("reading response body: {e}")))?
+                .map_err(|e| Error::transport("reading response body", &e))?
                 .to_bytes();
             Ok((status, body))
         };
@@ -375,10 +375,7 @@ impl Client {
                         conn_backoff = (conn_backoff * 2).min(Duration::from_secs(2));
                         continue;
                     }
-                    return Err(Error::Transport(format!(
-                        "{method} {uri}: {}",
-                        error_chain(&e)
-                    )));
+                    return Err(Error::transport(format!("{method} {uri}"), &e));
                 }
             }
         }

@@ -289,7 +289,7 @@ pub fn decode_stream<K, S, E>(body: S, max_line: usize) -> WatchStream<K>
 where
     K: serde::de::DeserializeOwned + Send + 'static,
     S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Send + 'static,
-    E: std::fmt::Display,
+    E: std::error::Error + 'static,
 {
     use futures_util::StreamExt;
     use std::collections::VecDeque;
@@ -323,9 +323,7 @@ where
                 Some(Err(e)) => {
                     st.done = true;
                     return Some((
-                        Err(crate::client::Error::Transport(format!(
-                            "reading watch stream: {e}"
-                        ))),
+                        Err(crate::client::Error::transport("reading watch stream", &e)),
                         st,
                     ));
                 }

@@ -1,0 +1,54 @@
+//! The cache's source of truth on a real cluster: [`Api<K>`] as a [`ListerWatcher`], and
+//! [`ClientSource`], which hands the [`SharedInformerFactory`](super::SharedInformerFactory) one
+//! such lister-watcher per type and scope.
+//!
+//! This is client-go's `cache.NewListWatchFromClient` plus the part of
+//! `informers.NewSharedInformerFactory` that turns a clientset into per-type `ListWatch`es:
+//!
+//! ```text
+//! Client ──ClientSource──> BoxListerWatcher<K> (an Api<K>, in one namespace or all)
+//!                               │ list(ListParams) / watch(WatchParams)
+//!                               v
+//!                          Reflector<K> ──> Indexer<K>
+//! ```
+//!
+//! The dependency points one way: `cache` uses `client` (this file is where), `client` knows
+//! nothing of `cache`. Tests swap [`ClientSource`] for
+//! [`FakeListerWatcher`](super::testing::FakeListerWatcher) behind the same traits.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::CacheObject;
+use super::factory::{InformerScope, ListerWatcherSource};
+use super::lister_watcher::{BoxListerWatcher, ListerWatcher};
+use crate::client::{Api, Client, ListParams, ObjectList, Result, WatchParams, WatchStream};
+
+/// `Api<K>` lists and watches with its own verbs; a reflector can run on it directly.
+impl<K> ListerWatcher<K> for Api<K>
+where
+    K: k8s_openapi::Resource + Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+{
+    async fn list(&self, params: &ListParams) -> Result<ObjectList<K>> {
+        Api::list(self, params).await
+    }
+
+    async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
+        Api::watch(self, params).await
+    }
+}
+
+/// Serves the factory's lister-watchers from a [`Client`]: `Api<K>` in the scope's namespace,
+/// or in all namespaces when the scope names none.
+#[derive(Clone, Debug)]
+pub struct ClientSource(pub Client);
+
+impl ListerWatcherSource for ClientSource {
+    fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K> {
+        let api = match scope.namespace.as_deref() {
+            Some(ns) => Api::<K>::namespaced(self.0.clone(), ns),
+            None => Api::<K>::all(self.0.clone()),
+        };
+        BoxListerWatcher::new(api)
+    }
+}
