@@ -9,7 +9,9 @@
 //! | module | apimachinery / client-go analogue |
 //! |---|---|
 //! | [`crypto`] | (none: rustls' process-wide crypto provider, installed once) |
+//! | [`validation`] | `pkg/util/validation`, `pkg/api/validation` (names, labels, metadata) |
 
 #![forbid(unsafe_code)]
 
 pub mod crypto;
+pub mod validation;
