@@ -129,6 +129,7 @@ pub mod store;
 pub mod strategy;
 pub mod table;
 pub mod tls;
+pub mod validation;
 pub mod verbs;
 pub mod watch;
 pub mod workloads;

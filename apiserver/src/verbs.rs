@@ -475,6 +475,11 @@ fn create_prepared(
     let def = &t.def;
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
     validate_custom(def, &mut obj, &opts)?;
+    super::validation::check(
+        def,
+        meta_str(&obj, "name"),
+        super::validation::validate_object(def, &obj),
+    )?;
     if opts.record {
         let sub = t.subresource.as_deref();
         super::logic::patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
@@ -549,6 +554,11 @@ fn update_stored(
         t.endpoint(),
     )?;
     validate_custom(def, &mut result, &opts)?;
+    super::validation::check(
+        def,
+        t.name(),
+        super::validation::validate_object(def, &result),
+    )?;
     if is_crd(def) {
         crd::establish(st, &mut result, dry_run)?;
     }
