@@ -511,7 +511,10 @@ mod tests {
         assert!(e[1].starts_with(
             "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used"
         ));
-        assert_eq!(is_qualified_name("/x"), vec!["prefix part must be non-empty"]);
+        assert_eq!(
+            is_qualified_name("/x"),
+            vec!["prefix part must be non-empty"]
+        );
         assert!(is_qualified_name("a/b/c")[0].starts_with("a qualified name must consist"));
         assert_eq!(
             is_qualified_name(&"a".repeat(64)),

@@ -136,7 +136,10 @@ fn str_at<'a>(v: &'a Value, k: &str) -> &'a str {
 
 /// `ValidatePodSpec`, the parts clients rely on. `path` is `spec` or `spec.template.spec`.
 pub fn validate_pod_spec(spec: &Value, path: &str, errs: &mut Vec<FieldError>) {
-    let containers = spec["containers"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let containers = spec["containers"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     if containers.is_empty() {
         errs.push(FieldError::required(format!("{path}.containers"), ""));
     }
@@ -225,7 +228,10 @@ fn selector_matches(selector: &Value, labels: &Value) -> bool {
     {
         return false;
     }
-    let exprs = selector["matchExpressions"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let exprs = selector["matchExpressions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     exprs.iter().all(|e| {
         let key = str_at(e, "key");
         let values: Vec<&str> = e["values"]
@@ -319,7 +325,9 @@ fn validate_rules(rules: &Value, namespaced: bool, errs: &mut Vec<FieldError>) {
                     "namespaced rules cannot apply to non-resource URLs",
                 ));
             }
-            if non_empty(r, "apiGroups") || non_empty(r, "resources") || non_empty(r, "resourceNames")
+            if non_empty(r, "apiGroups")
+                || non_empty(r, "resources")
+                || non_empty(r, "resourceNames")
             {
                 errs.push(FieldError::invalid_value(
                     format!("{p}.nonResourceURLs"),
@@ -439,6 +447,202 @@ fn validate_lease(spec: &Value, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// The built-in kind's typed form round-tripped (decode, encode): what the real server keeps of a
+/// body, as its typed decoder drops every field the Go struct lacks. `None` for kinds without a
+/// typed model here (custom resources) or bodies that do not decode.
+fn typed_roundtrip(def: &ResourceDef, body: &Value) -> Option<Value> {
+    use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coord, core::v1 as core};
+    use k8s_openapi::api::{events::v1 as events, rbac::v1 as rbac};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+    fn rt<T: serde::de::DeserializeOwned + serde::Serialize>(b: &Value) -> Option<Value> {
+        let t: T = serde_json::from_value(b.clone()).ok()?;
+        serde_json::to_value(t).ok()
+    }
+    if def.custom.is_some() {
+        return None;
+    }
+    match (def.group.as_str(), def.kind.as_str()) {
+        ("", "Namespace") => rt::<core::Namespace>(body),
+        ("", "Pod") => rt::<core::Pod>(body),
+        ("", "Event") => rt::<core::Event>(body),
+        ("events.k8s.io", "Event") => rt::<events::Event>(body),
+        ("", "Service") => rt::<core::Service>(body),
+        ("", "ConfigMap") => rt::<core::ConfigMap>(body),
+        ("", "Secret") => rt::<core::Secret>(body),
+        ("", "ServiceAccount") => rt::<core::ServiceAccount>(body),
+        ("", "Node") => rt::<core::Node>(body),
+        ("apps", "Deployment") => rt::<apps::Deployment>(body),
+        ("apps", "StatefulSet") => rt::<apps::StatefulSet>(body),
+        ("apps", "ReplicaSet") => rt::<apps::ReplicaSet>(body),
+        ("coordination.k8s.io", "Lease") => rt::<coord::Lease>(body),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
+            rt::<ext::CustomResourceDefinition>(body)
+        }
+        ("rbac.authorization.k8s.io", "Role") => rt::<rbac::Role>(body),
+        ("rbac.authorization.k8s.io", "ClusterRole") => rt::<rbac::ClusterRole>(body),
+        ("rbac.authorization.k8s.io", "RoleBinding") => rt::<rbac::RoleBinding>(body),
+        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => rt::<rbac::ClusterRoleBinding>(body),
+        _ => None,
+    }
+}
+
+/// Removes from `body` every (non-null) field that `typed` lacks, recording its path
+/// (`spec.foo`, `spec.containers[0].bar`).
+fn strip_unknown(body: &mut Value, typed: &Value, prefix: &str, out: &mut Vec<String>) {
+    match (body, typed) {
+        (Value::Object(b), Value::Object(t)) => {
+            let keys: Vec<String> = b.keys().cloned().collect();
+            for k in keys {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                match t.get(&k) {
+                    Some(tv) => {
+                        if let Some(bv) = b.get_mut(&k) {
+                            strip_unknown(bv, tv, &path, out);
+                        }
+                    }
+                    None => {
+                        if b.get(&k).is_some_and(|v| !v.is_null()) {
+                            out.push(path);
+                        }
+                        b.remove(&k);
+                    }
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(t)) => {
+            for (i, (bv, tv)) in b.iter_mut().zip(t).enumerate() {
+                strip_unknown(bv, tv, &format!("{prefix}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `fieldValidation` for a built-in kind's request body: fields the kind does not have are
+/// dropped (as the typed decoder drops them), warned about (`Warn`, the default: one
+/// `unknown field "spec.foo"` warning each) or refused (`Strict`: 400 `strict decoding error:
+/// unknown field "spec.foo", ...`). `apiVersion`, `kind` and `metadata` are always known.
+pub fn check_unknown_fields(
+    def: &ResourceDef,
+    body: &mut Value,
+    q: &super::query::Query,
+) -> Result<(), ApiError> {
+    use super::query::FieldValidation;
+    let Some(typed) = typed_roundtrip(def, body) else {
+        return Ok(());
+    };
+    let mut unknown = vec![];
+    strip_unknown(body, &typed, "", &mut unknown);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field {}", v::go_quote(f)))
+        .collect();
+    match q.field_validation() {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            texts.join(", ")
+        ))),
+        FieldValidation::Warn => {
+            for t in texts {
+                q.warn(t);
+            }
+            Ok(())
+        }
+        FieldValidation::Ignore => Ok(()),
+    }
+}
+
+/// Duplicate keys of a JSON object body, in document order (`duplicate field "replicas"`).
+/// serde_json keeps the last of duplicate keys silently; this walks the text once more and
+/// records them, bounded by the body limit the HTTP layer already enforced.
+pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    struct Walk<'a>(&'a mut Vec<String>);
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+            while a.next_element_seed(Walk(self.0))?.is_some() {}
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(k) = a.next_key::<String>()? {
+                if !seen.insert(k.clone()) {
+                    self.0.push(k);
+                }
+                a.next_value_seed(Walk(self.0))?;
+            }
+            Ok(())
+        }
+    }
+    let mut out = vec![];
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    // A body that does not parse is reported by the decoder proper.
+    let _ = Walk(&mut out).deserialize(&mut de);
+    out
+}
+
+/// `fieldValidation` for duplicate keys of a JSON body: `Strict` refuses (400 `strict decoding
+/// error: duplicate field "x"`), `Warn` warns, `Ignore` keeps the last value silently.
+pub fn check_duplicate_fields(bytes: &[u8], q: &super::query::Query) -> Result<(), ApiError> {
+    use super::query::FieldValidation;
+    let dups = duplicate_json_keys(bytes);
+    if dups.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<String> = dups
+        .iter()
+        .map(|k| format!("duplicate field {}", v::go_quote(k)))
+        .collect();
+    match q.field_validation() {
+        FieldValidation::Strict => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            texts.join(", ")
+        ))),
+        FieldValidation::Warn => {
+            for t in texts {
+                q.warn(t);
+            }
+            Ok(())
+        }
+        FieldValidation::Ignore => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -452,12 +656,51 @@ mod tests {
     }
 
     #[test]
+    fn unknown_and_duplicate_fields_follow_field_validation() {
+        use crate::query::Query;
+        let r = Registry::builtins();
+        let deploy = r.lookup("apps", "v1", "deployments").unwrap();
+        let body = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"foo": 1, "selector": {"matchLabels": {"a": "b"}},
+                     "template": {"spec": {"containers": [{"name": "c", "image": "i", "bar": true}]}}}});
+        let strict = Query::parse(Some("fieldValidation=Strict"));
+        let e = check_unknown_fields(&deploy, &mut body.clone(), &strict).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert_eq!(
+            e.message,
+            "strict decoding error: unknown field \"spec.foo\", unknown field \"spec.template.spec.containers[0].bar\""
+        );
+        let warn = Query::parse(None);
+        let mut b = body.clone();
+        check_unknown_fields(&deploy, &mut b, &warn).unwrap();
+        assert_eq!(warn.warnings().len(), 2);
+        assert!(b["spec"].get("foo").is_none());
+        assert_eq!(b["spec"]["selector"], json!({"matchLabels": {"a": "b"}}));
+        let ignore = Query::parse(Some("fieldValidation=Ignore"));
+        check_unknown_fields(&deploy, &mut body.clone(), &ignore).unwrap();
+        assert!(ignore.warnings().is_empty());
+
+        assert_eq!(
+            duplicate_json_keys(br#"{"a":1,"b":{"c":1,"c":2},"a":[{"x":1,"x":1}]}"#),
+            vec!["c", "a", "x"]
+        );
+        let e = check_duplicate_fields(br#"{"spec":{"replicas":1,"replicas":2}}"#, &strict)
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "strict decoding error: duplicate field \"replicas\""
+        );
+    }
+
+    #[test]
     fn names_follow_the_rule_of_the_kind() {
         let r = Registry::builtins();
         let cm = r.lookup("", "v1", "configmaps").unwrap();
         let ns = r.lookup("", "v1", "namespaces").unwrap();
         let svc = r.lookup("", "v1", "services").unwrap();
-        let role = r.lookup("rbac.authorization.k8s.io", "v1", "roles").unwrap();
+        let role = r
+            .lookup("rbac.authorization.k8s.io", "v1", "roles")
+            .unwrap();
         assert!(validate_name(&cm, "a.b-c").is_empty());
         assert_eq!(validate_name(&cm, "Bad").len(), 1);
         assert_eq!(
@@ -480,7 +723,11 @@ mod tests {
 
     #[test]
     fn pods_need_containers_and_a_sane_grace_period() {
-        let e = errs("pods", "", json!({"metadata": {}, "spec": {"containers": []}}));
+        let e = errs(
+            "pods",
+            "",
+            json!({"metadata": {}, "spec": {"containers": []}}),
+        );
         assert_eq!(e, vec![FieldError::required("spec.containers", "")]);
         assert_eq!(e[0].message, "Required value");
         let e = errs(
@@ -529,7 +776,8 @@ mod tests {
             e[0].full(),
             "spec.template.metadata.labels: Invalid value: {\"app\":\"db\"}: `selector` does not match template `labels`"
         );
-        let none = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let none =
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
         assert_eq!(
             errs("statefulsets", "apps", none)[0].full(),
             "spec.selector: Required value"
@@ -538,7 +786,11 @@ mod tests {
 
     #[test]
     fn services_rules_bindings_events_and_leases() {
-        let e = errs("services", "", json!({"spec": {"ports": [{"port": 70000}]}}));
+        let e = errs(
+            "services",
+            "",
+            json!({"spec": {"ports": [{"port": 70000}]}}),
+        );
         assert_eq!(
             e[0].full(),
             "spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive"
