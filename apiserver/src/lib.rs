@@ -200,6 +200,9 @@ pub enum StartError {
     /// Manifests to preload (standalone `--manifests`) were refused.
     #[error(transparent)]
     Manifests(#[from] rbac::ManifestError),
+    /// The configuration would be unsafe (standalone: anonymous admin on a network address).
+    #[error("{0}")]
+    Unsafe(String),
 }
 
 /// The entry point: `ApiServer::builder()...start().await`.
