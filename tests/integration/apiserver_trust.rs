@@ -293,6 +293,14 @@ async fn the_escalation_sequence_is_refused_step_by_step() {
         )
         .await;
     assert_eq!(resp.status().as_u16(), 403);
+    // And an access review reports the same: mallory cannot read secrets.
+    let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "get", "resource": "secrets", "namespace": "default"}}});
+    let a = mallory
+        .post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", &review)
+        .await;
+    assert_eq!(a.code, 201);
+    assert_eq!(a.body["status"]["allowed"], false);
 
     // The admin (system:masters) may create the everything role; mallory still may not bind it.
     assert_eq!(admin.post(CRS, &all).await.code, 201);
@@ -325,5 +333,83 @@ async fn the_escalation_sequence_is_refused_step_by_step() {
     assert_eq!(
         mallory.post(CRBS, &binding("all", "everything")).await.code,
         403
+    );
+}
+
+/// The same sequence through the real kubectl (skipped without kubectl): `create
+/// clusterrolebinding`, `create clusterrole`, `--as admin`, each refused with the server's text;
+/// and kubectl's own server-side validation (`--validate=strict`) meeting the server's.
+#[tokio::test]
+async fn kubectl_sees_the_refusals() {
+    use crate::cluster_support::Kubectl;
+    let h = rbac_server().await;
+    let Some(k) = Kubectl::with_token(&h, "mallory-token") else {
+        return;
+    };
+    let out = k
+        .run(&[
+            "create",
+            "clusterrolebinding",
+            "mine",
+            "--clusterrole=secret-reader",
+            "--user=mallory",
+        ])
+        .await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains(&format!(
+            "clusterrolebindings.rbac.authorization.k8s.io \"mine\" is forbidden: {HELD}"
+        )) && out
+            .stderr
+            .contains("{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\"]}"),
+        "{}",
+        out.stderr
+    );
+    let out = k
+        .run(&[
+            "create",
+            "clusterrole",
+            "everything",
+            "--verb=*",
+            "--resource=*.*",
+        ])
+        .await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains(
+            "clusterroles.rbac.authorization.k8s.io \"everything\" is forbidden: user \"mallory\""
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = k.run(&["get", "secrets", "--as", "admin"]).await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains("Forbidden") || out.stderr.contains("forbidden"),
+        "{}",
+        out.stderr
+    );
+
+    let admin = Kubectl::new(&h).unwrap();
+    let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\n  labels:\n    app: \"-nope\"\ndata: {}\nfoo: 1\n";
+    let out = admin
+        .run_with_input(&["create", "-f", "-"], Some(bad))
+        .await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains("unknown field \"foo\""),
+        "strict validation first: {}",
+        out.stderr
+    );
+    let bad = bad.replace("foo: 1\n", "");
+    let out = admin
+        .run_with_input(&["create", "-f", "-"], Some(&bad))
+        .await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr
+            .contains("ConfigMap \"bad\" is invalid: metadata.labels: Invalid value: \"-nope\""),
+        "{}",
+        out.stderr
     );
 }
