@@ -403,21 +403,19 @@ fn validate_binding(obj: &Value, namespaced: bool, errs: &mut Vec<FieldError>) {
     }
 }
 
-/// The legacy (core/v1) event rule: the involved object's namespace agrees with the event's.
+/// The core/v1 event rule (`legacyValidateEvent`): the involved object's namespace agrees with
+/// the event's. An old-style event (no `eventTime`) about a cluster-scoped object lives in
+/// `default` (or no namespace); a new-style one in `default` or `kube-system`.
 fn validate_core_event(obj: &Value, errs: &mut Vec<FieldError>) {
     let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
     let involved = str_at(&obj["involvedObject"], "namespace");
-    let ok = if involved.is_empty() {
-        ns.is_empty() || ns == "default"
-    } else {
-        ns == involved
+    let old_style = str_at(obj, "eventTime").is_empty();
+    let ok = match (old_style, involved.is_empty()) {
+        (true, true) => ns.is_empty() || ns == "default",
+        (false, true) => ns == "default" || ns == "kube-system",
+        (_, false) => ns == involved,
     };
-    // Events about cluster-scoped objects (nodes, namespaces) may live in any namespace.
-    let cluster_scoped = matches!(
-        str_at(&obj["involvedObject"], "kind"),
-        "Node" | "Namespace" | "PersistentVolume" | "ClusterRole" | "CustomResourceDefinition"
-    );
-    if !ok && !(involved.is_empty() && cluster_scoped) {
+    if !ok {
         errs.push(FieldError::invalid(
             "involvedObject.namespace",
             involved,

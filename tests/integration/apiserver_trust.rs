@@ -37,7 +37,10 @@ async fn invalid_metadata_and_specs_are_422_with_the_real_causes() {
     let c = TestClient::new(&h);
     let long = "a".repeat(64);
     let a = c
-        .post(CMS, &json!({"metadata": {"name": "x", "labels": {"app": long}}}))
+        .post(
+            CMS,
+            &json!({"metadata": {"name": "x", "labels": {"app": long}}}),
+        )
         .await;
     assert_eq!(a.code, 422, "{:?}", a.body);
     assert_eq!(a.body["reason"], "Invalid");
@@ -49,7 +52,10 @@ async fn invalid_metadata_and_specs_are_422_with_the_real_causes() {
         )]
     );
     let a = c
-        .post(CMS, &json!({"metadata": {"name": "x", "labels": {"a b/c?": "v"}}}))
+        .post(
+            CMS,
+            &json!({"metadata": {"name": "x", "labels": {"a b/c?": "v"}}}),
+        )
         .await;
     assert_eq!(a.code, 422);
     assert!(
@@ -75,7 +81,10 @@ async fn invalid_metadata_and_specs_are_422_with_the_real_causes() {
         )]
     );
     let a = c
-        .post(PODS, &json!({"metadata": {"name": "p"}, "spec": {"containers": []}}))
+        .post(
+            PODS,
+            &json!({"metadata": {"name": "p"}, "spec": {"containers": []}}),
+        )
         .await;
     assert_eq!(a.code, 422);
     assert_eq!(
@@ -156,11 +165,21 @@ async fn field_validation_dry_run_and_content_types() {
         a.body["message"],
         "CreateOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: [\"Bogus\"]: supported values: \"All\""
     );
-    assert_eq!(c.get(DEPLOYS).await.body["items"], json!([]), "nothing written");
-    let a = c.post(&format!("{DEPLOYS}?dryRun=All"), &deployment(json!({}))).await;
+    assert_eq!(
+        c.get(DEPLOYS).await.body["items"],
+        json!([]),
+        "nothing written"
+    );
+    let a = c
+        .post(&format!("{DEPLOYS}?dryRun=All"), &deployment(json!({})))
+        .await;
     assert_eq!(a.code, 201);
     assert_eq!(a.body["metadata"]["name"], "web");
-    assert_eq!(c.get(DEPLOYS).await.body["items"], json!([]), "dry run writes nothing");
+    assert_eq!(
+        c.get(DEPLOYS).await.body["items"],
+        json!([]),
+        "dry run writes nothing"
+    );
 
     // Warn (the default): stored without the field, one Warning header per field.
     let a = c.post(DEPLOYS, &with_foo).await;
@@ -241,8 +260,7 @@ fn binding(name: &str, role: &str) -> Value {
            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}]})
 }
 
-const HELD: &str =
-    "user \"mallory\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:";
+const HELD: &str = "user \"mallory\" (groups=[\"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:";
 
 #[tokio::test]
 async fn the_escalation_sequence_is_refused_step_by_step() {
@@ -297,7 +315,10 @@ async fn the_escalation_sequence_is_refused_step_by_step() {
     let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
         "spec": {"resourceAttributes": {"verb": "get", "resource": "secrets", "namespace": "default"}}});
     let a = mallory
-        .post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", &review)
+        .post(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            &review,
+        )
         .await;
     assert_eq!(a.code, 201);
     assert_eq!(a.body["status"]["allowed"], false);
@@ -322,7 +343,10 @@ async fn the_escalation_sequence_is_refused_step_by_step() {
         201
     );
     assert_eq!(
-        mallory.post(CRBS, &binding("mine", "secret-reader")).await.code,
+        mallory
+            .post(CRBS, &binding("mine", "secret-reader"))
+            .await
+            .code,
         201
     );
     assert_eq!(
