@@ -14,6 +14,7 @@
 //! | [`labels`] | `pkg/labels`: label selectors, parsed and matched |
 //! | [`signals`] | sample-controller's `pkg/signals`: SIGINT/SIGTERM, twice to exit |
 //! | [`uuid`] | `util/uuid`: random version-4 UUIDs for `metadata.uid` |
+//! | [`validation`] | `pkg/util/validation`, `pkg/api/validation` (names, labels, metadata) |
 
 #![forbid(unsafe_code)]
 
@@ -23,3 +24,4 @@ pub mod duration;
 pub mod labels;
 pub mod signals;
 pub mod uuid;
+pub mod validation;

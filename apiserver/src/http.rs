@@ -101,6 +101,17 @@ pub fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Bo
     resp
 }
 
+/// Adds the write's warnings as `Warning: 299 - "<text>"` headers (RFC 7234, as the real server).
+fn with_warnings(mut resp: Response<Body>, q: &Query) -> Response<Body> {
+    for w in q.warnings() {
+        let text = apimachinery::validation::go_quote(&w);
+        if let Ok(v) = HeaderValue::from_bytes(format!("299 - {text}").as_bytes()) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
 fn error_response(e: &ApiError) -> Response<Body> {
     if e.plain_text {
         let mut resp = Response::new(full(format!("{}\n", e.message)));
@@ -123,9 +134,12 @@ fn error_response(e: &ApiError) -> Response<Body> {
     resp
 }
 
-/// Media type without parameters, lower-cased.
+/// Media type without parameters, lower-cased. A header that is not text (so cannot name a media
+/// type) becomes `unparseable/unparseable`, which nothing accepts (415); a missing one is empty,
+/// which writes read as JSON like the real server (`NegotiateInputSerializer` takes the first
+/// supported type).
 fn media_type(v: Option<&HeaderValue>) -> String {
-    v.and_then(|v| v.to_str().ok())
+    v.map(|v| v.to_str().unwrap_or("unparseable/unparseable"))
         .unwrap_or_default()
         .split(';')
         .next()
@@ -216,6 +230,14 @@ async fn serve(
             req.headers(),
         )?,
         None => shared.rbac.user(""),
+    };
+    let query = if shared.rbac.enforced() {
+        query.with_requester(super::rbac::Requester {
+            authorizer: shared.rbac.clone(),
+            user: user.clone(),
+        })
+    } else {
+        query
     };
     let (parts, body) = req.into_parts();
     let bytes = read_body(&parts.headers, body).await?;
@@ -416,18 +438,30 @@ async fn serve(
         (Method::POST, false) => {
             class.verb = "create".into();
             let body = decode_object(&def, &content_type, &bytes)?;
+            if content_type.is_empty() || content_type == "application/json" {
+                super::validation::check_duplicate_fields(&bytes, &query)?;
+            }
             let (code, obj) = shared
                 .store
                 .write(|s| verbs::create(s, &target, body, &query))?;
-            Ok(json_response(code, &obj, "application/json"))
+            Ok(with_warnings(
+                json_response(code, &obj, "application/json"),
+                &query,
+            ))
         }
         (Method::PUT, true) => {
             class.verb = "update".into();
             let body = decode_object(&def, &content_type, &bytes)?;
+            if content_type.is_empty() || content_type == "application/json" {
+                super::validation::check_duplicate_fields(&bytes, &query)?;
+            }
             let (code, obj) = shared
                 .store
                 .write(|s| verbs::update(s, &target, body, &query))?;
-            Ok(json_response(code, &obj, "application/json"))
+            Ok(with_warnings(
+                json_response(code, &obj, "application/json"),
+                &query,
+            ))
         }
         (Method::PATCH, true) => {
             class.verb = "patch".into();
@@ -439,10 +473,16 @@ async fn serve(
             } else {
                 parse_json(&bytes)?
             };
+            if ty != PatchType::Apply {
+                super::validation::check_duplicate_fields(&bytes, &query)?;
+            }
             let (code, obj) = shared
                 .store
                 .write(|s| verbs::patch(s, &target, ty, body, &query))?;
-            Ok(json_response(code, &obj, "application/json"))
+            Ok(with_warnings(
+                json_response(code, &obj, "application/json"),
+                &query,
+            ))
         }
         (Method::DELETE, has_name) => {
             // DeleteOptions: JSON from kubectl and most clients, protobuf from Go typed clients.

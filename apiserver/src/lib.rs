@@ -129,6 +129,7 @@ pub mod store;
 pub mod strategy;
 pub mod table;
 pub mod tls;
+pub mod validation;
 pub mod verbs;
 pub mod watch;
 pub mod workloads;
@@ -199,6 +200,9 @@ pub enum StartError {
     /// Manifests to preload (standalone `--manifests`) were refused.
     #[error(transparent)]
     Manifests(#[from] rbac::ManifestError),
+    /// The configuration would be unsafe (standalone: anonymous admin on a network address).
+    #[error("{0}")]
+    Unsafe(String),
 }
 
 /// The entry point: `ApiServer::builder()...start().await`.

@@ -3,8 +3,7 @@
 //! On create the real server fills `metadata.uid` (a fresh UUID), `creationTimestamp` (now,
 //! second precision, UTC) and, for kinds that track it, `generation: 1`; it turns
 //! `generateName` into a name by appending five random characters, and validates the name
-//! (a DNS-1123 subdomain for most kinds, a DNS-1123 label for namespaces, a path segment for
-//! RBAC objects). On update those fields are copied from the stored object whatever the request
+//! (see [`super::validation`]). On update those fields are copied from the stored object whatever the request
 //! says, and `generation` moves by one whenever the object's *spec* (everything outside
 //! `metadata` and, with a status subresource, `status`) changes. These helpers are the rules;
 //! the handlers apply them.
@@ -12,7 +11,6 @@
 use serde_json::{Value, json};
 
 use super::registry::ResourceDef;
-use super::status::Cause;
 
 /// Now as a `metav1.Time` (RFC 3339, seconds, UTC).
 pub fn now_time() -> String {
@@ -41,46 +39,6 @@ pub fn generate_name(base: &str) -> String {
         .map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char)
         .collect();
     format!("{base}{suffix}")
-}
-
-fn is_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-/// DNS-1123 subdomain: dot-separated labels, at most 253 characters.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_label)
-}
-
-/// The validation failure of a name, if any, for this resource.
-pub fn validate_name(def: &ResourceDef, name: &str) -> Option<Cause> {
-    let msg = if def.plural == "namespaces" {
-        if is_label(name) {
-            return None;
-        }
-        format!(
-            "Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-        )
-    } else if def.group == "rbac.authorization.k8s.io" {
-        if name != "." && name != ".." && !name.contains('/') && !name.contains('%') {
-            return None;
-        }
-        format!("Invalid value: \"{name}\": may not contain '/' or '%' and may not be '.' or '..'")
-    } else {
-        if is_dns1123_subdomain(name) {
-            return None;
-        }
-        format!(
-            "Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-        )
-    };
-    Some(Cause::new("FieldValueInvalid", "metadata.name", msg))
 }
 
 /// The part of an object whose change bumps `generation`: everything but `metadata` and, when
@@ -165,18 +123,6 @@ pub fn finalizers_of(obj: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Registry;
-
-    #[test]
-    fn names_are_dns_subdomains_and_namespaces_labels() {
-        let r = Registry::builtins();
-        let cm = r.lookup("", "v1", "configmaps").unwrap();
-        let ns = r.lookup("", "v1", "namespaces").unwrap();
-        assert!(validate_name(&cm, "a.b-c").is_none());
-        assert!(validate_name(&cm, "Bad").is_some());
-        assert!(validate_name(&ns, "a.b").is_some());
-        assert!(validate_name(&ns, "cnat").is_none());
-    }
 
     #[test]
     fn generated_names_keep_the_base_and_add_five_characters() {

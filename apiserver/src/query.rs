@@ -7,8 +7,17 @@
 //! `resourceVersionMatch` needs a `resourceVersion`, cannot be combined with `continue`,
 //! `Exact` cannot be combined with `"0"`, and `sendInitialEvents` is for watches only and needs
 //! `resourceVersionMatch=NotOlderThan`.
+//!
+//! Writes validate their options the same way ([`Query::check_write_options`], the real
+//! server's `ValidateCreateOptions` / `ValidateUpdateOptions` / `ValidatePatchOptions` /
+//! `ValidateDeleteOptions`): `dryRun` may only be `All` and `fieldValidation` only `Ignore`,
+//! `Warn` or `Strict` (empty means `Warn`); anything else is a `422 Invalid` of kind
+//! `CreateOptions` (etc.) in `meta.k8s.io`, checked before anything is read or written. A write's
+//! warnings (`unknown field "spec.foo"` under `fieldValidation=Warn`) are collected on the query
+//! ([`Query::warn`]) and sent back by the HTTP layer as `Warning: 299 - "..."` headers.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::status::ApiError;
 
@@ -19,6 +28,19 @@ use super::status::ApiError;
 pub struct Query {
     params: HashMap<String, String>,
     user_agent: String,
+    warnings: Arc<Mutex<Vec<String>>>,
+    requester: Option<Arc<super::rbac::Requester>>,
+}
+
+/// `fieldValidation`: what a write does with unknown and duplicate fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and warn (`Warning` headers); the default.
+    Warn,
+    /// Reject the write: 400 `strict decoding error: ...`.
+    Strict,
 }
 
 fn percent_decode(s: &str) -> String {
@@ -66,6 +88,8 @@ impl Query {
         Query {
             params,
             user_agent: String::new(),
+            warnings: Arc::default(),
+            requester: None,
         }
     }
 
@@ -85,6 +109,17 @@ impl Query {
         };
         let m = if m.is_empty() { "unknown" } else { m };
         m.chars().take(128).collect()
+    }
+
+    /// The same parameters, remembering who writes (for RBAC's escalation checks).
+    pub fn with_requester(mut self, requester: super::rbac::Requester) -> Self {
+        self.requester = Some(Arc::new(requester));
+        self
+    }
+
+    /// Who writes, when RBAC is enforced.
+    pub fn requester(&self) -> Option<Arc<super::rbac::Requester>> {
+        self.requester.clone()
     }
 
     /// A parameter's value.
@@ -120,9 +155,69 @@ impl Query {
         }
     }
 
-    /// `dryRun=All` was requested.
+    /// `dryRun=All` was requested (other values are refused by [`Query::check_write_options`]).
     pub fn dry_run(&self) -> bool {
         self.get("dryRun") == Some("All")
+    }
+
+    /// `fieldValidation` (absent or empty: `Warn`, the server's default since 1.27).
+    pub fn field_validation(&self) -> FieldValidation {
+        match self.get("fieldValidation") {
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            _ => FieldValidation::Warn,
+        }
+    }
+
+    /// The option checks of a write (`options_kind`: `CreateOptions`, `UpdateOptions`,
+    /// `PatchOptions`, `DeleteOptions`): 422 for a `dryRun` other than `All` or an unknown
+    /// `fieldValidation`, with the real server's causes.
+    pub fn check_write_options(&self, options_kind: &str) -> Result<(), ApiError> {
+        use apimachinery::validation::FieldError;
+        let mut errs = vec![];
+        if let Some(d) = self.get("dryRun")
+            && d != "All"
+        {
+            errs.push(FieldError {
+                reason: "FieldValueNotSupported",
+                field: "dryRun".into(),
+                message: format!(
+                    "Unsupported value: {}: supported values: \"All\"",
+                    serde_json::json!([d])
+                ),
+            });
+        }
+        if options_kind != "DeleteOptions"
+            && let Some(f) = self.get("fieldValidation")
+            && !matches!(f, "" | "Ignore" | "Warn" | "Strict")
+        {
+            errs.push(FieldError::not_supported(
+                "fieldValidation",
+                f,
+                &["", "Ignore", "Strict", "Warn"],
+            ));
+        }
+        if errs.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::invalid(
+            options_kind,
+            "meta.k8s.io",
+            "",
+            super::validation::to_causes(errs),
+        ))
+    }
+
+    /// Records a warning for the response (`Warning: 299 - "<text>"`).
+    pub fn warn(&self, text: impl Into<String>) {
+        if let Ok(mut w) = self.warnings.lock() {
+            w.push(text.into());
+        }
+    }
+
+    /// The warnings recorded so far, in order.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().map(|w| w.clone()).unwrap_or_default()
     }
 }
 

@@ -26,6 +26,16 @@
 //! RBAC on: `--token-auth-file tokens.csv` (kube-apiserver's format, e.g.
 //! `ctrl-token,system:serviceaccount:cnat:cnat,1`), `--manifests artifacts/deploy/` (the
 //! Namespace, ServiceAccount, ClusterRole and bindings) and `--enforce-rbac`.
+//!
+//! ## Safe defaults
+//!
+//! With `--plain-http` a request without a token is the bootstrap user, a member of
+//! `system:masters`: it can read secrets, rewrite RBAC and inject faults. That is fine on a
+//! loopback address (only this machine can connect) and dangerous anywhere else, so
+//! `--plain-http` with a non-loopback `--listen` (`0.0.0.0`, `::`, a LAN address) is refused at
+//! start unless `--insecure-allow-anonymous-admin-on-network` is given, and whenever the server
+//! is reachable from the network without authentication it prints a `WARNING:` line to stderr
+//! at start. HTTPS always requires a token ([`check_exposure`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,10 +75,42 @@ pub struct ApiServerArgs {
     /// YAML files or directories of objects to create at start (RBAC, namespaces, CRDs, ...).
     #[arg(long)]
     pub manifests: Vec<PathBuf>,
+    /// Allow `--plain-http` on a non-loopback address, where anyone who can reach the port is
+    /// the all-powerful bootstrap user (secrets, RBAC, fault injection). Never on a shared
+    /// network.
+    #[arg(long)]
+    pub insecure_allow_anonymous_admin_on_network: bool,
+}
+
+/// The start-time exposure check: `Err` (the refusal's text) for anonymous admin on a network
+/// address without the opt-in, `Ok(Some(warning))` when the server will be reachable from the
+/// network without authentication, `Ok(None)` otherwise.
+pub fn check_exposure(args: &ApiServerArgs) -> Result<Option<String>, String> {
+    if !args.plain_http || args.listen.ip().is_loopback() {
+        return Ok(None);
+    }
+    if !args.insecure_allow_anonymous_admin_on_network {
+        return Err(format!(
+            "refusing to serve plain HTTP on {}: every request without a token would be the \
+             bootstrap admin (system:masters) for anyone who can reach this address. Listen on \
+             a loopback address (--listen 127.0.0.1:PORT), drop --plain-http (HTTPS requires \
+             the token), or pass --insecure-allow-anonymous-admin-on-network to accept the risk",
+            args.listen
+        ));
+    }
+    Ok(Some(format!(
+        "WARNING: serving plain HTTP on {} without authentication: anyone who can reach this \
+         address is the bootstrap admin (system:masters), including secrets, RBAC and \
+         /admin/faults (--insecure-allow-anonymous-admin-on-network)",
+        args.listen
+    )))
 }
 
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
+    if let Some(warning) = check_exposure(&args).map_err(StartError::Unsafe)? {
+        eprintln!("{warning}");
+    }
     let mut builder = ApiServer::builder()
         .listen(args.listen)
         .plain_http(args.plain_http)
@@ -116,4 +158,51 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
     println!("shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ApiServerArgs,
+    }
+
+    fn args(flags: &[&str]) -> ApiServerArgs {
+        let mut argv = vec!["apiserver"];
+        argv.extend_from_slice(flags);
+        Cli::parse_from(argv).args
+    }
+
+    #[test]
+    fn anonymous_admin_is_refused_on_network_addresses_unless_opted_in() {
+        assert_eq!(check_exposure(&args(&[])), Ok(None));
+        assert_eq!(check_exposure(&args(&["--plain-http"])), Ok(None));
+        assert_eq!(
+            check_exposure(&args(&["--plain-http", "--listen", "[::1]:8080"])),
+            Ok(None)
+        );
+        // HTTPS needs a token wherever it listens.
+        assert_eq!(
+            check_exposure(&args(&["--listen", "0.0.0.0:6443"])),
+            Ok(None)
+        );
+        for addr in ["0.0.0.0:8080", "[::]:8080", "192.168.1.10:8080"] {
+            let e = check_exposure(&args(&["--plain-http", "--listen", addr])).unwrap_err();
+            assert!(e.starts_with("refusing to serve plain HTTP on "), "{e}");
+            assert!(e.contains("--insecure-allow-anonymous-admin-on-network"));
+            let w = check_exposure(&args(&[
+                "--plain-http",
+                "--listen",
+                addr,
+                "--insecure-allow-anonymous-admin-on-network",
+            ]))
+            .unwrap()
+            .unwrap();
+            assert!(w.starts_with("WARNING: serving plain HTTP on "), "{w}");
+        }
+    }
 }

@@ -179,9 +179,7 @@ pub fn prepare_create(
     } else {
         name
     };
-    if let Some(cause) = meta::validate_name(def, &name) {
-        return Err(ApiError::invalid(&def.kind, &def.group, &name, vec![cause]));
-    }
+    super::validation::check(def, &name, super::validation::validate_name(def, &name))?;
     if !meta_str(&obj, "resourceVersion").is_empty() {
         return Err(ApiError::internal(
             "resourceVersion should not be set on objects to be created",
@@ -260,18 +258,6 @@ fn reset_status_on_create(def: &ResourceDef, obj: &mut Value) {
 fn check_finalizers(def: &ResourceDef, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
     let fins = finalizers_of(new);
     let name = meta_str(new, "name");
-    if fins.iter().any(|f| f == "orphan") && fins.iter().any(|f| f == "foregroundDeletion") {
-        return Err(ApiError::invalid(
-            &def.kind,
-            &def.group,
-            name,
-            vec![Cause::new(
-                "FieldValueInvalid",
-                "metadata.finalizers",
-                "Invalid value: \"foregroundDeletion\": finalizer foregroundDeletion and orphan cannot be both set",
-            )],
-        ));
-    }
     if let Some(old) = old
         && !meta_str(old, "deletionTimestamp").is_empty()
     {

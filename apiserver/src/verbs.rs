@@ -334,6 +334,8 @@ pub struct WriteOptions {
     pub manager: String,
     /// Record an `operation: Update` entry (false for server-side apply, which records its own).
     pub record: bool,
+    /// Who writes (RBAC enforced): roles and bindings then pass the escalation checks.
+    pub requester: Option<Arc<super::rbac::Requester>>,
 }
 
 impl WriteOptions {
@@ -344,8 +346,29 @@ impl WriteOptions {
             strict: q.get("fieldValidation") == Some("Strict"),
             manager: q.field_manager(),
             record: true,
+            requester: q.requester(),
         }
     }
+}
+
+/// `IsOnlyMutatingGCFields`: an update that changes nothing but `ownerReferences` and
+/// `finalizers` (what the garbage collector writes) needs no escalation check.
+fn only_gc_fields_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v["metadata"].as_object_mut() {
+            for f in [
+                "ownerReferences",
+                "finalizers",
+                "managedFields",
+                "resourceVersion",
+            ] {
+                m.remove(f);
+            }
+        }
+        v
+    };
+    strip(old) == strip(new)
 }
 
 /// Managed fields with their timestamps blanked, so that a write changing nothing but the time
@@ -475,6 +498,11 @@ fn create_prepared(
     let def = &t.def;
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
     validate_custom(def, &mut obj, &opts)?;
+    super::validation::check(
+        def,
+        meta_str(&obj, "name"),
+        super::validation::validate_object(def, &obj),
+    )?;
     if opts.record {
         let sub = t.subresource.as_deref();
         super::logic::patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
@@ -492,6 +520,11 @@ fn create_prepared(
         }
         return Err(e);
     }
+    if let Some(req) = &opts.requester
+        && def.group == "rbac.authorization.k8s.io"
+    {
+        super::rbac::confirm_no_escalation(st, req, &def.plural, &ns, &obj)?;
+    }
     if is_crd(def) {
         crd::establish(st, &mut obj, dry_run)?;
     }
@@ -504,6 +537,7 @@ fn create_prepared(
 
 /// POST on a collection.
 pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answer, ApiError> {
+    q.check_write_options("CreateOptions")?;
     if t.subresource.is_some() || t.name.is_some() {
         return Err(ApiError::method_not_allowed(
             "create",
@@ -522,6 +556,8 @@ pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
             ));
         }
     }
+    let mut body = body;
+    super::validation::check_unknown_fields(&t.def, &mut body, q)?;
     let obj = intake(&t.def, body)?;
     create_prepared(st, t, obj, WriteOptions::from_query(q))
 }
@@ -549,6 +585,18 @@ fn update_stored(
         t.endpoint(),
     )?;
     validate_custom(def, &mut result, &opts)?;
+    super::validation::check(
+        def,
+        t.name(),
+        super::validation::validate_object(def, &result),
+    )?;
+    if let Some(req) = &opts.requester
+        && def.group == "rbac.authorization.k8s.io"
+        && !only_gc_fields_changed(old, &result)
+    {
+        let ns = meta_str(&result, "namespace").to_owned();
+        super::rbac::confirm_no_escalation(st, req, &def.plural, &ns, &result)?;
+    }
     if is_crd(def) {
         crd::establish(st, &mut result, dry_run)?;
     }
@@ -584,6 +632,7 @@ fn update_stored(
 
 /// PUT on an object, its `/status` or its `/scale`.
 pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answer, ApiError> {
+    q.check_write_options("UpdateOptions")?;
     let def = t.def.clone();
     if t.subresource.as_deref() == Some("scale") {
         return update_scale(st, t, body, WriteOptions::from_query(q));
@@ -591,6 +640,8 @@ pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
     if t.subresource.as_deref() == Some("finalize") {
         return finalize_namespace(st, t, body, WriteOptions::from_query(q));
     }
+    let mut body = body;
+    super::validation::check_unknown_fields(&def, &mut body, q)?;
     let new = intake(&def, body)?;
     let Some(old) = st.get(&def.storage, t.ns_key(), t.name()).cloned() else {
         if def.create_on_update && t.subresource.is_none() {
@@ -819,6 +870,7 @@ pub fn patch(
     body: Value,
     q: &Query,
 ) -> Result<Answer, ApiError> {
+    q.check_write_options("PatchOptions")?;
     let def = t.def.clone();
     if ty == PatchType::Strategic && !def.strategic_merge {
         let gvk = format!("{}, Kind={}", def.api_version(), def.kind);
@@ -845,6 +897,7 @@ pub fn patch(
     }
     let mut view = present(&def, &old);
     apply_patch_body(ty, &mut view, &body)?;
+    super::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, &old, new, WriteOptions::from_query(q))
 }
@@ -870,6 +923,8 @@ fn server_side_apply(
         ));
     };
     let force = q.flag("force")?;
+    let mut body = body;
+    super::validation::check_unknown_fields(&def, &mut body, q)?;
     let applied = intake(&def, body)?;
     let current_view = current.as_ref().map(|c| present(&def, c));
     use super::logic::patch::{ApplyError, apply};
@@ -948,6 +1003,7 @@ pub struct DeleteOptions {
 impl DeleteOptions {
     /// From an optional JSON body and the query.
     pub fn parse(body: Option<&Value>, q: &Query) -> Result<Self, ApiError> {
+        q.check_write_options("DeleteOptions")?;
         let mut o = DeleteOptions {
             grace_period: q.int("gracePeriodSeconds")?,
             propagation: q.non_empty("propagationPolicy").map(str::to_owned),

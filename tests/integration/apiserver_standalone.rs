@@ -82,3 +82,31 @@ async fn the_apiserver_subcommand_serves_until_sigterm() {
     stdout.read_to_string(&mut rest).await.unwrap();
     assert!(rest.contains("shutting down"), "{rest}");
 }
+
+/// `--plain-http` on a network address would make anyone who can connect the bootstrap admin:
+/// the process refuses to start (before binding anything) and says how to opt in.
+#[tokio::test]
+async fn plain_http_on_a_network_address_is_refused_at_start() {
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+            .args(["apiserver", "--plain-http", "--listen", "0.0.0.0:0"])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refusing to serve plain HTTP on 0.0.0.0:0")
+            && stderr.contains("--insecure-allow-anonymous-admin-on-network"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("listening"),
+        "nothing was served"
+    );
+}

@@ -32,6 +32,7 @@ mod apiserver_kubectl;
 mod apiserver_kubectl_compat;
 mod apiserver_list_snapshot;
 mod apiserver_standalone;
+mod apiserver_trust;
 mod apiserver_watch;
 mod at_controller;
 mod at_scale;
