@@ -8,6 +8,9 @@
 //!    The body is then read, at most [`MAX_BODY`] bytes; a larger one (by its `Content-Length`
 //!    or as it streams in) is refused with `413 RequestEntityTooLarge`, as the real server's
 //!    `limitedReadBody` does.
+//!    Then **API Priority and Fairness** ([`super::flowcontrol`]) classifies the request by
+//!    user and URL and admits it, queues it, or answers `429` with `Retry-After`; every
+//!    response carries the `X-Kubernetes-PF-FlowSchema-UID` / `-PriorityLevel-UID` headers.
 //! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), the
 //!    access reviews of `authorization.k8s.io/v1` ([`super::review`]), then resource paths,
 //!    parsed into a [`Target`] (group, version, resource, namespace, name,
@@ -141,6 +144,8 @@ struct Classified {
     resource: String,
     subresource: String,
     namespace: String,
+    /// `X-Kubernetes-PF-*` header values ([`super::flowcontrol`]).
+    pf: super::flowcontrol::PfUids,
 }
 
 /// Serves one request; never fails (errors become Status responses).
@@ -153,10 +158,26 @@ pub async fn handle(
         resource: req.uri().path().to_owned(),
         ..Default::default()
     };
-    let resp = match serve(&shared, req, &mut class).await {
+    let mut resp = match serve(&shared, req, &mut class).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
+    for (name, value) in [
+        (
+            super::flowcontrol::FLOW_SCHEMA_UID_HEADER,
+            &class.pf.flow_schema,
+        ),
+        (
+            super::flowcontrol::PRIORITY_LEVEL_UID_HEADER,
+            &class.pf.priority_level,
+        ),
+    ] {
+        if !value.is_empty()
+            && let Ok(v) = HeaderValue::from_str(value)
+        {
+            resp.headers_mut().insert(name, v);
+        }
+    }
     tracing::debug!(
         verb = %class.verb,
         resource = %class.resource,
@@ -217,6 +238,16 @@ async fn serve(
         )?,
         None => shared.rbac.user(""),
     };
+    // API Priority and Fairness: classified by user and URL, then admitted, queued or
+    // refused with 429. The seat is held until this function returns (for a watch: once its
+    // initial events are built and the stream is handed to hyper).
+    let digest = super::flowcontrol::RequestDigest::new(
+        req.method(),
+        &path,
+        query.flag("watch").unwrap_or(false),
+        &user,
+    );
+    let _ticket = shared.flowcontrol.admit(&digest, &mut class.pf).await?;
     let (parts, body) = req.into_parts();
     let bytes = read_body(&parts.headers, body).await?;
     let accept = parts
@@ -243,7 +274,9 @@ async fn serve(
                 ..Default::default()
             };
             shared.rbac.check(&shared.store, &user, &attrs)?;
-            let mut r = Response::new(full(shared.log.prometheus_text()));
+            let mut text = shared.log.prometheus_text();
+            text.push_str(&shared.flowcontrol.prometheus_text());
+            let mut r = Response::new(full(text));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

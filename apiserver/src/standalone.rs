@@ -65,6 +65,16 @@ pub struct ApiServerArgs {
     /// YAML files or directories of objects to create at start (RBAC, namespaces, CRDs, ...).
     #[arg(long)]
     pub manifests: Vec<PathBuf>,
+    /// API Priority and Fairness (`--enable-priority-and-fairness=false` keeps only the two
+    /// max-in-flight limits).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_priority_and_fairness: bool,
+    /// Seats for read-only requests (with APF: part of the seats all priority levels share).
+    #[arg(long, default_value_t = 400)]
+    pub max_requests_inflight: usize,
+    /// Seats for mutating requests (with APF: the rest of the shared seats).
+    #[arg(long, default_value_t = 200)]
+    pub max_mutating_requests_inflight: usize,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -93,7 +103,11 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
                 .user_groups(t.user, &groups);
         }
     }
-    builder = builder.enforce_rbac(args.enforce_rbac);
+    builder = builder
+        .enforce_rbac(args.enforce_rbac)
+        .priority_and_fairness(args.enable_priority_and_fairness)
+        .max_requests_inflight(args.max_requests_inflight)
+        .max_mutating_requests_inflight(args.max_mutating_requests_inflight);
     let server = builder.start().await?;
     println!("API server listening at {}", server.url());
     if let Some(p) = &args.kubeconfig_out {
