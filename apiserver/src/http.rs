@@ -178,6 +178,10 @@ pub async fn handle(
             resp.headers_mut().insert(name, v);
         }
     }
+    if class.resource.starts_with('/') {
+        // Not resolved to a resource: label it with its route, never with the raw path.
+        class.resource = non_resource_label(&class.resource).to_owned();
+    }
     tracing::debug!(
         verb = %class.verb,
         resource = %class.resource,
@@ -195,6 +199,33 @@ pub async fn handle(
     });
     Ok(resp)
 }
+
+/// Request-log label of a request not resolved to a resource: one of a fixed set of routes
+/// (`/version`, `/healthz`, `/apis/{group}`, ...), or [`UNROUTED`] for every other path, so the
+/// log and `/metrics` stay bounded whatever paths clients send.
+fn non_resource_label(path: &str) -> &'static str {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["healthz"] => "/healthz",
+        ["livez"] => "/livez",
+        ["readyz"] => "/readyz",
+        ["metrics"] => "/metrics",
+        ["version"] => "/version",
+        ["admin", "faults"] => "/admin/faults",
+        ["api"] => "/api",
+        ["api", "v1"] => "/api/v1",
+        ["apis"] => "/apis",
+        ["apis", _] => "/apis/{group}",
+        ["apis", _, _] => "/apis/{group}/{version}",
+        ["openapi", "v2"] => "/openapi/v2",
+        ["openapi", "v3", ..] => "/openapi/v3",
+        _ => UNROUTED,
+    }
+}
+
+/// Request-log resource label of every request whose path matched no route (and of requests
+/// refused before routing, such as `401`s).
+pub const UNROUTED: &str = "<unrouted>";
 
 async fn serve(
     shared: &Arc<Shared>,
