@@ -376,6 +376,9 @@ fn parse_schema(obj: &Value) -> Option<Schema> {
     })
 }
 
+/// `(name, uid, exempt, shares, queuing)` of one PriorityLevelConfiguration.
+type ParsedLevel = (String, String, bool, u64, Option<(usize, usize, usize)>);
+
 /// `(exempt, shares, queuing)` of a PriorityLevelConfiguration; queuing `None` means `Reject`.
 fn parse_level(obj: &Value) -> (bool, u64, Option<(usize, usize, usize)>) {
     let spec = &obj["spec"];
@@ -403,7 +406,7 @@ impl Config {
         server_concurrency: usize,
         previous: &Config,
     ) -> Config {
-        let parsed: Vec<(String, String, bool, u64, Option<(usize, usize, usize)>)> = levels
+        let parsed: Vec<ParsedLevel> = levels
             .iter()
             .filter_map(|o| {
                 let name = o["metadata"]["name"].as_str()?.to_owned();

@@ -354,7 +354,7 @@ mod tests {
         QueueSetConfig {
             seats,
             queues,
-            hand_size: 1.min(queues.max(1)),
+            hand_size: 1,
             queue_length_limit: limit,
         }
     }
