@@ -8,6 +8,9 @@
 //!    The body is then read, at most [`MAX_BODY`] bytes; a larger one (by its `Content-Length`
 //!    or as it streams in) is refused with `413 RequestEntityTooLarge`, as the real server's
 //!    `limitedReadBody` does.
+//!    Then **API Priority and Fairness** ([`super::flowcontrol`]) classifies the request by
+//!    user and URL and admits it, queues it, or answers `429` with `Retry-After`; every
+//!    response carries the `X-Kubernetes-PF-FlowSchema-UID` / `-PriorityLevel-UID` headers.
 //! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), the
 //!    access reviews of `authorization.k8s.io/v1` ([`super::review`]), then resource paths,
 //!    parsed into a [`Target`] (group, version, resource, namespace, name,
@@ -155,6 +158,8 @@ struct Classified {
     resource: String,
     subresource: String,
     namespace: String,
+    /// `X-Kubernetes-PF-*` header values ([`super::flowcontrol`]).
+    pf: super::flowcontrol::PfUids,
 }
 
 /// Serves one request; never fails (errors become Status responses).
@@ -167,10 +172,30 @@ pub async fn handle(
         resource: req.uri().path().to_owned(),
         ..Default::default()
     };
-    let resp = match serve(&shared, req, &mut class).await {
+    let mut resp = match serve(&shared, req, &mut class).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
     };
+    for (name, value) in [
+        (
+            super::flowcontrol::FLOW_SCHEMA_UID_HEADER,
+            &class.pf.flow_schema,
+        ),
+        (
+            super::flowcontrol::PRIORITY_LEVEL_UID_HEADER,
+            &class.pf.priority_level,
+        ),
+    ] {
+        if !value.is_empty()
+            && let Ok(v) = HeaderValue::from_str(value)
+        {
+            resp.headers_mut().insert(name, v);
+        }
+    }
+    if class.resource.starts_with('/') {
+        // Not resolved to a resource: label it with its route, never with the raw path.
+        class.resource = non_resource_label(&class.resource).to_owned();
+    }
     tracing::debug!(
         verb = %class.verb,
         resource = %class.resource,
@@ -188,6 +213,33 @@ pub async fn handle(
     });
     Ok(resp)
 }
+
+/// Request-log label of a request not resolved to a resource: one of a fixed set of routes
+/// (`/version`, `/healthz`, `/apis/{group}`, ...), or [`UNROUTED`] for every other path, so the
+/// log and `/metrics` stay bounded whatever paths clients send.
+fn non_resource_label(path: &str) -> &'static str {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["healthz"] => "/healthz",
+        ["livez"] => "/livez",
+        ["readyz"] => "/readyz",
+        ["metrics"] => "/metrics",
+        ["version"] => "/version",
+        ["admin", "faults"] => "/admin/faults",
+        ["api"] => "/api",
+        ["api", "v1"] => "/api/v1",
+        ["apis"] => "/apis",
+        ["apis", _] => "/apis/{group}",
+        ["apis", _, _] => "/apis/{group}/{version}",
+        ["openapi", "v2"] => "/openapi/v2",
+        ["openapi", "v3", ..] => "/openapi/v3",
+        _ => UNROUTED,
+    }
+}
+
+/// Request-log resource label of every request whose path matched no route (and of requests
+/// refused before routing, such as `401`s).
+pub const UNROUTED: &str = "<unrouted>";
 
 async fn serve(
     shared: &Arc<Shared>,
@@ -239,6 +291,16 @@ async fn serve(
     } else {
         query
     };
+    // API Priority and Fairness: classified by user and URL, then admitted, queued or
+    // refused with 429. The seat is held until this function returns (for a watch: once its
+    // initial events are built and the stream is handed to hyper).
+    let digest = super::flowcontrol::RequestDigest::new(
+        req.method(),
+        &path,
+        query.flag("watch").unwrap_or(false),
+        &user,
+    );
+    let _ticket = shared.flowcontrol.admit(&digest, &mut class.pf).await?;
     let (parts, body) = req.into_parts();
     let bytes = read_body(&parts.headers, body).await?;
     let accept = parts
@@ -265,7 +327,9 @@ async fn serve(
                 ..Default::default()
             };
             shared.rbac.check(&shared.store, &user, &attrs)?;
-            let mut r = Response::new(full(shared.log.prometheus_text()));
+            let mut text = shared.log.prometheus_text();
+            text.push_str(&shared.flowcontrol.prometheus_text());
+            let mut r = Response::new(full(text));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

@@ -23,7 +23,8 @@
 //!
 //! ```text
 //! TCP ─ TLS (rustls, ALPN h2/http1.1) ─ hyper ─ http::handle
-//!         auth (bearer token) → impersonation (Impersonate-User, ...) → read body (≤ 16 MiB, else 413)
+//!         auth (bearer token) → impersonation (Impersonate-User, ...)
+//!         → priority and fairness (seat, fair queue, or 429) → read body (≤ 16 MiB, else 413)
 //!         → route (discovery | OpenAPI | resource URL) → RBAC (if enforced) → faults
 //!         → decode (JSON | YAML | protobuf | patch types)
 //!         → verbs::{get,list,create,update,patch,delete} under the store lock   ──┐
@@ -69,7 +70,8 @@
 //! access reviews answered by the same authorizer, for `kubectl auth can-i` ([`review`]), and
 //! impersonation (`kubectl --as`, [`impersonation`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
-//! created ([`crd`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
+//! created ([`crd`]); flowcontrol.apiserver.k8s.io/v1 FlowSchemas and
+//! PriorityLevelConfigurations, which configure API Priority and Fairness ([`flowcontrol`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
 //! Table output for `kubectl get`, protobuf request bodies for built-in kinds, the request log
 //! (also at `/metrics`) and fault injection ([`faults`], also at `/admin/faults`).
 //!
@@ -111,6 +113,7 @@ pub mod crd;
 pub mod discovery;
 pub mod events;
 pub mod faults;
+pub mod flowcontrol;
 pub mod gc;
 pub mod http;
 pub mod impersonation;
@@ -172,6 +175,8 @@ pub struct Shared {
     pub faults: faults::Faults,
     /// Users' groups and RBAC enforcement.
     pub rbac: rbac::Authorizer,
+    /// API Priority and Fairness (or the max-in-flight limits): seats, queues, 429s.
+    pub flowcontrol: Arc<flowcontrol::FlowControl>,
 }
 
 /// Why the server could not start.
@@ -236,6 +241,7 @@ pub struct ApiServerBuilder {
     workload_delay: Duration,
     enforce_rbac: bool,
     user_groups: std::collections::HashMap<String, Vec<String>>,
+    flow_control: flowcontrol::Settings,
 }
 
 impl Default for ApiServerBuilder {
@@ -255,6 +261,7 @@ impl Default for ApiServerBuilder {
             workload_delay: Duration::from_millis(500),
             enforce_rbac: false,
             user_groups: std::collections::HashMap::new(),
+            flow_control: flowcontrol::Settings::default(),
         }
     }
 }
@@ -370,6 +377,33 @@ impl ApiServerBuilder {
         self
     }
 
+    /// API Priority and Fairness ([`flowcontrol`]; default on). Off, the server keeps the
+    /// plain max-in-flight limits instead (`--enable-priority-and-fairness=false`).
+    pub fn priority_and_fairness(mut self, yes: bool) -> Self {
+        self.flow_control.enabled = yes;
+        self
+    }
+
+    /// `--max-requests-inflight` (default 400): with APF, part of the seats the priority
+    /// levels share; without, the limit on concurrent read-only requests.
+    pub fn max_requests_inflight(mut self, n: usize) -> Self {
+        self.flow_control.max_requests_inflight = n;
+        self
+    }
+
+    /// `--max-mutating-requests-inflight` (default 200): with APF, the rest of the seats;
+    /// without, the limit on concurrent mutating requests.
+    pub fn max_mutating_requests_inflight(mut self, n: usize) -> Self {
+        self.flow_control.max_mutating_requests_inflight = n;
+        self
+    }
+
+    /// How long a request may wait in an APF queue before it gets 429 (default 15 s).
+    pub fn flow_control_queue_wait(mut self, d: Duration) -> Self {
+        self.flow_control.queue_wait = d;
+        self
+    }
+
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
     pub async fn start(self) -> Result<ApiServerHandle, StartError> {
         let listener = TcpListener::bind(self.listen)
@@ -395,6 +429,8 @@ impl ApiServerBuilder {
         }
         let store = Arc::new(Store::new(self.history_window));
         seed(&store);
+        flowcontrol::FlowControl::seed(&store);
+        let flow_control = flowcontrol::FlowControl::new(self.flow_control.clone(), &store);
         let shutdown = CancellationToken::new();
         let log = RequestLog::default();
         let shared = Arc::new(Shared {
@@ -408,6 +444,7 @@ impl ApiServerBuilder {
             reject_send_initial_events: self.reject_send_initial_events,
             shutdown: shutdown.clone(),
             server_address: addr.to_string(),
+            flowcontrol: flow_control.clone(),
         });
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{addr}");
@@ -421,6 +458,7 @@ impl ApiServerBuilder {
             shared.clone(),
             tracker.clone(),
         ));
+        flow_control.spawn_config_watch(store.clone(), shutdown.clone(), &tracker);
         tracing::info!(%url, "embedded API server listening");
         let clock = background::VirtualClock::new();
         let node = kubelet::NodeControl::default();

@@ -328,6 +328,26 @@ impl Registry {
             .generation()
             .conditional()
             .done(),
+            B::new(
+                "flowcontrol.apiserver.k8s.io",
+                "v1",
+                "flowschemas",
+                "FlowSchema",
+                false,
+            )
+            .status()
+            .generation()
+            .done(),
+            B::new(
+                "flowcontrol.apiserver.k8s.io",
+                "v1",
+                "prioritylevelconfigurations",
+                "PriorityLevelConfiguration",
+                false,
+            )
+            .status()
+            .generation()
+            .done(),
             B::new("rbac.authorization.k8s.io", "v1", "roles", "Role", true).done(),
             B::new(
                 "rbac.authorization.k8s.io",

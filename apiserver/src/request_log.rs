@@ -21,12 +21,24 @@
 //! The same counts are served at `/metrics` in the Prometheus text format, named like the real
 //! server's `apiserver_request_total`.
 //!
-//! Non-resource requests (discovery, `/version`, OpenAPI) are counted with verb `get` and the
-//! URL path as their resource. Counts are kept per distinct key, so memory stays bounded by the
-//! number of distinct (verb, resource, subresource, namespace, code) combinations.
+//! Non-resource requests (discovery, `/version`, OpenAPI) are counted with verb `get` and their
+//! route as their resource (`/version`, `/apis/{group}`); a path that matches no route, or a
+//! request refused before routing (a `401`), is counted as resource `<unrouted>`: labels come
+//! from a bounded set, never from the raw URL, so a client sending 70,000 distinct paths adds
+//! one key, not 70,000 (the real server's metrics do the same).
+//!
+//! Counts are kept per distinct (verb, resource, subresource, namespace, code). Namespaces come
+//! from URLs and are not bounded by routing, so once the log holds [`MAX_KEYS`] keys a new key
+//! is recorded with namespace `<other>` instead: memory stays bounded whatever clients send.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+
+/// Distinct keys the log holds before new namespaces are folded into [`OTHER_NAMESPACE`].
+pub const MAX_KEYS: usize = 10_000;
+
+/// The namespace label of requests recorded after the log reached [`MAX_KEYS`] keys.
+pub const OTHER_NAMESPACE: &str = "<other>";
 
 /// One classified request.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -66,9 +78,13 @@ impl RequestLog {
         self.counts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts one request.
-    pub fn record(&self, key: RequestKey) {
-        *self.lock().entry(key).or_default() += 1;
+    /// Counts one request (with namespace `<other>` if it is a new key and the log is full).
+    pub fn record(&self, mut key: RequestKey) {
+        let mut counts = self.lock();
+        if counts.len() >= MAX_KEYS && !counts.contains_key(&key) {
+            key.namespace = OTHER_NAMESPACE.to_owned();
+        }
+        *counts.entry(key).or_default() += 1;
     }
 
     /// Every key with its count.
@@ -199,5 +215,18 @@ mod tests {
         ));
         log.clear();
         assert_eq!(log.total(), 0);
+    }
+
+    #[test]
+    fn distinct_namespaces_beyond_the_cap_share_one_key() {
+        let log = RequestLog::default();
+        for i in 0..MAX_KEYS + 5_000 {
+            let mut k = key("get", "pods", 404);
+            k.namespace = format!("ns-{i}");
+            log.record(k);
+        }
+        assert_eq!(log.snapshot().len(), MAX_KEYS + 1);
+        assert_eq!(log.count("get", "pods"), (MAX_KEYS + 5_000) as u64);
+        assert_eq!(log.count_where(|k| k.namespace == OTHER_NAMESPACE), 5_000);
     }
 }

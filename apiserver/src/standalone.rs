@@ -80,6 +80,16 @@ pub struct ApiServerArgs {
     /// network.
     #[arg(long)]
     pub insecure_allow_anonymous_admin_on_network: bool,
+    /// API Priority and Fairness (`--enable-priority-and-fairness=false` keeps only the two
+    /// max-in-flight limits).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_priority_and_fairness: bool,
+    /// Seats for read-only requests (with APF: part of the seats all priority levels share).
+    #[arg(long, default_value_t = 400)]
+    pub max_requests_inflight: usize,
+    /// Seats for mutating requests (with APF: the rest of the shared seats).
+    #[arg(long, default_value_t = 200)]
+    pub max_mutating_requests_inflight: usize,
 }
 
 /// The start-time exposure check: `Err` (the refusal's text) for anonymous admin on a network
@@ -135,7 +145,11 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
                 .user_groups(t.user, &groups);
         }
     }
-    builder = builder.enforce_rbac(args.enforce_rbac);
+    builder = builder
+        .enforce_rbac(args.enforce_rbac)
+        .priority_and_fairness(args.enable_priority_and_fairness)
+        .max_requests_inflight(args.max_requests_inflight)
+        .max_mutating_requests_inflight(args.max_mutating_requests_inflight);
     let server = builder.start().await?;
     println!("API server listening at {}", server.url());
     if let Some(p) = &args.kubeconfig_out {

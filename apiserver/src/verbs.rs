@@ -482,6 +482,29 @@ pub fn validate_custom(
     Ok(())
 }
 
+/// How many names the server generates for one create before answering 409 (the real
+/// registry's `maxNameGenerationCreateAttempts`).
+pub const MAX_NAME_GENERATION_ATTEMPTS: usize = 8;
+
+/// The first of `first` and up to [`MAX_NAME_GENERATION_ATTEMPTS`]` - 1` further generated names
+/// that is not taken, or `None` if every attempt collided.
+fn pick_generated_name(
+    first: String,
+    taken: impl Fn(&str) -> bool,
+    mut generate: impl FnMut() -> String,
+) -> Option<String> {
+    let mut name = first;
+    for attempt in 1..=MAX_NAME_GENERATION_ATTEMPTS {
+        if !taken(&name) {
+            return Some(name);
+        }
+        if attempt < MAX_NAME_GENERATION_ATTEMPTS {
+            name = generate();
+        }
+    }
+    None
+}
+
 fn is_crd(def: &ResourceDef) -> bool {
     def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions"
 }
@@ -496,8 +519,27 @@ fn create_prepared(
 ) -> Result<Answer, ApiError> {
     let dry_run = opts.dry_run;
     let def = &t.def;
+    // The name is the server's to choose only when the client sent `generateName` and no name.
+    let generated = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
+    super::workloads::validate_replicas(def, &obj)?;
     validate_custom(def, &mut obj, &opts)?;
+    if generated {
+        // KEP-4420: a generated name that collides is generated again, as the real registry
+        // does (`maxNameGenerationCreateAttempts`), before giving up with 409.
+        let base = meta_str(&obj, "generateName").to_owned();
+        let ns = meta_str(&obj, "namespace").to_owned();
+        let first = meta_str(&obj, "name").to_owned();
+        let storage = def.storage.clone();
+        let free = pick_generated_name(
+            first,
+            |n| st.get(&storage, &ns, n).is_some(),
+            || meta::generate_name(&base),
+        );
+        if let Some(name) = free {
+            obj["metadata"]["name"] = json!(name);
+        }
+    }
     super::validation::check(
         def,
         meta_str(&obj, "name"),
@@ -509,7 +551,6 @@ fn create_prepared(
     }
     let (ns, name) = super::store::key_of(&obj);
     if let Some(existing) = st.get(&def.storage, &ns, &name) {
-        let generated = !meta_str(&obj, "generateName").is_empty();
         let mut e = if generated {
             ApiError::generate_name_conflict(&def.plural, &def.group, &name)
         } else {
@@ -584,6 +625,7 @@ fn update_stored(
         t.name(),
         t.endpoint(),
     )?;
+    super::workloads::validate_replicas(def, &result)?;
     validate_custom(def, &mut result, &opts)?;
     super::validation::check(
         def,
@@ -760,6 +802,13 @@ fn update_scale(
         .unwrap_or_default();
     if !sent_rv.is_empty() && sent_rv.parse::<u64>().ok() != Some(rv_of(&old)) {
         return Err(ApiError::conflict(&def.plural, &def.group, t.name()));
+    }
+    if let Some(n) = body["spec"]["replicas"].as_i64()
+        && i32::try_from(n).is_err()
+    {
+        return Err(ApiError::bad_request(format!(
+            "Scale in version \"v1\" cannot be handled as a Scale: json: cannot unmarshal number {n} into Go struct field ScaleSpec.spec.replicas of type int32"
+        )));
     }
     let Some(replicas) = body["spec"]["replicas"].as_i64() else {
         return Err(ApiError::invalid(
@@ -1337,4 +1386,36 @@ pub fn delete_collection(
             "items": affected,
         }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_names_are_retried_until_one_is_free() {
+        let taken = ["web-aaaaa", "web-bbbbb", "web-ccccc"];
+        let mut next = ["web-bbbbb", "web-ccccc", "web-ddddd"].into_iter();
+        let name = pick_generated_name(
+            "web-aaaaa".into(),
+            |n| taken.contains(&n),
+            || next.next().unwrap_or_default().to_owned(),
+        );
+        assert_eq!(name.as_deref(), Some("web-ddddd"));
+    }
+
+    #[test]
+    fn generation_gives_up_after_eight_attempts() {
+        let mut calls = 0;
+        let name = pick_generated_name(
+            "x".into(),
+            |_| true,
+            || {
+                calls += 1;
+                format!("x{calls}")
+            },
+        );
+        assert_eq!(name, None);
+        assert_eq!(calls, MAX_NAME_GENERATION_ATTEMPTS - 1);
+    }
 }

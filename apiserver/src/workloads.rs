@@ -62,6 +62,8 @@ use tokio_util::task::TaskTracker;
 use super::background::{Batch, ChangeFeed, VirtualClock};
 use super::meta::meta_str;
 use super::query::Query;
+use super::registry::ResourceDef;
+use super::status::{ApiError, Cause};
 use super::store::{State, Store};
 use super::verbs::{self, DeleteOptions, Target};
 
@@ -69,6 +71,62 @@ const DEPLOYMENTS: &str = "apps/deployments";
 const REPLICASETS: &str = "apps/replicasets";
 const STATEFULSETS: &str = "apps/statefulsets";
 const PODS: &str = "core/pods";
+
+/// Most pods one StatefulSet step creates (Parallel policy) while holding the store lock; the
+/// next step follows at once. Keeps the lock hold time independent of `spec.replicas`.
+pub const MAX_PODS_PER_STEP: usize = 100;
+
+/// The real API server's checks of `spec.replicas` on Deployments, ReplicaSets and
+/// StatefulSets (and their `/scale`, checked in `verbs`): the field is an `int32`, so a
+/// fraction, a string or a number outside `-2^31..2^31` fails decoding with `400 BadRequest`
+/// (`json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas of
+/// type int32`), and a negative count fails validation with `422 Invalid`
+/// (`spec.replicas: Invalid value: -1: must be greater than or equal to 0`).
+pub fn validate_replicas(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+    if def.group != "apps" || def.custom.is_some() {
+        return Ok(());
+    }
+    let kind = match def.plural.as_str() {
+        "deployments" => "Deployment",
+        "replicasets" => "ReplicaSet",
+        "statefulsets" => "StatefulSet",
+        _ => return Ok(()),
+    };
+    let Some(v) = obj.get("spec").and_then(|s| s.get("replicas")) else {
+        return Ok(());
+    };
+    if v.is_null() {
+        return Ok(());
+    }
+    let decode_error = |what: String| {
+        ApiError::bad_request(format!(
+            "{kind} in version \"v1\" cannot be handled as a {kind}: json: cannot unmarshal {what} into Go struct field {kind}Spec.spec.replicas of type int32"
+        ))
+    };
+    let n = match v {
+        Value::Number(num) => match num.as_i64().and_then(|n| i32::try_from(n).ok()) {
+            Some(n) => n,
+            None => return Err(decode_error(format!("number {num}"))),
+        },
+        Value::String(_) => return Err(decode_error("string".into())),
+        Value::Bool(_) => return Err(decode_error("bool".into())),
+        Value::Array(_) => return Err(decode_error("array".into())),
+        _ => return Err(decode_error("object".into())),
+    };
+    if n < 0 {
+        return Err(ApiError::invalid(
+            kind,
+            "apps",
+            meta_str(obj, "name"),
+            vec![Cause::new(
+                "FieldValueInvalid",
+                "spec.replicas",
+                format!("Invalid value: {n}: must be greater than or equal to 0"),
+            )],
+        ));
+    }
+    Ok(())
+}
 
 /// Settings of the simulated workload controllers.
 #[derive(Clone, Copy, Debug)]
@@ -311,9 +369,13 @@ impl Controllers {
                 pods = owned_pods(st, ns, &uid);
             }
 
-            // Scale up: missing ordinals below `replicas`.
+            // Scale up: missing ordinals below `replicas`, at most `MAX_PODS_PER_STEP` per
+            // step (found lazily: the work is bounded by the pods that exist, never by
+            // `replicas`, which may be 2^31 - 1).
+            let existing: std::collections::HashSet<i64> = pods.iter().map(|(o, _)| *o).collect();
             let missing: Vec<i64> = (0..replicas)
-                .filter(|i| !pods.iter().any(|(o, _)| o == i))
+                .filter(|i| !existing.contains(i))
+                .take(MAX_PODS_PER_STEP)
                 .collect();
             for ord in missing {
                 if !parallel {
@@ -321,7 +383,7 @@ impl Controllers {
                         .iter()
                         .filter(|(o, _)| *o < ord)
                         .all(|(_, p)| is_running_and_ready(p));
-                    let all_lower_exist = (0..ord).all(|i| pods.iter().any(|(o, _)| *o == i));
+                    let all_lower_exist = (0..ord).all(|i| existing.contains(&i));
                     if !lower_ready || !all_lower_exist {
                         break;
                     }

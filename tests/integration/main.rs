@@ -20,6 +20,7 @@ mod record_support;
 
 // The areas.
 mod apiserver_auth_review;
+mod apiserver_bounded;
 mod apiserver_client;
 mod apiserver_cluster_faults;
 mod apiserver_cluster_gc;
@@ -27,6 +28,7 @@ mod apiserver_cluster_node;
 mod apiserver_cluster_rbac;
 mod apiserver_cluster_standalone;
 mod apiserver_cluster_workloads;
+mod apiserver_flowcontrol;
 mod apiserver_http;
 mod apiserver_kubectl;
 mod apiserver_kubectl_compat;
