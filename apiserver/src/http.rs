@@ -243,7 +243,9 @@ async fn serve(
                 ..Default::default()
             };
             shared.rbac.check(&shared.store, &user, &attrs)?;
-            let mut r = Response::new(full(shared.log.prometheus_text()));
+            let mut r = Response::new(full(
+                shared.log.prometheus_text() + &shared.store.prometheus_text(),
+            ));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
