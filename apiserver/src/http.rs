@@ -329,6 +329,7 @@ async fn serve(
             shared.rbac.check(&shared.store, &user, &attrs)?;
             let mut text = shared.log.prometheus_text();
             text.push_str(&shared.flowcontrol.prometheus_text());
+            text.push_str(&shared.store.prometheus_text());
             let mut r = Response::new(full(text));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

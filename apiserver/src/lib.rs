@@ -46,7 +46,8 @@
 //!
 //! A watch is a `GET ...?watch=true` whose response never ends: one JSON event per line
 //! (`ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`). To replay "everything after N" the
-//! server keeps a window of recent changes (10 000 by default, [`ApiServerBuilder::history_window`]).
+//! server keeps a window of recent changes (the last 5 minutes, at most 256 MiB by default:
+//! [`ApiServerBuilder::history_max_age`], [`ApiServerBuilder::history_max_bytes`]).
 //! A client that asks for a version older than the window gets an `ERROR` event holding a `410
 //! Expired` Status: it has missed changes the server no longer remembers, so it must list again
 //! from scratch. That is the *relist* every informer knows how to do. Details in [`watch`].
@@ -111,6 +112,7 @@ pub mod auth;
 pub mod background;
 pub mod crd;
 pub mod discovery;
+pub mod durable;
 pub mod events;
 pub mod faults;
 pub mod flowcontrol;
@@ -208,6 +210,9 @@ pub enum StartError {
     /// The configuration would be unsafe (standalone: anonymous admin on a network address).
     #[error("{0}")]
     Unsafe(String),
+    /// The data directory (`--data-dir`) could not be opened or read.
+    #[error(transparent)]
+    Storage(#[from] durable::DiskError),
 }
 
 /// The entry point: `ApiServer::builder()...start().await`.
@@ -222,7 +227,7 @@ impl ApiServer {
 }
 
 /// Configures a server. Defaults: HTTPS, a random token, `127.0.0.1:0`, a history window of
-/// 10 000 events, bookmarks every 60 s, `sendInitialEvents` supported; the garbage collector
+/// 5 minutes and at most 256 MiB, state in memory only, bookmarks every 60 s, `sendInitialEvents` supported; the garbage collector
 /// on; the simulated node and workload controllers off (when on: pods run 1 s, workloads react
 /// after 500 ms); RBAC not enforced.
 #[derive(Clone, Debug)]
@@ -231,7 +236,9 @@ pub struct ApiServerBuilder {
     token: Option<String>,
     extra_tokens: Vec<(String, String)>,
     listen: SocketAddr,
-    history_window: usize,
+    history: store::HistoryLimits,
+    data_dir: Option<PathBuf>,
+    cert_dir: Option<PathBuf>,
     bookmark_interval: Duration,
     kubeconfig_path: Option<PathBuf>,
     reject_send_initial_events: bool,
@@ -251,7 +258,9 @@ impl Default for ApiServerBuilder {
             token: None,
             extra_tokens: vec![],
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            history_window: 10_000,
+            history: store::HistoryLimits::default(),
+            data_dir: None,
+            cert_dir: None,
             bookmark_interval: Duration::from_secs(60),
             kubeconfig_path: None,
             reject_send_initial_events: false,
@@ -323,9 +332,40 @@ impl ApiServerBuilder {
         self
     }
 
-    /// How many changes the watch history keeps (default 10 000); older watches get 410.
+    /// An extra bound on how many changes the watch history keeps (default: none, only the
+    /// age and byte bounds); older watches and continue tokens get 410. See [`store`].
     pub fn history_window(mut self, n: usize) -> Self {
-        self.history_window = n;
+        self.history.max_changes = Some(n.max(1));
+        self
+    }
+
+    /// How long a revision stays usable for watches and continue tokens (default 5 minutes,
+    /// etcd's compaction interval in kube-apiserver), whatever the write rate, unless the byte
+    /// bound forces an earlier compaction.
+    pub fn history_max_age(mut self, d: Duration) -> Self {
+        self.history.max_age = d;
+        self
+    }
+
+    /// The most bytes the watch history may hold (default 256 MiB).
+    pub fn history_max_bytes(mut self, bytes: usize) -> Self {
+        self.history.max_bytes = bytes;
+        self
+    }
+
+    /// Keep objects, the revision counter and the watch history in `dir` (kube-apiserver keeps
+    /// them in etcd): a restart resumes with the same objects and revisions. Default: memory
+    /// only. See [`durable`].
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Keep the CA and the serving certificate in `dir` (kube-apiserver's `--cert-dir`): made
+    /// on the first start, reused after, so clients keep verifying the server across
+    /// restarts. Default: a new CA at every start. See [`tls`].
+    pub fn cert_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cert_dir = Some(dir.into());
         self
     }
 
@@ -416,10 +456,10 @@ impl ApiServerBuilder {
             addr: self.listen,
             source,
         })?;
-        let tls = if self.plain_http {
-            None
-        } else {
-            Some(tls::generate()?)
+        let tls = match (&self.cert_dir, self.plain_http) {
+            (_, true) => None,
+            (Some(dir), false) => Some(tls::load_or_generate(dir)?),
+            (None, false) => Some(tls::generate()?),
         };
         let token = self.token.unwrap_or_else(auth::random_token);
         let mut tokens = auth::TokenTable::default();
@@ -427,7 +467,10 @@ impl ApiServerBuilder {
         for (t, u) in self.extra_tokens {
             tokens.insert(t, u);
         }
-        let store = Arc::new(Store::new(self.history_window));
+        let store = Arc::new(match &self.data_dir {
+            Some(dir) => Store::open(self.history, dir)?,
+            None => Store::with_limits(self.history),
+        });
         seed(&store);
         flowcontrol::FlowControl::seed(&store);
         let flow_control = flowcontrol::FlowControl::new(self.flow_control.clone(), &store);
@@ -514,6 +557,9 @@ impl ApiServerBuilder {
 fn seed(store: &Store) {
     store.write(|st| {
         for ns in ["default", "kube-system", "kube-public"] {
+            if st.get("core/namespaces", "", ns).is_some() {
+                continue; // loaded from the data directory
+            }
             let obj = json!({
                 "apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": ns, "uid": meta::new_uid(), "creationTimestamp": meta::now_time(),

@@ -90,6 +90,21 @@ pub struct ApiServerArgs {
     /// Seats for mutating requests (with APF: the rest of the shared seats).
     #[arg(long, default_value_t = 200)]
     pub max_mutating_requests_inflight: usize,
+    /// Keep objects, resourceVersions and the watch history in this directory, so a restart
+    /// resumes where it stopped (default: memory only).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Keep the CA and serving certificate in this directory (kube-apiserver's flag), so
+    /// clients keep verifying the server across restarts (default: a new CA every start).
+    #[arg(long)]
+    pub cert_dir: Option<PathBuf>,
+    /// How long a resourceVersion stays usable for watches and continue tokens (etcd's
+    /// compaction interval).
+    #[arg(long, default_value = "5m", value_parser = super::background::parse_duration)]
+    pub history_max_age: Duration,
+    /// The most bytes of watch history kept in memory (bytes, or with a Ki/Mi/Gi suffix).
+    #[arg(long, default_value = "256Mi", value_parser = parse_bytes)]
+    pub history_max_bytes: usize,
 }
 
 /// The start-time exposure check: `Err` (the refusal's text) for anonymous admin on a network
@@ -114,6 +129,21 @@ pub fn check_exposure(args: &ApiServerArgs) -> Result<Option<String>, String> {
          /admin/faults (--insecure-allow-anonymous-admin-on-network)",
         args.listen
     )))
+}
+
+/// `1048576`, `512Ki`, `256Mi`, `1Gi` as a byte count.
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let (digits, shift) = match s {
+        _ if s.ends_with("Ki") => (&s[..s.len() - 2], 10),
+        _ if s.ends_with("Mi") => (&s[..s.len() - 2], 20),
+        _ if s.ends_with("Gi") => (&s[..s.len() - 2], 30),
+        _ => (s, 0),
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a byte count like 268435456 or 256Mi"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -150,6 +180,15 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
         .priority_and_fairness(args.enable_priority_and_fairness)
         .max_requests_inflight(args.max_requests_inflight)
         .max_mutating_requests_inflight(args.max_mutating_requests_inflight);
+    builder = builder
+        .history_max_age(args.history_max_age)
+        .history_max_bytes(args.history_max_bytes);
+    if let Some(dir) = &args.data_dir {
+        builder = builder.data_dir(dir);
+    }
+    if let Some(dir) = &args.cert_dir {
+        builder = builder.cert_dir(dir);
+    }
     let server = builder.start().await?;
     println!("API server listening at {}", server.url());
     if let Some(p) = &args.kubeconfig_out {
@@ -218,5 +257,16 @@ mod tests {
             .unwrap();
             assert!(w.starts_with("WARNING: serving plain HTTP on "), "{w}");
         }
+    }
+}
+
+#[cfg(test)]
+mod byte_count_tests {
+    #[test]
+    fn byte_counts_take_binary_suffixes_and_refuse_garbage() {
+        assert_eq!(super::parse_bytes("256Mi"), Ok(256 << 20));
+        assert_eq!(super::parse_bytes("1024"), Ok(1024));
+        assert_eq!(super::parse_bytes("2Ki"), Ok(2048));
+        assert!(super::parse_bytes("12MB").unwrap_err().contains("\"12MB\""));
     }
 }

@@ -15,13 +15,42 @@
 //! ## The history window and 410 Gone
 //!
 //! Every write also appends a [`Change`] (ADDED, MODIFIED or DELETED, with the object before and
-//! after) to a ring buffer. A watch "from resourceVersion N" replays the changes with
-//! `rv > N` and then follows new ones. The ring holds at most `window` changes (etcd's
-//! compaction, which the real server requests every five minutes); when the oldest is dropped,
-//! [`State::compacted_revision`] moves up to its revision. A watch or list asking for a revision
-//! below that can no longer be answered faithfully and gets `410 Expired` ("too old resource
-//! version"), which tells a client-go reflector to list again from scratch.
+//! after) to the history. A watch "from resourceVersion N" replays the changes with
+//! `rv > N` and then follows new ones. The history is etcd's MVCC log with its compaction, which
+//! kube-apiserver requests every five minutes (`--etcd-compaction-interval=5m`): so a watch
+//! position or a `continue` token stays usable for five minutes *whatever the write rate*. The
+//! window here is bounded the same way, by time and by bytes, never by a count alone
+//! ([`HistoryLimits`]):
 //!
+//! * **time** ([`HistoryLimits::max_age`], default 5 minutes): a change is dropped once it is
+//!   older than that, and not before unless the byte bound forces it;
+//! * **bytes** ([`HistoryLimits::max_bytes`], default 256 MiB): the history's size (the JSON
+//!   objects it holds, before and after each change, estimated by [`value_bytes`]) never stays
+//!   above the bound, so 3,000 patches of a 500 KB ConfigMap cost at most the bound, not 3 GB.
+//!   When the byte bound drops a change younger than `max_age`, the
+//!   `apiserver_storage_history_early_compactions_total` counter says so (the time guarantee
+//!   was broken to keep memory bounded);
+//! * optionally a count ([`HistoryLimits::max_changes`], off by default; tests use it to
+//!   provoke 410 cheaply).
+//!
+//! When the oldest change is dropped, [`State::compacted_revision`] moves up to its revision.
+//! A watch or list asking for a revision below that can no longer be answered faithfully and
+//! gets `410 Expired` ("too old resource version"), which tells a client-go reflector to list
+//! again from scratch. Trimming happens on writes (no writes, nothing to trim: memory cannot grow
+//! then). The byte accounting is served as `apiserver_storage_history_bytes` and
+//! `apiserver_storage_history_changes` ([`State::history_bytes`], [`Store::prometheus_text`]).
+//!
+//! ## Durability
+//!
+//! By default everything lives in memory. [`Store::open`] (the server's `--data-dir`) adds a
+//! crash-safe copy on disk ([`super::durable`]): every write's changes are committed there,
+//! objects, the revision counter and the history window, *before* [`Store::write`] returns, so a
+//! response is only sent for a write that survives `kill -9`. Writers that arrive while a commit
+//! is running are committed together in the next one (group commit), which keeps throughput
+//! at a few fsyncs per batch instead of one per write. A restart loads the same objects, the
+//! same revision (the counter continues) and the same history, so watches resume from their
+//! revision without a relist.
+
 //! ## Snapshots: reading the past without copying the present
 //!
 //! The same history lets [`State::snapshot_at`] show a resource as it was at an older
@@ -57,12 +86,18 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::iter::Peekable;
 use std::ops::Bound;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::durable::{Disk, DiskError};
 use super::registry::Registry;
+
+/// Where CustomResourceDefinitions are stored (re-registered when a data directory is loaded).
+const CRD_STORAGE: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
 /// `(namespace, name)`; namespace is `""` for cluster-scoped objects.
 pub type Key = (String, String);
@@ -102,6 +137,78 @@ pub struct Change {
     pub object: Value,
     /// The object before the change (MODIFIED and DELETED).
     pub prev: Option<Value>,
+    /// When the change was recorded, in milliseconds since the Unix epoch (the history's age
+    /// bound; kept on disk so ages survive a restart).
+    pub at_ms: u64,
+}
+
+impl Change {
+    /// The bytes this change holds in the history (object and previous object), see
+    /// [`value_bytes`].
+    pub fn bytes(&self) -> usize {
+        64 + self.storage.len()
+            + value_bytes(&self.object)
+            + self.prev.as_ref().map(value_bytes).unwrap_or(0)
+    }
+}
+
+/// An estimate of the memory a JSON value holds: string and key bytes plus a fixed cost per
+/// node, close to its serialized length. Linear in the value's size, like serializing it, but
+/// allocates nothing.
+pub fn value_bytes(v: &Value) -> usize {
+    match v {
+        Value::Null | Value::Bool(_) => 8,
+        Value::Number(_) => 16,
+        Value::String(s) => 24 + s.len(),
+        Value::Array(a) => 24 + a.iter().map(value_bytes).sum::<usize>(),
+        Value::Object(o) => {
+            32 + o
+                .iter()
+                .map(|(k, v)| 32 + k.len() + value_bytes(v))
+                .sum::<usize>()
+        }
+    }
+}
+
+/// How much history the store keeps (see the module docs): by age and by bytes, optionally also
+/// by count. A change is dropped when it is older than `max_age`, or when the history holds more
+/// than `max_bytes` (oldest first), or more than `max_changes` changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryLimits {
+    /// How long a revision stays readable (etcd compaction interval; default 5 minutes).
+    pub max_age: Duration,
+    /// The most bytes the history may hold (default 256 MiB).
+    pub max_bytes: usize,
+    /// An extra bound on the number of changes (default none).
+    pub max_changes: Option<usize>,
+}
+
+impl Default for HistoryLimits {
+    fn default() -> Self {
+        HistoryLimits {
+            max_age: Duration::from_secs(5 * 60),
+            max_bytes: 256 << 20,
+            max_changes: None,
+        }
+    }
+}
+
+impl HistoryLimits {
+    /// The default age and byte bounds plus a bound of `n` changes.
+    pub fn with_max_changes(n: usize) -> Self {
+        HistoryLimits {
+            max_changes: Some(n.max(1)),
+            ..HistoryLimits::default()
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch, by the system clock.
+pub fn system_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// `(namespace, name)` of an object.
@@ -162,22 +269,51 @@ pub struct State {
     rv: u64,
     objects: HashMap<String, Bucket>,
     history: VecDeque<Arc<Change>>,
+    history_bytes: usize,
+    early_compactions: u64,
     compacted: u64,
-    window: usize,
+    limits: HistoryLimits,
+    clock: fn() -> u64,
+    /// Changes not yet handed to the disk (only when the store is durable).
+    journal: Option<Vec<Arc<Change>>>,
     /// The resources served; CRD registration edits it under the same lock as the objects.
     pub registry: Registry,
 }
 
 impl State {
-    fn new(window: usize) -> Self {
+    fn new(limits: HistoryLimits) -> Self {
         State {
             rv: 1,
             objects: HashMap::new(),
             history: VecDeque::new(),
+            history_bytes: 0,
+            early_compactions: 0,
             compacted: 1,
-            window: window.max(1),
+            limits,
+            clock: system_now_ms,
+            journal: None,
             registry: Registry::builtins(),
         }
+    }
+
+    /// The bytes the history holds now (the `apiserver_storage_history_bytes` metric).
+    pub fn history_bytes(&self) -> usize {
+        self.history_bytes
+    }
+
+    /// How many changes the history holds now.
+    pub fn history_len(&self) -> usize {
+        self.history.len()
+    }
+
+    /// How often the byte or count bound dropped a change younger than the age bound.
+    pub fn early_compactions(&self) -> u64 {
+        self.early_compactions
+    }
+
+    /// The history limits in force.
+    pub fn history_limits(&self) -> HistoryLimits {
+        self.limits
     }
 
     /// The current global revision.
@@ -214,12 +350,42 @@ impl State {
     }
 
     fn record(&mut self, change: Change) {
-        self.history.push_back(Arc::new(change));
-        while self.history.len() > self.window {
+        let change = Arc::new(change);
+        if let Some(j) = &mut self.journal {
+            j.push(change.clone());
+        }
+        self.history_bytes += change.bytes();
+        self.history.push_back(change);
+        self.trim((self.clock)());
+    }
+
+    /// Drops the changes the limits no longer allow, oldest first (see [`HistoryLimits`]).
+    fn trim(&mut self, now_ms: u64) {
+        let max_age = u64::try_from(self.limits.max_age.as_millis()).unwrap_or(u64::MAX);
+        while let Some(oldest) = self.history.front() {
+            let expired = now_ms.saturating_sub(oldest.at_ms) > max_age;
+            let too_big = self.history_bytes > self.limits.max_bytes;
+            let too_many = self
+                .limits
+                .max_changes
+                .is_some_and(|n| self.history.len() > n);
+            if !(expired || too_big || too_many) {
+                break;
+            }
+            if !expired {
+                self.early_compactions += 1;
+            }
             if let Some(old) = self.history.pop_front() {
+                self.history_bytes -= old.bytes();
                 self.compacted = old.rv;
             }
         }
+    }
+
+    /// Hands the changes recorded since the last call to the caller (the durable store), with
+    /// the revision and compaction point they lead to.
+    fn take_journal(&mut self) -> Option<Vec<Arc<Change>>> {
+        self.journal.as_mut().map(std::mem::take)
     }
 
     /// Stores a new object (the caller has checked it does not exist) and returns it stamped
@@ -249,6 +415,7 @@ impl State {
             },
             object: obj.clone(),
             prev,
+            at_ms: (self.clock)(),
         });
         obj
     }
@@ -280,6 +447,7 @@ impl State {
             kind: ChangeType::Deleted,
             object: obj.clone(),
             prev: Some(prev),
+            at_ms: (self.clock)(),
         });
         Some(obj)
     }
@@ -323,6 +491,7 @@ impl State {
     /// gets 410. A test hook to exercise clients' relist paths deterministically.
     pub fn compact(&mut self) {
         self.history.clear();
+        self.history_bytes = 0;
         self.compacted = self.rv;
     }
 
@@ -445,22 +614,72 @@ impl<'s, 'a: 's, C: Iterator<Item = (&'a Key, &'a Value)>> Iterator for Merge<'s
     }
 }
 
-/// The shared store: [`State`] behind a mutex plus the revision broadcast.
+/// The shared store: [`State`] behind a mutex plus the revision broadcast, and, when durable,
+/// the on-disk copy ([`super::durable`]).
 #[derive(Debug)]
 pub struct Store {
     state: Mutex<State>,
     rv_tx: watch::Sender<u64>,
+    disk: Option<Disk>,
 }
 
 impl Store {
-    /// An empty store keeping `window` changes of history.
+    /// An in-memory store keeping at most `window` changes of history (and the default age
+    /// and byte bounds).
     pub fn new(window: usize) -> Self {
-        let state = State::new(window);
+        Store::with_limits(HistoryLimits::with_max_changes(window))
+    }
+
+    /// An in-memory store with these history limits.
+    pub fn with_limits(limits: HistoryLimits) -> Self {
+        Store::from_state(State::new(limits), None)
+    }
+
+    fn from_state(state: State, disk: Option<Disk>) -> Self {
         let (rv_tx, _) = watch::channel(state.rv);
         Store {
             state: Mutex::new(state),
             rv_tx,
+            disk,
         }
+    }
+
+    /// A durable store in `dir` (created if missing): loads the objects, the revision and the
+    /// history written there before, and commits every later write before it returns.
+    /// CustomResourceDefinitions found there are registered again, so their resources are
+    /// served. The history is trimmed to `limits` at once.
+    pub fn open(limits: HistoryLimits, dir: &Path) -> Result<Self, DiskError> {
+        let (disk, loaded) = Disk::open(dir)?;
+        let mut state = State::new(limits);
+        if loaded.rv > 0 {
+            state.rv = loaded.rv;
+            state.compacted = loaded.compacted.max(1);
+            for (storage, obj) in loaded.objects {
+                state
+                    .objects
+                    .entry(storage)
+                    .or_default()
+                    .insert(key_of(&obj), obj);
+            }
+            for change in loaded.history {
+                state.history_bytes += change.bytes();
+                state.history.push_back(Arc::new(change));
+            }
+            state.trim((state.clock)());
+            let crds: Vec<Value> = state.list(CRD_STORAGE, None).into_iter().cloned().collect();
+            for mut crd in crds {
+                if let Err(e) = super::crd::establish(&mut state, &mut crd, false) {
+                    tracing::warn!(crd = %key_of(&crd).1, error = ?e, "stored CustomResourceDefinition not served");
+                }
+            }
+        }
+        state.journal = Some(Vec::new());
+        Ok(Store::from_state(state, Some(disk)))
+    }
+
+    /// Whether writes are committed to disk (`--data-dir`).
+    pub fn is_durable(&self) -> bool {
+        self.disk.is_some()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -474,18 +693,60 @@ impl Store {
         f(&self.lock())
     }
 
-    /// Runs `f` with exclusive access, then wakes every watcher if the revision moved.
+    /// Runs `f` with exclusive access, makes its changes durable (when the store is), then
+    /// wakes every watcher if the revision moved. Durable: blocks until the commit holding
+    /// this write is on disk (group commit, see the module docs).
     pub fn write<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let (out, before, after) = {
+        let (out, before, after, ticket) = {
             let mut st = self.lock();
             let before = st.rv;
+            let compacted_before = st.compacted;
             let out = f(&mut st);
-            (out, before, st.rv)
+            let ticket = match (&self.disk, st.take_journal()) {
+                (Some(disk), Some(changes))
+                    if !changes.is_empty() || st.compacted != compacted_before =>
+                {
+                    Some(disk.enqueue(changes, st.rv, st.compacted))
+                }
+                _ => None,
+            };
+            (out, before, st.rv, ticket)
         };
+        if let (Some(disk), Some(ticket)) = (&self.disk, ticket) {
+            disk.wait(ticket);
+        }
         if after != before {
             self.rv_tx.send_replace(after);
         }
         out
+    }
+
+    /// The store's gauges in the Prometheus text format: `apiserver_storage_history_bytes`,
+    /// `apiserver_storage_history_changes`, `apiserver_storage_history_limit_bytes`,
+    /// `apiserver_storage_history_early_compactions_total` and
+    /// `apiserver_storage_compacted_revision`.
+    pub fn prometheus_text(&self) -> String {
+        let (bytes, len, limit, early, compacted) = self.read(|s| {
+            (
+                s.history_bytes,
+                s.history.len(),
+                s.limits.max_bytes,
+                s.early_compactions,
+                s.compacted,
+            )
+        });
+        format!(
+            "# HELP apiserver_storage_history_bytes Bytes held by the watch and continue history.\n\
+             # TYPE apiserver_storage_history_bytes gauge\napiserver_storage_history_bytes {bytes}\n\
+             # HELP apiserver_storage_history_changes Changes held by the watch and continue history.\n\
+             # TYPE apiserver_storage_history_changes gauge\napiserver_storage_history_changes {len}\n\
+             # HELP apiserver_storage_history_limit_bytes The history's byte bound.\n\
+             # TYPE apiserver_storage_history_limit_bytes gauge\napiserver_storage_history_limit_bytes {limit}\n\
+             # HELP apiserver_storage_history_early_compactions_total Changes dropped by the byte or count bound before their age bound.\n\
+             # TYPE apiserver_storage_history_early_compactions_total counter\napiserver_storage_history_early_compactions_total {early}\n\
+             # HELP apiserver_storage_compacted_revision The oldest revision a watch or continue token may start from.\n\
+             # TYPE apiserver_storage_compacted_revision gauge\napiserver_storage_compacted_revision {compacted}\n"
+        )
     }
 
     /// A receiver that changes whenever the revision moves; pair it with
@@ -507,6 +768,102 @@ mod tests {
 
     fn cm(name: &str, v: &str) -> Value {
         json!({"metadata": {"name": name, "namespace": "default"}, "data": {"v": v}})
+    }
+
+    static FAKE_NOW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    fn fake_now() -> u64 {
+        FAKE_NOW.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[test]
+    fn history_keeps_every_revision_younger_than_max_age_whatever_the_count() {
+        let mut st = State::new(HistoryLimits::default());
+        st.clock = fake_now;
+        FAKE_NOW.store(1_000_000, std::sync::atomic::Ordering::SeqCst);
+        let first = st.create("core/configmaps", cm("a", "0"));
+        // 20,000 writes within the age bound: nothing is compacted, by count or otherwise.
+        for i in 0..20_000 {
+            st.update("core/configmaps", cm("a", &i.to_string()));
+        }
+        assert_eq!(st.history_len(), 20_001);
+        assert!(st.changes_since(rv_of(&first) - 1).is_ok());
+        // Five minutes and a bit later, the next write trims everything older.
+        FAKE_NOW.store(1_000_000 + 300_001, std::sync::atomic::Ordering::SeqCst);
+        let last = st.update("core/configmaps", cm("a", "late"));
+        assert_eq!(st.history_len(), 1);
+        assert_eq!(st.compacted_revision(), rv_of(&last) - 1);
+        assert!(st.changes_since(rv_of(&first)).is_err());
+        assert_eq!(st.early_compactions(), 0);
+        assert_eq!(st.history_bytes(), st.history[0].bytes());
+    }
+
+    #[test]
+    fn history_bytes_stay_under_the_bound_for_large_objects() {
+        let limit = 8 << 20;
+        let store = Store::with_limits(HistoryLimits {
+            max_bytes: limit,
+            ..HistoryLimits::default()
+        });
+        let big = "x".repeat(500 * 1024);
+        for i in 0..300 {
+            store.write(|s| s.update("core/configmaps", cm("big", &format!("{i}{big}"))));
+            store.read(|s| assert!(s.history_bytes() <= limit, "{}", s.history_bytes()));
+        }
+        store.read(|s| {
+            // Each change holds the object before and after (~1 MB): about 8 of them fit.
+            assert!((6..=8).contains(&s.history_len()), "{}", s.history_len());
+            assert!(s.early_compactions() > 0);
+            let sum: usize = s.history.iter().map(|c| c.bytes()).sum();
+            assert_eq!(sum, s.history_bytes());
+        });
+        let text = store.prometheus_text();
+        assert!(
+            text.contains("\napiserver_storage_history_limit_bytes 8388608\n"),
+            "{text}"
+        );
+        assert!(text.contains("apiserver_storage_history_bytes "), "{text}");
+    }
+
+    #[test]
+    fn a_durable_store_reopens_with_the_same_objects_revision_and_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rv, a_rv) = {
+            let store = Store::open(HistoryLimits::default(), dir.path()).unwrap();
+            let a = store.write(|s| s.create("core/configmaps", cm("a", "1")));
+            store.write(|s| s.create("core/configmaps", cm("b", "1")));
+            store.write(|s| s.update("core/configmaps", cm("a", "2")));
+            store.write(|s| s.delete("core/configmaps", "default", "b"));
+            (store.resource_version(), rv_of(&a))
+        };
+        let store = Store::open(HistoryLimits::default(), dir.path()).unwrap();
+        assert_eq!(store.resource_version(), rv);
+        store.read(|s| {
+            assert_eq!(
+                s.get("core/configmaps", "default", "a").unwrap()["data"]["v"],
+                "2"
+            );
+            assert!(s.get("core/configmaps", "default", "b").is_none());
+            let since = s.changes_since(a_rv).unwrap();
+            let kinds: Vec<_> = since.iter().map(|c| c.kind).collect();
+            assert_eq!(
+                kinds,
+                vec![ChangeType::Added, ChangeType::Modified, ChangeType::Deleted]
+            );
+            let snap = s.snapshot_at("core/configmaps", a_rv).unwrap();
+            assert_eq!(snap.count(None), 1);
+        });
+        // The counter continues.
+        let c = store.write(|s| s.create("core/configmaps", cm("c", "1")));
+        assert_eq!(rv_of(&c), rv + 1);
+        // A compaction is durable too.
+        store.write(|s| s.compact());
+        drop(store);
+        let store = Store::open(HistoryLimits::default(), dir.path()).unwrap();
+        store.read(|s| {
+            assert_eq!(s.compacted_revision(), rv + 1);
+            assert_eq!(s.history_len(), 0);
+        });
     }
 
     #[test]

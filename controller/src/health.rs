@@ -25,7 +25,19 @@
 //! ## Readiness: are the caches synced?
 //!
 //! `/readyz` succeeds when every readiness check ([`HealthState::add_readiness_check`], a
-//! closure such as `move || informer.has_synced()`) returns true. Readiness does **not** depend
+//! closure such as `move || informer.has_synced()`) returns true, and the API server is
+//! reachable: when **every** watch has been failing (a list or watch that cannot connect, or
+//! ends in an error other than 410) for longer than [`HealthOptions::unreachable_after`]
+//! (30 s), the `watches` check fails and names each watch with its last error. A single failing
+//! watch does not make the process unready (its own cache is stale, the others are fine);
+//! a lost API server does, so a Service stops sending traffic and a standby is not chosen on the
+//! strength of stale caches. Once any watch lists, opens or delivers an event again, the check
+//! passes.
+//!
+//! A lost API server is deliberately **not** a liveness failure: restarting the process cannot
+//! bring the server back, and a crash loop would only add a cold start (every cache relisted) to
+//! the outage. The reflectors keep retrying with backoff, and carry on from their
+//! resourceVersion when the server returns. Readiness does **not** depend
 //! on leadership: a standby replica syncs its informers and is ready, so it can take over
 //! without a cold start (leader election gates the workers, not the informers; see
 //! [`crate::leaderelection`]).
@@ -106,6 +118,9 @@ pub struct HealthOptions {
     pub max_relists: usize,
     /// The window of the relist rule.
     pub relist_window: Duration,
+    /// How long every watch must have been failing before `/readyz` reports the API server
+    /// unreachable.
+    pub unreachable_after: Duration,
 }
 
 impl Default for HealthOptions {
@@ -114,6 +129,7 @@ impl Default for HealthOptions {
             forbidden_after: Duration::from_secs(300),
             max_relists: 10,
             relist_window: Duration::from_secs(600),
+            unreachable_after: Duration::from_secs(30),
         }
     }
 }
@@ -131,6 +147,8 @@ struct LoopState {
 struct WatchState {
     forbidden_since: Option<Instant>,
     relists: VecDeque<Instant>,
+    failing_since: Option<Instant>,
+    last_error: String,
 }
 
 #[derive(Default)]
@@ -249,6 +267,7 @@ impl WatchHealth {
     pub fn listed(&self) {
         self.with(|w, _| {
             w.forbidden_since = None;
+            w.failing_since = None;
         });
     }
 
@@ -256,7 +275,24 @@ impl WatchHealth {
     pub fn progress(&self) {
         self.with(|w, _| {
             w.forbidden_since = None;
+            w.failing_since = None;
             w.relists.clear();
+        });
+    }
+
+    /// A list or watch failed (could not connect, or ended in an error other than 410):
+    /// counts towards the readiness rule for a lost API server.
+    pub fn failed(&self, error: &str) {
+        self.with(|w, _| {
+            w.failing_since.get_or_insert_with(Instant::now);
+            w.last_error = error.chars().take(200).collect();
+        });
+    }
+
+    /// A watch was opened: the API server answers again.
+    pub fn reachable(&self) {
+        self.with(|w, _| {
+            w.failing_since = None;
         });
     }
 }
@@ -387,16 +423,56 @@ impl HealthState {
         out
     }
 
-    /// Every readiness check's outcome, in registration order.
+    /// Every readiness check's outcome, in registration order, then (when any reflector
+    /// reports) the `watches` check: failed when every watch has been failing for longer than
+    /// [`HealthOptions::unreachable_after`].
     pub fn readiness(&self) -> Vec<CheckResult> {
-        let checks = lock(&self.inner).readiness.clone();
-        checks
+        let (checks, watches) = {
+            let inner = lock(&self.inner);
+            (inner.readiness.clone(), self.unreachable(&inner))
+        };
+        let mut out: Vec<CheckResult> = checks
             .into_iter()
             .map(|(name, check)| CheckResult {
                 failure: (!check()).then(|| "not synced".to_owned()),
                 name,
             })
-            .collect()
+            .collect();
+        out.extend(watches);
+        out
+    }
+
+    fn unreachable(&self, inner: &Inner) -> Option<CheckResult> {
+        if inner.watches.is_empty() {
+            return None;
+        }
+        let now = Instant::now();
+        let limit = inner.options.unreachable_after;
+        let mut failing = Vec::new();
+        for (name, w) in &inner.watches {
+            match w.failing_since {
+                Some(since) if now.duration_since(since) > limit => {
+                    failing.push(format!(
+                        "watch:{name} (for {:.0?}: {})",
+                        now.duration_since(since),
+                        w.last_error
+                    ));
+                }
+                _ => {
+                    return Some(CheckResult {
+                        name: "watches".into(),
+                        failure: None,
+                    });
+                }
+            }
+        }
+        Some(CheckResult {
+            name: "watches".into(),
+            failure: Some(format!(
+                "every watch failing for more than {limit:.0?}, the API server looks unreachable: {}",
+                failing.join(", ")
+            )),
+        })
     }
 
     /// True when every liveness rule passes.
@@ -656,6 +732,47 @@ mod tests {
         assert!(failed[0].1.starts_with("10 relists within"), "{failed:?}");
         w.progress();
         assert!(h.is_live());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_api_server_fails_readiness_naming_the_watches_but_not_liveness() {
+        let h = HealthState::new();
+        let ats = h.watch_health("ats");
+        let pods = h.watch_health("pods");
+        ats.progress();
+        pods.progress();
+        assert!(h.is_ready());
+        ats.failed("connection refused");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        // One watch failing is not an outage.
+        assert!(h.is_ready());
+        pods.failed("connection refused");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert!(h.is_ready(), "inside the 30 s threshold");
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(!h.is_ready());
+        let (code, body) = report("readyz", &h.readiness());
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(
+            body.contains("[-]watches failed: every watch failing for more than 30s"),
+            "{body}"
+        );
+        assert!(
+            body.contains("watch:ats (for 91s: connection refused)"),
+            "{body}"
+        );
+        assert!(
+            body.contains("watch:pods (for 31s: connection refused)"),
+            "{body}"
+        );
+        // Liveness stays: a restart would not bring the server back.
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(h.is_live());
+        // Any watch answering again ends it.
+        pods.reachable();
+        assert!(h.is_ready());
+        let (_, body) = report("readyz", &h.readiness());
+        assert!(body.contains("[+]watches ok"), "{body}");
     }
 
     #[test]

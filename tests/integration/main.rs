@@ -28,6 +28,7 @@ mod apiserver_cluster_node;
 mod apiserver_cluster_rbac;
 mod apiserver_cluster_standalone;
 mod apiserver_cluster_workloads;
+mod apiserver_durable;
 mod apiserver_flowcontrol;
 mod apiserver_http;
 mod apiserver_kubectl;

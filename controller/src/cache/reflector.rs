@@ -76,6 +76,9 @@
 //! * a **watch event or bookmark** after the sync, or a streaming list that reached its end
 //!   bookmark (it is a watch, and it works) → [`WatchHealth::progress`]: both the 403 streak
 //!   and the relist count end.
+//! * a cycle that ended in any error but 410, or a watch or streaming list refused a connection
+//!   → [`WatchHealth::failed`]; a watch opened → [`WatchHealth::reachable`]. When every
+//!   reflector has been failing for a while, `/readyz` reports the API server unreachable.
 //!
 //! A successful list alone does not clear the relist count: a reflector whose every watch is
 //! answered 410 lists fine and never watches, which is exactly the loop the relist rule is for.
@@ -506,6 +509,9 @@ where
                 if e.is_forbidden() {
                     self.report(WatchHealth::forbidden);
                 }
+                if !is_expired(&e) {
+                    self.report(|h| h.failed(&e.to_string()));
+                }
                 if is_expired(&e) {
                     debug!(reflector = %self.config.name, error = %e, "watch expired; relisting");
                 } else {
@@ -708,6 +714,9 @@ where
             let mut stream = match self.lw.watch(&self.watch_params(&rv, true)).await {
                 Ok(s) => s,
                 Err(e) if is_connection_refused(&e) || e.is_too_many_requests() => {
+                    if is_connection_refused(&e) {
+                        self.report(|h| h.failed(&e.to_string()));
+                    }
                     let d = cycle.backoff.next_delay();
                     debug!(reflector = %self.config.name, error = %e, "streaming list not possible yet; backing off");
                     if !self.sleep_or_cancel(d, cancel).await {
@@ -836,8 +845,14 @@ where
                     let rv = cycle.last_sync_rv.clone();
                     self.status.with(|s| s.watches += 1);
                     match self.lw.watch(&self.watch_params(&rv, false)).await {
-                        Ok(s) => (s, rv.is_empty() || rv == "0"),
+                        Ok(s) => {
+                            self.report(WatchHealth::reachable);
+                            (s, rv.is_empty() || rv == "0")
+                        }
                         Err(e) if is_connection_refused(&e) || e.is_too_many_requests() => {
+                            if is_connection_refused(&e) {
+                                self.report(|h| h.failed(&e.to_string()));
+                            }
                             let d = cycle.backoff.next_delay();
                             debug!(reflector = %self.config.name, error = %e,
                                 delay_ms = d.as_millis() as u64, "watch could not be opened; retrying without relist");
