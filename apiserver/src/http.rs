@@ -344,7 +344,11 @@ async fn serve(
     if target.subresource.as_deref() == Some("log") {
         // `kubectl logs`: text from the node's log buffers, not an object ([`super::logs`]).
         if parts.method != Method::GET {
-            return Err(ApiError::method_not_allowed(parts.method.as_str(), "pods", ""));
+            return Err(ApiError::method_not_allowed(
+                parts.method.as_str(),
+                "pods",
+                "",
+            ));
         }
         return super::logs::serve(
             &shared.store,

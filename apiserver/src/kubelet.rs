@@ -569,7 +569,11 @@ impl Kubelet {
                     statuses.push(old);
                     continue;
                 }
-                if let Some(buf) = self.config.logs.get(&key.0, &key.1, &track.uid, name, false) {
+                if let Some(buf) = self
+                    .config
+                    .logs
+                    .get(&key.0, &key.1, &track.uid, name, false)
+                {
                     buf.append_text(
                         self.config.clock.now(),
                         &format!("simulated node: the container exited with code {code}\n"),
@@ -719,7 +723,10 @@ impl Kubelet {
         let code = exit_code_of(c);
         let pod_exits = self
             .store
-            .read(|st| st.get(PODS, &key.0, &key.1).map(|p| restart_policy(p) != Restart::Always))
+            .read(|st| {
+                st.get(PODS, &key.0, &key.1)
+                    .map(|p| restart_policy(p) != Restart::Always)
+            })
             .unwrap_or(false);
         let what = if code != 0 || pod_exits {
             format!(
@@ -739,7 +746,7 @@ impl Kubelet {
 /// Registers the node object [`NODE_NAME`] (once) with `runtime` as its container runtime.
 pub(crate) fn register_node_as(store: &Store, now: &str, runtime: &str) {
     let now = now.to_owned();
-store.write(|st| {
+    store.write(|st| {
         if st.get("core/nodes", "", NODE_NAME).is_some() {
             return;
         }
@@ -786,7 +793,6 @@ store.write(|st| {
     });
 }
 
-
 /// Registers the node object [`NODE_NAME`] (once) for the simulated runtime.
 fn register_node(store: &Store, now: &str) {
     register_node_as(store, now, "simulated://1.0");
@@ -826,7 +832,6 @@ pub(crate) fn finish_deletion(store: &Store, key: &Key, uid: &str) {
         }
     });
 }
-
 
 /// The stored pod at `key` if it still has `uid`.
 pub(crate) fn current(st: &State, key: &Key, uid: &str) -> Option<Value> {

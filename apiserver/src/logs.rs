@@ -488,10 +488,8 @@ fn initial(buf: &LogBuffer, opts: &LogOptions) -> (Vec<Line>, u64, bool) {
 
 fn text_response(body: Body) -> Response<Body> {
     let mut r = Response::new(body);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain"),
-    );
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     r
 }
 
@@ -521,7 +519,10 @@ fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String
                 containers.join(" ")
             );
             if !inits.is_empty() {
-                msg.push_str(&format!(" or one of the init containers: [{}]", inits.join(" ")));
+                msg.push_str(&format!(
+                    " or one of the init containers: [{}]",
+                    inits.join(" ")
+                ));
             }
             Err(ApiError::bad_request(msg))
         }
@@ -730,7 +731,10 @@ mod tests {
         assert!(first.is_closed());
         let prev = s.get("ns", "p", "u1", "c", true).unwrap();
         assert_eq!(prev.contents(), b"one\n");
-        assert_eq!(s.get("ns", "p", "u1", "c", false).unwrap().contents(), b"two\n");
+        assert_eq!(
+            s.get("ns", "p", "u1", "c", false).unwrap().contents(),
+            b"two\n"
+        );
         assert!(s.get("ns", "p", "u2", "c", false).is_none());
         s.remove_pod("ns", "p", "u1");
         assert!(s.get("ns", "p", "u1", "c", false).is_none());

@@ -34,9 +34,10 @@
 //!   ends with exit code 128 and reason `StartError`, and a Warning `Failed` event;
 //! * **restartPolicy**: `Never`: the pod ends `Succeeded` when every container exited 0, else
 //!   `Failed`. `OnFailure`: a failed container restarts, `Always`: every container restarts;
-//!   a restart waits the kubelet's crash-loop back-off (10 s, doubling, at most 5 min; a
-//!   Warning `BackOff` event and `waiting: CrashLoopBackOff` meanwhile, the exit in
-//!   `lastState`, `restartCount + 1`, the old output readable with `previous=true`);
+//!   as in the kubelet, the first restart is immediate and each later one waits the crash-loop
+//!   back-off (10 s, doubling, at most 5 min), with a Warning `BackOff` event and `waiting:
+//!   CrashLoopBackOff` meanwhile. The exit goes to `lastState`, `restartCount` counts the
+//!   restarts, and the previous run's output stays readable with `previous=true`;
 //! * **activeDeadlineSeconds**: counted from the pod's `startTime`; when it passes, the
 //!   containers are killed and the pod ends `Failed` with `reason: DeadlineExceeded`, message
 //!   `Pod was active on the node longer than the specified deadline`, and a Warning
@@ -94,8 +95,8 @@ use tokio_util::task::TaskTracker;
 
 use super::background::{Batch, ChangeFeed, VirtualClock};
 use super::kubelet::{
-    self, HOST_IP, NODE_NAME, Restart, back_off, condition, container_status, containers,
-    current, finish_deletion, restart_policy, set_condition, with_status,
+    self, HOST_IP, NODE_NAME, Restart, back_off, condition, container_status, containers, current,
+    finish_deletion, restart_policy, set_condition, with_status,
 };
 use super::logs::{LineSplitter, LogBuffer, LogStore};
 use super::meta::{self, meta_str};
@@ -686,10 +687,7 @@ async fn run_container(
     let argv = argv_of(&c);
     let mut restarts: u32 = 0;
     loop {
-        let buf = ctx
-            .config
-            .logs
-            .start_instance(&key.0, &key.1, &uid, &name);
+        let buf = ctx.config.logs.start_instance(&key.0, &key.1, &uid, &name);
         event(
             &ctx,
             &key,
@@ -709,8 +707,24 @@ async fn run_container(
                 "process runtime: the container has no command; its image's entrypoint cannot run without the image, so nothing runs\n",
             );
             set_running(&ctx, &key, &uid, &name, &now, "process://none");
-            event(&ctx, &key, &uid, Some(&name), "Normal", "Created", &format!("Created container: {name}"));
-            event(&ctx, &key, &uid, Some(&name), "Normal", "Started", &format!("Started container {name}"));
+            event(
+                &ctx,
+                &key,
+                &uid,
+                Some(&name),
+                "Normal",
+                "Created",
+                &format!("Created container: {name}"),
+            );
+            event(
+                &ctx,
+                &key,
+                &uid,
+                Some(&name),
+                "Normal",
+                "Started",
+                &format!("Started container {name}"),
+            );
             kill.token.cancelled().await;
             buf.close();
             let exit = Exit {
@@ -735,18 +749,22 @@ async fn run_container(
             set_terminated(&ctx, &key, &uid, &name, &exit, policy, killed);
             return;
         }
-        restarts += 1;
-        let delay = back_off(restarts);
-        set_back_off(&ctx, &key, &uid, &name, &exit, restarts, delay);
-        event(
-            &ctx,
-            &key,
-            &uid,
-            Some(&name),
-            "Warning",
-            "BackOff",
-            &format!("Back-off restarting failed container {name} in pod {}_{}({uid})", key.1, key.0),
-        );
+        let delay = restart_delay(restarts + 1);
+        set_back_off(&ctx, &key, &uid, &name, &exit, delay);
+        if !delay.is_zero() {
+            event(
+                &ctx,
+                &key,
+                &uid,
+                Some(&name),
+                "Warning",
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {name} in pod {}_{}({uid})",
+                    key.1, key.0
+                ),
+            );
+        }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
             _ = kill.token.cancelled() => {
@@ -754,6 +772,26 @@ async fn run_container(
                 return;
             }
         }
+        restarts += 1;
+        update_container(
+            &ctx,
+            &key,
+            &uid,
+            &name,
+            |s| s["restartCount"] = json!(restarts),
+            None,
+        );
+    }
+}
+
+/// How long the kubelet waits before the `n`th restart of a container: the first restart is
+/// immediate (no back-off entry exists yet), then 10 s, doubling, at most 5 minutes
+/// (`doBackOff` in `kuberuntime_manager.go`).
+fn restart_delay(n: u32) -> Duration {
+    if n <= 1 {
+        Duration::ZERO
+    } else {
+        back_off(n - 1)
     }
 }
 
@@ -794,9 +832,20 @@ async fn run_once(
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            let message = format!("failed to start container {name:?}: exec: {:?}: {e}", argv[0]);
+            let message = format!(
+                "failed to start container {name:?}: exec: {:?}: {e}",
+                argv[0]
+            );
             buf.append_text(ctx.config.clock.now(), &format!("{message}\n"));
-            event(ctx, key, uid, Some(name), "Warning", "Failed", &format!("Error: {message}"));
+            event(
+                ctx,
+                key,
+                uid,
+                Some(name),
+                "Warning",
+                "Failed",
+                &format!("Error: {message}"),
+            );
             return Exit {
                 code: 128,
                 reason: "StartError",
@@ -807,13 +856,42 @@ async fn run_once(
     };
     let pid = child.id().unwrap_or(0);
     tracing::debug!(namespace = %key.0, pod = %key.1, container = name, pid, "container started");
-    set_running(ctx, key, uid, name, &started_at, &format!("process://{pid}"));
-    event(ctx, key, uid, Some(name), "Normal", "Created", &format!("Created container: {name}"));
-    event(ctx, key, uid, Some(name), "Normal", "Started", &format!("Started container {name}"));
+    set_running(
+        ctx,
+        key,
+        uid,
+        name,
+        &started_at,
+        &format!("process://{pid}"),
+    );
+    event(
+        ctx,
+        key,
+        uid,
+        Some(name),
+        "Normal",
+        "Created",
+        &format!("Created container: {name}"),
+    );
+    event(
+        ctx,
+        key,
+        uid,
+        Some(name),
+        "Normal",
+        "Started",
+        &format!("Started container {name}"),
+    );
     let clock = ctx.config.clock;
     let readers: Vec<JoinHandle<()>> = [
-        child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
     ]
     .into_iter()
     .flatten()
@@ -951,7 +1029,11 @@ fn update_container(
             match ended {
                 Some(phase) => {
                     status.insert("phase".into(), json!(phase));
-                    let reason = if phase == "Succeeded" { "PodCompleted" } else { "PodFailed" };
+                    let reason = if phase == "Succeeded" {
+                        "PodCompleted"
+                    } else {
+                        "PodFailed"
+                    };
                     set_condition(status, "Ready", "False", reason, "", &now);
                     set_condition(status, "ContainersReady", "False", reason, "", &now);
                     set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
@@ -964,8 +1046,22 @@ fn update_container(
                         set_condition(status, "Ready", "True", "", "", &now);
                         set_condition(status, "ContainersReady", "True", "", "", &now);
                     } else {
-                        set_condition(status, "Ready", "False", "ContainersNotReady", &message, &now);
-                        set_condition(status, "ContainersReady", "False", "ContainersNotReady", &message, &now);
+                        set_condition(
+                            status,
+                            "Ready",
+                            "False",
+                            "ContainersNotReady",
+                            &message,
+                            &now,
+                        );
+                        set_condition(
+                            status,
+                            "ContainersReady",
+                            "False",
+                            "ContainersNotReady",
+                            &message,
+                            &now,
+                        );
                     }
                 }
             }
@@ -1048,15 +1144,7 @@ fn set_terminated(
     );
 }
 
-fn set_back_off(
-    ctx: &Ctx,
-    key: &Key,
-    uid: &str,
-    name: &str,
-    exit: &Exit,
-    restarts: u32,
-    delay: Duration,
-) {
+fn set_back_off(ctx: &Ctx, key: &Key, uid: &str, name: &str, exit: &Exit, delay: Duration) {
     let now = ctx.now();
     update_container(
         ctx,
@@ -1065,9 +1153,12 @@ fn set_back_off(
         name,
         |s| {
             s["lastState"] = json!({"terminated": terminated_json(exit, &now, &s["containerID"])});
-            s["restartCount"] = json!(restarts);
             s["ready"] = json!(false);
             s["started"] = json!(false);
+            if delay.is_zero() {
+                s["state"] = json!({"terminated": terminated_json(exit, &now, &s["containerID"])});
+                return;
+            }
             s["state"] = json!({"waiting": {
                 "reason": "CrashLoopBackOff",
                 "message": format!(
@@ -1108,6 +1199,14 @@ mod tests {
         assert_eq!(pod_end(&[t(0), running], Restart::Never), None);
         assert_eq!(pod_end(&[t(0)], Restart::OnFailure), Some("Succeeded"));
         assert_eq!(pod_end(&[t(0)], Restart::Always), None);
+    }
+
+    #[test]
+    fn the_first_restart_is_immediate_then_the_back_off_doubles() {
+        assert_eq!(restart_delay(1), Duration::ZERO);
+        assert_eq!(restart_delay(2), Duration::from_secs(10));
+        assert_eq!(restart_delay(3), Duration::from_secs(20));
+        assert_eq!(restart_delay(100), Duration::from_secs(300));
     }
 
     #[test]

@@ -52,9 +52,8 @@ fn terminated(pod: &Value) -> &Value {
 /// The PID of a running container (`containerID: process://<pid>`).
 async fn running_pid(h: &ApiServerHandle, name: &str) -> u32 {
     wait_until(h, &format!("pod {name}'s container running"), |s| {
-        s.get("core/pods", "default", name).is_some_and(|p| {
-            p["status"]["containerStatuses"][0]["state"]["running"].is_object()
-        })
+        s.get("core/pods", "default", name)
+            .is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["running"].is_object())
     })
     .await;
     let pod = get(h, "core/pods", "default", name).unwrap();
@@ -188,10 +187,13 @@ async fn a_failed_container_restarts_under_on_failure_and_keeps_its_previous_log
     assert_eq!(cs["restartCount"], 1);
     assert_eq!(cs["lastState"]["terminated"]["exitCode"], 1);
     assert_eq!(pod["status"]["phase"], "Running");
+    // The first restart is immediate, the second waits: the previous run's output and the
+    // current one are both readable.
     assert_eq!(
         log(&api, "loops", "previous=true").await,
         (200, "run\n".to_owned())
     );
+    assert_eq!(log(&api, "loops", "").await, (200, "run\n".to_owned()));
     assert!(event_reasons(&h, "loops").iter().any(|r| r == "BackOff"));
     h.shutdown().await;
 }
@@ -258,19 +260,34 @@ async fn shutting_the_server_down_leaves_no_child_process() {
         .await
         .expect("shutdown hung");
     assert!(!alive(pid), "process {pid} outlived the server");
-    // No process of the group is left either (its id is the group id).
-    let left: Vec<String> = std::fs::read_dir("/proc")
+    // No process of the group is left running either (its id is the group id). A killed
+    // orphan may linger as a zombie until init reaps it; it runs nothing. The kernel delivers
+    // SIGKILL asynchronously, so give it a moment before failing.
+    let mut left = group_members(pid);
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = group_members(pid);
+    }
+    assert!(left.is_empty(), "processes of group {pid} left: {left:?}");
+}
+
+/// The live (not zombie) processes of process group `pgid`.
+fn group_members(pgid: u32) -> Vec<String> {
+    std::fs::read_dir("/proc")
         .unwrap()
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
             // Fields after the command's closing parenthesis: state ppid pgrp ...
-            let rest = stat.rsplit_once(')')?.1;
-            let pgrp: u32 = rest.split_whitespace().nth(2)?.parse().ok()?;
-            (pgrp == pid).then(|| e.file_name().to_string_lossy().into_owned())
+            let mut rest = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = rest.next()?;
+            let pgrp: u32 = rest.nth(1)?.parse().ok()?;
+            (pgrp == pgid && state != "Z").then(|| e.file_name().to_string_lossy().into_owned())
         })
-        .collect();
-    assert!(left.is_empty(), "processes of group {pid} left: {left:?}");
+        .collect()
 }
 
 #[tokio::test]
@@ -278,7 +295,11 @@ async fn env_values_and_working_dir_reach_the_process() {
     let h = server().await;
     let api = TestClient::new(&h);
     let dir = tempfile::tempdir().unwrap();
-    let mut p = pod("envy", json!(["sh", "-c", "echo $GREETING; pwd"]), Some("Never"));
+    let mut p = pod(
+        "envy",
+        json!(["sh", "-c", "echo $GREETING; pwd"]),
+        Some("Never"),
+    );
     p["spec"]["containers"][0]["env"] = json!([{"name": "GREETING", "value": "hello"}]);
     p["spec"]["containers"][0]["workingDir"] = json!(dir.path());
     create(&h, "", "pods", "default", p);
@@ -338,12 +359,20 @@ async fn the_simulated_node_logs_what_it_decided() {
     h.shutdown().await;
 }
 
+/// The next line kubectl printed (`None` at its end); fails after 30 s of silence.
+async fn next_line(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+) -> Option<String> {
+    tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("kubectl logs -f printed nothing for 30 s")
+        .unwrap()
+}
+
 /// `kubectl logs`, `logs --tail 1` and `logs -f` with one kubectl version.
 async fn kubectl_logs(version: &str) {
     let Some(bin) = kubectl_bin(Some(version)) else {
-        eprintln!(
-            "SKIPPED: kubectl {version} not found (looked beside the kubectl on the PATH)"
-        );
+        eprintln!("SKIPPED: kubectl {version} not found (looked beside the kubectl on the PATH)");
         return;
     };
     let h = server().await;
@@ -353,7 +382,11 @@ async fn kubectl_logs(version: &str) {
         "",
         "pods",
         "default",
-        pod("two", json!(["sh", "-c", "echo one; echo two"]), Some("Never")),
+        pod(
+            "two",
+            json!(["sh", "-c", "echo one; echo two"]),
+            Some("Never"),
+        ),
     );
     wait_phase(&h, "default", "two", "Succeeded").await;
     assert_eq!(k.ok(&["logs", "two"]).await, "one\ntwo\n");
@@ -365,7 +398,11 @@ async fn kubectl_logs(version: &str) {
     let marker = dir.path().join("go");
     let mut p = pod(
         "follow",
-        json!(["sh", "-c", "echo first; while [ ! -e \"$MARKER\" ]; do sleep 0.1; done; echo second"]),
+        json!([
+            "sh",
+            "-c",
+            "echo first; while [ ! -e \"$MARKER\" ]; do sleep 0.1; done; echo second"
+        ]),
         Some("Never"),
     );
     p["spec"]["containers"][0]["env"] = json!([{"name": "MARKER", "value": marker}]);
@@ -378,20 +415,11 @@ async fn kubectl_logs(version: &str) {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let next = |l: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>| {
-        let fut = l.next_line();
-        async move {
-            tokio::time::timeout(Duration::from_secs(30), fut)
-                .await
-                .expect("kubectl logs -f printed nothing for 30 s")
-                .unwrap()
-        }
-    };
-    assert_eq!(next(&mut lines).await.as_deref(), Some("first"));
+    assert_eq!(next_line(&mut lines).await.as_deref(), Some("first"));
     std::fs::write(&marker, b"").unwrap();
-    assert_eq!(next(&mut lines).await.as_deref(), Some("second"));
+    assert_eq!(next_line(&mut lines).await.as_deref(), Some("second"));
     // The container ended, so the stream ends and kubectl exits 0.
-    assert_eq!(next(&mut lines).await, None);
+    assert_eq!(next_line(&mut lines).await, None);
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
         .await
         .expect("kubectl logs -f did not exit after the container ended")
