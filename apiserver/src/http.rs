@@ -428,6 +428,24 @@ async fn serve(
         &super::rbac::Attributes::for_request(verb, &target, query.non_empty("fieldSelector")),
     )?;
     shared.faults.before(verb, &target).await?;
+    if target.subresource.as_deref() == Some("log") {
+        // `kubectl logs`: text from the node's log buffers, not an object ([`super::logs`]).
+        if parts.method != Method::GET {
+            return Err(ApiError::method_not_allowed(
+                parts.method.as_str(),
+                "pods",
+                "",
+            ));
+        }
+        return super::logs::serve(
+            &shared.store,
+            &shared.logs,
+            target.namespace.as_deref().unwrap_or_default(),
+            target.name.as_deref().unwrap_or_default(),
+            &query,
+            shared.shutdown.clone(),
+        );
+    }
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
     let def = target.def.clone();
@@ -743,6 +761,7 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         Some("status") if def.status_subresource => {}
         Some("scale") if def.scale.is_some() => {}
         Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
+        Some("log") if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {

@@ -103,6 +103,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::background::{Batch, ChangeFeed, VirtualClock};
+use super::logs::LogStore;
 use super::meta::{self, meta_str};
 use super::store::{Key, State, Store};
 use super::verbs::{self, DeleteOptions, Target};
@@ -147,12 +148,14 @@ impl NodeControl {
 }
 
 /// Settings of the simulated node.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct KubeletConfig {
     /// How long a one-shot container runs before it exits.
     pub run_time: Duration,
     /// Source of the timestamps written into pod status.
     pub clock: VirtualClock,
+    /// Where each container's log goes (what the node decided, one line per decision).
+    pub logs: Arc<LogStore>,
 }
 
 /// Starts the simulated node on `tracker`; it stops when `shutdown` is cancelled.
@@ -206,13 +209,13 @@ fn script_exit_code(script: &str) -> i32 {
 
 /// What `restartPolicy` makes of an exited container.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Restart {
+pub(crate) enum Restart {
     Never,
     OnFailure,
     Always,
 }
 
-fn restart_policy(pod: &Value) -> Restart {
+pub(crate) fn restart_policy(pod: &Value) -> Restart {
     match pod["spec"]["restartPolicy"].as_str() {
         Some("Never") => Restart::Never,
         Some("OnFailure") => Restart::OnFailure,
@@ -230,7 +233,7 @@ fn ever_exits(pod: &Value) -> bool {
 }
 
 /// The kubelet's crash-loop back-off: 10 s, doubling per restart, at most 5 minutes.
-fn back_off(restarts: u32) -> Duration {
+pub(crate) fn back_off(restarts: u32) -> Duration {
     let secs = 10u64.saturating_mul(1u64 << restarts.saturating_sub(1).min(5));
     Duration::from_secs(secs.min(300))
 }
@@ -326,52 +329,7 @@ impl Kubelet {
     }
 
     fn register_node(&self) {
-        let now = self.now();
-        self.store.write(|st| {
-            if st.get("core/nodes", "", NODE_NAME).is_some() {
-                return;
-            }
-            let ready = |ty: &str, status: &str, reason: &str, msg: &str| {
-                json!({"type": ty, "status": status, "reason": reason, "message": msg,
-                       "lastHeartbeatTime": now, "lastTransitionTime": now})
-            };
-            st.create(
-                "core/nodes",
-                json!({
-                    "apiVersion": "v1", "kind": "Node",
-                    "metadata": {
-                        "name": NODE_NAME, "uid": meta::new_uid(), "creationTimestamp": now,
-                        "labels": {
-                            "kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
-                            "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                            "beta.kubernetes.io/arch": "amd64",
-                            "node-role.kubernetes.io/control-plane": ""
-                        }
-                    },
-                    "spec": {"podCIDR": "10.244.0.0/16", "podCIDRs": ["10.244.0.0/16"]},
-                    "status": {
-                        "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
-                        "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
-                        "conditions": [
-                            ready("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                            ready("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                            ready("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                            ready("Ready", "True", "KubeletReady", "kubelet is posting ready status (simulated)"),
-                        ],
-                        "addresses": [
-                            {"type": "InternalIP", "address": HOST_IP},
-                            {"type": "Hostname", "address": NODE_NAME}
-                        ],
-                        "nodeInfo": {
-                            "kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0",
-                            "containerRuntimeVersion": "simulated://1.0", "operatingSystem": "linux",
-                            "architecture": "amd64", "osImage": "embedded simulated node",
-                            "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": ""
-                        }
-                    }
-                }),
-            );
-        });
+        register_node(&self.store, &self.now());
     }
 
     fn resync(&mut self) {
@@ -383,6 +341,7 @@ impl Kubelet {
         });
         let present: std::collections::HashSet<&Key> = keys.iter().collect();
         self.tracks.retain(|k, _| present.contains(k));
+        self.config.logs.retain_existing(&self.store);
         for key in keys {
             self.sync(&key);
         }
@@ -402,6 +361,7 @@ impl Kubelet {
     fn sync(&mut self, key: &Key) {
         let Some(pod) = self.store.read(|st| st.get(PODS, &key.0, &key.1).cloned()) else {
             self.tracks.remove(key);
+            self.config.logs.remove(&key.0, &key.1);
             return;
         };
         let uid = meta_str(&pod, "uid").to_owned();
@@ -533,12 +493,16 @@ impl Kubelet {
                 }
             });
             let exits = ever_exits(&pod);
+            let specs = containers(&pod, "containers");
             st.update(PODS, pod);
-            Some(exits)
+            Some((exits, specs))
         });
-        let Some(exits) = started else {
+        let Some((exits, specs)) = started else {
             return;
         };
+        for c in &specs {
+            self.log_start(key, uid, c);
+        }
         tracing::debug!(namespace = %key.0, pod = %key.1, node = NODE_NAME, "pod started");
         let due = exits.then(|| Instant::now() + self.config.run_time);
         self.tracks.insert(
@@ -604,6 +568,17 @@ impl Kubelet {
                     // Under Always only a failing command ends; the others run on.
                     statuses.push(old);
                     continue;
+                }
+                if let Some(buf) = self
+                    .config
+                    .logs
+                    .get(&key.0, &key.1, &track.uid, name, false)
+                {
+                    buf.append_text(
+                        self.config.clock.now(),
+                        &format!("simulated node: the container exited with code {code}\n"),
+                    );
+                    buf.close();
                 }
                 let terminated = json!({
                     "exitCode": code,
@@ -696,8 +671,12 @@ impl Kubelet {
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
+            let specs = containers(&pod, "containers");
             for s in statuses.iter_mut() {
                 if s["state"]["waiting"].is_object() {
+                    if let Some(c) = specs.iter().find(|c| c["name"] == s["name"]) {
+                        self.log_start(key, &track.uid, c);
+                    }
                     s["state"] = json!({"running": {"startedAt": now}});
                     s["ready"] = json!(true);
                     s["started"] = json!(true);
@@ -728,52 +707,145 @@ impl Kubelet {
 
     /// Finishes the graceful deletion of a pod on this node (grace period 0 now).
     fn kill(&mut self, key: &Key, uid: &str) {
-        self.store.write(|st| {
-            if current(st, key, uid).is_none() {
-                return;
-            }
-            let Some(def) = st.registry.lookup("", "v1", "pods") else {
-                return;
-            };
-            let held = st
-                .get(PODS, &key.0, &key.1)
-                .and_then(|p| p["metadata"]["deletionGracePeriodSeconds"].as_i64())
-                == Some(0);
-            if held {
-                // Already at grace 0 and held by finalizers: nothing left for the kubelet to do.
-                return;
-            }
-            let target = Target {
-                def,
-                namespace: Some(key.0.clone()),
-                name: Some(key.1.clone()),
-                subresource: None,
-            };
-            let opts = DeleteOptions {
-                grace_period: Some(0),
-                precondition_uid: Some(uid.to_owned()),
-                ..Default::default()
-            };
-            if let Err(e) = verbs::delete_one(st, &target, &opts) {
-                tracing::debug!(namespace = %key.0, pod = %key.1, error = %e.message, "finishing pod deletion failed");
-            }
-        });
+        finish_deletion(&self.store, key, uid);
+    }
+
+    /// Starts a log instance for container `c` and writes what the simulation decided for it.
+    fn log_start(&self, key: &Key, uid: &str, c: &Value) {
+        let name = c["name"].as_str().unwrap_or_default();
+        let buf = self.config.logs.start_instance(&key.0, &key.1, uid, name);
+        let words: Vec<&str> = ["command", "args"]
+            .iter()
+            .filter_map(|f| c[*f].as_array())
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let code = exit_code_of(c);
+        let pod_exits = self
+            .store
+            .read(|st| {
+                st.get(PODS, &key.0, &key.1)
+                    .map(|p| restart_policy(p) != Restart::Always)
+            })
+            .unwrap_or(false);
+        let what = if code != 0 || pod_exits {
+            format!(
+                "it exits with code {code} after {}",
+                format!("{:?}", self.config.run_time)
+            )
+        } else {
+            "it runs until the pod is deleted".to_owned()
+        };
+        buf.append_text(
+            self.config.clock.now(),
+            &format!("simulated node: the command {words:?} is not run; {what}\n"),
+        );
     }
 }
 
+/// Registers the node object [`NODE_NAME`] (once) with `runtime` as its container runtime.
+pub(crate) fn register_node_as(store: &Store, now: &str, runtime: &str) {
+    let now = now.to_owned();
+    store.write(|st| {
+        if st.get("core/nodes", "", NODE_NAME).is_some() {
+            return;
+        }
+        let ready = |ty: &str, status: &str, reason: &str, msg: &str| {
+            json!({"type": ty, "status": status, "reason": reason, "message": msg,
+                   "lastHeartbeatTime": now, "lastTransitionTime": now})
+        };
+        st.create(
+            "core/nodes",
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {
+                    "name": NODE_NAME, "uid": meta::new_uid(), "creationTimestamp": now,
+                    "labels": {
+                        "kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                        "beta.kubernetes.io/arch": "amd64",
+                        "node-role.kubernetes.io/control-plane": ""
+                    }
+                },
+                "spec": {"podCIDR": "10.244.0.0/16", "podCIDRs": ["10.244.0.0/16"]},
+                "status": {
+                    "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+                    "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+                    "conditions": [
+                        ready("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                        ready("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                        ready("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                        ready("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+                    ],
+                    "addresses": [
+                        {"type": "InternalIP", "address": HOST_IP},
+                        {"type": "Hostname", "address": NODE_NAME}
+                    ],
+                    "nodeInfo": {
+                        "kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0",
+                        "containerRuntimeVersion": runtime, "operatingSystem": "linux",
+                        "architecture": "amd64", "osImage": "embedded simulated node",
+                        "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": ""
+                    }
+                }
+            }),
+        );
+    });
+}
+
+/// Registers the node object [`NODE_NAME`] (once) for the simulated runtime.
+fn register_node(store: &Store, now: &str) {
+    register_node_as(store, now, "simulated://1.0");
+}
+
+/// Finishes the graceful deletion of pod `key` (if it still has `uid`): deletes it with grace
+/// period 0, as a kubelet does once the pod's containers have stopped.
+pub(crate) fn finish_deletion(store: &Store, key: &Key, uid: &str) {
+    store.write(|st| {
+        if current(st, key, uid).is_none() {
+            return;
+        }
+        let Some(def) = st.registry.lookup("", "v1", "pods") else {
+            return;
+        };
+        let held = st
+            .get(PODS, &key.0, &key.1)
+            .and_then(|p| p["metadata"]["deletionGracePeriodSeconds"].as_i64())
+            == Some(0);
+        if held {
+            // Already at grace 0 and held by finalizers: nothing left for the kubelet to do.
+            return;
+        }
+        let target = Target {
+            def,
+            namespace: Some(key.0.clone()),
+            name: Some(key.1.clone()),
+            subresource: None,
+        };
+        let opts = DeleteOptions {
+            grace_period: Some(0),
+            precondition_uid: Some(uid.to_owned()),
+            ..Default::default()
+        };
+        if let Err(e) = verbs::delete_one(st, &target, &opts) {
+            tracing::debug!(namespace = %key.0, pod = %key.1, error = %e.message, "finishing pod deletion failed");
+        }
+    });
+}
+
 /// The stored pod at `key` if it still has `uid`.
-fn current(st: &State, key: &Key, uid: &str) -> Option<Value> {
+pub(crate) fn current(st: &State, key: &Key, uid: &str) -> Option<Value> {
     st.get(PODS, &key.0, &key.1)
         .filter(|p| meta_str(p, "uid") == uid)
         .cloned()
 }
 
-fn containers(pod: &Value, field: &str) -> Vec<Value> {
+pub(crate) fn containers(pod: &Value, field: &str) -> Vec<Value> {
     pod["spec"][field].as_array().cloned().unwrap_or_default()
 }
 
 /// Runs `f` on the pod's `status` map (created if missing).
-fn with_status(pod: &mut Value, f: impl FnOnce(&mut serde_json::Map<String, Value>)) {
+pub(crate) fn with_status(pod: &mut Value, f: impl FnOnce(&mut serde_json::Map<String, Value>)) {
     let mut status = match pod.get_mut("status").map(Value::take) {
         Some(Value::Object(m)) => m,
         _ => serde_json::Map::new(),
@@ -782,13 +854,13 @@ fn with_status(pod: &mut Value, f: impl FnOnce(&mut serde_json::Map<String, Valu
     pod["status"] = Value::Object(status);
 }
 
-fn random_hex(n: usize) -> String {
+pub(crate) fn random_hex(n: usize) -> String {
     (0..n)
         .map(|_| char::from_digit(fastrand::u32(..16), 16).unwrap_or('0'))
         .collect()
 }
 
-fn container_status(c: &Value, ready: bool, restarts: u64, state: Value) -> Value {
+pub(crate) fn container_status(c: &Value, ready: bool, restarts: u64, state: Value) -> Value {
     let image = c["image"].as_str().unwrap_or_default();
     let mut s = json!({
         "name": c["name"],
@@ -810,11 +882,11 @@ fn state_is_started(state: &Value) -> bool {
     state["running"].is_object() || state["terminated"].is_object()
 }
 
-fn condition(ty: &str, status: &str, now: &str) -> Value {
+pub(crate) fn condition(ty: &str, status: &str, now: &str) -> Value {
     json!({"type": ty, "status": status, "lastProbeTime": null, "lastTransitionTime": now})
 }
 
-fn set_condition(
+pub(crate) fn set_condition(
     status: &mut serde_json::Map<String, Value>,
     ty: &str,
     value: &str,

@@ -121,6 +121,7 @@ pub mod http;
 pub mod impersonation;
 pub mod kubelet;
 pub mod logic;
+pub mod logs;
 pub mod meta;
 pub mod openapi;
 pub mod query;
@@ -128,6 +129,7 @@ pub mod rbac;
 pub mod registry;
 pub mod request_log;
 pub mod review;
+pub mod runtime;
 pub mod standalone;
 pub mod status;
 pub mod store;
@@ -179,6 +181,8 @@ pub struct Shared {
     pub rbac: rbac::Authorizer,
     /// API Priority and Fairness (or the max-in-flight limits): seats, queues, 429s.
     pub flowcontrol: Arc<flowcontrol::FlowControl>,
+    /// Container logs written by the node, served at `pods/NAME/log` ([`logs`]).
+    pub logs: Arc<logs::LogStore>,
 }
 
 /// Why the server could not start.
@@ -213,6 +217,15 @@ pub enum StartError {
     /// The data directory (`--data-dir`) could not be opened or read.
     #[error(transparent)]
     Storage(#[from] durable::DiskError),
+    /// The process runtime was asked for on a non-loopback address without RBAC enforcement
+    /// ([`runtime`]): anyone reaching the server could run commands on the host.
+    #[error(
+        "refusing to run pods as processes on {addr}: it is not a loopback address and RBAC is not enforced (anyone who can reach it could run commands on this host); listen on 127.0.0.1 or enforce RBAC"
+    )]
+    UnsafeRuntime {
+        /// The address.
+        addr: SocketAddr,
+    },
 }
 
 /// The entry point: `ApiServer::builder()...start().await`.
@@ -249,6 +262,10 @@ pub struct ApiServerBuilder {
     enforce_rbac: bool,
     user_groups: std::collections::HashMap<String, Vec<String>>,
     flow_control: flowcontrol::Settings,
+    node_runtime: runtime::NodeRuntime,
+    pod_log_bytes: usize,
+    node_runtime_max_pods: usize,
+    node_runtime_timeout: Option<Duration>,
 }
 
 impl Default for ApiServerBuilder {
@@ -271,6 +288,10 @@ impl Default for ApiServerBuilder {
             enforce_rbac: false,
             user_groups: std::collections::HashMap::new(),
             flow_control: flowcontrol::Settings::default(),
+            node_runtime: runtime::NodeRuntime::Simulated,
+            pod_log_bytes: logs::DEFAULT_LOG_BYTES,
+            node_runtime_max_pods: runtime::DEFAULT_MAX_PODS,
+            node_runtime_timeout: None,
         }
     }
 }
@@ -397,6 +418,36 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Which node runs pods when [`Self::simulate`] is on (default
+    /// [`runtime::NodeRuntime::Simulated`]). [`runtime::NodeRuntime::Process`] runs each
+    /// container's command as a child process of the server ([`runtime`]; read its safety
+    /// notes): [`Self::start`] then refuses a non-loopback address unless RBAC is enforced.
+    pub fn node_runtime(mut self, runtime: runtime::NodeRuntime) -> Self {
+        self.node_runtime = runtime;
+        self
+    }
+
+    /// At most this many pods run at once under the process runtime (default
+    /// [`runtime::DEFAULT_MAX_PODS`]; at least 1).
+    pub fn node_runtime_max_pods(mut self, n: usize) -> Self {
+        self.node_runtime_max_pods = n.max(1);
+        self
+    }
+
+    /// Caps how long any pod may run under the process runtime, like an
+    /// `activeDeadlineSeconds` on every pod (default: no cap).
+    pub fn node_runtime_timeout(mut self, d: Option<Duration>) -> Self {
+        self.node_runtime_timeout = d;
+        self
+    }
+
+    /// Bytes of output kept per container instance for `kubectl logs` (default
+    /// [`logs::DEFAULT_LOG_BYTES`]); the oldest lines go first.
+    pub fn pod_log_bytes(mut self, n: usize) -> Self {
+        self.pod_log_bytes = n.max(1);
+        self
+    }
+
     /// How long a simulated one-shot container runs (default 1 s; zero allowed).
     pub fn pod_run_time(mut self, d: Duration) -> Self {
         self.pod_run_time = d;
@@ -446,6 +497,13 @@ impl ApiServerBuilder {
 
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
     pub async fn start(self) -> Result<ApiServerHandle, StartError> {
+        if self.simulate
+            && self.node_runtime == runtime::NodeRuntime::Process
+            && !self.listen.ip().is_loopback()
+            && !self.enforce_rbac
+        {
+            return Err(StartError::UnsafeRuntime { addr: self.listen });
+        }
         let listener = TcpListener::bind(self.listen)
             .await
             .map_err(|source| StartError::Bind {
@@ -476,7 +534,9 @@ impl ApiServerBuilder {
         let flow_control = flowcontrol::FlowControl::new(self.flow_control.clone(), &store);
         let shutdown = CancellationToken::new();
         let log = RequestLog::default();
+        let pod_logs = Arc::new(logs::LogStore::new(self.pod_log_bytes));
         let shared = Arc::new(Shared {
+            logs: pod_logs.clone(),
             faults: faults::Faults::new(store.clone(), log.clone(), shutdown.clone()),
             rbac: rbac::Authorizer::new(self.enforce_rbac, self.user_groups),
             store: store.clone(),
@@ -509,16 +569,30 @@ impl ApiServerBuilder {
             gc::spawn(store.clone(), shutdown.clone(), &tracker);
         }
         if self.simulate {
-            kubelet::spawn(
-                store.clone(),
-                kubelet::KubeletConfig {
-                    run_time: self.pod_run_time,
-                    clock,
-                },
-                node.clone(),
-                shutdown.clone(),
-                &tracker,
-            );
+            match self.node_runtime {
+                runtime::NodeRuntime::Simulated => kubelet::spawn(
+                    store.clone(),
+                    kubelet::KubeletConfig {
+                        run_time: self.pod_run_time,
+                        clock,
+                        logs: pod_logs.clone(),
+                    },
+                    node.clone(),
+                    shutdown.clone(),
+                    &tracker,
+                ),
+                runtime::NodeRuntime::Process => runtime::spawn(
+                    store.clone(),
+                    runtime::ProcessConfig {
+                        clock,
+                        max_pods: self.node_runtime_max_pods,
+                        timeout: self.node_runtime_timeout,
+                        logs: pod_logs.clone(),
+                    },
+                    shutdown.clone(),
+                    &tracker,
+                ),
+            }
             workloads::spawn(
                 store.clone(),
                 workloads::WorkloadConfig {
@@ -748,6 +822,11 @@ impl ApiServerHandle {
     /// [`ApiServerBuilder::simulate`] there is no node and pausing has no effect.
     pub fn node(&self) -> &kubelet::NodeControl {
         &self.node
+    }
+
+    /// The container logs the node has written ([`logs`]; what `kubectl logs` reads).
+    pub fn logs(&self) -> Arc<logs::LogStore> {
+        self.shared.logs.clone()
     }
 
     /// Fault injection: drop watches, compact, fail or delay requests, force conflicts

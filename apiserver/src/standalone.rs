@@ -14,7 +14,9 @@
 //! box: the garbage collector, the simulated node ([`super::kubelet`]) and the simulated
 //! workload controllers run, so pods reach `Running` and `Succeeded`/`Failed` on their own.
 //! `--simulate=false` turns the node and the workload controllers off (the garbage collector
-//! stays); `--pod-run-time 0s` makes one-shot pods finish at once. Faults can be injected with
+//! stays); `--pod-run-time 0s` makes one-shot pods finish at once. `--node-runtime process`
+//! runs each container's command on this host instead ([`super::runtime`], with its safety
+//! rules), so `kubectl logs` shows what the command printed. Faults can be injected with
 //! the bootstrap token at `POST /admin/faults` ([`super::faults::admin`]):
 //!
 //! ```text
@@ -62,6 +64,22 @@ pub struct ApiServerArgs {
     /// Run the simulated node and workload controllers (`--simulate=false` turns them off).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub simulate: bool,
+    /// Which node runs pods: `simulated` (decides outcomes from the command's text) or
+    /// `process` (runs each container's command on this host as a child process; see the
+    /// `runtime` module's safety notes: refused on a non-loopback address without
+    /// `--enforce-rbac`).
+    #[arg(long, value_enum, default_value_t = super::runtime::NodeRuntime::Simulated)]
+    pub node_runtime: super::runtime::NodeRuntime,
+    /// Process runtime: at most this many pods run at once.
+    #[arg(long, default_value_t = super::runtime::DEFAULT_MAX_PODS)]
+    pub node_runtime_max_pods: usize,
+    /// Process runtime: the longest any pod may run (`30s`, `5m`), like an
+    /// `activeDeadlineSeconds` on every pod.
+    #[arg(long, value_parser = super::background::parse_duration)]
+    pub node_runtime_timeout: Option<Duration>,
+    /// Bytes of output kept per container for `kubectl logs` (the oldest lines go first).
+    #[arg(long, default_value_t = super::logs::DEFAULT_LOG_BYTES)]
+    pub pod_log_bytes: usize,
     /// How long a simulated one-shot container runs (`1s`, `250ms`, `0s`).
     #[arg(long, default_value = "1s", value_parser = super::background::parse_duration)]
     pub pod_run_time: Duration,
@@ -155,7 +173,11 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
         .listen(args.listen)
         .plain_http(args.plain_http)
         .simulate(args.simulate)
-        .pod_run_time(args.pod_run_time);
+        .pod_run_time(args.pod_run_time)
+        .node_runtime(args.node_runtime)
+        .node_runtime_max_pods(args.node_runtime_max_pods)
+        .node_runtime_timeout(args.node_runtime_timeout)
+        .pod_log_bytes(args.pod_log_bytes);
     if let Some(t) = args.token {
         builder = builder.token(t);
     }

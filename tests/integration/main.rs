@@ -25,6 +25,7 @@ mod apiserver_client;
 mod apiserver_cluster_faults;
 mod apiserver_cluster_gc;
 mod apiserver_cluster_node;
+mod apiserver_cluster_process;
 mod apiserver_cluster_rbac;
 mod apiserver_cluster_standalone;
 mod apiserver_cluster_workloads;

@@ -1,0 +1,1219 @@
+//! The process runtime: a node whose containers are real child processes of the server.
+//!
+//! ## Why
+//!
+//! The simulated node ([`super::kubelet`]) decides a pod's outcome from its command's text and
+//! never runs anything, so nothing a pod prints exists. With
+//! [`super::ApiServerBuilder::node_runtime`]`(`[`NodeRuntime::Process`]`)` (standalone:
+//! `sample-controller apiserver --node-runtime process`) the node really runs each container's
+//! command on the host, captures its output into the pod's log ([`super::logs`], served at
+//! `GET .../pods/NAME/log`, what `kubectl logs` reads) and reports the real exit code.
+//!
+//! ## What it mirrors
+//!
+//! The kubelet's pod workers (`pkg/kubelet/pod_workers.go`, `kuberuntime_manager.go`), with
+//! the scheduler's binding in front:
+//!
+//! * **binding**: a pod without `spec.nodeName` is bound to [`NODE_NAME`] (`Pending`,
+//!   `PodScheduled=True`, containers `waiting` in `ContainerCreating`) and a `Scheduled` event
+//!   is recorded (`Successfully assigned ns/pod to embedded-node`, from `default-scheduler`);
+//! * **starting**: each container of `spec.containers` starts at once (init containers are
+//!   reported `Completed` without running). For each run the node records `Pulled` (the image
+//!   is **not** pulled: the event and the container status's `imageID` say so), `Created` and
+//!   `Started`; the status is `running` with `startedAt` and `containerID: process://<pid>`;
+//! * **the process**: `command` followed by `args` (with no `command`, `args` alone is the
+//!   command; a container with neither would run its image's entrypoint, which this node does
+//!   not have, so it is reported running with nothing behind it, like the simulated node),
+//!   with a clean environment of `PATH`, `HOME=/`, `HOSTNAME=<pod name>` and the container's
+//!   `env` entries that have a `value` (`valueFrom` is not resolved), in `workingDir` when that
+//!   directory exists on the host (else the server's directory); stdin is closed, stdout and
+//!   stderr go to the container's log, line by line with the time each line was read;
+//! * **exit**: `state.terminated` with `exitCode` (128 + the signal number for a process ended
+//!   by a signal, as a container runtime reports it), `reason` `Completed` (0) or `Error`,
+//!   `startedAt`, `finishedAt`. A command that cannot be started (not found, not executable)
+//!   ends with exit code 128 and reason `StartError`, and a Warning `Failed` event;
+//! * **restartPolicy**: `Never`: the pod ends `Succeeded` when every container exited 0, else
+//!   `Failed`. `OnFailure`: a failed container restarts, `Always`: every container restarts;
+//!   as in the kubelet, the first restart is immediate and each later one waits the crash-loop
+//!   back-off (10 s, doubling, at most 5 min), with a Warning `BackOff` event and `waiting:
+//!   CrashLoopBackOff` meanwhile. The exit goes to `lastState`, `restartCount` counts the
+//!   restarts, and the previous run's output stays readable with `previous=true`;
+//! * **activeDeadlineSeconds**: counted from the pod's `startTime`; when it passes, the
+//!   containers are killed and the pod ends `Failed` with `reason: DeadlineExceeded`, message
+//!   `Pod was active on the node longer than the specified deadline`, and a Warning
+//!   `DeadlineExceeded` event;
+//! * **deletion**: a pod deleted with a grace period keeps its `deletionTimestamp` while the
+//!   node records `Killing` (`Stopping container c`) for each running container, sends its
+//!   process group SIGTERM, waits up to `deletionGracePeriodSeconds`, then sends SIGKILL. Only
+//!   once every process has been reaped is the object deleted (grace period 0), so a client
+//!   that sees the pod gone knows its processes are gone.
+//!
+//! ## Safety: this runs commands from API objects on the host
+//!
+//! Anyone who may create a pod may run any command as the server's user. So:
+//!
+//! * the runtime is **opt-in**: [`NodeRuntime::Simulated`] is the default everywhere;
+//! * the server **refuses to start** with the process runtime on an address that is not
+//!   loopback unless RBAC is enforced ([`super::StartError::UnsafeRuntime`]), so only users
+//!   the RBAC rules allow to create pods can run commands;
+//! * every child runs in **its own process group** (`process_group(0)`), so a signal reaches
+//!   everything the command started (a shell and its children), and processes **never outlive
+//!   the server**: shutting the server down kills every group (SIGKILL) and waits until each
+//!   child has been reaped; a child whose handle is dropped (the server dropped without
+//!   shutdown) is killed by tokio's `kill_on_drop`. Only a server killed with SIGKILL itself
+//!   can leave children behind (preventing that needs `prctl(PR_SET_PDEATHSIG)`, unsafe code
+//!   this crate does not contain);
+//! * at most [`ProcessConfig::max_pods`] pods run at once (default
+//!   [`DEFAULT_MAX_PODS`], `--node-runtime-max-pods`); further pods wait `Pending` in
+//!   `ContainerCreating` for a free slot;
+//! * [`ProcessConfig::timeout`] (`--node-runtime-timeout`) caps how long any pod may run: it
+//!   acts as an `activeDeadlineSeconds` for every pod (the smaller of the two wins);
+//! * the output kept per container is bounded ([`super::logs`]).
+//!
+//! Signals are sent with the system's `kill` program (`kill -TERM -- -<pgid>`): sending them
+//! directly would need `libc` and unsafe code, which the workspace forbids in library crates.
+//!
+//! ## What it leaves out
+//!
+//! Images, isolation (no namespaces, cgroups, users, filesystems: the command runs as the
+//! server's user, on the host), resources, probes, volumes, init-container ordering, ports and
+//! pod networking (the addresses are made up, as in the simulation), `valueFrom`/`envFrom`,
+//! and the node pause of the simulated node ([`super::kubelet::NodeControl`] has no effect).
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::background::{Batch, ChangeFeed, VirtualClock};
+use super::kubelet::{
+    self, HOST_IP, NODE_NAME, Restart, back_off, condition, container_status, containers, current,
+    finish_deletion, restart_policy, set_condition, with_status,
+};
+use super::logs::{LineSplitter, LogBuffer, LogStore};
+use super::meta::{self, meta_str};
+use super::store::{Key, State, Store};
+
+const PODS: &str = "core/pods";
+
+/// Default limit of pods running at once under the process runtime.
+pub const DEFAULT_MAX_PODS: usize = 16;
+
+/// The `PATH` children get (a container image's usual one).
+const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// How long the output readers may drain a pipe after the process ended (a grandchild that
+/// escaped the group could keep it open forever).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Which node runs the pods when the server simulates a cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum NodeRuntime {
+    /// Decide each pod's outcome from its command's text; run nothing ([`super::kubelet`]).
+    #[default]
+    Simulated,
+    /// Run each container's command as a child process of the server (this module).
+    Process,
+}
+
+/// Settings of the process runtime.
+#[derive(Clone, Debug)]
+pub struct ProcessConfig {
+    /// Source of the timestamps written into pod status and events.
+    pub clock: VirtualClock,
+    /// Pods that may run at once.
+    pub max_pods: usize,
+    /// Longest any pod may run (an `activeDeadlineSeconds` for every pod).
+    pub timeout: Option<Duration>,
+    /// Where the containers' output goes.
+    pub logs: Arc<LogStore>,
+}
+
+/// Starts the process node on `tracker`; it (and every child process) stops when `shutdown`
+/// is cancelled, and the tracker waits until every child has been reaped.
+pub fn spawn(
+    store: Arc<Store>,
+    config: ProcessConfig,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    let node = Node {
+        ctx: Arc::new(Ctx {
+            store,
+            slots: Arc::new(Semaphore::new(config.max_pods.max(1))),
+            config,
+        }),
+        workers: HashMap::new(),
+        next_ip: 0,
+        shutdown,
+        tracker: tracker.clone(),
+    };
+    tracker.spawn(node.run());
+}
+
+/// What every pod worker shares.
+struct Ctx {
+    store: Arc<Store>,
+    config: ProcessConfig,
+    slots: Arc<Semaphore>,
+}
+
+impl Ctx {
+    fn now(&self) -> String {
+        self.config.clock.now_time()
+    }
+}
+
+/// Why a pod's containers are being stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// The pod was deleted with this grace period: stop, then delete the object.
+    Delete(Duration),
+    /// The object is gone (or replaced): stop at once.
+    Gone,
+}
+
+struct Worker {
+    uid: String,
+    stop: watch::Sender<Option<Stop>>,
+    handle: JoinHandle<()>,
+}
+
+struct Node {
+    ctx: Arc<Ctx>,
+    workers: HashMap<Key, Worker>,
+    next_ip: u32,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Node {
+    async fn run(mut self) {
+        kubelet::register_node_as(&self.ctx.store, &self.ctx.now(), "process://1.0");
+        let mut feed = ChangeFeed::new(self.ctx.store.clone());
+        self.resync();
+        tracing::debug!(node = NODE_NAME, "process node started");
+        loop {
+            tokio::select! {
+                _ = self.shutdown.cancelled() => break,
+                _ = feed.changed() => match feed.poll() {
+                    Batch::Changes(changes) => {
+                        let mut keys: Vec<Key> = changes
+                            .iter()
+                            .filter(|c| c.storage == PODS)
+                            .map(|c| super::store::key_of(&c.object))
+                            .collect();
+                        keys.dedup();
+                        for key in keys {
+                            self.sync(&key);
+                        }
+                    }
+                    Batch::Resync => self.resync(),
+                },
+            }
+        }
+        // Every worker sees the same cancellation and kills its processes; the tracker
+        // waits for them.
+        tracing::debug!(node = NODE_NAME, "process node stopped");
+    }
+
+    fn resync(&mut self) {
+        let keys: Vec<Key> = self.ctx.store.read(|st| {
+            st.list(PODS, None)
+                .into_iter()
+                .map(super::store::key_of)
+                .collect()
+        });
+        let present: std::collections::HashSet<&Key> = keys.iter().collect();
+        let gone: Vec<Key> = self
+            .workers
+            .keys()
+            .filter(|k| !present.contains(k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.sync(&key);
+        }
+        self.ctx.config.logs.retain_existing(&self.ctx.store);
+        for key in keys {
+            self.sync(&key);
+        }
+    }
+
+    fn alloc_ip(&mut self) -> String {
+        let n = self.next_ip;
+        self.next_ip = self.next_ip.wrapping_add(1);
+        format!("10.244.{}.{}", (n / 250) % 256, n % 250 + 2)
+    }
+
+    /// Brings one pod in line with what the node should be doing with it.
+    fn sync(&mut self, key: &Key) {
+        let Some(pod) = self
+            .ctx
+            .store
+            .read(|st| st.get(PODS, &key.0, &key.1).cloned())
+        else {
+            if let Some(w) = self.workers.remove(key) {
+                w.stop.send_replace(Some(Stop::Gone));
+            }
+            self.ctx.config.logs.remove(&key.0, &key.1);
+            return;
+        };
+        let uid = meta_str(&pod, "uid").to_owned();
+        if self.workers.get(key).is_some_and(|w| w.uid != uid)
+            && let Some(w) = self.workers.remove(key)
+        {
+            w.stop.send_replace(Some(Stop::Gone));
+        }
+        let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+        if !node.is_empty() && node != NODE_NAME {
+            return;
+        }
+        let deleting = !meta_str(&pod, "deletionTimestamp").is_empty();
+        if deleting {
+            if node.is_empty() {
+                return;
+            }
+            match self.workers.get(key) {
+                Some(w) if !w.handle.is_finished() => {
+                    let grace = pod["metadata"]["deletionGracePeriodSeconds"]
+                        .as_u64()
+                        .unwrap_or(0);
+                    w.stop
+                        .send_replace(Some(Stop::Delete(Duration::from_secs(grace))));
+                }
+                _ => finish_deletion(&self.ctx.store, key, &uid),
+            }
+            return;
+        }
+        if node.is_empty() {
+            self.bind(key, &uid);
+            return; // the binding's own change brings the pod back here
+        }
+        if matches!(
+            pod["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        ) || self.workers.contains_key(key)
+        {
+            return;
+        }
+        let ip = self.alloc_ip();
+        let (stop, stop_rx) = watch::channel(None);
+        let handle = self.tracker.spawn(run_pod(
+            self.ctx.clone(),
+            key.clone(),
+            uid.clone(),
+            ip,
+            stop_rx,
+            self.shutdown.clone(),
+        ));
+        self.workers
+            .insert(key.clone(), Worker { uid, stop, handle });
+    }
+
+    /// The scheduler's part: bind to this node, `Pending`, a `Scheduled` event.
+    fn bind(&mut self, key: &Key, uid: &str) {
+        let now = self.ctx.now();
+        self.ctx.store.write(|st| {
+            let Some(mut pod) = current(st, key, uid) else {
+                return;
+            };
+            pod["spec"]["nodeName"] = json!(NODE_NAME);
+            let waiting: Vec<Value> = containers(&pod, "containers")
+                .iter()
+                .map(|c| {
+                    container_status(
+                        c,
+                        false,
+                        0,
+                        json!({"waiting": {"reason": "ContainerCreating"}}),
+                    )
+                })
+                .collect();
+            with_status(&mut pod, |status| {
+                status.insert("phase".into(), json!("Pending"));
+                status.insert(
+                    "conditions".into(),
+                    json!([condition("PodScheduled", "True", &now)]),
+                );
+                status.insert("containerStatuses".into(), json!(waiting));
+            });
+            let pod = st.update(PODS, pod);
+            record_event(
+                st,
+                &now,
+                &pod,
+                None,
+                "default-scheduler",
+                "Normal",
+                "Scheduled",
+                &format!("Successfully assigned {}/{} to {NODE_NAME}", key.0, key.1),
+            );
+        });
+    }
+}
+
+/// Writes a core/v1 Event about `pod` (and the container at `field_path`, if any).
+#[allow(clippy::too_many_arguments)]
+fn record_event(
+    st: &mut State,
+    now: &str,
+    pod: &Value,
+    container: Option<&str>,
+    component: &str,
+    ty: &str,
+    reason: &str,
+    message: &str,
+) {
+    let ns = meta_str(pod, "namespace").to_owned();
+    let name = meta_str(pod, "name").to_owned();
+    let mut involved = json!({
+        "kind": "Pod", "namespace": ns, "name": name, "apiVersion": "v1",
+        "uid": meta_str(pod, "uid"), "resourceVersion": meta_str(pod, "resourceVersion"),
+    });
+    if let Some(c) = container {
+        involved["fieldPath"] = json!(format!("spec.containers{{{c}}}"));
+    }
+    let mut source = json!({"component": component});
+    if component == "kubelet" {
+        source["host"] = json!(NODE_NAME);
+    }
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {
+            "name": format!("{name}.{}", kubelet::random_hex(16)),
+            "namespace": ns, "uid": meta::new_uid(), "creationTimestamp": now,
+        },
+        "involvedObject": involved,
+        "reason": reason, "message": message, "type": ty,
+        "source": source,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "reportingComponent": component,
+        "reportingInstance": if component == "kubelet" { NODE_NAME } else { "" },
+        "eventTime": null,
+    });
+    st.create("core/events", event);
+}
+
+/// Records an event about the pod `key` (with `uid`) if it still exists.
+fn event(
+    ctx: &Ctx,
+    key: &Key,
+    uid: &str,
+    container: Option<&str>,
+    ty: &str,
+    reason: &str,
+    message: &str,
+) {
+    let now = ctx.now();
+    ctx.store.write(|st| {
+        if let Some(pod) = current(st, key, uid) {
+            record_event(st, &now, &pod, container, "kubelet", ty, reason, message);
+        }
+    });
+}
+
+/// A pod's stop request, shared by its container tasks: cancelled `kill`, and the grace period
+/// to give the processes before SIGKILL.
+#[derive(Clone)]
+struct Kill {
+    token: CancellationToken,
+    grace: Arc<Mutex<Duration>>,
+}
+
+impl Kill {
+    fn fire(&self, grace: Duration) {
+        *self.grace.lock().unwrap_or_else(|p| p.into_inner()) = grace;
+        self.token.cancel();
+    }
+
+    fn grace(&self) -> Duration {
+        *self.grace.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The effective deadline of a pod: `activeDeadlineSeconds`, capped by the runtime's timeout.
+fn deadline_of(pod: &Value, cap: Option<Duration>) -> Option<Duration> {
+    let own = pod["spec"]["activeDeadlineSeconds"]
+        .as_u64()
+        .map(Duration::from_secs);
+    match (own, cap) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// One pod's life on the node, from a free slot to its end (or its deletion).
+async fn run_pod(
+    ctx: Arc<Ctx>,
+    key: Key,
+    uid: String,
+    ip: String,
+    mut stop: watch::Receiver<Option<Stop>>,
+    shutdown: CancellationToken,
+) {
+    // Wait for a slot; a stop before then means there is nothing to kill.
+    let permit = tokio::select! {
+        p = ctx.slots.clone().acquire_owned() => match p {
+            Ok(p) => p,
+            Err(_) => return,
+        },
+        _ = shutdown.cancelled() => return,
+        r = stop.wait_for(Option::is_some) => {
+            let s = r.ok().and_then(|g| *g);
+            if let Some(Stop::Delete(_)) = s {
+                finish_deletion(&ctx.store, &key, &uid);
+            }
+            return;
+        }
+    };
+    let now = ctx.now();
+    let started = ctx.store.write(|st| {
+        let mut pod = current(st, &key, &uid)?;
+        if !meta_str(&pod, "deletionTimestamp").is_empty() {
+            return None;
+        }
+        let inits: Vec<Value> = containers(&pod, "initContainers")
+            .iter()
+            .map(|c| {
+                container_status(
+                    c,
+                    false,
+                    0,
+                    json!({"terminated": {"exitCode": 0, "reason": "Completed",
+                                          "startedAt": now, "finishedAt": now}}),
+                )
+            })
+            .collect();
+        let waiting: Vec<Value> = containers(&pod, "containers")
+            .iter()
+            .map(|c| {
+                container_status(
+                    c,
+                    false,
+                    0,
+                    json!({"waiting": {"reason": "ContainerCreating"}}),
+                )
+            })
+            .collect();
+        with_status(&mut pod, |status| {
+            status.insert("phase".into(), json!("Pending"));
+            status.insert("containerStatuses".into(), json!(waiting));
+            set_condition(status, "PodScheduled", "True", "", "", &now);
+            status.insert("hostIP".into(), json!(HOST_IP));
+            status.insert("hostIPs".into(), json!([{"ip": HOST_IP}]));
+            status.insert("podIP".into(), json!(ip));
+            status.insert("podIPs".into(), json!([{"ip": ip}]));
+            status.insert("startTime".into(), json!(now));
+            status.insert("qosClass".into(), json!("BestEffort"));
+            set_condition(status, "PodReadyToStartContainers", "True", "", "", &now);
+            set_condition(status, "Initialized", "True", "", "", &now);
+            if !inits.is_empty() {
+                status.insert("initContainerStatuses".into(), json!(inits));
+            }
+        });
+        let pod = st.update(PODS, pod);
+        Some(pod)
+    });
+    let Some(pod) = started else {
+        // Deleted before it started: nothing runs, so the deletion can finish.
+        finish_deletion(&ctx.store, &key, &uid);
+        return;
+    };
+    let kill = Kill {
+        token: shutdown.child_token(),
+        grace: Arc::new(Mutex::new(Duration::ZERO)),
+    };
+    let policy = restart_policy(&pod);
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in containers(&pod, "containers") {
+        tasks.spawn(run_container(
+            ctx.clone(),
+            key.clone(),
+            uid.clone(),
+            c,
+            policy,
+            kill.clone(),
+        ));
+    }
+    let deadline = deadline_of(&pod, ctx.config.timeout).map(|d| Instant::now() + d);
+    let mut why: Option<&'static str> = None;
+    loop {
+        tokio::select! {
+            r = tasks.join_next() => {
+                if r.is_none() {
+                    break; // every container has ended for good
+                }
+            }
+            _ = sleep_until_opt(deadline), if why.is_none() => {
+                why = Some("deadline");
+                event(&ctx, &key, &uid, None, "Warning", "DeadlineExceeded",
+                      "Pod was active on the node longer than the specified deadline");
+                stop_containers(&ctx, &key, &uid, &kill, grace_of(&ctx, &key, &uid));
+            }
+            r = stop.wait_for(Option::is_some), if why.is_none() => {
+                let s = r.ok().and_then(|g| *g);
+                match s {
+                    Some(Stop::Delete(grace)) => {
+                        why = Some("delete");
+                        stop_containers(&ctx, &key, &uid, &kill, grace);
+                    }
+                    _ => {
+                        why = Some("gone");
+                        kill.fire(Duration::ZERO);
+                    }
+                }
+            }
+            _ = shutdown.cancelled(), if why.is_none() => {
+                why = Some("shutdown");
+                kill.fire(Duration::ZERO);
+            }
+        }
+    }
+    drop(permit);
+    match why {
+        Some("deadline") => {
+            let now = ctx.now();
+            ctx.store.write(|st| {
+                let Some(mut pod) = current(st, &key, &uid) else {
+                    return;
+                };
+                with_status(&mut pod, |status| {
+                    status.insert("phase".into(), json!("Failed"));
+                    status.insert("reason".into(), json!("DeadlineExceeded"));
+                    status.insert(
+                        "message".into(),
+                        json!("Pod was active on the node longer than the specified deadline"),
+                    );
+                    set_condition(status, "Ready", "False", "PodFailed", "", &now);
+                    set_condition(status, "ContainersReady", "False", "PodFailed", "", &now);
+                    set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
+                });
+                st.update(PODS, pod);
+            });
+        }
+        Some("shutdown") | Some("gone") => return,
+        _ => {}
+    }
+    // A deletion that raced with the pod's own end is finished here.
+    let deleting = ctx.store.read(|st| {
+        current(st, &key, &uid).is_some_and(|p| !meta_str(&p, "deletionTimestamp").is_empty())
+    });
+    if deleting {
+        finish_deletion(&ctx.store, &key, &uid);
+    }
+}
+
+/// The grace period a pod's containers get when the node stops them on its own.
+fn grace_of(ctx: &Ctx, key: &Key, uid: &str) -> Duration {
+    let secs = ctx.store.read(|st| {
+        current(st, key, uid)
+            .and_then(|p| p["spec"]["terminationGracePeriodSeconds"].as_u64())
+            .unwrap_or(30)
+    });
+    Duration::from_secs(secs)
+}
+
+/// `Killing` events for every running container, then the kill.
+fn stop_containers(ctx: &Ctx, key: &Key, uid: &str, kill: &Kill, grace: Duration) {
+    let running: Vec<String> = ctx.store.read(|st| {
+        current(st, key, uid)
+            .and_then(|p| p["status"]["containerStatuses"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| s["state"]["running"].is_object())
+            .filter_map(|s| s["name"].as_str().map(str::to_owned))
+            .collect()
+    });
+    for c in &running {
+        event(
+            ctx,
+            key,
+            uid,
+            Some(c),
+            "Normal",
+            "Killing",
+            &format!("Stopping container {c}"),
+        );
+    }
+    kill.fire(grace);
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The argv of a container: `command` + `args` (or `args` alone).
+fn argv_of(c: &Value) -> Vec<String> {
+    ["command", "args"]
+        .iter()
+        .filter_map(|f| c[*f].as_array())
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// How one run of a container ended.
+struct Exit {
+    code: i32,
+    reason: &'static str,
+    message: Option<String>,
+    started_at: String,
+}
+
+/// One container: run, record the exit, restart per `policy` with back-off, until it ends for
+/// good or `kill` fires.
+async fn run_container(
+    ctx: Arc<Ctx>,
+    key: Key,
+    uid: String,
+    c: Value,
+    policy: Restart,
+    kill: Kill,
+) {
+    let name = c["name"].as_str().unwrap_or_default().to_owned();
+    let image = c["image"].as_str().unwrap_or_default().to_owned();
+    let argv = argv_of(&c);
+    let mut restarts: u32 = 0;
+    loop {
+        let buf = ctx.config.logs.start_instance(&key.0, &key.1, &uid, &name);
+        event(
+            &ctx,
+            &key,
+            &uid,
+            Some(&name),
+            "Normal",
+            "Pulled",
+            &format!(
+                "Container image \"{image}\" not pulled: the process runtime runs the command on the host"
+            ),
+        );
+        if argv.is_empty() {
+            // Nothing to run without the image's entrypoint: report it running until stopped.
+            let now = ctx.now();
+            buf.append_text(
+                ctx.config.clock.now(),
+                "process runtime: the container has no command; its image's entrypoint cannot run without the image, so nothing runs\n",
+            );
+            set_running(&ctx, &key, &uid, &name, &now, "process://none");
+            event(
+                &ctx,
+                &key,
+                &uid,
+                Some(&name),
+                "Normal",
+                "Created",
+                &format!("Created container: {name}"),
+            );
+            event(
+                &ctx,
+                &key,
+                &uid,
+                Some(&name),
+                "Normal",
+                "Started",
+                &format!("Started container {name}"),
+            );
+            kill.token.cancelled().await;
+            buf.close();
+            let exit = Exit {
+                code: 137,
+                reason: "Error",
+                message: None,
+                started_at: now,
+            };
+            set_terminated(&ctx, &key, &uid, &name, &exit, policy, true);
+            return;
+        }
+        let exit = run_once(&ctx, &key, &uid, &name, &c, &argv, &buf, &kill).await;
+        buf.close();
+        let killed = kill.token.is_cancelled();
+        let restart = !killed
+            && match policy {
+                Restart::Never => false,
+                Restart::OnFailure => exit.code != 0,
+                Restart::Always => true,
+            };
+        if !restart {
+            set_terminated(&ctx, &key, &uid, &name, &exit, policy, killed);
+            return;
+        }
+        let delay = restart_delay(restarts + 1);
+        set_back_off(&ctx, &key, &uid, &name, &exit, delay);
+        if !delay.is_zero() {
+            event(
+                &ctx,
+                &key,
+                &uid,
+                Some(&name),
+                "Warning",
+                "BackOff",
+                &format!(
+                    "Back-off restarting failed container {name} in pod {}_{}({uid})",
+                    key.1, key.0
+                ),
+            );
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = kill.token.cancelled() => {
+                // Stopped while waiting: nothing runs; the last exit stays in lastState.
+                return;
+            }
+        }
+        restarts += 1;
+        update_container(
+            &ctx,
+            &key,
+            &uid,
+            &name,
+            |s| s["restartCount"] = json!(restarts),
+            None,
+        );
+    }
+}
+
+/// How long the kubelet waits before the `n`th restart of a container: the first restart is
+/// immediate (no back-off entry exists yet), then 10 s, doubling, at most 5 minutes
+/// (`doBackOff` in `kuberuntime_manager.go`).
+fn restart_delay(n: u32) -> Duration {
+    if n <= 1 {
+        Duration::ZERO
+    } else {
+        back_off(n - 1)
+    }
+}
+
+/// Spawns the process, captures its output, waits for it (or kills it), returns its exit.
+#[allow(clippy::too_many_arguments)]
+async fn run_once(
+    ctx: &Ctx,
+    key: &Key,
+    uid: &str,
+    name: &str,
+    c: &Value,
+    argv: &[String],
+    buf: &Arc<LogBuffer>,
+    kill: &Kill,
+) -> Exit {
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .env("PATH", CHILD_PATH)
+        .env("HOME", "/")
+        .env("HOSTNAME", &key.1);
+    for e in c["env"].as_array().into_iter().flatten() {
+        if let (Some(n), Some(v)) = (e["name"].as_str(), e["value"].as_str()) {
+            cmd.env(n, v);
+        }
+    }
+    if let Some(dir) = c["workingDir"].as_str()
+        && std::path::Path::new(dir).is_dir()
+    {
+        cmd.current_dir(dir);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let started_at = ctx.now();
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let message = format!(
+                "failed to start container {name:?}: exec: {:?}: {e}",
+                argv[0]
+            );
+            buf.append_text(ctx.config.clock.now(), &format!("{message}\n"));
+            event(
+                ctx,
+                key,
+                uid,
+                Some(name),
+                "Warning",
+                "Failed",
+                &format!("Error: {message}"),
+            );
+            return Exit {
+                code: 128,
+                reason: "StartError",
+                message: Some(message),
+                started_at,
+            };
+        }
+    };
+    let pid = child.id().unwrap_or(0);
+    tracing::debug!(namespace = %key.0, pod = %key.1, container = name, pid, "container started");
+    set_running(
+        ctx,
+        key,
+        uid,
+        name,
+        &started_at,
+        &format!("process://{pid}"),
+    );
+    event(
+        ctx,
+        key,
+        uid,
+        Some(name),
+        "Normal",
+        "Created",
+        &format!("Created container: {name}"),
+    );
+    event(
+        ctx,
+        key,
+        uid,
+        Some(name),
+        "Normal",
+        "Started",
+        &format!("Started container {name}"),
+    );
+    let clock = ctx.config.clock;
+    let readers: Vec<JoinHandle<()>> = [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|pipe| tokio::spawn(capture(pipe, buf.clone(), clock)))
+    .collect();
+    let status = tokio::select! {
+        s = child.wait() => s,
+        _ = kill.token.cancelled() => terminate(&mut child, pid, kill.grace()).await,
+    };
+    for r in readers {
+        let abort = r.abort_handle();
+        if tokio::time::timeout(DRAIN_TIMEOUT, r).await.is_err() {
+            abort.abort();
+        }
+    }
+    let code = match &status {
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(9))
+        }
+        Err(_) => 137,
+    };
+    tracing::debug!(namespace = %key.0, pod = %key.1, container = name, pid, code, "container exited");
+    Exit {
+        code,
+        reason: if code == 0 { "Completed" } else { "Error" },
+        message: None,
+        started_at,
+    }
+}
+
+/// Copies one pipe into the log, line by line.
+async fn capture(
+    mut pipe: Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+    buf: Arc<LogBuffer>,
+    clock: VirtualClock,
+) {
+    let mut splitter = LineSplitter::default();
+    let mut chunk = vec![0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                for line in splitter.feed(&chunk[..n]) {
+                    buf.append(clock.now(), line);
+                }
+            }
+        }
+    }
+    if let Some(rest) = splitter.finish() {
+        buf.append(clock.now(), rest);
+    }
+}
+
+/// SIGTERM to the process group, up to `grace` for it to exit, then SIGKILL; waits for the
+/// child to be reaped.
+async fn terminate(
+    child: &mut tokio::process::Child,
+    pgid: u32,
+    grace: Duration,
+) -> std::io::Result<std::process::ExitStatus> {
+    if !grace.is_zero() {
+        signal_group(pgid, "TERM").await;
+        if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+            // The leader is gone; anything it left in its group goes too.
+            signal_group(pgid, "KILL").await;
+            return status;
+        }
+    }
+    signal_group(pgid, "KILL").await;
+    let _ = child.start_kill();
+    child.wait().await
+}
+
+/// Sends `signal` to every process of group `pgid` with the system's `kill` program. The
+/// group's leader has not been reaped yet when this is called, so its id cannot have been
+/// reused by another group.
+async fn signal_group(pgid: u32, signal: &str) {
+    if pgid == 0 {
+        return;
+    }
+    let program = if std::path::Path::new("/bin/kill").exists() {
+        "/bin/kill"
+    } else {
+        "kill"
+    };
+    let r = tokio::process::Command::new(program)
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(format!("-{pgid}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await;
+    if let Err(e) = r {
+        tracing::warn!(pgid, signal, error = %e, "sending a signal to a container's process group failed");
+    }
+}
+
+/// Rewrites one container's status (and then the pod's phase and readiness) in the store.
+fn update_container(
+    ctx: &Ctx,
+    key: &Key,
+    uid: &str,
+    name: &str,
+    f: impl FnOnce(&mut Value),
+    phase_policy: Option<Restart>,
+) {
+    let now = ctx.now();
+    ctx.store.write(|st| {
+        let Some(mut pod) = current(st, key, uid) else {
+            return;
+        };
+        let mut statuses = pod["status"]["containerStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let Some(s) = statuses.iter_mut().find(|s| s["name"] == name) else {
+            return;
+        };
+        f(s);
+        let all_ready = statuses.iter().all(|s| s["ready"] == true);
+        let unready: Vec<&str> = statuses
+            .iter()
+            .filter(|s| s["ready"] != true)
+            .filter_map(|s| s["name"].as_str())
+            .collect();
+        let message = format!("containers with unready status: [{}]", unready.join(" "));
+        let ended = phase_policy.and_then(|policy| pod_end(&statuses, policy));
+        let statuses = json!(statuses);
+        let was_pending = pod["status"]["phase"] == "Pending";
+        with_status(&mut pod, |status| {
+            status.insert("containerStatuses".into(), statuses);
+            match ended {
+                Some(phase) => {
+                    status.insert("phase".into(), json!(phase));
+                    let reason = if phase == "Succeeded" {
+                        "PodCompleted"
+                    } else {
+                        "PodFailed"
+                    };
+                    set_condition(status, "Ready", "False", reason, "", &now);
+                    set_condition(status, "ContainersReady", "False", reason, "", &now);
+                    set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
+                }
+                None => {
+                    if was_pending {
+                        status.insert("phase".into(), json!("Running"));
+                    }
+                    if all_ready {
+                        set_condition(status, "Ready", "True", "", "", &now);
+                        set_condition(status, "ContainersReady", "True", "", "", &now);
+                    } else {
+                        set_condition(
+                            status,
+                            "Ready",
+                            "False",
+                            "ContainersNotReady",
+                            &message,
+                            &now,
+                        );
+                        set_condition(
+                            status,
+                            "ContainersReady",
+                            "False",
+                            "ContainersNotReady",
+                            &message,
+                            &now,
+                        );
+                    }
+                }
+            }
+        });
+        st.update(PODS, pod);
+    });
+}
+
+/// The pod's final phase once no container will run again, by `restartPolicy`.
+fn pod_end(statuses: &[Value], policy: Restart) -> Option<&'static str> {
+    let codes: Option<Vec<i64>> = statuses
+        .iter()
+        .map(|s| s["state"]["terminated"]["exitCode"].as_i64())
+        .collect();
+    let codes = codes?;
+    match policy {
+        Restart::Always => None,
+        Restart::Never | Restart::OnFailure => Some(if codes.iter().all(|c| *c == 0) {
+            "Succeeded"
+        } else {
+            "Failed"
+        }),
+    }
+}
+
+fn set_running(ctx: &Ctx, key: &Key, uid: &str, name: &str, started_at: &str, id: &str) {
+    update_container(
+        ctx,
+        key,
+        uid,
+        name,
+        |s| {
+            s["state"] = json!({"running": {"startedAt": started_at}});
+            s["ready"] = json!(true);
+            s["started"] = json!(true);
+            s["containerID"] = json!(id);
+            s["imageID"] = json!("");
+        },
+        None,
+    );
+}
+
+fn terminated_json(exit: &Exit, finished_at: &str, id: &Value) -> Value {
+    let mut t = json!({
+        "exitCode": exit.code, "reason": exit.reason,
+        "startedAt": exit.started_at, "finishedAt": finished_at,
+    });
+    if let Some(m) = &exit.message {
+        t["message"] = json!(m);
+    }
+    if !id.is_null() {
+        t["containerID"] = id.clone();
+    }
+    t
+}
+
+/// The container ended for good. `killed`: the node stopped it, so the pod's end is decided
+/// by whoever stopped it (deadline, deletion, shutdown), not by the exit codes.
+fn set_terminated(
+    ctx: &Ctx,
+    key: &Key,
+    uid: &str,
+    name: &str,
+    exit: &Exit,
+    policy: Restart,
+    killed: bool,
+) {
+    let now = ctx.now();
+    update_container(
+        ctx,
+        key,
+        uid,
+        name,
+        |s| {
+            s["state"] = json!({"terminated": terminated_json(exit, &now, &s["containerID"])});
+            s["ready"] = json!(false);
+            s["started"] = json!(false);
+        },
+        (!killed).then_some(policy),
+    );
+}
+
+fn set_back_off(ctx: &Ctx, key: &Key, uid: &str, name: &str, exit: &Exit, delay: Duration) {
+    let now = ctx.now();
+    update_container(
+        ctx,
+        key,
+        uid,
+        name,
+        |s| {
+            s["lastState"] = json!({"terminated": terminated_json(exit, &now, &s["containerID"])});
+            s["ready"] = json!(false);
+            s["started"] = json!(false);
+            if delay.is_zero() {
+                s["state"] = json!({"terminated": terminated_json(exit, &now, &s["containerID"])});
+                return;
+            }
+            s["state"] = json!({"waiting": {
+                "reason": "CrashLoopBackOff",
+                "message": format!(
+                    "back-off {}s restarting failed container={name} pod={}_{}({uid})",
+                    delay.as_secs(), key.1, key.0
+                ),
+            }});
+        },
+        None,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_is_the_smaller_of_the_pods_and_the_runtimes() {
+        let pod = json!({"spec": {"activeDeadlineSeconds": 5}});
+        assert_eq!(deadline_of(&pod, None), Some(Duration::from_secs(5)));
+        assert_eq!(
+            deadline_of(&pod, Some(Duration::from_secs(2))),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            deadline_of(&json!({"spec": {}}), Some(Duration::from_secs(9))),
+            Some(Duration::from_secs(9))
+        );
+        assert_eq!(deadline_of(&json!({"spec": {}}), None), None);
+    }
+
+    #[test]
+    fn a_pod_ends_when_every_container_has_terminated() {
+        let t = |code: i64| json!({"state": {"terminated": {"exitCode": code}}});
+        let running = json!({"state": {"running": {}}});
+        assert_eq!(pod_end(&[t(0), t(0)], Restart::Never), Some("Succeeded"));
+        assert_eq!(pod_end(&[t(0), t(3)], Restart::Never), Some("Failed"));
+        assert_eq!(pod_end(&[t(0), running], Restart::Never), None);
+        assert_eq!(pod_end(&[t(0)], Restart::OnFailure), Some("Succeeded"));
+        assert_eq!(pod_end(&[t(0)], Restart::Always), None);
+    }
+
+    #[test]
+    fn the_first_restart_is_immediate_then_the_back_off_doubles() {
+        assert_eq!(restart_delay(1), Duration::ZERO);
+        assert_eq!(restart_delay(2), Duration::from_secs(10));
+        assert_eq!(restart_delay(3), Duration::from_secs(20));
+        assert_eq!(restart_delay(100), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn argv_is_command_then_args() {
+        let c = json!({"command": ["sh", "-c"], "args": ["echo hi"]});
+        assert_eq!(argv_of(&c), ["sh", "-c", "echo hi"]);
+        assert_eq!(argv_of(&json!({"args": ["echo"]})), ["echo"]);
+        assert!(argv_of(&json!({})).is_empty());
+    }
+}
