@@ -77,6 +77,27 @@ async fn an_unreachable_cluster_is_one_clear_line_and_exit_code_1() {
         )),
         "{line}"
     );
+    assert!(line.contains("refused"), "{line}");
+
+    // With the client's debug logs on, every retry would say so: connection refused is not
+    // retried (client-go retries only a reset or lost connection), so the one request fails once.
+    let (code, stderr) = run_to_end(&[
+        "run",
+        "--master",
+        &master,
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+        "-v",
+        "4",
+    ])
+    .await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!stderr.contains("retrying"), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("sample-controller: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
 }
 
 #[tokio::test]
