@@ -417,7 +417,8 @@ impl ApiServerBuilder {
             shared.clone(),
             tracker.clone(),
         ));
-        tracing::info!(%url, "embedded API server listening");
+        // Debug: the `apiserver` command prints the URL on stdout itself, once.
+        tracing::debug!(%url, "embedded API server listening");
         let clock = background::VirtualClock::new();
         let node = kubelet::NodeControl::default();
         if self.garbage_collector {
