@@ -603,6 +603,8 @@ async fn resetting_server(resets: usize) -> (std::net::SocketAddr, Arc<AtomicUsi
                     }
                 }
                 if n < resets {
+                    // Linger 0 makes the close an immediate RST (no blocking: nothing to send).
+                    #[allow(deprecated)]
                     sock.set_linger(Some(Duration::ZERO)).unwrap();
                     drop(sock);
                     return;
