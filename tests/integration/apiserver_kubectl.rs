@@ -299,3 +299,54 @@ async fn kubectl_1_33() {
 async fn kubectl_on_path() {
     scenario(None).await;
 }
+
+/// `kubectl scale` drives RedisCluster (`spec.size`), MyApp and Foo (`spec.replicas`) through
+/// their CRDs' scale subresource, as it drives a Deployment.
+#[tokio::test]
+async fn kubectl_scale_works_on_the_custom_resources_with_a_replica_count() {
+    let Some(bin) = kubectl_bin(None) else {
+        eprintln!("SKIPPED: kubectl not found on PATH");
+        return;
+    };
+    let server = start().await;
+    let k = Kubectl::with_bin(bin, &server);
+    k.ok(&["apply", "-f", "artifacts/crds/"]).await;
+    for (file, resource, path, from) in [
+        (
+            "rediscluster.yaml",
+            "rediscluster/example-redis",
+            "{.spec.size}",
+            "3",
+        ),
+        ("myapp.yaml", "myapp/example-myapp", "{.spec.replicas}", "2"),
+        ("foo.yaml", "foo/example-foo", "{.spec.replicas}", "1"),
+    ] {
+        k.ok(&["apply", "-f", &format!("artifacts/examples/{file}")])
+            .await;
+        assert_eq!(
+            k.ok(&["get", resource, "-o", &format!("jsonpath={path}")])
+                .await,
+            from
+        );
+        let out = k.ok(&["scale", resource, "--replicas", "5"]).await;
+        assert!(out.contains("scaled"), "{out}");
+        assert_eq!(
+            k.ok(&["get", resource, "-o", &format!("jsonpath={path}")])
+                .await,
+            "5",
+            "{resource}"
+        );
+        // The Scale object itself, as an HPA reads it.
+        let scale = k
+            .ok(&[
+                "get",
+                resource,
+                "--subresource=scale",
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ])
+            .await;
+        assert_eq!(scale, "5", "{resource}");
+    }
+    server.shutdown().await;
+}

@@ -597,6 +597,16 @@ fn check_crd_shape<K: CustomResourceExt>() {
         .and_then(|s| s.status.as_ref())
         .unwrap_or_else(|| panic!("{}: no status subresource", K::KIND));
     assert_eq!(status.0, json!({}));
+    let scale = version.subresources.as_ref().and_then(|s| s.scale.as_ref());
+    assert_eq!(
+        scale.map(|s| (
+            s.spec_replicas_path.as_str(),
+            s.status_replicas_path.as_str()
+        )),
+        K::SCALE.map(|s| (s.spec_replicas_path, s.status_replicas_path)),
+        "{}",
+        K::KIND
+    );
     let columns: Vec<(&str, &str, &str)> = version
         .additional_printer_columns
         .iter()

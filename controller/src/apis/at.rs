@@ -89,7 +89,7 @@ impl CustomResourceExt for At {
             type_: "string",
             json_path: ".status.phase",
         },
-        // Why the At is (not yet) done: Scheduled, Running, PodSucceeded, PodFailed, or
+        // Why the At is (not yet) done: Scheduled, Running, Succeeded, Failed, or
         // InvalidSpec for an At that will never run (it stays PENDING: the book's three
         // phases have no "invalid" state, the Ready condition says it).
         PrinterColumn {
