@@ -197,6 +197,20 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     for resource in operators.iter().map(|op| operators::watched_resource(op)) {
         println!("  watch it    kubectl --kubeconfig {path} get {resource} -w");
     }
+    if opts.serve {
+        println!(
+            "  --serve     the server and the controllers keep running after the stories, until Ctrl-C"
+        );
+    } else {
+        println!(
+            "  (the demo exits when its stories end, and the server with it; add --serve to keep both"
+        );
+        println!(
+            "   running and use them with kubectl: apply your own objects, watch the controllers act)"
+        );
+    }
+    println!();
+    println!("  every line says its story: [time] story | what happened");
     println!();
 
     if with_at {
@@ -247,7 +261,13 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         deadline,
     ));
     let outcome = if with_at {
-        match at_story(&client, &opts, &seen, started, deadline, &manager).await {
+        match STORY
+            .scope(
+                "at",
+                at_story(&client, &opts, &seen, started, deadline, &manager),
+            )
+            .await
+        {
             Ok(schedule) => check_each_ran_once(&client, &server, schedule).await,
             Err(e) => Err(e),
         }
@@ -287,8 +307,20 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
                 .flat_map(|op| operators::shown_resources(op).iter().copied())
                 .collect();
             println!(
-                "still serving (--serve); try:  kubectl --kubeconfig {path} get {}",
+                "still serving (--serve): the API server at {} and the controllers keep running.",
+                server.url()
+            );
+            println!(
+                "  look:   kubectl --kubeconfig {path} get {}",
                 resources.into_iter().collect::<Vec<_>>().join(",")
+            );
+            if with_at {
+                println!(
+                    "  why:    kubectl --kubeconfig {path} describe at blank-command   (events, conditions)"
+                );
+            }
+            println!(
+                "  act:    kubectl --kubeconfig {path} apply -f artifacts/examples/   (the controllers pick it up)"
             );
             println!("press Ctrl-C to stop");
             let _ = tokio::signal::ctrl_c().await;
@@ -539,8 +571,36 @@ async fn write_private(path: &std::path::Path, contents: &str) -> Result<(), Dem
     Ok(())
 }
 
+tokio::task_local! {
+    /// The story (operator) the current task tells; [`say`] prefixes its lines with it.
+    pub(crate) static STORY: &'static str;
+}
+
+/// Prints one line of the story the current task tells (see [`STORY`]; `demo` outside one).
 fn say(started: Instant, line: &str) {
-    println!("[{:>6.1}s] {line}", started.elapsed().as_secs_f64());
+    say_in(started, STORY.try_with(|s| *s).unwrap_or("demo"), line);
+}
+
+/// Prints one line of `story`: `[  time] story        | line`, so the stories that run side
+/// by side can be told apart (or filtered: `grep '] tdset '`).
+fn say_in(started: Instant, story: &str, line: &str) {
+    println!(
+        "[{:>6.1}s] {story:<12} | {line}",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The story an event belongs to, from the kind of its object (the pods and deployments an
+/// operator creates carry their owner's story in their name only: `cluster`).
+fn story_of_kind(kind: &str) -> &'static str {
+    match kind {
+        "at" => "at",
+        "tdset" => "tdset",
+        "rediscluster" => "rediscluster",
+        "myapp" => "myapp",
+        "foo" => "foo",
+        _ => "cluster",
+    }
 }
 
 /// Prints At phase changes and events as the informers deliver them, and records what the
@@ -579,7 +639,7 @@ fn register_printers(
             } else if let Some(m) = &status.message {
                 line.push_str(&format!(" {m}"));
             }
-            say(started, &line);
+            say_in(started, "at", &line);
         }
     };
     // Only an At story has Ats to print: without it no At CRD is installed, and an At
@@ -616,8 +676,9 @@ fn register_printers(
         } else {
             String::new()
         };
-        say(
+        say_in(
             started,
+            story_of_kind(&kind),
             &format!(
                 "  event {type_:<7} {reason_:<17} {kind}/{name}: {}{repeat}",
                 e.message.clone().unwrap_or_default()

@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 mod demo;
 
 use demo::DemoOptions;
+use sample_controller::logging;
 use sample_controller::manager::{self, LogFormat, ManagerError, ManagerOptions, verbosity_level};
 
 #[derive(Parser, Debug)]
@@ -56,7 +57,10 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(opts) => {
-            init_logging(opts.log_format, verbosity_level(opts.verbosity));
+            init_logging(
+                opts.log_format,
+                &logging::filter_directives(opts.verbosity, verbosity_level(opts.verbosity)),
+            );
             match runtime.block_on(manager::run(*opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(ManagerError::Flag(e)) => {
@@ -71,12 +75,15 @@ fn main() -> ExitCode {
         }
         Command::Demo(opts) => {
             // The demo prints its own story on stdout; logs stay at warnings unless -v.
-            let level = if opts.verbosity == 0 {
+            let own = if opts.verbosity == 0 {
                 tracing::Level::WARN
             } else {
                 verbosity_level(opts.verbosity)
             };
-            init_logging(LogFormat::Text, level);
+            init_logging(
+                LogFormat::Text,
+                &logging::filter_directives(opts.verbosity, own),
+            );
             match runtime.block_on(demo::run(opts)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -86,7 +93,10 @@ fn main() -> ExitCode {
             }
         }
         Command::Apiserver(args) => {
-            init_logging(LogFormat::Text, tracing::Level::INFO);
+            init_logging(
+                LogFormat::Text,
+                &logging::filter_directives(0, tracing::Level::INFO),
+            );
             match runtime.block_on(embedded_apiserver::standalone::run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -98,14 +108,21 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr, as text or JSON. `RUST_LOG`, when set, overrides the `-v` level.
-fn init_logging(format: LogFormat, level: tracing::Level) {
+/// Logs to stderr, as text or JSON, one line per event (see `sample_controller::logging`):
+/// `directives` are the `-v` level's filter, replaced by `RUST_LOG` when that is set; colour
+/// only on a terminal and without `NO_COLOR`.
+fn init_logging(format: LogFormat, directives: &str) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(level.as_str().to_ascii_lowercase()));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives));
+    let colour = logging::use_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_ansi(colour)
+        .with_writer(logging::OneLineWriter::new);
     let result = match format {
         LogFormat::Text => builder.with_target(false).try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

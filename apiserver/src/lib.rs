@@ -562,7 +562,8 @@ impl ApiServerBuilder {
             tracker.clone(),
         ));
         flow_control.spawn_config_watch(store.clone(), shutdown.clone(), &tracker);
-        tracing::info!(%url, "embedded API server listening");
+        // Debug: the `apiserver` command prints the URL on stdout itself, once.
+        tracing::debug!(%url, "embedded API server listening");
         let clock = background::VirtualClock::new();
         let node = kubelet::NodeControl::default();
         if self.garbage_collector {

@@ -41,8 +41,9 @@ use std::fmt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceDefinition, CustomResourceDefinitionNames,
-    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceStatus,
-    CustomResourceSubresources, CustomResourceValidation, JSONSchemaProps,
+    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceScale,
+    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation,
+    JSONSchemaProps,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sample_controller::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
@@ -251,7 +252,11 @@ pub fn crd_for<K: CustomResourceExt + JsonSchema + 'static>()
                 }),
                 subresources: Some(CustomResourceSubresources {
                     status: Some(CustomResourceSubresourceStatus(Value::Object(Map::new()))),
-                    scale: None,
+                    scale: K::SCALE.map(|sc| CustomResourceSubresourceScale {
+                        spec_replicas_path: sc.spec_replicas_path.to_owned(),
+                        status_replicas_path: sc.status_replicas_path.to_owned(),
+                        label_selector_path: None,
+                    }),
                 }),
                 additional_printer_columns: Some(columns),
                 ..Default::default()

@@ -21,6 +21,7 @@
 //! | [`leaderelection`] | `tools/leaderelection` |
 //! | [`metrics`], [`health`] | the manager's `/metrics`, `/healthz`, `/readyz` (controller-runtime's servers) |
 //! | [`controllers`] | each operator's `controller.go` |
+//! | [`logging`] | klog's `-v` levels, colour and line discipline for the binaries' logs |
 //! | [`manager`] | `kube-controller-manager` / sample-controller's `main.go`: flags, wiring, leader election, shutdown |
 //!
 //! This crate is the controller library alone. Two sibling crates of the workspace complete it:
@@ -36,6 +37,7 @@ pub mod client;
 pub mod controllers;
 pub mod health;
 pub mod leaderelection;
+pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod record;

@@ -51,7 +51,7 @@
 //! | `--health-probe-bind-address` | `:8081` | `/healthz` and `/readyz`; `0` turns it off |
 //! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
 //! | `--log-format` | `text` | `text` or `json` |
-//! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace |
+//! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
 //!
 //! Durations use Go's syntax (`300ms`, `1.5h`, `2h45m`), as the Kubernetes binaries do.
 //! [`ManagerOptions::validate`] turns the raw flags into a [`ManagerConfig`] or one

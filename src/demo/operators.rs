@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::{DEMO_NAMESPACE, DemoError, api_err, say};
+use super::{DEMO_NAMESPACE, DemoError, STORY, api_err, say};
 use sample_controller::apis::{
     CustomResourceExt, Foo, FooSpec, MyApp, MyAppSpec, RedisCluster, RedisClusterSpec,
     SchedulingWindow, TDSet, TDSetContainer, TDSetSpec,
@@ -123,10 +123,13 @@ pub async fn run(
     let stories = operators.iter().filter_map(|op| {
         let client = client.clone();
         let story: futures_util::future::BoxFuture<'static, Result<(), DemoError>> = match *op {
-            "tdset" => Box::pin(tdset_story(client, started, deadline)),
-            "rediscluster" => Box::pin(rediscluster_story(client, started, deadline)),
-            "myapp" => Box::pin(myapp_story(client, started, deadline)),
-            "foo" => Box::pin(foo_story(client, started, deadline)),
+            "tdset" => Box::pin(STORY.scope("tdset", tdset_story(client, started, deadline))),
+            "rediscluster" => Box::pin(STORY.scope(
+                "rediscluster",
+                rediscluster_story(client, started, deadline),
+            )),
+            "myapp" => Box::pin(STORY.scope("myapp", myapp_story(client, started, deadline))),
+            "foo" => Box::pin(STORY.scope("foo", foo_story(client, started, deadline))),
             _ => return None,
         };
         Some(story)

@@ -45,12 +45,16 @@ async fn scenario(version: Option<&str>) {
 
     // The server validates (kubectl's default --validate=strict sends fieldValidation=Strict):
     // schema violations are 422 Invalid, unknown fields a strict decoding error.
-    for bad in [
-        "at-empty-command.yaml",
-        "at-schedule-not-a-date-time.yaml",
-        "at-without-command.yaml",
-        "foo-negative-replicas.yaml",
-    ] {
+    // Every file in artifacts/examples/invalid/ (the README says the server rejects them).
+    let mut invalid: Vec<String> =
+        std::fs::read_dir(cluster::repo().join("artifacts/examples/invalid"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".yaml"))
+            .collect();
+    invalid.sort();
+    assert!(invalid.len() >= 8, "{invalid:?}");
+    for bad in &invalid {
         let out = k
             .run(&["create", "-f", &format!("artifacts/examples/invalid/{bad}")])
             .await;
@@ -79,6 +83,27 @@ async fn scenario(version: Option<&str>) {
     }
     assert!(
         out.contains("example-at") && out.contains("echo YAY"),
+        "{out}"
+    );
+    // An At the controller marked InvalidSpec says so in the REASON column (the Ready
+    // condition's reason, picked by a `[?(@.type=="Ready")]` filter).
+    assert!(header.contains("REASON"), "{out}");
+    let r = api
+        .patch(
+            &format!("{ATS}/example-at/status"),
+            "application/merge-patch+json",
+            &json!({"status": {"phase": "PENDING", "conditions": [
+                {"type": "InvalidSpec", "status": "True", "reason": "InvalidSpec",
+                 "message": "command is empty", "lastTransitionTime": "2019-04-12T10:00:00Z"},
+                {"type": "Ready", "status": "False", "reason": "InvalidSpec",
+                 "message": "command is empty", "lastTransitionTime": "2019-04-12T10:00:00Z"}]}}),
+        )
+        .await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+    let out = k.ok(&["get", "at", "example-at"]).await;
+    let row = out.lines().nth(1).unwrap_or_default();
+    assert!(
+        row.contains("PENDING") && row.contains("InvalidSpec"),
         "{out}"
     );
     let yaml = k.ok(&["get", "at", "example-at", "-o", "yaml"]).await;
@@ -273,4 +298,55 @@ async fn kubectl_1_33() {
 #[tokio::test]
 async fn kubectl_on_path() {
     scenario(None).await;
+}
+
+/// `kubectl scale` drives RedisCluster (`spec.size`), MyApp and Foo (`spec.replicas`) through
+/// their CRDs' scale subresource, as it drives a Deployment.
+#[tokio::test]
+async fn kubectl_scale_works_on_the_custom_resources_with_a_replica_count() {
+    let Some(bin) = kubectl_bin(None) else {
+        eprintln!("SKIPPED: kubectl not found on PATH");
+        return;
+    };
+    let server = start().await;
+    let k = Kubectl::with_bin(bin, &server);
+    k.ok(&["apply", "-f", "artifacts/crds/"]).await;
+    for (file, resource, path, from) in [
+        (
+            "rediscluster.yaml",
+            "rediscluster/example-redis",
+            "{.spec.size}",
+            "3",
+        ),
+        ("myapp.yaml", "myapp/example-myapp", "{.spec.replicas}", "2"),
+        ("foo.yaml", "foo/example-foo", "{.spec.replicas}", "1"),
+    ] {
+        k.ok(&["apply", "-f", &format!("artifacts/examples/{file}")])
+            .await;
+        assert_eq!(
+            k.ok(&["get", resource, "-o", &format!("jsonpath={path}")])
+                .await,
+            from
+        );
+        let out = k.ok(&["scale", resource, "--replicas", "5"]).await;
+        assert!(out.contains("scaled"), "{out}");
+        assert_eq!(
+            k.ok(&["get", resource, "-o", &format!("jsonpath={path}")])
+                .await,
+            "5",
+            "{resource}"
+        );
+        // The Scale object itself, as an HPA reads it.
+        let scale = k
+            .ok(&[
+                "get",
+                resource,
+                "--subresource=scale",
+                "-o",
+                "jsonpath={.spec.replicas}",
+            ])
+            .await;
+        assert_eq!(scale, "5", "{resource}");
+    }
+    server.shutdown().await;
 }

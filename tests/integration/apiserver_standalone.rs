@@ -19,11 +19,18 @@ async fn the_apiserver_subcommand_serves_until_sigterm() {
         .args(["apiserver", "--listen", "127.0.0.1:0", "--kubeconfig-out"])
         .arg(&kubeconfig)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
+        .env_remove("RUST_LOG")
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr = tokio::spawn(async move {
+        let mut s = String::new();
+        let _ = stderr_pipe.read_to_string(&mut s).await;
+        s
+    });
     let mut line = String::new();
     tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut line))
         .await
@@ -81,6 +88,11 @@ async fn the_apiserver_subcommand_serves_until_sigterm() {
     let mut rest = String::new();
     stdout.read_to_string(&mut rest).await.unwrap();
     assert!(rest.contains("shutting down"), "{rest}");
+    // "listening" is said once (the URL line on stdout), and logs piped to a file have no colour.
+    let stderr = stderr.await.unwrap();
+    let all = format!("{line}{rest}{stderr}");
+    assert_eq!(all.matches("listening").count(), 1, "{all}");
+    assert!(!stderr.contains('\u{1b}'), "{stderr}");
 }
 
 /// `--plain-http` on a network address would make anyone who can connect the bootstrap admin:

@@ -554,7 +554,7 @@ async fn connect_proxy_tunnels_requests() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn connection_errors_retry_reads_but_not_writes() {
+async fn connection_refused_is_not_retried_for_any_verb() {
     // Reserve a port, then close it: connections are refused.
     let addr = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -564,27 +564,108 @@ async fn connection_errors_retry_reads_but_not_writes() {
     let mut cfg = sample_controller::client::Config::new(format!("http://{addr}").parse().unwrap());
     cfg.qps = 0.0;
     cfg.timeout = None;
-    cfg.max_retries = 3;
     let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
-    let e = pods.get("a").await.unwrap_err();
-    assert!(e.is_connection_refused(), "{e:?}");
-    assert!(
-        e.to_string()
-            .contains(&format!("GET http://{addr}/api/v1/namespaces/ns/pods/a")),
-        "the message names the request: {e}"
-    );
+    match pods.get("a").await {
+        Err(e @ Error::Transport(_)) => assert!(e.is_connection_refused(), "{e:?}"),
+        other => panic!("expected connection refused, got {other:?}"),
+    }
+    assert!(matches!(
+        pods.watch(&WatchParams::default()).await,
+        Err(Error::Transport(_))
+    ));
+    assert!(matches!(
+        pods.create(&PostParams::default(), &pod("a")).await,
+        Err(Error::Transport(_))
+    ));
     let m = pods.client().metrics().snapshot();
-    assert_eq!(m.requests[&("GET".to_string(), 0)], 4);
-    assert_eq!(m.retries_by_code[&("GET".to_string(), 0)], 3);
-    // One whole request, timed once, however many attempts it took.
-    assert_eq!(m.request_latency["GET"].count, 1);
-    let e = pods
-        .create(&PostParams::default(), &pod("a"))
-        .await
-        .unwrap_err();
-    assert!(e.is_connection_refused(), "{e:?}");
-    let m = pods.client().metrics().snapshot();
+    assert_eq!(m.requests[&("GET".to_string(), 0)], 2, "one GET, one watch");
     assert_eq!(m.requests[&("POST".to_string(), 0)], 1);
+    assert_eq!(m.retries, 0, "{:?}", m.retries_by_code);
+    // One whole request, timed once.
+    assert_eq!(m.request_latency["GET"].count, 1);
+}
+
+/// A server that resets the first `resets` connections as soon as a request arrives (`SO_LINGER`
+/// 0: the client sees ECONNRESET) and answers every later one with the pod `a`.
+async fn resetting_server(resets: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let seen = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => got.extend_from_slice(&buf[..k]),
+                    }
+                }
+                if n < resets {
+                    // Linger 0 makes the close an immediate RST (no blocking: nothing to send).
+                    #[allow(deprecated)]
+                    sock.set_linger(Some(Duration::ZERO)).unwrap();
+                    drop(sock);
+                    return;
+                }
+                let body = pod_json("a", "1").to_string();
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(reply.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[tokio::test]
+async fn a_reset_connection_retries_a_get_but_not_a_write() {
+    let (addr, conns) = resetting_server(2).await;
+    let mut cfg = sample_controller::client::Config::new(format!("http://{addr}").parse().unwrap());
+    cfg.qps = 0.0;
+    let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
+    // Reset twice, answered on the third connection.
+    let got = pods.get("a").await.unwrap();
+    assert_eq!(got.metadata.name.as_deref(), Some("a"));
+    assert_eq!(conns.load(Ordering::SeqCst), 3);
+    let m = pods.client().metrics().snapshot();
+    // Two failed attempts (no status: 0), then the answer; the last two attempts were retries.
+    assert_eq!(m.requests[&("GET".to_string(), 0)], 2, "{m:?}");
+    assert_eq!(m.requests[&("GET".to_string(), 200)], 1, "{m:?}");
+    assert_eq!(m.retries, 2, "{m:?}");
+
+    // A write on a reset connection may have been applied: it is not sent again.
+    let (addr, conns) = resetting_server(1).await;
+    let mut cfg = sample_controller::client::Config::new(format!("http://{addr}").parse().unwrap());
+    cfg.qps = 0.0;
+    let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
+    assert!(matches!(
+        pods.create(&PostParams::default(), &pod("a")).await,
+        Err(Error::Transport(_))
+    ));
+    assert_eq!(conns.load(Ordering::SeqCst), 1);
+    assert_eq!(pods.client().metrics().snapshot().retries, 0);
+}
+
+#[tokio::test]
+async fn a_get_on_a_connection_that_keeps_resetting_gives_up_after_max_retries() {
+    let (addr, conns) = resetting_server(usize::MAX).await;
+    let mut cfg = sample_controller::client::Config::new(format!("http://{addr}").parse().unwrap());
+    cfg.qps = 0.0;
+    cfg.max_retries = 2;
+    let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
+    match pods.get("a").await {
+        Err(Error::Transport(m)) => assert!(m.to_string().to_lowercase().contains("reset"), "{m}"),
+        other => panic!("expected a transport error, got {other:?}"),
+    }
+    assert_eq!(conns.load(Ordering::SeqCst), 3, "1 attempt + 2 retries");
 }
 
 #[tokio::test(start_paused = true)]

@@ -47,6 +47,28 @@ async fn the_demo_reaches_every_end_state_and_exits_0() {
         "{stdout}"
     );
     assert!(stdout.contains("InvalidSpec"), "{stdout}");
+    // Every timed line says which story it belongs to, so the interleaved stories can be read
+    // apart; each default story has lines of its own.
+    for line in stdout.lines().filter(|l| l.starts_with('[')) {
+        let story = line
+            .split_once("] ")
+            .and_then(|(_, rest)| rest.split_once(" | "))
+            .map(|(story, _)| story.trim())
+            .unwrap_or_else(|| panic!("a line without its story: {line:?}"));
+        assert!(
+            ["demo", "at", "tdset", "rediscluster", "cluster"].contains(&story),
+            "{line}"
+        );
+    }
+    for story in ["at", "tdset", "rediscluster"] {
+        let tag = format!("] {story:<12} | ");
+        assert!(
+            stdout.contains(&tag),
+            "no line of the {story} story:\n{stdout}"
+        );
+    }
+    // Without --serve it says how to keep the server running.
+    assert!(stdout.contains("add --serve"), "{stdout}");
     // "Exactly once, at its schedule" is measured, not claimed: one pod creation per runnable
     // At in the server's request log, each pod created at or after the At's schedule.
     assert!(

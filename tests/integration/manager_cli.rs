@@ -20,7 +20,11 @@ fn bin() -> String {
 async fn run_to_end(args: &[&str]) -> (i32, String) {
     let out = tokio::time::timeout(
         Duration::from_secs(60),
-        Command::new(bin()).args(args).kill_on_drop(true).output(),
+        Command::new(bin())
+            .args(args)
+            .env_remove("RUST_LOG")
+            .kill_on_drop(true)
+            .output(),
     )
     .await
     .expect("the binary exits")
@@ -77,6 +81,27 @@ async fn an_unreachable_cluster_is_one_clear_line_and_exit_code_1() {
         )),
         "{line}"
     );
+    assert!(line.contains("refused"), "{line}");
+
+    // With the client's debug logs on, every retry would say so: connection refused is not
+    // retried (client-go retries only a reset or lost connection), so the one request fails once.
+    let (code, stderr) = run_to_end(&[
+        "run",
+        "--master",
+        &master,
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+        "-v",
+        "4",
+    ])
+    .await;
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!stderr.contains("retrying"), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("sample-controller: error:"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
 }
 
 #[tokio::test]
@@ -225,4 +250,184 @@ async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let code = text.split_whitespace().nth(1)?.parse().ok()?;
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
     Some((code, body))
+}
+
+#[test]
+fn verbosity_maps_klog_levels_to_our_crates_before_the_dependencies() {
+    use sample_controller::logging::{dependency_level, filter_directives};
+    use tracing::Level;
+    assert_eq!(dependency_level(1), Level::INFO);
+    assert_eq!(dependency_level(5), Level::INFO);
+    assert_eq!(dependency_level(6), Level::DEBUG);
+    assert_eq!(dependency_level(9), Level::TRACE);
+    let v1 = filter_directives(1, Level::DEBUG);
+    assert!(v1.starts_with("info,"), "{v1}");
+    assert!(v1.contains("sample_controller=debug"), "{v1}");
+    assert!(v1.contains("embedded_apiserver=debug"), "{v1}");
+    assert!(filter_directives(6, Level::TRACE).starts_with("debug,"));
+    // The demo's quiet default: warnings only, for every crate.
+    assert!(filter_directives(0, Level::WARN).starts_with("warn,"));
+}
+
+#[test]
+fn colour_only_on_a_terminal_without_no_color_and_events_are_one_line() {
+    use sample_controller::logging::{one_line, use_colour};
+    use std::ffi::OsStr;
+    assert!(use_colour(true, None));
+    assert!(!use_colour(false, None));
+    assert!(!use_colour(true, Some(OsStr::new("1"))));
+    assert!(use_colour(true, Some(OsStr::new(""))), "empty NO_COLOR");
+    assert_eq!(one_line(b"a\nb\r\nc\n"), b"a\\nb\\r\\nc\n".to_vec());
+    assert_eq!(one_line(b"plain"), b"plain\n".to_vec());
+}
+
+/// An embedded API server without the CRDs (the manager talks to it, logs, and exits 1 saying
+/// how to install them) and a kubeconfig for it.
+async fn crd_less_cluster() -> (
+    embedded_apiserver::ApiServerHandle,
+    tempfile::TempDir,
+    String,
+) {
+    sample_controller::install_crypto_provider();
+    let server = embedded_apiserver::ApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let path = kubeconfig.to_str().unwrap().to_owned();
+    (server, dir, path)
+}
+
+/// Runs `run --log-format json -v <v>` against a cluster with the At CRD until its caches have
+/// synced (start-up's requests are done), stops it with SIGTERM and returns its stderr.
+async fn json_logs_at(v: &str) -> String {
+    let (server, _client) = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let probe_port = free_port().await;
+    let mut child = Command::new(bin())
+        .args([
+            "run",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--metrics-bind-address=0",
+            &format!("--health-probe-bind-address=127.0.0.1:{probe_port}"),
+            "--controllers=at",
+            "--log-format",
+            "json",
+            "-v",
+            v,
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stderr.take().unwrap();
+    let stderr = tokio::spawn(async move {
+        let mut s = String::new();
+        let _ = pipe.read_to_string(&mut s).await;
+        s
+    });
+    let mut ready = false;
+    for _ in 0..600 {
+        if let Some((200, _)) = http_get(probe_port, "/readyz").await {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ready, "/readyz never answered 200");
+    let pid = child.id().unwrap().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .unwrap()
+            .success()
+    );
+    tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("exits after SIGTERM")
+        .unwrap();
+    let stderr = stderr.await.unwrap();
+    server.shutdown().await;
+    stderr
+}
+
+fn targets(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|j| j["target"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn dependency_debug_logs_appear_only_from_v6_and_never_in_colour_off_a_terminal() {
+    let v4 = json_logs_at("4").await;
+    let own = targets(&v4);
+    assert!(
+        !own.is_empty(),
+        "-v 4 shows the manager's debug lines: {v4}"
+    );
+    assert!(
+        own.iter().all(|t| sample_controller::logging::OWN_TARGETS
+            .iter()
+            .any(|o| t.starts_with(o))),
+        "-v 4 shows only our crates: {own:?}"
+    );
+    let v6 = json_logs_at("6").await;
+    let all = targets(&v6);
+    assert!(
+        all.iter().any(|t| t.starts_with("hyper")),
+        "-v 6 shows the HTTP stack's debug lines: {all:?}"
+    );
+    assert!(!v4.contains('\u{1b}') && !v6.contains('\u{1b}'), "{v6}");
+}
+
+#[tokio::test]
+async fn on_a_terminal_logs_are_coloured_unless_no_color_is_set() {
+    // `script` gives the binary a pseudo-terminal for stderr.
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipping: `script` (util-linux) is not installed");
+        return;
+    }
+    // Against a cluster without the CRDs the manager exits after its first requests; at -v 6
+    // the HTTP stack has logged its debug lines by then.
+    let (_server, _dir, kubeconfig) = crd_less_cluster().await;
+    let cmd = format!(
+        "{} run --kubeconfig {kubeconfig} --metrics-bind-address=0 --health-probe-bind-address=0 -v 6",
+        bin()
+    );
+    let on_tty = |no_color: Option<&str>| {
+        let mut c = Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"]).kill_on_drop(true);
+        c.env_remove("NO_COLOR").env_remove("RUST_LOG");
+        if let Some(v) = no_color {
+            c.env("NO_COLOR", v);
+        }
+        async move {
+            let out = tokio::time::timeout(Duration::from_secs(60), c.output())
+                .await
+                .expect("the binary exits")
+                .expect("script starts");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    let coloured = on_tty(None).await;
+    assert!(coloured.contains("DEBUG"), "{coloured}");
+    assert!(coloured.contains('\u{1b}'), "{coloured}");
+    let plain = on_tty(Some("1")).await;
+    assert!(plain.contains("DEBUG"), "{plain}");
+    assert!(!plain.contains('\u{1b}'), "{plain}");
 }

@@ -262,3 +262,51 @@ async fn foo_never_adopts_a_deployment_it_does_not_own_and_does_not_retry_the_co
     manager.stop().await.unwrap();
     server.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_sync_records_a_reconcile_error_warning_and_recovers() {
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    // The first two Deployment creations fail with a 500 (no Retry-After: not retried by the
+    // client), so the MyApp's first syncs fail.
+    server.faults().inject(
+        embedded_apiserver::faults::Fault::fail(500)
+            .verb("create")
+            .resource("deployments")
+            .times(2),
+    );
+    let manager = start_manager(
+        &manager_client(&server),
+        config_for(&["myapp"]),
+        Clock::new(),
+    )
+    .await;
+    let app = MyApp {
+        metadata: meta("flaky"),
+        spec: MyAppSpec {
+            replicas: 1,
+            image: "nginx:1.27".into(),
+        },
+        status: None,
+    };
+    api::<MyApp>(&client)
+        .create(&PostParams::default(), &app)
+        .await
+        .unwrap();
+    let warning = wait_for_event(
+        &client,
+        "flaky",
+        sample_controller::controllers::REASON_RECONCILE_ERROR,
+    )
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(warning.involved_object.kind.as_deref(), Some("MyApp"));
+    let message = warning.message.clone().unwrap_or_default();
+    assert!(message.contains("creating the Deployment"), "{message}");
+    // The retry with backoff succeeds once the faults are used up.
+    wait_for_replicas(&client, "flaky", 1).await;
+    let stats = manager.controllers.controllers()[0].stats().snapshot();
+    assert!(stats.errors >= 2, "{stats:?}");
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}

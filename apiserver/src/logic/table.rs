@@ -155,10 +155,30 @@ impl ColumnDef {
 enum Step {
     Key(String),
     Index(usize),
+    /// `[?(@.key=="value")]`: the first array element whose `key` is the string `value` (the
+    /// condition idiom, `.status.conditions[?(@.type=="Ready")].reason`).
+    Filter(String, String),
+}
+
+/// `?(@.key=="value")` (or single quotes) as (key, value).
+fn parse_filter(inner: &str) -> Option<(String, String)> {
+    let body = inner.strip_prefix("?(")?.strip_suffix(')')?.trim();
+    let (lhs, rhs) = body.split_once("==")?;
+    let key = lhs.trim().strip_prefix("@.")?;
+    if key.is_empty() || key.contains(['.', '[', '*', '@', '(']) {
+        return None;
+    }
+    let rhs = rhs.trim();
+    let value = rhs
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .or_else(|| rhs.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))?;
+    Some((key.to_string(), value.to_string()))
 }
 
 /// Parses the simple JSONPaths CRD printer columns use: `.a.b`, `.a[0].b`, `.a['x.y']`,
-/// optionally wrapped in `{}`. Returns `None` for anything richer (filters, wildcards, ranges).
+/// `.a[?(@.type=="Ready")].b`, optionally wrapped in `{}`. Returns `None` for anything richer
+/// (wildcards, ranges, other filter expressions).
 fn parse_json_path(path: &str) -> Option<Vec<Step>> {
     let path = path.trim();
     let path = path
@@ -185,6 +205,8 @@ fn parse_json_path(path: &str) -> Option<Vec<Step>> {
                 .or_else(|| inner.strip_prefix('"').and_then(|q| q.strip_suffix('"')))
             {
                 steps.push(Step::Key(q.to_string()));
+            } else if let Some((key, value)) = parse_filter(inner) {
+                steps.push(Step::Filter(key, value));
             } else {
                 steps.push(Step::Index(inner.parse().ok()?));
             }
@@ -204,6 +226,10 @@ pub fn eval_json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
         cur = match step {
             Step::Key(k) => cur.get(k.as_str())?,
             Step::Index(i) => cur.get(i)?,
+            Step::Filter(key, value) => cur
+                .as_array()?
+                .iter()
+                .find(|e| e.get(key.as_str()).and_then(Value::as_str) == Some(value.as_str()))?,
         };
     }
     Some(cur)
@@ -1214,6 +1240,16 @@ mod tests {
         assert_eq!(eval_json_path(&obj, ".spec.missing"), None);
         assert_eq!(eval_json_path(&obj, ".spec.a[5]"), None);
         assert!(!is_simple_json_path(".spec.a[*].b"));
+        let conds = json!({"status": {"conditions": [
+            {"type": "InvalidSpec", "reason": "Bad"}, {"type": "Ready", "reason": "Scheduled"}]}});
+        let ready = r#".status.conditions[?(@.type=="Ready")].reason"#;
+        assert!(is_simple_json_path(ready));
+        assert_eq!(eval_json_path(&conds, ready), Some(&json!("Scheduled")));
+        assert_eq!(
+            eval_json_path(&conds, ".status.conditions[?(@.type=='Gone')].reason"),
+            None
+        );
+        assert!(!is_simple_json_path(".a[?(@.b>1)]"));
         assert!(!is_simple_json_path("spec"));
         assert!(is_simple_json_path(".status.phase"));
     }

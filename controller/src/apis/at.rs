@@ -89,6 +89,14 @@ impl CustomResourceExt for At {
             type_: "string",
             json_path: ".status.phase",
         },
+        // Why the At is (not yet) done: Scheduled, Running, Succeeded, Failed, or
+        // InvalidSpec for an At that will never run (it stays PENDING: the book's three
+        // phases have no "invalid" state, the Ready condition says it).
+        PrinterColumn {
+            name: "Reason",
+            type_: "string",
+            json_path: r#".status.conditions[?(@.type=="Ready")].reason"#,
+        },
         AGE_COLUMN,
     ];
 }

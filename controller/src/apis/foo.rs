@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CustomResourceExt, PrinterColumn, custom_resource};
+use super::{CustomResourceExt, PrinterColumn, ScaleSubresource, custom_resource};
 
 custom_resource! {
     /// sample-controller's Foo: a Deployment named `spec.deploymentName` running
@@ -20,6 +20,10 @@ custom_resource! {
 
 impl CustomResourceExt for Foo {
     const SINGULAR: &'static str = "foo";
+    const SCALE: Option<ScaleSubresource> = Some(ScaleSubresource {
+        spec_replicas_path: ".spec.replicas",
+        status_replicas_path: ".status.availableReplicas",
+    });
     const PRINTER_COLUMNS: &'static [PrinterColumn] = &[
         PrinterColumn {
             name: "Deployment",

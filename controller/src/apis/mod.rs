@@ -102,6 +102,17 @@ pub struct PrinterColumn {
     pub json_path: &'static str,
 }
 
+/// The scale subresource of a CRD (`subresources.scale`): where `/scale` reads and writes the
+/// replica count, so `kubectl scale` (and a HorizontalPodAutoscaler) can drive the kind like a
+/// Deployment. Paths are JSONPaths of the kind's object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScaleSubresource {
+    /// The desired count, e.g. `.spec.replicas` (`Scale.spec.replicas`).
+    pub spec_replicas_path: &'static str,
+    /// The observed count, e.g. `.status.availableReplicas` (`Scale.status.replicas`).
+    pub status_replicas_path: &'static str,
+}
+
 /// What codegen and the embedded API server need to know about a custom resource beyond
 /// `k8s_openapi::Resource`: its plural/singular names, short names and printer columns.
 pub trait CustomResourceExt: k8s_openapi::Resource {
@@ -113,6 +124,8 @@ pub trait CustomResourceExt: k8s_openapi::Resource {
     const SHORT_NAMES: &'static [&'static str] = &[];
     /// The columns `kubectl get` prints, in order (Age is listed explicitly where wanted).
     const PRINTER_COLUMNS: &'static [PrinterColumn];
+    /// The scale subresource, for kinds with a replica count.
+    const SCALE: Option<ScaleSubresource> = None;
     /// The CRD's name: `<plural>.<group>`.
     fn crd_name() -> String {
         format!("{}.{}", Self::PLURAL, Self::GROUP)

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Condition, CustomResourceExt, PrinterColumn, custom_resource};
+use super::{Condition, CustomResourceExt, PrinterColumn, ScaleSubresource, custom_resource};
 
 custom_resource! {
     /// An application: a Deployment of `spec.replicas` pods running `spec.image`, owned by the
@@ -20,6 +20,10 @@ custom_resource! {
 
 impl CustomResourceExt for MyApp {
     const SINGULAR: &'static str = "myapp";
+    const SCALE: Option<ScaleSubresource> = Some(ScaleSubresource {
+        spec_replicas_path: ".spec.replicas",
+        status_replicas_path: ".status.availableReplicas",
+    });
     const PRINTER_COLUMNS: &'static [PrinterColumn] = &[
         PrinterColumn {
             name: "Replicas",

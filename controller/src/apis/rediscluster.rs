@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Condition, CustomResourceExt, PrinterColumn, custom_resource};
+use super::{Condition, CustomResourceExt, PrinterColumn, ScaleSubresource, custom_resource};
 
 /// The finalizer the RedisCluster controller puts on every RedisCluster.
 pub const FINALIZER: &str = "cache.example.com/finalizer";
@@ -25,6 +25,10 @@ custom_resource! {
 
 impl CustomResourceExt for RedisCluster {
     const SINGULAR: &'static str = "rediscluster";
+    const SCALE: Option<ScaleSubresource> = Some(ScaleSubresource {
+        spec_replicas_path: ".spec.size",
+        status_replicas_path: ".status.readyReplicas",
+    });
     const PRINTER_COLUMNS: &'static [PrinterColumn] = &[
         PrinterColumn {
             name: "Size",

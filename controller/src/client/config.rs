@@ -200,7 +200,9 @@ pub struct Config {
     /// the client-side throttle has let it go; `None` = no limit. Watches never get one: the
     /// server ends them after their `timeoutSeconds`.
     pub timeout: Option<Duration>,
-    /// How many times a request is retried after a `Retry-After` answer or a connection error.
+    /// How many times a request is retried after a `Retry-After` answer or, for a `GET`, a lost
+    /// connection (reset, probable EOF, `GOAWAY`); client-go's `maxRetries`, 10. Connection
+    /// refused is never retried.
     pub max_retries: u32,
     /// `User-Agent` header.
     pub user_agent: String,

@@ -9,7 +9,7 @@
 //!     throttle (not for watches) -> auth header -> hyper pool -> TLS (rustls) -> API server
 //!     <- 429/5xx with Retry-After: sleep, take a new token, resend (at most 10 times)
 //!     <- 401 and refreshable credentials: refresh once, resend
-//!     <- connection error on GET: back off, resend
+//!     <- reset / probable EOF / GOAWAY on GET: wait 1 s, resend (same budget of 10)
 //! ```
 //!
 //! * **Connections.** One `hyper_util` pooled client per [`Client`], shared by every clone and
@@ -37,12 +37,20 @@
 //!   timeout starts (client-go's order), so a long queue does not turn into timeouts of requests
 //!   that were never sent. The bucket runs on `tokio::time`, so tests with a paused clock see
 //!   exact schedules.
-//! * **Retries.** client-go's rule: any request answered `429`, or `5xx` *with* a
-//!   `Retry-After: <seconds>` header, is sent again after that many seconds, at most
-//!   [`Config::max_retries`] (10) times. Connection errors (refused, reset, cut mid-response) on
-//!   `GET` and `HEAD`, which are safe to repeat, are retried with exponential backoff (100 ms
-//!   doubling, capped at 2 s). Writes are not retried on connection errors: the server may have
-//!   applied them.
+//! * **Retries.** client-go's rule (`rest/request.go`, `rest/with_retry.go`): any request
+//!   answered `429`, or `5xx` *with* a `Retry-After: <seconds>` header, is sent again after that
+//!   many seconds, at most [`Config::max_retries`] (10) times; a `429`/`5xx` without the header
+//!   (or with a value that is not whole seconds) is returned at once. A request that got *no*
+//!   answer is retried only when it is a `GET` and the failure says an established connection
+//!   went away: connection reset (`ECONNRESET`, aborted, broken pipe), a probable EOF (the
+//!   server closed the connection before or in the middle of the response) or a lost HTTP/2
+//!   connection (`GOAWAY`). client-go turns those into a synthetic `500` with `Retry-After: 1`,
+//!   so they wait **1 s** and share the same budget of 10. A watch (also a `GET`) is retried on
+//!   a probable EOF or a timeout (`Watch`'s own predicate). Everything else is returned on the
+//!   first failure: in particular **connection refused** (nothing listens: resending will not
+//!   help, and the caller, such as the reflector's backoff or the manager's start-up check,
+//!   decides what to do), TLS and DNS errors, and every failure of a write (the server may
+//!   have applied it). See [`retryable_failure`].
 //! * **Timeouts.** Connect: [`Config::connect_timeout`] (30 s). A non-watch request (headers and
 //!   body, retries included) is bounded by [`Config::timeout`], counted from the moment its first
 //!   throttle token is granted. Watches have no client timeout; the server ends them after their
@@ -303,7 +311,6 @@ impl Client {
         let mut attempts = 0u32;
         let mut retries = 0u32;
         let mut refreshed_after_401 = false;
-        let mut conn_backoff = Duration::from_millis(100);
         loop {
             let first = attempts == 0;
             attempts += 1;
@@ -366,13 +373,19 @@ impl Client {
                 }
                 Err(e) => {
                     inner.metrics.record_attempt(&method, 0, retries > 0);
-                    let idempotent = method == Method::GET || method == Method::HEAD;
-                    if idempotent && retries < inner.max_retries {
+                    if method == Method::GET
+                        && retryable_failure(&e, watch)
+                        && retries < inner.max_retries
+                    {
                         retries += 1;
-                        let jitter = conn_backoff.mul_f64(fastrand::f64() * 0.1);
-                        tracing::debug!(%method, path = uri.path(), error = %error_chain(&e), attempt = retries, "connection error; retrying");
-                        tokio::time::sleep(conn_backoff + jitter).await;
-                        conn_backoff = (conn_backoff * 2).min(Duration::from_secs(2));
+                        tracing::debug!(
+                            %method,
+                            path = uri.path(),
+                            error = %error_chain(&e),
+                            attempt = retries,
+                            "connection lost; retrying in 1s"
+                        );
+                        tokio::time::sleep(CONNECTION_LOST_RETRY_AFTER).await;
                         continue;
                     }
                     return Err(Error::transport(format!("{method} {uri}"), &e));
@@ -472,6 +485,57 @@ fn retry_after<B>(resp: &Response<B>) -> Option<Duration> {
         .parse()
         .ok()?;
     Some(Duration::from_secs(secs))
+}
+
+/// The wait before resending a `GET` whose connection was lost: client-go's synthetic
+/// `Retry-After: 1`.
+const CONNECTION_LOST_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether a request that got no answer may be sent again (the caller checks that it is a
+/// `GET`). client-go's predicates: for ordinary requests `net.IsConnectionReset(err) ||
+/// net.IsProbableEOF(err) || net.IsHTTP2ConnectionLost(err)`; for watches
+/// `net.IsProbableEOF(err) || net.IsTimeout(err)`. Walks the error's source chain:
+///
+/// * `io::ErrorKind::ConnectionReset`, `ConnectionAborted`, `BrokenPipe` ("connection reset by
+///   peer", "broken connection"), `UnexpectedEof`: reset or probable EOF.
+/// * hyper's "connection closed before message completed" (incomplete message) and a request
+///   cancelled because its connection went away: probable EOF.
+/// * h2's `GOAWAY` from the server: probable EOF ("http2: server sent GOAWAY").
+/// * `io::ErrorKind::TimedOut` and hyper timeouts: only for watches.
+///
+/// Connection refused, DNS and TLS failures match none of these and are not retried.
+pub(crate) fn retryable_failure(e: &(dyn std::error::Error + 'static), watch: bool) -> bool {
+    use std::io::ErrorKind;
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            match io.kind() {
+                ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionAborted
+                | ErrorKind::BrokenPipe
+                | ErrorKind::UnexpectedEof => return true,
+                ErrorKind::TimedOut => return watch,
+                ErrorKind::ConnectionRefused => return false,
+                _ => {}
+            }
+        }
+        if let Some(h) = c.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return true;
+            }
+            if h.is_timeout() {
+                return watch;
+            }
+        }
+        if let Some(h2) = c.downcast_ref::<h2::Error>()
+            && h2.is_go_away()
+            && h2.is_remote()
+        {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -355,6 +355,12 @@ impl SyncHandler for AtController {
     fn is_conflict(err: &SyncError) -> bool {
         matches!(err, SyncError::UpdateStatus { source, .. } if source.is_conflict())
     }
+
+    /// A Warning `ReconcileError` event on the object with the error (see
+    /// [`super::record_reconcile_error`]).
+    fn on_sync_error(&self, key: &str, message: &str) {
+        super::record_reconcile_error(&self.at_lister, &self.recorder, key, message);
+    }
 }
 
 /// The key of the At that controls `pod`, if one does (client-go's `handleObject`).

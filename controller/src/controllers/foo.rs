@@ -275,6 +275,12 @@ impl SyncHandler for FooController {
     fn is_conflict(err: &SyncError) -> bool {
         err.is_conflict()
     }
+
+    /// A Warning `ReconcileError` event on the object with the error (see
+    /// [`super::record_reconcile_error`]).
+    fn on_sync_error(&self, key: &str, message: &str) {
+        super::record_reconcile_error(&self.foo_lister, &self.recorder, key, message);
+    }
 }
 
 /// The keys of the Foos a Deployment event concerns: the Foo that controls it, and every Foo

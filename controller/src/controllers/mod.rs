@@ -104,6 +104,40 @@ pub trait SyncHandler: Send + Sync + 'static {
     fn is_conflict(_err: &Self::Error) -> bool {
         false
     }
+
+    /// Called after `sync_handler(key)` returned an error that is not a conflict, with the
+    /// error's message: records a Warning event `ReconcileError` on the object, so `kubectl
+    /// describe` and `kubectl get events` say why it is not converging (the operators' answer
+    /// to "it just sits there"). Every operator implements it with
+    /// [`record_reconcile_error`]; its recorder's correlator folds the repeats of a key that
+    /// keeps failing into one event with a count and rate-limits them (client-go's spam
+    /// filter: a burst of 25, then one per 5 minutes per object), so a hot failure loop does
+    /// not flood the API server with events. The default records nothing.
+    fn on_sync_error(&self, _key: &str, _message: &str) {}
+}
+
+/// The reason of the Warning event recorded when a sync fails.
+pub const REASON_RECONCILE_ERROR: &str = "ReconcileError";
+
+/// What [`SyncHandler::on_sync_error`] does in every operator: looks the object up in the
+/// cache by `key` and records a Warning `ReconcileError` event with `message` on it. Nothing
+/// when the object is gone (a failed sync of a deleted object has no one to tell).
+pub fn record_reconcile_error<K>(
+    lister: &crate::cache::Lister<K>,
+    recorder: &crate::record::EventRecorder,
+    key: &str,
+    message: &str,
+) where
+    K: crate::cache::CacheObject,
+{
+    if let Some(obj) = lister.get_by_key(key) {
+        recorder.event(
+            obj.as_ref(),
+            crate::record::EventType::Warning,
+            REASON_RECONCILE_ERROR,
+            message,
+        );
+    }
 }
 
 /// Counters of one controller's worker loop. Cheap to read from tests; with
@@ -435,6 +469,7 @@ async fn sync_one<H: SyncHandler>(
                     retries,
                     "error syncing; requeuing for later retry"
                 );
+                handler.on_sync_error(key, &message);
             }
             SyncOutcome::Failed(message)
         }

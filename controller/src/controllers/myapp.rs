@@ -276,6 +276,12 @@ impl SyncHandler for MyAppController {
     fn is_conflict(err: &SyncError) -> bool {
         err.is_conflict()
     }
+
+    /// A Warning `ReconcileError` event on the object with the error (see
+    /// [`super::record_reconcile_error`]).
+    fn on_sync_error(&self, key: &str, message: &str) {
+        super::record_reconcile_error(&self.myapp_lister, &self.recorder, key, message);
+    }
 }
 
 /// The Deployment a MyApp wants: named like it, in its namespace, controlled by it, with the

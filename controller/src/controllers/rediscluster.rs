@@ -400,6 +400,12 @@ impl SyncHandler for RedisClusterController {
     fn is_conflict(err: &SyncError) -> bool {
         err.is_conflict()
     }
+
+    /// A Warning `ReconcileError` event on the object with the error (see
+    /// [`super::record_reconcile_error`]).
+    fn on_sync_error(&self, key: &str, message: &str) {
+        super::record_reconcile_error(&self.cluster_lister, &self.recorder, key, message);
+    }
 }
 
 impl RedisClusterController {
