@@ -1688,10 +1688,16 @@ mod tests {
         let crd = read("crds/ats.cnat.programming-kubernetes.info.yaml");
         let columns = crd_columns(&crd["spec"]["versions"][0]["additionalPrinterColumns"]);
         let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["Name", "Schedule", "Command", "Phase", "Age"]);
+        assert_eq!(
+            names,
+            ["Name", "Schedule", "Command", "Phase", "Reason", "Age"]
+        );
         let mut at = read("examples/cnat-example.yaml");
         at["metadata"]["creationTimestamp"] = json!("2024-05-01T00:00:00Z");
-        at["status"] = json!({"phase": "PENDING"});
+        at["status"] = json!({"phase": "PENDING", "conditions": [
+            {"type": "Progressing", "status": "True", "reason": "Waiting"},
+            {"type": "Ready", "status": "False", "reason": "InvalidSpec"}
+        ]});
         let t = to_table_at(
             &[at],
             &columns,
@@ -1707,6 +1713,7 @@ mod tests {
                 "2019-04-12T10:12:00Z",
                 "echo YAY",
                 "PENDING",
+                "InvalidSpec",
                 "3h"
             ])
         );
