@@ -672,10 +672,11 @@ impl Kubelet {
                 .cloned()
                 .unwrap_or_default();
             let specs = containers(&pod, "containers");
+            let mut restarted = vec![];
             for s in statuses.iter_mut() {
                 if s["state"]["waiting"].is_object() {
                     if let Some(c) = specs.iter().find(|c| c["name"] == s["name"]) {
-                        self.log_start(key, &track.uid, c);
+                        restarted.push(c.clone());
                     }
                     s["state"] = json!({"running": {"startedAt": now}});
                     s["ready"] = json!(true);
@@ -691,9 +692,12 @@ impl Kubelet {
                 }
             });
             st.update(PODS, pod);
-            Some(())
+            Some(restarted)
         });
-        if restarted.is_some() {
+        if let Some(restarted) = restarted {
+            for c in &restarted {
+                self.log_start(key, &track.uid, c);
+            }
             self.tracks.insert(
                 key.clone(),
                 Track {
