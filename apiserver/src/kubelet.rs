@@ -733,10 +733,7 @@ impl Kubelet {
             })
             .unwrap_or(false);
         let what = if code != 0 || pod_exits {
-            format!(
-                "it exits with code {code} after {}",
-                format!("{:?}", self.config.run_time)
-            )
+            format!("it exits with code {code} after {:?}", self.config.run_time)
         } else {
             "it runs until the pod is deleted".to_owned()
         };
