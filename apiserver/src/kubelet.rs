@@ -85,9 +85,12 @@
 //!
 //! No images, processes, probes, resources, volumes, init-container ordering (init containers
 //! are reported `terminated`/`Completed` when the pod starts), ephemeral containers, evictions,
-//! node pressure or pod networking beyond made-up addresses.//! No Events are emitted (a real
-//! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`). Pods bound to another node are left
-//! alone. The one node is always `Ready`.
+//! node pressure or pod networking beyond made-up addresses. No Events are emitted (a real
+//! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`; the
+//! process runtime, [`super::runtime`], does). Each container's log ([`super::logs`], what
+//! `kubectl logs` reads) holds what the simulation decided for it, not a command's output:
+//! for that, run the process runtime. Pods bound to another node are left alone. The one node
+//! is always `Ready`.
 //!
 //! Timestamps come from the server's [`VirtualClock`], so with a paused tokio clock `finishedAt`
 //! is exactly `startedAt` plus the run time.
