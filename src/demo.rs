@@ -3,9 +3,11 @@
 //! `cargo run --release -- demo` needs nothing but the Rust toolchain: no cluster, no network,
 //! no Docker. In one process it starts
 //!
-//! 1. the **embedded API server** ([`embedded_apiserver`]) over HTTPS with a generated CA and a
-//!    token, with its simulated node that runs pods (`exit N` and `false` fail, anything else
-//!    succeeds), and writes a kubeconfig so you can watch from another terminal with `kubectl`;
+//! 1. the **embedded API server** ([`embedded_apiserver`]) over HTTPS on 127.0.0.1 with a
+//!    generated CA and a token, with its node on the **process runtime**
+//!    ([`embedded_apiserver::runtime`]): each pod's command really runs as a child process of
+//!    the demo, its output is what `kubectl logs` prints, and its exit code decides the pod's
+//!    phase. It writes a kubeconfig so you can watch from another terminal with `kubectl`;
 //! 2. installs the **At CRD** generated from [`sample_controller::apis::At`] (and the CRDs of the other
 //!    selected operators);
 //! 3. starts the **controller manager** ([`sample_controller::manager::Manager`]) exactly as
@@ -13,7 +15,8 @@
 //! 4. creates the four Ats of the story (three stored, one refused at admission):
 //!    * `example-at`: the book's `artifacts/examples/cnat-example.yaml` (`echo YAY`), its
 //!      schedule moved a few seconds ahead;
-//!    * `failing-at`: a command that exits 3, to show `result: Failed` and its exit code;
+//!    * `failing-at`: a command that exits 3 (a real `sh -c "exit 3"`), to show `result:
+//!      Failed` and its exit code;
 //!    * `not-a-time`: a schedule that is not a time. A server that checks the CRD's
 //!      `format: date-time` rejects it at admission (the first line of defence; the demo prints
 //!      the rejection); a server that lets it through leaves it to the controller, which marks
@@ -28,7 +31,8 @@
 //!    the server's request log must show exactly one successful pod creation per runnable At,
 //!    and each At's pod (found by name and its controller ownerReference) must have been
 //!    created no earlier than the At's schedule and at most a few seconds after it
-//!    ([`check_runs`]). It prints what it measured, or fails with what does not hold;
+//!    ([`check_runs`]). It prints what it measured, or fails with what does not hold; then,
+//!    as the book does, it prints `kubectl logs example-at-pod`: `YAY`;
 //! 7. exits 0, or keeps serving with `--serve` until Ctrl-C.
 //!
 //! `--operators` chooses which operators the story shows (default `at,tdset,rediscluster`;
@@ -176,6 +180,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let started = Instant::now();
     let server = ApiServer::builder()
         .simulate(true)
+        .node_runtime(embedded_apiserver::runtime::NodeRuntime::Process)
         .start()
         .await
         .map_err(|e| DemoError::Server(e.to_string()))?;
@@ -296,6 +301,12 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
             for run in runs {
                 println!("      {run}");
             }
+            println!();
+            println!("$ kubectl logs example-at-pod");
+            match pod_log(&client, "example-at-pod").await {
+                Ok(text) => print!("{text}"),
+                Err(e) => println!("(could not read the log: {e})"),
+            }
         }
         for op in operators.iter().filter(|o| **o != "at") {
             println!("done: {}", operators::summary(op));
@@ -338,6 +349,18 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     printer.shutdown().await;
     server.shutdown().await;
     outcome.map(|_| ())
+}
+
+/// The log of a pod in the demo namespace (`GET .../pods/NAME/log`, what `kubectl logs`
+/// reads).
+async fn pod_log(client: &Client, name: &str) -> Result<String, client::Error> {
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/{DEMO_NAMESPACE}/pods/{name}/log"
+    ))
+    .body(bytes::Bytes::new())
+    .map_err(|e| client::Error::Other(format!("building the log request: {e}")))?;
+    let body = client.request_bytes(req).await?;
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// The At part of the story: create the Ats, then wait until the runnable ones are `DONE`

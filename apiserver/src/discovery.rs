@@ -131,6 +131,12 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
                 "kind": d.kind, "verbs": ["get", "patch", "update"],
             }));
         }
+        if d.group.is_empty() && d.plural == "pods" {
+            resources.push(json!({
+                "name": "pods/log", "singularName": "", "namespaced": true,
+                "kind": "Pod", "verbs": ["get"],
+            }));
+        }
         if d.scale.is_some() {
             resources.push(json!({
                 "name": format!("{}/scale", d.plural), "singularName": "", "namespaced": d.namespaced,
@@ -154,6 +160,9 @@ fn resource_discovery(d: &ResourceDef) -> Value {
     let mut subresources = vec![];
     if d.status_subresource {
         subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
+    }
+    if d.group.is_empty() && d.plural == "pods" {
+        subresources.push(json!({"subresource": "log", "responseKind": kind, "verbs": ["get"]}));
     }
     if d.scale.is_some() {
         subresources.push(json!({"subresource": "scale",

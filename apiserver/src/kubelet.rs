@@ -85,9 +85,12 @@
 //!
 //! No images, processes, probes, resources, volumes, init-container ordering (init containers
 //! are reported `terminated`/`Completed` when the pod starts), ephemeral containers, evictions,
-//! node pressure or pod networking beyond made-up addresses.//! No Events are emitted (a real
-//! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`). Pods bound to another node are left
-//! alone. The one node is always `Ready`.
+//! node pressure or pod networking beyond made-up addresses. No Events are emitted (a real
+//! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`; the
+//! process runtime, [`super::runtime`], does). Each container's log ([`super::logs`], what
+//! `kubectl logs` reads) holds what the simulation decided for it, not a command's output:
+//! for that, run the process runtime. Pods bound to another node are left alone. The one node
+//! is always `Ready`.
 //!
 //! Timestamps come from the server's [`VirtualClock`], so with a paused tokio clock `finishedAt`
 //! is exactly `startedAt` plus the run time.
@@ -672,10 +675,11 @@ impl Kubelet {
                 .cloned()
                 .unwrap_or_default();
             let specs = containers(&pod, "containers");
+            let mut restarted = vec![];
             for s in statuses.iter_mut() {
                 if s["state"]["waiting"].is_object() {
                     if let Some(c) = specs.iter().find(|c| c["name"] == s["name"]) {
-                        self.log_start(key, &track.uid, c);
+                        restarted.push(c.clone());
                     }
                     s["state"] = json!({"running": {"startedAt": now}});
                     s["ready"] = json!(true);
@@ -691,9 +695,12 @@ impl Kubelet {
                 }
             });
             st.update(PODS, pod);
-            Some(())
+            Some(restarted)
         });
-        if restarted.is_some() {
+        if let Some(restarted) = restarted {
+            for c in &restarted {
+                self.log_start(key, &track.uid, c);
+            }
             self.tracks.insert(
                 key.clone(),
                 Track {
@@ -729,10 +736,7 @@ impl Kubelet {
             })
             .unwrap_or(false);
         let what = if code != 0 || pod_exits {
-            format!(
-                "it exits with code {code} after {}",
-                format!("{:?}", self.config.run_time)
-            )
+            format!("it exits with code {code} after {:?}", self.config.run_time)
         } else {
             "it runs until the pod is deleted".to_owned()
         };

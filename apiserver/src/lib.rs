@@ -64,7 +64,7 @@
 //!
 //! ## What is served
 //!
-//! core/v1 namespaces, pods, services and nodes (each +status), events, configmaps, secrets,
+//! core/v1 namespaces, pods (+status, +log: [`logs`]), services and nodes (each +status), events, configmaps, secrets,
 //! serviceaccounts; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); authorization.k8s.io/v1
@@ -89,7 +89,10 @@
 //!   bound to `embedded-node`, run, end `Succeeded` or `Failed` by their command, and a bound
 //!   pod deleted with a grace period is finished. Without it pods stay `Pending` unless a test
 //!   moves them, and a pod deleted with a grace period after a test bound it to a node waits
-//!   for a kubelet that never comes;
+//!   for a kubelet that never comes. With [`ApiServerBuilder::node_runtime`] set to
+//!   [`runtime::NodeRuntime::Process`] the node instead runs each container's command as a
+//!   child process of the server ([`runtime`], opt-in, with its safety rules), and
+//!   `kubectl logs` shows what it printed;
 //! * the **Deployment, ReplicaSet and StatefulSet controllers** ([`workloads`], also with
 //!   `simulate`): status follows `spec.replicas`; StatefulSets create and delete their pods
 //!   `<name>-<ordinal>`.

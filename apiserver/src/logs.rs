@@ -313,11 +313,11 @@ impl LogStore {
     pub fn remove_pod(&self, namespace: &str, pod: &str, uid: &str) {
         let mut pods = self.lock();
         let key = (namespace.to_owned(), pod.to_owned());
-        if pods.get(&key).is_some_and(|p| p.uid == uid) {
-            if let Some(p) = pods.remove(&key) {
-                for c in p.containers.values() {
-                    c.current.close();
-                }
+        if pods.get(&key).is_some_and(|p| p.uid == uid)
+            && let Some(p) = pods.remove(&key)
+        {
+            for c in p.containers.values() {
+                c.current.close();
             }
         }
     }

@@ -63,9 +63,10 @@
 //!   shutdown) is killed by tokio's `kill_on_drop`. Only a server killed with SIGKILL itself
 //!   can leave children behind (preventing that needs `prctl(PR_SET_PDEATHSIG)`, unsafe code
 //!   this crate does not contain);
-//! * at most [`ProcessConfig::max_pods`] pods run at once (default
+//! * at most [`ProcessConfig::max_pods`] pods run processes at once (default
 //!   [`DEFAULT_MAX_PODS`], `--node-runtime-max-pods`); further pods wait `Pending` in
-//!   `ContainerCreating` for a free slot;
+//!   `ContainerCreating` for a free slot (a pod without any command runs nothing and needs
+//!   no slot);
 //! * [`ProcessConfig::timeout`] (`--node-runtime-timeout`) caps how long any pod may run: it
 //!   acts as an `activeDeadlineSeconds` for every pod (the smaller of the two wins);
 //! * the output kept per container is bounded ([`super::logs`]).
@@ -460,11 +461,26 @@ async fn run_pod(
     mut stop: watch::Receiver<Option<Stop>>,
     shutdown: CancellationToken,
 ) {
-    // Wait for a slot; a stop before then means there is nothing to kill.
+    // Wait for a slot (only pods that run a process need one); a stop before then means
+    // there is nothing to kill.
+    let needs_slot = ctx.store.read(|st| {
+        current(st, &key, &uid).is_some_and(|p| {
+            containers(&p, "containers")
+                .iter()
+                .any(|c| !argv_of(c).is_empty())
+        })
+    });
+    let slot = async {
+        if needs_slot {
+            ctx.slots.clone().acquire_owned().await.ok().map(Some)
+        } else {
+            Some(None)
+        }
+    };
     let permit = tokio::select! {
-        p = ctx.slots.clone().acquire_owned() => match p {
-            Ok(p) => p,
-            Err(_) => return,
+        p = slot => match p {
+            Some(p) => p,
+            None => return,
         },
         _ = shutdown.cancelled() => return,
         r = stop.wait_for(Option::is_some) => {

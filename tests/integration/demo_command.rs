@@ -69,6 +69,11 @@ async fn the_demo_reaches_every_end_state_and_exits_0() {
     }
     // Without --serve it says how to keep the server running.
     assert!(stdout.contains("add --serve"), "{stdout}");
+    // The pods really ran: the book's `kubectl logs example-at-pod` prints YAY.
+    assert!(
+        stdout.contains("$ kubectl logs example-at-pod\nYAY\n"),
+        "{stdout}"
+    );
     // "Exactly once, at its schedule" is measured, not claimed: one pod creation per runnable
     // At in the server's request log, each pod created at or after the At's schedule.
     assert!(
