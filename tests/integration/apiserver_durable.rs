@@ -436,8 +436,7 @@ async fn a_manager_carries_on_across_a_kill_9_and_restart_of_a_durable_server() 
         .await
         .unwrap();
     let clock = Clock::new();
-    let manager =
-        at_support::start_manager(&client, at_support::manager_config(), clock.clone()).await;
+    let manager = at_support::start_manager(&client, at_support::manager_config(), clock).await;
 
     let now = at_support::in_the_future(&clock, Duration::ZERO);
     let create = |name: String| {
