@@ -5,6 +5,7 @@
 //! revision before the restart resumes without 410, and clients keep verifying the server).
 
 use crate::apiserver_support::{self as support, CMS, TestClient};
+use crate::at_support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -233,18 +234,17 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts `sample-controller apiserver` on `port` with both directories; returns it once it
-/// listens.
+/// Starts `sample-controller apiserver` on `port` with both directories (and `extra`
+/// arguments); returns it once it listens.
 async fn spawn_server(port: u16, data: &Path, certs: &Path) -> Child {
+    spawn_server_with(port, data, certs, &["--simulate=false"]).await
+}
+
+async fn spawn_server_with(port: u16, data: &Path, certs: &Path, extra: &[&str]) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
-        .args([
-            "apiserver",
-            "--simulate=false",
-            "--token",
-            TOKEN,
-            "--listen",
-        ])
+        .args(["apiserver", "--token", TOKEN, "--listen"])
         .arg(format!("127.0.0.1:{port}"))
+        .args(extra)
         .arg("--data-dir")
         .arg(data)
         .arg("--cert-dir")
@@ -411,4 +411,93 @@ async fn kill_9_in_the_middle_of_5000_creates_loses_no_acknowledged_object() {
         list["items"].as_array().unwrap().len(),
         CLIENTS * PER_CLIENT
     );
+}
+
+#[tokio::test]
+async fn a_manager_carries_on_across_a_kill_9_and_restart_of_a_durable_server() {
+    use sample_controller::apis::AtPhase;
+    use sample_controller::client::{Client, Config, ListParams};
+    use sample_controller::controllers::Clock;
+
+    at_support::init_tracing();
+    let dir = tempfile::tempdir().unwrap();
+    let (data, certs) = (dir.path().join("data"), dir.path().join("certs"));
+    let kubeconfig = dir.path().join("k.yaml");
+    let port = free_port();
+    let args = ["--pod-run-time", "100ms", "--kubeconfig-out"];
+    let mut args: Vec<&str> = args.to_vec();
+    let kc = kubeconfig.to_str().unwrap().to_owned();
+    args.push(&kc);
+    let mut server = spawn_server_with(port, &data, &certs, &args).await;
+    let config =
+        Config::from_kubeconfig_yaml(&std::fs::read_to_string(&kubeconfig).unwrap(), None).unwrap();
+    let client = Client::new(config).unwrap();
+    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
+        .await
+        .unwrap();
+    let clock = Clock::new();
+    let manager = at_support::start_manager(&client, at_support::manager_config(), clock).await;
+
+    let now = at_support::in_the_future(&clock, Duration::ZERO);
+    let create = |name: String| {
+        let (client, at) = (client.clone(), at_support::at(&name, &now, "echo hi"));
+        async move {
+            // Retried: the pool may still hold a connection to the killed process.
+            for _ in 0..50 {
+                match at_support::ats(&client)
+                    .create(&Default::default(), &at)
+                    .await
+                {
+                    Ok(_) => return,
+                    Err(e) if e.is_conflict() || e.to_string().contains("AlreadyExists") => return,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+            panic!("could not create at/{name}");
+        }
+    };
+    let mut names = vec![];
+    for i in 0..3 {
+        names.push(format!("before-{i}"));
+        create(format!("before-{i}")).await;
+    }
+    for i in 0..3 {
+        at_support::wait_for_phase(&client, &format!("before-{i}"), AtPhase::Done).await;
+    }
+    // Created just before the kill: their pods may or may not exist yet.
+    for i in 0..3 {
+        names.push(format!("during-{i}"));
+        create(format!("during-{i}")).await;
+    }
+    server.start_kill().unwrap();
+    server.wait().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _server = spawn_server_with(port, &data, &certs, &args).await;
+    for i in 0..3 {
+        names.push(format!("after-{i}"));
+        create(format!("after-{i}")).await;
+    }
+    for name in &names {
+        at_support::wait_for_phase(&client, name, AtPhase::Done).await;
+    }
+    assert!(!manager.task.is_finished(), "the manager was not restarted");
+    let pods = at_support::pods(&client)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
+    for name in &names {
+        let owned: Vec<_> = pods
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "At" && &o.name == name)
+            })
+            .collect();
+        assert_eq!(owned.len(), 1, "at/{name} has {} pods", owned.len());
+    }
+    manager.stop().await.unwrap();
 }
