@@ -1642,10 +1642,15 @@ mod tests {
         let crd = read("crds/ats.cnat.programming-kubernetes.info.yaml");
         let columns = crd_columns(&crd["spec"]["versions"][0]["additionalPrinterColumns"]);
         let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["Name", "Schedule", "Command", "Phase", "Age"]);
+        assert_eq!(
+            names,
+            ["Name", "Schedule", "Command", "Phase", "Reason", "Age"]
+        );
         let mut at = read("examples/cnat-example.yaml");
         at["metadata"]["creationTimestamp"] = json!("2024-05-01T00:00:00Z");
-        at["status"] = json!({"phase": "PENDING"});
+        at["status"] = json!({"phase": "PENDING", "conditions": [
+            {"type": "InvalidSpec", "status": "True", "reason": "InvalidSpec"},
+            {"type": "Ready", "status": "False", "reason": "Scheduled"}]});
         let t = to_table_at(
             &[at],
             &columns,
@@ -1661,6 +1666,7 @@ mod tests {
                 "2019-04-12T10:12:00Z",
                 "echo YAY",
                 "PENDING",
+                "Scheduled",
                 "3h"
             ])
         );
