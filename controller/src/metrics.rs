@@ -14,6 +14,13 @@
 //! | `controller_sync_total` | counter | `controller` | each `sync_handler` call |
 //! | `controller_sync_errors_total` | counter | `controller` | each `sync_handler` error |
 //! | `controller_sync_duration_seconds` | histogram | `controller` | each `sync_handler` call |
+//! | `controller_runtime_reconcile_total` | counter | `controller`, `result` | each sync: `success`, `requeue_after`, `error` (`requeue` exists, at 0: a sync here either succeeds, asks for a time, or fails) |
+//! | `controller_runtime_reconcile_errors_total` | counter | `controller` | each sync that failed (error, timeout or panic) |
+//! | `controller_runtime_terminal_reconcile_errors_total` | counter | `controller` | stays 0: no terminal errors here |
+//! | `controller_runtime_reconcile_panics_total` | counter | `controller` | each sync that panicked |
+//! | `controller_runtime_reconcile_time_seconds` | histogram | `controller` | each sync, controller-runtime's 40 buckets ([`RECONCILE_TIME_BUCKETS`]) |
+//! | `controller_runtime_max_concurrent_reconciles` | gauge | `controller` | the worker count, set when the workers start |
+//! | `controller_runtime_active_workers` | gauge | `controller` | workers inside a sync right now |
 //! | `rest_client_requests_total` | counter | `code`, `method`, `host` | every attempt the [`crate::client::Client`] makes, retries and watches included; `code="<error>"` when no answer came |
 //! | `rest_client_request_retries_total` | counter | `code`, `verb`, `host` | every attempt after the first of one request |
 //! | `rest_client_request_duration_seconds` | histogram | `verb`, `host` | each whole request: throttle wait, retries and response body included; watches are not timed |
@@ -28,6 +35,11 @@
 //! | `events_dropped_total` | counter | | events the broadcaster dropped (full queue) |
 //! | `leader_election_master_status` | gauge | `name` | 1 while this process leads that election (client-go's name) |
 //! | `workqueue_*` | | `name` | the workqueue's own metrics (client-go's names) |
+//!
+//! The `controller_runtime_*` families are controller-runtime's
+//! (`pkg/internal/controller/metrics/metrics.go`): same names, help texts, labels and buckets,
+//! and like controller-runtime the manager creates every series of a controller at 0 when its
+//! workers start, so dashboards and alerts written for kubebuilder operators work unchanged.
 //!
 //! The labelled families the registry itself holds (`controller_sync_*`,
 //! `leader_election_master_status`) have no series until their first sample, and
@@ -146,16 +158,129 @@ fn sync_histogram() -> Histogram {
     Histogram::new(SYNC_DURATION_BUCKETS)
 }
 
-/// Per-controller `sync_handler` metrics.
+/// Buckets of `controller_runtime_reconcile_time_seconds`: controller-runtime's, exactly
+/// (`pkg/internal/controller/metrics/metrics.go`), so its dashboards' quantiles line up.
+pub const RECONCILE_TIME_BUCKETS: [f64; 40] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0,
+];
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new(RECONCILE_TIME_BUCKETS)
+}
+
+/// How one sync ended, as controller-runtime's `result` label says it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReconcileResult {
+    /// `Ok(None)`: `success`.
+    Success,
+    /// `Ok(Some(d))`: `requeue_after`.
+    RequeueAfter,
+    /// An error, a timeout: `error`.
+    Error,
+    /// A panic: `error`, and counted in `controller_runtime_reconcile_panics_total`.
+    Panic,
+}
+
+impl ReconcileResult {
+    /// The `result` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ReconcileResult::Success => "success",
+            ReconcileResult::RequeueAfter => "requeue_after",
+            ReconcileResult::Error | ReconcileResult::Panic => "error",
+        }
+    }
+}
+
+/// Per-controller `sync_handler` metrics: this crate's `controller_sync_*` and
+/// controller-runtime's `controller_runtime_*` families, fed by the same observations.
 #[derive(Clone, Debug)]
 pub struct ControllerMetrics {
     total: Family<Labels, Counter>,
     errors: Family<Labels, Counter>,
     duration: Family<Labels, Histogram, fn() -> Histogram>,
+    cr_total: Family<Labels, Counter>,
+    cr_errors: Family<Labels, Counter>,
+    cr_terminal_errors: Family<Labels, Counter>,
+    cr_panics: Family<Labels, Counter>,
+    cr_time: Family<Labels, Histogram, fn() -> Histogram>,
+    cr_max_concurrent: Family<Labels, Gauge>,
+    cr_active_workers: Family<Labels, Gauge>,
 }
 
 impl ControllerMetrics {
-    /// Records one `sync_handler` call of `controller` that took `took` and failed or not.
+    fn new() -> Self {
+        ControllerMetrics {
+            total: Family::default(),
+            errors: Family::default(),
+            duration: Family::new_with_constructor(sync_histogram),
+            cr_total: Family::default(),
+            cr_errors: Family::default(),
+            cr_terminal_errors: Family::default(),
+            cr_panics: Family::default(),
+            cr_time: Family::new_with_constructor(reconcile_histogram),
+            cr_max_concurrent: Family::default(),
+            cr_active_workers: Family::default(),
+        }
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "controller_sync",
+            "Calls of sync_handler, by controller",
+            self.total.clone(),
+        );
+        registry.register(
+            "controller_sync_errors",
+            "Calls of sync_handler that returned an error, by controller",
+            self.errors.clone(),
+        );
+        registry.register(
+            "controller_sync_duration_seconds",
+            "Time spent in sync_handler, by controller",
+            self.duration.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile",
+            "Total number of reconciliations per controller",
+            self.cr_total.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_errors",
+            "Total number of reconciliation errors per controller",
+            self.cr_errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_terminal_reconcile_errors",
+            "Total number of terminal reconciliation errors per controller",
+            self.cr_terminal_errors.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_panics",
+            "Total number of reconciliation panics per controller",
+            self.cr_panics.clone(),
+        );
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            self.cr_time.clone(),
+        );
+        registry.register(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            self.cr_max_concurrent.clone(),
+        );
+        registry.register(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            self.cr_active_workers.clone(),
+        );
+    }
+
+    /// Records one `sync_handler` call of `controller` that took `took` and failed or not
+    /// (`controller_sync_*` only; see [`ControllerMetrics::observe_reconcile`]).
     pub fn observe_sync(&self, controller: &str, took: Duration, failed: bool) {
         let l = labels(&[("controller", controller)]);
         self.total.get_or_create(&l).inc();
@@ -163,6 +288,60 @@ impl ControllerMetrics {
             self.errors.get_or_create(&l).inc();
         }
         self.duration.get_or_create(&l).observe(took.as_secs_f64());
+    }
+
+    /// Records one sync in both family sets: `controller_sync_*` and controller-runtime's
+    /// `controller_runtime_reconcile_total{controller,result}`, `_errors_total`,
+    /// `_panics_total` and `_time_seconds` (observed for every outcome, as controller-runtime
+    /// does).
+    pub fn observe_reconcile(&self, controller: &str, took: Duration, result: ReconcileResult) {
+        let failed = matches!(result, ReconcileResult::Error | ReconcileResult::Panic);
+        self.observe_sync(controller, took, failed);
+        let l = labels(&[("controller", controller)]);
+        self.cr_total
+            .get_or_create(&labels(&[
+                ("controller", controller),
+                ("result", result.label()),
+            ]))
+            .inc();
+        if failed {
+            self.cr_errors.get_or_create(&l).inc();
+        }
+        if result == ReconcileResult::Panic {
+            self.cr_panics.get_or_create(&l).inc();
+        }
+        self.cr_time.get_or_create(&l).observe(took.as_secs_f64());
+    }
+
+    /// What controller-runtime's `initMetrics` does when a controller starts: every
+    /// `controller_runtime_*` series of `controller` exists (at 0) from the start, and
+    /// `controller_runtime_max_concurrent_reconciles` is its worker count. (This crate has no
+    /// terminal errors, which controller-runtime's reconcilers signal with
+    /// `reconcile.TerminalError`: that counter stays 0.)
+    pub fn start_controller(&self, controller: &str, workers: usize) {
+        let l = labels(&[("controller", controller)]);
+        // `get_or_create` creates the series at 0; the guard it returns is dropped at once.
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            drop(
+                self.cr_total
+                    .get_or_create(&labels(&[("controller", controller), ("result", result)])),
+            );
+        }
+        drop(self.cr_errors.get_or_create(&l));
+        drop(self.cr_terminal_errors.get_or_create(&l));
+        drop(self.cr_panics.get_or_create(&l));
+        drop(self.cr_active_workers.get_or_create(&l));
+        self.cr_max_concurrent
+            .get_or_create(&l)
+            .set(i64::try_from(workers).unwrap_or(i64::MAX));
+    }
+
+    /// `controller_runtime_active_workers{controller}` += `delta` (1 when a worker takes a key,
+    /// -1 when it is done with it).
+    pub fn add_active_workers(&self, controller: &str, delta: i64) {
+        self.cr_active_workers
+            .get_or_create(&labels(&[("controller", controller)]))
+            .inc_by(delta);
     }
 }
 
@@ -208,26 +387,8 @@ impl Metrics {
     /// A registry with every family registered (and no samples until something records).
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let controller = ControllerMetrics {
-            total: Family::default(),
-            errors: Family::default(),
-            duration: Family::new_with_constructor(sync_histogram),
-        };
-        registry.register(
-            "controller_sync",
-            "Calls of sync_handler, by controller",
-            controller.total.clone(),
-        );
-        registry.register(
-            "controller_sync_errors",
-            "Calls of sync_handler that returned an error, by controller",
-            controller.errors.clone(),
-        );
-        registry.register(
-            "controller_sync_duration_seconds",
-            "Time spent in sync_handler, by controller",
-            controller.duration.clone(),
-        );
+        let controller = ControllerMetrics::new();
+        controller.register(&mut registry);
         let caches = Caches::default();
         registry.register_collector(Box::new(caches.clone()));
         let clients = RestClients::default();

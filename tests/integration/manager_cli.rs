@@ -191,8 +191,21 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
         "rest_client_requests_total",
         "leader_election_master_status",
         "reflector_watches_total",
+        // controller-runtime's families, for its dashboards.
+        "controller_runtime_reconcile_total{controller=\"at\",result=\"success\"}",
+        "controller_runtime_reconcile_time_seconds_bucket",
+        "controller_runtime_max_concurrent_reconciles{controller=\"at\"} 2",
+        "controller_runtime_active_workers{controller=\"at\"}",
+        "controller_runtime_terminal_reconcile_errors_total{controller=\"at\"} 0",
     ] {
         assert!(body.contains(family), "/metrics lacks {family}:\n{body}");
+    }
+    // The Grafana dashboard in artifacts/ asks only for families this manager serves.
+    for family in dashboard_metric_names() {
+        assert!(
+            body.contains(&format!("\n{family}")),
+            "the dashboard uses {family}, which /metrics lacks:\n{body}"
+        );
     }
 
     // SIGTERM: drain, release the Lease, exit 0.
@@ -430,4 +443,35 @@ async fn on_a_terminal_logs_are_coloured_unless_no_color_is_set() {
     let plain = on_tty(Some("1")).await;
     assert!(plain.contains("DEBUG"), "{plain}");
     assert!(!plain.contains('\u{1b}'), "{plain}");
+}
+
+/// The metric names the PromQL of `artifacts/grafana/sample-controller-dashboard.json` uses.
+fn dashboard_metric_names() -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/artifacts/grafana/sample-controller-dashboard.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut names = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if [
+                    "controller_",
+                    "workqueue_",
+                    "rest_client_",
+                    "leader_election_",
+                ]
+                .iter()
+                .any(|p| word.starts_with(p))
+                {
+                    names.insert(word.to_string());
+                }
+            }
+        }
+    }
+    assert!(names.len() >= 8, "{names:?}");
+    names.into_iter().collect()
 }

@@ -410,12 +410,21 @@ async fn rest_client_families_have_client_go_labels_and_buckets() {
     assert!(missing.unwrap_err().is_not_found());
     created.unwrap();
 
-    // A server that is not there: one GET, retried once, no answer either time.
-    let gone = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // A server that resets every connection: one GET, retried once (a reset is retried, after
+    // 1 s, as client-go does), no answer either time.
+    let resetting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gone = resetting.local_addr().unwrap();
+    tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        while let Ok((mut sock, _)) = resetting.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = sock.read(&mut buf).await;
+            // Linger 0: the close is an immediate RST.
+            #[allow(deprecated)]
+            let _ = sock.set_linger(Some(Duration::ZERO));
+            drop(sock);
+        }
+    });
     let mut refused = Config::new(format!("http://{gone}").parse().unwrap());
     refused.qps = 0.0;
     refused.max_retries = 1;
@@ -679,4 +688,75 @@ async fn readyz_follows_sync_on_the_leader_and_on_the_standby() {
         r.task.await.unwrap();
         r.server.join().await;
     }
+}
+
+/// controller-runtime's reconcile families, beside ours, with its names, labels and buckets:
+/// every series of a controller exists at 0 once its workers start, then each sync counts.
+#[test]
+fn controller_runtime_families_have_its_names_labels_and_buckets() {
+    use sample_controller::metrics::{RECONCILE_TIME_BUCKETS, ReconcileResult};
+    let metrics = Metrics::new();
+    let m = metrics.controller();
+    m.start_controller("cnat", 2);
+    let body = metrics.encode();
+    for line in [
+        "controller_runtime_reconcile_total{controller=\"cnat\",result=\"success\"} 0",
+        "controller_runtime_reconcile_total{controller=\"cnat\",result=\"error\"} 0",
+        "controller_runtime_reconcile_total{controller=\"cnat\",result=\"requeue\"} 0",
+        "controller_runtime_reconcile_total{controller=\"cnat\",result=\"requeue_after\"} 0",
+        "controller_runtime_reconcile_errors_total{controller=\"cnat\"} 0",
+        "controller_runtime_terminal_reconcile_errors_total{controller=\"cnat\"} 0",
+        "controller_runtime_reconcile_panics_total{controller=\"cnat\"} 0",
+        "controller_runtime_max_concurrent_reconciles{controller=\"cnat\"} 2",
+        "controller_runtime_active_workers{controller=\"cnat\"} 0",
+    ] {
+        assert!(body.contains(line), "missing {line}:\n{body}");
+    }
+    m.observe_reconcile("cnat", Duration::from_millis(120), ReconcileResult::Success);
+    m.observe_reconcile(
+        "cnat",
+        Duration::from_millis(3),
+        ReconcileResult::RequeueAfter,
+    );
+    m.observe_reconcile("cnat", Duration::from_millis(7), ReconcileResult::Error);
+    m.observe_reconcile("cnat", Duration::from_millis(7), ReconcileResult::Panic);
+    m.add_active_workers("cnat", 1);
+    let body = metrics.encode();
+    for line in [
+        "controller_runtime_reconcile_total{controller=\"cnat\",result=\"success\"} 1",
+        "controller_runtime_reconcile_total{controller=\"cnat\",result=\"requeue_after\"} 1",
+        "controller_runtime_reconcile_total{controller=\"cnat\",result=\"error\"} 2",
+        "controller_runtime_reconcile_errors_total{controller=\"cnat\"} 2",
+        "controller_runtime_reconcile_panics_total{controller=\"cnat\"} 1",
+        "controller_runtime_active_workers{controller=\"cnat\"} 1",
+        "controller_runtime_reconcile_time_seconds_count{controller=\"cnat\"} 4",
+        // Ours, from the same observations.
+        "controller_sync_total{controller=\"cnat\"} 4",
+        "controller_sync_errors_total{controller=\"cnat\"} 2",
+    ] {
+        assert!(body.contains(line), "missing {line}:\n{body}");
+    }
+    // controller-runtime's 40 buckets (plus +Inf), cumulative: 0.15 s holds the 120 ms sync
+    // and the three short ones, 0.1 s only the short ones.
+    let buckets: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("controller_runtime_reconcile_time_seconds_bucket"))
+        .collect();
+    assert_eq!(
+        buckets.len(),
+        RECONCILE_TIME_BUCKETS.len() + 1,
+        "{buckets:#?}"
+    );
+    assert_eq!(RECONCILE_TIME_BUCKETS[5], 0.15);
+    assert_eq!(RECONCILE_TIME_BUCKETS[39], 60.0);
+    let bucket = |le: &str| {
+        buckets
+            .iter()
+            .find(|l| l.contains(&format!("le=\"{le}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no bucket {le}: {buckets:#?}"))
+            .to_string()
+    };
+    assert_eq!(bucket("0.1"), "3");
+    assert_eq!(bucket("0.15"), "4");
 }

@@ -50,7 +50,7 @@
 //!   first failure: in particular **connection refused** (nothing listens: resending will not
 //!   help, and the caller, such as the reflector's backoff or the manager's start-up check,
 //!   decides what to do), TLS and DNS errors, and every failure of a write (the server may
-//!   have applied it). See [`retryable_failure`].
+//!   have applied it). The classification is `retryable_failure` below.
 //! * **Timeouts.** Connect: [`Config::connect_timeout`] (30 s). A non-watch request (headers and
 //!   body, retries included) is bounded by [`Config::timeout`], counted from the moment its first
 //!   throttle token is granted. Watches have no client timeout; the server ends them after their

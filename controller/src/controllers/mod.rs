@@ -77,7 +77,7 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::cache::{HandlerRegistration, InformerError};
-use crate::metrics::ControllerMetrics;
+use crate::metrics::{ControllerMetrics, ReconcileResult};
 use crate::workqueue::RateLimitingQueue;
 
 /// The default per-sync deadline: far above any healthy sync (a few API calls), far below
@@ -167,10 +167,18 @@ impl SyncStats {
         }
     }
 
-    fn observe(&self, controller: &str, took: Duration, failed: bool) {
+    fn observe(&self, controller: &str, took: Duration, result: ReconcileResult) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
         if let Some(m) = &self.metrics {
-            m.observe_sync(controller, took, failed);
+            m.observe_reconcile(controller, took, result);
+        }
+    }
+
+    /// The workers of `controller` start: its `controller_runtime_*` series are created
+    /// (controller-runtime's `initMetrics`) and `max_concurrent_reconciles` set to `workers`.
+    pub fn start_workers(&self, controller: &str, workers: usize) {
+        if let Some(m) = &self.metrics {
+            m.start_controller(controller, workers);
         }
     }
 
@@ -357,6 +365,7 @@ pub async fn run<O: Operator>(
     tracing::info!(controller, workers, "caches synced; starting workers");
     let queue = operator.workers().queue().clone();
     let stats = Arc::clone(operator.workers().stats());
+    stats.start_workers(controller, workers);
     let timeout = operator.sync_timeout();
     run_workers(controller, queue, operator, workers, timeout, stats, stop).await;
     tracing::info!(controller, "workers stopped");
@@ -403,10 +412,35 @@ pub async fn process_next_work_item<H: SyncHandler>(
     stats: &SyncStats,
 ) -> Option<(String, SyncOutcome)> {
     let key = queue.get().await?;
+    let _active = ActiveWorker::new(controller, stats);
     let outcome = sync_one(controller, queue, handler, &key, sync_timeout, stats).await;
     // Always: the key may now be handed to a worker again (at once if an event came meanwhile).
     queue.done(&key);
     Some((key, outcome))
+}
+
+/// `controller_runtime_active_workers` + 1 while a worker holds a key (minus 1 on drop, also
+/// when the worker's future is dropped mid-sync).
+struct ActiveWorker<'a> {
+    controller: &'static str,
+    stats: &'a SyncStats,
+}
+
+impl<'a> ActiveWorker<'a> {
+    fn new(controller: &'static str, stats: &'a SyncStats) -> Self {
+        if let Some(m) = &stats.metrics {
+            m.add_active_workers(controller, 1);
+        }
+        ActiveWorker { controller, stats }
+    }
+}
+
+impl Drop for ActiveWorker<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = &self.stats.metrics {
+            m.add_active_workers(self.controller, -1);
+        }
+    }
 }
 
 async fn sync_one<H: SyncHandler>(
@@ -425,8 +459,13 @@ async fn sync_one<H: SyncHandler>(
     .catch_unwind()
     .await;
     let took = started.elapsed();
-    let failed = !matches!(guarded, Ok(Ok(Ok(_))));
-    stats.observe(controller, took, failed);
+    let result = match &guarded {
+        Ok(Ok(Ok(None))) => ReconcileResult::Success,
+        Ok(Ok(Ok(Some(_)))) => ReconcileResult::RequeueAfter,
+        Ok(Ok(Err(_))) | Ok(Err(_)) => ReconcileResult::Error,
+        Err(_) => ReconcileResult::Panic,
+    };
+    stats.observe(controller, took, result);
     let elapsed_ms = took.as_millis() as u64;
     match guarded {
         Ok(Ok(Ok(None))) => {
