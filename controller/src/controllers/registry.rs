@@ -17,7 +17,7 @@
 //!
 //! Adding an operator is one entry here (plus its module); a name that is not in the table is
 //! a [`UnknownOperator`] error that lists the known ones. The name of an entry is the
-//! operator's [`Operator::NAME`](super::Operator::NAME), so it cannot drift from the name in
+//! operator's [`Operator::NAME`], so it cannot drift from the name in
 //! its log lines and metrics.
 
 use std::sync::Arc;
