@@ -153,7 +153,10 @@ pub enum DemoError {
     #[error("the At controller did not run each command exactly once at its schedule: {0}")]
     NotExactlyOnce(String),
     /// `--operators` named something that is not an operator.
-    #[error("--operators: {0:?} is not an operator (known: at, tdset, rediscluster, myapp, foo)")]
+    #[error(
+        "--operators: {0:?} is not an operator (known: {known})",
+        known = sample_controller::manager::KNOWN_CONTROLLERS.join(", ")
+    )]
     UnknownOperator(String),
 }
 

@@ -9,20 +9,39 @@
 //!                                    \--> event handlers --key--> WorkQueue
 //! WorkQueue --get--> worker --> sync_handler(key) --reads--> Lister
 //!                                  \--writes--> Api<K> --> API server
+//! sync_handler result: Err -> add_rate_limited(key) | Ok(Some(d)) -> forget(key), add_after(key, d)
+//!                      | Ok(None) -> forget(key); and always done(key)
 //! ```
 //!
-//! | module | client-go analogue |
-//! |---|---|
-//! | [`apis`] | `pkg/apis/...`: the custom resource types |
-//! | [`client`] | `rest`, `clientcmd`, typed clientsets, `apierrors`, `watch` |
-//! | [`cache`] | `tools/cache`: reflector, store/indexer, shared informers, listers |
-//! | [`workqueue`] | `util/workqueue` |
-//! | [`record`] | `tools/record`: events |
-//! | [`leaderelection`] | `tools/leaderelection` |
-//! | [`metrics`], [`health`] | the manager's `/metrics`, `/healthz`, `/readyz` (controller-runtime's servers) |
-//! | [`controllers`] | each operator's `controller.go` |
-//! | [`logging`] | klog's `-v` levels, colour and line discipline for the binaries' logs |
-//! | [`manager`] | `kube-controller-manager` / sample-controller's `main.go`: flags, wiring, leader election, shutdown |
+//! | # | module | what it is | client-go analogue |
+//! |---|---|---|---|
+//! | 1 | [`apis`] | the custom resource types (At, TDSet, RedisCluster, MyApp, Foo) and their CRDs | `pkg/apis/...` |
+//! | 2 | [`client`] | config, transport, `Api<K>` verbs, errors by kind, the watch decoder | `rest`, `clientcmd`, typed clientsets, `apierrors`, `watch` |
+//! | 3 | [`cache`] | reflector, store/indexer, shared informers, listers | `tools/cache` |
+//! | 4 | [`workqueue`] | dedup, delay, rate-limited retry of keys | `util/workqueue` |
+//! | 5 | [`controllers`] | the worker loop, each operator's `sync_handler`, the operator table | each operator's `controller.go` |
+//! | 6 | [`record`] | events, correlated and written without blocking the work | `tools/record` |
+//! | 7 | [`leaderelection`] | one active replica, through a Lease | `tools/leaderelection` |
+//! | 8 | [`metrics`], [`health`] | `/metrics`, `/healthz`, `/readyz` | controller-runtime's servers |
+//! | 9 | [`logging`] | klog's `-v` levels, colour and one line per event | klog |
+//! | 10 | [`manager`] | flags, wiring, preflight, shutdown | `kube-controller-manager` / sample-controller's `main.go` |
+//!
+//! ## One At, from `kubectl apply` to `DONE`
+//!
+//! 1. The API server stores the At and sends `ADDED` to every open watch.
+//! 2. [`client`]: the controller's `Api<At>` watch decodes it into a [`client::WatchEvent`].
+//! 3. [`cache::reflector`] applies it to the indexed store ([`cache::store`]) and the informer
+//!    ([`cache::informer`]) hands it to the At controller's handler.
+//! 4. The handler puts the key `ns/name` (never the object) on the [`workqueue`].
+//! 5. A worker ([`controllers::process_next_work_item`]) calls [`controllers::at`]'s
+//!    `sync_handler`, which reads the At from the lister: not yet due → `Ok(Some(until_due))`,
+//!    so the queue forgets its failures and wakes it at the schedule; due → status `RUNNING`
+//!    and a pod with a controller owner reference.
+//! 6. The pod's events come back through the pod informer and enqueue the owning At; when the
+//!    pod has finished, `sync_handler` writes `DONE`. Each step records an Event ([`record`]).
+//! 7. [`manager`] wires it all: one informer factory, the operators of
+//!    [`controllers::registry`], leader election gating the workers, metrics and health, and a
+//!    shutdown that drains the queues.
 //!
 //! This crate is the controller library alone. Two sibling crates of the workspace complete it:
 //! `apimachinery` (the helpers this library and the API server share) and `embedded_apiserver`

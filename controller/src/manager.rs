@@ -67,15 +67,12 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
-use crate::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
 /// The factory's lister-watchers from a [`Client`]; it lives in [`crate::cache::api_source`].
 pub use crate::cache::ClientSource;
 use crate::cache::SharedInformerFactory;
-use crate::client::{
-    self, Api, Client, Config, ConfigOptions, ListParams, Patch, PatchParams, PostParams,
-};
-use crate::controllers::at::{AtController, CONTROLLER_NAME as AT_CONTROLLER_NAME};
-use crate::controllers::{Clock, Controller, SyncStats, foo, myapp, rediscluster, tdset};
+use crate::client::{self, Api, Client, Config, ConfigOptions, Patch, PatchParams, PostParams};
+use crate::controllers::registry::{self, BuildContext, Registration};
+use crate::controllers::{Clock, Controller};
 use crate::health::{HealthState, serve_health};
 use crate::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig as ElectionConfig, LeaderElector, LeaseLock,
@@ -83,11 +80,11 @@ use crate::leaderelection::{
 use crate::metrics::{Metrics, serve_metrics};
 use crate::record::{EventBroadcaster, EventSink};
 use crate::workqueue::QueueMetrics;
-use crate::workqueue::RateLimitingQueue;
 use k8s_openapi::api::core::v1::Event;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
-pub const KNOWN_CONTROLLERS: &[&str] = &["at", "tdset", "rediscluster", "myapp", "foo"];
+/// The names of [`registry::OPERATORS`], the one table of operators.
+pub const KNOWN_CONTROLLERS: &[&str] = &registry::NAMES;
 
 /// The Lease name used when `--leader-elect-resource-name` is not given.
 pub const DEFAULT_LEASE_NAME: &str = "sample-controller";
@@ -709,91 +706,26 @@ impl Manager {
 
         let queue_metrics = metrics.with_registry(QueueMetrics::new);
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
+        // Every operator is built the same way (see `controllers::registry`): a recorder named
+        // after the controller, a named queue (so it has metrics), the shared factory.
+        let build_context = BuildContext {
+            client: &self.client,
+            factory: &factory,
+            broadcaster: &broadcaster,
+            queue_metrics: &queue_metrics,
+            controller_metrics: metrics.controller(),
+            clock,
+        };
         for name in &cfg.controllers {
-            let built: Arc<dyn Controller> = match *name {
-                "at" => AtController::new(
-                    self.client.clone(),
-                    &factory,
-                    broadcaster.new_recorder(AT_CONTROLLER_NAME),
-                    RateLimitingQueue::named_with_default_controller_rate_limiter(
-                        "at",
-                        &queue_metrics,
-                    ),
-                    clock,
-                    SyncStats::with_metrics(metrics.controller()),
-                )
-                .map_err(|e| ManagerError::Controller {
-                    name: "at",
+            let registration = registry::lookup(name).map_err(|e| ManagerError::Controller {
+                name: "manager",
+                message: e.to_string(),
+            })?;
+            let built =
+                (registration.build)(&build_context).map_err(|e| ManagerError::Controller {
+                    name: registration.name,
                     message: e.to_string(),
-                })?,
-                // The other operators, built the same way: a recorder named after the
-                // controller, a named queue (so it has metrics), the shared factory.
-                "tdset" => tdset::TDSetController::new(
-                    self.client.clone(),
-                    &factory,
-                    broadcaster.new_recorder(tdset::CONTROLLER_NAME),
-                    RateLimitingQueue::named_with_default_controller_rate_limiter(
-                        "tdset",
-                        &queue_metrics,
-                    ),
-                    clock,
-                    SyncStats::with_metrics(metrics.controller()),
-                )
-                .map_err(|e| ManagerError::Controller {
-                    name: "tdset",
-                    message: e.to_string(),
-                })?,
-                "rediscluster" => rediscluster::RedisClusterController::new(
-                    self.client.clone(),
-                    &factory,
-                    broadcaster.new_recorder(rediscluster::CONTROLLER_NAME),
-                    RateLimitingQueue::named_with_default_controller_rate_limiter(
-                        "rediscluster",
-                        &queue_metrics,
-                    ),
-                    clock,
-                    SyncStats::with_metrics(metrics.controller()),
-                )
-                .map_err(|e| ManagerError::Controller {
-                    name: "rediscluster",
-                    message: e.to_string(),
-                })?,
-                "myapp" => myapp::MyAppController::new(
-                    self.client.clone(),
-                    &factory,
-                    broadcaster.new_recorder(myapp::CONTROLLER_NAME),
-                    RateLimitingQueue::named_with_default_controller_rate_limiter(
-                        "myapp",
-                        &queue_metrics,
-                    ),
-                    clock,
-                    SyncStats::with_metrics(metrics.controller()),
-                )
-                .map_err(|e| ManagerError::Controller {
-                    name: "myapp",
-                    message: e.to_string(),
-                })?,
-                "foo" => foo::FooController::new(
-                    self.client.clone(),
-                    &factory,
-                    broadcaster.new_recorder(foo::CONTROLLER_NAME),
-                    RateLimitingQueue::named_with_default_controller_rate_limiter(
-                        "foo",
-                        &queue_metrics,
-                    ),
-                    SyncStats::with_metrics(metrics.controller()),
-                )
-                .map_err(|e| ManagerError::Controller {
-                    name: "foo",
-                    message: e.to_string(),
-                })?,
-                other => {
-                    return Err(ManagerError::Controller {
-                        name: "manager",
-                        message: format!("no constructor registered for {other:?}"),
-                    });
-                }
-            };
+                })?;
             controllers.push(built);
         }
         *self.controllers.lock().unwrap_or_else(|p| p.into_inner()) = controllers.clone();
@@ -1067,36 +999,26 @@ pub const PREFLIGHT_TIMEOUT: Duration = Duration::from_secs(15);
 /// custom resource: it needs only the `list` permission the controller has anyway.
 pub async fn preflight(client: &Client, config: &ManagerConfig) -> Result<(), ManagerError> {
     for name in &config.controllers {
-        match *name {
-            "at" => preflight_crd::<At>(client, config).await?,
-            "tdset" => preflight_crd::<TDSet>(client, config).await?,
-            "rediscluster" => preflight_crd::<RedisCluster>(client, config).await?,
-            "myapp" => preflight_crd::<MyApp>(client, config).await?,
-            "foo" => preflight_crd::<Foo>(client, config).await?,
-            _ => {}
+        // `config.controllers` was checked against the table by `resolve_controllers`.
+        if let Ok(registration) = registry::lookup(name) {
+            preflight_crd(registration, client, config).await?;
         }
     }
     Ok(())
 }
 
-/// One `LIST ?limit=1` of `K`: a 404 means its CRD is not installed.
-async fn preflight_crd<K>(client: &Client, config: &ManagerConfig) -> Result<(), ManagerError>
-where
-    K: CustomResourceExt + crate::cache::CacheObject,
-{
+/// One `LIST ?limit=1` of the operator's custom resource: a 404 means its CRD is not installed.
+async fn preflight_crd(
+    registration: &Registration,
+    client: &Client,
+    config: &ManagerConfig,
+) -> Result<(), ManagerError> {
     let server = client.server().to_string();
-    let api: Api<K> = match &config.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let params = ListParams {
-        limit: Some(1),
-        ..ListParams::default()
-    };
-    match tokio::time::timeout(PREFLIGHT_TIMEOUT, api.list(&params)).await {
-        Ok(Ok(_)) => Ok(()),
+    let list = (registration.list_one)(client, config.namespace.as_deref());
+    match tokio::time::timeout(PREFLIGHT_TIMEOUT, list).await {
+        Ok(Ok(())) => Ok(()),
         Ok(Err(e)) if e.is_not_found() => Err(ManagerError::CrdMissing {
-            crd: K::crd_name(),
+            crd: (registration.crd_name)(),
             server,
         }),
         Ok(Err(e)) if e.is_unauthorized() || e.is_forbidden() => {

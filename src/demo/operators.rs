@@ -21,12 +21,20 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::{DEMO_NAMESPACE, DemoError, STORY, api_err, say};
+use futures_util::future::BoxFuture;
 use sample_controller::apis::{
-    CustomResourceExt, Foo, FooSpec, MyApp, MyAppSpec, RedisCluster, RedisClusterSpec,
-    SchedulingWindow, TDSet, TDSetContainer, TDSetSpec,
+    Foo, FooSpec, MyApp, MyAppSpec, RedisCluster, RedisClusterSpec, SchedulingWindow, TDSet,
+    TDSetContainer, TDSetSpec,
 };
 use sample_controller::cache::CacheObject;
 use sample_controller::client::{self, Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use sample_controller::controllers::Operator;
+use sample_controller::controllers::at::AtController;
+use sample_controller::controllers::foo::FooController;
+use sample_controller::controllers::myapp::MyAppController;
+use sample_controller::controllers::rediscluster::RedisClusterController;
+use sample_controller::controllers::registry::{self, Registration};
+use sample_controller::controllers::tdset::TDSetController;
 use sample_controller::manager::KNOWN_CONTROLLERS;
 
 /// What `demo` shows without `--operators`.
@@ -53,17 +61,62 @@ pub fn resolve(list: &[String]) -> Result<Vec<&'static str>, DemoError> {
     Ok(chosen)
 }
 
+/// A story's future: `(client, started, deadline)`.
+type StoryFn = fn(Client, Instant, Instant) -> BoxFuture<'static, Result<(), DemoError>>;
+
+/// What the demo shows of one operator, keyed by its [`Operator::NAME`] (the operators
+/// themselves, with their CRDs, are the library's `controllers::registry::OPERATORS`).
+struct Story {
+    /// The operator's name.
+    operator: &'static str,
+    /// One line on what the story showed.
+    summary: &'static str,
+    /// The resources the story creates or changes, its custom resource first.
+    shown_resources: &'static [&'static str],
+    /// The story; `None` for At, whose story (and CRD install) is the demo's main line.
+    run: Option<StoryFn>,
+}
+
+const STORIES: &[Story] = &[
+    Story {
+        operator: AtController::NAME,
+        summary: "",
+        shown_resources: &["ats", "pods"],
+        run: None,
+    },
+    Story {
+        operator: TDSetController::NAME,
+        summary: "the TDSet's Deployment follows its window; hand-scaling was put back",
+        shown_resources: &["tdsets", "deployments"],
+        run: Some(|c, s, d| Box::pin(tdset_story(c, s, d))),
+    },
+    Story {
+        operator: RedisClusterController::NAME,
+        summary: "the RedisCluster went 3 -> 5 -> 2 nodes and its finalizer cleaned everything up",
+        shown_resources: &["redisclusters", "statefulsets", "services", "pods"],
+        run: Some(|c, s, d| Box::pin(rediscluster_story(c, s, d))),
+    },
+    Story {
+        operator: MyAppController::NAME,
+        summary: "the MyApp's Deployment is available",
+        shown_resources: &["myapps", "deployments"],
+        run: Some(|c, s, d| Box::pin(myapp_story(c, s, d))),
+    },
+    Story {
+        operator: FooController::NAME,
+        summary: "the Foo's Deployment is available",
+        shown_resources: &["foos", "deployments"],
+        run: Some(|c, s, d| Box::pin(foo_story(c, s, d))),
+    },
+];
+
+fn story(op: &str) -> Option<&'static Story> {
+    STORIES.iter().find(|s| s.operator == op)
+}
+
 /// One line on what the story of `op` showed.
 pub fn summary(op: &str) -> &'static str {
-    match op {
-        "tdset" => "the TDSet's Deployment follows its window; hand-scaling was put back",
-        "rediscluster" => {
-            "the RedisCluster went 3 -> 5 -> 2 nodes and its finalizer cleaned everything up"
-        }
-        "myapp" => "the MyApp's Deployment is available",
-        "foo" => "the Foo's Deployment is available",
-        _ => "",
-    }
+    story(op).map_or("", |s| s.summary)
 }
 
 /// The resource whose changes `kubectl get <it> -w` shows for the story of `op`.
@@ -73,14 +126,7 @@ pub fn watched_resource(op: &str) -> &'static str {
 
 /// The resources the story of `op` creates or changes, its custom resource first.
 pub fn shown_resources(op: &str) -> &'static [&'static str] {
-    match op {
-        "at" => &["ats", "pods"],
-        "tdset" => &["tdsets", "deployments"],
-        "rediscluster" => &["redisclusters", "statefulsets", "services", "pods"],
-        "myapp" => &["myapps", "deployments"],
-        "foo" => &["foos", "deployments"],
-        _ => &[],
-    }
+    story(op).map_or(&[], |s| s.shown_resources)
 }
 
 /// Installs the CRDs of the selected operators (At's is installed by the At story).
@@ -90,20 +136,23 @@ pub async fn install_crds(
     started: Instant,
 ) -> Result<(), DemoError> {
     for op in operators {
-        match *op {
-            "tdset" => install::<TDSet>(client, started).await?,
-            "rediscluster" => install::<RedisCluster>(client, started).await?,
-            "myapp" => install::<MyApp>(client, started).await?,
-            "foo" => install::<Foo>(client, started).await?,
-            _ => {}
+        if story(op).is_some_and(|s| s.run.is_none()) {
+            continue;
         }
+        let registration =
+            registry::lookup(op).map_err(|e| DemoError::UnknownOperator(e.name.clone()))?;
+        install(registration, client, started).await?;
     }
     Ok(())
 }
 
-async fn install<K: CustomResourceExt>(client: &Client, started: Instant) -> Result<(), DemoError> {
-    let name = K::crd_name();
-    sample_controller::apis::crds::install::<K>(client)
+async fn install(
+    registration: &Registration,
+    client: &Client,
+    started: Instant,
+) -> Result<(), DemoError> {
+    let name = (registration.crd_name)();
+    (registration.install_crd)(client)
         .await
         .map_err(|e| DemoError::Api {
             what: format!("installing the CRD {name}"),
@@ -122,17 +171,8 @@ pub async fn run(
 ) -> Result<(), DemoError> {
     let stories = operators.iter().filter_map(|op| {
         let client = client.clone();
-        let story: futures_util::future::BoxFuture<'static, Result<(), DemoError>> = match *op {
-            "tdset" => Box::pin(STORY.scope("tdset", tdset_story(client, started, deadline))),
-            "rediscluster" => Box::pin(STORY.scope(
-                "rediscluster",
-                rediscluster_story(client, started, deadline),
-            )),
-            "myapp" => Box::pin(STORY.scope("myapp", myapp_story(client, started, deadline))),
-            "foo" => Box::pin(STORY.scope("foo", foo_story(client, started, deadline))),
-            _ => return None,
-        };
-        Some(story)
+        let run = story(op)?.run?;
+        Some(Box::pin(STORY.scope(*op, run(client, started, deadline))))
     });
     futures_util::future::try_join_all(stories).await?;
     Ok(())
@@ -407,5 +447,21 @@ mod tests {
         assert_eq!(v(&["foo", " myapp "]).unwrap(), vec!["myapp", "foo"]);
         assert!(matches!(v(&["nope"]), Err(DemoError::UnknownOperator(n)) if n == "nope"));
         assert!(v(&[""]).is_err());
+        let e = v(&["tdset", "nope"]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--operators: \"nope\" is not an operator (known: at, tdset, rediscluster, myapp, foo)"
+        );
+    }
+
+    #[test]
+    fn every_operator_has_a_story_and_every_story_an_operator() {
+        for name in KNOWN_CONTROLLERS {
+            let s = story(name).unwrap_or_else(|| panic!("no demo story for {name}"));
+            assert!(!s.shown_resources.is_empty(), "{name}");
+        }
+        for s in STORIES {
+            assert!(registry::lookup(s.operator).is_ok(), "{}", s.operator);
+        }
     }
 }

@@ -139,7 +139,8 @@ pub(crate) const AGE_COLUMN: PrinterColumn = PrinterColumn {
     json_path: ".metadata.creationTimestamp",
 };
 
-/// A custom resource with a `status` (every kind declared with [`custom_resource!`]): what a
+/// A custom resource with a `status` (every kind declared with this module's
+/// `custom_resource!` macro, e.g. [`At`]): what a
 /// controller needs to write a new status through the `/status` subresource without knowing the
 /// concrete kind (see `controllers::owned::write_status_if_changed`).
 pub trait HasStatus: Clone {

@@ -7,7 +7,8 @@
 //! `sharedIndexInformer`):
 //!
 //! ```text
-//!   Reflector --add/update/delete/replace--> [lock] Indexer.apply --> Processor.distribute
+//!   Reflector --add/update/delete/replace--> [processor lock] Indexer::insert / remove / replace
+//!                                                              --> Processor::distribute
 //!                                                                      |        |
 //!                                                          unbounded buffer   unbounded buffer
 //!                                                                      v        v

@@ -740,26 +740,7 @@ impl Kubeconfig {
     /// server.
     pub fn to_config(&self, context: Option<&str>, master: Option<&str>) -> Result<Config> {
         let src = &self.source;
-        let ctx_name = context
-            .filter(|c| !c.is_empty())
-            .map(str::to_owned)
-            .or_else(|| self.current_context.clone());
-        let ctx = match &ctx_name {
-            Some(name) => Some(
-                self.contexts
-                    .iter()
-                    .find(|c| &c.name == name)
-                    .ok_or_else(|| {
-                        Error::Config(format!(
-                            "kubeconfig {src}: context {name:?} does not exist (contexts: {})",
-                            list_names(self.contexts.iter().map(|c| c.name.as_str()))
-                        ))
-                    })?
-                    .context
-                    .clone(),
-            ),
-            None => None,
-        };
+        let (ctx_name, ctx) = self.chosen_context(context)?;
         let Some(ctx) = ctx else {
             return match master {
                 Some(m) => Ok(Config::new(Config::parse_server(m)?)),
@@ -770,189 +751,17 @@ impl Kubeconfig {
             };
         };
         let ctx_label = ctx_name.unwrap_or_default();
+        // Every problem is collected, not just the first, as clientcmd's validation reports them.
         let mut problems: Vec<String> = Vec::new();
-
-        let cluster = self.clusters.iter().find(|c| c.name == ctx.cluster);
-        if cluster.is_none() && master.is_none() {
-            problems.push(format!(
-                "context {ctx_label:?} refers to cluster {:?}, which does not exist",
-                ctx.cluster
-            ));
-        }
-        let cluster = cluster.map(|c| c.cluster.clone()).unwrap_or_default();
-        let user = if ctx.user.is_empty() {
-            Some(UserEntry::default())
-        } else {
-            let u = self
-                .users
-                .iter()
-                .find(|u| u.name == ctx.user)
-                .map(|u| u.user.clone());
-            if u.is_none() {
-                problems.push(format!(
-                    "context {ctx_label:?} refers to user {:?}, which does not exist",
-                    ctx.user
-                ));
-            }
-            u
-        };
-        let user = user.unwrap_or_default();
+        let (cluster, user) = self.context_entries(&ctx, &ctx_label, master, &mut problems);
         let cl = format!("clusters[{:?}]", ctx.cluster);
         let us = format!("users[{:?}]", ctx.user);
-
-        // Server.
-        let server_str = master.map(str::to_owned).or(cluster.server.clone());
-        let server = match server_str.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(s) => match Config::parse_server(s) {
-                Ok(u) => Some(u),
-                Err(e) => {
-                    problems.push(format!("{cl}.server: {e}"));
-                    None
-                }
-            },
-            None => {
-                problems.push(format!("{cl}: no server defined"));
-                None
-            }
-        };
-
-        // Server TLS.
-        let mut tls = TlsConfig {
-            insecure_skip_tls_verify: cluster.insecure_skip_tls_verify,
-            server_name: if master.is_some() {
-                None
-            } else {
-                cluster.tls_server_name.clone().filter(|s| !s.is_empty())
-            },
-            ..Default::default()
-        };
-        let ca = load_pem(
-            &mut problems,
-            &cl,
-            "certificate-authority",
-            cluster.certificate_authority.as_deref(),
-            cluster.certificate_authority_data.as_deref(),
-        );
-        if ca.is_some() && tls.insecure_skip_tls_verify {
-            problems.push(format!(
-                "{cl}: specifying a root certificates file with the insecure flag is not allowed"
-            ));
-        }
-        if let Some(pem) = &ca
-            && !pem_has_certificate(pem)
-        {
-            problems.push(format!(
-                "{cl}.certificate-authority: no PEM certificate found"
-            ));
-        }
-        tls.ca_pem = ca;
-        let proxy_url = match cluster.proxy_url.as_deref().filter(|s| !s.is_empty()) {
-            Some(p) => match p.parse::<http::Uri>() {
-                Ok(u) if u.scheme_str() == Some("http") && u.host().is_some() => Some(u),
-                Ok(_) => {
-                    problems.push(format!(
-                        "{cl}.proxy-url {p:?}: only http:// CONNECT proxies are supported"
-                    ));
-                    None
-                }
-                Err(e) => {
-                    problems.push(format!("{cl}.proxy-url {p:?}: {e}"));
-                    None
-                }
-            },
-            None => None,
-        };
-
-        // User credentials.
-        let cert = load_pem(
-            &mut problems,
-            &us,
-            "client-certificate",
-            user.client_certificate.as_deref(),
-            user.client_certificate_data.as_deref(),
-        );
-        let key = load_pem(
-            &mut problems,
-            &us,
-            "client-key",
-            user.client_key.as_deref(),
-            user.client_key_data.as_deref(),
-        );
-        match (&cert, &key) {
-            (Some(_), None) => problems.push(format!(
-                "{us}: client-certificate is set but client-key is not"
-            )),
-            (None, Some(_)) => problems.push(format!(
-                "{us}: client-key is set but client-certificate is not"
-            )),
-            _ => {}
-        }
-        let mut methods = Vec::new();
-        let has = |o: &Option<String>| o.as_deref().is_some_and(|s| !s.is_empty());
-        if has(&user.token) || has(&user.token_file) {
-            methods.push("token");
-        }
-        if cert.is_some() || key.is_some() {
-            methods.push("client certificate");
-        }
-        if has(&user.username) || has(&user.password) {
-            methods.push("username/password");
-        }
-        if user.exec.is_some() {
-            methods.push("exec");
-        }
-        if user.auth_provider.is_some() {
-            problems.push(format!(
-                "{us}.auth-provider: auth providers were removed from client-go in 1.26 and are \
-                 not supported; use an exec credential plugin"
-            ));
-        }
-        if methods.len() > 1 {
-            problems.push(format!(
-                "{us}: more than one authentication method found: {}; only one is allowed",
-                methods.join(", ")
-            ));
-        }
-        if has(&user.username) != has(&user.password) {
-            problems.push(format!("{us}: username and password must be set together"));
-        }
-        let auth = if has(&user.token) || has(&user.token_file) {
-            Auth::Bearer {
-                token: user
-                    .token
-                    .as_deref()
-                    .filter(|s| !s.is_empty())
-                    .map(Secret::from),
-                file: user
-                    .token_file
-                    .as_deref()
-                    .filter(|s| !s.is_empty())
-                    .map(PathBuf::from),
-            }
-        } else if has(&user.username) {
-            Auth::Basic {
-                username: user.username.clone().unwrap_or_default(),
-                password: Secret::new(user.password.clone().unwrap_or_default()),
-            }
-        } else if let Some(exec) = &user.exec {
-            match exec_config(exec, &us) {
-                Ok(e) => Auth::Exec(e),
-                Err(e) => {
-                    problems.push(e);
-                    Auth::None
-                }
-            }
-        } else {
-            Auth::None
-        };
-        if let Auth::Bearer {
-            token: None,
-            file: Some(f),
-        } = &auth
-            && let Err(e) = std::fs::metadata(f)
-        {
-            problems.push(format!("{us}.tokenFile {}: {e}", f.display()));
-        }
+        let ClusterSettings {
+            server,
+            mut tls,
+            proxy_url,
+        } = cluster_settings(&cluster, &cl, master, &mut problems);
+        let Credentials { auth, cert, key } = user_credentials(&user, &us, &mut problems);
 
         let server = match server {
             Some(s) if problems.is_empty() => s,
@@ -983,6 +792,73 @@ impl Kubeconfig {
         config.tls = tls;
         Ok(config)
     }
+
+    /// The name and entry of `context` (or of `current-context`); `(None, None)` when neither
+    /// names one. A name that is not among the contexts is an error listing those that are.
+    fn chosen_context(
+        &self,
+        context: Option<&str>,
+    ) -> Result<(Option<String>, Option<ContextEntry>)> {
+        let src = &self.source;
+        let ctx_name = context
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .or_else(|| self.current_context.clone());
+        let ctx = match &ctx_name {
+            Some(name) => Some(
+                self.contexts
+                    .iter()
+                    .find(|c| &c.name == name)
+                    .ok_or_else(|| {
+                        Error::Config(format!(
+                            "kubeconfig {src}: context {name:?} does not exist (contexts: {})",
+                            list_names(self.contexts.iter().map(|c| c.name.as_str()))
+                        ))
+                    })?
+                    .context
+                    .clone(),
+            ),
+            None => None,
+        };
+        Ok((ctx_name, ctx))
+    }
+
+    /// The cluster and user entries `ctx` refers to (empty ones, with a problem recorded, when
+    /// they do not exist; a missing cluster is no problem when `master` names the server).
+    fn context_entries(
+        &self,
+        ctx: &ContextEntry,
+        ctx_label: &str,
+        master: Option<&str>,
+        problems: &mut Vec<String>,
+    ) -> (ClusterEntry, UserEntry) {
+        let cluster = self.clusters.iter().find(|c| c.name == ctx.cluster);
+        if cluster.is_none() && master.is_none() {
+            problems.push(format!(
+                "context {ctx_label:?} refers to cluster {:?}, which does not exist",
+                ctx.cluster
+            ));
+        }
+        let cluster = cluster.map(|c| c.cluster.clone()).unwrap_or_default();
+        let user = if ctx.user.is_empty() {
+            Some(UserEntry::default())
+        } else {
+            let u = self
+                .users
+                .iter()
+                .find(|u| u.name == ctx.user)
+                .map(|u| u.user.clone());
+            if u.is_none() {
+                problems.push(format!(
+                    "context {ctx_label:?} refers to user {:?}, which does not exist",
+                    ctx.user
+                ));
+            }
+            u
+        };
+        let user = user.unwrap_or_default();
+        (cluster, user)
+    }
 }
 
 fn list_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
@@ -995,6 +871,194 @@ fn list_names<'a>(names: impl Iterator<Item = &'a str>) -> String {
 }
 
 /// Loads a `<field>` file or `<field>-data` base64 value; records problems.
+/// The server side of a context: where to connect, how to trust it, through which proxy.
+struct ClusterSettings {
+    server: Option<http::Uri>,
+    tls: TlsConfig,
+    proxy_url: Option<http::Uri>,
+}
+
+/// The server URL (`master` wins over the cluster's), its TLS settings and the proxy, from the
+/// cluster entry `cl` names; every problem found is pushed to `problems`.
+fn cluster_settings(
+    cluster: &ClusterEntry,
+    cl: &str,
+    master: Option<&str>,
+    problems: &mut Vec<String>,
+) -> ClusterSettings {
+    // Server.
+    let server_str = master.map(str::to_owned).or(cluster.server.clone());
+    let server = match server_str.as_deref().filter(|s| !s.trim().is_empty()) {
+        Some(s) => match Config::parse_server(s) {
+            Ok(u) => Some(u),
+            Err(e) => {
+                problems.push(format!("{cl}.server: {e}"));
+                None
+            }
+        },
+        None => {
+            problems.push(format!("{cl}: no server defined"));
+            None
+        }
+    };
+
+    // Server TLS.
+    let mut tls = TlsConfig {
+        insecure_skip_tls_verify: cluster.insecure_skip_tls_verify,
+        server_name: if master.is_some() {
+            None
+        } else {
+            cluster.tls_server_name.clone().filter(|s| !s.is_empty())
+        },
+        ..Default::default()
+    };
+    let ca = load_pem(
+        problems,
+        cl,
+        "certificate-authority",
+        cluster.certificate_authority.as_deref(),
+        cluster.certificate_authority_data.as_deref(),
+    );
+    if ca.is_some() && tls.insecure_skip_tls_verify {
+        problems.push(format!(
+            "{cl}: specifying a root certificates file with the insecure flag is not allowed"
+        ));
+    }
+    if let Some(pem) = &ca
+        && !pem_has_certificate(pem)
+    {
+        problems.push(format!(
+            "{cl}.certificate-authority: no PEM certificate found"
+        ));
+    }
+    tls.ca_pem = ca;
+    let proxy_url = match cluster.proxy_url.as_deref().filter(|s| !s.is_empty()) {
+        Some(p) => match p.parse::<http::Uri>() {
+            Ok(u) if u.scheme_str() == Some("http") && u.host().is_some() => Some(u),
+            Ok(_) => {
+                problems.push(format!(
+                    "{cl}.proxy-url {p:?}: only http:// CONNECT proxies are supported"
+                ));
+                None
+            }
+            Err(e) => {
+                problems.push(format!("{cl}.proxy-url {p:?}: {e}"));
+                None
+            }
+        },
+        None => None,
+    };
+    ClusterSettings {
+        server,
+        tls,
+        proxy_url,
+    }
+}
+
+/// The user side of a context: one authentication method and the client certificate and key.
+struct Credentials {
+    auth: Auth,
+    cert: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
+}
+
+/// The credentials of the user entry `us` names, checked as clientcmd does: at most one
+/// method, certificate and key together, username and password together, no auth-provider;
+/// every problem found is pushed to `problems`.
+fn user_credentials(user: &UserEntry, us: &str, problems: &mut Vec<String>) -> Credentials {
+    // User credentials.
+    let cert = load_pem(
+        problems,
+        us,
+        "client-certificate",
+        user.client_certificate.as_deref(),
+        user.client_certificate_data.as_deref(),
+    );
+    let key = load_pem(
+        problems,
+        us,
+        "client-key",
+        user.client_key.as_deref(),
+        user.client_key_data.as_deref(),
+    );
+    match (&cert, &key) {
+        (Some(_), None) => problems.push(format!(
+            "{us}: client-certificate is set but client-key is not"
+        )),
+        (None, Some(_)) => problems.push(format!(
+            "{us}: client-key is set but client-certificate is not"
+        )),
+        _ => {}
+    }
+    let mut methods = Vec::new();
+    let has = |o: &Option<String>| o.as_deref().is_some_and(|s| !s.is_empty());
+    if has(&user.token) || has(&user.token_file) {
+        methods.push("token");
+    }
+    if cert.is_some() || key.is_some() {
+        methods.push("client certificate");
+    }
+    if has(&user.username) || has(&user.password) {
+        methods.push("username/password");
+    }
+    if user.exec.is_some() {
+        methods.push("exec");
+    }
+    if user.auth_provider.is_some() {
+        problems.push(format!(
+            "{us}.auth-provider: auth providers were removed from client-go in 1.26 and are \
+                 not supported; use an exec credential plugin"
+        ));
+    }
+    if methods.len() > 1 {
+        problems.push(format!(
+            "{us}: more than one authentication method found: {}; only one is allowed",
+            methods.join(", ")
+        ));
+    }
+    if has(&user.username) != has(&user.password) {
+        problems.push(format!("{us}: username and password must be set together"));
+    }
+    let auth = if has(&user.token) || has(&user.token_file) {
+        Auth::Bearer {
+            token: user
+                .token
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(Secret::from),
+            file: user
+                .token_file
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
+        }
+    } else if has(&user.username) {
+        Auth::Basic {
+            username: user.username.clone().unwrap_or_default(),
+            password: Secret::new(user.password.clone().unwrap_or_default()),
+        }
+    } else if let Some(exec) = &user.exec {
+        match exec_config(exec, us) {
+            Ok(e) => Auth::Exec(e),
+            Err(e) => {
+                problems.push(e);
+                Auth::None
+            }
+        }
+    } else {
+        Auth::None
+    };
+    if let Auth::Bearer {
+        token: None,
+        file: Some(f),
+    } = &auth
+        && let Err(e) = std::fs::metadata(f)
+    {
+        problems.push(format!("{us}.tokenFile {}: {e}", f.display()));
+    }
+    Credentials { auth, cert, key }
+}
+
 fn load_pem(
     problems: &mut Vec<String>,
     entry: &str,

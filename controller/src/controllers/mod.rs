@@ -46,8 +46,9 @@
 //! and receives the rest once, for all operators: [`run`] (the book's `Run`: wait for caches,
 //! then [`run_workers`]), and [`Controller`], the object-safe face the manager holds as
 //! `Arc<dyn Controller>`, implemented for every [`Operator`] by one blanket `impl`. A new
-//! operator is therefore a struct, a constructor that wires informers to its queue, and these
-//! two small impls; [`myapp`] is the smallest complete one.
+//! operator is therefore a struct, a constructor that wires informers to its queue, these
+//! two small impls, and one entry in [`registry::OPERATORS`] (its name, how the manager builds
+//! it, its CRD and the start-up check of that CRD); [`myapp`] is the smallest complete one.
 //!
 //! Other shared pieces: [`Clock`] (wall-clock time that follows tokio's paused clock),
 //! [`Expectations`] ("I created this; the lister has not seen it yet"), and [`owned`] (owner
@@ -59,6 +60,7 @@ pub mod foo;
 pub mod myapp;
 pub mod owned;
 pub mod rediscluster;
+pub mod registry;
 pub mod tdset;
 
 /// The wall clock that follows tokio's clock (`apimachinery::clock`), re-exported for the

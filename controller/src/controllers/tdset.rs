@@ -4,8 +4,9 @@
 //! to midnight, 3 otherwise", in the time zone `spec.timeZone`. What it teaches is how a
 //! controller acts on **time** without polling. Nothing in the cluster changes at 9:00, so no
 //! watch event will come; the controller must ask the queue to bring the key back exactly then.
-//! The sync handler returns `Ok(Some(d))`, the worker loop calls `add_after(key, d)`, and the
-//! delaying queue wakes the key once, at the boundary. Between boundaries the controller does
+//! The sync handler returns `Ok(Some(d))`, the worker loop calls `forget(key)` (a success clears
+//! the failure history) and `add_after(key, d)`, and the delaying queue wakes the key once, at
+//! the boundary. Between boundaries the controller does
 //! nothing at all (the Go original this follows polled every `intervalMint` minutes).
 //!
 //! ## The sync handler, step by step

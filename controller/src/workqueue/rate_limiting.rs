@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! sync_handler(key) ── Err ───────────▶ add_rate_limited(key)  retry after the limiter's backoff
-//!                   ── Ok(Some(d)) ───▶ add_after(key, d)      look again at a set time
+//!                   ── Ok(Some(d)) ───▶ forget(key),           success: clear the failure history,
+//!                                       add_after(key, d)      then look again at a set time
 //!                   ── Ok(None) ──────▶ forget(key)            success: clear the failure history
 //!                 and always ─────────▶ done(key)
 //! ```
