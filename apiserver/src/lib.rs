@@ -103,7 +103,8 @@
 //! per-resource watch cache's). No admission; RBAC enforced only on request ([`rbac`]; without
 //! it every request and every `kubectl auth can-i` is allowed, as with
 //! `--authorization-mode=AlwaysAllow`); no defaulting of built-in kinds, no conversion
-//! webhooks, no field-level validation of built-in kinds; server-side apply tracks managers but is simpler than the real structured-merge-diff.
+//! webhooks; built-in kinds get the real metadata validation and their kinds' main rules
+//! ([`validation`]), and RBAC writes the escalation checks; server-side apply tracks managers but is simpler than the real structured-merge-diff.
 //! Tables for built-in kinds follow the real printers for pods, namespaces, configmaps,
 //! secrets, serviceaccounts, services, events, deployments, statefulsets, replicasets, nodes,
 //! role bindings and leases ([`logic::table::builtin_columns`]); roles, cluster roles and CRDs

@@ -84,7 +84,9 @@
 //! Since access reviews and impersonation are decided by the same rules, what a user cannot
 //! grant itself it can neither be reported as holding nor impersonate its way into.
 //!
-//! Left out: ClusterRole aggregation (`aggregationRule`).
+//! A ClusterRole with an `aggregationRule` needs full authority (`*` on everything) to write,
+//! as on the real server. Left out: the aggregation itself (the controller that fills in the
+//! aggregated rules).
 //!
 //! [`load_manifests`] reads RBAC (or any other) objects from YAML files such as
 //! `artifacts/deploy/`, so a test can run a controller under its real ClusterRole and prove
@@ -825,6 +827,22 @@ pub fn confirm_no_escalation(
             if authorize(st, &req.user, &attrs("escalate", plural, name)).0 {
                 return Ok(());
             }
+            if plural == "clusterroles" && obj["aggregationRule"].is_object() {
+                // The aggregated rules are not known yet: only full authority may aggregate.
+                let full = [
+                    json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
+                    json!({"verbs": ["*"], "nonResourceURLs": ["*"]}),
+                ];
+                let held = rules_for(st, &req.user, namespace);
+                if !covers(&held.rules, &full).0 {
+                    return Err(ApiError::forbidden(
+                        plural,
+                        GROUP,
+                        name,
+                        "must have cluster-admin privileges to use the aggregationRule",
+                    ));
+                }
+            }
             obj["rules"].as_array().cloned().unwrap_or_default()
         }
         "rolebindings" | "clusterrolebindings" => {
@@ -1457,5 +1475,37 @@ mod tests {
         std::fs::remove_dir_all(&dir).ok();
         assert_eq!(loaded, ["Namespace/late", "Role/r"]);
         assert!(store.read(|st| st.get(&format!("{GROUP}/roles"), "late", "r").is_some()));
+    }
+
+    #[test]
+    fn covers_breaks_rules_down_and_honours_wildcards() {
+        let owner = vec![
+            json!({"apiGroups": [""], "resources": ["pods", "*/status"], "verbs": ["get", "list"]}),
+            json!({"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["*"]}),
+            json!({"nonResourceURLs": ["/healthz/*"], "verbs": ["get"]}),
+        ];
+        let ok = [
+            json!({"apiGroups": [""], "resources": ["pods", "services/status"], "verbs": ["get"]}),
+            json!({"apiGroups": ["apps"], "resources": ["deployments"], "resourceNames": ["web"], "verbs": ["delete"]}),
+            json!({"nonResourceURLs": ["/healthz/ping"], "verbs": ["get"]}),
+        ];
+        assert_eq!(covers(&owner, &ok), (true, vec![]));
+        let (held, missing) = covers(
+            &owner,
+            &[
+                json!({"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["get", "watch"]}),
+                json!({"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get"]}),
+            ],
+        );
+        assert!(!held);
+        let lines: Vec<String> = compact(missing).iter().map(compact_string).collect();
+        assert_eq!(
+            lines,
+            vec![
+                r#"{APIGroups:[""], Resources:["pods"], Verbs:["watch"]}"#,
+                r#"{APIGroups:[""], Resources:["secrets"], Verbs:["get" "watch"]}"#,
+                r#"{APIGroups:["apps"], Resources:["deployments"], Verbs:["get"]}"#,
+            ]
+        );
     }
 }

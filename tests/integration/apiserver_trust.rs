@@ -294,6 +294,16 @@ async fn the_escalation_sequence_is_refused_step_by_step() {
             "clusterroles.rbac.authorization.k8s.io \"everything\" is forbidden: {HELD}\n{{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}}"
         )
     );
+    // Nor may it aggregate roles, whose rules are not known yet.
+    let agg = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "aggregate"},
+        "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}, "rules": []});
+    let a = mallory.post(CRS, &agg).await;
+    assert_eq!(a.code, 403);
+    assert_eq!(
+        a.body["message"],
+        "clusterroles.rbac.authorization.k8s.io \"aggregate\" is forbidden: must have cluster-admin privileges to use the aggregationRule"
+    );
     // A role it does hold it may create.
     let own = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": "binding-creator"},
