@@ -9,7 +9,9 @@
 //! | module | apimachinery / client-go analogue |
 //! |---|---|
 //! | [`crypto`] | (none: rustls' process-wide crypto provider, installed once) |
+//! | [`token_bucket`] | `golang.org/x/time/rate.Limiter` (client-go's throttle, workqueue and event spam filter) |
 
 #![forbid(unsafe_code)]
 
 pub mod crypto;
+pub mod token_bucket;

@@ -42,6 +42,7 @@ mod cache_informer;
 mod cache_reflector;
 mod client_apiserver;
 mod client_config;
+mod client_flow_control;
 mod client_http;
 mod client_watch_props;
 mod crd_schemas;
