@@ -34,6 +34,7 @@ mod apiserver_list_snapshot;
 mod apiserver_standalone;
 mod apiserver_watch;
 mod at_controller;
+mod at_requests;
 mod at_scale;
 mod cache_apiserver;
 mod cache_convergence;
