@@ -250,6 +250,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         resync_period: Duration::from_secs(600),
         qps: 50.0,
         burst: 100,
+        throttle_follows_server: false,
         leader_election: None,
         metrics_addr: None,
         health_addr: None,

@@ -13,6 +13,7 @@
 //! | [`duration`] | Go's `time.ParseDuration` and `Duration.String`, as every component's flags use them |
 //! | [`labels`] | `pkg/labels`: label selectors, parsed and matched |
 //! | [`signals`] | sample-controller's `pkg/signals`: SIGINT/SIGTERM, twice to exit |
+//! | [`token_bucket`] | `golang.org/x/time/rate.Limiter` (client-go's throttle, workqueue and event spam filter) |
 //! | [`uuid`] | `util/uuid`: random version-4 UUIDs for `metadata.uid` |
 //! | [`validation`] | `pkg/util/validation`, `pkg/api/validation` (names, labels, metadata) |
 
@@ -23,5 +24,6 @@ pub mod crypto;
 pub mod duration;
 pub mod labels;
 pub mod signals;
+pub mod token_bucket;
 pub mod uuid;
 pub mod validation;

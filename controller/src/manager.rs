@@ -43,7 +43,7 @@
 //! | `--controllers` | `*` | `*` = every registered controller, `name` enables, `-name` disables |
 //! | `--workers` | 2 | concurrent `sync_handler` calls per controller |
 //! | `--resync-period` | 10m | informer resync (cnat's value): every object is re-queued this often |
-//! | `--kube-api-qps` / `--kube-api-burst` | 20 / 30 | client-side throttle (0 QPS disables) |
+//! | `--kube-api-qps` / `--kube-api-burst` | follow the server, else 20 / 30 | client-side throttle; `-1` (or 0) QPS disables it |
 //! | `--leader-elect` | false | elect a leader through a Lease before running workers |
 //! | `--leader-elect-lease-duration` / `-renew-deadline` / `-retry-period` | 15s / 10s / 2s | client-go's defaults |
 //! | `--leader-elect-resource-name` / `-namespace` | `sample-controller` / in-cluster namespace | the Lease |
@@ -52,6 +52,17 @@
 //! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
 //! | `--log-format` | `text` | `text` or `json` |
 //! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
+//!
+//! The client-side throttle follows the server unless told otherwise: with neither
+//! `--kube-api-qps` nor `--kube-api-burst` given, the manager asks the server once at start
+//! (`GET /livez/ping`) whether it runs API Priority and Fairness (the
+//! `X-Kubernetes-PF-FlowSchema-UID` / `-PriorityLevel-UID` response headers). If it does, the
+//! client does not throttle itself at all (controller-runtime's default since PR #3119); if it
+//! does not, kube-controller-manager's 20 QPS / burst 30 apply (bare client-go's are 5 / 10).
+//! Either flag given means a fixed throttle (cert-manager#9158: what the user sets wins), the
+//! missing one taking its default; `--kube-api-qps=-1` turns the throttle off. The decision is
+//! logged once, exported as `rest_client_rate_limiter_enabled` and shown on `/readyz?verbose` as
+//! `client-throttle: ...` (see [`crate::client::transport`]).
 //!
 //! Durations use Go's syntax (`300ms`, `1.5h`, `2h45m`), as the Kubernetes binaries do.
 //! [`ManagerOptions::validate`] turns the raw flags into a [`ManagerConfig`] or one
@@ -70,7 +81,9 @@ use tokio_util::sync::CancellationToken;
 /// The factory's lister-watchers from a [`Client`]; it lives in [`crate::cache::api_source`].
 pub use crate::cache::ClientSource;
 use crate::cache::SharedInformerFactory;
-use crate::client::{self, Api, Client, Config, ConfigOptions, Patch, PatchParams, PostParams};
+use crate::client::{
+    self, Api, Client, Config, ConfigOptions, Patch, PatchParams, PostParams, ThrottleDecision,
+};
 use crate::controllers::registry::{self, BuildContext, Registration};
 use crate::controllers::{Clock, Controller};
 use crate::health::{HealthState, serve_health};
@@ -127,13 +140,15 @@ pub struct ManagerOptions {
     #[arg(long, default_value = "10m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub resync_period: Duration,
 
-    /// Client-side queries per second to the API server (0 disables the throttle).
-    #[arg(long, default_value_t = 20.0, value_name = "QPS")]
-    pub kube_api_qps: f32,
+    /// Client-side queries per second to the API server; -1 (or 0) disables the throttle.
+    /// Unset (with --kube-api-burst unset too): no client-side throttle when the server runs API
+    /// Priority and Fairness, else 20.
+    #[arg(long, value_name = "QPS", allow_negative_numbers = true)]
+    pub kube_api_qps: Option<f32>,
 
-    /// Burst allowed above --kube-api-qps.
-    #[arg(long, default_value_t = 30, value_name = "N")]
-    pub kube_api_burst: u32,
+    /// Burst allowed above --kube-api-qps (default 30).
+    #[arg(long, value_name = "N")]
+    pub kube_api_burst: Option<u32>,
 
     /// Elect a leader through a coordination.k8s.io Lease before running any controller.
     #[arg(long)]
@@ -241,10 +256,14 @@ pub struct ManagerConfig {
     pub workers: usize,
     /// `--resync-period`; zero turns resync off.
     pub resync_period: Duration,
-    /// `--kube-api-qps`.
+    /// `--kube-api-qps` (20 when not given); `<= 0` disables the throttle.
     pub qps: f32,
-    /// `--kube-api-burst`.
+    /// `--kube-api-burst` (30 when not given).
     pub burst: u32,
+    /// True when neither `--kube-api-qps` nor `--kube-api-burst` was given: `qps`/`burst` are
+    /// then only the fallback for a server without priority and fairness
+    /// ([`Config::follow_server_flow_control`]).
+    pub throttle_follows_server: bool,
     /// `Some` with `--leader-elect`.
     pub leader_election: Option<LeaderElectionConfig>,
     /// `None` when metrics are off.
@@ -292,8 +311,8 @@ impl Default for ManagerOptions {
             controllers: vec!["*".to_string()],
             workers: 2,
             resync_period: Duration::from_secs(600),
-            kube_api_qps: 20.0,
-            kube_api_burst: 30,
+            kube_api_qps: None,
+            kube_api_burst: None,
             leader_elect: false,
             leader_elect_lease_duration: Duration::from_secs(15),
             leader_elect_renew_deadline: Duration::from_secs(10),
@@ -343,17 +362,19 @@ impl ManagerOptions {
                 "must be at least 1",
             ));
         }
-        if !self.kube_api_qps.is_finite() || self.kube_api_qps < 0.0 {
+        let qps = self.kube_api_qps.unwrap_or(client::config::DEFAULT_QPS);
+        let burst = self.kube_api_burst.unwrap_or(client::config::DEFAULT_BURST);
+        if !qps.is_finite() || (qps < 0.0 && qps != -1.0) {
             return Err(FlagError::new(
                 "kube-api-qps",
-                self.kube_api_qps,
-                "must be a finite number >= 0",
+                qps,
+                "must be a finite number >= 0, or -1 to disable the throttle",
             ));
         }
-        if self.kube_api_qps > 0.0 && self.kube_api_burst == 0 {
+        if qps > 0.0 && burst == 0 {
             return Err(FlagError::new(
                 "kube-api-burst",
-                self.kube_api_burst,
+                burst,
                 "must be at least 1 when --kube-api-qps is set",
             ));
         }
@@ -390,8 +411,9 @@ impl ManagerOptions {
             controllers,
             workers: self.workers,
             resync_period: self.resync_period,
-            qps: self.kube_api_qps,
-            burst: self.kube_api_burst,
+            qps,
+            burst,
+            throttle_follows_server: self.kube_api_qps.is_none() && self.kube_api_burst.is_none(),
             leader_election,
             metrics_addr,
             health_addr,
@@ -685,6 +707,31 @@ impl Manager {
         let metrics = Metrics::new();
         metrics.register_client(&self.client);
         let health = HealthState::new();
+        // Following the server: ask it now (bounded) whether it runs priority and fairness,
+        // so that the decision is logged once, up front, and shown on /readyz?verbose.
+        let throttle =
+            match tokio::time::timeout(THROTTLE_PROBE_TIMEOUT, self.client.detect_flow_control())
+                .await
+            {
+                Ok(d) => d,
+                Err(_) => self.client.throttle_decision(),
+            };
+        match throttle {
+            ThrottleDecision::ServerFlowControl => tracing::info!(
+                server = %self.client.server(),
+                "the API server announces priority and fairness (X-Kubernetes-PF-* headers): client-side throttle off; set --kube-api-qps to keep one"
+            ),
+            other => tracing::info!(
+                server = %self.client.server(),
+                qps = cfg.qps,
+                burst = cfg.burst,
+                "client-side throttle {}",
+                other.describe()
+            ),
+        }
+        health.add_readiness_check(&format!("client-throttle: {}", throttle.describe()), || {
+            true
+        });
 
         // One informer factory for every controller: one watch per type, shared caches.
         // Each informer's reflector reports 403s, relists and watch progress to `health`, so
@@ -701,8 +748,10 @@ impl Manager {
         let broadcaster = EventBroadcaster::new();
         metrics.register_event_broadcaster(&broadcaster);
         let log_events = broadcaster.start_logging();
+        // The sink writes through a client with a throttle bucket of its own: a burst of events
+        // never delays a pod create or a status write (and is not delayed by them).
         let sink_events =
-            broadcaster.start_recording_to_sink(EventApiSink::new(self.client.clone()));
+            broadcaster.start_recording_to_sink(EventApiSink::new(self.client.with_own_throttle()));
 
         let queue_metrics = metrics.with_registry(QueueMetrics::new);
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
@@ -1035,6 +1084,10 @@ async fn preflight_crd(
     }
 }
 
+/// How long [`Manager::run`] waits for the priority-and-fairness probe before it goes on with the
+/// fallback throttle (the next answer then decides).
+const THROTTLE_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// `sample-controller run`: validates the flags, builds the client, checks the server, and runs
 /// the manager until SIGINT or SIGTERM.
 pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
@@ -1052,6 +1105,7 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
         .map_err(ManagerError::Config)?;
     client_config.qps = config.qps;
     client_config.burst = config.burst;
+    client_config.follow_server_flow_control = config.throttle_follows_server;
     let client = Client::new(client_config).map_err(ManagerError::Config)?;
     preflight(&client, &config).await?;
 
@@ -1092,11 +1146,30 @@ mod tests {
         assert_eq!(cfg.workers, 2);
         assert_eq!(cfg.resync_period, Duration::from_secs(600));
         assert_eq!((cfg.qps, cfg.burst), (20.0, 30));
+        assert!(cfg.throttle_follows_server);
         assert_eq!(cfg.leader_election, None);
         assert_eq!(cfg.metrics_addr, Some("0.0.0.0:8080".parse().unwrap()));
         assert_eq!(cfg.health_addr, Some("0.0.0.0:8081".parse().unwrap()));
         assert_eq!(cfg.log_format, LogFormat::Text);
         assert_eq!(cfg.shutdown_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn an_explicit_throttle_flag_wins_over_the_server() {
+        let cfg = |args: &[&str]| parse(args).unwrap().validate(None).unwrap();
+        let only_qps = cfg(&["--kube-api-qps=5"]);
+        assert_eq!((only_qps.qps, only_qps.burst), (5.0, 30));
+        assert!(!only_qps.throttle_follows_server);
+        let only_burst = cfg(&["--kube-api-burst=7"]);
+        assert_eq!((only_burst.qps, only_burst.burst), (20.0, 7));
+        assert!(!only_burst.throttle_follows_server);
+        // client-go's "no throttle", in both spellings.
+        for args in [&["--kube-api-qps=-1"][..], &["--kube-api-qps", "-1"][..]] {
+            let off = cfg(args);
+            assert_eq!(off.qps, -1.0);
+            assert!(!off.throttle_follows_server);
+            assert!(crate::client::transport::Throttle::new(off.qps, off.burst).is_none());
+        }
     }
 
     #[test]
@@ -1186,7 +1259,7 @@ mod tests {
         assert_eq!(e.flag, "namespace");
         let e = invalid(&["--master=127.0.0.1:6443"]);
         assert_eq!(e.flag, "master");
-        let e = invalid(&["--kube-api-qps=-1"]);
+        let e = invalid(&["--kube-api-qps=-2"]);
         assert_eq!(e.flag, "kube-api-qps");
         let e = invalid(&["--kube-api-burst=0"]);
         assert_eq!(e.flag, "kube-api-burst");

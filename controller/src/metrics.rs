@@ -25,6 +25,7 @@
 //! | `rest_client_request_retries_total` | counter | `code`, `verb`, `host` | every attempt after the first of one request |
 //! | `rest_client_request_duration_seconds` | histogram | `verb`, `host` | each whole request: throttle wait, retries and response body included; watches are not timed |
 //! | `rest_client_rate_limiter_duration_seconds` | histogram | `verb`, `host` | each wait for the client-side throttle |
+//! | `rest_client_rate_limiter_enabled` | gauge | `host` | 1 while the client-side throttle applies, 0 when it is off (configured off, or the server announces priority and fairness); this crate's own |
 //! | `rest_client_too_many_requests_total` | counter | | 429 answers |
 //! | `rest_client_retries_total` | counter | | retried attempts (the sum of `rest_client_request_retries_total`) |
 //! | `reflector_lists_total` | counter | `name` | each LIST a reflector makes |
@@ -618,6 +619,8 @@ struct RestTotals {
     rate_limiter_latency: BTreeMap<(String, String), LatencyHistogram>,
     too_many_requests: u64,
     retries: u64,
+    /// host → whether the throttle applies (any registered client of that host).
+    throttle_enabled: BTreeMap<String, bool>,
 }
 
 fn merge(into: &mut LatencyHistogram, h: &LatencyHistogram) {
@@ -661,6 +664,8 @@ impl RestTotals {
             }
             t.too_many_requests += s.too_many_requests;
             t.retries += s.retries;
+            let on = s.throttle.is_some_and(|d| d.throttles());
+            *t.throttle_enabled.entry(s.host.clone()).or_default() |= on;
         }
         t
     }
@@ -728,6 +733,18 @@ impl Collector for RestClients {
             "Client side rate limiter latency in seconds. Broken down by verb, and host.",
             &t.rate_limiter_latency,
         )?;
+        {
+            let mut m = encoder.encode_descriptor(
+                "rest_client_rate_limiter_enabled",
+                "1 while the client-side rate limiter applies to requests, 0 when it is off.",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (host, on) in &t.throttle_enabled {
+                let l = labels(&[("host", host)]);
+                ConstGauge::new(i64::from(*on)).encode(m.encode_family(&l)?)?;
+            }
+        }
         let tmr = ConstCounter::new(t.too_many_requests);
         tmr.encode(encoder.encode_descriptor(
             "rest_client_too_many_requests",

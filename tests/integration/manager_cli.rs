@@ -169,6 +169,15 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
     assert!(ready, "/readyz never answered 200");
     let (code, body) = http_get(probe_port, "/healthz").await.unwrap();
     assert_eq!(code, 200, "{body}");
+    // No --kube-api-qps given: the throttle follows the server, and says what it decided (the
+    // embedded server may or may not announce priority and fairness; either is a decision).
+    let (_, body) = http_get(probe_port, "/readyz?verbose").await.unwrap();
+    assert!(
+        body.contains("[+]client-throttle: off (server has priority and fairness) ok")
+            || body
+                .contains("[+]client-throttle: on (server announces no priority and fairness) ok"),
+        "{body}"
+    );
 
     // It works: an At due now gets its pod.
     create_at(&client, &at("cli", "2019-04-12T10:12:00Z", "echo YAY")).await;

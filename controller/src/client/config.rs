@@ -190,10 +190,18 @@ pub struct Config {
     pub auth: Auth,
     /// `proxy-url`: tunnel every connection through this HTTP CONNECT proxy.
     pub proxy_url: Option<http::Uri>,
-    /// Client-side sustained request rate (requests per second); 0 disables the throttle.
+    /// Client-side sustained request rate (requests per second); 0 or a negative number (client-go
+    /// writes `-1`) disables the throttle.
     pub qps: f32,
     /// How many requests may go out at once before `qps` applies.
     pub burst: u32,
+    /// Let the server decide: when `true`, `qps`/`burst` are only the fallback for a server that
+    /// does not announce API Priority and Fairness. The first answer carrying the APF headers
+    /// (`X-Kubernetes-PF-FlowSchema-UID` / `X-Kubernetes-PF-PriorityLevel-UID`) turns the
+    /// client-side throttle off for the life of the client; the first answer without them keeps
+    /// it. `false` (the default, client-go's behaviour): `qps`/`burst` apply as given. See
+    /// [`crate::client::transport`] for the history.
+    pub follow_server_flow_control: bool,
     /// TCP connect timeout (client-go: 30 s).
     pub connect_timeout: Duration,
     /// Timeout of a whole non-watch request (headers and body, retries included), counted once
@@ -226,6 +234,10 @@ impl fmt::Debug for Config {
             .field("proxy_url", &proxy)
             .field("qps", &self.qps)
             .field("burst", &self.burst)
+            .field(
+                "follow_server_flow_control",
+                &self.follow_server_flow_control,
+            )
             .field("connect_timeout", &self.connect_timeout)
             .field("timeout", &self.timeout)
             .field("max_retries", &self.max_retries)
@@ -256,7 +268,7 @@ fn go_arch() -> &'static str {
 
 impl Config {
     /// A config for `server` with defaults: no TLS material (system roots), no credentials,
-    /// namespace `default`, qps 20, burst 30, 30 s connect timeout, 60 s request timeout, 10
+    /// namespace `default`, qps 20, burst 30 (not following the server), 30 s connect timeout, 60 s request timeout, 10
     /// retries.
     pub fn new(server: http::Uri) -> Self {
         Config {
@@ -267,6 +279,7 @@ impl Config {
             proxy_url: None,
             qps: DEFAULT_QPS,
             burst: DEFAULT_BURST,
+            follow_server_flow_control: false,
             connect_timeout: Duration::from_secs(30),
             timeout: Some(Duration::from_secs(60)),
             max_retries: 10,

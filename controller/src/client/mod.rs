@@ -40,7 +40,24 @@
 //! How it differs from client-go: one generic `Api<K>` replaces the generated per-type clients;
 //! JSON is used for every kind (client-go prefers protobuf for built-ins since 1.32); the watch
 //! decoder splits on newlines with a line bound instead of a streaming JSON framer; the default
-//! throttle is kube-controller-manager's 20/30 rather than bare client-go's 5/10.
+//! throttle is kube-controller-manager's 20/30 rather than bare client-go's 5/10, and
+//! [`Config::follow_server_flow_control`] drops it when the server announces API Priority and
+//! Fairness (what controller-runtime, Flux and cert-manager do; client-go has no such switch).
+//!
+//! ## Client-side throttle or the server's priority and fairness?
+//!
+//! For years every Kubernetes client throttled itself (client-go's `rest.Config` `QPS`/`Burst`,
+//! 5/10 unless set), because the server could not tell a hot loop from real work. Since API
+//! Priority and Fairness (GA in 1.29) the server can: it queues per flow and answers `429` with
+//! `Retry-After` when a priority level is saturated, so a fixed client-side rate only makes a
+//! controller slow on an idle cluster. kubernetes/kubernetes#111880 asks client-go to disable
+//! its limiter when APF is on; controller-runtime disabled its limiter by default (PR #3119,
+//! 2025, on SIG API Machinery's advice); Flux and cert-manager detect APF from the
+//! `X-Kubernetes-PF-FlowSchema-UID` / `X-Kubernetes-PF-PriorityLevel-UID` response headers and
+//! turn their limiter off; cert-manager#9158 shows that a rate the user set explicitly must
+//! still win. This client does all of that (see [`transport`]): the manager follows the server
+//! unless `--kube-api-qps`/`--kube-api-burst` are given, `--kube-api-qps=-1` (or 0) turns the
+//! throttle off, and `429` + `Retry-After` is honoured either way.
 
 pub mod api;
 pub mod config;
@@ -56,7 +73,7 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
-pub use transport::{Client, ClientMetrics, LatencyHistogram, MetricsSnapshot};
+pub use transport::{Client, ClientMetrics, LatencyHistogram, MetricsSnapshot, ThrottleDecision};
 pub use watch::{Bookmark, WatchDecoder, WatchEvent, WatchStream};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;

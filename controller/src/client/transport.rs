@@ -20,12 +20,30 @@
 //!   `NO_PROXY` environment variables are not consulted: set `proxy-url` in the kubeconfig.
 //! * **QPS and burst.** The API server is shared by every controller in the cluster, and a
 //!   controller bug (a hot reconcile loop) must not turn into a flood that starves everyone else.
-//!   The client therefore holds a token bucket ([`Throttle`]): `burst` tokens (default 30) to
-//!   start with, refilled at `qps` per second (default 20); each request waits for a token.
-//!   Watches skip the bucket (a watch is one long request, not a flood), as in client-go; a
-//!   *retried* watch does take one. `qps = 0` disables the throttle. The server protects itself
-//!   too (priority and fairness answers `429` with `Retry-After`); the bucket is the polite half
-//!   of that contract.
+//!   The client therefore can hold a token bucket ([`Throttle`]): `burst` tokens to start with,
+//!   refilled at `qps` per second; each request waits for a token. Watches skip the bucket (a
+//!   watch is one long request, not a flood), as in client-go; a *retried* watch does take one.
+//!   `qps <= 0` (client-go writes `-1`) disables the throttle.
+//! * **Following the server (API Priority and Fairness).** The client-side bucket predates the
+//!   server protecting itself. Since API Priority and Fairness (APF, beta in 1.20, GA in 1.29)
+//!   the server queues and sheds load per flow and answers `429` + `Retry-After` when a priority
+//!   level is full; a fixed client-side QPS on top of it only makes a controller slow on an idle
+//!   cluster (kubernetes/kubernetes#111880 asks client-go to turn its limiter off when APF is
+//!   on). controller-runtime disabled its client-side limiter by default (PR #3119, on SIG API
+//!   Machinery's advice); Flux and cert-manager detect APF from the response headers
+//!   `X-Kubernetes-PF-FlowSchema-UID` / `X-Kubernetes-PF-PriorityLevel-UID` (which every
+//!   request classified by APF carries, exempt ones included) and drop their limiter when they
+//!   are present. cert-manager#9158 is the trap to avoid: a QPS the user *set* must still win.
+//!   Hence [`Config::follow_server_flow_control`]: when set (the manager sets it when neither
+//!   `--kube-api-qps` nor `--kube-api-burst` is given), `qps`/`burst` are only a fallback. The
+//!   first answer the client gets (the manager asks `GET /livez/ping` at start,
+//!   [`Client::detect_flow_control`]) decides once, for the life of the client: APF headers
+//!   present → no client-side throttle; absent → the fallback bucket (a `401`, answered before
+//!   APF classifies a request, decides nothing). Until then the fallback bucket applies. The
+//!   decision ([`ThrottleDecision`]) is logged once by the manager, kept in [`ClientMetrics`] and exposed as
+//!   the `rest_client_rate_limiter_enabled` gauge and on `/readyz?verbose`. With the throttle
+//!   off no wait is recorded in `rest_client_rate_limiter_duration_seconds` (client-go records
+//!   none without a limiter either); `429` + `Retry-After` keeps being honoured (below).
 //! * **Fair waiting.** Like client-go's limiter (`golang.org/x/time/rate`'s `Wait`), a request
 //!   first *reserves* a token, which fixes its slot at once, and then sleeps until that slot.
 //!   Waiters are therefore served in the order they arrived, one every `1/qps` after the burst,
@@ -70,10 +88,12 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use apimachinery::token_bucket::TokenBucket;
 use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
@@ -104,6 +124,10 @@ pub const TOKEN_FILE_REFRESH: Duration = Duration::from_secs(50);
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// The configured bucket (`None`: `qps <= 0`); with `follow_server`, only used while the
+    /// decision in `metrics` says it applies. Clones share it; [`Client::with_own_throttle`]
+    /// gives a handle a bucket of its own.
+    throttle: Option<Arc<Throttle>>,
 }
 
 struct Inner {
@@ -117,7 +141,8 @@ struct Inner {
     user_agent: HeaderValue,
     http: RwLock<HttpState>,
     auth: AuthProvider,
-    throttle: Option<Throttle>,
+    /// [`Config::follow_server_flow_control`].
+    follow_server: bool,
     metrics: Arc<ClientMetrics>,
 }
 
@@ -162,6 +187,12 @@ impl Client {
         let throttle = Throttle::new(config.qps, config.burst);
         let auth = AuthProvider::new(&config)?;
         let metrics = Arc::new(ClientMetrics::new(host_label(&config.server)));
+        let decision = match (&throttle, config.follow_server_flow_control) {
+            (Some(_), true) => ThrottleDecision::Undecided,
+            (Some(_), false) => ThrottleDecision::Configured,
+            (None, _) => ThrottleDecision::Disabled,
+        };
+        metrics.set_throttle_decision(decision);
         Ok(Client {
             inner: Arc::new(Inner {
                 base: config.server,
@@ -177,9 +208,10 @@ impl Client {
                     client,
                 }),
                 auth,
-                throttle,
+                follow_server: config.follow_server_flow_control && throttle.is_some(),
                 metrics,
             }),
+            throttle: throttle.map(Arc::new),
         })
     }
 
@@ -345,6 +377,9 @@ impl Client {
                     inner
                         .metrics
                         .record_attempt(&method, status.as_u16(), retries > 0);
+                    if inner.follow_server {
+                        self.note_flow_control(&resp);
+                    }
                     if status == StatusCode::UNAUTHORIZED
                         && !refreshed_after_401
                         && inner.auth.invalidate()
@@ -411,7 +446,10 @@ impl Client {
 
     /// Waits for a throttle token (if there is a throttle) and records the wait.
     async fn throttle(&self, method: &Method, path: &str) {
-        if let Some(t) = &self.inner.throttle {
+        if self.inner.follow_server && !self.inner.metrics.throttle_decision().throttles() {
+            return;
+        }
+        if let Some(t) = &self.throttle {
             let waited = t.acquire().await;
             self.inner.metrics.observe_throttle(method, waited);
             if waited > Duration::from_secs(1) {
@@ -430,6 +468,66 @@ impl Client {
                 );
             }
         }
+    }
+
+    /// While following the server and undecided: settles the throttle decision from one
+    /// answer's headers (see the module documentation). Only the first caller's decision counts.
+    fn note_flow_control<B>(&self, resp: &Response<B>) {
+        let metrics = &self.inner.metrics;
+        if metrics.throttle_decision() != ThrottleDecision::Undecided
+            || resp.status() == StatusCode::UNAUTHORIZED
+        {
+            return;
+        }
+        let decision = if has_flow_control_headers(resp) {
+            ThrottleDecision::ServerFlowControl
+        } else {
+            ThrottleDecision::NoServerFlowControl
+        };
+        if metrics.settle_throttle_decision(decision) {
+            // Debug only: the manager logs the decision once at start (`Manager::run`), and a
+            // library user may log `throttle_decision()` as they see fit.
+            tracing::debug!(server = %self.inner.base, decision = decision.describe(), "client-side throttle decided from the server's answer");
+        }
+    }
+
+    /// The same client (connections, credentials, metrics, throttle decision) with a
+    /// client-side bucket of its own, of the same `qps`/`burst`: requests through the returned
+    /// handle (and its clones) neither wait for nor use up this handle's tokens. What client-go
+    /// gets by building a second clientset from the same `rest.Config` (each `RESTClient` has
+    /// its own limiter); the manager gives the event sink one, so that events never take the
+    /// controllers' budget.
+    pub fn with_own_throttle(&self) -> Client {
+        Client {
+            inner: self.inner.clone(),
+            throttle: self
+                .throttle
+                .as_ref()
+                .and_then(|t| Throttle::new(t.qps as f32, t.burst as u32).map(Arc::new)),
+        }
+    }
+
+    /// What the client-side throttle does now ([`ThrottleDecision`]).
+    pub fn throttle_decision(&self) -> ThrottleDecision {
+        self.inner.metrics.throttle_decision()
+    }
+
+    /// When following the server and not decided yet, asks `GET /livez/ping` (cheap, and
+    /// classified by APF like any request) so that the decision is made now rather than on the
+    /// first real request; returns the decision. A transport error leaves it undecided (the
+    /// next answer decides); any status code is an answer.
+    pub async fn detect_flow_control(&self) -> ThrottleDecision {
+        if self.throttle_decision() == ThrottleDecision::Undecided {
+            match Request::get("/livez/ping").body(Bytes::new()) {
+                Ok(req) => {
+                    if let Err(e) = self.request_raw(req).await {
+                        tracing::debug!(error = %e, "priority and fairness probe got no answer; the next answer decides");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "building the priority and fairness probe"),
+            }
+        }
+        self.throttle_decision()
     }
 
     /// The pooled client, rebuilt when an exec plugin hands out a different client certificate
@@ -467,6 +565,83 @@ impl Client {
         state.exec_identity = Some(cert);
         state.client = client.clone();
         Ok(client)
+    }
+}
+
+/// The response headers API Priority and Fairness sets on every request it classifies
+/// (`k8s.io/api/flowcontrol/v1` `ResponseHeaderMatchedFlowSchemaUID` /
+/// `ResponseHeaderMatchedPriorityLevelConfigurationUID`).
+pub const FLOW_CONTROL_HEADERS: [&str; 2] = [
+    "X-Kubernetes-PF-FlowSchema-UID",
+    "X-Kubernetes-PF-PriorityLevel-UID",
+];
+
+/// True when `resp` carries either APF header.
+fn has_flow_control_headers<B>(resp: &Response<B>) -> bool {
+    FLOW_CONTROL_HEADERS
+        .iter()
+        .any(|h| resp.headers().contains_key(*h))
+}
+
+/// What the client-side throttle does, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThrottleDecision {
+    /// `qps`/`burst` were given: the bucket applies whatever the server does.
+    Configured,
+    /// `qps <= 0` was given: no client-side throttle.
+    Disabled,
+    /// Following the server, no answer yet: the fallback bucket applies for now.
+    Undecided,
+    /// Following the server, which announces priority and fairness: no client-side throttle.
+    ServerFlowControl,
+    /// Following the server, which does not announce priority and fairness: the fallback
+    /// bucket applies.
+    NoServerFlowControl,
+}
+
+impl ThrottleDecision {
+    /// True when requests wait for the client-side bucket.
+    pub fn throttles(self) -> bool {
+        matches!(
+            self,
+            ThrottleDecision::Configured
+                | ThrottleDecision::Undecided
+                | ThrottleDecision::NoServerFlowControl
+        )
+    }
+
+    /// A short human-readable form (`on (configured)`, `off (server has priority and
+    /// fairness)`, ...), as shown on `/readyz?verbose`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ThrottleDecision::Configured => "on (--kube-api-qps/--kube-api-burst given)",
+            ThrottleDecision::Disabled => "off (qps <= 0 given)",
+            ThrottleDecision::Undecided => "on until the server answers",
+            ThrottleDecision::ServerFlowControl => "off (server has priority and fairness)",
+            ThrottleDecision::NoServerFlowControl => {
+                "on (server announces no priority and fairness)"
+            }
+        }
+    }
+
+    fn to_u8(self) -> u8 {
+        match self {
+            ThrottleDecision::Configured => 0,
+            ThrottleDecision::Disabled => 1,
+            ThrottleDecision::Undecided => 2,
+            ThrottleDecision::ServerFlowControl => 3,
+            ThrottleDecision::NoServerFlowControl => 4,
+        }
+    }
+
+    fn from_u8(v: u8) -> ThrottleDecision {
+        match v {
+            0 => ThrottleDecision::Configured,
+            1 => ThrottleDecision::Disabled,
+            3 => ThrottleDecision::ServerFlowControl,
+            4 => ThrottleDecision::NoServerFlowControl,
+            _ => ThrottleDecision::Undecided,
+        }
     }
 }
 
@@ -796,24 +971,21 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
 // Throttle
 // ---------------------------------------------------------------------------------------------
 
-/// The slowest rate the throttle honours: one request a day. Slower rates are raised to it, so
-/// the arithmetic below never produces a wait that overflows a clock.
-const MIN_QPS: f64 = 1.0 / 86_400.0;
-
 /// The client-side token bucket: `burst` requests at once, then `qps` per second, handed out in
 /// arrival order.
 ///
 /// This is client-go's `flowcontrol.NewTokenBucketRateLimiter`, which is a
-/// `golang.org/x/time/rate.Limiter`, with the same arithmetic:
+/// `golang.org/x/time/rate.Limiter`; the arithmetic is the workspace's one x/time/rate bucket,
+/// [`apimachinery::token_bucket::TokenBucket`], behind a lock:
 ///
 /// * The bucket starts full (`burst` tokens) and refills continuously at `qps` tokens a second,
 ///   never above `burst`.
 /// * [`Throttle::reserve`] always takes a token *now*, even one that only exists in the future:
-///   the count goes negative and the [`Reservation`] records when its token will exist (its
-///   *time to act*). The next caller's token is one `1/qps` later still. Each caller's slot is
-///   therefore fixed the moment it arrives, and a caller that arrives later can never be served
-///   before one that arrived earlier, however often it asks (x/time/rate's `Wait` does the same:
-///   reserve, then sleep until the slot).
+///   the [`Reservation`] records when its token will exist (its *time to act*). The next
+///   caller's token is one `1/qps` later still. Each caller's slot is therefore fixed the moment
+///   it arrives, and a caller that arrives later can never be served before one that arrived
+///   earlier, however often it asks (x/time/rate's `Wait` does the same: reserve, then sleep
+///   until the slot).
 /// * Dropping a [`Reservation`] before its time to act cancels it (x/time/rate's
 ///   `Reservation.Cancel`, which `Wait` calls when its context is cancelled): the token goes back
 ///   into the bucket unless later reservations were already stacked on top of it. In that case
@@ -821,22 +993,12 @@ const MIN_QPS: f64 = 1.0 / 86_400.0;
 ///   nothing is lost for good: the bucket is a function of time and refills to `burst` once no
 ///   one is waiting.
 ///
-/// Times come from `tokio::time`, so a test with a paused clock sees exact schedules.
+/// Times come from `tokio::time`, so a test with a paused clock sees exact schedules. Rates
+/// below one request a day are raised to one a day.
 pub struct Throttle {
     qps: f64,
     burst: f64,
-    state: Mutex<Bucket>,
-}
-
-/// x/time/rate's limiter state.
-#[derive(Debug)]
-struct Bucket {
-    /// Tokens at `last`; negative when that many are promised to reservations still waiting.
-    tokens: f64,
-    /// When `tokens` was last brought up to date.
-    last: tokio::time::Instant,
-    /// The latest time to act of any reservation (x/time/rate's `lastEvent`).
-    last_event: tokio::time::Instant,
+    state: Mutex<TokenBucket>,
 }
 
 impl std::fmt::Debug for Throttle {
@@ -855,16 +1017,11 @@ impl Throttle {
         if !(qps.is_finite() && qps > 0.0) {
             return None;
         }
-        let burst = f64::from(burst.max(1));
-        let now = tokio::time::Instant::now();
+        let bucket = TokenBucket::new(f64::from(qps), burst, tokio::time::Instant::now());
         Some(Throttle {
-            qps: f64::from(qps).max(MIN_QPS),
-            burst,
-            state: Mutex::new(Bucket {
-                tokens: burst,
-                last: now,
-                last_event: now,
-            }),
+            qps: bucket.rate(),
+            burst: bucket.burst(),
+            state: Mutex::new(bucket),
         })
     }
 
@@ -872,18 +1029,7 @@ impl Throttle {
     /// reservation saying when it may be used. Dropping the reservation before then gives the
     /// token back where possible (see the type's documentation).
     pub fn reserve(&self) -> Reservation<'_> {
-        let now = tokio::time::Instant::now();
-        let mut b = lock_bucket(&self.state);
-        let tokens = self.advance(&b, now) - 1.0;
-        let wait = if tokens < 0.0 {
-            self.duration_from_tokens(-tokens)
-        } else {
-            Duration::ZERO
-        };
-        let time_to_act = add_saturating(now, wait);
-        b.last = now;
-        b.tokens = tokens;
-        b.last_event = time_to_act;
+        let time_to_act = lock_bucket(&self.state).reserve(tokio::time::Instant::now());
         Reservation {
             throttle: self,
             time_to_act,
@@ -899,56 +1045,14 @@ impl Throttle {
         started.elapsed()
     }
 
-    /// Tokens in the bucket at `now`, had nothing been taken since `b.last`.
-    fn advance(&self, b: &Bucket, now: tokio::time::Instant) -> f64 {
-        let elapsed = now.saturating_duration_since(b.last);
-        (b.tokens + self.tokens_from_duration(elapsed)).min(self.burst)
-    }
-
-    fn tokens_from_duration(&self, d: Duration) -> f64 {
-        d.as_nanos() as f64 * self.qps / 1e9
-    }
-
-    fn duration_from_tokens(&self, tokens: f64) -> Duration {
-        // To the nearest nanosecond, which absorbs floating-point noise: 1.648 tokens at 2 qps
-        // is 824 ms, not 824 ms + 1 ns (a whole millisecond later on Tokio's timer). `as`
-        // saturates.
-        Duration::from_nanos((tokens * 1e9 / self.qps).round() as u64)
-    }
-
     /// x/time/rate's `Reservation.CancelAt`.
     fn cancel(&self, time_to_act: tokio::time::Instant, now: tokio::time::Instant) {
-        let mut b = lock_bucket(&self.state);
-        if time_to_act < now {
-            return;
-        }
-        // Tokens reserved after this one (their slots lie between it and the last event) stay
-        // taken: giving them back would let a newcomer jump the queue.
-        let restore =
-            1.0 - self.tokens_from_duration(b.last_event.saturating_duration_since(time_to_act));
-        if restore <= 0.0 {
-            return;
-        }
-        let tokens = (self.advance(&b, now) + restore).min(self.burst);
-        b.last = now;
-        b.tokens = tokens;
-        if time_to_act == b.last_event
-            && let Some(previous) = time_to_act.checked_sub(self.duration_from_tokens(1.0))
-            && previous >= now
-        {
-            b.last_event = previous;
-        }
+        lock_bucket(&self.state).cancel(time_to_act, now);
     }
 }
 
-fn lock_bucket(m: &Mutex<Bucket>) -> std::sync::MutexGuard<'_, Bucket> {
+fn lock_bucket(m: &Mutex<TokenBucket>) -> std::sync::MutexGuard<'_, TokenBucket> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn add_saturating(t: tokio::time::Instant, d: Duration) -> tokio::time::Instant {
-    // A wait too long for the clock is, for every practical purpose, thirty years.
-    t.checked_add(d)
-        .unwrap_or_else(|| t + Duration::from_secs(30 * 365 * 86_400))
 }
 
 /// One token taken from a [`Throttle`], usable from [`Reservation::time_to_act`] on.
@@ -1079,6 +1183,8 @@ impl LatencyHistogram {
 pub struct ClientMetrics {
     host: String,
     state: Mutex<MetricsSnapshot>,
+    /// The [`ThrottleDecision`], as `to_u8`; atomic because every request reads it.
+    throttle: AtomicU8,
 }
 
 /// A point-in-time copy of [`ClientMetrics`].
@@ -1100,6 +1206,8 @@ pub struct MetricsSnapshot {
     pub retries: u64,
     /// Total time requests waited for the client-side throttle.
     pub throttle_wait: Duration,
+    /// What the client-side throttle does (`rest_client_rate_limiter_enabled`).
+    pub throttle: Option<ThrottleDecision>,
 }
 
 impl MetricsSnapshot {
@@ -1127,7 +1235,29 @@ impl ClientMetrics {
                 ..MetricsSnapshot::default()
             }),
             host,
+            throttle: AtomicU8::new(ThrottleDecision::Configured.to_u8()),
         }
+    }
+
+    /// The client's current [`ThrottleDecision`].
+    pub fn throttle_decision(&self) -> ThrottleDecision {
+        ThrottleDecision::from_u8(self.throttle.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_throttle_decision(&self, d: ThrottleDecision) {
+        self.throttle.store(d.to_u8(), Ordering::Release);
+    }
+
+    /// Moves `Undecided` to `d`; false when another answer decided first.
+    pub(crate) fn settle_throttle_decision(&self, d: ThrottleDecision) -> bool {
+        self.throttle
+            .compare_exchange(
+                ThrottleDecision::Undecided.to_u8(),
+                d.to_u8(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
     }
 
     /// The `host` label of this client's series.
@@ -1179,7 +1309,9 @@ impl ClientMetrics {
 
     /// Copies the counters.
     pub fn snapshot(&self) -> MetricsSnapshot {
-        self.with(|s| s.clone())
+        let mut snap = self.with(|s| s.clone());
+        snap.throttle = Some(self.throttle_decision());
+        snap
     }
 }
 

@@ -29,6 +29,23 @@
 //! the pod, then write the status (a crash in between leaves a pod that the next sync finds and
 //! adopts as its own, because it carries this At's controller ownerReference).
 //!
+//! ## Requests per At
+//!
+//! Counted by the embedded API server's request log (`tests/integration/at_requests.rs`), with
+//! the pod going straight from Pending to Succeeded:
+//!
+//! | At | requests | which |
+//! |---|---:|---|
+//! | due at once | 5 | POST pod; PUT status `RUNNING`; POST event `Started`; PUT status `DONE`; POST event `Completed` |
+//! | due later | 7 | PUT status `PENDING`; POST event `Scheduled`; then the five above |
+//!
+//! Zero GETs: the At and its pod are read from the informers' caches. An At that is already due
+//! when first seen goes straight to `RUNNING` (no `PENDING` write), and the pod we created
+//! arriving in the cache still `Pending` changes nothing (no write). A pod the kubelet reports
+//! `Running` before it finishes costs one more status write (`pod X is Running`), which is
+//! news to the user. The three event POSTs go through the event sink's own throttle bucket and
+//! never delay these writes ([`crate::record`]).
+//!
 //! ## A lagging cache never causes a second pod
 //!
 //! Listers lag the controller's own writes by a watch round trip. Two records bridge the gap:
@@ -721,6 +738,10 @@ pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
                         .unwrap_or("Pending");
                     let message = if pod.metadata.deletion_timestamp.is_some() {
                         format!("pod {pod_name} is being deleted before it finished")
+                    } else if pod_phase == "Pending" {
+                        // The message written with the create: the informer delivering the
+                        // pod we created, still Pending, is no news worth a status write.
+                        format!("pod {pod_name} created, waiting for it to run")
                     } else {
                         format!("pod {pod_name} is {pod_phase}")
                     };

@@ -15,8 +15,12 @@
 //!
 //! * Publishing never blocks and never waits for a task: the recorder copies the event into each
 //!   watcher's queue with `try_send`. A full queue drops the event *for that watcher* and adds
-//!   one to [`EventBroadcaster::dropped_events`]. Events are a best-effort record; a controller
-//!   must never stall because the API server is too slow to take its events.
+//!   one to [`EventBroadcaster::dropped_events`] (the `events_dropped_total` metric); the log
+//!   line is aggregated (the 1st, 10th, 100th, ... drop, with the running total). Events are a
+//!   best-effort record; a controller must never stall because the API server is too slow to
+//!   take its events. The manager's sink writes through a client with a throttle bucket of its
+//!   own ([`crate::client::Client::with_own_throttle`]), so events and the controllers' writes
+//!   never wait for each other's tokens.
 //! * Each watcher handles its events one at a time, in publish order.
 //! * [`EventBroadcaster::shutdown`] closes every queue: watchers finish what is queued (a sink
 //!   gets one try per event, no retry waits) and their tasks end. Events published after
@@ -97,18 +101,31 @@ impl Shared {
         watchers.retain(|(id, tx)| match tx.try_send(event.clone()) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    watcher = id,
-                    reason = event.reason.as_deref().unwrap_or_default(),
-                    "unable to record event: too many queued events, dropped event"
-                );
+                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                // Aggregated, never silent: every drop is counted (`events_dropped_total`), and
+                // the log says so on the 1st, 10th, 100th, ... drop with the running total, so
+                // a burst of thousands costs a handful of lines instead of one line each.
+                if is_power_of_ten(dropped) {
+                    tracing::warn!(
+                        watcher = id,
+                        reason = event.reason.as_deref().unwrap_or_default(),
+                        dropped_total = dropped,
+                        "unable to record event: too many queued events, dropped event (counted in events_dropped_total; logged again at the next power of ten)"
+                    );
+                }
                 true
             }
             // The watcher's task ended (stopped): forget it.
             Err(mpsc::error::TrySendError::Closed(_)) => false,
         });
     }
+}
+
+fn is_power_of_ten(mut n: u64) -> bool {
+    while n >= 10 && n.is_multiple_of(10) {
+        n /= 10;
+    }
+    n == 1
 }
 
 /// Fans events out from recorders to watchers. Cheap to clone; clones share everything.
@@ -327,5 +344,16 @@ async fn next_event(
         biased;
         _ = stop.cancelled() => None,
         event = rx.recv() => event,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn drops_are_logged_at_powers_of_ten() {
+        let logged: Vec<u64> = (1..=12_000)
+            .filter(|n| super::is_power_of_ten(*n))
+            .collect();
+        assert_eq!(logged, vec![1, 10, 100, 1000, 10_000]);
     }
 }

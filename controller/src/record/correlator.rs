@@ -27,6 +27,9 @@
 //! 3. **Spam filter.** One token bucket per *object* (source, involved object and type; reason
 //!    and message do not matter): burst [`CorrelatorOptions::spam_burst`] (25), refilled at
 //!    [`CorrelatorOptions::spam_qps`] (one token per 300 s). No token: the event is skipped.
+//!    The bucket is the workspace's x/time/rate bucket
+//!    ([`apimachinery::token_bucket::TokenBucket::allow`], client-go uses a
+//!    `flowcontrol.TokenBucketPassiveRateLimiter`, the same thing); a burst below 1 counts as 1.
 //!    Step 2 has already raised the remembered count, so the next PATCH that does get through
 //!    carries the skipped occurrences in its count; nothing is lost but the API traffic.
 //!
@@ -48,6 +51,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
+use apimachinery::token_bucket::TokenBucket;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
@@ -117,12 +121,6 @@ struct Observation {
     first_timestamp: Option<Time>,
     name: String,
     resource_version: Option<String>,
-}
-
-#[derive(Clone, Debug)]
-struct TokenBucket {
-    tokens: f64,
-    last_refill: Instant,
 }
 
 impl EventCorrelator {
@@ -240,18 +238,10 @@ impl EventCorrelator {
     fn spam_allows(&mut self, event: &Event) -> bool {
         let now = Instant::now();
         let key = spam_key(event);
-        let burst = f64::from(self.options.spam_burst);
-        let mut bucket = self.spam.get(&key).cloned().unwrap_or(TokenBucket {
-            tokens: burst,
-            last_refill: now,
+        let mut bucket = self.spam.get(&key).cloned().unwrap_or_else(|| {
+            TokenBucket::new(self.options.spam_qps, self.options.spam_burst, now)
         });
-        let elapsed = now.duration_since(bucket.last_refill).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * self.options.spam_qps).min(burst);
-        bucket.last_refill = now;
-        let allowed = bucket.tokens >= 1.0;
-        if allowed {
-            bucket.tokens -= 1.0;
-        }
+        let allowed = bucket.allow(now);
         self.spam.put(key, bucket);
         allowed
     }

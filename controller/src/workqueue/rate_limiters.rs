@@ -24,26 +24,21 @@
 //! client-go's bucket calls `rate.Limiter.Reserve().Delay()`: every call takes a token, even one
 //! that will only exist in the future (the bucket goes into debt), and returns how long until that
 //! token exists. With burst 100 and 10 qps the first 100 calls wait 0, the 101st waits 100 ms,
-//! the 102nd 200 ms, and so on. [`BucketRateLimiter`] runs governor's GCRA (the same arithmetic:
-//! a bucket that starts full and refills one token per `1/qps`) over a state store that
-//! implements that reservation: when governor refuses a cell, the store still books it, so the
-//! next caller queues behind it. The clock is Tokio's, so a paused test clock drives it too.
+//! the 102nd 200 ms, and so on. [`BucketRateLimiter`] is the workspace's one x/time/rate bucket
+//! ([`apimachinery::token_bucket::TokenBucket`], shared with the client throttle and the event
+//! spam filter). The clock is Tokio's, so a paused test clock drives it too.
 //!
 //! ## Memory
 //!
 //! The per-item limiters remember each failing item until it is forgotten, as in client-go:
 //! call `forget` (the rate-limiting queue's `forget`) when an item succeeds or is deleted.
 
-use governor::clock::Clock;
-use governor::middleware::NoOpMiddleware;
-use governor::nanos::Nanos;
-use governor::state::{NotKeyed, StateStore};
-use governor::{NotUntil, Quota};
+use apimachinery::token_bucket::TokenBucket;
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Decides how long an item waits before it is retried. See the [module documentation](self).
 pub trait RateLimiter<T>: Send + Sync {
@@ -197,61 +192,15 @@ impl<T: Clone + Eq + Hash + Send + Sync> RateLimiter<T> for ItemFastSlowRateLimi
     }
 }
 
-/// governor's clock, read from Tokio's clock so that a paused test clock drives the bucket.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TokioClock;
-
-impl Clock for TokioClock {
-    type Instant = std::time::Instant;
-
-    fn now(&self) -> Self::Instant {
-        tokio::time::Instant::now().into_std()
-    }
-}
-
-/// A governor state store with `rate.Limiter.Reserve` semantics: a refused cell is booked anyway
-/// (the theoretical arrival time moves on by one emission interval), so callers queue up behind
-/// each other instead of all being told the same instant.
-#[derive(Debug)]
-struct ReservingState {
-    tat: Mutex<Option<Nanos>>,
-    emission_interval: Nanos,
-}
-
-impl StateStore for ReservingState {
-    type Key = NotKeyed;
-
-    fn measure_and_replace<R, F, E>(&self, _key: &NotKeyed, f: F) -> Result<R, E>
-    where
-        F: Fn(Option<Nanos>) -> Result<(R, Nanos), E>,
-    {
-        let mut tat = lock(&self.tat);
-        match f(*tat) {
-            Ok((r, next)) => {
-                *tat = Some(next);
-                Ok(r)
-            }
-            Err(e) => {
-                // Refused means a previous cell is booked, so `tat` is set; reserve the next one.
-                if let Some(t) = *tat {
-                    *tat = Some(t + self.emission_interval);
-                }
-                Err(e)
-            }
-        }
-    }
-}
-
-type Bucket =
-    governor::RateLimiter<NotKeyed, ReservingState, TokioClock, NoOpMiddleware<std::time::Instant>>;
-
 /// One token bucket shared by every item: it limits the overall retry rate of a queue.
 ///
 /// Starts full with `burst` tokens and refills `qps` tokens per second. `when` always takes a
 /// token (possibly one that exists only in the future) and returns how long until it exists.
-/// `num_requeues` is always 0 and `forget` does nothing, as in client-go.
+/// `num_requeues` is always 0 and `forget` does nothing, as in client-go. The bucket is the
+/// workspace's x/time/rate one ([`apimachinery::token_bucket::TokenBucket::reserve`]) on
+/// Tokio's clock.
 pub struct BucketRateLimiter {
-    bucket: Bucket,
+    bucket: Mutex<TokenBucket>,
 }
 
 impl std::fmt::Debug for BucketRateLimiter {
@@ -266,41 +215,20 @@ impl BucketRateLimiter {
         if !(qps.is_finite() && qps > 0.0) {
             return Err(RateLimiterConfigError::Qps(qps));
         }
-        let burst = NonZeroU32::new(burst).ok_or(RateLimiterConfigError::Burst(burst))?;
-        // 1/qps, at least one nanosecond (governor's own floor).
-        let period = Duration::try_from_secs_f64(1.0 / qps)
-            .map_err(|_| RateLimiterConfigError::Qps(qps))?
-            .max(Duration::from_nanos(1));
-        let quota = Quota::with_period(period)
-            .ok_or(RateLimiterConfigError::Qps(qps))?
-            .allow_burst(burst);
-        Ok(Self::from_quota(quota))
-    }
-
-    /// A bucket with a governor [`Quota`] (its replenish interval and burst size).
-    pub fn from_quota(quota: Quota) -> Self {
-        let state = ReservingState {
-            tat: Mutex::new(None),
-            emission_interval: Nanos::from(quota.replenish_interval().max(Duration::from_nanos(1))),
-        };
-        BucketRateLimiter {
-            bucket: governor::RateLimiter::new(quota, state, TokioClock),
+        if burst == 0 {
+            return Err(RateLimiterConfigError::Burst(burst));
         }
+        Ok(BucketRateLimiter {
+            bucket: Mutex::new(TokenBucket::new(qps, burst, Instant::now())),
+        })
     }
 
     /// Takes one token and returns how long until it is available.
     pub fn reserve(&self) -> Duration {
-        match self.bucket.check() {
-            Ok(()) => Duration::ZERO,
-            Err(not_until) => wait_time(&not_until),
-        }
+        let now = Instant::now();
+        let time_to_act = lock(&self.bucket).reserve(now);
+        time_to_act.saturating_duration_since(now)
     }
-}
-
-fn wait_time(not_until: &NotUntil<std::time::Instant>) -> Duration {
-    let now = TokioClock.now();
-    let earliest = not_until.earliest_possible();
-    earliest.saturating_duration_since(now)
 }
 
 impl<T> RateLimiter<T> for BucketRateLimiter {
@@ -389,11 +317,10 @@ pub fn default_controller_rate_limiter<T>() -> MaxOfRateLimiter<T>
 where
     T: Clone + Eq + Hash + Send + Sync + 'static,
 {
-    const QPS: NonZeroU32 = NonZeroU32::new(10).unwrap();
-    const BURST: NonZeroU32 = NonZeroU32::new(100).unwrap();
-    exponential_and_bucket(BucketRateLimiter::from_quota(
-        Quota::per_second(QPS).allow_burst(BURST),
-    ))
+    let bucket = BucketRateLimiter {
+        bucket: Mutex::new(TokenBucket::new(10.0, 100, Instant::now())),
+    };
+    exponential_and_bucket(bucket)
 }
 
 /// max(exponential 5 ms → 1000 s, bucket `qps` / `burst`): the default controller limiter with

@@ -97,6 +97,7 @@ pub fn manager_config() -> ManagerConfig {
         resync_period: Duration::from_secs(600),
         qps: 0.0,
         burst: 0,
+        throttle_follows_server: false,
         leader_election: None,
         metrics_addr: None,
         health_addr: None,

@@ -1,0 +1,138 @@
+//! How many requests one At costs, counted by the embedded API server's request log (what the
+//! `controllers::at` module documentation promises): due at once, 5 writes (create the pod,
+//! status RUNNING, event Started, status DONE, event Completed); due later, 7 (status PENDING
+//! and event Scheduled first). Never a GET. The test itself only lists and patches, so every
+//! `get`, every pod create, every At status write and every event write in the log is the
+//! controller's.
+
+use crate::at_support;
+
+use std::time::Duration;
+
+use at_support::*;
+use embedded_apiserver::ApiServerHandle;
+use sample_controller::apis::AtPhase;
+use sample_controller::controllers::Clock;
+
+/// Polls with lists (never a GET, so that the GET count stays the controller's).
+async fn wait_listed(client: &sample_controller::client::Client, name: &str, want: AtPhase) {
+    wait_until_every(
+        &format!("{name} {want}"),
+        Duration::from_millis(20),
+        3_000,
+        || async {
+            list_ats(client).await.iter().any(|a| {
+                a.metadata.name.as_deref() == Some(name) && a.status.is_some() && a.phase() == want
+            })
+        },
+    )
+    .await;
+}
+
+async fn wait_listed_pod(client: &sample_controller::client::Client, name: &str) {
+    wait_until_every(
+        &format!("pod {name}"),
+        Duration::from_millis(20),
+        3_000,
+        || async {
+            list_pods(client)
+                .await
+                .iter()
+                .any(|p| p.metadata.name.as_deref() == Some(name))
+        },
+    )
+    .await;
+}
+
+async fn wait_events(client: &sample_controller::client::Client, name: &str, n: usize) {
+    wait_until_every(
+        &format!("{n} events of {name}"),
+        Duration::from_millis(20),
+        3_000,
+        || async { events_for(client, name).await.len() >= n },
+    )
+    .await;
+}
+
+#[derive(Debug)]
+struct Counts {
+    log: Vec<String>,
+    gets: u64,
+    pod_creates: u64,
+    status_writes: u64,
+    event_writes: u64,
+}
+
+fn counts(server: &ApiServerHandle) -> Counts {
+    let log = server.request_log();
+    Counts {
+        log: log
+            .snapshot()
+            .iter()
+            .filter(|(k, _)| k.verb != "list" && k.verb != "watch")
+            .map(|(k, n)| {
+                format!(
+                    "{} {}/{} {} x{n}",
+                    k.verb, k.resource, k.subresource, k.code
+                )
+            })
+            .collect(),
+        gets: log.count_where(|k| k.verb == "get" && !k.resource.starts_with('/')),
+        pod_creates: log.count("create", "pods"),
+        status_writes: log.count_where(|k| {
+            k.resource == "ats"
+                && k.subresource == "status"
+                && (k.verb == "update" || k.verb == "patch")
+        }),
+        event_writes: log
+            .count_where(|k| k.resource == "events" && (k.verb == "create" || k.verb == "patch")),
+    }
+}
+
+async fn lifecycle(delay: Option<Duration>) -> Counts {
+    let (server, client) = server().await;
+    let clock = Clock::new();
+    let manager = start_manager(&manager_client(&server), manager_config(), clock).await;
+    let schedule = match delay {
+        Some(d) => in_the_future(&clock, d),
+        None => "2019-04-12T10:12:00Z".to_string(),
+    };
+    create_at(&client, &at("counted", &schedule, "echo YAY")).await;
+    wait_listed_pod(&client, "counted-pod").await;
+    wait_listed(&client, "counted", AtPhase::Running).await;
+    finish_pod(&client, "counted-pod", 0).await;
+    wait_listed(&client, "counted", AtPhase::Done).await;
+    wait_events(&client, "counted", if delay.is_some() { 3 } else { 2 }).await;
+    // Let any late write land before counting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = counts(&server);
+    manager.stop().await.unwrap();
+    // Every request of the lifecycle succeeded: no conflict or error retried behind our back.
+    assert!(
+        c.log.iter().all(|l| l.contains(" 20")),
+        "a request failed: {:?}",
+        c.log
+    );
+    c
+}
+
+#[tokio::test]
+async fn an_at_due_at_once_costs_five_writes_and_no_get() {
+    let c = lifecycle(None).await;
+    assert_eq!(c.gets, 0, "zero GETs");
+    assert_eq!(c.pod_creates, 1);
+    assert_eq!(
+        c.status_writes, 2,
+        "RUNNING, DONE (no PENDING write for an At already due): {c:?}"
+    );
+    assert_eq!(c.event_writes, 2, "Started, Completed");
+}
+
+#[tokio::test]
+async fn an_at_due_later_costs_seven_writes_and_no_get() {
+    let c = lifecycle(Some(Duration::from_secs(2))).await;
+    assert_eq!(c.gets, 0, "zero GETs");
+    assert_eq!(c.pod_creates, 1);
+    assert_eq!(c.status_writes, 3, "PENDING, RUNNING, DONE: {c:?}");
+    assert_eq!(c.event_writes, 3, "Scheduled, Started, Completed");
+}
