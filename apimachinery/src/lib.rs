@@ -13,3 +13,4 @@
 #![forbid(unsafe_code)]
 
 pub mod crypto;
+pub mod serving;
