@@ -12,6 +12,7 @@
 //! | [`crypto`] | (none: rustls' process-wide crypto provider, installed once) |
 //! | [`duration`] | Go's `time.ParseDuration` and `Duration.String`, as every component's flags use them |
 //! | [`labels`] | `pkg/labels`: label selectors, parsed and matched |
+//! | [`serving`] | Go's `http.Server` limits: connections, header-read and idle timeouts, HTTP/2 streams |
 //! | [`signals`] | sample-controller's `pkg/signals`: SIGINT/SIGTERM, twice to exit |
 //! | [`token_bucket`] | `golang.org/x/time/rate.Limiter` (client-go's throttle, workqueue and event spam filter) |
 //! | [`uuid`] | `util/uuid`: random version-4 UUIDs for `metadata.uid` |
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod crypto;
 pub mod duration;
 pub mod labels;
+pub mod serving;
 pub mod signals;
 pub mod token_bucket;
 pub mod uuid;

@@ -150,12 +150,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use apimachinery::serving::{Activity, ConnectionGate};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use apimachinery::serving::ServingLimits;
 pub use request_log::{RequestKey, RequestLog};
 pub use store::Store;
 
@@ -270,6 +272,7 @@ pub struct ApiServerBuilder {
     pod_log_bytes: usize,
     node_runtime_max_pods: usize,
     node_runtime_timeout: Option<Duration>,
+    serving: ServingLimits,
 }
 
 impl Default for ApiServerBuilder {
@@ -296,6 +299,7 @@ impl Default for ApiServerBuilder {
             pod_log_bytes: logs::DEFAULT_LOG_BYTES,
             node_runtime_max_pods: runtime::DEFAULT_MAX_PODS,
             node_runtime_timeout: None,
+            serving: ServingLimits::default(),
         }
     }
 }
@@ -499,6 +503,14 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Connection limits ([`apimachinery::serving`]; defaults: 10,000 connections, 32 s to
+    /// finish the TLS handshake and send a request, 90 s idle, 250 HTTP/2 streams, 1 MiB
+    /// HTTP/1 buffer).
+    pub fn serving_limits(mut self, limits: ServingLimits) -> Self {
+        self.serving = limits;
+        self
+    }
+
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
     pub async fn start(self) -> Result<ApiServerHandle, StartError> {
         if self.simulate
@@ -564,6 +576,7 @@ impl ApiServerBuilder {
             acceptor,
             shared.clone(),
             tracker.clone(),
+            Arc::new(self.serving.clone()),
         ));
         flow_control.spawn_config_watch(store.clone(), shutdown.clone(), &tracker);
         // Debug: the `apiserver` command prints the URL on stdout itself, once.
@@ -656,7 +669,9 @@ async fn accept_loop(
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     shared: Arc<Shared>,
     tracker: TaskTracker,
+    limits: Arc<ServingLimits>,
 ) {
+    let gate = ConnectionGate::new(limits.max_connections);
     loop {
         let (tcp, peer) = tokio::select! {
             _ = shared.shutdown.cancelled() => break,
@@ -669,46 +684,101 @@ async fn accept_loop(
                 }
             },
         };
+        // Over the connection limit: close at once, freeing the descriptor.
+        let Some(slot) = gate.try_admit() else {
+            tracing::debug!(%peer, "connection limit reached; closing new connection");
+            drop(tcp);
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         let shared = shared.clone();
         let acceptor = acceptor.clone();
+        let limits = limits.clone();
         tracker.spawn(async move {
+            let _slot = slot;
             match acceptor {
                 Some(acc) => {
                     let tls = tokio::select! {
                         _ = shared.shutdown.cancelled() => return,
-                        r = acc.accept(tcp) => r,
+                        r = tokio::time::timeout(limits.header_read_timeout, acc.accept(tcp)) => r,
                     };
                     match tls {
-                        Ok(stream) => serve_connection(TokioIo::new(stream), shared).await,
-                        Err(e) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Ok(Ok(stream)) => {
+                            serve_connection(TokioIo::new(stream), shared, &limits).await
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
                 }
-                None => serve_connection(TokioIo::new(tcp), shared).await,
+                None => serve_connection(TokioIo::new(tcp), shared, &limits).await,
             }
         });
     }
 }
 
-async fn serve_connection<I>(io: I, shared: Arc<Shared>)
+/// Serves one connection under `limits`: HTTP/1 header timeout and buffer bound, HTTP/2
+/// stream limit, and closing once [`apimachinery::serving::Activity::expired`] says it is idle
+/// (no request in flight for the idle timeout, or none at all within the header timeout).
+async fn serve_connection<I>(io: I, shared: Arc<Shared>, limits: &ServingLimits)
 where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    use http_body_util::BodyExt;
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_buf_size.max(8192));
+    builder
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_concurrent_streams)
+        .max_header_list_size(limits.max_buf_size.min(u32::MAX as usize) as u32);
+    let activity = Activity::new();
     let svc_shared = shared.clone();
-    let service = hyper::service::service_fn(move |req| http::handle(svc_shared.clone(), req));
+    let svc_activity = activity.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let shared = svc_shared.clone();
+        // In flight until the response body (a watch stream, say) is finished or dropped.
+        let in_flight = svc_activity.begin();
+        async move {
+            let resp = http::handle(shared, req).await?;
+            Ok::<_, std::convert::Infallible>(resp.map(|body| {
+                body.map_frame(move |frame| {
+                    let _ = &in_flight;
+                    frame
+                })
+                .boxed()
+            }))
+        }
+    });
     let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "connection ended with an error");
+    let mut check = tokio::time::interval(limits.check_interval());
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
             }
-        }
-        _ = shared.shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            // Watches end on the same signal, so in-flight responses finish promptly.
-            let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+            _ = shared.shutdown.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                // Watches end on the same signal, so in-flight responses finish promptly.
+                let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+                return;
+            }
+            _ = check.tick() => {
+                if activity.expired(limits) {
+                    // Idle: nothing in flight, so closing loses nothing.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn).await;
+                    return;
+                }
+            }
         }
     }
 }

@@ -94,6 +94,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use apimachinery::serving::{Activity, ConnectionGate, ServingLimits};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -565,7 +566,21 @@ impl ServerHandle {
 
 type Routed = Option<Result<Response<Full<Bytes>>, http::Error>>;
 
-/// A tiny HTTP/1.1 server: `GET`/`HEAD` of a path answered by `route` (`None` is 404).
+/// Connection limits of the metrics and probe servers: at most 1,024 connections (more are
+/// closed on accept), 10 s to send the request headers, 90 s idle keep-alive, a 64 KiB read
+/// buffer per connection (these servers read nothing but a request line and headers).
+pub fn probe_serving_limits() -> ServingLimits {
+    ServingLimits {
+        max_connections: 1024,
+        header_read_timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(90),
+        http2_max_concurrent_streams: 0,
+        max_buf_size: 64 * 1024,
+    }
+}
+
+/// A tiny HTTP/1.1 server: `GET`/`HEAD` of a path answered by `route` (`None` is 404), with
+/// [`probe_serving_limits`].
 pub(crate) async fn serve_routes<F>(
     addr: SocketAddr,
     cancel: CancellationToken,
@@ -574,6 +589,24 @@ pub(crate) async fn serve_routes<F>(
 where
     F: Fn(&str) -> Routed + Send + Sync + 'static,
 {
+    serve_routes_with(addr, cancel, probe_serving_limits(), route).await
+}
+
+/// [`serve_routes`] with explicit connection limits ([`apimachinery::serving`]): a connection
+/// beyond `max_connections` is closed at once, one that sends no request within
+/// `header_read_timeout` or stays idle for `idle_timeout` is closed, and hyper's HTTP/1 header
+/// timeout and buffer bound apply.
+pub(crate) async fn serve_routes_with<F>(
+    addr: SocketAddr,
+    cancel: CancellationToken,
+    limits: ServingLimits,
+    route: F,
+) -> std::io::Result<ServerHandle>
+where
+    F: Fn(&str) -> Routed + Send + Sync + 'static,
+{
+    let limits = Arc::new(limits);
+    let gate = ConnectionGate::new(limits.max_connections);
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;
     let route = Arc::new(route);
@@ -596,21 +629,48 @@ where
                     continue;
                 }
             };
+            let Some(slot) = gate.try_admit() else {
+                tracing::debug!(peer = %peer, "connection limit reached; closing new connection");
+                drop(stream);
+                continue;
+            };
             let route = route.clone();
             let stop_conn = stop_task.clone();
+            let limits = limits.clone();
             conns.spawn(async move {
+                let _slot = slot;
+                let activity = Activity::new();
+                let svc_activity = activity.clone();
                 let service = service_fn(move |req: Request<Incoming>| {
                     let route = route.clone();
-                    async move { Ok::<_, Infallible>(answer(&req, route.as_ref())) }
+                    let in_flight = svc_activity.begin();
+                    async move {
+                        let resp = answer(&req, route.as_ref());
+                        drop(in_flight);
+                        Ok::<_, Infallible>(resp)
+                    }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(limits.header_read_timeout)
+                    .max_buf_size(limits.max_buf_size.max(8192))
                     .serve_connection(TokioIo::new(stream), service);
                 let mut conn = std::pin::pin!(conn);
-                let result = tokio::select! {
-                    r = conn.as_mut() => r,
-                    _ = stop_conn.cancelled() => {
-                        conn.as_mut().graceful_shutdown();
-                        conn.await
+                let mut check = tokio::time::interval(limits.check_interval());
+                let result = loop {
+                    tokio::select! {
+                        r = conn.as_mut() => break r,
+                        _ = stop_conn.cancelled() => {
+                            conn.as_mut().graceful_shutdown();
+                            break conn.await;
+                        }
+                        _ = check.tick() => {
+                            if activity.expired(&limits) {
+                                conn.as_mut().graceful_shutdown();
+                                let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
+                                break Ok(());
+                            }
+                        }
                     }
                 };
                 if let Err(e) = result {
@@ -793,5 +853,68 @@ mod tests {
         assert!(h.is_ready());
         h.add_liveness_check("leader", || Err("renewals stuck".into()));
         assert!(!h.is_live());
+    }
+}
+
+#[cfg(test)]
+mod connection_limit_tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    async fn closed_by_server(s: &mut TcpStream) -> bool {
+        let mut buf = [0u8; 64];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    /// A full server closes new connections at once; idle ones are closed after the header
+    /// timeout; then a real request is served again.
+    #[tokio::test]
+    async fn idle_connections_are_bounded_and_closed() {
+        let limits = ServingLimits {
+            max_connections: 20,
+            header_read_timeout: Duration::from_millis(300),
+            idle_timeout: Duration::from_millis(300),
+            ..probe_serving_limits()
+        };
+        let server = serve_routes_with(
+            "127.0.0.1:0".parse().unwrap(),
+            CancellationToken::new(),
+            limits,
+            |path| {
+                (path == "/healthz").then(|| Response::builder().body(Full::new(Bytes::from("ok"))))
+            },
+        )
+        .await
+        .unwrap();
+        let addr = server.local_addr();
+        let mut idle = Vec::new();
+        for _ in 0..20 {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        // Let the server accept all twenty before the next one arrives.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut extra = TcpStream::connect(addr).await.unwrap();
+        assert!(
+            closed_by_server(&mut extra).await,
+            "21st connection kept open"
+        );
+        for s in &mut idle {
+            assert!(closed_by_server(s).await, "idle connection never closed");
+        }
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(30), s.read_to_string(&mut answer))
+            .await
+            .expect("no answer")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("ok"), "{answer}");
     }
 }

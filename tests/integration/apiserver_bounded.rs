@@ -154,3 +154,74 @@ async fn distinct_unrouted_paths_keep_metrics_small() {
     assert!(text.len() < 64 * 1024, "/metrics is {} bytes", text.len());
     s.shutdown().await;
 }
+
+async fn closed_by_server(s: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+/// Two thousand connections that never send a byte (nor finish a TLS handshake) do not stop a
+/// real request from being served, and the server closes them once the header timeout passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_do_not_block_real_requests_and_are_closed() {
+    let s = ApiServer::builder()
+        .serving_limits(embedded_apiserver::ServingLimits {
+            max_connections: 5_000,
+            header_read_timeout: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(2),
+            ..Default::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let addr = s.url().trim_start_matches("https://").to_owned();
+    let mut idle = Vec::new();
+    for _ in 0..2_000 {
+        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    let c = TestClient::new(&s);
+    let a = tokio::time::timeout(Duration::from_secs(30), c.get("/api/v1/namespaces"))
+        .await
+        .expect("a real request was not served while 2,000 connections sat idle");
+    assert_eq!(a.code, 200);
+    for conn in &mut idle {
+        assert!(
+            closed_by_server(conn).await,
+            "an idle connection was never closed"
+        );
+    }
+    s.shutdown().await;
+}
+
+/// Beyond `max_connections`, a new connection is closed at once, long before any timeout.
+#[tokio::test]
+async fn connections_beyond_the_limit_are_closed_at_once() {
+    let s = ApiServer::builder()
+        .plain_http(true)
+        .serving_limits(embedded_apiserver::ServingLimits {
+            max_connections: 10,
+            header_read_timeout: Duration::from_secs(600),
+            ..Default::default()
+        })
+        .start()
+        .await
+        .unwrap();
+    let addr = s.url().trim_start_matches("http://").to_owned();
+    let mut held = Vec::new();
+    for _ in 0..10 {
+        held.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut extra = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    assert!(closed_by_server(&mut extra).await);
+    // Freeing a slot lets the next connection in.
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let c = TestClient::from_parts(s.url(), s.token(), None, false);
+    assert_eq!(c.get("/version").await.code, 200);
+    s.shutdown().await;
+}

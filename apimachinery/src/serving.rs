@@ -1,0 +1,187 @@
+//! Connection hygiene shared by the embedded API server and the manager's metrics/probe server:
+//! how many connections a server holds, how long a connection may take to send a request, how
+//! long it may sit idle, and how much it may buffer.
+//!
+//! Go servers get these from `net/http.Server` (`ReadHeaderTimeout`, `IdleTimeout`,
+//! `MaxHeaderBytes`) and `golang.org/x/net/http2.Server` (`MaxConcurrentStreams`);
+//! kube-apiserver sets `ReadHeaderTimeout` 32 s, `IdleTimeout` 90 s, `MaxHeaderBytes` 1 MiB
+//! and 250 HTTP/2 streams per connection (`--http2-max-streams-per-connection` unset). hyper
+//! offers some of them; this module adds the rest:
+//!
+//! * [`ConnectionGate`]: at most `max_connections` connections at once. A connection accepted
+//!   beyond that is closed at once (its file descriptor is freed immediately, so a flood can
+//!   never exhaust the process's descriptors and make `accept` itself fail).
+//! * [`Activity`]: per-connection bookkeeping of requests in flight and the time of the last
+//!   one, from which [`Activity::expired`] decides that a connection has gone idle: no request
+//!   within [`ServingLimits::header_read_timeout`] of opening (a client that connects and sends
+//!   nothing, or never finishes its TLS handshake), or none for
+//!   [`ServingLimits::idle_timeout`] since the last response. A connection with a request in
+//!   flight (a watch, a slow list) is never idle.
+//!
+//! Data in: accepted connections and the requests on them. Data out: admission permits and an
+//! idle verdict; the servers close what these say to close.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Limits of one server's connections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServingLimits {
+    /// Most connections open at once; more are closed as soon as they are accepted.
+    pub max_connections: usize,
+    /// Time a new connection has to complete its TLS handshake and send its first request
+    /// headers (Go's `ReadHeaderTimeout`); also hyper's HTTP/1 header read timeout.
+    pub header_read_timeout: Duration,
+    /// Time a connection with no request in flight stays open (Go's `IdleTimeout`).
+    pub idle_timeout: Duration,
+    /// HTTP/2 streams one connection may have open at once.
+    pub http2_max_concurrent_streams: u32,
+    /// Largest HTTP/1 read buffer per connection (bounds request headers; Go's `MaxHeaderBytes`).
+    pub max_buf_size: usize,
+}
+
+impl Default for ServingLimits {
+    fn default() -> Self {
+        ServingLimits {
+            max_connections: 10_000,
+            header_read_timeout: Duration::from_secs(32),
+            idle_timeout: Duration::from_secs(90),
+            http2_max_concurrent_streams: 250,
+            max_buf_size: 1024 * 1024,
+        }
+    }
+}
+
+impl ServingLimits {
+    /// How often a connection checks whether it has gone idle.
+    pub fn check_interval(&self) -> Duration {
+        (self.header_read_timeout.min(self.idle_timeout) / 4).max(Duration::from_millis(50))
+    }
+}
+
+/// Counts open connections against [`ServingLimits::max_connections`].
+#[derive(Clone, Debug)]
+pub struct ConnectionGate {
+    slots: Arc<Semaphore>,
+}
+
+impl ConnectionGate {
+    /// A gate for `max` connections (at least one).
+    pub fn new(max: usize) -> Self {
+        ConnectionGate {
+            slots: Arc::new(Semaphore::new(max.max(1))),
+        }
+    }
+
+    /// A slot for one connection, held until dropped; `None` when the server is full.
+    pub fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// Connections that could still be admitted.
+    pub fn available(&self) -> usize {
+        self.slots.available_permits()
+    }
+}
+
+/// Requests in flight on one connection and when the last one began or ended.
+#[derive(Debug)]
+pub struct Activity {
+    opened: Instant,
+    /// Milliseconds after `opened` of the last request start or end.
+    last_ms: AtomicU64,
+    requests: AtomicU64,
+    in_flight: AtomicUsize,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity {
+            opened: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Activity {
+    /// A connection opened now.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Activity::default())
+    }
+
+    fn touch(&self) {
+        let ms = self.opened.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// A request began; it counts as in flight until the guard is dropped (hold it in the
+    /// response body so a streaming response keeps the connection busy).
+    pub fn begin(self: &Arc<Self>) -> InFlight {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+        InFlight(self.clone())
+    }
+
+    /// Whether the connection should be closed: nothing in flight, and no request within the
+    /// header timeout of opening, or none within the idle timeout since the last one.
+    pub fn expired(&self, limits: &ServingLimits) -> bool {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return false;
+        }
+        let since_open = self.opened.elapsed();
+        if self.requests.load(Ordering::Relaxed) == 0 {
+            return since_open >= limits.header_read_timeout;
+        }
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        since_open.saturating_sub(last) >= limits.idle_timeout
+    }
+}
+
+/// One request in flight; see [`Activity::begin`].
+#[derive(Debug)]
+pub struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_admits_up_to_its_limit() {
+        let gate = ConnectionGate::new(2);
+        let a = gate.try_admit().unwrap();
+        let _b = gate.try_admit().unwrap();
+        assert!(gate.try_admit().is_none());
+        drop(a);
+        assert!(gate.try_admit().is_some());
+    }
+
+    #[test]
+    fn idle_means_nothing_in_flight_for_long_enough() {
+        let limits = ServingLimits {
+            header_read_timeout: Duration::ZERO,
+            idle_timeout: Duration::ZERO,
+            ..ServingLimits::default()
+        };
+        let act = Activity::new();
+        assert!(act.expired(&limits), "no request at all");
+        let req = act.begin();
+        assert!(!act.expired(&limits), "a request in flight");
+        drop(req);
+        assert!(act.expired(&limits));
+        let patient = ServingLimits::default();
+        assert!(!Activity::new().expired(&patient));
+    }
+}
