@@ -619,6 +619,14 @@ pub fn pod_columns() -> Vec<ColumnDef> {
     ]
 }
 
+/// A PriorityLevelConfiguration's `spec.limited.limitResponse.queuing.<field>`, or `<none>`
+/// (exempt levels and levels that reject instead of queuing), as the real printer shows it.
+fn plc_queuing(o: &Value, field: &str) -> Value {
+    o.pointer(&format!("/spec/limited/limitResponse/queuing/{field}"))
+        .cloned()
+        .unwrap_or_else(|| Value::String("<none>".into()))
+}
+
 fn none_if_empty(v: Option<&Value>) -> Value {
     Value::String(
         v.and_then(Value::as_str)
@@ -959,6 +967,44 @@ pub fn builtin_columns(group: &str, resource: &str) -> Option<Vec<ColumnDef>> {
                 Value::String(text(o, "/metadata/name"))
             }),
         ],
+        ("flowcontrol.apiserver.k8s.io", "flowschemas") => vec![
+            name_column(),
+            ColumnDef::computed("PriorityLevel", "The priority level of this FlowSchema.", 0, |o, _| {
+                Value::String(text(o, "/spec/priorityLevelConfiguration/name"))
+            }),
+            ColumnDef::computed("MatchingPrecedence", "The matching precedence of this FlowSchema.", 0, |o, _| {
+                Value::from(o.pointer("/spec/matchingPrecedence").and_then(Value::as_i64).unwrap_or(1000))
+            })
+            .with_type("integer"),
+            ColumnDef::computed("DistinguisherMethod", "The distinguisher method of this FlowSchema.", 0, |o, _| {
+                Value::String(match text(o, "/spec/distinguisherMethod/type") {
+                    t if t.is_empty() => "*".into(),
+                    t => t,
+                })
+            }),
+            age_column(),
+            ColumnDef::computed("MissingPL", "The PriorityLevelConfiguration references this FlowSchema is missing.", 0, |o, _| {
+                let dangling = o.pointer("/status/conditions").and_then(Value::as_array).and_then(|cs| {
+                    cs.iter().find(|c| c["type"] == "Dangling").map(|c| c["status"].as_str().unwrap_or_default().to_owned())
+                });
+                Value::String(dangling.unwrap_or_else(|| "?".into()))
+            }),
+        ],
+        ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations") => {
+            vec![
+                name_column(),
+                ColumnDef::computed("Type", "The type of the configuration.", 0, |o, _| Value::String(text(o, "/spec/type"))),
+                ColumnDef::computed("NominalConcurrencyShares", "NominalConcurrencyShares of the configuration.", 0, |o, _| {
+                    o.pointer("/spec/limited")
+                        .map(|l| l.get("nominalConcurrencyShares").cloned().unwrap_or(Value::from(30)))
+                        .unwrap_or_else(|| Value::String("<none>".into()))
+                }),
+                ColumnDef::computed("Queues", "Queues of the configuration.", 0, |o, _| plc_queuing(o, "queues")),
+                ColumnDef::computed("HandSize", "HandSize of the configuration.", 0, |o, _| plc_queuing(o, "handSize")),
+                ColumnDef::computed("QueueLengthLimit", "QueueLengthLimit of the configuration.", 0, |o, _| plc_queuing(o, "queueLengthLimit")),
+                age_column(),
+            ]
+        }
         ("apps", "deployments") => vec![
             name_column(),
             ColumnDef::computed("Ready", "Number of the pod with ready state", 0, |o, _| {
