@@ -175,7 +175,9 @@ pub async fn run(
             continue;
         };
         // Every line the story prints carries its name (see `say`).
-        stories.push(Box::pin(STORY.scope(op, run(client.clone(), started, deadline))));
+        stories.push(Box::pin(
+            STORY.scope(op, run(client.clone(), started, deadline)),
+        ));
     }
     futures_util::future::try_join_all(stories).await?;
     Ok(())
