@@ -7,8 +7,6 @@
 //! uses both halves ([`shutdown_on_signal`]); the embedded API server's command needs only
 //! [`wait_for_signal`].
 
-use std::future::Future;
-
 /// Resolves at the first SIGINT or SIGTERM. Where SIGTERM cannot be listened for (or on a
 /// platform without it), only SIGINT counts, and a warning says so.
 pub async fn wait_for_signal() {
@@ -37,13 +35,11 @@ pub async fn wait_for_signal() {
 /// sample-controller's `SetupSignalHandler`: on the first signal calls `shutdown` (cancel a
 /// token, say) and logs that a second signal exits at once; on the second exits with code 1.
 /// Never returns after the second signal; spawn it.
-pub fn shutdown_on_signal(shutdown: impl FnOnce() + Send + 'static) -> impl Future<Output = ()> {
-    async move {
-        wait_for_signal().await;
-        tracing::info!("signal received; shutting down (a second signal exits immediately)");
-        shutdown();
-        wait_for_signal().await;
-        tracing::warn!("second signal received; exiting immediately");
-        std::process::exit(1);
-    }
+pub async fn shutdown_on_signal(shutdown: impl FnOnce() + Send + 'static) {
+    wait_for_signal().await;
+    tracing::info!("signal received; shutting down (a second signal exits immediately)");
+    shutdown();
+    wait_for_signal().await;
+    tracing::warn!("second signal received; exiting immediately");
+    std::process::exit(1);
 }
