@@ -3,7 +3,7 @@
 //! Every Kubernetes component takes its durations as Go's `time.ParseDuration` reads them
 //! (`--leader-elect-lease-duration=15s`, `--min-resync-period=12h`), and prints them as
 //! `time.Duration.String` does (`1h30m0s`). The manager's flags, the demo's and the embedded API
-//! server's use [`parse`], and messages use [`format`], so a duration reads the same everywhere.
+//! server's use [`parse`], and messages use [`format()`], so a duration reads the same everywhere.
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@
 //!  worker: sync_handler("ns/name")  ◀──────────────────────────────────┘
 //!    at  = at_lister.get("ns/name")                 (the cache, never a GET)
 //!    pod = pod_lister.get("ns/name-pod")            (+ expectations: "created, not seen yet")
-//!    plan(at, pod, now) ─▶ PENDING, not due: write PENDING, Ok(Some(due - now)) ─▶ add_after
+//!    plan(at, pod, now) ─▶ PENDING, not due: write PENDING, Ok(Some(due - now)) ─▶ forget, add_after
 //!                                                        ... the timer fires at the due time
 //!                       ─▶ due: create the pod, write RUNNING, event Started
 //!  pod informer ─on_add/on_update─▶ queue.add(owner At's key)   (controller ownerReference)
