@@ -104,6 +104,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use super::owned::{self, controller_ref_of, owner_handlers};
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
@@ -205,31 +206,9 @@ impl AtController {
         // of kind At in our group (the book checked the kind alone). A pod add also settles
         // the expectation recorded when the pod was created. Deletions (final state or a
         // tombstone from a relist) enqueue too: a RUNNING At whose pod vanished must act.
-        let pod_handler = {
-            let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
-            let e = Arc::clone(&expectations);
-            EventHandlerFns::<Pod>::new()
-                .on_add(move |pod, _initial| {
-                    if let Some(key) = owner_key(&pod) {
-                        e.creation_observed(&key);
-                        q1.add(key);
-                    }
-                })
-                .on_update(move |old, new| {
-                    // A resync re-delivers an unchanged pod: nothing new to react to.
-                    if old.metadata.resource_version == new.metadata.resource_version {
-                        return;
-                    }
-                    if let Some(key) = owner_key(&new) {
-                        q2.add(key);
-                    }
-                })
-                .on_delete(move |gone: Deleted<Pod>| {
-                    if let Some(key) = owner_key(gone.object()) {
-                        q3.add(key);
-                    }
-                })
-        };
+        // The same handler every owning operator uses (`owned::owner_handlers`), so a pod whose
+        // controller reference moves to another At also wakes the At it left.
+        let pod_handler = owner_handlers::<At, Pod>(&queue, Some(Arc::clone(&expectations)));
         let pod_synced = pod_informer
             .add_event_handler(pod_handler)
             .map_err(RunError::informer::<Self>)?;
@@ -378,13 +357,6 @@ impl SyncHandler for AtController {
     fn on_sync_error(&self, key: &str, message: &str) {
         super::record_reconcile_error(&self.at_lister, &self.recorder, key, message);
     }
-}
-
-/// The key of the At that controls `pod`, if one does (client-go's `handleObject`).
-fn owner_key(pod: &Pod) -> Option<String> {
-    let owner = at_controller_of(pod)?;
-    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    Some(format!("{ns}/{}", owner.name))
 }
 
 /// The statuses this controller wrote and its At informer has not delivered yet.
@@ -840,30 +812,15 @@ pub fn controller_ref(at: &At) -> OwnerReference {
     }
 }
 
-/// The pod's controller ownerReference if it points at an At of our API group (any version).
+/// The pod's controller ownerReference if it points at an At of our API group (any version):
+/// [`owned::controller_ref_of`](super::owned::controller_ref_of).
 pub fn at_controller_of(pod: &Pod) -> Option<&OwnerReference> {
-    let owner = pod
-        .metadata
-        .owner_references
-        .as_deref()?
-        .iter()
-        .find(|r| r.controller == Some(true))?;
-    let group = owner
-        .api_version
-        .split_once('/')
-        .map(|(g, _)| g)
-        .unwrap_or("");
-    (owner.kind == <At as k8s_openapi::Resource>::KIND
-        && group == <At as k8s_openapi::Resource>::GROUP)
-        .then_some(owner)
+    controller_ref_of::<At>(&pod.metadata)
 }
 
 /// `metav1.IsControlledBy`: the pod's controller ownerReference carries this At's UID.
 pub fn is_controlled_by(pod: &Pod, at: &At) -> bool {
-    match (at_controller_of(pod), at.metadata.uid.as_deref()) {
-        (Some(owner), Some(uid)) => owner.uid == uid,
-        _ => false,
-    }
+    owned::is_controlled_by(&pod.metadata, at)
 }
 
 /// How a finished pod ended.
@@ -1420,10 +1377,13 @@ mod tests {
     fn pod_events_route_to_the_controlling_at_only() {
         let a = at("2030-06-01T11:00:00Z", "true", None);
         let pod = new_pod(&a);
-        assert_eq!(owner_key(&pod).as_deref(), Some("cnat/example-at"));
+        assert_eq!(
+            owned::owner_key::<At>(&pod.metadata).as_deref(),
+            Some("cnat/example-at")
+        );
         let mut orphan = pod.clone();
         orphan.metadata.owner_references = None;
-        assert_eq!(owner_key(&orphan), None);
+        assert_eq!(owned::owner_key::<At>(&orphan.metadata), None);
     }
 
     #[test]
@@ -1443,5 +1403,30 @@ mod tests {
             at_controller_of(&pod).is_none(),
             "only a controller ref counts"
         );
+    }
+
+    /// A pod whose controller reference moves from one At to another wakes both: the At it left
+    /// must notice its pod is gone, the new one must adopt it (the drift the shared
+    /// `owned::owner_handlers` fixed for the At controller).
+    #[tokio::test]
+    async fn a_moved_controller_reference_enqueues_the_old_and_the_new_at() {
+        use crate::cache::ResourceEventHandler;
+        let queue = RateLimitingQueue::<String>::with_default_controller_rate_limiter();
+        let handlers = owner_handlers::<At, Pod>(&queue, None);
+        let mut a = at("2030-01-01T00:00:00Z", "echo a", None);
+        a.metadata.name = Some("a".into());
+        a.metadata.uid = Some("uid-a".into());
+        let mut b = at("2030-01-01T00:00:00Z", "echo b", None);
+        b.metadata.name = Some("b".into());
+        b.metadata.uid = Some("uid-b".into());
+        let mut old = new_pod(&a);
+        old.metadata.resource_version = Some("1".into());
+        let mut new = old.clone();
+        new.metadata.owner_references = Some(vec![controller_ref(&b)]);
+        new.metadata.resource_version = Some("2".into());
+        ResourceEventHandler::on_update(&handlers, Arc::new(old), Arc::new(new));
+        let mut keys = vec![queue.get().await.unwrap(), queue.get().await.unwrap()];
+        keys.sort();
+        assert_eq!(keys, ["cnat/a", "cnat/b"]);
     }
 }
