@@ -813,7 +813,7 @@ pub fn controller_ref(at: &At) -> OwnerReference {
 }
 
 /// The pod's controller ownerReference if it points at an At of our API group (any version):
-/// [`owned::controller_ref_of`](super::owned::controller_ref_of).
+/// [`owned::controller_ref_of`].
 pub fn at_controller_of(pod: &Pod) -> Option<&OwnerReference> {
     controller_ref_of::<At>(&pod.metadata)
 }
