@@ -434,26 +434,7 @@ impl Kubelet {
                 .unwrap_or_default()
                 .is_empty()
             {
-                pod["spec"]["nodeName"] = json!(NODE_NAME);
-                let waiting: Vec<Value> = containers(&pod, "containers")
-                    .iter()
-                    .map(|c| {
-                        container_status(
-                            c,
-                            false,
-                            0,
-                            json!({"waiting": {"reason": "ContainerCreating"}}),
-                        )
-                    })
-                    .collect();
-                with_status(&mut pod, |status| {
-                    status.insert("phase".into(), json!("Pending"));
-                    status.insert(
-                        "conditions".into(),
-                        json!([condition("PodScheduled", "True", &now)]),
-                    );
-                    status.insert("containerStatuses".into(), json!(waiting));
-                });
+                bind_to_node(&mut pod, &now);
                 pod = st.update(PODS, pod);
             }
             let running: Vec<Value> = containers(&pod, "containers")
@@ -919,6 +900,31 @@ pub(crate) fn set_condition(
         None => conds.push(c),
     }
     status.insert("conditions".into(), json!(conds));
+}
+
+/// The scheduler's part of a pod's start, shared by both runtimes: bound to this node,
+/// `Pending`, `PodScheduled`, every container waiting in `ContainerCreating`.
+pub(crate) fn bind_to_node(pod: &mut Value, now: &str) {
+    pod["spec"]["nodeName"] = json!(NODE_NAME);
+    let waiting: Vec<Value> = containers(pod, "containers")
+        .iter()
+        .map(|c| {
+            container_status(
+                c,
+                false,
+                0,
+                json!({"waiting": {"reason": "ContainerCreating"}}),
+            )
+        })
+        .collect();
+    with_status(pod, |status| {
+        status.insert("phase".into(), json!("Pending"));
+        status.insert(
+            "conditions".into(),
+            json!([condition("PodScheduled", "True", now)]),
+        );
+        status.insert("containerStatuses".into(), json!(waiting));
+    });
 }
 
 #[cfg(test)]

@@ -96,8 +96,8 @@ use tokio_util::task::TaskTracker;
 
 use super::background::{Batch, ChangeFeed, VirtualClock};
 use super::kubelet::{
-    self, HOST_IP, NODE_NAME, Restart, back_off, condition, container_status, containers, current,
-    finish_deletion, restart_policy, set_condition, with_status,
+    self, HOST_IP, NODE_NAME, Restart, back_off, bind_to_node, container_status, containers,
+    current, finish_deletion, restart_policy, set_condition, with_status,
 };
 use super::logs::{LineSplitter, LogBuffer, LogStore};
 use super::meta::{self, meta_str};
@@ -327,26 +327,7 @@ impl Node {
             let Some(mut pod) = current(st, key, uid) else {
                 return;
             };
-            pod["spec"]["nodeName"] = json!(NODE_NAME);
-            let waiting: Vec<Value> = containers(&pod, "containers")
-                .iter()
-                .map(|c| {
-                    container_status(
-                        c,
-                        false,
-                        0,
-                        json!({"waiting": {"reason": "ContainerCreating"}}),
-                    )
-                })
-                .collect();
-            with_status(&mut pod, |status| {
-                status.insert("phase".into(), json!("Pending"));
-                status.insert(
-                    "conditions".into(),
-                    json!([condition("PodScheduled", "True", &now)]),
-                );
-                status.insert("containerStatuses".into(), json!(waiting));
-            });
+            bind_to_node(&mut pod, &now);
             let pod = st.update(PODS, pod);
             record_event(
                 st,
