@@ -127,6 +127,14 @@ const RETRY_FACTOR: f64 = 1.5;
 const RETRY_JITTER: f64 = 0.2;
 const RETRY_STEPS: u32 = 5;
 
+/// `--metrics-secure` and `--metrics-cert-dir`, as the manager receives them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SecureServing {
+    /// A directory holding `tls.crt` and `tls.key`; `None` (or a directory holding neither)
+    /// means a self-signed certificate.
+    pub cert_dir: Option<std::path::PathBuf>,
+}
+
 /// Setting up the secure metrics listener failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SecureMetricsError {
