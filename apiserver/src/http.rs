@@ -684,9 +684,11 @@ fn serve_token_review(
         ));
     }
     class.verb = "create".into();
-    shared
-        .rbac
-        .check(&shared.store, user, &super::tokenreview::create_attributes())?;
+    shared.rbac.check(
+        &shared.store,
+        user,
+        &super::tokenreview::create_attributes(),
+    )?;
     let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let body = match content_type.as_str() {
         "" | "application/json" => parse_json(bytes)?,

@@ -90,13 +90,13 @@ pub fn api_resource_list() -> Value {
 /// The group's entry of an aggregated discovery document (`APIGroupDiscovery`).
 pub fn group_discovery() -> Value {
     json!({"metadata": {"name": GROUP},
-           "versions": [{"version": VERSION, "freshness": "Current", "resources": [{
-               "resource": PLURAL,
-               "responseKind": {"group": GROUP, "version": VERSION, "kind": KIND},
-               "scope": "Cluster",
-               "singularResource": "tokenreview",
-               "verbs": ["create"],
-           }]}]})
+    "versions": [{"version": VERSION, "freshness": "Current", "resources": [{
+        "resource": PLURAL,
+        "responseKind": {"group": GROUP, "version": VERSION, "kind": KIND},
+        "scope": "Cluster",
+        "singularResource": "tokenreview",
+        "verbs": ["create"],
+    }]}]})
 }
 
 /// Checks the envelope and returns the body with `apiVersion` and `kind` filled in.
@@ -278,7 +278,10 @@ mod tests {
         assert!(!is_collection(&["apis", GROUP, VERSION, PLURAL, "x"]));
         assert!(owns(&["apis", GROUP, VERSION, "selfsubjectreviews"]));
         assert!(!owns(&["apis", "authorization.k8s.io", VERSION, PLURAL]));
-        assert_eq!(api_resource_list()["resources"][0]["verbs"], json!(["create"]));
+        assert_eq!(
+            api_resource_list()["resources"][0]["verbs"],
+            json!(["create"])
+        );
         assert_eq!(
             group_discovery()["versions"][0]["resources"][0]["scope"],
             "Cluster"

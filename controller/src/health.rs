@@ -543,7 +543,11 @@ pub struct ServerHandle {
 
 impl ServerHandle {
     /// A handle on a server task that stops when `cancel` fires.
-    pub(crate) fn new(local_addr: SocketAddr, cancel: CancellationToken, task: JoinHandle<()>) -> Self {
+    pub(crate) fn new(
+        local_addr: SocketAddr,
+        cancel: CancellationToken,
+        task: JoinHandle<()>,
+    ) -> Self {
         ServerHandle {
             local_addr,
             cancel,

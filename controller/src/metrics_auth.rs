@@ -364,7 +364,12 @@ impl DelegatingAuth {
     }
 
     /// Decides a request from its `Authorization` header value, method and path.
-    pub async fn decide(&self, authorization: Option<&str>, method: &Method, path: &str) -> Decision {
+    pub async fn decide(
+        &self,
+        authorization: Option<&str>,
+        method: &Method,
+        path: &str,
+    ) -> Decision {
         let user = match self.authenticate(authorization).await {
             Ok(Some(user)) => user,
             Ok(None) => return Decision::Unauthenticated,
@@ -390,7 +395,10 @@ impl DelegatingAuth {
 
     /// The user a bearer token authenticates as; `Ok(None)` without a (usable) token or when the
     /// API server does not authenticate it; `Err` when the TokenReview itself failed.
-    pub async fn authenticate(&self, authorization: Option<&str>) -> client::Result<Option<UserInfo>> {
+    pub async fn authenticate(
+        &self,
+        authorization: Option<&str>,
+    ) -> client::Result<Option<UserInfo>> {
         let Some(token) = bearer_token(authorization) else {
             return Ok(None);
         };
@@ -441,8 +449,7 @@ impl DelegatingAuth {
                 user: Some(user.name.clone()),
                 uid: (!user.uid.is_empty()).then(|| user.uid.clone()),
                 groups: Some(user.groups.clone()),
-                extra: (!user.extra.is_empty())
-                    .then(|| user.extra.clone().into_iter().collect()),
+                extra: (!user.extra.is_empty()).then(|| user.extra.clone().into_iter().collect()),
                 non_resource_attributes: Some(NonResourceAttributes {
                     path: Some(path.to_owned()),
                     verb: Some(verb.to_owned()),
@@ -452,14 +459,15 @@ impl DelegatingAuth {
             ..Default::default()
         };
         let answer: SubjectAccessReview = self
-            .create("/apis/authorization.k8s.io/v1/subjectaccessreviews", &review)
+            .create(
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                &review,
+            )
             .await?;
         lock(&self.counts).access_reviews += 1;
         let status = answer.status.unwrap_or_default();
         let allowed = status.allowed && status.denied != Some(true);
-        if !allowed
-            && let Some(reason) = status.reason.filter(|r| !r.is_empty())
-        {
+        if !allowed && let Some(reason) = status.reason.filter(|r| !r.is_empty()) {
             tracing::debug!(user = %user.name, %reason, "metrics: access review denied");
         }
         let ttl = if allowed {
@@ -728,7 +736,9 @@ mod tests {
             base64_lines(chain[0].as_ref())
         );
         std::fs::write(dir.path().join(CERT_FILE), &cert_pem).unwrap();
-        let err = metrics_tls_config(Some(dir.path())).unwrap_err().to_string();
+        let err = metrics_tls_config(Some(dir.path()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("tls.key") && err.contains("missing"), "{err}");
         let key_pem = format!(
             "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
@@ -738,7 +748,9 @@ mod tests {
         let config = metrics_tls_config(Some(dir.path())).unwrap();
         assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
         std::fs::write(dir.path().join(KEY_FILE), "not a key").unwrap();
-        let err = metrics_tls_config(Some(dir.path())).unwrap_err().to_string();
+        let err = metrics_tls_config(Some(dir.path()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("tls.key"), "{err}");
     }
 

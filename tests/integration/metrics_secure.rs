@@ -116,8 +116,8 @@ async fn scrape(c: &TestClient, with_token: bool) -> Scrape {
 
 /// Starts the manager as the service account, `/metrics` secured, at `addr`.
 fn start(server: &ApiServerHandle, addr: SocketAddr, secure: SecureServing) -> CancellationToken {
-    let config = Config::from_kubeconfig_yaml(&server.kubeconfig_yaml_for_token(SA_TOKEN), None)
-        .unwrap();
+    let config =
+        Config::from_kubeconfig_yaml(&server.kubeconfig_yaml_for_token(SA_TOKEN), None).unwrap();
     let sa_client = Client::new(config).unwrap();
     let cfg = ManagerConfig {
         metrics_addr: Some(addr),
@@ -170,11 +170,18 @@ async fn only_a_scraper_bound_to_metrics_reader_reads_metrics() {
     );
     let again = scrape(&prometheus, true).await;
     assert_eq!(again.code, 200);
-    assert!(again.content_type.starts_with("application/openmetrics-text"));
+    assert!(
+        again
+            .content_type
+            .starts_with("application/openmetrics-text")
+    );
 
     // No token: 401, Go's http.Error text.
     let anonymous = scrape(&prometheus, false).await;
-    assert_eq!((anonymous.code, anonymous.body.as_str()), (401, "Unauthorized\n"));
+    assert_eq!(
+        (anonymous.code, anonymous.body.as_str()),
+        (401, "Unauthorized\n")
+    );
     assert_eq!(anonymous.content_type, "text/plain; charset=utf-8");
     // A token the API server does not know: 401.
     let forged = TestClient::from_parts(&url, "not-a-token", Some(&ca), false);
@@ -198,7 +205,10 @@ async fn only_a_scraper_bound_to_metrics_reader_reads_metrics() {
     let log = server.request_log();
     let token_reviews = log.count_code("create", "tokenreviews", 201);
     let access_reviews = log.count_code("create", "subjectaccessreviews", 201);
-    assert!(token_reviews >= 3, "prometheus, not-a-token, eve: {token_reviews}");
+    assert!(
+        token_reviews >= 3,
+        "prometheus, not-a-token, eve: {token_reviews}"
+    );
     assert!(access_reviews >= 2, "{access_reviews}");
     for _ in 0..5 {
         assert_eq!(scrape(&prometheus, true).await.code, 200);
@@ -232,7 +242,15 @@ async fn without_a_cert_dir_curl_scrapes_a_self_signed_endpoint() {
         let url = url.clone();
         async move {
             let mut cmd = tokio::process::Command::new("curl");
-            cmd.args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10"]);
+            cmd.args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "10",
+            ]);
             if insecure {
                 cmd.arg("-k");
             }
@@ -291,16 +309,35 @@ async fn kubectl_creates_a_token_review() {
     // Discovery lists the resource; the controller's service account may create reviews
     // (artifacts/deploy/clusterrole.yaml), eve may not.
     let out = kubectl
-        .ok(&["api-resources", "--api-group=authentication.k8s.io", "-o", "name"])
+        .ok(&[
+            "api-resources",
+            "--api-group=authentication.k8s.io",
+            "-o",
+            "name",
+        ])
         .await;
     assert_eq!(out.trim(), "tokenreviews.authentication.k8s.io");
     let sa = "system:serviceaccount:sample-controller:sample-controller";
     let can = kubectl
-        .run(&["auth", "can-i", "create", "tokenreviews.authentication.k8s.io", "--as", sa])
+        .run(&[
+            "auth",
+            "can-i",
+            "create",
+            "tokenreviews.authentication.k8s.io",
+            "--as",
+            sa,
+        ])
         .await;
     assert_eq!(can.stdout.trim(), "yes", "{}", can.stderr);
     let can = kubectl
-        .run(&["auth", "can-i", "create", "tokenreviews.authentication.k8s.io", "--as", "eve"])
+        .run(&[
+            "auth",
+            "can-i",
+            "create",
+            "tokenreviews.authentication.k8s.io",
+            "--as",
+            "eve",
+        ])
         .await;
     assert_eq!(can.stdout.trim(), "no", "{}", can.stderr);
     server.shutdown().await;

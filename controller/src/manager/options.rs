@@ -16,8 +16,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use crate::client;
-use crate::metrics_auth::SecureServing;
 use crate::controllers::registry;
+use crate::metrics_auth::SecureServing;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 /// The names of [`registry::OPERATORS`], the one table of operators.
@@ -391,11 +391,7 @@ impl ManagerOptions {
             ));
         }
         if !dir.is_dir() {
-            return Err(FlagError::new(
-                "metrics-cert-dir",
-                shown,
-                "not a directory",
-            ));
+            return Err(FlagError::new("metrics-cert-dir", shown, "not a directory"));
         }
         Ok(())
     }
@@ -585,7 +581,10 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().secure_metrics(), None);
         let opts = parse(&["--metrics-secure"]).unwrap();
         assert!(opts.validate(None).is_ok());
-        assert_eq!(opts.secure_metrics(), Some(SecureServing { cert_dir: None }));
+        assert_eq!(
+            opts.secure_metrics(),
+            Some(SecureServing { cert_dir: None })
+        );
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_str().unwrap();
         let opts = parse(&["--metrics-secure", "--metrics-cert-dir", d]).unwrap();
@@ -601,15 +600,24 @@ mod tests {
         assert_eq!(e.flag, "metrics-cert-dir");
         assert!(e.reason.contains("--metrics-secure"), "{e}");
         let missing = dir.path().join("nope");
-        let e = parse(&["--metrics-secure", "--metrics-cert-dir", missing.to_str().unwrap()])
-            .unwrap()
-            .validate(None)
-            .unwrap_err();
+        let e = parse(&[
+            "--metrics-secure",
+            "--metrics-cert-dir",
+            missing.to_str().unwrap(),
+        ])
+        .unwrap()
+        .validate(None)
+        .unwrap_err();
         assert_eq!(e.reason, "not a directory");
-        let e = parse(&["--metrics-secure", "--metrics-bind-address=0", "--metrics-cert-dir", d])
-            .unwrap()
-            .validate(None)
-            .unwrap_err();
+        let e = parse(&[
+            "--metrics-secure",
+            "--metrics-bind-address=0",
+            "--metrics-cert-dir",
+            d,
+        ])
+        .unwrap()
+        .validate(None)
+        .unwrap_err();
         assert!(e.reason.contains("off"), "{e}");
     }
 
