@@ -41,6 +41,7 @@ mod apiserver_watch;
 mod at_controller;
 mod at_requests;
 mod at_scale;
+mod at_traces;
 mod cache_apiserver;
 mod cache_convergence;
 mod cache_embedded;
