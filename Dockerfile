@@ -22,7 +22,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /sample-controller /sample-controller
 USER 65532:65532
-# 8080: /metrics; 8081: /healthz and /readyz.
-EXPOSE 8080 8081
+# 8080: /metrics (8443 with --metrics-secure, as artifacts/deploy runs it); 8081: /healthz and /readyz.
+EXPOSE 8080 8443 8081
 ENTRYPOINT ["/sample-controller"]
 CMD ["run"]

@@ -14,9 +14,10 @@
 //!   `v2beta1` for kubectl 1.28/1.29). The response `Content-Type` must carry the same
 //!   `g`/`v`/`as` parameters, or client-go falls back to the legacy documents.
 //!
-//! Besides the registry's resources, discovery lists the create-only access reviews of
-//! `authorization.k8s.io/v1` ([`super::review`]), after the built-in groups and before the
-//! custom resources' groups; `kubectl auth can-i` finds them there.
+//! Besides the registry's resources, discovery lists the create-only token reviews of
+//! `authentication.k8s.io/v1` ([`super::tokenreview`]) and access reviews of
+//! `authorization.k8s.io/v1` ([`super::review`]), in that order, after the built-in groups and
+//! before the custom resources' groups; `kubectl auth can-i` finds the access reviews there.
 //!
 //! The meta types (`APIVersions`, `APIGroupList`, `APIResourceList`) serialise with
 //! `apiVersion: v1` whatever group was asked about, as on the real server.
@@ -25,6 +26,7 @@ use serde_json::{Value, json};
 
 use super::registry::{Registry, ResourceDef};
 use super::review;
+use super::tokenreview;
 
 /// The `/version` document (a Kubernetes 1.33 server).
 pub fn version() -> Value {
@@ -50,7 +52,7 @@ fn gv(group: &str, version: &str) -> Value {
 }
 
 /// Every served group, core (`""`) excluded: the built-in groups in registration order, the
-/// reviews' group, then the custom resources' groups.
+/// reviews' groups (authentication, then authorization), then the custom resources' groups.
 pub fn group_names(reg: &Registry) -> Vec<String> {
     let mut names = reg.groups();
     let builtin = names
@@ -64,12 +66,18 @@ pub fn group_names(reg: &Registry) -> Vec<String> {
     if !names.iter().any(|g| g == review::GROUP) {
         names.insert(builtin, review::GROUP.to_owned());
     }
+    if !names.iter().any(|g| g == tokenreview::GROUP) {
+        names.insert(builtin, tokenreview::GROUP.to_owned());
+    }
     names
 }
 
 fn versions_of(reg: &Registry, group: &str) -> Vec<String> {
     if group == review::GROUP {
         return vec![review::VERSION.to_owned()];
+    }
+    if group == tokenreview::GROUP {
+        return vec![tokenreview::VERSION.to_owned()];
     }
     reg.versions(group)
 }
@@ -107,6 +115,9 @@ pub fn api_group_list(reg: &Registry) -> Value {
 pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     if group == review::GROUP && version == review::VERSION {
         return Some(review::api_resource_list());
+    }
+    if group == tokenreview::GROUP && version == tokenreview::VERSION {
+        return Some(tokenreview::api_resource_list());
     }
     let defs = reg.in_group_version(group, version);
     if defs.is_empty() {
@@ -189,6 +200,9 @@ fn resource_discovery(d: &ResourceDef) -> Value {
 fn group_discovery(reg: &Registry, group: &str) -> Value {
     if group == review::GROUP {
         return review::group_discovery();
+    }
+    if group == tokenreview::GROUP {
+        return tokenreview::group_discovery();
     }
     let versions: Vec<Value> = reg
         .versions(group)

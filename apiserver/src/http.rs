@@ -412,6 +412,9 @@ async fn serve(
     if super::review::owns(&segs) {
         return serve_review(shared, &segs, &parts, &bytes, &user, class);
     }
+    if super::tokenreview::owns(&segs) {
+        return serve_token_review(shared, &segs, &parts, &bytes, &user, class);
+    }
     let target = resolve(shared, &segs)?;
     class.resource = target.def.plural.clone();
     class.subresource = target.subresource.clone().unwrap_or_default();
@@ -653,6 +656,68 @@ fn serve_review(
         user = %user.name,
         allowed = %answer["status"]["allowed"],
         "access review answered"
+    );
+    Ok(json_response(201, &answer, "application/json"))
+}
+
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews`: who a bearer token belongs to,
+/// authorized like any create and answered `201` with the review's status filled in
+/// ([`super::tokenreview`]).
+fn serve_token_review(
+    shared: &Arc<Shared>,
+    segs: &[&str],
+    parts: &http::request::Parts,
+    bytes: &[u8],
+    user: &super::rbac::UserInfo,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    if !super::tokenreview::is_collection(segs) {
+        return Err(ApiError::page_not_found());
+    }
+    class.resource = super::tokenreview::PLURAL.to_owned();
+    class.verb = parts.method.as_str().to_ascii_lowercase();
+    if parts.method != Method::POST {
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    class.verb = "create".into();
+    shared.rbac.check(
+        &shared.store,
+        user,
+        &super::tokenreview::create_attributes(),
+    )?;
+    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
+    let body = match content_type.as_str() {
+        "" | "application/json" => parse_json(bytes)?,
+        "application/yaml" => parse_yaml(bytes)?,
+        PROTOBUF => super::logic::protobuf::decode_body(bytes).map_err(|e| {
+            ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+        })?,
+        _ => {
+            return Err(ApiError::unsupported_media_type(&[
+                "application/json",
+                "application/yaml",
+                PROTOBUF,
+            ]));
+        }
+    };
+    let answer = super::tokenreview::create(
+        &shared.rbac,
+        |token| {
+            shared
+                .tokens
+                .authenticate(Some(&format!("Bearer {token}")))
+                .map(str::to_owned)
+        },
+        body,
+    )?;
+    tracing::debug!(
+        requester = %user.name,
+        authenticated = %answer["status"]["authenticated"],
+        "token review answered"
     );
     Ok(json_response(201, &answer, "application/json"))
 }

@@ -68,8 +68,9 @@
 //! serviceaccounts; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); authorization.k8s.io/v1
-//! access reviews answered by the same authorizer, for `kubectl auth can-i` ([`review`]), and
-//! impersonation (`kubectl --as`, [`impersonation`]); apiextensions.k8s.io/v1
+//! access reviews answered by the same authorizer, for `kubectl auth can-i` ([`review`]);
+//! authentication.k8s.io/v1 token reviews, for components that authenticate their own callers
+//! ([`tokenreview`]); and impersonation (`kubectl --as`, [`impersonation`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
 //! created ([`crd`]); flowcontrol.apiserver.k8s.io/v1 FlowSchemas and
 //! PriorityLevelConfigurations, which configure API Priority and Fairness ([`flowcontrol`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
@@ -140,6 +141,7 @@ pub mod store;
 pub mod strategy;
 pub mod table;
 pub mod tls;
+pub mod tokenreview;
 pub mod validation;
 pub mod verbs;
 pub mod watch;

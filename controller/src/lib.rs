@@ -22,7 +22,7 @@
 //! | 5 | [`controllers`] | the worker loop, each operator's `sync_handler`, the operator table | each operator's `controller.go` |
 //! | 6 | [`record`] | events, correlated and written without blocking the work | `tools/record` |
 //! | 7 | [`leaderelection`] | one active replica, through a Lease | `tools/leaderelection` |
-//! | 8 | [`metrics`], [`health`] | `/metrics`, `/healthz`, `/readyz` | controller-runtime's servers |
+//! | 8 | [`metrics`], [`metrics_auth`], [`health`] | `/metrics` (HTTPS with TokenReview / SubjectAccessReview under `--metrics-secure`), `/healthz`, `/readyz` | controller-runtime's servers and `metrics/filters` |
 //! | 9 | [`logging`] | klog's `-v` levels, colour and one line per event | klog |
 //! | 10 | [`manager`] | flags, wiring, preflight, shutdown | `kube-controller-manager` / sample-controller's `main.go` |
 //!
@@ -59,6 +59,7 @@ pub mod leaderelection;
 pub mod logging;
 pub mod manager;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod record;
 pub mod workqueue;
 

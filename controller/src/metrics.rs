@@ -7,7 +7,8 @@
 //! time ([`Metrics::register_client`], [`Metrics::register_informer`],
 //! [`Metrics::register_event_broadcaster`]) or register their own families (the workqueue's)
 //! through [`Metrics::with_registry`]. [`serve_metrics`] exposes the registry over HTTP in the
-//! Prometheus/OpenMetrics text format.
+//! Prometheus/OpenMetrics text format; [`crate::metrics_auth`] serves it over HTTPS with every
+//! scrape authenticated and authorized by the API server (`--metrics-secure`).
 //!
 //! | family | type | labels | set by |
 //! |---|---|---|---|

@@ -39,6 +39,7 @@ use http::{Method, Request};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracing::Instrument;
 
 use super::params::{push_query, url_encode};
 use super::{
@@ -174,8 +175,42 @@ where
             .map_err(|e| Error::Other(format!("building request for {uri}: {e}")))
     }
 
+    /// Sends a request inside a `request` span (`verb`, `resource`, `subresource`, `code`;
+    /// see [`crate::controllers`], "Traces"), a child of the caller's span (a sync's), and
+    /// returns the body of a 2xx answer.
+    async fn send(&self, req: Request<Bytes>) -> Result<Bytes> {
+        let path = req.uri().path();
+        let subresource = ["status", "scale"]
+            .into_iter()
+            .find(|s| path.ends_with(&format!("/{s}")))
+            .unwrap_or("");
+        let span = tracing::debug_span!(
+            "request",
+            verb = %req.method(),
+            resource = K::URL_PATH_SEGMENT,
+            subresource,
+            code = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let answer = self.client.request_raw(req).instrument(span.clone()).await;
+        match answer {
+            Ok((status, body)) => {
+                span.record("code", status.as_u16());
+                if status.is_success() {
+                    Ok(body)
+                } else {
+                    Err(Error::from_response(status.as_u16(), &body))
+                }
+            }
+            Err(e) => {
+                span.record("error", tracing::field::display(&e));
+                Err(e)
+            }
+        }
+    }
+
     async fn json<T: DeserializeOwned>(&self, req: Request<Bytes>, what: &str) -> Result<T> {
-        let body = self.client.request_bytes(req).await?;
+        let body = self.send(req).await?;
         serde_json::from_slice(&body).map_err(|source| Error::Decode {
             what: format!("{what} {}", K::KIND),
             source,
@@ -429,7 +464,7 @@ where
             self.item_path(name)?,
             Self::delete_body(dp)?,
         )?;
-        let body = self.client.request_bytes(req).await?;
+        let body = self.send(req).await?;
         Self::object_or_status(&body)
     }
 
@@ -441,7 +476,7 @@ where
     ) -> Result<DeleteResponse<ObjectList<K>>> {
         let uri = format!("{}{}", self.collection_path(), lp.to_query());
         let req = Self::request(Method::DELETE, uri, Self::delete_body(dp)?)?;
-        let body = self.client.request_bytes(req).await?;
+        let body = self.send(req).await?;
         Self::object_or_status(&body)
     }
 

@@ -31,6 +31,22 @@
 //! Workers stop taking new work when the manager's shutdown token is cancelled; the manager
 //! then calls `shut_down_with_drain` on the queue, which waits for the keys still processing.
 //!
+//! ## Traces
+//!
+//! Every sync runs inside a `tracing` span, and every request an [`Api`](crate::client::Api)
+//! sends runs inside a child span of whatever span is current, so a sync's API calls nest under
+//! it:
+//!
+//! | span | level | parent | fields |
+//! |---|---|---|---|
+//! | `sync` | debug | none (a root: one trace per sync) | `controller` (`at`, `tdset`, ...), `key` (`ns/name`), `result` (`success`, `requeue_after`, `error`: the `controller_runtime_reconcile_total` label), `requeue` (the key went back on the queue: after a time or rate-limited), `requeue_after_ms` (with `requeue_after`) |
+//! | `request` | debug | the current span (a `sync`'s) | `verb` (HTTP method), `resource` (plural), `subresource` (`status`, `scale` or empty), `code` (the HTTP status of the final answer, retries included), `error` (when no answer came) |
+//!
+//! They are `debug` spans: at `-v 0` no subscriber enables them and they cost a disabled-span
+//! check; from `-v 1` on the log lines written inside a sync carry its context
+//! (`sync{controller="at" key="default/example-at"}:request{verb=PUT ...}`). Watches are not
+//! spanned (they outlive any sync). Exporting these spans over OTLP is not wired yet.
+//!
 //! ## What an operator writes, and what it gets
 //!
 //! Everything around `sync_handler` is the same in every `controller.go`: `Run` waits for the
@@ -77,6 +93,7 @@ use std::time::Duration;
 
 use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::cache::{HandlerRegistration, InformerError};
 use crate::metrics::{ControllerMetrics, ReconcileResult};
@@ -454,11 +471,22 @@ async fn sync_one<H: SyncHandler>(
     stats: &SyncStats,
 ) -> SyncOutcome {
     let started = tokio::time::Instant::now();
+    // The sync's span (see the module docs, "Traces"): a root span, parent of the spans of the
+    // API requests the handler makes.
+    let span = tracing::debug_span!(
+        "sync",
+        controller,
+        key,
+        result = tracing::field::Empty,
+        requeue = tracing::field::Empty,
+        requeue_after_ms = tracing::field::Empty,
+    );
     let guarded = AssertUnwindSafe(tokio::time::timeout(
         sync_timeout,
         handler.sync_handler(key),
     ))
     .catch_unwind()
+    .instrument(span.clone())
     .await;
     let took = started.elapsed();
     let result = match &guarded {
@@ -467,6 +495,11 @@ async fn sync_one<H: SyncHandler>(
         Ok(Ok(Err(_))) | Ok(Err(_)) => ReconcileResult::Error,
         Err(_) => ReconcileResult::Panic,
     };
+    span.record("result", result.label());
+    span.record("requeue", result != ReconcileResult::Success);
+    if let Ok(Ok(Ok(Some(after)))) = &guarded {
+        span.record("requeue_after_ms", after.as_millis() as u64);
+    }
     stats.observe(controller, took, result);
     let elapsed_ms = took.as_millis() as u64;
     match guarded {

@@ -17,6 +17,7 @@ use clap::{Args, ValueEnum};
 
 use crate::client;
 use crate::controllers::registry;
+use crate::metrics_auth::SecureServing;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 /// The names of [`registry::OPERATORS`], the one table of operators.
@@ -100,6 +101,16 @@ pub struct ManagerOptions {
     /// Address for /metrics, e.g. ':8080' or '127.0.0.1:8080'; '0' turns it off.
     #[arg(long, default_value = ":8080", value_name = "ADDR")]
     pub metrics_bind_address: String,
+
+    /// Serve /metrics over HTTPS, every scrape authenticated (TokenReview) and authorized
+    /// (SubjectAccessReview: get on /metrics) by the API server.
+    #[arg(long)]
+    pub metrics_secure: bool,
+
+    /// A directory holding tls.crt and tls.key for --metrics-secure; without it (or when it
+    /// holds neither file) a self-signed certificate is generated at start.
+    #[arg(long, value_name = "DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
 
     /// Address for /healthz and /readyz; '0' turns it off.
     #[arg(long, default_value = ":8081", value_name = "ADDR")]
@@ -243,6 +254,8 @@ impl Default for ManagerOptions {
             leader_elect_resource_name: DEFAULT_LEASE_NAME.to_string(),
             leader_elect_resource_namespace: String::new(),
             metrics_bind_address: ":8080".to_string(),
+            metrics_secure: false,
+            metrics_cert_dir: None,
             health_probe_bind_address: ":8081".to_string(),
             graceful_shutdown_timeout: Duration::from_secs(30),
             log_format: LogFormat::Text,
@@ -319,6 +332,7 @@ impl ManagerOptions {
                 "must differ from --metrics-bind-address",
             ));
         }
+        self.secure_metrics_flags(metrics_addr.is_some())?;
         if self.graceful_shutdown_timeout.is_zero() {
             return Err(FlagError::new(
                 "graceful-shutdown-timeout",
@@ -344,6 +358,42 @@ impl ManagerOptions {
             log_format: self.log_format,
             verbosity: self.verbosity,
         })
+    }
+
+    /// `--metrics-secure` and `--metrics-cert-dir`: `Some` when `/metrics` is to be served over
+    /// HTTPS behind TokenReview and SubjectAccessReview ([`crate::metrics_auth`]). They are
+    /// kept out of [`ManagerConfig`] (the in-process manager of the demo and the tests serves
+    /// no metrics); [`run`](super::run) hands them to
+    /// [`Manager::with_secure_metrics`](super::Manager::with_secure_metrics).
+    pub fn secure_metrics(&self) -> Option<SecureServing> {
+        self.metrics_secure.then(|| SecureServing {
+            cert_dir: self.metrics_cert_dir.clone(),
+        })
+    }
+
+    fn secure_metrics_flags(&self, metrics_on: bool) -> Result<(), FlagError> {
+        let Some(dir) = &self.metrics_cert_dir else {
+            return Ok(());
+        };
+        let shown = dir.display();
+        if !self.metrics_secure {
+            return Err(FlagError::new(
+                "metrics-cert-dir",
+                shown,
+                "only used with --metrics-secure",
+            ));
+        }
+        if !metrics_on {
+            return Err(FlagError::new(
+                "metrics-cert-dir",
+                shown,
+                "the metrics server is off (--metrics-bind-address=0)",
+            ));
+        }
+        if !dir.is_dir() {
+            return Err(FlagError::new("metrics-cert-dir", shown, "not a directory"));
+        }
+        Ok(())
     }
 
     /// client-go's `LeaderElectionConfig` checks: lease > renew deadline > jitter × retry.
@@ -524,6 +574,51 @@ mod tests {
         let mut full = vec!["sample-controller"];
         full.extend_from_slice(args);
         Cli::try_parse_from(full).map(|c| c.opts)
+    }
+
+    #[test]
+    fn metrics_secure_flags_are_checked_and_handed_over() {
+        assert_eq!(parse(&[]).unwrap().secure_metrics(), None);
+        let opts = parse(&["--metrics-secure"]).unwrap();
+        assert!(opts.validate(None).is_ok());
+        assert_eq!(
+            opts.secure_metrics(),
+            Some(SecureServing { cert_dir: None })
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let opts = parse(&["--metrics-secure", "--metrics-cert-dir", d]).unwrap();
+        assert!(opts.validate(None).is_ok());
+        assert_eq!(
+            opts.secure_metrics().and_then(|s| s.cert_dir),
+            Some(dir.path().to_path_buf())
+        );
+        let e = parse(&["--metrics-cert-dir", d])
+            .unwrap()
+            .validate(None)
+            .unwrap_err();
+        assert_eq!(e.flag, "metrics-cert-dir");
+        assert!(e.reason.contains("--metrics-secure"), "{e}");
+        let missing = dir.path().join("nope");
+        let e = parse(&[
+            "--metrics-secure",
+            "--metrics-cert-dir",
+            missing.to_str().unwrap(),
+        ])
+        .unwrap()
+        .validate(None)
+        .unwrap_err();
+        assert_eq!(e.reason, "not a directory");
+        let e = parse(&[
+            "--metrics-secure",
+            "--metrics-bind-address=0",
+            "--metrics-cert-dir",
+            d,
+        ])
+        .unwrap()
+        .validate(None)
+        .unwrap_err();
+        assert!(e.reason.contains("off"), "{e}");
     }
 
     #[test]
