@@ -149,6 +149,72 @@ pub fn apply(
     force: bool,
     now: &str,
 ) -> Result<Value, ApplyError> {
+    let api_version = check_configuration(current, applied)?;
+    let mut applied_clean = applied.clone();
+    if let Some(Value::Object(meta)) = applied_clean.get_mut("metadata") {
+        meta.remove("managedFields");
+    }
+    let new_paths = paths_of(&applied_clean);
+
+    let mut entries: Vec<Value> = current
+        .and_then(|c| c.pointer("/metadata/managedFields"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let is_mine = |e: &Value| is_apply_entry_of(e, manager);
+    let old_paths = entries
+        .iter()
+        .find(|e| is_mine(e))
+        .and_then(|e| e.get("fieldsV1"))
+        .map(parse_fields_v1)
+        .unwrap_or_default();
+
+    let base = current.cloned().unwrap_or_else(|| json!({}));
+    let (conflicts, mut other_sets) =
+        find_conflicts(&entries, manager, &base, &applied_clean, &new_paths);
+    if !conflicts.is_empty() && !force {
+        return Err(conflict_error(conflicts));
+    }
+
+    let mut result = base;
+    remove_dropped(&mut result, &old_paths, &new_paths, &other_sets);
+    apply_merge(&mut result, &applied_clean, None);
+    keep_server_metadata(&mut result, current);
+    if force {
+        take_over(
+            &mut entries,
+            &mut other_sets,
+            current,
+            &applied_clean,
+            &new_paths,
+        );
+    }
+
+    let mine = json!({
+        "manager": manager,
+        "operation": "Apply",
+        "apiVersion": api_version,
+        "time": now,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": fields_v1(&new_paths),
+    });
+    match entries.iter().position(is_mine) {
+        Some(p) => entries[p] = mine,
+        None => entries.push(mine),
+    }
+    if !result.get("metadata").is_some_and(Value::is_object) {
+        result["metadata"] = json!({});
+    }
+    result["metadata"]["managedFields"] = Value::Array(entries);
+    Ok(result)
+}
+
+/// Checks that the applied configuration is an object with a non-empty `apiVersion` and `kind`,
+/// and that the kind is the live object's; returns the `apiVersion`.
+fn check_configuration<'a>(
+    current: Option<&Value>,
+    applied: &'a Value,
+) -> Result<&'a str, ApplyError> {
     let Value::Object(applied_map) = applied else {
         return Err(ApplyError::Invalid(
             "the applied configuration must be a JSON or YAML object".to_string(),
@@ -175,35 +241,33 @@ pub fn apply(
             "the applied configuration has kind {kind:?}, but the object is a {cur_kind:?}"
         )));
     }
-    let mut applied_clean = applied.clone();
-    if let Some(Value::Object(meta)) = applied_clean.get_mut("metadata") {
-        meta.remove("managedFields");
-    }
-    let new_paths = paths_of(&applied_clean);
+    Ok(api_version)
+}
 
-    let mut entries: Vec<Value> = current
-        .and_then(|c| c.pointer("/metadata/managedFields"))
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let is_mine = |e: &Value| {
-        e.get("manager").and_then(Value::as_str) == Some(manager)
-            && e.get("operation").and_then(Value::as_str) == Some("Apply")
-            && e.get("subresource").is_none()
-    };
-    let old_paths = entries
-        .iter()
-        .find(|e| is_mine(e))
-        .and_then(|e| e.get("fieldsV1"))
-        .map(parse_fields_v1)
-        .unwrap_or_default();
+/// True for the `managedFields` entry of `manager`'s applies (not a subresource's).
+fn is_apply_entry_of(entry: &Value, manager: &str) -> bool {
+    entry.get("manager").and_then(Value::as_str) == Some(manager)
+        && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+        && entry.get("subresource").is_none()
+}
 
-    let base = current.cloned().unwrap_or_else(|| json!({}));
-    // Conflicts: fields other appliers own that this configuration changes.
+/// The field sets of the other managers' entries, each with its index in `managedFields`.
+type OtherSets = Vec<(usize, BTreeSet<FieldPath>)>;
+
+/// The other managers' field sets (by entry index), and the conflicts: each field that another
+/// *applier* owns and this configuration sets to a value different from `base`'s, as
+/// `(manager, rendered field)`. Fields owned by `Update` managers never conflict here.
+fn find_conflicts(
+    entries: &[Value],
+    manager: &str,
+    base: &Value,
+    applied: &Value,
+    new_paths: &BTreeSet<FieldPath>,
+) -> (Vec<(String, String)>, OtherSets) {
     let mut conflicts = Vec::new();
-    let mut other_sets: Vec<(usize, BTreeSet<FieldPath>)> = Vec::new();
+    let mut other_sets = Vec::new();
     for (i, e) in entries.iter().enumerate() {
-        if is_mine(e) {
+        if is_apply_entry_of(e, manager) {
             continue;
         }
         let set = e.get("fieldsV1").map(parse_fields_v1).unwrap_or_default();
@@ -213,36 +277,46 @@ pub fn apply(
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            for p in set.intersection(&new_paths) {
+            for p in set.intersection(new_paths) {
                 if p.last() == Some(&PathElem::Itself) {
                     continue;
                 }
-                if value_at(&base, p) != value_at(&applied_clean, p) {
+                if value_at(base, p) != value_at(applied, p) {
                     conflicts.push((owner.clone(), render_path(p)));
                 }
             }
         }
         other_sets.push((i, set));
     }
-    if !conflicts.is_empty() && !force {
-        let n = conflicts.len();
-        let list = conflicts
-            .iter()
-            .map(|(m, f)| format!("conflict with {m:?}: {f}"))
-            .collect::<Vec<_>>();
-        let message = if n == 1 {
-            format!("Apply failed with 1 conflict: {}", list[0])
-        } else {
-            format!("Apply failed with {n} conflicts: {}", list.join("\n"))
-        };
-        return Err(ApplyError::Conflict { message, conflicts });
-    }
+    (conflicts, other_sets)
+}
 
-    let mut result = base;
-    // Remove what this manager applied before and no longer applies, unless someone else owns
-    // it or something inside it (a list element keeps living while another manager owns one of
-    // its fields).
-    for p in old_paths.difference(&new_paths) {
+/// The real server's `409` for an apply that meets conflicts:
+/// `Apply failed with N conflict(s): conflict with "manager": .field`.
+fn conflict_error(conflicts: Vec<(String, String)>) -> ApplyError {
+    let n = conflicts.len();
+    let list = conflicts
+        .iter()
+        .map(|(m, f)| format!("conflict with {m:?}: {f}"))
+        .collect::<Vec<_>>();
+    let message = if n == 1 {
+        format!("Apply failed with 1 conflict: {}", list[0])
+    } else {
+        format!("Apply failed with {n} conflicts: {}", list.join("\n"))
+    };
+    ApplyError::Conflict { message, conflicts }
+}
+
+/// Removes from `result` what this manager applied before (`old_paths`) and no longer applies
+/// (`new_paths`), unless someone else owns it or something inside it (a list element keeps
+/// living while another manager owns one of its fields).
+fn remove_dropped(
+    result: &mut Value,
+    old_paths: &BTreeSet<FieldPath>,
+    new_paths: &BTreeSet<FieldPath>,
+    other_sets: &OtherSets,
+) {
+    for p in old_paths.difference(new_paths) {
         // The key field of a list element goes with the element (its `.` entry), never alone.
         if let [.., PathElem::Key(k), PathElem::Field(f)] = p.as_slice()
             && serde_json::from_str::<Map<String, Value>>(k).is_ok_and(|m| m.contains_key(f))
@@ -255,11 +329,15 @@ pub fn apply(
                 .any(|q| q.len() >= node.len() && q.iter().zip(&node).all(|(a, b)| a == *b))
         });
         if !owned_elsewhere {
-            remove_at(&mut result, p);
+            remove_at(result, p);
         }
     }
-    apply_merge(&mut result, &applied_clean, None);
-    // Server-owned metadata of the live object always wins.
+}
+
+/// Server-owned metadata of the live object always wins over the configuration: `uid`,
+/// `resourceVersion`, `creationTimestamp`, `generation`, `deletionTimestamp`, `selfLink` are
+/// copied from `current` (or removed when it has none). Nothing to do for a create.
+fn keep_server_metadata(result: &mut Value, current: Option<&Value>) {
     if let (Some(cur), Some(Value::Object(meta))) = (current, result.get_mut("metadata")) {
         for key in [
             "uid",
@@ -279,43 +357,33 @@ pub fn apply(
             }
         }
     }
+}
 
-    // Forced take-over: the fields leave the other managers' sets.
-    if force {
-        for (i, set) in &mut other_sets {
-            let before = set.len();
-            set.retain(|p| {
-                !(new_paths.contains(p)
-                    && p.last() != Some(&PathElem::Itself)
-                    && value_at(current.unwrap_or(&Value::Null), p) != value_at(&applied_clean, p))
-            });
-            if set.len() != before {
-                entries[*i]["fieldsV1"] = fields_v1(set);
-            }
-        }
-        entries.retain(|e| {
-            e.get("fieldsV1")
-                .and_then(Value::as_object)
-                .is_none_or(|m| !m.is_empty())
+/// Forced take-over: the fields this apply changes leave the other managers' sets (their
+/// `fieldsV1` rewritten), and entries left with an empty set disappear.
+fn take_over(
+    entries: &mut Vec<Value>,
+    other_sets: &mut [(usize, BTreeSet<FieldPath>)],
+    current: Option<&Value>,
+    applied: &Value,
+    new_paths: &BTreeSet<FieldPath>,
+) {
+    for (i, set) in other_sets.iter_mut() {
+        let before = set.len();
+        set.retain(|p| {
+            !(new_paths.contains(p)
+                && p.last() != Some(&PathElem::Itself)
+                && value_at(current.unwrap_or(&Value::Null), p) != value_at(applied, p))
         });
+        if set.len() != before {
+            entries[*i]["fieldsV1"] = fields_v1(set);
+        }
     }
-    let mine = json!({
-        "manager": manager,
-        "operation": "Apply",
-        "apiVersion": api_version,
-        "time": now,
-        "fieldsType": "FieldsV1",
-        "fieldsV1": fields_v1(&new_paths),
+    entries.retain(|e| {
+        e.get("fieldsV1")
+            .and_then(Value::as_object)
+            .is_none_or(|m| !m.is_empty())
     });
-    match entries.iter().position(is_mine) {
-        Some(p) => entries[p] = mine,
-        None => entries.push(mine),
-    }
-    if !result.get("metadata").is_some_and(Value::is_object) {
-        result["metadata"] = json!({});
-    }
-    result["metadata"]["managedFields"] = Value::Array(entries);
-    Ok(result)
 }
 
 #[cfg(test)]
