@@ -271,18 +271,15 @@ impl SyncHandler for AtController {
         let plan = plan(&at, state, self.clock.now());
 
         if let Some(new_pod) = &plan.create_pod {
-            // Expect before creating: the informer's add may beat the create's response.
-            self.expectations.expect_creations(key, 1);
-            let pp = PostParams {
-                field_manager: Some(CONTROLLER_NAME.to_string()),
-                ..PostParams::default()
-            };
-            if let Err(source) = Api::<Pod>::all(self.client.clone())
-                .create(&pp, new_pod)
+            // Expected before creating (the informer's add may beat the create's response),
+            // and no longer once the create failed (nothing will arrive).
+            let pp = PostParams::with_field_manager(CONTROLLER_NAME);
+            let pods = Api::<Pod>::all(self.client.clone());
+            if let Err(source) = self
+                .expectations
+                .expecting(key, pods.create(&pp, new_pod))
                 .await
             {
-                // Nothing will arrive for this create.
-                self.expectations.creation_observed(key);
                 if !source.is_already_exists() {
                     self.recorder.event(
                         at.as_ref(),
@@ -304,10 +301,7 @@ impl SyncHandler for AtController {
             let mut updated = at.as_ref().clone();
             let old_phase = updated.phase();
             updated.status = Some(status);
-            let pp = PostParams {
-                field_manager: Some(CONTROLLER_NAME.to_string()),
-                ..PostParams::default()
-            };
+            let pp = PostParams::with_field_manager(CONTROLLER_NAME);
             match Api::<At>::all(self.client.clone())
                 .update_status(&pp, &updated)
                 .await

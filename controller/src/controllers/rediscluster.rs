@@ -247,10 +247,7 @@ impl SyncHandler for RedisClusterController {
         };
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default();
-        let pp = PostParams {
-            field_manager: Some(CONTROLLER_NAME.to_string()),
-            ..PostParams::default()
-        };
+        let pp = PostParams::with_field_manager(CONTROLLER_NAME);
         let err = |action, e| SyncError::api::<RedisCluster>(key, action, e);
         let has_finalizer = cluster
             .metadata
@@ -325,11 +322,10 @@ impl SyncHandler for RedisClusterController {
         match self.statefulset_lister.get_by_key(key) {
             None if !self.expectations.satisfied(key) => {}
             None => {
-                self.expectations.expect_creations(key, 1);
-                if let Err(e) = statefulsets.create(&pp, &want_sts).await {
-                    self.expectations.creation_observed(key);
-                    return Err(err("creating the StatefulSet", e));
-                }
+                self.expectations
+                    .expecting(key, statefulsets.create(&pp, &want_sts))
+                    .await
+                    .map_err(|e| err("creating the StatefulSet", e))?;
                 self.recorder.event(
                     cluster.as_ref(),
                     EventType::Normal,

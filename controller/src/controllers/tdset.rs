@@ -315,10 +315,7 @@ impl SyncHandler for TDSetController {
         let now = self.clock.now();
         let mut status = tdset.status.clone().unwrap_or_default();
         status.observed_generation = tdset.metadata.generation;
-        let pp = PostParams {
-            field_manager: Some(CONTROLLER_NAME.to_string()),
-            ..PostParams::default()
-        };
+        let pp = PostParams::with_field_manager(CONTROLLER_NAME);
 
         // 2.
         let tz = match validate(&tdset.spec) {
@@ -513,11 +510,10 @@ impl TDSetController {
             if !self.expectations.satisfied(key) {
                 return Ok(DeploymentSync::AwaitingCache);
             }
-            self.expectations.expect_creations(key, 1);
-            if let Err(e) = deployments.create(pp, &desired).await {
-                self.expectations.creation_observed(key);
-                return Err(SyncError::api::<TDSet>(key, "creating the Deployment", e));
-            }
+            self.expectations
+                .expecting(key, deployments.create(pp, &desired))
+                .await
+                .map_err(|e| SyncError::api::<TDSet>(key, "creating the Deployment", e))?;
             self.recorder.event(
                 tdset,
                 EventType::Normal,
