@@ -341,31 +341,11 @@ impl SyncHandler for TDSetController {
             DeploymentSync::Synced(deployment) => deployment,
             DeploymentSync::AwaitingCache => return Ok(next),
             DeploymentSync::NotOurs(message) => {
-                let now = self.clock.now();
-                self.degraded(
-                    &tdset,
-                    status,
-                    reason::ERR_RESOURCE_EXISTS,
-                    message,
-                    now,
-                    &pp,
-                )
-                .await?;
-                return Ok(None);
+                return self.resource_exists(&tdset, status, message, &pp).await;
             }
         };
         if let Err(message) = self.sync_service(&tdset, namespace, name, &pp).await? {
-            let now = self.clock.now();
-            self.degraded(
-                &tdset,
-                status,
-                reason::ERR_RESOURCE_EXISTS,
-                message,
-                now,
-                &pp,
-            )
-            .await?;
-            return Ok(None);
+            return self.resource_exists(&tdset, status, message, &pp).await;
         }
 
         // 5.
@@ -445,6 +425,21 @@ impl TDSetController {
             }
         }
         Ok(Ok(()))
+    }
+
+    /// A Deployment or Service of the TDSet's name that it does not control: `Degraded=True`
+    /// with reason `ErrResourceExists`, and no requeue (the user must remove or rename it).
+    async fn resource_exists(
+        &self,
+        tdset: &TDSet,
+        status: TDSetStatus,
+        message: String,
+        pp: &PostParams,
+    ) -> Result<Option<Duration>, SyncError> {
+        let now = self.clock.now();
+        self.degraded(tdset, status, reason::ERR_RESOURCE_EXISTS, message, now, pp)
+            .await?;
+        Ok(None)
     }
 
     /// `Degraded=True` with `why` and `message` (a Warning event when the condition changed),
