@@ -289,6 +289,7 @@ async fn serve(
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned(),
+        content_type: media_type(parts.headers.get(header::CONTENT_TYPE)),
         query,
         user,
     };
@@ -314,6 +315,8 @@ struct Incoming<'a> {
     bytes: &'a Bytes,
     /// The `Accept` header (empty when absent or not text).
     accept: String,
+    /// The body's media type, without parameters ([`media_type`]).
+    content_type: String,
     /// The query parameters (with the requester attached when RBAC is enforced).
     query: Query,
     /// The user the request acts as, after impersonation.
@@ -623,13 +626,13 @@ fn serve_write(
         parts,
         bytes,
         query,
+        content_type,
         ..
     } = request;
-    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let plain_json = content_type.is_empty() || content_type == "application/json";
     let (code, obj) = if parts.method == Method::PATCH {
         class.verb = "patch".into();
-        let Some(ty) = PatchType::from_media_type(&content_type) else {
+        let Some(ty) = PatchType::from_media_type(content_type) else {
             return Err(ApiError::unsupported_media_type(PatchType::ALL));
         };
         let body = if ty == PatchType::Apply {
@@ -646,7 +649,7 @@ fn serve_write(
     } else {
         let creating = parts.method == Method::POST;
         class.verb = if creating { "create" } else { "update" }.into();
-        let body = decode_object(&target.def, &content_type, bytes)?;
+        let body = decode_object(&target.def, content_type, bytes)?;
         if plain_json {
             super::validation::check_duplicate_fields(bytes, query)?;
         }
@@ -676,12 +679,11 @@ fn serve_delete(
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming {
-        parts,
         bytes,
         query,
+        content_type,
         ..
     } = request;
-    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
     let body = if bytes.is_empty() {
         None
     } else if content_type == PROTOBUF {
