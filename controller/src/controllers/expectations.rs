@@ -14,7 +14,8 @@
 //!    cannot be missed);
 //! 2. the child informer's add handler calls [`creation_observed`](Expectations::creation_observed)
 //!    for the owner found through the child's controller ownerReference;
-//! 3. a failed `create` also calls `creation_observed`: nothing will arrive;
+//! 3. a failed `create` also calls `creation_observed`: nothing will arrive
+//!    ([`expecting`](Expectations::expecting) does steps 1 and 3 around one create);
 //! 4. while [`satisfied`](Expectations::satisfied) is false, the sync does not trust "absent"
 //!    in the lister.
 //!
