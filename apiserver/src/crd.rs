@@ -40,9 +40,34 @@ fn required(field: &str) -> Cause {
     Cause::new("FieldValueRequired", field, "Required value")
 }
 
-/// The resource definitions a CRD object describes, or 422 naming what is wrong with it.
+/// The resource definitions a CRD object describes, or 422 naming what is wrong with it: one
+/// per served version, the storage version first (discovery lists the preferred first).
 pub fn definitions(crd: &Value) -> Result<Vec<ResourceDef>, ApiError> {
     let name = meta_str(crd, "name").to_owned();
+    let causes = spec_causes(crd, &name);
+    if !causes.is_empty() {
+        return Err(invalid(&name, causes));
+    }
+    let versions = crd["spec"]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut ordered: Vec<&Value> = versions
+        .iter()
+        .filter(|v| v["served"].as_bool() != Some(false))
+        .collect();
+    ordered.sort_by_key(|v| v["storage"].as_bool() != Some(true));
+    Ok(ordered
+        .into_iter()
+        .map(|v| version_definition(crd, &name, v))
+        .collect())
+}
+
+/// What the real server's CRD validation would refuse in this CRD (named `name`): missing
+/// group, plural, kind or versions, a name other than `<plural>.<group>`, an unknown scope,
+/// not exactly one storage version, a version without a name, a schema that is not
+/// structural. Empty when the CRD can be served.
+fn spec_causes(crd: &Value, name: &str) -> Vec<Cause> {
     let spec = &crd["spec"];
     let group = spec["group"].as_str().unwrap_or_default();
     let names = &spec["names"];
@@ -111,9 +136,19 @@ pub fn definitions(crd: &Value) -> Result<Vec<ResourceDef>, ApiError> {
             }
         }
     }
-    if !causes.is_empty() {
-        return Err(invalid(&name, causes));
-    }
+    causes
+}
+
+/// The definition of one served version `v` of a valid CRD named `crd_name`: the CRD's names
+/// (singular defaulting to the lower-cased kind, list kind to `<Kind>List`), the version's
+/// subresources, selectable fields, schema and printer columns, storage `<group>/<plural>`, and
+/// the CR strategy (generation tracked, updates conditional, no strategic merge patch).
+fn version_definition(crd: &Value, crd_name: &str, v: &Value) -> ResourceDef {
+    let spec = &crd["spec"];
+    let group = spec["group"].as_str().unwrap_or_default();
+    let names = &spec["names"];
+    let plural = names["plural"].as_str().unwrap_or_default();
+    let kind = names["kind"].as_str().unwrap_or_default();
     let strings = |v: &Value| -> Vec<String> {
         v.as_array()
             .map(|a| {
@@ -133,66 +168,56 @@ pub fn definitions(crd: &Value) -> Result<Vec<ResourceDef>, ApiError> {
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .unwrap_or_else(|| format!("{kind}List"));
-    let mut defs = vec![];
-    // The storage version first among served versions: discovery lists the preferred first.
-    let mut ordered: Vec<&Value> = versions
-        .iter()
-        .filter(|v| v["served"].as_bool() != Some(false))
-        .collect();
-    ordered.sort_by_key(|v| v["storage"].as_bool() != Some(true));
-    for v in ordered {
-        let subs = &v["subresources"];
-        let scale = subs.get("scale").map(|s| ScaleSpec {
-            spec_replicas_path: s["specReplicasPath"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-            status_replicas_path: s["statusReplicasPath"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned(),
-            label_selector_path: s["labelSelectorPath"].as_str().map(str::to_owned),
-        });
-        defs.push(ResourceDef {
-            group: group.to_owned(),
-            version: v["name"].as_str().unwrap_or_default().to_owned(),
-            plural: plural.to_owned(),
-            singular: singular.clone(),
-            kind: kind.to_owned(),
-            list_kind: list_kind.clone(),
-            namespaced: scope == "Namespaced",
-            short_names: strings(&names["shortNames"]),
-            categories: strings(&names["categories"]),
-            status_subresource: subs.get("status").is_some(),
-            scale,
-            tracks_generation: true,
-            unconditional_update: false,
-            create_on_update: false,
-            return_deleted_object: false,
-            strategic_merge: false,
-            field_labels: v["selectableFields"]
+    let subs = &v["subresources"];
+    let scale = subs.get("scale").map(|s| ScaleSpec {
+        spec_replicas_path: s["specReplicasPath"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        status_replicas_path: s["statusReplicasPath"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        label_selector_path: s["labelSelectorPath"].as_str().map(str::to_owned),
+    });
+    ResourceDef {
+        group: group.to_owned(),
+        version: v["name"].as_str().unwrap_or_default().to_owned(),
+        plural: plural.to_owned(),
+        singular,
+        kind: kind.to_owned(),
+        list_kind,
+        namespaced: spec["scope"].as_str() == Some("Namespaced"),
+        short_names: strings(&names["shortNames"]),
+        categories: strings(&names["categories"]),
+        status_subresource: subs.get("status").is_some(),
+        scale,
+        tracks_generation: true,
+        unconditional_update: false,
+        create_on_update: false,
+        return_deleted_object: false,
+        strategic_merge: false,
+        field_labels: v["selectableFields"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f["jsonPath"].as_str())
+                    .map(|p| p.trim_start_matches('.').to_owned())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        storage: format!("{group}/{plural}"),
+        view: View::Native,
+        custom: Some(CustomInfo {
+            schema: v["schema"].get("openAPIV3Schema").cloned(),
+            printer_columns: v["additionalPrinterColumns"]
                 .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|f| f["jsonPath"].as_str())
-                        .map(|p| p.trim_start_matches('.').to_owned())
-                        .collect()
-                })
+                .cloned()
                 .unwrap_or_default(),
-            storage: format!("{group}/{plural}"),
-            view: View::Native,
-            custom: Some(CustomInfo {
-                schema: v["schema"].get("openAPIV3Schema").cloned(),
-                printer_columns: v["additionalPrinterColumns"]
-                    .as_array()
-                    .cloned()
-                    .unwrap_or_default(),
-                selectable_fields: vec![],
-                crd_name: name.clone(),
-            }),
-        });
+            selectable_fields: vec![],
+            crd_name: crd_name.to_owned(),
+        }),
     }
-    Ok(defs)
 }
 
 /// Checks that a CRD's names do not collide with another resource of the same group.

@@ -241,6 +241,9 @@ fn non_resource_label(path: &str) -> &'static str {
 /// refused before routing, such as `401`s).
 pub const UNROUTED: &str = "<unrouted>";
 
+/// Serves one request through the stages of the module doc, in order: authenticate (and
+/// impersonate), admit under API Priority and Fairness, read the body, then route to a
+/// non-resource endpoint, an access review, or a resource verb.
 async fn serve(
     shared: &Arc<Shared>,
     req: Request<hyper::body::Incoming>,
@@ -254,35 +257,7 @@ async fn serve(
         .unwrap_or_default()
         .to_owned();
     let query = Query::parse(req.uri().query()).with_user_agent(&user_agent);
-    if !super::auth::is_public_path(&path) {
-        let header = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        let anonymous_allowed = header.is_none() && shared.unauthenticated_user.is_some();
-        if !anonymous_allowed && shared.tokens.authenticate(header).is_none() {
-            return Err(ApiError::unauthorized());
-        }
-    }
-    let header = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    let authenticated = match header {
-        Some(h) => shared.tokens.authenticate(Some(h)).map(str::to_owned),
-        None => shared.unauthenticated_user.clone(),
-    };
-    // Impersonation applies to authenticated requests; a public path asked for without a
-    // token is answered as it is.
-    let user = match authenticated {
-        Some(name) => super::impersonation::resolve(
-            &shared.rbac,
-            &shared.store,
-            shared.rbac.user(&name),
-            req.headers(),
-        )?,
-        None => shared.rbac.user(""),
-    };
+    let user = authenticate(shared, &path, req.headers())?;
     let query = if shared.rbac.enforced() {
         query.with_requester(super::rbac::Requester {
             authorizer: shared.rbac.clone(),
@@ -303,63 +278,143 @@ async fn serve(
     let _ticket = shared.flowcontrol.admit(&digest, &mut class.pf).await?;
     let (parts, body) = req.into_parts();
     let bytes = read_body(&parts.headers, body).await?;
-    let accept = parts
-        .headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let request = Incoming {
+        path: &path,
+        segs: path.split('/').filter(|s| !s.is_empty()).collect(),
+        parts: &parts,
+        bytes: &bytes,
+        accept: parts
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        content_type: media_type(parts.headers.get(header::CONTENT_TYPE)),
+        query,
+        user,
+    };
     class.verb = "get".into();
-    match (parts.method.clone(), segs.as_slice()) {
-        (Method::GET, ["healthz" | "livez" | "readyz"]) => {
-            let mut r = Response::new(full("ok"));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            return Ok(r);
+    if let Some(resp) = serve_non_resource(shared, &request)? {
+        return Ok(resp);
+    }
+    if super::review::owns(&request.segs) {
+        return serve_review(shared, &request.segs, &parts, &bytes, &request.user, class);
+    }
+    if super::tokenreview::owns(&request.segs) {
+        return serve_token_review(shared, &request.segs, &parts, &bytes, &request.user, class);
+    }
+    serve_resource(shared, &request, class).await
+}
+
+/// An authenticated, admitted request whose body has been read: what the routing stages need.
+struct Incoming<'a> {
+    /// The URL path, as sent.
+    path: &'a str,
+    /// The path's non-empty segments.
+    segs: Vec<&'a str>,
+    /// Method, URI and headers.
+    parts: &'a http::request::Parts,
+    /// The body, at most [`MAX_BODY`] bytes.
+    bytes: &'a Bytes,
+    /// The `Accept` header (empty when absent or not text).
+    accept: String,
+    /// The body's media type, without parameters ([`media_type`]).
+    content_type: String,
+    /// The query parameters (with the requester attached when RBAC is enforced).
+    query: Query,
+    /// The user the request acts as, after impersonation.
+    user: super::rbac::UserInfo,
+}
+
+/// Authentication, then impersonation: the user the request acts as.
+///
+/// Outside the public paths a request needs a known bearer token, or no `Authorization` header
+/// at all when the server has an unauthenticated user; anything else is `401`. Impersonation
+/// applies to authenticated requests; a public path asked for without a token is answered as
+/// the empty user.
+fn authenticate(
+    shared: &Shared,
+    path: &str,
+    headers: &http::HeaderMap,
+) -> Result<super::rbac::UserInfo, ApiError> {
+    let header = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if !super::auth::is_public_path(path) {
+        let anonymous_allowed = header.is_none() && shared.unauthenticated_user.is_some();
+        if !anonymous_allowed && shared.tokens.authenticate(header).is_none() {
+            return Err(ApiError::unauthorized());
         }
-        (Method::GET, ["metrics"]) => {
+    }
+    let authenticated = match header {
+        Some(h) => shared.tokens.authenticate(Some(h)).map(str::to_owned),
+        None => shared.unauthenticated_user.clone(),
+    };
+    match authenticated {
+        Some(name) => super::impersonation::resolve(
+            &shared.rbac,
+            &shared.store,
+            shared.rbac.user(&name),
+            headers,
+        ),
+        None => Ok(shared.rbac.user("")),
+    }
+}
+
+/// The non-resource endpoints: health probes, `/metrics`, the fault-injection admin route,
+/// `/version`, discovery (`/api`, `/apis`, a group, a group version) and OpenAPI. `None` when
+/// the path is none of them (it may still be a review or a resource).
+fn serve_non_resource(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+) -> Result<Option<Response<Body>>, ApiError> {
+    let Incoming {
+        path,
+        parts,
+        accept,
+        user,
+        ..
+    } = request;
+    let accept = accept.as_str();
+    let found = |doc: Option<Value>| {
+        doc.map(|d| Some(json_response(200, &d, "application/json")))
+            .ok_or_else(ApiError::page_not_found)
+    };
+    let resp = match (&parts.method, request.segs.as_slice()) {
+        (&Method::GET, ["healthz" | "livez" | "readyz"]) => {
+            text_response("ok", "text/plain; charset=utf-8")
+        }
+        (&Method::GET, ["metrics"]) => {
             let attrs = super::rbac::Attributes {
                 verb: "get".into(),
-                path: path.clone(),
+                path: (*path).to_owned(),
                 ..Default::default()
             };
-            shared.rbac.check(&shared.store, &user, &attrs)?;
+            shared.rbac.check(&shared.store, user, &attrs)?;
             let mut text = shared.log.prometheus_text();
             text.push_str(&shared.flowcontrol.prometheus_text());
             text.push_str(&shared.store.prometheus_text());
-            let mut r = Response::new(full(text));
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            return Ok(r);
+            text_response(text, "text/plain; version=0.0.4; charset=utf-8")
         }
         (method, ["admin", "faults"]) => {
             // Fault injection over HTTP (see `faults::admin`): `system:masters` only.
             if !user.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
                 let attrs = super::rbac::Attributes {
                     verb: method.as_str().to_ascii_lowercase(),
-                    path: path.clone(),
+                    path: (*path).to_owned(),
                     ..Default::default()
                 };
-                return Err(super::rbac::forbidden(&user, &attrs, ""));
+                return Err(super::rbac::forbidden(user, &attrs, ""));
             }
-            let body = super::faults::admin(&shared.faults, &method, &bytes)?;
-            return Ok(json_response(200, &body, "application/json"));
+            let body = super::faults::admin(&shared.faults, method, request.bytes)?;
+            json_response(200, &body, "application/json")
         }
-        (Method::GET, ["version"]) => {
-            return Ok(json_response(
-                200,
-                &discovery::version(),
-                "application/json",
-            ));
+        (&Method::GET, ["version"]) => {
+            json_response(200, &discovery::version(), "application/json")
         }
-        (Method::GET, ["api"]) => {
+        (&Method::GET, ["api"]) => {
             let reg = shared.store.read(|s| s.registry.clone());
-            return Ok(match discovery::negotiate_aggregated(&accept) {
+            match discovery::negotiate_aggregated(accept) {
                 Some(v) => {
                     aggregated_response(&discovery::aggregated(&reg, true, v), v, &parts.headers)
                 }
@@ -368,54 +423,68 @@ async fn serve(
                     &discovery::api_versions(&shared.server_address),
                     "application/json",
                 ),
-            });
+            }
         }
-        (Method::GET, ["apis"]) => {
+        (&Method::GET, ["apis"]) => {
             let reg = shared.store.read(|s| s.registry.clone());
-            return Ok(match discovery::negotiate_aggregated(&accept) {
+            match discovery::negotiate_aggregated(accept) {
                 Some(v) => {
                     aggregated_response(&discovery::aggregated(&reg, false, v), v, &parts.headers)
                 }
                 None => json_response(200, &discovery::api_group_list(&reg), "application/json"),
-            });
+            }
         }
-        (Method::GET, ["apis", group]) => {
-            let doc = shared
-                .store
-                .read(|s| discovery::api_group(&s.registry, group));
-            return doc
-                .map(|d| json_response(200, &d, "application/json"))
-                .ok_or_else(ApiError::page_not_found);
+        (&Method::GET, ["apis", group]) => {
+            return found(
+                shared
+                    .store
+                    .read(|s| discovery::api_group(&s.registry, group)),
+            );
         }
-        (Method::GET, ["api", "v1"]) => {
-            let doc = shared
-                .store
-                .read(|s| discovery::api_resource_list(&s.registry, "", "v1"));
-            return doc
-                .map(|d| json_response(200, &d, "application/json"))
-                .ok_or_else(ApiError::page_not_found);
+        (&Method::GET, ["api", "v1"]) => {
+            return found(
+                shared
+                    .store
+                    .read(|s| discovery::api_resource_list(&s.registry, "", "v1")),
+            );
         }
-        (Method::GET, ["openapi", "v2"]) => return Ok(super::openapi::serve_v2(shared, &accept)),
-        (Method::GET, ["openapi", "v3", rest @ ..]) => {
-            return super::openapi::serve(shared, rest, &query);
+        (&Method::GET, ["openapi", "v2"]) => super::openapi::serve_v2(shared, accept),
+        (&Method::GET, ["openapi", "v3", rest @ ..]) => {
+            super::openapi::serve(shared, rest, &request.query)?
         }
-        (Method::GET, ["apis", group, version]) => {
-            let doc = shared
-                .store
-                .read(|s| discovery::api_resource_list(&s.registry, group, version));
-            return doc
-                .map(|d| json_response(200, &d, "application/json"))
-                .ok_or_else(ApiError::page_not_found);
+        (&Method::GET, ["apis", group, version]) => {
+            return found(
+                shared
+                    .store
+                    .read(|s| discovery::api_resource_list(&s.registry, group, version)),
+            );
         }
-        _ => {}
-    }
-    if super::review::owns(&segs) {
-        return serve_review(shared, &segs, &parts, &bytes, &user, class);
-    }
-    if super::tokenreview::owns(&segs) {
-        return serve_token_review(shared, &segs, &parts, &bytes, &user, class);
-    }
-    let target = resolve(shared, &segs)?;
+        _ => return Ok(None),
+    };
+    Ok(Some(resp))
+}
+
+/// A `200` plain-text answer with the given content type.
+fn text_response(text: impl Into<Bytes>, content_type: &'static str) -> Response<Body> {
+    let mut r = Response::new(full(text));
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// A resource request: resolve the URL to a [`Target`], name its verb, authorize it (RBAC),
+/// apply any injected fault, then hand it to the reader ([`serve_read`]), the writers
+/// ([`serve_write`]) or the deleter ([`serve_delete`]). Pod logs are text, not objects, and go
+/// to [`super::logs`].
+async fn serve_resource(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming {
+        parts, query, user, ..
+    } = request;
+    let target = resolve(shared, &request.segs)?;
     class.resource = target.def.plural.clone();
     class.subresource = target.subresource.clone().unwrap_or_default();
     class.namespace = target.namespace.clone().unwrap_or_default();
@@ -427,7 +496,7 @@ async fn serve(
     class.verb = verb.to_owned();
     shared.rbac.check(
         &shared.store,
-        &user,
+        user,
         &super::rbac::Attributes::for_request(verb, &target, query.non_empty("fieldSelector")),
     )?;
     shared.faults.before(verb, &target).await?;
@@ -445,13 +514,11 @@ async fn serve(
             &shared.logs,
             target.namespace.as_deref().unwrap_or_default(),
             target.name.as_deref().unwrap_or_default(),
-            &query,
+            query,
             shared.shutdown.clone(),
         );
     }
-    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
-    let wants_table = accept.split(',').any(|a| a.contains("as=Table"));
-    let def = target.def.clone();
+    let def = &target.def;
     if def.namespaced && target.namespace.is_none() && parts.method != Method::GET {
         // `/api/v1/pods` exists for list and watch across namespaces only.
         class.verb = parts.method.as_str().to_ascii_lowercase();
@@ -461,141 +528,12 @@ async fn serve(
             &def.group,
         ));
     }
-    match (parts.method, target.name.is_some()) {
-        (Method::GET, has_name) => {
-            let watching = query.flag("watch")?;
-            if watching {
-                class.verb = "watch".into();
-                let opts = ListOptions::parse(&query, true)?;
-                let renderer = if wants_table {
-                    let include = super::table::include_object(&query)?;
-                    Some(super::table::renderer(def.clone(), include))
-                } else {
-                    None
-                };
-                let settings = WatchSettings {
-                    bookmark_interval: shared.bookmark_interval,
-                    reject_send_initial_events: shared.reject_send_initial_events,
-                    shutdown: shared.faults.watch_token(),
-                    renderer,
-                };
-                let body = watch::start(shared.store.clone(), &target, &opts, settings)?;
-                let mut resp = Response::new(BodyExt::boxed(body));
-                resp.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                );
-                return Ok(resp);
-            }
-            if has_name {
-                class.verb = "get".into();
-                let (code, obj) = shared.store.read(|s| verbs::get(s, &target, &query))?;
-                if wants_table && target.subresource.is_none() {
-                    let rv = obj["metadata"]["resourceVersion"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned();
-                    let include = super::table::include_object(&query)?;
-                    let table = super::table::render(&def, &[obj], &rv, None, include);
-                    return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
-                }
-                return Ok(json_response(code, &obj, "application/json"));
-            }
-            class.verb = "list".into();
-            let opts = ListOptions::parse(&query, false)?;
-            let result = shared.store.read(|s| verbs::list(s, &target, &opts))?;
-            if wants_table {
-                let include = super::table::include_object(&query)?;
-                let table = super::table::render(
-                    &def,
-                    &result.items,
-                    &result.resource_version.to_string(),
-                    result.continue_token.as_deref(),
-                    include,
-                );
-                return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
-            }
-            Ok(json_response(
-                200,
-                &verbs::list_json(&def, &result),
-                "application/json",
-            ))
+    match (&parts.method, target.name.is_some()) {
+        (&Method::GET, _) => serve_read(shared, request, &target, class),
+        (&Method::POST, false) | (&Method::PUT, true) | (&Method::PATCH, true) => {
+            serve_write(shared, request, &target, class)
         }
-        (Method::POST, false) => {
-            class.verb = "create".into();
-            let body = decode_object(&def, &content_type, &bytes)?;
-            if content_type.is_empty() || content_type == "application/json" {
-                super::validation::check_duplicate_fields(&bytes, &query)?;
-            }
-            let (code, obj) = shared
-                .store
-                .write(|s| verbs::create(s, &target, body, &query))?;
-            Ok(with_warnings(
-                json_response(code, &obj, "application/json"),
-                &query,
-            ))
-        }
-        (Method::PUT, true) => {
-            class.verb = "update".into();
-            let body = decode_object(&def, &content_type, &bytes)?;
-            if content_type.is_empty() || content_type == "application/json" {
-                super::validation::check_duplicate_fields(&bytes, &query)?;
-            }
-            let (code, obj) = shared
-                .store
-                .write(|s| verbs::update(s, &target, body, &query))?;
-            Ok(with_warnings(
-                json_response(code, &obj, "application/json"),
-                &query,
-            ))
-        }
-        (Method::PATCH, true) => {
-            class.verb = "patch".into();
-            let Some(ty) = PatchType::from_media_type(&content_type) else {
-                return Err(ApiError::unsupported_media_type(PatchType::ALL));
-            };
-            let body = if ty == PatchType::Apply {
-                parse_yaml(&bytes)?
-            } else {
-                parse_json(&bytes)?
-            };
-            if ty != PatchType::Apply {
-                super::validation::check_duplicate_fields(&bytes, &query)?;
-            }
-            let (code, obj) = shared
-                .store
-                .write(|s| verbs::patch(s, &target, ty, body, &query))?;
-            Ok(with_warnings(
-                json_response(code, &obj, "application/json"),
-                &query,
-            ))
-        }
-        (Method::DELETE, has_name) => {
-            // DeleteOptions: JSON from kubectl and most clients, protobuf from Go typed clients.
-            let body = if bytes.is_empty() {
-                None
-            } else if content_type == PROTOBUF {
-                Some(super::logic::protobuf::decode_body(&bytes).map_err(|e| {
-                    ApiError::bad_request(format!("error decoding protobuf DeleteOptions: {e}"))
-                })?)
-            } else {
-                Some(parse_json(&bytes)?)
-            };
-            let opts = DeleteOptions::parse(body.as_ref(), &query)?;
-            if has_name {
-                class.verb = "delete".into();
-                let (code, obj) = shared
-                    .store
-                    .write(|s| verbs::delete_one(s, &target, &opts))?;
-                return Ok(json_response(code, &obj, "application/json"));
-            }
-            class.verb = "deletecollection".into();
-            let list_opts = ListOptions::parse(&query, false)?;
-            let (code, obj) = shared
-                .store
-                .write(|s| verbs::delete_collection(s, &target, &list_opts, &opts))?;
-            Ok(json_response(code, &obj, "application/json"))
-        }
+        (&Method::DELETE, _) => serve_delete(shared, request, &target, class),
         (m, _) => {
             class.verb = m.as_str().to_ascii_lowercase();
             Err(ApiError::method_not_allowed(
@@ -605,6 +543,173 @@ async fn serve(
             ))
         }
     }
+}
+
+/// `GET` on a resource: `watch` (a stream, as Table rows when asked), `get` of one object or
+/// `list` of a collection, either as JSON or as a `meta.k8s.io/v1` Table when the `Accept`
+/// header says `as=Table`.
+fn serve_read(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    target: &Target,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let query = &request.query;
+    let def = &target.def;
+    let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
+    if query.flag("watch")? {
+        class.verb = "watch".into();
+        let opts = ListOptions::parse(query, true)?;
+        let renderer = if wants_table {
+            let include = super::table::include_object(query)?;
+            Some(super::table::renderer(def.clone(), include))
+        } else {
+            None
+        };
+        let settings = WatchSettings {
+            bookmark_interval: shared.bookmark_interval,
+            reject_send_initial_events: shared.reject_send_initial_events,
+            shutdown: shared.faults.watch_token(),
+            renderer,
+        };
+        let body = watch::start(shared.store.clone(), target, &opts, settings)?;
+        let mut resp = Response::new(BodyExt::boxed(body));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        return Ok(resp);
+    }
+    if target.name.is_some() {
+        class.verb = "get".into();
+        let (code, obj) = shared.store.read(|s| verbs::get(s, target, query))?;
+        if wants_table && target.subresource.is_none() {
+            let rv = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let include = super::table::include_object(query)?;
+            let table = super::table::render(def, &[obj], &rv, None, include);
+            return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
+        }
+        return Ok(json_response(code, &obj, "application/json"));
+    }
+    class.verb = "list".into();
+    let opts = ListOptions::parse(query, false)?;
+    let result = shared.store.read(|s| verbs::list(s, target, &opts))?;
+    if wants_table {
+        let include = super::table::include_object(query)?;
+        let table = super::table::render(
+            def,
+            &result.items,
+            &result.resource_version.to_string(),
+            result.continue_token.as_deref(),
+            include,
+        );
+        return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
+    }
+    Ok(json_response(
+        200,
+        &verbs::list_json(def, &result),
+        "application/json",
+    ))
+}
+
+/// `POST` on a collection (`create`), `PUT` on an object (`update`) or `PATCH` on an object
+/// (`patch`, by the patch type its media type names): decode the body, refuse duplicate JSON
+/// fields as the real server's strict decoding does, write under the store lock, and answer
+/// with the write's warnings as headers.
+fn serve_write(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    target: &Target,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming {
+        parts,
+        bytes,
+        query,
+        content_type,
+        ..
+    } = request;
+    let plain_json = content_type.is_empty() || content_type == "application/json";
+    let (code, obj) = if parts.method == Method::PATCH {
+        class.verb = "patch".into();
+        let Some(ty) = PatchType::from_media_type(content_type) else {
+            return Err(ApiError::unsupported_media_type(PatchType::ALL));
+        };
+        let body = if ty == PatchType::Apply {
+            parse_yaml(bytes)?
+        } else {
+            parse_json(bytes)?
+        };
+        if ty != PatchType::Apply {
+            super::validation::check_duplicate_fields(bytes, query)?;
+        }
+        shared
+            .store
+            .write(|s| verbs::patch(s, target, ty, body, query))?
+    } else {
+        let creating = parts.method == Method::POST;
+        class.verb = if creating { "create" } else { "update" }.into();
+        let body = decode_object(&target.def, content_type, bytes)?;
+        if plain_json {
+            super::validation::check_duplicate_fields(bytes, query)?;
+        }
+        if creating {
+            shared
+                .store
+                .write(|s| verbs::create(s, target, body, query))?
+        } else {
+            shared
+                .store
+                .write(|s| verbs::update(s, target, body, query))?
+        }
+    };
+    Ok(with_warnings(
+        json_response(code, &obj, "application/json"),
+        query,
+    ))
+}
+
+/// `DELETE` of one object (`delete`) or of a collection (`deletecollection`, by the list
+/// options of the query). The optional `DeleteOptions` body is JSON from kubectl and most
+/// clients, protobuf from Go typed clients.
+fn serve_delete(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    target: &Target,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming {
+        bytes,
+        query,
+        content_type,
+        ..
+    } = request;
+    let body = if bytes.is_empty() {
+        None
+    } else if content_type == PROTOBUF {
+        Some(super::logic::protobuf::decode_body(bytes).map_err(|e| {
+            ApiError::bad_request(format!("error decoding protobuf DeleteOptions: {e}"))
+        })?)
+    } else {
+        Some(parse_json(bytes)?)
+    };
+    let opts = DeleteOptions::parse(body.as_ref(), query)?;
+    if target.name.is_some() {
+        class.verb = "delete".into();
+        let (code, obj) = shared
+            .store
+            .write(|s| verbs::delete_one(s, target, &opts))?;
+        return Ok(json_response(code, &obj, "application/json"));
+    }
+    class.verb = "deletecollection".into();
+    let list_opts = ListOptions::parse(query, false)?;
+    let (code, obj) = shared
+        .store
+        .write(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
+    Ok(json_response(code, &obj, "application/json"))
 }
 
 /// `POST /apis/authorization.k8s.io/v1/...reviews`: an access or rules review, authorized like

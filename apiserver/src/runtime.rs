@@ -433,7 +433,9 @@ fn deadline_of(pod: &Value, cap: Option<Duration>) -> Option<Duration> {
     }
 }
 
-/// One pod's life on the node, from a free slot to its end (or its deletion).
+/// One pod's life on the node, from a free slot to its end (or its deletion): wait for a slot,
+/// mark the pod started, run its containers until they end or something stops them, then
+/// write what ended it and finish a deletion that raced with its end.
 async fn run_pod(
     ctx: Arc<Ctx>,
     key: Key,
@@ -442,10 +444,55 @@ async fn run_pod(
     mut stop: watch::Receiver<Option<Stop>>,
     shutdown: CancellationToken,
 ) {
-    // Wait for a slot (only pods that run a process need one); a stop before then means
-    // there is nothing to kill.
+    let Some(permit) = wait_for_slot(&ctx, &key, &uid, &mut stop, &shutdown).await else {
+        return;
+    };
+    let Some(pod) = start_pod(&ctx, &key, &uid, &ip) else {
+        // Deleted before it started: nothing runs, so the deletion can finish.
+        finish_deletion(&ctx.store, &key, &uid);
+        return;
+    };
+    let ended = run_containers(&ctx, &key, &uid, &pod, &mut stop, &shutdown).await;
+    drop(permit);
+    match ended {
+        Some(Ended::Deadline) => fail_past_deadline(&ctx, &key, &uid),
+        Some(Ended::Shutdown | Ended::Gone) => return,
+        Some(Ended::Delete) | None => {}
+    }
+    // A deletion that raced with the pod's own end is finished here.
+    let deleting = ctx.store.read(|st| {
+        current(st, &key, &uid).is_some_and(|p| !meta_str(&p, "deletionTimestamp").is_empty())
+    });
+    if deleting {
+        finish_deletion(&ctx.store, &key, &uid);
+    }
+}
+
+/// Why the node stopped a pod's containers before they ended on their own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// `activeDeadlineSeconds` (or the runtime's timeout) passed.
+    Deadline,
+    /// The pod was deleted: its containers got the grace period.
+    Delete,
+    /// The object is gone or replaced: killed at once.
+    Gone,
+    /// The server shuts down: killed at once.
+    Shutdown,
+}
+
+/// Waits for a slot on the node (only pods that run a process need one). `None` when the pod
+/// must not start: the server shuts down, or a stop came first (there is nothing to kill; a
+/// deletion is finished here). `Some(None)` for a pod that needs no slot.
+async fn wait_for_slot(
+    ctx: &Ctx,
+    key: &Key,
+    uid: &str,
+    stop: &mut watch::Receiver<Option<Stop>>,
+    shutdown: &CancellationToken,
+) -> Option<Option<tokio::sync::OwnedSemaphorePermit>> {
     let needs_slot = ctx.store.read(|st| {
-        current(st, &key, &uid).is_some_and(|p| {
+        current(st, key, uid).is_some_and(|p| {
             containers(&p, "containers")
                 .iter()
                 .any(|c| !argv_of(c).is_empty())
@@ -458,23 +505,27 @@ async fn run_pod(
             Some(None)
         }
     };
-    let permit = tokio::select! {
-        p = slot => match p {
-            Some(p) => p,
-            None => return,
-        },
-        _ = shutdown.cancelled() => return,
+    tokio::select! {
+        p = slot => p,
+        _ = shutdown.cancelled() => None,
         r = stop.wait_for(Option::is_some) => {
             let s = r.ok().and_then(|g| *g);
             if let Some(Stop::Delete(_)) = s {
-                finish_deletion(&ctx.store, &key, &uid);
+                finish_deletion(&ctx.store, key, uid);
             }
-            return;
+            None
         }
-    };
+    }
+}
+
+/// Marks the pod started, as the kubelet does once it has a sandbox: `Pending` with every
+/// container `ContainerCreating`, init containers `Completed`, the node's and the pod's IPs,
+/// `startTime`, and the `PodScheduled`, `PodReadyToStartContainers` and `Initialized`
+/// conditions. Returns the stored pod, or `None` when it is gone or being deleted.
+fn start_pod(ctx: &Ctx, key: &Key, uid: &str, ip: &str) -> Option<Value> {
     let now = ctx.now();
-    let started = ctx.store.write(|st| {
-        let mut pod = current(st, &key, &uid)?;
+    ctx.store.write(|st| {
+        let mut pod = current(st, key, uid)?;
         if !meta_str(&pod, "deletionTimestamp").is_empty() {
             return None;
         }
@@ -519,30 +570,39 @@ async fn run_pod(
         });
         let pod = st.update(PODS, pod);
         Some(pod)
-    });
-    let Some(pod) = started else {
-        // Deleted before it started: nothing runs, so the deletion can finish.
-        finish_deletion(&ctx.store, &key, &uid);
-        return;
-    };
+    })
+}
+
+/// Runs the pod's containers (one task each, under its restart policy) until every one has
+/// ended for good. The first of the deadline, a stop or a shutdown stops them (a deadline also
+/// records a Warning `DeadlineExceeded` event); which one it was is returned, `None` when the
+/// containers ended on their own.
+async fn run_containers(
+    ctx: &Arc<Ctx>,
+    key: &Key,
+    uid: &str,
+    pod: &Value,
+    stop: &mut watch::Receiver<Option<Stop>>,
+    shutdown: &CancellationToken,
+) -> Option<Ended> {
     let kill = Kill {
         token: shutdown.child_token(),
         grace: Arc::new(Mutex::new(Duration::ZERO)),
     };
-    let policy = restart_policy(&pod);
+    let policy = restart_policy(pod);
     let mut tasks = tokio::task::JoinSet::new();
-    for c in containers(&pod, "containers") {
+    for c in containers(pod, "containers") {
         tasks.spawn(run_container(
             ctx.clone(),
             key.clone(),
-            uid.clone(),
+            uid.to_owned(),
             c,
             policy,
             kill.clone(),
         ));
     }
-    let deadline = deadline_of(&pod, ctx.config.timeout).map(|d| Instant::now() + d);
-    let mut why: Option<&'static str> = None;
+    let deadline = deadline_of(pod, ctx.config.timeout).map(|d| Instant::now() + d);
+    let mut why: Option<Ended> = None;
     loop {
         tokio::select! {
             r = tasks.join_next() => {
@@ -551,62 +611,54 @@ async fn run_pod(
                 }
             }
             _ = sleep_until_opt(deadline), if why.is_none() => {
-                why = Some("deadline");
-                event(&ctx, &key, &uid, None, "Warning", "DeadlineExceeded",
+                why = Some(Ended::Deadline);
+                event(ctx, key, uid, None, "Warning", "DeadlineExceeded",
                       "Pod was active on the node longer than the specified deadline");
-                stop_containers(&ctx, &key, &uid, &kill, grace_of(&ctx, &key, &uid));
+                stop_containers(ctx, key, uid, &kill, grace_of(ctx, key, uid));
             }
             r = stop.wait_for(Option::is_some), if why.is_none() => {
                 let s = r.ok().and_then(|g| *g);
                 match s {
                     Some(Stop::Delete(grace)) => {
-                        why = Some("delete");
-                        stop_containers(&ctx, &key, &uid, &kill, grace);
+                        why = Some(Ended::Delete);
+                        stop_containers(ctx, key, uid, &kill, grace);
                     }
                     _ => {
-                        why = Some("gone");
+                        why = Some(Ended::Gone);
                         kill.fire(Duration::ZERO);
                     }
                 }
             }
             _ = shutdown.cancelled(), if why.is_none() => {
-                why = Some("shutdown");
+                why = Some(Ended::Shutdown);
                 kill.fire(Duration::ZERO);
             }
         }
     }
-    drop(permit);
-    match why {
-        Some("deadline") => {
-            let now = ctx.now();
-            ctx.store.write(|st| {
-                let Some(mut pod) = current(st, &key, &uid) else {
-                    return;
-                };
-                with_status(&mut pod, |status| {
-                    status.insert("phase".into(), json!("Failed"));
-                    status.insert("reason".into(), json!("DeadlineExceeded"));
-                    status.insert(
-                        "message".into(),
-                        json!("Pod was active on the node longer than the specified deadline"),
-                    );
-                    set_condition(status, "Ready", "False", "PodFailed", "", &now);
-                    set_condition(status, "ContainersReady", "False", "PodFailed", "", &now);
-                    set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
-                });
-                st.update(PODS, pod);
-            });
-        }
-        Some("shutdown") | Some("gone") => return,
-        _ => {}
-    }
-    // A deletion that raced with the pod's own end is finished here.
-    let deleting = ctx.store.read(|st| {
-        current(st, &key, &uid).is_some_and(|p| !meta_str(&p, "deletionTimestamp").is_empty())
+    why
+}
+
+/// The kubelet's verdict on a pod past its deadline: `Failed` with reason `DeadlineExceeded`,
+/// not ready.
+fn fail_past_deadline(ctx: &Ctx, key: &Key, uid: &str) {
+    let now = ctx.now();
+    ctx.store.write(|st| {
+        let Some(mut pod) = current(st, key, uid) else {
+            return;
+        };
+        with_status(&mut pod, |status| {
+            status.insert("phase".into(), json!("Failed"));
+            status.insert("reason".into(), json!("DeadlineExceeded"));
+            status.insert(
+                "message".into(),
+                json!("Pod was active on the node longer than the specified deadline"),
+            );
+            set_condition(status, "Ready", "False", "PodFailed", "", &now);
+            set_condition(status, "ContainersReady", "False", "PodFailed", "", &now);
+            set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
+        });
+        st.update(PODS, pod);
     });
-    if deleting {
-        finish_deletion(&ctx.store, &key, &uid);
-    }
 }
 
 /// The grace period a pod's containers get when the node stops them on its own.

@@ -300,150 +300,26 @@ fn object_schema(k: &OpenApiKind) -> Value {
     schema
 }
 
-/// The OpenAPI 3.0 document of one group-version (`"v1"`, `"apps/v1"`, ...) serving `kinds`.
+/// The OpenAPI 3.0 document of one group-version (`"v1"`, `"apps/v1"`, ...) serving `kinds`:
+/// the shared `meta.k8s.io` schemas, then for each kind its object and list schemas and its
+/// paths (the collection, the all-namespaces list of a namespaced kind, the object, and one
+/// path per subresource), with operation ids named as the real server names them
+/// (`listCoreV1NamespacedPod`, `readAppsV1NamespacedDeploymentScale`).
 pub fn gv_document(gv: &str, kinds: &[OpenApiKind]) -> Value {
     let prefix = format!("/{}", gv_path(gv));
     let mut paths = Map::new();
-    let mut schemas = Map::new();
-    schemas.insert(
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta".into(),
-        permissive(),
-    );
-    schemas.insert(
-        "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta".into(),
-        permissive(),
-    );
-    schemas.insert(
-        "io.k8s.apimachinery.pkg.apis.meta.v1.Status".into(),
-        permissive(),
-    );
-    schemas.insert(
-        "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions".into(),
-        permissive(),
-    );
-    schemas.insert(
-        "io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(),
-        json!({"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."}),
-    );
+    let mut schemas = meta_schemas();
     for k in kinds {
-        let name = schema_name(&k.group, &k.version, &k.kind);
-        let list_name = format!("{name}List");
-        schemas.insert(name.clone(), object_schema(k));
-        schemas.insert(
-            list_name.clone(),
-            json!({
-                "type": "object",
-                "required": ["items"],
-                "properties": {
-                    "apiVersion": {"type": "string"},
-                    "kind": {"type": "string"},
-                    "items": {"type": "array", "items": schema_ref(&name)},
-                    "metadata": {"allOf": [schema_ref("io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")], "default": {}}
-                },
-                "x-kubernetes-group-version-kind": [gvk_ext(&k.group, &k.version, &format!("{}List", k.kind))]
-            }),
-        );
-        let gvk = gvk_ext(&k.group, &k.version, &k.kind);
-        let id_base = format!(
-            "{}{}",
-            camel(if k.group.is_empty() { "core" } else { &k.group }),
-            camel(&k.version)
-        );
-        let scope = if k.namespaced { "Namespaced" } else { "" };
-        let collection = if k.namespaced {
-            format!("{prefix}/namespaces/{{namespace}}/{}", k.plural)
-        } else {
-            format!("{prefix}/{}", k.plural)
-        };
-        let mut path_params = Vec::new();
+        let ops = KindPaths::new(k, &prefix);
+        schemas.insert(ops.name.clone(), object_schema(k));
+        schemas.insert(ops.list_name.clone(), list_schema(k, &ops.name));
+        paths.insert(ops.collection.clone(), ops.collection_item());
         if k.namespaced {
-            path_params.push(json!({"name": "namespace", "in": "path", "description": "object name and auth scope, such as for teams and projects", "required": true, "schema": {"type": "string", "uniqueItems": true}}));
+            paths.insert(format!("{prefix}/{}", k.plural), ops.all_namespaces_item());
         }
-        path_params.push(query_param(
-            "pretty",
-            "If 'true', then the output is pretty printed.",
-            "string",
-        ));
-        let kind = &k.kind;
         paths.insert(
-            collection.clone(),
-            json!({
-                "get": operation("list", format!("list or watch objects of kind {kind}"), format!("list{id_base}{scope}{kind}"), &gvk, list_params(), ok_response(&list_name, &["200"])),
-                "post": {
-                    "requestBody": body(&name),
-                    "description": format!("create a {kind}"),
-                    "operationId": format!("create{id_base}{scope}{kind}"),
-                    "parameters": write_params(false),
-                    "responses": ok_response(&name, &["200", "201", "202"]),
-                    "x-kubernetes-action": "post",
-                    "x-kubernetes-group-version-kind": gvk,
-                },
-                "delete": operation("deletecollection", format!("delete collection of {kind}"), format!("deletecollection{id_base}{scope}{kind}"), &gvk, list_params(), ok_response("io.k8s.apimachinery.pkg.apis.meta.v1.Status", &["200"])),
-                "parameters": path_params,
-            }),
-        );
-        if k.namespaced {
-            paths.insert(
-                format!("{prefix}/{}", k.plural),
-                json!({
-                    "get": operation("list", format!("list or watch objects of kind {kind}"), format!("list{id_base}{kind}ForAllNamespaces"), &gvk, list_params(), ok_response(&list_name, &["200"])),
-                }),
-            );
-        }
-        let mut object_params = vec![
-            json!({"name": "name", "in": "path", "description": format!("name of the {kind}"), "required": true, "schema": {"type": "string", "uniqueItems": true}}),
-        ];
-        object_params.extend(path_params.iter().cloned());
-        let object_ops = |sub: &str, schema: &str, op_gvk: &Value, sub_name: &str| {
-            let what = if sub.is_empty() {
-                kind.to_string()
-            } else {
-                format!("{sub} of the specified {kind}")
-            };
-            let mut ops = json!({
-                "get": operation("get", format!("read the specified {what}"), format!("read{id_base}{scope}{kind}{sub_name}"), op_gvk, vec![], ok_response(schema, &["200"])),
-                "put": {
-                    "requestBody": body(schema),
-                    "description": format!("replace the specified {what}"),
-                    "operationId": format!("replace{id_base}{scope}{kind}{sub_name}"),
-                    "parameters": write_params(false),
-                    "responses": ok_response(schema, &["200", "201"]),
-                    "x-kubernetes-action": "put",
-                    "x-kubernetes-group-version-kind": op_gvk,
-                },
-                "patch": {
-                    "requestBody": patch_body(),
-                    "description": format!("partially update the specified {what}"),
-                    "operationId": format!("patch{id_base}{scope}{kind}{sub_name}"),
-                    "parameters": write_params(true),
-                    "responses": ok_response(schema, &["200", "201"]),
-                    "x-kubernetes-action": "patch",
-                    "x-kubernetes-group-version-kind": op_gvk,
-                },
-                "parameters": object_params.clone(),
-            });
-            if sub.is_empty() {
-                ops["delete"] = operation(
-                    "delete",
-                    format!("delete a {kind}"),
-                    format!("delete{id_base}{scope}{kind}"),
-                    op_gvk,
-                    vec![
-                        query_param("dryRun", "dryRun", "string"),
-                        query_param("gracePeriodSeconds", "gracePeriodSeconds", "integer"),
-                        query_param("propagationPolicy", "propagationPolicy", "string"),
-                    ],
-                    ok_response(
-                        "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
-                        &["200", "202"],
-                    ),
-                );
-            }
-            ops
-        };
-        paths.insert(
-            format!("{collection}/{{name}}"),
-            object_ops("", &name, &gvk, ""),
+            format!("{}/{{name}}", ops.collection),
+            ops.object_item("", &ops.name, &ops.gvk, ""),
         );
         for sub in &k.subresources {
             let (schema, op_gvk) = if sub == "scale" {
@@ -456,11 +332,11 @@ pub fn gv_document(gv: &str, kinds: &[OpenApiKind]) -> Value {
                 });
                 (scale, gvk_ext("autoscaling", "v1", "Scale"))
             } else {
-                (name.clone(), gvk.clone())
+                (ops.name.clone(), ops.gvk.clone())
             };
             paths.insert(
-                format!("{collection}/{{name}}/{sub}"),
-                object_ops(sub, &schema, &op_gvk, &camel(sub)),
+                format!("{}/{{name}}/{sub}", ops.collection),
+                ops.object_item(sub, &schema, &op_gvk, &camel(sub)),
             );
         }
     }
@@ -470,6 +346,189 @@ pub fn gv_document(gv: &str, kinds: &[OpenApiKind]) -> Value {
         "paths": paths,
         "components": {"schemas": schemas},
     })
+}
+
+/// The `meta.k8s.io/v1` schemas every group-version document refers to (`ObjectMeta`,
+/// `ListMeta`, `Status`, `DeleteOptions`, `Patch`), permissive.
+fn meta_schemas() -> Map<String, Value> {
+    let mut schemas = Map::new();
+    for name in ["ObjectMeta", "ListMeta", "Status", "DeleteOptions"] {
+        schemas.insert(
+            format!("io.k8s.apimachinery.pkg.apis.meta.v1.{name}"),
+            permissive(),
+        );
+    }
+    schemas.insert(
+        "io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(),
+        json!({"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."}),
+    );
+    schemas
+}
+
+/// The `<Kind>List` schema: `items` of the kind's schema `name`, and `ListMeta`.
+fn list_schema(k: &OpenApiKind, name: &str) -> Value {
+    json!({
+        "type": "object",
+        "required": ["items"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "items": {"type": "array", "items": schema_ref(name)},
+            "metadata": {"allOf": [schema_ref("io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta")], "default": {}}
+        },
+        "x-kubernetes-group-version-kind": [gvk_ext(&k.group, &k.version, &format!("{}List", k.kind))]
+    })
+}
+
+/// What the path items of one kind share: its schema names, its group-version-kind extension,
+/// the operation-id parts, its collection path and the path parameters.
+struct KindPaths<'a> {
+    /// The kind's names (`kind`, `plural`, scope).
+    k: &'a OpenApiKind,
+    /// The kind's schema name (`io.k8s.api.core.v1.Pod`).
+    name: String,
+    /// Its list's schema name (`...PodList`).
+    list_name: String,
+    /// `x-kubernetes-group-version-kind` of the kind.
+    gvk: Value,
+    /// The operation-id infix: the group and version in camel case (`CoreV1`, `AppsV1`).
+    id_base: String,
+    /// `Namespaced` in operation ids of namespaced kinds, empty otherwise.
+    scope: &'static str,
+    /// The collection path (`/api/v1/namespaces/{namespace}/pods`).
+    collection: String,
+    /// The path parameters of every path of the kind: `namespace` (namespaced kinds), `pretty`.
+    path_params: Vec<Value>,
+}
+
+impl<'a> KindPaths<'a> {
+    fn new(k: &'a OpenApiKind, prefix: &str) -> Self {
+        let name = schema_name(&k.group, &k.version, &k.kind);
+        let mut path_params = Vec::new();
+        if k.namespaced {
+            path_params.push(json!({"name": "namespace", "in": "path", "description": "object name and auth scope, such as for teams and projects", "required": true, "schema": {"type": "string", "uniqueItems": true}}));
+        }
+        path_params.push(query_param(
+            "pretty",
+            "If 'true', then the output is pretty printed.",
+            "string",
+        ));
+        KindPaths {
+            k,
+            list_name: format!("{name}List"),
+            name,
+            gvk: gvk_ext(&k.group, &k.version, &k.kind),
+            id_base: format!(
+                "{}{}",
+                camel(if k.group.is_empty() { "core" } else { &k.group }),
+                camel(&k.version)
+            ),
+            scope: if k.namespaced { "Namespaced" } else { "" },
+            collection: if k.namespaced {
+                format!("{prefix}/namespaces/{{namespace}}/{}", k.plural)
+            } else {
+                format!("{prefix}/{}", k.plural)
+            },
+            path_params,
+        }
+    }
+
+    /// The collection's path item: `list` (and watch), `create`, `deletecollection`.
+    fn collection_item(&self) -> Value {
+        let KindPaths {
+            id_base,
+            scope,
+            gvk,
+            name,
+            list_name,
+            ..
+        } = self;
+        let kind = &self.k.kind;
+        json!({
+            "get": operation("list", format!("list or watch objects of kind {kind}"), format!("list{id_base}{scope}{kind}"), gvk, list_params(), ok_response(list_name, &["200"])),
+            "post": {
+                "requestBody": body(name),
+                "description": format!("create a {kind}"),
+                "operationId": format!("create{id_base}{scope}{kind}"),
+                "parameters": write_params(false),
+                "responses": ok_response(name, &["200", "201", "202"]),
+                "x-kubernetes-action": "post",
+                "x-kubernetes-group-version-kind": gvk,
+            },
+            "delete": operation("deletecollection", format!("delete collection of {kind}"), format!("deletecollection{id_base}{scope}{kind}"), gvk, list_params(), ok_response("io.k8s.apimachinery.pkg.apis.meta.v1.Status", &["200"])),
+            "parameters": self.path_params,
+        })
+    }
+
+    /// The all-namespaces list of a namespaced kind (`/api/v1/pods`): `list` only.
+    fn all_namespaces_item(&self) -> Value {
+        let KindPaths {
+            id_base,
+            gvk,
+            list_name,
+            ..
+        } = self;
+        let kind = &self.k.kind;
+        json!({
+            "get": operation("list", format!("list or watch objects of kind {kind}"), format!("list{id_base}{kind}ForAllNamespaces"), gvk, list_params(), ok_response(list_name, &["200"])),
+        })
+    }
+
+    /// The path item of the object (`sub` empty: `get`, `put`, `patch`, `delete`) or of one of
+    /// its subresources (`get`, `put`, `patch` of `schema`, named with `sub_name`).
+    fn object_item(&self, sub: &str, schema: &str, op_gvk: &Value, sub_name: &str) -> Value {
+        let KindPaths { id_base, scope, .. } = self;
+        let kind = &self.k.kind;
+        let mut object_params = vec![
+            json!({"name": "name", "in": "path", "description": format!("name of the {kind}"), "required": true, "schema": {"type": "string", "uniqueItems": true}}),
+        ];
+        object_params.extend(self.path_params.iter().cloned());
+        let what = if sub.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{sub} of the specified {kind}")
+        };
+        let mut ops = json!({
+            "get": operation("get", format!("read the specified {what}"), format!("read{id_base}{scope}{kind}{sub_name}"), op_gvk, vec![], ok_response(schema, &["200"])),
+            "put": {
+                "requestBody": body(schema),
+                "description": format!("replace the specified {what}"),
+                "operationId": format!("replace{id_base}{scope}{kind}{sub_name}"),
+                "parameters": write_params(false),
+                "responses": ok_response(schema, &["200", "201"]),
+                "x-kubernetes-action": "put",
+                "x-kubernetes-group-version-kind": op_gvk,
+            },
+            "patch": {
+                "requestBody": patch_body(),
+                "description": format!("partially update the specified {what}"),
+                "operationId": format!("patch{id_base}{scope}{kind}{sub_name}"),
+                "parameters": write_params(true),
+                "responses": ok_response(schema, &["200", "201"]),
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": op_gvk,
+            },
+            "parameters": object_params,
+        });
+        if sub.is_empty() {
+            ops["delete"] = operation(
+                "delete",
+                format!("delete a {kind}"),
+                format!("delete{id_base}{scope}{kind}"),
+                op_gvk,
+                vec![
+                    query_param("dryRun", "dryRun", "string"),
+                    query_param("gracePeriodSeconds", "gracePeriodSeconds", "integer"),
+                    query_param("propagationPolicy", "propagationPolicy", "string"),
+                ],
+                ok_response(
+                    "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
+                    &["200", "202"],
+                ),
+            );
+        }
+        ops
+    }
 }
 
 #[cfg(test)]

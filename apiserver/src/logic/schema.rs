@@ -248,6 +248,9 @@ pub fn validate(schema: &Value, obj: &Value) -> Vec<FieldError> {
     errors
 }
 
+/// Validates one value against one schema node, in this order:
+/// the type (a wrong type stops here), `enum`, the keywords of the value's kind (string,
+/// number, array, object), then the combinators `allOf`, `anyOf`, `oneOf`, `not`.
 fn validate_node(
     schema: &Value,
     value: &Value,
@@ -262,8 +265,36 @@ fn validate_node(
         return;
     }
     let display = if path.is_empty() { "." } else { path };
+    if !type_matches(schema, value, path, display, errors) {
+        return;
+    }
+    check_enum(schema, value, path, errors);
+    match value {
+        Value::String(s) => validate_string(schema, s, path, display, errors),
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64() {
+                validate_number(schema, f, value, path, display, errors);
+            }
+        }
+        Value::Array(items) => validate_array(schema, items, path, display, errors),
+        Value::Object(map) => validate_object(schema, map, path, display, root, errors),
+        _ => {}
+    }
+    validate_combinators(schema, value, path, display, root, errors);
+}
+
+/// The type check: `type` (an integer is a `number` too), `x-kubernetes-int-or-string`, and
+/// `null`, which only `nullable` allows. False (with the `Invalid type` error pushed) when the
+/// value is of another type, or is an allowed or refused `null`: nothing more is checked then.
+fn type_matches(
+    schema: &Value,
+    value: &Value,
+    path: &str,
+    display: &str,
+    errors: &mut Vec<FieldError>,
+) -> bool {
     let int_or_string = flag(schema, "x-kubernetes-int-or-string");
-    // Type (null handled first: only `nullable` allows it).
+    // Null handled first: only `nullable` allows it.
     if value.is_null() {
         if !flag(schema, "nullable") && (schema.get("type").is_some() || int_or_string) {
             let want = if int_or_string {
@@ -282,7 +313,7 @@ fn validate_node(
                 format!("{display} in body must be of type {want}: \"null\""),
             ));
         }
-        return;
+        return false;
     }
     let have = json_type(value);
     if int_or_string {
@@ -293,7 +324,7 @@ fn validate_node(
                 Some(Value::String(have.into())),
                 format!("{display} in body must be of type integer,string: \"{have}\""),
             ));
-            return;
+            return false;
         }
     } else if let Some(want) = schema.get("type").and_then(Value::as_str) {
         let ok = want == have || (want == "number" && have == "integer");
@@ -304,11 +335,14 @@ fn validate_node(
                 Some(Value::String(have.into())),
                 format!("{display} in body must be of type {want}: \"{have}\""),
             ));
-            return;
+            return false;
         }
     }
+    true
+}
 
-    // Enum.
+/// `enum`: a value not in the list is `Unsupported value`, with the supported values quoted.
+fn check_enum(schema: &Value, value: &Value, path: &str, errors: &mut Vec<FieldError>) {
     if let Some(Value::Array(allowed)) = schema.get("enum")
         && !allowed.contains(value)
     {
@@ -327,51 +361,60 @@ fn validate_node(
             format!("supported values: {supported}"),
         ));
     }
+}
 
-    match value {
-        Value::String(s) => validate_string(schema, s, path, display, errors),
-        Value::Number(n) => {
-            if let Some(f) = n.as_f64() {
-                validate_number(schema, f, value, path, display, errors);
-            }
-        }
-        Value::Array(items) => {
-            let len = items.len() as u64;
-            if let Some(max) = count(schema, "maxItems")
-                && len > max
-            {
-                errors.push(FieldError::new(
-                    path,
-                    FieldErrorKind::TooMany,
-                    Some(Value::from(len)),
-                    format!(
-                        "must have at most {max} {}",
-                        if max == 1 { "item" } else { "items" }
-                    ),
-                ));
-            }
-            if let Some(min) = count(schema, "minItems")
-                && len < min
-            {
-                errors.push(FieldError::new(
-                    path,
-                    FieldErrorKind::Invalid,
-                    Some(Value::from(len)),
-                    format!("{display} in body should have at least {min} items"),
-                ));
-            }
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    validate_node(item_schema, item, &format!("{path}[{i}]"), false, errors);
-                }
-            }
-            validate_list_type(schema, items, path, errors);
-        }
-        Value::Object(map) => validate_object(schema, map, path, display, root, errors),
-        _ => {}
+/// An array: `maxItems` (`Too many`), `minItems`, each item against `items`, then the list
+/// type (`set` and `map` items unique).
+fn validate_array(
+    schema: &Value,
+    items: &[Value],
+    path: &str,
+    display: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let len = items.len() as u64;
+    if let Some(max) = count(schema, "maxItems")
+        && len > max
+    {
+        errors.push(FieldError::new(
+            path,
+            FieldErrorKind::TooMany,
+            Some(Value::from(len)),
+            format!(
+                "must have at most {max} {}",
+                if max == 1 { "item" } else { "items" }
+            ),
+        ));
     }
+    if let Some(min) = count(schema, "minItems")
+        && len < min
+    {
+        errors.push(FieldError::new(
+            path,
+            FieldErrorKind::Invalid,
+            Some(Value::from(len)),
+            format!("{display} in body should have at least {min} items"),
+        ));
+    }
+    if let Some(item_schema) = schema.get("items") {
+        for (i, item) in items.iter().enumerate() {
+            validate_node(item_schema, item, &format!("{path}[{i}]"), false, errors);
+        }
+    }
+    validate_list_type(schema, items, path, errors);
+}
 
-    // Combinators: only the value checks, the structure is given by the node itself.
+/// The combinators. Only their value checks: the structure is given by the node itself.
+/// `allOf` reports each sub-schema's errors; `anyOf`, `oneOf` and `not` report one error each
+/// for the node.
+fn validate_combinators(
+    schema: &Value,
+    value: &Value,
+    path: &str,
+    display: &str,
+    root: bool,
+    errors: &mut Vec<FieldError>,
+) {
     if let Some(Value::Array(all)) = schema.get("allOf") {
         for sub in all {
             validate_node(sub, value, path, root, errors);

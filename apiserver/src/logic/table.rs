@@ -867,145 +867,317 @@ fn service_external_ip(svc: &Value) -> String {
 /// events (Last Seen, Type, Reason, Object, Message, ...), deployments (Ready, Up-to-date,
 /// Available, ...), statefulsets (Ready, ...), replicasets (Desired, Current, Ready, ...),
 /// rolebindings and clusterrolebindings (Role, ...), nodes (Status, Roles, Age, Version, ...),
-/// leases (Holder), and pods ([`pod_columns`]).
+/// leases (Holder), flow schemas and priority level configurations, and pods
+/// ([`pod_columns`]), looked up in one table of printers.
 /// `None` for kinds printed by the default convertor ([`default_columns`]).
 pub fn builtin_columns(group: &str, resource: &str) -> Option<Vec<ColumnDef>> {
-    let columns = match (group, resource) {
-        ("", "pods") => return Some(pod_columns()),
-        ("", "namespaces") => vec![
-            name_column(),
-            ColumnDef::computed("Status", "The status of the namespace", 0, |o, _| {
-                Value::String(text(o, "/status/phase"))
-            }),
-            age_column(),
-        ],
-        ("", "configmaps") => vec![
-            name_column(),
-            ColumnDef::computed("Data", "Number of data in configmap", 0, |o, _| {
-                Value::from(len_of(o, "/data") + len_of(o, "/binaryData"))
-            })
-            .with_type("integer"),
-            age_column(),
-        ],
-        ("", "secrets") => vec![
-            name_column(),
-            ColumnDef::computed("Type", "The type of the secret", 0, |o, _| Value::String(text(o, "/type"))),
-            ColumnDef::computed("Data", "Number of data in secret", 0, |o, _| Value::from(len_of(o, "/data")))
-                .with_type("integer"),
-            age_column(),
-        ],
-        ("", "serviceaccounts") => vec![
+    BUILTIN_PRINTERS
+        .iter()
+        .find(|(g, r, _)| *g == group && *r == resource)
+        .map(|(_, _, columns)| columns())
+}
+
+/// A built-in kind's printer: the columns of its Table.
+type Printer = fn() -> Vec<ColumnDef>;
+
+/// The real server's printers for the built-in kinds this server serves, by group and resource
+/// (`pkg/printers/internalversion/printers.go` registers one handler per kind the same way).
+/// A kind not listed here is printed by the default convertor ([`default_columns`]).
+#[rustfmt::skip]
+const BUILTIN_PRINTERS: &[(&str, &str, Printer)] = &[
+    ("",                             "pods",                        pod_columns),
+    ("",                             "namespaces",                  namespace_columns),
+    ("",                             "configmaps",                  configmap_columns),
+    ("",                             "secrets",                     secret_columns),
+    ("",                             "serviceaccounts",             serviceaccount_columns),
+    ("",                             "services",                    service_columns),
+    ("",                             "events",                      event_columns),
+    ("events.k8s.io",                "events",                      event_columns),
+    ("flowcontrol.apiserver.k8s.io", "flowschemas",                 flowschema_columns),
+    ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations", prioritylevelconfiguration_columns),
+    ("apps",                         "deployments",                 deployment_columns),
+    ("apps",                         "statefulsets",                statefulset_columns),
+    ("apps",                         "replicasets",                 replicaset_columns),
+    ("rbac.authorization.k8s.io",    "rolebindings",                rolebinding_columns),
+    ("rbac.authorization.k8s.io",    "clusterrolebindings",         rolebinding_columns),
+    ("",                             "nodes",                       node_columns),
+    ("coordination.k8s.io",          "leases",                      lease_columns),
+];
+
+/// The real server's printer columns for namespaces: `Status`.
+fn namespace_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Status", "The status of the namespace", 0, |o, _| {
+            Value::String(text(o, "/status/phase"))
+        }),
+        age_column(),
+    ]
+}
+
+/// The real server's printer columns for config maps: `Data` (the number of `data` and `binaryData` keys).
+fn configmap_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Data", "Number of data in configmap", 0, |o, _| {
+            Value::from(len_of(o, "/data") + len_of(o, "/binaryData"))
+        })
+        .with_type("integer"),
+        age_column(),
+    ]
+}
+
+/// The real server's printer columns for secrets: `Type`, `Data`.
+fn secret_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Type", "The type of the secret", 0, |o, _| {
+            Value::String(text(o, "/type"))
+        }),
+        ColumnDef::computed("Data", "Number of data in secret", 0, |o, _| {
+            Value::from(len_of(o, "/data"))
+        })
+        .with_type("integer"),
+        age_column(),
+    ]
+}
+
+/// The real server's printer columns for service accounts: `Secrets`.
+fn serviceaccount_columns() -> Vec<ColumnDef> {
+    vec![
             name_column(),
             ColumnDef::computed("Secrets", "Secrets is the list of secrets allowed to be used by pods running using this ServiceAccount.", 0, |o, _| {
                 Value::from(len_of(o, "/secrets"))
             })
             .with_type("integer"),
             age_column(),
-        ],
-        ("", "services") => vec![
-            name_column(),
-            ColumnDef::computed("Type", "The type of the service.", 0, |o, _| {
-                Value::String(match text(o, "/spec/type") {
-                    t if t.is_empty() => "ClusterIP".into(),
-                    t => t,
-                })
-            }),
-            ColumnDef::computed("Cluster-IP", "The cluster IP of the service.", 0, |o, _| {
-                none_if_empty(o.pointer("/spec/clusterIP"))
-            }),
-            ColumnDef::computed("External-IP", "The external IP of the service.", 0, |o, _| {
-                Value::String(service_external_ip(o))
-            }),
-            ColumnDef::computed("Port(s)", "The ports of the service.", 0, |o, _| Value::String(service_ports(o))),
-            age_column(),
-            ColumnDef::computed("Selector", "Route service traffic to pods with label keys and values matching this selector.", 1, |o, _| {
-                let sel = o.pointer("/spec/selector").map(|m| serde_json::json!({"matchLabels": m}));
+        ]
+}
+
+/// The real server's printer columns for services: `Type`, `Cluster-IP`, `External-IP`, `Port(s)`, and wide `Selector`.
+fn service_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Type", "The type of the service.", 0, |o, _| {
+            Value::String(match text(o, "/spec/type") {
+                t if t.is_empty() => "ClusterIP".into(),
+                t => t,
+            })
+        }),
+        ColumnDef::computed("Cluster-IP", "The cluster IP of the service.", 0, |o, _| {
+            none_if_empty(o.pointer("/spec/clusterIP"))
+        }),
+        ColumnDef::computed(
+            "External-IP",
+            "The external IP of the service.",
+            0,
+            |o, _| Value::String(service_external_ip(o)),
+        ),
+        ColumnDef::computed("Port(s)", "The ports of the service.", 0, |o, _| {
+            Value::String(service_ports(o))
+        }),
+        age_column(),
+        ColumnDef::computed(
+            "Selector",
+            "Route service traffic to pods with label keys and values matching this selector.",
+            1,
+            |o, _| {
+                let sel = o
+                    .pointer("/spec/selector")
+                    .map(|m| serde_json::json!({"matchLabels": m}));
                 Value::String(selector_string(sel.as_ref()))
-            }),
-        ],
-        ("", "events") | ("events.k8s.io", "events") => vec![
-            ColumnDef::computed("Last Seen", "The time of the last occurrence of the event.", 0, |o, now| {
-                Value::String(event_last_seen(o, now))
-            }),
-            ColumnDef::computed("Type", "Type of this event (Normal, Warning), new types could be added in the future.", 0, |o, _| {
-                Value::String(text(o, "/type"))
-            }),
-            ColumnDef::computed("Reason", "The reason for the event.", 0, |o, _| Value::String(text(o, "/reason"))),
-            ColumnDef::computed("Object", "The object that this event is about.", 0, |o, _| {
+            },
+        ),
+    ]
+}
+
+/// The real server's printer columns for events (core and `events.k8s.io`): `Last Seen`, `Type`, `Reason`, `Object`, `Message`, and wide `Subobject`, `Source`, `First Seen`, `Count`, `Name`.
+fn event_columns() -> Vec<ColumnDef> {
+    vec![
+        ColumnDef::computed(
+            "Last Seen",
+            "The time of the last occurrence of the event.",
+            0,
+            |o, now| Value::String(event_last_seen(o, now)),
+        ),
+        ColumnDef::computed(
+            "Type",
+            "Type of this event (Normal, Warning), new types could be added in the future.",
+            0,
+            |o, _| Value::String(text(o, "/type")),
+        ),
+        ColumnDef::computed("Reason", "The reason for the event.", 0, |o, _| {
+            Value::String(text(o, "/reason"))
+        }),
+        ColumnDef::computed(
+            "Object",
+            "The object that this event is about.",
+            0,
+            |o, _| {
                 let kind = text(o, "/involvedObject/kind").to_lowercase();
                 let name = text(o, "/involvedObject/name");
-                Value::String(if name.is_empty() { kind } else { format!("{kind}/{name}") })
-            }),
-            ColumnDef::computed("Subobject", "The subobject that this event is about.", 1, |o, _| {
-                Value::String(text(o, "/involvedObject/fieldPath"))
-            }),
-            ColumnDef::computed("Source", "The component reporting this event.", 1, |o, _| {
+                Value::String(if name.is_empty() {
+                    kind
+                } else {
+                    format!("{kind}/{name}")
+                })
+            },
+        ),
+        ColumnDef::computed(
+            "Subobject",
+            "The subobject that this event is about.",
+            1,
+            |o, _| Value::String(text(o, "/involvedObject/fieldPath")),
+        ),
+        ColumnDef::computed(
+            "Source",
+            "The component reporting this event.",
+            1,
+            |o, _| {
                 let first = |a: &str, b: &str| {
                     let v = text(o, a);
                     if v.is_empty() { text(o, b) } else { v }
                 };
                 let component = first("/source/component", "/reportingComponent");
                 let instance = first("/source/host", "/reportingInstance");
-                Value::String(if instance.is_empty() { component } else { format!("{component}, {instance}") })
-            }),
-            ColumnDef::computed("Message", "A human-readable description of the status of this operation.", 0, |o, _| {
-                Value::String(text(o, "/message").trim().to_string())
-            }),
-            ColumnDef::computed("First Seen", "The time of the first occurrence of the event.", 1, |o, now| {
-                Value::String(event_first_seen(o, now))
-            }),
-            ColumnDef::computed("Count", "The number of times this event has occurred.", 1, |o, _| {
-                let count = if o.get("series").is_some_and(Value::is_object) {
-                    o.pointer("/series/count").and_then(Value::as_i64).unwrap_or(0)
+                Value::String(if instance.is_empty() {
+                    component
                 } else {
-                    o.get("count").and_then(Value::as_i64).filter(|c| *c != 0).unwrap_or(1)
+                    format!("{component}, {instance}")
+                })
+            },
+        ),
+        ColumnDef::computed(
+            "Message",
+            "A human-readable description of the status of this operation.",
+            0,
+            |o, _| Value::String(text(o, "/message").trim().to_string()),
+        ),
+        ColumnDef::computed(
+            "First Seen",
+            "The time of the first occurrence of the event.",
+            1,
+            |o, now| Value::String(event_first_seen(o, now)),
+        ),
+        ColumnDef::computed(
+            "Count",
+            "The number of times this event has occurred.",
+            1,
+            |o, _| {
+                let count = if o.get("series").is_some_and(Value::is_object) {
+                    o.pointer("/series/count")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                } else {
+                    o.get("count")
+                        .and_then(Value::as_i64)
+                        .filter(|c| *c != 0)
+                        .unwrap_or(1)
                 };
                 Value::from(count)
-            })
-            .with_type("integer"),
-            ColumnDef::computed("Name", "The name of the referenced object.", 1, |o, _| {
-                Value::String(text(o, "/metadata/name"))
-            }),
-        ],
-        ("flowcontrol.apiserver.k8s.io", "flowschemas") => vec![
-            name_column(),
-            ColumnDef::computed("PriorityLevel", "The priority level of this FlowSchema.", 0, |o, _| {
-                Value::String(text(o, "/spec/priorityLevelConfiguration/name"))
-            }),
-            ColumnDef::computed("MatchingPrecedence", "The matching precedence of this FlowSchema.", 0, |o, _| {
-                Value::from(o.pointer("/spec/matchingPrecedence").and_then(Value::as_i64).unwrap_or(1000))
-            })
-            .with_type("integer"),
-            ColumnDef::computed("DistinguisherMethod", "The distinguisher method of this FlowSchema.", 0, |o, _| {
+            },
+        )
+        .with_type("integer"),
+        ColumnDef::computed("Name", "The name of the referenced object.", 1, |o, _| {
+            Value::String(text(o, "/metadata/name"))
+        }),
+    ]
+}
+
+/// The real server's printer columns for flow schemas: `PriorityLevel`, `MatchingPrecedence`, `DistinguisherMethod`, `MissingPL`.
+fn flowschema_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed(
+            "PriorityLevel",
+            "The priority level of this FlowSchema.",
+            0,
+            |o, _| Value::String(text(o, "/spec/priorityLevelConfiguration/name")),
+        ),
+        ColumnDef::computed(
+            "MatchingPrecedence",
+            "The matching precedence of this FlowSchema.",
+            0,
+            |o, _| {
+                Value::from(
+                    o.pointer("/spec/matchingPrecedence")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1000),
+                )
+            },
+        )
+        .with_type("integer"),
+        ColumnDef::computed(
+            "DistinguisherMethod",
+            "The distinguisher method of this FlowSchema.",
+            0,
+            |o, _| {
                 Value::String(match text(o, "/spec/distinguisherMethod/type") {
                     t if t.is_empty() => "*".into(),
                     t => t,
                 })
-            }),
-            age_column(),
-            ColumnDef::computed("MissingPL", "The PriorityLevelConfiguration references this FlowSchema is missing.", 0, |o, _| {
-                let dangling = o.pointer("/status/conditions").and_then(Value::as_array).and_then(|cs| {
-                    cs.iter().find(|c| c["type"] == "Dangling").map(|c| c["status"].as_str().unwrap_or_default().to_owned())
-                });
+            },
+        ),
+        age_column(),
+        ColumnDef::computed(
+            "MissingPL",
+            "The PriorityLevelConfiguration references this FlowSchema is missing.",
+            0,
+            |o, _| {
+                let dangling = o
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| {
+                        cs.iter()
+                            .find(|c| c["type"] == "Dangling")
+                            .map(|c| c["status"].as_str().unwrap_or_default().to_owned())
+                    });
                 Value::String(dangling.unwrap_or_else(|| "?".into()))
-            }),
-        ],
-        ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations") => {
-            vec![
-                name_column(),
-                ColumnDef::computed("Type", "The type of the configuration.", 0, |o, _| Value::String(text(o, "/spec/type"))),
-                ColumnDef::computed("NominalConcurrencyShares", "NominalConcurrencyShares of the configuration.", 0, |o, _| {
-                    o.pointer("/spec/limited")
-                        .map(|l| l.get("nominalConcurrencyShares").cloned().unwrap_or(Value::from(30)))
-                        .unwrap_or_else(|| Value::String("<none>".into()))
-                }),
-                ColumnDef::computed("Queues", "Queues of the configuration.", 0, |o, _| plc_queuing(o, "queues")),
-                ColumnDef::computed("HandSize", "HandSize of the configuration.", 0, |o, _| plc_queuing(o, "handSize")),
-                ColumnDef::computed("QueueLengthLimit", "QueueLengthLimit of the configuration.", 0, |o, _| plc_queuing(o, "queueLengthLimit")),
-                age_column(),
-            ]
-        }
-        ("apps", "deployments") => vec![
+            },
+        ),
+    ]
+}
+
+/// The real server's printer columns for priority level configurations: `Type`, `NominalConcurrencyShares`, `Queues`, `HandSize`, `QueueLengthLimit`.
+fn prioritylevelconfiguration_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Type", "The type of the configuration.", 0, |o, _| {
+            Value::String(text(o, "/spec/type"))
+        }),
+        ColumnDef::computed(
+            "NominalConcurrencyShares",
+            "NominalConcurrencyShares of the configuration.",
+            0,
+            |o, _| {
+                o.pointer("/spec/limited")
+                    .map(|l| {
+                        l.get("nominalConcurrencyShares")
+                            .cloned()
+                            .unwrap_or(Value::from(30))
+                    })
+                    .unwrap_or_else(|| Value::String("<none>".into()))
+            },
+        ),
+        ColumnDef::computed("Queues", "Queues of the configuration.", 0, |o, _| {
+            plc_queuing(o, "queues")
+        }),
+        ColumnDef::computed("HandSize", "HandSize of the configuration.", 0, |o, _| {
+            plc_queuing(o, "handSize")
+        }),
+        ColumnDef::computed(
+            "QueueLengthLimit",
+            "QueueLengthLimit of the configuration.",
+            0,
+            |o, _| plc_queuing(o, "queueLengthLimit"),
+        ),
+        age_column(),
+    ]
+}
+
+/// The real server's printer columns for deployments: `Ready`, `Up-to-date`, `Available`, and wide `Containers`, `Images`, `Selector`.
+fn deployment_columns() -> Vec<ColumnDef> {
+    vec![
             name_column(),
             ColumnDef::computed("Ready", "Number of the pod with ready state", 0, |o, _| {
                 let ready = o.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
@@ -1026,19 +1198,43 @@ pub fn builtin_columns(group: &str, resource: &str) -> Option<Vec<ColumnDef>> {
             ColumnDef::computed("Selector", "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.", 1, |o, _| {
                 Value::String(selector_string(o.pointer("/spec/selector")))
             }),
-        ],
-        ("apps", "statefulsets") => vec![
-            name_column(),
-            ColumnDef::computed("Ready", "Number of the pod with ready state", 0, |o, _| {
-                let ready = o.pointer("/status/readyReplicas").and_then(Value::as_i64).unwrap_or(0);
-                let want = o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
-                Value::String(format!("{ready}/{want}"))
-            }),
-            age_column(),
-            ColumnDef::computed("Containers", "Names of each container in the template.", 1, |o, _| container_field(o, "name")),
-            ColumnDef::computed("Images", "Images referenced by each container in the template.", 1, |o, _| container_field(o, "image")),
-        ],
-        ("apps", "replicasets") => vec![
+        ]
+}
+
+/// The real server's printer columns for stateful sets: `Ready`, and wide `Containers`, `Images`.
+fn statefulset_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Ready", "Number of the pod with ready state", 0, |o, _| {
+            let ready = o
+                .pointer("/status/readyReplicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let want = o
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            Value::String(format!("{ready}/{want}"))
+        }),
+        age_column(),
+        ColumnDef::computed(
+            "Containers",
+            "Names of each container in the template.",
+            1,
+            |o, _| container_field(o, "name"),
+        ),
+        ColumnDef::computed(
+            "Images",
+            "Images referenced by each container in the template.",
+            1,
+            |o, _| container_field(o, "image"),
+        ),
+    ]
+}
+
+/// The real server's printer columns for replica sets: `Desired`, `Current`, `Ready`, and wide `Containers`, `Images`, `Selector`.
+fn replicaset_columns() -> Vec<ColumnDef> {
+    vec![
             name_column(),
             ColumnDef::computed("Desired", "Replicas is the number of desired pods.", 0, |o, _| {
                 Value::from(o.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1))
@@ -1058,53 +1254,100 @@ pub fn builtin_columns(group: &str, resource: &str) -> Option<Vec<ColumnDef>> {
             ColumnDef::computed("Selector", "Selector is a label query over pods that should match the replica count.", 1, |o, _| {
                 Value::String(selector_string(o.pointer("/spec/selector")))
             }),
-        ],
-        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => vec![
-            name_column(),
-            ColumnDef::computed("Role", "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace.", 0, |o, _| {
-                Value::String(format!("{}/{}", text(o, "/roleRef/kind"), text(o, "/roleRef/name")))
-            }),
-            age_column(),
-            ColumnDef::computed("Users", "Users in the roleBinding", 1, |o, _| subjects_of(o, "User")),
-            ColumnDef::computed("Groups", "Groups in the roleBinding", 1, |o, _| subjects_of(o, "Group")),
-            ColumnDef::computed("ServiceAccounts", "ServiceAccounts in the roleBinding", 1, |o, _| {
-                subjects_of(o, "ServiceAccount")
-            }),
-        ],
-        ("", "nodes") => vec![
-            name_column(),
-            ColumnDef::computed("Status", "The status of the node", 0, |o, _| Value::String(node_status(o))),
-            ColumnDef::computed("Roles", "The roles of the node", 0, |o, _| Value::String(node_roles(o))),
-            age_column(),
-            ColumnDef::computed("Version", "Kubelet Version reported by the node.", 0, |o, _| {
-                Value::String(text(o, "/status/nodeInfo/kubeletVersion"))
-            }),
-            ColumnDef::computed("Internal-IP", "List of addresses reachable to the node.", 1, |o, _| {
-                Value::String(node_address(o, "InternalIP"))
-            }),
-            ColumnDef::computed("External-IP", "List of addresses reachable to the node.", 1, |o, _| {
-                Value::String(node_address(o, "ExternalIP"))
-            }),
-            ColumnDef::computed("OS-Image", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", 1, |o, _| {
-                unknown_if_empty(o, "/status/nodeInfo/osImage")
-            }),
-            ColumnDef::computed("Kernel-Version", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", 1, |o, _| {
-                unknown_if_empty(o, "/status/nodeInfo/kernelVersion")
-            }),
-            ColumnDef::computed("Container-Runtime", "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).", 1, |o, _| {
-                unknown_if_empty(o, "/status/nodeInfo/containerRuntimeVersion")
-            }),
-        ],
-        ("coordination.k8s.io", "leases") => vec![
-            name_column(),
-            ColumnDef::computed("Holder", "The holder of the lease", 0, |o, _| {
-                Value::String(text(o, "/spec/holderIdentity"))
-            }),
-            age_column(),
-        ],
-        _ => return None,
-    };
-    Some(columns)
+        ]
+}
+
+/// The real server's printer columns for role bindings and cluster role bindings: `Role`, and wide `Users`, `Groups`, `ServiceAccounts`.
+fn rolebinding_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed(
+            "Role",
+            "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace.",
+            0,
+            |o, _| {
+                Value::String(format!(
+                    "{}/{}",
+                    text(o, "/roleRef/kind"),
+                    text(o, "/roleRef/name")
+                ))
+            },
+        ),
+        age_column(),
+        ColumnDef::computed("Users", "Users in the roleBinding", 1, |o, _| {
+            subjects_of(o, "User")
+        }),
+        ColumnDef::computed("Groups", "Groups in the roleBinding", 1, |o, _| {
+            subjects_of(o, "Group")
+        }),
+        ColumnDef::computed(
+            "ServiceAccounts",
+            "ServiceAccounts in the roleBinding",
+            1,
+            |o, _| subjects_of(o, "ServiceAccount"),
+        ),
+    ]
+}
+
+/// The real server's printer columns for nodes: `Status`, `Roles`, `Age`, `Version`, and wide `Internal-IP`, `External-IP`, `OS-Image`, `Kernel-Version`, `Container-Runtime`.
+fn node_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Status", "The status of the node", 0, |o, _| {
+            Value::String(node_status(o))
+        }),
+        ColumnDef::computed("Roles", "The roles of the node", 0, |o, _| {
+            Value::String(node_roles(o))
+        }),
+        age_column(),
+        ColumnDef::computed(
+            "Version",
+            "Kubelet Version reported by the node.",
+            0,
+            |o, _| Value::String(text(o, "/status/nodeInfo/kubeletVersion")),
+        ),
+        ColumnDef::computed(
+            "Internal-IP",
+            "List of addresses reachable to the node.",
+            1,
+            |o, _| Value::String(node_address(o, "InternalIP")),
+        ),
+        ColumnDef::computed(
+            "External-IP",
+            "List of addresses reachable to the node.",
+            1,
+            |o, _| Value::String(node_address(o, "ExternalIP")),
+        ),
+        ColumnDef::computed(
+            "OS-Image",
+            "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).",
+            1,
+            |o, _| unknown_if_empty(o, "/status/nodeInfo/osImage"),
+        ),
+        ColumnDef::computed(
+            "Kernel-Version",
+            "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).",
+            1,
+            |o, _| unknown_if_empty(o, "/status/nodeInfo/kernelVersion"),
+        ),
+        ColumnDef::computed(
+            "Container-Runtime",
+            "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+            1,
+            |o, _| unknown_if_empty(o, "/status/nodeInfo/containerRuntimeVersion"),
+        ),
+    ]
+}
+
+/// The real server's printer columns for leases: `Holder`.
+fn lease_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Holder", "The holder of the lease", 0, |o, _| {
+            Value::String(text(o, "/spec/holderIdentity"))
+        }),
+        age_column(),
+    ]
 }
 
 /// What each row's `object` holds (`?includeObject=`).

@@ -66,6 +66,17 @@ pub struct PostParams {
     pub field_manager: Option<String>,
 }
 
+impl PostParams {
+    /// Writes recorded under `manager` in `metadata.managedFields` (each controller names its
+    /// writes after itself).
+    pub fn with_field_manager(manager: &str) -> Self {
+        PostParams {
+            field_manager: Some(manager.to_owned()),
+            ..PostParams::default()
+        }
+    }
+}
+
 /// The kinds of PATCH, by content type.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Patch {

@@ -271,18 +271,15 @@ impl SyncHandler for AtController {
         let plan = plan(&at, state, self.clock.now());
 
         if let Some(new_pod) = &plan.create_pod {
-            // Expect before creating: the informer's add may beat the create's response.
-            self.expectations.expect_creations(key, 1);
-            let pp = PostParams {
-                field_manager: Some(CONTROLLER_NAME.to_string()),
-                ..PostParams::default()
-            };
-            if let Err(source) = Api::<Pod>::all(self.client.clone())
-                .create(&pp, new_pod)
+            // Expected before creating (the informer's add may beat the create's response),
+            // and no longer once the create failed (nothing will arrive).
+            let pp = PostParams::with_field_manager(CONTROLLER_NAME);
+            let pods = Api::<Pod>::all(self.client.clone());
+            if let Err(source) = self
+                .expectations
+                .expecting(key, pods.create(&pp, new_pod))
                 .await
             {
-                // Nothing will arrive for this create.
-                self.expectations.creation_observed(key);
                 if !source.is_already_exists() {
                     self.recorder.event(
                         at.as_ref(),
@@ -304,10 +301,7 @@ impl SyncHandler for AtController {
             let mut updated = at.as_ref().clone();
             let old_phase = updated.phase();
             updated.status = Some(status);
-            let pp = PostParams {
-                field_manager: Some(CONTROLLER_NAME.to_string()),
-                ..PostParams::default()
-            };
+            let pp = PostParams::with_field_manager(CONTROLLER_NAME);
             match Api::<At>::all(self.client.clone())
                 .update_status(&pp, &updated)
                 .await
@@ -550,208 +544,287 @@ pub struct Plan {
 ///
 /// The status in the plan is `Some` only when it differs from the At's current status, so a
 /// sync that changes nothing writes nothing.
+///
+/// Each decision row is one step method of a private `Decision` (`invalid_spec`, `wait_until`,
+/// then, once due, the pod decides: `pod_not_ours`, `finish`, `watch_pod`, `wait_for_informer`,
+/// `create_pod`), so the code below reads as the table does.
 pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
-    let phase = at.phase();
-    if phase == AtPhase::Done {
+    if at.phase() == AtPhase::Done {
         return Plan::default();
     }
-    let current = at.status.clone().unwrap_or_default();
-    let mut status = current.clone();
-    let generation = at.metadata.generation;
-    let mut out = Plan::default();
-
-    if phase == AtPhase::Pending {
+    let mut decision = Decision::new(at, now);
+    if decision.phase == AtPhase::Pending {
         let due = match validate_spec(&at.spec) {
             Ok(due) => due,
-            Err(message) => {
-                status.phase = Some(AtPhase::Pending);
-                status.observed_generation = generation;
-                status.message = Some(message.clone());
-                let invalid = Condition::new(
-                    CONDITION_INVALID_SPEC,
-                    ConditionStatus::True,
-                    reason::INVALID_SPEC,
-                    message.as_str(),
-                    generation,
-                    now,
-                );
-                let ready = Condition::new(
-                    CONDITION_READY,
-                    ConditionStatus::False,
-                    reason::INVALID_SPEC,
-                    message.as_str(),
-                    generation,
-                    now,
-                );
-                let mut conditions_changed = set_condition(&mut status.conditions, invalid);
-                conditions_changed |= set_condition(&mut status.conditions, ready);
-                if conditions_changed || current.message.as_deref() != Some(message.as_str()) {
-                    out.events.push(PlannedEvent {
-                        type_: PlannedEventType::Warning,
-                        reason: reason::INVALID_SPEC,
-                        message,
-                    });
-                }
-                out.status = changed(&current, status);
-                return out;
-            }
+            Err(message) => return decision.invalid_spec(message),
         };
-        remove_condition(&mut status.conditions, CONDITION_INVALID_SPEC);
+        remove_condition(&mut decision.status.conditions, CONDITION_INVALID_SPEC);
         if now < due {
-            let message = format!("waiting until {due} to run the command");
-            status.phase = Some(AtPhase::Pending);
-            status.observed_generation = generation;
-            set_condition(
-                &mut status.conditions,
-                Condition::new(
-                    CONDITION_READY,
-                    ConditionStatus::False,
-                    reason::SCHEDULED,
-                    message.as_str(),
-                    generation,
-                    now,
-                ),
-            );
-            if current.phase != Some(AtPhase::Pending)
-                || current.message.as_deref() != Some(message.as_str())
-            {
-                out.events.push(PlannedEvent {
-                    type_: PlannedEventType::Normal,
-                    reason: reason::SCHEDULED,
-                    message: format!("scheduled to run {:?} at {due}", at.spec.command),
-                });
-            }
-            status.message = Some(message);
-            out.status = changed(&current, status);
-            out.requeue_after =
-                Some(Duration::try_from(now.duration_until(due)).unwrap_or(Duration::ZERO));
-            return out;
+            return decision.wait_until(due);
+        }
+    }
+    // RUNNING (or PENDING that is due now): the pod decides.
+    match pod {
+        PodState::Present(pod) if !is_controlled_by(pod, at) => decision.pod_not_ours(),
+        PodState::Present(pod) => match finished(pod) {
+            Some(outcome) => decision.finish(outcome),
+            None => decision.watch_pod(pod),
+        },
+        PodState::Expected => decision.wait_for_informer(),
+        PodState::Absent => decision.create_pod(),
+    }
+}
+
+/// One sync's decision under construction: the At, the status it had, the status being built
+/// and the plan so far. Each step method is one row group of [`plan`]'s table; it finishes the
+/// decision and returns the [`Plan`], with the status in it only when it changed. Nothing here
+/// performs I/O.
+struct Decision<'a> {
+    /// The At being decided on.
+    at: &'a At,
+    /// Its phase when the sync began (never `DONE`: [`plan`] stops there).
+    phase: AtPhase,
+    /// The status it had (an empty one when it had none).
+    current: AtStatus,
+    /// The status being built from `current`.
+    status: AtStatus,
+    /// `metadata.generation`, recorded as `observedGeneration` and in conditions.
+    generation: Option<i64>,
+    /// The time of the decision.
+    now: Timestamp,
+    /// The plan so far (pod to create, events, requeue).
+    out: Plan,
+}
+
+impl<'a> Decision<'a> {
+    /// Starts from the At's current status and an empty plan.
+    fn new(at: &'a At, now: Timestamp) -> Self {
+        let current = at.status.clone().unwrap_or_default();
+        Decision {
+            at,
+            phase: at.phase(),
+            status: current.clone(),
+            current,
+            generation: at.metadata.generation,
+            now,
+            out: Plan::default(),
         }
     }
 
-    // RUNNING (or PENDING that is due now): the pod decides.
-    let pod_name = at.pod_name();
-    let was_pending = phase == AtPhase::Pending;
-    match pod {
-        PodState::Present(pod) if !is_controlled_by(pod, at) => {
-            let message = format!("Resource {pod_name:?} already exists and is not managed by At");
-            status.phase = Some(phase);
-            status.observed_generation = generation;
-            let cond_changed = set_condition(
-                &mut status.conditions,
-                Condition::new(
-                    CONDITION_READY,
-                    ConditionStatus::False,
-                    reason::ERR_RESOURCE_EXISTS,
-                    message.as_str(),
-                    generation,
-                    now,
-                ),
-            );
-            if cond_changed || current.message.as_deref() != Some(message.as_str()) {
-                out.events.push(PlannedEvent {
-                    type_: PlannedEventType::Warning,
-                    reason: reason::ERR_RESOURCE_EXISTS,
-                    message: message.clone(),
-                });
-            }
-            status.message = Some(message);
-        }
-        PodState::Present(pod) => {
-            enter_running(&mut status, &pod_name, generation, now);
-            match finished(pod) {
-                Some(outcome) => {
-                    let (type_, event_reason, ready) = match outcome.result {
-                        AtResult::Succeeded => (
-                            PlannedEventType::Normal,
-                            reason::COMPLETED,
-                            ConditionStatus::True,
-                        ),
-                        AtResult::Failed => (
-                            PlannedEventType::Warning,
-                            reason::FAILED,
-                            ConditionStatus::False,
-                        ),
-                    };
-                    let cond_reason = match outcome.result {
-                        AtResult::Succeeded => "Succeeded",
-                        AtResult::Failed => "Failed",
-                    };
-                    status.phase = Some(AtPhase::Done);
-                    status.result = Some(outcome.result);
-                    status.exit_code = outcome.exit_code;
-                    status.completion_time = Some(truncate(now));
-                    status.message = Some(outcome.message.clone());
-                    set_condition(
-                        &mut status.conditions,
-                        Condition::new(
-                            CONDITION_READY,
-                            ready,
-                            cond_reason,
-                            outcome.message.as_str(),
-                            generation,
-                            now,
-                        ),
-                    );
-                    if was_pending {
-                        out.events.push(started_event(&pod_name, &at.spec.command));
-                    }
-                    out.events.push(PlannedEvent {
-                        type_,
-                        reason: event_reason,
-                        message: outcome.message,
-                    });
-                }
-                None => {
-                    let pod_phase = pod
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.phase.as_deref())
-                        .unwrap_or("Pending");
-                    let message = if pod.metadata.deletion_timestamp.is_some() {
-                        format!("pod {pod_name} is being deleted before it finished")
-                    } else if pod_phase == "Pending" {
-                        // The message written with the create: the informer delivering the
-                        // pod we created, still Pending, is no news worth a status write.
-                        format!("pod {pod_name} created, waiting for it to run")
-                    } else {
-                        format!("pod {pod_name} is {pod_phase}")
-                    };
-                    set_running_condition(&mut status, &message, generation, now);
-                    status.message = Some(message);
-                    if was_pending {
-                        out.events.push(started_event(&pod_name, &at.spec.command));
-                    }
-                }
-            }
-        }
-        PodState::Expected => {
-            enter_running(&mut status, &pod_name, generation, now);
-            let message = format!("pod {pod_name} created, waiting for it to run");
-            set_running_condition(&mut status, &message, generation, now);
-            status.message = Some(message);
-        }
-        PodState::Absent => {
-            enter_running(&mut status, &pod_name, generation, now);
-            let message = format!("pod {pod_name} created, waiting for it to run");
-            set_running_condition(&mut status, &message, generation, now);
-            status.message = Some(message);
-            out.create_pod = Some(new_pod(at));
-            out.events.push(if was_pending {
-                started_event(&pod_name, &at.spec.command)
-            } else {
-                PlannedEvent {
-                    type_: PlannedEventType::Normal,
-                    reason: reason::STARTED,
-                    message: format!(
-                        "created pod {pod_name} again: the previous one was deleted before it finished"
-                    ),
-                }
+    /// Ends the decision: the plan, with the status only when it differs from the current one.
+    fn done(mut self) -> Plan {
+        self.out.status = changed(&self.current, self.status);
+        self.out
+    }
+
+    /// True when `message` is not already the status message (the At learns something new).
+    fn message_changed(&self, message: &str) -> bool {
+        self.current.message.as_deref() != Some(message)
+    }
+
+    /// Sets the `Ready` condition to `status` with `reason` and `message`; true when it changed.
+    fn set_ready(&mut self, status: ConditionStatus, reason: &str, message: &str) -> bool {
+        set_condition(
+            &mut self.status.conditions,
+            Condition::new(
+                CONDITION_READY,
+                status,
+                reason,
+                message,
+                self.generation,
+                self.now,
+            ),
+        )
+    }
+
+    /// `PENDING` with a spec that cannot be acted on: the `InvalidSpec` condition, `Ready`
+    /// false, and a Warning event when that is news; no requeue (a spec change enqueues it).
+    fn invalid_spec(mut self, message: String) -> Plan {
+        self.status.phase = Some(AtPhase::Pending);
+        self.status.observed_generation = self.generation;
+        self.status.message = Some(message.clone());
+        let invalid = Condition::new(
+            CONDITION_INVALID_SPEC,
+            ConditionStatus::True,
+            reason::INVALID_SPEC,
+            message.as_str(),
+            self.generation,
+            self.now,
+        );
+        let mut conditions_changed = set_condition(&mut self.status.conditions, invalid);
+        conditions_changed |= self.set_ready(
+            ConditionStatus::False,
+            reason::INVALID_SPEC,
+            message.as_str(),
+        );
+        if conditions_changed || self.message_changed(&message) {
+            self.out.events.push(PlannedEvent {
+                type_: PlannedEventType::Warning,
+                reason: reason::INVALID_SPEC,
+                message,
             });
         }
+        self.done()
     }
-    out.status = changed(&current, status);
-    out
+
+    /// `PENDING`, due in the future: persist `PENDING` with the due time in the message (a
+    /// Normal `Scheduled` event when the At is first seen waiting or its schedule moved), and
+    /// look again exactly at the due time.
+    fn wait_until(mut self, due: Timestamp) -> Plan {
+        let message = format!("waiting until {due} to run the command");
+        self.status.phase = Some(AtPhase::Pending);
+        self.status.observed_generation = self.generation;
+        self.set_ready(ConditionStatus::False, reason::SCHEDULED, message.as_str());
+        if self.current.phase != Some(AtPhase::Pending) || self.message_changed(&message) {
+            self.out.events.push(PlannedEvent {
+                type_: PlannedEventType::Normal,
+                reason: reason::SCHEDULED,
+                message: format!("scheduled to run {:?} at {due}", self.at.spec.command),
+            });
+        }
+        self.status.message = Some(message);
+        self.out.requeue_after =
+            Some(Duration::try_from(self.now.duration_until(due)).unwrap_or(Duration::ZERO));
+        self.done()
+    }
+
+    /// A pod of the At's pod name that this At does not control: left untouched; `Ready`
+    /// false with reason `ErrResourceExists`, and a Warning event when that is news.
+    fn pod_not_ours(mut self) -> Plan {
+        let pod_name = self.at.pod_name();
+        let message = format!("Resource {pod_name:?} already exists and is not managed by At");
+        self.status.phase = Some(self.phase);
+        self.status.observed_generation = self.generation;
+        let cond_changed = self.set_ready(
+            ConditionStatus::False,
+            reason::ERR_RESOURCE_EXISTS,
+            message.as_str(),
+        );
+        if cond_changed || self.message_changed(&message) {
+            self.out.events.push(PlannedEvent {
+                type_: PlannedEventType::Warning,
+                reason: reason::ERR_RESOURCE_EXISTS,
+                message: message.clone(),
+            });
+        }
+        self.status.message = Some(message);
+        self.done()
+    }
+
+    /// Goes `RUNNING` on the At's pod (the start time is kept once set).
+    fn enter_running(&mut self) {
+        enter_running(
+            &mut self.status,
+            &self.at.pod_name(),
+            self.generation,
+            self.now,
+        );
+    }
+
+    /// `Started`, when the At goes from `PENDING` to a pod in this same sync.
+    fn started_if_was_pending(&mut self) {
+        if self.phase == AtPhase::Pending {
+            self.out
+                .events
+                .push(started_event(&self.at.pod_name(), &self.at.spec.command));
+        }
+    }
+
+    /// Our pod finished: `DONE` with result, exit code, message and completion time; `Ready`
+    /// true on success; a Normal `Completed` or Warning `Failed` event.
+    fn finish(mut self, outcome: Outcome) -> Plan {
+        self.enter_running();
+        let (type_, event_reason, ready) = match outcome.result {
+            AtResult::Succeeded => (
+                PlannedEventType::Normal,
+                reason::COMPLETED,
+                ConditionStatus::True,
+            ),
+            AtResult::Failed => (
+                PlannedEventType::Warning,
+                reason::FAILED,
+                ConditionStatus::False,
+            ),
+        };
+        let cond_reason = match outcome.result {
+            AtResult::Succeeded => "Succeeded",
+            AtResult::Failed => "Failed",
+        };
+        self.status.phase = Some(AtPhase::Done);
+        self.status.result = Some(outcome.result);
+        self.status.exit_code = outcome.exit_code;
+        self.status.completion_time = Some(truncate(self.now));
+        self.status.message = Some(outcome.message.clone());
+        self.set_ready(ready, cond_reason, outcome.message.as_str());
+        self.started_if_was_pending();
+        self.out.events.push(PlannedEvent {
+            type_,
+            reason: event_reason,
+            message: outcome.message,
+        });
+        self.done()
+    }
+
+    /// Our pod has not finished (pending, running, or being deleted): `RUNNING` with a message
+    /// saying where the pod is, and wait for its next event. The informer delivering the pod
+    /// we created, still `Pending`, keeps the message written with the create (no news, no
+    /// write).
+    fn watch_pod(mut self, pod: &Pod) -> Plan {
+        self.enter_running();
+        let pod_name = self.at.pod_name();
+        let pod_phase = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or("Pending");
+        let message = if pod.metadata.deletion_timestamp.is_some() {
+            format!("pod {pod_name} is being deleted before it finished")
+        } else if pod_phase == "Pending" {
+            format!("pod {pod_name} created, waiting for it to run")
+        } else {
+            format!("pod {pod_name} is {pod_phase}")
+        };
+        set_running_condition(&mut self.status, &message, self.generation, self.now);
+        self.status.message = Some(message);
+        self.started_if_was_pending();
+        self.done()
+    }
+
+    /// The pod was created and the pod informer has not delivered it yet: `RUNNING`, and wait
+    /// (creating again would be a duplicate).
+    fn wait_for_informer(mut self) -> Plan {
+        self.enter_running();
+        self.set_created_message();
+        self.done()
+    }
+
+    /// No pod and none expected: create `<name>-pod` and go `RUNNING`, with `Started` (or, for
+    /// a `RUNNING` At whose pod vanished, a `Started` that says it was created again).
+    fn create_pod(mut self) -> Plan {
+        self.enter_running();
+        self.set_created_message();
+        let pod_name = self.at.pod_name();
+        self.out.create_pod = Some(new_pod(self.at));
+        self.out.events.push(if self.phase == AtPhase::Pending {
+            started_event(&pod_name, &self.at.spec.command)
+        } else {
+            PlannedEvent {
+                type_: PlannedEventType::Normal,
+                reason: reason::STARTED,
+                message: format!(
+                    "created pod {pod_name} again: the previous one was deleted before it finished"
+                ),
+            }
+        });
+        self.done()
+    }
+
+    /// The message and `Ready` condition of a pod created and not yet running.
+    fn set_created_message(&mut self) {
+        let message = format!("pod {} created, waiting for it to run", self.at.pod_name());
+        set_running_condition(&mut self.status, &message, self.generation, self.now);
+        self.status.message = Some(message);
+    }
 }
 
 /// Checks what a sync needs from the spec: a parsable schedule and a non-empty command.

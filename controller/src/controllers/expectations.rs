@@ -14,7 +14,8 @@
 //!    cannot be missed);
 //! 2. the child informer's add handler calls [`creation_observed`](Expectations::creation_observed)
 //!    for the owner found through the child's controller ownerReference;
-//! 3. a failed `create` also calls `creation_observed`: nothing will arrive;
+//! 3. a failed `create` also calls `creation_observed`: nothing will arrive
+//!    ([`expecting`](Expectations::expecting) does steps 1 and 3 around one create);
 //! 4. while [`satisfied`](Expectations::satisfied) is false, the sync does not trust "absent"
 //!    in the lister.
 //!
@@ -23,6 +24,7 @@
 //! tests control it. Deleting the owner should [`forget`](Expectations::forget) its entry.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -87,6 +89,23 @@ impl Expectations {
         }
     }
 
+    /// Steps 1 and 3 around one create: records one expected creation for `key`, runs
+    /// `create` (a future not yet polled, such as `api.create(&pp, &obj)`), and takes the
+    /// expectation back when it fails, since nothing will arrive. Every owning operator
+    /// creates its dependents through this.
+    pub async fn expecting<T, E>(
+        &self,
+        key: &str,
+        create: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        self.expect_creations(key, 1);
+        let result = create.await;
+        if result.is_err() {
+            self.creation_observed(key);
+        }
+        result
+    }
+
     /// True when nothing is outstanding for `key`, or what was expected has expired.
     pub fn satisfied(&self, key: &str) -> bool {
         let mut map = self.lock();
@@ -149,5 +168,23 @@ mod tests {
         e.expect_creations("ns/c", 1);
         e.forget("ns/c");
         assert!(e.satisfied("ns/c"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn expecting_holds_the_expectation_while_the_create_runs_and_returns_it_on_failure() {
+        let e = Expectations::new(Duration::from_secs(60));
+        // The expectation is recorded before the create runs.
+        let seen = e
+            .expecting("ns/a", async { Ok::<_, ()>(e.satisfied("ns/a")) })
+            .await;
+        assert_eq!(seen, Ok(false));
+        // A create that succeeded waits for the informer...
+        assert!(!e.satisfied("ns/a"));
+        e.creation_observed("ns/a");
+        assert!(e.satisfied("ns/a"));
+        // ...one that failed expects nothing.
+        let failed = e.expecting("ns/b", async { Err::<(), _>("refused") }).await;
+        assert_eq!(failed, Err("refused"));
+        assert!(e.satisfied("ns/b"));
     }
 }

@@ -192,10 +192,7 @@ impl SyncHandler for FooController {
         let (namespace, _) = split_key(key);
         let namespace = namespace.unwrap_or_default();
         let deployments = Api::<Deployment>::namespaced(self.client.clone(), namespace);
-        let pp = PostParams {
-            field_manager: Some(CONTROLLER_NAME.to_string()),
-            ..PostParams::default()
-        };
+        let pp = PostParams::with_field_manager(CONTROLLER_NAME);
         let Some(desired) = new_deployment(&foo) else {
             return Err(SyncError::missing_uid::<Foo, Deployment>(key));
         };
@@ -206,14 +203,12 @@ impl SyncHandler for FooController {
             Some(d) => d,
             None if !self.expectations.satisfied(key) => return Ok(None),
             None => {
-                self.expectations.expect_creations(key, 1);
-                match deployments.create(&pp, &desired).await {
-                    Ok(created) => Arc::new(created),
-                    Err(e) => {
-                        self.expectations.creation_observed(key);
-                        return Err(SyncError::api::<Foo>(key, "creating the Deployment", e));
-                    }
-                }
+                let created = self
+                    .expectations
+                    .expecting(key, deployments.create(&pp, &desired))
+                    .await
+                    .map_err(|e| SyncError::api::<Foo>(key, "creating the Deployment", e))?;
+                Arc::new(created)
             }
         };
 

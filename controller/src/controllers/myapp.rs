@@ -167,21 +167,17 @@ impl SyncHandler for MyAppController {
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default();
         let deployments = Api::<Deployment>::namespaced(self.client.clone(), namespace);
-        let pp = PostParams {
-            field_manager: Some(CONTROLLER_NAME.to_string()),
-            ..PostParams::default()
-        };
+        let pp = PostParams::with_field_manager(CONTROLLER_NAME);
 
         // 3. The Deployment, from the cache; created when absent (and not already on its way).
         let deployment = match self.deployment_lister.get_by_key(key) {
             Some(d) => d,
             None if !self.expectations.satisfied(key) => return Ok(None),
             None => {
-                self.expectations.expect_creations(key, 1);
-                if let Err(e) = deployments.create(&pp, &desired).await {
-                    self.expectations.creation_observed(key);
-                    return Err(SyncError::api::<MyApp>(key, "creating the Deployment", e));
-                }
+                self.expectations
+                    .expecting(key, deployments.create(&pp, &desired))
+                    .await
+                    .map_err(|e| SyncError::api::<MyApp>(key, "creating the Deployment", e))?;
                 self.recorder.event(
                     app.as_ref(),
                     EventType::Normal,

@@ -247,11 +247,7 @@ impl SyncHandler for RedisClusterController {
         };
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default();
-        let pp = PostParams {
-            field_manager: Some(CONTROLLER_NAME.to_string()),
-            ..PostParams::default()
-        };
-        let err = |action, e| SyncError::api::<RedisCluster>(key, action, e);
+        let pp = PostParams::with_field_manager(CONTROLLER_NAME);
         let has_finalizer = cluster
             .metadata
             .finalizers
@@ -269,24 +265,11 @@ impl SyncHandler for RedisClusterController {
 
         // 3.
         if !has_finalizer {
-            let mut updated = cluster.as_ref().clone();
-            updated
-                .metadata
-                .finalizers
-                .get_or_insert_with(Vec::new)
-                .push(FINALIZER.to_string());
-            match Api::<RedisCluster>::namespaced(self.client.clone(), namespace)
-                .update(&pp, &updated)
-                .await
-            {
-                Ok(_) => return Ok(None),
-                Err(e) if e.is_not_found() => return Ok(None),
-                Err(e) => return Err(err("adding the finalizer", e)),
-            }
+            self.add_finalizer(key, &cluster, &pp).await?;
+            return Ok(None);
         }
 
         let now = self.clock.now();
-        let generation = cluster.metadata.generation;
         let mut status = cluster.status.clone().unwrap_or_default();
 
         // 4.
@@ -300,77 +283,28 @@ impl SyncHandler for RedisClusterController {
             return Err(SyncError::missing_uid::<RedisCluster, StatefulSet>(key));
         };
 
-        // 5.
-        let services = Api::<Service>::namespaced(self.client.clone(), namespace);
-        match self.service_lister.get_by_key(key) {
-            Some(s) if !is_controlled_by(&s.metadata, cluster.as_ref()) => {
-                let message =
-                    format!("Service {name:?} already exists and is not managed by RedisCluster");
-                self.degraded(&cluster, status, reason::ERR_RESOURCE_EXISTS, message, &pp)
-                    .await?;
-                return Ok(None);
-            }
-            Some(_) => {}
-            None => match services.create(&pp, &want_svc).await {
-                Ok(_) => {}
-                Err(e) if e.is_already_exists() => {}
-                Err(e) => return Err(err("creating the Service", e)),
-            },
+        // 5. and 6.
+        let mut not_ours = self.sync_service(key, &cluster, &want_svc, &pp).await?;
+        if not_ours.is_ok() {
+            not_ours = self.sync_statefulset(key, &cluster, &want_sts, &pp).await?;
         }
-
-        // 6.
-        let statefulsets = Api::<StatefulSet>::namespaced(self.client.clone(), namespace);
-        let size = cluster.spec.size;
-        let image = image_of(&cluster.spec);
-        match self.statefulset_lister.get_by_key(key) {
-            None if !self.expectations.satisfied(key) => {}
-            None => {
-                self.expectations.expect_creations(key, 1);
-                if let Err(e) = statefulsets.create(&pp, &want_sts).await {
-                    self.expectations.creation_observed(key);
-                    return Err(err("creating the StatefulSet", e));
-                }
-                self.recorder.event(
-                    cluster.as_ref(),
-                    EventType::Normal,
-                    reason::CREATED,
-                    &format!("created StatefulSet {name} with {size} node(s) of {image}"),
-                );
-            }
-            Some(sts) if !is_controlled_by(&sts.metadata, cluster.as_ref()) => {
-                let message = format!(
-                    "StatefulSet {name:?} already exists and is not managed by RedisCluster"
-                );
-                self.degraded(&cluster, status, reason::ERR_RESOURCE_EXISTS, message, &pp)
-                    .await?;
-                return Ok(None);
-            }
-            Some(sts) => {
-                if let Some(fixed) = statefulset_drift(&sts, size, &image) {
-                    statefulsets
-                        .update(&pp, &fixed)
-                        .await
-                        .map_err(|e| err("updating the StatefulSet", e))?;
-                    self.recorder.event(
-                        cluster.as_ref(),
-                        EventType::Normal,
-                        reason::SCALED,
-                        &format!("StatefulSet {name} set to {size} node(s) of {image}"),
-                    );
-                }
-            }
+        if let Err(message) = not_ours {
+            self.degraded(&cluster, status, reason::ERR_RESOURCE_EXISTS, message, &pp)
+                .await?;
+            return Ok(None);
         }
 
         // 7.
-        let nodes = self.ready_nodes(namespace, name);
-        status.ready_replicas = i32::try_from(nodes.len()).unwrap_or(i32::MAX);
+        status.nodes = self.ready_nodes(namespace, name);
+        status.ready_replicas = i32::try_from(status.nodes.len()).unwrap_or(i32::MAX);
         let ready = status.ready_replicas;
-        status.nodes = nodes;
+        let size = cluster.spec.size;
         let (available, why) = if ready >= size {
             (ConditionStatus::True, reason::ALL_NODES_READY)
         } else {
             (ConditionStatus::False, reason::NODES_NOT_READY)
         };
+        let generation = cluster.metadata.generation;
         set_condition(
             &mut status.conditions,
             Condition::new(
@@ -405,6 +339,122 @@ impl SyncHandler for RedisClusterController {
     /// [`super::record_reconcile_error`]).
     fn on_sync_error(&self, key: &str, message: &str) {
         super::record_reconcile_error(&self.cluster_lister, &self.recorder, key, message);
+    }
+}
+
+impl RedisClusterController {
+    /// Step 3: adds [`FINALIZER`] with an update carrying the cached `resourceVersion` (the
+    /// update event brings the key back). A cluster deleted meanwhile is no error.
+    async fn add_finalizer(
+        &self,
+        key: &str,
+        cluster: &RedisCluster,
+        pp: &PostParams,
+    ) -> Result<(), SyncError> {
+        let mut updated = cluster.clone();
+        updated
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(FINALIZER.to_string());
+        let namespace = split_key(key).0.unwrap_or_default();
+        match Api::<RedisCluster>::namespaced(self.client.clone(), namespace)
+            .update(pp, &updated)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(SyncError::api::<RedisCluster>(
+                key,
+                "adding the finalizer",
+                e,
+            )),
+        }
+    }
+
+    /// Step 5: creates the headless Service when absent (one created meanwhile is no error).
+    /// `Ok(Err(message))` reports a Service of that name that this cluster does not control.
+    async fn sync_service(
+        &self,
+        key: &str,
+        cluster: &RedisCluster,
+        want: &Service,
+        pp: &PostParams,
+    ) -> Result<Result<(), String>, SyncError> {
+        let (namespace, name) = split_key(key);
+        match self.service_lister.get_by_key(key) {
+            Some(s) if !is_controlled_by(&s.metadata, cluster) => Ok(Err(format!(
+                "Service {name:?} already exists and is not managed by RedisCluster"
+            ))),
+            Some(_) => Ok(Ok(())),
+            None => {
+                let services =
+                    Api::<Service>::namespaced(self.client.clone(), namespace.unwrap_or_default());
+                match services.create(pp, want).await {
+                    Ok(_) => Ok(Ok(())),
+                    Err(e) if e.is_already_exists() => Ok(Ok(())),
+                    Err(e) => Err(SyncError::api::<RedisCluster>(
+                        key,
+                        "creating the Service",
+                        e,
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Step 6: creates the StatefulSet when absent (with [`Expectations`]; while a creation is
+    /// outstanding, absent means "on its way"), else puts its replicas and image back to the
+    /// spec, with a Normal `Created` or `Scaled` event. `Ok(Err(message))` reports a
+    /// StatefulSet of that name that this cluster does not control.
+    async fn sync_statefulset(
+        &self,
+        key: &str,
+        cluster: &RedisCluster,
+        want: &StatefulSet,
+        pp: &PostParams,
+    ) -> Result<Result<(), String>, SyncError> {
+        let (namespace, name) = split_key(key);
+        let err = |action, e| SyncError::api::<RedisCluster>(key, action, e);
+        let statefulsets =
+            Api::<StatefulSet>::namespaced(self.client.clone(), namespace.unwrap_or_default());
+        let size = cluster.spec.size;
+        let image = image_of(&cluster.spec);
+        match self.statefulset_lister.get_by_key(key) {
+            None if !self.expectations.satisfied(key) => {}
+            None => {
+                self.expectations
+                    .expecting(key, statefulsets.create(pp, want))
+                    .await
+                    .map_err(|e| err("creating the StatefulSet", e))?;
+                self.recorder.event(
+                    cluster,
+                    EventType::Normal,
+                    reason::CREATED,
+                    &format!("created StatefulSet {name} with {size} node(s) of {image}"),
+                );
+            }
+            Some(sts) if !is_controlled_by(&sts.metadata, cluster) => {
+                return Ok(Err(format!(
+                    "StatefulSet {name:?} already exists and is not managed by RedisCluster"
+                )));
+            }
+            Some(sts) => {
+                if let Some(fixed) = statefulset_drift(&sts, size, &image) {
+                    statefulsets
+                        .update(pp, &fixed)
+                        .await
+                        .map_err(|e| err("updating the StatefulSet", e))?;
+                    self.recorder.event(
+                        cluster,
+                        EventType::Normal,
+                        reason::SCALED,
+                        &format!("StatefulSet {name} set to {size} node(s) of {image}"),
+                    );
+                }
+            }
+        }
+        Ok(Ok(()))
     }
 }
 

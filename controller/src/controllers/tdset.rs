@@ -313,35 +313,16 @@ impl SyncHandler for TDSetController {
             return Ok(None);
         }
         let now = self.clock.now();
-        let generation = tdset.metadata.generation;
         let mut status = tdset.status.clone().unwrap_or_default();
-        status.observed_generation = generation;
-        let pp = PostParams {
-            field_manager: Some(CONTROLLER_NAME.to_string()),
-            ..PostParams::default()
-        };
+        status.observed_generation = tdset.metadata.generation;
+        let pp = PostParams::with_field_manager(CONTROLLER_NAME);
 
         // 2.
         let tz = match validate(&tdset.spec) {
             Ok(tz) => tz,
             Err(message) => {
-                let cond = Condition::new(
-                    CONDITION_DEGRADED,
-                    ConditionStatus::True,
-                    reason::INVALID_SPEC,
-                    message.as_str(),
-                    generation,
-                    now,
-                );
-                if set_condition(&mut status.conditions, cond) {
-                    self.recorder.event(
-                        tdset.as_ref(),
-                        EventType::Warning,
-                        reason::INVALID_SPEC,
-                        &message,
-                    );
-                }
-                write_status_if_changed(&self.client, &pp, &*tdset, status).await?;
+                self.degraded(&tdset, status, reason::INVALID_SPEC, message, now, &pp)
+                    .await?;
                 return Ok(None);
             }
         };
@@ -353,127 +334,26 @@ impl SyncHandler for TDSetController {
         // 4.
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default();
-        let Some(desired) = new_deployment(&tdset, replicas) else {
-            return Err(SyncError::missing_uid::<TDSet, Deployment>(key));
-        };
-        let deployments = Api::<Deployment>::namespaced(self.client.clone(), namespace);
-        let deployment = match self.deployment_lister.get_by_key(key) {
-            Some(d) => Some(d),
-            None if !self.expectations.satisfied(key) => return Ok(next),
-            None => {
-                self.expectations.expect_creations(key, 1);
-                if let Err(e) = deployments.create(&pp, &desired).await {
-                    self.expectations.creation_observed(key);
-                    return Err(SyncError::api::<TDSet>(key, "creating the Deployment", e));
-                }
-                self.recorder.event(
-                    tdset.as_ref(),
-                    EventType::Normal,
-                    reason::CREATED,
-                    &format!("created Deployment {name} with {replicas} replica(s)"),
-                );
-                None
+        let deployment = match self
+            .sync_deployment(key, &tdset, replicas, status.replicas, &pp)
+            .await?
+        {
+            DeploymentSync::Synced(deployment) => deployment,
+            DeploymentSync::AwaitingCache => return Ok(next),
+            DeploymentSync::NotOurs(message) => {
+                return self.resource_exists(&tdset, status, message, &pp).await;
             }
         };
-        if let Some(d) = &deployment
-            && !is_controlled_by(&d.metadata, tdset.as_ref())
-        {
-            let message = format!("Resource {name:?} already exists and is not managed by TDSet");
-            self.degraded(&tdset, status, reason::ERR_RESOURCE_EXISTS, message, &pp)
-                .await?;
-            return Ok(None);
-        }
-        if let Some(d) = &deployment
-            && let Some(fixed) = deployment_drift(d, &desired)
-        {
-            let was = d.spec.as_ref().and_then(|s| s.replicas);
-            deployments
-                .update(&pp, &fixed)
-                .await
-                .map_err(|e| SyncError::api::<TDSet>(key, "updating the Deployment", e))?;
-            let (why, message) = if was != Some(replicas) && status.replicas == replicas {
-                (
-                    reason::DRIFT_CORRECTED,
-                    format!("Deployment {name} was changed by hand; set back to {replicas}"),
-                )
-            } else if was != Some(replicas) {
-                (
-                    reason::SCALED,
-                    format!("scaled Deployment {name} to {replicas} replica(s)"),
-                )
-            } else {
-                (
-                    reason::DRIFT_CORRECTED,
-                    format!("Deployment {name} updated to the TDSet's template"),
-                )
-            };
-            tracing::info!(key, replicas, "{message}");
-            self.recorder
-                .event(tdset.as_ref(), EventType::Normal, why, &message);
-        }
         if let Err(message) = self.sync_service(&tdset, namespace, name, &pp).await? {
-            self.degraded(&tdset, status, reason::ERR_RESOURCE_EXISTS, message, &pp)
-                .await?;
-            return Ok(None);
+            return self.resource_exists(&tdset, status, message, &pp).await;
         }
 
         // 5.
         status.replicas = replicas;
-        let dstatus = deployment.as_ref().and_then(|d| d.status.clone());
-        let available = dstatus
-            .as_ref()
-            .and_then(|s| s.available_replicas)
-            .unwrap_or(0);
-        let caught_up = deployment.as_ref().is_some_and(|d| {
-            let s = d.status.clone().unwrap_or_default();
-            s.observed_generation >= d.metadata.generation
-                && d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas)
-                && s.updated_replicas.unwrap_or(0) == replicas
-                && s.replicas.unwrap_or(0) == replicas
-                && available == replicas
-        });
-        let conds = [
-            if available >= replicas && deployment.is_some() {
-                (
-                    CONDITION_AVAILABLE,
-                    ConditionStatus::True,
-                    reason::MINIMUM_REPLICAS_AVAILABLE,
-                    format!("{available} of {replicas} replica(s) available"),
-                )
-            } else {
-                (
-                    CONDITION_AVAILABLE,
-                    ConditionStatus::False,
-                    reason::REPLICAS_UNAVAILABLE,
-                    format!("{available} of {replicas} replica(s) available"),
-                )
-            },
-            if caught_up {
-                (
-                    CONDITION_PROGRESSING,
-                    ConditionStatus::False,
-                    reason::COMPLETE,
-                    format!("Deployment {name} runs {replicas} replica(s)"),
-                )
-            } else {
-                (
-                    CONDITION_PROGRESSING,
-                    ConditionStatus::True,
-                    reason::SCALING,
-                    format!("Deployment {name} is scaling to {replicas} replica(s)"),
-                )
-            },
-            (
-                CONDITION_DEGRADED,
-                ConditionStatus::False,
-                reason::AS_EXPECTED,
-                String::new(),
-            ),
-        ];
-        for (type_, st, why, message) in conds {
+        for (type_, st, why, message) in conditions(deployment.as_deref(), name, replicas) {
             set_condition(
                 &mut status.conditions,
-                Condition::new(type_, st, why, message, generation, now),
+                Condition::new(type_, st, why, message, tdset.metadata.generation, now),
             );
         }
         write_status_if_changed(&self.client, &pp, &*tdset, status).await?;
@@ -547,12 +427,30 @@ impl TDSetController {
         Ok(Ok(()))
     }
 
+    /// A Deployment or Service of the TDSet's name that it does not control: `Degraded=True`
+    /// with reason `ErrResourceExists`, and no requeue (the user must remove or rename it).
+    async fn resource_exists(
+        &self,
+        tdset: &TDSet,
+        status: TDSetStatus,
+        message: String,
+        pp: &PostParams,
+    ) -> Result<Option<Duration>, SyncError> {
+        let now = self.clock.now();
+        self.degraded(tdset, status, reason::ERR_RESOURCE_EXISTS, message, now, pp)
+            .await?;
+        Ok(None)
+    }
+
+    /// `Degraded=True` with `why` and `message` (a Warning event when the condition changed),
+    /// written as the TDSet's status; the sync then stops until the user fixes the cause.
     async fn degraded(
         &self,
         tdset: &TDSet,
         mut status: TDSetStatus,
         why: &'static str,
         message: String,
+        now: Timestamp,
         pp: &PostParams,
     ) -> Result<(), SyncError> {
         let cond = Condition::new(
@@ -561,7 +459,7 @@ impl TDSetController {
             why,
             message.as_str(),
             tdset.metadata.generation,
-            self.clock.now(),
+            now,
         );
         if set_condition(&mut status.conditions, cond) {
             self.recorder
@@ -569,6 +467,149 @@ impl TDSetController {
         }
         write_status_if_changed(&self.client, pp, tdset, status).await
     }
+}
+
+/// What step 4 found of the TDSet's Deployment.
+enum DeploymentSync {
+    /// The cached Deployment, corrected if it had drifted; `None` when it was just created
+    /// (the cache has not delivered it yet, so its status is unknown).
+    Synced(Option<Arc<Deployment>>),
+    /// Created by an earlier sync and not in the cache yet: creating again would be a
+    /// duplicate, so wait for the informer.
+    AwaitingCache,
+    /// A Deployment of that name that this TDSet does not control (the message says so); it
+    /// is never taken over.
+    NotOurs(String),
+}
+
+impl TDSetController {
+    /// Step 4 for the Deployment: create it (expecting its arrival in the cache), or put back
+    /// replicas, image, port and labels if it drifted, with a Normal `Created`, `Scaled` or
+    /// `DriftCorrected` event. `status_replicas` is the count the status last reported, which
+    /// tells a hand-scaled Deployment from a window change.
+    async fn sync_deployment(
+        &self,
+        key: &str,
+        tdset: &TDSet,
+        replicas: i32,
+        status_replicas: i32,
+        pp: &PostParams,
+    ) -> Result<DeploymentSync, SyncError> {
+        let (namespace, name) = split_key(key);
+        let Some(desired) = new_deployment(tdset, replicas) else {
+            return Err(SyncError::missing_uid::<TDSet, Deployment>(key));
+        };
+        let deployments =
+            Api::<Deployment>::namespaced(self.client.clone(), namespace.unwrap_or_default());
+        let Some(deployment) = self.deployment_lister.get_by_key(key) else {
+            if !self.expectations.satisfied(key) {
+                return Ok(DeploymentSync::AwaitingCache);
+            }
+            self.expectations
+                .expecting(key, deployments.create(pp, &desired))
+                .await
+                .map_err(|e| SyncError::api::<TDSet>(key, "creating the Deployment", e))?;
+            self.recorder.event(
+                tdset,
+                EventType::Normal,
+                reason::CREATED,
+                &format!("created Deployment {name} with {replicas} replica(s)"),
+            );
+            return Ok(DeploymentSync::Synced(None));
+        };
+        if !is_controlled_by(&deployment.metadata, tdset) {
+            return Ok(DeploymentSync::NotOurs(format!(
+                "Resource {name:?} already exists and is not managed by TDSet"
+            )));
+        }
+        if let Some(fixed) = deployment_drift(&deployment, &desired) {
+            let was = deployment.spec.as_ref().and_then(|s| s.replicas);
+            deployments
+                .update(pp, &fixed)
+                .await
+                .map_err(|e| SyncError::api::<TDSet>(key, "updating the Deployment", e))?;
+            let (why, message) = if was != Some(replicas) && status_replicas == replicas {
+                (
+                    reason::DRIFT_CORRECTED,
+                    format!("Deployment {name} was changed by hand; set back to {replicas}"),
+                )
+            } else if was != Some(replicas) {
+                (
+                    reason::SCALED,
+                    format!("scaled Deployment {name} to {replicas} replica(s)"),
+                )
+            } else {
+                (
+                    reason::DRIFT_CORRECTED,
+                    format!("Deployment {name} updated to the TDSet's template"),
+                )
+            };
+            tracing::info!(key, replicas, "{message}");
+            self.recorder.event(tdset, EventType::Normal, why, &message);
+        }
+        Ok(DeploymentSync::Synced(Some(deployment)))
+    }
+}
+
+/// Step 5's conditions, from what the cache says of the Deployment (`None` right after its
+/// creation): `Available` (it has `replicas` available), `Progressing` (it has not caught up
+/// with the last change: generation observed, spec, updated, current and available replicas
+/// all at `replicas`) and `Degraded=False` (a sync that gets here found nothing to fix).
+fn conditions(
+    deployment: Option<&Deployment>,
+    name: &str,
+    replicas: i32,
+) -> [(&'static str, ConditionStatus, &'static str, String); 3] {
+    let available = deployment
+        .and_then(|d| d.status.as_ref())
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    let caught_up = deployment.is_some_and(|d| {
+        let s = d.status.clone().unwrap_or_default();
+        s.observed_generation >= d.metadata.generation
+            && d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas)
+            && s.updated_replicas.unwrap_or(0) == replicas
+            && s.replicas.unwrap_or(0) == replicas
+            && available == replicas
+    });
+    [
+        if available >= replicas && deployment.is_some() {
+            (
+                CONDITION_AVAILABLE,
+                ConditionStatus::True,
+                reason::MINIMUM_REPLICAS_AVAILABLE,
+                format!("{available} of {replicas} replica(s) available"),
+            )
+        } else {
+            (
+                CONDITION_AVAILABLE,
+                ConditionStatus::False,
+                reason::REPLICAS_UNAVAILABLE,
+                format!("{available} of {replicas} replica(s) available"),
+            )
+        },
+        if caught_up {
+            (
+                CONDITION_PROGRESSING,
+                ConditionStatus::False,
+                reason::COMPLETE,
+                format!("Deployment {name} runs {replicas} replica(s)"),
+            )
+        } else {
+            (
+                CONDITION_PROGRESSING,
+                ConditionStatus::True,
+                reason::SCALING,
+                format!("Deployment {name} is scaling to {replicas} replica(s)"),
+            )
+        },
+        (
+            CONDITION_DEGRADED,
+            ConditionStatus::False,
+            reason::AS_EXPECTED,
+            String::new(),
+        ),
+    ]
 }
 
 /// The Deployment a TDSet wants at `replicas`: named like it, controlled by it, labelled
