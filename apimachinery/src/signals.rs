@@ -9,26 +9,49 @@
 
 /// Resolves at the first SIGINT or SIGTERM. Where SIGTERM cannot be listened for (or on a
 /// platform without it), only SIGINT counts, and a warning says so.
-pub async fn wait_for_signal() {
+///
+/// The handlers are installed when this function is *called*, not when the future is first
+/// polled: a process that calls it before it announces itself (prints its URL, say) cannot be
+/// killed by a SIGTERM sent right after the announcement, before anything awaited. Call it
+/// from inside the tokio runtime.
+pub fn wait_for_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let int = signal(SignalKind::interrupt());
+        let term = signal(SignalKind::terminate());
+        async move {
+            match (int, term) {
+                (Ok(mut int), Ok(mut term)) => {
+                    tokio::select! {
+                        _ = int.recv() => {}
+                        _ = term.recv() => {}
+                    }
                 }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT (Ctrl-C) stops the process");
-                let _ = tokio::signal::ctrl_c().await;
+                (int, term) => {
+                    if let Err(e) = &term {
+                        tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT (Ctrl-C) stops the process");
+                    }
+                    match (int, term) {
+                        (Ok(mut int), _) => {
+                            int.recv().await;
+                        }
+                        (Err(_), Ok(mut term)) => {
+                            term.recv().await;
+                        }
+                        (Err(_), Err(_)) => {
+                            let _ = tokio::signal::ctrl_c().await;
+                        }
+                    }
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -36,7 +59,8 @@ pub async fn wait_for_signal() {
 /// token, say) and logs that a second signal exits at once; on the second exits with code 1.
 /// Never returns after the second signal; spawn it.
 pub async fn shutdown_on_signal(shutdown: impl FnOnce() + Send + 'static) {
-    wait_for_signal().await;
+    let first = wait_for_signal();
+    first.await;
     tracing::info!("signal received; shutting down (a second signal exits immediately)");
     shutdown();
     wait_for_signal().await;

@@ -211,6 +211,8 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
     if let Some(dir) = &args.cert_dir {
         builder = builder.cert_dir(dir);
     }
+    // Listen for SIGINT/SIGTERM before announcing the URL: whoever reads it may signal at once.
+    let stop = apimachinery::signals::wait_for_signal();
     let server = builder.start().await?;
     println!("API server listening at {}", server.url());
     if let Some(p) = &args.kubeconfig_out {
@@ -229,7 +231,7 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
             }
         }
     }
-    apimachinery::signals::wait_for_signal().await;
+    stop.await;
     println!("shutting down");
     server.shutdown().await;
     Ok(())
