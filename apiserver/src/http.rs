@@ -44,6 +44,7 @@ use super::query::{ListOptions, Query};
 use super::registry::ResourceDef;
 use super::request_log::RequestKey;
 use super::status::ApiError;
+use super::admission::Write;
 use super::verbs::{self, DeleteOptions, PatchType, Target};
 use super::watch::{self, WatchSettings};
 
@@ -524,9 +525,9 @@ async fn serve(
             if content_type.is_empty() || content_type == "application/json" {
                 super::validation::check_duplicate_fields(&bytes, &query)?;
             }
-            let (code, obj) = shared
-                .store
-                .write(|s| verbs::create(s, &target, body, &query))?;
+            let (code, obj) =
+                super::admission::write(shared, &target, &user, Write::Create(body), &query)
+                    .await?;
             Ok(with_warnings(
                 json_response(code, &obj, "application/json"),
                 &query,
@@ -538,9 +539,9 @@ async fn serve(
             if content_type.is_empty() || content_type == "application/json" {
                 super::validation::check_duplicate_fields(&bytes, &query)?;
             }
-            let (code, obj) = shared
-                .store
-                .write(|s| verbs::update(s, &target, body, &query))?;
+            let (code, obj) =
+                super::admission::write(shared, &target, &user, Write::Update(body), &query)
+                    .await?;
             Ok(with_warnings(
                 json_response(code, &obj, "application/json"),
                 &query,
@@ -559,9 +560,9 @@ async fn serve(
             if ty != PatchType::Apply {
                 super::validation::check_duplicate_fields(&bytes, &query)?;
             }
-            let (code, obj) = shared
-                .store
-                .write(|s| verbs::patch(s, &target, ty, body, &query))?;
+            let (code, obj) =
+                super::admission::write(shared, &target, &user, Write::Patch(ty, body), &query)
+                    .await?;
             Ok(with_warnings(
                 json_response(code, &obj, "application/json"),
                 &query,
@@ -581,10 +582,13 @@ async fn serve(
             let opts = DeleteOptions::parse(body.as_ref(), &query)?;
             if has_name {
                 class.verb = "delete".into();
-                let (code, obj) = shared
-                    .store
-                    .write(|s| verbs::delete_one(s, &target, &opts))?;
-                return Ok(json_response(code, &obj, "application/json"));
+                let (code, obj) =
+                    super::admission::write(shared, &target, &user, Write::Delete(opts), &query)
+                        .await?;
+                return Ok(with_warnings(
+                    json_response(code, &obj, "application/json"),
+                    &query,
+                ));
             }
             class.verb = "deletecollection".into();
             let list_opts = ListOptions::parse(&query, false)?;

@@ -1095,6 +1095,14 @@ pub fn builtin_columns(group: &str, resource: &str) -> Option<Vec<ColumnDef>> {
                 unknown_if_empty(o, "/status/nodeInfo/containerRuntimeVersion")
             }),
         ],
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations" | "mutatingwebhookconfigurations") => vec![
+            name_column(),
+            ColumnDef::computed("Webhooks", "Webhooks indicates the number of webhooks in the configuration", 0, |o, _| {
+                Value::from(len_of(o, "/webhooks"))
+            })
+            .with_type("integer"),
+            age_column(),
+        ],
         ("coordination.k8s.io", "leases") => vec![
             name_column(),
             ColumnDef::computed("Holder", "The holder of the lease", 0, |o, _| {
