@@ -39,12 +39,12 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde_json::Value;
 
 use super::Shared;
+use super::admission::Write;
 use super::discovery;
 use super::query::{ListOptions, Query};
 use super::registry::ResourceDef;
 use super::request_log::RequestKey;
 use super::status::ApiError;
-use super::admission::Write;
 use super::verbs::{self, DeleteOptions, PatchType, Target};
 use super::watch::{self, WatchSettings};
 

@@ -132,7 +132,8 @@ pub struct ApiServerArgs {
 
 /// `NAMESPACE/NAME=HOST:PORT` as its two halves.
 pub fn parse_service_endpoint(s: &str) -> Result<(String, String), String> {
-    let bad = || format!("{s:?} is not NAMESPACE/NAME=HOST:PORT (e.g. cnat/webhook=127.0.0.1:9443)");
+    let bad =
+        || format!("{s:?} is not NAMESPACE/NAME=HOST:PORT (e.g. cnat/webhook=127.0.0.1:9443)");
     let (svc, addr) = s.split_once('=').ok_or_else(bad)?;
     let (ns, name) = svc.split_once('/').ok_or_else(bad)?;
     let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
@@ -292,7 +293,12 @@ mod tests {
                 ("other/hook".to_owned(), "localhost:8443".to_owned())
             ]
         );
-        for bad in ["cnat/webhook", "webhook=127.0.0.1:9443", "cnat/webhook=127.0.0.1", "Cnat/w=h:1"] {
+        for bad in [
+            "cnat/webhook",
+            "webhook=127.0.0.1:9443",
+            "cnat/webhook=127.0.0.1",
+            "Cnat/w=h:1",
+        ] {
             let e = parse_service_endpoint(bad).unwrap_err();
             assert!(e.contains(bad), "{e}");
         }

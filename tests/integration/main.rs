@@ -19,6 +19,7 @@ mod operators_support;
 mod record_support;
 
 // The areas.
+mod apiserver_admission;
 mod apiserver_auth_review;
 mod apiserver_bounded;
 mod apiserver_client;

@@ -125,8 +125,7 @@ impl tower_service::Service<Name> for Resolver {
     }
 }
 
-type HttpsClient =
-    Client<hyper_rustls::HttpsConnector<HttpConnector<Resolver>>, Full<Bytes>>;
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector<Resolver>>, Full<Bytes>>;
 
 /// The webhook client manager: service endpoints and one pooled client per CA bundle.
 #[derive(Default)]
@@ -190,7 +189,9 @@ impl ClientManager {
                 any = true;
             }
             if !any {
-                return Err("unable to load root certificates: caBundle holds no PEM certificate".into());
+                return Err(
+                    "unable to load root certificates: caBundle holds no PEM certificate".into(),
+                );
             }
         }
         let tls = rustls::ClientConfig::builder()
@@ -225,7 +226,9 @@ impl ClientManager {
                     .split('/')
                     .next()
                     .unwrap_or_default();
-                if authority.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+                if authority
+                    .rsplit_once(':')
+                    .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
                     && !authority.ends_with(']')
                 {
                     authority.to_owned()
@@ -244,7 +247,12 @@ impl ClientManager {
     }
 
     /// POSTs `review` to `hook` and checks the answer; `uid` is the request's.
-    pub async fn call(&self, hook: &Webhook, review: &Value, uid: &str) -> Result<Verdict, CallError> {
+    pub async fn call(
+        &self,
+        hook: &Webhook,
+        review: &Value,
+        uid: &str,
+    ) -> Result<Verdict, CallError> {
         let calling = |reason: String| CallError::Calling {
             webhook: hook.name.clone(),
             reason,
@@ -260,9 +268,13 @@ impl ClientManager {
                 name,
                 path,
                 ..
-            } => format!("https://{name}.{namespace}.svc{path}?timeout={}s", hook.timeout_seconds),
+            } => format!(
+                "https://{name}.{namespace}.svc{path}?timeout={}s",
+                hook.timeout_seconds
+            ),
         };
-        let post = |why: String| calling(format!("failed to call webhook: Post \"{shown}\": {why}"));
+        let post =
+            |why: String| calling(format!("failed to call webhook: Post \"{shown}\": {why}"));
         let client = self.client(&hook.ca_bundle).map_err(|e| calling(e))?;
         let body = serde_json::to_vec(review).map_err(|e| calling(e.to_string()))?;
         let req = http::Request::post(&uri)
@@ -322,6 +334,10 @@ fn go_error_text(e: &(dyn std::error::Error + 'static), addr: &str) -> String {
     let mut chain = vec![];
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
+        let tls = err.downcast_ref::<rustls::Error>();
+        // An io::Error's source() skips the error it wraps (often another io::Error around
+        // rustls' error); follow get_ref() instead.
+        let mut next = err.source();
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             match io.kind() {
                 std::io::ErrorKind::ConnectionRefused => {
@@ -330,21 +346,27 @@ fn go_error_text(e: &(dyn std::error::Error + 'static), addr: &str) -> String {
                 std::io::ErrorKind::NotFound => return format!("dial tcp: {io}"),
                 _ => {}
             }
+            if let Some(inner) = io.get_ref() {
+                next = Some(inner);
+            }
         }
-        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+        if let Some(tls) = tls {
+            use rustls::CertificateError as C;
             return match tls {
-                rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) => {
+                rustls::Error::InvalidCertificate(C::UnknownIssuer | C::BadSignature) => {
                     "tls: failed to verify certificate: x509: certificate signed by unknown authority".into()
                 }
-                rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName)
-                | rustls::Error::InvalidCertificate(
-                    rustls::CertificateError::NotValidForNameContext { .. },
+                rustls::Error::InvalidCertificate(
+                    C::NotValidForName | C::NotValidForNameContext { .. },
                 ) => format!("tls: failed to verify certificate: x509: certificate is not valid for {addr}"),
+                rustls::Error::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+                    "tls: failed to verify certificate: x509: certificate has expired or is not yet valid".into()
+                }
                 other => format!("tls: {other}"),
             };
         }
         chain.push(err.to_string());
-        cur = err.source();
+        cur = next;
     }
     chain.dedup();
     chain.join(": ")
@@ -366,8 +388,12 @@ fn unstructured_error(code: u16, body: &[u8]) -> String {
         403 => format!("{text:?}"),
         404 => "the server could not find the requested resource".into(),
         409 => "the server reported a conflict".into(),
-        500 => format!("an error on the server ({text:?}) has prevented the request from succeeding"),
-        _ => format!("the server responded with the status code {code} but did not return more information"),
+        500 => {
+            format!("an error on the server ({text:?}) has prevented the request from succeeding")
+        }
+        _ => format!(
+            "the server responded with the status code {code} but did not return more information"
+        ),
     }
 }
 
@@ -404,7 +430,12 @@ fn verify(hook: &Webhook, answer: &Value, uid: &str) -> Result<Result<Verdict, A
     }
     let warnings = r["warnings"]
         .as_array()
-        .map(|w| w.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .map(|w| {
+            w.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
         .unwrap_or_default();
     if r["allowed"].as_bool() != Some(true) {
         return Ok(Err(to_status_err(&hook.name, &r["status"])));

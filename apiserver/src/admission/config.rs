@@ -226,16 +226,24 @@ pub fn validate(plural: &str, obj: &Value) -> Vec<FieldError> {
         enum_field(h, &p, "failurePolicy", &["Fail", "Ignore"], &mut errs);
         enum_field(h, &p, "matchPolicy", &["Exact", "Equivalent"], &mut errs);
         if mutating {
-            enum_field(h, &p, "reinvocationPolicy", &["Never", "IfNeeded"], &mut errs);
+            enum_field(
+                h,
+                &p,
+                "reinvocationPolicy",
+                &["Never", "IfNeeded"],
+                &mut errs,
+            );
         }
         match h["sideEffects"].as_str() {
             None | Some("") => errs.push(FieldError::required(
                 format!("{p}.sideEffects"),
                 "must specify one of None, NoneOnDryRun",
             )),
-            Some(s) if s != "None" && s != "NoneOnDryRun" => errs.push(
-                FieldError::not_supported(format!("{p}.sideEffects"), s, &["None", "NoneOnDryRun"]),
-            ),
+            Some(s) if s != "None" && s != "NoneOnDryRun" => errs.push(FieldError::not_supported(
+                format!("{p}.sideEffects"),
+                s,
+                &["None", "NoneOnDryRun"],
+            )),
             Some(_) => {}
         }
         let versions = str_list(&h["admissionReviewVersions"]);
@@ -273,7 +281,11 @@ fn enum_field(h: &Value, p: &str, field: &str, allowed: &[&str], errs: &mut Vec<
     if let Some(v) = h[field].as_str()
         && !allowed.contains(&v)
     {
-        errs.push(FieldError::not_supported(format!("{p}.{field}"), v, allowed));
+        errs.push(FieldError::not_supported(
+            format!("{p}.{field}"),
+            v,
+            allowed,
+        ));
     }
 }
 
@@ -383,7 +395,10 @@ fn validate_rule(r: &Value, p: &str, errs: &mut Vec<FieldError>) {
     }
     for (field, what) in [
         ("apiGroups", "resource rule must have at least one group"),
-        ("apiVersions", "resource rule must have at least one version"),
+        (
+            "apiVersions",
+            "resource rule must have at least one version",
+        ),
         ("resources", ""),
     ] {
         if str_list(&r[field]).is_empty() {
@@ -584,13 +599,17 @@ mod tests {
         assert!(h.matches_rules(&attrs("CREATE", "ats", "", "default")));
         assert!(!h.matches_rules(&attrs("DELETE", "ats", "", "default")));
         assert!(!h.matches_rules(&attrs("UPDATE", "ats", "status", "default")));
-        let star = hook(json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"],
-            "resources": ["*/status"], "scope": "Cluster"}]));
+        let star = hook(
+            json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"],
+            "resources": ["*/status"], "scope": "Cluster"}]),
+        );
         assert!(star.matches_rules(&attrs("UPDATE", "ats", "status", "")));
         assert!(!star.matches_rules(&attrs("UPDATE", "ats", "status", "default")));
         assert!(!star.matches_rules(&attrs("UPDATE", "ats", "", "")));
-        let all = hook(json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"],
-            "resources": ["*"], "scope": "Namespaced"}]));
+        let all = hook(
+            json!([{"operations": ["*"], "apiGroups": ["*"], "apiVersions": ["*"],
+            "resources": ["*"], "scope": "Namespaced"}]),
+        );
         assert!(all.matches_rules(&attrs("CREATE", "ats", "", "default")));
         assert!(!all.matches_rules(&attrs("CREATE", "ats", "scale", "default")));
     }
@@ -623,13 +642,23 @@ mod tests {
     fn selectors_use_namespace_and_either_object() {
         let mut h = hook(json!([]));
         h.namespace_selector = json!({"matchLabels": {"team": "a"}});
-        h.object_selector = json!({"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]});
+        h.object_selector =
+            json!({"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]});
         let team_a: BTreeMap<String, String> = [("team".to_owned(), "a".to_owned())].into();
         let plain = json!({"metadata": {"labels": {}}});
         let skipped = json!({"metadata": {"labels": {"skip": "yes"}}});
-        assert_eq!(h.matches_selectors(Some(&team_a), Some(&plain), None), Ok(true));
-        assert_eq!(h.matches_selectors(Some(&BTreeMap::new()), Some(&plain), None), Ok(false));
+        assert_eq!(
+            h.matches_selectors(Some(&team_a), Some(&plain), None),
+            Ok(true)
+        );
+        assert_eq!(
+            h.matches_selectors(Some(&BTreeMap::new()), Some(&plain), None),
+            Ok(false)
+        );
         assert_eq!(h.matches_selectors(None, Some(&skipped), None), Ok(false));
-        assert_eq!(h.matches_selectors(None, Some(&skipped), Some(&plain)), Ok(true));
+        assert_eq!(
+            h.matches_selectors(None, Some(&skipped), Some(&plain)),
+            Ok(true)
+        );
     }
 }

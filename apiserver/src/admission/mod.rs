@@ -144,7 +144,12 @@ struct Chosen {
 fn choose(st: &State, hooks: Vec<Webhook>, t: &Target, op: &str) -> Vec<Chosen> {
     let sub = t.subresource.as_deref().unwrap_or_default();
     let ns = namespace_of(t);
-    fn attrs<'a>(d: &'a ResourceDef, op: &'a str, sub: &'a str, ns: &'a str) -> config::RequestAttributes<'a> {
+    fn attrs<'a>(
+        d: &'a ResourceDef,
+        op: &'a str,
+        sub: &'a str,
+        ns: &'a str,
+    ) -> config::RequestAttributes<'a> {
         config::RequestAttributes {
             operation: op,
             group: &d.group,
@@ -202,7 +207,12 @@ struct Request<'a> {
 
 impl Request<'_> {
     /// The `request` of an AdmissionReview for `chosen`, with objects shown in its version.
-    fn to_json(&self, chosen: &Chosen, object: Option<&Value>, old: Option<&Value>) -> (String, Value) {
+    fn to_json(
+        &self,
+        chosen: &Chosen,
+        object: Option<&Value>,
+        old: Option<&Value>,
+    ) -> (String, Value) {
         let t = self.target;
         let sub = t.subresource.as_deref().unwrap_or_default();
         let kind_of = |d: &ResourceDef| {
@@ -450,18 +460,17 @@ async fn admit_once(
             if target.def.namespaced
                 && let Some(ns) = &target.namespace
                 && b.is_object()
-                && b["metadata"]["namespace"].as_str().is_none_or(str::is_empty)
+                && b["metadata"]["namespace"]
+                    .as_str()
+                    .is_none_or(str::is_empty)
             {
                 b["metadata"]["namespace"] = json!(ns);
             }
             Some(b)
         }
-        Write::Patch(PatchType::Apply, _) => Some(
-            shared
-                .store
-                .write(|st| write.run_dry(st, target, query))?
-                .1,
-        ),
+        Write::Patch(PatchType::Apply, _) => {
+            Some(shared.store.write(|st| write.run_dry(st, target, query))?.1)
+        }
         Write::Patch(ty, p) => {
             let Some(base) = old.clone() else {
                 // Not found: the plain verb answers 404.
@@ -478,13 +487,16 @@ async fn admit_once(
     let before = object.clone();
     let mut changes = 0usize;
     let mut seen_at: Vec<Option<usize>> = vec![];
-    let mutating = shared.store.read(|st| {
-        selected(st, mutating, target, object.as_ref(), old.as_ref())
-    })?;
+    let mutating = shared
+        .store
+        .read(|st| selected(st, mutating, target, object.as_ref(), old.as_ref()))?;
     for c in &mutating {
         let verdict = settle(
             &c.hook,
-            shared.admission.call(&req, c, object.as_ref(), old.as_ref()).await,
+            shared
+                .admission
+                .call(&req, c, object.as_ref(), old.as_ref())
+                .await,
         )?;
         seen_at.push(verdict.is_some().then_some(changes));
         if let Some(v) = verdict
@@ -497,7 +509,10 @@ async fn admit_once(
         if c.hook.reinvoke_if_needed && seen.is_some_and(|s| s < changes) {
             let verdict = settle(
                 &c.hook,
-                shared.admission.call(&req, c, object.as_ref(), old.as_ref()).await,
+                shared
+                    .admission
+                    .call(&req, c, object.as_ref(), old.as_ref())
+                    .await,
             )?;
             if let Some(v) = verdict {
                 apply_verdict(&c.hook, &c.def, target, v, &mut object, query)?;
@@ -595,8 +610,8 @@ fn apply_verdict(
     let (Some(patch), Some(obj)) = (v.patch, object.as_mut()) else {
         return Ok(false);
     };
-    let other_view = !Arc::ptr_eq(def, &target.def)
-        && target.subresource.as_deref() != Some("scale");
+    let other_view =
+        !Arc::ptr_eq(def, &target.def) && target.subresource.as_deref() != Some("scale");
     let mut shown = if other_view {
         strategy::present(def, &strategy::intake(&target.def, obj.clone())?)
     } else {
