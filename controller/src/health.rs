@@ -542,6 +542,19 @@ pub struct ServerHandle {
 }
 
 impl ServerHandle {
+    /// A handle for a server task started elsewhere in the crate (the webhook server).
+    pub(crate) fn new(
+        local_addr: SocketAddr,
+        cancel: CancellationToken,
+        task: JoinHandle<()>,
+    ) -> Self {
+        ServerHandle {
+            local_addr,
+            cancel,
+            task,
+        }
+    }
+
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr

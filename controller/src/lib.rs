@@ -60,6 +60,7 @@ pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod record;
+pub mod webhook;
 pub mod workqueue;
 
 /// Installs rustls' process-wide crypto provider (ring) if none is installed yet; see

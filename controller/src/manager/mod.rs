@@ -49,6 +49,8 @@
 //! | `--leader-elect-resource-name` / `-namespace` | `sample-controller` / in-cluster namespace | the Lease |
 //! | `--metrics-bind-address` | `:8080` | `/metrics`; `0` turns it off |
 //! | `--health-probe-bind-address` | `:8081` | `/healthz` and `/readyz`; `0` turns it off |
+//! | `--webhook-bind-address` | `:9443` | the admission webhook server (HTTPS, [`crate::webhook`]); `0` turns it off |
+//! | `--webhook-cert-dir` | `/tmp/k8s-webhook-server/serving-certs` | its `tls.crt` / `tls.key`, reloaded when they change; the default dir without `tls.crt` means no webhook server |
 //! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
 //! | `--log-format` | `text` | `text` or `json` |
 //! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
@@ -141,6 +143,9 @@ pub enum ManagerError {
     /// A controller could not be built or failed to start.
     #[error("controller {name}: {message}")]
     Controller { name: &'static str, message: String },
+    /// The admission webhook server could not start (its certificate or its address).
+    #[error("{0}")]
+    Webhook(String),
     /// Leader election failed or leadership was lost.
     #[error("leader election: {0}")]
     LeaderElection(String),
@@ -155,6 +160,7 @@ pub struct Manager {
     clock: Option<Clock>,
     identity: String,
     controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
+    webhook: Option<crate::webhook::WebhookServerConfig>,
 }
 
 impl Manager {
@@ -166,10 +172,21 @@ impl Manager {
             clock: None,
             identity: default_identity(),
             controllers: Arc::default(),
+            webhook: None,
         }
     }
 
     /// Uses `clock` for the controllers' wall-clock time (tests pin the start time).
+    /// Serves the admission webhooks ([`crate::webhook`]) as configured, alongside the
+    /// controllers (default: no webhook server).
+    pub fn with_webhook_server(
+        mut self,
+        config: Option<crate::webhook::WebhookServerConfig>,
+    ) -> Self {
+        self.webhook = config;
+        self
+    }
+
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = Some(clock);
         self
@@ -246,7 +263,16 @@ impl Manager {
         // Metrics and probes, each on its own listener (0 = off).
         let servers = CancellationToken::new();
         let _stop_servers_on_drop = servers.clone().drop_guard();
-        let listeners = serve_http(&cfg, &metrics, &health, &servers).await?;
+        let mut listeners = serve_http(&cfg, &metrics, &health, &servers).await?;
+        if let Some(wh) = &self.webhook {
+            let wm = crate::webhook::WebhookMetrics::default();
+            metrics.with_registry(|r| wm.register(r));
+            let h = crate::webhook::serve(wh, wm, servers.clone())
+                .await
+                .map_err(|e| ManagerError::Webhook(e.to_string()))?;
+            tracing::info!(addr = %h.local_addr(), cert_dir = %wh.cert_dir.display(), "serving admission webhooks");
+            listeners.push(h);
+        }
 
         let outcome = match &cfg.leader_election {
             None => {
@@ -551,6 +577,7 @@ const THROTTLE_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
     let in_cluster_ns = read_in_cluster_namespace().await;
     let config = options.validate(in_cluster_ns.as_deref())?;
+    let webhook = options.webhook_config()?;
     let opts = ConfigOptions {
         kubeconfig: config.kubeconfig.clone(),
         context: config.context.clone(),
@@ -572,7 +599,10 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
         let shutdown = shutdown.clone();
         move || shutdown.cancel()
     }));
-    let result = Manager::new(config, client).run(shutdown).await;
+    let result = Manager::new(config, client)
+        .with_webhook_server(webhook)
+        .run(shutdown)
+        .await;
     signals.abort();
     result
 }

@@ -116,6 +116,14 @@ pub struct ManagerOptions {
     /// Log verbosity, klog style: 0 = info, 1-4 = debug, 5 and more = trace.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub verbosity: u8,
+
+    /// The admission webhook server's address (HTTPS: /validate-at, /mutate-at); 0 turns it off.
+    #[arg(long, default_value = crate::webhook::DEFAULT_BIND_ADDRESS, value_name = "ADDR")]
+    pub webhook_bind_address: String,
+
+    /// Directory holding the webhook server's tls.crt and tls.key (reloaded when they change).
+    #[arg(long, default_value = crate::webhook::DEFAULT_CERT_DIR, value_name = "DIR")]
+    pub webhook_cert_dir: PathBuf,
 }
 
 /// `--log-format`.
@@ -247,7 +255,36 @@ impl Default for ManagerOptions {
             graceful_shutdown_timeout: Duration::from_secs(30),
             log_format: LogFormat::Text,
             verbosity: 0,
+            webhook_bind_address: crate::webhook::DEFAULT_BIND_ADDRESS.to_string(),
+            webhook_cert_dir: PathBuf::from(crate::webhook::DEFAULT_CERT_DIR),
         }
+    }
+}
+
+impl ManagerOptions {
+    /// The webhook server's configuration from `--webhook-bind-address` and
+    /// `--webhook-cert-dir`: `None` when the address is `0`, or when the cert dir is the
+    /// default one and holds no `tls.crt` (a manager run outside a cluster without webhook
+    /// certificates then runs without webhooks, and says so in the log). A cert dir given
+    /// explicitly must hold the pair; the server refuses to start otherwise.
+    pub fn webhook_config(&self) -> Result<Option<crate::webhook::WebhookServerConfig>, FlagError> {
+        let Some(addr) = parse_bind_address("webhook-bind-address", &self.webhook_bind_address)?
+        else {
+            return Ok(None);
+        };
+        let default_dir =
+            self.webhook_cert_dir == std::path::Path::new(crate::webhook::DEFAULT_CERT_DIR);
+        if default_dir && !self.webhook_cert_dir.join("tls.crt").exists() {
+            tracing::info!(
+                dir = %self.webhook_cert_dir.display(),
+                "no webhook certificate (tls.crt) in the default --webhook-cert-dir: the webhook server is off"
+            );
+            return Ok(None);
+        }
+        Ok(Some(crate::webhook::WebhookServerConfig {
+            addr,
+            cert_dir: self.webhook_cert_dir.clone(),
+        }))
     }
 }
 
