@@ -60,6 +60,7 @@ mod manager_cli;
 mod manager_health;
 mod manager_leader_election;
 mod manager_rbac;
+mod manager_webhook;
 mod metrics_server;
 mod operators_demo;
 mod operators_manager_rbac;
