@@ -275,7 +275,7 @@ impl ClientManager {
         };
         let post =
             |why: String| calling(format!("failed to call webhook: Post \"{shown}\": {why}"));
-        let client = self.client(&hook.ca_bundle).map_err(|e| calling(e))?;
+        let client = self.client(&hook.ca_bundle).map_err(&calling)?;
         let body = serde_json::to_vec(review).map_err(|e| calling(e.to_string()))?;
         let req = http::Request::post(&uri)
             .header(http::header::CONTENT_TYPE, "application/json")
