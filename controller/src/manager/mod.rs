@@ -593,6 +593,12 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
     client_config.follow_server_flow_control = config.throttle_follows_server;
     let client = Client::new(client_config).map_err(ManagerError::Config)?;
     preflight(&client, &config).await?;
+    if webhook.is_none() && options.webhook_bind_address.trim() != "0" {
+        tracing::info!(
+            dir = %options.webhook_cert_dir.display(),
+            "no webhook certificate (tls.crt) in the default --webhook-cert-dir: the webhook server is off"
+        );
+    }
 
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(apimachinery::signals::shutdown_on_signal({

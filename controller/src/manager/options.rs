@@ -265,8 +265,9 @@ impl ManagerOptions {
     /// The webhook server's configuration from `--webhook-bind-address` and
     /// `--webhook-cert-dir`: `None` when the address is `0`, or when the cert dir is the
     /// default one and holds no `tls.crt` (a manager run outside a cluster without webhook
-    /// certificates then runs without webhooks, and says so in the log). A cert dir given
-    /// explicitly must hold the pair; the server refuses to start otherwise.
+    /// certificates then runs without webhooks; [`super::run`] says so in the log once the
+    /// cluster answered). A cert dir given explicitly must hold the pair; the server refuses
+    /// to start otherwise.
     pub fn webhook_config(&self) -> Result<Option<crate::webhook::WebhookServerConfig>, FlagError> {
         let Some(addr) = parse_bind_address("webhook-bind-address", &self.webhook_bind_address)?
         else {
@@ -275,10 +276,6 @@ impl ManagerOptions {
         let default_dir =
             self.webhook_cert_dir == std::path::Path::new(crate::webhook::DEFAULT_CERT_DIR);
         if default_dir && !self.webhook_cert_dir.join("tls.crt").exists() {
-            tracing::info!(
-                dir = %self.webhook_cert_dir.display(),
-                "no webhook certificate (tls.crt) in the default --webhook-cert-dir: the webhook server is off"
-            );
             return Ok(None);
         }
         Ok(Some(crate::webhook::WebhookServerConfig {
