@@ -749,4 +749,30 @@ mod tests {
         );
         assert_eq!(v(&["foo"]).unwrap(), vec!["foo"]);
     }
+
+    #[test]
+    fn the_webhook_server_follows_its_two_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |addr: &str, cert_dir: &std::path::Path| ManagerOptions {
+            webhook_bind_address: addr.to_string(),
+            webhook_cert_dir: cert_dir.to_owned(),
+            ..ManagerOptions::default()
+        };
+        // Off with 0; a bad address names the flag.
+        assert_eq!(with("0", dir.path()).webhook_config(), Ok(None));
+        let e = with("nine", dir.path()).webhook_config().unwrap_err();
+        assert_eq!(e.flag, "webhook-bind-address");
+        // An explicit directory is used as given (the server then requires the pair in it).
+        let cfg = with(":9443", dir.path()).webhook_config().unwrap().unwrap();
+        assert_eq!(cfg.addr, "0.0.0.0:9443".parse().unwrap());
+        assert_eq!(cfg.cert_dir, dir.path());
+        // The default directory without tls.crt: no webhook server.
+        let default = ManagerOptions::default();
+        if !std::path::Path::new(crate::webhook::DEFAULT_CERT_DIR)
+            .join("tls.crt")
+            .exists()
+        {
+            assert_eq!(default.webhook_config(), Ok(None));
+        }
+    }
 }
