@@ -39,6 +39,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde_json::Value;
 
 use super::Shared;
+use super::admission::Write;
 use super::discovery;
 use super::query::{ListOptions, Query};
 use super::registry::ResourceDef;
@@ -531,9 +532,9 @@ async fn serve_resource(
     match (&parts.method, target.name.is_some()) {
         (&Method::GET, _) => serve_read(shared, request, &target, class),
         (&Method::POST, false) | (&Method::PUT, true) | (&Method::PATCH, true) => {
-            serve_write(shared, request, &target, class)
+            serve_write(shared, request, &target, class).await
         }
-        (&Method::DELETE, _) => serve_delete(shared, request, &target, class),
+        (&Method::DELETE, _) => serve_delete(shared, request, &target, class).await,
         (m, _) => {
             class.verb = m.as_str().to_ascii_lowercase();
             Err(ApiError::method_not_allowed(
@@ -617,9 +618,10 @@ fn serve_read(
 
 /// `POST` on a collection (`create`), `PUT` on an object (`update`) or `PATCH` on an object
 /// (`patch`, by the patch type its media type names): decode the body, refuse duplicate JSON
-/// fields as the real server's strict decoding does, write under the store lock, and answer
+/// fields as the real server's strict decoding does, pass it through admission (the webhooks,
+/// [`super::admission::write`]) into the store, and answer
 /// with the write's warnings as headers.
-fn serve_write(
+async fn serve_write(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
     target: &Target,
@@ -630,6 +632,7 @@ fn serve_write(
         bytes,
         query,
         content_type,
+        user,
         ..
     } = request;
     let plain_json = content_type.is_empty() || content_type == "application/json";
@@ -646,9 +649,7 @@ fn serve_write(
         if ty != PatchType::Apply {
             super::validation::check_duplicate_fields(bytes, query)?;
         }
-        shared
-            .store
-            .write(|s| verbs::patch(s, target, ty, body, query))?
+        super::admission::write(shared, target, user, Write::Patch(ty, body), query).await?
     } else {
         let creating = parts.method == Method::POST;
         class.verb = if creating { "create" } else { "update" }.into();
@@ -656,15 +657,12 @@ fn serve_write(
         if plain_json {
             super::validation::check_duplicate_fields(bytes, query)?;
         }
-        if creating {
-            shared
-                .store
-                .write(|s| verbs::create(s, target, body, query))?
+        let write = if creating {
+            Write::Create(body)
         } else {
-            shared
-                .store
-                .write(|s| verbs::update(s, target, body, query))?
-        }
+            Write::Update(body)
+        };
+        super::admission::write(shared, target, user, write, query).await?
     };
     Ok(with_warnings(
         json_response(code, &obj, "application/json"),
@@ -675,7 +673,7 @@ fn serve_write(
 /// `DELETE` of one object (`delete`) or of a collection (`deletecollection`, by the list
 /// options of the query). The optional `DeleteOptions` body is JSON from kubectl and most
 /// clients, protobuf from Go typed clients.
-fn serve_delete(
+async fn serve_delete(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
     target: &Target,
@@ -685,6 +683,7 @@ fn serve_delete(
         bytes,
         query,
         content_type,
+        user,
         ..
     } = request;
     let body = if bytes.is_empty() {
@@ -699,10 +698,12 @@ fn serve_delete(
     let opts = DeleteOptions::parse(body.as_ref(), query)?;
     if target.name.is_some() {
         class.verb = "delete".into();
-        let (code, obj) = shared
-            .store
-            .write(|s| verbs::delete_one(s, target, &opts))?;
-        return Ok(json_response(code, &obj, "application/json"));
+        let (code, obj) =
+            super::admission::write(shared, target, user, Write::Delete(opts), query).await?;
+        return Ok(with_warnings(
+            json_response(code, &obj, "application/json"),
+            query,
+        ));
     }
     class.verb = "deletecollection".into();
     let list_opts = ListOptions::parse(query, false)?;

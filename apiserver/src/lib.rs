@@ -72,7 +72,8 @@
 //! authentication.k8s.io/v1 token reviews, for components that authenticate their own callers
 //! ([`tokenreview`]); and impersonation (`kubectl --as`, [`impersonation`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
-//! created ([`crd`]); flowcontrol.apiserver.k8s.io/v1 FlowSchemas and
+//! created ([`crd`]); admissionregistration.k8s.io/v1 ValidatingWebhookConfigurations and
+//! MutatingWebhookConfigurations, whose webhooks every write goes through ([`admission`]); flowcontrol.apiserver.k8s.io/v1 FlowSchemas and
 //! PriorityLevelConfigurations, which configure API Priority and Fairness ([`flowcontrol`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
 //! Table output for `kubectl get`, protobuf request bodies for built-in kinds, the request log
 //! (also at `/metrics`) and fault injection ([`faults`], also at `/admin/faults`).
@@ -101,7 +102,7 @@
 //! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer
 //! released, the namespace removed once empty), and deleting a CRD removes its custom resources
 //! at once. The watch history is one window shared by all resources (etcd's, not the
-//! per-resource watch cache's). No admission; RBAC enforced only on request ([`rbac`]; without
+//! per-resource watch cache's). No in-tree admission plugins (admission webhooks are called: [`admission`]); RBAC enforced only on request ([`rbac`]; without
 //! it every request and every `kubectl auth can-i` is allowed, as with
 //! `--authorization-mode=AlwaysAllow`); no defaulting of built-in kinds, no conversion
 //! webhooks; built-in kinds get the real metadata validation and their kinds' main rules
@@ -113,6 +114,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod auth;
 pub mod background;
 pub mod crd;
@@ -191,6 +193,8 @@ pub struct Shared {
     pub flowcontrol: Arc<flowcontrol::FlowControl>,
     /// Container logs written by the node, served at `pods/NAME/log` ([`logs`]).
     pub logs: Arc<logs::LogStore>,
+    /// Admission webhooks: service endpoints and pooled webhook clients ([`admission`]).
+    pub admission: admission::Admission,
 }
 
 /// Why the server could not start.
@@ -275,6 +279,7 @@ pub struct ApiServerBuilder {
     node_runtime_max_pods: usize,
     node_runtime_timeout: Option<Duration>,
     serving: ServingLimits,
+    service_endpoints: std::collections::HashMap<String, String>,
 }
 
 impl Default for ApiServerBuilder {
@@ -302,6 +307,7 @@ impl Default for ApiServerBuilder {
             node_runtime_max_pods: runtime::DEFAULT_MAX_PODS,
             node_runtime_timeout: None,
             serving: ServingLimits::default(),
+            service_endpoints: std::collections::HashMap::new(),
         }
     }
 }
@@ -513,6 +519,16 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Where the Service `namespace/name` is reached (`host:port`), for admission webhooks
+    /// whose `clientConfig.service` names it ([`admission`]; `--service-endpoint`): this
+    /// server has no cluster network, so a webhook service must be mapped to an address. The
+    /// webhook's certificate must still name `NAME.NAMESPACE.svc`, as in a cluster.
+    pub fn service_endpoint(mut self, namespace_name: &str, host_port: &str) -> Self {
+        self.service_endpoints
+            .insert(namespace_name.to_owned(), host_port.to_owned());
+        self
+    }
+
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
     pub async fn start(self) -> Result<ApiServerHandle, StartError> {
         if self.simulate
@@ -566,6 +582,7 @@ impl ApiServerBuilder {
             shutdown: shutdown.clone(),
             server_address: addr.to_string(),
             flowcontrol: flow_control.clone(),
+            admission: admission::Admission::new(self.service_endpoints.clone()),
         });
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{addr}");

@@ -219,6 +219,15 @@ impl Query {
     pub fn warnings(&self) -> Vec<String> {
         self.warnings.lock().map(|w| w.clone()).unwrap_or_default()
     }
+
+    /// The same request as `dryRun=All`, with warnings of its own (admission runs a write
+    /// once as a dry run to learn the object validating webhooks are shown).
+    pub fn for_dry_run(&self) -> Query {
+        let mut q = self.clone();
+        q.params.insert("dryRun".into(), "All".into());
+        q.warnings = Arc::default();
+        q
+    }
 }
 
 /// `resourceVersionMatch`.

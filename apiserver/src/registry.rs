@@ -172,6 +172,10 @@ impl B {
         self.0.short_names = names.iter().map(|s| s.to_string()).collect();
         self
     }
+    fn categories(mut self, c: &[&str]) -> Self {
+        self.0.categories = c.iter().map(|s| s.to_string()).collect();
+        self
+    }
     fn all(mut self) -> Self {
         self.0.categories = vec!["all".into()];
         self
@@ -346,6 +350,26 @@ impl Registry {
                 false,
             )
             .status()
+            .generation()
+            .done(),
+            B::new(
+                "admissionregistration.k8s.io",
+                "v1",
+                "validatingwebhookconfigurations",
+                "ValidatingWebhookConfiguration",
+                false,
+            )
+            .categories(&["api-extensions"])
+            .generation()
+            .done(),
+            B::new(
+                "admissionregistration.k8s.io",
+                "v1",
+                "mutatingwebhookconfigurations",
+                "MutatingWebhookConfiguration",
+                false,
+            )
+            .categories(&["api-extensions"])
             .generation()
             .done(),
             B::new("rbac.authorization.k8s.io", "v1", "roles", "Role", true).done(),

@@ -123,6 +123,29 @@ pub struct ApiServerArgs {
     /// The most bytes of watch history kept in memory (bytes, or with a Ki/Mi/Gi suffix).
     #[arg(long, default_value = "256Mi", value_parser = parse_bytes)]
     pub history_max_bytes: usize,
+    /// Where admission webhooks reach a Service: `NAMESPACE/NAME=HOST:PORT` (repeatable). A
+    /// webhook whose `clientConfig.service` names `NAMESPACE/NAME` is dialled at HOST:PORT
+    /// and must present a certificate for `NAME.NAMESPACE.svc` ([`super::admission`]).
+    #[arg(long = "service-endpoint", value_name = "NAMESPACE/NAME=HOST:PORT", value_parser = parse_service_endpoint)]
+    pub service_endpoints: Vec<(String, String)>,
+}
+
+/// `NAMESPACE/NAME=HOST:PORT` as its two halves.
+pub fn parse_service_endpoint(s: &str) -> Result<(String, String), String> {
+    let bad =
+        || format!("{s:?} is not NAMESPACE/NAME=HOST:PORT (e.g. cnat/webhook=127.0.0.1:9443)");
+    let (svc, addr) = s.split_once('=').ok_or_else(bad)?;
+    let (ns, name) = svc.split_once('/').ok_or_else(bad)?;
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    for (what, v) in [("namespace", ns), ("name", name)] {
+        if let Some(m) = apimachinery::validation::is_dns1123_label(v).first() {
+            return Err(format!("{s:?}: service {what} {v:?}: {m}"));
+        }
+    }
+    if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad());
+    }
+    Ok((svc.to_owned(), addr.to_owned()))
 }
 
 /// The start-time exposure check: `Err` (the refusal's text) for anonymous admin on a network
@@ -213,6 +236,9 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
     }
     // Listen for SIGINT/SIGTERM before announcing the URL: whoever reads it may signal at once.
     let stop = apimachinery::signals::wait_for_signal();
+    for (svc, addr) in &args.service_endpoints {
+        builder = builder.service_endpoint(svc, addr);
+    }
     let server = builder.start().await?;
     println!("API server listening at {}", server.url());
     if let Some(p) = &args.kubeconfig_out {
@@ -252,6 +278,32 @@ mod tests {
         let mut argv = vec!["apiserver"];
         argv.extend_from_slice(flags);
         Cli::parse_from(argv).args
+    }
+
+    #[test]
+    fn service_endpoints_repeat_and_bad_ones_are_named() {
+        let a = args(&[
+            "--service-endpoint",
+            "cnat/webhook=127.0.0.1:9443",
+            "--service-endpoint",
+            "other/hook=localhost:8443",
+        ]);
+        assert_eq!(
+            a.service_endpoints,
+            vec![
+                ("cnat/webhook".to_owned(), "127.0.0.1:9443".to_owned()),
+                ("other/hook".to_owned(), "localhost:8443".to_owned())
+            ]
+        );
+        for bad in [
+            "cnat/webhook",
+            "webhook=127.0.0.1:9443",
+            "cnat/webhook=127.0.0.1",
+            "Cnat/w=h:1",
+        ] {
+            let e = parse_service_endpoint(bad).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         m.insert("apiVersion".into(), Value::String(def.api_version()));
         m.insert("kind".into(), Value::String(def.kind.clone()));
     }
+    if def.group == super::admission::config::GROUP {
+        super::admission::config::set_defaults(&def.plural, &mut obj);
+    }
     Ok(obj)
 }
 

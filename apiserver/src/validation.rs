@@ -125,6 +125,9 @@ pub fn validate_object(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         }
         ("", "events") => validate_core_event(obj, &mut errs),
         ("coordination.k8s.io", "leases") => validate_lease(spec, &mut errs),
+        (super::admission::config::GROUP, plural) => {
+            errs.extend(super::admission::config::validate(plural, obj))
+        }
         _ => {}
     }
     errs

@@ -887,7 +887,8 @@ impl PatchType {
     }
 }
 
-fn apply_patch_body(ty: PatchType, base: &mut Value, patch: &Value) -> Result<(), ApiError> {
+/// Applies a JSON, merge or strategic merge patch to `base` (the object as served).
+pub fn apply_patch_body(ty: PatchType, base: &mut Value, patch: &Value) -> Result<(), ApiError> {
     use super::logic::patch as p;
     let invalid = |e: String| ApiError::new(422, "Invalid", e);
     match ty {

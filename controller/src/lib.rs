@@ -61,6 +61,7 @@ pub mod manager;
 pub mod metrics;
 pub mod metrics_auth;
 pub mod record;
+pub mod webhook;
 pub mod workqueue;
 
 /// Installs rustls' process-wide crypto provider (ring) if none is installed yet; see

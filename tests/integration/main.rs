@@ -19,6 +19,7 @@ mod operators_support;
 mod record_support;
 
 // The areas.
+mod apiserver_admission;
 mod apiserver_auth_review;
 mod apiserver_bounded;
 mod apiserver_client;
@@ -60,6 +61,7 @@ mod manager_cli;
 mod manager_health;
 mod manager_leader_election;
 mod manager_rbac;
+mod manager_webhook;
 mod metrics_secure;
 mod metrics_server;
 mod operators_demo;

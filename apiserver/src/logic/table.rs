@@ -902,6 +902,8 @@ const BUILTIN_PRINTERS: &[(&str, &str, Printer)] = &[
     ("rbac.authorization.k8s.io",    "clusterrolebindings",         rolebinding_columns),
     ("",                             "nodes",                       node_columns),
     ("coordination.k8s.io",          "leases",                      lease_columns),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations", webhookconfiguration_columns),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations",   webhookconfiguration_columns),
 ];
 
 /// The real server's printer columns for namespaces: `Status`.
@@ -1346,6 +1348,22 @@ fn lease_columns() -> Vec<ColumnDef> {
         ColumnDef::computed("Holder", "The holder of the lease", 0, |o, _| {
             Value::String(text(o, "/spec/holderIdentity"))
         }),
+        age_column(),
+    ]
+}
+
+/// The real server's printer columns for validating and mutating webhook configurations:
+/// `Webhooks` (how many the configuration holds).
+fn webhookconfiguration_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed(
+            "Webhooks",
+            "Webhooks indicates the number of webhooks in the configuration",
+            0,
+            |o, _| Value::from(len_of(o, "/webhooks")),
+        )
+        .with_type("integer"),
         age_column(),
     ]
 }

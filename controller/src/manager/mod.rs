@@ -51,6 +51,8 @@
 //! | `--metrics-secure` | false | `/metrics` over HTTPS, each scrape authenticated by a TokenReview and authorized by a SubjectAccessReview (`get` on `/metrics`): 401 / 403 otherwise ([`crate::metrics_auth`]; the deploy uses `:8443`) |
 //! | `--metrics-cert-dir` | | `tls.crt` and `tls.key` for `--metrics-secure`; without them a self-signed certificate is generated at start |
 //! | `--health-probe-bind-address` | `:8081` | `/healthz` and `/readyz`; `0` turns it off |
+//! | `--webhook-bind-address` | `:9443` | the admission webhook server (HTTPS, [`crate::webhook`]); `0` turns it off |
+//! | `--webhook-cert-dir` | `/tmp/k8s-webhook-server/serving-certs` | its `tls.crt` / `tls.key`, reloaded when they change; the default dir without `tls.crt` means no webhook server |
 //! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
 //! | `--log-format` | `text` | `text` or `json` |
 //! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
@@ -148,6 +150,9 @@ pub enum ManagerError {
     /// The `--metrics-secure` certificate could not be loaded or generated.
     #[error("{0}")]
     MetricsTls(String),
+    /// The admission webhook server could not start (its certificate or its address).
+    #[error("{0}")]
+    Webhook(String),
     /// Leader election failed or leadership was lost.
     #[error("leader election: {0}")]
     LeaderElection(String),
@@ -163,6 +168,7 @@ pub struct Manager {
     identity: String,
     controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
     secure_metrics: Option<SecureServing>,
+    webhook: Option<crate::webhook::WebhookServerConfig>,
 }
 
 impl Manager {
@@ -175,6 +181,7 @@ impl Manager {
             identity: default_identity(),
             controllers: Arc::default(),
             secure_metrics: None,
+            webhook: None,
         }
     }
 
@@ -182,6 +189,16 @@ impl Manager {
     /// manager's client (`--metrics-secure`, see [`crate::metrics_auth`]).
     pub fn with_secure_metrics(mut self, secure: SecureServing) -> Self {
         self.secure_metrics = Some(secure);
+        self
+    }
+
+    /// Serves the admission webhooks ([`crate::webhook`]) as configured, alongside the
+    /// controllers (default: no webhook server).
+    pub fn with_webhook_server(
+        mut self,
+        config: Option<crate::webhook::WebhookServerConfig>,
+    ) -> Self {
+        self.webhook = config;
         self
     }
 
@@ -263,7 +280,16 @@ impl Manager {
         let servers = CancellationToken::new();
         let _stop_servers_on_drop = servers.clone().drop_guard();
         let secure = self.secure_metrics.as_ref().map(|s| (s, &self.client));
-        let listeners = serve_http(&cfg, &metrics, &health, secure, &servers).await?;
+        let mut listeners = serve_http(&cfg, &metrics, &health, secure, &servers).await?;
+        if let Some(wh) = &self.webhook {
+            let wm = crate::webhook::WebhookMetrics::default();
+            metrics.with_registry(|r| wm.register(r));
+            let h = crate::webhook::serve(wh, wm, servers.clone())
+                .await
+                .map_err(|e| ManagerError::Webhook(e.to_string()))?;
+            tracing::info!(addr = %h.local_addr(), cert_dir = %wh.cert_dir.display(), "serving admission webhooks");
+            listeners.push(h);
+        }
 
         let outcome = match &cfg.leader_election {
             None => {
@@ -581,6 +607,7 @@ const THROTTLE_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
     let in_cluster_ns = read_in_cluster_namespace().await;
     let config = options.validate(in_cluster_ns.as_deref())?;
+    let webhook = options.webhook_config()?;
     let opts = ConfigOptions {
         kubeconfig: config.kubeconfig.clone(),
         context: config.context.clone(),
@@ -596,13 +623,19 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
     client_config.follow_server_flow_control = config.throttle_follows_server;
     let client = Client::new(client_config).map_err(ManagerError::Config)?;
     preflight(&client, &config).await?;
+    if webhook.is_none() && options.webhook_bind_address.trim() != "0" {
+        tracing::info!(
+            dir = %options.webhook_cert_dir.display(),
+            "no webhook certificate (tls.crt) in the default --webhook-cert-dir: the webhook server is off"
+        );
+    }
 
     let shutdown = CancellationToken::new();
     let signals = tokio::spawn(apimachinery::signals::shutdown_on_signal({
         let shutdown = shutdown.clone();
         move || shutdown.cancel()
     }));
-    let mut manager = Manager::new(config, client);
+    let mut manager = Manager::new(config, client).with_webhook_server(webhook);
     if let Some(secure) = options.secure_metrics() {
         manager = manager.with_secure_metrics(secure);
     }

@@ -127,6 +127,14 @@ pub struct ManagerOptions {
     /// Log verbosity, klog style: 0 = info, 1-4 = debug, 5 and more = trace.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub verbosity: u8,
+
+    /// The admission webhook server's address (HTTPS: /validate-at, /mutate-at); 0 turns it off.
+    #[arg(long, default_value = crate::webhook::DEFAULT_BIND_ADDRESS, value_name = "ADDR")]
+    pub webhook_bind_address: String,
+
+    /// Directory holding the webhook server's tls.crt and tls.key (reloaded when they change).
+    #[arg(long, default_value = crate::webhook::DEFAULT_CERT_DIR, value_name = "DIR")]
+    pub webhook_cert_dir: PathBuf,
 }
 
 /// `--log-format`.
@@ -260,7 +268,33 @@ impl Default for ManagerOptions {
             graceful_shutdown_timeout: Duration::from_secs(30),
             log_format: LogFormat::Text,
             verbosity: 0,
+            webhook_bind_address: crate::webhook::DEFAULT_BIND_ADDRESS.to_string(),
+            webhook_cert_dir: PathBuf::from(crate::webhook::DEFAULT_CERT_DIR),
         }
+    }
+}
+
+impl ManagerOptions {
+    /// The webhook server's configuration from `--webhook-bind-address` and
+    /// `--webhook-cert-dir`: `None` when the address is `0`, or when the cert dir is the
+    /// default one and holds no `tls.crt` (a manager run outside a cluster without webhook
+    /// certificates then runs without webhooks; [`super::run`] says so in the log once the
+    /// cluster answered). A cert dir given explicitly must hold the pair; the server refuses
+    /// to start otherwise.
+    pub fn webhook_config(&self) -> Result<Option<crate::webhook::WebhookServerConfig>, FlagError> {
+        let Some(addr) = parse_bind_address("webhook-bind-address", &self.webhook_bind_address)?
+        else {
+            return Ok(None);
+        };
+        let default_dir =
+            self.webhook_cert_dir == std::path::Path::new(crate::webhook::DEFAULT_CERT_DIR);
+        if default_dir && !self.webhook_cert_dir.join("tls.crt").exists() {
+            return Ok(None);
+        }
+        Ok(Some(crate::webhook::WebhookServerConfig {
+            addr,
+            cert_dir: self.webhook_cert_dir.clone(),
+        }))
     }
 }
 
@@ -809,5 +843,31 @@ mod tests {
             KNOWN_CONTROLLERS.to_vec()
         );
         assert_eq!(v(&["foo"]).unwrap(), vec!["foo"]);
+    }
+
+    #[test]
+    fn the_webhook_server_follows_its_two_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |addr: &str, cert_dir: &std::path::Path| ManagerOptions {
+            webhook_bind_address: addr.to_string(),
+            webhook_cert_dir: cert_dir.to_owned(),
+            ..ManagerOptions::default()
+        };
+        // Off with 0; a bad address names the flag.
+        assert_eq!(with("0", dir.path()).webhook_config(), Ok(None));
+        let e = with("nine", dir.path()).webhook_config().unwrap_err();
+        assert_eq!(e.flag, "webhook-bind-address");
+        // An explicit directory is used as given (the server then requires the pair in it).
+        let cfg = with(":9443", dir.path()).webhook_config().unwrap().unwrap();
+        assert_eq!(cfg.addr, "0.0.0.0:9443".parse().unwrap());
+        assert_eq!(cfg.cert_dir, dir.path());
+        // The default directory without tls.crt: no webhook server.
+        let default = ManagerOptions::default();
+        if !std::path::Path::new(crate::webhook::DEFAULT_CERT_DIR)
+            .join("tls.crt")
+            .exists()
+        {
+            assert_eq!(default.webhook_config(), Ok(None));
+        }
     }
 }

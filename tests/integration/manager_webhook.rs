@@ -1,0 +1,384 @@
+//! The manager's admission webhooks, called by the embedded API server: the whole loop a
+//! cluster runs, in-process.
+//!
+//! The server maps the webhook Service of `artifacts/deploy/webhook/webhooks.yaml`
+//! (`sample-controller/sample-controller-webhook`) to the manager's webhook port with
+//! [`ApiServerBuilder::service_endpoint`](embedded_apiserver::ApiServerBuilder::service_endpoint);
+//! the test plays cert-manager: it mints a CA and a serving certificate for
+//! `sample-controller-webhook.sample-controller.svc`, writes `tls.crt` / `tls.key` into the
+//! manager's `--webhook-cert-dir`, and injects the CA into both configurations' `caBundle`.
+
+use crate::apiserver_support::TestClient;
+use crate::at_support;
+use crate::cluster_support::Kubectl;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine;
+use embedded_apiserver::{ApiServer, ApiServerHandle};
+use sample_controller::manager::{Manager, ManagerError};
+use sample_controller::webhook::WebhookServerConfig;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const SERVICE: &str = "sample-controller/sample-controller-webhook";
+const HOST: &str = "sample-controller-webhook.sample-controller.svc";
+const ATS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/default/ats";
+const VWC: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+const MWC: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+
+/// Mints a CA and a serving certificate for the webhook Service into `dir`; returns the CA PEM.
+fn issue(dir: &Path, ca_name: &str) -> String {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name.push(DnType::CommonName, ca_name);
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec![HOST.to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    // Key first, then the certificate: the watcher reloads when both are in place.
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    ca_cert.pem()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Setup {
+    server: ApiServerHandle,
+    api: TestClient,
+    certs: tempfile::TempDir,
+    webhook_addr: SocketAddr,
+    metrics_addr: SocketAddr,
+}
+
+/// The webhook configurations of the overlay, with `caBundle` injected.
+fn configurations(ca_pem: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string("artifacts/deploy/webhook/webhooks.yaml").unwrap();
+    let bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| {
+            let mut v: Value = serde::Deserialize::deserialize(d).unwrap();
+            for h in v["webhooks"].as_array_mut().unwrap() {
+                h["clientConfig"]["caBundle"] = json!(bundle);
+            }
+            v
+        })
+        .collect()
+}
+
+async fn apply_configurations(api: &TestClient, ca_pem: &str) {
+    for c in configurations(ca_pem) {
+        let base = if c["kind"] == "MutatingWebhookConfiguration" {
+            MWC
+        } else {
+            VWC
+        };
+        let name = c["metadata"]["name"].as_str().unwrap();
+        let r = if api.get(&format!("{base}/{name}")).await.code == 404 {
+            api.post(base, &c).await
+        } else {
+            api.put(&format!("{base}/{name}"), &c).await
+        };
+        assert!(r.code == 200 || r.code == 201, "{:?}", r.body);
+    }
+}
+
+async fn setup() -> Setup {
+    sample_controller::install_crypto_provider();
+    let webhook_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let metrics_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let server = ApiServer::builder()
+        .service_endpoint(SERVICE, &webhook_addr.to_string())
+        .start()
+        .await
+        .unwrap();
+    let client = at_support::client_for(&server);
+    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
+        .await
+        .unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let ca = issue(certs.path(), "webhook-ca-1");
+    let api = TestClient::new(&server);
+    apply_configurations(&api, &ca).await;
+    Setup {
+        server,
+        api,
+        certs,
+        webhook_addr,
+        metrics_addr,
+    }
+}
+
+/// The manager with only its webhook server and metrics (no controllers: the test decides
+/// every status).
+fn start_manager(s: &Setup) -> (CancellationToken, JoinHandle<Result<(), ManagerError>>) {
+    let mut config = at_support::manager_config();
+    config.controllers = vec![];
+    config.metrics_addr = Some(s.metrics_addr);
+    let manager = Manager::new(config, at_support::manager_client(&s.server)).with_webhook_server(
+        Some(WebhookServerConfig {
+            addr: s.webhook_addr,
+            cert_dir: s.certs.path().to_owned(),
+        }),
+    );
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(manager.run(stop.clone()));
+    (stop, task)
+}
+
+async fn wait_listening(addr: SocketAddr) {
+    for _ in 0..500 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the webhook server never listened on {addr}");
+}
+
+fn at(name: &str, schedule: Option<&str>, command: &str) -> Value {
+    let mut spec = json!({"command": command});
+    if let Some(s) = schedule {
+        spec["schedule"] = json!(s);
+    }
+    json!({"apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+           "metadata": {"name": name}, "spec": spec})
+}
+
+#[tokio::test]
+async fn the_api_server_calls_the_managers_webhooks() {
+    let s = setup().await;
+    let (stop, task) = start_manager(&s);
+    wait_listening(s.webhook_addr).await;
+    let api = &s.api;
+
+    // A blank command is refused at admission, with the field.
+    let r = api
+        .post(ATS, &at("blank", Some("2099-01-01T00:00:00Z"), " "))
+        .await;
+    assert_eq!(r.code, 422, "{:?}", r.body);
+    let msg = r.body["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(
+            "admission webhook \"vat.cnat.programming-kubernetes.info\" denied the request: At.cnat.programming-kubernetes.info \"blank\" is invalid: spec.command: Invalid value: \" \" is empty"
+        ),
+        "{msg}"
+    );
+    assert_eq!(r.body["details"]["causes"][0]["field"], "spec.command");
+    // So is a schedule that does not parse, and a server-side dry run alike.
+    let r = api
+        .post(
+            &format!("{ATS}?dryRun=All"),
+            &at("soon", Some("tomorrow"), "echo"),
+        )
+        .await;
+    assert_eq!(r.code, 422, "{:?}", r.body);
+    assert_eq!(r.body["details"]["causes"][0]["field"], "spec.schedule");
+
+    // Defaults: no schedule means now (the schema requires one: mutation runs first), and an
+    // offset is stored in UTC.
+    let r = api.post(ATS, &at("now", None, "echo YAY")).await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+    let schedule = r.body["spec"]["schedule"].as_str().unwrap();
+    assert!(
+        schedule.ends_with('Z') && schedule.parse::<jiff::Timestamp>().is_ok(),
+        "{schedule}"
+    );
+    let r = api
+        .post(
+            ATS,
+            &at("utc", Some("2099-04-12T12:12:00+02:00"), "echo YAY"),
+        )
+        .await;
+    assert_eq!(
+        r.body["spec"]["schedule"], "2099-04-12T10:12:00Z",
+        "{:?}",
+        r.body
+    );
+
+    // Once RUNNING, the spec is frozen; labels may still change.
+    let r = api
+        .patch(
+            &format!("{ATS}/utc/status"),
+            "application/merge-patch+json",
+            &json!({"status": {"phase": "RUNNING"}}),
+        )
+        .await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+    let r = api
+        .patch(
+            &format!("{ATS}/utc"),
+            "application/merge-patch+json",
+            &json!({"spec": {"command": "echo other"}}),
+        )
+        .await;
+    assert_eq!(r.code, 422, "{:?}", r.body);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec: Forbidden: the At is RUNNING"),
+        "{:?}",
+        r.body
+    );
+    let r = api
+        .patch(
+            &format!("{ATS}/utc"),
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"a": "b"}}}),
+        )
+        .await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+
+    // kubectl shows the webhook's refusal with the field. (An empty command never reaches the
+    // webhook: the schema's minLength refuses it first; a blank one passes the schema.)
+    if let Some(k) = Kubectl::new(&s.server) {
+        let manifest = "apiVersion: cnat.programming-kubernetes.info/v1alpha1\nkind: At\nmetadata:\n  name: viakubectl\nspec:\n  schedule: \"2099-01-01T00:00:00Z\"\n  command: \" \"\n";
+        let out = k
+            .run_with_input(&["apply", "-f", "-"], Some(manifest))
+            .await;
+        assert!(!out.ok);
+        assert!(
+            out.stderr.contains(
+                "The At \"viakubectl\" is invalid: spec.command: Invalid value: \" \" is empty"
+            ),
+            "{}",
+            out.stderr
+        );
+    }
+
+    // controller-runtime's webhook metrics.
+    let metrics = reqwest_metrics(s.metrics_addr).await;
+    assert!(
+        metrics.contains(
+            "controller_runtime_webhook_requests_total{webhook=\"/validate-at\",code=\"200\"}"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("controller_runtime_webhook_latency_seconds_count{webhook=\"/mutate-at\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("controller_runtime_webhook_requests_in_flight{webhook=\"/validate-at\"} 0"),
+        "{metrics}"
+    );
+
+    // The manager stops: writes fail under failurePolicy Fail with the real message ...
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    let r = api
+        .post(ATS, &at("down", Some("2099-01-01T00:00:00Z"), "echo"))
+        .await;
+    assert_eq!(r.code, 500, "{:?}", r.body);
+    assert_eq!(
+        r.body["message"],
+        format!(
+            "Internal error occurred: failed calling webhook \"mat.cnat.programming-kubernetes.info\": failed to call webhook: Post \"https://{HOST}:443/mutate-at?timeout=10s\": dial tcp {}: connect: connection refused",
+            s.webhook_addr
+        )
+    );
+    // ... and go through under Ignore.
+    for (base, name) in [
+        (MWC, "sample-controller-mutating"),
+        (VWC, "sample-controller-validating"),
+    ] {
+        let r = api
+            .patch(
+                &format!("{base}/{name}"),
+                "application/json-patch+json",
+                &json!([{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]),
+            )
+            .await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+    }
+    assert_eq!(
+        api.post(ATS, &at("down", Some("2099-01-01T00:00:00Z"), "echo"))
+            .await
+            .code,
+        201
+    );
+}
+
+#[tokio::test]
+async fn a_certificate_rotated_on_disk_is_served_without_a_restart() {
+    let s = setup().await;
+    let (stop, task) = start_manager(&s);
+    wait_listening(s.webhook_addr).await;
+    let r = s
+        .api
+        .post(ATS, &at("before", Some("2099-01-01T00:00:00Z"), "echo"))
+        .await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+
+    // cert-manager renews: a new CA and certificate on disk, the new CA injected. The manager
+    // keeps running; the API server's next connection gets the new certificate.
+    let ca2 = issue(s.certs.path(), "webhook-ca-2");
+    apply_configurations(&s.api, &ca2).await;
+    let r = s
+        .api
+        .post(ATS, &at("after", Some("2099-01-01T00:00:00Z"), "echo"))
+        .await;
+    assert_eq!(
+        r.code, 201,
+        "the rotated certificate is trusted through the new caBundle: {:?}",
+        r.body
+    );
+    let r = s
+        .api
+        .post(ATS, &at("blank", Some("2099-01-01T00:00:00Z"), ""))
+        .await;
+    assert_eq!(
+        r.code, 422,
+        "still the manager's webhook answering: {:?}",
+        r.body
+    );
+
+    // The old CA no longer verifies what is served.
+    let unrelated = issue(tempfile::tempdir().unwrap().path(), "unrelated-ca");
+    apply_configurations(&s.api, &unrelated).await;
+    let r = s
+        .api
+        .post(ATS, &at("untrusted", Some("2099-01-01T00:00:00Z"), "echo"))
+        .await;
+    assert_eq!(r.code, 500, "{:?}", r.body);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("x509: certificate signed by unknown authority"),
+        "{:?}",
+        r.body
+    );
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// GET /metrics over plain HTTP.
+async fn reqwest_metrics(addr: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
