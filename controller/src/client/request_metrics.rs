@@ -12,7 +12,7 @@
 //! [`MetricsSnapshot`] copied at scrape time. The counters sit behind one mutex held for a few
 //! map updates; the throttle decision, read by every request, is an atomic beside it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -94,9 +94,22 @@ impl LatencyHistogram {
 #[derive(Debug)]
 pub struct ClientMetrics {
     host: String,
-    state: Mutex<MetricsSnapshot>,
+    state: Mutex<Counters>,
     /// The [`ThrottleDecision`], as `to_u8`; atomic because every request reads it.
     throttle: AtomicU8,
+}
+
+/// What [`ClientMetrics`] counts, keyed by `http::Method` (a clone of a standard method
+/// allocates nothing, so counting a request allocates only when a key is new).
+#[derive(Debug, Default)]
+struct Counters {
+    requests: HashMap<(Method, u16), u64>,
+    retries_by_code: HashMap<(Method, u16), u64>,
+    request_latency: HashMap<Method, LatencyHistogram>,
+    rate_limiter_latency: HashMap<Method, LatencyHistogram>,
+    too_many_requests: u64,
+    retries: u64,
+    throttle_wait: Duration,
 }
 
 /// A point-in-time copy of [`ClientMetrics`].
@@ -142,10 +155,7 @@ impl ClientMetrics {
     pub fn new(host: impl Into<String>) -> ClientMetrics {
         let host = host.into();
         ClientMetrics {
-            state: Mutex::new(MetricsSnapshot {
-                host: host.clone(),
-                ..MetricsSnapshot::default()
-            }),
+            state: Mutex::new(Counters::default()),
             host,
             throttle: AtomicU8::new(ThrottleDecision::Configured.to_u8()),
         }
@@ -177,7 +187,7 @@ impl ClientMetrics {
         &self.host
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut MetricsSnapshot) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&mut Counters) -> T) -> T {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut s)
     }
@@ -186,7 +196,7 @@ impl ClientMetrics {
     /// attempt of its request.
     pub(crate) fn record_attempt(&self, method: &Method, code: u16, retry: bool) {
         self.with(|s| {
-            let key = (method.as_str().to_owned(), code);
+            let key = (method.clone(), code);
             if code == 429 {
                 s.too_many_requests += 1;
             }
@@ -202,7 +212,7 @@ impl ClientMetrics {
     pub(crate) fn observe_request(&self, method: &Method, took: Duration) {
         self.with(|s| {
             s.request_latency
-                .entry(method.as_str().to_owned())
+                .entry(method.clone())
                 .or_default()
                 .observe(took);
         });
@@ -213,7 +223,7 @@ impl ClientMetrics {
         self.with(|s| {
             s.throttle_wait = s.throttle_wait.saturating_add(waited);
             s.rate_limiter_latency
-                .entry(method.as_str().to_owned())
+                .entry(method.clone())
                 .or_default()
                 .observe(waited);
         });
@@ -221,9 +231,27 @@ impl ClientMetrics {
 
     /// Copies the counters.
     pub fn snapshot(&self) -> MetricsSnapshot {
-        let mut snap = self.with(|s| s.clone());
-        snap.throttle = Some(self.throttle_decision());
-        snap
+        let by_method = |m: &HashMap<(Method, u16), u64>| {
+            m.iter()
+                .map(|((method, code), n)| ((method.as_str().to_owned(), *code), *n))
+                .collect()
+        };
+        let latency = |m: &HashMap<Method, LatencyHistogram>| {
+            m.iter()
+                .map(|(method, h)| (method.as_str().to_owned(), *h))
+                .collect()
+        };
+        self.with(|s| MetricsSnapshot {
+            host: self.host.clone(),
+            requests: by_method(&s.requests),
+            retries_by_code: by_method(&s.retries_by_code),
+            request_latency: latency(&s.request_latency),
+            rate_limiter_latency: latency(&s.rate_limiter_latency),
+            too_many_requests: s.too_many_requests,
+            retries: s.retries,
+            throttle_wait: s.throttle_wait,
+            throttle: Some(self.throttle_decision()),
+        })
     }
 }
 
