@@ -455,7 +455,7 @@ async fn run_at(
     pod_task.abort();
     at_task.abort();
 
-    let s = seen.lock().unwrap();
+    let s = std::mem::take(&mut *seen.lock().unwrap());
     let wall = s
         .done_at
         .map(|d| d.duration_since(t0).as_secs_f64())
@@ -545,6 +545,7 @@ async fn run_at(
     );
     let per_at: Vec<String> = diff
         .iter()
+        .filter(|(_, v)| **v as f64 / n as f64 >= 0.01)
         .map(|((verb, r), v)| format!("{verb} {r} {:.2}", *v as f64 / n as f64))
         .collect();
     println!(

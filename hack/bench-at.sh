@@ -53,9 +53,9 @@ for kind in get create; do
   for c in 8 64 256; do
     t0=$(date +%s.%N)
     if [ $kind = get ]; then
-      curl -s --http2 --parallel --parallel-max "$c" "${auth[@]}" -K "$dir/get.cfg" -o /dev/null -w '%{http_code}\n' >"$dir/codes"
+      curl -s --no-progress-meter --http2 --parallel --parallel-max "$c" "${auth[@]}" -K "$dir/get.cfg" -o /dev/null -w '%{http_code}\n' >"$dir/codes"
     else
-      curl -s --http2 --parallel --parallel-max "$c" "${auth[@]}" -H 'Content-Type: application/json' \
+      curl -s --no-progress-meter --http2 --parallel --parallel-max "$c" "${auth[@]}" -H 'Content-Type: application/json' \
         --data-binary @"$dir/pod.json" -K "$dir/post.cfg" -o /dev/null -w '%{http_code}\n' >"$dir/codes"
     fi
     t1=$(date +%s.%N)

@@ -132,7 +132,11 @@ pub struct ManagerOptions {
     #[arg(long, value_delimiter = ',', default_value = "*", value_name = "LIST")]
     pub controllers: Vec<String>,
 
-    /// Number of workers per controller (concurrent syncs).
+    /// Number of workers per controller (concurrent syncs). 2, as k8s.io/sample-controller
+    /// runs; controller-runtime's MaxConcurrentReconciles defaults to 1 and
+    /// kube-controller-manager's --concurrent-*-syncs mostly to 5. Measured with
+    /// hack/bench-at.sh (README, Performance): more workers did not make a burst of due Ats
+    /// finish sooner, because the API server's write rate, not the workers, is the limit.
     #[arg(long, default_value_t = 2, value_name = "N")]
     pub workers: usize,
 
