@@ -60,6 +60,22 @@ pub enum DeleteResponse<T> {
     Status(Box<Status>),
 }
 
+/// The part of an encoded object a write's URL needs.
+#[derive(serde::Deserialize)]
+struct WriteTarget {
+    #[serde(default)]
+    metadata: Option<WriteMeta>,
+}
+
+/// `metadata.name` and `metadata.namespace` of an object about to be written.
+#[derive(Default, serde::Deserialize)]
+struct WriteMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
 /// Typed access to one kind of object in one namespace, all namespaces, or cluster-wide.
 pub struct Api<K> {
     client: Client,
@@ -303,39 +319,34 @@ where
         q
     }
 
-    fn to_body(obj: &K) -> Result<(serde_json::Value, Bytes)> {
-        let value = serde_json::to_value(obj).map_err(|source| Error::Decode {
+    /// Encodes `obj` once, straight to JSON bytes, and reads back only its
+    /// `metadata.name`/`metadata.namespace` (the URL needs them): no intermediate
+    /// `serde_json::Value` tree, which cost a second allocation of every field of every write.
+    fn to_body(obj: &K) -> Result<(WriteMeta, Bytes)> {
+        let bytes = serde_json::to_vec(obj).map_err(|source| Error::Decode {
             what: format!("encoding {}", K::KIND),
             source,
         })?;
-        let bytes = serde_json::to_vec(&value).map_err(|source| Error::Decode {
+        let meta: WriteTarget = serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
             what: format!("encoding {}", K::KIND),
             source,
         })?;
-        Ok((value, Bytes::from(bytes)))
+        Ok((meta.metadata.unwrap_or_default(), Bytes::from(bytes)))
     }
 
-    fn meta_str<'a>(value: &'a serde_json::Value, field: &str) -> Option<&'a str> {
-        value
-            .get("metadata")
-            .and_then(|m| m.get(field))
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-    }
-
-    /// The namespace a write of `value` goes to: this Api's, else the object's own.
-    fn write_namespace<'a>(&'a self, value: &'a serde_json::Value) -> Option<&'a str> {
+    /// The namespace a write of an object with `meta` goes to: this Api's, else the object's own.
+    fn write_namespace<'a>(&'a self, meta: &'a WriteMeta) -> Option<&'a str> {
         self.namespace
             .as_deref()
-            .or_else(|| Self::meta_str(value, "namespace"))
+            .or_else(|| meta.namespace.as_deref().filter(|n| !n.is_empty()))
     }
 
     /// POST a new object.
     pub async fn create(&self, pp: &PostParams, obj: &K) -> Result<K> {
-        let (value, body) = Self::to_body(obj)?;
+        let (meta, body) = Self::to_body(obj)?;
         let uri = format!(
             "{}{}",
-            Self::collection_path_in(self.write_namespace(&value)),
+            Self::collection_path_in(self.write_namespace(&meta)),
             Self::post_query(pp)
         );
         let req = Self::request(Method::POST, uri, body)?;
@@ -343,13 +354,17 @@ where
     }
 
     async fn put(&self, pp: &PostParams, obj: &K, subresource: &str) -> Result<K> {
-        let (value, body) = Self::to_body(obj)?;
-        let name = Self::meta_str(&value, "name").ok_or_else(|| {
-            Error::Other(format!("update of {}: metadata.name is required", K::KIND))
-        })?;
+        let (meta, body) = Self::to_body(obj)?;
+        let name = meta
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                Error::Other(format!("update of {}: metadata.name is required", K::KIND))
+            })?;
         let uri = format!(
             "{}/{}{subresource}{}",
-            Self::collection_path_in(self.write_namespace(&value)),
+            Self::collection_path_in(self.write_namespace(&meta)),
             url_encode(name),
             Self::post_query(pp)
         );

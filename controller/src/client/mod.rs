@@ -13,8 +13,14 @@
 //!
 //! * [`config`]: where the cluster is and who we are (kubeconfig loading rules, in-cluster
 //!   service account, `--master`);
-//! * [`transport`]: the pooled hyper + rustls client, credentials, the QPS/burst throttle,
-//!   retries that honour `Retry-After`, request metrics;
+//! * [`transport`]: [`Client`], the loop every request goes through (throttle, credentials,
+//!   send, retry, count), built from one file per stage:
+//!   * [`throttle`]: the QPS/burst token bucket and the decision to follow the server's API
+//!     Priority and Fairness instead;
+//!   * [`auth`]: bearer tokens, token files, basic auth, exec credential plugins;
+//!   * [`connect`]: the pooled hyper client, rustls, the `CONNECT` proxy;
+//!   * [`retry`]: which answers (`429`/`5xx` + `Retry-After`) and failures are resent;
+//!   * [`request_metrics`]: the `rest_client_*` counters and histograms;
 //! * [`api`]: `Api<K>`, the typed verbs (`get`, `list`, `list_all`, `create`, `update`,
 //!   `update_status`, `patch`, `delete`, `delete_collection`, `watch`) for every
 //!   `K: k8s_openapi::Resource`, built-in kinds and this crate's CRDs alike;
@@ -55,14 +61,19 @@
 //! 2025, on SIG API Machinery's advice); Flux and cert-manager detect APF from the
 //! `X-Kubernetes-PF-FlowSchema-UID` / `X-Kubernetes-PF-PriorityLevel-UID` response headers and
 //! turn their limiter off; cert-manager#9158 shows that a rate the user set explicitly must
-//! still win. This client does all of that (see [`transport`]): the manager follows the server
+//! still win. This client does all of that (see [`throttle`]): the manager follows the server
 //! unless `--kube-api-qps`/`--kube-api-burst` are given, `--kube-api-qps=-1` (or 0) turns the
 //! throttle off, and `429` + `Retry-After` is honoured either way.
 
 pub mod api;
+pub mod auth;
 pub mod config;
+pub mod connect;
 pub mod error;
 pub mod params;
+pub mod request_metrics;
+pub mod retry;
+pub mod throttle;
 pub mod transport;
 pub mod watch;
 
