@@ -45,8 +45,9 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
+use super::caches::get_existing;
 use super::owned::{
-    SyncError, controller_reference, deployment_drift, is_controlled_by, owner_key,
+    LABEL_MANAGED_BY, SyncError, controller_reference, deployment_drift, is_controlled_by, owner_key,
 };
 use super::{Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::{Foo, FooStatus};
@@ -209,6 +210,18 @@ impl SyncHandler for FooController {
                 self.expectations.expect_creations(key, 1);
                 match deployments.create(&pp, &desired).await {
                     Ok(created) => Arc::new(created),
+                    Err(e) if e.is_already_exists() => {
+                        // Not in the cache: made before the managed-by label (one GET, and
+                        // labelled if ours), or someone else's (step 4 reports it).
+                        self.expectations.creation_observed(key);
+                        let existing =
+                            get_existing(&deployments, foo.as_ref(), deployment_name, CONTROLLER_NAME)
+                                .await
+                                .map_err(|e| {
+                                    SyncError::api::<Foo>(key, "reading the existing Deployment", e)
+                                })?;
+                        Arc::new(existing)
+                    }
                     Err(e) => {
                         self.expectations.creation_observed(key);
                         return Err(SyncError::api::<Foo>(key, "creating the Deployment", e));
@@ -302,7 +315,10 @@ fn foos_for(lister: &Lister<Foo>, d: &Deployment) -> Vec<String> {
 
 /// sample-controller's `newDeployment`: named `spec.deploymentName`, controlled by the Foo,
 /// labels `{app: nginx, controller: <foo name>}`, one `nginx` container running `nginx:latest`.
-/// `None` if the Foo has no uid.
+/// The Deployment itself also carries `app.kubernetes.io/managed-by: sample-controller`, which
+/// the manager's Deployment cache selects on ([`super::caches`]); the selector and template keep
+/// sample-controller's labels (a Deployment's selector is immutable). `None` if the Foo has no
+/// uid.
 pub fn new_deployment(foo: &Foo) -> Option<Deployment> {
     let foo_name = foo.metadata.name.clone().unwrap_or_default();
     let labels = BTreeMap::from([
@@ -313,6 +329,10 @@ pub fn new_deployment(foo: &Foo) -> Option<Deployment> {
         metadata: ObjectMeta {
             name: Some(foo.spec.deployment_name.clone()),
             namespace: foo.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([(
+                LABEL_MANAGED_BY.to_string(),
+                CONTROLLER_NAME.to_string(),
+            )])),
             owner_references: Some(vec![controller_reference(foo)?]),
             ..ObjectMeta::default()
         },
