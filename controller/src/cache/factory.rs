@@ -462,3 +462,70 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::testing::{FakeSource, Request, meta};
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec};
+
+    /// controller-runtime's `ByObject`: one type watched with its own selector (ANDed with the
+    /// factory's) and stored through its own transform; other types keep the defaults; names
+    /// stay the plural.
+    #[tokio::test]
+    async fn a_type_gets_its_own_selector_and_transform() {
+        let source = FakeSource::new();
+        let factory = SharedInformerFactory::new(source.clone(), Duration::ZERO)
+            .with_namespace("ns")
+            .with_selectors(Some("tier=web".into()), None)
+            .with_label_selector_for::<Pod>("app.kubernetes.io/managed-by=me")
+            .with_transform_for::<Pod>(|p: &mut Pod| {
+                p.spec = None;
+                p.metadata.annotations = None;
+            });
+        let pods = factory.informer::<Pod>();
+        let _same = factory.informer::<Pod>();
+        let _cms = factory.informer::<ConfigMap>();
+        let pod_scope = factory.scope_for::<Pod>();
+        assert_eq!(
+            pod_scope.label_selector.as_deref(),
+            Some("tier=web,app.kubernetes.io/managed-by=me")
+        );
+        assert_eq!(
+            factory.scope_for::<ConfigMap>().label_selector.as_deref(),
+            Some("tier=web")
+        );
+        let names: Vec<String> = factory.informers().into_iter().map(|i| i.name).collect();
+        assert_eq!(names, ["configmaps", "pods"], "one pod informer, named by its plural");
+
+        let fake = source.fake::<Pod>(&pod_scope);
+        let mut pod = Pod {
+            metadata: meta("ns", "a", &[("app.kubernetes.io/managed-by", "me")]),
+            spec: Some(PodSpec::default()),
+            status: None,
+        };
+        pod.metadata.annotations = Some([("big".to_string(), "x".to_string())].into());
+        fake.upsert(pod);
+        let cancel = CancellationToken::new();
+        factory.start(&cancel);
+        let synced = factory
+            .wait_for_cache_sync(Instant::now() + Duration::from_secs(10))
+            .await;
+        assert!(synced.values().all(|s| *s), "{synced:?}");
+        let cached = pods.lister().namespace("ns").get("a").expect("cached");
+        assert!(cached.spec.is_none() && cached.metadata.annotations.is_none());
+        let first = fake.requests().into_iter().next();
+        match first {
+            Some(Request::List(p)) => assert_eq!(
+                p.label_selector.as_deref(),
+                Some("tier=web,app.kubernetes.io/managed-by=me")
+            ),
+            Some(Request::Watch(p)) => assert_eq!(
+                p.label_selector.as_deref(),
+                Some("tier=web,app.kubernetes.io/managed-by=me")
+            ),
+            None => panic!("the pod informer asked nothing"),
+        }
+        factory.shutdown().await;
+    }
+}
