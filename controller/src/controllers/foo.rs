@@ -22,7 +22,11 @@
 //!    with backoff for ever (up to every 1000 s). Here the key comes back only when something
 //!    changes: the Foo's spec, or the Deployment of that name (the Deployment handler also
 //!    enqueues the Foos that *name* a Deployment, not only the one that controls it, so
-//!    deleting the squatter resolves the conflict at once).
+//!    deleting a squatter the cache shows resolves the conflict at once). The Deployment cache
+//!    holds only Deployments labelled `app.kubernetes.io/managed-by` by an operator of this
+//!    crate ([`super::caches`]); a squatter without that label is found through the create's
+//!    409 and one GET, and since its deletion cannot be watched, the Foo is looked at again
+//!    every [`FOREIGN_RECHECK`] (one refused create and one GET each time) until it is gone.
 //! 5. **Replicas (and image, labels) differ**: put back on a copy of the cached Deployment and
 //!    updated with its `resourceVersion`. sample-controller replaced the whole object with
 //!    `newDeployment(foo)`, dropping every field the server or other clients had set.
@@ -61,6 +65,10 @@ use crate::workqueue::RateLimitingQueue;
 
 /// The field manager of every write (sample-controller's).
 pub const CONTROLLER_NAME: &str = "sample-controller";
+
+/// How often a Foo whose Deployment name is taken by an object the cache cannot show (not
+/// labelled by an operator of this crate) checks whether the name is free again.
+pub const FOREIGN_RECHECK: Duration = Duration::from_secs(300);
 
 /// The image of the Deployment's container (sample-controller's).
 pub const IMAGE: &str = "nginx:latest";
@@ -203,6 +211,7 @@ impl SyncHandler for FooController {
 
         // 3.
         let deployment_key = format!("{namespace}/{deployment_name}");
+        let mut uncached = false;
         let deployment = match self.deployment_lister.get_by_key(&deployment_key) {
             Some(d) => d,
             None if !self.expectations.satisfied(key) => return Ok(None),
@@ -220,6 +229,7 @@ impl SyncHandler for FooController {
                                 .map_err(|e| {
                                     SyncError::api::<Foo>(key, "reading the existing Deployment", e)
                                 })?;
+                        uncached = true;
                         Arc::new(existing)
                     }
                     Err(e) => {
@@ -240,7 +250,8 @@ impl SyncHandler for FooController {
                 reason::ERR_RESOURCE_EXISTS,
                 &message,
             );
-            return Ok(None);
+            // The cache shows the squatter's deletion only if it carries our label.
+            return Ok(uncached.then_some(FOREIGN_RECHECK));
         }
 
         // 5.
