@@ -160,12 +160,7 @@ async fn an_unlabelled_pod_of_ours_is_adopted_with_one_get() {
         .await
         .expect("create the old pod");
     finish_pod(&client, "old-pod", 0).await;
-    let manager = start_manager(
-        &manager_client(&server),
-        manager_config(),
-        Clock::new(),
-    )
-    .await;
+    let manager = start_manager(&manager_client(&server), manager_config(), Clock::new()).await;
     wait_listed(&client, "old", AtPhase::Done).await;
     wait_events(&client, "old", 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -177,13 +172,19 @@ async fn an_unlabelled_pod_of_ours_is_adopted_with_one_get() {
         log.count_where(|k| k.verb == "patch" && k.resource == "pods" && k.subresource.is_empty()),
     );
     manager.stop().await.unwrap();
-    assert_eq!((gets, conflicts, patched), (1, 1, 1), "one 409, one GET, one label PATCH");
+    assert_eq!(
+        (gets, conflicts, patched),
+        (1, 1, 1),
+        "one 409, one GET, one label PATCH"
+    );
     assert_eq!(created, 1, "only the test's pod was ever created");
     let pods_now = list_pods(&client).await;
     assert_eq!(pods_now.len(), 1);
     let labels = pods_now[0].metadata.labels.clone().unwrap_or_default();
     assert_eq!(
-        labels.get("app.kubernetes.io/managed-by").map(String::as_str),
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
         Some("at-controller")
     );
     let done = list_ats(&client).await;
@@ -203,12 +204,7 @@ async fn an_unlabelled_foreign_pod_is_reported_and_the_gets_stop() {
         .create(&PostParams::default(), &foreign)
         .await
         .expect("create the foreign pod");
-    let manager = start_manager(
-        &manager_client(&server),
-        manager_config(),
-        Clock::new(),
-    )
-    .await;
+    let manager = start_manager(&manager_client(&server), manager_config(), Clock::new()).await;
     wait_until_every(
         "the ErrResourceExists event",
         Duration::from_millis(20),
@@ -228,7 +224,10 @@ async fn an_unlabelled_foreign_pod_is_reported_and_the_gets_stop() {
     let gets_later = log.count_where(|k| k.verb == "get" && k.resource == "pods");
     let patched = log.count_where(|k| k.verb == "patch" && k.resource == "pods");
     manager.stop().await.unwrap();
-    assert!(gets_settled <= 2, "at most one GET per sync that tried: {gets_settled}");
+    assert!(
+        gets_settled <= 2,
+        "at most one GET per sync that tried: {gets_settled}"
+    );
     assert_eq!(gets_later, gets_settled, "no loop of GETs");
     assert_eq!(patched, 0, "a foreign pod is never labelled");
     let pod = pods(&client).get("taken-pod").await.expect("the pod");

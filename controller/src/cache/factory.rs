@@ -267,7 +267,8 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
     /// A `labelSelector` for one type only, ANDed with the default scope's (controller-runtime's
     /// `ByObject{Label}`): [`Self::informer`] for `K` watches only objects matching both.
     pub fn with_label_selector_for<K: CacheObject>(mut self, selector: impl Into<String>) -> Self {
-        self.custom_labels.insert(TypeId::of::<K>(), selector.into());
+        self.custom_labels
+            .insert(TypeId::of::<K>(), selector.into());
         self
     }
 
@@ -279,7 +280,8 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
         transform: impl Fn(&mut K) + Send + Sync + 'static,
     ) -> Self {
         let f: super::informer::TransformFn<K> = Arc::new(transform);
-        self.custom_transforms.insert(TypeId::of::<K>(), Box::new(f));
+        self.custom_transforms
+            .insert(TypeId::of::<K>(), Box::new(f));
         self
     }
 
@@ -496,7 +498,11 @@ mod tests {
             Some("tier=web")
         );
         let names: Vec<String> = factory.informers().into_iter().map(|i| i.name).collect();
-        assert_eq!(names, ["configmaps", "pods"], "one pod informer, named by its plural");
+        assert_eq!(
+            names,
+            ["configmaps", "pods"],
+            "one pod informer, named by its plural"
+        );
 
         let fake = source.fake::<Pod>(&pod_scope);
         let mut pod = Pod {

@@ -376,7 +376,11 @@ mod tests {
         let s = managed_by_selector();
         assert!(s.starts_with("app.kubernetes.io/managed-by in ("));
         for m in MANAGERS {
-            assert_eq!(s.matches(&format!("{m},")).count() + s.matches(&format!("{m})")).count(), 1, "{m}");
+            assert_eq!(
+                s.matches(&format!("{m},")).count() + s.matches(&format!("{m})")).count(),
+                1,
+                "{m}"
+            );
         }
         let parsed = apimachinery::labels::Selector::parse(&s).expect("a valid selector");
         let labels = BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "at-controller".to_string())]);
@@ -417,6 +421,9 @@ mod tests {
             super::super::at::finished(&rebuilt).map(|o| o.exit_code),
             Some(Some(3))
         );
-        assert_eq!(rebuilt.metadata.owner_references, full.metadata.owner_references);
+        assert_eq!(
+            rebuilt.metadata.owner_references,
+            full.metadata.owner_references
+        );
     }
 }

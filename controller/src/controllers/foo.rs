@@ -51,7 +51,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::caches::get_existing;
 use super::owned::{
-    LABEL_MANAGED_BY, SyncError, controller_reference, deployment_drift, is_controlled_by, owner_key,
+    LABEL_MANAGED_BY, SyncError, controller_reference, deployment_drift, is_controlled_by,
+    owner_key,
 };
 use super::{Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::{Foo, FooStatus};
@@ -223,12 +224,16 @@ impl SyncHandler for FooController {
                         // Not in the cache: made before the managed-by label (one GET, and
                         // labelled if ours), or someone else's (step 4 reports it).
                         self.expectations.creation_observed(key);
-                        let existing =
-                            get_existing(&deployments, foo.as_ref(), deployment_name, CONTROLLER_NAME)
-                                .await
-                                .map_err(|e| {
-                                    SyncError::api::<Foo>(key, "reading the existing Deployment", e)
-                                })?;
+                        let existing = get_existing(
+                            &deployments,
+                            foo.as_ref(),
+                            deployment_name,
+                            CONTROLLER_NAME,
+                        )
+                        .await
+                        .map_err(|e| {
+                            SyncError::api::<Foo>(key, "reading the existing Deployment", e)
+                        })?;
                         uncached = true;
                         Arc::new(existing)
                     }
