@@ -44,7 +44,7 @@
 //!    alone is 360), so clearing fields with a transform would still leave ≥ 2.2 KB per pod, 21
 //!    MiB for 10,000 pods. The operators read only a pod's metadata, phase, reason, message,
 //!    `Ready` condition and each container's terminated state, so the pod informer is an
-//!    informer of [`PodSummary`]: a small struct with exactly those fields (104 bytes besides
+//!    informer of [`PodSummary`]: a small struct with exactly those fields (120 bytes besides
 //!    the metadata), deserialized straight from the list and watch stream of `/api/v1/pods`
 //!    (serde skips every other field, so no full `Pod` is ever built). The lister stays typed
 //!    (`Lister<PodSummary>`), and [`PodSummary::to_pod`] rebuilds the few-field `Pod` the At's
