@@ -136,3 +136,101 @@ async fn an_at_due_later_costs_seven_writes_and_no_get() {
     assert_eq!(c.status_writes, 3, "PENDING, RUNNING, DONE: {c:?}");
     assert_eq!(c.event_writes, 3, "Scheduled, Started, Completed");
 }
+
+/// The At's pod as an older version of the controller made it: controlled by the At, without
+/// the `app.kubernetes.io/managed-by` label the pod cache now selects on.
+fn unlabelled_pod_of(at: &sample_controller::apis::At) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = sample_controller::controllers::at::new_pod(at);
+    if let Some(labels) = pod.metadata.labels.as_mut() {
+        labels.remove(sample_controller::controllers::owned::LABEL_MANAGED_BY);
+    }
+    pod
+}
+
+/// A pod of ours made before the label: invisible to the cache, so the create answers 409;
+/// one GET finds it, one PATCH labels it, and the At finishes with it. No second pod, no
+/// retry loop.
+#[tokio::test]
+async fn an_unlabelled_pod_of_ours_is_adopted_with_one_get() {
+    use sample_controller::client::PostParams;
+    let (server, client) = server().await;
+    let stored = create_at(&client, &at("old", "2019-04-12T10:12:00Z", "echo YAY")).await;
+    pods(&client)
+        .create(&PostParams::default(), &unlabelled_pod_of(&stored))
+        .await
+        .expect("create the old pod");
+    finish_pod(&client, "old-pod", 0).await;
+    let manager = start_manager(&manager_client(&server), manager_config(), Clock::new()).await;
+    wait_listed(&client, "old", AtPhase::Done).await;
+    wait_events(&client, "old", 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = server.request_log();
+    let (gets, conflicts, created, patched) = (
+        log.count_where(|k| k.verb == "get" && k.resource == "pods"),
+        log.count_code("create", "pods", 409),
+        log.count_code("create", "pods", 201),
+        log.count_where(|k| k.verb == "patch" && k.resource == "pods" && k.subresource.is_empty()),
+    );
+    manager.stop().await.unwrap();
+    assert_eq!(
+        (gets, conflicts, patched),
+        (1, 1, 1),
+        "one 409, one GET, one label PATCH"
+    );
+    assert_eq!(created, 1, "only the test's pod was ever created");
+    let pods_now = list_pods(&client).await;
+    assert_eq!(pods_now.len(), 1);
+    let labels = pods_now[0].metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("at-controller")
+    );
+    let done = list_ats(&client).await;
+    assert_eq!(done[0].status.as_ref().and_then(|s| s.exit_code), Some(0));
+}
+
+/// A pod of the At's pod name that is not ours (no controller ownerReference) and unlabelled:
+/// reported as `ErrResourceExists` as before, never taken over, and the GETs stop.
+#[tokio::test]
+async fn an_unlabelled_foreign_pod_is_reported_and_the_gets_stop() {
+    use sample_controller::client::PostParams;
+    let (server, client) = server().await;
+    let stored = create_at(&client, &at("taken", "2019-04-12T10:12:00Z", "echo YAY")).await;
+    let mut foreign = unlabelled_pod_of(&stored);
+    foreign.metadata.owner_references = None;
+    pods(&client)
+        .create(&PostParams::default(), &foreign)
+        .await
+        .expect("create the foreign pod");
+    let manager = start_manager(&manager_client(&server), manager_config(), Clock::new()).await;
+    wait_until_every(
+        "the ErrResourceExists event",
+        Duration::from_millis(20),
+        3_000,
+        || async {
+            events_for(&client, "taken")
+                .await
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("ErrResourceExists"))
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = server.request_log();
+    let gets_settled = log.count_where(|k| k.verb == "get" && k.resource == "pods");
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let gets_later = log.count_where(|k| k.verb == "get" && k.resource == "pods");
+    let patched = log.count_where(|k| k.verb == "patch" && k.resource == "pods");
+    manager.stop().await.unwrap();
+    assert!(
+        gets_settled <= 2,
+        "at most one GET per sync that tried: {gets_settled}"
+    );
+    assert_eq!(gets_later, gets_settled, "no loop of GETs");
+    assert_eq!(patched, 0, "a foreign pod is never labelled");
+    let pod = pods(&client).get("taken-pod").await.expect("the pod");
+    assert!(pod.metadata.owner_references.is_none(), "never taken over");
+    assert_eq!(list_pods(&client).await.len(), 1);
+}

@@ -221,13 +221,15 @@ async fn foo_never_adopts_a_deployment_it_does_not_own_and_does_not_retry_the_co
         Some("Resource \"squatter\" already exists and is not managed by Foo")
     );
 
-    // Left alone, and no retry storm: an hour later nothing more has run.
+    // Left alone, and no retry storm: the squatter carries no managed-by label, so the cache
+    // cannot show its deletion; the Foo looks again every FOREIGN_RECHECK, nothing more.
     let syncs = manager.syncs();
     advance_settled(Duration::from_secs(3600), Duration::from_secs(60)).await;
-    assert_eq!(
-        manager.syncs(),
-        syncs,
-        "a permanent conflict is not retried"
+    let rechecks = manager.syncs() - syncs;
+    let most = 3600 / foo::FOREIGN_RECHECK.as_secs() + 1;
+    assert!(
+        rechecks <= most,
+        "a permanent conflict is rechecked every FOREIGN_RECHECK only: {rechecks} syncs"
     );
     let d = deployment(&client, "squatter").await.unwrap();
     assert_eq!(replicas_of(&d), Some(2));
@@ -242,11 +244,12 @@ async fn foo_never_adopts_a_deployment_it_does_not_own_and_does_not_retry_the_co
     let stats = manager.controllers.controllers()[0].stats().snapshot();
     assert_eq!(stats.errors, 0);
 
-    // The squatter goes: the Foo gets its own Deployment at once.
+    // The squatter goes: the Foo gets its own Deployment at its next recheck.
     api::<Deployment>(&client)
         .delete("squatter", &DeleteParams::default())
         .await
         .unwrap();
+    advance_settled(foo::FOREIGN_RECHECK, Duration::from_secs(10)).await;
     wait_until("the Foo's own Deployment", || async {
         deployment(&client, "squatter").await.is_some_and(|d| {
             d.metadata

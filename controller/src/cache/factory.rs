@@ -35,6 +35,17 @@
 //! on 403 or relists endlessly. client-go's factory has neither: its callers keep their own
 //! list of informers for metrics, and its health checks do not look at reflectors.
 //!
+//! ## Per-type selectors and transforms (controller-runtime's `ByObject`)
+//!
+//! A controller caches what it owns, not the cluster. [`SharedInformerFactory::with_label_selector_for`]
+//! gives one type a `labelSelector` of its own (ANDed with the factory's default selector), and
+//! [`SharedInformerFactory::with_transform_for`] a transform installed on its informer when the
+//! informer is created (client-go: `WithTweakListOptions` is factory-wide, so per-type
+//! filtering there takes a second factory; controller-runtime's `cache.Options.ByObject` sets
+//! `Label` and `Transform` per type, which is what this mirrors). [`SharedInformerFactory::informer`]
+//! then returns the informer in that narrowed scope, still named after the plural alone
+//! (`"pods"`), so metrics and health names do not change with the selector.
+//!
 //! The factory does not know how to talk to a server. It asks a [`ListerWatcherSource`] for a
 //! [`ListerWatcher`](super::ListerWatcher) for each type and scope; the client's `Client`
 //! implements it with `Api<K>`, and tests use [`super::testing::FakeSource`]. Selectors are
@@ -130,7 +141,7 @@ impl<K: CacheObject> Control for SharedIndexInformer<K> {
 #[derive(Clone)]
 pub struct InformerInfo {
     /// The name metrics and health checks use: the resource plural (`"ats"`, `"pods"`) for an
-    /// informer in the factory's default scope, the plural and the scope otherwise
+    /// informer in the scope [`SharedInformerFactory::informer`] uses for its type, the plural and the scope otherwise
     /// (`"pods (namespace=kube-system)"`).
     pub name: String,
     /// The resource plural (`K::URL_PATH_SEGMENT`).
@@ -206,6 +217,8 @@ pub struct SharedInformerFactory<S> {
     default_resync: Duration,
     default_scope: InformerScope,
     custom_resync: HashMap<TypeId, Duration>,
+    custom_labels: HashMap<TypeId, String>,
+    custom_transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     reflector: ReflectorConfig,
     health: Option<HealthState>,
     state: Mutex<State>,
@@ -220,6 +233,8 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
             default_resync,
             default_scope: InformerScope::default(),
             custom_resync: HashMap::new(),
+            custom_labels: HashMap::new(),
+            custom_transforms: HashMap::new(),
             reflector: ReflectorConfig::default(),
             health: None,
             state: Mutex::new(State::default()),
@@ -247,6 +262,40 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
     pub fn with_resync_for<K: CacheObject>(mut self, period: Duration) -> Self {
         self.custom_resync.insert(TypeId::of::<K>(), period);
         self
+    }
+
+    /// A `labelSelector` for one type only, ANDed with the default scope's (controller-runtime's
+    /// `ByObject{Label}`): [`Self::informer`] for `K` watches only objects matching both.
+    pub fn with_label_selector_for<K: CacheObject>(mut self, selector: impl Into<String>) -> Self {
+        self.custom_labels
+            .insert(TypeId::of::<K>(), selector.into());
+        self
+    }
+
+    /// A transform for one type (controller-runtime's `ByObject{Transform}`), installed on every
+    /// informer of `K` this factory creates, before it runs. It replaces the informer's default
+    /// (which drops `managedFields`), so it should drop them too.
+    pub fn with_transform_for<K: CacheObject>(
+        mut self,
+        transform: impl Fn(&mut K) + Send + Sync + 'static,
+    ) -> Self {
+        let f: super::informer::TransformFn<K> = Arc::new(transform);
+        self.custom_transforms
+            .insert(TypeId::of::<K>(), Box::new(f));
+        self
+    }
+
+    /// The scope [`Self::informer`] uses for `K`: the default scope, with `K`'s own label
+    /// selector (if any) ANDed to the default one.
+    pub fn scope_for<K: CacheObject>(&self) -> InformerScope {
+        let mut scope = self.default_scope.clone();
+        if let Some(own) = self.custom_labels.get(&TypeId::of::<K>()) {
+            scope.label_selector = Some(match scope.label_selector.take() {
+                Some(default) if !default.trim().is_empty() => format!("{default},{own}"),
+                _ => own.clone(),
+            });
+        }
+        scope
     }
 
     /// Reflector settings for every informer (paging, streaming lists, backoff). The name and
@@ -286,9 +335,10 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The shared informer for `K` in the factory's default scope.
+    /// The shared informer for `K` in the factory's default scope, narrowed by `K`'s own
+    /// label selector if [`Self::with_label_selector_for`] gave it one.
     pub fn informer<K: CacheObject>(&self) -> SharedIndexInformer<K> {
-        self.informer_for::<K>(self.default_scope.clone())
+        self.informer_for::<K>(self.scope_for::<K>())
     }
 
     /// The shared informer for `K` in `scope`; created on first use.
@@ -322,7 +372,18 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
                 },
             },
         );
-        let short_name = if scope == self.default_scope {
+        if let Some(t) = self
+            .custom_transforms
+            .get(&TypeId::of::<K>())
+            .and_then(|t| t.downcast_ref::<super::informer::TransformFn<K>>())
+        {
+            let t = Arc::clone(t);
+            // A new informer has not started: this cannot fail.
+            if let Err(e) = informer.set_transform(Some(move |obj: &mut K| t(obj))) {
+                warn!(informer = %name, error = %e, "could not install the type's transform");
+            }
+        }
+        let short_name = if scope == self.scope_for::<K>() {
             K::URL_PATH_SEGMENT.to_owned()
         } else {
             name.clone()
@@ -401,5 +462,76 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
                 warn!(error = %e, "informer task ended abnormally");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::testing::{FakeSource, Request, meta};
+    use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec};
+
+    /// controller-runtime's `ByObject`: one type watched with its own selector (ANDed with the
+    /// factory's) and stored through its own transform; other types keep the defaults; names
+    /// stay the plural.
+    #[tokio::test]
+    async fn a_type_gets_its_own_selector_and_transform() {
+        let source = FakeSource::new();
+        let factory = SharedInformerFactory::new(source.clone(), Duration::ZERO)
+            .with_namespace("ns")
+            .with_selectors(Some("tier=web".into()), None)
+            .with_label_selector_for::<Pod>("app.kubernetes.io/managed-by=me")
+            .with_transform_for::<Pod>(|p: &mut Pod| {
+                p.spec = None;
+                p.metadata.annotations = None;
+            });
+        let pods = factory.informer::<Pod>();
+        let _same = factory.informer::<Pod>();
+        let _cms = factory.informer::<ConfigMap>();
+        let pod_scope = factory.scope_for::<Pod>();
+        assert_eq!(
+            pod_scope.label_selector.as_deref(),
+            Some("tier=web,app.kubernetes.io/managed-by=me")
+        );
+        assert_eq!(
+            factory.scope_for::<ConfigMap>().label_selector.as_deref(),
+            Some("tier=web")
+        );
+        let names: Vec<String> = factory.informers().into_iter().map(|i| i.name).collect();
+        assert_eq!(
+            names,
+            ["configmaps", "pods"],
+            "one pod informer, named by its plural"
+        );
+
+        let fake = source.fake::<Pod>(&pod_scope);
+        let mut pod = Pod {
+            metadata: meta("ns", "a", &[("app.kubernetes.io/managed-by", "me")]),
+            spec: Some(PodSpec::default()),
+            status: None,
+        };
+        pod.metadata.annotations = Some([("big".to_string(), "x".to_string())].into());
+        fake.upsert(pod);
+        let cancel = CancellationToken::new();
+        factory.start(&cancel);
+        let synced = factory
+            .wait_for_cache_sync(Instant::now() + Duration::from_secs(10))
+            .await;
+        assert!(synced.values().all(|s| *s), "{synced:?}");
+        let cached = pods.lister().namespace("ns").get("a").expect("cached");
+        assert!(cached.spec.is_none() && cached.metadata.annotations.is_none());
+        let first = fake.requests().into_iter().next();
+        match first {
+            Some(Request::List(p)) => assert_eq!(
+                p.label_selector.as_deref(),
+                Some("tier=web,app.kubernetes.io/managed-by=me")
+            ),
+            Some(Request::Watch(p)) => assert_eq!(
+                p.label_selector.as_deref(),
+                Some("tier=web,app.kubernetes.io/managed-by=me")
+            ),
+            None => panic!("the pod informer asked nothing"),
+        }
+        factory.shutdown().await;
     }
 }

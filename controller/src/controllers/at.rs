@@ -92,9 +92,20 @@
 //! * a success always clears the key's failure history (the book's `AddAfter` did not);
 //! * events are recorded (the book built a recorder and never used it).
 //!
-//! Kept from the book: the pod name `<name>-pod`, the `app: <name>` label, a schedule in the
-//! past fires at once however old (the book's example is from 2019), and the pod informer
-//! covers every pod in scope (`--namespace` narrows it).
+//! Kept from the book: the pod name `<name>-pod`, the `app: <name>` label, and a schedule in the
+//! past fires at once however old (the book's example is from 2019).
+//!
+//! ## The pod cache holds our pods only, slim
+//!
+//! The book's pod informer cached every pod of the cluster. Here the pod carries
+//! `app.kubernetes.io/managed-by: at-controller` besides `app: <name>`, and the manager's pod
+//! informer watches only pods labelled by one of this crate's operators, as [`PodSummary`]s
+//! (metadata, phase, reason, message, conditions, containers' terminated states): see
+//! [`super::caches`]. A pod of ours created before that label existed is invisible to the
+//! cache, so the create answers 409 AlreadyExists: one GET finds it
+//! ([`super::caches::get_existing`]), labels it if its controller ownerReference is this At's,
+//! and the sync carries on with it (a pod that is not ours gives `ErrResourceExists`, as a
+//! cached one would).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -104,7 +115,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::owned::{self, controller_ref_of, owner_handlers};
+use super::caches::{self, PodSummary};
+use super::owned::{self, LABEL_MANAGED_BY, controller_ref_of, owner_handlers};
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
@@ -126,8 +138,9 @@ pub struct AtController {
     client: Client,
     /// The At cache, read by `sync_handler`.
     at_lister: Lister<At>,
-    /// The pod cache: `<name>-pod` is looked up here, never with a live GET.
-    pod_lister: Lister<Pod>,
+    /// The pod cache (our pods only, slim): `<name>-pod` is looked up here, never with a live
+    /// GET (except once after a create answered AlreadyExists).
+    pod_lister: Lister<PodSummary>,
     /// Keys (`namespace/name` of Ats) waiting for a worker, the worker loop's counters, and
     /// the registrations of the At and pod handlers (synced once each saw its initial list).
     workers: Workers,
@@ -178,7 +191,7 @@ impl AtController {
         stats: SyncStats,
     ) -> Result<Arc<Self>, RunError> {
         let at_informer = factory.informer::<At>();
-        let pod_informer = factory.informer::<Pod>();
+        let pod_informer = factory.informer::<PodSummary>();
         let expectations = Arc::new(Expectations::default());
         let written = Arc::new(WrittenStatuses::default());
 
@@ -208,7 +221,7 @@ impl AtController {
         // tombstone from a relist) enqueue too: a RUNNING At whose pod vanished must act.
         // The same handler every owning operator uses (`owned::owner_handlers`), so a pod whose
         // controller reference moves to another At also wakes the At it left.
-        let pod_handler = owner_handlers::<At, Pod>(&queue, Some(Arc::clone(&expectations)));
+        let pod_handler = owner_handlers::<At, PodSummary>(&queue, Some(Arc::clone(&expectations)));
         let pod_synced = pod_informer
             .add_event_handler(pod_handler)
             .map_err(RunError::informer::<Self>)?;
@@ -262,39 +275,56 @@ impl SyncHandler for AtController {
         let pod_name = at.pod_name();
         let pod = self
             .pod_lister
-            .get_by_key(&format!("{namespace}/{pod_name}"));
+            .get_by_key(&format!("{namespace}/{pod_name}"))
+            .map(|p| p.to_pod());
         let state = match &pod {
             Some(p) => PodState::Present(p),
             None if !self.expectations.satisfied(key) => PodState::Expected,
             None => PodState::Absent,
         };
-        let plan = plan(&at, state, self.clock.now());
+        let mut plan = plan(&at, state, self.clock.now());
 
-        if let Some(new_pod) = &plan.create_pod {
-            // Expected before creating (the informer's add may beat the create's response),
-            // and no longer once the create failed (nothing will arrive).
-            let pp = PostParams::with_field_manager(CONTROLLER_NAME);
-            let pods = Api::<Pod>::all(self.client.clone());
-            if let Err(source) = self
-                .expectations
-                .expecting(key, pods.create(&pp, new_pod))
-                .await
-            {
-                if !source.is_already_exists() {
+        if let Some(new_pod) = plan.create_pod.take() {
+            // Expect before creating: the informer's add may beat the create's response.
+            self.expectations.expect_creations(key, 1);
+            let pp = PostParams {
+                field_manager: Some(CONTROLLER_NAME.to_string()),
+                ..PostParams::default()
+            };
+            let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace);
+            match pods.create(&pp, &new_pod).await {
+                Ok(_) => tracing::info!(key, pod = %pod_name, "pod launched"),
+                Err(source) if source.is_already_exists() => {
+                    // Nothing will arrive for this create. A pod of that name the cache does
+                    // not show: ours from before the managed-by label, or someone else's. One
+                    // GET tells (and labels ours); decide again with it.
+                    self.expectations.creation_observed(key);
+                    let existing =
+                        caches::get_existing(&pods, at.as_ref(), &pod_name, CONTROLLER_NAME)
+                            .await
+                            .map_err(|source| SyncError::CreatePod {
+                                namespace: namespace.clone(),
+                                pod: pod_name.clone(),
+                                source,
+                            })?;
+                    plan = self::plan(&at, PodState::Present(&existing), self.clock.now());
+                }
+                Err(source) => {
+                    // Nothing will arrive for this create.
+                    self.expectations.creation_observed(key);
                     self.recorder.event(
                         at.as_ref(),
                         EventType::Warning,
                         reason::FAILED_CREATE,
                         &format!("creating pod {pod_name}: {source}"),
                     );
+                    return Err(SyncError::CreatePod {
+                        namespace,
+                        pod: pod_name,
+                        source,
+                    });
                 }
-                return Err(SyncError::CreatePod {
-                    namespace,
-                    pod: pod_name,
-                    source,
-                });
             }
-            tracing::info!(key, pod = %pod_name, "pod launched");
         }
 
         if let Some(status) = plan.status {
@@ -849,7 +879,10 @@ pub fn new_pod(at: &At) -> Pod {
         metadata: ObjectMeta {
             name: Some(at.pod_name()),
             namespace: at.metadata.namespace.clone(),
-            labels: Some(BTreeMap::from([("app".to_string(), name)])),
+            labels: Some(BTreeMap::from([
+                ("app".to_string(), name),
+                (LABEL_MANAGED_BY.to_string(), CONTROLLER_NAME.to_string()),
+            ])),
             owner_references: Some(vec![controller_ref(at)]),
             ..ObjectMeta::default()
         },

@@ -22,7 +22,11 @@
 //!    with backoff for ever (up to every 1000 s). Here the key comes back only when something
 //!    changes: the Foo's spec, or the Deployment of that name (the Deployment handler also
 //!    enqueues the Foos that *name* a Deployment, not only the one that controls it, so
-//!    deleting the squatter resolves the conflict at once).
+//!    deleting a squatter the cache shows resolves the conflict at once). The Deployment cache
+//!    holds only Deployments labelled `app.kubernetes.io/managed-by` by an operator of this
+//!    crate ([`super::caches`]); a squatter without that label is found through the create's
+//!    409 and one GET, and since its deletion cannot be watched, the Foo is looked at again
+//!    every [`FOREIGN_RECHECK`] (one refused create and one GET each time) until it is gone.
 //! 5. **Replicas (and image, labels) differ**: put back on a copy of the cached Deployment and
 //!    updated with its `resourceVersion`. sample-controller replaced the whole object with
 //!    `newDeployment(foo)`, dropping every field the server or other clients had set.
@@ -45,8 +49,10 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
+use super::caches::get_existing;
 use super::owned::{
-    SyncError, controller_reference, deployment_drift, is_controlled_by, owner_key,
+    LABEL_MANAGED_BY, SyncError, controller_reference, deployment_drift, is_controlled_by,
+    owner_key,
 };
 use super::{Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::{Foo, FooStatus};
@@ -60,6 +66,10 @@ use crate::workqueue::RateLimitingQueue;
 
 /// The field manager of every write (sample-controller's).
 pub const CONTROLLER_NAME: &str = "sample-controller";
+
+/// How often a Foo whose Deployment name is taken by an object the cache cannot show (not
+/// labelled by an operator of this crate) checks whether the name is free again.
+pub const FOREIGN_RECHECK: Duration = Duration::from_secs(300);
 
 /// The image of the Deployment's container (sample-controller's).
 pub const IMAGE: &str = "nginx:latest";
@@ -199,16 +209,36 @@ impl SyncHandler for FooController {
 
         // 3.
         let deployment_key = format!("{namespace}/{deployment_name}");
+        let mut uncached = false;
         let deployment = match self.deployment_lister.get_by_key(&deployment_key) {
             Some(d) => d,
             None if !self.expectations.satisfied(key) => return Ok(None),
             None => {
-                let created = self
-                    .expectations
-                    .expecting(key, deployments.create(&pp, &desired))
-                    .await
-                    .map_err(|e| SyncError::api::<Foo>(key, "creating the Deployment", e))?;
-                Arc::new(created)
+                self.expectations.expect_creations(key, 1);
+                match deployments.create(&pp, &desired).await {
+                    Ok(created) => Arc::new(created),
+                    Err(e) if e.is_already_exists() => {
+                        // Not in the cache: made before the managed-by label (one GET, and
+                        // labelled if ours), or someone else's (step 4 reports it).
+                        self.expectations.creation_observed(key);
+                        let existing = get_existing(
+                            &deployments,
+                            foo.as_ref(),
+                            deployment_name,
+                            CONTROLLER_NAME,
+                        )
+                        .await
+                        .map_err(|e| {
+                            SyncError::api::<Foo>(key, "reading the existing Deployment", e)
+                        })?;
+                        uncached = true;
+                        Arc::new(existing)
+                    }
+                    Err(e) => {
+                        self.expectations.creation_observed(key);
+                        return Err(SyncError::api::<Foo>(key, "creating the Deployment", e));
+                    }
+                }
             }
         };
 
@@ -222,7 +252,8 @@ impl SyncHandler for FooController {
                 reason::ERR_RESOURCE_EXISTS,
                 &message,
             );
-            return Ok(None);
+            // The cache shows the squatter's deletion only if it carries our label.
+            return Ok(uncached.then_some(FOREIGN_RECHECK));
         }
 
         // 5.
@@ -297,7 +328,10 @@ fn foos_for(lister: &Lister<Foo>, d: &Deployment) -> Vec<String> {
 
 /// sample-controller's `newDeployment`: named `spec.deploymentName`, controlled by the Foo,
 /// labels `{app: nginx, controller: <foo name>}`, one `nginx` container running `nginx:latest`.
-/// `None` if the Foo has no uid.
+/// The Deployment itself also carries `app.kubernetes.io/managed-by: sample-controller`, which
+/// the manager's Deployment cache selects on ([`super::caches`]); the selector and template keep
+/// sample-controller's labels (a Deployment's selector is immutable). `None` if the Foo has no
+/// uid.
 pub fn new_deployment(foo: &Foo) -> Option<Deployment> {
     let foo_name = foo.metadata.name.clone().unwrap_or_default();
     let labels = BTreeMap::from([
@@ -308,6 +342,10 @@ pub fn new_deployment(foo: &Foo) -> Option<Deployment> {
         metadata: ObjectMeta {
             name: Some(foo.spec.deployment_name.clone()),
             namespace: foo.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([(
+                LABEL_MANAGED_BY.to_string(),
+                CONTROLLER_NAME.to_string(),
+            )])),
             owner_references: Some(vec![controller_reference(foo)?]),
             ..ObjectMeta::default()
         },

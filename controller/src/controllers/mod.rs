@@ -68,9 +68,11 @@
 //!
 //! Other shared pieces: [`Clock`] (wall-clock time that follows tokio's paused clock),
 //! [`Expectations`] ("I created this; the lister has not seen it yet"), and [`owned`] (owner
-//! references, `handleObject`, drift, and the error type of the operators that own objects).
+//! references, `handleObject`, drift, and the error type of the operators that own objects), and
+//! [`caches`] (the label selector and slim forms that keep the caches of owned kinds small).
 
 pub mod at;
+pub mod caches;
 pub mod expectations;
 pub mod foo;
 pub mod myapp;

@@ -47,10 +47,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, Pod, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+    Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
+use super::caches::PodSummary;
 use super::owned::{
     LABEL_INSTANCE, SyncError, controller_ref_of, dependent_metadata, is_controlled_by,
     owner_handlers, standard_labels, write_status_if_changed,
@@ -124,7 +125,8 @@ pub struct RedisClusterController {
     cluster_lister: Lister<RedisCluster>,
     statefulset_lister: Lister<StatefulSet>,
     service_lister: Lister<Service>,
-    pod_lister: Lister<Pod>,
+    /// Pods in the slim form of the shared pod cache ([`PodSummary`]).
+    pod_lister: Lister<PodSummary>,
     workers: Workers,
     recorder: EventRecorder,
     expectations: Arc<Expectations>,
@@ -146,7 +148,7 @@ impl RedisClusterController {
         let cluster_informer = factory.informer::<RedisCluster>();
         let statefulset_informer = factory.informer::<StatefulSet>();
         let service_informer = factory.informer::<Service>();
-        let pod_informer = factory.informer::<Pod>();
+        let pod_informer = factory.informer::<PodSummary>();
         let expectations = Arc::new(Expectations::default());
 
         let cluster_handler = {
@@ -186,7 +188,7 @@ impl RedisClusterController {
         );
         let pod_handler = {
             let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
-            EventHandlerFns::<Pod>::new()
+            EventHandlerFns::<PodSummary>::new()
                 .on_add(move |p, _initial| {
                     if let Some(k) = cluster_key(&p) {
                         q1.add(k);
@@ -199,7 +201,7 @@ impl RedisClusterController {
                         q2.add(k);
                     }
                 })
-                .on_delete(move |gone: Deleted<Pod>| {
+                .on_delete(move |gone: Deleted<PodSummary>| {
                     if let Some(k) = cluster_key(gone.object()) {
                         q3.add(k);
                     }
@@ -532,7 +534,7 @@ impl RedisClusterController {
     }
 
     /// Every pod labelled with the cluster's name, whoever created it.
-    fn cluster_pods(&self, namespace: &str, name: &str) -> Vec<Arc<Pod>> {
+    fn cluster_pods(&self, namespace: &str, name: &str) -> Vec<Arc<PodSummary>> {
         // Filtered by hand rather than with a label selector: a cluster name may be longer
         // than a label value is allowed to be, and then no pod can carry it anyway.
         self.pod_lister
@@ -599,14 +601,14 @@ impl RedisClusterController {
 }
 
 /// The key of the cluster a pod belongs to, from its [`LABEL_CLUSTER`] label.
-fn cluster_key(pod: &Pod) -> Option<String> {
+fn cluster_key(pod: &PodSummary) -> Option<String> {
     let name = pod.metadata.labels.as_ref()?.get(LABEL_CLUSTER)?;
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     Some(format!("{ns}/{name}"))
 }
 
 /// Running with the `Ready` condition `True`.
-fn pod_ready(pod: &Pod) -> bool {
+fn pod_ready(pod: &PodSummary) -> bool {
     let Some(status) = &pod.status else {
         return false;
     };

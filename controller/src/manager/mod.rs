@@ -251,7 +251,8 @@ impl Manager {
         if let Some(ns) = &cfg.namespace {
             factory = factory.with_namespace(ns.clone());
         }
-        let factory = Arc::new(factory);
+        // Owned kinds: only what the operators labelled, pods in their slim form.
+        let factory = Arc::new(crate::controllers::caches::scope_owned_caches(factory));
 
         // Events: logged, and written as core/v1 Events for `kubectl describe`.
         let broadcaster = EventBroadcaster::new();

@@ -1,0 +1,429 @@
+//! # Caches that fit: watch only what the operators made, keep only what they read
+//!
+//! An informer caches every object its list+watch returns. Left cluster-wide, the pod informer
+//! of the At controller holds every pod of the cluster, ours or not, at ~6.5 KB each: a
+//! cluster with a few thousand pods is enough to run the manager out of a 30 MiB limit. This
+//! module narrows the caches of the objects the operators *create* in two ways, both applied by
+//! [`scope_owned_caches`] to the manager's [`SharedInformerFactory`]:
+//!
+//! 1. **A server-side `labelSelector` per type** (controller-runtime's `cache.Options.ByObject`
+//!    with a `Label`; client-go's `WithTweakListOptions`, here per type through
+//!    [`SharedInformerFactory::with_label_selector_for`]). Pods, Deployments, StatefulSets and
+//!    Services are watched with [`managed_by_selector`]:
+//!
+//!    ```text
+//!    app.kubernetes.io/managed-by in (at-controller,myapp-controller,rediscluster-controller,
+//!                                     sample-controller,tdset-controller)
+//!    ```
+//!
+//!    *Why this label.* `app.kubernetes.io/managed-by` is the recommended Kubernetes label for
+//!    "the tool managing this object", and TDSet, MyApp and RedisCluster already set it (through
+//!    [`super::owned::standard_labels`], templates included, so RedisCluster's StatefulSet pods
+//!    carry it too). One key with each operator's own value keeps the objects of different
+//!    operators apart for `kubectl get -l`, while one set-based selector lets all operators share
+//!    *one* informer per type (TDSet, MyApp and Foo all watch Deployments: per-operator keys
+//!    would mean three Deployment watches and three caches). Objects that now carry it besides:
+//!    the At's pod (`app.kubernetes.io/managed-by: at-controller`, next to the book's
+//!    `app: <name>`) and Foo's Deployment (`sample-controller`, on the Deployment's own labels
+//!    only: its selector and template labels are sample-controller's, and a Deployment's
+//!    selector is immutable, so changing them would break every existing Foo; no operator reads
+//!    the pods of a Foo's Deployment).
+//!
+//!    *Objects made before this label.* An At pod or a Foo Deployment created by an older
+//!    version carries no label, so the cache never sees it and the operator tries to create it
+//!    again: the create answers 409 AlreadyExists. [`get_existing`] resolves that with one GET:
+//!    an object whose controller ownerReference is the owner's is *ours*: it gets the label (one
+//!    merge PATCH; the watch then delivers it as ADDED, since the API server turns an update that
+//!    starts matching a selector into ADDED) and the sync goes on with it; any other object is
+//!    reported as it was before (`ErrResourceExists`). Neither a duplicate nor a hot loop:
+//!    the object is never created twice (the name is fixed), and the error path is not retried
+//!    when the GET has answered.
+//!
+//! 2. **A slim, typed pod cache.** A `k8s_openapi` [`Pod`] is 2,176 bytes *before* any heap
+//!    allocation (`PodSpec` 1,416 and `PodStatus` 400 bytes of inline `Option`s; `ObjectMeta`
+//!    alone is 360), so clearing fields with a transform would still leave ≥ 2.2 KB per pod, 21
+//!    MiB for 10,000 pods. The operators read only a pod's metadata, phase, reason, message,
+//!    `Ready` condition and each container's terminated state, so the pod informer is an
+//!    informer of [`PodSummary`]: a small struct with exactly those fields (120 bytes besides
+//!    the metadata), deserialized straight from the list and watch stream of `/api/v1/pods`
+//!    (serde skips every other field, so no full `Pod` is ever built). The lister stays typed
+//!    (`Lister<PodSummary>`), and [`PodSummary::to_pod`] rebuilds the few-field `Pod` the At's
+//!    pure decision function takes, for one sync at a time. Its transform
+//!    ([`slim_metadata`]) drops `managedFields`, every annotation and the metadata no handler
+//!    reads.
+//!
+//!    The At cache keeps whole Ats (the status write is built from the cached copy) minus
+//!    `managedFields` and the `kubectl.kubernetes.io/last-applied-configuration` annotation
+//!    (which holds a second copy of the whole spec): the API server's `/status` endpoint takes
+//!    only `.status` from the request, so what the cache dropped is never written back.
+//!    Deployments, StatefulSets and Services are *not* slimmed: the operators update them with a
+//!    PUT of the cached copy (drift correction), and a PUT of a slimmed copy would erase on the
+//!    server whatever the cache dropped. The label selector is what bounds them: there is one
+//!    per owner.
+//!
+//! ## Figures
+//!
+//! See the README's "Caches that fit" section (`../shared/bench/at-vs-kube-rs.sh`, peak RSS of
+//! the manager for 10,000 Ats due at once, with and without 50,000 foreign pods).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{Metadata, Resource};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::owned::{self, LABEL_MANAGED_BY};
+use crate::apis::At;
+use crate::cache::{CacheObject, ListerWatcherSource, SharedInformerFactory};
+use crate::client::{self, Api, Patch, PatchParams};
+
+/// The `app.kubernetes.io/managed-by` values of this crate's operators, sorted.
+pub const MANAGERS: [&str; 5] = [
+    super::at::CONTROLLER_NAME,
+    super::myapp::CONTROLLER_NAME,
+    super::rediscluster::CONTROLLER_NAME,
+    super::foo::CONTROLLER_NAME,
+    super::tdset::CONTROLLER_NAME,
+];
+
+/// The annotation `kubectl apply` writes: a second copy of the whole object as JSON.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// `app.kubernetes.io/managed-by in (<every operator's manager name>)`: the server-side
+/// selector of the informers of what the operators create.
+pub fn managed_by_selector() -> String {
+    format!("{LABEL_MANAGED_BY} in ({})", MANAGERS.join(","))
+}
+
+/// Narrows `factory`'s caches of owned kinds (see the module doc): the label selector for
+/// [`PodSummary`], Deployments, StatefulSets and Services, the slim pod metadata, and the At
+/// transform.
+pub fn scope_owned_caches<S: ListerWatcherSource>(
+    factory: SharedInformerFactory<S>,
+) -> SharedInformerFactory<S> {
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    use k8s_openapi::api::core::v1::Service;
+    let selector = managed_by_selector();
+    factory
+        .with_label_selector_for::<PodSummary>(selector.clone())
+        .with_label_selector_for::<Deployment>(selector.clone())
+        .with_label_selector_for::<StatefulSet>(selector.clone())
+        .with_label_selector_for::<Service>(selector)
+        .with_transform_for::<PodSummary>(|p: &mut PodSummary| slim_metadata(&mut p.metadata))
+        .with_transform_for::<At>(|at: &mut At| {
+            at.metadata.managed_fields = None;
+            drop_last_applied(&mut at.metadata);
+        })
+}
+
+/// Removes the `last-applied-configuration` annotation (and the map, once empty).
+pub fn drop_last_applied(meta: &mut ObjectMeta) {
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove(LAST_APPLIED_ANNOTATION);
+        if a.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
+/// Keeps the metadata the operators' handlers and listers read: name, namespace, uid,
+/// resourceVersion, labels, ownerReferences, deletionTimestamp, finalizers. Drops the rest
+/// (annotations, managedFields, generateName, creationTimestamp, ...).
+pub fn slim_metadata(meta: &mut ObjectMeta) {
+    let m = std::mem::take(meta);
+    *meta = ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        labels: m.labels,
+        owner_references: m.owner_references,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        ..ObjectMeta::default()
+    };
+}
+
+/// A pod as the operators' caches hold it: its metadata and the few status fields a sync
+/// reads. Deserialized from the pods endpoint (every other field is skipped while parsing);
+/// never written to the server.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodSummary {
+    /// The pod's metadata (slimmed by [`slim_metadata`] in the cache).
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// What the kubelet reported, reduced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PodSummaryStatus>,
+}
+
+/// `PodStatus`, reduced to what a sync reads.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSummaryStatus {
+    /// `Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// A CamelCase reason for the phase (`Evicted`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A human-readable message for the phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The pod's conditions, each reduced to its type and status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<ConditionSummary>>,
+    /// Each container's name and terminated state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_statuses: Option<Vec<ContainerSummary>>,
+}
+
+/// A pod condition's `type` and `status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConditionSummary {
+    /// `Ready`, `PodScheduled`, ...
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False`, `Unknown`.
+    pub status: String,
+}
+
+/// A container's name and, once it ended, how.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerSummary {
+    /// The container's name in the pod spec.
+    pub name: String,
+    /// The container's current state, reduced to `terminated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<StateSummary>,
+}
+
+/// `ContainerState`, reduced to `terminated`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StateSummary {
+    /// Set once the container exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminated: Option<TerminatedSummary>,
+}
+
+/// `ContainerStateTerminated`, reduced.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminatedSummary {
+    /// The process's exit code.
+    pub exit_code: i32,
+    /// A CamelCase reason (`Error`, `OOMKilled`, `Completed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// A message about the termination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Served at the pods endpoint: `/api/v1/pods`, kind `Pod`.
+impl Resource for PodSummary {
+    const API_VERSION: &'static str = Pod::API_VERSION;
+    const GROUP: &'static str = Pod::GROUP;
+    const KIND: &'static str = Pod::KIND;
+    const VERSION: &'static str = Pod::VERSION;
+    const URL_PATH_SEGMENT: &'static str = Pod::URL_PATH_SEGMENT;
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl Metadata for PodSummary {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl PodSummary {
+    /// The `Pod` with exactly the summary's fields set (metadata, phase, reason, message,
+    /// conditions' type and status, containers' name and terminated state).
+    pub fn to_pod(&self) -> Pod {
+        let status = self.status.as_ref().map(|s| PodStatus {
+            phase: s.phase.clone(),
+            reason: s.reason.clone(),
+            message: s.message.clone(),
+            conditions: s.conditions.as_ref().map(|cs| {
+                cs.iter()
+                    .map(|c| PodCondition {
+                        type_: c.type_.clone(),
+                        status: c.status.clone(),
+                        ..PodCondition::default()
+                    })
+                    .collect()
+            }),
+            container_statuses: s.container_statuses.as_ref().map(|cs| {
+                cs.iter()
+                    .map(|c| ContainerStatus {
+                        name: c.name.clone(),
+                        state: c.state.as_ref().map(|st| ContainerState {
+                            terminated: st.terminated.as_ref().map(|t| ContainerStateTerminated {
+                                exit_code: t.exit_code,
+                                reason: t.reason.clone(),
+                                message: t.message.clone(),
+                                ..ContainerStateTerminated::default()
+                            }),
+                            ..ContainerState::default()
+                        }),
+                        ..ContainerStatus::default()
+                    })
+                    .collect()
+            }),
+            ..PodStatus::default()
+        });
+        Pod {
+            metadata: self.metadata.clone(),
+            spec: None,
+            status,
+        }
+    }
+
+    /// The summary of a full `Pod` (what the pods endpoint would have deserialized into it).
+    pub fn from_pod(pod: &Pod) -> PodSummary {
+        let status = pod.status.as_ref().map(|s| PodSummaryStatus {
+            phase: s.phase.clone(),
+            reason: s.reason.clone(),
+            message: s.message.clone(),
+            conditions: s.conditions.as_ref().map(|cs| {
+                cs.iter()
+                    .map(|c| ConditionSummary {
+                        type_: c.type_.clone(),
+                        status: c.status.clone(),
+                    })
+                    .collect()
+            }),
+            container_statuses: s.container_statuses.as_ref().map(|cs| {
+                cs.iter()
+                    .map(|c| ContainerSummary {
+                        name: c.name.clone(),
+                        state: c.state.as_ref().map(|st| StateSummary {
+                            terminated: st.terminated.as_ref().map(|t| TerminatedSummary {
+                                exit_code: t.exit_code,
+                                reason: t.reason.clone(),
+                                message: t.message.clone(),
+                            }),
+                        }),
+                    })
+                    .collect()
+            }),
+        });
+        PodSummary {
+            metadata: pod.metadata.clone(),
+            status,
+        }
+    }
+}
+
+/// After a create of `name` answered 409 AlreadyExists: one GET of the object that is in the
+/// way. If its controller ownerReference is `owner`'s and it lacks the `managed-by` label (it
+/// was made before the label existed, so the cache cannot see it), the label `manager` is added
+/// with one merge PATCH and the patched object returned; otherwise the object is returned as it
+/// is, and the caller decides (a foreign object is reported, never taken over).
+pub async fn get_existing<O, D>(
+    api: &Api<D>,
+    owner: &O,
+    name: &str,
+    manager: &str,
+) -> Result<D, client::Error>
+where
+    O: Resource + Metadata<Ty = ObjectMeta>,
+    D: CacheObject,
+{
+    let existing = api.get(name).await?;
+    let meta = existing.metadata();
+    let labelled = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(LABEL_MANAGED_BY))
+        .is_some_and(|v| MANAGERS.contains(&v.as_str()));
+    if labelled || !owned::is_controlled_by(meta, owner) {
+        return Ok(existing);
+    }
+    let pp = PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..PatchParams::default()
+    };
+    let labels = BTreeMap::from([(LABEL_MANAGED_BY, manager)]);
+    tracing::info!(
+        kind = D::KIND,
+        name,
+        manager,
+        "adopting an object of ours made before the managed-by label: adding the label"
+    );
+    api.patch(
+        name,
+        &pp,
+        &Patch::Merge(json!({"metadata": {"labels": labels}})),
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selector_names_every_operator_once() {
+        let s = managed_by_selector();
+        assert!(s.starts_with("app.kubernetes.io/managed-by in ("));
+        for m in MANAGERS {
+            assert_eq!(
+                s.matches(&format!("{m},")).count() + s.matches(&format!("{m})")).count(),
+                1,
+                "{m}"
+            );
+        }
+        let parsed = apimachinery::labels::Selector::parse(&s).expect("a valid selector");
+        let labels = BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "at-controller".to_string())]);
+        assert!(parsed.matches(&labels));
+        let other = BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "helm".to_string())]);
+        assert!(!parsed.matches(&other));
+    }
+
+    #[test]
+    fn a_pod_summary_keeps_what_the_at_decision_reads() {
+        let wire = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a-pod", "namespace": "default", "uid": "u1",
+                "resourceVersion": "7", "labels": {"app": "a"},
+                "annotations": {"big": "x"},
+                "managedFields": [{"manager": "m", "operation": "Update"}],
+                "ownerReferences": [{"apiVersion": "cnat.programming-kubernetes.info/v1alpha1",
+                    "kind": "At", "name": "a", "uid": "at-uid", "controller": true}]},
+            "spec": {"containers": [{"name": "busybox", "image": "busybox:1.36"}]},
+            "status": {"phase": "Failed", "hostIP": "10.0.0.1",
+                "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+                "containerStatuses": [{"name": "busybox", "image": "busybox:1.36", "imageID": "",
+                    "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}
+        });
+        let full: Pod = serde_json::from_value(wire.clone()).expect("a pod");
+        let mut summary: PodSummary = serde_json::from_value(wire).expect("a summary");
+        assert_eq!(summary, PodSummary::from_pod(&full));
+        slim_metadata(&mut summary.metadata);
+        assert!(summary.metadata.annotations.is_none());
+        assert!(summary.metadata.managed_fields.is_none());
+        let rebuilt = summary.to_pod();
+        assert_eq!(
+            super::super::at::finished(&rebuilt),
+            super::super::at::finished(&full)
+        );
+        assert_eq!(
+            super::super::at::finished(&rebuilt).map(|o| o.exit_code),
+            Some(Some(3))
+        );
+        assert_eq!(
+            rebuilt.metadata.owner_references,
+            full.metadata.owner_references
+        );
+    }
+}
