@@ -18,6 +18,13 @@
 //!   [`ServingLimits::idle_timeout`] since the last response. A connection with a request in
 //!   flight (a watch, a slow list) is never idle.
 //!
+//! * [`ServingFlags`]: the same limits as command-line flags (`--max-connections`,
+//!   `--header-read-timeout`, `--idle-timeout`, `--http2-max-streams-per-connection`, the last
+//!   one kube-apiserver's own name), shared by `sample-controller apiserver` and the manager's
+//!   `run`. Each server keeps its own defaults; a flag given overrides one field, and a value
+//!   that would disable a limit (zero connections, a zero timeout, zero streams) is refused with
+//!   an error naming the flag.
+//!
 //! Data in: accepted connections and the requests on them. Data out: admission permits and an
 //! idle verdict; the servers close what these say to close.
 
@@ -59,6 +66,58 @@ impl ServingLimits {
     /// How often a connection checks whether it has gone idle.
     pub fn check_interval(&self) -> Duration {
         (self.header_read_timeout.min(self.idle_timeout) / 4).max(Duration::from_millis(50))
+    }
+}
+
+/// Connection limits as command-line flags (flatten into a clap parser). Unset flags keep the
+/// server's own defaults ([`ServingFlags::apply`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct ServingFlags {
+    /// Most connections the server holds open at once; more are closed as soon as they are
+    /// accepted (default: 10000 for the API server, 1024 for the metrics/probe server).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Time a new connection has to finish its TLS handshake and send its request headers, like
+    /// Go's ReadHeaderTimeout (`32s`, `500ms`; default: 32s for the API server, 10s for the
+    /// metrics/probe server).
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub header_read_timeout: Option<Duration>,
+    /// Time a keep-alive connection with no request in flight stays open, like Go's IdleTimeout
+    /// (default: 90s).
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// HTTP/2 streams one connection may have open at once (kube-apiserver's flag; default:
+    /// 250, Go's default; the metrics/probe server speaks HTTP/1.1 only and ignores it).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub http2_max_streams_per_connection: Option<u32>,
+}
+
+impl ServingFlags {
+    /// `defaults` with every flag that was given put in its place.
+    pub fn apply(&self, defaults: ServingLimits) -> ServingLimits {
+        ServingLimits {
+            max_connections: self
+                .max_connections
+                .map_or(defaults.max_connections, |n| n as usize),
+            header_read_timeout: self
+                .header_read_timeout
+                .unwrap_or(defaults.header_read_timeout),
+            idle_timeout: self.idle_timeout.unwrap_or(defaults.idle_timeout),
+            http2_max_concurrent_streams: self
+                .http2_max_streams_per_connection
+                .unwrap_or(defaults.http2_max_concurrent_streams),
+            max_buf_size: defaults.max_buf_size,
+        }
+    }
+}
+
+/// A duration flag that must be above zero (a zero timeout would close every connection).
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match crate::duration::parse(s)? {
+        d if d.is_zero() => Err(format!(
+            "{s:?} is zero; the timeout must be above zero, e.g. 30s"
+        )),
+        d => Ok(d),
     }
 }
 
@@ -157,6 +216,62 @@ impl Drop for InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: ServingFlags,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServingFlags, String> {
+        use clap::Parser;
+        let argv = std::iter::once("server").chain(args.iter().copied());
+        Cli::try_parse_from(argv)
+            .map(|c| c.flags)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_override_only_what_they_name() {
+        let defaults = ServingLimits::default();
+        assert_eq!(parse(&[]).unwrap().apply(defaults.clone()), defaults);
+        let flags = parse(&[
+            "--max-connections",
+            "64",
+            "--header-read-timeout",
+            "500ms",
+            "--idle-timeout",
+            "2m",
+            "--http2-max-streams-per-connection",
+            "8",
+        ])
+        .unwrap();
+        let limits = flags.apply(defaults.clone());
+        assert_eq!(limits.max_connections, 64);
+        assert_eq!(limits.header_read_timeout, Duration::from_millis(500));
+        assert_eq!(limits.idle_timeout, Duration::from_secs(120));
+        assert_eq!(limits.http2_max_concurrent_streams, 8);
+        assert_eq!(limits.max_buf_size, defaults.max_buf_size);
+    }
+
+    #[test]
+    fn bad_flag_values_are_refused_naming_the_flag() {
+        for (flag, value) in [
+            ("--max-connections", "0"),
+            ("--max-connections", "-3"),
+            ("--max-connections", "many"),
+            ("--header-read-timeout", "0s"),
+            ("--header-read-timeout", "10"),
+            ("--idle-timeout", "0"),
+            ("--idle-timeout", "-1s"),
+            ("--http2-max-streams-per-connection", "0"),
+            ("--http2-max-streams-per-connection", "99999999999"),
+        ] {
+            let e = parse(&[flag, value]).expect_err(&format!("{flag} {value} accepted"));
+            assert!(e.contains(flag), "{flag} {value}: {e}");
+            assert!(e.contains(value), "{flag} {value}: {e}");
+        }
+    }
 
     #[test]
     fn the_gate_admits_up_to_its_limit() {
