@@ -520,10 +520,7 @@ async fn serve(
         }
         (Method::POST, false) => {
             class.verb = "create".into();
-            let body = decode_object(&def, &content_type, &bytes)?;
-            if content_type.is_empty() || content_type == "application/json" {
-                super::validation::check_duplicate_fields(&bytes, &query)?;
-            }
+            let body = decode_object(&def, &content_type, &bytes, &query)?;
             let (code, obj) = shared
                 .store
                 .write(|s| verbs::create(s, &target, body, &query))?;
@@ -534,10 +531,7 @@ async fn serve(
         }
         (Method::PUT, true) => {
             class.verb = "update".into();
-            let body = decode_object(&def, &content_type, &bytes)?;
-            if content_type.is_empty() || content_type == "application/json" {
-                super::validation::check_duplicate_fields(&bytes, &query)?;
-            }
+            let body = decode_object(&def, &content_type, &bytes, &query)?;
             let (code, obj) = shared
                 .store
                 .write(|s| verbs::update(s, &target, body, &query))?;
@@ -554,11 +548,8 @@ async fn serve(
             let body = if ty == PatchType::Apply {
                 parse_yaml(&bytes)?
             } else {
-                parse_json(&bytes)?
+                super::validation::parse_json_body(&bytes, &query)?
             };
-            if ty != PatchType::Apply {
-                super::validation::check_duplicate_fields(&bytes, &query)?;
-            }
             let (code, obj) = shared
                 .store
                 .write(|s| verbs::patch(s, &target, ty, body, &query))?;
@@ -703,9 +694,16 @@ fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
 
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
-fn decode_object(def: &ResourceDef, content_type: &str, bytes: &[u8]) -> Result<Value, ApiError> {
+/// A create or update body in its content type; JSON is parsed with `fieldValidation`
+/// applied to duplicate keys in the same pass.
+fn decode_object(
+    def: &ResourceDef,
+    content_type: &str,
+    bytes: &[u8],
+    query: &Query,
+) -> Result<Value, ApiError> {
     match content_type {
-        "" | "application/json" => parse_json(bytes),
+        "" | "application/json" => super::validation::parse_json_body(bytes, query),
         "application/yaml" => parse_yaml(bytes),
         // Custom resources have no protobuf form; built-ins do (kubectl >= 1.32 typed writes).
         PROTOBUF if def.custom.is_none() => {
