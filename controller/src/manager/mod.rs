@@ -1,0 +1,578 @@
+//! # The controller manager: flags, wiring, leader election, graceful shutdown
+//!
+//! `sample-controller run` is this crate's `kube-controller-manager`: one process that hosts
+//! every registered controller on one set of shared machinery. Reading it top to bottom shows
+//! how the pieces of the book's diagram are put together in a real binary:
+//!
+//! ```text
+//! flags ──validate──> ManagerConfig
+//!   │
+//!   ├─ client::Config (kubeconfig / --master / in-cluster) ──> Client (QPS / burst throttle)
+//!   ├─ one SharedInformerFactory (namespace, resync period): informers shared by controllers
+//!   ├─ EventBroadcaster ──> EventRecorder per controller (source component = its name)
+//!   ├─ metrics (:8080) and probes (:8081: /healthz, /readyz) on their own listeners
+//!   ├─ leader election (optional): informers start at once (a standby keeps warm caches),
+//!   │   the controllers' workers run only while this process leads
+//!   └─ SIGINT / SIGTERM: stop taking new work, drain the queues within a deadline,
+//!       release the Lease, exit 0
+//! ```
+//!
+//! ## What the probes and metrics cover
+//!
+//! Every informer the enabled controllers create through the shared factory (and no other: a
+//! disabled controller's types are never listed) is registered twice. Its reflector counters
+//! and store size appear in `/metrics` under the resource plural (`reflector_lists{name="ats"}`,
+//! `store_objects{name="deployments"}`), and its reflector reports to the probes'
+//! [`HealthState`]: `/healthz` fails with `watch:<plural>` when that watch has been answered 403
+//! for 5 minutes or relisted 10 times in 10 minutes without an event (see [`crate::health`]),
+//! and `/readyz` has an `informer:<plural>` line that passes once its first list is cached, on
+//! the leader and on a standby alike.
+//!
+//! ## Flags
+//!
+//! The flag set follows sample-controller (`--kubeconfig`, `--master`) and
+//! kube-controller-manager (`--controllers`, `--kube-api-qps`, `--kube-api-burst`,
+//! `--leader-elect*`), with controller-runtime's defaults for the two HTTP listeners:
+//!
+//! | flag | default | meaning |
+//! |---|---|---|
+//! | `--kubeconfig` | (loading rules) | a kubeconfig file; else `KUBECONFIG`, `~/.kube/config`, in-cluster |
+//! | `--master` | | the API server URL; overrides the kubeconfig's server |
+//! | `--context` | current context | the kubeconfig context to use |
+//! | `--namespace` | `""` (all) | watch only this namespace |
+//! | `--controllers` | `*` | `*` = every registered controller, `name` enables, `-name` disables |
+//! | `--workers` | 2 | concurrent `sync_handler` calls per controller |
+//! | `--resync-period` | 10m | informer resync (cnat's value): every object is re-queued this often |
+//! | `--kube-api-qps` / `--kube-api-burst` | follow the server, else 20 / 30 | client-side throttle; `-1` (or 0) QPS disables it |
+//! | `--leader-elect` | false | elect a leader through a Lease before running workers |
+//! | `--leader-elect-lease-duration` / `-renew-deadline` / `-retry-period` | 15s / 10s / 2s | client-go's defaults |
+//! | `--leader-elect-resource-name` / `-namespace` | `sample-controller` / in-cluster namespace | the Lease |
+//! | `--metrics-bind-address` | `:8080` | `/metrics`; `0` turns it off |
+//! | `--health-probe-bind-address` | `:8081` | `/healthz` and `/readyz`; `0` turns it off |
+//! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
+//! | `--log-format` | `text` | `text` or `json` |
+//! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
+//!
+//! The client-side throttle follows the server unless told otherwise: with neither
+//! `--kube-api-qps` nor `--kube-api-burst` given, the manager asks the server once at start
+//! (`GET /livez/ping`) whether it runs API Priority and Fairness (the
+//! `X-Kubernetes-PF-FlowSchema-UID` / `-PriorityLevel-UID` response headers). If it does, the
+//! client does not throttle itself at all (controller-runtime's default since PR #3119); if it
+//! does not, kube-controller-manager's 20 QPS / burst 30 apply (bare client-go's are 5 / 10).
+//! Either flag given means a fixed throttle (cert-manager#9158: what the user sets wins), the
+//! missing one taking its default; `--kube-api-qps=-1` turns the throttle off. The decision is
+//! logged once, exported as `rest_client_rate_limiter_enabled` and shown on `/readyz?verbose` as
+//! `client-throttle: ...` (see [`crate::client::transport`]).
+//!
+//! Durations use Go's syntax (`300ms`, `1.5h`, `2h45m`), as the Kubernetes binaries do.
+//! [`ManagerOptions::validate`] turns the raw flags into a [`ManagerConfig`] or one
+//! [`FlagError`] naming the flag and the value, so a typo gives one clear line and exit code 2,
+//! never a panic.
+
+mod events;
+mod options;
+mod preflight;
+
+pub use events::EventApiSink;
+pub use options::{
+    DEFAULT_LEASE_NAME, FlagError, IN_CLUSTER_NAMESPACE_FILE, KNOWN_CONTROLLERS,
+    LeaderElectionConfig, LogFormat, ManagerConfig, ManagerOptions, parse_bind_address,
+    read_in_cluster_namespace, resolve_controllers, verbosity_level,
+};
+pub use preflight::{PREFLIGHT_TIMEOUT, preflight};
+
+use apimachinery::duration::format as format_duration;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+/// The factory's lister-watchers from a [`Client`]; it lives in [`crate::cache::api_source`].
+pub use crate::cache::ClientSource;
+use crate::cache::SharedInformerFactory;
+use crate::client::{self, Client, Config, ConfigOptions, ThrottleDecision};
+use crate::controllers::registry::{self, BuildContext};
+use crate::controllers::{Clock, Controller};
+use crate::health::{HealthState, ServerHandle, serve_health};
+use crate::leaderelection::{
+    LeaderCallbacks, LeaderElectionConfig as ElectionConfig, LeaderElector, LeaseLock,
+};
+use crate::metrics::{Metrics, serve_metrics};
+use crate::record::EventBroadcaster;
+use crate::workqueue::QueueMetrics;
+
+/// Something that stops the manager, in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    /// A flag's value cannot be used.
+    #[error(transparent)]
+    Flag(#[from] FlagError),
+    /// The kubeconfig / in-cluster configuration could not be loaded.
+    #[error("loading the client configuration: {0}")]
+    Config(#[source] client::Error),
+    /// The API server did not answer.
+    #[error("cannot reach the API server at {server}: {source}")]
+    Unreachable {
+        server: String,
+        #[source]
+        source: client::Error,
+    },
+    /// The server answered, but our credentials were refused.
+    #[error("the API server at {server} refused the credentials: {source}")]
+    Unauthorized {
+        server: String,
+        #[source]
+        source: client::Error,
+    },
+    /// A custom resource type a selected controller needs is not served.
+    #[error(
+        "the {crd} CustomResourceDefinition is not installed on {server}; install it with: kubectl apply -f artifacts/crds/"
+    )]
+    CrdMissing { crd: String, server: String },
+    /// A listener could not be bound.
+    #[error("binding {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A controller could not be built or failed to start.
+    #[error("controller {name}: {message}")]
+    Controller { name: &'static str, message: String },
+    /// Leader election failed or leadership was lost.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
+}
+
+/// The controller manager: build it with [`Manager::new`], then [`Manager::run`] until the
+/// shutdown token is cancelled. Tests and the demo run it in-process against the embedded API
+/// server; the binary's [`run`] adds flags, a preflight check and signal handling.
+pub struct Manager {
+    config: ManagerConfig,
+    client: Client,
+    clock: Option<Clock>,
+    identity: String,
+    controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
+}
+
+impl Manager {
+    /// A manager for `config`, talking to the cluster through `client`.
+    pub fn new(config: ManagerConfig, client: Client) -> Self {
+        Manager {
+            config,
+            client,
+            clock: None,
+            identity: default_identity(),
+            controllers: Arc::default(),
+        }
+    }
+
+    /// Uses `clock` for the controllers' wall-clock time (tests pin the start time).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The leader-election identity (default: host name plus a random suffix).
+    pub fn with_identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = identity.into();
+        self
+    }
+
+    /// The leader-election identity.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// A handle on the controllers once [`Manager::run`] has built them (for tests and the
+    /// demo: sync counters, `has_synced`).
+    pub fn controllers_handle(&self) -> ControllersHandle {
+        ControllersHandle(Arc::clone(&self.controllers))
+    }
+
+    /// Runs until `shutdown` is cancelled: informers start at once; the controllers' workers
+    /// run while this process leads (always, without leader election). On shutdown the workers
+    /// stop taking new keys, the queues drain within `--graceful-shutdown-timeout`, the Lease
+    /// is released, the informers and the event pipeline stop. Losing leadership (a renewal
+    /// that missed its deadline) stops the workers too and returns
+    /// [`ManagerError::LeaderElection`]: the process should exit and come back as a standby,
+    /// as kube-controller-manager does.
+    ///
+    /// If this future is dropped instead (the task aborted), drop guards stop the workers and
+    /// the informers; the Lease is then not released and expires on its own.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
+        let cfg = self.config.clone();
+        let metrics = Metrics::new();
+        metrics.register_client(&self.client);
+        let health = HealthState::new();
+        self.follow_server_throttle(&health).await;
+
+        // One informer factory for every controller: one watch per type, shared caches.
+        // Each informer's reflector reports 403s, relists and watch progress to `health`, so
+        // /healthz fails, naming the resource, when a watch is stuck.
+        let mut factory =
+            SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period)
+                .with_watch_health(health.clone());
+        if let Some(ns) = &cfg.namespace {
+            factory = factory.with_namespace(ns.clone());
+        }
+        let factory = Arc::new(factory);
+
+        // Events: logged, and written as core/v1 Events for `kubectl describe`.
+        let broadcaster = EventBroadcaster::new();
+        metrics.register_event_broadcaster(&broadcaster);
+        let log_events = broadcaster.start_logging();
+        // The sink writes through a client with a throttle bucket of its own: a burst of events
+        // never delays a pod create or a status write (and is not delayed by them).
+        let sink_events =
+            broadcaster.start_recording_to_sink(EventApiSink::new(self.client.with_own_throttle()));
+
+        let controllers = self.build_controllers(&factory, &broadcaster, &metrics)?;
+
+        // Informers run on every replica, leader or not: a standby keeps warm caches.
+        let informers = CancellationToken::new();
+        let _stop_informers_on_drop = informers.clone().drop_guard();
+        factory.start(&informers);
+        tracing::info!(
+            controllers = ?cfg.controllers,
+            namespace = cfg.namespace.as_deref().unwrap_or("*"),
+            identity = %self.identity,
+            "informers started"
+        );
+        self.observe_informers(&factory, &metrics, &health);
+
+        // Metrics and probes, each on its own listener (0 = off).
+        let servers = CancellationToken::new();
+        let _stop_servers_on_drop = servers.clone().drop_guard();
+        let listeners = serve_http(&cfg, &metrics, &health, &servers).await?;
+
+        let outcome = match &cfg.leader_election {
+            None => {
+                run_controllers(
+                    &controllers,
+                    cfg.workers,
+                    cfg.shutdown_timeout,
+                    shutdown.clone(),
+                )
+                .await
+            }
+            Some(le) => {
+                self.run_elected(
+                    le,
+                    &controllers,
+                    &metrics,
+                    &health,
+                    &broadcaster,
+                    shutdown.clone(),
+                )
+                .await
+            }
+        };
+
+        // Stop in the reverse order of starting: informers, listeners, then the event
+        // pipeline (so the last syncs' events are still written).
+        informers.cancel();
+        factory.shutdown().await;
+        servers.cancel();
+        for l in listeners {
+            l.join().await;
+        }
+        broadcaster.shutdown();
+        sink_events.join().await;
+        log_events.join().await;
+        tracing::info!("stopped");
+        outcome
+    }
+
+    /// Following the server: asks it now (bounded by [`THROTTLE_PROBE_TIMEOUT`]) whether it
+    /// runs priority and fairness, so that the throttle decision is logged once, up front, and
+    /// shown on `/readyz?verbose` as a `client-throttle: ...` line.
+    async fn follow_server_throttle(&self, health: &HealthState) {
+        let throttle =
+            match tokio::time::timeout(THROTTLE_PROBE_TIMEOUT, self.client.detect_flow_control())
+                .await
+            {
+                Ok(d) => d,
+                Err(_) => self.client.throttle_decision(),
+            };
+        match throttle {
+            ThrottleDecision::ServerFlowControl => tracing::info!(
+                server = %self.client.server(),
+                "the API server announces priority and fairness (X-Kubernetes-PF-* headers): client-side throttle off; set --kube-api-qps to keep one"
+            ),
+            other => tracing::info!(
+                server = %self.client.server(),
+                qps = self.config.qps,
+                burst = self.config.burst,
+                "client-side throttle {}",
+                other.describe()
+            ),
+        }
+        health.add_readiness_check(&format!("client-throttle: {}", throttle.describe()), || {
+            true
+        });
+    }
+
+    /// Builds every enabled operator the same way (see `controllers::registry`): a recorder
+    /// named after the controller, a named queue (so it has metrics), the shared factory. The
+    /// controllers register their informers with the factory here, before it starts.
+    fn build_controllers(
+        &self,
+        factory: &Arc<SharedInformerFactory<ClientSource>>,
+        broadcaster: &EventBroadcaster,
+        metrics: &Metrics,
+    ) -> Result<Vec<Arc<dyn Controller>>, ManagerError> {
+        let queue_metrics = metrics.with_registry(QueueMetrics::new);
+        let build_context = BuildContext {
+            client: &self.client,
+            factory,
+            broadcaster,
+            queue_metrics: &queue_metrics,
+            controller_metrics: metrics.controller(),
+            clock: self.clock.unwrap_or_default(),
+        };
+        let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
+        for name in &self.config.controllers {
+            let registration = registry::lookup(name).map_err(|e| ManagerError::Controller {
+                name: "manager",
+                message: e.to_string(),
+            })?;
+            let built =
+                (registration.build)(&build_context).map_err(|e| ManagerError::Controller {
+                    name: registration.name,
+                    message: e.to_string(),
+                })?;
+            controllers.push(built);
+        }
+        *self.controllers.lock().unwrap_or_else(|p| p.into_inner()) = controllers.clone();
+        Ok(controllers)
+    }
+
+    /// Every informer the enabled controllers created (and only those): counters and store
+    /// sizes read by every `/metrics` scrape, and one readiness line each, plus the
+    /// `informers-synced` line that passes once every controller's caches have synced.
+    fn observe_informers(
+        &self,
+        factory: &SharedInformerFactory<ClientSource>,
+        metrics: &Metrics,
+        health: &HealthState,
+    ) {
+        for informer in factory.informers() {
+            metrics.register_reflector(&informer.name, informer.status(), informer.store_len_fn());
+            let synced = informer.clone();
+            health.add_readiness_check(&format!("informer:{}", informer.name), move || {
+                synced.has_synced()
+            });
+        }
+        let handle = self.controllers_handle();
+        health.add_readiness_check("informers-synced", move || handle.has_synced());
+    }
+
+    /// Leader election: the controllers run inside `on_started_leading`; the elector waits for
+    /// them to drain before it releases the Lease.
+    async fn run_elected(
+        &self,
+        le: &LeaderElectionConfig,
+        controllers: &[Arc<dyn Controller>],
+        metrics: &Metrics,
+        health: &HealthState,
+        broadcaster: &EventBroadcaster,
+        shutdown: CancellationToken,
+    ) -> Result<(), ManagerError> {
+        let lock = LeaseLock::new(self.client.clone(), &le.lease_namespace, &le.lease_name);
+        let mut config = ElectionConfig::new(lock, self.identity.clone());
+        config.lease_duration = le.lease_duration;
+        config.renew_deadline = le.renew_deadline;
+        config.retry_period = le.retry_period;
+        config.release_on_cancel = true;
+        let (workers, drain) = (self.config.workers, self.config.shutdown_timeout);
+        let controllers = controllers.to_vec();
+        let worker_error: Arc<std::sync::Mutex<Option<ManagerError>>> = Arc::default();
+        let callbacks = {
+            let worker_error = Arc::clone(&worker_error);
+            LeaderCallbacks::new(
+                move |leading: CancellationToken| {
+                    let (controllers, worker_error) =
+                        (controllers.clone(), Arc::clone(&worker_error));
+                    async move {
+                        tracing::info!("became the leader; starting the controllers' workers");
+                        if let Err(e) = run_controllers(&controllers, workers, drain, leading).await
+                        {
+                            *worker_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        }
+                    }
+                },
+                || tracing::info!("stopped leading"),
+            )
+            .on_new_leader(|id| tracing::info!(leader = id, "observed a new leader"))
+        };
+        let elector = LeaderElector::new(config, callbacks)
+            .map_err(|e| ManagerError::LeaderElection(e.to_string()))?
+            .with_metrics(metrics.leader_election())
+            .with_event_recorder(broadcaster.new_recorder("sample-controller"));
+        {
+            let elector = elector.clone();
+            let tolerance = le.renew_deadline;
+            health.add_liveness_check("leader-election", move || elector.check(tolerance));
+        }
+        elector.run(shutdown.clone()).await;
+        if let Some(e) = worker_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            return Err(e);
+        }
+        if shutdown.is_cancelled() {
+            Ok(())
+        } else {
+            Err(ManagerError::LeaderElection(format!(
+                "lost the lease {}/{}; exiting so a standby can take over",
+                le.lease_namespace, le.lease_name
+            )))
+        }
+    }
+}
+
+/// Starts the metrics and probe listeners the flags ask for (an address of `0` turns one off);
+/// they stop when `stop` is cancelled.
+async fn serve_http(
+    cfg: &ManagerConfig,
+    metrics: &Metrics,
+    health: &HealthState,
+    stop: &CancellationToken,
+) -> Result<Vec<ServerHandle>, ManagerError> {
+    let mut listeners = Vec::new();
+    if let Some(addr) = cfg.metrics_addr {
+        let h = serve_metrics(addr, metrics.registry(), stop.clone())
+            .await
+            .map_err(|source| ManagerError::Bind {
+                what: "the metrics server",
+                addr,
+                source,
+            })?;
+        tracing::info!(addr = %h.local_addr(), "serving /metrics");
+        listeners.push(h);
+    }
+    if let Some(addr) = cfg.health_addr {
+        let h = serve_health(addr, health.clone(), stop.clone())
+            .await
+            .map_err(|source| ManagerError::Bind {
+                what: "the health probe server",
+                addr,
+                source,
+            })?;
+        tracing::info!(addr = %h.local_addr(), "serving /healthz and /readyz");
+        listeners.push(h);
+    }
+    Ok(listeners)
+}
+
+/// Runs every controller's workers until `stop` is cancelled (or one controller fails), then
+/// drains: workers take no new keys, queues shut down and wait for the keys in flight, bounded
+/// by `drain_timeout`.
+async fn run_controllers(
+    controllers: &[Arc<dyn Controller>],
+    workers: usize,
+    drain_timeout: Duration,
+    stop: CancellationToken,
+) -> Result<(), ManagerError> {
+    let workers_stop = CancellationToken::new();
+    let _stop_workers_on_drop = workers_stop.clone().drop_guard();
+    let mut running = tokio::task::JoinSet::new();
+    for c in controllers {
+        let (c, token) = (Arc::clone(c), workers_stop.clone());
+        running.spawn(async move {
+            let name = c.name();
+            (name, c.run(workers, token).await)
+        });
+    }
+    let mut outcome = Ok(());
+    tokio::select! {
+        _ = stop.cancelled() => {}
+        Some(done) = running.join_next() => {
+            if let Ok((name, Err(message))) = done {
+                outcome = Err(ManagerError::Controller { name, message });
+            }
+        }
+    }
+    tracing::info!("stopping: workers take no new keys; draining queues");
+    workers_stop.cancel();
+    let drain = async {
+        for c in controllers {
+            c.shut_down_queue().await;
+        }
+        while running.join_next().await.is_some() {}
+    };
+    if tokio::time::timeout(drain_timeout, drain).await.is_err() {
+        tracing::warn!(
+            timeout = %format_duration(drain_timeout),
+            "in-flight syncs did not finish before the graceful shutdown timeout"
+        );
+        running.abort_all();
+    }
+    outcome
+}
+
+/// A read-only view of a running manager's controllers.
+#[derive(Clone)]
+pub struct ControllersHandle(Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>);
+
+impl ControllersHandle {
+    /// The controllers built so far (empty before `run` starts).
+    pub fn controllers(&self) -> Vec<Arc<dyn Controller>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// True when every controller's caches have synced (and at least one controller exists).
+    pub fn has_synced(&self) -> bool {
+        let cs = self.controllers();
+        !cs.is_empty() && cs.iter().all(|c| c.has_synced())
+    }
+}
+
+/// `<hostname>_<random>`, client-go's leader-election identity shape.
+pub fn default_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "sample-controller".to_string());
+    format!("{host}_{:016x}", fastrand::u64(..))
+}
+
+/// How long [`Manager::run`] waits for the priority-and-fairness probe before it goes on with the
+/// fallback throttle (the next answer then decides).
+const THROTTLE_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `sample-controller run`: validates the flags, builds the client, checks the server, and runs
+/// the manager until SIGINT or SIGTERM.
+pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
+    let in_cluster_ns = read_in_cluster_namespace().await;
+    let config = options.validate(in_cluster_ns.as_deref())?;
+    let opts = ConfigOptions {
+        kubeconfig: config.kubeconfig.clone(),
+        context: config.context.clone(),
+        master: config.master.clone(),
+    };
+    // Loading may read files and run an exec credential plugin: keep it off the runtime.
+    let mut client_config = tokio::task::spawn_blocking(move || Config::infer(&opts))
+        .await
+        .map_err(|e| ManagerError::Config(client::Error::Other(e.to_string())))?
+        .map_err(ManagerError::Config)?;
+    client_config.qps = config.qps;
+    client_config.burst = config.burst;
+    client_config.follow_server_flow_control = config.throttle_follows_server;
+    let client = Client::new(client_config).map_err(ManagerError::Config)?;
+    preflight(&client, &config).await?;
+
+    let shutdown = CancellationToken::new();
+    let signals = tokio::spawn(apimachinery::signals::shutdown_on_signal({
+        let shutdown = shutdown.clone();
+        move || shutdown.cancel()
+    }));
+    let result = Manager::new(config, client).run(shutdown).await;
+    signals.abort();
+    result
+}

@@ -1,0 +1,718 @@
+//! # The manager's flags: from the command line to a checked [`ManagerConfig`]
+//!
+//! [`ManagerOptions`] is the raw flag set of `sample-controller run` (clap derives the parser);
+//! [`ManagerOptions::validate`] turns it into a [`ManagerConfig`] the [`super::Manager`] runs
+//! on, or into one [`FlagError`] naming the flag, the value and what is wrong with it. Nothing
+//! here talks to the network: the one environment input is the in-cluster namespace file
+//! ([`read_in_cluster_namespace`]), read by the caller and passed in, so validation is a pure
+//! function the tests below call directly. The table of flags and defaults is in the
+//! [`manager`](super) module doc.
+
+use apimachinery::duration::{format as format_duration, parse as parse_go_duration};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use crate::client;
+use crate::controllers::registry;
+
+/// The controllers this manager can run, in the order they start. `--controllers` names them.
+/// The names of [`registry::OPERATORS`], the one table of operators.
+pub const KNOWN_CONTROLLERS: &[&str] = &registry::NAMES;
+
+/// The Lease name used when `--leader-elect-resource-name` is not given.
+pub const DEFAULT_LEASE_NAME: &str = "sample-controller";
+
+/// The service-account namespace file read to default the Lease namespace in a pod.
+pub const IN_CLUSTER_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The raw command-line flags of `sample-controller run`.
+#[derive(Args, Clone, Debug, PartialEq)]
+pub struct ManagerOptions {
+    /// Path to a kubeconfig file. Without it: $KUBECONFIG, then ~/.kube/config, then the
+    /// in-cluster service account.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The address of the Kubernetes API server; overrides any value in the kubeconfig.
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
+
+    /// The kubeconfig context to use (default: its current-context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Watch and manage objects only in this namespace (empty: all namespaces).
+    #[arg(long, default_value = "", value_name = "NAMESPACE")]
+    pub namespace: String,
+
+    /// Controllers to run: '*' enables every registered controller, 'name' enables one,
+    /// '-name' disables one. Comma-separated; known: at, tdset, rediscluster,
+    /// myapp, foo.
+    #[arg(long, value_delimiter = ',', default_value = "*", value_name = "LIST")]
+    pub controllers: Vec<String>,
+
+    /// Number of workers per controller (concurrent syncs).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub workers: usize,
+
+    /// How often informers re-deliver every cached object to the controllers.
+    #[arg(long, default_value = "10m", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub resync_period: Duration,
+
+    /// Client-side queries per second to the API server; -1 (or 0) disables the throttle.
+    /// Unset (with --kube-api-burst unset too): no client-side throttle when the server runs API
+    /// Priority and Fairness, else 20.
+    #[arg(long, value_name = "QPS", allow_negative_numbers = true)]
+    pub kube_api_qps: Option<f32>,
+
+    /// Burst allowed above --kube-api-qps (default 30).
+    #[arg(long, value_name = "N")]
+    pub kube_api_burst: Option<u32>,
+
+    /// Elect a leader through a coordination.k8s.io Lease before running any controller.
+    #[arg(long)]
+    pub leader_elect: bool,
+
+    /// How long a Lease is valid for non-leaders before they may take it.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps retrying a renewal before it gives up leading.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How long candidates wait between attempts to acquire or renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_elect_retry_period: Duration,
+
+    /// The name of the Lease object.
+    #[arg(long, default_value = DEFAULT_LEASE_NAME, value_name = "NAME")]
+    pub leader_elect_resource_name: String,
+
+    /// The namespace of the Lease (default: the pod's namespace in a cluster, else "default").
+    #[arg(long, default_value = "", value_name = "NAMESPACE")]
+    pub leader_elect_resource_namespace: String,
+
+    /// Address for /metrics, e.g. ':8080' or '127.0.0.1:8080'; '0' turns it off.
+    #[arg(long, default_value = ":8080", value_name = "ADDR")]
+    pub metrics_bind_address: String,
+
+    /// Address for /healthz and /readyz; '0' turns it off.
+    #[arg(long, default_value = ":8081", value_name = "ADDR")]
+    pub health_probe_bind_address: String,
+
+    /// How long a shutdown waits for in-flight syncs before giving up on them.
+    #[arg(long, default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub graceful_shutdown_timeout: Duration,
+
+    /// Log output format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log verbosity, klog style: 0 = info, 1-4 = debug, 5 and more = trace.
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub verbosity: u8,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl LogFormat {
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// The `tracing` level a klog-style `-v` maps to.
+pub fn verbosity_level(v: u8) -> tracing::Level {
+    match v {
+        0 => tracing::Level::INFO,
+        1..=4 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    }
+}
+
+/// Leader election settings, present only with `--leader-elect`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaderElectionConfig {
+    /// The Lease's name.
+    pub lease_name: String,
+    /// The Lease's namespace.
+    pub lease_namespace: String,
+    /// See `--leader-elect-lease-duration`.
+    pub lease_duration: Duration,
+    /// See `--leader-elect-renew-deadline`.
+    pub renew_deadline: Duration,
+    /// See `--leader-elect-retry-period`.
+    pub retry_period: Duration,
+}
+
+/// The validated configuration the manager runs with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManagerConfig {
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    /// `--master`.
+    pub master: Option<String>,
+    /// `--context`.
+    pub context: Option<String>,
+    /// `--namespace`; `None` means every namespace.
+    pub namespace: Option<String>,
+    /// The controllers to start, in [`KNOWN_CONTROLLERS`] order.
+    pub controllers: Vec<&'static str>,
+    /// `--workers`, at least 1.
+    pub workers: usize,
+    /// `--resync-period`; zero turns resync off.
+    pub resync_period: Duration,
+    /// `--kube-api-qps` (20 when not given); `<= 0` disables the throttle.
+    pub qps: f32,
+    /// `--kube-api-burst` (30 when not given).
+    pub burst: u32,
+    /// True when neither `--kube-api-qps` nor `--kube-api-burst` was given: `qps`/`burst` are
+    /// then only the fallback for a server without priority and fairness
+    /// ([`Config::follow_server_flow_control`](crate::client::Config::follow_server_flow_control)).
+    pub throttle_follows_server: bool,
+    /// `Some` with `--leader-elect`.
+    pub leader_election: Option<LeaderElectionConfig>,
+    /// `None` when metrics are off.
+    pub metrics_addr: Option<SocketAddr>,
+    /// `None` when probes are off.
+    pub health_addr: Option<SocketAddr>,
+    /// `--graceful-shutdown-timeout`.
+    pub shutdown_timeout: Duration,
+    /// `--log-format`.
+    pub log_format: LogFormat,
+    /// `-v`.
+    pub verbosity: u8,
+}
+
+/// A flag whose value cannot be used. The message names the flag and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid value {value:?} for --{flag}: {reason}")]
+pub struct FlagError {
+    /// The flag's long name, without dashes.
+    pub flag: &'static str,
+    /// The offending value, as given.
+    pub value: String,
+    /// Why it was rejected.
+    pub reason: String,
+}
+
+impl FlagError {
+    fn new(flag: &'static str, value: impl ToString, reason: impl Into<String>) -> Self {
+        FlagError {
+            flag,
+            value: value.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Default for ManagerOptions {
+    /// The documented defaults, as if no flag was given.
+    fn default() -> Self {
+        ManagerOptions {
+            kubeconfig: None,
+            master: None,
+            context: None,
+            namespace: String::new(),
+            controllers: vec!["*".to_string()],
+            workers: 2,
+            resync_period: Duration::from_secs(600),
+            kube_api_qps: None,
+            kube_api_burst: None,
+            leader_elect: false,
+            leader_elect_lease_duration: Duration::from_secs(15),
+            leader_elect_renew_deadline: Duration::from_secs(10),
+            leader_elect_retry_period: Duration::from_secs(2),
+            leader_elect_resource_name: DEFAULT_LEASE_NAME.to_string(),
+            leader_elect_resource_namespace: String::new(),
+            metrics_bind_address: ":8080".to_string(),
+            health_probe_bind_address: ":8081".to_string(),
+            graceful_shutdown_timeout: Duration::from_secs(30),
+            log_format: LogFormat::Text,
+            verbosity: 0,
+        }
+    }
+}
+
+impl ManagerOptions {
+    /// Checks every flag and resolves defaults that depend on the environment (the Lease
+    /// namespace). `in_cluster_namespace` is the content of the service-account namespace file
+    /// when running in a pod (see [`read_in_cluster_namespace`]).
+    pub fn validate(&self, in_cluster_namespace: Option<&str>) -> Result<ManagerConfig, FlagError> {
+        let namespace = match self.namespace.trim() {
+            "" => None,
+            ns => {
+                validate_dns1123_label(ns).map_err(|r| FlagError::new("namespace", ns, r))?;
+                Some(ns.to_string())
+            }
+        };
+        if let Some(master) = &self.master
+            && !(master.starts_with("https://") || master.starts_with("http://"))
+        {
+            return Err(FlagError::new(
+                "master",
+                master,
+                "expected a URL starting with https:// or http://",
+            ));
+        }
+        if let Some(context) = &self.context
+            && context.is_empty()
+        {
+            return Err(FlagError::new("context", context, "must not be empty"));
+        }
+        let controllers = resolve_controllers(&self.controllers)?;
+        if self.workers == 0 {
+            return Err(FlagError::new(
+                "workers",
+                self.workers,
+                "must be at least 1",
+            ));
+        }
+        let qps = self.kube_api_qps.unwrap_or(client::config::DEFAULT_QPS);
+        let burst = self.kube_api_burst.unwrap_or(client::config::DEFAULT_BURST);
+        if !qps.is_finite() || (qps < 0.0 && qps != -1.0) {
+            return Err(FlagError::new(
+                "kube-api-qps",
+                qps,
+                "must be a finite number >= 0, or -1 to disable the throttle",
+            ));
+        }
+        if qps > 0.0 && burst == 0 {
+            return Err(FlagError::new(
+                "kube-api-burst",
+                burst,
+                "must be at least 1 when --kube-api-qps is set",
+            ));
+        }
+        let leader_election = if self.leader_elect {
+            Some(self.leader_election_config(in_cluster_namespace)?)
+        } else {
+            None
+        };
+        let metrics_addr = parse_bind_address("metrics-bind-address", &self.metrics_bind_address)?;
+        let health_addr =
+            parse_bind_address("health-probe-bind-address", &self.health_probe_bind_address)?;
+        if let (Some(m), Some(h)) = (metrics_addr, health_addr)
+            && m.port() != 0
+            && m == h
+        {
+            return Err(FlagError::new(
+                "health-probe-bind-address",
+                &self.health_probe_bind_address,
+                "must differ from --metrics-bind-address",
+            ));
+        }
+        if self.graceful_shutdown_timeout.is_zero() {
+            return Err(FlagError::new(
+                "graceful-shutdown-timeout",
+                format_duration(self.graceful_shutdown_timeout),
+                "must be greater than zero",
+            ));
+        }
+        Ok(ManagerConfig {
+            kubeconfig: self.kubeconfig.clone(),
+            master: self.master.clone(),
+            context: self.context.clone(),
+            namespace,
+            controllers,
+            workers: self.workers,
+            resync_period: self.resync_period,
+            qps,
+            burst,
+            throttle_follows_server: self.kube_api_qps.is_none() && self.kube_api_burst.is_none(),
+            leader_election,
+            metrics_addr,
+            health_addr,
+            shutdown_timeout: self.graceful_shutdown_timeout,
+            log_format: self.log_format,
+            verbosity: self.verbosity,
+        })
+    }
+
+    /// client-go's `LeaderElectionConfig` checks: lease > renew deadline > jitter × retry.
+    fn leader_election_config(
+        &self,
+        in_cluster_namespace: Option<&str>,
+    ) -> Result<LeaderElectionConfig, FlagError> {
+        /// client-go's `JitterFactor`.
+        const JITTER: f64 = 1.2;
+        let lease = self.leader_elect_lease_duration;
+        let renew = self.leader_elect_renew_deadline;
+        let retry = self.leader_elect_retry_period;
+        if retry.is_zero() {
+            return Err(FlagError::new(
+                "leader-elect-retry-period",
+                format_duration(retry),
+                "must be greater than zero",
+            ));
+        }
+        if lease <= renew {
+            return Err(FlagError::new(
+                "leader-elect-lease-duration",
+                format_duration(lease),
+                format!(
+                    "must be greater than --leader-elect-renew-deadline ({})",
+                    format_duration(renew)
+                ),
+            ));
+        }
+        if renew.as_secs_f64() <= JITTER * retry.as_secs_f64() {
+            return Err(FlagError::new(
+                "leader-elect-renew-deadline",
+                format_duration(renew),
+                format!(
+                    "must be greater than {JITTER} x --leader-elect-retry-period ({})",
+                    format_duration(retry)
+                ),
+            ));
+        }
+        let name = self.leader_elect_resource_name.trim();
+        validate_dns1123_subdomain(name)
+            .map_err(|r| FlagError::new("leader-elect-resource-name", name, r))?;
+        let namespace = match self.leader_elect_resource_namespace.trim() {
+            "" => in_cluster_namespace
+                .map(str::trim)
+                .filter(|ns| !ns.is_empty())
+                .unwrap_or("default")
+                .to_string(),
+            ns => ns.to_string(),
+        };
+        validate_dns1123_label(&namespace)
+            .map_err(|r| FlagError::new("leader-elect-resource-namespace", &namespace, r))?;
+        Ok(LeaderElectionConfig {
+            lease_name: name.to_string(),
+            lease_namespace: namespace,
+            lease_duration: lease,
+            renew_deadline: renew,
+            retry_period: retry,
+        })
+    }
+}
+
+/// Reads the pod's namespace from the service-account volume, if there is one.
+pub async fn read_in_cluster_namespace() -> Option<String> {
+    tokio::fs::read_to_string(IN_CLUSTER_NAMESPACE_FILE)
+        .await
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// kube-controller-manager's `--controllers` rules (`IsControllerEnabled`): for each known
+/// controller the first entry that names it decides (`name` on, `-name` off); a controller no
+/// entry names is on when the list contains `*`. The default, `*`, runs every registered
+/// controller, so each needs its CRD installed (`kubectl apply -f artifacts/crds/` installs them
+/// all); `--controllers=at` runs the At operator alone on a cluster that has only its CRD.
+/// Unknown names are an error, not silently ignored.
+pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagError> {
+    let joined = list.join(",");
+    let entries: Vec<&str> = list
+        .iter()
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for entry in &entries {
+        let name = entry.strip_prefix('-').unwrap_or(entry);
+        if *entry != "*" && !KNOWN_CONTROLLERS.contains(&name) {
+            return Err(FlagError::new(
+                "controllers",
+                &joined,
+                format!(
+                    "unknown controller {name:?}; known: {}",
+                    KNOWN_CONTROLLERS.join(", ")
+                ),
+            ));
+        }
+    }
+    let star = entries.contains(&"*");
+    let chosen: Vec<&'static str> = KNOWN_CONTROLLERS
+        .iter()
+        .copied()
+        .filter(|known| {
+            entries
+                .iter()
+                .find_map(|e| match e.strip_prefix('-') {
+                    Some(n) if n == *known => Some(false),
+                    None if e == known => Some(true),
+                    _ => None,
+                })
+                .unwrap_or(star)
+        })
+        .collect();
+    if chosen.is_empty() {
+        return Err(FlagError::new(
+            "controllers",
+            &joined,
+            "selects no controller",
+        ));
+    }
+    Ok(chosen)
+}
+
+/// Parses a bind address as controller-runtime does: `:8080` (every interface),
+/// `127.0.0.1:8080`, `[::1]:8080`; `0` means "off" (`None`). Host names are not resolved.
+pub fn parse_bind_address(
+    flag: &'static str,
+    value: &str,
+) -> Result<Option<SocketAddr>, FlagError> {
+    let v = value.trim();
+    if v == "0" {
+        return Ok(None);
+    }
+    if let Some(port) = v.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| {
+            FlagError::new(flag, value, "the port must be a number from 0 to 65535")
+        })?;
+        return Ok(Some(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))));
+    }
+    v.parse::<SocketAddr>().map(Some).map_err(|_| {
+        FlagError::new(
+            flag,
+            value,
+            "expected HOST:PORT with an IP address (e.g. 127.0.0.1:8080), :PORT, or 0 to turn it off",
+        )
+    })
+}
+
+/// RFC 1123 label (namespace names), with the API server's own messages
+/// ([`apimachinery::validation::is_dns1123_label`]).
+fn validate_dns1123_label(s: &str) -> Result<(), String> {
+    first_error(apimachinery::validation::is_dns1123_label(s))
+}
+
+/// RFC 1123 subdomain (most object names, such as the Lease's).
+fn validate_dns1123_subdomain(s: &str) -> Result<(), String> {
+    first_error(apimachinery::validation::is_dns1123_subdomain(s))
+}
+
+fn first_error(errors: Vec<String>) -> Result<(), String> {
+    match errors.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        opts: ManagerOptions,
+    }
+
+    fn parse(args: &[&str]) -> Result<ManagerOptions, clap::Error> {
+        let mut full = vec!["sample-controller"];
+        full.extend_from_slice(args);
+        Cli::try_parse_from(full).map(|c| c.opts)
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let opts = parse(&[]).unwrap();
+        assert_eq!(opts, ManagerOptions::default());
+        let cfg = opts.validate(None).unwrap();
+        assert_eq!(cfg.namespace, None);
+        assert_eq!(cfg.controllers, KNOWN_CONTROLLERS.to_vec());
+        assert_eq!(cfg.workers, 2);
+        assert_eq!(cfg.resync_period, Duration::from_secs(600));
+        assert_eq!((cfg.qps, cfg.burst), (20.0, 30));
+        assert!(cfg.throttle_follows_server);
+        assert_eq!(cfg.leader_election, None);
+        assert_eq!(cfg.metrics_addr, Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(cfg.health_addr, Some("0.0.0.0:8081".parse().unwrap()));
+        assert_eq!(cfg.log_format, LogFormat::Text);
+        assert_eq!(cfg.shutdown_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn an_explicit_throttle_flag_wins_over_the_server() {
+        let cfg = |args: &[&str]| parse(args).unwrap().validate(None).unwrap();
+        let only_qps = cfg(&["--kube-api-qps=5"]);
+        assert_eq!((only_qps.qps, only_qps.burst), (5.0, 30));
+        assert!(!only_qps.throttle_follows_server);
+        let only_burst = cfg(&["--kube-api-burst=7"]);
+        assert_eq!((only_burst.qps, only_burst.burst), (20.0, 7));
+        assert!(!only_burst.throttle_follows_server);
+        // client-go's "no throttle", in both spellings.
+        for args in [&["--kube-api-qps=-1"][..], &["--kube-api-qps", "-1"][..]] {
+            let off = cfg(args);
+            assert_eq!(off.qps, -1.0);
+            assert!(!off.throttle_follows_server);
+            assert!(crate::client::transport::Throttle::new(off.qps, off.burst).is_none());
+        }
+    }
+
+    #[test]
+    fn every_flag_is_accepted() {
+        let opts = parse(&[
+            "--kubeconfig=/tmp/k.yaml",
+            "--master=https://127.0.0.1:6443",
+            "--context=kind",
+            "--namespace=cnat",
+            "--controllers=at,-at",
+            "--workers=8",
+            "--resync-period=30s",
+            "--kube-api-qps=50",
+            "--kube-api-burst=100",
+            "--leader-elect",
+            "--leader-elect-lease-duration=30s",
+            "--leader-elect-renew-deadline=20s",
+            "--leader-elect-retry-period=4s",
+            "--leader-elect-resource-name=my-lease",
+            "--leader-elect-resource-namespace=ops",
+            "--metrics-bind-address=127.0.0.1:9090",
+            "--health-probe-bind-address=0",
+            "--graceful-shutdown-timeout=1m",
+            "--log-format=json",
+            "-v=4",
+        ])
+        .unwrap();
+        let cfg = opts.validate(Some("ignored")).unwrap();
+        assert_eq!(cfg.kubeconfig, Some(PathBuf::from("/tmp/k.yaml")));
+        assert_eq!(cfg.namespace.as_deref(), Some("cnat"));
+        assert_eq!(
+            cfg.controllers,
+            Vec::<&str>::new()
+                .into_iter()
+                .chain(["at"])
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(cfg.workers, 8);
+        assert_eq!(cfg.resync_period, Duration::from_secs(30));
+        let le = cfg.leader_election.unwrap();
+        assert_eq!(le.lease_name, "my-lease");
+        assert_eq!(le.lease_namespace, "ops");
+        assert_eq!(le.lease_duration, Duration::from_secs(30));
+        assert_eq!(cfg.metrics_addr, Some("127.0.0.1:9090".parse().unwrap()));
+        assert_eq!(cfg.health_addr, None);
+        assert_eq!(cfg.log_format, LogFormat::Json);
+        assert_eq!(cfg.verbosity, 4);
+        assert_eq!(verbosity_level(cfg.verbosity), tracing::Level::DEBUG);
+    }
+
+    #[test]
+    fn lease_namespace_defaults_to_the_pods_namespace_then_default() {
+        let opts = parse(&["--leader-elect"]).unwrap();
+        let in_pod = opts.validate(Some("sample-controller\n")).unwrap();
+        assert_eq!(
+            in_pod.leader_election.unwrap().lease_namespace,
+            "sample-controller"
+        );
+        let outside = opts.validate(None).unwrap();
+        let le = outside.leader_election.unwrap();
+        assert_eq!(le.lease_namespace, "default");
+        assert_eq!(le.lease_name, "sample-controller");
+        assert_eq!(
+            (le.lease_duration, le.renew_deadline, le.retry_period),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
+    }
+
+    fn invalid(args: &[&str]) -> FlagError {
+        parse(args).unwrap().validate(None).unwrap_err()
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_the_value() {
+        let e = invalid(&["--workers=0"]);
+        assert_eq!((e.flag, e.value.as_str()), ("workers", "0"));
+        let e = invalid(&["--controllers=at,tdsets"]);
+        assert_eq!(e.flag, "controllers");
+        assert!(e.to_string().contains("\"tdsets\""), "{e}");
+        let e = invalid(&["--controllers=-at"]);
+        assert!(e.reason.contains("no controller"), "{e}");
+        let e = invalid(&["--namespace=Not_A_Namespace"]);
+        assert_eq!(e.flag, "namespace");
+        let e = invalid(&["--master=127.0.0.1:6443"]);
+        assert_eq!(e.flag, "master");
+        let e = invalid(&["--kube-api-qps=-2"]);
+        assert_eq!(e.flag, "kube-api-qps");
+        let e = invalid(&["--kube-api-burst=0"]);
+        assert_eq!(e.flag, "kube-api-burst");
+        let e = invalid(&["--metrics-bind-address=localhost:8080"]);
+        assert_eq!(e.flag, "metrics-bind-address");
+        let e = invalid(&["--metrics-bind-address=:99999"]);
+        assert_eq!(e.flag, "metrics-bind-address");
+        let e = invalid(&["--health-probe-bind-address=:8080"]);
+        assert_eq!(e.flag, "health-probe-bind-address");
+        assert_eq!(
+            e.to_string(),
+            "invalid value \":8080\" for --health-probe-bind-address: must differ from --metrics-bind-address"
+        );
+        let e = invalid(&["--leader-elect", "--leader-elect-lease-duration=10s"]);
+        assert_eq!(e.flag, "leader-elect-lease-duration");
+        let e = invalid(&["--leader-elect", "--leader-elect-retry-period=9s"]);
+        assert_eq!(e.flag, "leader-elect-renew-deadline");
+        let e = invalid(&["--leader-elect", "--leader-elect-resource-name=Bad Name"]);
+        assert_eq!(e.flag, "leader-elect-resource-name");
+        let e = invalid(&["--graceful-shutdown-timeout=0"]);
+        assert_eq!(e.flag, "graceful-shutdown-timeout");
+    }
+
+    #[test]
+    fn clap_rejects_malformed_values_with_the_flag_name() {
+        let e = parse(&["--resync-period=10"]).unwrap_err().to_string();
+        assert!(
+            e.contains("--resync-period") && e.contains("missing a unit"),
+            "{e}"
+        );
+        let e = parse(&["--log-format=xml"]).unwrap_err().to_string();
+        assert!(e.contains("--log-format"), "{e}");
+        let e = parse(&["--workers=two"]).unwrap_err().to_string();
+        assert!(e.contains("--workers"), "{e}");
+    }
+
+    #[test]
+    fn controllers_rules() {
+        let v =
+            |s: &[&str]| resolve_controllers(&s.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        assert_eq!(v(&["*"]).unwrap(), KNOWN_CONTROLLERS.to_vec());
+        assert_eq!(v(&["at"]).unwrap(), vec!["at"]);
+        assert_eq!(
+            v(&["*", "-at"]).unwrap(),
+            vec!["tdset", "rediscluster", "myapp", "foo"]
+        );
+        assert_eq!(
+            v(&["-at", "*"]).unwrap(),
+            vec!["tdset", "rediscluster", "myapp", "foo"]
+        );
+        assert_eq!(v(&["at", "-at"]).unwrap(), vec!["at"]);
+        assert!(v(&[""]).is_err());
+        assert!(v(&["nope"]).is_err());
+        // Naming a controller next to `*` changes nothing; `-name` switches one off.
+        assert_eq!(v(&["*", "tdset"]).unwrap(), KNOWN_CONTROLLERS.to_vec());
+        assert_eq!(
+            v(&["-tdset", "-foo", "-myapp", "-rediscluster", "*"]).unwrap(),
+            vec!["at"]
+        );
+        assert_eq!(
+            v(&["foo", "myapp", "rediscluster", "tdset", "at"]).unwrap(),
+            KNOWN_CONTROLLERS.to_vec()
+        );
+        assert_eq!(v(&["foo"]).unwrap(), vec!["foo"]);
+    }
+}
