@@ -94,11 +94,11 @@ use crate::cache::SharedInformerFactory;
 use crate::client::{self, Client, Config, ConfigOptions, ThrottleDecision};
 use crate::controllers::registry::{self, BuildContext};
 use crate::controllers::{Clock, Controller};
-use crate::health::{HealthState, ServerHandle, serve_health};
+use crate::health::{HealthState, ServerHandle, serve_health_with};
 use crate::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig as ElectionConfig, LeaderElector, LeaseLock,
 };
-use crate::metrics::{Metrics, serve_metrics};
+use crate::metrics::{Metrics, serve_metrics_with};
 use crate::record::EventBroadcaster;
 use crate::workqueue::QueueMetrics;
 
@@ -446,7 +446,7 @@ async fn serve_http(
 ) -> Result<Vec<ServerHandle>, ManagerError> {
     let mut listeners = Vec::new();
     if let Some(addr) = cfg.metrics_addr {
-        let h = serve_metrics(addr, metrics.registry(), stop.clone())
+        let h = serve_metrics_with(addr, metrics.registry(), stop.clone(), cfg.serving.clone())
             .await
             .map_err(|source| ManagerError::Bind {
                 what: "the metrics server",
@@ -457,7 +457,7 @@ async fn serve_http(
         listeners.push(h);
     }
     if let Some(addr) = cfg.health_addr {
-        let h = serve_health(addr, health.clone(), stop.clone())
+        let h = serve_health_with(addr, health.clone(), stop.clone(), cfg.serving.clone())
             .await
             .map_err(|source| ManagerError::Bind {
                 what: "the health probe server",
