@@ -39,7 +39,7 @@ enum Command {
     /// schedule, one refused at admission, one marked InvalidSpec), a TDSet and a RedisCluster.
     Demo(DemoOptions),
     /// Run the embedded Kubernetes API server until SIGINT/SIGTERM.
-    Apiserver(embedded_apiserver::standalone::ApiServerArgs),
+    Apiserver(Box<embedded_apiserver::standalone::ApiServerArgs>),
 }
 
 /// glibc keeps freed memory in its arenas; `malloc_trim(0)` hands the free pages back to the
@@ -115,7 +115,7 @@ fn main() -> ExitCode {
                 LogFormat::Text,
                 &logging::filter_directives(0, tracing::Level::INFO),
             );
-            match runtime.block_on(embedded_apiserver::standalone::run(args)) {
+            match runtime.block_on(embedded_apiserver::standalone::run(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("sample-controller: error: {e}");

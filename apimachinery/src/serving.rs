@@ -208,7 +208,11 @@ impl ConnectionGate {
 
     /// A slot for one connection, held until dropped; `None` when the server is full.
     pub fn try_admit(&self) -> Option<Slot> {
-        self.slots.clone().try_acquire_owned().ok().map(|p| Slot { _permit: p })
+        self.slots
+            .clone()
+            .try_acquire_owned()
+            .ok()
+            .map(|p| Slot { _permit: p })
     }
 
     /// Connections that could still be admitted.
@@ -373,7 +377,11 @@ mod tests {
             .collect();
         drop(slots);
         tokio::time::sleep(RELEASE_INTERVAL * 2).await;
-        assert_eq!(TEST_RELEASES.load(Ordering::SeqCst), 0, "below the threshold");
+        assert_eq!(
+            TEST_RELEASES.load(Ordering::SeqCst),
+            0,
+            "below the threshold"
+        );
         // The flood: many more close within the delay; one release covers them all.
         let slots: Vec<Slot> = (0..3 * RELEASE_AFTER_CLOSES)
             .map(|_| gate.try_admit().unwrap())
@@ -387,7 +395,11 @@ mod tests {
         }
         assert_eq!(TEST_RELEASES.load(Ordering::SeqCst), 1);
         tokio::time::sleep(RELEASE_INTERVAL * 2).await;
-        assert_eq!(TEST_RELEASES.load(Ordering::SeqCst), 1, "nothing closed since");
+        assert_eq!(
+            TEST_RELEASES.load(Ordering::SeqCst),
+            1,
+            "nothing closed since"
+        );
         assert_eq!(gate.available(), 10_000);
     }
 

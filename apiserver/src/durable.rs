@@ -125,7 +125,11 @@ fn decode_change(rv: u64, bytes: &[u8]) -> Result<Change, String> {
             .and_then(kind_from)
             .ok_or_else(|| bad("kind"))?,
         object: Arc::new(v.get("object").cloned().ok_or_else(|| bad("object"))?),
-        prev: v.get("prev").filter(|p| !p.is_null()).cloned().map(Arc::new),
+        prev: v
+            .get("prev")
+            .filter(|p| !p.is_null())
+            .cloned()
+            .map(Arc::new),
         at_ms: v["at"].as_u64().ok_or_else(|| bad("at"))?,
         served: Default::default(),
     })

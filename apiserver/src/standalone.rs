@@ -314,7 +314,10 @@ mod serving_flag_tests {
             "5s",
         ])
         .unwrap();
-        let limits = cli.args.serving.apply(super::super::ServingLimits::default());
+        let limits = cli
+            .args
+            .serving
+            .apply(super::super::ServingLimits::default());
         assert_eq!(limits.max_connections, 100);
         assert_eq!(limits.idle_timeout, std::time::Duration::from_secs(5));
         assert_eq!(

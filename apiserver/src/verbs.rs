@@ -408,8 +408,7 @@ fn same_map(
     same: impl Fn(&str, &Value, &Value) -> bool,
 ) -> bool {
     a.len() == b.len()
-        && a
-            .iter()
+        && a.iter()
             .all(|(k, va)| b.get(k).is_some_and(|vb| same(k, va, vb)))
 }
 
@@ -421,8 +420,7 @@ fn same_map_without(
 ) -> bool {
     let len = |m: &serde_json::Map<String, Value>| m.len() - usize::from(m.contains_key(skip));
     len(a) == len(b)
-        && a
-            .iter()
+        && a.iter()
             .filter(|(k, _)| k.as_str() != skip)
             .all(|(k, va)| b.get(k) == Some(va))
 }

@@ -67,8 +67,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::query::ListOptions;
 use super::registry::ResourceDef;
-use super::status::ApiError;
 use super::registry::View;
+use super::status::ApiError;
 use super::store::{Change, ChangeType, Store};
 use super::strategy::present;
 use super::verbs::{Selection, Target};

@@ -351,9 +351,7 @@ impl ManagerOptions {
             leader_election,
             metrics_addr,
             health_addr,
-            serving: self
-                .serving
-                .apply(crate::health::probe_serving_limits()),
+            serving: self.serving.apply(crate::health::probe_serving_limits()),
             shutdown_timeout: self.graceful_shutdown_timeout,
             log_format: self.log_format,
             verbosity: self.verbosity,
@@ -576,7 +574,11 @@ mod tests {
             cfg.serving.max_buf_size,
             crate::health::probe_serving_limits().max_buf_size
         );
-        for bad in ["--max-connections=0", "--idle-timeout=0s", "--header-read-timeout=x"] {
+        for bad in [
+            "--max-connections=0",
+            "--idle-timeout=0s",
+            "--header-read-timeout=x",
+        ] {
             let e = parse(&[bad]).unwrap_err().to_string();
             let flag = bad.split('=').next().unwrap_or_default();
             assert!(e.contains(flag), "{bad}: {e}");
