@@ -1,7 +1,9 @@
 //! Write throughput of the embedded API server under API Priority and Fairness.
 //!
 //! Run with `hack/bench-apiserver.sh` (or `cargo bench --bench apiserver -- [pods] [concurrency]`,
-//! defaults 20,000 pods and 64 requests in flight).
+//! defaults 20,000 pods and 64 requests in flight). `SAMPLE_CONTROLLER_BIN=path` benchmarks
+//! another build of the server with the same load generator (to compare two builds run
+//! alternately on a busy machine).
 //!
 //! The server runs as its own process (`sample-controller apiserver --plain-http
 //! --simulate=false`, the release binary), so its CPU time can be read from
@@ -177,7 +179,10 @@ fn main() {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+    // SAMPLE_CONTROLLER_BIN runs another build of the server (an A/B comparison).
+    let bin = std::env::var("SAMPLE_CONTROLLER_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sample-controller").to_string());
+    let mut server = std::process::Command::new(bin)
         .args(["apiserver", "--plain-http", "--simulate=false", "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--token-auth-file")

@@ -254,6 +254,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         leader_election: None,
         metrics_addr: None,
         health_addr: None,
+        serving: sample_controller::health::probe_serving_limits(),
         shutdown_timeout: Duration::from_secs(10),
         log_format: LogFormat::Text,
         verbosity: opts.verbosity,

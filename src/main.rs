@@ -42,8 +42,26 @@ enum Command {
     Apiserver(Box<embedded_apiserver::standalone::ApiServerArgs>),
 }
 
+/// glibc keeps freed memory in its arenas; `malloc_trim(0)` hands the free pages back to the
+/// system. Run by the servers after a connection flood has closed
+/// ([`apimachinery::serving::set_memory_release`]), so the process's memory comes back down.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+fn release_freed_memory() {
+    unsafe extern "C" {
+        fn malloc_trim(pad: usize) -> std::ffi::c_int;
+    }
+    // SAFETY: glibc's malloc_trim takes a plain integer, touches only the allocator's own free
+    // lists under the allocator's locks, and may be called from any thread at any time.
+    unsafe {
+        malloc_trim(0);
+    }
+}
+
 fn main() -> ExitCode {
     apimachinery::crypto::install_provider();
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    apimachinery::serving::set_memory_release(release_freed_memory);
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

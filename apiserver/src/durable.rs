@@ -105,8 +105,8 @@ fn kind_from(s: &str) -> Option<ChangeType> {
 
 fn encode_change(c: &Change) -> Vec<u8> {
     let v = json!({
-        "storage": c.storage, "kind": c.kind.as_str(), "object": c.object,
-        "prev": c.prev, "at": c.at_ms,
+        "storage": c.storage, "kind": c.kind.as_str(), "object": &*c.object,
+        "prev": c.prev.as_deref(), "at": c.at_ms,
     });
     serde_json::to_vec(&v).unwrap_or_default()
 }
@@ -124,9 +124,14 @@ fn decode_change(rv: u64, bytes: &[u8]) -> Result<Change, String> {
             .as_str()
             .and_then(kind_from)
             .ok_or_else(|| bad("kind"))?,
-        object: v.get("object").cloned().ok_or_else(|| bad("object"))?,
-        prev: v.get("prev").filter(|p| !p.is_null()).cloned(),
+        object: Arc::new(v.get("object").cloned().ok_or_else(|| bad("object"))?),
+        prev: v
+            .get("prev")
+            .filter(|p| !p.is_null())
+            .cloned()
+            .map(Arc::new),
         at_ms: v["at"].as_u64().ok_or_else(|| bad("at"))?,
+        served: Default::default(),
     })
 }
 
@@ -288,9 +293,10 @@ mod tests {
             rv,
             storage: "core/configmaps".into(),
             kind,
-            object: obj.clone(),
-            prev: (kind != ChangeType::Added).then(|| obj.clone()),
+            object: Arc::new(obj.clone()),
+            prev: (kind != ChangeType::Added).then(|| Arc::new(obj.clone())),
             at_ms: 1000 + rv,
+            served: Default::default(),
         })
     }
 

@@ -109,7 +109,7 @@ async fn run(store: Arc<Store>, shutdown: CancellationToken) {
                 Batch::Changes(changes) if changes.is_empty() => break,
                 Batch::Changes(changes) => {
                     for c in changes {
-                        gc.observe(&c.storage, c.kind, &c.object, c.prev.as_ref());
+                        gc.observe(&c.storage, c.kind, &c.object, c.prev.as_deref());
                     }
                 }
                 Batch::Resync => gc.resync(),

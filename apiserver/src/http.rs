@@ -635,7 +635,6 @@ async fn serve_write(
         user,
         ..
     } = request;
-    let plain_json = content_type.is_empty() || content_type == "application/json";
     let (code, obj) = if parts.method == Method::PATCH {
         class.verb = "patch".into();
         let Some(ty) = PatchType::from_media_type(content_type) else {
@@ -644,19 +643,13 @@ async fn serve_write(
         let body = if ty == PatchType::Apply {
             parse_yaml(bytes)?
         } else {
-            parse_json(bytes)?
+            super::validation::parse_json_body(bytes, query)?
         };
-        if ty != PatchType::Apply {
-            super::validation::check_duplicate_fields(bytes, query)?;
-        }
         super::admission::write(shared, target, user, Write::Patch(ty, body), query).await?
     } else {
         let creating = parts.method == Method::POST;
         class.verb = if creating { "create" } else { "update" }.into();
-        let body = decode_object(&target.def, content_type, bytes)?;
-        if plain_json {
-            super::validation::check_duplicate_fields(bytes, query)?;
-        }
+        let body = decode_object(&target.def, content_type, bytes, query)?;
         let write = if creating {
             Write::Create(body)
         } else {
@@ -874,9 +867,16 @@ fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
 
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
-fn decode_object(def: &ResourceDef, content_type: &str, bytes: &[u8]) -> Result<Value, ApiError> {
+/// A create or update body in its content type; JSON is parsed with `fieldValidation`
+/// applied to duplicate keys in the same pass.
+fn decode_object(
+    def: &ResourceDef,
+    content_type: &str,
+    bytes: &[u8],
+    query: &Query,
+) -> Result<Value, ApiError> {
     match content_type {
-        "" | "application/json" => parse_json(bytes),
+        "" | "application/json" => super::validation::parse_json_body(bytes, query),
         "application/yaml" => parse_yaml(bytes),
         // Custom resources have no protobuf form; built-ins do (kubectl >= 1.32 typed writes).
         PROTOBUF if def.custom.is_none() => {

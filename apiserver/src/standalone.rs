@@ -29,6 +29,13 @@
 //! `ctrl-token,system:serviceaccount:cnat:cnat,1`), `--manifests artifacts/deploy/` (the
 //! Namespace, ServiceAccount, ClusterRole and bindings) and `--enforce-rbac`.
 //!
+//! ## Connections
+//!
+//! Like kube-apiserver, the server bounds what connections may cost
+//! ([`apimachinery::serving`]): `--max-connections` (default 10000; more are closed on accept),
+//! `--header-read-timeout` (32s to finish the TLS handshake and send request headers),
+//! `--idle-timeout` (90s keep-alive) and `--http2-max-streams-per-connection` (250).
+//!
 //! ## Safe defaults
 //!
 //! With `--plain-http` a request without a token is the bootstrap user, a member of
@@ -128,6 +135,10 @@ pub struct ApiServerArgs {
     /// and must present a certificate for `NAME.NAMESPACE.svc` ([`super::admission`]).
     #[arg(long = "service-endpoint", value_name = "NAMESPACE/NAME=HOST:PORT", value_parser = parse_service_endpoint)]
     pub service_endpoints: Vec<(String, String)>,
+    /// Connection limits: `--max-connections`, `--header-read-timeout`, `--idle-timeout`,
+    /// `--http2-max-streams-per-connection` ([`apimachinery::serving::ServingFlags`]).
+    #[command(flatten)]
+    pub serving: apimachinery::serving::ServingFlags,
 }
 
 /// `NAMESPACE/NAME=HOST:PORT` as its two halves.
@@ -227,7 +238,8 @@ pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
         .max_mutating_requests_inflight(args.max_mutating_requests_inflight);
     builder = builder
         .history_max_age(args.history_max_age)
-        .history_max_bytes(args.history_max_bytes);
+        .history_max_bytes(args.history_max_bytes)
+        .serving_limits(args.serving.apply(super::ServingLimits::default()));
     if let Some(dir) = &args.data_dir {
         builder = builder.data_dir(dir);
     }
@@ -333,6 +345,44 @@ mod tests {
             .unwrap();
             assert!(w.starts_with("WARNING: serving plain HTTP on "), "{w}");
         }
+    }
+}
+
+#[cfg(test)]
+mod serving_flag_tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: super::ApiServerArgs,
+    }
+
+    #[test]
+    fn connection_flags_reach_the_servers_limits() {
+        let cli = Cli::try_parse_from([
+            "apiserver",
+            "--max-connections",
+            "100",
+            "--idle-timeout",
+            "5s",
+        ])
+        .unwrap();
+        let limits = cli
+            .args
+            .serving
+            .apply(super::super::ServingLimits::default());
+        assert_eq!(limits.max_connections, 100);
+        assert_eq!(limits.idle_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(
+            limits.header_read_timeout,
+            super::super::ServingLimits::default().header_read_timeout
+        );
+        let e = Cli::try_parse_from(["apiserver", "--max-connections", "0"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("--max-connections"), "{e}");
     }
 }
 

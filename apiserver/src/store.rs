@@ -134,12 +134,74 @@ pub struct Change {
     /// What happened.
     pub kind: ChangeType,
     /// The object after the change; for DELETED, the last state stamped with the deletion revision.
-    pub object: Value,
+    /// Shared, not copied: the same allocation is the stored object until the next write, and
+    /// that write's `prev`.
+    pub object: Arc<Value>,
     /// The object before the change (MODIFIED and DELETED).
-    pub prev: Option<Value>,
+    pub prev: Option<Arc<Value>>,
     /// When the change was recorded, in milliseconds since the Unix epoch (the history's age
     /// bound; kept on disk so ages survive a restart).
     pub at_ms: u64,
+    /// `object` as watches serve it, encoded once by the first watch that sends it and shared
+    /// by the others ([`SharedEncoding`]).
+    pub served: SharedEncoding,
+}
+
+/// The JSON bytes of a change's object as a watch serves it (with `apiVersion` and `kind`),
+/// encoded by the first watch that sends the event and shared by every other watch: with ten
+/// watches on a resource an event is presented and serialized once, not ten times, and the
+/// watches copy bytes instead of cloning the object. Filled outside the store lock, by a watch
+/// stream. The encoding is tagged with the `apiVersion/kind` it was made for; a watch serving
+/// the resource as another version encodes its own. The bytes are not counted in the history's
+/// byte bound (they are at most one serialized copy of an object the bound already counts,
+/// and [`value_bytes`] overestimates a serialized object's size).
+#[derive(Default)]
+pub struct SharedEncoding(std::sync::OnceLock<(String, bytes::Bytes)>);
+
+impl SharedEncoding {
+    /// The bytes encoded for `served_as` (`apiVersion/kind`), encoding them with `encode` if no
+    /// watch has yet (or one has for another version, then nothing is cached).
+    pub fn get_or_encode(
+        &self,
+        served_as: &str,
+        encode: impl FnOnce() -> bytes::Bytes,
+    ) -> bytes::Bytes {
+        if let Some((tag, bytes)) = self.0.get() {
+            return if tag == served_as {
+                bytes.clone()
+            } else {
+                encode()
+            };
+        }
+        let bytes = encode();
+        // Two watches may race to fill it; either result is the same bytes.
+        let _ = self.0.set((served_as.to_owned(), bytes.clone()));
+        bytes
+    }
+}
+
+impl Clone for SharedEncoding {
+    /// A clone starts empty (the cache is not part of the change's value).
+    fn clone(&self) -> Self {
+        SharedEncoding::default()
+    }
+}
+
+impl PartialEq for SharedEncoding {
+    /// Always equal: the cache is derived from the change, not part of it.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for SharedEncoding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "SharedEncoding(filled)"
+        } else {
+            "SharedEncoding(empty)"
+        })
+    }
 }
 
 impl Change {
@@ -148,7 +210,7 @@ impl Change {
     pub fn bytes(&self) -> usize {
         64 + self.storage.len()
             + value_bytes(&self.object)
-            + self.prev.as_ref().map(value_bytes).unwrap_or(0)
+            + self.prev.as_deref().map(value_bytes).unwrap_or(0)
     }
 }
 
@@ -237,12 +299,12 @@ fn stamp(obj: &mut Value, rv: u64) {
 /// The objects of one storage key, ordered by `(namespace, name)`, with a count per namespace.
 #[derive(Debug, Default)]
 struct Bucket {
-    objects: BTreeMap<Key, Value>,
+    objects: BTreeMap<Key, Arc<Value>>,
     per_namespace: HashMap<String, usize>,
 }
 
 impl Bucket {
-    fn insert(&mut self, key: Key, obj: Value) -> Option<Value> {
+    fn insert(&mut self, key: Key, obj: Arc<Value>) -> Option<Arc<Value>> {
         let ns = key.0.clone();
         let prev = self.objects.insert(key, obj);
         if prev.is_none() {
@@ -251,7 +313,7 @@ impl Bucket {
         prev
     }
 
-    fn remove(&mut self, key: &Key) -> Option<Value> {
+    fn remove(&mut self, key: &Key) -> Option<Arc<Value>> {
         let prev = self.objects.remove(key)?;
         if let Some(n) = self.per_namespace.get_mut(&key.0) {
             *n -= 1;
@@ -332,6 +394,16 @@ impl State {
             .get(storage)?
             .objects
             .get(&(namespace.to_owned(), name.to_owned()))
+            .map(|v| &**v)
+    }
+
+    /// One stored object, shared rather than copied (a handler that reads it while it writes).
+    pub fn get_shared(&self, storage: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.objects
+            .get(storage)?
+            .objects
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
     }
 
     /// Stored objects of a resource, ordered by namespace then name; `namespace: None` = all.
@@ -340,11 +412,11 @@ impl State {
             return vec![];
         };
         match namespace {
-            None => map.values().collect(),
+            None => map.values().map(|v| &**v).collect(),
             Some(ns) => map
                 .range((ns.to_owned(), String::new())..)
                 .take_while(|((n, _), _)| n == ns)
-                .map(|(_, v)| v)
+                .map(|(_, v)| &**v)
                 .collect(),
         }
     }
@@ -396,10 +468,17 @@ impl State {
     }
 
     /// Replaces a stored object and returns it stamped with the new revision.
-    pub fn update(&mut self, storage: &str, mut obj: Value) -> Value {
+    pub fn update(&mut self, storage: &str, obj: Value) -> Value {
+        Arc::unwrap_or_clone(self.write(storage, obj))
+    }
+
+    /// [`State::update`] returning the stored object itself, shared with the store and the
+    /// history instead of copied (the request handlers' path: they only read it to answer).
+    pub fn write(&mut self, storage: &str, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         stamp(&mut obj, self.rv);
         let key = key_of(&obj);
+        let obj = Arc::new(obj);
         let prev = self
             .objects
             .entry(storage.to_owned())
@@ -416,6 +495,7 @@ impl State {
             object: obj.clone(),
             prev,
             at_ms: (self.clock)(),
+            served: SharedEncoding::default(),
         });
         obj
     }
@@ -439,15 +519,16 @@ impl State {
             .get_mut(storage)?
             .remove(&(namespace.to_owned(), name.to_owned()))?;
         self.rv += 1;
-        let mut obj = last.unwrap_or_else(|| prev.clone());
+        let mut obj = last.unwrap_or_else(|| Value::clone(&prev));
         stamp(&mut obj, self.rv);
         self.record(Change {
             rv: self.rv,
             storage: storage.to_owned(),
             kind: ChangeType::Deleted,
-            object: obj.clone(),
+            object: Arc::new(obj.clone()),
             prev: Some(prev),
             at_ms: (self.clock)(),
+            served: SharedEncoding::default(),
         });
         Some(obj)
     }
@@ -477,7 +558,7 @@ impl State {
             // The oldest change after `rv` holds the state at `rv`: keep the first one seen.
             let before = match change.kind {
                 ChangeType::Added => None,
-                ChangeType::Modified | ChangeType::Deleted => change.prev.as_ref(),
+                ChangeType::Modified | ChangeType::Deleted => change.prev.as_deref(),
             };
             undo.entry(key_of(&change.object)).or_insert(before);
         }
@@ -526,7 +607,7 @@ impl<'a> Snapshot<'a> {
     pub fn get(&self, key: &Key) -> Option<&'a Value> {
         match self.undo.get(key) {
             Some(then) => *then,
-            None => self.bucket.and_then(|b| b.objects.get(key)),
+            None => self.bucket.and_then(|b| b.objects.get(key)).map(|v| &**v),
         }
     }
 
@@ -549,7 +630,8 @@ impl<'a> Snapshot<'a> {
             .bucket
             .map(|b| b.objects.range(range.clone()))
             .into_iter()
-            .flatten();
+            .flatten()
+            .map(|(k, v)| (k, &**v));
         let undo = self.undo.range(range);
         Merge {
             current: current.peekable(),
@@ -659,7 +741,7 @@ impl Store {
                     .objects
                     .entry(storage)
                     .or_default()
-                    .insert(key_of(&obj), obj);
+                    .insert(key_of(&obj), Arc::new(obj));
             }
             for change in loaded.history {
                 state.history_bytes += change.bytes();

@@ -371,21 +371,58 @@ fn only_gc_fields_changed(old: &Value, new: &Value) -> bool {
     strip(old) == strip(new)
 }
 
-/// Managed fields with their timestamps blanked, so that a write changing nothing but the time
-/// of an ownership record is recognised as the no-op it is.
-fn without_managed_times(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(entries) = o["metadata"]
-        .get_mut("managedFields")
-        .and_then(Value::as_array_mut)
-    {
-        for e in entries {
-            if let Some(m) = e.as_object_mut() {
-                m.remove("time");
-            }
-        }
-    }
-    o
+/// Whether two objects are equal once the timestamps of their managed-field entries are
+/// ignored, so that a write changing nothing but the time of an ownership record is recognised
+/// as the no-op it is. Compares in place: no copy of either object.
+fn same_except_managed_times(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    same_map(a, b, |key, va, vb| match key {
+        "metadata" => match (va.as_object(), vb.as_object()) {
+            (Some(ma), Some(mb)) => same_map(ma, mb, |key, va, vb| match key {
+                "managedFields" => match (va.as_array(), vb.as_array()) {
+                    (Some(ea), Some(eb)) => {
+                        ea.len() == eb.len()
+                            && ea.iter().zip(eb).all(|(x, y)| {
+                                match (x.as_object(), y.as_object()) {
+                                    (Some(x), Some(y)) => same_map_without(x, y, "time"),
+                                    _ => x == y,
+                                }
+                            })
+                    }
+                    _ => va == vb,
+                },
+                _ => va == vb,
+            }),
+            _ => va == vb,
+        },
+        _ => va == vb,
+    })
+}
+
+/// The same keys, and `same(key, a_value, b_value)` for each.
+fn same_map(
+    a: &serde_json::Map<String, Value>,
+    b: &serde_json::Map<String, Value>,
+    same: impl Fn(&str, &Value, &Value) -> bool,
+) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .all(|(k, va)| b.get(k).is_some_and(|vb| same(k, va, vb)))
+}
+
+/// Equal maps once `skip` is ignored on both sides.
+fn same_map_without(
+    a: &serde_json::Map<String, Value>,
+    b: &serde_json::Map<String, Value>,
+    skip: &str,
+) -> bool {
+    let len = |m: &serde_json::Map<String, Value>| m.len() - usize::from(m.contains_key(skip));
+    len(a) == len(b)
+        && a.iter()
+            .filter(|(k, _)| k.as_str() != skip)
+            .all(|(k, va)| b.get(k) == Some(va))
 }
 
 /// Paths present in `before` but not in `after` (what pruning removed), as `spec.x`.
@@ -572,7 +609,7 @@ fn create_prepared(
     if dry_run {
         return Ok((201, present(def, &obj)));
     }
-    let stored = st.create(&def.storage, obj);
+    let stored = st.write(&def.storage, obj);
     Ok((201, present(def, &stored)))
 }
 
@@ -642,7 +679,7 @@ fn update_stored(
     if is_crd(def) {
         crd::establish(st, &mut result, dry_run)?;
     }
-    if without_managed_times(&result) == without_managed_times(old) {
+    if same_except_managed_times(&result, old) {
         // A no-op write changes nothing: same resourceVersion, no watch event.
         return Ok((200, present(def, old)));
     }
@@ -655,7 +692,7 @@ fn update_stored(
             sub,
             &meta::now_time(),
         );
-        if without_managed_times(&result) == without_managed_times(old) {
+        if same_except_managed_times(&result, old) {
             return Ok((200, present(def, old)));
         }
     }
@@ -668,7 +705,7 @@ fn update_stored(
         let removed = remove_object(st, def, &ns, &name, Some(result.clone())).unwrap_or(result);
         return Ok((200, present(def, &removed)));
     }
-    let stored = st.update(&def.storage, result);
+    let stored = st.write(&def.storage, result);
     Ok((200, present(def, &stored)))
 }
 
@@ -685,7 +722,7 @@ pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
     let mut body = body;
     super::validation::check_unknown_fields(&def, &mut body, q)?;
     let new = intake(&def, body)?;
-    let Some(old) = st.get(&def.storage, t.ns_key(), t.name()).cloned() else {
+    let Some(old) = st.get_shared(&def.storage, t.ns_key(), t.name()) else {
         if def.create_on_update && t.subresource.is_none() {
             let body_name = meta_str(&new, "name");
             if body_name != t.name() {
@@ -933,9 +970,9 @@ pub fn patch(
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (strategic merge patch is not supported by {gvk})"
         )));
     }
-    let current = st.get(&def.storage, t.ns_key(), t.name()).cloned();
+    let current = st.get_shared(&def.storage, t.ns_key(), t.name());
     if ty == PatchType::Apply {
-        return server_side_apply(st, t, current, body, q);
+        return server_side_apply(st, t, current.as_deref().cloned(), body, q);
     }
     let Some(old) = current else {
         return Err(t.not_found());
@@ -1392,6 +1429,43 @@ pub fn delete_collection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_that_changes_only_managed_field_times_is_recognised() {
+        let obj = |time: &str, v: &str| {
+            json!({"metadata": {"name": "a", "managedFields": [
+                {"manager": "m", "operation": "Update", "time": time}]}, "data": {"k": v}})
+        };
+        assert!(same_except_managed_times(
+            &obj("2024-01-01T00:00:00Z", "1"),
+            &obj("2025-01-01T00:00:00Z", "1")
+        ));
+        assert!(!same_except_managed_times(
+            &obj("2024-01-01T00:00:00Z", "1"),
+            &obj("2024-01-01T00:00:00Z", "2")
+        ));
+        let mut other_manager = obj("2024-01-01T00:00:00Z", "1");
+        other_manager["metadata"]["managedFields"][0]["manager"] = json!("n");
+        assert!(!same_except_managed_times(
+            &obj("2024-01-01T00:00:00Z", "1"),
+            &other_manager
+        ));
+        let mut extra_label = obj("2024-01-01T00:00:00Z", "1");
+        extra_label["metadata"]["labels"] = json!({"x": "y"});
+        assert!(!same_except_managed_times(
+            &obj("2024-01-01T00:00:00Z", "1"),
+            &extra_label
+        ));
+        let mut no_time = obj("2024-01-01T00:00:00Z", "1");
+        no_time["metadata"]["managedFields"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("time");
+        assert!(same_except_managed_times(
+            &obj("2024-01-01T00:00:00Z", "1"),
+            &no_time
+        ));
+    }
 
     #[test]
     fn generated_names_are_retried_until_one_is_free() {

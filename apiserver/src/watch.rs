@@ -67,8 +67,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::query::ListOptions;
 use super::registry::ResourceDef;
+use super::registry::View;
 use super::status::ApiError;
-use super::store::{ChangeType, Store};
+use super::store::{Change, ChangeType, Store};
 use super::strategy::present;
 use super::verbs::{Selection, Target};
 
@@ -116,12 +117,25 @@ struct WatchState {
     renderer: Option<Renderer>,
     rendered_once: bool,
     done: bool,
+    /// `apiVersion/kind` this watch serves (the tag of a shared encoding it may reuse).
+    served_as: String,
+}
+
+/// One event line, `{"type":TYPE,"object":OBJECT}\n`, from the object's JSON bytes: written
+/// around them, so an object encoded once ([`super::store::SharedEncoding`]) is copied, not
+/// re-encoded, into every watch's stream.
+fn frame_bytes(ty: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + ty.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(ty.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
 }
 
 fn frame(ty: &str, object: &Value) -> Bytes {
-    let mut line = serde_json::to_vec(&json!({"type": ty, "object": object})).unwrap_or_default();
-    line.push(b'\n');
-    Bytes::from(line)
+    frame_bytes(ty, &serde_json::to_vec(object).unwrap_or_default())
 }
 
 impl WatchState {
@@ -144,6 +158,21 @@ impl WatchState {
             None => served,
         };
         self.pending.push_back(frame(ty, &out));
+    }
+
+    /// [`Self::push_object`] for the object of a stored change, sharing its encoding with every
+    /// other watch of the resource (a plain JSON watch of the native view; a Table watch or the
+    /// events.k8s.io view renders per watch).
+    fn push_change(&mut self, ty: &str, change: &Change) {
+        if self.renderer.is_some() || self.def.view != View::Native {
+            self.push_object(ty, &change.object);
+            return;
+        }
+        let def = &self.def;
+        let bytes = change.served.get_or_encode(&self.served_as, || {
+            Bytes::from(serde_json::to_vec(&present(def, &change.object)).unwrap_or_default())
+        });
+        self.pending.push_back(frame_bytes(ty, &bytes));
     }
 
     fn push_bookmark(&mut self, initial_end: bool) {
@@ -184,14 +213,14 @@ impl WatchState {
             let now = self.in_scope(&c.object);
             let before = c.prev.as_ref().is_some_and(|p| self.in_scope(p));
             match c.kind {
-                ChangeType::Added if now => self.push_object("ADDED", &c.object),
-                ChangeType::Deleted if before => self.push_object("DELETED", &c.object),
+                ChangeType::Added if now => self.push_change("ADDED", &c),
+                ChangeType::Deleted if before => self.push_change("DELETED", &c),
                 ChangeType::Modified => match (before, now) {
-                    (true, true) => self.push_object("MODIFIED", &c.object),
-                    (false, true) => self.push_object("ADDED", &c.object),
+                    (true, true) => self.push_change("MODIFIED", &c),
+                    (false, true) => self.push_change("ADDED", &c),
                     (true, false) => {
                         // Leaving the selector: the last matching content, at the new revision.
-                        let mut last = c.prev.clone().unwrap_or_default();
+                        let mut last = c.prev.as_deref().cloned().unwrap_or_default();
                         last["metadata"]["resourceVersion"] = json!(c.rv.to_string());
                         self.push_object("DELETED", &last);
                     }
@@ -339,6 +368,7 @@ pub fn start(
         renderer: settings.renderer,
         rendered_once: false,
         done: false,
+        served_as: format!("{}/{}", t.def.api_version(), t.def.kind),
     };
     match start {
         Start::From(n) => {

@@ -517,7 +517,18 @@ pub async fn serve_health(
     health: HealthState,
     cancel: CancellationToken,
 ) -> std::io::Result<ServerHandle> {
-    serve_routes(addr, cancel, move |path| {
+    serve_health_with(addr, health, cancel, probe_serving_limits()).await
+}
+
+/// [`serve_health`] under explicit connection limits (the manager's `--max-connections`,
+/// `--header-read-timeout`, `--idle-timeout`).
+pub async fn serve_health_with(
+    addr: SocketAddr,
+    health: HealthState,
+    cancel: CancellationToken,
+    limits: ServingLimits,
+) -> std::io::Result<ServerHandle> {
+    serve_routes_with(addr, cancel, limits, move |path| {
         let (status, body) = match path {
             "/healthz" | "/livez" => report("healthz", &health.liveness()),
             "/readyz" => report("readyz", &health.readiness()),
@@ -592,20 +603,9 @@ pub fn probe_serving_limits() -> ServingLimits {
     }
 }
 
-/// A tiny HTTP/1.1 server: `GET`/`HEAD` of a path answered by `route` (`None` is 404), with
-/// [`probe_serving_limits`].
-pub(crate) async fn serve_routes<F>(
-    addr: SocketAddr,
-    cancel: CancellationToken,
-    route: F,
-) -> std::io::Result<ServerHandle>
-where
-    F: Fn(&str) -> Routed + Send + Sync + 'static,
-{
-    serve_routes_with(addr, cancel, probe_serving_limits(), route).await
-}
-
-/// [`serve_routes`] with explicit connection limits ([`apimachinery::serving`]): a connection
+/// A tiny HTTP/1.1 server: `GET`/`HEAD` of a path answered by `route` (`None` is 404), under
+/// connection limits ([`apimachinery::serving`]; the manager's are [`probe_serving_limits`]
+/// with its connection flags applied): a connection
 /// beyond `max_connections` is closed at once, one that sends no request within
 /// `header_read_timeout` or stays idle for `idle_timeout` is closed, and hyper's HTTP/1 header
 /// timeout and buffer bound apply.

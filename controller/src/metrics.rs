@@ -132,7 +132,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::{CacheObject, ReflectorStats, ReflectorStatus, SharedIndexInformer};
 use crate::client::transport::LatencyHistogram;
 use crate::client::{Client, ClientMetrics};
-use crate::health::{ServerHandle, serve_routes};
+use crate::health::{ServerHandle, probe_serving_limits, serve_routes_with};
 use crate::record::EventBroadcaster;
 
 /// Default metrics address, as controller-runtime's (`:8080`).
@@ -802,7 +802,18 @@ pub async fn serve_metrics(
     registry: Arc<Mutex<Registry>>,
     cancel: CancellationToken,
 ) -> std::io::Result<ServerHandle> {
-    serve_routes(addr, cancel, move |path| {
+    serve_metrics_with(addr, registry, cancel, probe_serving_limits()).await
+}
+
+/// [`serve_metrics`] under explicit connection limits (the manager's `--max-connections`,
+/// `--header-read-timeout`, `--idle-timeout`).
+pub async fn serve_metrics_with(
+    addr: SocketAddr,
+    registry: Arc<Mutex<Registry>>,
+    cancel: CancellationToken,
+    limits: apimachinery::serving::ServingLimits,
+) -> std::io::Result<ServerHandle> {
+    serve_routes_with(addr, cancel, limits, move |path| {
         if path != "/metrics" {
             return None;
         }

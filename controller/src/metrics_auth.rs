@@ -103,7 +103,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, Client};
-use crate::health::{ServerHandle, probe_serving_limits};
+use crate::health::ServerHandle;
 use crate::metrics::{CONTENT_TYPE, encode_registry};
 
 /// How long a token's review is reused (controller-runtime's `CacheTTL`), both outcomes.
@@ -592,16 +592,18 @@ async fn answer(
 
 /// Serves `registry` on `GET /metrics` over HTTPS at `addr`, every request authenticated and
 /// authorized by `auth`, until `cancel` fires. Binds before it returns; the accept loop runs on
-/// a task the handle owns. Connection limits are the probe servers'
-/// ([`probe_serving_limits`]); the TLS handshake must finish within their header timeout.
+/// a task the handle owns. Connection limits are `limits` (the manager passes the serving
+/// flags' values over [`crate::health::probe_serving_limits`]); the TLS handshake must finish
+/// within their header timeout.
 pub async fn serve_metrics_secure(
     addr: SocketAddr,
     registry: Arc<Mutex<Registry>>,
     tls: Arc<rustls::ServerConfig>,
     auth: Arc<DelegatingAuth>,
     cancel: CancellationToken,
+    limits: apimachinery::serving::ServingLimits,
 ) -> std::io::Result<ServerHandle> {
-    let limits = Arc::new(probe_serving_limits());
+    let limits = Arc::new(limits);
     let gate = ConnectionGate::new(limits.max_connections);
     let listener = TcpListener::bind(addr).await?;
     let local_addr = listener.local_addr()?;

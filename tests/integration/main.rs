@@ -72,6 +72,7 @@ mod operators_tdset;
 mod record_apiserver;
 mod record_correlator_props;
 mod record_pipeline;
+mod serving_flood;
 mod workqueue_delaying;
 mod workqueue_metrics;
 mod workqueue_queue;

@@ -127,6 +127,7 @@ async fn rbac_server(with_binding: bool) -> (ApiServerHandle, Client, Client) {
 fn probes_config(health: SocketAddr) -> ManagerConfig {
     ManagerConfig {
         health_addr: Some(health),
+        serving: sample_controller::health::probe_serving_limits(),
         ..manager_config()
     }
 }

@@ -98,11 +98,11 @@ use crate::cache::SharedInformerFactory;
 use crate::client::{self, Client, Config, ConfigOptions, ThrottleDecision};
 use crate::controllers::registry::{self, BuildContext};
 use crate::controllers::{Clock, Controller};
-use crate::health::{HealthState, ServerHandle, serve_health};
+use crate::health::{HealthState, ServerHandle, serve_health_with};
 use crate::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig as ElectionConfig, LeaderElector, LeaseLock,
 };
-use crate::metrics::{Metrics, serve_metrics};
+use crate::metrics::{Metrics, serve_metrics_with};
 pub use crate::metrics_auth::SecureServing;
 use crate::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure};
 use crate::record::EventBroadcaster;
@@ -497,16 +497,23 @@ async fn serve_http(
             source,
         };
         let h = match secure {
-            None => serve_metrics(addr, metrics.registry(), stop.clone())
+            None => serve_metrics_with(addr, metrics.registry(), stop.clone(), cfg.serving.clone())
                 .await
                 .map_err(bind_error)?,
             Some((serving, client)) => {
                 let tls = metrics_tls_config(serving.cert_dir.as_deref())
                     .map_err(|e| ManagerError::MetricsTls(e.to_string()))?;
                 let auth = Arc::new(DelegatingAuth::new(client.clone()));
-                serve_metrics_secure(addr, metrics.registry(), tls, auth, stop.clone())
-                    .await
-                    .map_err(bind_error)?
+                serve_metrics_secure(
+                    addr,
+                    metrics.registry(),
+                    tls,
+                    auth,
+                    stop.clone(),
+                    cfg.serving.clone(),
+                )
+                .await
+                .map_err(bind_error)?
             }
         };
         let scheme = if secure.is_some() { "https" } else { "http" };
@@ -514,7 +521,7 @@ async fn serve_http(
         listeners.push(h);
     }
     if let Some(addr) = cfg.health_addr {
-        let h = serve_health(addr, health.clone(), stop.clone())
+        let h = serve_health_with(addr, health.clone(), stop.clone(), cfg.serving.clone())
             .await
             .map_err(|source| ManagerError::Bind {
                 what: "the health probe server",

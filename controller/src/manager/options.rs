@@ -120,6 +120,13 @@ pub struct ManagerOptions {
     #[arg(long, default_value = ":8081", value_name = "ADDR")]
     pub health_probe_bind_address: String,
 
+    /// Connection limits of the metrics and probe servers: `--max-connections` (default
+    /// 1024), `--header-read-timeout` (10s), `--idle-timeout` (90s)
+    /// ([`apimachinery::serving::ServingFlags`]; they speak HTTP/1.1 only, so
+    /// `--http2-max-streams-per-connection` has no effect here).
+    #[command(flatten)]
+    pub serving: apimachinery::serving::ServingFlags,
+
     /// How long a shutdown waits for in-flight syncs before giving up on them.
     #[arg(long, default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub graceful_shutdown_timeout: Duration,
@@ -216,6 +223,9 @@ pub struct ManagerConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// `None` when probes are off.
     pub health_addr: Option<SocketAddr>,
+    /// Connection limits of the metrics and probe servers (the defaults of
+    /// [`crate::health::probe_serving_limits`] with the connection flags applied).
+    pub serving: apimachinery::serving::ServingLimits,
     /// `--graceful-shutdown-timeout`.
     pub shutdown_timeout: Duration,
     /// `--log-format`.
@@ -269,6 +279,7 @@ impl Default for ManagerOptions {
             metrics_secure: false,
             metrics_cert_dir: None,
             health_probe_bind_address: ":8081".to_string(),
+            serving: apimachinery::serving::ServingFlags::default(),
             graceful_shutdown_timeout: Duration::from_secs(30),
             log_format: LogFormat::Text,
             verbosity: 0,
@@ -392,6 +403,7 @@ impl ManagerOptions {
             leader_election,
             metrics_addr,
             health_addr,
+            serving: self.serving.apply(crate::health::probe_serving_limits()),
             shutdown_timeout: self.graceful_shutdown_timeout,
             log_format: self.log_format,
             verbosity: self.verbosity,
@@ -675,6 +687,35 @@ mod tests {
         assert_eq!(cfg.health_addr, Some("0.0.0.0:8081".parse().unwrap()));
         assert_eq!(cfg.log_format, LogFormat::Text);
         assert_eq!(cfg.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(cfg.serving, crate::health::probe_serving_limits());
+    }
+
+    #[test]
+    fn connection_flags_set_the_metrics_and_probe_servers_limits() {
+        let cfg = parse(&[
+            "--max-connections=4000",
+            "--header-read-timeout=2s",
+            "--idle-timeout=1m",
+        ])
+        .unwrap()
+        .validate(None)
+        .unwrap();
+        assert_eq!(cfg.serving.max_connections, 4000);
+        assert_eq!(cfg.serving.header_read_timeout, Duration::from_secs(2));
+        assert_eq!(cfg.serving.idle_timeout, Duration::from_secs(60));
+        assert_eq!(
+            cfg.serving.max_buf_size,
+            crate::health::probe_serving_limits().max_buf_size
+        );
+        for bad in [
+            "--max-connections=0",
+            "--idle-timeout=0s",
+            "--header-read-timeout=x",
+        ] {
+            let e = parse(&[bad]).unwrap_err().to_string();
+            let flag = bad.split('=').next().unwrap_or_default();
+            assert!(e.contains(flag), "{bad}: {e}");
+        }
     }
 
     #[test]

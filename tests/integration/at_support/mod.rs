@@ -101,6 +101,7 @@ pub fn manager_config() -> ManagerConfig {
         leader_election: None,
         metrics_addr: None,
         health_addr: None,
+        serving: sample_controller::health::probe_serving_limits(),
         shutdown_timeout: Duration::from_secs(10),
         log_format: LogFormat::Text,
         verbosity: 0,
