@@ -322,7 +322,11 @@ impl EventSink for StuckSink {
 
 #[tokio::test(start_paused = true)]
 async fn recording_never_blocks_and_a_full_queue_drops_and_counts() {
-    let b = EventBroadcaster::new();
+    // One sink lane: client-go's single writer, so the queue's bound is exactly queue_len.
+    let b = EventBroadcaster::with_options(BroadcasterOptions {
+        sink_lanes: 1,
+        ..Default::default()
+    });
     let h = b.start_recording_to_sink(StuckSink);
     let r = b.new_recorder("cnat-controller");
     // Let the sink task take the first event and hang on it.
@@ -427,4 +431,109 @@ async fn cancelling_the_managers_token_shuts_the_pipeline_down() {
     let names: Vec<_> = sink.log().into_iter().map(|r| r.name).collect();
     assert_eq!(names.len(), 1);
     assert!(names[0].starts_with("before."));
+}
+
+/// A sink whose writes for the object named "slow" wait until released; the others answer
+/// at once. It logs each write's object and reason.
+#[derive(Clone, Default)]
+struct GatedSink {
+    release: Arc<tokio::sync::Notify>,
+    written: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl EventSink for GatedSink {
+    async fn create(&self, event: &Event) -> Result<Event, Error> {
+        let object = event.involved_object.name.clone().unwrap_or_default();
+        if object == "slow" {
+            self.release.notified().await;
+        }
+        let reason = event.reason.clone().unwrap_or_default();
+        self.written.lock().unwrap().push((object, reason));
+        Ok(event.clone())
+    }
+    async fn patch(&self, event: &Event, _: &serde_json::Value) -> Result<Event, Error> {
+        self.create(event).await
+    }
+}
+
+#[tokio::test]
+async fn a_slow_write_for_one_object_does_not_hold_back_the_others_and_each_object_keeps_its_order()
+{
+    let sink = GatedSink::default();
+    let b = EventBroadcaster::new(); // default: several sink lanes
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    r.event(&at("slow"), EventType::Normal, "First", "m");
+    r.event(&at("slow"), EventType::Normal, "Second", "m");
+    // Objects other than "slow": at least one of them hashes to another lane than "slow".
+    for i in 0..16 {
+        r.event(
+            &at(&format!("fast-{i}")),
+            EventType::Normal,
+            "Scheduled",
+            "m",
+        );
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = sink.written.lock().unwrap().len();
+        if n > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no event was written while one object's write hung"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        sink.written
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(object, _)| object != "slow"),
+        "the slow object's writes are still held"
+    );
+    // Released, the slow object's two events arrive in the order they were recorded.
+    sink.release.notify_one();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    sink.release.notify_one();
+    b.shutdown();
+    h.join().await;
+    let written = sink.written.lock().unwrap().clone();
+    let slow: Vec<&str> = written
+        .iter()
+        .filter(|(o, _)| o == "slow")
+        .map(|(_, r)| r.as_str())
+        .collect();
+    assert_eq!(slow, ["First", "Second"]);
+    assert_eq!(written.len(), 18, "every event written once: {written:?}");
+    assert_eq!(b.dropped_events(), 0);
+}
+
+#[tokio::test]
+async fn one_sink_lane_is_client_gos_single_writer() {
+    // With one lane a hung write holds every event behind it, as in client-go.
+    let sink = GatedSink::default();
+    let b = EventBroadcaster::with_options(BroadcasterOptions {
+        sink_lanes: 1,
+        ..Default::default()
+    });
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    r.event(&at("slow"), EventType::Normal, "First", "m");
+    r.event(&at("other"), EventType::Normal, "Scheduled", "m");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(sink.written.lock().unwrap().is_empty());
+    sink.release.notify_one();
+    b.shutdown();
+    h.join().await;
+    let objects: Vec<String> = sink
+        .written
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(o, _)| o.clone())
+        .collect();
+    assert_eq!(objects, ["slow", "other"]);
 }

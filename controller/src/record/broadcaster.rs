@@ -7,8 +7,11 @@
 //!
 //! ```text
 //! EventRecorder::event ──try_send──▶ [queue 1000] ──▶ logging task   (start_logging)
-//!            (never blocks)     └──▶ [queue 1000] ──▶ sink task      (start_recording_to_sink)
-//!                                                     └ correlator ─▶ POST / PATCH
+//!            (never blocks)     └──▶ [queue 1000] ──▶ sink dispatcher (start_recording_to_sink)
+//!                                                     │ by involved object
+//!                                                     ├▶ lane 1: correlator ─▶ POST / PATCH
+//!                                                     ├▶ ...
+//!                                                     └▶ lane 8: correlator ─▶ POST / PATCH
 //! ```
 //!
 //! Invariants:
@@ -21,7 +24,11 @@
 //!   take its events. The manager's sink writes through a client with a throttle bucket of its
 //!   own ([`crate::client::Client::with_own_throttle`]), so events and the controllers' writes
 //!   never wait for each other's tokens.
-//! * Each watcher handles its events one at a time, in publish order.
+//! * Each watcher handles its events in publish order. A sink writes up to
+//!   [`BroadcasterOptions::sink_lanes`] events at once, one lane per hash of the involved
+//!   object: one object's events stay in order and its correlation state (counts, spam
+//!   bucket, aggregation) lives in one lane, while a slow write or a retry wait for one object
+//!   does not hold back the events of others. The lanes share the correlator's LRU bound.
 //! * [`EventBroadcaster::shutdown`] closes every queue: watchers finish what is queued (a sink
 //!   gets one try per event, no retry waits) and their tasks end. Events published after
 //!   shutdown are dropped with a log line. [`EventBroadcaster::shutdown_when`] ties this to a
@@ -35,6 +42,12 @@
 //! full). Here the recorder copies straight into the watchers' queues, which keeps the same
 //! bound and the same drop-don't-block rule with one task fewer and no hop; it also means
 //! [`EventBroadcaster::new`] needs no runtime, only the `start_*` methods do.
+//!
+//! client-go's sink is one goroutine writing one event at a time, and it sleeps up to 10 s
+//! between retries with everything behind it waiting. At a burst of due Ats (three events
+//! each) that one writer falls behind the syncs and the queue drops events
+//! (`hack/bench-at.sh`: 3,923 of 20,000 at 10,000 Ats due at once). Here the sink writes in
+//! lanes (8 by default; `sink_lanes: 1` is client-go's behaviour).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,8 +71,14 @@ pub struct BroadcasterOptions {
     pub sleep_duration: Duration,
     /// Tries per event before the sink gives it up (12).
     pub max_tries: u32,
-    /// The correlator each sink gets (one correlator per sink, as in client-go).
+    /// The correlator each sink gets (one correlator per sink, as in client-go; split between
+    /// the sink's lanes, each lane keeping `lru_size / sink_lanes` entries).
     pub correlator: CorrelatorOptions,
+    /// How many events a sink writes at once (default 8), each lane in order for the objects
+    /// that hash to it. client-go writes one at a time, so one slow write or one 10 s retry
+    /// wait holds every other event back; at a burst of due Ats (three events each) that one
+    /// writer falls behind the syncs and the queue drops. `1` gives client-go's behaviour.
+    pub sink_lanes: usize,
 }
 
 impl Default for BroadcasterOptions {
@@ -69,6 +88,7 @@ impl Default for BroadcasterOptions {
             sleep_duration: DEFAULT_SLEEP_DURATION,
             max_tries: MAX_TRIES_PER_EVENT,
             correlator: CorrelatorOptions::default(),
+            sink_lanes: 8,
         }
     }
 }
@@ -282,28 +302,66 @@ impl EventBroadcaster {
         })
     }
 
-    /// Writes every event to `sink` through a correlator of its own (aggregation, counting,
-    /// spam filter) with retries; see [`super::sink`].
+    /// Writes every event to `sink` through a correlator (aggregation, counting, spam filter)
+    /// with retries; see [`super::sink`]. The writes run in [`BroadcasterOptions::sink_lanes`]
+    /// lanes, each with its own correlator: an event goes to the lane its involved object hashes
+    /// to, so one object's events keep their order and its correlation state lives in one place,
+    /// while a slow write or a retry wait for one object never holds up the others.
     pub fn start_recording_to_sink<S: EventSink>(&self, sink: S) -> WatcherHandle {
         let options = self.shared.options.clone();
         let (mut rx, stop, retry) = self.register();
         let (stop_task, retry_task) = (stop.clone(), retry.clone());
+        let sink = Arc::new(sink);
+        let lanes = options.sink_lanes.max(1);
+        let mut lane_options = options.correlator.clone();
+        // The lanes share the correlator's memory bound between them.
+        lane_options.lru_size = options.correlator.lru_size.div_ceil(lanes).max(1);
+        let per_lane_queue = options.queue_len.div_ceil(lanes).max(1);
+        let mut senders = Vec::with_capacity(lanes);
+        let mut workers = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
+            let (tx, mut lane_rx) = mpsc::channel::<Arc<Event>>(per_lane_queue);
+            senders.push(tx);
+            let (sink, stop, retry) = (Arc::clone(&sink), stop_task.clone(), retry_task.clone());
+            let (correlator_options, sleep, max_tries) = (
+                lane_options.clone(),
+                options.sleep_duration,
+                options.max_tries,
+            );
+            workers.push(tokio::spawn(async move {
+                let mut correlator = EventCorrelator::new(correlator_options);
+                while let Some(event) = next_event(&mut lane_rx, &stop).await {
+                    // Stopping the watcher abandons even a write in flight.
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => break,
+                        _ = record_to_sink(
+                            sink.as_ref(),
+                            &mut correlator,
+                            Arc::unwrap_or_clone(event),
+                            sleep,
+                            max_tries,
+                            &retry,
+                        ) => {}
+                    }
+                }
+            }));
+        }
         let task = tokio::spawn(async move {
-            let mut correlator = EventCorrelator::new(options.correlator.clone());
             while let Some(event) = next_event(&mut rx, &stop_task).await {
-                // Stopping the watcher abandons even a write in flight.
+                let lane = &senders[lane_of(&event, senders.len())];
+                // A full lane holds the dispatcher, and the broadcaster's queue in front of it
+                // fills and drops (counted) as it would with a single writer.
                 tokio::select! {
                     biased;
                     _ = stop_task.cancelled() => break,
-                    _ = record_to_sink(
-                        &sink,
-                        &mut correlator,
-                        Arc::unwrap_or_clone(event),
-                        options.sleep_duration,
-                        options.max_tries,
-                        &retry_task,
-                    ) => {}
+                    sent = lane.send(event) => if sent.is_err() { break },
                 }
+            }
+            // Closing the lanes lets each finish what it holds (or stop at once if stopped).
+            drop(senders);
+            for w in workers {
+                let _ = w.await;
             }
         });
         WatcherHandle { stop, retry, task }
@@ -333,6 +391,19 @@ impl EventBroadcaster {
             self.shared.cancel.child_token(),
         )
     }
+}
+
+/// The lane of an event: a hash of its involved object (kind, namespace, name, uid), the
+/// object the correlator keys every piece of its state by.
+fn lane_of(event: &Event, lanes: usize) -> usize {
+    use std::hash::{Hash, Hasher};
+    if lanes <= 1 {
+        return 0;
+    }
+    let o = &event.involved_object;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&o.kind, &o.namespace, &o.name, &o.uid).hash(&mut h);
+    (h.finish() % lanes as u64) as usize
 }
 
 /// The next queued event, or `None` once the queue is closed and drained or `stop` fired.
