@@ -18,6 +18,7 @@ use clap::{Args, ValueEnum};
 use crate::client;
 use crate::controllers::registry;
 use crate::metrics_auth::SecureServing;
+use crate::otlp::OtlpConfig;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 /// The names of [`registry::OPERATORS`], the one table of operators.
@@ -120,6 +121,15 @@ pub struct ManagerOptions {
     #[arg(long, default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub graceful_shutdown_timeout: Duration,
 
+    /// Export the `sync` and `request` spans over OTLP/HTTP (JSON) to this collector, e.g.
+    /// http://localhost:4318 (spans go to {URL}/v1/traces).
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// The exported spans' `service.name`.
+    #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME", default_value = crate::otlp::DEFAULT_SERVICE_NAME)]
+    pub otlp_service_name: String,
+
     /// Log output format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -210,6 +220,9 @@ pub struct ManagerConfig {
     pub log_format: LogFormat,
     /// `-v`.
     pub verbosity: u8,
+    /// `--otlp-endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`) and `--otlp-service-name` (or
+    /// `OTEL_SERVICE_NAME`): `Some` when spans are exported ([`crate::otlp`]).
+    pub otlp: Option<OtlpConfig>,
 }
 
 /// A flag whose value cannot be used. The message names the flag and the value.
@@ -258,6 +271,8 @@ impl Default for ManagerOptions {
             metrics_cert_dir: None,
             health_probe_bind_address: ":8081".to_string(),
             graceful_shutdown_timeout: Duration::from_secs(30),
+            otlp_endpoint: None,
+            otlp_service_name: crate::otlp::DEFAULT_SERVICE_NAME.to_string(),
             log_format: LogFormat::Text,
             verbosity: 0,
         }
@@ -340,6 +355,7 @@ impl ManagerOptions {
                 "must be greater than zero",
             ));
         }
+        let otlp = self.otlp_config()?;
         Ok(ManagerConfig {
             kubeconfig: self.kubeconfig.clone(),
             master: self.master.clone(),
@@ -357,7 +373,26 @@ impl ManagerOptions {
             shutdown_timeout: self.graceful_shutdown_timeout,
             log_format: self.log_format,
             verbosity: self.verbosity,
+            otlp,
         })
+    }
+
+    /// `--otlp-endpoint` checked (an empty value, as an empty `OTEL_EXPORTER_OTLP_ENDPOINT`,
+    /// means no export), with `--otlp-service-name` (empty: the default).
+    fn otlp_config(&self) -> Result<Option<OtlpConfig>, FlagError> {
+        let Some(endpoint) = self.otlp_endpoint.as_deref().map(str::trim) else {
+            return Ok(None);
+        };
+        if endpoint.is_empty() {
+            return Ok(None);
+        }
+        let uri = crate::otlp::parse_endpoint(endpoint)
+            .map_err(|reason| FlagError::new("otlp-endpoint", endpoint, reason))?;
+        let service = match self.otlp_service_name.trim() {
+            "" => crate::otlp::DEFAULT_SERVICE_NAME,
+            s => s,
+        };
+        Ok(Some(OtlpConfig::new(uri, service)))
     }
 
     /// `--metrics-secure` and `--metrics-cert-dir`: `Some` when `/metrics` is to be served over
