@@ -217,7 +217,13 @@ async fn a_sync_and_its_pod_create_reach_the_collector_as_parent_and_child() {
             .iter()
             .all(|(_, s)| s["name"] == "sync" || s["name"] == "request")
     );
-    assert!(queue.exported() >= spans.len() as u64);
+    // Counted once the collector's 200 has been read (just after it recorded the POST).
+    let received = spans.len() as u64;
+    wait_until("otlp_spans_exported_total to count them", || async {
+        queue.exported() >= received
+    })
+    .await;
+    assert_eq!(queue.dropped(), 0);
 
     manager.stop.cancel();
     manager.task.await.unwrap().unwrap();
