@@ -762,6 +762,32 @@ mod tests {
         );
     }
 
+    #[test]
+    fn otlp_endpoint_is_checked_and_handed_over() {
+        let cfg = parse(&[
+            "--otlp-endpoint=http://localhost:4318",
+            "--otlp-service-name=ctl",
+        ])
+        .unwrap()
+        .validate(None)
+        .unwrap();
+        let otlp = cfg.otlp.expect("export on");
+        assert_eq!(otlp.traces_url(), "http://localhost:4318/v1/traces");
+        assert_eq!(otlp.service_name, "ctl");
+        assert_eq!(otlp.scheduled_delay, crate::otlp::DEFAULT_SCHEDULED_DELAY);
+        // An empty value (an empty OTEL_EXPORTER_OTLP_ENDPOINT) means no export.
+        let cfg = parse(&["--otlp-endpoint="])
+            .unwrap()
+            .validate(None)
+            .unwrap();
+        assert_eq!(cfg.otlp, None);
+        let e = invalid(&["--otlp-endpoint=localhost:4318"]);
+        assert_eq!(
+            (e.flag, e.value.as_str()),
+            ("otlp-endpoint", "localhost:4318")
+        );
+    }
+
     fn invalid(args: &[&str]) -> FlagError {
         parse(args).unwrap().validate(None).unwrap_err()
     }
