@@ -20,7 +20,9 @@
 //!   `code >= 500` or an `error` field (a request), unset otherwise. When the span closes it is
 //!   pushed to the [`SpanQueue`]. The layer is installed with [`span_filter`] as its own
 //!   per-layer filter: only the `sync` and `request` spans reach it, at every `-v`, while the
-//!   log layer keeps its own filter, so the logs do not change when export is on.
+//!   log layer keeps its own filter, so the logs do not change when export is on. A request
+//!   made outside any sync (the event sink's Event POSTs, an informer's LIST) is a root span,
+//!   a trace of its own.
 //! * [`SpanQueue`] is bounded ([`DEFAULT_MAX_QUEUE_SIZE`]); a span that finds it full is
 //!   dropped and counted (`otlp_spans_dropped_total`), so a slow or dead collector never
 //!   blocks a sync nor grows memory. Spans are only queued while an exporter is attached.
