@@ -258,6 +258,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         shutdown_timeout: Duration::from_secs(10),
         log_format: LogFormat::Text,
         verbosity: opts.verbosity,
+        otlp: None,
     };
     let manager_stop = CancellationToken::new();
     let manager = tokio::spawn(Manager::new(manager_cfg, client.clone()).run(manager_stop.clone()));

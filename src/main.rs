@@ -17,8 +17,8 @@ use clap::{Parser, Subcommand};
 mod demo;
 
 use demo::DemoOptions;
-use sample_controller::logging;
 use sample_controller::manager::{self, LogFormat, ManagerError, ManagerOptions, verbosity_level};
+use sample_controller::{logging, otlp};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -78,6 +78,9 @@ fn main() -> ExitCode {
             init_logging(
                 opts.log_format,
                 &logging::filter_directives(opts.verbosity, verbosity_level(opts.verbosity)),
+                opts.otlp_endpoint
+                    .as_deref()
+                    .is_some_and(|e| !e.trim().is_empty()),
             );
             match runtime.block_on(manager::run(*opts)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
             init_logging(
                 LogFormat::Text,
                 &logging::filter_directives(opts.verbosity, own),
+                false,
             );
             match runtime.block_on(demo::run(opts)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -114,6 +118,7 @@ fn main() -> ExitCode {
             init_logging(
                 LogFormat::Text,
                 &logging::filter_directives(0, tracing::Level::INFO),
+                false,
             );
             match runtime.block_on(embedded_apiserver::standalone::run(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -128,23 +133,31 @@ fn main() -> ExitCode {
 
 /// Logs to stderr, as text or JSON, one line per event (see `sample_controller::logging`):
 /// `directives` are the `-v` level's filter, replaced by `RUST_LOG` when that is set; colour
-/// only on a terminal and without `NO_COLOR`.
-fn init_logging(format: LogFormat, directives: &str) {
+/// only on a terminal and without `NO_COLOR`. With `otlp`, the OTLP layer
+/// (`sample_controller::otlp`) is installed beside the log layer with its own filter (the
+/// `sync` and `request` spans, at any `-v`), so the logs are the same with or without it.
+fn init_logging(format: LogFormat, directives: &str, otlp: bool) {
     use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, Registry};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives));
     let colour = logging::use_colour(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     );
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(logging::OneLineWriter::new);
-    let result = match format {
-        LogFormat::Text => builder.with_target(false).try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        LogFormat::Text => fmt.with_target(false).with_filter(filter).boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_filter(filter).boxed(),
     };
+    let spans = otlp.then(|| otlp::layer(otlp::SpanQueue::global().clone()));
+    let result = tracing_subscriber::registry()
+        .with(logs)
+        .with(spans)
+        .try_init();
     if let Err(e) = result {
         eprintln!("sample-controller: cannot set up logging: {e}");
     }

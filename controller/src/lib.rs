@@ -23,7 +23,7 @@
 //! | 6 | [`record`] | events, correlated and written without blocking the work | `tools/record` |
 //! | 7 | [`leaderelection`] | one active replica, through a Lease | `tools/leaderelection` |
 //! | 8 | [`metrics`], [`metrics_auth`], [`health`] | `/metrics` (HTTPS with TokenReview / SubjectAccessReview under `--metrics-secure`), `/healthz`, `/readyz` | controller-runtime's servers and `metrics/filters` |
-//! | 9 | [`logging`] | klog's `-v` levels, colour and one line per event | klog |
+//! | 9 | [`logging`], [`otlp`] | klog's `-v` levels, colour and one line per event; the sync and request spans exported over OTLP/HTTP | klog; an OpenTelemetry SDK's batch span processor and OTLP exporter |
 //! | 10 | [`manager`] | flags, wiring, preflight, shutdown | `kube-controller-manager` / sample-controller's `main.go` |
 //!
 //! ## One At, from `kubectl apply` to `DONE`
@@ -60,6 +60,7 @@ pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod metrics_auth;
+pub mod otlp;
 pub mod record;
 pub mod webhook;
 pub mod workqueue;

@@ -40,6 +40,7 @@ mod apiserver_standalone;
 mod apiserver_trust;
 mod apiserver_watch;
 mod at_controller;
+mod at_otlp;
 mod at_requests;
 mod at_scale;
 mod at_traces;

@@ -45,7 +45,8 @@
 //! They are `debug` spans: at `-v 0` no subscriber enables them and they cost a disabled-span
 //! check; from `-v 1` on the log lines written inside a sync carry its context
 //! (`sync{controller="at" key="default/example-at"}:request{verb=PUT ...}`). Watches are not
-//! spanned (they outlive any sync). Exporting these spans over OTLP is not wired yet.
+//! spanned (they outlive any sync). With `--otlp-endpoint` both are exported over OTLP/HTTP
+//! ([`crate::otlp`]), whatever `-v`.
 //!
 //! ## What an operator writes, and what it gets
 //!

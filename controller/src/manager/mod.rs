@@ -54,6 +54,8 @@
 //! | `--webhook-bind-address` | `:9443` | the admission webhook server (HTTPS, [`crate::webhook`]); `0` turns it off |
 //! | `--webhook-cert-dir` | `/tmp/k8s-webhook-server/serving-certs` | its `tls.crt` / `tls.key`, reloaded when they change; the default dir without `tls.crt` means no webhook server |
 //! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
+//! | `--otlp-endpoint` | `$OTEL_EXPORTER_OTLP_ENDPOINT` | export the `sync` and `request` spans over OTLP/HTTP JSON to `{URL}/v1/traces` (an OpenTelemetry Collector, Jaeger: `http://localhost:4318`); see [`crate::otlp`] |
+//! | `--otlp-service-name` | `$OTEL_SERVICE_NAME`, else `sample-controller` | the exported spans' `service.name` |
 //! | `--log-format` | `text` | `text` or `json` |
 //! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
 //!
@@ -105,6 +107,7 @@ use crate::leaderelection::{
 use crate::metrics::{Metrics, serve_metrics_with};
 pub use crate::metrics_auth::SecureServing;
 use crate::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure};
+use crate::otlp::{Exporter, SpanQueue};
 use crate::record::EventBroadcaster;
 use crate::workqueue::QueueMetrics;
 
@@ -169,6 +172,7 @@ pub struct Manager {
     controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
     secure_metrics: Option<SecureServing>,
     webhook: Option<crate::webhook::WebhookServerConfig>,
+    span_queue: SpanQueue,
 }
 
 impl Manager {
@@ -182,7 +186,15 @@ impl Manager {
             controllers: Arc::default(),
             secure_metrics: None,
             webhook: None,
+            span_queue: SpanQueue::global().clone(),
         }
+    }
+
+    /// The queue the OTLP exporter (`config.otlp`) takes spans from: the one the installed
+    /// [`otlp::layer`](crate::otlp::layer) feeds. Default: [`SpanQueue::global`], the binary's.
+    pub fn with_span_queue(mut self, queue: SpanQueue) -> Self {
+        self.span_queue = queue;
+        self
     }
 
     /// Serves `/metrics` over HTTPS behind TokenReview and SubjectAccessReview, through this
@@ -239,6 +251,19 @@ impl Manager {
         let cfg = self.config.clone();
         let metrics = Metrics::new();
         metrics.register_client(&self.client);
+        // Traces: the exporter runs for the manager's whole life and flushes last.
+        let exporter_stop = CancellationToken::new();
+        let _stop_exporter_on_drop = exporter_stop.clone().drop_guard();
+        let exporter = match &cfg.otlp {
+            Some(otlp) => {
+                metrics.with_registry(|r| self.span_queue.register(r));
+                let exporter = Exporter::new(otlp.clone(), self.span_queue.clone())
+                    .map_err(|e| ManagerError::Config(client::Error::Config(e)))?;
+                tracing::info!(endpoint = %otlp.traces_url(), service = %otlp.service_name, "exporting traces over OTLP/HTTP");
+                Some(exporter.spawn(exporter_stop.clone()))
+            }
+            None => None,
+        };
         let health = HealthState::new();
         self.follow_server_throttle(&health).await;
 
@@ -326,6 +351,10 @@ impl Manager {
         broadcaster.shutdown();
         sink_events.join().await;
         log_events.join().await;
+        if let Some(exporter) = exporter {
+            exporter_stop.cancel();
+            exporter.join().await;
+        }
         tracing::info!("stopped");
         outcome
     }

@@ -18,6 +18,7 @@ use clap::{Args, ValueEnum};
 use crate::client;
 use crate::controllers::registry;
 use crate::metrics_auth::SecureServing;
+use crate::otlp::OtlpConfig;
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 /// The names of [`registry::OPERATORS`], the one table of operators.
@@ -131,6 +132,15 @@ pub struct ManagerOptions {
     #[arg(long, default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub graceful_shutdown_timeout: Duration,
 
+    /// Export the `sync` and `request` spans over OTLP/HTTP (JSON) to this collector, e.g.
+    /// http://localhost:4318 (spans go to {URL}/v1/traces).
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// The exported spans' `service.name`.
+    #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME", default_value = crate::otlp::DEFAULT_SERVICE_NAME)]
+    pub otlp_service_name: String,
+
     /// Log output format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -232,6 +242,9 @@ pub struct ManagerConfig {
     pub log_format: LogFormat,
     /// `-v`.
     pub verbosity: u8,
+    /// `--otlp-endpoint` (or `OTEL_EXPORTER_OTLP_ENDPOINT`) and `--otlp-service-name` (or
+    /// `OTEL_SERVICE_NAME`): `Some` when spans are exported ([`crate::otlp`]).
+    pub otlp: Option<OtlpConfig>,
 }
 
 /// A flag whose value cannot be used. The message names the flag and the value.
@@ -281,6 +294,8 @@ impl Default for ManagerOptions {
             health_probe_bind_address: ":8081".to_string(),
             serving: apimachinery::serving::ServingFlags::default(),
             graceful_shutdown_timeout: Duration::from_secs(30),
+            otlp_endpoint: None,
+            otlp_service_name: crate::otlp::DEFAULT_SERVICE_NAME.to_string(),
             log_format: LogFormat::Text,
             verbosity: 0,
             webhook_bind_address: crate::webhook::DEFAULT_BIND_ADDRESS.to_string(),
@@ -389,6 +404,7 @@ impl ManagerOptions {
                 "must be greater than zero",
             ));
         }
+        let otlp = self.otlp_config()?;
         Ok(ManagerConfig {
             kubeconfig: self.kubeconfig.clone(),
             master: self.master.clone(),
@@ -407,7 +423,26 @@ impl ManagerOptions {
             shutdown_timeout: self.graceful_shutdown_timeout,
             log_format: self.log_format,
             verbosity: self.verbosity,
+            otlp,
         })
+    }
+
+    /// `--otlp-endpoint` checked (an empty value, as an empty `OTEL_EXPORTER_OTLP_ENDPOINT`,
+    /// means no export), with `--otlp-service-name` (empty: the default).
+    fn otlp_config(&self) -> Result<Option<OtlpConfig>, FlagError> {
+        let Some(endpoint) = self.otlp_endpoint.as_deref().map(str::trim) else {
+            return Ok(None);
+        };
+        if endpoint.is_empty() {
+            return Ok(None);
+        }
+        let uri = crate::otlp::parse_endpoint(endpoint)
+            .map_err(|reason| FlagError::new("otlp-endpoint", endpoint, reason))?;
+        let service = match self.otlp_service_name.trim() {
+            "" => crate::otlp::DEFAULT_SERVICE_NAME,
+            s => s,
+        };
+        Ok(Some(OtlpConfig::new(uri, service)))
     }
 
     /// `--metrics-secure` and `--metrics-cert-dir`: `Some` when `/metrics` is to be served over
@@ -803,6 +838,32 @@ mod tests {
                 Duration::from_secs(10),
                 Duration::from_secs(2)
             )
+        );
+    }
+
+    #[test]
+    fn otlp_endpoint_is_checked_and_handed_over() {
+        let cfg = parse(&[
+            "--otlp-endpoint=http://localhost:4318",
+            "--otlp-service-name=ctl",
+        ])
+        .unwrap()
+        .validate(None)
+        .unwrap();
+        let otlp = cfg.otlp.expect("export on");
+        assert_eq!(otlp.traces_url(), "http://localhost:4318/v1/traces");
+        assert_eq!(otlp.service_name, "ctl");
+        assert_eq!(otlp.scheduled_delay, crate::otlp::DEFAULT_SCHEDULED_DELAY);
+        // An empty value (an empty OTEL_EXPORTER_OTLP_ENDPOINT) means no export.
+        let cfg = parse(&["--otlp-endpoint="])
+            .unwrap()
+            .validate(None)
+            .unwrap();
+        assert_eq!(cfg.otlp, None);
+        let e = invalid(&["--otlp-endpoint=localhost:4318"]);
+        assert_eq!(
+            (e.flag, e.value.as_str()),
+            ("otlp-endpoint", "localhost:4318")
         );
     }
 

@@ -105,6 +105,7 @@ pub fn manager_config() -> ManagerConfig {
         shutdown_timeout: Duration::from_secs(10),
         log_format: LogFormat::Text,
         verbosity: 0,
+        otlp: None,
     }
 }
 
