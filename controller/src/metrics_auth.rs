@@ -67,8 +67,9 @@
 //! let tls = metrics_tls_config(None)?; // self-signed, in memory
 //! let auth = Arc::new(DelegatingAuth::new(client));
 //! let cancel = CancellationToken::new();
+//! let limits = sample_controller::health::probe_serving_limits();
 //! let server = serve_metrics_secure(
-//!     "0.0.0.0:8443".parse()?, metrics.registry(), tls, auth, cancel.clone()).await?;
+//!     "0.0.0.0:8443".parse()?, metrics.registry(), tls, auth, cancel.clone(), limits).await?;
 //! // curl -k -H "Authorization: Bearer $TOKEN" https://<addr>/metrics
 //! # server.shutdown().await;
 //! # Ok(())
