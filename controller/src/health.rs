@@ -603,6 +603,55 @@ pub fn probe_serving_limits() -> ServingLimits {
     }
 }
 
+/// Serves one accepted HTTP/1.1 connection (plain TCP, or TLS once its handshake is done)
+/// under `limits` until it ends: hyper's header-read timeout and buffer bound apply, the
+/// connection is closed gracefully when `activity` says it has been idle too long (see
+/// [`apimachinery::serving::Activity`]) and when `stop` fires. Shared by the probe, metrics
+/// and secure-metrics servers.
+pub(crate) async fn serve_http1_connection<I, S, B>(
+    io: I,
+    service: S,
+    activity: &Activity,
+    limits: &ServingLimits,
+    stop: &CancellationToken,
+    peer: SocketAddr,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::Future: Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_buf_size.max(8192))
+        .serve_connection(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut check = tokio::time::interval(limits.check_interval());
+    let result = loop {
+        tokio::select! {
+            r = conn.as_mut() => break r,
+            _ = stop.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                break conn.await;
+            }
+            _ = check.tick() => {
+                if activity.expired(limits) {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
+                    break Ok(());
+                }
+            }
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
+    }
+}
+
 /// A tiny HTTP/1.1 server: `GET`/`HEAD` of a path answered by `route` (`None` is 404), under
 /// connection limits ([`apimachinery::serving`]; the manager's are [`probe_serving_limits`]
 /// with its connection flags applied): a connection
@@ -663,32 +712,7 @@ where
                         Ok::<_, Infallible>(resp)
                     }
                 });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(limits.header_read_timeout)
-                    .max_buf_size(limits.max_buf_size.max(8192))
-                    .serve_connection(TokioIo::new(stream), service);
-                let mut conn = std::pin::pin!(conn);
-                let mut check = tokio::time::interval(limits.check_interval());
-                let result = loop {
-                    tokio::select! {
-                        r = conn.as_mut() => break r,
-                        _ = stop_conn.cancelled() => {
-                            conn.as_mut().graceful_shutdown();
-                            break conn.await;
-                        }
-                        _ = check.tick() => {
-                            if activity.expired(&limits) {
-                                conn.as_mut().graceful_shutdown();
-                                let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
-                                break Ok(());
-                            }
-                        }
-                    }
-                };
-                if let Err(e) = result {
-                    tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
-                }
+                serve_http1_connection(stream, service, &activity, &limits, &stop_conn, peer).await;
             });
         }
         while conns.join_next().await.is_some() {}

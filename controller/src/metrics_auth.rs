@@ -90,7 +90,6 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -660,32 +659,10 @@ pub async fn serve_metrics_secure(
                         Ok::<_, Infallible>(resp)
                     }
                 });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(limits.header_read_timeout)
-                    .max_buf_size(limits.max_buf_size.max(8192))
-                    .serve_connection(TokioIo::new(tls_stream), service);
-                let mut conn = std::pin::pin!(conn);
-                let mut check = tokio::time::interval(limits.check_interval());
-                let result = loop {
-                    tokio::select! {
-                        r = conn.as_mut() => break r,
-                        _ = stop_conn.cancelled() => {
-                            conn.as_mut().graceful_shutdown();
-                            break conn.await;
-                        }
-                        _ = check.tick() => {
-                            if activity.expired(&limits) {
-                                conn.as_mut().graceful_shutdown();
-                                let _ = tokio::time::timeout(Duration::from_secs(1), conn.as_mut()).await;
-                                break Ok(());
-                            }
-                        }
-                    }
-                };
-                if let Err(e) = result {
-                    tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
-                }
+                crate::health::serve_http1_connection(
+                    tls_stream, service, &activity, &limits, &stop_conn, peer,
+                )
+                .await;
             });
         }
         while conns.join_next().await.is_some() {}
