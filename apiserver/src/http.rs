@@ -732,21 +732,7 @@ fn serve_review(
     shared
         .rbac
         .check(&shared.store, user, &target.create_attributes())?;
-    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
-    let body = match content_type.as_str() {
-        "" | "application/json" => parse_json(bytes)?,
-        "application/yaml" => parse_yaml(bytes)?,
-        PROTOBUF => super::logic::protobuf::decode_body(bytes).map_err(|e| {
-            ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
-        })?,
-        _ => {
-            return Err(ApiError::unsupported_media_type(&[
-                "application/json",
-                "application/yaml",
-                PROTOBUF,
-            ]));
-        }
-    };
+    let body = decode_review(parts, bytes)?;
     let answer = shared
         .store
         .read(|st| super::review::create(&shared.rbac, st, user, &target, body))?;
@@ -757,6 +743,23 @@ fn serve_review(
         "access review answered"
     );
     Ok(json_response(201, &answer, "application/json"))
+}
+
+/// The body of an access or token review: JSON, YAML or protobuf, by its content type.
+fn decode_review(parts: &http::request::Parts, bytes: &[u8]) -> Result<Value, ApiError> {
+    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
+    match content_type.as_str() {
+        "" | "application/json" => parse_json(bytes),
+        "application/yaml" => parse_yaml(bytes),
+        PROTOBUF => super::logic::protobuf::decode_body(bytes).map_err(|e| {
+            ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+        }),
+        _ => Err(ApiError::unsupported_media_type(&[
+            "application/json",
+            "application/yaml",
+            PROTOBUF,
+        ])),
+    }
 }
 
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`: who a bearer token belongs to,
@@ -788,21 +791,7 @@ fn serve_token_review(
         user,
         &super::tokenreview::create_attributes(),
     )?;
-    let content_type = media_type(parts.headers.get(header::CONTENT_TYPE));
-    let body = match content_type.as_str() {
-        "" | "application/json" => parse_json(bytes)?,
-        "application/yaml" => parse_yaml(bytes)?,
-        PROTOBUF => super::logic::protobuf::decode_body(bytes).map_err(|e| {
-            ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
-        })?,
-        _ => {
-            return Err(ApiError::unsupported_media_type(&[
-                "application/json",
-                "application/yaml",
-                PROTOBUF,
-            ]));
-        }
-    };
+    let body = decode_review(parts, bytes)?;
     let answer = super::tokenreview::create(
         &shared.rbac,
         |token| {

@@ -236,8 +236,8 @@ enum Classified {
 }
 
 /// The error and its sources as one line, outermost first, skipping a source whose text the
-/// line already contains.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// line already contains (for error messages and for the transport's retry logs).
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

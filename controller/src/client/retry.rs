@@ -93,21 +93,6 @@ pub(crate) fn retryable_failure(e: &(dyn std::error::Error + 'static), watch: bo
     false
 }
 
-/// `e` and its sources, joined by `: ` (repeats skipped), for logs.
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
