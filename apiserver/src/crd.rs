@@ -11,7 +11,8 @@
 //! the CRD exists but its resources 404.
 //!
 //! Each served version becomes one [`ResourceDef`] sharing the storage `<group>/<plural>`
-//! (conversion strategy `None`: versions differ only in `apiVersion`). The definition carries the
+//! (conversion strategy `None`: versions differ only in `apiVersion`; `Webhook`: objects are
+//! converted between versions by the CRD's webhook, see [`super::conversion`]). The definition carries the
 //! version's schema (for validation and pruning), its printer columns (for `kubectl get`), its
 //! `status` / `scale` subresources and its `selectableFields`. Custom resources follow the CR
 //! strategy: `generation` is tracked, updates need a `resourceVersion`, PUT never creates, and
@@ -43,6 +44,9 @@ fn required(field: &str) -> Cause {
 /// The resource definitions a CRD object describes, or 422 naming what is wrong with it: one
 /// per served version, the storage version first (discovery lists the preferred first).
 pub fn definitions(crd: &Value) -> Result<Vec<ResourceDef>, ApiError> {
+    let mut crd = crd.clone();
+    super::conversion::set_defaults(&mut crd);
+    let crd = &crd;
     let name = meta_str(crd, "name").to_owned();
     let causes = spec_causes(crd, &name);
     if !causes.is_empty() {
@@ -57,9 +61,23 @@ pub fn definitions(crd: &Value) -> Result<Vec<ResourceDef>, ApiError> {
         .filter(|v| v["served"].as_bool() != Some(false))
         .collect();
     ordered.sort_by_key(|v| v["storage"].as_bool() != Some(true));
+    let conversion = super::conversion::WebhookConversion::of_crd(crd).map(Arc::new);
+    let storage_version = ordered
+        .first()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or_default()
+        .to_owned();
     Ok(ordered
         .into_iter()
-        .map(|v| version_definition(crd, &name, v))
+        .map(|v| {
+            let mut d = version_definition(crd, &name, v);
+            if let Some(c) = d.custom.as_mut() {
+                c.storage_version = storage_version.clone();
+                c.conversion = conversion.clone();
+            }
+            d
+        })
         .collect())
 }
 
@@ -104,6 +122,7 @@ fn spec_causes(crd: &Value, name: &str) -> Vec<Cause> {
     if versions.is_empty() {
         causes.push(required("spec.versions"));
     }
+    causes.extend(super::conversion::validate(spec));
     let storage_count = versions
         .iter()
         .filter(|v| v["storage"].as_bool() == Some(true))
@@ -216,6 +235,8 @@ fn version_definition(crd: &Value, crd_name: &str, v: &Value) -> ResourceDef {
                 .unwrap_or_default(),
             selectable_fields: vec![],
             crd_name: crd_name.to_owned(),
+            storage_version: String::new(),
+            conversion: None,
         }),
     }
 }
@@ -275,6 +296,27 @@ pub fn establish(st: &mut State, crd: &mut Value, dry_run: bool) -> Result<(), A
     if !stored.contains(&storage_version) {
         stored.push(storage_version);
     }
+    // `ValidateCustomResourceDefinitionStoredVersions`: a version objects may still be stored
+    // in cannot leave spec.versions (migrate the objects and drop it from storedVersions first).
+    let declared: Vec<&str> = crd["spec"]["versions"]
+        .as_array()
+        .map(|vs| vs.iter().filter_map(|v| v["name"].as_str()).collect())
+        .unwrap_or_default();
+    let causes: Vec<Cause> = stored
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| !declared.contains(&v.as_str()))
+        .map(|(i, v)| {
+            Cause::new(
+                "FieldValueInvalid",
+                &format!("status.storedVersions[{i}]"),
+                format!("Invalid value: {v:?}: must appear in spec.versions"),
+            )
+        })
+        .collect();
+    if !causes.is_empty() {
+        return Err(invalid(&name, causes));
+    }
     let keep_time = |ty: &str| -> String {
         crd["status"]["conditions"]
             .as_array()
@@ -295,11 +337,8 @@ pub fn establish(st: &mut State, crd: &mut Value, dry_run: bool) -> Result<(), A
     });
     if let Some(o) = crd.as_object_mut() {
         o.insert("status".into(), status);
-        let spec = o.entry("spec").or_insert_with(|| json!({}));
-        if spec.get("conversion").is_none() {
-            spec["conversion"] = json!({"strategy": "None"});
-        }
     }
+    super::conversion::set_defaults(crd);
     if !dry_run {
         st.registry.remove_crd(&name);
         for d in defs {

@@ -530,7 +530,7 @@ async fn serve_resource(
         ));
     }
     match (&parts.method, target.name.is_some()) {
-        (&Method::GET, _) => serve_read(shared, request, &target, class),
+        (&Method::GET, _) => serve_read(shared, request, &target, class).await,
         (&Method::POST, false) | (&Method::PUT, true) | (&Method::PATCH, true) => {
             serve_write(shared, request, &target, class).await
         }
@@ -549,7 +549,7 @@ async fn serve_resource(
 /// `GET` on a resource: `watch` (a stream, as Table rows when asked), `get` of one object or
 /// `list` of a collection, either as JSON or as a `meta.k8s.io/v1` Table when the `Accept`
 /// header says `as=Table`.
-fn serve_read(
+async fn serve_read(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
     target: &Target,
@@ -572,6 +572,18 @@ fn serve_read(
             reject_send_initial_events: shared.reject_send_initial_events,
             shutdown: shared.faults.watch_token(),
             renderer,
+            converter: super::conversion::webhook_of(def).map(|_| {
+                let shared = shared.clone();
+                let def = def.clone();
+                let convert: watch::Converter = Arc::new(move |obj| {
+                    let shared = shared.clone();
+                    let def = def.clone();
+                    tokio::spawn(
+                        async move { super::conversion::to_served(&shared, &def, obj).await },
+                    )
+                });
+                convert
+            }),
         };
         let body = watch::start(shared.store.clone(), target, &opts, settings)?;
         let mut resp = Response::new(BodyExt::boxed(body));
@@ -584,6 +596,7 @@ fn serve_read(
     if target.name.is_some() {
         class.verb = "get".into();
         let (code, obj) = shared.store.read(|s| verbs::get(s, target, query))?;
+        let obj = super::conversion::answer_to_served(shared, def, obj).await?;
         if wants_table && target.subresource.is_none() {
             let rv = obj["metadata"]["resourceVersion"]
                 .as_str()
@@ -597,7 +610,8 @@ fn serve_read(
     }
     class.verb = "list".into();
     let opts = ListOptions::parse(query, false)?;
-    let result = shared.store.read(|s| verbs::list(s, target, &opts))?;
+    let mut result = shared.store.read(|s| verbs::list(s, target, &opts))?;
+    result.items = super::conversion::items_to_served(shared, def, result.items).await?;
     if wants_table {
         let include = super::table::include_object(query)?;
         let table = super::table::render(
@@ -703,6 +717,7 @@ async fn serve_delete(
     let (code, obj) = shared
         .store
         .write(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
+    let obj = super::conversion::answer_to_served(shared, &target.def, obj).await?;
     Ok(json_response(code, &obj, "application/json"))
 }
 

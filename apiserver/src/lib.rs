@@ -117,6 +117,7 @@
 pub mod admission;
 pub mod auth;
 pub mod background;
+pub mod conversion;
 pub mod crd;
 pub mod discovery;
 pub mod durable;
@@ -280,6 +281,7 @@ pub struct ApiServerBuilder {
     node_runtime_timeout: Option<Duration>,
     serving: ServingLimits,
     service_endpoints: std::collections::HashMap<String, String>,
+    conversion_timeout: Duration,
 }
 
 impl Default for ApiServerBuilder {
@@ -308,6 +310,7 @@ impl Default for ApiServerBuilder {
             node_runtime_timeout: None,
             serving: ServingLimits::default(),
             service_endpoints: std::collections::HashMap::new(),
+            conversion_timeout: conversion::DEFAULT_TIMEOUT,
         }
     }
 }
@@ -529,6 +532,13 @@ impl ApiServerBuilder {
         self
     }
 
+    /// How long a CRD conversion webhook call may take before it fails with `context deadline
+    /// exceeded` (default 30 s, the real server's; [`conversion`]).
+    pub fn conversion_webhook_timeout(mut self, timeout: Duration) -> Self {
+        self.conversion_timeout = timeout;
+        self
+    }
+
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
     pub async fn start(self) -> Result<ApiServerHandle, StartError> {
         if self.simulate
@@ -582,7 +592,10 @@ impl ApiServerBuilder {
             shutdown: shutdown.clone(),
             server_address: addr.to_string(),
             flowcontrol: flow_control.clone(),
-            admission: admission::Admission::new(self.service_endpoints.clone()),
+            admission: admission::Admission {
+                conversion_timeout: self.conversion_timeout,
+                ..admission::Admission::new(self.service_endpoints.clone())
+            },
         });
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{addr}");

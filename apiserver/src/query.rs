@@ -220,6 +220,14 @@ impl Query {
         self.warnings.lock().map(|w| w.clone()).unwrap_or_default()
     }
 
+    /// The same request as `dryRun=All`, sharing its warnings (a write computed as a dry run
+    /// before it is stored, whose warnings are the request's).
+    pub fn as_dry_run(&self) -> Query {
+        let mut q = self.clone();
+        q.params.insert("dryRun".into(), "All".into());
+        q
+    }
+
     /// The same request as `dryRun=All`, with warnings of its own (admission runs a write
     /// once as a dry run to learn the object validating webhooks are shown).
     pub fn for_dry_run(&self) -> Query {

@@ -51,6 +51,10 @@ pub struct CustomInfo {
     pub selectable_fields: Vec<String>,
     /// Name of the owning CRD (`<plural>.<group>`).
     pub crd_name: String,
+    /// The CRD's storage version (objects are converted to it before they are stored).
+    pub storage_version: String,
+    /// The CRD's conversion webhook (`strategy: Webhook`); `None` for `strategy: None`.
+    pub conversion: Option<Arc<crate::conversion::WebhookConversion>>,
 }
 
 /// Everything the server needs to know to serve one resource in one version.

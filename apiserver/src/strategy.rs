@@ -107,6 +107,11 @@ fn json_type(v: &Value) -> &'static str {
 pub fn present(def: &ResourceDef, stored: &Value) -> Value {
     match def.view {
         View::EventsV1 => events::to_events_v1(stored),
+        // A CRD with a conversion webhook: the object keeps the version it is stored in, and
+        // is converted to the served one on its way out ([`super::conversion`]).
+        View::Native if def.custom.as_ref().is_some_and(|c| c.conversion.is_some()) => {
+            stored.clone()
+        }
         View::Native => {
             let mut o = stored.clone();
             if let Some(m) = o.as_object_mut() {

@@ -742,6 +742,49 @@ pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
     update_stored(st, t, &old, new, WriteOptions::from_query(q))
 }
 
+/// PUT computed against `old` (the current object, already in the target's version) rather
+/// than the stored object: the update of a resource whose stored objects are in another
+/// version ([`super::conversion`]). Not found is the caller's to decide.
+pub fn update_against(
+    st: &mut State,
+    t: &Target,
+    old: &Value,
+    body: Value,
+    q: &Query,
+) -> Result<Answer, ApiError> {
+    q.check_write_options("UpdateOptions")?;
+    let mut body = body;
+    super::validation::check_unknown_fields(&t.def, &mut body, q)?;
+    let new = intake(&t.def, body)?;
+    update_stored(st, t, old, new, WriteOptions::from_query(q))
+}
+
+/// PATCH computed against `old` (the current object, already in the target's version), as
+/// [`update_against`] is for PUT.
+pub fn patch_against(
+    st: &mut State,
+    t: &Target,
+    old: &Value,
+    ty: PatchType,
+    body: Value,
+    q: &Query,
+) -> Result<Answer, ApiError> {
+    q.check_write_options("PatchOptions")?;
+    let def = t.def.clone();
+    if ty == PatchType::Strategic && !def.strategic_merge {
+        // The plain verb words the refusal.
+        return patch(st, t, ty, body, q);
+    }
+    if ty == PatchType::Apply {
+        return server_side_apply(st, t, Some(old.clone()), body, q);
+    }
+    let mut view = present(&def, old);
+    apply_patch_body(ty, &mut view, &body)?;
+    super::validation::check_unknown_fields(&def, &mut view, q)?;
+    let new = intake(&def, view)?;
+    update_stored(st, t, old, new, WriteOptions::from_query(q))
+}
+
 /// `PUT /api/v1/namespaces/{name}/finalize`: the namespace controller's way of removing its
 /// `kubernetes` entry from `spec.finalizers` (nothing else of the body is used). A terminating
 /// namespace left with no finalizers disappears.

@@ -79,6 +79,18 @@ pub const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
 /// Turns a served object into what goes on the wire (a Table row, for `kubectl get -w`).
 pub type Renderer = Arc<dyn Fn(&Value, bool) -> Value + Send + Sync>;
 
+/// Converts a stored object to the watched version (a CRD's conversion webhook,
+/// [`super::conversion`]) in a task of its own (the response body must be `Sync`, a webhook
+/// call is not); an error ends the watch.
+pub type Converter =
+    Arc<dyn Fn(Value) -> tokio::task::JoinHandle<Result<Value, ApiError>> + Send + Sync>;
+
+/// An event line, or an event whose object must first be converted.
+enum Pending {
+    Ready(Bytes),
+    Convert(&'static str, Value),
+}
+
 /// Settings of one watch that come from the server rather than the request.
 #[derive(Clone)]
 pub struct WatchSettings {
@@ -90,6 +102,8 @@ pub struct WatchSettings {
     pub shutdown: CancellationToken,
     /// Optional rendering of event objects (Tables).
     pub renderer: Option<Renderer>,
+    /// Conversion of objects stored in another version than the watched one.
+    pub converter: Option<Converter>,
 }
 
 enum Start {
@@ -107,7 +121,7 @@ struct WatchState {
     namespace: Option<String>,
     selection: Selection,
     allow_bookmarks: bool,
-    pending: VecDeque<Bytes>,
+    pending: VecDeque<Pending>,
     last_rv: u64,
     rx: tokio_watch::Receiver<u64>,
     ticker: Interval,
@@ -115,6 +129,7 @@ struct WatchState {
     waiting_for: Option<(u64, Instant)>,
     shutdown: CancellationToken,
     renderer: Option<Renderer>,
+    converter: Option<Converter>,
     rendered_once: bool,
     done: bool,
     /// `apiVersion/kind` this watch serves (the tag of a shared encoding it may reuse).
@@ -147,8 +162,25 @@ impl WatchState {
         ns_ok && self.selection.matches(obj)
     }
 
-    fn push_object(&mut self, ty: &str, stored: &Value) {
+    /// Whether a stored object must go through the converter first.
+    fn needs_conversion(&self, stored: &Value) -> bool {
+        self.converter.is_some()
+            && stored["apiVersion"].as_str() != Some(self.def.api_version().as_str())
+    }
+
+    fn push_object(&mut self, ty: &'static str, stored: &Value) {
+        if self.needs_conversion(stored) {
+            self.pending
+                .push_back(Pending::Convert(ty, present(&self.def, stored)));
+            return;
+        }
         let served = present(&self.def, stored);
+        let line = self.render(ty, served);
+        self.pending.push_back(Pending::Ready(line));
+    }
+
+    /// The event line of an object already in the served version.
+    fn render(&mut self, ty: &str, served: Value) -> Bytes {
         let out = match &self.renderer {
             Some(r) => {
                 let v = r(&served, !self.rendered_once);
@@ -157,14 +189,17 @@ impl WatchState {
             }
             None => served,
         };
-        self.pending.push_back(frame(ty, &out));
+        frame(ty, &out)
     }
 
     /// [`Self::push_object`] for the object of a stored change, sharing its encoding with every
     /// other watch of the resource (a plain JSON watch of the native view; a Table watch or the
     /// events.k8s.io view renders per watch).
-    fn push_change(&mut self, ty: &str, change: &Change) {
-        if self.renderer.is_some() || self.def.view != View::Native {
+    fn push_change(&mut self, ty: &'static str, change: &Change) {
+        if self.renderer.is_some()
+            || self.def.view != View::Native
+            || self.needs_conversion(&change.object)
+        {
             self.push_object(ty, &change.object);
             return;
         }
@@ -172,7 +207,8 @@ impl WatchState {
         let bytes = change.served.get_or_encode(&self.served_as, || {
             Bytes::from(serde_json::to_vec(&present(def, &change.object)).unwrap_or_default())
         });
-        self.pending.push_back(frame_bytes(ty, &bytes));
+        self.pending
+            .push_back(Pending::Ready(frame_bytes(ty, &bytes)));
     }
 
     fn push_bookmark(&mut self, initial_end: bool) {
@@ -182,11 +218,13 @@ impl WatchState {
         }
         let obj =
             json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": meta});
-        self.pending.push_back(frame("BOOKMARK", &obj));
+        self.pending
+            .push_back(Pending::Ready(frame("BOOKMARK", &obj)));
     }
 
     fn push_error(&mut self, e: &ApiError) {
-        self.pending.push_back(frame("ERROR", &e.to_status()));
+        self.pending
+            .push_back(Pending::Ready(frame("ERROR", &e.to_status())));
         self.done = true;
     }
 
@@ -366,6 +404,7 @@ pub fn start(
         waiting_for: None,
         shutdown: settings.shutdown,
         renderer: settings.renderer,
+        converter: settings.converter,
         rendered_once: false,
         done: false,
         served_as: format!("{}/{}", t.def.api_version(), t.def.kind),
@@ -396,8 +435,29 @@ pub fn start(
     }
     let stream = futures_util::stream::unfold(state, |mut st| async move {
         loop {
-            if let Some(b) = st.pending.pop_front() {
-                return Some((Ok(Frame::data(b)), st));
+            match st.pending.pop_front() {
+                Some(Pending::Ready(b)) => return Some((Ok(Frame::data(b)), st)),
+                Some(Pending::Convert(ty, obj)) => {
+                    let Some(convert) = st.converter.clone() else {
+                        continue;
+                    };
+                    let converted = convert(obj)
+                        .await
+                        .unwrap_or_else(|e| Err(ApiError::internal(e.to_string())));
+                    match converted {
+                        Ok(served) => {
+                            let line = st.render(ty, served);
+                            return Some((Ok(Frame::data(line)), st));
+                        }
+                        Err(e) => {
+                            // As the real watch server: the object cannot be encoded in the
+                            // watched version, so the stream ends (logged, no ERROR event).
+                            tracing::warn!(error = %e.message, "unable to encode watch object");
+                            return None;
+                        }
+                    }
+                }
+                None => {}
             }
             if st.done {
                 return None;

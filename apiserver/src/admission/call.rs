@@ -218,8 +218,8 @@ impl ClientManager {
     }
 
     /// Where a webhook is dialled (`HOST:PORT`), for messages.
-    fn dial_address(&self, hook: &Webhook) -> String {
-        match &hook.endpoint {
+    fn dial_address(&self, endpoint: &Endpoint) -> String {
+        match endpoint {
             Endpoint::Url(u) => {
                 let authority = u
                     .trim_start_matches("https://")
@@ -258,25 +258,46 @@ impl ClientManager {
             reason,
         };
         let timeout = Duration::from_secs(hook.timeout_seconds);
-        let shown = format!("{}?timeout={}s", hook.url(), hook.timeout_seconds);
+        let answer = self
+            .post_json(&hook.endpoint, &hook.ca_bundle, timeout, review)
+            .await
+            .map_err(|e| match e {
+                PostError::Client(e) => calling(e),
+                PostError::Call(e) => calling(format!("failed to call webhook: {e}")),
+            })?;
+        let verdict = verify(hook, &answer, uid)
+            .map_err(|e| calling(format!("received invalid webhook response: {e}")))?;
+        verdict.map_err(CallError::Rejected)
+    }
+
+    /// POSTs `body` as JSON to `endpoint` (trusting `ca`, empty for the system roots) and
+    /// decodes the JSON answer: the transport every webhook caller of this server shares
+    /// (admission here, CRD conversion in [`crate::conversion`]). `timeout` bounds the whole
+    /// exchange and is sent as `?timeout=Ns`; the answer is read up to
+    /// [`MAX_RESPONSE_BYTES`]; a non-2xx answer is an error worded as client-go's.
+    pub async fn post_json(
+        &self,
+        endpoint: &Endpoint,
+        ca: &[u8],
+        timeout: Duration,
+        body: &Value,
+    ) -> Result<Value, PostError> {
+        let secs = timeout.as_secs().max(1);
+        let shown = format!("{}?timeout={secs}s", endpoint.url());
         // A service is dialled by its cluster name without an explicit port, so the resolver's
         // HOST:PORT is used as is (an explicit port would replace it).
-        let uri = match &hook.endpoint {
+        let uri = match endpoint {
             Endpoint::Url(_) => shown.clone(),
             Endpoint::Service {
                 namespace,
                 name,
                 path,
                 ..
-            } => format!(
-                "https://{name}.{namespace}.svc{path}?timeout={}s",
-                hook.timeout_seconds
-            ),
+            } => format!("https://{name}.{namespace}.svc{path}?timeout={secs}s"),
         };
-        let post =
-            |why: String| calling(format!("failed to call webhook: Post \"{shown}\": {why}"));
-        let client = self.client(&hook.ca_bundle).map_err(&calling)?;
-        let body = serde_json::to_vec(review).map_err(|e| calling(e.to_string()))?;
+        let post = |why: String| PostError::Call(format!("Post \"{shown}\": {why}"));
+        let client = self.client(ca).map_err(PostError::Client)?;
+        let body = serde_json::to_vec(body).map_err(|e| PostError::Client(e.to_string()))?;
         let req = http::Request::post(&uri)
             .header(http::header::CONTENT_TYPE, "application/json")
             .header(http::header::ACCEPT, "application/json, */*")
@@ -286,7 +307,7 @@ impl ClientManager {
             let resp = client
                 .request(req)
                 .await
-                .map_err(|e| go_error_text(&e, &self.dial_address(hook)))?;
+                .map_err(|e| go_error_text(&e, &self.dial_address(endpoint)))?;
             let status = resp.status();
             let bytes = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
                 .collect()
@@ -301,17 +322,20 @@ impl ClientManager {
             Ok(Ok(x)) => x,
         };
         if !status.is_success() {
-            return Err(calling(format!(
-                "failed to call webhook: {}",
-                unstructured_error(status.as_u16(), &bytes)
-            )));
+            return Err(PostError::Call(unstructured_error(status.as_u16(), &bytes)));
         }
-        let answer: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| calling(format!("failed to call webhook: {e}")))?;
-        let verdict = verify(hook, &answer, uid)
-            .map_err(|e| calling(format!("received invalid webhook response: {e}")))?;
-        verdict.map_err(CallError::Rejected)
+        serde_json::from_slice(&bytes).map_err(|e| PostError::Call(e.to_string()))
     }
+}
+
+/// Why [`ClientManager::post_json`] produced no answer.
+#[derive(Clone, Debug)]
+pub enum PostError {
+    /// No client could be built (an unusable `caBundle`): the text as is.
+    Client(String),
+    /// The call failed or answered something that is not JSON: Go's text, e.g.
+    /// `Post "https://...?timeout=10s": dial tcp 127.0.0.1:1: connect: connection refused`.
+    Call(String),
 }
 
 fn rustls_pemfile_certs(

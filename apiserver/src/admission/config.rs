@@ -289,7 +289,7 @@ fn enum_field(h: &Value, p: &str, field: &str, allowed: &[&str], errs: &mut Vec<
     }
 }
 
-fn validate_client_config(cc: &Value, p: &str, errs: &mut Vec<FieldError>) {
+pub(crate) fn validate_client_config(cc: &Value, p: &str, errs: &mut Vec<FieldError>) {
     let url = cc["url"].as_str();
     let svc = cc.get("service").filter(|s| !s.is_null());
     match (url, svc) {
@@ -364,7 +364,7 @@ fn check_url(u: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn decode_ca(ca: &Value) -> Result<Vec<u8>, String> {
+pub(crate) fn decode_ca(ca: &Value) -> Result<Vec<u8>, String> {
     use base64::Engine;
     let s = ca.as_str().ok_or("caBundle must be a base64 string")?;
     base64::engine::general_purpose::STANDARD
@@ -539,7 +539,14 @@ impl Webhook {
     /// The URL messages quote (and, for a service, the address the certificate must name:
     /// `https://NAME.NAMESPACE.svc:PORT/PATH`).
     pub fn url(&self) -> String {
-        match &self.endpoint {
+        self.endpoint.url()
+    }
+}
+
+impl Endpoint {
+    /// The URL the webhook is called at (a service as `https://NAME.NAMESPACE.svc:PORT/PATH`).
+    pub fn url(&self) -> String {
+        match self {
             Endpoint::Url(u) => u.clone(),
             Endpoint::Service {
                 namespace,

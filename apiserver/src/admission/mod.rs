@@ -105,7 +105,7 @@ pub enum Write {
 
 impl Write {
     /// Runs the write on the store, unadmitted.
-    fn run(&self, st: &mut State, t: &Target, q: &Query) -> Result<Answer, ApiError> {
+    pub(crate) fn run(&self, st: &mut State, t: &Target, q: &Query) -> Result<Answer, ApiError> {
         match self {
             Write::Create(b) => verbs::create(st, t, b.clone(), q),
             Write::Update(b) => verbs::update(st, t, b.clone(), q),
@@ -114,7 +114,13 @@ impl Write {
         }
     }
 
-    fn run_dry(&self, st: &mut State, t: &Target, q: &Query) -> Result<Answer, ApiError> {
+    /// Runs the write on the store as a dry run.
+    pub(crate) fn run_dry(
+        &self,
+        st: &mut State,
+        t: &Target,
+        q: &Query,
+    ) -> Result<Answer, ApiError> {
         match self {
             Write::Delete(o) => {
                 let mut o = o.clone();
@@ -271,6 +277,8 @@ impl Request<'_> {
 pub struct Admission {
     /// Service endpoints and pooled clients.
     pub clients: ClientManager,
+    /// How long a CRD conversion webhook call may take ([`crate::conversion`]).
+    pub conversion_timeout: std::time::Duration,
 }
 
 impl Admission {
@@ -279,6 +287,7 @@ impl Admission {
     pub fn new(endpoints: HashMap<String, String>) -> Self {
         Admission {
             clients: ClientManager::new(endpoints),
+            conversion_timeout: crate::conversion::DEFAULT_TIMEOUT,
         }
     }
 
@@ -419,8 +428,14 @@ async fn admit_once(
         (old, m, v)
     });
     if mutating.is_empty() && validating.is_empty() {
-        return Ok(shared.store.write(|st| write.run(st, target, query))?);
+        return Ok(crate::conversion::run(shared, target, write, query, false).await?);
     }
+    // The current object in the request's version (stored objects of a CRD with a conversion
+    // webhook may be in another).
+    let old = match old {
+        Some(o) => Some(crate::conversion::to_served(shared, &target.def, o).await?),
+        None => None,
+    };
     let operation = operation(write, old.is_some());
     let options = match (write, operation) {
         (Write::Delete(o), _) => {
@@ -468,13 +483,15 @@ async fn admit_once(
             }
             Some(b)
         }
-        Write::Patch(PatchType::Apply, _) => {
-            Some(shared.store.write(|st| write.run_dry(st, target, query))?.1)
-        }
+        Write::Patch(PatchType::Apply, _) => Some(
+            crate::conversion::run(shared, target, write, query, true)
+                .await?
+                .1,
+        ),
         Write::Patch(ty, p) => {
             let Some(base) = old.clone() else {
                 // Not found: the plain verb answers 404.
-                return Ok(shared.store.write(|st| write.run(st, target, query))?);
+                return Ok(crate::conversion::run(shared, target, write, query, false).await?);
             };
             let mut view = base;
             verbs::apply_patch_body(*ty, &mut view, p)?;
@@ -549,9 +566,8 @@ async fn admit_once(
         }
     };
     // 3. Defaults and validation, as a dry run: the object validating webhooks see.
-    let dry = shared
-        .store
-        .write(|st| effective.run_dry(st, target, query))
+    let dry = crate::conversion::run(shared, target, &effective, query, true)
+        .await
         .map_err(conflict)?;
     // 4. Validating webhooks, in parallel.
     let shown = match write {
@@ -578,9 +594,8 @@ async fn admit_once(
     if dry_run {
         return Ok(dry);
     }
-    shared
-        .store
-        .write(|st| effective.run(st, target, query))
+    crate::conversion::run(shared, target, &effective, query, false)
+        .await
         .map_err(conflict)
 }
 
