@@ -20,6 +20,7 @@ mod record_support;
 
 // The areas.
 mod apiserver_admission;
+mod apiserver_conversion;
 mod apiserver_auth_review;
 mod apiserver_bounded;
 mod apiserver_client;
