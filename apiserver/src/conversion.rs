@@ -101,9 +101,13 @@
 //!
 //! The `/scale` subresource of a non-storage version reads the stored object through the
 //! requested version's replica paths (both versions must keep them at the same place); label
-//! and field selectors are matched against the stored object; admission webhooks with
-//! `matchPolicy: Equivalent` see the object in the request's version; this server keeps no
+//! and field selectors are matched against the stored object; this server keeps no
 //! conversion metrics (it keeps none for admission either).
+//!
+//! Admission webhooks whose rules name another version of a converted CRD
+//! (`matchPolicy: Equivalent`) are shown the object and old object converted to that version
+//! by this webhook, and a mutating webhook's patch is applied there and converted back
+//! ([`crate::admission`]), as the real dispatcher does.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -55,7 +55,10 @@ fn convert_widget(obj: &Value, desired: &str) -> Value {
             if let Some(a) = out["metadata"]["annotations"].as_object_mut() {
                 a.remove(COLOUR);
                 if a.is_empty() {
-                    out["metadata"].as_object_mut().unwrap().remove("annotations");
+                    out["metadata"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("annotations");
                 }
             }
         }
@@ -110,7 +113,12 @@ impl Hook {
         self.seen.lock().unwrap().len()
     }
     fn last(&self) -> Value {
-        self.seen.lock().unwrap().last().cloned().unwrap_or(Value::Null)
+        self.seen
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or(Value::Null)
     }
     fn set(&self, mode: Mode) {
         *self.mode.lock().unwrap() = mode;
@@ -127,8 +135,8 @@ fn mint() -> (String, String, String) {
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate().unwrap();
-    let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-        .unwrap();
+    let params =
+        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
     let cert = params.signed_by(&key, &issuer).unwrap();
     (ca_cert.pem(), cert.pem(), key.serialize_pem())
 }
@@ -165,10 +173,28 @@ async fn hook() -> Hook {
                     move |req: hyper::Request<hyper::body::Incoming>| {
                         let (seen, mode) = (seen.clone(), mode.clone());
                         async move {
+                            let path = req.uri().path().to_owned();
                             let body = req.into_body().collect().await.unwrap().to_bytes();
                             let review: Value = serde_json::from_slice(&body).unwrap();
                             let request = review["request"].clone();
                             seen.lock().unwrap().push(request.clone());
+                            if path == "/mutate" {
+                                // An admission webhook: paints the widget if it has no colour.
+                                let ops = if request["object"]["spec"].get("colour").is_none() {
+                                    json!([{"op": "add", "path": "/spec/colour", "value": "painted"}])
+                                } else {
+                                    json!([])
+                                };
+                                let answer = json!({
+                                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                    "response": {"uid": request["uid"], "allowed": true,
+                                        "patchType": "JSONPatch",
+                                        "patch": base64::engine::general_purpose::STANDARD
+                                            .encode(ops.to_string())}});
+                                return Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                                    Full::new(Bytes::from(serde_json::to_vec(&answer).unwrap())),
+                                ));
+                            }
                             let mode = mode.lock().unwrap().clone();
                             let desired = request["desiredAPIVersion"].as_str().unwrap_or("");
                             let mut converted: Vec<Value> = request["objects"]
@@ -281,7 +307,10 @@ async fn every_verb_in_the_other_version_goes_through_the_webhook() {
     assert_eq!(stored["apiVersion"], "conv.example.com/v2");
     assert_eq!(stored["spec"], json!({"replicas": 3}));
     assert_eq!(stored["metadata"]["uid"], r.body["metadata"]["uid"]);
-    assert_eq!(stored["metadata"]["resourceVersion"], r.body["metadata"]["resourceVersion"]);
+    assert_eq!(
+        stored["metadata"]["resourceVersion"],
+        r.body["metadata"]["resourceVersion"]
+    );
 
     // The v1 schema validates a v1 write before anything is converted.
     let calls = hook.calls();
@@ -388,7 +417,11 @@ async fn objects_stored_before_the_storage_switch_still_read_back() {
     let (hook, server, api) = setup("v1").await;
     let r = api.post(&widgets("v1"), &v1_widget("old", 2)).await;
     assert_eq!(r.code, 201, "{:?}", r.body);
-    assert_eq!(hook.calls(), 0, "written in the storage version: no conversion");
+    assert_eq!(
+        hook.calls(),
+        0,
+        "written in the storage version: no conversion"
+    );
 
     // Switch the storage version to v2.
     let mut c = api
@@ -426,7 +459,11 @@ async fn objects_stored_before_the_storage_switch_still_read_back() {
     let r = api.get(&widgets("v2")).await;
     let items = r.body["items"].as_array().unwrap();
     assert_eq!(items.len(), 2);
-    assert!(items.iter().all(|i| i["apiVersion"] == "conv.example.com/v2"));
+    assert!(
+        items
+            .iter()
+            .all(|i| i["apiVersion"] == "conv.example.com/v2")
+    );
     assert_eq!(hook.last()["objects"].as_array().unwrap().len(), 1);
     assert_eq!(hook.last()["objects"][0]["metadata"]["name"], "old");
 
@@ -450,10 +487,9 @@ async fn objects_stored_before_the_storage_switch_still_read_back() {
         .await;
     assert_eq!(r.code, 422, "{:?}", r.body);
     assert!(
-        r.body["message"]
-            .as_str()
-            .unwrap()
-            .contains("status.storedVersions[0]: Invalid value: \"v1\": must appear in spec.versions"),
+        r.body["message"].as_str().unwrap().contains(
+            "status.storedVersions[0]: Invalid value: \"v1\": must appear in spec.versions"
+        ),
         "{:?}",
         r.body
     );
@@ -469,7 +505,12 @@ async fn r_crd(api: &TestClient) -> Value {
 #[tokio::test]
 async fn a_failing_webhook_gives_the_real_servers_errors() {
     let (hook, server, api) = setup("v2").await;
-    assert_eq!(api.post(&widgets("v2"), &v2_widget("x", 1, "green")).await.code, 201);
+    assert_eq!(
+        api.post(&widgets("v2"), &v2_widget("x", 1, "green"))
+            .await
+            .code,
+        201
+    );
 
     hook.set(Mode::Fail("spec.replicas cannot be shown in v1"));
     let r = api.get(&widget("v1", "x")).await;
@@ -506,7 +547,12 @@ async fn a_failing_webhook_gives_the_real_servers_errors() {
     let e = w.next_change().await.expect("the initial ADDED");
     assert_eq!(e["object"]["spec"], json!({"size": 1}));
     hook.set(Mode::Fail("no"));
-    assert_eq!(api.post(&widgets("v2"), &v2_widget("z", 1, "red")).await.code, 201);
+    assert_eq!(
+        api.post(&widgets("v2"), &v2_widget("z", 1, "red"))
+            .await
+            .code,
+        201
+    );
     assert!(w.next().await.is_none(), "the watch ends");
 
     // The webhook gone: Go's dial error inside the real message.
@@ -528,6 +574,47 @@ async fn a_failing_webhook_gives_the_real_servers_errors() {
 }
 
 #[tokio::test]
+async fn an_admission_webhook_on_the_other_version_sees_the_object_converted() {
+    let (hook, server, api) = setup("v2").await;
+    let mwc = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration", "metadata": {"name": "paint"},
+        "webhooks": [{"name": "paint.conv.example.com",
+            "clientConfig": {"url": format!("https://127.0.0.1:{}/mutate", hook.addr.port()),
+                             "caBundle": hook.client_config()["caBundle"]},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [GROUP], "apiVersions": ["v2"],
+                       "resources": ["widgets"]}],
+            "sideEffects": "None", "admissionReviewVersions": ["v1"]}]});
+    let r = api
+        .post(
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+            &mwc,
+        )
+        .await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+    // Created in v1; the webhook's rule names v2 (matchPolicy Equivalent): it is shown the v2
+    // object, and its v2 patch lands in the v1 answer through the annotation.
+    let r = api.post(&widgets("v1"), &v1_widget("m", 1)).await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+    assert_eq!(r.body["apiVersion"], "conv.example.com/v1");
+    assert_eq!(r.body["metadata"]["annotations"][COLOUR], "painted");
+    let review = hook
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|r| r.get("object").is_some())
+        .cloned()
+        .expect("an admission review");
+    assert_eq!(review["object"]["apiVersion"], "conv.example.com/v2");
+    assert_eq!(review["object"]["spec"], json!({"replicas": 1}));
+    assert_eq!(review["kind"]["version"], "v2");
+    assert_eq!(review["requestKind"]["version"], "v1");
+    let stored = cluster::get(&server, STORAGE, "default", "m").unwrap();
+    assert_eq!(stored["spec"], json!({"replicas": 1, "colour": "painted"}));
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_slow_webhook_times_out() {
     let hook = hook().await;
     let server = ApiServer::builder()
@@ -536,8 +623,16 @@ async fn a_slow_webhook_times_out() {
         .await
         .unwrap();
     let api = TestClient::new(&server);
-    assert_eq!(api.post(CRDS, &crd("v2", hook.client_config())).await.code, 201);
-    assert_eq!(api.post(&widgets("v2"), &v2_widget("s", 1, "red")).await.code, 201);
+    assert_eq!(
+        api.post(CRDS, &crd("v2", hook.client_config())).await.code,
+        201
+    );
+    assert_eq!(
+        api.post(&widgets("v2"), &v2_widget("s", 1, "red"))
+            .await
+            .code,
+        201
+    );
     hook.set(Mode::Slow(5));
     let r = api.get(&widget("v1", "s")).await;
     assert_eq!(r.code, 500, "{:?}", r.body);
@@ -602,7 +697,9 @@ async fn kubectl_reads_both_versions(version: &str) {
     let (_hook, server, _api) = setup("v2").await;
     let k = cluster::Kubectl::with_bin(bin, &server);
     let manifest = "apiVersion: conv.example.com/v1\nkind: Widget\nmetadata:\n  name: kc\n  annotations:\n    conv.example.com/colour: teal\nspec:\n  size: 4\n";
-    let out = k.run_with_input(&["apply", "-f", "-"], Some(manifest)).await;
+    let out = k
+        .run_with_input(&["apply", "-f", "-"], Some(manifest))
+        .await;
     assert!(out.ok, "{}", out.stderr);
     let v2: Value = serde_json::from_str(
         &k.ok(&["get", "widgets.v2.conv.example.com", "kc", "-o", "json"])

@@ -20,7 +20,6 @@ mod record_support;
 
 // The areas.
 mod apiserver_admission;
-mod apiserver_conversion;
 mod apiserver_auth_review;
 mod apiserver_bounded;
 mod apiserver_client;
@@ -31,6 +30,7 @@ mod apiserver_cluster_process;
 mod apiserver_cluster_rbac;
 mod apiserver_cluster_standalone;
 mod apiserver_cluster_workloads;
+mod apiserver_conversion;
 mod apiserver_durable;
 mod apiserver_flowcontrol;
 mod apiserver_http;

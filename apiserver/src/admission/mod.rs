@@ -230,8 +230,12 @@ impl Request<'_> {
         };
         let resource_of =
             |d: &ResourceDef| json!({"group": d.group, "version": d.version, "resource": d.plural});
+        let in_hook_version =
+            |o: &Value| o["apiVersion"].as_str() == Some(chosen.def.api_version().as_str());
         let show = |o: Option<&Value>| match o {
-            Some(o) if sub != "scale" && !Arc::ptr_eq(&chosen.def, &t.def) => {
+            Some(o)
+                if sub != "scale" && !Arc::ptr_eq(&chosen.def, &t.def) && !in_hook_version(o) =>
+            {
                 strategy::intake(&t.def, o.clone())
                     .map(|stored| strategy::present(&chosen.def, &stored))
                     .unwrap_or_else(|_| o.clone())
@@ -508,31 +512,35 @@ async fn admit_once(
         .store
         .read(|st| selected(st, mutating, target, object.as_ref(), old.as_ref()))?;
     for c in &mutating {
+        let seen_object = hook_view(shared, target, c, object.as_ref()).await?;
+        let seen_old = hook_view(shared, target, c, old.as_ref()).await?;
         let verdict = settle(
             &c.hook,
             shared
                 .admission
-                .call(&req, c, object.as_ref(), old.as_ref())
+                .call(&req, c, seen_object.as_ref(), seen_old.as_ref())
                 .await,
         )?;
         seen_at.push(verdict.is_some().then_some(changes));
         if let Some(v) = verdict
-            && apply_verdict(&c.hook, &c.def, target, v, &mut object, query)?
+            && apply_verdict_seen(shared, c, target, v, &mut object, seen_object, query).await?
         {
             changes += 1;
         }
     }
     for (c, seen) in mutating.iter().zip(seen_at) {
         if c.hook.reinvoke_if_needed && seen.is_some_and(|s| s < changes) {
+            let seen_object = hook_view(shared, target, c, object.as_ref()).await?;
+            let seen_old = hook_view(shared, target, c, old.as_ref()).await?;
             let verdict = settle(
                 &c.hook,
                 shared
                     .admission
-                    .call(&req, c, object.as_ref(), old.as_ref())
+                    .call(&req, c, seen_object.as_ref(), seen_old.as_ref())
                     .await,
             )?;
             if let Some(v) = verdict {
-                apply_verdict(&c.hook, &c.def, target, v, &mut object, query)?;
+                apply_verdict_seen(shared, c, target, v, &mut object, seen_object, query).await?;
             }
         }
     }
@@ -577,10 +585,18 @@ async fn admit_once(
     let validating = shared
         .store
         .read(|st| selected(st, validating, target, shown.as_ref(), old.as_ref()))?;
+    let mut views = Vec::with_capacity(validating.len());
+    for c in &validating {
+        views.push((
+            hook_view(shared, target, c, shown.as_ref()).await?,
+            hook_view(shared, target, c, old.as_ref()).await?,
+        ));
+    }
     let results = futures_util::future::join_all(
         validating
             .iter()
-            .map(|c| shared.admission.call(&req, c, shown.as_ref(), old.as_ref())),
+            .zip(&views)
+            .map(|(c, (o, old))| shared.admission.call(&req, c, o.as_ref(), old.as_ref())),
     )
     .await;
     for (c, r) in validating.iter().zip(results) {
@@ -607,6 +623,79 @@ fn operation(write: &Write, exists: bool) -> &'static str {
         Write::Update(_) | Write::Patch(..) if exists => "UPDATE",
         Write::Update(_) | Write::Patch(..) => "CREATE",
     }
+}
+
+/// Whether `chosen` sees the objects of a CRD with a conversion webhook in another version
+/// than the request's (`matchPolicy: Equivalent`): they are then converted by that webhook,
+/// as the real dispatcher converts to the webhook's version.
+fn converts_for(target: &Target, chosen: &Chosen) -> bool {
+    !Arc::ptr_eq(&chosen.def, &target.def)
+        && *chosen.def != *target.def
+        && target.subresource.as_deref() != Some("scale")
+        && crate::conversion::webhook_of(&target.def).is_some()
+}
+
+/// An object (in the request's version) as `chosen` is shown it: converted through the CRD's
+/// conversion webhook when the webhook watches another version, else as is (other views are
+/// rendered by [`Request::to_json`]).
+async fn hook_view(
+    shared: &Arc<Shared>,
+    target: &Target,
+    chosen: &Chosen,
+    object: Option<&Value>,
+) -> Result<Option<Value>, ApiError> {
+    match object {
+        Some(o) if converts_for(target, chosen) => {
+            let mut out = crate::conversion::convert_all(
+                shared,
+                &target.def,
+                vec![o.clone()],
+                &chosen.def.api_version(),
+            )
+            .await?;
+            Ok(out.pop())
+        }
+        other => Ok(other.cloned()),
+    }
+}
+
+/// [`apply_verdict`], for a webhook that was shown `seen` (the object converted to its
+/// version when [`converts_for`]): the patch is applied to what it saw, and the result is
+/// converted back to the request's version.
+async fn apply_verdict_seen(
+    shared: &Arc<Shared>,
+    chosen: &Chosen,
+    target: &Target,
+    v: call::Verdict,
+    object: &mut Option<Value>,
+    seen: Option<Value>,
+    query: &Query,
+) -> Result<bool, ApiError> {
+    if !converts_for(target, chosen) {
+        return apply_verdict(&chosen.hook, &chosen.def, target, v, object, query);
+    }
+    for w in v.warnings {
+        query.warn(w);
+    }
+    let (Some(patch), Some(mut shown), Some(obj)) = (v.patch, seen, object.as_mut()) else {
+        return Ok(false);
+    };
+    crate::logic::patch::json_patch(&mut shown, &patch).map_err(|e| {
+        ApiError::internal(format!(
+            "admission webhook {:?} returned a patch that cannot be applied: {e}",
+            chosen.hook.name
+        ))
+    })?;
+    let back =
+        crate::conversion::convert_all(shared, &target.def, vec![shown], &target.def.api_version())
+            .await?
+            .pop()
+            .unwrap_or(Value::Null);
+    if back == *obj {
+        return Ok(false);
+    }
+    *obj = back;
+    Ok(true)
 }
 
 /// Applies a mutating webhook's patch (to the object in the webhook's version) and records its
