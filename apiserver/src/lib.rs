@@ -72,7 +72,8 @@
 //! authentication.k8s.io/v1 token reviews, for components that authenticate their own callers
 //! ([`tokenreview`]); and impersonation (`kubectl --as`, [`impersonation`]); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
-//! created ([`crd`]); admissionregistration.k8s.io/v1 ValidatingWebhookConfigurations and
+//! created ([`crd`]), in every served version, converted by the CRD's conversion webhook when
+//! it has one ([`conversion`]); admissionregistration.k8s.io/v1 ValidatingWebhookConfigurations and
 //! MutatingWebhookConfigurations, whose webhooks every write goes through ([`admission`]); flowcontrol.apiserver.k8s.io/v1 FlowSchemas and
 //! PriorityLevelConfigurations, which configure API Priority and Fairness ([`flowcontrol`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
 //! Table output for `kubectl get`, protobuf request bodies for built-in kinds, the request log
@@ -523,7 +524,8 @@ impl ApiServerBuilder {
     }
 
     /// Where the Service `namespace/name` is reached (`host:port`), for admission webhooks
-    /// whose `clientConfig.service` names it ([`admission`]; `--service-endpoint`): this
+    /// and CRD conversion webhooks ([`conversion`]) whose `clientConfig.service` names it
+    /// ([`admission`]; `--service-endpoint`): this
     /// server has no cluster network, so a webhook service must be mapped to an address. The
     /// webhook's certificate must still name `NAME.NAMESPACE.svc`, as in a cluster.
     pub fn service_endpoint(mut self, namespace_name: &str, host_port: &str) -> Self {

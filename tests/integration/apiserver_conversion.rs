@@ -731,6 +731,23 @@ async fn kubectl_reads_both_versions(version: &str) {
     )
     .unwrap();
     assert_eq!(v2["spec"], json!({"replicas": 6, "colour": "teal"}));
+    // Server-side apply in v1 merges against the object converted to v1.
+    let ssa =
+        "apiVersion: conv.example.com/v1\nkind: Widget\nmetadata:\n  name: ssa\nspec:\n  size: 1\n";
+    let out = k
+        .run_with_input(&["apply", "--server-side", "-f", "-"], Some(ssa))
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let out = k
+        .run_with_input(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&ssa.replace("size: 1", "size: 2")),
+        )
+        .await;
+    assert!(out.ok, "{}", out.stderr);
+    let stored = cluster::get(&server, STORAGE, "default", "ssa").unwrap();
+    assert_eq!(stored["apiVersion"], "conv.example.com/v2");
+    assert_eq!(stored["spec"], json!({"replicas": 2}));
     server.shutdown().await;
 }
 
