@@ -135,8 +135,12 @@ fn mint() -> (String, String, String) {
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate().unwrap();
-    let params =
-        CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let params = CertificateParams::new(vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "conv.default.svc".to_owned(),
+    ])
+    .unwrap();
     let cert = params.signed_by(&key, &issuer).unwrap();
     (ca_cert.pem(), cert.pem(), key.serialize_pem())
 }
@@ -611,6 +615,38 @@ async fn an_admission_webhook_on_the_other_version_sees_the_object_converted() {
     assert_eq!(review["requestKind"]["version"], "v1");
     let stored = cluster::get(&server, STORAGE, "default", "m").unwrap();
     assert_eq!(stored["spec"], json!({"replicas": 1, "colour": "painted"}));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_service_reference_is_dialled_through_the_service_endpoints() {
+    let hook = hook().await;
+    let server = ApiServer::builder()
+        .service_endpoint("default/conv", &format!("127.0.0.1:{}", hook.addr.port()))
+        .start()
+        .await
+        .unwrap();
+    let api = TestClient::new(&server);
+    let service = json!({"service": {"namespace": "default", "name": "conv", "path": "/convert"},
+                         "caBundle": hook.client_config()["caBundle"]});
+    let r = api.post(CRDS, &crd("v2", service)).await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+    let r = api.post(&widgets("v1"), &v1_widget("svc", 2)).await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+    assert_eq!(r.body["spec"], json!({"size": 2}));
+    let stored = cluster::get(&server, STORAGE, "default", "svc").unwrap();
+    assert_eq!(stored["spec"], json!({"replicas": 2}));
+    let port = hook.addr.port();
+    drop(hook);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = api.get(&widget("v1", "svc")).await;
+    assert_eq!(r.code, 500, "{:?}", r.body);
+    assert_eq!(
+        r.body["message"],
+        format!(
+            "conversion webhook for conv.example.com/v2, Kind=Widget failed: Post \"https://conv.default.svc:443/convert?timeout=30s\": dial tcp 127.0.0.1:{port}: connect: connection refused"
+        )
+    );
     server.shutdown().await;
 }
 
