@@ -117,6 +117,7 @@
 pub mod admission;
 pub mod auth;
 pub mod background;
+pub mod cel_rules;
 pub mod crd;
 pub mod discovery;
 pub mod durable;

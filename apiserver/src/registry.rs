@@ -51,6 +51,8 @@ pub struct CustomInfo {
     pub selectable_fields: Vec<String>,
     /// Name of the owning CRD (`<plural>.<group>`).
     pub crd_name: String,
+    /// The schema's `x-kubernetes-validations`, compiled once per CRD generation.
+    pub validation_rules: Option<std::sync::Arc<super::cel_rules::Validator>>,
 }
 
 /// Everything the server needs to know to serve one resource in one version.
