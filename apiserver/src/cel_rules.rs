@@ -456,7 +456,10 @@ fn parse(source: &str) -> Result<Program, String> {
             source.chars().count()
         ));
     }
-    let program = ENV.compile(source).map_err(|e| e.to_string())?;
+    // cel-go indents the snippet lines of its issues by one space more than the crate does.
+    let program = ENV
+        .compile(source)
+        .map_err(|e| e.to_string().replace("\n| ", "\n | "))?;
     if depth(program.expression()) > MAX_EXPRESSION_DEPTH {
         return Err(format!(
             "ERROR: <input>:1:1: expression recursion limit exceeded: {MAX_EXPRESSION_DEPTH}"
@@ -565,7 +568,7 @@ pub fn compile(schema: &Value, base: &str) -> Result<Option<Validator>, Vec<Caus
         causes: vec![],
         total: 0,
     };
-    let root = compile_node(schema, "", true, 1, &mut c);
+    let root = compile_node(schema, "", true, 1, None, &mut c);
     if c.total > STATIC_ESTIMATED_CRD_COST_LIMIT {
         c.causes.push(Cause::new(
             "FieldValueForbidden",
@@ -604,11 +607,16 @@ fn cost_error(what: &str, cost: u64, limit: u64) -> String {
     )
 }
 
+/// Compiles the rules of `schema` (at `path` below the base) and of the nodes below it.
+/// `cardinality` is how often the node can occur in one object; `uncorrelatable` the schema path
+/// of the nearest list above that is not a `x-kubernetes-list-type: map` list, under which
+/// `oldSelf` can never be bound.
 fn compile_node(
     schema: &Value,
     path: &str,
     resource_root: bool,
     cardinality: u64,
+    uncorrelatable: Option<&str>,
     c: &mut Compiling,
 ) -> Option<Node> {
     let base = c.base.to_owned();
@@ -711,6 +719,17 @@ fn compile_node(
             },
         };
         let old = uses_old_self(program.expression());
+        if old && let Some(within) = uncorrelatable {
+            c.causes.push(Cause::new(
+                "FieldValueInvalid",
+                &field("rule"),
+                format!(
+                    "Invalid value: {}: oldSelf cannot be used on the uncorrelatable portion of the schema within {within}",
+                    serde_json::json!(source)
+                ),
+            ));
+            continue;
+        }
         let optional_old_self = raw["optionalOldSelf"].as_bool() == Some(true);
         if optional_old_self && !old {
             c.causes.push(Cause::new(
@@ -787,7 +806,14 @@ fn compile_node(
             } else {
                 format!("{path}.properties[{k}]")
             };
-            if let Some(n) = compile_node(child, &child_path, is_resource(child), cardinality, c) {
+            if let Some(n) = compile_node(
+                child,
+                &child_path,
+                is_resource(child),
+                cardinality,
+                uncorrelatable,
+                c,
+            ) {
                 properties.insert(k.clone(), n);
             }
         }
@@ -800,11 +826,23 @@ fn compile_node(
         }
     };
     let times = cardinality.saturating_mul(declared_bound(schema).max(1));
+    let items_path = join("items");
+    let items_uncorrelatable = if schema["x-kubernetes-list-type"] == "map" {
+        uncorrelatable.map(str::to_owned)
+    } else {
+        Some(format!("{base}.{items_path}"))
+    };
     let items_node = items(schema)
-        .and_then(|i| compile_node(i, &join("items"), is_resource(i), times, c))
+        .and_then(|i| {
+            let u = items_uncorrelatable.as_deref();
+            compile_node(i, &items_path, is_resource(i), times, u, c)
+        })
         .map(Box::new);
     let additional_node = additional(schema)
-        .and_then(|a| compile_node(a, &join("additionalProperties"), is_resource(a), times, c))
+        .and_then(|a| {
+            let p = join("additionalProperties");
+            compile_node(a, &p, is_resource(a), times, uncorrelatable, c)
+        })
         .map(Box::new);
     if rules.is_empty()
         && properties.is_empty()
@@ -1599,6 +1637,21 @@ mod tests {
     }
 
     #[test]
+    fn transition_rules_are_refused_below_lists_that_do_not_correlate() {
+        let schema = spec_rules(
+            json!({"xs": {"type": "array", "maxItems": 4, "items": {"type": "string",
+                "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}}}),
+            json!([]),
+        );
+        assert_eq!(
+            compile_errors(&schema),
+            [
+                "spec.validation.openAPIV3Schema.properties[spec].properties[xs].items.x-kubernetes-validations[0].rule: Invalid value: \"self == oldSelf\": oldSelf cannot be used on the uncorrelatable portion of the schema within spec.validation.openAPIV3Schema.properties[spec].properties[xs].items"
+            ]
+        );
+    }
+
+    #[test]
     fn optional_old_self_runs_on_create_with_an_empty_optional() {
         let schema = spec_rules(
             json!({"n": {"type": "integer", "x-kubernetes-validations": [
@@ -1778,21 +1831,20 @@ mod tests {
     }
 
     #[test]
-    fn list_items_correlate_only_in_map_lists() {
-        let item_rule = json!({"type": "object", "properties": {"name": {"type": "string"},
-            "v": {"type": "integer"}},
-            "x-kubernetes-validations": [{"rule": "self.v >= oldSelf.v", "message": "v never decreases"}]});
+    fn list_items_correlate_by_their_map_keys() {
         let schema = spec_rules(
             json!({"m": {"type": "array", "maxItems": 10, "x-kubernetes-list-type": "map",
-                         "x-kubernetes-list-map-keys": ["name"], "items": item_rule.clone()},
-                   "a": {"type": "array", "maxItems": 10, "items": item_rule}}),
+                         "x-kubernetes-list-map-keys": ["name"], "items": {"type": "object",
+                "properties": {"name": {"type": "string"}, "v": {"type": "integer"}},
+                "x-kubernetes-validations": [{"rule": "self.v >= oldSelf.v", "message": "v never decreases"}]}}}),
             json!([]),
         );
         let v = compiled(&schema);
-        let old = obj(json!({"m": [{"name": "x", "v": 2}, {"name": "y", "v": 1}],
-                             "a": [{"name": "x", "v": 2}]}));
-        let new = obj(json!({"m": [{"name": "y", "v": 1}, {"name": "x", "v": 1}],
-                             "a": [{"name": "x", "v": 1}]}));
+        let old = obj(json!({"m": [{"name": "x", "v": 2}, {"name": "y", "v": 1}]}));
+        // Reordered, x lowered, z new (no old value: its transition rule does not run).
+        let new = obj(
+            json!({"m": [{"name": "y", "v": 1}, {"name": "x", "v": 1}, {"name": "z", "v": 0}]}),
+        );
         assert_eq!(
             messages(&v.validate(&new, Some(&old))),
             ["spec.m[1]: Invalid value: \"object\": v never decreases"]

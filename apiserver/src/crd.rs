@@ -13,7 +13,9 @@
 //! Each served version becomes one [`ResourceDef`] sharing the storage `<group>/<plural>`
 //! (conversion strategy `None`: versions differ only in `apiVersion`). The definition carries the
 //! version's schema (for validation and pruning), its printer columns (for `kubectl get`), its
-//! `status` / `scale` subresources and its `selectableFields`. Custom resources follow the CR
+//! `status` / `scale` subresources, its `selectableFields` and its CEL validation rules, compiled
+//! here once per CRD write ([`super::cel_rules`]; a rule that does not compile makes the CRD
+//! invalid). Custom resources follow the CR
 //! strategy: `generation` is tracked, updates need a `resourceVersion`, PUT never creates, and
 //! strategic merge patch is refused with 415.
 //!
