@@ -14,7 +14,9 @@
 //! (conversion strategy `None`: versions differ only in `apiVersion`; `Webhook`: objects are
 //! converted between versions by the CRD's webhook, see [`super::conversion`]). The definition carries the
 //! version's schema (for validation and pruning), its printer columns (for `kubectl get`), its
-//! `status` / `scale` subresources and its `selectableFields`. Custom resources follow the CR
+//! `status` / `scale` subresources, its `selectableFields` and its CEL validation rules, compiled
+//! here once per CRD write ([`super::cel_rules`]; a rule that does not compile makes the CRD
+//! invalid). Custom resources follow the CR
 //! strategy: `generation` is tracked, updates need a `resourceVersion`, PUT never creates, and
 //! strategic merge patch is refused with 415.
 //!
@@ -136,6 +138,7 @@ fn spec_causes(crd: &Value, name: &str) -> Vec<Cause> {
             ),
         ));
     }
+    causes.extend(rule_causes(&versions));
     for (i, v) in versions.iter().enumerate() {
         if v["name"].as_str().unwrap_or_default().is_empty() {
             causes.push(required(&format!("spec.versions[{i}].name")));
@@ -153,6 +156,34 @@ fn spec_causes(crd: &Value, name: &str) -> Vec<Cause> {
                 };
                 causes.push(Cause::new("FieldValueInvalid", &field, message));
             }
+        }
+    }
+    causes
+}
+
+/// Why the CEL rules (`x-kubernetes-validations`) of these versions' schemas cannot be served.
+/// Errors name the schema as the real server does after converting the CRD to its internal
+/// form: `spec.validation.openAPIV3Schema` when every version has the same schema (reported
+/// once), else `spec.versions[i].schema.openAPIV3Schema`.
+fn rule_causes(versions: &[Value]) -> Vec<Cause> {
+    let schemas: Vec<Option<&Value>> = versions
+        .iter()
+        .map(|v| v["schema"].get("openAPIV3Schema"))
+        .collect();
+    let shared = schemas.len() > 1 && schemas.iter().all(|s| *s == schemas[0]);
+    let mut causes = vec![];
+    for (i, schema) in schemas.iter().enumerate() {
+        let Some(schema) = schema else { continue };
+        let base = if shared || schemas.len() == 1 {
+            "spec.validation.openAPIV3Schema".to_owned()
+        } else {
+            format!("spec.versions[{i}].schema.openAPIV3Schema")
+        };
+        if let Err(errs) = super::cel_rules::compile(schema, &base) {
+            causes.extend(errs);
+        }
+        if shared {
+            break;
         }
     }
     causes
@@ -237,6 +268,12 @@ fn version_definition(crd: &Value, crd_name: &str, v: &Value) -> ResourceDef {
             crd_name: crd_name.to_owned(),
             storage_version: String::new(),
             conversion: None,
+            // Compiled once here, per CRD generation; `spec_causes` already refused rules that
+            // do not compile, so an error cannot occur for a CRD that got this far.
+            validation_rules: v["schema"]
+                .get("openAPIV3Schema")
+                .and_then(|s| super::cel_rules::compile(s, "").ok().flatten())
+                .map(Arc::new),
         }),
     }
 }

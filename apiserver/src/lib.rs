@@ -119,6 +119,7 @@ pub mod admission;
 pub mod auth;
 pub mod background;
 pub mod conversion;
+pub mod cel_rules;
 pub mod crd;
 pub mod discovery;
 pub mod durable;

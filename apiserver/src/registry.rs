@@ -55,6 +55,8 @@ pub struct CustomInfo {
     pub storage_version: String,
     /// The CRD's conversion webhook (`strategy: Webhook`); `None` for `strategy: None`.
     pub conversion: Option<Arc<crate::conversion::WebhookConversion>>,
+    /// The schema's `x-kubernetes-validations`, compiled once per CRD generation.
+    pub validation_rules: Option<std::sync::Arc<super::cel_rules::Validator>>,
 }
 
 /// Everything the server needs to know to serve one resource in one version.

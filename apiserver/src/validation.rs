@@ -19,8 +19,8 @@
 //! | Event (core/v1) | `involvedObject.namespace` agrees with the event's namespace |
 //! | Lease | `leaseDurationSeconds > 0`, `leaseTransitions >= 0` |
 //!
-//! Custom resources meet their CRD's schema instead ([`super::verbs::validate_custom`]) plus the
-//! shared metadata rules. Names are checked per kind by [`validate_name`]: DNS-1123 subdomain
+//! Custom resources meet their CRD's schema and its CEL rules instead
+//! ([`super::verbs::validate_custom`], [`super::cel_rules`]) plus the shared metadata rules. Names are checked per kind by [`validate_name`]: DNS-1123 subdomain
 //! (most kinds), DNS-1123 label (namespaces), DNS-1035 label (services), path segment (RBAC).
 
 use apimachinery::validation::{self as v, FieldError};

@@ -454,10 +454,12 @@ fn dropped_fields(before: &Value, after: &Value, prefix: &str, out: &mut Vec<Str
 /// `default`s fill missing fields, unknown fields are dropped, and failures are a 422 Invalid with
 /// one cause per failing field. With `fieldValidation=Strict` (what
 /// kubectl sends by default) an unknown field is a 400 `strict decoding error` instead, as on
-/// the real server.
+/// the real server. Then the CRD's CEL rules run ([`super::cel_rules`]) with `old`, the stored
+/// object on update; their failures join the schema's in the same 422.
 pub fn validate_custom(
     def: &ResourceDef,
     obj: &mut Value,
+    old: Option<&Value>,
     opts: &WriteOptions,
 ) -> Result<(), ApiError> {
     let Some(schema) = def.custom.as_ref().and_then(|c| c.schema.as_ref()) else {
@@ -488,7 +490,24 @@ pub fn validate_custom(
     }
     super::logic::schema::apply_defaults(schema, &mut body);
     super::logic::schema::prune(schema, &mut body);
-    let errors = super::logic::schema::validate(schema, &body);
+    let mut errors = super::logic::schema::validate(schema, &body);
+    if let Some(rules) = def
+        .custom
+        .as_ref()
+        .and_then(|c| c.validation_rules.as_ref())
+    {
+        if super::cel_rules::has_blocking_error(&errors) {
+            errors.push(super::cel_rules::rules_not_checked());
+        } else {
+            let mut whole = body.clone();
+            for key in ["metadata", "apiVersion", "kind"] {
+                if let (Some(w), Some(v)) = (whole.as_object_mut(), obj.get(key)) {
+                    w.insert(key.to_owned(), v.clone());
+                }
+            }
+            errors.extend(rules.validate(&whole, old));
+        }
+    }
     if !errors.is_empty() {
         let causes = errors
             .iter()
@@ -560,7 +579,7 @@ fn create_prepared(
     let generated = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
     super::workloads::validate_replicas(def, &obj)?;
-    validate_custom(def, &mut obj, &opts)?;
+    validate_custom(def, &mut obj, None, &opts)?;
     if generated {
         // KEP-4420: a generated name that collides is generated again, as the real registry
         // does (`maxNameGenerationCreateAttempts`), before giving up with 409.
@@ -663,7 +682,7 @@ fn update_stored(
         t.endpoint(),
     )?;
     super::workloads::validate_replicas(def, &result)?;
-    validate_custom(def, &mut result, &opts)?;
+    validate_custom(def, &mut result, Some(old), &opts)?;
     super::validation::check(
         def,
         t.name(),

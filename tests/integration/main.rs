@@ -22,6 +22,7 @@ mod record_support;
 mod apiserver_admission;
 mod apiserver_auth_review;
 mod apiserver_bounded;
+mod apiserver_cel;
 mod apiserver_client;
 mod apiserver_cluster_faults;
 mod apiserver_cluster_gc;

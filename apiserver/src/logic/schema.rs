@@ -51,8 +51,9 @@
 //! object is validated by the server's ObjectMeta rules, not by the schema, so the root's
 //! `apiVersion`, `kind` and `metadata` are skipped here.
 //!
-//! Not done: CEL rules (`x-kubernetes-validations`), the `metadata` restrictions of embedded
-//! resources, and ratcheting (tolerating unchanged invalid values on update).
+//! CEL rules (`x-kubernetes-validations`) are compiled and run by [`crate::cel_rules`], after
+//! this module's keywords. Not done here: the `metadata` restrictions of embedded resources, and
+//! ratcheting of these keywords (tolerating unchanged invalid values on update).
 
 use base64::Engine as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusCause;

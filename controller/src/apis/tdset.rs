@@ -85,8 +85,22 @@ impl SchedulingWindow {
 }
 
 /// What the user asks for.
+///
+/// The API server refuses two windows that start at the same hour (a CEL rule in the CRD,
+/// `x-kubernetes-validations` on `spec`): only the first of them could ever apply, so the
+/// second is almost certainly a typo. At most 24 windows, one per starting hour, which also
+/// keeps the rule's estimated cost (24 × 24 comparisons) far below the server's limit.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-kubernetes-validations" = [{
+        "rule": "!has(self.schedulingConfig) || self.schedulingConfig.all(w, self.schedulingConfig.exists_one(v, v.startTime == w.startTime))",
+        "messageExpression": "'two windows start at hour ' + string(self.schedulingConfig.filter(w, self.schedulingConfig.filter(v, v.startTime == w.startTime).size() > 1)[0].startTime) + '; only the first would ever apply'",
+        "message": "two windows start at the same hour; only the first would ever apply",
+        "fieldPath": ".schedulingConfig"
+    }]))
+)]
 #[serde(rename_all = "camelCase")]
 pub struct TDSetSpec {
     /// The container to run.
@@ -94,8 +108,9 @@ pub struct TDSetSpec {
     /// A Service to create, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<TDSetService>,
-    /// The windows of the day.
+    /// The windows of the day, at most 24, no two starting at the same hour.
     #[serde(default)]
+    #[cfg_attr(feature = "schema", schemars(length(max = 24)))]
     pub scheduling_config: Vec<SchedulingWindow>,
     /// Replicas outside every window.
     #[cfg_attr(feature = "schema", schemars(range(min = 1)))]
