@@ -192,7 +192,7 @@ async fn an_invalid_spec_gets_an_event_and_a_condition_and_no_more_syncs() {
 
     // Fixing the spec brings it back to life.
     let mut fixed = ats(&client).get("blank").await.unwrap();
-    fixed.spec.command = "echo fixed".into();
+    fixed.spec.run.command = "echo fixed".into();
     ats(&client)
         .update(&PostParams::default(), &fixed)
         .await

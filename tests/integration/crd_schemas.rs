@@ -197,7 +197,7 @@ fn every_example_deserialises_and_validates_against_its_crd() {
 
 #[test]
 fn the_books_example_is_unchanged() {
-    let at: At = serde_json::from_value(read_yaml(
+    let at: sample_controller::apis::at::v1alpha1::At = serde_json::from_value(read_yaml(
         &repo().join("artifacts/examples/cnat-example.yaml"),
     ))
     .unwrap();
