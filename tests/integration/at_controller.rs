@@ -161,7 +161,7 @@ async fn an_invalid_spec_gets_an_event_and_a_condition_and_no_more_syncs() {
     .await;
     let warning = wait_for_event(&client, "blank", reason::INVALID_SPEC).await;
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
-    assert!(warning.message.unwrap().contains("spec.command"));
+    assert!(warning.message.unwrap().contains("spec.run.command"));
     let at = ats(&client).get("blank").await.unwrap();
     let st = at.status.unwrap();
     assert_eq!(st.phase, Some(AtPhase::Pending));
