@@ -197,9 +197,9 @@ fn rfc3339(t: SystemTime) -> String {
 
 fn at_object(i: usize, schedule: &str) -> BoxResult<At> {
     Ok(serde_json::from_value(json!({
-        "apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+        "apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
         "metadata": {"name": format!("b{i}"), "namespace": "default"},
-        "spec": {"schedule": schedule, "command": format!("echo {i}")},
+        "spec": {"schedule": schedule, "run": {"command": format!("echo {i}")}},
     }))?)
 }
 

@@ -386,11 +386,20 @@ async fn at_story(
     let due_str = due.to_string();
     let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);
     let pp = PostParams::default();
-    // The book's example, exactly as shipped, with only its schedule moved.
-    let mut example: At = serde_yaml_ng::from_str(BOOK_EXAMPLE).map_err(|e| DemoError::Api {
+    // The book's example, exactly as shipped (`v1alpha1`), with only its schedule moved; read
+    // as `v1` through the same conversion the manager's `/convert` webhook serves.
+    let book = |e: String| DemoError::Api {
         what: "reading artifacts/examples/cnat-example.yaml".to_string(),
-        source: client::Error::Other(e.to_string()),
-    })?;
+        source: client::Error::Other(e),
+    };
+    let alpha: serde_json::Value =
+        serde_yaml_ng::from_str(BOOK_EXAMPLE).map_err(|e| book(e.to_string()))?;
+    let v1 = sample_controller::apis::at::conversion::convert(
+        alpha,
+        sample_controller::apis::at::conversion::V1,
+    )
+    .map_err(|e| book(e.to_string()))?;
+    let mut example: At = serde_json::from_value(v1).map_err(|e| book(e.to_string()))?;
     example.metadata.namespace = Some(DEMO_NAMESPACE.to_string());
     example.spec.schedule = due_str.clone();
     for at in [
@@ -406,7 +415,7 @@ async fn at_story(
             started,
             &format!(
                 "created at/{name:<14} schedule {}  command {:?}",
-                at.spec.schedule, at.spec.command
+                at.spec.schedule, at.spec.run.command
             ),
         );
     }
@@ -566,10 +575,7 @@ fn new_at(name: &str, schedule: &str, command: &str) -> At {
             namespace: Some(DEMO_NAMESPACE.to_string()),
             ..ObjectMeta::default()
         },
-        spec: AtSpec {
-            schedule: schedule.to_string(),
-            command: command.to_string(),
-        },
+        spec: AtSpec::new(schedule, command),
         status: None,
     }
 }

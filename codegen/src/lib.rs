@@ -39,11 +39,12 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::Resource;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceColumnDefinition, CustomResourceDefinition, CustomResourceDefinitionNames,
-    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceScale,
-    CustomResourceSubresourceStatus, CustomResourceSubresources, CustomResourceValidation,
-    JSONSchemaProps,
+    CustomResourceColumnDefinition, CustomResourceConversion, CustomResourceDefinition,
+    CustomResourceDefinitionNames, CustomResourceDefinitionSpec, CustomResourceDefinitionVersion,
+    CustomResourceSubresourceScale, CustomResourceSubresourceStatus, CustomResourceSubresources,
+    CustomResourceValidation, JSONSchemaProps,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sample_controller::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
@@ -105,7 +106,10 @@ pub struct GeneratedFile {
 /// Every CRD this project ships, in a fixed order.
 pub fn generate_all() -> Result<Vec<GeneratedFile>, CodegenError> {
     Ok(vec![
-        generate_file::<At>()?,
+        GeneratedFile {
+            file_name: format!("{}.yaml", At::crd_name()),
+            contents: render_yaml(At::KIND, &at_crd()?)?,
+        },
         generate_file::<TDSet>()?,
         generate_file::<RedisCluster>()?,
         generate_file::<MyApp>()?,
@@ -191,9 +195,38 @@ pub fn schema_for<K: CustomResourceExt + JsonSchema>() -> Result<Value, CodegenE
     Ok(structural::sorted(schema))
 }
 
-/// The CustomResourceDefinition of a kind.
+/// The CustomResourceDefinition of a kind served in one version.
 pub fn crd_for<K: CustomResourceExt + JsonSchema + 'static>()
 -> Result<CustomResourceDefinition, CodegenError> {
+    crd_with_versions::<K>(vec![version_for::<K>(true, None)?], None)
+}
+
+/// The At CRD: `v1` (served, storage) and `v1alpha1` (served, deprecated), each with its own
+/// schema, printer columns and status subresource, and `conversion: {strategy: None}` as
+/// kubebuilder's base CRD has it. The webhook is switched on by a patch
+/// (`artifacts/deploy/webhook/crd-conversion-patch.yaml`,
+/// `sample_controller::apis::crds::at_crd_with_conversion_webhook`), because its address and CA
+/// depend on the installation.
+pub fn at_crd() -> Result<CustomResourceDefinition, CodegenError> {
+    use sample_controller::apis::at::{v1, v1alpha1};
+    crd_with_versions::<v1::At>(
+        vec![
+            version_for::<v1::At>(true, None)?,
+            version_for::<v1alpha1::At>(false, Some(v1alpha1::DEPRECATION_WARNING))?,
+        ],
+        Some(CustomResourceConversion {
+            strategy: "None".to_owned(),
+            webhook: None,
+        }),
+    )
+}
+
+/// One entry of `spec.versions`: served; `storage` as given; deprecated with `deprecation` as
+/// the warning when given.
+pub fn version_for<K: CustomResourceExt + JsonSchema + 'static>(
+    storage: bool,
+    deprecation: Option<&str>,
+) -> Result<CustomResourceDefinitionVersion, CodegenError> {
     let schema = schema_for::<K>()?;
     let props: JSONSchemaProps =
         serde_json::from_value(schema.clone()).map_err(|e| CodegenError::UnsupportedKeywords {
@@ -210,13 +243,6 @@ pub fn crd_for<K: CustomResourceExt + JsonSchema + 'static>()
             detail: lost,
         });
     }
-
-    let scope = if TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>() {
-        "Namespaced"
-    } else {
-        "Cluster"
-    };
-    let short_names: Vec<String> = K::SHORT_NAMES.iter().map(|s| (*s).to_owned()).collect();
     let columns = K::PRINTER_COLUMNS
         .iter()
         .map(|c| CustomResourceColumnDefinition {
@@ -226,7 +252,39 @@ pub fn crd_for<K: CustomResourceExt + JsonSchema + 'static>()
             ..Default::default()
         })
         .collect();
+    Ok(CustomResourceDefinitionVersion {
+        name: K::VERSION.to_owned(),
+        served: true,
+        storage,
+        deprecated: deprecation.map(|_| true),
+        deprecation_warning: deprecation.map(str::to_owned),
+        schema: Some(CustomResourceValidation {
+            open_api_v3_schema: Some(props),
+        }),
+        subresources: Some(CustomResourceSubresources {
+            status: Some(CustomResourceSubresourceStatus(Value::Object(Map::new()))),
+            scale: K::SCALE.map(|sc| CustomResourceSubresourceScale {
+                spec_replicas_path: sc.spec_replicas_path.to_owned(),
+                status_replicas_path: sc.status_replicas_path.to_owned(),
+                label_selector_path: None,
+            }),
+        }),
+        additional_printer_columns: Some(columns),
+        ..Default::default()
+    })
+}
 
+/// A CRD named after `K` (names, scope from `K`) serving `versions`.
+fn crd_with_versions<K: CustomResourceExt + 'static>(
+    versions: Vec<CustomResourceDefinitionVersion>,
+    conversion: Option<CustomResourceConversion>,
+) -> Result<CustomResourceDefinition, CodegenError> {
+    let scope = if TypeId::of::<K::Scope>() == TypeId::of::<NamespaceResourceScope>() {
+        "Namespaced"
+    } else {
+        "Cluster"
+    };
+    let short_names: Vec<String> = K::SHORT_NAMES.iter().map(|s| (*s).to_owned()).collect();
     Ok(CustomResourceDefinition {
         metadata: ObjectMeta {
             name: Some(K::crd_name()),
@@ -243,25 +301,8 @@ pub fn crd_for<K: CustomResourceExt + JsonSchema + 'static>()
                 categories: None,
             },
             scope: scope.to_owned(),
-            versions: vec![CustomResourceDefinitionVersion {
-                name: K::VERSION.to_owned(),
-                served: true,
-                storage: true,
-                schema: Some(CustomResourceValidation {
-                    open_api_v3_schema: Some(props),
-                }),
-                subresources: Some(CustomResourceSubresources {
-                    status: Some(CustomResourceSubresourceStatus(Value::Object(Map::new()))),
-                    scale: K::SCALE.map(|sc| CustomResourceSubresourceScale {
-                        spec_replicas_path: sc.spec_replicas_path.to_owned(),
-                        status_replicas_path: sc.status_replicas_path.to_owned(),
-                        label_selector_path: None,
-                    }),
-                }),
-                additional_printer_columns: Some(columns),
-                ..Default::default()
-            }],
-            conversion: None,
+            versions,
+            conversion,
             preserve_unknown_fields: None,
         },
         status: None,
@@ -321,9 +362,17 @@ mod tests {
     fn the_at_schema_carries_the_books_validations() {
         let schema = schema_for::<At>().unwrap();
         let spec = &schema["properties"]["spec"];
-        assert_eq!(spec["required"], json!(["schedule", "command"]));
+        assert_eq!(spec["required"], json!(["schedule", "run"]));
         assert_eq!(spec["properties"]["schedule"]["format"], "date-time");
-        assert_eq!(spec["properties"]["command"]["minLength"], 1);
+        let run = &spec["properties"]["run"];
+        assert_eq!(run["required"], json!(["command"]));
+        assert_eq!(run["properties"]["command"]["minLength"], 1);
+        assert_eq!(run["properties"]["activeDeadlineSeconds"]["minimum"], 1);
+        assert_eq!(run["properties"]["ttlSecondsAfterFinished"]["minimum"], 0);
+        let alpha = schema_for::<sample_controller::apis::at::v1alpha1::At>().unwrap();
+        let alpha_spec = &alpha["properties"]["spec"];
+        assert_eq!(alpha_spec["required"], json!(["schedule", "command"]));
+        assert_eq!(alpha_spec["properties"]["command"]["minLength"], 1);
         let phase = &schema["properties"]["status"]["properties"]["phase"];
         assert_eq!(phase["type"], "string");
         assert_eq!(phase["enum"], json!(["PENDING", "RUNNING", "DONE"]));
@@ -355,6 +404,81 @@ mod tests {
             .collect();
         assert_eq!(cols, ["Replicas", "Age"]);
         assert!(v.subresources.as_ref().unwrap().status.is_some());
+    }
+
+    #[test]
+    fn the_at_crd_has_two_versions_and_v1_carries_the_cel_rule() {
+        let crd = at_crd().unwrap();
+        let names: Vec<(&str, bool, bool, Option<bool>)> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage, v.deprecated))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("v1", true, true, None),
+                ("v1alpha1", true, false, Some(true))
+            ]
+        );
+        assert_eq!(
+            crd.spec.versions[1].deprecation_warning.as_deref(),
+            Some(
+                "cnat.programming-kubernetes.info/v1alpha1 At is deprecated; use cnat.programming-kubernetes.info/v1 At"
+            )
+        );
+        assert_eq!(
+            crd.spec.conversion.as_ref().map(|c| c.strategy.as_str()),
+            Some("None")
+        );
+        for v in &crd.spec.versions {
+            assert!(
+                v.subresources.as_ref().unwrap().status.is_some(),
+                "{}",
+                v.name
+            );
+            let cols: Vec<&str> = v
+                .additional_printer_columns
+                .iter()
+                .flatten()
+                .map(|c| c.json_path.as_str())
+                .collect();
+            let command = if v.name == "v1" {
+                ".spec.run.command"
+            } else {
+                ".spec.command"
+            };
+            assert!(cols.contains(&command), "{}: {cols:?}", v.name);
+        }
+        let schema = |i: usize| {
+            crd.spec.versions[i]
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .unwrap()
+        };
+        let rules = schema(0).x_kubernetes_validations.as_ref().unwrap();
+        assert_eq!(rules.len(), 1);
+        assert!(rules[0].rule.contains("oldSelf.status.phase == 'PENDING'"));
+        assert!(
+            rules[0]
+                .rule
+                .contains("self.spec.schedule == oldSelf.spec.schedule")
+        );
+        assert!(
+            rules[0]
+                .message_expression
+                .as_deref()
+                .unwrap()
+                .contains("oldSelf.spec.schedule")
+        );
+        assert_eq!(rules[0].field_path.as_deref(), Some(".spec.schedule"));
+        assert!(schema(1).x_kubernetes_validations.is_none());
+        // And in the file that ships.
+        let text = generate_all().unwrap().remove(0).contents;
+        assert!(text.contains("x-kubernetes-validations:"), "{text}");
+        assert!(text.contains("deprecated: true"), "{text}");
     }
 
     #[test]

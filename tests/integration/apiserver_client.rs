@@ -26,10 +26,7 @@ async fn the_crate_client_works_from_the_servers_kubeconfig() {
 
     let mut at = At::default();
     at.metadata.name = Some("example-at".into());
-    at.spec = AtSpec {
-        schedule: "2019-04-12T10:12:00Z".into(),
-        command: "echo YAY".into(),
-    };
+    at.spec = AtSpec::new("2019-04-12T10:12:00Z", "echo YAY");
     let at = ats.create(&PostParams::default(), &at).await.unwrap();
     assert_eq!(at.metadata.generation, Some(1));
 

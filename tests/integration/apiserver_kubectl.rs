@@ -19,6 +19,11 @@ use serde_json::json;
 use support::*;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// The book's example is a `v1alpha1` object; `at` alone means the preferred version, `v1`,
+/// whose shape (`spec.run`) it does not have until the server converts through the webhook
+/// (`conversion.strategy: Webhook`). The commands about it name the version.
+const AT_V1ALPHA1: &str = "ats.v1alpha1.cnat.programming-kubernetes.info";
+
 async fn scenario(version: Option<&str>) {
     let Some(bin) = kubectl_bin(version) else {
         eprintln!(
@@ -100,13 +105,15 @@ async fn scenario(version: Option<&str>) {
         )
         .await;
     assert_eq!(r.code, 200, "{:?}", r.body);
-    let out = k.ok(&["get", "at", "example-at"]).await;
+    let out = k.ok(&["get", AT_V1ALPHA1, "example-at"]).await;
     let row = out.lines().nth(1).unwrap_or_default();
     assert!(
         row.contains("PENDING") && row.contains("InvalidSpec"),
         "{out}"
     );
-    let yaml = k.ok(&["get", "at", "example-at", "-o", "yaml"]).await;
+    let yaml = k
+        .ok(&["get", AT_V1ALPHA1, "example-at", "-o", "yaml"])
+        .await;
     assert!(
         yaml.contains("kind: At") && yaml.contains("schedule:"),
         "{yaml}"
@@ -147,10 +154,12 @@ async fn scenario(version: Option<&str>) {
     assert!(seen, "kubectl get -w did not show the change");
     child.kill().await.unwrap();
 
-    // patch --type=merge and patch --subresource=status.
+    // patch --type=merge and patch --subresource=status. The book's example is a v1alpha1
+    // object, and `at` means the preferred version, v1 (spec.run.command): the fully
+    // qualified resource names the version whose shape the patch has.
     k.ok(&[
         "patch",
-        "at",
+        AT_V1ALPHA1,
         "example-at",
         "--type=merge",
         "-p",
@@ -162,7 +171,7 @@ async fn scenario(version: Option<&str>) {
     assert_eq!(got.body["metadata"]["generation"], 2);
     k.ok(&[
         "patch",
-        "at",
+        AT_V1ALPHA1,
         "example-at",
         "--subresource=status",
         "--type=merge",
@@ -175,7 +184,7 @@ async fn scenario(version: Option<&str>) {
     k.ok(&[
         "wait",
         "--for=jsonpath={.status.phase}=DONE",
-        "at/example-at",
+        "ats.v1alpha1.cnat.programming-kubernetes.info/example-at",
         "--timeout=30s",
     ])
     .await;
@@ -194,7 +203,7 @@ async fn scenario(version: Option<&str>) {
         )
         .await;
     assert_eq!(ev.code, 201, "{:?}", ev.body);
-    let out = k.ok(&["describe", "at", "example-at"]).await;
+    let out = k.ok(&["describe", AT_V1ALPHA1, "example-at"]).await;
     assert!(
         out.contains("PhaseChange") && out.contains("phase changed to DONE"),
         "{out}"
@@ -207,7 +216,7 @@ async fn scenario(version: Option<&str>) {
         &json!({"metadata": {"finalizers": ["cnat.programming-kubernetes.info/cleanup"]}}),
     )
     .await;
-    let mut del = k.command(&["delete", "at", "example-at", "--timeout=60s"]);
+    let mut del = k.command(&["delete", AT_V1ALPHA1, "example-at", "--timeout=60s"]);
     del.stdout(Stdio::piped()).stderr(Stdio::piped());
     let del = del.spawn().unwrap();
     loop {

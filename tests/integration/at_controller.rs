@@ -161,7 +161,7 @@ async fn an_invalid_spec_gets_an_event_and_a_condition_and_no_more_syncs() {
     .await;
     let warning = wait_for_event(&client, "blank", reason::INVALID_SPEC).await;
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
-    assert!(warning.message.unwrap().contains("spec.command"));
+    assert!(warning.message.unwrap().contains("spec.run.command"));
     let at = ats(&client).get("blank").await.unwrap();
     let st = at.status.unwrap();
     assert_eq!(st.phase, Some(AtPhase::Pending));
@@ -192,7 +192,7 @@ async fn an_invalid_spec_gets_an_event_and_a_condition_and_no_more_syncs() {
 
     // Fixing the spec brings it back to life.
     let mut fixed = ats(&client).get("blank").await.unwrap();
-    fixed.spec.command = "echo fixed".into();
+    fixed.spec.run.command = "echo fixed".into();
     ats(&client)
         .update(&PostParams::default(), &fixed)
         .await
@@ -260,6 +260,106 @@ async fn a_foreign_pod_with_the_same_name_is_reported_and_left_alone() {
         refused + 1
     );
     assert_ne!(phase(&client, "taken").await, AtPhase::Done);
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
+
+/// `spec.run` end to end on a node that runs commands (the embedded server's process runtime,
+/// which enforces `activeDeadlineSeconds` as the kubelet does): the image and deadline reach the
+/// pod, a command that outlives its deadline ends the At `DONE` with `DeadlineExceeded`, and the
+/// finished pod is deleted `ttlSecondsAfterFinished` after that while the At stays `DONE`.
+/// Real time: the command sleeps for a minute, the deadline is one second, the TTL one second.
+#[tokio::test]
+async fn a_deadline_ends_the_at_deadline_exceeded_and_the_ttl_deletes_its_pod() {
+    use embedded_apiserver::ApiServer;
+    use embedded_apiserver::runtime::NodeRuntime;
+    sample_controller::install_crypto_provider();
+    init_tracing();
+    let server = ApiServer::builder()
+        .simulate(true)
+        .node_runtime(NodeRuntime::Process)
+        .start()
+        .await
+        .unwrap();
+    let client = client_for(&server);
+    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
+        .await
+        .unwrap();
+    let clock = Clock::new();
+    let manager = start_manager(&manager_client(&server), manager_config(), clock).await;
+
+    let mut slow = at("slow", &in_the_future(&clock, Duration::ZERO), "sleep 60");
+    slow.spec.run.image = Some("alpine:3.20".into());
+    slow.spec.run.active_deadline_seconds = Some(1);
+    slow.spec.run.ttl_seconds_after_finished = Some(1);
+    create_at(&client, &slow).await;
+    let pod = wait_for_pod(&client, "slow-pod").await;
+    let spec = pod.spec.unwrap();
+    assert_eq!(spec.active_deadline_seconds, Some(1));
+    assert_eq!(spec.containers[0].image.as_deref(), Some("alpine:3.20"));
+
+    let done = wait_for_phase(&client, "slow", AtPhase::Done).await;
+    let st = done.status.unwrap();
+    assert_eq!(st.result, Some(AtResult::DeadlineExceeded), "{st:?}");
+    assert!(
+        st.message
+            .as_deref()
+            .unwrap()
+            .contains("was stopped at its activeDeadlineSeconds"),
+        "{st:?}"
+    );
+    let ready = find_condition(&st.conditions, "Ready").unwrap();
+    assert_eq!(ready.reason, "DeadlineExceeded");
+    let warning = wait_for_event(&client, "slow", reason::DEADLINE_EXCEEDED).await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+
+    // The TTL: the pod goes, the At stays DONE with its result.
+    wait_for_event(&client, "slow", reason::POD_DELETED).await;
+    wait_until("slow-pod deleted", || async {
+        !pod_exists(&client, "slow-pod").await
+    })
+    .await;
+    let after = ats(&client).get("slow").await.unwrap();
+    assert_eq!(after.phase(), AtPhase::Done);
+    assert_eq!(
+        after.status.unwrap().result,
+        Some(AtResult::DeadlineExceeded)
+    );
+    // Deleted once, and never recreated.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!pod_exists(&client, "slow-pod").await);
+    assert_eq!(server.request_log().count("create", "pods"), 1);
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
+
+/// Without a deadline or TTL, a v1 At whose pod the test finishes is DONE and its pod kept;
+/// with `ttlSecondsAfterFinished: 0` the finished pod is deleted at once (virtual time).
+#[tokio::test(start_paused = true)]
+async fn a_zero_ttl_deletes_the_finished_pod_at_once_and_no_ttl_keeps_it() {
+    let _ticker = Ticker::start();
+    let (server, client) = server().await;
+    let clock = Clock::new();
+    let manager = start_manager(&manager_client(&server), manager_config(), clock).await;
+    let now = in_the_future(&clock, Duration::ZERO);
+    let mut gone = at("gone", &now, "true");
+    gone.spec.run.ttl_seconds_after_finished = Some(0);
+    create_at(&client, &gone).await;
+    create_at(&client, &at("kept", &now, "true")).await;
+    wait_for_pod(&client, "gone-pod").await;
+    wait_for_pod(&client, "kept-pod").await;
+    finish_pod(&client, "gone-pod", 0).await;
+    finish_pod(&client, "kept-pod", 0).await;
+    wait_for_phase(&client, "gone", AtPhase::Done).await;
+    wait_for_phase(&client, "kept", AtPhase::Done).await;
+    wait_until("gone-pod deleted", || async {
+        !pod_exists(&client, "gone-pod").await
+    })
+    .await;
+    advance_settled(Duration::from_secs(3600), Duration::from_secs(60)).await;
+    assert!(pod_exists(&client, "kept-pod").await);
+    assert_eq!(phase(&client, "gone").await, AtPhase::Done);
+    assert_eq!(server.request_log().count("delete", "pods"), 1);
     manager.stop().await.unwrap();
     server.shutdown().await;
 }

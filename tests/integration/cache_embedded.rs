@@ -1019,10 +1019,7 @@ async fn lister_get_of_a_missing_object_is_not_found_with_the_qualified_singular
             namespace: Some(NS.into()),
             ..Default::default()
         },
-        spec: AtSpec {
-            schedule: "2030-01-01T00:00:00Z".into(),
-            command: "echo hi".into(),
-        },
+        spec: AtSpec::new("2030-01-01T00:00:00Z", "echo hi"),
         status: None,
     };
     ats.create(&PostParams::default(), &at).await.unwrap();
@@ -1037,7 +1034,7 @@ async fn lister_get_of_a_missing_object_is_not_found_with_the_qualified_singular
     synced(&inf).await;
     let lister = inf.lister().namespace(NS);
     assert_eq!(
-        lister.get("present").unwrap().spec.command,
+        lister.get("present").unwrap().spec.run.command,
         "echo hi",
         "served from the cache"
     );

@@ -296,13 +296,13 @@ async fn custom_resources_and_422() {
     .unwrap();
     let ats: Api<At> = Api::namespaced(client.clone(), "default");
     let at: At = serde_json::from_value(json!({
-        "apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+        "apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
         "metadata": {"name": "example-at"},
-        "spec": {"schedule": "2019-04-12T10:12:00Z", "command": "echo YAY"}
+        "spec": {"schedule": "2019-04-12T10:12:00Z", "run": {"command": "echo YAY"}}
     }))
     .unwrap();
     let created = ats.create(&PostParams::default(), &at).await.unwrap();
-    assert_eq!(created.spec.command, "echo YAY");
+    assert_eq!(created.spec.run.command, "echo YAY");
     let mut s = created.clone();
     s.status = Some(serde_json::from_value(json!({"phase": "DONE"})).unwrap());
     let s = ats.update_status(&PostParams::default(), &s).await.unwrap();
@@ -310,7 +310,7 @@ async fn custom_resources_and_422() {
     // Schema violation: command must not be empty.
     let mut bad = at.clone();
     bad.metadata.name = Some("bad".into());
-    bad.spec.command = String::new();
+    bad.spec.run.command = String::new();
     let e = ats.create(&PostParams::default(), &bad).await.unwrap_err();
     assert!(e.is_invalid(), "{e}");
     server.shutdown().await;

@@ -18,6 +18,8 @@
 use std::path::{Path, PathBuf};
 
 use jiff::Timestamp;
+use sample_controller::apis::at::conversion::V1ALPHA1;
+use sample_controller::apis::at::v1alpha1::At as AtV1alpha1;
 use sample_controller::apis::{
     At, AtPhase, AtResult, AtStatus, Condition, ConditionStatus, CustomResourceExt, Foo, FooStatus,
     MyApp, MyAppStatus, RedisCluster, RedisClusterStatus, TDSet, TDSetStatus, crds,
@@ -49,10 +51,11 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 fn schema_of(api_version: &str, kind: &str) -> Value {
     for crd in crds::all_values().unwrap() {
         let group = crd["spec"]["group"].as_str().unwrap();
-        let version = &crd["spec"]["versions"][0];
-        let av = format!("{group}/{}", version["name"].as_str().unwrap());
-        if av == api_version && crd["spec"]["names"]["kind"] == kind {
-            return version["schema"]["openAPIV3Schema"].clone();
+        for version in crd["spec"]["versions"].as_array().unwrap() {
+            let av = format!("{group}/{}", version["name"].as_str().unwrap());
+            if av == api_version && crd["spec"]["names"]["kind"] == kind {
+                return version["schema"]["openAPIV3Schema"].clone();
+            }
         }
     }
     panic!("no CRD serves {api_version} {kind}");
@@ -182,6 +185,7 @@ fn every_example_deserialises_and_validates_against_its_crd() {
         let doc = read_yaml(path);
         let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
         match kind.as_str() {
+            "At" if doc["apiVersion"] == V1ALPHA1 => check_example::<AtV1alpha1>(path, &doc),
             "At" => check_example::<At>(path, &doc),
             "TDSet" => check_example::<TDSet>(path, &doc),
             "RedisCluster" => check_example::<RedisCluster>(path, &doc),
@@ -192,12 +196,15 @@ fn every_example_deserialises_and_validates_against_its_crd() {
         kinds.push(kind);
     }
     kinds.sort();
-    assert_eq!(kinds, ["At", "Foo", "MyApp", "RedisCluster", "TDSet"]);
+    assert_eq!(
+        kinds,
+        ["At", "At", "At", "Foo", "MyApp", "RedisCluster", "TDSet"]
+    );
 }
 
 #[test]
 fn the_books_example_is_unchanged() {
-    let at: At = serde_json::from_value(read_yaml(
+    let at: AtV1alpha1 = serde_json::from_value(read_yaml(
         &repo().join("artifacts/examples/cnat-example.yaml"),
     ))
     .unwrap();
@@ -237,6 +244,8 @@ fn tdset_hello_world_has_the_five_windows() {
 const INVALID: &[(&str, &str)] = &[
     ("at-without-command.yaml", "/spec"),
     ("at-empty-command.yaml", "/spec/command"),
+    ("at-v1-empty-command.yaml", "/spec/run/command"),
+    ("at-v1-deadline-0.yaml", "/spec/run/activeDeadlineSeconds"),
     ("at-schedule-not-a-date-time.yaml", "/spec/schedule"),
     ("tdset-hour-24.yaml", "/spec/schedulingConfig/0/endTime"),
     ("tdset-default-replica-0.yaml", "/spec/defaultReplica"),
@@ -276,7 +285,7 @@ fn invalid_examples_are_rejected_at_the_right_field() {
     }
     // The missing command is reported as a missing required property.
     let doc = read_yaml(&dir.join("at-without-command.yaml"));
-    let errors = schema_errors(&schema_of_kind::<At>(), &doc);
+    let errors = schema_errors(&schema_of_kind::<AtV1alpha1>(), &doc);
     assert!(errors[0].contains("command"), "{errors:?}");
 }
 
@@ -298,11 +307,16 @@ fn with_status<K: Serialize>(obj: &K) -> Value {
 #[test]
 fn statuses_the_controllers_write_pass_the_schemas() {
     let mut at: At = serde_json::from_value(read_yaml(
-        &repo().join("artifacts/examples/cnat-example.yaml"),
+        &repo().join("artifacts/examples/at-deadline-ttl.yaml"),
     ))
     .unwrap();
     for phase in [AtPhase::Pending, AtPhase::Running, AtPhase::Done] {
-        for result in [None, Some(AtResult::Succeeded), Some(AtResult::Failed)] {
+        for result in [
+            None,
+            Some(AtResult::Succeeded),
+            Some(AtResult::Failed),
+            Some(AtResult::DeadlineExceeded),
+        ] {
             at.status = Some(AtStatus {
                 phase: Some(phase),
                 pod_name: Some("example-at-pod".into()),
@@ -364,7 +378,7 @@ fn statuses_the_controllers_write_pass_the_schemas() {
 #[test]
 fn status_and_condition_validations_reject_bad_values() {
     let schema = schema_of_kind::<At>();
-    let base = read_yaml(&repo().join("artifacts/examples/cnat-example.yaml"));
+    let base = read_yaml(&repo().join("artifacts/examples/cnat-example-v1.yaml"));
     let with = |status: Value| {
         let mut doc = base.clone();
         doc["status"] = status;
@@ -516,17 +530,40 @@ fn every_schema_is_structural() {
 
 #[test]
 fn the_validations_the_types_declare_are_in_the_schemas() {
-    let at = schema_of_kind::<At>();
-    let spec = &at["properties"]["spec"];
+    let alpha = schema_of_kind::<AtV1alpha1>();
+    let spec = &alpha["properties"]["spec"];
     assert_eq!(spec["required"], json!(["schedule", "command"]));
     assert_eq!(spec["properties"]["schedule"]["format"], "date-time");
     assert_eq!(spec["properties"]["command"]["minLength"], 1);
+    assert_eq!(
+        alpha["properties"]["status"]["properties"]["result"]["enum"],
+        json!(["Succeeded", "Failed"])
+    );
+    let at = schema_of_kind::<At>();
+    let spec = &at["properties"]["spec"];
+    assert_eq!(spec["required"], json!(["schedule", "run"]));
+    assert_eq!(spec["properties"]["schedule"]["format"], "date-time");
+    let run = &spec["properties"]["run"];
+    assert_eq!(run["required"], json!(["command"]));
+    assert_eq!(run["properties"]["command"]["minLength"], 1);
+    assert_eq!(run["properties"]["image"]["minLength"], 1);
+    assert_eq!(run["properties"]["activeDeadlineSeconds"]["minimum"], 1);
+    assert_eq!(run["properties"]["ttlSecondsAfterFinished"]["minimum"], 0);
+    // The CEL transition rule: the schedule is frozen once the At has left PENDING.
+    let rules = at["x-kubernetes-validations"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert!(rules[0]["rule"].as_str().unwrap().contains("oldSelf"));
+    assert_eq!(rules[0]["fieldPath"], ".spec.schedule");
+    assert!(rules[0]["messageExpression"].is_string());
     let status = &at["properties"]["status"]["properties"];
     assert_eq!(
         status["phase"]["enum"],
         json!(["PENDING", "RUNNING", "DONE"])
     );
-    assert_eq!(status["result"]["enum"], json!(["Succeeded", "Failed"]));
+    assert_eq!(
+        status["result"]["enum"],
+        json!(["Succeeded", "Failed", "DeadlineExceeded"])
+    );
     assert_eq!(status["conditions"]["x-kubernetes-list-type"], "map");
     assert_eq!(
         status["conditions"]["x-kubernetes-list-map-keys"],
@@ -587,10 +624,13 @@ fn check_crd_shape<K: CustomResourceExt>() {
         .collect();
     assert_eq!(short, K::SHORT_NAMES);
 
-    assert_eq!(crd.spec.versions.len(), 1, "{}", K::KIND);
-    let version = &crd.spec.versions[0];
-    assert_eq!(version.name, K::VERSION);
-    assert!(version.served && version.storage);
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.name == K::VERSION)
+        .unwrap_or_else(|| panic!("{}: no version {}", K::KIND, K::VERSION));
+    assert!(version.served);
     let status = version
         .subresources
         .as_ref()
@@ -623,12 +663,34 @@ fn check_crd_shape<K: CustomResourceExt>() {
 #[test]
 fn crds_have_names_printer_columns_and_the_status_subresource() {
     check_crd_shape::<At>();
+    check_crd_shape::<AtV1alpha1>();
     check_crd_shape::<TDSet>();
     check_crd_shape::<RedisCluster>();
     check_crd_shape::<MyApp>();
     check_crd_shape::<Foo>();
-    let at: Vec<&str> = At::PRINTER_COLUMNS.iter().map(|c| c.name).collect();
+    let at: Vec<&str> = AtV1alpha1::PRINTER_COLUMNS.iter().map(|c| c.name).collect();
     assert_eq!(at, ["Schedule", "Command", "Phase", "Reason", "Age"]);
+    let at: Vec<&str> = At::PRINTER_COLUMNS.iter().map(|c| c.name).collect();
+    assert_eq!(
+        at,
+        ["Schedule", "Command", "Image", "Phase", "Reason", "Age"]
+    );
+    // One storage version per CRD: At's is v1, its v1alpha1 is served and deprecated.
+    for crd in crds::all_crds().unwrap() {
+        let storage: Vec<&str> = crd
+            .spec
+            .versions
+            .iter()
+            .filter(|v| v.storage)
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(storage.len(), 1, "{:?}", crd.metadata.name);
+    }
+    let at = crds::crd::<At>().unwrap();
+    assert_eq!(at.spec.versions[0].name, "v1");
+    assert!(at.spec.versions[0].storage);
+    assert_eq!(at.spec.versions[1].name, "v1alpha1");
+    assert_eq!(at.spec.versions[1].deprecated, Some(true));
 }
 
 #[test]
@@ -640,5 +702,50 @@ fn the_embedded_crds_are_the_files_in_artifacts() {
         let on_disk = std::fs::read_to_string(dir.join(format!("{name}.yaml"))).unwrap();
         assert_eq!(&on_disk, yaml, "{name}");
         assert!(yaml.starts_with("# Generated by hack/update-codegen.sh; DO NOT EDIT.\n"));
+    }
+}
+
+/// RFC 7386 JSON merge patch, what `kubectl patch --type=merge` sends.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+#[test]
+fn the_conversion_patch_turns_the_base_crd_into_the_webhook_crd() {
+    let patch = read_yaml(&repo().join("artifacts/deploy/webhook/crd-conversion-patch.yaml"));
+    let mut patched = crds::crd_value::<At>().unwrap();
+    assert_eq!(patched["spec"]["conversion"], json!({"strategy": "None"}));
+    merge_patch(&mut patched, &patch);
+    // What the demo and tests install, given the same clientConfig.
+    let client_config = patch["spec"]["conversion"]["webhook"]["clientConfig"].clone();
+    let built = crds::at_crd_with_conversion_webhook(client_config).unwrap();
+    assert_eq!(patched["spec"], built["spec"]);
+    assert_eq!(
+        patched["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"],
+        "/convert"
+    );
+    assert_eq!(
+        patched["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "sample-controller/sample-controller-webhook"
+    );
+    // The webhook configurations match every version of ats (so v1 writes are admitted too).
+    let text =
+        std::fs::read_to_string(repo().join("artifacts/deploy/webhook/webhooks.yaml")).unwrap();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
+        for hook in v["webhooks"].as_array().unwrap() {
+            assert_eq!(hook["rules"][0]["apiVersions"], json!(["*"]), "{hook}");
+        }
     }
 }

@@ -62,6 +62,8 @@ struct Setup {
     server: ApiServerHandle,
     api: TestClient,
     certs: tempfile::TempDir,
+    /// The CA (PEM) that signed the serving certificate.
+    ca: String,
     webhook_addr: SocketAddr,
     metrics_addr: SocketAddr,
 }
@@ -119,6 +121,7 @@ async fn setup() -> Setup {
         server,
         api,
         certs,
+        ca,
         webhook_addr,
         metrics_addr,
     }
@@ -381,4 +384,186 @@ async fn reqwest_metrics(addr: SocketAddr) -> String {
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
+}
+
+const ATS_V1: &str = "/apis/cnat.programming-kubernetes.info/v1/namespaces/default/ats";
+
+/// POSTs `body` to `path` on the manager's webhook server over HTTPS, verifying the served
+/// certificate against `ca_pem` for the Service's name, as the API server does. Returns the
+/// HTTP status code and the body.
+async fn post_tls(addr: SocketAddr, ca_pem: &str, path: &str, body: &str) -> (u16, String) {
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from(HOST).unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    // A server closing without close_notify ends the read with an error; what was read counts.
+    let _ = tls.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, body.to_owned())
+}
+
+#[tokio::test]
+async fn convert_answers_conversion_reviews_over_https_with_metrics() {
+    let s = setup().await;
+    let ca = s.ca.clone();
+    let (stop, task) = start_manager(&s);
+    wait_listening(s.webhook_addr).await;
+
+    let v1alpha1 = |name: &str, command: &str| {
+        json!({"apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+               "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+               "spec": {"schedule": "2099-01-01T00:00:00Z", "command": command}})
+    };
+    let review = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "7f0c-review", "desiredAPIVersion": "cnat.programming-kubernetes.info/v1",
+                    "objects": [v1alpha1("first", "echo 1"), v1alpha1("second", "echo 2")]}});
+    let (code, body) = post_tls(s.webhook_addr, &ca, "/convert", &review.to_string()).await;
+    assert_eq!(code, 200, "{body}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(r["apiVersion"], "apiextensions.k8s.io/v1");
+    assert_eq!(r["kind"], "ConversionReview");
+    assert_eq!(r["response"]["uid"], "7f0c-review");
+    assert_eq!(r["response"]["result"]["status"], "Success");
+    let converted = r["response"]["convertedObjects"].as_array().unwrap();
+    let names: Vec<&str> = converted
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["first", "second"]);
+    assert_eq!(
+        converted[1]["apiVersion"],
+        "cnat.programming-kubernetes.info/v1"
+    );
+    assert_eq!(converted[1]["spec"]["run"], json!({"command": "echo 2"}));
+    assert_eq!(converted[1]["metadata"]["uid"], "uid-second");
+
+    // And back to v1alpha1, with v1's fields kept in the annotation.
+    let mut v1 = converted[0].clone();
+    v1["spec"]["run"]["activeDeadlineSeconds"] = json!(30);
+    let back = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "back", "desiredAPIVersion": "cnat.programming-kubernetes.info/v1alpha1",
+                    "objects": [v1]}});
+    let (code, body) = post_tls(s.webhook_addr, &ca, "/convert", &back.to_string()).await;
+    assert_eq!(code, 200, "{body}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    let obj = &r["response"]["convertedObjects"][0];
+    assert_eq!(obj["spec"]["command"], "echo 1");
+    assert_eq!(
+        obj["metadata"]["annotations"]["cnat.programming-kubernetes.info/v1-fields"],
+        r#"{"run":{"activeDeadlineSeconds":30}}"#
+    );
+
+    // One object that cannot be converted fails the review, naming it.
+    let bad = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "bad-1", "desiredAPIVersion": "cnat.programming-kubernetes.info/v1",
+                    "objects": [v1alpha1("fine", "echo"),
+                                {"apiVersion": "example.com/v1", "kind": "MyApp",
+                                 "metadata": {"name": "wrong", "namespace": "default"}}]}});
+    let (code, body) = post_tls(s.webhook_addr, &ca, "/convert", &bad.to_string()).await;
+    assert_eq!(code, 200, "{body}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(r["response"]["uid"], "bad-1");
+    assert_eq!(r["response"]["result"]["status"], "Failure");
+    let message = r["response"]["result"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("objects[1]") && message.contains("At default/wrong"),
+        "{message}"
+    );
+    assert!(r["response"].get("convertedObjects").is_none());
+
+    // Not a review at all: 400.
+    let (code, body) = post_tls(s.webhook_addr, &ca, "/convert", "{\"hello\": 1}").await;
+    assert_eq!(code, 400, "{body}");
+
+    let metrics = reqwest_metrics(s.metrics_addr).await;
+    for line in [
+        "controller_runtime_webhook_requests_total{webhook=\"/convert\",code=\"200\"} 3",
+        "controller_runtime_webhook_requests_total{webhook=\"/convert\",code=\"400\"} 1",
+        "controller_runtime_webhook_latency_seconds_count{webhook=\"/convert\"} 4",
+        "controller_runtime_webhook_requests_in_flight{webhook=\"/convert\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from\n{metrics}");
+    }
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn v1_writes_are_validated_and_defaulted_by_the_same_webhooks() {
+    let s = setup().await;
+    let (stop, task) = start_manager(&s);
+    wait_listening(s.webhook_addr).await;
+    let at_v1 = |name: &str, run: Value| {
+        json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
+               "metadata": {"name": name},
+               "spec": {"schedule": "2099-01-01T00:00:00Z", "run": run}})
+    };
+    // A blank command, named as v1 names it.
+    let r = s
+        .api
+        .post(ATS_V1, &at_v1("blank-v1", json!({"command": " "})))
+        .await;
+    assert_eq!(r.code, 422, "{:?}", r.body);
+    assert_eq!(r.body["details"]["causes"][0]["field"], "spec.run.command");
+    // The image is defaulted; the deadline kept.
+    let r = s
+        .api
+        .post(
+            ATS_V1,
+            &at_v1(
+                "defaulted",
+                json!({"command": "echo", "activeDeadlineSeconds": 5}),
+            ),
+        )
+        .await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+    assert_eq!(
+        r.body["spec"]["run"],
+        json!({"command": "echo", "image": "busybox:1.36", "activeDeadlineSeconds": 5})
+    );
+    // Frozen once running: the image cannot change under a running pod.
+    let r = s
+        .api
+        .patch(
+            &format!("{ATS_V1}/defaulted/status"),
+            "application/merge-patch+json",
+            &json!({"status": {"phase": "RUNNING"}}),
+        )
+        .await;
+    assert_eq!(r.code, 200, "{:?}", r.body);
+    let r = s
+        .api
+        .patch(
+            &format!("{ATS_V1}/defaulted"),
+            "application/merge-patch+json",
+            &json!({"spec": {"run": {"image": "alpine:3.20"}}}),
+        )
+        .await;
+    assert_eq!(r.code, 422, "{:?}", r.body);
+    stop.cancel();
+    task.await.unwrap().unwrap();
 }

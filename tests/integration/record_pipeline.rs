@@ -161,7 +161,7 @@ async fn same_event_three_times_is_post_then_patch_2_then_patch_3() {
     assert_eq!(o.kind.as_deref(), Some("At"));
     assert_eq!(
         o.api_version.as_deref(),
-        Some("cnat.programming-kubernetes.info/v1alpha1")
+        Some("cnat.programming-kubernetes.info/v1")
     );
     assert_eq!(o.name.as_deref(), Some("example-at"));
     assert_eq!(o.namespace.as_deref(), Some("demo"));

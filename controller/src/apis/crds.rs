@@ -21,7 +21,7 @@
 //!
 //! let crd = crds::crd::<At>().unwrap();
 //! assert_eq!(crd.spec.names.plural, "ats");
-//! assert_eq!(crd.spec.versions[0].name, "v1alpha1");
+//! assert_eq!(crd.spec.versions[0].name, "v1");
 //! assert_eq!(crds::ALL.len(), 5);
 //! ```
 
@@ -142,6 +142,26 @@ pub async fn install<K: CustomResourceExt>(
     }
 }
 
+/// The At CRD with `conversion.strategy: Webhook` calling `client_config` (an
+/// `apiextensions.k8s.io/v1` `WebhookClientConfig`: `{"service": {"namespace", "name", "path",
+/// "port"}}` or `{"url": ...}`, plus `caBundle`, base64 PEM), with `conversionReviewVersions:
+/// ["v1"]`: the base CRD of `artifacts/crds/` with `artifacts/deploy/webhook/crd-conversion-patch.yaml`
+/// applied, as kubebuilder's `config/crd/patches/webhook_in_ats.yaml` does. The demo and the
+/// tests install it so that requests in the two versions go through the manager's `/convert`.
+pub fn at_crd_with_conversion_webhook(
+    client_config: serde_json::Value,
+) -> Result<serde_json::Value, CrdError> {
+    let mut crd = crd_value::<super::At>()?;
+    crd["spec"]["conversion"] = serde_json::json!({
+        "strategy": "Webhook",
+        "webhook": {
+            "clientConfig": client_config,
+            "conversionReviewVersions": ["v1"],
+        },
+    });
+    Ok(crd)
+}
+
 fn parse<T: serde::de::DeserializeOwned>(name: &str, yaml: &str) -> Result<T, CrdError> {
     serde_yaml_ng::from_str(yaml).map_err(|source| CrdError::Parse {
         name: name.to_owned(),
@@ -183,6 +203,34 @@ mod tests {
         }
         assert_eq!(all_crds().unwrap().len(), ALL.len());
         assert!(yaml_by_name("pods.core").is_none());
+    }
+
+    #[test]
+    fn the_at_crd_serves_two_versions_and_the_patch_adds_the_webhook() {
+        let crd = crd_value::<At>().unwrap();
+        let versions = crd["spec"]["versions"].as_array().unwrap();
+        let names: Vec<&str> = versions
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["v1", "v1alpha1"]);
+        assert_eq!(versions[0]["storage"], true);
+        assert_eq!(versions[1]["storage"], false);
+        assert_eq!(versions[1]["deprecated"], true);
+        assert_eq!(crd["spec"]["conversion"]["strategy"], "None");
+        let url = serde_json::json!({"url": "https://127.0.0.1:9443/convert", "caBundle": "Zm9v"});
+        let patched = at_crd_with_conversion_webhook(url.clone()).unwrap();
+        assert_eq!(patched["spec"]["conversion"]["strategy"], "Webhook");
+        assert_eq!(
+            patched["spec"]["conversion"]["webhook"]["clientConfig"],
+            url
+        );
+        assert_eq!(
+            patched["spec"]["conversion"]["webhook"]["conversionReviewVersions"],
+            serde_json::json!(["v1"])
+        );
+        // The typed model accepts it: what a client sends.
+        serde_json::from_value::<CustomResourceDefinition>(patched).unwrap();
     }
 
     #[test]

@@ -63,7 +63,7 @@
 //!
 //! | kind | group/version | what its controller teaches |
 //! |---|---|---|
-//! | [`At`] | `cnat.programming-kubernetes.info/v1alpha1` | one-shot job at a scheduled time |
+//! | [`At`] | `cnat.programming-kubernetes.info/v1` (and `v1alpha1`, deprecated: see [`at`]) | one-shot job at a scheduled time |
 //! | [`TDSet`] | `schedule.rs/v1` | time-driven requeue (scale by time of day) |
 //! | [`RedisCluster`] | `cache.example.com/v1` | owned StatefulSet with a finalizer |
 //! | [`MyApp`] | `example.com/v1` | plain owned Deployment, drift correction |
@@ -84,7 +84,7 @@ pub mod myapp;
 pub mod rediscluster;
 pub mod tdset;
 
-pub use at::{At, AtPhase, AtResult, AtSpec, AtStatus};
+pub use at::{At, AtPhase, AtResult, AtRun, AtSpec, AtStatus};
 pub use conditions::{Condition, ConditionStatus};
 pub use foo::{Foo, FooSpec, FooStatus};
 pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
@@ -179,9 +179,9 @@ macro_rules! custom_resource {
         kind = $kind:literal,
         plural = $plural:literal $(,)?
     ) => {
-        $(#[$attr])*
         #[derive(Clone, Debug, Default, PartialEq)]
         #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+        $(#[$attr])*
         pub struct $ty {
             /// Standard object metadata (name, namespace, labels, resourceVersion, ...).
             #[cfg_attr(

@@ -1,6 +1,9 @@
 //! # The At controller (cnat's `controller.go`, with its bugs fixed)
 //!
-//! An [`At`] asks for one thing: run `spec.command` once, at `spec.schedule`. This file reads
+//! An [`At`] (`v1`, the storage version: see [`crate::apis::at`]) asks for one thing: run
+//! `spec.run.command` once, at `spec.schedule`, in `spec.run.image`, stopped after
+//! `spec.run.activeDeadlineSeconds`, its pod deleted `spec.run.ttlSecondsAfterFinished` after
+//! the At went `DONE`. This file reads
 //! top to bottom like the book's `controller.go`: the [`AtController`] struct, its constructor
 //! that wires the shared informers to event handlers, what it hands to the shared `Run`
 //! ([`super::run`], through its [`Operator`] impl), `sync_handler`, and then the decision
@@ -19,7 +22,23 @@
 //!                       ─▶ due: create the pod, write RUNNING, event Started
 //!  pod informer ─on_add/on_update─▶ queue.add(owner At's key)   (controller ownerReference)
 //!    plan(at, pod Succeeded/Failed, now) ─▶ write DONE (result, exitCode, message), event
+//!                                           (+ Ok(Some(ttl)) when ttlSecondsAfterFinished is set)
+//!    plan(at DONE, pod finished, now ≥ completionTime + ttl) ─▶ delete the pod, event PodDeleted
 //! ```
+//!
+//! ## The `v1` run fields
+//!
+//! * `spec.run.image` is the container's image (default [`crate::apis::at::DEFAULT_IMAGE`]);
+//! * `spec.run.activeDeadlineSeconds` is copied to the pod's `spec.activeDeadlineSeconds`, so the
+//!   kubelet enforces it: it kills the containers and ends the pod `Failed` with `status.reason:
+//!   DeadlineExceeded` (message `Pod was active on the node longer than the specified deadline`,
+//!   `pkg/kubelet/active_deadline.go`). Such a pod ends the At `DONE` with result
+//!   `DeadlineExceeded`, a Warning `DeadlineExceeded` event and `Ready=False` with that reason;
+//! * `spec.run.ttlSecondsAfterFinished`: when the At goes `DONE`, the sync asks to be called
+//!   again after the TTL (`add_after`, like the TTL-after-finished controller of Jobs); that
+//!   sync deletes the finished pod (only ours, with a UID precondition) and records a Normal
+//!   `PodDeleted` event. The At stays `DONE` with its status: it is the record of what ran, and
+//!   the pod's deletion does not make it run again. Without a TTL the pod is kept (as before).
 //!
 //! The decision is a pure function, [`plan`]: given the At, what the pod lister says about its
 //! pod ([`PodState`]) and the current time, it returns a [`Plan`]: the pod to create, the
@@ -66,6 +85,8 @@
 //! | Normal | `Started` | the pod was created (or recreated after it vanished while running) |
 //! | Normal | `Completed` | the command exited 0 |
 //! | Warning | `Failed` | the command failed (exit code in the message) |
+//! | Warning | `DeadlineExceeded` | the pod ran longer than `spec.run.activeDeadlineSeconds` |
+//! | Normal | `PodDeleted` | the finished pod was deleted, `ttlSecondsAfterFinished` after `DONE` |
 //! | Warning | `InvalidSpec` | the schedule does not parse, or the command is empty |
 //! | Warning | `ErrResourceExists` | a pod of that name exists and is not controlled by this At |
 //! | Warning | `FailedCreate` | the API server refused the pod |
@@ -123,7 +144,7 @@ use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
 use crate::cache::{
     Deleted, EventHandlerFns, Lister, ListerWatcherSource, SharedInformerFactory, key_of, split_key,
 };
-use crate::client::{self, Api, Client, PostParams};
+use crate::client::{self, Api, Client, DeleteParams, PostParams, Preconditions};
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -169,6 +190,14 @@ pub enum SyncError {
     #[error("updating the status of At {key}: {source}")]
     UpdateStatus {
         key: String,
+        #[source]
+        source: client::Error,
+    },
+    /// Deleting the finished pod after `ttlSecondsAfterFinished` failed.
+    #[error("deleting finished pod {namespace}/{pod}: {source}")]
+    DeletePod {
+        namespace: String,
+        pod: String,
         #[source]
         source: client::Error,
     },
@@ -319,6 +348,34 @@ impl SyncHandler for AtController {
                         &format!("creating pod {pod_name}: {source}"),
                     );
                     return Err(SyncError::CreatePod {
+                        namespace,
+                        pod: pod_name,
+                        source,
+                    });
+                }
+            }
+        }
+
+        if let Some((pod_name, uid)) = plan.delete_pod.take() {
+            let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace);
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match pods.delete(&pod_name, &dp).await {
+                Ok(_) => {
+                    tracing::info!(key, pod = %pod_name, "finished pod deleted (ttlSecondsAfterFinished)")
+                }
+                // Gone already, or replaced by another pod of that name: nothing of ours to delete.
+                Err(e) if e.is_not_found() || e.is_conflict() => {
+                    tracing::debug!(key, pod = %pod_name, error = %e, "finished pod already gone");
+                    plan.events.clear();
+                }
+                Err(source) => {
+                    return Err(SyncError::DeletePod {
                         namespace,
                         pod: pod_name,
                         source,
@@ -479,8 +536,9 @@ impl WrittenStatuses {
 // The decision: a pure function from what was observed to what to do.
 // ---------------------------------------------------------------------------------------------
 
-/// The image the At's pod runs. Pinned (a `:latest` tag would make every start pull).
-pub const POD_IMAGE: &str = "busybox:1.36";
+/// The image the At's pod runs when `spec.run.image` is unset. Pinned (a `:latest` tag would
+/// make every start pull).
+pub const POD_IMAGE: &str = crate::apis::at::DEFAULT_IMAGE;
 
 /// The container name inside the At's pod (the book's).
 pub const POD_CONTAINER_NAME: &str = "busybox";
@@ -500,6 +558,11 @@ pub mod reason {
     pub const COMPLETED: &str = "Completed";
     /// Warning: the command failed.
     pub const FAILED: &str = "Failed";
+    /// Warning: the pod ran longer than `spec.run.activeDeadlineSeconds` (also the `Ready`
+    /// condition's reason and the kubelet's pod `status.reason`).
+    pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+    /// Normal: the finished pod was deleted after `spec.run.ttlSecondsAfterFinished`.
+    pub const POD_DELETED: &str = "PodDeleted";
     /// Warning: the spec cannot be acted on (bad schedule, empty command).
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// Warning: a pod with the At's pod name exists and belongs to someone else.
@@ -550,6 +613,9 @@ pub enum PodState<'a> {
 pub struct Plan {
     /// A pod to create.
     pub create_pod: Option<Pod>,
+    /// A finished pod to delete (`ttlSecondsAfterFinished` elapsed): its name and UID (the
+    /// delete's precondition, so a newer pod of the same name is never deleted).
+    pub delete_pod: Option<(String, String)>,
     /// The new status, present only when it differs from the current one.
     pub status: Option<AtStatus>,
     /// Events to record after the writes succeeded.
@@ -562,14 +628,16 @@ pub struct Plan {
 ///
 /// | phase | observation | decision |
 /// |---|---|---|
-/// | `DONE` | anything | nothing, ever (a deleted pod is not recreated) |
+/// | `DONE` | no TTL, or pod absent, being deleted or not ours | nothing, ever (a deleted pod is not recreated) |
+/// | `DONE` | TTL set, our finished pod present, `completionTime + ttl` in the future | requeue at that time |
+/// | `DONE` | TTL set, our finished pod present, `completionTime + ttl` reached | delete the pod (UID precondition), Normal `PodDeleted` |
 /// | `PENDING` | schedule unparsable or command empty | `InvalidSpec` condition + Warning event; no requeue (the next spec change enqueues it) |
 /// | `PENDING` | due in the future | persist `PENDING` (+ Normal `Scheduled`), requeue exactly at the due time |
 /// | `PENDING` | due now or in the past | go `RUNNING` and continue below in the same sync |
 /// | `RUNNING` | pod absent | create `<name>-pod` (controller ownerReference, `/bin/sh -c`, `restartPolicy: Never`) |
 /// | `RUNNING` | pod expected (created, not yet in the lister) | wait for the pod informer |
 /// | any | pod not controlled by this At | Warning `ErrResourceExists`; the pod is left untouched |
-/// | `RUNNING` | pod Succeeded / Failed | `DONE` with result, exit code, message, completion time |
+/// | `RUNNING` | pod Succeeded / Failed | `DONE` with result (`DeadlineExceeded` when the pod's reason says so), exit code, message, completion time; requeue after the TTL if set |
 /// | `RUNNING` | pod pending / running / being deleted | wait for the pod's next event |
 ///
 /// The status in the plan is `Some` only when it differs from the At's current status, so a
@@ -580,7 +648,7 @@ pub struct Plan {
 /// `create_pod`), so the code below reads as the table does.
 pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
     if at.phase() == AtPhase::Done {
-        return Plan::default();
+        return after_done(at, pod, now);
     }
     let mut decision = Decision::new(at, now);
     if decision.phase == AtPhase::Pending {
@@ -709,7 +777,7 @@ impl<'a> Decision<'a> {
             self.out.events.push(PlannedEvent {
                 type_: PlannedEventType::Normal,
                 reason: reason::SCHEDULED,
-                message: format!("scheduled to run {:?} at {due}", self.at.spec.command),
+                message: format!("scheduled to run {:?} at {due}", self.at.spec.run.command),
             });
         }
         self.status.message = Some(message);
@@ -754,9 +822,10 @@ impl<'a> Decision<'a> {
     /// `Started`, when the At goes from `PENDING` to a pod in this same sync.
     fn started_if_was_pending(&mut self) {
         if self.phase == AtPhase::Pending {
-            self.out
-                .events
-                .push(started_event(&self.at.pod_name(), &self.at.spec.command));
+            self.out.events.push(started_event(
+                &self.at.pod_name(),
+                &self.at.spec.run.command,
+            ));
         }
     }
 
@@ -775,17 +844,21 @@ impl<'a> Decision<'a> {
                 reason::FAILED,
                 ConditionStatus::False,
             ),
+            AtResult::DeadlineExceeded => (
+                PlannedEventType::Warning,
+                reason::DEADLINE_EXCEEDED,
+                ConditionStatus::False,
+            ),
         };
-        let cond_reason = match outcome.result {
-            AtResult::Succeeded => "Succeeded",
-            AtResult::Failed => "Failed",
-        };
+        let cond_reason = outcome.result.as_str();
         self.status.phase = Some(AtPhase::Done);
         self.status.result = Some(outcome.result);
         self.status.exit_code = outcome.exit_code;
         self.status.completion_time = Some(truncate(self.now));
         self.status.message = Some(outcome.message.clone());
         self.set_ready(ready, cond_reason, outcome.message.as_str());
+        // The TTL counts from the completion time just written.
+        self.out.requeue_after = ttl_of(self.at).map(|ttl| ttl.unsigned_abs());
         self.started_if_was_pending();
         self.out.events.push(PlannedEvent {
             type_,
@@ -836,7 +909,7 @@ impl<'a> Decision<'a> {
         let pod_name = self.at.pod_name();
         self.out.create_pod = Some(new_pod(self.at));
         self.out.events.push(if self.phase == AtPhase::Pending {
-            started_event(&pod_name, &self.at.spec.command)
+            started_event(&pod_name, &self.at.spec.run.command)
         } else {
             PlannedEvent {
                 type_: PlannedEventType::Normal,
@@ -859,14 +932,67 @@ impl<'a> Decision<'a> {
 
 /// Checks what a sync needs from the spec: a parsable schedule and a non-empty command.
 /// Returns the due time, or a message naming the field and the value.
+///
+/// The field is named as `v1` names it (`spec.run.command`); `/validate-at` renames it for a
+/// `v1alpha1` request.
 pub fn validate_spec(spec: &AtSpec) -> Result<Timestamp, String> {
-    if spec.command.trim().is_empty() {
+    if spec.run.command.trim().is_empty() {
         return Err(format!(
-            "spec.command: {:?} is empty; expected a shell command line such as \"echo YAY\"",
-            spec.command
+            "spec.run.command: {:?} is empty; expected a shell command line such as \"echo YAY\"",
+            spec.run.command
         ));
     }
     spec.parse_schedule()
+}
+
+/// `spec.run.ttlSecondsAfterFinished` as a signed duration, when set (negative values, which
+/// the schema refuses, count as zero).
+fn ttl_of(at: &At) -> Option<jiff::SignedDuration> {
+    at.spec
+        .run
+        .ttl_seconds_after_finished
+        .map(|s| jiff::SignedDuration::from_secs(i64::from(s.max(0))))
+}
+
+/// The `DONE` rows of [`plan`]: nothing, except deleting our finished pod once
+/// `ttlSecondsAfterFinished` has passed since `completionTime` (and asking to be called again
+/// then, if it has not).
+fn after_done(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
+    let (Some(ttl), PodState::Present(pod)) = (ttl_of(at), pod) else {
+        return Plan::default();
+    };
+    let Some(completed) = at.status.as_ref().and_then(|s| s.completion_time) else {
+        return Plan::default();
+    };
+    if !is_controlled_by(pod, at)
+        || pod.metadata.deletion_timestamp.is_some()
+        || finished(pod).is_none()
+    {
+        return Plan::default();
+    }
+    let expires = completed.checked_add(ttl).unwrap_or(completed);
+    if now < expires {
+        return Plan {
+            requeue_after: Duration::try_from(now.duration_until(expires)).ok(),
+            ..Plan::default()
+        };
+    }
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    Plan {
+        delete_pod: Some((
+            pod_name.clone(),
+            pod.metadata.uid.clone().unwrap_or_default(),
+        )),
+        events: vec![PlannedEvent {
+            type_: PlannedEventType::Normal,
+            reason: reason::POD_DELETED,
+            message: format!(
+                "deleted pod {pod_name}: ttlSecondsAfterFinished ({}s) passed since the At finished at {completed}",
+                ttl.as_secs()
+            ),
+        }],
+        ..Plan::default()
+    }
 }
 
 /// The book's `newPodForCR`, fixed: the command runs through a shell (the book split it on
@@ -889,15 +1015,16 @@ pub fn new_pod(at: &At) -> Pod {
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: POD_CONTAINER_NAME.to_string(),
-                image: Some(POD_IMAGE.to_string()),
+                image: Some(at.spec.run.image().to_string()),
                 command: Some(vec![
                     "/bin/sh".to_string(),
                     "-c".to_string(),
-                    at.spec.command.clone(),
+                    at.spec.run.command.clone(),
                 ]),
                 ..Container::default()
             }],
             restart_policy: Some("Never".to_string()),
+            active_deadline_seconds: at.spec.run.active_deadline_seconds,
             ..PodSpec::default()
         }),
         status: None,
@@ -945,6 +1072,10 @@ pub fn finished(pod: &Pod) -> Option<Outcome> {
     let status = pod.status.as_ref()?;
     let result = match status.phase.as_deref()? {
         "Succeeded" => AtResult::Succeeded,
+        // The kubelet's verdict for a pod past its `activeDeadlineSeconds`.
+        "Failed" if status.reason.as_deref() == Some(reason::DEADLINE_EXCEEDED) => {
+            AtResult::DeadlineExceeded
+        }
         "Failed" => AtResult::Failed,
         _ => return None,
     };
@@ -961,7 +1092,7 @@ pub fn finished(pod: &Pod) -> Option<Outcome> {
     let exit_code = match (terminated, result) {
         (Some(t), _) => Some(t.exit_code),
         (None, AtResult::Succeeded) => Some(0),
-        (None, AtResult::Failed) => None,
+        (None, AtResult::Failed | AtResult::DeadlineExceeded) => None,
     };
     let detail = terminated
         .and_then(|t| t.reason.clone().or_else(|| t.message.clone()))
@@ -977,6 +1108,13 @@ pub fn finished(pod: &Pod) -> Option<Outcome> {
             Some(d) => format!("pod {pod_name} failed: {d}"),
             None => format!("pod {pod_name} failed"),
         },
+        (AtResult::DeadlineExceeded, _) => format!(
+            "pod {pod_name} was stopped at its activeDeadlineSeconds: {}",
+            status
+                .message
+                .as_deref()
+                .unwrap_or("Pod was active on the node longer than the specified deadline")
+        ),
     };
     Some(Outcome {
         result,
@@ -1055,10 +1193,7 @@ mod tests {
                 resource_version: Some("7".into()),
                 ..ObjectMeta::default()
             },
-            spec: AtSpec {
-                schedule: schedule.into(),
-                command: command.into(),
-            },
+            spec: AtSpec::new(schedule, command),
             status,
         }
     }
@@ -1144,10 +1279,7 @@ mod tests {
         let owners = pod.metadata.owner_references.as_ref().unwrap();
         assert_eq!(owners.len(), 1);
         assert_eq!(owners[0].kind, "At");
-        assert_eq!(
-            owners[0].api_version,
-            "cnat.programming-kubernetes.info/v1alpha1"
-        );
+        assert_eq!(owners[0].api_version, "cnat.programming-kubernetes.info/v1");
         assert_eq!(owners[0].uid, "uid-at");
         assert_eq!(owners[0].controller, Some(true));
         let spec = pod.spec.as_ref().unwrap();
@@ -1348,8 +1480,8 @@ mod tests {
             ("tomorrow", "echo hi", "spec.schedule"),
             ("", "echo hi", "spec.schedule"),
             ("2030-06-01", "echo hi", "spec.schedule"),
-            ("2030-06-01T12:00:00Z", "", "spec.command"),
-            ("2030-06-01T12:00:00Z", "   ", "spec.command"),
+            ("2030-06-01T12:00:00Z", "", "spec.run.command"),
+            ("2030-06-01T12:00:00Z", "   ", "spec.run.command"),
         ] {
             let a = at(schedule, command, None);
             let p = plan(&a, PodState::Absent, ts(NOW));
@@ -1411,6 +1543,112 @@ mod tests {
         let p = plan(&a, PodState::Present(&pod), ts(NOW));
         assert_eq!(p.create_pod, None);
         assert!(p.status.unwrap().message.unwrap().contains("being deleted"));
+    }
+
+    #[test]
+    fn the_run_fields_reach_the_pod() {
+        let mut a = at("2030-06-01T11:00:00Z", "sleep 100", None);
+        let pod = new_pod(&a);
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.containers[0].image.as_deref(), Some("busybox:1.36"));
+        assert_eq!(spec.active_deadline_seconds, None);
+        a.spec.run.image = Some("alpine:3.20".into());
+        a.spec.run.active_deadline_seconds = Some(7);
+        let spec = new_pod(&a).spec.unwrap();
+        assert_eq!(spec.containers[0].image.as_deref(), Some("alpine:3.20"));
+        assert_eq!(spec.active_deadline_seconds, Some(7));
+    }
+
+    #[test]
+    fn a_pod_past_its_deadline_ends_the_at_deadline_exceeded() {
+        let mut a = at("2030-06-01T11:00:00Z", "sleep 100", None);
+        a.spec.run.active_deadline_seconds = Some(1);
+        let a = with_phase(a, ts(NOW));
+        // As the kubelet reports it (pkg/kubelet/active_deadline.go): Failed, DeadlineExceeded.
+        let mut pod = pod_of(&a, "Failed", Some(137));
+        let status = pod.status.as_mut().unwrap();
+        status.reason = Some("DeadlineExceeded".into());
+        status.message =
+            Some("Pod was active on the node longer than the specified deadline".into());
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Done));
+        assert_eq!(st.result, Some(AtResult::DeadlineExceeded));
+        assert_eq!(
+            st.message.as_deref(),
+            Some(
+                "pod example-at-pod was stopped at its activeDeadlineSeconds: Pod was active on the node longer than the specified deadline"
+            )
+        );
+        let ready =
+            crate::apis::conditions::find_condition(&st.conditions, CONDITION_READY).unwrap();
+        assert_eq!(ready.reason, "DeadlineExceeded");
+        assert_eq!(p.events[0].type_, PlannedEventType::Warning);
+        assert_eq!(p.events[0].reason, reason::DEADLINE_EXCEEDED);
+        // A plain failure is still Failed.
+        let failed = pod_of(&a, "Failed", Some(1));
+        assert_eq!(finished(&failed).unwrap().result, AtResult::Failed);
+    }
+
+    #[test]
+    fn the_finished_pod_is_deleted_ttl_after_done_and_the_at_stays_done() {
+        let mut a = at("2030-06-01T11:00:00Z", "true", None);
+        a.spec.run.ttl_seconds_after_finished = Some(30);
+        let a = with_phase(a, ts(NOW));
+        let mut pod = pod_of(&a, "Succeeded", Some(0));
+        pod.metadata.uid = Some("uid-pod".into());
+        let p = plan(&a, PodState::Present(&pod), ts(NOW));
+        // DONE is written, and the TTL timer set from the completion time.
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(30)));
+        let done = At {
+            status: p.status,
+            ..a
+        };
+        assert_eq!(done.phase(), AtPhase::Done);
+        // Early: wait for the rest of the TTL.
+        let p = plan(&done, PodState::Present(&pod), ts("2030-06-01T12:00:20Z"));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(10)));
+        assert_eq!(p.delete_pod, None);
+        // Due: delete our pod, with its UID; the status is not touched.
+        let p = plan(&done, PodState::Present(&pod), ts("2030-06-01T12:00:30Z"));
+        assert_eq!(
+            p.delete_pod,
+            Some(("example-at-pod".into(), "uid-pod".into()))
+        );
+        assert_eq!(p.status, None);
+        assert_eq!(p.events[0].reason, reason::POD_DELETED);
+        // Gone, being deleted, or not ours: nothing.
+        assert_eq!(
+            plan(&done, PodState::Absent, ts("2030-06-01T13:00:00Z")),
+            Plan::default()
+        );
+        let mut deleting = pod.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(ts(NOW)));
+        assert_eq!(
+            plan(
+                &done,
+                PodState::Present(&deleting),
+                ts("2030-06-01T13:00:00Z")
+            ),
+            Plan::default()
+        );
+        let mut foreign = pod.clone();
+        foreign.metadata.owner_references = None;
+        assert_eq!(
+            plan(
+                &done,
+                PodState::Present(&foreign),
+                ts("2030-06-01T13:00:00Z")
+            ),
+            Plan::default()
+        );
+        // Without a TTL the pod is kept.
+        let mut kept = done.clone();
+        kept.spec.run.ttl_seconds_after_finished = None;
+        assert_eq!(
+            plan(&kept, PodState::Present(&pod), ts("2031-01-01T00:00:00Z")),
+            Plan::default()
+        );
     }
 
     #[test]

@@ -51,7 +51,7 @@
 //! | `--metrics-secure` | false | `/metrics` over HTTPS, each scrape authenticated by a TokenReview and authorized by a SubjectAccessReview (`get` on `/metrics`): 401 / 403 otherwise ([`crate::metrics_auth`]; the deploy uses `:8443`) |
 //! | `--metrics-cert-dir` | | `tls.crt` and `tls.key` for `--metrics-secure`; without them a self-signed certificate is generated at start |
 //! | `--health-probe-bind-address` | `:8081` | `/healthz` and `/readyz`; `0` turns it off |
-//! | `--webhook-bind-address` | `:9443` | the admission webhook server (HTTPS, [`crate::webhook`]); `0` turns it off |
+//! | `--webhook-bind-address` | `:9443` | the webhook server (HTTPS: admission and `/convert`, [`crate::webhook`]); `0` turns it off |
 //! | `--webhook-cert-dir` | `/tmp/k8s-webhook-server/serving-certs` | its `tls.crt` / `tls.key`, reloaded when they change; the default dir without `tls.crt` means no webhook server |
 //! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
 //! | `--otlp-endpoint` | `$OTEL_EXPORTER_OTLP_ENDPOINT` | export the `sync` and `request` spans over OTLP/HTTP JSON to `{URL}/v1/traces` (an OpenTelemetry Collector, Jaeger: `http://localhost:4318`); see [`crate::otlp`] |

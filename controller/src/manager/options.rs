@@ -151,7 +151,7 @@ pub struct ManagerOptions {
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub verbosity: u8,
 
-    /// The admission webhook server's address (HTTPS: /validate-at, /mutate-at); 0 turns it off.
+    /// The webhook server's address (HTTPS: /validate-at, /mutate-at, /convert); 0 turns it off.
     #[arg(long, default_value = crate::webhook::DEFAULT_BIND_ADDRESS, value_name = "ADDR")]
     pub webhook_bind_address: String,
 

@@ -1,7 +1,14 @@
-//! `/validate-at` and `/mutate-at`: admission for `At` objects.
+//! `/validate-at` and `/mutate-at`: admission for `At` objects, in both versions.
 //!
 //! Without these, a bad At is stored and only the controller notices (an `InvalidSpec`
 //! condition and event after the fact). With them, `kubectl apply` is refused at the door.
+//!
+//! **Versions.** The webhook configurations (`artifacts/deploy/webhook/webhooks.yaml`) match
+//! `apiVersions: ["*"]`, so a request arrives in the version the client used, `v1` or
+//! `v1alpha1` (the API server converts only when a rule names other versions than the
+//! request's, under `matchPolicy: Equivalent`). Both are handled: a `v1alpha1` object is read
+//! through [`crate::apis::at::conversion::to_v1`] and checked as `v1`, and the field paths in an
+//! answer are the request's (`spec.command` for `v1alpha1`, `spec.run.command` for `v1`).
 //!
 //! **Validation** (`/validate-at`, CREATE and UPDATE):
 //!
@@ -20,6 +27,10 @@
 //!
 //! * an empty or missing `spec.schedule` becomes the request time ("run now"); that is why the
 //!   mutating webhook runs before the schema, which requires the field;
+//! * `v1`: a missing `spec.run.image` becomes [`DEFAULT_IMAGE`] on CREATE, and on UPDATE when
+//!   the stored object had an image (an At stored without one, through `v1alpha1` or before
+//!   the default existed, keeps its spec as it is, so a frozen spec stays unchanged; the
+//!   controller runs such an At in the default image). `v1alpha1` has no image field;
 //! * a schedule given with an offset (`2019-04-12T12:12:00+02:00`) is stored in UTC
 //!   (`2019-04-12T10:12:00Z`), the form the printer column and the controller's messages show.
 //!
@@ -29,22 +40,29 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::Decision;
-use crate::apis::at::{AtPhase, AtSpec};
+use crate::apis::at::conversion::{self, V1ALPHA1};
+use crate::apis::at::{AtPhase, AtSpec, DEFAULT_IMAGE};
 use crate::controllers::at::validate_spec;
 
 const GROUP_KIND: &str = "At.cnat.programming-kubernetes.info";
 
-fn spec_of(obj: &Value) -> AtSpec {
-    AtSpec {
-        schedule: obj["spec"]["schedule"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-        command: obj["spec"]["command"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned(),
-    }
+/// The object's spec as `v1` (a `v1alpha1` object is converted first), read leniently: a
+/// missing or mistyped field reads as empty and fails [`validate_spec`] with its name.
+fn spec_of(obj: &Value) -> Result<AtSpec, String> {
+    let v1 = if is_v1alpha1(obj) {
+        conversion::to_v1(obj.clone()).map_err(|e| e.to_string())?
+    } else {
+        obj.clone()
+    };
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    Ok(AtSpec::new(
+        text(&v1["spec"]["schedule"]),
+        text(&v1["spec"]["run"]["command"]),
+    ))
+}
+
+fn is_v1alpha1(obj: &Value) -> bool {
+    obj["apiVersion"].as_str() == Some(V1ALPHA1)
 }
 
 /// An `Invalid` Status with one cause, as `apierrors.NewInvalid` renders it.
@@ -74,10 +92,26 @@ pub fn validate(request: &Value) -> Decision {
         .as_str()
         .or_else(|| request["name"].as_str())
         .unwrap_or_default();
-    let spec = spec_of(obj);
+    let spec = match spec_of(obj) {
+        Ok(spec) => spec,
+        Err(e) => {
+            return invalid(
+                name,
+                "FieldValueInvalid",
+                "metadata.annotations",
+                &format!("Invalid value: {e}"),
+            );
+        }
+    };
     if let Err(e) = validate_spec(&spec) {
-        // "spec.command: <detail>" or "spec.schedule: <detail>".
+        // "spec.run.command: <detail>" or "spec.schedule: <detail>", named as the request's
+        // version names the field.
         let (field, detail) = e.split_once(": ").unwrap_or(("spec", e.as_str()));
+        let field = if is_v1alpha1(obj) && field == "spec.run.command" {
+            "spec.command"
+        } else {
+            field
+        };
         return invalid(
             name,
             "FieldValueInvalid",
@@ -131,6 +165,13 @@ pub fn default(request: &Value) -> Decision {
             }
         }
     }
+    if !is_v1alpha1(obj) && obj["spec"]["run"].is_object() && obj["spec"]["run"]["image"].is_null()
+    {
+        let old_had_image = !request["oldObject"]["spec"]["run"]["image"].is_null();
+        if op == "CREATE" || old_had_image {
+            patch.push(json!({"op": "add", "path": "/spec/run/image", "value": DEFAULT_IMAGE}));
+        }
+    }
     Decision::Allow {
         patch,
         warnings: vec![],
@@ -141,10 +182,86 @@ pub fn default(request: &Value) -> Decision {
 mod tests {
     use super::*;
 
+    /// A `v1alpha1` request (the book's shape, `spec.command`).
     fn req(op: &str, spec: Value, old: Option<Value>) -> Value {
         json!({"uid": "u", "operation": op,
-               "object": {"metadata": {"name": "a"}, "spec": spec},
+               "object": {"apiVersion": V1ALPHA1, "kind": "At", "metadata": {"name": "a"}, "spec": spec},
                "oldObject": old.unwrap_or(Value::Null)})
+    }
+
+    /// A `v1` request.
+    fn req_v1(op: &str, spec: Value, old: Option<Value>) -> Value {
+        json!({"uid": "u", "operation": op,
+               "object": {"apiVersion": conversion::V1, "kind": "At", "metadata": {"name": "a"}, "spec": spec},
+               "oldObject": old.unwrap_or(Value::Null)})
+    }
+
+    #[test]
+    fn v1_requests_are_validated_with_v1_field_paths() {
+        let d = validate(&req_v1(
+            "CREATE",
+            json!({"schedule": "2019-04-12T10:12:00Z", "run": {"command": ""}}),
+            None,
+        ));
+        let Decision::Deny(s) = d else {
+            panic!("allowed")
+        };
+        assert_eq!(s["details"]["causes"][0]["field"], "spec.run.command");
+        let ok = json!({"schedule": "2019-04-12T10:12:00Z", "run": {"command": "echo", "image": "alpine:3"}});
+        assert_eq!(
+            validate(&req_v1("CREATE", ok.clone(), None)),
+            Decision::allow()
+        );
+        // Frozen once running, in v1 too: the image cannot change under a running pod.
+        let old = json!({"apiVersion": conversion::V1, "metadata": {"name": "a"}, "spec": ok, "status": {"phase": "RUNNING"}});
+        let changed = json!({"schedule": "2019-04-12T10:12:00Z", "run": {"command": "echo", "image": "alpine:4"}});
+        assert!(matches!(
+            validate(&req_v1("UPDATE", changed, Some(old))),
+            Decision::Deny(_)
+        ));
+    }
+
+    #[test]
+    fn a_malformed_conversion_annotation_is_refused_with_its_field() {
+        let mut r = req(
+            "CREATE",
+            json!({"schedule": "2019-04-12T10:12:00Z", "command": "echo"}),
+            None,
+        );
+        r["object"]["metadata"]["annotations"] = json!({conversion::ANNOTATION: "{oops"});
+        let Decision::Deny(s) = validate(&r) else {
+            panic!("allowed")
+        };
+        assert_eq!(s["details"]["causes"][0]["field"], "metadata.annotations");
+    }
+
+    #[test]
+    fn v1_defaults_fill_the_image() {
+        let spec = json!({"schedule": "2019-04-12T10:12:00Z", "run": {"command": "e"}});
+        let Decision::Allow { patch, .. } = default(&req_v1("CREATE", spec.clone(), None)) else {
+            panic!()
+        };
+        assert_eq!(
+            patch,
+            vec![json!({"op": "add", "path": "/spec/run/image", "value": "busybox:1.36"})]
+        );
+        // An explicit image is kept; v1alpha1 has no image to fill.
+        let given = json!({"schedule": "2019-04-12T10:12:00Z", "run": {"command": "e", "image": "alpine:3"}});
+        assert_eq!(default(&req_v1("CREATE", given, None)), Decision::allow());
+        assert_eq!(
+            default(&req(
+                "CREATE",
+                json!({"schedule": "2019-04-12T10:12:00Z", "command": "e"}),
+                None
+            )),
+            Decision::allow()
+        );
+        // An update of an At stored without an image leaves its spec alone.
+        let old = json!({"spec": spec});
+        assert_eq!(
+            default(&req_v1("UPDATE", spec, Some(old))),
+            Decision::allow()
+        );
     }
 
     #[test]

@@ -1,14 +1,18 @@
-//! # The manager's webhook server (admission), controller-runtime style
+//! # The manager's webhook server (admission and conversion), controller-runtime style
 //!
 //! An admission webhook is an HTTPS endpoint the API server calls on every matching write,
 //! before anything is stored (see the embedded server's `admission` module for the caller's
-//! side). This module is the callee: the manager's `pkg/webhook` of controller-runtime.
+//! side); a conversion webhook is one it calls to change an object's API version. This module
+//! is the callee: the manager's `pkg/webhook` of controller-runtime.
 //!
 //! ```text
 //! kube-apiserver ──POST AdmissionReview──> :9443 (TLS, tls.crt/tls.key from --webhook-cert-dir)
 //!                                           ├─ /validate-at → at::validate → allowed / denied + causes
 //!                                           └─ /mutate-at   → at::default  → allowed + JSONPatch
 //!                <──AdmissionReview{response}──
+//! kube-apiserver ──POST ConversionReview─> :9443
+//!                                           └─ /convert     → convert::answer → convertedObjects
+//!                <──ConversionReview{response}──
 //! ```
 //!
 //! * **Listener** (`--webhook-bind-address`, default `:9443`, `0` turns it off): HTTPS only,
@@ -31,9 +35,12 @@
 //!   answer), `controller_runtime_webhook_latency_seconds{webhook}` (Prometheus' default
 //!   buckets), `controller_runtime_webhook_requests_in_flight{webhook}`.
 //!
-//! The handlers of the At kind are in [`at`].
+//! The handlers of the At kind are in [`at`], the conversion endpoint in [`convert`]; both
+//! share the listener, certificate, limits and metrics above (label `webhook="/convert"` for
+//! conversions, whose `code` is 200, or 400 for a body that is not a ConversionReview).
 
 pub mod at;
+pub mod convert;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -263,10 +270,20 @@ impl Decision {
 /// An admission endpoint: a path and the function deciding its reviews' `request`s.
 pub type Handler = fn(&Value) -> Decision;
 
+/// What a path serves.
+#[derive(Clone, Copy, Debug)]
+pub enum Route {
+    /// AdmissionReviews, decided by the handler.
+    Admission(Handler),
+    /// ConversionReviews ([`convert`]).
+    Conversion,
+}
+
 /// The paths served, with their handlers.
-pub const ROUTES: &[(&str, Handler)] = &[
-    ("/validate-at", at::validate as Handler),
-    ("/mutate-at", at::default as Handler),
+pub const ROUTES: &[(&str, Route)] = &[
+    ("/validate-at", Route::Admission(at::validate as Handler)),
+    ("/mutate-at", Route::Admission(at::default as Handler)),
+    ("/convert", Route::Conversion),
 ];
 
 /// An `AdmissionReview` answer for `request` with `decision`, in the request's version.
@@ -445,7 +462,7 @@ async fn handle(
     metrics: &WebhookMetrics,
 ) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_owned();
-    let Some((_, handler)) = ROUTES.iter().find(|(p, _)| *p == path) else {
+    let Some((_, route)) = ROUTES.iter().find(|(p, _)| *p == path) else {
         return plain(StatusCode::NOT_FOUND, "404 page not found\n");
     };
     let webhook: Labels = vec![("webhook".into(), path.clone())];
@@ -464,10 +481,20 @@ async fn handle(
             .collect()
             .await
         {
-            Ok(b) => {
-                let (s, v) = answer(*handler, content_type.as_deref(), &b.to_bytes());
-                (s, Some(v))
-            }
+            Ok(b) => match route {
+                Route::Admission(handler) => {
+                    let (s, v) = answer(*handler, content_type.as_deref(), &b.to_bytes());
+                    (s, Some(Ok(v)))
+                }
+                Route::Conversion => {
+                    match convert::answer(content_type.as_deref(), &b.to_bytes()) {
+                        convert::ConvertAnswer::Review(v) => (StatusCode::OK, Some(Ok(v))),
+                        convert::ConvertAnswer::BadRequest(text) => {
+                            (StatusCode::BAD_REQUEST, Some(Err(text)))
+                        }
+                    }
+                }
+            },
             Err(_) => (StatusCode::PAYLOAD_TOO_LARGE, None),
         }
     };
@@ -480,7 +507,8 @@ async fn handle(
     metrics.total.get_or_create(&labels).inc();
     in_flight.dec();
     match body {
-        Some(v) => Response::builder()
+        Some(Err(text)) => plain(status, &format!("{text}\n")),
+        Some(Ok(v)) => Response::builder()
             .status(status)
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(v.to_string())))

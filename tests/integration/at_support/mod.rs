@@ -228,10 +228,7 @@ pub fn at(name: &str, schedule: &str, command: &str) -> At {
             namespace: Some(NS.to_string()),
             ..ObjectMeta::default()
         },
-        spec: AtSpec {
-            schedule: schedule.to_string(),
-            command: command.to_string(),
-        },
+        spec: AtSpec::new(schedule, command),
         status: None,
     }
 }

@@ -57,10 +57,7 @@ pub async fn at(client: &Client, ns: &str, name: &str) -> At {
             namespace: Some(ns.into()),
             ..Default::default()
         },
-        spec: AtSpec {
-            schedule: "2030-01-01T10:00:00Z".into(),
-            command: "echo hello".into(),
-        },
+        spec: AtSpec::new("2030-01-01T10:00:00Z", "echo hello"),
         ..Default::default()
     };
     // The CRD's resources are served as soon as it is created.

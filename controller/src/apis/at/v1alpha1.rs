@@ -1,4 +1,7 @@
-//! `At` (`cnat.programming-kubernetes.info/v1alpha1`): run a command once, at a given time.
+//! `At` **`v1alpha1`** (`cnat.programming-kubernetes.info/v1alpha1`): the book's shape, still
+//! served, deprecated in favour of [`super::v1`] (see [`super`] for why and how the two versions
+//! convert). Nothing here changed when `v1` arrived: an object written against this version
+//! reads back exactly as it was written.
 //!
 //! The book's example, which applies unchanged:
 //!
@@ -57,7 +60,7 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use super::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_resource};
+use crate::apis::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_resource};
 
 custom_resource! {
     /// An `At` object: run `spec.command` at `spec.schedule`.
@@ -70,6 +73,10 @@ custom_resource! {
     kind = "At",
     plural = "ats",
 }
+
+/// The `deprecationWarning` of this version in the CRD: what `kubectl` prints (as a
+/// `Warning:` line) on every request that uses it.
+pub const DEPRECATION_WARNING: &str = "cnat.programming-kubernetes.info/v1alpha1 At is deprecated; use cnat.programming-kubernetes.info/v1 At";
 
 impl CustomResourceExt for At {
     const SINGULAR: &'static str = "at";
