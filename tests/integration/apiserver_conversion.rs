@@ -538,6 +538,13 @@ async fn a_failing_webhook_gives_the_real_servers_errors() {
         r.body["message"],
         "conversion webhook for conv.example.com/v2, Kind=Widget returned 2 objects, expected 1"
     );
+    // A LIST of one item is still a list.
+    let r = api.get(&widgets("v1")).await;
+    assert_eq!(r.code, 500, "{:?}", r.body);
+    assert_eq!(
+        r.body["message"],
+        "conversion webhook for conv.example.com/v2, Kind=WidgetList returned 2 objects, expected 1"
+    );
     hook.set(Mode::WrongVersion);
     let r = api.get(&widget("v1", "x")).await;
     assert_eq!(
