@@ -322,6 +322,19 @@ async fn every_verb_in_the_other_version_goes_through_the_webhook() {
     assert_eq!(r.code, 422, "{:?}", r.body);
     assert_eq!(hook.calls(), calls, "an invalid object is not converted");
 
+    // A dry run in v1 is computed in v1 and stores (and converts) nothing.
+    let calls = hook.calls();
+    let r = api
+        .post(
+            &format!("{}?dryRun=All", widgets("v1")),
+            &v1_widget("dry", 1),
+        )
+        .await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+    assert_eq!(r.body["spec"], json!({"size": 1}));
+    assert!(cluster::get(&server, STORAGE, "default", "dry").is_none());
+    assert_eq!(hook.calls(), calls);
+
     // Read in the storage version: no webhook call.
     let calls = hook.calls();
     let r = api.get(&widget("v2", "a")).await;
