@@ -384,7 +384,9 @@ fn failure(message: String) -> ApiError {
 
 /// Converts `objects` to `desired` (`group/version`) through `hook`: one `ConversionReview`
 /// for every object not already in that version (none sent when there is none), the answer
-/// checked, metadata restored. `gvk` names the input in messages (`g/v, Kind=K`).
+/// checked, metadata restored. `gvk` names the input in messages (`g/v, Kind=K`); `list` says
+/// whether the objects are a list's items (which words the messages as the real converter's
+/// list branch does).
 pub async fn convert(
     clients: &ClientManager,
     hook: &WebhookConversion,
@@ -392,6 +394,7 @@ pub async fn convert(
     mut objects: Vec<Value>,
     desired: &str,
     gvk: &str,
+    list: bool,
 ) -> Result<Vec<Value>, ApiError> {
     let indices: Vec<usize> = objects
         .iter()
@@ -424,7 +427,6 @@ pub async fn convert(
             indices.len()
         )));
     }
-    let list = objects.len() > 1 || indices.len() > 1;
     let invalid_at = if list {
         "invalid converted object at index"
     } else {
@@ -581,13 +583,14 @@ fn go_type(v: &Value) -> &'static str {
     }
 }
 
-/// Converts objects of `def`'s resource to `desired` through its webhook (in one review);
-/// objects are returned as they are when the CRD has no webhook.
+/// Converts objects of `def`'s resource to `desired` through its webhook (in one review; `list`:
+/// they are a list's items); objects are returned as they are when the CRD has no webhook.
 pub async fn convert_all(
     shared: &Shared,
     def: &ResourceDef,
     objects: Vec<Value>,
     desired: &str,
+    list: bool,
 ) -> Result<Vec<Value>, ApiError> {
     let Some(hook) = webhook_of(def) else {
         return Ok(objects);
@@ -595,7 +598,7 @@ pub async fn convert_all(
     let Some(first) = objects.iter().find(|o| api_version_of(o) != desired) else {
         return Ok(objects);
     };
-    let kind = if objects.len() > 1 {
+    let kind = if list {
         def.list_kind.clone()
     } else {
         def.kind.clone()
@@ -609,6 +612,7 @@ pub async fn convert_all(
         objects,
         desired,
         &gvk,
+        list,
     )
     .await
 }
@@ -619,7 +623,7 @@ pub async fn to_served(shared: &Shared, def: &ResourceDef, obj: Value) -> Result
     if webhook_of(def).is_none() || api_version_of(&obj) == def.api_version() {
         return Ok(obj);
     }
-    let mut out = convert_all(shared, def, vec![obj], &def.api_version()).await?;
+    let mut out = convert_all(shared, def, vec![obj], &def.api_version(), false).await?;
     out.pop()
         .ok_or_else(|| failure("conversion webhook returned no object".into()))
 }
@@ -633,7 +637,7 @@ pub async fn items_to_served(
     if webhook_of(def).is_none() {
         return Ok(items);
     }
-    convert_all(shared, def, items, &def.api_version()).await
+    convert_all(shared, def, items, &def.api_version(), true).await
 }
 
 /// An answer body as `def` serves it: an object of its kind converted, a list's items
@@ -747,7 +751,8 @@ pub async fn run(
             return Ok((code, computed));
         }
         // 3. The result in the storage version.
-        let mut converted = convert_all(shared, def, vec![computed], &storage_api_version).await?;
+        let mut converted =
+            convert_all(shared, def, vec![computed], &storage_api_version, false).await?;
         let to_store = converted
             .pop()
             .ok_or_else(|| failure("conversion webhook returned no object".into()))?;

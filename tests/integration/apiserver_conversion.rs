@@ -322,6 +322,19 @@ async fn every_verb_in_the_other_version_goes_through_the_webhook() {
     assert_eq!(r.code, 422, "{:?}", r.body);
     assert_eq!(hook.calls(), calls, "an invalid object is not converted");
 
+    // A dry run in v1 is computed in v1 and stores (and converts) nothing.
+    let calls = hook.calls();
+    let r = api
+        .post(
+            &format!("{}?dryRun=All", widgets("v1")),
+            &v1_widget("dry", 1),
+        )
+        .await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+    assert_eq!(r.body["spec"], json!({"size": 1}));
+    assert!(cluster::get(&server, STORAGE, "default", "dry").is_none());
+    assert_eq!(hook.calls(), calls);
+
     // Read in the storage version: no webhook call.
     let calls = hook.calls();
     let r = api.get(&widget("v2", "a")).await;
@@ -537,6 +550,13 @@ async fn a_failing_webhook_gives_the_real_servers_errors() {
     assert_eq!(
         r.body["message"],
         "conversion webhook for conv.example.com/v2, Kind=Widget returned 2 objects, expected 1"
+    );
+    // A LIST of one item is still a list.
+    let r = api.get(&widgets("v1")).await;
+    assert_eq!(r.code, 500, "{:?}", r.body);
+    assert_eq!(
+        r.body["message"],
+        "conversion webhook for conv.example.com/v2, Kind=WidgetList returned 2 objects, expected 1"
     );
     hook.set(Mode::WrongVersion);
     let r = api.get(&widget("v1", "x")).await;

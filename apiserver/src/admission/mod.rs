@@ -651,6 +651,7 @@ async fn hook_view(
                 &target.def,
                 vec![o.clone()],
                 &chosen.def.api_version(),
+                false,
             )
             .await?;
             Ok(out.pop())
@@ -686,11 +687,16 @@ async fn apply_verdict_seen(
             chosen.hook.name
         ))
     })?;
-    let back =
-        crate::conversion::convert_all(shared, &target.def, vec![shown], &target.def.api_version())
-            .await?
-            .pop()
-            .unwrap_or(Value::Null);
+    let back = crate::conversion::convert_all(
+        shared,
+        &target.def,
+        vec![shown],
+        &target.def.api_version(),
+        false,
+    )
+    .await?
+    .pop()
+    .unwrap_or(Value::Null);
     if back == *obj {
         return Ok(false);
     }
