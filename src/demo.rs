@@ -8,22 +8,33 @@
 //!    ([`embedded_apiserver::runtime`]): each pod's command really runs as a child process of
 //!    the demo, its output is what `kubectl logs` prints, and its exit code decides the pod's
 //!    phase. It writes a kubeconfig so you can watch from another terminal with `kubectl`;
-//! 2. installs the **At CRD** generated from [`sample_controller::apis::At`] (and the CRDs of the other
-//!    selected operators);
+//! 2. installs the **At CRD** generated from [`sample_controller::apis::At`]: `v1` stored,
+//!    the book's `v1alpha1` still served, `conversion: Webhook` pointing at the manager (and
+//!    the CRDs of the other selected operators). The demo plays cert-manager and the cluster's
+//!    Service for the manager's **webhook server** (the `webhooks` submodule): it mints a CA and
+//!    a serving certificate, maps the webhook Service to the manager's port, and injects the
+//!    CA into the CRD and the admission webhook configurations of `artifacts/deploy/webhook/`;
 //! 3. starts the **controller manager** ([`sample_controller::manager::Manager`]) exactly as
-//!    `sample-controller run` would, talking to that server over real HTTP;
-//! 4. creates the four Ats of the story (three stored, one refused at admission):
+//!    `sample-controller run` would, talking to that server over real HTTP, with its webhook
+//!    server answering `/convert`, `/mutate-at` and `/validate-at`;
+//! 4. creates the Ats of the story (two stored, two refused at admission):
 //!    * `example-at`: the book's `artifacts/examples/cnat-example.yaml` (`echo YAY`), its
-//!      schedule moved a few seconds ahead;
+//!      schedule moved a few seconds ahead, created **in `v1alpha1`** and read back **as
+//!      `v1`** (`spec.command` became `spec.run.command`, `spec.run.image` was defaulted by
+//!      `/mutate-at`);
 //!    * `failing-at`: a command that exits 3 (a real `sh -c "exit 3"`), to show `result:
-//!      Failed` and its exit code;
+//!      Failed` and its exit code; created **in `v1`** with `activeDeadlineSeconds`, a field
+//!      `v1alpha1` has no place for, and read back **as `v1alpha1`**: the field waits in an
+//!      annotation, so a `v1alpha1` client's update loses nothing;
+//!    * `blank-command`: a command of spaces, which passes the schema's `minLength` but cannot
+//!      run: the manager's `/validate-at` webhook refuses it, and the demo prints the
+//!      webhook's message (were it let through, the controller would mark it with a Warning
+//!      `InvalidSpec` event and condition and never retry it until the spec changes, and the
+//!      demo would wait for that Warning);
 //!    * `not-a-time`: a schedule that is not a time. A server that checks the CRD's
 //!      `format: date-time` rejects it at admission (the first line of defence; the demo prints
 //!      the rejection); a server that lets it through leaves it to the controller, which marks
 //!      it with a Warning `InvalidSpec` event and condition;
-//!    * `blank-command`: a command of spaces, which passes the schema's `minLength` but cannot
-//!      run; the controller marks it with a Warning `InvalidSpec` event and condition, and
-//!      never retries it until the spec changes;
 //! 5. prints every phase change and every event as the controller produces them, read from its
 //!    own informers (the same machinery the controller uses);
 //! 6. once both runnable Ats are `DONE` and every invalid one the server accepted carries its
@@ -56,13 +67,17 @@ use tokio_util::sync::CancellationToken;
 use apimachinery::duration::{format as format_duration, parse as parse_go_duration};
 use embedded_apiserver::ApiServer;
 use sample_controller::apis::conditions::find_condition;
+use sample_controller::apis::at::conversion;
+use sample_controller::apis::at::v1alpha1::At as AtV1alpha1;
 use sample_controller::apis::{At, AtPhase, AtSpec, ConditionStatus};
 use sample_controller::cache::{EventHandlerFns, SharedInformerFactory};
 use sample_controller::client::{self, Api, Client, Config, PostParams};
 use sample_controller::controllers::at::{CONDITION_INVALID_SPEC, reason};
 use sample_controller::manager::{ClientSource, LogFormat, Manager, ManagerConfig};
+use sample_controller::webhook::WebhookServerConfig;
 
 mod operators;
+mod webhooks;
 
 /// The book's `cnat-example.yaml`, compiled in.
 const BOOK_EXAMPLE: &str = include_str!("../artifacts/examples/cnat-example.yaml");
@@ -181,9 +196,19 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let operators = operators::resolve(&opts.operators)?;
     let with_at = operators.contains(&"at");
     let started = Instant::now();
-    let server = ApiServer::builder()
+    // The manager's webhooks (conversion and admission of Ats), wired in as a cluster would.
+    let hooks = if with_at {
+        Some(webhooks::DemoWebhooks::prepare()?)
+    } else {
+        None
+    };
+    let mut builder = ApiServer::builder()
         .simulate(true)
-        .node_runtime(embedded_apiserver::runtime::NodeRuntime::Process)
+        .node_runtime(embedded_apiserver::runtime::NodeRuntime::Process);
+    if let Some(h) = &hooks {
+        builder = builder.service_endpoint(webhooks::SERVICE, &h.addr.to_string());
+    }
+    let server = builder
         .start()
         .await
         .map_err(|e| DemoError::Server(e.to_string()))?;
@@ -221,11 +246,11 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     println!("  every line says its story: [time] story | what happened");
     println!();
 
-    if with_at {
-        install_at_crd(&client).await?;
+    if let Some(h) = &hooks {
+        h.install_at_crd(&client).await?;
         say(
             started,
-            "installed the CRD ats.cnat.programming-kubernetes.info",
+            "installed the CRD ats.cnat.programming-kubernetes.info (v1 stored, v1alpha1 served; conversion by the manager's /convert)",
         );
     }
     operators::install_crds(&client, &operators, started).await?;
@@ -261,7 +286,25 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         otlp: None,
     };
     let manager_stop = CancellationToken::new();
-    let manager = tokio::spawn(Manager::new(manager_cfg, client.clone()).run(manager_stop.clone()));
+    let manager = tokio::spawn(
+        Manager::new(manager_cfg, client.clone())
+            .with_webhook_server(hooks.as_ref().map(|h| WebhookServerConfig {
+                addr: h.addr,
+                cert_dir: h.cert_dir.clone(),
+            }))
+            .run(manager_stop.clone()),
+    );
+    if let Some(h) = &hooks {
+        webhooks::wait_listening(h.addr, Duration::from_secs(30)).await?;
+        h.install_admission(&client).await?;
+        say(
+            started,
+            &format!(
+                "the manager's webhook server listens on https://{} (/convert, /mutate-at, /validate-at); admission webhooks registered",
+                h.addr
+            ),
+        );
+    }
 
     // The other operators' stories run beside the At's.
     let deadline = started + opts.timeout;
@@ -299,7 +342,11 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
                 .unwrap_or_else(|p| p.into_inner())
                 .expect_invalid
                 .join(" and ");
-            println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
+            if invalid.is_empty() {
+                println!("done: example-at and failing-at are DONE; the invalid Ats were refused at admission.");
+            } else {
+                println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
+            }
             println!(
                 "      the API server saw {} pod creations: one per runnable At, none before its schedule:",
                 runs.len()
@@ -333,7 +380,10 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
             );
             if with_at {
                 println!(
-                    "  why:    kubectl --kubeconfig {path} describe at blank-command   (events, conditions)"
+                    "  why:    kubectl --kubeconfig {path} describe at example-at   (events, conditions)"
+                );
+                println!(
+                    "  shapes: kubectl --kubeconfig {path} get ats.v1alpha1.cnat.programming-kubernetes.info -o yaml   (the book's version, converted by /convert)"
                 );
             }
             println!(
@@ -385,44 +435,96 @@ async fn at_story(
     let due = sample_controller::apis::conditions::truncate_to_seconds(due);
     let due_str = due.to_string();
     let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);
+    let alpha_ats = Api::<AtV1alpha1>::namespaced(client.clone(), DEMO_NAMESPACE);
     let pp = PostParams::default();
-    // The book's example, exactly as shipped (`v1alpha1`), with only its schedule moved; read
-    // as `v1` through the same conversion the manager's `/convert` webhook serves.
-    let book = |e: String| DemoError::Api {
-        what: "reading artifacts/examples/cnat-example.yaml".to_string(),
-        source: client::Error::Other(e),
-    };
-    let alpha: serde_json::Value =
-        serde_yaml_ng::from_str(BOOK_EXAMPLE).map_err(|e| book(e.to_string()))?;
-    let v1 = sample_controller::apis::at::conversion::convert(
-        alpha,
-        sample_controller::apis::at::conversion::V1,
-    )
-    .map_err(|e| book(e.to_string()))?;
-    let mut example: At = serde_json::from_value(v1).map_err(|e| book(e.to_string()))?;
+    // The book's example, exactly as shipped (`v1alpha1`), with only its schedule moved, is
+    // created in `v1alpha1` and read back as `v1`: the API server stores `v1` and converts
+    // both ways through the manager's `/convert`.
+    let mut example: AtV1alpha1 =
+        serde_yaml_ng::from_str(BOOK_EXAMPLE).map_err(|e| DemoError::Api {
+            what: "reading artifacts/examples/cnat-example.yaml".to_string(),
+            source: client::Error::Other(e.to_string()),
+        })?;
     example.metadata.namespace = Some(DEMO_NAMESPACE.to_string());
     example.spec.schedule = due_str.clone();
-    for at in [
-        example,
-        new_at("failing-at", &due_str, "exit 3"),
-        new_at("blank-command", &due_str, "   "),
-    ] {
-        let name = at.metadata.name.clone().unwrap_or_default();
-        ats.create(&pp, &at)
-            .await
-            .map_err(api_err(format!("creating At {name}")))?;
-        say(
+    alpha_ats
+        .create(&pp, &example)
+        .await
+        .map_err(api_err("creating At example-at in v1alpha1"))?;
+    say(
+        started,
+        &format!(
+            "created at/example-at     in v1alpha1: schedule {}  command {:?}",
+            example.spec.schedule, example.spec.command
+        ),
+    );
+    let as_v1 = ats
+        .get("example-at")
+        .await
+        .map_err(api_err("reading At example-at as v1"))?;
+    say(
+        started,
+        &format!(
+            "  read back as v1:          spec.run.command {:?}  spec.run.image {:?} (defaulted by /mutate-at)",
+            as_v1.spec.run.command,
+            as_v1.spec.run.image.as_deref().unwrap_or("")
+        ),
+    );
+    // And the other way: a `v1` At with a field `v1alpha1` has no place for, read back as
+    // `v1alpha1`; the field waits in an annotation, so nothing is lost on the way back.
+    let mut failing = new_at("failing-at", &due_str, "exit 3");
+    failing.spec.run.active_deadline_seconds = Some(60);
+    ats.create(&pp, &failing)
+        .await
+        .map_err(api_err("creating At failing-at"))?;
+    say(
+        started,
+        &format!(
+            "created at/failing-at     in v1: schedule {}  run {{command: \"exit 3\", activeDeadlineSeconds: 60}}",
+            failing.spec.schedule
+        ),
+    );
+    let as_alpha = alpha_ats
+        .get("failing-at")
+        .await
+        .map_err(api_err("reading At failing-at as v1alpha1"))?;
+    let kept = as_alpha
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(conversion::ANNOTATION))
+        .map(String::as_str)
+        .unwrap_or("(none)");
+    say(
+        started,
+        &format!(
+            "  read back as v1alpha1:    spec.command {:?}; kept for v1 in annotation {}: {kept}",
+            as_alpha.spec.command,
+            conversion::ANNOTATION
+        ),
+    );
+    // A command of spaces passes the schema's minLength; the manager's /validate-at refuses it
+    // before it is stored. Without the webhook, the controller would mark it InvalidSpec.
+    match ats
+        .create(&pp, &new_at("blank-command", &due_str, "   "))
+        .await
+    {
+        Err(e) if matches!(e.code(), Some(400..=499)) => say(
             started,
-            &format!(
-                "created at/{name:<14} schedule {}  command {:?}",
-                at.spec.schedule, at.spec.run.command
-            ),
-        );
+            &format!("the manager's /validate-at webhook refused at/blank-command at admission: {e}"),
+        ),
+        Err(e) => return Err(api_err("creating At blank-command")(e)),
+        Ok(_) => {
+            say(
+                started,
+                "created at/blank-command  command \"   \" (admission let it through; the controller will not run it)",
+            );
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .expect_invalid
+                .push("blank-command".to_string());
+        }
     }
-    seen.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .expect_invalid
-        .push("blank-command".to_string());
     match ats
         .create(&pp, &new_at("not-a-time", "tomorrow at noon", "echo never"))
         .await
@@ -580,16 +682,6 @@ fn new_at(name: &str, schedule: &str, command: &str) -> At {
     }
 }
 
-/// Creates the At CRD in the cluster behind `client`; AlreadyExists counts as success.
-pub async fn install_at_crd(client: &Client) -> Result<(), DemoError> {
-    sample_controller::apis::crds::install::<At>(client)
-        .await
-        .map_err(|e| DemoError::Api {
-            what: "installing the At CRD".to_string(),
-            source: client::Error::Other(e.to_string()),
-        })
-}
-
 async fn write_private(path: &std::path::Path, contents: &str) -> Result<(), DemoError> {
     let err = |source| DemoError::Kubeconfig {
         path: path.display().to_string(),
@@ -742,12 +834,13 @@ fn still_waiting(seen: &Mutex<Seen>) -> Option<String> {
             waiting.push(format!("{name} to be DONE"));
         }
     }
-    let warned = s.warnings.contains(&(
-        "blank-command".to_string(),
-        reason::INVALID_SPEC.to_string(),
-    ));
-    if !(s.invalid.contains("blank-command") && warned) {
-        waiting.push("blank-command's InvalidSpec warning".to_string());
+    for name in &s.expect_invalid {
+        let warned = s
+            .warnings
+            .contains(&(name.clone(), reason::INVALID_SPEC.to_string()));
+        if !(s.invalid.contains(name) && warned) {
+            waiting.push(format!("{name}'s InvalidSpec warning"));
+        }
     }
     (!waiting.is_empty()).then(|| waiting.join(", "))
 }
