@@ -243,13 +243,24 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
     create_at(&client, &at("ok", &now, "echo YAY")).await;
     create_at(&client, &at("bad", &now, "exit 2")).await;
     create_at(&client, &at("blank", &now, " ")).await;
+    // v1's ttlSecondsAfterFinished: the manager deletes the finished pod (granted: pods delete).
+    let mut ttl = at("ttl", &now, "true");
+    ttl.spec.run.ttl_seconds_after_finished = Some(0);
+    create_at(&client, &ttl).await;
     wait_for_pod(&client, "ok-pod").await;
     wait_for_pod(&client, "bad-pod").await;
+    wait_for_pod(&client, "ttl-pod").await;
     finish_pod(&client, "ok-pod", 0).await;
     finish_pod(&client, "bad-pod", 2).await;
+    finish_pod(&client, "ttl-pod", 0).await;
     wait_for_phase(&client, "ok", AtPhase::Done).await;
     wait_for_phase(&client, "bad", AtPhase::Done).await;
     wait_for_event(&client, "blank", "InvalidSpec").await;
+    wait_for_phase(&client, "ttl", AtPhase::Done).await;
+    wait_until("ttl-pod deleted by the manager", || async {
+        !pod_exists(&client, "ttl-pod").await
+    })
+    .await;
     manager.stop().await.unwrap();
     let forbidden = server.request_log().count_where(|k| k.code == 403);
     assert_eq!(

@@ -1947,7 +1947,14 @@ mod tests {
             serde_yaml_ng::from_str(&std::fs::read_to_string(root.join(p)).unwrap()).unwrap()
         };
         let crd = read("crds/ats.cnat.programming-kubernetes.info.yaml");
-        let columns = crd_columns(&crd["spec"]["versions"][0]["additionalPrinterColumns"]);
+        // The book's example is a v1alpha1 object: that version's columns.
+        let v1alpha1 = crd["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "v1alpha1")
+            .unwrap();
+        let columns = crd_columns(&v1alpha1["additionalPrinterColumns"]);
         let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(
             names,

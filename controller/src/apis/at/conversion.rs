@@ -154,13 +154,13 @@ pub fn to_v1(mut obj: Value) -> Result<Value, ConversionError> {
         Some(mut m) => (m.remove("run"), m.remove("result")),
         None => (None, None),
     };
-    if let Some(run) = &saved_run {
-        if !run.is_object() {
-            return Err(malformed(
-                &obj,
-                format!("metadata.annotations[{ANNOTATION:?}]: \"run\" must be a JSON object"),
-            ));
-        }
+    if let Some(run) = &saved_run
+        && !run.is_object()
+    {
+        return Err(malformed(
+            &obj,
+            format!("metadata.annotations[{ANNOTATION:?}]: \"run\" must be a JSON object"),
+        ));
     }
     if let Some(spec) = obj.get("spec") {
         if !spec.is_object() {
@@ -193,12 +193,11 @@ pub fn to_v1(mut obj: Value) -> Result<Value, ConversionError> {
             spec.insert("run".into(), Value::Object(run));
         }
     }
-    if let Some(result) = saved_result {
-        if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
-            if status.get("result").and_then(Value::as_str) == Some("Failed") {
-                status.insert("result".into(), result);
-            }
-        }
+    if let Some(result) = saved_result
+        && let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut)
+        && status.get("result").and_then(Value::as_str) == Some("Failed")
+    {
+        status.insert("result".into(), result);
     }
     obj["apiVersion"] = Value::from(V1);
     Ok(obj)
@@ -219,31 +218,30 @@ pub fn to_v1alpha1(mut obj: Value) -> Result<Value, ConversionError> {
                 "spec.command is not a v1 field (it is v1alpha1's); refusing to overwrite it",
             ));
         }
-        if let Some(run) = spec.get("run") {
-            if !run.is_object() {
-                return Err(malformed(&obj, "spec.run must be an object"));
-            }
+        if let Some(run) = spec.get("run")
+            && !run.is_object()
+        {
+            return Err(malformed(&obj, "spec.run must be an object"));
         }
     }
-    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
-        if let Some(Value::Object(mut run)) = spec.remove("run") {
-            let command = run.remove("command");
-            // Keep the rest; and keep even an empty run when there is no command, or the way
-            // back could not tell "no run" from "an empty run".
-            if !run.is_empty() || command.is_none() {
-                saved.insert("run".into(), Value::Object(run));
-            }
-            if let Some(c) = command {
-                spec.insert("command".into(), c);
-            }
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+        && let Some(Value::Object(mut run)) = spec.remove("run")
+    {
+        let command = run.remove("command");
+        // Keep the rest; and keep even an empty run when there is no command, or the way
+        // back could not tell "no run" from "an empty run".
+        if !run.is_empty() || command.is_none() {
+            saved.insert("run".into(), Value::Object(run));
+        }
+        if let Some(c) = command {
+            spec.insert("command".into(), c);
         }
     }
-    if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut) {
-        if status.get("result").and_then(Value::as_str) == Some("DeadlineExceeded") {
-            if let Some(r) = status.insert("result".into(), Value::from("Failed")) {
-                saved.insert("result".into(), r);
-            }
-        }
+    if let Some(status) = obj.get_mut("status").and_then(Value::as_object_mut)
+        && status.get("result").and_then(Value::as_str) == Some("DeadlineExceeded")
+        && let Some(r) = status.insert("result".into(), Value::from("Failed"))
+    {
+        saved.insert("result".into(), r);
     }
     // The key is reserved: whatever a v1 object carried under it is replaced (or dropped).
     take_annotation_unchecked(&mut obj);
