@@ -879,10 +879,15 @@ pub fn new_pod(at: &At) -> Pod {
         metadata: ObjectMeta {
             name: Some(at.pod_name()),
             namespace: at.metadata.namespace.clone(),
-            labels: Some(BTreeMap::from([
-                ("app".to_string(), name),
-                (LABEL_MANAGED_BY.to_string(), CONTROLLER_NAME.to_string()),
-            ])),
+            labels: Some(BTreeMap::from_iter(
+                [
+                    ("app".to_string(), name),
+                    (LABEL_MANAGED_BY.to_string(), CONTROLLER_NAME.to_string()),
+                ]
+                .into_iter()
+                // A shard's pod cache sees the pod only with the At's shard label.
+                .chain(crate::sharding::shard_labels(&at.metadata)),
+            )),
             owner_references: Some(vec![controller_ref(at)]),
             ..ObjectMeta::default()
         },

@@ -342,10 +342,12 @@ pub fn new_deployment(foo: &Foo) -> Option<Deployment> {
         metadata: ObjectMeta {
             name: Some(foo.spec.deployment_name.clone()),
             namespace: foo.metadata.namespace.clone(),
-            labels: Some(BTreeMap::from([(
-                LABEL_MANAGED_BY.to_string(),
-                CONTROLLER_NAME.to_string(),
-            )])),
+            labels: Some(BTreeMap::from_iter(
+                [(LABEL_MANAGED_BY.to_string(), CONTROLLER_NAME.to_string())]
+                    .into_iter()
+                    // A shard's caches see the Deployment only with the Foo's shard label.
+                    .chain(crate::sharding::shard_labels(&foo.metadata)),
+            )),
             owner_references: Some(vec![controller_reference(foo)?]),
             ..ObjectMeta::default()
         },

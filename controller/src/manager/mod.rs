@@ -172,6 +172,7 @@ pub struct Manager {
     controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
     secure_metrics: Option<SecureServing>,
     webhook: Option<crate::webhook::WebhookServerConfig>,
+    sharding: Option<crate::sharding::ShardConfig>,
     span_queue: SpanQueue,
 }
 
@@ -186,6 +187,7 @@ impl Manager {
             controllers: Arc::default(),
             secure_metrics: None,
             webhook: None,
+            sharding: None,
             span_queue: SpanQueue::global().clone(),
         }
     }
@@ -211,6 +213,14 @@ impl Manager {
         config: Option<crate::webhook::WebhookServerConfig>,
     ) -> Self {
         self.webhook = config;
+        self
+    }
+
+    /// Runs this process as one shard of a ring (`--shard-mode=sharded`, see
+    /// [`crate::sharding::shard`]): a Lease of its own instead of leader election, caches
+    /// narrowed to the objects labelled for the shard. `None` (the default): leader mode.
+    pub fn with_sharding(mut self, shard: Option<crate::sharding::ShardConfig>) -> Self {
+        self.sharding = shard;
         self
     }
 
@@ -277,7 +287,12 @@ impl Manager {
             factory = factory.with_namespace(ns.clone());
         }
         // Owned kinds: only what the operators labelled, pods in their slim form.
-        let factory = Arc::new(crate::controllers::caches::scope_owned_caches(factory));
+        let mut factory = crate::controllers::caches::scope_owned_caches(factory);
+        // A shard: only the objects labelled for it (and what they own).
+        if let Some(shard) = &self.sharding {
+            factory = crate::sharding::scope_shard_caches(factory, shard);
+        }
+        let factory = Arc::new(factory);
 
         // Events: logged, and written as core/v1 Events for `kubectl describe`.
         let broadcaster = EventBroadcaster::new();
@@ -317,8 +332,28 @@ impl Manager {
             listeners.push(h);
         }
 
-        let outcome = match &cfg.leader_election {
-            None => {
+        let outcome = match (&self.sharding, &cfg.leader_election) {
+            (Some(shard), _) => {
+                let le = LeaderElectionConfig {
+                    lease_name: shard.shard_id.clone(),
+                    lease_namespace: shard.lease_namespace.clone(),
+                    lease_duration: shard.lease_duration,
+                    renew_deadline: shard.renew_deadline,
+                    retry_period: shard.retry_period,
+                };
+                tracing::info!(shard = %shard.shard_id, ring = shard.labels.ring(), selector = %shard.selector(), "running as a shard");
+                self.run_elected(
+                    &le,
+                    (&shard.shard_id, shard.lease_labels()),
+                    &controllers,
+                    &metrics,
+                    &health,
+                    &broadcaster,
+                    shutdown.clone(),
+                )
+                .await
+            }
+            (None, None) => {
                 run_controllers(
                     &controllers,
                     cfg.workers,
@@ -327,9 +362,10 @@ impl Manager {
                 )
                 .await
             }
-            Some(le) => {
+            (None, Some(le)) => {
                 self.run_elected(
                     le,
+                    (&self.identity, Default::default()),
                     &controllers,
                     &metrics,
                     &health,
@@ -408,6 +444,13 @@ impl Manager {
         };
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
         for name in &self.config.controllers {
+            if self.sharding.is_some() && *name == "rediscluster" {
+                tracing::warn!(
+                    controller = name,
+                    "not sharded (it reads its StatefulSet's pods, which carry no shard label): run it in a --shard-mode=leader manager"
+                );
+                continue;
+            }
             let registration = registry::lookup(name).map_err(|e| ManagerError::Controller {
                 name: "manager",
                 message: e.to_string(),
@@ -448,14 +491,16 @@ impl Manager {
     async fn run_elected(
         &self,
         le: &LeaderElectionConfig,
+        (identity, lease_labels): (&str, std::collections::BTreeMap<String, String>),
         controllers: &[Arc<dyn Controller>],
         metrics: &Metrics,
         health: &HealthState,
         broadcaster: &EventBroadcaster,
         shutdown: CancellationToken,
     ) -> Result<(), ManagerError> {
-        let lock = LeaseLock::new(self.client.clone(), &le.lease_namespace, &le.lease_name);
-        let mut config = ElectionConfig::new(lock, self.identity.clone());
+        let lock = LeaseLock::new(self.client.clone(), &le.lease_namespace, &le.lease_name)
+            .with_labels(lease_labels);
+        let mut config = ElectionConfig::new(lock, identity.to_string());
         config.lease_duration = le.lease_duration;
         config.renew_deadline = le.renew_deadline;
         config.retry_period = le.retry_period;
@@ -645,6 +690,7 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
     let in_cluster_ns = read_in_cluster_namespace().await;
     let config = options.validate(in_cluster_ns.as_deref())?;
     let webhook = options.webhook_config()?;
+    let shard = options.shard_config(in_cluster_ns.as_deref())?;
     let opts = ConfigOptions {
         kubeconfig: config.kubeconfig.clone(),
         context: config.context.clone(),
@@ -672,7 +718,9 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
         let shutdown = shutdown.clone();
         move || shutdown.cancel()
     }));
-    let mut manager = Manager::new(config, client).with_webhook_server(webhook);
+    let mut manager = Manager::new(config, client)
+        .with_webhook_server(webhook)
+        .with_sharding(shard);
     if let Some(secure) = options.secure_metrics() {
         manager = manager.with_secure_metrics(secure);
     }

@@ -32,7 +32,7 @@
 //!   sharded kinds At, TDSet, RedisCluster, MyApp and Foo), so an owner and what it owns land on
 //!   the same shard. Adding a fourth shard to three moves about a quarter of the keys, all of
 //!   them to the new shard; removing a shard moves only that shard's keys.
-//! * **Shard Leases**: each shard holds one `coordination.k8s.io/v1` Lease named by
+//! * **Shard Leases** ([`shard`]): each shard holds one `coordination.k8s.io/v1` Lease named by
 //!   its id (`--shard-id`, default the pod name), labelled
 //!   `sharding.sample-controller.dev/ring=<ring>`, so `kubectl get leases -l
 //!   sharding.sample-controller.dev/ring=<ring>` shows the ring. A shard renews it every
@@ -114,5 +114,11 @@
 
 pub mod labels;
 pub mod ring;
+pub mod shard;
 
+pub use labels::RingLabels;
 pub use ring::{DEFAULT_VIRTUAL_NODES, Ring, hash64, object_key};
+pub use shard::{
+    ShardConfig, ShardFlagError, ShardFlags, ShardMode, inherit_shard_labels, scope_shard_caches,
+    shard_labels,
+};
