@@ -13,21 +13,33 @@ use k8s_openapi::api::coordination::v1::Lease;
 use sample_controller::apis::AtPhase;
 use sample_controller::client::{Api, Client, ListParams};
 use sample_controller::controllers::Clock;
+use sample_controller::controllers::caches::PodSummary;
 use sample_controller::manager::Manager;
-use sample_controller::sharding::{Ring, RingLabels, ShardConfig, object_key};
+use sample_controller::sharding::{
+    Ring, RingLabels, ShardConfig, Sharder, SharderConfig, object_key,
+};
 use tokio_util::sync::CancellationToken;
 
 const RING: &str = "ats";
 
 /// A shard of ring [`RING`] named `id`, running the At controller in a task.
 async fn start_shard(server: &embedded_apiserver::ApiServerHandle, id: &str) -> RunningManager {
+    start_shard_with(server, id, Duration::from_secs(15)).await
+}
+
+/// The same with a Lease of `lease` (renew deadline 2/3 of it, retry period 1/6).
+async fn start_shard_with(
+    server: &embedded_apiserver::ApiServerHandle,
+    id: &str,
+    lease: Duration,
+) -> RunningManager {
     let shard = ShardConfig {
         labels: RingLabels::new(RING).unwrap(),
         shard_id: id.to_string(),
         lease_namespace: NS.to_string(),
-        lease_duration: Duration::from_secs(15),
-        renew_deadline: Duration::from_secs(10),
-        retry_period: Duration::from_secs(2),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
     };
     let manager = Manager::new(manager_config(), manager_client(server))
         .with_clock(Clock::new())
@@ -172,4 +184,208 @@ async fn each_shard_works_only_on_the_ats_labelled_for_it() {
     // A graceful stop releases each shard's Lease (holder cleared).
     let leases = ring_leases(&client).await;
     assert!(leases.values().all(String::is_empty), "{leases:?}");
+}
+
+/// The shard label of every At, by name.
+async fn at_shards(client: &Client) -> BTreeMap<String, Option<String>> {
+    let key = RingLabels::new(RING).unwrap().shard_key().to_string();
+    list_ats(client)
+        .await
+        .into_iter()
+        .map(|a| {
+            let shard = a
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(&key))
+                .cloned();
+            (a.metadata.name.unwrap_or_default(), shard)
+        })
+        .collect()
+}
+
+/// Plays the kubelet: finishes every pod not finished yet.
+async fn finish_pods(client: &Client) {
+    for pod in list_pods(client).await {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if phase != Some("Succeeded") {
+            finish_pod(client, pod.metadata.name.as_deref().unwrap(), 0).await;
+        }
+    }
+}
+
+/// Every At DONE, with exactly its one pod, labelled for the At's shard.
+async fn assert_all_done_once(client: &Client) {
+    wait_until_every(
+        "every At to be DONE",
+        Duration::from_millis(100),
+        1_200,
+        || async {
+            finish_pods(client).await;
+            list_ats(client)
+                .await
+                .iter()
+                .all(|a| a.status.is_some() && a.phase() == AtPhase::Done)
+        },
+    )
+    .await;
+    let ats = list_ats(client).await;
+    let pods = list_pods(client).await;
+    assert_eq!(pods.len(), ats.len(), "one pod per At");
+    let names: BTreeSet<String> = pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    for at in &ats {
+        assert!(
+            names.contains(&at.pod_name()),
+            "{} has its pod",
+            at.pod_name()
+        );
+    }
+}
+
+fn count(shards: &BTreeMap<String, Option<String>>, id: &str) -> usize {
+    shards.values().filter(|s| s.as_deref() == Some(id)).count()
+}
+
+/// 3 shards and the sharder; a fourth shard joins (live shards drain to it); then a shard
+/// dies without releasing its Lease (its task aborted, as `kill -9`) and its Ats move to the
+/// survivors once the Lease expires. Every At runs exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharder_assigns_rebalances_and_recovers_a_dead_shards_ats() {
+    const FIRST: usize = 150;
+    const SECOND: usize = 90;
+    let lease = Duration::from_secs(3);
+    let (server, client) = server().await;
+    let labels = RingLabels::new(RING).unwrap();
+    let sharder = Sharder::new(
+        manager_client_with_qps(&server, 0.0, 0),
+        SharderConfig {
+            labels: labels.clone(),
+            lease_namespace: NS.to_string(),
+            sync_period: Duration::from_millis(200),
+        },
+    )
+    .with_owner::<sample_controller::apis::At>()
+    .with_owned::<PodSummary>();
+    let metrics = sharder.metrics();
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+
+    let a = start_shard_with(&server, "shard-a", lease).await;
+    let b = start_shard_with(&server, "shard-b", lease).await;
+    let c = start_shard_with(&server, "shard-c", lease).await;
+    wait_until("three shard Leases", || async {
+        ring_leases(&client).await.len() == 3
+    })
+    .await;
+
+    // Unlabelled Ats: the sharder assigns each to its ring position.
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(4));
+    for i in 0..FIRST {
+        create_at(&client, &at(&format!("first-{i}"), &due, "echo YAY")).await;
+    }
+    wait_until("every At assigned", || async {
+        at_shards(&client).await.values().all(Option::is_some)
+    })
+    .await;
+    let three = Ring::new(["shard-a", "shard-b", "shard-c"]);
+    for (name, shard) in at_shards(&client).await {
+        assert_eq!(
+            shard.as_deref(),
+            three.shard_for(&object_key(Some(NS), &name)),
+            "{name} sits at its ring position"
+        );
+    }
+
+    // A fourth shard joins before the Ats are due: the live shards drain to it.
+    let d = start_shard_with(&server, "shard-d", lease).await;
+    let four = Ring::new(["shard-a", "shard-b", "shard-c", "shard-d"]);
+    wait_until("the Ats to settle on four shards", || async {
+        at_shards(&client)
+            .await
+            .iter()
+            .all(|(name, shard)| shard.as_deref() == four.shard_for(&object_key(Some(NS), name)))
+    })
+    .await;
+    let on_d = count(&at_shards(&client).await, "shard-d");
+    assert!(
+        (FIRST * 15 / 100..=FIRST * 35 / 100).contains(&on_d),
+        "shard-d took {on_d} of {FIRST}, about a quarter"
+    );
+    let drains: u64 = ["shard-a", "shard-b", "shard-c"]
+        .iter()
+        .map(|s| metrics.drains(RING, s))
+        .sum();
+    assert_eq!(drains as usize, on_d, "each moved At was drained once");
+    assert_all_done_once(&client).await;
+    for s in [&a, &b, &c, &d] {
+        assert!(s.syncs() > 0, "every shard worked");
+    }
+
+    // More Ats, then shard-c dies holding its Lease.
+    let due = in_the_future(&clock, Duration::from_secs(3));
+    for i in 0..SECOND {
+        create_at(&client, &at(&format!("second-{i}"), &due, "echo YAY")).await;
+    }
+    wait_until("the new Ats assigned", || async {
+        at_shards(&client).await.values().all(Option::is_some)
+    })
+    .await;
+    let on_c = count(&at_shards(&client).await, "shard-c");
+    assert!(on_c > 0);
+    c.task.abort();
+    wait_until_every(
+        "shard-c's Ats to move",
+        Duration::from_millis(100),
+        300,
+        || async { count(&at_shards(&client).await, "shard-c") == 0 },
+    )
+    .await;
+    let moved: u64 = ["shard-a", "shard-b", "shard-d"]
+        .iter()
+        .map(|s| metrics.movements(RING, s))
+        .sum();
+    assert_eq!(
+        moved as usize, on_c,
+        "shard-c's Ats moved directly, without a drain"
+    );
+    assert_all_done_once(&client).await;
+    // The pods followed their Ats.
+    let shards = at_shards(&client).await;
+    for pod in list_pods(&client).await {
+        let at = pod
+            .metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .strip_suffix("-pod")
+            .unwrap();
+        let label = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels.shard_key()));
+        wait_until(&format!("pod of {at} to follow its At"), || async {
+            let p = pods(&client)
+                .get(pod.metadata.name.as_deref().unwrap())
+                .await
+                .unwrap();
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels.shard_key()))
+                == shards[at].as_ref()
+        })
+        .await;
+        let _ = label;
+    }
+
+    for s in [a, b, d] {
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap();
 }

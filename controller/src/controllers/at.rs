@@ -175,6 +175,13 @@ pub enum SyncError {
     /// The At in the cache lacks what every stored object has (a uid).
     #[error("At {key} has no metadata.uid; cannot own a pod")]
     MissingUid { key: String },
+    /// Releasing a drained At to the sharder failed ([`crate::sharding::drain`]).
+    #[error("releasing At {key} from its shard: {source}")]
+    Release {
+        key: String,
+        #[source]
+        source: client::Error,
+    },
 }
 
 impl AtController {
@@ -267,6 +274,18 @@ impl SyncHandler for AtController {
             return Err(SyncError::MissingUid {
                 key: key.to_string(),
             });
+        }
+        // Sharded: the sharder asked this shard to let go. This worker owns the key, so no
+        // other sync of this At is in flight: release it (see crate::sharding::drain) and stop.
+        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*cached).await {
+            self.expectations.forget(key);
+            self.written.forget(key);
+            return released
+                .map(|()| None)
+                .map_err(|source| SyncError::Release {
+                    key: key.to_string(),
+                    source,
+                });
         }
         // Our own last status write wins over a cache that has not caught up with it yet.
         let at = self.written.effective(key, cached);

@@ -112,13 +112,17 @@
 //! of the objects when an `n`-th shard joins, and exactly the dead shard's objects when one
 //! leaves.
 
+pub mod drain;
 pub mod labels;
 pub mod ring;
 pub mod shard;
+pub mod sharder;
 
+pub use drain::release_if_draining;
 pub use labels::RingLabels;
 pub use ring::{DEFAULT_VIRTUAL_NODES, Ring, hash64, object_key};
 pub use shard::{
     ShardConfig, ShardFlagError, ShardFlags, ShardMode, inherit_shard_labels, scope_shard_caches,
     shard_labels,
 };
+pub use sharder::{Sharder, SharderConfig, SharderMetrics};
