@@ -363,11 +363,6 @@ async fn the_sharder_assigns_rebalances_and_recovers_a_dead_shards_ats() {
             .unwrap()
             .strip_suffix("-pod")
             .unwrap();
-        let label = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(labels.shard_key()));
         wait_until(&format!("pod of {at} to follow its At"), || async {
             let p = pods(&client)
                 .get(pod.metadata.name.as_deref().unwrap())
@@ -380,7 +375,6 @@ async fn the_sharder_assigns_rebalances_and_recovers_a_dead_shards_ats() {
                 == shards[at].as_ref()
         })
         .await;
-        let _ = label;
     }
 
     for s in [a, b, d] {

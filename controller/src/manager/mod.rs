@@ -343,8 +343,7 @@ impl Manager {
                 };
                 tracing::info!(shard = %shard.shard_id, ring = shard.labels.ring(), selector = %shard.selector(), "running as a shard");
                 self.run_elected(
-                    &le,
-                    (&shard.shard_id, shard.lease_labels()),
+                    (&le, &shard.shard_id, shard.lease_labels()),
                     &controllers,
                     &metrics,
                     &health,
@@ -364,8 +363,7 @@ impl Manager {
             }
             (None, Some(le)) => {
                 self.run_elected(
-                    le,
-                    (&self.identity, Default::default()),
+                    (le, &self.identity, Default::default()),
                     &controllers,
                     &metrics,
                     &health,
@@ -487,17 +485,22 @@ impl Manager {
     }
 
     /// Leader election: the controllers run inside `on_started_leading`; the elector waits for
-    /// them to drain before it releases the Lease.
+    /// them to drain before it releases the Lease. `lease` is the Lease, the holder identity and
+    /// the labels the Lease carries (a shard's ring label; none for a leader).
     async fn run_elected(
         &self,
-        le: &LeaderElectionConfig,
-        (identity, lease_labels): (&str, std::collections::BTreeMap<String, String>),
+        lease: (
+            &LeaderElectionConfig,
+            &str,
+            std::collections::BTreeMap<String, String>,
+        ),
         controllers: &[Arc<dyn Controller>],
         metrics: &Metrics,
         health: &HealthState,
         broadcaster: &EventBroadcaster,
         shutdown: CancellationToken,
     ) -> Result<(), ManagerError> {
+        let (le, identity, lease_labels) = lease;
         let lock = LeaseLock::new(self.client.clone(), &le.lease_namespace, &le.lease_name)
             .with_labels(lease_labels);
         let mut config = ElectionConfig::new(lock, identity.to_string());
