@@ -33,6 +33,16 @@ async fn start_shard_with(
     id: &str,
     lease: Duration,
 ) -> RunningManager {
+    start_shard_full(server, id, lease, false).await
+}
+
+/// A shard that is also a candidate for the ring's sharder when `sharder`.
+async fn start_shard_full(
+    server: &embedded_apiserver::ApiServerHandle,
+    id: &str,
+    lease: Duration,
+    sharder: bool,
+) -> RunningManager {
     let shard = ShardConfig {
         labels: RingLabels::new(RING).unwrap(),
         shard_id: id.to_string(),
@@ -40,6 +50,7 @@ async fn start_shard_with(
         lease_duration: lease,
         renew_deadline: lease * 2 / 3,
         retry_period: lease / 6,
+        run_sharder: sharder,
     };
     let manager = Manager::new(manager_config(), manager_client(server))
         .with_clock(Clock::new())
@@ -382,4 +393,40 @@ async fn the_sharder_assigns_rebalances_and_recovers_a_dead_shards_ats() {
     }
     stop_sharder.cancel();
     sharder_task.await.unwrap();
+}
+
+/// The binary's wiring: every shard is a sharder candidate, one is elected (Lease
+/// `<ring>-sharder`) and assigns the Ats created without a label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shards_elect_one_sharder_which_assigns_new_ats() {
+    const N: usize = 40;
+    let (server, client) = server().await;
+    let lease = Duration::from_secs(6);
+    let a = start_shard_full(&server, "shard-a", lease, true).await;
+    let b = start_shard_full(&server, "shard-b", lease, true).await;
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(2));
+    for i in 0..N {
+        create_at(&client, &at(&format!("at-{i}"), &due, "echo YAY")).await;
+    }
+    assert_all_done_once(&client).await;
+    let shards = at_shards(&client).await;
+    let two = Ring::new(["shard-a", "shard-b"]);
+    for (name, shard) in &shards {
+        assert_eq!(shard.as_deref(), two.shard_for(&object_key(Some(NS), name)));
+    }
+    assert!(count(&shards, "shard-a") > 0 && count(&shards, "shard-b") > 0);
+    let holder = Api::<Lease>::namespaced(client.clone(), NS)
+        .get(&format!("{RING}-sharder"))
+        .await
+        .expect("the sharder's Lease")
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        holder == "shard-a" || holder == "shard-b",
+        "sharder: {holder:?}"
+    );
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
 }

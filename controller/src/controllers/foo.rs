@@ -193,6 +193,13 @@ impl SyncHandler for FooController {
             self.expectations.forget(key);
             return Ok(None);
         };
+        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
+        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*foo).await {
+            self.expectations.forget(key);
+            return released
+                .map(|()| None)
+                .map_err(|e| SyncError::api::<Foo>(key, "releasing it from its shard", e));
+        }
         // 2.
         let deployment_name = foo.spec.deployment_name.as_str();
         if deployment_name.is_empty() {

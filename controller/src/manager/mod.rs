@@ -332,6 +332,13 @@ impl Manager {
             listeners.push(h);
         }
 
+        // A shard may also be the ring's sharder, elected among the shards.
+        let sharder = match &self.sharding {
+            Some(shard) if shard.run_sharder => {
+                Some(self.spawn_sharder(shard, &metrics, &broadcaster, shutdown.clone()))
+            }
+            _ => None,
+        };
         let outcome = match (&self.sharding, &cfg.leader_election) {
             (Some(shard), _) => {
                 let le = LeaderElectionConfig {
@@ -374,8 +381,12 @@ impl Manager {
             }
         };
 
-        // Stop in the reverse order of starting: informers, listeners, then the event
-        // pipeline (so the last syncs' events are still written).
+        // Stop in the reverse order of starting: the sharder, informers, listeners, then the
+        // event pipeline (so the last syncs' events are still written).
+        if let Some((stop, task)) = sharder {
+            stop.cancel();
+            let _ = task.await;
+        }
         informers.cancel();
         factory.shutdown().await;
         servers.cancel();
@@ -482,6 +493,68 @@ impl Manager {
         }
         let handle = self.controllers_handle();
         health.add_readiness_check("informers-synced", move || handle.has_synced());
+    }
+
+    /// The ring's sharder, run while this process holds the Lease `<ring>-sharder` (see
+    /// [`crate::sharding::shard`]); contends again after losing it, until `shutdown` or the
+    /// returned token is cancelled.
+    fn spawn_sharder(
+        &self,
+        shard: &crate::sharding::ShardConfig,
+        metrics: &Metrics,
+        broadcaster: &EventBroadcaster,
+        shutdown: CancellationToken,
+    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+        use crate::sharding::{
+            Sharder, SharderConfig, SharderMetrics, sharder::DEFAULT_SYNC_PERIOD,
+        };
+        let sharder_metrics = SharderMetrics::default();
+        metrics.with_registry(|r| sharder_metrics.register(r));
+        let stop = shutdown.child_token();
+        let config = SharderConfig {
+            labels: shard.labels.clone(),
+            lease_namespace: shard.lease_namespace.clone(),
+            sync_period: DEFAULT_SYNC_PERIOD,
+        };
+        let lease_name = format!("{}-sharder", shard.labels.ring());
+        let mut election = ElectionConfig::new(
+            LeaseLock::new(self.client.clone(), &shard.lease_namespace, &lease_name),
+            shard.shard_id.clone(),
+        );
+        election.lease_duration = shard.lease_duration;
+        election.renew_deadline = shard.renew_deadline;
+        election.retry_period = shard.retry_period;
+        election.release_on_cancel = true;
+        let (client, controllers) = (self.client.clone(), self.config.controllers.clone());
+        let callbacks = LeaderCallbacks::new(
+            move |leading: CancellationToken| {
+                let sharder = Sharder::new(client.clone(), config.clone())
+                    .with_controllers(&controllers)
+                    .with_metrics(sharder_metrics.clone());
+                async move {
+                    tracing::info!("became the ring's sharder");
+                    sharder.run(leading).await;
+                }
+            },
+            || tracing::info!("stopped being the ring's sharder"),
+        );
+        let recorder = broadcaster.new_recorder("sample-controller-sharder");
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let elector = match LeaderElector::new(election, callbacks) {
+                    Ok(e) => e.with_event_recorder(recorder),
+                    Err(e) => {
+                        tracing::error!(error = %e, "the sharder's election is misconfigured");
+                        return;
+                    }
+                };
+                while !stop.is_cancelled() {
+                    elector.run(stop.clone()).await;
+                }
+            })
+        };
+        (stop, task)
     }
 
     /// Leader election: the controllers run inside `on_started_leading`; the elector waits for

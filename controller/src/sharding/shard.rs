@@ -31,6 +31,12 @@
 //! | `--shard-id` | `$POD_NAME`, else `$HOSTNAME` | the shard's id: its Lease's name and its label value |
 //! | `--shard-ring` | `sample-controller` | the ring's name, in the label keys |
 //! | `--shard-lease-namespace` | the pod's namespace, else `default` | where the shard Leases live |
+//! | `--shard-sharder` | `true` | also be a candidate for the ring's sharder ([`super::sharder`]), leader-elected on the Lease `<ring>-sharder` with the same timings |
+//!
+//! The sharder runs in the same binary: every shard started with `--shard-sharder=true` (the
+//! default) contends for the Lease `<--shard-lease-namespace>/<ring>-sharder`, and the one
+//! holding it runs [`super::Sharder`] over the kinds of the enabled controllers (At → its pods;
+//! TDSet → its Deployment and Service; MyApp and Foo → their Deployments).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -74,6 +80,11 @@ pub struct ShardFlags {
     /// The namespace of the shard Leases (default: the pod's namespace in a cluster, else "default").
     #[arg(long, default_value = "", value_name = "NAMESPACE")]
     pub shard_lease_namespace: String,
+
+    /// In sharded mode, also be a candidate for the ring's sharder (leader-elected on the
+    /// Lease '<ring>-sharder'); 'false' leaves the sharder to other processes.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub shard_sharder: bool,
 }
 
 impl Default for ShardFlags {
@@ -84,6 +95,7 @@ impl Default for ShardFlags {
             shard_id: String::new(),
             shard_ring: DEFAULT_RING.to_string(),
             shard_lease_namespace: String::new(),
+            shard_sharder: true,
         }
     }
 }
@@ -103,6 +115,8 @@ pub struct ShardConfig {
     pub renew_deadline: Duration,
     /// The time between renewals.
     pub retry_period: Duration,
+    /// Whether this process is also a candidate for the ring's sharder (`--shard-sharder`).
+    pub run_sharder: bool,
 }
 
 impl ShardConfig {
@@ -178,6 +192,7 @@ impl ShardFlags {
             lease_duration,
             renew_deadline,
             retry_period,
+            run_sharder: self.shard_sharder,
         }))
     }
 }
@@ -257,6 +272,7 @@ mod tests {
             shard_id: id.to_string(),
             shard_ring: DEFAULT_RING.to_string(),
             shard_lease_namespace: String::new(),
+            shard_sharder: true,
         }
     }
 

@@ -452,6 +452,39 @@ impl Sharder {
         self
     }
 
+    /// The kinds of the enabled `controllers` (names of `--controllers`): At and its pods,
+    /// TDSet, MyApp and Foo and their Deployments, TDSet's Services. RedisCluster is not
+    /// sharded ([`super::shard`]).
+    pub fn with_controllers(mut self, controllers: &[&str]) -> Self {
+        use crate::apis::{At, Foo, MyApp, TDSet};
+        use crate::controllers::caches::PodSummary;
+        use k8s_openapi::api::apps::v1::Deployment;
+        use k8s_openapi::api::core::v1::Service;
+        let on = |n: &str| controllers.contains(&n);
+        if on("at") {
+            self = self.with_owner::<At>().with_owned::<PodSummary>();
+        }
+        if on("tdset") {
+            self = self.with_owner::<TDSet>().with_owned::<Service>();
+        }
+        if on("myapp") {
+            self = self.with_owner::<MyApp>();
+        }
+        if on("foo") {
+            self = self.with_owner::<Foo>();
+        }
+        if on("tdset") || on("myapp") || on("foo") {
+            self = self.with_owned::<Deployment>();
+        }
+        self
+    }
+
+    /// Uses `metrics` (e.g. already registered with the manager's registry).
+    pub fn with_metrics(mut self, metrics: SharderMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     /// The sharder's metrics (register them with [`SharderMetrics::register`]).
     pub fn metrics(&self) -> SharderMetrics {
         self.metrics.clone()
