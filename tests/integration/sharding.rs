@@ -43,6 +43,16 @@ async fn start_shard_full(
     lease: Duration,
     sharder: bool,
 ) -> RunningManager {
+    start_shard_client(manager_client(server), id, lease, sharder).await
+}
+
+/// [`start_shard_full`] with the manager's client given.
+async fn start_shard_client(
+    client: Client,
+    id: &str,
+    lease: Duration,
+    sharder: bool,
+) -> RunningManager {
     let shard = ShardConfig {
         labels: RingLabels::new(RING).unwrap(),
         shard_id: id.to_string(),
@@ -52,7 +62,7 @@ async fn start_shard_full(
         retry_period: lease / 6,
         run_sharder: sharder,
     };
-    let manager = Manager::new(manager_config(), manager_client(server))
+    let manager = Manager::new(manager_config(), client)
         .with_clock(Clock::new())
         .with_sharding(Some(shard));
     let controllers = manager.controllers_handle();
@@ -429,4 +439,97 @@ async fn the_shards_elect_one_sharder_which_assigns_new_ats() {
     );
     a.stop().await.unwrap();
     b.stop().await.unwrap();
+}
+
+/// The size: 3 shards and the sharder, 3,000 Ats due over 30 s. Every At is DONE with
+/// exactly one pod, each shard holds about a third, and every pod carries its At's shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
+    const N: usize = 3_000;
+    let (server, client) = server().await;
+    let labels = RingLabels::new(RING).unwrap();
+    let sharder = Sharder::new(
+        manager_client_with_qps(&server, 0.0, 0),
+        SharderConfig {
+            labels: labels.clone(),
+            lease_namespace: NS.to_string(),
+            sync_period: Duration::from_millis(500),
+        },
+    )
+    .with_owner::<sample_controller::apis::At>()
+    .with_owned::<PodSummary>();
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+    let lease = Duration::from_secs(15);
+    let mut shards = Vec::new();
+    for id in ["shard-a", "shard-b", "shard-c"] {
+        let c = manager_client_with_qps(&server, 0.0, 0);
+        shards.push(start_shard_client(c, id, lease, false).await);
+    }
+    wait_until("three shard Leases", || async {
+        ring_leases(&client).await.len() == 3
+    })
+    .await;
+
+    // Due one every 10 ms, from 5 s on: 3,000 over 30 s.
+    let clock = Clock::new();
+    let start = clock.now();
+    for i in 0..N {
+        let due = start + jiff::SignedDuration::from_millis(5_000 + 10 * i as i64);
+        let due = jiff::Timestamp::from_second(due.as_second())
+            .unwrap()
+            .to_string();
+        create_at(&client, &at(&format!("at-{i}"), &due, "echo YAY")).await;
+    }
+    wait_until_every(
+        "every At to be DONE",
+        Duration::from_millis(500),
+        600,
+        || async {
+            finish_pods(&client).await;
+            list_ats(&client)
+                .await
+                .iter()
+                .all(|a| a.status.is_some() && a.phase() == AtPhase::Done)
+        },
+    )
+    .await;
+    assert_all_done_once(&client).await;
+    let assigned = at_shards(&client).await;
+    for id in ["shard-a", "shard-b", "shard-c"] {
+        let n = count(&assigned, id);
+        assert!(
+            (N / 4..=N * 42 / 100).contains(&n),
+            "{id} holds {n} of {N}, about a third"
+        );
+    }
+    let pod_shards: BTreeMap<String, Option<String>> = list_pods(&client)
+        .await
+        .into_iter()
+        .map(|p| {
+            let at = p
+                .metadata
+                .name
+                .as_deref()
+                .unwrap()
+                .strip_suffix("-pod")
+                .unwrap()
+                .to_string();
+            (
+                at,
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels.shard_key()))
+                    .cloned(),
+            )
+        })
+        .collect();
+    assert_eq!(pod_shards, assigned, "every pod carries its At's shard");
+    for s in shards {
+        assert!(s.syncs() > 0);
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap();
 }

@@ -25,7 +25,7 @@
 //!   shard-b's informers: labelSelector shard.sample-controller.dev/<ring>=shard-b   ...
 //! ```
 //!
-//! * **The ring** ([`ring`]): a consistent-hash ring over the *live* shards, 100 virtual nodes
+//! * **The ring** ([`ring`]): a consistent-hash ring over the *live* shards, 400 virtual nodes
 //!   per shard, hashed with FNV-1a 64 followed by MurmurHash3's 64-bit finalizer (`fmix64`; a
 //!   pure function of the bytes, the same on every machine and every release, so two sharders
 //!   always agree). An object's key is `namespace/name` of its *owner* (its own, for the

@@ -82,7 +82,7 @@ pub struct ShardFlags {
     pub shard_lease_namespace: String,
 
     /// In sharded mode, also be a candidate for the ring's sharder (leader-elected on the
-    /// Lease '<ring>-sharder'); 'false' leaves the sharder to other processes.
+    /// Lease `<ring>-sharder`); 'false' leaves the sharder to other processes.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub shard_sharder: bool,
 }
