@@ -56,6 +56,8 @@
 //! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
 //! | `--otlp-endpoint` | `$OTEL_EXPORTER_OTLP_ENDPOINT` | export the `sync` and `request` spans over OTLP/HTTP JSON to `{URL}/v1/traces` (an OpenTelemetry Collector, Jaeger: `http://localhost:4318`); see [`crate::otlp`] |
 //! | `--otlp-service-name` | `$OTEL_SERVICE_NAME`, else `sample-controller` | the exported spans' `service.name` |
+//! | `--shard-mode` | `leader` | `sharded`: this process is one shard of a ring, with a Lease of its own and caches of the objects labelled for it ([`crate::sharding::shard`]); refuses `--leader-elect` |
+//! | `--shard-id` / `--shard-ring` / `--shard-lease-namespace` / `--shard-sharder` | `$POD_NAME` / `sample-controller` / the pod's namespace / `true` | the shard's id, the ring, where the shard Leases live, whether to contend for the ring's sharder |
 //! | `--log-format` | `text` | `text` or `json` |
 //! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
 //!
