@@ -34,8 +34,10 @@
 //!   synchronisation point needed; until the owned object is relabelled, the new shard finds it
 //!   by name (409 AlreadyExists) and adopts it.
 //!
-//! Assignment on create happens here too, on the next pass (the sync period, 1 s by default),
-//! rather than in admission: no mutating webhook is involved.
+//! New objects are assigned in admission by the manager's `/mutate-shard` route
+//! ([`crate::webhook::shard`]), from the ring each pass publishes; an object the webhook did
+//! not label (webhook not configured or unreachable, or served by a replica that does not lead
+//! the sharder) is assigned by the next pass (the sync period, 1 s by default).
 //!
 //! ## Metrics
 //!
@@ -69,6 +71,20 @@ use super::labels::RingLabels;
 use super::ring::{Ring, object_key};
 use crate::cache::{CacheObject, ClientSource, Lister, SharedInformerFactory};
 use crate::client::{self, Api, Client, Patch, PatchParams};
+
+/// The ring the leading sharder of this process computed last, for the admission webhook
+/// ([`crate::webhook::shard`]); `None` while this process does not lead a sharder.
+static PUBLISHED: std::sync::RwLock<Option<(RingLabels, Ring)>> = std::sync::RwLock::new(None);
+
+/// Publishes (or, with `None`, withdraws) the ring the webhook assigns new objects with.
+pub fn publish_ring(ring: Option<(RingLabels, Ring)>) {
+    *PUBLISHED.write().unwrap_or_else(|p| p.into_inner()) = ring;
+}
+
+/// The ring last published by [`publish_ring`].
+pub fn published_ring() -> Option<(RingLabels, Ring)> {
+    PUBLISHED.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
 
 /// The default time between two passes.
 pub const DEFAULT_SYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -518,6 +534,7 @@ impl Sharder {
                 .collect();
             let live = tracker.live(&leases, Instant::now());
             let ring = Ring::new(live);
+            publish_ring(Some((self.config.labels.clone(), ring.clone())));
             self.metrics
                 .shards
                 .get_or_create(&vec![("ring".to_string(), ring_name.clone())])
@@ -545,6 +562,7 @@ impl Sharder {
             }
             known_shards = pass.assigned.keys().cloned().collect();
         }
+        publish_ring(None);
         self.factory.shutdown().await;
     }
 }

@@ -7,7 +7,8 @@
 //! ```text
 //! kube-apiserver ──POST AdmissionReview──> :9443 (TLS, tls.crt/tls.key from --webhook-cert-dir)
 //!                                           ├─ /validate-at → at::validate → allowed / denied + causes
-//!                                           └─ /mutate-at   → at::default  → allowed + JSONPatch
+//!                                           ├─ /mutate-at   → at::default  → allowed + JSONPatch
+//!                                           └─ /mutate-shard → shard::assign → allowed + the shard label
 //!                <──AdmissionReview{response}──
 //! ```
 //!
@@ -31,9 +32,10 @@
 //!   answer), `controller_runtime_webhook_latency_seconds{webhook}` (Prometheus' default
 //!   buckets), `controller_runtime_webhook_requests_in_flight{webhook}`.
 //!
-//! The handlers of the At kind are in [`at`].
+//! The handlers of the At kind are in [`at`]; the sharder's (assignment on create) in [`shard`].
 
 pub mod at;
+pub mod shard;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -267,6 +269,7 @@ pub type Handler = fn(&Value) -> Decision;
 pub const ROUTES: &[(&str, Handler)] = &[
     ("/validate-at", at::validate as Handler),
     ("/mutate-at", at::default as Handler),
+    ("/mutate-shard", shard::assign as Handler),
 ];
 
 /// An `AdmissionReview` answer for `request` with `decision`, in the request's version.
