@@ -533,3 +533,93 @@ async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
     stop_sharder.cancel();
     sharder_task.await.unwrap();
 }
+
+/// `/mutate-shard` on the manager's webhook server: the API server calls it on create and the
+/// At is stored already labelled for its shard, from the ring the leading sharder published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_ats_are_assigned_in_admission() {
+    use crate::manager_webhook::{ATS, MWC, SERVICE, setup, wait_listening};
+    use serde_json::json;
+    let s = setup().await;
+    // The sharder's webhook: CREATE of Ats, failurePolicy Ignore (the pass is the safety net),
+    // trusting the CA setup() injected into the At webhooks.
+    let existing = s.api.get(MWC).await;
+    let injected = existing.body["items"][0]["webhooks"][0]["clientConfig"]["caBundle"]
+        .as_str()
+        .expect("setup() applied a mutating configuration with a caBundle")
+        .to_string();
+    let (namespace, name) = SERVICE.split_once('/').unwrap();
+    let mwc = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "sharder"},
+        "webhooks": [{
+            "name": "shard.sample-controller.dev",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 5,
+            "clientConfig": {
+                "service": {"namespace": namespace, "name": name, "path": "/mutate-shard"},
+                "caBundle": injected,
+            },
+            "rules": [{
+                "apiGroups": ["cnat.programming-kubernetes.info"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE"],
+                "resources": ["ats"],
+            }],
+        }],
+    });
+    let r = s.api.post(MWC, &mwc).await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+
+    let shard = ShardConfig {
+        labels: RingLabels::new(RING).unwrap(),
+        shard_id: "shard-a".to_string(),
+        lease_namespace: NS.to_string(),
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+        run_sharder: true,
+    };
+    let manager = Manager::new(manager_config(), manager_client(&s.server))
+        .with_webhook_server(Some(sample_controller::webhook::WebhookServerConfig {
+            addr: s.webhook_addr,
+            cert_dir: s.certs.path().to_owned(),
+        }))
+        .with_sharding(Some(shard));
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(manager.run(stop.clone()));
+    wait_listening(s.webhook_addr).await;
+
+    // Until the sharder's first pass publishes the ring, Ats are stored unlabelled (and the
+    // pass labels them); from then on each create comes back labelled.
+    let key = RingLabels::new(RING).unwrap().shard_key().to_string();
+    let mut labelled_at_create = None;
+    for i in 0..200 {
+        let at = json!({"apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+                        "metadata": {"name": format!("at-{i}")},
+                        "spec": {"schedule": "2099-01-01T00:00:00Z", "command": "echo"}});
+        let r = s.api.post(ATS, &at).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        if let Some(shard) = r.body["metadata"]["labels"][&key].as_str() {
+            labelled_at_create = Some((i, shard.to_string()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (i, shard) = labelled_at_create.expect("an At labelled in admission");
+    assert_eq!(shard, "shard-a", "at-{i} is on the only shard");
+    // The ones created before were labelled by the pass.
+    let client = at_support::client_for(&s.server);
+    wait_until("every At assigned", || async {
+        at_shards(&client)
+            .await
+            .values()
+            .all(|s| s.as_deref() == Some("shard-a"))
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}

@@ -29,7 +29,7 @@
 //!   per shard, hashed with FNV-1a 64 followed by MurmurHash3's 64-bit finalizer (`fmix64`; a
 //!   pure function of the bytes, the same on every machine and every release, so two sharders
 //!   always agree). An object's key is `namespace/name` of its *owner* (its own, for the
-//!   sharded kinds At, TDSet, RedisCluster, MyApp and Foo), so an owner and what it owns land on
+//!   sharded kinds At, TDSet, MyApp and Foo), so an owner and what it owns land on
 //!   the same shard. Adding a fourth shard to three moves about a quarter of the keys, all of
 //!   them to the new shard; removing a shard moves only that shard's keys.
 //! * **Shard Leases** ([`shard`]): each shard holds one `coordination.k8s.io/v1` Lease named by
@@ -93,7 +93,7 @@
 //! 4. **Owned objects follow their owner and are never drained.** The owner is the point of
 //!    synchronisation (as in kubernetes-controller-sharding): a shard reconciles owned objects
 //!    only through their owner's sync. After the owner reaches `Assigned(t)` the sharder
-//!    relabels the owner's pods, Deployments, StatefulSets and Services (one write each). Until
+//!    relabels the owner's pods, Deployments and Services (one write each). Until
 //!    then `t`'s cache lacks them, so `t` may try to create an owned object that exists: the
 //!    create answers 409 AlreadyExists, and the existing-object path of
 //!    [`crate::controllers::caches`] adopts it by its controller ownerReference. Names of owned
@@ -111,6 +111,19 @@
 //! Rebalancing on a ring change touches only the keys whose ring position changed: about `1/n`
 //! of the objects when an `n`-th shard joins, and exactly the dead shard's objects when one
 //! leaves.
+
+//! ## Where each piece lives
+//!
+//! | piece | module |
+//! |---|---|
+//! | the ring (hash, virtual nodes, key) | [`ring`] |
+//! | label keys and selectors of a ring | [`labels`] |
+//! | a shard: flags, Lease, cache selectors, label inheritance | [`shard`] |
+//! | the shard's release of a drained object (called from each operator's sync) | [`drain`] |
+//! | the sharder: live shards, assign / drain / move, owned objects follow, metrics | [`sharder`] |
+//! | assignment in admission (`/mutate-shard`) | [`crate::webhook::shard`] |
+//!
+//! RedisCluster is not sharded (see [`shard`]): a sharded manager skips it.
 
 pub mod drain;
 pub mod labels;

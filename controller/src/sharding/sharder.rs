@@ -39,6 +39,15 @@
 //! not label (webhook not configured or unreachable, or served by a replica that does not lead
 //! the sharder) is assigned by the next pass (the sync period, 1 s by default).
 //!
+//! ## What it costs
+//!
+//! This sharder watches the sharded objects (kubernetes-controller-sharding's first iteration);
+//! its second iteration watches only the Leases and lists the objects (metadata only) when the
+//! ring changes, so that the sharder's memory does not grow with the objects. Here the
+//! sharder's caches hold every owner object and every owned object of the operators, on the
+//! process that leads the sharder: about what one leader's caches held. A pass is O(objects)
+//! in memory reads and O(objects that must change) in writes.
+//!
 //! ## Metrics
 //!
 //! | metric | labels | meaning |
