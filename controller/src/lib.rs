@@ -62,6 +62,7 @@ pub mod metrics;
 pub mod metrics_auth;
 pub mod otlp;
 pub mod record;
+pub mod sharding;
 pub mod webhook;
 pub mod workqueue;
 

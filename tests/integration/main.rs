@@ -76,6 +76,7 @@ mod record_apiserver;
 mod record_correlator_props;
 mod record_pipeline;
 mod serving_flood;
+mod sharding;
 mod workqueue_delaying;
 mod workqueue_metrics;
 mod workqueue_queue;

@@ -24,14 +24,15 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-const SERVICE: &str = "sample-controller/sample-controller-webhook";
+pub(crate) const SERVICE: &str = "sample-controller/sample-controller-webhook";
 const HOST: &str = "sample-controller-webhook.sample-controller.svc";
-const ATS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/default/ats";
+pub(crate) const ATS: &str =
+    "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/default/ats";
 const VWC: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
-const MWC: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+pub(crate) const MWC: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
 
 /// Mints a CA and a serving certificate for the webhook Service into `dir`; returns the CA PEM.
-fn issue(dir: &Path, ca_name: &str) -> String {
+pub(crate) fn issue(dir: &Path, ca_name: &str) -> String {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -50,7 +51,7 @@ fn issue(dir: &Path, ca_name: &str) -> String {
     ca_cert.pem()
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -58,13 +59,13 @@ fn free_port() -> u16 {
         .port()
 }
 
-struct Setup {
-    server: ApiServerHandle,
-    api: TestClient,
-    certs: tempfile::TempDir,
+pub(crate) struct Setup {
+    pub(crate) server: ApiServerHandle,
+    pub(crate) api: TestClient,
+    pub(crate) certs: tempfile::TempDir,
     /// The CA (PEM) that signed the serving certificate.
-    ca: String,
-    webhook_addr: SocketAddr,
+    pub(crate) ca: String,
+    pub(crate) webhook_addr: SocketAddr,
     metrics_addr: SocketAddr,
 }
 
@@ -100,7 +101,7 @@ async fn apply_configurations(api: &TestClient, ca_pem: &str) {
     }
 }
 
-async fn setup() -> Setup {
+pub(crate) async fn setup() -> Setup {
     sample_controller::install_crypto_provider();
     let webhook_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let metrics_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
@@ -144,7 +145,7 @@ fn start_manager(s: &Setup) -> (CancellationToken, JoinHandle<Result<(), Manager
     (stop, task)
 }
 
-async fn wait_listening(addr: SocketAddr) {
+pub(crate) async fn wait_listening(addr: SocketAddr) {
     for _ in 0..500 {
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             return;

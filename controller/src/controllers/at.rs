@@ -204,6 +204,13 @@ pub enum SyncError {
     /// The At in the cache lacks what every stored object has (a uid).
     #[error("At {key} has no metadata.uid; cannot own a pod")]
     MissingUid { key: String },
+    /// Releasing a drained At to the sharder failed ([`crate::sharding::drain`]).
+    #[error("releasing At {key} from its shard: {source}")]
+    Release {
+        key: String,
+        #[source]
+        source: client::Error,
+    },
 }
 
 impl AtController {
@@ -296,6 +303,18 @@ impl SyncHandler for AtController {
             return Err(SyncError::MissingUid {
                 key: key.to_string(),
             });
+        }
+        // Sharded: the sharder asked this shard to let go. This worker owns the key, so no
+        // other sync of this At is in flight: release it (see crate::sharding::drain) and stop.
+        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*cached).await {
+            self.expectations.forget(key);
+            self.written.forget(key);
+            return released
+                .map(|()| None)
+                .map_err(|source| SyncError::Release {
+                    key: key.to_string(),
+                    source,
+                });
         }
         // Our own last status write wins over a cache that has not caught up with it yet.
         let at = self.written.effective(key, cached);
@@ -1005,10 +1024,15 @@ pub fn new_pod(at: &At) -> Pod {
         metadata: ObjectMeta {
             name: Some(at.pod_name()),
             namespace: at.metadata.namespace.clone(),
-            labels: Some(BTreeMap::from([
-                ("app".to_string(), name),
-                (LABEL_MANAGED_BY.to_string(), CONTROLLER_NAME.to_string()),
-            ])),
+            labels: Some(BTreeMap::from_iter(
+                [
+                    ("app".to_string(), name),
+                    (LABEL_MANAGED_BY.to_string(), CONTROLLER_NAME.to_string()),
+                ]
+                .into_iter()
+                // A shard's pod cache sees the pod only with the At's shard label.
+                .chain(crate::sharding::shard_labels(&at.metadata)),
+            )),
             owner_references: Some(vec![controller_ref(at)]),
             ..ObjectMeta::default()
         },

@@ -340,24 +340,32 @@ where
 {
     let existing = api.get(name).await?;
     let meta = existing.metadata();
-    let labelled = meta
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(LABEL_MANAGED_BY))
+    let current = meta.labels.clone().unwrap_or_default();
+    let labelled = current
+        .get(LABEL_MANAGED_BY)
         .is_some_and(|v| MANAGERS.contains(&v.as_str()));
-    if labelled || !owned::is_controlled_by(meta, owner) {
+    // In a shard, an object whose owner moved here still carries the old shard's label (or
+    // none): this shard's cache sees it only once it carries the owner's.
+    let mut labels: BTreeMap<String, String> = crate::sharding::shard_labels(owner.metadata())
+        .into_iter()
+        .filter(|(k, v)| current.get(k) != Some(v))
+        .collect();
+    if !labelled {
+        labels.insert(LABEL_MANAGED_BY.to_string(), manager.to_string());
+    }
+    if labels.is_empty() || !owned::is_controlled_by(meta, owner) {
         return Ok(existing);
     }
     let pp = PatchParams {
         field_manager: Some(manager.to_string()),
         ..PatchParams::default()
     };
-    let labels = BTreeMap::from([(LABEL_MANAGED_BY, manager)]);
     tracing::info!(
         kind = D::KIND,
         name,
         manager,
-        "adopting an object of ours made before the managed-by label: adding the label"
+        ?labels,
+        "adopting an object of ours the cache does not show: adding the managed-by / shard labels"
     );
     api.patch(
         name,

@@ -193,6 +193,13 @@ impl SyncHandler for FooController {
             self.expectations.forget(key);
             return Ok(None);
         };
+        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
+        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*foo).await {
+            self.expectations.forget(key);
+            return released
+                .map(|()| None)
+                .map_err(|e| SyncError::api::<Foo>(key, "releasing it from its shard", e));
+        }
         // 2.
         let deployment_name = foo.spec.deployment_name.as_str();
         if deployment_name.is_empty() {
@@ -342,10 +349,12 @@ pub fn new_deployment(foo: &Foo) -> Option<Deployment> {
         metadata: ObjectMeta {
             name: Some(foo.spec.deployment_name.clone()),
             namespace: foo.metadata.namespace.clone(),
-            labels: Some(BTreeMap::from([(
-                LABEL_MANAGED_BY.to_string(),
-                CONTROLLER_NAME.to_string(),
-            )])),
+            labels: Some(BTreeMap::from_iter(
+                [(LABEL_MANAGED_BY.to_string(), CONTROLLER_NAME.to_string())]
+                    .into_iter()
+                    // A shard's caches see the Deployment only with the Foo's shard label.
+                    .chain(crate::sharding::shard_labels(&foo.metadata)),
+            )),
             owner_references: Some(vec![controller_reference(foo)?]),
             ..ObjectMeta::default()
         },

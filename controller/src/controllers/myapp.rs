@@ -156,6 +156,13 @@ impl SyncHandler for MyAppController {
             self.expectations.forget(key);
             return Ok(None);
         };
+        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
+        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*app).await {
+            self.expectations.forget(key);
+            return released
+                .map(|()| None)
+                .map_err(|e| SyncError::api::<MyApp>(key, "releasing it from its shard", e));
+        }
         if app.metadata.deletion_timestamp.is_some() {
             // Being deleted: the garbage collector takes the Deployment with it.
             return Ok(None);

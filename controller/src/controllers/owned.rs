@@ -213,7 +213,13 @@ where
     Some(ObjectMeta {
         name: Some(name.to_string()),
         namespace: owner.metadata().namespace.clone(),
-        labels: Some(labels),
+        // A shard's caches see an owned object only with its owner's shard label.
+        labels: Some(
+            labels
+                .into_iter()
+                .chain(crate::sharding::shard_labels(owner.metadata()))
+                .collect(),
+        ),
         owner_references: Some(vec![controller_reference(owner)?]),
         ..ObjectMeta::default()
     })

@@ -309,6 +309,13 @@ impl SyncHandler for TDSetController {
             self.expectations.forget(key);
             return Ok(None);
         };
+        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
+        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*tdset).await {
+            self.expectations.forget(key);
+            return released
+                .map(|()| None)
+                .map_err(|e| SyncError::api::<TDSet>(key, "releasing it from its shard", e));
+        }
         if tdset.metadata.deletion_timestamp.is_some() {
             return Ok(None);
         }

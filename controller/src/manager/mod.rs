@@ -56,6 +56,8 @@
 //! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
 //! | `--otlp-endpoint` | `$OTEL_EXPORTER_OTLP_ENDPOINT` | export the `sync` and `request` spans over OTLP/HTTP JSON to `{URL}/v1/traces` (an OpenTelemetry Collector, Jaeger: `http://localhost:4318`); see [`crate::otlp`] |
 //! | `--otlp-service-name` | `$OTEL_SERVICE_NAME`, else `sample-controller` | the exported spans' `service.name` |
+//! | `--shard-mode` | `leader` | `sharded`: this process is one shard of a ring, with a Lease of its own and caches of the objects labelled for it ([`crate::sharding::shard`]); refuses `--leader-elect` |
+//! | `--shard-id` / `--shard-ring` / `--shard-lease-namespace` / `--shard-sharder` | `$POD_NAME` / `sample-controller` / the pod's namespace / `true` | the shard's id, the ring, where the shard Leases live, whether to contend for the ring's sharder |
 //! | `--log-format` | `text` | `text` or `json` |
 //! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
 //!
@@ -172,6 +174,7 @@ pub struct Manager {
     controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
     secure_metrics: Option<SecureServing>,
     webhook: Option<crate::webhook::WebhookServerConfig>,
+    sharding: Option<crate::sharding::ShardConfig>,
     span_queue: SpanQueue,
 }
 
@@ -186,6 +189,7 @@ impl Manager {
             controllers: Arc::default(),
             secure_metrics: None,
             webhook: None,
+            sharding: None,
             span_queue: SpanQueue::global().clone(),
         }
     }
@@ -211,6 +215,14 @@ impl Manager {
         config: Option<crate::webhook::WebhookServerConfig>,
     ) -> Self {
         self.webhook = config;
+        self
+    }
+
+    /// Runs this process as one shard of a ring (`--shard-mode=sharded`, see
+    /// [`crate::sharding::shard`]): a Lease of its own instead of leader election, caches
+    /// narrowed to the objects labelled for the shard. `None` (the default): leader mode.
+    pub fn with_sharding(mut self, shard: Option<crate::sharding::ShardConfig>) -> Self {
+        self.sharding = shard;
         self
     }
 
@@ -277,7 +289,12 @@ impl Manager {
             factory = factory.with_namespace(ns.clone());
         }
         // Owned kinds: only what the operators labelled, pods in their slim form.
-        let factory = Arc::new(crate::controllers::caches::scope_owned_caches(factory));
+        let mut factory = crate::controllers::caches::scope_owned_caches(factory);
+        // A shard: only the objects labelled for it (and what they own).
+        if let Some(shard) = &self.sharding {
+            factory = crate::sharding::scope_shard_caches(factory, shard);
+        }
+        let factory = Arc::new(factory);
 
         // Events: logged, and written as core/v1 Events for `kubectl describe`.
         let broadcaster = EventBroadcaster::new();
@@ -317,8 +334,34 @@ impl Manager {
             listeners.push(h);
         }
 
-        let outcome = match &cfg.leader_election {
-            None => {
+        // A shard may also be the ring's sharder, elected among the shards.
+        let sharder = match &self.sharding {
+            Some(shard) if shard.run_sharder => {
+                Some(self.spawn_sharder(shard, &metrics, &broadcaster, shutdown.clone()))
+            }
+            _ => None,
+        };
+        let outcome = match (&self.sharding, &cfg.leader_election) {
+            (Some(shard), _) => {
+                let le = LeaderElectionConfig {
+                    lease_name: shard.shard_id.clone(),
+                    lease_namespace: shard.lease_namespace.clone(),
+                    lease_duration: shard.lease_duration,
+                    renew_deadline: shard.renew_deadline,
+                    retry_period: shard.retry_period,
+                };
+                tracing::info!(shard = %shard.shard_id, ring = shard.labels.ring(), selector = %shard.selector(), "running as a shard");
+                self.run_elected(
+                    (&le, &shard.shard_id, shard.lease_labels()),
+                    &controllers,
+                    &metrics,
+                    &health,
+                    &broadcaster,
+                    shutdown.clone(),
+                )
+                .await
+            }
+            (None, None) => {
                 run_controllers(
                     &controllers,
                     cfg.workers,
@@ -327,9 +370,9 @@ impl Manager {
                 )
                 .await
             }
-            Some(le) => {
+            (None, Some(le)) => {
                 self.run_elected(
-                    le,
+                    (le, &self.identity, Default::default()),
                     &controllers,
                     &metrics,
                     &health,
@@ -340,8 +383,12 @@ impl Manager {
             }
         };
 
-        // Stop in the reverse order of starting: informers, listeners, then the event
-        // pipeline (so the last syncs' events are still written).
+        // Stop in the reverse order of starting: the sharder, informers, listeners, then the
+        // event pipeline (so the last syncs' events are still written).
+        if let Some((stop, task)) = sharder {
+            stop.cancel();
+            let _ = task.await;
+        }
         informers.cancel();
         factory.shutdown().await;
         servers.cancel();
@@ -408,6 +455,13 @@ impl Manager {
         };
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
         for name in &self.config.controllers {
+            if self.sharding.is_some() && *name == "rediscluster" {
+                tracing::warn!(
+                    controller = name,
+                    "not sharded (it reads its StatefulSet's pods, which carry no shard label): run it in a --shard-mode=leader manager"
+                );
+                continue;
+            }
             let registration = registry::lookup(name).map_err(|e| ManagerError::Controller {
                 name: "manager",
                 message: e.to_string(),
@@ -443,19 +497,88 @@ impl Manager {
         health.add_readiness_check("informers-synced", move || handle.has_synced());
     }
 
+    /// The ring's sharder, run while this process holds the Lease `<ring>-sharder` (see
+    /// [`crate::sharding::shard`]); contends again after losing it, until `shutdown` or the
+    /// returned token is cancelled.
+    fn spawn_sharder(
+        &self,
+        shard: &crate::sharding::ShardConfig,
+        metrics: &Metrics,
+        broadcaster: &EventBroadcaster,
+        shutdown: CancellationToken,
+    ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+        use crate::sharding::{
+            Sharder, SharderConfig, SharderMetrics, sharder::DEFAULT_SYNC_PERIOD,
+        };
+        let sharder_metrics = SharderMetrics::default();
+        metrics.with_registry(|r| sharder_metrics.register(r));
+        let stop = shutdown.child_token();
+        let config = SharderConfig {
+            labels: shard.labels.clone(),
+            lease_namespace: shard.lease_namespace.clone(),
+            sync_period: DEFAULT_SYNC_PERIOD,
+        };
+        let lease_name = format!("{}-sharder", shard.labels.ring());
+        let mut election = ElectionConfig::new(
+            LeaseLock::new(self.client.clone(), &shard.lease_namespace, &lease_name),
+            shard.shard_id.clone(),
+        );
+        election.lease_duration = shard.lease_duration;
+        election.renew_deadline = shard.renew_deadline;
+        election.retry_period = shard.retry_period;
+        election.release_on_cancel = true;
+        let (client, controllers) = (self.client.clone(), self.config.controllers.clone());
+        let callbacks = LeaderCallbacks::new(
+            move |leading: CancellationToken| {
+                let sharder = Sharder::new(client.clone(), config.clone())
+                    .with_controllers(&controllers)
+                    .with_metrics(sharder_metrics.clone());
+                async move {
+                    tracing::info!("became the ring's sharder");
+                    sharder.run(leading).await;
+                }
+            },
+            || tracing::info!("stopped being the ring's sharder"),
+        );
+        let recorder = broadcaster.new_recorder("sample-controller-sharder");
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let elector = match LeaderElector::new(election, callbacks) {
+                    Ok(e) => e.with_event_recorder(recorder),
+                    Err(e) => {
+                        tracing::error!(error = %e, "the sharder's election is misconfigured");
+                        return;
+                    }
+                };
+                while !stop.is_cancelled() {
+                    elector.run(stop.clone()).await;
+                }
+            })
+        };
+        (stop, task)
+    }
+
     /// Leader election: the controllers run inside `on_started_leading`; the elector waits for
-    /// them to drain before it releases the Lease.
+    /// them to drain before it releases the Lease. `lease` is the Lease, the holder identity and
+    /// the labels the Lease carries (a shard's ring label; none for a leader).
     async fn run_elected(
         &self,
-        le: &LeaderElectionConfig,
+        lease: (
+            &LeaderElectionConfig,
+            &str,
+            std::collections::BTreeMap<String, String>,
+        ),
         controllers: &[Arc<dyn Controller>],
         metrics: &Metrics,
         health: &HealthState,
         broadcaster: &EventBroadcaster,
         shutdown: CancellationToken,
     ) -> Result<(), ManagerError> {
-        let lock = LeaseLock::new(self.client.clone(), &le.lease_namespace, &le.lease_name);
-        let mut config = ElectionConfig::new(lock, self.identity.clone());
+        let (le, identity, lease_labels) = lease;
+        let lock = LeaseLock::new(self.client.clone(), &le.lease_namespace, &le.lease_name)
+            .with_labels(lease_labels);
+        let mut config = ElectionConfig::new(lock, identity.to_string());
         config.lease_duration = le.lease_duration;
         config.renew_deadline = le.renew_deadline;
         config.retry_period = le.retry_period;
@@ -645,6 +768,7 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
     let in_cluster_ns = read_in_cluster_namespace().await;
     let config = options.validate(in_cluster_ns.as_deref())?;
     let webhook = options.webhook_config()?;
+    let shard = options.shard_config(in_cluster_ns.as_deref())?;
     let opts = ConfigOptions {
         kubeconfig: config.kubeconfig.clone(),
         context: config.context.clone(),
@@ -672,7 +796,9 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
         let shutdown = shutdown.clone();
         move || shutdown.cancel()
     }));
-    let mut manager = Manager::new(config, client).with_webhook_server(webhook);
+    let mut manager = Manager::new(config, client)
+        .with_webhook_server(webhook)
+        .with_sharding(shard);
     if let Some(secure) = options.secure_metrics() {
         manager = manager.with_secure_metrics(secure);
     }

@@ -158,6 +158,10 @@ pub struct ManagerOptions {
     /// Directory holding the webhook server's tls.crt and tls.key (reloaded when they change).
     #[arg(long, default_value = crate::webhook::DEFAULT_CERT_DIR, value_name = "DIR")]
     pub webhook_cert_dir: PathBuf,
+    /// `--shard-mode`, `--shard-id`, `--shard-ring`, `--shard-lease-namespace`
+    /// ([`crate::sharding::shard`]).
+    #[command(flatten)]
+    pub sharding: crate::sharding::ShardFlags,
 }
 
 /// `--log-format`.
@@ -302,6 +306,7 @@ impl Default for ManagerOptions {
             verbosity: 0,
             webhook_bind_address: crate::webhook::DEFAULT_BIND_ADDRESS.to_string(),
             webhook_cert_dir: PathBuf::from(crate::webhook::DEFAULT_CERT_DIR),
+            sharding: crate::sharding::ShardFlags::default(),
         }
     }
 }
@@ -481,6 +486,37 @@ impl ManagerOptions {
             return Err(FlagError::new("metrics-cert-dir", shown, "not a directory"));
         }
         Ok(())
+    }
+
+    /// `--shard-mode=sharded` and its flags: `Some` when this process is a shard
+    /// ([`crate::sharding::shard`]). The shard Lease takes the `--leader-elect-*` timings
+    /// (checked as for a leader Lease) and defaults its namespace as the leader Lease does;
+    /// `--leader-elect` itself is refused, since a shard holds a Lease of its own.
+    pub fn shard_config(
+        &self,
+        in_cluster_namespace: Option<&str>,
+    ) -> Result<Option<crate::sharding::ShardConfig>, FlagError> {
+        if self.sharding.shard_mode == crate::sharding::ShardMode::Leader {
+            return Ok(None);
+        }
+        if self.leader_elect {
+            return Err(FlagError::new(
+                "leader-elect",
+                true,
+                "a shard holds a Lease of its own: drop --leader-elect with --shard-mode=sharded",
+            ));
+        }
+        let le = self.leader_election_config(in_cluster_namespace)?;
+        let timings = (le.lease_duration, le.renew_deadline, le.retry_period);
+        let shard = self
+            .sharding
+            .validate(&le.lease_namespace, timings, |k| std::env::var(k).ok())
+            .map_err(|e| FlagError::new(e.flag, e.value, e.reason))?;
+        if let Some(s) = &shard {
+            validate_dns1123_label(&s.lease_namespace)
+                .map_err(|r| FlagError::new("shard-lease-namespace", &s.lease_namespace, r))?;
+        }
+        Ok(shard)
     }
 
     /// client-go's `LeaderElectionConfig` checks: lease > renew deadline > jitter × retry.
@@ -951,6 +987,35 @@ mod tests {
             KNOWN_CONTROLLERS.to_vec()
         );
         assert_eq!(v(&["foo"]).unwrap(), vec!["foo"]);
+    }
+
+    #[test]
+    fn sharded_mode_takes_the_lease_timings_and_refuses_leader_election() {
+        use crate::sharding::{ShardFlags, ShardMode};
+        let sharded = |id: &str| ManagerOptions {
+            sharding: ShardFlags {
+                shard_mode: ShardMode::Sharded,
+                shard_id: id.to_string(),
+                ..ShardFlags::default()
+            },
+            ..ManagerOptions::default()
+        };
+        assert_eq!(ManagerOptions::default().shard_config(None), Ok(None));
+        let c = sharded("shard-0")
+            .shard_config(Some("ops"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.shard_id, "shard-0");
+        assert_eq!(c.lease_namespace, "ops");
+        assert_eq!(c.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.labels.ring(), "sample-controller");
+        let both = ManagerOptions {
+            leader_elect: true,
+            ..sharded("shard-0")
+        };
+        assert_eq!(both.shard_config(None).unwrap_err().flag, "leader-elect");
+        let e = sharded("Bad_Id").shard_config(None).unwrap_err();
+        assert_eq!(e.flag, "shard-id");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! ```text
 //! kube-apiserver ──POST AdmissionReview──> :9443 (TLS, tls.crt/tls.key from --webhook-cert-dir)
 //!                                           ├─ /validate-at → at::validate → allowed / denied + causes
-//!                                           └─ /mutate-at   → at::default  → allowed + JSONPatch
+//!                                           ├─ /mutate-at   → at::default  → allowed + JSONPatch
+//!                                           └─ /mutate-shard → shard::assign → allowed + the shard label
 //!                <──AdmissionReview{response}──
 //! kube-apiserver ──POST ConversionReview─> :9443
 //!                                           └─ /convert     → convert::answer → convertedObjects
@@ -35,12 +36,14 @@
 //!   answer), `controller_runtime_webhook_latency_seconds{webhook}` (Prometheus' default
 //!   buckets), `controller_runtime_webhook_requests_in_flight{webhook}`.
 //!
-//! The handlers of the At kind are in [`at`], the conversion endpoint in [`convert`]; both
-//! share the listener, certificate, limits and metrics above (label `webhook="/convert"` for
-//! conversions, whose `code` is 200, or 400 for a body that is not a ConversionReview).
+//! The handlers of the At kind are in [`at`], the conversion endpoint in [`convert`], the
+//! sharder's (assignment on create) in [`shard`]; all share the listener, certificate, limits
+//! and metrics above (label `webhook="/convert"` for conversions, whose `code` is 200, or 400
+//! for a body that is not a ConversionReview).
 
 pub mod at;
 pub mod convert;
+pub mod shard;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -283,6 +286,7 @@ pub enum Route {
 pub const ROUTES: &[(&str, Route)] = &[
     ("/validate-at", Route::Admission(at::validate as Handler)),
     ("/mutate-at", Route::Admission(at::default as Handler)),
+    ("/mutate-shard", Route::Admission(shard::assign as Handler)),
     ("/convert", Route::Conversion),
 ];
 

@@ -1,0 +1,625 @@
+//! Sharded managers against the embedded API server: each shard holds a Lease of its own,
+//! labelled for the ring, caches and reconciles only the Ats labelled for it, and labels the
+//! pods it creates with the At's shard. (The sharder, which assigns and moves objects, is
+//! played here by the test: it labels each At for its ring position.)
+
+use crate::at_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use at_support::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use sample_controller::apis::AtPhase;
+use sample_controller::client::{Api, Client, ListParams};
+use sample_controller::controllers::Clock;
+use sample_controller::controllers::caches::PodSummary;
+use sample_controller::manager::Manager;
+use sample_controller::sharding::{
+    Ring, RingLabels, ShardConfig, Sharder, SharderConfig, object_key,
+};
+use tokio_util::sync::CancellationToken;
+
+const RING: &str = "ats";
+
+/// A shard of ring [`RING`] named `id`, running the At controller in a task.
+async fn start_shard(server: &embedded_apiserver::ApiServerHandle, id: &str) -> RunningManager {
+    start_shard_with(server, id, Duration::from_secs(15)).await
+}
+
+/// The same with a Lease of `lease` (renew deadline 2/3 of it, retry period 1/6).
+async fn start_shard_with(
+    server: &embedded_apiserver::ApiServerHandle,
+    id: &str,
+    lease: Duration,
+) -> RunningManager {
+    start_shard_full(server, id, lease, false).await
+}
+
+/// A shard that is also a candidate for the ring's sharder when `sharder`.
+async fn start_shard_full(
+    server: &embedded_apiserver::ApiServerHandle,
+    id: &str,
+    lease: Duration,
+    sharder: bool,
+) -> RunningManager {
+    start_shard_client(manager_client(server), id, lease, sharder).await
+}
+
+/// [`start_shard_full`] with the manager's client given.
+async fn start_shard_client(
+    client: Client,
+    id: &str,
+    lease: Duration,
+    sharder: bool,
+) -> RunningManager {
+    let shard = ShardConfig {
+        labels: RingLabels::new(RING).unwrap(),
+        shard_id: id.to_string(),
+        lease_namespace: NS.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+        run_sharder: sharder,
+    };
+    let manager = Manager::new(manager_config(), client)
+        .with_clock(Clock::new())
+        .with_sharding(Some(shard));
+    let controllers = manager.controllers_handle();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(manager.run(stop.clone()));
+    let running = RunningManager {
+        stop,
+        controllers,
+        task,
+    };
+    wait_until(&format!("shard {id}'s caches to sync"), || async {
+        running.controllers.has_synced()
+    })
+    .await;
+    running
+}
+
+async fn ring_leases(client: &Client) -> BTreeMap<String, String> {
+    let lp = ListParams {
+        label_selector: Some(RingLabels::new(RING).unwrap().lease_selector()),
+        ..ListParams::default()
+    };
+    Api::<Lease>::namespaced(client.clone(), NS)
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|l| {
+            let holder = l.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+            (l.metadata.name.unwrap_or_default(), holder)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_shard_works_only_on_the_ats_labelled_for_it() {
+    const N: usize = 60;
+    let (server, client) = server().await;
+    let labels = RingLabels::new(RING).unwrap();
+    let a = start_shard(&server, "shard-a").await;
+    let b = start_shard(&server, "shard-b").await;
+
+    // The ring's Leases are listed by its label, each held by its shard.
+    wait_until("both shard Leases", || async {
+        ring_leases(&client).await.len() == 2
+    })
+    .await;
+    assert_eq!(
+        ring_leases(&client).await,
+        BTreeMap::from([
+            ("shard-a".to_string(), "shard-a".to_string()),
+            ("shard-b".to_string(), "shard-b".to_string()),
+        ])
+    );
+
+    // Label each At for its position on a ring of three; no process runs shard-c.
+    let ring = Ring::new(["shard-a", "shard-b", "shard-c"]);
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(1));
+    let mut shard_of = BTreeMap::new();
+    for i in 0..N {
+        let name = format!("at-{i}");
+        let shard = ring
+            .shard_for(&object_key(Some(NS), &name))
+            .unwrap()
+            .to_string();
+        let mut at = at(&name, &due, "echo YAY");
+        at.metadata.labels = Some(BTreeMap::from([(
+            labels.shard_key().to_string(),
+            shard.clone(),
+        )]));
+        create_at(&client, &at).await;
+        shard_of.insert(name, shard);
+    }
+    let served: BTreeSet<&String> = shard_of
+        .iter()
+        .filter(|(_, s)| s.as_str() != "shard-c")
+        .map(|(n, _)| n)
+        .collect();
+    let orphans = N - served.len();
+    assert!(
+        orphans > 0 && !served.is_empty(),
+        "the ring spreads 60 keys"
+    );
+
+    // Play the kubelet until every At of a running shard is DONE.
+    wait_until_every(
+        "every At of shard-a and shard-b to be DONE",
+        Duration::from_millis(100),
+        1_200,
+        || async {
+            for pod in list_pods(&client).await {
+                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+                if phase != Some("Succeeded") {
+                    finish_pod(&client, pod.metadata.name.as_deref().unwrap(), 0).await;
+                }
+            }
+            let ats = list_ats(&client).await;
+            ats.iter()
+                .filter(|a| served.contains(a.metadata.name.as_ref().unwrap()))
+                .all(|a| a.status.is_some() && a.phase() == AtPhase::Done)
+        },
+    )
+    .await;
+
+    // Exactly one pod per served At, carrying its At's shard label; none for shard-c's Ats,
+    // which neither shard touched (not even a status).
+    let pods = list_pods(&client).await;
+    assert_eq!(
+        pods.len(),
+        served.len(),
+        "one pod per At of a running shard"
+    );
+    for pod in &pods {
+        let name = pod.metadata.name.as_deref().unwrap();
+        let at = name.strip_suffix("-pod").expect("an At's pod");
+        let label = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels.shard_key()));
+        assert_eq!(
+            label,
+            Some(&shard_of[at]),
+            "pod {name} carries its At's shard"
+        );
+    }
+    for at in list_ats(&client).await {
+        let name = at.metadata.name.as_deref().unwrap();
+        if !served.contains(&name.to_string()) {
+            assert!(at.status.is_none(), "{name} of shard-c was reconciled");
+        }
+    }
+    // Both shards worked (the ring gives each of the three about a third).
+    assert!(a.syncs() > 0 && b.syncs() > 0);
+
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+    // A graceful stop releases each shard's Lease (holder cleared).
+    let leases = ring_leases(&client).await;
+    assert!(leases.values().all(String::is_empty), "{leases:?}");
+}
+
+/// The shard label of every At, by name.
+async fn at_shards(client: &Client) -> BTreeMap<String, Option<String>> {
+    let key = RingLabels::new(RING).unwrap().shard_key().to_string();
+    list_ats(client)
+        .await
+        .into_iter()
+        .map(|a| {
+            let shard = a
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(&key))
+                .cloned();
+            (a.metadata.name.unwrap_or_default(), shard)
+        })
+        .collect()
+}
+
+/// Plays the kubelet: finishes every pod not finished yet.
+async fn finish_pods(client: &Client) {
+    for pod in list_pods(client).await {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if phase != Some("Succeeded") {
+            finish_pod(client, pod.metadata.name.as_deref().unwrap(), 0).await;
+        }
+    }
+}
+
+/// Every At DONE, with exactly its one pod, labelled for the At's shard.
+async fn assert_all_done_once(client: &Client) {
+    wait_until_every(
+        "every At to be DONE",
+        Duration::from_millis(100),
+        1_200,
+        || async {
+            finish_pods(client).await;
+            list_ats(client)
+                .await
+                .iter()
+                .all(|a| a.status.is_some() && a.phase() == AtPhase::Done)
+        },
+    )
+    .await;
+    let ats = list_ats(client).await;
+    let pods = list_pods(client).await;
+    assert_eq!(pods.len(), ats.len(), "one pod per At");
+    let names: BTreeSet<String> = pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    for at in &ats {
+        assert!(
+            names.contains(&at.pod_name()),
+            "{} has its pod",
+            at.pod_name()
+        );
+    }
+}
+
+fn count(shards: &BTreeMap<String, Option<String>>, id: &str) -> usize {
+    shards.values().filter(|s| s.as_deref() == Some(id)).count()
+}
+
+/// 3 shards and the sharder; a fourth shard joins (live shards drain to it); then a shard
+/// dies without releasing its Lease (its task aborted, as `kill -9`) and its Ats move to the
+/// survivors once the Lease expires. Every At runs exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharder_assigns_rebalances_and_recovers_a_dead_shards_ats() {
+    const FIRST: usize = 150;
+    const SECOND: usize = 90;
+    let lease = Duration::from_secs(3);
+    let (server, client) = server().await;
+    let labels = RingLabels::new(RING).unwrap();
+    let sharder = Sharder::new(
+        manager_client_with_qps(&server, 0.0, 0),
+        SharderConfig {
+            labels: labels.clone(),
+            lease_namespace: NS.to_string(),
+            sync_period: Duration::from_millis(200),
+        },
+    )
+    .with_owner::<sample_controller::apis::At>()
+    .with_owned::<PodSummary>();
+    let metrics = sharder.metrics();
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+
+    let a = start_shard_with(&server, "shard-a", lease).await;
+    let b = start_shard_with(&server, "shard-b", lease).await;
+    let c = start_shard_with(&server, "shard-c", lease).await;
+    wait_until("three shard Leases", || async {
+        ring_leases(&client).await.len() == 3
+    })
+    .await;
+
+    // Unlabelled Ats: the sharder assigns each to its ring position.
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(4));
+    for i in 0..FIRST {
+        create_at(&client, &at(&format!("first-{i}"), &due, "echo YAY")).await;
+    }
+    wait_until("every At assigned", || async {
+        at_shards(&client).await.values().all(Option::is_some)
+    })
+    .await;
+    let three = Ring::new(["shard-a", "shard-b", "shard-c"]);
+    for (name, shard) in at_shards(&client).await {
+        assert_eq!(
+            shard.as_deref(),
+            three.shard_for(&object_key(Some(NS), &name)),
+            "{name} sits at its ring position"
+        );
+    }
+
+    // A fourth shard joins before the Ats are due: the live shards drain to it.
+    let d = start_shard_with(&server, "shard-d", lease).await;
+    let four = Ring::new(["shard-a", "shard-b", "shard-c", "shard-d"]);
+    wait_until("the Ats to settle on four shards", || async {
+        at_shards(&client)
+            .await
+            .iter()
+            .all(|(name, shard)| shard.as_deref() == four.shard_for(&object_key(Some(NS), name)))
+    })
+    .await;
+    let on_d = count(&at_shards(&client).await, "shard-d");
+    assert!(
+        (FIRST * 15 / 100..=FIRST * 35 / 100).contains(&on_d),
+        "shard-d took {on_d} of {FIRST}, about a quarter"
+    );
+    let drains: u64 = ["shard-a", "shard-b", "shard-c"]
+        .iter()
+        .map(|s| metrics.drains(RING, s))
+        .sum();
+    assert_eq!(drains as usize, on_d, "each moved At was drained once");
+    assert_all_done_once(&client).await;
+    for s in [&a, &b, &c, &d] {
+        assert!(s.syncs() > 0, "every shard worked");
+    }
+
+    // More Ats, then shard-c dies holding its Lease.
+    let due = in_the_future(&clock, Duration::from_secs(3));
+    for i in 0..SECOND {
+        create_at(&client, &at(&format!("second-{i}"), &due, "echo YAY")).await;
+    }
+    wait_until("the new Ats assigned", || async {
+        at_shards(&client).await.values().all(Option::is_some)
+    })
+    .await;
+    let on_c = count(&at_shards(&client).await, "shard-c");
+    assert!(on_c > 0);
+    c.task.abort();
+    wait_until_every(
+        "shard-c's Ats to move",
+        Duration::from_millis(100),
+        300,
+        || async { count(&at_shards(&client).await, "shard-c") == 0 },
+    )
+    .await;
+    let moved: u64 = ["shard-a", "shard-b", "shard-d"]
+        .iter()
+        .map(|s| metrics.movements(RING, s))
+        .sum();
+    assert_eq!(
+        moved as usize, on_c,
+        "shard-c's Ats moved directly, without a drain"
+    );
+    assert_all_done_once(&client).await;
+    // The pods followed their Ats.
+    let shards = at_shards(&client).await;
+    for pod in list_pods(&client).await {
+        let at = pod
+            .metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .strip_suffix("-pod")
+            .unwrap();
+        wait_until(&format!("pod of {at} to follow its At"), || async {
+            let p = pods(&client)
+                .get(pod.metadata.name.as_deref().unwrap())
+                .await
+                .unwrap();
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels.shard_key()))
+                == shards[at].as_ref()
+        })
+        .await;
+    }
+
+    for s in [a, b, d] {
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap();
+}
+
+/// The binary's wiring: every shard is a sharder candidate, one is elected (Lease
+/// `<ring>-sharder`) and assigns the Ats created without a label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shards_elect_one_sharder_which_assigns_new_ats() {
+    const N: usize = 40;
+    let (server, client) = server().await;
+    let lease = Duration::from_secs(6);
+    let a = start_shard_full(&server, "shard-a", lease, true).await;
+    let b = start_shard_full(&server, "shard-b", lease, true).await;
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(2));
+    for i in 0..N {
+        create_at(&client, &at(&format!("at-{i}"), &due, "echo YAY")).await;
+    }
+    assert_all_done_once(&client).await;
+    let shards = at_shards(&client).await;
+    let two = Ring::new(["shard-a", "shard-b"]);
+    for (name, shard) in &shards {
+        assert_eq!(shard.as_deref(), two.shard_for(&object_key(Some(NS), name)));
+    }
+    assert!(count(&shards, "shard-a") > 0 && count(&shards, "shard-b") > 0);
+    let holder = Api::<Lease>::namespaced(client.clone(), NS)
+        .get(&format!("{RING}-sharder"))
+        .await
+        .expect("the sharder's Lease")
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        holder == "shard-a" || holder == "shard-b",
+        "sharder: {holder:?}"
+    );
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}
+
+/// The size: 3 shards and the sharder, 3,000 Ats due over 30 s. Every At is DONE with
+/// exactly one pod, each shard holds about a third, and every pod carries its At's shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
+    const N: usize = 3_000;
+    let (server, client) = server().await;
+    let labels = RingLabels::new(RING).unwrap();
+    let sharder = Sharder::new(
+        manager_client_with_qps(&server, 0.0, 0),
+        SharderConfig {
+            labels: labels.clone(),
+            lease_namespace: NS.to_string(),
+            sync_period: Duration::from_millis(500),
+        },
+    )
+    .with_owner::<sample_controller::apis::At>()
+    .with_owned::<PodSummary>();
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+    let lease = Duration::from_secs(15);
+    let mut shards = Vec::new();
+    for id in ["shard-a", "shard-b", "shard-c"] {
+        let c = manager_client_with_qps(&server, 0.0, 0);
+        shards.push(start_shard_client(c, id, lease, false).await);
+    }
+    wait_until("three shard Leases", || async {
+        ring_leases(&client).await.len() == 3
+    })
+    .await;
+
+    // Due one every 10 ms, from 5 s on: 3,000 over 30 s.
+    let clock = Clock::new();
+    let start = clock.now();
+    for i in 0..N {
+        let due = start + jiff::SignedDuration::from_millis(5_000 + 10 * i as i64);
+        let due = jiff::Timestamp::from_second(due.as_second())
+            .unwrap()
+            .to_string();
+        create_at(&client, &at(&format!("at-{i}"), &due, "echo YAY")).await;
+    }
+    wait_until_every(
+        "every At to be DONE",
+        Duration::from_millis(500),
+        600,
+        || async {
+            finish_pods(&client).await;
+            list_ats(&client)
+                .await
+                .iter()
+                .all(|a| a.status.is_some() && a.phase() == AtPhase::Done)
+        },
+    )
+    .await;
+    assert_all_done_once(&client).await;
+    let assigned = at_shards(&client).await;
+    for id in ["shard-a", "shard-b", "shard-c"] {
+        let n = count(&assigned, id);
+        assert!(
+            (N / 4..=N * 42 / 100).contains(&n),
+            "{id} holds {n} of {N}, about a third"
+        );
+    }
+    let pod_shards: BTreeMap<String, Option<String>> = list_pods(&client)
+        .await
+        .into_iter()
+        .map(|p| {
+            let at = p
+                .metadata
+                .name
+                .as_deref()
+                .unwrap()
+                .strip_suffix("-pod")
+                .unwrap()
+                .to_string();
+            (
+                at,
+                p.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(labels.shard_key()))
+                    .cloned(),
+            )
+        })
+        .collect();
+    assert_eq!(pod_shards, assigned, "every pod carries its At's shard");
+    for s in shards {
+        assert!(s.syncs() > 0);
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap();
+}
+
+/// `/mutate-shard` on the manager's webhook server: the API server calls it on create and the
+/// At is stored already labelled for its shard, from the ring the leading sharder published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_ats_are_assigned_in_admission() {
+    use crate::manager_webhook::{ATS, MWC, SERVICE, setup, wait_listening};
+    use serde_json::json;
+    let s = setup().await;
+    // The sharder's webhook: CREATE of Ats, failurePolicy Ignore (the pass is the safety net),
+    // trusting the CA setup() injected into the At webhooks.
+    let existing = s.api.get(MWC).await;
+    let injected = existing.body["items"][0]["webhooks"][0]["clientConfig"]["caBundle"]
+        .as_str()
+        .expect("setup() applied a mutating configuration with a caBundle")
+        .to_string();
+    let (namespace, name) = SERVICE.split_once('/').unwrap();
+    let mwc = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "sharder"},
+        "webhooks": [{
+            "name": "shard.sample-controller.dev",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "timeoutSeconds": 5,
+            "clientConfig": {
+                "service": {"namespace": namespace, "name": name, "path": "/mutate-shard"},
+                "caBundle": injected,
+            },
+            "rules": [{
+                "apiGroups": ["cnat.programming-kubernetes.info"],
+                "apiVersions": ["*"],
+                "operations": ["CREATE"],
+                "resources": ["ats"],
+            }],
+        }],
+    });
+    let r = s.api.post(MWC, &mwc).await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
+
+    let shard = ShardConfig {
+        labels: RingLabels::new(RING).unwrap(),
+        shard_id: "shard-a".to_string(),
+        lease_namespace: NS.to_string(),
+        lease_duration: Duration::from_secs(15),
+        renew_deadline: Duration::from_secs(10),
+        retry_period: Duration::from_secs(2),
+        run_sharder: true,
+    };
+    let manager = Manager::new(manager_config(), manager_client(&s.server))
+        .with_webhook_server(Some(sample_controller::webhook::WebhookServerConfig {
+            addr: s.webhook_addr,
+            cert_dir: s.certs.path().to_owned(),
+        }))
+        .with_sharding(Some(shard));
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(manager.run(stop.clone()));
+    wait_listening(s.webhook_addr).await;
+
+    // Until the sharder's first pass publishes the ring, Ats are stored unlabelled (and the
+    // pass labels them); from then on each create comes back labelled.
+    let key = RingLabels::new(RING).unwrap().shard_key().to_string();
+    let mut labelled_at_create = None;
+    for i in 0..200 {
+        let at = json!({"apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+                        "metadata": {"name": format!("at-{i}")},
+                        "spec": {"schedule": "2099-01-01T00:00:00Z", "command": "echo"}});
+        let r = s.api.post(ATS, &at).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        if let Some(shard) = r.body["metadata"]["labels"][&key].as_str() {
+            labelled_at_create = Some((i, shard.to_string()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (i, shard) = labelled_at_create.expect("an At labelled in admission");
+    assert_eq!(shard, "shard-a", "at-{i} is on the only shard");
+    // The ones created before were labelled by the pass.
+    let client = at_support::client_for(&s.server);
+    wait_until("every At assigned", || async {
+        at_shards(&client)
+            .await
+            .values()
+            .all(|s| s.as_deref() == Some("shard-a"))
+    })
+    .await;
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
