@@ -66,9 +66,9 @@ use tokio_util::sync::CancellationToken;
 
 use apimachinery::duration::{format as format_duration, parse as parse_go_duration};
 use embedded_apiserver::ApiServer;
-use sample_controller::apis::conditions::find_condition;
 use sample_controller::apis::at::conversion;
 use sample_controller::apis::at::v1alpha1::At as AtV1alpha1;
+use sample_controller::apis::conditions::find_condition;
 use sample_controller::apis::{At, AtPhase, AtSpec, ConditionStatus};
 use sample_controller::cache::{EventHandlerFns, SharedInformerFactory};
 use sample_controller::client::{self, Api, Client, Config, PostParams};
@@ -343,9 +343,13 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
                 .expect_invalid
                 .join(" and ");
             if invalid.is_empty() {
-                println!("done: example-at and failing-at are DONE; the invalid Ats were refused at admission.");
+                println!(
+                    "done: example-at and failing-at are DONE; the invalid Ats were refused at admission."
+                );
             } else {
-                println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
+                println!(
+                    "done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning."
+                );
             }
             println!(
                 "      the API server saw {} pod creations: one per runnable At, none before its schedule:",
@@ -511,7 +515,9 @@ async fn at_story(
     {
         Err(e) if matches!(e.code(), Some(400..=499)) => say(
             started,
-            &format!("the manager's /validate-at webhook refused at/blank-command at admission: {e}"),
+            &format!(
+                "the manager's /validate-at webhook refused at/blank-command at admission: {e}"
+            ),
         ),
         Err(e) => return Err(api_err("creating At blank-command")(e)),
         Ok(_) => {

@@ -268,6 +268,20 @@ fn version_definition(crd: &Value, crd_name: &str, v: &Value) -> ResourceDef {
             crd_name: crd_name.to_owned(),
             storage_version: String::new(),
             conversion: None,
+            // apiextensions-apiserver's `customresource_handler.go`: a deprecated version
+            // warns on every request, with its own text or the default one.
+            deprecation_warning: (v["deprecated"].as_bool() == Some(true)).then(|| {
+                v["deprecationWarning"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| {
+                        format!(
+                            "{group}/{} {} is deprecated",
+                            v["name"].as_str().unwrap_or_default(),
+                            names["kind"].as_str().unwrap_or_default()
+                        )
+                    })
+            }),
             // Compiled once here, per CRD generation; `spec_causes` already refused rules that
             // do not compile, so an error cannot occur for a CRD that got this far.
             validation_rules: v["schema"]

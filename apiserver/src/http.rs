@@ -529,7 +529,11 @@ async fn serve_resource(
             &def.group,
         ));
     }
-    match (&parts.method, target.name.is_some()) {
+    let deprecation = def
+        .custom
+        .as_ref()
+        .and_then(|c| c.deprecation_warning.clone());
+    let answer = match (&parts.method, target.name.is_some()) {
         (&Method::GET, _) => serve_read(shared, request, &target, class).await,
         (&Method::POST, false) | (&Method::PUT, true) | (&Method::PATCH, true) => {
             serve_write(shared, request, &target, class).await
@@ -543,7 +547,17 @@ async fn serve_resource(
                 &def.group,
             ))
         }
-    }
+    };
+    // A deprecated CRD version warns on every answer (kubectl prints `Warning: <text>`).
+    answer.map(|mut resp| {
+        if let Some(text) = deprecation {
+            let text = apimachinery::validation::go_quote(&text);
+            if let Ok(v) = HeaderValue::from_bytes(format!("299 - {text}").as_bytes()) {
+                resp.headers_mut().append(header::WARNING, v);
+            }
+        }
+        resp
+    })
 }
 
 /// `GET` on a resource: `watch` (a stream, as Table rows when asked), `get` of one object or

@@ -118,8 +118,8 @@
 pub mod admission;
 pub mod auth;
 pub mod background;
-pub mod conversion;
 pub mod cel_rules;
+pub mod conversion;
 pub mod crd;
 pub mod discovery;
 pub mod durable;

@@ -55,6 +55,9 @@ pub struct CustomInfo {
     pub storage_version: String,
     /// The CRD's conversion webhook (`strategy: Webhook`); `None` for `strategy: None`.
     pub conversion: Option<Arc<crate::conversion::WebhookConversion>>,
+    /// `deprecated: true` on the served version: the `Warning` every request to it carries
+    /// (its `deprecationWarning`, or `<group>/<version> <Kind> is deprecated`).
+    pub deprecation_warning: Option<String>,
     /// The schema's `x-kubernetes-validations`, compiled once per CRD generation.
     pub validation_rules: Option<std::sync::Arc<super::cel_rules::Validator>>,
 }

@@ -126,7 +126,9 @@ impl DemoWebhooks {
             &crd,
         )
         .await
-        .map_err(setup_err("installing the At CRD with its conversion webhook"))
+        .map_err(setup_err(
+            "installing the At CRD with its conversion webhook",
+        ))
     }
 
     /// Applies `artifacts/deploy/webhook/webhooks.yaml` with the CA injected.

@@ -46,7 +46,27 @@ async fn the_demo_reaches_every_end_state_and_exits_0() {
         stdout.contains("at/failing-at     DONE     result Failed exit code 3"),
         "{stdout}"
     );
-    assert!(stdout.contains("InvalidSpec"), "{stdout}");
+    // Versions: the book's At created in v1alpha1 reads back as v1, with the image /mutate-at
+    // defaulted; a v1 At reads back as v1alpha1 with v1's fields kept in the annotation; and
+    // the manager's /validate-at refuses a blank command before it is stored.
+    assert!(
+        stdout.contains("created at/example-at     in v1alpha1"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("read back as v1:          spec.run.command \"echo YAY\"  spec.run.image \"busybox:1.36\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "read back as v1alpha1:    spec.command \"exit 3\"; kept for v1 in annotation cnat.programming-kubernetes.info/v1-fields: {\"run\":{\"activeDeadlineSeconds\":60"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the manager's /validate-at webhook refused at/blank-command at admission: 422 (Invalid): admission webhook \"vat.cnat.programming-kubernetes.info\" denied the request"),
+        "{stdout}"
+    );
     // Every timed line says which story it belongs to, so the interleaved stories can be read
     // apart; each default story has lines of its own.
     for line in stdout.lines().filter(|l| l.starts_with('[')) {

@@ -61,6 +61,7 @@ mod demo_command;
 mod leaderelection_apiserver;
 mod leaderelection_elector;
 mod manager_cli;
+mod manager_conversion;
 mod manager_health;
 mod manager_leader_election;
 mod manager_rbac;

@@ -28,8 +28,16 @@ pub(crate) const SERVICE: &str = "sample-controller/sample-controller-webhook";
 const HOST: &str = "sample-controller-webhook.sample-controller.svc";
 pub(crate) const ATS: &str =
     "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/default/ats";
+const ATS_V1: &str = "/apis/cnat.programming-kubernetes.info/v1/namespaces/default/ats";
 const VWC: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
 pub(crate) const MWC: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
+
+/// A v1 At for the writes made while the manager is down.
+fn down_v1() -> Value {
+    json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
+           "metadata": {"name": "down"},
+           "spec": {"schedule": "2099-01-01T00:00:00Z", "run": {"command": "echo"}}})
+}
 
 /// Mints a CA and a serving certificate for the webhook Service into `dir`; returns the CA PEM.
 pub(crate) fn issue(dir: &Path, ca_name: &str) -> String {
@@ -110,13 +118,22 @@ pub(crate) async fn setup() -> Setup {
         .start()
         .await
         .unwrap();
-    let client = at_support::client_for(&server);
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
-        .await
-        .unwrap();
     let certs = tempfile::tempdir().unwrap();
     let ca = issue(certs.path(), "webhook-ca-1");
     let api = TestClient::new(&server);
+    // The At CRD as the overlay installs it: v1alpha1 requests convert through /convert.
+    let crd = sample_controller::apis::crds::at_crd_with_conversion_webhook(json!({
+        "service": {"namespace": "sample-controller", "name": "sample-controller-webhook", "path": "/convert"},
+        "caBundle": base64::engine::general_purpose::STANDARD.encode(&ca),
+    }))
+    .unwrap();
+    let r = api
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &crd,
+        )
+        .await;
+    assert_eq!(r.code, 201, "{:?}", r.body);
     apply_configurations(&api, &ca).await;
     Setup {
         server,
@@ -130,7 +147,9 @@ pub(crate) async fn setup() -> Setup {
 
 /// The manager with only its webhook server and metrics (no controllers: the test decides
 /// every status).
-fn start_manager(s: &Setup) -> (CancellationToken, JoinHandle<Result<(), ManagerError>>) {
+pub(crate) fn start_manager(
+    s: &Setup,
+) -> (CancellationToken, JoinHandle<Result<(), ManagerError>>) {
     let mut config = at_support::manager_config();
     config.controllers = vec![];
     config.metrics_addr = Some(s.metrics_addr);
@@ -179,11 +198,13 @@ async fn the_api_server_calls_the_managers_webhooks() {
     let msg = r.body["message"].as_str().unwrap();
     assert!(
         msg.starts_with(
-            "admission webhook \"vat.cnat.programming-kubernetes.info\" denied the request: At.cnat.programming-kubernetes.info \"blank\" is invalid: spec.command: Invalid value: \" \" is empty"
+            "admission webhook \"vat.cnat.programming-kubernetes.info\" denied the request: At.cnat.programming-kubernetes.info \"blank\" is invalid: spec.run.command: Invalid value: \" \" is empty"
         ),
         "{msg}"
     );
-    assert_eq!(r.body["details"]["causes"][0]["field"], "spec.command");
+    // The webhooks are registered for v1 (matchPolicy Equivalent): a v1alpha1 request is
+    // shown to them converted, so the field is named as v1 names it, as on a real server.
+    assert_eq!(r.body["details"]["causes"][0]["field"], "spec.run.command");
     // So is a schedule that does not parse, and a server-side dry run alike.
     let r = api
         .post(
@@ -286,11 +307,11 @@ async fn the_api_server_calls_the_managers_webhooks() {
     );
 
     // The manager stops: writes fail under failurePolicy Fail with the real message ...
+    // (In v1, the version the webhooks are registered for: a v1alpha1 write would first
+    // fail its conversion, with the conversion webhook's message.)
     stop.cancel();
     task.await.unwrap().unwrap();
-    let r = api
-        .post(ATS, &at("down", Some("2099-01-01T00:00:00Z"), "echo"))
-        .await;
+    let r = api.post(ATS_V1, &down_v1()).await;
     assert_eq!(r.code, 500, "{:?}", r.body);
     assert_eq!(
         r.body["message"],
@@ -313,12 +334,7 @@ async fn the_api_server_calls_the_managers_webhooks() {
             .await;
         assert_eq!(r.code, 200, "{:?}", r.body);
     }
-    assert_eq!(
-        api.post(ATS, &at("down", Some("2099-01-01T00:00:00Z"), "echo"))
-            .await
-            .code,
-        201
-    );
+    assert_eq!(api.post(ATS_V1, &down_v1()).await.code, 201);
 }
 
 #[tokio::test]
@@ -386,8 +402,6 @@ async fn reqwest_metrics(addr: SocketAddr) -> String {
     s.read_to_string(&mut out).await.unwrap();
     out
 }
-
-const ATS_V1: &str = "/apis/cnat.programming-kubernetes.info/v1/namespaces/default/ats";
 
 /// POSTs `body` to `path` on the manager's webhook server over HTTPS, verifying the served
 /// certificate against `ca_pem` for the Service's name, as the API server does. Returns the
