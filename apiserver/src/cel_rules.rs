@@ -1937,6 +1937,22 @@ mod tests {
     }
 
     #[test]
+    fn the_deepest_accepted_expression_evaluates_on_a_small_stack() {
+        // Just under the depth limit: a left-leaning chain of additions, evaluated on a thread
+        // with tokio's default worker stack (2 MiB).
+        let chain = format!("self.n{} > 0", " + 1".repeat(MAX_EXPRESSION_DEPTH - 5));
+        let schema = spec_rules(json!({"n": {"type": "integer"}}), json!([{"rule": chain}]));
+        let v = compiled(&schema);
+        let errs = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || v.validate(&obj(json!({"n": 1})), None))
+            .expect("thread")
+            .join()
+            .expect("evaluation finished");
+        assert!(errs.is_empty(), "{errs:?}");
+    }
+
+    #[test]
     fn blocking_schema_errors_skip_the_rules() {
         let required = FieldError {
             path: "spec.a".into(),
