@@ -982,11 +982,7 @@ fn estimate<'a>(
             let second = sizes.get(1).copied().unwrap_or(1);
             let tenth = |n: u64| n.div_ceil(10);
             let (extra, size, node) = match c.func_name.as_str() {
-                "_==_" | "_!=_" => (
-                    tenth(first.min(second)).max(first.min(second) / 10),
-                    1,
-                    None,
-                ),
+                "_==_" | "_!=_" => (tenth(first.min(second)), 1, None),
                 "_+_" => (
                     tenth(first.saturating_add(second)),
                     first.saturating_add(second),
