@@ -982,11 +982,7 @@ fn estimate<'a>(
             let second = sizes.get(1).copied().unwrap_or(1);
             let tenth = |n: u64| n.div_ceil(10);
             let (extra, size, node) = match c.func_name.as_str() {
-                "_==_" | "_!=_" => (
-                    tenth(first.min(second)).max(first.min(second) / 10),
-                    1,
-                    None,
-                ),
+                "_==_" | "_!=_" => (tenth(first.min(second)), 1, None),
                 "_+_" => (
                     tenth(first.saturating_add(second)),
                     first.saturating_add(second),
@@ -1934,6 +1930,22 @@ mod tests {
             compile_errors(&root(json!({}), json!([{"rule": chain}]))).len(),
             1
         );
+    }
+
+    #[test]
+    fn the_deepest_accepted_expression_evaluates_on_a_small_stack() {
+        // Just under the depth limit: a left-leaning chain of additions, evaluated on a thread
+        // with tokio's default worker stack (2 MiB).
+        let chain = format!("self.n{} > 0", " + 1".repeat(MAX_EXPRESSION_DEPTH - 5));
+        let schema = spec_rules(json!({"n": {"type": "integer"}}), json!([{"rule": chain}]));
+        let v = compiled(&schema);
+        let errs = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || v.validate(&obj(json!({"n": 1})), None))
+            .expect("thread")
+            .join()
+            .expect("evaluation finished");
+        assert!(errs.is_empty(), "{errs:?}");
     }
 
     #[test]
