@@ -517,7 +517,7 @@ mod tests {
         s.replace(vec![pod("a", "q", "3", Some("u1"))]);
         s.insert(pod("a", "q", "4", Some("u2")));
         let inner = s.read();
-        for (key, _) in &inner.items {
+        for key in inner.items.keys() {
             // The map's key, the namespace index's and the owner index's.
             assert_eq!(Arc::strong_count(key), 3, "{key}");
         }
