@@ -24,7 +24,10 @@
 //!   `value` from index function `name`;
 //! * one `RwLock` guards the map and the indexes together, so a reader never sees an object
 //!   without its index entries; the lock is never held across an `.await`;
-//! * `list()` and `keys()` are snapshots in unspecified (hash) order, as in client-go.
+//! * `list()` and `keys()` are snapshots in unspecified (hash) order, as in client-go;
+//! * each key (`namespace/name`) is allocated once, as an `Arc<str>` that the item map and
+//!   every index entry of the object share: with the two built-in indexes, a cached object
+//!   costs one key allocation instead of three.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -95,18 +98,22 @@ pub fn owner_uid_index<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> Vec<String> {
         .collect()
 }
 
+/// A cache key, allocated once per object and shared by the item map and every index entry
+/// of that object (an index entry costs a pointer, not a copy of `namespace/name`).
+type SharedKey = Arc<str>;
+
 struct Inner<K> {
-    items: HashMap<String, Arc<K>>,
+    items: HashMap<SharedKey, Arc<K>>,
     indexers: HashMap<String, IndexFn<K>>,
-    indices: HashMap<String, HashMap<String, HashSet<String>>>,
+    indices: HashMap<String, HashMap<String, HashSet<SharedKey>>>,
 }
 
 impl<K> Inner<K> {
-    fn index_add(&mut self, key: &str, obj: &K) {
+    fn index_add(&mut self, key: &SharedKey, obj: &K) {
         for (name, f) in &self.indexers {
             let index = self.indices.entry(name.clone()).or_default();
             for v in f(obj) {
-                index.entry(v).or_default().insert(key.to_owned());
+                index.entry(v).or_default().insert(Arc::clone(key));
             }
         }
     }
@@ -127,7 +134,7 @@ impl<K> Inner<K> {
         }
     }
 
-    fn index_update(&mut self, key: &str, old: Option<&K>, new: &K) {
+    fn index_update(&mut self, key: &SharedKey, old: Option<&K>, new: &K) {
         let Some(old) = old else {
             self.index_add(key, new);
             return;
@@ -140,14 +147,14 @@ impl<K> Inner<K> {
             let index = self.indices.entry(name.clone()).or_default();
             for v in before {
                 if let Some(set) = index.get_mut(&v) {
-                    set.remove(key);
+                    set.remove(&**key);
                     if set.is_empty() {
                         index.remove(&v);
                     }
                 }
             }
             for v in after {
-                index.entry(v).or_default().insert(key.to_owned());
+                index.entry(v).or_default().insert(Arc::clone(key));
             }
         }
     }
@@ -155,10 +162,10 @@ impl<K> Inner<K> {
     fn rebuild_indices(&mut self) {
         self.indices.clear();
         for (name, f) in &self.indexers {
-            let mut index: HashMap<String, HashSet<String>> = HashMap::new();
+            let mut index: HashMap<String, HashSet<SharedKey>> = HashMap::new();
             for (key, obj) in &self.items {
                 for v in f(obj) {
-                    index.entry(v).or_default().insert(key.clone());
+                    index.entry(v).or_default().insert(Arc::clone(key));
                 }
             }
             self.indices.insert(name.clone(), index);
@@ -225,10 +232,10 @@ impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
             return Err(IndexError::Conflict(name));
         }
         let f: IndexFn<K> = Arc::new(f);
-        let mut index: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut index: HashMap<String, HashSet<SharedKey>> = HashMap::new();
         for (key, obj) in &inner.items {
             for v in f(obj) {
-                index.entry(v).or_default().insert(key.clone());
+                index.entry(v).or_default().insert(Arc::clone(key));
             }
         }
         inner.indices.insert(name.clone(), index);
@@ -253,7 +260,7 @@ impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
 
     /// Every key (unspecified order).
     pub fn keys(&self) -> Vec<String> {
-        self.read().items.keys().cloned().collect()
+        self.read().items.keys().map(|k| k.to_string()).collect()
     }
 
     /// How many objects are stored.
@@ -278,7 +285,7 @@ impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
             .and_then(|i| i.get(value))
             .map(|keys| {
                 keys.iter()
-                    .filter_map(|k| inner.items.get(k).cloned())
+                    .filter_map(|k| inner.items.get(&**k).cloned())
                     .collect()
             })
             .unwrap_or_default())
@@ -294,7 +301,7 @@ impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
             .indices
             .get(index)
             .and_then(|i| i.get(value))
-            .map(|k| k.iter().cloned().collect())
+            .map(|k| k.iter().map(|k| k.to_string()).collect())
             .unwrap_or_default();
         keys.sort();
         Ok(keys)
@@ -320,7 +327,12 @@ impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
     pub fn insert(&self, obj: Arc<K>) -> Option<Arc<K>> {
         let key = key_of(obj.as_ref());
         let mut inner = self.write();
-        let old = inner.items.insert(key.clone(), Arc::clone(&obj));
+        // An update keeps the key allocation the indexes already share.
+        let key: SharedKey = match inner.items.get_key_value(key.as_str()) {
+            Some((shared, _)) => Arc::clone(shared),
+            None => Arc::from(key),
+        };
+        let old = inner.items.insert(Arc::clone(&key), Arc::clone(&obj));
         inner.index_update(&key, old.as_deref(), &obj);
         old
     }
@@ -346,8 +358,8 @@ impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
         let mut new_items = HashMap::with_capacity(objs.len());
         let mut listed = Vec::with_capacity(objs.len());
         for obj in objs {
-            let key = key_of(obj.as_ref());
-            let change = match old_items.remove(&key) {
+            let key: SharedKey = Arc::from(key_of(obj.as_ref()));
+            let change = match old_items.remove(&*key) {
                 Some(old) => Change::Updated {
                     old,
                     new: Arc::clone(&obj),
@@ -359,7 +371,10 @@ impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
             listed.push(change);
         }
         for (key, last_known) in old_items {
-            changes.push(Change::Deleted { key, last_known });
+            changes.push(Change::Deleted {
+                key: key.to_string(),
+                last_known,
+            });
         }
         changes.extend(listed);
         inner.items = new_items;
@@ -491,6 +506,24 @@ mod tests {
         assert!(changes.iter().all(|c| matches!(c, Change::Deleted { .. })));
         assert!(s.is_empty());
         assert!(s.index_values(NAMESPACE_INDEX).unwrap().is_empty());
+    }
+
+    #[test]
+    fn keys_are_allocated_once_for_the_map_and_every_index() {
+        let s = Indexer::<Pod>::new();
+        s.insert(pod("a", "p", "1", Some("u1")));
+        // An update that changes an index value keeps the same key allocation.
+        s.insert(pod("a", "p", "2", Some("u2")));
+        s.replace(vec![pod("a", "q", "3", Some("u1"))]);
+        s.insert(pod("a", "q", "4", Some("u2")));
+        let inner = s.read();
+        for key in inner.items.keys() {
+            // The map's key, the namespace index's and the owner index's.
+            assert_eq!(Arc::strong_count(key), 3, "{key}");
+        }
+        let owner = &inner.indices[OWNER_UID_INDEX];
+        assert!(!owner.contains_key("u1"));
+        assert!(owner["u2"].contains("a/q"));
     }
 
     #[test]

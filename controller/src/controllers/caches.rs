@@ -49,8 +49,9 @@
 //!    (serde skips every other field, so no full `Pod` is ever built). The lister stays typed
 //!    (`Lister<PodSummary>`), and [`PodSummary::to_pod`] rebuilds the few-field `Pod` the At's
 //!    pure decision function takes, for one sync at a time. Its transform
-//!    ([`slim_metadata`]) drops `managedFields`, every annotation and the metadata no handler
-//!    reads.
+//!    ([`slim_metadata`], [`keep_labels`]) drops `managedFields`, every annotation, the
+//!    metadata no handler reads and every label but those in [`POD_LABELS_READ`] (a lister
+//!    label selector over the pod cache sees only those: select on the server instead).
 //!
 //!    The At cache keeps whole Ats (the status write is built from the cached copy) minus
 //!    `managedFields` and the `kubectl.kubernetes.io/last-applied-configuration` annotation
@@ -113,11 +114,32 @@ pub fn scope_owned_caches<S: ListerWatcherSource>(
         .with_label_selector_for::<Deployment>(selector.clone())
         .with_label_selector_for::<StatefulSet>(selector.clone())
         .with_label_selector_for::<Service>(selector)
-        .with_transform_for::<PodSummary>(|p: &mut PodSummary| slim_metadata(&mut p.metadata))
+        .with_transform_for::<PodSummary>(|p: &mut PodSummary| {
+            slim_metadata(&mut p.metadata);
+            keep_labels(&mut p.metadata, &POD_LABELS_READ);
+        })
         .with_transform_for::<At>(|at: &mut At| {
             at.metadata.managed_fields = None;
             drop_last_applied(&mut at.metadata);
         })
+}
+
+/// The pod labels a handler or sync reads from the pod cache: RedisCluster's
+/// [`LABEL_CLUSTER`](super::rediscluster::LABEL_CLUSTER), which maps a pod to its cluster. The
+/// rest (the At's `app`, the `managed-by` label every cached pod carries since the server
+/// selected on it, a StatefulSet's `controller-revision-hash`, ...) is dropped from the cache.
+pub const POD_LABELS_READ: [&str; 1] = [super::rediscluster::LABEL_CLUSTER];
+
+/// Keeps only the labels named in `keep` (and no map at all when none is left). A `BTreeMap`
+/// of strings costs one 540-byte node even for a single label, plus its strings: ~680 bytes
+/// for an At's pod with its two labels, the largest part of a cached `PodSummary`.
+pub fn keep_labels(meta: &mut ObjectMeta, keep: &[&str]) {
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| keep.contains(&k.as_str()));
+        if labels.is_empty() {
+            meta.labels = None;
+        }
+    }
 }
 
 /// Removes the `last-applied-configuration` annotation (and the map, once empty).
@@ -395,6 +417,37 @@ mod tests {
         assert!(parsed.matches(&labels));
         let other = BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "helm".to_string())]);
         assert!(!parsed.matches(&other));
+    }
+
+    #[test]
+    fn the_pod_transform_keeps_only_the_labels_a_sync_reads() {
+        let mut meta = ObjectMeta {
+            labels: Some(BTreeMap::from([
+                ("app".to_string(), "a".to_string()),
+                (LABEL_MANAGED_BY.to_string(), "at-controller".to_string()),
+            ])),
+            ..Default::default()
+        };
+        keep_labels(&mut meta, &POD_LABELS_READ);
+        assert_eq!(meta.labels, None, "an At's pod keeps no label map at all");
+
+        let cluster = super::super::rediscluster::LABEL_CLUSTER;
+        let mut meta = ObjectMeta {
+            labels: Some(BTreeMap::from([
+                (cluster.to_string(), "c1".to_string()),
+                (
+                    LABEL_MANAGED_BY.to_string(),
+                    "rediscluster-controller".to_string(),
+                ),
+                ("controller-revision-hash".to_string(), "c1-5d4".to_string()),
+            ])),
+            ..Default::default()
+        };
+        keep_labels(&mut meta, &POD_LABELS_READ);
+        assert_eq!(
+            meta.labels,
+            Some(BTreeMap::from([(cluster.to_string(), "c1".to_string())]))
+        );
     }
 
     #[test]

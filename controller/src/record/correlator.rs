@@ -49,6 +49,7 @@
 //!   no lock (client-go locks each cache because its correlator is shared).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use apimachinery::token_bucket::TokenBucket;
@@ -306,12 +307,16 @@ pub fn spam_key(e: &Event) -> String {
 /// A least-recently-used map with a fixed capacity (golang-lru's `Cache`, which client-go
 /// uses). Both `get` and `put` make an entry the most recent; inserting into a full cache
 /// evicts the least recent entry.
+///
+/// Each key is stored once: the map and the recency order share one `Arc<str>` (a correlator
+/// key is the event's whole identity, 150-300 bytes, and the three caches of a sink hold up to
+/// 3 × `lru_size` of them).
 #[derive(Debug)]
 pub(crate) struct Lru<V> {
     capacity: usize,
     tick: u64,
-    entries: HashMap<String, (V, u64)>,
-    order: BTreeMap<u64, String>,
+    entries: HashMap<Arc<str>, (V, u64)>,
+    order: BTreeMap<u64, Arc<str>>,
 }
 
 impl<V> Lru<V> {
@@ -327,10 +332,11 @@ impl<V> Lru<V> {
     fn touch(&mut self, key: &str) -> u64 {
         self.tick += 1;
         let tick = self.tick;
-        if let Some((_, used)) = self.entries.get_mut(key) {
-            self.order.remove(used);
+        if let Some((_, used)) = self.entries.get_mut(key)
+            && let Some(shared) = self.order.remove(used)
+        {
             *used = tick;
-            self.order.insert(tick, key.to_owned());
+            self.order.insert(tick, shared);
         }
         tick
     }
@@ -344,9 +350,9 @@ impl<V> Lru<V> {
     }
 
     pub(crate) fn put(&mut self, key: String, value: V) {
-        if self.entries.contains_key(&key) {
+        if self.entries.contains_key(key.as_str()) {
             self.touch(&key);
-            if let Some((v, _)) = self.entries.get_mut(&key) {
+            if let Some((v, _)) = self.entries.get_mut(key.as_str()) {
                 *v = value;
             }
             return;
@@ -357,7 +363,8 @@ impl<V> Lru<V> {
             self.entries.remove(&oldest);
         }
         self.tick += 1;
-        self.order.insert(self.tick, key.clone());
+        let key: Arc<str> = Arc::from(key);
+        self.order.insert(self.tick, Arc::clone(&key));
         self.entries.insert(key, (value, self.tick));
     }
 
@@ -397,6 +404,25 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn lru_keeps_each_key_once_for_map_and_order() {
+        let mut lru = Lru::new(3);
+        for k in ["a", "b", "c", "d"] {
+            lru.put(k.into(), 0);
+        }
+        lru.get("c");
+        lru.put("b".into(), 1);
+        assert_eq!(lru.entries.len(), 3);
+        assert_eq!(lru.order.len(), 3);
+        for (tick, key) in &lru.order {
+            // The order and the map hold the same allocation, and agree on recency.
+            assert_eq!(Arc::strong_count(key), 2);
+            assert_eq!(lru.entries.get(key).map(|(_, t)| *t), Some(*tick));
+        }
+        let order: Vec<&str> = lru.order.values().map(|k| &**k).collect();
+        assert_eq!(order, ["d", "c", "b"]);
     }
 
     #[test]
