@@ -16,7 +16,10 @@
 //! version's schema (for validation and pruning), its printer columns (for `kubectl get`), its
 //! `status` / `scale` subresources, its `selectableFields` and its CEL validation rules, compiled
 //! here once per CRD write ([`super::cel_rules`]; a rule that does not compile makes the CRD
-//! invalid). Custom resources follow the CR
+//! invalid). A version marked `deprecated: true` answers every request with a
+//! `Warning: 299 - "<deprecationWarning>"` header (default `<group>/<version> <Kind> is
+//! deprecated`, as `customresource_handler.go` words it), which kubectl prints as
+//! `Warning: ...`. Custom resources follow the CR
 //! strategy: `generation` is tracked, updates need a `resourceVersion`, PUT never creates, and
 //! strategic merge patch is refused with 415.
 //!

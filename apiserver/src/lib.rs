@@ -953,7 +953,7 @@ impl ApiServerHandle {
     }
 
     /// [`Self::load_manifests`] for a YAML file or every YAML file of a directory (such as
-    /// `artifacts/deploy/`; `kustomization.yaml` is skipped).
+    /// `artifacts/deploy/base/`; `kustomization.yaml` is skipped).
     pub fn load_manifest_path(
         &self,
         path: impl AsRef<Path>,

@@ -26,7 +26,7 @@
 //!
 //! To see a controller run under its own, least-privilege identity, give it a token and turn
 //! RBAC on: `--token-auth-file tokens.csv` (kube-apiserver's format, e.g.
-//! `ctrl-token,system:serviceaccount:cnat:cnat,1`), `--manifests artifacts/deploy/` (the
+//! `ctrl-token,system:serviceaccount:cnat:cnat,1`), `--manifests artifacts/deploy/base/` (the
 //! Namespace, ServiceAccount, ClusterRole and bindings) and `--enforce-rbac`.
 //!
 //! ## Connections

@@ -739,13 +739,15 @@ fn the_conversion_patch_turns_the_base_crd_into_the_webhook_crd() {
         patched["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
         "sample-controller/sample-controller-webhook"
     );
-    // The webhook configurations match every version of ats (so v1 writes are admitted too).
+    // The webhook configurations match the hub version, and requests in v1alpha1 through
+    // matchPolicy Equivalent (converted to v1 before the webhooks see them).
     let text =
         std::fs::read_to_string(repo().join("artifacts/deploy/webhook/webhooks.yaml")).unwrap();
     for doc in serde_yaml_ng::Deserializer::from_str(&text) {
         let v: Value = serde::Deserialize::deserialize(doc).unwrap();
         for hook in v["webhooks"].as_array().unwrap() {
-            assert_eq!(hook["rules"][0]["apiVersions"], json!(["*"]), "{hook}");
+            assert_eq!(hook["rules"][0]["apiVersions"], json!(["v1"]), "{hook}");
+            assert_eq!(hook["matchPolicy"], "Equivalent", "{hook}");
         }
     }
 }

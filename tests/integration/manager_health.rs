@@ -104,13 +104,13 @@ async fn rbac_server(with_binding: bool) -> (ApiServerHandle, Client, Client) {
         .await
         .unwrap();
     let mut files = vec![
-        "artifacts/deploy/namespace.yaml",
-        "artifacts/deploy/serviceaccount.yaml",
-        "artifacts/deploy/clusterrole.yaml",
-        "artifacts/deploy/role-leader-election.yaml",
+        "artifacts/deploy/base/namespace.yaml",
+        "artifacts/deploy/base/serviceaccount.yaml",
+        "artifacts/deploy/base/clusterrole.yaml",
+        "artifacts/deploy/base/role-leader-election.yaml",
     ];
     if with_binding {
-        files.push("artifacts/deploy/clusterrolebinding.yaml");
+        files.push("artifacts/deploy/base/clusterrolebinding.yaml");
     }
     for file in files {
         server
@@ -286,7 +286,7 @@ async fn readyz_waits_for_the_caches_on_the_leader_and_on_the_standby() {
     // Grant the ClusterRole: both replicas' informers sync (after at most one backoff step).
     server
         .load_manifests(
-            &std::fs::read_to_string("artifacts/deploy/clusterrolebinding.yaml").unwrap(),
+            &std::fs::read_to_string("artifacts/deploy/base/clusterrolebinding.yaml").unwrap(),
         )
         .unwrap();
     for addr in [addr_a, addr_b] {

@@ -77,8 +77,8 @@ fn allowed(rules: &[(Option<String>, Rule)], verb: &str, resource: &str, namespa
 
 #[tokio::test(start_paused = true)]
 async fn every_request_of_the_manager_is_granted_by_artifacts_deploy() {
-    let mut rules = rules_in("artifacts/deploy/clusterrole.yaml");
-    rules.extend(rules_in("artifacts/deploy/role-leader-election.yaml"));
+    let mut rules = rules_in("artifacts/deploy/base/clusterrole.yaml");
+    rules.extend(rules_in("artifacts/deploy/base/role-leader-election.yaml"));
     assert!(!rules.is_empty());
     // The manifests never grant secrets or writes to CRDs.
     for (_, r) in &rules {
@@ -210,11 +210,11 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
         .await
         .unwrap();
     for file in [
-        "artifacts/deploy/namespace.yaml",
-        "artifacts/deploy/serviceaccount.yaml",
-        "artifacts/deploy/clusterrole.yaml",
-        "artifacts/deploy/clusterrolebinding.yaml",
-        "artifacts/deploy/role-leader-election.yaml",
+        "artifacts/deploy/base/namespace.yaml",
+        "artifacts/deploy/base/serviceaccount.yaml",
+        "artifacts/deploy/base/clusterrole.yaml",
+        "artifacts/deploy/base/clusterrolebinding.yaml",
+        "artifacts/deploy/base/role-leader-election.yaml",
     ] {
         server
             .load_manifests(&std::fs::read_to_string(file).unwrap())

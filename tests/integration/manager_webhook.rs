@@ -280,7 +280,7 @@ async fn the_api_server_calls_the_managers_webhooks() {
         assert!(!out.ok);
         assert!(
             out.stderr.contains(
-                "The At \"viakubectl\" is invalid: spec.command: Invalid value: \" \" is empty"
+                "The At \"viakubectl\" is invalid: spec.run.command: Invalid value: \" \" is empty"
             ),
             "{}",
             out.stderr
@@ -581,4 +581,73 @@ async fn v1_writes_are_validated_and_defaulted_by_the_same_webhooks() {
     assert_eq!(r.code, 422, "{:?}", r.body);
     stop.cancel();
     task.await.unwrap().unwrap();
+}
+
+/// `kubectl kustomize` builds both entry points of `artifacts/deploy/`: the manager alone, and
+/// the webhook overlay on top of it (a kustomization may not live inside its base's
+/// directory, hence `base/`).
+#[tokio::test]
+async fn the_deploy_kustomizations_build() {
+    let Some(bin) = crate::cluster_support::kubectl_bin(None) else {
+        eprintln!("SKIPPED: kubectl not found on the PATH");
+        return;
+    };
+    let build = |dir: &str| {
+        let out = std::process::Command::new(&bin)
+            .args(["kustomize", dir])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl kustomize {dir}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_yaml_ng::Deserializer::from_str(&String::from_utf8_lossy(&out.stdout))
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect::<Vec<Value>>()
+    };
+    let kinds = |docs: &[Value]| {
+        let mut k: Vec<String> = docs
+            .iter()
+            .map(|d| d["kind"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        k.sort();
+        k
+    };
+    let base = build("artifacts/deploy");
+    assert!(!kinds(&base).contains(&"Certificate".to_owned()));
+    let overlay = build("artifacts/deploy/webhook");
+    for kind in [
+        "Certificate",
+        "Issuer",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "Deployment",
+        "ServiceAccount",
+    ] {
+        assert!(kinds(&overlay).contains(&kind.to_owned()), "{kind}");
+    }
+    // The Deployment of the base, patched: the webhook port and the certificate's Secret.
+    let deployment = overlay.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["containerPort"] == 9443),
+        "{container}"
+    );
+    assert!(
+        container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == "/tmp/k8s-webhook-server/serving-certs"),
+        "{container}"
+    );
+    // The Service the webhook configurations and the CRD patch name.
+    assert!(overlay.iter().any(|d| d["kind"] == "Service"
+        && d["metadata"]["name"] == "sample-controller-webhook"
+        && d["metadata"]["namespace"] == "sample-controller"));
 }

@@ -55,7 +55,10 @@ async fn server() -> ApiServerHandle {
         "clusterrolebinding.yaml",
         "metrics-reader-clusterrole.yaml",
     ] {
-        let path = format!("{}/artifacts/deploy/{file}", env!("CARGO_MANIFEST_DIR"));
+        let path = format!(
+            "{}/artifacts/deploy/base/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        );
         server
             .load_manifests(&std::fs::read_to_string(&path).unwrap())
             .unwrap();
@@ -307,7 +310,7 @@ async fn kubectl_creates_a_token_review() {
     assert_eq!(answer["status"]["error"], "invalid bearer token");
     assert!(answer["status"].get("authenticated").is_none());
     // Discovery lists the resource; the controller's service account may create reviews
-    // (artifacts/deploy/clusterrole.yaml), eve may not.
+    // (artifacts/deploy/base/clusterrole.yaml), eve may not.
     let out = kubectl
         .ok(&[
             "api-resources",

@@ -39,7 +39,7 @@ async fn five_controllers_in_one_manager_need_nothing_beyond_the_cluster_role() 
     )
     .await;
     // The RBAC of artifacts/deploy/, namespace first (the directory loads alphabetically).
-    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/artifacts/deploy");
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/artifacts/deploy/base");
     let mut loaded = Vec::new();
     for file in [
         "namespace.yaml",
@@ -186,7 +186,7 @@ async fn the_deploy_directory_loads_in_one_go_namespace_first() {
     // its files sort alphabetically (deployment.yaml before namespace.yaml), so Namespaces and
     // CRDs from every file are created before anything else.
     let server = ApiServer::builder().simulate(false).start().await.unwrap();
-    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/artifacts/deploy");
+    let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/artifacts/deploy/base");
     let loaded = server.load_manifest_path(deploy).unwrap();
     assert_eq!(
         loaded.first().map(String::as_str),
