@@ -42,9 +42,11 @@ ats_yaml() { # N Ats due five seconds ago, as one List
   python3 - "$1" "$due" <<'PY'
 import json, sys
 n, due = int(sys.argv[1]), sys.argv[2]
-items = [{"apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
+# v1, the storage version: the base CRD has no conversion webhook, so a v1alpha1 object
+# would be stored in the wrong shape (see the apis::at module doc).
+items = [{"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
           "metadata": {"name": f"at-{i}", "namespace": "default"},
-          "spec": {"schedule": due, "command": "echo YAY"}} for i in range(n)]
+          "spec": {"schedule": due, "run": {"command": "echo YAY"}}} for i in range(n)]
 print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 PY
 }
