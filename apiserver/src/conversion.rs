@@ -159,20 +159,7 @@ impl WebhookConversion {
             return None;
         }
         let cc = &conv["webhook"]["clientConfig"];
-        let endpoint = if let Some(u) = cc["url"].as_str() {
-            Endpoint::Url(u.to_owned())
-        } else {
-            let s = &cc["service"];
-            Endpoint::Service {
-                namespace: s["namespace"].as_str().unwrap_or_default().to_owned(),
-                name: s["name"].as_str().unwrap_or_default().to_owned(),
-                path: s["path"].as_str().unwrap_or("/").to_owned(),
-                port: s["port"]
-                    .as_u64()
-                    .and_then(|p| u16::try_from(p).ok())
-                    .unwrap_or(443),
-            }
-        };
+        let endpoint = Endpoint::from_client_config(cc);
         let versions = strings(&conv["webhook"]["conversionReviewVersions"]);
         let review_version = versions
             .iter()

@@ -36,26 +36,14 @@ struct Pki {
 }
 
 fn mint() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.distinguished_name
-        .push(DnType::CommonName, "webhook-test-ca");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let params = CertificateParams::new(vec![
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-        "hook.test.svc".to_owned(),
-    ])
-    .unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
+    let (ca_pem, cert_pem, key_pem) = crate::apiserver_support::mint_serving_cert(
+        "webhook-test-ca",
+        &["localhost", "127.0.0.1", "hook.test.svc"],
+    );
     Pki {
-        ca_pem: ca_cert.pem(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
+        ca_pem,
+        cert_pem,
+        key_pem,
     }
 }
 

@@ -126,23 +126,10 @@ impl Hook {
 }
 
 fn mint() -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.distinguished_name
-        .push(DnType::CommonName, "conversion-test-ca");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let params = CertificateParams::new(vec![
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-        "conv.default.svc".to_owned(),
-    ])
-    .unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    crate::apiserver_support::mint_serving_cert(
+        "conversion-test-ca",
+        &["localhost", "127.0.0.1", "conv.default.svc"],
+    )
 }
 
 async fn hook() -> Hook {

@@ -41,22 +41,11 @@ fn down_v1() -> Value {
 
 /// Mints a CA and a serving certificate for the webhook Service into `dir`; returns the CA PEM.
 pub(crate) fn issue(dir: &Path, ca_name: &str) -> String {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.distinguished_name.push(DnType::CommonName, ca_name);
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec![HOST.to_owned()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
+    let (ca, cert, key) = crate::apiserver_support::mint_serving_cert(ca_name, &[HOST]);
     // Key first, then the certificate: the watcher reloads when both are in place.
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
-    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
-    ca_cert.pem()
+    std::fs::write(dir.join("tls.key"), key).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert).unwrap();
+    ca
 }
 
 pub(crate) fn free_port() -> u16 {

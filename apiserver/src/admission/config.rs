@@ -439,20 +439,7 @@ pub fn webhooks_of(kind: Kind, config: &Value) -> Vec<Webhook> {
     let mut out = vec![];
     for h in config["webhooks"].as_array().into_iter().flatten() {
         let cc = &h["clientConfig"];
-        let endpoint = if let Some(u) = cc["url"].as_str() {
-            Endpoint::Url(u.to_owned())
-        } else {
-            let s = &cc["service"];
-            Endpoint::Service {
-                namespace: s["namespace"].as_str().unwrap_or_default().to_owned(),
-                name: s["name"].as_str().unwrap_or_default().to_owned(),
-                path: s["path"].as_str().unwrap_or("/").to_owned(),
-                port: s["port"]
-                    .as_u64()
-                    .and_then(|p| u16::try_from(p).ok())
-                    .unwrap_or(443),
-            }
-        };
+        let endpoint = Endpoint::from_client_config(cc);
         let versions = str_list(&h["admissionReviewVersions"]);
         out.push(Webhook {
             kind,
@@ -544,6 +531,24 @@ impl Webhook {
 }
 
 impl Endpoint {
+    /// Reads a `WebhookClientConfig` (admission or CRD conversion, already validated): its
+    /// `url`, or its `service` with the defaults path `/` and port 443.
+    pub fn from_client_config(cc: &Value) -> Endpoint {
+        if let Some(u) = cc["url"].as_str() {
+            return Endpoint::Url(u.to_owned());
+        }
+        let s = &cc["service"];
+        Endpoint::Service {
+            namespace: s["namespace"].as_str().unwrap_or_default().to_owned(),
+            name: s["name"].as_str().unwrap_or_default().to_owned(),
+            path: s["path"].as_str().unwrap_or("/").to_owned(),
+            port: s["port"]
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok())
+                .unwrap_or(443),
+        }
+    }
+
     /// The URL the webhook is called at (a service as `https://NAME.NAMESPACE.svc:PORT/PATH`).
     pub fn url(&self) -> String {
         match self {

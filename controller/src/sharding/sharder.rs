@@ -277,24 +277,6 @@ where
                     );
                 };
                 match current {
-                    None => {
-                        let r = patch_labels::<K>(
-                            pass.client,
-                            meta,
-                            json!({ shard_key: desired, drain_key: null }),
-                        )
-                        .await;
-                        match r {
-                            Ok(()) => {
-                                pass.metrics
-                                    .assignments
-                                    .get_or_create(&SharderMetrics::labels(ring_name, desired))
-                                    .inc();
-                                settle(pass, desired);
-                            }
-                            Err(e) => log_write_error(K::KIND, meta, "assign", &e),
-                        }
-                    }
                     Some(c) if c == desired => {
                         if !draining {
                             settle(pass, desired);
@@ -316,7 +298,13 @@ where
                             Err(e) => log_write_error(K::KIND, meta, "drain", &e),
                         }
                     }
-                    Some(_) => {
+                    // Unassigned, or its shard left the ring: label it for its shard now.
+                    _ => {
+                        let (counter, what) = if current.is_none() {
+                            (&pass.metrics.assignments, "assign")
+                        } else {
+                            (&pass.metrics.movements, "move")
+                        };
                         let r = patch_labels::<K>(
                             pass.client,
                             meta,
@@ -325,13 +313,12 @@ where
                         .await;
                         match r {
                             Ok(()) => {
-                                pass.metrics
-                                    .movements
+                                counter
                                     .get_or_create(&SharderMetrics::labels(ring_name, desired))
                                     .inc();
                                 settle(pass, desired);
                             }
-                            Err(e) => log_write_error(K::KIND, meta, "move", &e),
+                            Err(e) => log_write_error(K::KIND, meta, what, &e),
                         }
                     }
                 }

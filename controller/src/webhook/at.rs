@@ -4,11 +4,13 @@
 //! condition and event after the fact). With them, `kubectl apply` is refused at the door.
 //!
 //! **Versions.** The webhook configurations (`artifacts/deploy/webhook/webhooks.yaml`) match
-//! `apiVersions: ["*"]`, so a request arrives in the version the client used, `v1` or
-//! `v1alpha1` (the API server converts only when a rule names other versions than the
-//! request's, under `matchPolicy: Equivalent`). Both are handled: a `v1alpha1` object is read
-//! through [`crate::apis::at::conversion::to_v1`] and checked as `v1`, and the field paths in an
-//! answer are the request's (`spec.command` for `v1alpha1`, `spec.run.command` for `v1`).
+//! `apiVersions: ["v1"]` with `matchPolicy: Equivalent`, so the API server converts a
+//! `v1alpha1` request to `v1` (through the CRD's `/convert`) before calling, and converts a
+//! mutation back: with those configurations every request arrives as `v1`, and refusals name
+//! `v1`'s fields (`spec.run.command`). A configuration that matches `v1alpha1` itself (or
+//! `["*"]`) still works: a `v1alpha1` object is read through
+//! [`crate::apis::at::conversion::to_v1`] and checked as `v1`, and the field paths in the
+//! answer are then the request's (`spec.command`).
 //!
 //! **Validation** (`/validate-at`, CREATE and UPDATE):
 //!

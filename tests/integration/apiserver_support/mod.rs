@@ -272,3 +272,22 @@ pub fn at(name: &str) -> Value {
 pub const ATS: &str = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/default/ats";
 pub const CMS: &str = "/api/v1/namespaces/default/configmaps";
 pub const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+
+/// A test CA named `ca_name` and a serving certificate it signed for `names`: the PEMs of the
+/// CA, the certificate and its key (the part of cert-manager a webhook test plays).
+pub fn mint_serving_cert(ca_name: &str, names: &[&str]) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.distinguished_name.push(DnType::CommonName, ca_name);
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let cert = CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
