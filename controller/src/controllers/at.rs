@@ -237,10 +237,18 @@ impl AtController {
         // garbage collector removes its pod), only forgetting what we remembered about it.
         let at_handler = {
             let (q1, q2) = (queue.clone(), queue.clone());
-            let (e, w) = (Arc::clone(&expectations), Arc::clone(&written));
+            let (e, w, w1) = (
+                Arc::clone(&expectations),
+                Arc::clone(&written),
+                Arc::clone(&written),
+            );
             EventHandlerFns::<At>::new()
                 .on_add(move |at, _initial| q1.add(key_of(at.as_ref())))
-                .on_update(move |_old, new| q2.add(key_of(new.as_ref())))
+                .on_update(move |_old, new| {
+                    let key = key_of(new.as_ref());
+                    w1.settle(&key, &new);
+                    q2.add(key);
+                })
                 .on_delete(move |gone: Deleted<At>| {
                     let key = gone.key();
                     e.forget(&key);
@@ -479,6 +487,21 @@ struct Written {
     status: Option<AtStatus>,
 }
 
+impl Written {
+    /// Whether `cached` has caught up with this write (see [`WrittenStatuses::effective`]).
+    fn caught_up_by(&self, cached: &At) -> bool {
+        let written_phase = self
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .unwrap_or_default();
+        self.uid != cached.metadata.uid
+            || self.resource_version == cached.metadata.resource_version
+            || phase_rank(cached.phase()) > phase_rank(written_phase)
+            || cached.metadata.generation > self.generation
+    }
+}
+
 fn phase_rank(p: AtPhase) -> u8 {
     match p {
         AtPhase::Pending => 0,
@@ -525,12 +548,7 @@ impl WrittenStatuses {
         let Some(w) = map.get(key) else {
             return cached;
         };
-        let written_phase = w.status.as_ref().and_then(|s| s.phase).unwrap_or_default();
-        let caught_up = w.uid != cached.metadata.uid
-            || w.resource_version == cached.metadata.resource_version
-            || phase_rank(cached.phase()) > phase_rank(written_phase)
-            || cached.metadata.generation > w.generation;
-        if caught_up {
+        if w.caught_up_by(&cached) {
             map.remove(key);
             return cached;
         }
@@ -538,6 +556,18 @@ impl WrittenStatuses {
         at.status = w.status.clone();
         at.metadata.resource_version = w.resource_version.clone();
         Arc::new(at)
+    }
+
+    /// Forgets the record of `key` once the informer shows `delivered` has caught up with it
+    /// (the same test as [`WrittenStatuses::effective`]). The At informer's update handler
+    /// calls this, so a record lives for one watch round trip, not until the next sync of its
+    /// key: after a burst of 10,000 Ats that next sync comes only when the pod finishes (or
+    /// never, for a `DONE` At), and the records of every At written meanwhile were held.
+    pub fn settle(&self, key: &str, delivered: &At) {
+        let mut map = self.lock();
+        if map.get(key).is_some_and(|w| w.caught_up_by(delivered)) {
+            map.remove(key);
+        }
     }
 
     /// How many writes the cache has not caught up with.
@@ -1673,6 +1703,28 @@ mod tests {
             plan(&kept, PodState::Present(&pod), ts("2031-01-01T00:00:00Z")),
             Plan::default()
         );
+    }
+
+    #[test]
+    fn a_record_is_settled_by_the_update_that_catches_up_and_only_by_that() {
+        let written = WrittenStatuses::default();
+        let cached = at("2030-06-01T11:00:00Z", "true", None);
+        let mut stored = cached.clone();
+        stored.metadata.resource_version = Some("9".into());
+        stored.status = Some(AtStatus {
+            phase: Some(AtPhase::Running),
+            ..AtStatus::default()
+        });
+        written.record("cnat/example-at", &stored);
+        // An update that is still behind our write (another field, same old version) keeps it.
+        written.settle("cnat/example-at", &cached);
+        assert_eq!(written.len(), 1);
+        // Another key's update does not touch it.
+        written.settle("cnat/other", &stored);
+        assert_eq!(written.len(), 1);
+        // The informer delivering our write forgets it: no record waits for the next sync.
+        written.settle("cnat/example-at", &stored);
+        assert!(written.is_empty());
     }
 
     #[test]
