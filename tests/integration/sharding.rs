@@ -6,6 +6,7 @@
 use crate::at_support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use at_support::*;
@@ -14,7 +15,7 @@ use sample_controller::apis::AtPhase;
 use sample_controller::client::{Api, Client, ListParams};
 use sample_controller::controllers::Clock;
 use sample_controller::controllers::caches::PodSummary;
-use sample_controller::manager::Manager;
+use sample_controller::manager::{Manager, ManagerConfig};
 use sample_controller::sharding::{
     Ring, RingLabels, ShardConfig, Sharder, SharderConfig, object_key,
 };
@@ -53,6 +54,17 @@ async fn start_shard_client(
     lease: Duration,
     sharder: bool,
 ) -> RunningManager {
+    start_shard_serving(client, id, lease, sharder, None).await
+}
+
+/// [`start_shard_client`], serving `/metrics` on `metrics` when given.
+async fn start_shard_serving(
+    client: Client,
+    id: &str,
+    lease: Duration,
+    sharder: bool,
+    metrics: Option<SocketAddr>,
+) -> RunningManager {
     let shard = ShardConfig {
         labels: RingLabels::new(RING).unwrap(),
         shard_id: id.to_string(),
@@ -62,7 +74,11 @@ async fn start_shard_client(
         retry_period: lease / 6,
         run_sharder: sharder,
     };
-    let manager = Manager::new(manager_config(), client)
+    let config = ManagerConfig {
+        metrics_addr: metrics,
+        ..manager_config()
+    };
+    let manager = Manager::new(config, client)
         .with_clock(Clock::new())
         .with_sharding(Some(shard));
     let controllers = manager.controllers_handle();
@@ -205,6 +221,30 @@ async fn each_shard_works_only_on_the_ats_labelled_for_it() {
     // A graceful stop releases each shard's Lease (holder cleared).
     let leases = ring_leases(&client).await;
     assert!(leases.values().all(String::is_empty), "{leases:?}");
+}
+
+/// `store_objects{name="<informer>"}` as a manager's `/metrics` serves it: the number of
+/// objects in that informer's cache. `None` until the endpoint answers with the series.
+async fn cached_objects(metrics: SocketAddr, informer: &str) -> Option<usize> {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client as HttpClient;
+    let http = HttpClient::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<bytes::Bytes>>();
+    let uri = format!("http://{metrics}/metrics").parse().ok()?;
+    let resp = http.get(uri).await.ok()?;
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    let text = String::from_utf8(body.to_vec()).ok()?;
+    let series = format!("store_objects{{name=\"{informer}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as usize)
+}
+
+/// A port free at the time of the call, on the loopback interface.
+fn free_addr() -> SocketAddr {
+    let port = crate::manager_webhook::free_port();
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// The shard label of every At, by name.
@@ -442,7 +482,8 @@ async fn the_shards_elect_one_sharder_which_assigns_new_ats() {
 }
 
 /// The size: 3 shards and the sharder, 3,000 Ats due over 30 s. Every At is DONE with
-/// exactly one pod, each shard holds about a third, and every pod carries its At's shard.
+/// exactly one pod, each shard holds about a third, and every pod carries its At's shard. Each
+/// shard's caches (its `store_objects` gauges on `/metrics`) hold only its Ats and their pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
     const N: usize = 3_000;
@@ -462,9 +503,12 @@ async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
     let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
     let lease = Duration::from_secs(15);
     let mut shards = Vec::new();
+    let mut metrics = BTreeMap::new();
     for id in ["shard-a", "shard-b", "shard-c"] {
         let c = manager_client_with_qps(&server, 0.0, 0);
-        shards.push(start_shard_client(c, id, lease, false).await);
+        let addr = free_addr();
+        shards.push(start_shard_serving(c, id, lease, false, Some(addr)).await);
+        metrics.insert(id, addr);
     }
     wait_until("three shard Leases", || async {
         ring_leases(&client).await.len() == 3
@@ -526,6 +570,34 @@ async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
         })
         .collect();
     assert_eq!(pod_shards, assigned, "every pod carries its At's shard");
+
+    // Each shard's caches, as its /metrics reports them (`store_objects`), hold exactly the
+    // Ats labelled for it and their pods: the three partition the 3,000, about a third each.
+    for (id, addr) in &metrics {
+        let want = count(&assigned, id);
+        wait_until(
+            &format!("{id}'s caches to hold its {want} Ats and pods"),
+            || async {
+                cached_objects(*addr, "ats").await == Some(want)
+                    && cached_objects(*addr, "pods").await == Some(want)
+            },
+        )
+        .await;
+        assert!(
+            (N * 20 / 100..=N * 45 / 100).contains(&want),
+            "{id} caches {want} of {N} Ats, not about a third"
+        );
+    }
+    let mut total = (0, 0);
+    for addr in metrics.values() {
+        total.0 += cached_objects(*addr, "ats").await.unwrap_or(0);
+        total.1 += cached_objects(*addr, "pods").await.unwrap_or(0);
+    }
+    assert_eq!(
+        total,
+        (N, N),
+        "the shards' caches partition the Ats and pods"
+    );
     for s in shards {
         assert!(s.syncs() > 0);
         s.stop().await.unwrap();
