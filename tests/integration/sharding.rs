@@ -17,7 +17,7 @@ use sample_controller::controllers::Clock;
 use sample_controller::controllers::caches::PodSummary;
 use sample_controller::manager::{Manager, ManagerConfig};
 use sample_controller::sharding::{
-    Ring, RingLabels, ShardConfig, Sharder, SharderConfig, object_key,
+    Ring, RingLabels, ShardConfig, Sharder, SharderConfig, SharderElection, object_key,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -479,6 +479,73 @@ async fn the_shards_elect_one_sharder_which_assigns_new_ats() {
     );
     a.stop().await.unwrap();
     b.stop().await.unwrap();
+}
+
+/// `--controllers=sharder` as a process of its own: three shards started with the sharder off
+/// (`--shard-sharder=false`) and one manager that runs only the sharder, leader-elected on
+/// `<ring>-sharder`, with no shard Lease and no operator. The sharder assigns every At, the
+/// shards run each exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharder_process_serves_shards_that_do_not_host_it() {
+    const N: usize = 60;
+    let (server, client) = server().await;
+    let lease = Duration::from_secs(6);
+    let mut shards = Vec::new();
+    for id in ["shard-a", "shard-b", "shard-c"] {
+        shards.push(start_shard_full(&server, id, lease, false).await);
+    }
+    let election = SharderElection {
+        labels: RingLabels::new(RING).unwrap(),
+        lease_namespace: NS.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+    };
+    let sharder = Manager::new(manager_config(), manager_client(&server))
+        .with_identity("the-sharder")
+        .with_sharder(Some(election));
+    let sharder_controllers = sharder.controllers_handle();
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(3));
+    for i in 0..N {
+        create_at(&client, &at(&format!("at-{i}"), &due, "echo YAY")).await;
+    }
+    assert_all_done_once(&client).await;
+    let assigned = at_shards(&client).await;
+    let three = Ring::new(["shard-a", "shard-b", "shard-c"]);
+    for (name, shard) in &assigned {
+        assert_eq!(
+            shard.as_deref(),
+            three.shard_for(&object_key(Some(NS), name)),
+            "{name} sits at its ring position"
+        );
+    }
+    for (id, s) in ["shard-a", "shard-b", "shard-c"].iter().zip(&shards) {
+        assert!(count(&assigned, id) > 0 && s.syncs() > 0, "{id} worked");
+    }
+    // The sharder process holds the sharder's Lease, no shard Lease, and ran no operator.
+    let holder = Api::<Lease>::namespaced(client.clone(), NS)
+        .get(&format!("{RING}-sharder"))
+        .await
+        .expect("the sharder's Lease")
+        .spec
+        .and_then(|s| s.holder_identity);
+    assert_eq!(holder.as_deref(), Some("the-sharder"));
+    assert_eq!(
+        ring_leases(&client).await.into_keys().collect::<Vec<_>>(),
+        ["shard-a", "shard-b", "shard-c"],
+        "the ring is the three shards"
+    );
+    assert!(sharder_controllers.controllers().is_empty());
+
+    for s in shards {
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap().unwrap();
 }
 
 /// The size: 3 shards and the sharder, 3,000 Ats due over 30 s. Every At is DONE with

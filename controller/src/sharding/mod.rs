@@ -121,6 +121,7 @@
 //! | a shard: flags, Lease, cache selectors, label inheritance | [`shard`] |
 //! | the shard's release of a drained object (called from each operator's sync) | [`drain`] |
 //! | the sharder: live shards, assign / drain / move, owned objects follow, metrics | [`sharder`] |
+//! | the sharder's election, hosted by a shard or by a `--controllers=sharder` process | [`SharderElection`], [`crate::manager::Manager::with_sharder`] |
 //! | assignment in admission (`/mutate-shard`) | [`crate::webhook::shard`] |
 //!
 //! RedisCluster is not sharded (see [`shard`]): a sharded manager skips it.
@@ -135,7 +136,7 @@ pub use drain::release_if_draining;
 pub use labels::RingLabels;
 pub use ring::{DEFAULT_VIRTUAL_NODES, Ring, hash64, object_key};
 pub use shard::{
-    ShardConfig, ShardFlagError, ShardFlags, ShardMode, inherit_shard_labels, scope_shard_caches,
-    shard_labels,
+    SHARDED_CONTROLLERS, ShardConfig, ShardFlagError, ShardFlags, ShardMode, inherit_shard_labels,
+    scope_shard_caches, shard_labels,
 };
-pub use sharder::{Sharder, SharderConfig, SharderMetrics};
+pub use sharder::{Sharder, SharderConfig, SharderElection, SharderMetrics};

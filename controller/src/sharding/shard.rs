@@ -37,6 +37,15 @@
 //! default) contends for the Lease `<--shard-lease-namespace>/<ring>-sharder`, and the one
 //! holding it runs [`super::Sharder`] over the kinds of the enabled controllers (At → its pods;
 //! TDSet → its Deployment and Service; MyApp and Foo → their Deployments).
+//!
+//! Or in a process of its own: `sample-controller run --controllers=sharder` runs no operator
+//! and holds no shard Lease; it contends for the same `<ring>-sharder` Lease (under its manager
+//! identity) with the `--leader-elect-*` timings, and serves `/mutate-shard` from the ring it
+//! computes. Its `--shard-ring` and `--shard-lease-namespace` must match the shards'. The
+//! operator names beside `sharder` choose the kinds (`--controllers=sharder,at`: Ats and their
+//! pods; `sharder` alone: those of every [`SHARDED_CONTROLLERS`] entry). Shards then run with
+//! `--shard-sharder=false`; mixing both kinds of candidates is safe, one Lease electing one
+//! sharder.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -82,7 +91,8 @@ pub struct ShardFlags {
     pub shard_lease_namespace: String,
 
     /// In sharded mode, also be a candidate for the ring's sharder (leader-elected on the
-    /// Lease `<ring>-sharder`); 'false' leaves the sharder to other processes.
+    /// Lease `<ring>-sharder`); 'false' leaves the sharder to other processes, e.g. one run
+    /// with --controllers=sharder.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub shard_sharder: bool,
 }
@@ -130,6 +140,25 @@ impl ShardConfig {
         self.labels.shard_selector(&self.shard_id)
     }
 }
+
+impl ShardConfig {
+    /// The election of the ring's sharder when this shard hosts it (`--shard-sharder=true`):
+    /// the shard's ring, Lease namespace and timings.
+    pub fn sharder_election(&self) -> super::SharderElection {
+        super::SharderElection {
+            labels: self.labels.clone(),
+            lease_namespace: self.lease_namespace.clone(),
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
+}
+
+/// The operators whose objects are sharded (the ring key is their own `namespace/name`; what
+/// they own follows them): in a sharded manager they run on the shard's objects, and a
+/// `--controllers=sharder` process without operator names shards the kinds of all of them.
+pub const SHARDED_CONTROLLERS: [&str; 4] = ["at", "tdset", "myapp", "foo"];
 
 /// What is wrong with a sharding flag: the flag's name, the value and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -194,6 +223,31 @@ impl ShardFlags {
             retry_period,
             run_sharder: self.shard_sharder,
         }))
+    }
+}
+
+impl ShardFlags {
+    /// The election of a `--controllers=sharder` process: the ring of `--shard-ring`, the
+    /// Leases in `--shard-lease-namespace` (else `lease_namespace`), the given timings.
+    pub fn sharder_election(
+        &self,
+        lease_namespace: &str,
+        timings: (Duration, Duration, Duration),
+    ) -> Result<super::SharderElection, ShardFlagError> {
+        let labels = RingLabels::new(self.shard_ring.trim())
+            .map_err(|e| ShardFlagError::from_name("shard-ring", e))?;
+        let lease_namespace = match self.shard_lease_namespace.trim() {
+            "" => lease_namespace.to_string(),
+            ns => ns.to_string(),
+        };
+        let (lease_duration, renew_deadline, retry_period) = timings;
+        Ok(super::SharderElection {
+            labels,
+            lease_namespace,
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        })
     }
 }
 

@@ -185,6 +185,33 @@ pub struct SharderConfig {
     pub sync_period: Duration,
 }
 
+/// How a process runs the ring's sharder: leader-elected on the Lease `<ring>-sharder` in the
+/// shard Leases' namespace, with leader election's timings. A shard started with
+/// `--shard-sharder=true` contends with its shard id ([`super::ShardConfig::sharder_election`]);
+/// a process started with `--controllers=sharder` contends with its manager identity and runs
+/// nothing else. All candidates of a ring share the one Lease, so exactly one sharder runs
+/// whichever processes host it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharderElection {
+    /// The ring's label keys.
+    pub labels: RingLabels,
+    /// The namespace of the ring's Leases, the sharder's own included.
+    pub lease_namespace: String,
+    /// How long the sharder's Lease stays valid without a renewal.
+    pub lease_duration: Duration,
+    /// How long the leading sharder keeps retrying a renewal before it stops.
+    pub renew_deadline: Duration,
+    /// The time between the candidates' attempts.
+    pub retry_period: Duration,
+}
+
+impl SharderElection {
+    /// The sharder's Lease: `<ring>-sharder`.
+    pub fn lease_name(&self) -> String {
+        format!("{}-sharder", self.labels.ring())
+    }
+}
+
 /// Which shard each owner (by namespace, kind and name) is settled on: assigned and not
 /// draining. Filled by the owners' pass, read by the owned objects'.
 type Settled = HashMap<(String, String, String), String>;
