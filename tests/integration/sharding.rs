@@ -762,3 +762,280 @@ async fn new_ats_are_assigned_in_admission() {
     stop.cancel();
     task.await.unwrap().unwrap();
 }
+
+/// One object of a `kubectl kustomize` output, by kind and name.
+fn object<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{kind}/{name} in the sharded overlay"))
+}
+
+/// The container `args` of a workload, with the downward-API variables a pod named `pod` in
+/// the namespace `sample-controller` would see substituted, parsed and validated as
+/// `sample-controller run` does.
+fn run_flags(
+    workload: &serde_json::Value,
+    pod: &str,
+) -> sample_controller::manager::ManagerOptions {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        options: sample_controller::manager::ManagerOptions,
+    }
+    let container = &workload["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| {
+            a.as_str()
+                .unwrap()
+                .replace("$(POD_NAME)", pod)
+                .replace("$(POD_NAMESPACE)", "sample-controller")
+        })
+        .collect();
+    assert_eq!(args[0], "run", "{args:?}");
+    let run = Run::try_parse_from(args.iter().map(String::as_str))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    run.options
+        .validate(None)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    run.options
+}
+
+/// The names of the downward-API environment variables of a workload's first container.
+fn downward_env(workload: &serde_json::Value) -> BTreeMap<String, String> {
+    workload["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let field = e["valueFrom"]["fieldRef"]["fieldPath"].as_str()?;
+            Some((e["name"].as_str()?.to_string(), field.to_string()))
+        })
+        .collect()
+}
+
+/// `artifacts/deploy/sharded/` as `kubectl kustomize` builds it (called from the deploy test
+/// of `manager_webhook`): shards in a StatefulSet whose pod name is the shard id, the sharder
+/// in a Deployment of its own with `--controllers=sharder`, each workload's flags valid
+/// together, least-privilege RBAC for each, and `/mutate-shard` wired to the sharder with a
+/// cert-manager certificate.
+pub(crate) fn check_sharded_overlay(docs: &[serde_json::Value]) {
+    use sample_controller::sharding::{SHARDED_CONTROLLERS, ShardMode};
+    // No leader beside the shards.
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "sample-controller"),
+        "the base's leader Deployment is removed"
+    );
+
+    // The shards: the pod name is the shard id; the sharder runs elsewhere.
+    let shards = object(docs, "StatefulSet", "sample-controller-shard");
+    let env = downward_env(shards);
+    assert_eq!(
+        env.get("POD_NAME").map(String::as_str),
+        Some("metadata.name")
+    );
+    assert_eq!(
+        env.get("POD_NAMESPACE").map(String::as_str),
+        Some("metadata.namespace")
+    );
+    let flags = run_flags(shards, "sample-controller-shard-1");
+    let shard = flags
+        .shard_config(None)
+        .unwrap()
+        .expect("--shard-mode=sharded");
+    assert_eq!(flags.sharding.shard_mode, ShardMode::Sharded);
+    assert_eq!(shard.shard_id, "sample-controller-shard-1");
+    assert_eq!(shard.lease_namespace, "sample-controller");
+    assert!(
+        !shard.run_sharder,
+        "the shards leave the sharder to its Deployment"
+    );
+    assert_eq!(flags.sharder_config(None).unwrap(), None);
+    let shard_sa = shards["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+
+    // The sharder: alone, leader-elected, on the shards' ring and Lease namespace.
+    let sharder = object(docs, "Deployment", "sample-controller-sharder");
+    let flags = run_flags(sharder, "sample-controller-sharder-x");
+    let election = flags
+        .sharder_config(None)
+        .unwrap()
+        .expect("--controllers=sharder");
+    assert_eq!(
+        flags.shard_config(None).unwrap(),
+        None,
+        "the sharder is no shard"
+    );
+    assert_eq!(election.labels, shard.labels, "one ring");
+    assert_eq!(election.lease_namespace, shard.lease_namespace);
+    assert_eq!(
+        flags.validate(None).unwrap().controllers,
+        SHARDED_CONTROLLERS.to_vec(),
+        "it shards every sharded kind"
+    );
+    assert!(
+        sharder["spec"]["replicas"].as_i64().unwrap() >= 2,
+        "a warm standby sharder"
+    );
+    let sharder_pod = &sharder["spec"]["template"];
+    let sharder_sa = sharder_pod["spec"]["serviceAccountName"].as_str().unwrap();
+    assert_ne!(shard_sa, sharder_sa, "one identity each");
+
+    // RBAC: who is bound to what.
+    let bound = |sa: &str| -> Vec<(String, String)> {
+        docs.iter()
+            .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+            .filter(|d| {
+                d["subjects"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa)
+            })
+            .map(|d| {
+                let r = &d["roleRef"];
+                (
+                    r["kind"].as_str().unwrap().to_string(),
+                    r["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let rules = |kind: &str, name: &str| -> Vec<(String, String, Vec<String>)> {
+        let mut out = Vec::new();
+        for rule in object(docs, kind, name)["rules"].as_array().unwrap() {
+            let verbs: Vec<String> = rule["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            for g in rule["apiGroups"].as_array().unwrap() {
+                for r in rule["resources"].as_array().unwrap() {
+                    let (g, r) = (g.as_str().unwrap(), r.as_str().unwrap());
+                    out.push((g.to_string(), r.to_string(), verbs.clone()));
+                }
+            }
+        }
+        out
+    };
+    // The sharder: labels of the sharded kinds and of what they own, Leases and events in its
+    // namespace, the metrics reviews; no create or delete of workloads, no get, no wildcard.
+    let sharder_roles = bound(sharder_sa);
+    assert_eq!(sharder_roles.len(), 2, "{sharder_roles:?}");
+    for (kind, name) in &sharder_roles {
+        for (group, resource, verbs) in rules(kind, name) {
+            let allowed: &[&str] = match (kind.as_str(), group.as_str(), resource.as_str()) {
+                ("ClusterRole", "authentication.k8s.io", "tokenreviews")
+                | ("ClusterRole", "authorization.k8s.io", "subjectaccessreviews") => &["create"],
+                ("ClusterRole", _, "ats" | "tdsets" | "myapps" | "foos")
+                | ("ClusterRole", "", "pods" | "services")
+                | ("ClusterRole", "apps", "deployments") => &["list", "watch", "patch"],
+                ("Role", "coordination.k8s.io", "leases") => {
+                    &["get", "list", "watch", "create", "update"]
+                }
+                ("Role", "", "events") => &["create", "patch"],
+                other => panic!("the sharder is granted {other:?} {verbs:?}"),
+            };
+            for v in &verbs {
+                assert!(
+                    allowed.contains(&v.as_str()),
+                    "sharder: {v} on {group}/{resource}"
+                );
+            }
+        }
+    }
+    // The shards: the leader's role and Lease Role, plus label patches.
+    let shard_roles = bound(shard_sa);
+    for want in [
+        ("ClusterRole", "sample-controller"),
+        ("Role", "sample-controller-leader-election"),
+        ("ClusterRole", "sample-controller-shard"),
+    ] {
+        assert!(
+            shard_roles.contains(&(want.0.to_string(), want.1.to_string())),
+            "{want:?} in {shard_roles:?}"
+        );
+    }
+    for (_, resource, verbs) in rules("ClusterRole", "sample-controller-shard") {
+        assert_eq!(verbs, ["patch"], "shard: {resource}");
+    }
+    let lease_rules = rules("Role", "sample-controller-leader-election");
+    assert!(
+        lease_rules
+            .iter()
+            .all(|(g, r, _)| g == "coordination.k8s.io" && r == "leases")
+    );
+
+    // /mutate-shard: CREATE of the sharded kinds, to the sharder's Service, Ignore on failure,
+    // with the CA of the Certificate whose Secret the sharder mounts.
+    let mwc = object(
+        docs,
+        "MutatingWebhookConfiguration",
+        "sample-controller-sharder",
+    );
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["clientConfig"]["service"]["path"], "/mutate-shard");
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    let resources: BTreeSet<&str> = hook["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            assert_eq!(r["operations"], serde_json::json!(["CREATE"]));
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        resources,
+        BTreeSet::from(["ats", "tdsets", "myapps", "foos"])
+    );
+    let svc_name = hook["clientConfig"]["service"]["name"].as_str().unwrap();
+    let svc = object(docs, "Service", svc_name);
+    let pod_labels = sharder_pod["metadata"]["labels"].as_object().unwrap();
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(
+            pod_labels.get(k),
+            Some(v),
+            "the webhook Service selects the sharder"
+        );
+    }
+    assert!(
+        shards["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+            != svc["spec"]["selector"]["app.kubernetes.io/component"],
+        "and not the shards"
+    );
+    let cert_ref = mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        .as_str()
+        .unwrap();
+    let (_, cert_name) = cert_ref.split_once('/').unwrap();
+    let cert = object(docs, "Certificate", cert_name);
+    assert!(
+        cert["spec"]["dnsNames"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(format!(
+                "{svc_name}.sample-controller.svc"
+            ))),
+        "{cert}"
+    );
+    let secret = cert["spec"]["secretName"].as_str().unwrap();
+    assert!(
+        sharder_pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == secret),
+        "the sharder mounts the certificate's Secret"
+    );
+}

@@ -456,7 +456,11 @@ impl Sharder {
             .with_label_selector_for::<Deployment>(selector.clone())
             .with_label_selector_for::<Service>(selector)
             .with_transform_for::<PodSummary>(|p: &mut PodSummary| slim_metadata(&mut p.metadata));
-        let lease_informer = factory.informer::<Lease>();
+        // The ring's Leases, in their namespace only: the sharder needs no cluster-wide read of
+        // Leases (artifacts/deploy/sharded/ grants list and watch there alone).
+        let mut lease_scope = factory.scope_for::<Lease>();
+        lease_scope.namespace = Some(config.lease_namespace.clone());
+        let lease_informer = factory.informer_for::<Lease>(lease_scope);
         Sharder {
             leases: lease_informer.lister(),
             lease_informer,
