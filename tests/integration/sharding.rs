@@ -548,6 +548,177 @@ async fn a_sharder_process_serves_shards_that_do_not_host_it() {
     sharder_task.await.unwrap().unwrap();
 }
 
+/// The whole `/metrics` text of a manager (empty until it answers).
+async fn scrape(metrics: SocketAddr) -> String {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client as HttpClient;
+    let http = HttpClient::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<bytes::Bytes>>();
+    let Ok(uri) = format!("http://{metrics}/metrics").parse() else {
+        return String::new();
+    };
+    let Ok(resp) = http.get(uri).await else {
+        return String::new();
+    };
+    match resp.into_body().collect().await {
+        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        Err(_) => String::new(),
+    }
+}
+
+/// `artifacts/deploy/sharded/`'s RBAC, enforced: two shards as the shards' service account
+/// and a `--controllers=sharder` manager as the sharder's, their Leases in the namespace
+/// `sample-controller`. Ats are assigned, run, and drained to a third shard joining, and the
+/// pods follow: every call was allowed (no 403 on any process's client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_refused() {
+    use embedded_apiserver::ApiServer;
+    use sample_controller::client::Config;
+    use sample_controller::sharding::SHARDED_CONTROLLERS;
+    const SHARD_TOKEN: &str = "shard-sa-token";
+    const SHARDER_TOKEN: &str = "sharder-sa-token";
+    const LEASES: &str = "sample-controller";
+    const N: usize = 45;
+    sample_controller::install_crypto_provider();
+    at_support::init_tracing();
+    let server = ApiServer::builder()
+        .enforce_rbac(true)
+        .service_account_token(SHARD_TOKEN, LEASES, "sample-controller")
+        .service_account_token(SHARDER_TOKEN, LEASES, "sample-controller-sharder")
+        .start()
+        .await
+        .expect("server starts");
+    let client = at_support::client_for(&server);
+    crate::operators_support::install_crds(&client).await;
+    let root = env!("CARGO_MANIFEST_DIR");
+    for file in [
+        "base/namespace.yaml",
+        "base/serviceaccount.yaml",
+        "base/clusterrole.yaml",
+        "base/clusterrolebinding.yaml",
+        "base/role-leader-election.yaml",
+        "sharded/shard-rbac.yaml",
+        "sharded/sharder-rbac.yaml",
+    ] {
+        server
+            .load_manifest_path(format!("{root}/artifacts/deploy/{file}"))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+    let as_sa = |token: &str| {
+        let yaml = server.kubeconfig_yaml().replace(server.token(), token);
+        let mut config = Config::from_kubeconfig_yaml(&yaml, None).unwrap();
+        config.qps = 0.0;
+        Client::new(config).unwrap()
+    };
+    let lease = Duration::from_secs(6);
+    let shard_config = |id: &str| ShardConfig {
+        labels: RingLabels::new(RING).unwrap(),
+        shard_id: id.to_string(),
+        lease_namespace: LEASES.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+        run_sharder: false,
+    };
+    let mut metrics = Vec::new();
+    let start = |id: &str, addr: SocketAddr| {
+        let config = ManagerConfig {
+            controllers: SHARDED_CONTROLLERS.to_vec(),
+            metrics_addr: Some(addr),
+            ..manager_config()
+        };
+        let manager = Manager::new(config, as_sa(SHARD_TOKEN))
+            .with_clock(Clock::new())
+            .with_sharding(Some(shard_config(id)));
+        let controllers = manager.controllers_handle();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(manager.run(stop.clone()));
+        RunningManager {
+            stop,
+            controllers,
+            task,
+        }
+    };
+    let mut shards = Vec::new();
+    for id in ["shard-a", "shard-b"] {
+        let addr = free_addr();
+        shards.push(start(id, addr));
+        metrics.push(addr);
+    }
+    // The sharder process, over every sharded kind (--controllers=sharder).
+    let sharder_addr = free_addr();
+    metrics.push(sharder_addr);
+    let sharder = Manager::new(
+        ManagerConfig {
+            controllers: SHARDED_CONTROLLERS.to_vec(),
+            metrics_addr: Some(sharder_addr),
+            ..manager_config()
+        },
+        as_sa(SHARDER_TOKEN),
+    )
+    .with_identity("sharder-0")
+    .with_sharder(Some(SharderElection {
+        labels: RingLabels::new(RING).unwrap(),
+        lease_namespace: LEASES.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+    }));
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+
+    // Due at once: the two shards run them.
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(2));
+    for i in 0..N {
+        create_at(&client, &at(&format!("at-{i}"), &due, "echo YAY")).await;
+    }
+    assert_all_done_once(&client).await;
+    // A third shard joins: the live shards release (patch) their drained Ats, the sharder
+    // relabels them and their pods.
+    let addr = free_addr();
+    shards.push(start("shard-c", addr));
+    metrics.push(addr);
+    let three = Ring::new(["shard-a", "shard-b", "shard-c"]);
+    let key = RingLabels::new(RING).unwrap().shard_key().to_string();
+    wait_until(
+        "the Ats and their pods to settle on three shards",
+        || async {
+            let ats = at_shards(&client).await;
+            let settled = ats.iter().all(|(name, shard)| {
+                shard.as_deref() == three.shard_for(&object_key(Some(NS), name))
+            });
+            let pods_follow = list_pods(&client).await.iter().all(|p| {
+                let at = p.metadata.name.as_deref().unwrap().trim_end_matches("-pod");
+                p.metadata.labels.as_ref().and_then(|l| l.get(&key)) == ats[at].as_ref()
+            });
+            settled && pods_follow
+        },
+    )
+    .await;
+    assert!(count(&at_shards(&client).await, "shard-c") > 0);
+    assert_all_done_once(&client).await;
+
+    // Nothing any of the four processes asked was refused.
+    for addr in &metrics {
+        let text = scrape(*addr).await;
+        assert!(
+            text.contains("rest_client_requests_total"),
+            "{addr}: {text}"
+        );
+        let refused: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("rest_client_requests_total{") && l.contains("code=\"403\""))
+            .collect();
+        assert!(refused.is_empty(), "{addr}: {refused:?}");
+    }
+    for s in shards {
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap().unwrap();
+}
+
 /// The size: 3 shards and the sharder, 3,000 Ats due over 30 s. Every At is DONE with
 /// exactly one pod, each shard holds about a third, and every pod carries its At's shard. Each
 /// shard's caches (its `store_objects` gauges on `/metrics`) hold only its Ats and their pods.
