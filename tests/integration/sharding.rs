@@ -1105,9 +1105,11 @@ pub(crate) fn check_sharded_overlay(docs: &[serde_json::Value]) {
             let allowed: &[&str] = match (kind.as_str(), group.as_str(), resource.as_str()) {
                 ("ClusterRole", "authentication.k8s.io", "tokenreviews")
                 | ("ClusterRole", "authorization.k8s.io", "subjectaccessreviews") => &["create"],
-                ("ClusterRole", _, "ats" | "tdsets" | "myapps" | "foos")
+                ("ClusterRole", _, "ats" | "tdsets" | "redisclusters" | "myapps" | "foos")
                 | ("ClusterRole", "", "pods" | "services")
-                | ("ClusterRole", "apps", "deployments") => &["list", "watch", "patch"],
+                | ("ClusterRole", "apps", "deployments" | "statefulsets") => {
+                    &["list", "watch", "patch"]
+                }
                 ("Role", "coordination.k8s.io", "leases") => {
                     &["get", "list", "watch", "create", "update"]
                 }
@@ -1169,7 +1171,7 @@ pub(crate) fn check_sharded_overlay(docs: &[serde_json::Value]) {
         .collect();
     assert_eq!(
         resources,
-        BTreeSet::from(["ats", "tdsets", "myapps", "foos"])
+        BTreeSet::from(["ats", "tdsets", "redisclusters", "myapps", "foos"])
     );
     let svc_name = hook["clientConfig"]["service"]["name"].as_str().unwrap();
     let svc = object(docs, "Service", svc_name);
@@ -1209,4 +1211,205 @@ pub(crate) fn check_sharded_overlay(docs: &[serde_json::Value]) {
             .any(|v| v["secret"]["secretName"] == secret),
         "the sharder mounts the certificate's Secret"
     );
+}
+
+/// The shard label of an object's metadata, in ring [`RING`].
+fn shard_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
+    let key = RingLabels::new(RING).unwrap().shard_key().to_string();
+    meta.labels.as_ref().and_then(|l| l.get(&key)).cloned()
+}
+
+/// A RedisCluster is sharded without restarts: its StatefulSet's pods carry no shard label in
+/// their template; the sharder labels them for the RedisCluster's shard. When that shard dies
+/// (its task aborted, as `kill -9`), the RedisCluster, its StatefulSet, Service and pods move
+/// to the survivor, which takes over (it scales the cluster), and the pods are the same pods
+/// (same UIDs, the StatefulSet's template untouched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rediscluster_moves_off_a_dead_shard_without_restarting_its_pods() {
+    use crate::operators_support::{api, operator_server, patch_spec, statefulset};
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use sample_controller::apis::{RedisCluster, RedisClusterSpec};
+    use sample_controller::client::PostParams;
+    use sample_controller::controllers::rediscluster::LABEL_CLUSTER;
+    let (server, client) = operator_server().await;
+    let lease = Duration::from_secs(3);
+    let sharder = Sharder::new(
+        manager_client(&server),
+        SharderConfig {
+            labels: RingLabels::new(RING).unwrap(),
+            lease_namespace: NS.to_string(),
+            sync_period: Duration::from_millis(200),
+        },
+    )
+    .with_controllers(&["rediscluster"]);
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+    let start = |id: &str| {
+        let shard = ShardConfig {
+            labels: RingLabels::new(RING).unwrap(),
+            shard_id: id.to_string(),
+            lease_namespace: NS.to_string(),
+            lease_duration: lease,
+            renew_deadline: lease * 2 / 3,
+            retry_period: lease / 6,
+            run_sharder: false,
+        };
+        let config = ManagerConfig {
+            controllers: vec!["rediscluster"],
+            ..manager_config()
+        };
+        let manager = Manager::new(config, manager_client(&server))
+            .with_clock(Clock::new())
+            .with_sharding(Some(shard));
+        let controllers = manager.controllers_handle();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(manager.run(stop.clone()));
+        RunningManager {
+            stop,
+            controllers,
+            task,
+        }
+    };
+    let mut shards = BTreeMap::from([("shard-a", start("shard-a")), ("shard-b", start("shard-b"))]);
+    wait_until("two shard Leases", || async {
+        ring_leases(&client).await.len() == 2
+    })
+    .await;
+
+    let cluster = RedisCluster {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("cache".to_string()),
+            namespace: Some(NS.to_string()),
+            ..Default::default()
+        },
+        spec: RedisClusterSpec {
+            size: 2,
+            image: None,
+        },
+        status: None,
+    };
+    api::<RedisCluster>(&client)
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let first = Ring::new(["shard-a", "shard-b"])
+        .shard_for(&object_key(Some(NS), "cache"))
+        .unwrap()
+        .to_string();
+    let survivor = if first == "shard-a" {
+        "shard-b"
+    } else {
+        "shard-a"
+    };
+
+    // Everything of the cluster on one shard, and its two nodes reported by that shard.
+    let cluster_pods = || async {
+        let lp = ListParams {
+            label_selector: Some(format!("{LABEL_CLUSTER}=cache")),
+            ..ListParams::default()
+        };
+        let mut pods = api::<Pod>(&client).list(&lp).await.unwrap().items;
+        pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        pods
+    };
+    let on_shard = |shard: String| {
+        let cluster_pods = &cluster_pods;
+        let client = &client;
+        async move {
+            let rc = api::<RedisCluster>(client).get("cache").await.unwrap();
+            let sts = api::<StatefulSet>(client).get_opt("cache").await.unwrap();
+            let svc = api::<Service>(client).get_opt("cache").await.unwrap();
+            let pods = cluster_pods().await;
+            shard_of(&rc.metadata).as_deref() == Some(shard.as_str())
+                && sts.is_some_and(|s| shard_of(&s.metadata) == Some(shard.clone()))
+                && svc.is_some_and(|s| shard_of(&s.metadata) == Some(shard.clone()))
+                && pods
+                    .iter()
+                    .all(|p| shard_of(&p.metadata) == Some(shard.clone()))
+        }
+    };
+    let nodes = |n: usize| {
+        let client = &client;
+        async move {
+            let rc = api::<RedisCluster>(client).get("cache").await.unwrap();
+            let want: Vec<String> = (0..n).map(|i| format!("cache-{i}")).collect();
+            rc.status.is_some_and(|s| s.nodes == want)
+        }
+    };
+    wait_until(
+        &format!("the cluster's two nodes, all on {first}"),
+        || async {
+            nodes(2).await && on_shard(first.clone()).await && cluster_pods().await.len() == 2
+        },
+    )
+    .await;
+    let uids = |pods: Vec<Pod>| -> Vec<String> {
+        pods.into_iter()
+            .map(|p| p.metadata.uid.unwrap_or_default())
+            .collect()
+    };
+    let before = uids(cluster_pods().await);
+    let sts = statefulset(&client, "cache").await.unwrap();
+    let template_labels = sts
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .clone()
+        .unwrap()
+        .labels;
+    assert!(
+        template_labels
+            .iter()
+            .flatten()
+            .all(|(k, _)| !k.starts_with("shard.sample-controller.dev/")),
+        "no shard label in the pod template: {template_labels:?}"
+    );
+    let generation = sts.metadata.generation;
+
+    // The shard dies holding its Lease: everything moves to the survivor.
+    shards.remove(first.as_str()).unwrap().task.abort();
+    wait_until_every(
+        &format!("the cluster to move to {survivor}"),
+        Duration::from_millis(100),
+        300,
+        || on_shard(survivor.to_string()),
+    )
+    .await;
+    let sts = statefulset(&client, "cache").await.unwrap();
+    assert_eq!(
+        sts.metadata.generation, generation,
+        "the StatefulSet's spec is unchanged"
+    );
+    assert_eq!(
+        sts.spec.unwrap().template.metadata.unwrap().labels,
+        template_labels,
+        "its template is unchanged"
+    );
+    assert_eq!(
+        uids(cluster_pods().await),
+        before,
+        "the same pods: none restarted"
+    );
+
+    // The survivor works on it: it scales the cluster and reports the three nodes.
+    patch_spec::<RedisCluster>(&client, "cache", serde_json::json!({"size": 3})).await;
+    wait_until("three nodes reported by the survivor", || async {
+        nodes(3).await && on_shard(survivor.to_string()).await
+    })
+    .await;
+    let after = uids(cluster_pods().await);
+    assert_eq!(
+        after[..2],
+        before[..],
+        "the first two pods are still the same pods"
+    );
+
+    for (_, s) in shards {
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap();
 }

@@ -40,7 +40,7 @@
 //! | `--master` | | the API server URL; overrides the kubeconfig's server |
 //! | `--context` | current context | the kubeconfig context to use |
 //! | `--namespace` | `""` (all) | watch only this namespace |
-//! | `--controllers` | `*` | `*` = every registered controller, `name` enables, `-name` disables; `sharder` (never in `*`) runs only the ring's sharder, leader-elected, for the kinds of the operators named beside it (default all sharded ones), see [`Manager::with_sharder`] |
+//! | `--controllers` | `*` | `*` = every registered controller, `name` enables, `-name` disables; `sharder` (never in `*`) runs only the ring's sharder, leader-elected, for the kinds of the operators named beside it (default all of them), see [`Manager::with_sharder`] |
 //! | `--workers` | 8 | concurrent `sync_handler` calls per controller (why 8: the README's Performance section) |
 //! | `--resync-period` | 10m | informer resync (cnat's value): every object is re-queued this often |
 //! | `--kube-api-qps` / `--kube-api-burst` | follow the server, else 20 / 30 | client-side throttle; `-1` (or 0) QPS disables it |
@@ -484,10 +484,10 @@ impl Manager {
         };
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
         for name in &self.config.controllers {
-            if self.sharding.is_some() && *name == "rediscluster" {
+            if self.sharding.is_some() && !crate::sharding::SHARDED_CONTROLLERS.contains(name) {
                 tracing::warn!(
                     controller = name,
-                    "not sharded (it reads its StatefulSet's pods, which carry no shard label): run it in a --shard-mode=leader manager"
+                    "not sharded: run it in a --shard-mode=leader manager"
                 );
                 continue;
             }

@@ -13,7 +13,7 @@
 //!   direct relabelling of a dead shard's objects relies on. Two processes started with the
 //!   same shard id do not both work: the second waits, a standby of that shard.
 //! * **Its caches** ([`scope_shard_caches`]). The informers of the sharded kinds (At, TDSet,
-//!   MyApp, Foo) list and watch with `shard.sample-controller.dev/<ring>=<shard-id>`; those of
+//!   RedisCluster, MyApp, Foo) list and watch with `shard.sample-controller.dev/<ring>=<shard-id>`; those of
 //!   the owned kinds (pods, Deployments, StatefulSets, Services) with the managed-by selector
 //!   of [`crate::controllers::caches`] *and* that label (`…managed-by in (…),shard…=<id>`).
 //! * **What it creates** ([`inherit_shard_labels`]). Every owned object gets its owner's shard
@@ -21,9 +21,11 @@
 //!   e.g. after its owner moved to this shard) is adopted with the owner's shard labels by
 //!   [`crate::controllers::caches::get_existing`].
 //!
-//! RedisCluster is not sharded: it reads the pods of its StatefulSet, whose labels come from
-//! the pod template, and putting a shard label into a template would restart every pod of the
-//! cluster on each move. `--shard-mode=sharded` refuses the `rediscluster` controller.
+//! RedisCluster is sharded like the others, with one difference: its pods are not created by
+//! the operator but by its StatefulSet, from a pod template that carries no shard label (one
+//! there would restart every pod of the cluster on each move). The sharder labels those pods
+//! itself, as objects that follow their controller's owner (see the
+//! [module documentation](super), "Grandchildren").
 //!
 //! | flag | default | meaning |
 //! |---|---|---|
@@ -56,7 +58,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::labels::{DEFAULT_RING, InvalidName, LEASE_RING_LABEL, RingLabels, SHARD_LABEL_PREFIX};
-use crate::apis::{At, Foo, MyApp, TDSet};
+use crate::apis::{At, Foo, MyApp, RedisCluster, TDSet};
 use crate::cache::{ListerWatcherSource, SharedInformerFactory};
 use crate::controllers::caches::{PodSummary, managed_by_selector};
 
@@ -158,7 +160,7 @@ impl ShardConfig {
 /// The operators whose objects are sharded (the ring key is their own `namespace/name`; what
 /// they own follows them): in a sharded manager they run on the shard's objects, and a
 /// `--controllers=sharder` process without operator names shards the kinds of all of them.
-pub const SHARDED_CONTROLLERS: [&str; 4] = ["at", "tdset", "myapp", "foo"];
+pub const SHARDED_CONTROLLERS: [&str; 5] = ["at", "tdset", "rediscluster", "myapp", "foo"];
 
 /// What is wrong with a sharding flag: the flag's name, the value and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -278,6 +280,7 @@ pub fn scope_shard_caches<S: ListerWatcherSource>(
     factory
         .with_label_selector_for::<At>(own.clone())
         .with_label_selector_for::<TDSet>(own.clone())
+        .with_label_selector_for::<RedisCluster>(own.clone())
         .with_label_selector_for::<MyApp>(own.clone())
         .with_label_selector_for::<Foo>(own)
         .with_label_selector_for::<PodSummary>(owned.clone())
