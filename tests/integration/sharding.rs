@@ -825,6 +825,7 @@ async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
             (N * 20 / 100..=N * 45 / 100).contains(&want),
             "{id} caches {want} of {N} Ats, not about a third"
         );
+        eprintln!("{id}: store_objects ats={want} pods={want} of {N}");
     }
     let mut total = (0, 0);
     for addr in metrics.values() {
