@@ -5,10 +5,13 @@
 # gets N Ats already due, then the processes start; reported: seconds from the start of the
 # processes to the last At DONE, Ats DONE per second, pods (must equal N: one per At), and how
 # the Ats are spread over the shards. "leader" is today's single manager (--shard-mode=leader),
-# for comparison: it pays no assignment writes.
+# for comparison: it pays no assignment writes. A number of shards followed by "s" (2s) runs the
+# sharder as a process of its own (`run --controllers=sharder,at`, the shards with
+# --shard-sharder=false); otherwise shard-0 hosts it.
 #
 #   hack/bench-shards.sh              # N=3000, configurations: leader 1 2 4
 #   hack/bench-shards.sh 1000 2 4     # N=1000, 2 and 4 shards only
+#   hack/bench-shards.sh 1000 4 4s    # 4 shards, the sharder on shard-0 or in its own process
 #
 # PROFILE=debug uses target/debug (no release build); SKIP_BUILD=1 uses the binary as it is;
 # CARGO_TARGET_DIR is honoured.
@@ -64,16 +67,22 @@ for cfg in $CONFIGS; do
   ats_yaml "$N" >"$dir/ats.json"
   k create -f "$dir/ats.json" >/dev/null
   start=$(date +%s.%N)
-  common=(run --kubeconfig "$dir/kc" --controllers at --metrics-bind-address 0
+  common=(run --kubeconfig "$dir/kc" --metrics-bind-address 0
           --health-probe-bind-address 0 --webhook-bind-address 0)
   if [ "$cfg" = leader ]; then
-    "$BIN" "${common[@]}" >"$dir/leader.log" 2>&1 &
+    "$BIN" "${common[@]}" --controllers at >"$dir/leader.log" 2>&1 &
     pids+=($!)
   else
-    for i in $(seq 0 $((cfg - 1))); do
-      sharder=false; [ "$i" = 0 ] && sharder=true
-      "$BIN" "${common[@]}" --shard-mode=sharded --shard-ring "$RING" --shard-id "shard-$i" \
-        --shard-sharder="$sharder" >"$dir/shard-$i.log" 2>&1 &
+    shards=${cfg%s}
+    own_sharder=false; [ "$shards" != "$cfg" ] && own_sharder=true
+    if $own_sharder; then
+      "$BIN" "${common[@]}" --controllers sharder,at --shard-ring "$RING" >"$dir/sharder.log" 2>&1 &
+      pids+=($!)
+    fi
+    for i in $(seq 0 $((shards - 1))); do
+      sharder=false; [ "$i" = 0 ] && ! $own_sharder && sharder=true
+      "$BIN" "${common[@]}" --controllers at --shard-mode=sharded --shard-ring "$RING" \
+        --shard-id "shard-$i" --shard-sharder="$sharder" >"$dir/shard-$i.log" 2>&1 &
       pids+=($!)
     done
   fi

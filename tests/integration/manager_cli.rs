@@ -58,6 +58,14 @@ async fn a_bad_flag_is_one_clear_line_and_exit_code_2() {
         one_line(&stderr).contains("unknown controller \"nope\""),
         "{stderr}"
     );
+    // The sharder runs alone: it is no shard.
+    let (code, stderr) =
+        run_to_end(&["run", "--controllers=sharder", "--shard-mode=sharded"]).await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        one_line(&stderr).contains("drop --shard-mode=sharded"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

@@ -572,8 +572,8 @@ async fn v1_writes_are_validated_and_defaulted_by_the_same_webhooks() {
     task.await.unwrap().unwrap();
 }
 
-/// `kubectl kustomize` builds both entry points of `artifacts/deploy/`: the manager alone, and
-/// the webhook overlay on top of it (a kustomization may not live inside its base's
+/// `kubectl kustomize` builds the entry points of `artifacts/deploy/`: the manager alone, the
+/// webhook overlay on top of it, and the sharded overlay (a kustomization may not live inside its base's
 /// directory, hence `base/`).
 #[tokio::test]
 async fn the_deploy_kustomizations_build() {
@@ -639,4 +639,6 @@ async fn the_deploy_kustomizations_build() {
     assert!(overlay.iter().any(|d| d["kind"] == "Service"
         && d["metadata"]["name"] == "sample-controller-webhook"
         && d["metadata"]["namespace"] == "sample-controller"));
+    // The sharded overlay: shards, the sharder, their RBAC and /mutate-shard.
+    crate::sharding::check_sharded_overlay(&build("artifacts/deploy/sharded"));
 }

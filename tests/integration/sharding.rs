@@ -6,6 +6,7 @@
 use crate::at_support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use at_support::*;
@@ -14,9 +15,9 @@ use sample_controller::apis::AtPhase;
 use sample_controller::client::{Api, Client, ListParams};
 use sample_controller::controllers::Clock;
 use sample_controller::controllers::caches::PodSummary;
-use sample_controller::manager::Manager;
+use sample_controller::manager::{Manager, ManagerConfig};
 use sample_controller::sharding::{
-    Ring, RingLabels, ShardConfig, Sharder, SharderConfig, object_key,
+    Ring, RingLabels, ShardConfig, Sharder, SharderConfig, SharderElection, object_key,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +54,17 @@ async fn start_shard_client(
     lease: Duration,
     sharder: bool,
 ) -> RunningManager {
+    start_shard_serving(client, id, lease, sharder, None).await
+}
+
+/// [`start_shard_client`], serving `/metrics` on `metrics` when given.
+async fn start_shard_serving(
+    client: Client,
+    id: &str,
+    lease: Duration,
+    sharder: bool,
+    metrics: Option<SocketAddr>,
+) -> RunningManager {
     let shard = ShardConfig {
         labels: RingLabels::new(RING).unwrap(),
         shard_id: id.to_string(),
@@ -62,7 +74,11 @@ async fn start_shard_client(
         retry_period: lease / 6,
         run_sharder: sharder,
     };
-    let manager = Manager::new(manager_config(), client)
+    let config = ManagerConfig {
+        metrics_addr: metrics,
+        ..manager_config()
+    };
+    let manager = Manager::new(config, client)
         .with_clock(Clock::new())
         .with_sharding(Some(shard));
     let controllers = manager.controllers_handle();
@@ -205,6 +221,30 @@ async fn each_shard_works_only_on_the_ats_labelled_for_it() {
     // A graceful stop releases each shard's Lease (holder cleared).
     let leases = ring_leases(&client).await;
     assert!(leases.values().all(String::is_empty), "{leases:?}");
+}
+
+/// `store_objects{name="<informer>"}` as a manager's `/metrics` serves it: the number of
+/// objects in that informer's cache. `None` until the endpoint answers with the series.
+async fn cached_objects(metrics: SocketAddr, informer: &str) -> Option<usize> {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client as HttpClient;
+    let http = HttpClient::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<bytes::Bytes>>();
+    let uri = format!("http://{metrics}/metrics").parse().ok()?;
+    let resp = http.get(uri).await.ok()?;
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    let text = String::from_utf8(body.to_vec()).ok()?;
+    let series = format!("store_objects{{name=\"{informer}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as usize)
+}
+
+/// A port free at the time of the call, on the loopback interface.
+fn free_addr() -> SocketAddr {
+    let port = crate::manager_webhook::free_port();
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
 /// The shard label of every At, by name.
@@ -441,8 +481,247 @@ async fn the_shards_elect_one_sharder_which_assigns_new_ats() {
     b.stop().await.unwrap();
 }
 
+/// `--controllers=sharder` as a process of its own: three shards started with the sharder off
+/// (`--shard-sharder=false`) and one manager that runs only the sharder, leader-elected on
+/// `<ring>-sharder`, with no shard Lease and no operator. The sharder assigns every At, the
+/// shards run each exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharder_process_serves_shards_that_do_not_host_it() {
+    const N: usize = 60;
+    let (server, client) = server().await;
+    let lease = Duration::from_secs(6);
+    let mut shards = Vec::new();
+    for id in ["shard-a", "shard-b", "shard-c"] {
+        shards.push(start_shard_full(&server, id, lease, false).await);
+    }
+    let election = SharderElection {
+        labels: RingLabels::new(RING).unwrap(),
+        lease_namespace: NS.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+    };
+    let sharder = Manager::new(manager_config(), manager_client(&server))
+        .with_identity("the-sharder")
+        .with_sharder(Some(election));
+    let sharder_controllers = sharder.controllers_handle();
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(3));
+    for i in 0..N {
+        create_at(&client, &at(&format!("at-{i}"), &due, "echo YAY")).await;
+    }
+    assert_all_done_once(&client).await;
+    let assigned = at_shards(&client).await;
+    let three = Ring::new(["shard-a", "shard-b", "shard-c"]);
+    for (name, shard) in &assigned {
+        assert_eq!(
+            shard.as_deref(),
+            three.shard_for(&object_key(Some(NS), name)),
+            "{name} sits at its ring position"
+        );
+    }
+    for (id, s) in ["shard-a", "shard-b", "shard-c"].iter().zip(&shards) {
+        assert!(count(&assigned, id) > 0 && s.syncs() > 0, "{id} worked");
+    }
+    // The sharder process holds the sharder's Lease, no shard Lease, and ran no operator.
+    let holder = Api::<Lease>::namespaced(client.clone(), NS)
+        .get(&format!("{RING}-sharder"))
+        .await
+        .expect("the sharder's Lease")
+        .spec
+        .and_then(|s| s.holder_identity);
+    assert_eq!(holder.as_deref(), Some("the-sharder"));
+    assert_eq!(
+        ring_leases(&client).await.into_keys().collect::<Vec<_>>(),
+        ["shard-a", "shard-b", "shard-c"],
+        "the ring is the three shards"
+    );
+    assert!(sharder_controllers.controllers().is_empty());
+
+    for s in shards {
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap().unwrap();
+}
+
+/// The whole `/metrics` text of a manager (empty until it answers).
+async fn scrape(metrics: SocketAddr) -> String {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client as HttpClient;
+    let http = HttpClient::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Empty<bytes::Bytes>>();
+    let Ok(uri) = format!("http://{metrics}/metrics").parse() else {
+        return String::new();
+    };
+    let Ok(resp) = http.get(uri).await else {
+        return String::new();
+    };
+    match resp.into_body().collect().await {
+        Ok(body) => String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        Err(_) => String::new(),
+    }
+}
+
+/// `artifacts/deploy/sharded/`'s RBAC, enforced: two shards as the shards' service account
+/// and a `--controllers=sharder` manager as the sharder's, their Leases in the namespace
+/// `sample-controller`. Ats are assigned, run, and drained to a third shard joining, and the
+/// pods follow: every call was allowed (no 403 on any process's client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_refused() {
+    use embedded_apiserver::ApiServer;
+    use sample_controller::client::Config;
+    use sample_controller::sharding::SHARDED_CONTROLLERS;
+    const SHARD_TOKEN: &str = "shard-sa-token";
+    const SHARDER_TOKEN: &str = "sharder-sa-token";
+    const LEASES: &str = "sample-controller";
+    const N: usize = 45;
+    sample_controller::install_crypto_provider();
+    at_support::init_tracing();
+    let server = ApiServer::builder()
+        .enforce_rbac(true)
+        .service_account_token(SHARD_TOKEN, LEASES, "sample-controller")
+        .service_account_token(SHARDER_TOKEN, LEASES, "sample-controller-sharder")
+        .start()
+        .await
+        .expect("server starts");
+    let client = at_support::client_for(&server);
+    crate::operators_support::install_crds(&client).await;
+    let root = env!("CARGO_MANIFEST_DIR");
+    for file in [
+        "base/namespace.yaml",
+        "base/serviceaccount.yaml",
+        "base/clusterrole.yaml",
+        "base/clusterrolebinding.yaml",
+        "base/role-leader-election.yaml",
+        "sharded/shard-rbac.yaml",
+        "sharded/sharder-rbac.yaml",
+    ] {
+        server
+            .load_manifest_path(format!("{root}/artifacts/deploy/{file}"))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+    let as_sa = |token: &str| {
+        let yaml = server.kubeconfig_yaml().replace(server.token(), token);
+        let mut config = Config::from_kubeconfig_yaml(&yaml, None).unwrap();
+        config.qps = 0.0;
+        Client::new(config).unwrap()
+    };
+    let lease = Duration::from_secs(6);
+    let shard_config = |id: &str| ShardConfig {
+        labels: RingLabels::new(RING).unwrap(),
+        shard_id: id.to_string(),
+        lease_namespace: LEASES.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+        run_sharder: false,
+    };
+    let mut metrics = Vec::new();
+    let start = |id: &str, addr: SocketAddr| {
+        let config = ManagerConfig {
+            controllers: SHARDED_CONTROLLERS.to_vec(),
+            metrics_addr: Some(addr),
+            ..manager_config()
+        };
+        let manager = Manager::new(config, as_sa(SHARD_TOKEN))
+            .with_clock(Clock::new())
+            .with_sharding(Some(shard_config(id)));
+        let controllers = manager.controllers_handle();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(manager.run(stop.clone()));
+        RunningManager {
+            stop,
+            controllers,
+            task,
+        }
+    };
+    let mut shards = Vec::new();
+    for id in ["shard-a", "shard-b"] {
+        let addr = free_addr();
+        shards.push(start(id, addr));
+        metrics.push(addr);
+    }
+    // The sharder process, over every sharded kind (--controllers=sharder).
+    let sharder_addr = free_addr();
+    metrics.push(sharder_addr);
+    let sharder = Manager::new(
+        ManagerConfig {
+            controllers: SHARDED_CONTROLLERS.to_vec(),
+            metrics_addr: Some(sharder_addr),
+            ..manager_config()
+        },
+        as_sa(SHARDER_TOKEN),
+    )
+    .with_identity("sharder-0")
+    .with_sharder(Some(SharderElection {
+        labels: RingLabels::new(RING).unwrap(),
+        lease_namespace: LEASES.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+    }));
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+
+    // Due at once: the two shards run them.
+    let clock = Clock::new();
+    let due = in_the_future(&clock, Duration::from_secs(2));
+    for i in 0..N {
+        create_at(&client, &at(&format!("at-{i}"), &due, "echo YAY")).await;
+    }
+    assert_all_done_once(&client).await;
+    // A third shard joins: the live shards release (patch) their drained Ats, the sharder
+    // relabels them and their pods.
+    let addr = free_addr();
+    shards.push(start("shard-c", addr));
+    metrics.push(addr);
+    let three = Ring::new(["shard-a", "shard-b", "shard-c"]);
+    let key = RingLabels::new(RING).unwrap().shard_key().to_string();
+    wait_until(
+        "the Ats and their pods to settle on three shards",
+        || async {
+            let ats = at_shards(&client).await;
+            let settled = ats.iter().all(|(name, shard)| {
+                shard.as_deref() == three.shard_for(&object_key(Some(NS), name))
+            });
+            let pods_follow = list_pods(&client).await.iter().all(|p| {
+                let at = p.metadata.name.as_deref().unwrap().trim_end_matches("-pod");
+                p.metadata.labels.as_ref().and_then(|l| l.get(&key)) == ats[at].as_ref()
+            });
+            settled && pods_follow
+        },
+    )
+    .await;
+    assert!(count(&at_shards(&client).await, "shard-c") > 0);
+    assert_all_done_once(&client).await;
+
+    // Nothing any of the four processes asked was refused.
+    for addr in &metrics {
+        let text = scrape(*addr).await;
+        assert!(
+            text.contains("rest_client_requests_total"),
+            "{addr}: {text}"
+        );
+        let refused: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("rest_client_requests_total{") && l.contains("code=\"403\""))
+            .collect();
+        assert!(refused.is_empty(), "{addr}: {refused:?}");
+    }
+    for s in shards {
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap().unwrap();
+}
+
 /// The size: 3 shards and the sharder, 3,000 Ats due over 30 s. Every At is DONE with
-/// exactly one pod, each shard holds about a third, and every pod carries its At's shard.
+/// exactly one pod, each shard holds about a third, and every pod carries its At's shard. Each
+/// shard's caches (its `store_objects` gauges on `/metrics`) hold only its Ats and their pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
     const N: usize = 3_000;
@@ -462,9 +741,12 @@ async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
     let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
     let lease = Duration::from_secs(15);
     let mut shards = Vec::new();
+    let mut metrics = BTreeMap::new();
     for id in ["shard-a", "shard-b", "shard-c"] {
         let c = manager_client_with_qps(&server, 0.0, 0);
-        shards.push(start_shard_client(c, id, lease, false).await);
+        let addr = free_addr();
+        shards.push(start_shard_serving(c, id, lease, false, Some(addr)).await);
+        metrics.insert(id, addr);
     }
     wait_until("three shard Leases", || async {
         ring_leases(&client).await.len() == 3
@@ -526,6 +808,35 @@ async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
         })
         .collect();
     assert_eq!(pod_shards, assigned, "every pod carries its At's shard");
+
+    // Each shard's caches, as its /metrics reports them (`store_objects`), hold exactly the
+    // Ats labelled for it and their pods: the three partition the 3,000, about a third each.
+    for (id, addr) in &metrics {
+        let want = count(&assigned, id);
+        wait_until(
+            &format!("{id}'s caches to hold its {want} Ats and pods"),
+            || async {
+                cached_objects(*addr, "ats").await == Some(want)
+                    && cached_objects(*addr, "pods").await == Some(want)
+            },
+        )
+        .await;
+        assert!(
+            (N * 20 / 100..=N * 45 / 100).contains(&want),
+            "{id} caches {want} of {N} Ats, not about a third"
+        );
+        eprintln!("{id}: store_objects ats={want} pods={want} of {N}");
+    }
+    let mut total = (0, 0);
+    for addr in metrics.values() {
+        total.0 += cached_objects(*addr, "ats").await.unwrap_or(0);
+        total.1 += cached_objects(*addr, "pods").await.unwrap_or(0);
+    }
+    assert_eq!(
+        total,
+        (N, N),
+        "the shards' caches partition the Ats and pods"
+    );
     for s in shards {
         assert!(s.syncs() > 0);
         s.stop().await.unwrap();
@@ -622,4 +933,484 @@ async fn new_ats_are_assigned_in_admission() {
     .await;
     stop.cancel();
     task.await.unwrap().unwrap();
+}
+
+/// One object of a `kubectl kustomize` output, by kind and name.
+fn object<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serde_json::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{kind}/{name} in the sharded overlay"))
+}
+
+/// The container `args` of a workload, with the downward-API variables a pod named `pod` in
+/// the namespace `sample-controller` would see substituted, parsed and validated as
+/// `sample-controller run` does.
+fn run_flags(
+    workload: &serde_json::Value,
+    pod: &str,
+) -> sample_controller::manager::ManagerOptions {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        options: sample_controller::manager::ManagerOptions,
+    }
+    let container = &workload["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| {
+            a.as_str()
+                .unwrap()
+                .replace("$(POD_NAME)", pod)
+                .replace("$(POD_NAMESPACE)", "sample-controller")
+        })
+        .collect();
+    assert_eq!(args[0], "run", "{args:?}");
+    let run = Run::try_parse_from(args.iter().map(String::as_str))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    run.options
+        .validate(None)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    run.options
+}
+
+/// The names of the downward-API environment variables of a workload's first container.
+fn downward_env(workload: &serde_json::Value) -> BTreeMap<String, String> {
+    workload["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let field = e["valueFrom"]["fieldRef"]["fieldPath"].as_str()?;
+            Some((e["name"].as_str()?.to_string(), field.to_string()))
+        })
+        .collect()
+}
+
+/// `artifacts/deploy/sharded/` as `kubectl kustomize` builds it (called from the deploy test
+/// of `manager_webhook`): shards in a StatefulSet whose pod name is the shard id, the sharder
+/// in a Deployment of its own with `--controllers=sharder`, each workload's flags valid
+/// together, least-privilege RBAC for each, and `/mutate-shard` wired to the sharder with a
+/// cert-manager certificate.
+pub(crate) fn check_sharded_overlay(docs: &[serde_json::Value]) {
+    use sample_controller::sharding::{SHARDED_CONTROLLERS, ShardMode};
+    // No leader beside the shards.
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "sample-controller"),
+        "the base's leader Deployment is removed"
+    );
+
+    // The shards: the pod name is the shard id; the sharder runs elsewhere.
+    let shards = object(docs, "StatefulSet", "sample-controller-shard");
+    let env = downward_env(shards);
+    assert_eq!(
+        env.get("POD_NAME").map(String::as_str),
+        Some("metadata.name")
+    );
+    assert_eq!(
+        env.get("POD_NAMESPACE").map(String::as_str),
+        Some("metadata.namespace")
+    );
+    let flags = run_flags(shards, "sample-controller-shard-1");
+    let shard = flags
+        .shard_config(None)
+        .unwrap()
+        .expect("--shard-mode=sharded");
+    assert_eq!(flags.sharding.shard_mode, ShardMode::Sharded);
+    assert_eq!(shard.shard_id, "sample-controller-shard-1");
+    assert_eq!(shard.lease_namespace, "sample-controller");
+    assert!(
+        !shard.run_sharder,
+        "the shards leave the sharder to its Deployment"
+    );
+    assert_eq!(flags.sharder_config(None).unwrap(), None);
+    let shard_sa = shards["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+
+    // The sharder: alone, leader-elected, on the shards' ring and Lease namespace.
+    let sharder = object(docs, "Deployment", "sample-controller-sharder");
+    let flags = run_flags(sharder, "sample-controller-sharder-x");
+    let election = flags
+        .sharder_config(None)
+        .unwrap()
+        .expect("--controllers=sharder");
+    assert_eq!(
+        flags.shard_config(None).unwrap(),
+        None,
+        "the sharder is no shard"
+    );
+    assert_eq!(election.labels, shard.labels, "one ring");
+    assert_eq!(election.lease_namespace, shard.lease_namespace);
+    assert_eq!(
+        flags.validate(None).unwrap().controllers,
+        SHARDED_CONTROLLERS.to_vec(),
+        "it shards every sharded kind"
+    );
+    assert!(
+        sharder["spec"]["replicas"].as_i64().unwrap() >= 2,
+        "a warm standby sharder"
+    );
+    let sharder_pod = &sharder["spec"]["template"];
+    let sharder_sa = sharder_pod["spec"]["serviceAccountName"].as_str().unwrap();
+    assert_ne!(shard_sa, sharder_sa, "one identity each");
+
+    // RBAC: who is bound to what.
+    let bound = |sa: &str| -> Vec<(String, String)> {
+        docs.iter()
+            .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+            .filter(|d| {
+                d["subjects"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa)
+            })
+            .map(|d| {
+                let r = &d["roleRef"];
+                (
+                    r["kind"].as_str().unwrap().to_string(),
+                    r["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let rules = |kind: &str, name: &str| -> Vec<(String, String, Vec<String>)> {
+        let mut out = Vec::new();
+        for rule in object(docs, kind, name)["rules"].as_array().unwrap() {
+            let verbs: Vec<String> = rule["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            for g in rule["apiGroups"].as_array().unwrap() {
+                for r in rule["resources"].as_array().unwrap() {
+                    let (g, r) = (g.as_str().unwrap(), r.as_str().unwrap());
+                    out.push((g.to_string(), r.to_string(), verbs.clone()));
+                }
+            }
+        }
+        out
+    };
+    // The sharder: labels of the sharded kinds and of what they own, Leases and events in its
+    // namespace, the metrics reviews; no create or delete of workloads, no get, no wildcard.
+    let sharder_roles = bound(sharder_sa);
+    assert_eq!(sharder_roles.len(), 2, "{sharder_roles:?}");
+    for (kind, name) in &sharder_roles {
+        for (group, resource, verbs) in rules(kind, name) {
+            let allowed: &[&str] = match (kind.as_str(), group.as_str(), resource.as_str()) {
+                ("ClusterRole", "authentication.k8s.io", "tokenreviews")
+                | ("ClusterRole", "authorization.k8s.io", "subjectaccessreviews") => &["create"],
+                ("ClusterRole", _, "ats" | "tdsets" | "redisclusters" | "myapps" | "foos")
+                | ("ClusterRole", "", "pods" | "services")
+                | ("ClusterRole", "apps", "deployments" | "statefulsets") => {
+                    &["list", "watch", "patch"]
+                }
+                ("Role", "coordination.k8s.io", "leases") => {
+                    &["get", "list", "watch", "create", "update"]
+                }
+                ("Role", "", "events") => &["create", "patch"],
+                other => panic!("the sharder is granted {other:?} {verbs:?}"),
+            };
+            for v in &verbs {
+                assert!(
+                    allowed.contains(&v.as_str()),
+                    "sharder: {v} on {group}/{resource}"
+                );
+            }
+        }
+    }
+    // The shards: the leader's role and Lease Role, plus label patches.
+    let shard_roles = bound(shard_sa);
+    for want in [
+        ("ClusterRole", "sample-controller"),
+        ("Role", "sample-controller-leader-election"),
+        ("ClusterRole", "sample-controller-shard"),
+    ] {
+        assert!(
+            shard_roles.contains(&(want.0.to_string(), want.1.to_string())),
+            "{want:?} in {shard_roles:?}"
+        );
+    }
+    for (_, resource, verbs) in rules("ClusterRole", "sample-controller-shard") {
+        assert_eq!(verbs, ["patch"], "shard: {resource}");
+    }
+    let lease_rules = rules("Role", "sample-controller-leader-election");
+    assert!(
+        lease_rules
+            .iter()
+            .all(|(g, r, _)| g == "coordination.k8s.io" && r == "leases")
+    );
+
+    // /mutate-shard: CREATE of the sharded kinds, to the sharder's Service, Ignore on failure,
+    // with the CA of the Certificate whose Secret the sharder mounts.
+    let mwc = object(
+        docs,
+        "MutatingWebhookConfiguration",
+        "sample-controller-sharder",
+    );
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["clientConfig"]["service"]["path"], "/mutate-shard");
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    let resources: BTreeSet<&str> = hook["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            assert_eq!(r["operations"], serde_json::json!(["CREATE"]));
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        resources,
+        BTreeSet::from(["ats", "tdsets", "redisclusters", "myapps", "foos"])
+    );
+    let svc_name = hook["clientConfig"]["service"]["name"].as_str().unwrap();
+    let svc = object(docs, "Service", svc_name);
+    let pod_labels = sharder_pod["metadata"]["labels"].as_object().unwrap();
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(
+            pod_labels.get(k),
+            Some(v),
+            "the webhook Service selects the sharder"
+        );
+    }
+    assert!(
+        shards["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+            != svc["spec"]["selector"]["app.kubernetes.io/component"],
+        "and not the shards"
+    );
+    let cert_ref = mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        .as_str()
+        .unwrap();
+    let (_, cert_name) = cert_ref.split_once('/').unwrap();
+    let cert = object(docs, "Certificate", cert_name);
+    assert!(
+        cert["spec"]["dnsNames"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(format!(
+                "{svc_name}.sample-controller.svc"
+            ))),
+        "{cert}"
+    );
+    let secret = cert["spec"]["secretName"].as_str().unwrap();
+    assert!(
+        sharder_pod["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == secret),
+        "the sharder mounts the certificate's Secret"
+    );
+}
+
+/// The shard label of an object's metadata, in ring [`RING`].
+fn shard_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<String> {
+    let key = RingLabels::new(RING).unwrap().shard_key().to_string();
+    meta.labels.as_ref().and_then(|l| l.get(&key)).cloned()
+}
+
+/// A RedisCluster is sharded without restarts: its StatefulSet's pods carry no shard label in
+/// their template; the sharder labels them for the RedisCluster's shard. When that shard dies
+/// (its task aborted, as `kill -9`), the RedisCluster, its StatefulSet, Service and pods move
+/// to the survivor, which takes over (it scales the cluster), and the pods are the same pods
+/// (same UIDs, the StatefulSet's template untouched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rediscluster_moves_off_a_dead_shard_without_restarting_its_pods() {
+    use crate::operators_support::{api, operator_server, patch_spec, statefulset};
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use sample_controller::apis::{RedisCluster, RedisClusterSpec};
+    use sample_controller::client::PostParams;
+    use sample_controller::controllers::rediscluster::LABEL_CLUSTER;
+    let (server, client) = operator_server().await;
+    let lease = Duration::from_secs(3);
+    let sharder = Sharder::new(
+        manager_client(&server),
+        SharderConfig {
+            labels: RingLabels::new(RING).unwrap(),
+            lease_namespace: NS.to_string(),
+            sync_period: Duration::from_millis(200),
+        },
+    )
+    .with_controllers(&["rediscluster"]);
+    let stop_sharder = CancellationToken::new();
+    let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+    let start = |id: &str| {
+        let shard = ShardConfig {
+            labels: RingLabels::new(RING).unwrap(),
+            shard_id: id.to_string(),
+            lease_namespace: NS.to_string(),
+            lease_duration: lease,
+            renew_deadline: lease * 2 / 3,
+            retry_period: lease / 6,
+            run_sharder: false,
+        };
+        let config = ManagerConfig {
+            controllers: vec!["rediscluster"],
+            ..manager_config()
+        };
+        let manager = Manager::new(config, manager_client(&server))
+            .with_clock(Clock::new())
+            .with_sharding(Some(shard));
+        let controllers = manager.controllers_handle();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(manager.run(stop.clone()));
+        RunningManager {
+            stop,
+            controllers,
+            task,
+        }
+    };
+    let mut shards = BTreeMap::from([("shard-a", start("shard-a")), ("shard-b", start("shard-b"))]);
+    wait_until("two shard Leases", || async {
+        ring_leases(&client).await.len() == 2
+    })
+    .await;
+
+    let cluster = RedisCluster {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("cache".to_string()),
+            namespace: Some(NS.to_string()),
+            ..Default::default()
+        },
+        spec: RedisClusterSpec {
+            size: 2,
+            image: None,
+        },
+        status: None,
+    };
+    api::<RedisCluster>(&client)
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let first = Ring::new(["shard-a", "shard-b"])
+        .shard_for(&object_key(Some(NS), "cache"))
+        .unwrap()
+        .to_string();
+    let survivor = if first == "shard-a" {
+        "shard-b"
+    } else {
+        "shard-a"
+    };
+
+    // Everything of the cluster on one shard, and its two nodes reported by that shard.
+    let cluster_pods = || async {
+        let lp = ListParams {
+            label_selector: Some(format!("{LABEL_CLUSTER}=cache")),
+            ..ListParams::default()
+        };
+        let mut pods = api::<Pod>(&client).list(&lp).await.unwrap().items;
+        pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        pods
+    };
+    let on_shard = |shard: String| {
+        let cluster_pods = &cluster_pods;
+        let client = &client;
+        async move {
+            let rc = api::<RedisCluster>(client).get("cache").await.unwrap();
+            let sts = api::<StatefulSet>(client).get_opt("cache").await.unwrap();
+            let svc = api::<Service>(client).get_opt("cache").await.unwrap();
+            let pods = cluster_pods().await;
+            shard_of(&rc.metadata).as_deref() == Some(shard.as_str())
+                && sts.is_some_and(|s| shard_of(&s.metadata) == Some(shard.clone()))
+                && svc.is_some_and(|s| shard_of(&s.metadata) == Some(shard.clone()))
+                && pods
+                    .iter()
+                    .all(|p| shard_of(&p.metadata) == Some(shard.clone()))
+        }
+    };
+    let nodes = |n: usize| {
+        let client = &client;
+        async move {
+            let rc = api::<RedisCluster>(client).get("cache").await.unwrap();
+            let want: Vec<String> = (0..n).map(|i| format!("cache-{i}")).collect();
+            rc.status.is_some_and(|s| s.nodes == want)
+        }
+    };
+    wait_until(
+        &format!("the cluster's two nodes, all on {first}"),
+        || async {
+            nodes(2).await && on_shard(first.clone()).await && cluster_pods().await.len() == 2
+        },
+    )
+    .await;
+    let uids = |pods: Vec<Pod>| -> Vec<String> {
+        pods.into_iter()
+            .map(|p| p.metadata.uid.unwrap_or_default())
+            .collect()
+    };
+    let before = uids(cluster_pods().await);
+    let sts = statefulset(&client, "cache").await.unwrap();
+    let template_labels = sts
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .clone()
+        .unwrap()
+        .labels;
+    assert!(
+        template_labels
+            .iter()
+            .flatten()
+            .all(|(k, _)| !k.starts_with("shard.sample-controller.dev/")),
+        "no shard label in the pod template: {template_labels:?}"
+    );
+    let generation = sts.metadata.generation;
+
+    // The shard dies holding its Lease: everything moves to the survivor.
+    shards.remove(first.as_str()).unwrap().task.abort();
+    wait_until_every(
+        &format!("the cluster to move to {survivor}"),
+        Duration::from_millis(100),
+        300,
+        || on_shard(survivor.to_string()),
+    )
+    .await;
+    let sts = statefulset(&client, "cache").await.unwrap();
+    assert_eq!(
+        sts.metadata.generation, generation,
+        "the StatefulSet's spec is unchanged"
+    );
+    assert_eq!(
+        sts.spec.unwrap().template.metadata.unwrap().labels,
+        template_labels,
+        "its template is unchanged"
+    );
+    assert_eq!(
+        uids(cluster_pods().await),
+        before,
+        "the same pods: none restarted"
+    );
+
+    // The survivor works on it: it scales the cluster and reports the three nodes.
+    patch_spec::<RedisCluster>(&client, "cache", serde_json::json!({"size": 3})).await;
+    wait_until("three nodes reported by the survivor", || async {
+        nodes(3).await && on_shard(survivor.to_string()).await
+    })
+    .await;
+    let after = uids(cluster_pods().await);
+    assert_eq!(
+        after[..2],
+        before[..],
+        "the first two pods are still the same pods"
+    );
+
+    for (_, s) in shards {
+        s.stop().await.unwrap();
+    }
+    stop_sharder.cancel();
+    sharder_task.await.unwrap();
 }

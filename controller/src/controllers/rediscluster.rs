@@ -23,6 +23,8 @@
 //! ## The sync handler, step by step
 //!
 //! 1. **Read the RedisCluster from the lister.** Gone: nothing to do.
+//!    Sharded (`--shard-mode=sharded`) and drained: release it to the sharder and stop
+//!    ([`crate::sharding::drain`]).
 //! 2. **Being deleted** (`deletionTimestamp` set) and still carrying the finalizer: clean up
 //!    (above). Without our finalizer: nothing to do.
 //! 3. **No finalizer yet**: add it (an update of the object with the cached
@@ -31,7 +33,9 @@
 //!    spec gets a Warning `InvalidSpec` event and `Degraded=True`, and is not retried.
 //! 5. **The headless Service** (`clusterIP: None`, port 6379): created when absent.
 //! 6. **The StatefulSet**: created when absent (with [`Expectations`]), else its replicas and
-//!    image are put back to the spec. Scaling is the StatefulSet controller's job: it adds pods
+//!    image are put back to the spec. A create answered 409 AlreadyExists means the cache
+//!    does not show a StatefulSet that exists (on a shard: the cluster just moved here): it is
+//!    read and adopted by name ([`get_existing`]) when its controller reference is ours. Scaling is the StatefulSet controller's job: it adds pods
 //!    in ordinal order and removes the highest ordinals first.
 //! 7. **Status**: the names of the cluster's Running and Ready pods in ordinal order
 //!    (`nodes`), their count (`readyReplicas`), and the conditions `Available` (all `size`
@@ -51,7 +55,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
-use super::caches::PodSummary;
+use super::caches::{PodSummary, get_existing};
 use super::owned::{
     LABEL_INSTANCE, SyncError, controller_ref_of, dependent_metadata, is_controlled_by,
     owner_handlers, standard_labels, write_status_if_changed,
@@ -247,6 +251,14 @@ impl SyncHandler for RedisClusterController {
             self.expectations.forget(key);
             return Ok(None);
         };
+        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
+        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*cluster).await
+        {
+            self.expectations.forget(key);
+            return released.map(|()| None).map_err(|e| {
+                SyncError::api::<RedisCluster>(key, "releasing it from its shard", e)
+            });
+        }
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default();
         let pp = PostParams::with_field_manager(CONTROLLER_NAME);
@@ -422,20 +434,36 @@ impl RedisClusterController {
             Api::<StatefulSet>::namespaced(self.client.clone(), namespace.unwrap_or_default());
         let size = cluster.spec.size;
         let image = image_of(&cluster.spec);
-        match self.statefulset_lister.get_by_key(key) {
-            None if !self.expectations.satisfied(key) => {}
-            None => {
-                self.expectations
-                    .expecting(key, statefulsets.create(pp, want))
-                    .await
-                    .map_err(|e| err("creating the StatefulSet", e))?;
-                self.recorder.event(
-                    cluster,
-                    EventType::Normal,
-                    reason::CREATED,
-                    &format!("created StatefulSet {name} with {size} node(s) of {image}"),
-                );
-            }
+        let existing = match self.statefulset_lister.get_by_key(key) {
+            None if !self.expectations.satisfied(key) => None,
+            None => match self
+                .expectations
+                .expecting(key, statefulsets.create(pp, want))
+                .await
+            {
+                Ok(_) => {
+                    self.recorder.event(
+                        cluster,
+                        EventType::Normal,
+                        reason::CREATED,
+                        &format!("created StatefulSet {name} with {size} node(s) of {image}"),
+                    );
+                    None
+                }
+                // It exists but this cache does not show it: on a shard, the cluster has just
+                // moved here and the sharder has not relabelled the StatefulSet yet. Adopt it
+                // by name (its controller reference must be ours), with the owner's labels.
+                Err(e) if e.is_already_exists() => Some(Arc::new(
+                    get_existing(&statefulsets, cluster, name, CONTROLLER_NAME)
+                        .await
+                        .map_err(|e| err("reading the existing StatefulSet", e))?,
+                )),
+                Err(e) => return Err(err("creating the StatefulSet", e)),
+            },
+            Some(sts) => Some(sts),
+        };
+        match existing {
+            None => {}
             Some(sts) if !is_controlled_by(&sts.metadata, cluster) => {
                 return Ok(Err(format!(
                     "StatefulSet {name:?} already exists and is not managed by RedisCluster"

@@ -40,7 +40,7 @@
 //! | `--master` | | the API server URL; overrides the kubeconfig's server |
 //! | `--context` | current context | the kubeconfig context to use |
 //! | `--namespace` | `""` (all) | watch only this namespace |
-//! | `--controllers` | `*` | `*` = every registered controller, `name` enables, `-name` disables |
+//! | `--controllers` | `*` | `*` = every registered controller, `name` enables, `-name` disables; `sharder` (never in `*`) runs only the ring's sharder, leader-elected, for the kinds of the operators named beside it (default all of them), see [`Manager::with_sharder`] |
 //! | `--workers` | 8 | concurrent `sync_handler` calls per controller (why 8: the README's Performance section) |
 //! | `--resync-period` | 10m | informer resync (cnat's value): every object is re-queued this often |
 //! | `--kube-api-qps` / `--kube-api-burst` | follow the server, else 20 / 30 | client-side throttle; `-1` (or 0) QPS disables it |
@@ -57,7 +57,7 @@
 //! | `--otlp-endpoint` | `$OTEL_EXPORTER_OTLP_ENDPOINT` | export the `sync` and `request` spans over OTLP/HTTP JSON to `{URL}/v1/traces` (an OpenTelemetry Collector, Jaeger: `http://localhost:4318`); see [`crate::otlp`] |
 //! | `--otlp-service-name` | `$OTEL_SERVICE_NAME`, else `sample-controller` | the exported spans' `service.name` |
 //! | `--shard-mode` | `leader` | `sharded`: this process is one shard of a ring, with a Lease of its own and caches of the objects labelled for it ([`crate::sharding::shard`]); refuses `--leader-elect` |
-//! | `--shard-id` / `--shard-ring` / `--shard-lease-namespace` / `--shard-sharder` | `$POD_NAME` / `sample-controller` / the pod's namespace / `true` | the shard's id, the ring, where the shard Leases live, whether to contend for the ring's sharder |
+//! | `--shard-id` / `--shard-ring` / `--shard-lease-namespace` / `--shard-sharder` | `$POD_NAME` / `sample-controller` / the pod's namespace / `true` | the shard's id, the ring, where the shard Leases live, whether to contend for the ring's sharder (`false`: a `--controllers=sharder` process runs it); the ring and the namespace also apply to `--controllers=sharder` |
 //! | `--log-format` | `text` | `text` or `json` |
 //! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
 //!
@@ -84,8 +84,9 @@ mod preflight;
 pub use events::EventApiSink;
 pub use options::{
     DEFAULT_LEASE_NAME, FlagError, IN_CLUSTER_NAMESPACE_FILE, KNOWN_CONTROLLERS,
-    LeaderElectionConfig, LogFormat, ManagerConfig, ManagerOptions, parse_bind_address,
-    read_in_cluster_namespace, resolve_controllers, verbosity_level,
+    LeaderElectionConfig, LogFormat, ManagerConfig, ManagerOptions, SHARDER_CONTROLLER,
+    parse_bind_address, read_in_cluster_namespace, resolve_controllers, sharder_enabled,
+    verbosity_level,
 };
 pub use preflight::{PREFLIGHT_TIMEOUT, preflight};
 
@@ -175,6 +176,7 @@ pub struct Manager {
     secure_metrics: Option<SecureServing>,
     webhook: Option<crate::webhook::WebhookServerConfig>,
     sharding: Option<crate::sharding::ShardConfig>,
+    sharder: Option<crate::sharding::SharderElection>,
     span_queue: SpanQueue,
 }
 
@@ -190,6 +192,7 @@ impl Manager {
             secure_metrics: None,
             webhook: None,
             sharding: None,
+            sharder: None,
             span_queue: SpanQueue::global().clone(),
         }
     }
@@ -223,6 +226,16 @@ impl Manager {
     /// narrowed to the objects labelled for the shard. `None` (the default): leader mode.
     pub fn with_sharding(mut self, shard: Option<crate::sharding::ShardConfig>) -> Self {
         self.sharding = shard;
+        self
+    }
+
+    /// Runs this process as the ring's sharder and nothing else (`--controllers=sharder`, see
+    /// [`crate::sharding::sharder`]): leader-elected as `election` says, under this manager's
+    /// identity, over the kinds of `config.controllers` (which no worker reconciles here); the
+    /// webhook server, when configured, answers `/mutate-shard` from its ring. `None` (the
+    /// default): the operators run.
+    pub fn with_sharder(mut self, election: Option<crate::sharding::SharderElection>) -> Self {
+        self.sharder = election;
         self
     }
 
@@ -305,7 +318,12 @@ impl Manager {
         let sink_events =
             broadcaster.start_recording_to_sink(EventApiSink::new(self.client.with_own_throttle()));
 
-        let controllers = self.build_controllers(&factory, &broadcaster, &metrics)?;
+        // A sharder process builds no operator: its informers are the sharder's own.
+        let controllers = if self.sharder.is_some() {
+            Vec::new()
+        } else {
+            self.build_controllers(&factory, &broadcaster, &metrics)?
+        };
 
         // Informers run on every replica, leader or not: a standby keeps warm caches.
         let informers = CancellationToken::new();
@@ -334,14 +352,25 @@ impl Manager {
             listeners.push(h);
         }
 
-        // A shard may also be the ring's sharder, elected among the shards.
-        let sharder = match &self.sharding {
-            Some(shard) if shard.run_sharder => {
-                Some(self.spawn_sharder(shard, &metrics, &broadcaster, shutdown.clone()))
+        // The ring's sharder, elected among its candidates: this process alone
+        // (`--controllers=sharder`, under the manager's identity), or a shard that hosts it.
+        let sharder = match (&self.sharder, &self.sharding) {
+            (Some(election), _) => Some((election.clone(), self.identity.clone())),
+            (None, Some(shard)) if shard.run_sharder => {
+                Some((shard.sharder_election(), shard.shard_id.clone()))
             }
             _ => None,
-        };
+        }
+        .map(|(election, identity)| {
+            let spawn = (&election, identity, &health);
+            self.spawn_sharder(spawn, &metrics, &broadcaster, shutdown.clone())
+        });
         let outcome = match (&self.sharding, &cfg.leader_election) {
+            _ if self.sharder.is_some() => {
+                tracing::info!("running the ring's sharder only");
+                shutdown.cancelled().await;
+                Ok(())
+            }
             (Some(shard), _) => {
                 let le = LeaderElectionConfig {
                     lease_name: shard.shard_id.clone(),
@@ -455,10 +484,10 @@ impl Manager {
         };
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
         for name in &self.config.controllers {
-            if self.sharding.is_some() && *name == "rediscluster" {
+            if self.sharding.is_some() && !crate::sharding::SHARDED_CONTROLLERS.contains(name) {
                 tracing::warn!(
                     controller = name,
-                    "not sharded (it reads its StatefulSet's pods, which carry no shard label): run it in a --shard-mode=leader manager"
+                    "not sharded: run it in a --shard-mode=leader manager"
                 );
                 continue;
             }
@@ -493,16 +522,19 @@ impl Manager {
                 synced.has_synced()
             });
         }
-        let handle = self.controllers_handle();
-        health.add_readiness_check("informers-synced", move || handle.has_synced());
+        if self.sharder.is_none() {
+            let handle = self.controllers_handle();
+            health.add_readiness_check("informers-synced", move || handle.has_synced());
+        }
     }
 
     /// The ring's sharder, run while this process holds the Lease `<ring>-sharder` (see
-    /// [`crate::sharding::shard`]); contends again after losing it, until `shutdown` or the
-    /// returned token is cancelled.
+    /// [`crate::sharding::SharderElection`]) under `identity`; contends again after losing it,
+    /// until `shutdown` or the returned token is cancelled. Its elector's health is a liveness
+    /// check (`sharder-election`), as a leader's is.
     fn spawn_sharder(
         &self,
-        shard: &crate::sharding::ShardConfig,
+        (shard, identity, health): (&crate::sharding::SharderElection, String, &HealthState),
         metrics: &Metrics,
         broadcaster: &EventBroadcaster,
         shutdown: CancellationToken,
@@ -518,10 +550,10 @@ impl Manager {
             lease_namespace: shard.lease_namespace.clone(),
             sync_period: DEFAULT_SYNC_PERIOD,
         };
-        let lease_name = format!("{}-sharder", shard.labels.ring());
+        let lease_name = shard.lease_name();
         let mut election = ElectionConfig::new(
             LeaseLock::new(self.client.clone(), &shard.lease_namespace, &lease_name),
-            shard.shard_id.clone(),
+            identity,
         );
         election.lease_duration = shard.lease_duration;
         election.renew_deadline = shard.renew_deadline;
@@ -541,16 +573,23 @@ impl Manager {
             || tracing::info!("stopped being the ring's sharder"),
         );
         let recorder = broadcaster.new_recorder("sample-controller-sharder");
+        let elector = match LeaderElector::new(election, callbacks) {
+            Ok(e) => e
+                .with_metrics(metrics.leader_election())
+                .with_event_recorder(recorder),
+            Err(e) => {
+                tracing::error!(error = %e, "the sharder's election is misconfigured");
+                return (stop, tokio::spawn(async {}));
+            }
+        };
+        {
+            let elector = elector.clone();
+            let tolerance = shard.renew_deadline;
+            health.add_liveness_check("sharder-election", move || elector.check(tolerance));
+        }
         let task = {
             let stop = stop.clone();
             tokio::spawn(async move {
-                let elector = match LeaderElector::new(election, callbacks) {
-                    Ok(e) => e.with_event_recorder(recorder),
-                    Err(e) => {
-                        tracing::error!(error = %e, "the sharder's election is misconfigured");
-                        return;
-                    }
-                };
                 while !stop.is_cancelled() {
                     elector.run(stop.clone()).await;
                 }
@@ -768,6 +807,7 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
     let in_cluster_ns = read_in_cluster_namespace().await;
     let config = options.validate(in_cluster_ns.as_deref())?;
     let webhook = options.webhook_config()?;
+    let sharder = options.sharder_config(in_cluster_ns.as_deref())?;
     let shard = options.shard_config(in_cluster_ns.as_deref())?;
     let opts = ConfigOptions {
         kubeconfig: config.kubeconfig.clone(),
@@ -798,7 +838,8 @@ pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
     }));
     let mut manager = Manager::new(config, client)
         .with_webhook_server(webhook)
-        .with_sharding(shard);
+        .with_sharding(shard)
+        .with_sharder(sharder);
     if let Some(secure) = options.secure_metrics() {
         manager = manager.with_secure_metrics(secure);
     }

@@ -19,6 +19,11 @@ use crate::client;
 use crate::controllers::registry;
 use crate::metrics_auth::SecureServing;
 use crate::otlp::OtlpConfig;
+use crate::sharding::SHARDED_CONTROLLERS;
+
+/// `--controllers=sharder`: run the ring's sharder ([`crate::sharding::sharder`]) instead of
+/// the operators (see [`resolve_controllers`] and [`ManagerOptions::sharder_config`]).
+pub const SHARDER_CONTROLLER: &str = "sharder";
 
 /// The controllers this manager can run, in the order they start. `--controllers` names them.
 /// The names of [`registry::OPERATORS`], the one table of operators.
@@ -53,7 +58,9 @@ pub struct ManagerOptions {
 
     /// Controllers to run: '*' enables every registered controller, 'name' enables one,
     /// '-name' disables one. Comma-separated; known: at, tdset, rediscluster,
-    /// myapp, foo.
+    /// myapp, foo. 'sharder' (never enabled by '*') runs the ring's sharder and nothing else,
+    /// leader-elected on the Lease <--shard-ring>-sharder, serving /mutate-shard; the operator
+    /// names beside it choose whose objects it shards (default: every operator).
     #[arg(long, value_delimiter = ',', default_value = "*", value_name = "LIST")]
     pub controllers: Vec<String>,
 
@@ -519,6 +526,37 @@ impl ManagerOptions {
         Ok(shard)
     }
 
+    /// `--controllers=sharder`: `Some` when this process runs the ring's sharder, and nothing
+    /// else ([`crate::sharding::SharderElection`]): leader-elected on the Lease
+    /// `<--shard-ring>-sharder` in `--shard-lease-namespace` (default: as the leader Lease's
+    /// namespace), with the `--leader-elect-*` timings. Leader election is implied, so
+    /// `--leader-elect` changes nothing; `--shard-mode=sharded` is refused (a shard hosts the
+    /// sharder with `--shard-sharder` instead, and a sharder process holds no shard Lease).
+    pub fn sharder_config(
+        &self,
+        in_cluster_namespace: Option<&str>,
+    ) -> Result<Option<crate::sharding::SharderElection>, FlagError> {
+        if !sharder_enabled(&self.controllers) {
+            return Ok(None);
+        }
+        if self.sharding.shard_mode == crate::sharding::ShardMode::Sharded {
+            return Err(FlagError::new(
+                "controllers",
+                self.controllers.join(","),
+                "the sharder runs alone and holds no shard Lease: drop --shard-mode=sharded (a shard hosts the sharder with --shard-sharder=true)",
+            ));
+        }
+        let le = self.leader_election_config(in_cluster_namespace)?;
+        let timings = (le.lease_duration, le.renew_deadline, le.retry_period);
+        let election = self
+            .sharding
+            .sharder_election(&le.lease_namespace, timings)
+            .map_err(|e| FlagError::new(e.flag, e.value, e.reason))?;
+        validate_dns1123_label(&election.lease_namespace)
+            .map_err(|r| FlagError::new("shard-lease-namespace", &election.lease_namespace, r))?;
+        Ok(Some(election))
+    }
+
     /// client-go's `LeaderElectionConfig` checks: lease > renew deadline > jitter × retry.
     fn leader_election_config(
         &self,
@@ -594,12 +632,18 @@ pub async fn read_in_cluster_namespace() -> Option<String> {
 /// controller, so each needs its CRD installed (`kubectl apply -f artifacts/crds/` installs them
 /// all); `--controllers=at` runs the At operator alone on a cluster that has only its CRD.
 /// Unknown names are an error, not silently ignored.
+///
+/// `sharder` ([`SHARDER_CONTROLLER`]) is the one name `*` does not enable (like
+/// kube-controller-manager's disabled-by-default controllers). With it the process runs the
+/// ring's sharder and no operator, and the operator names choose whose objects it shards: the
+/// result is then the sharded operators among them, or all of [`SHARDED_CONTROLLERS`] when
+/// none is named (`--controllers=sharder`).
 pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagError> {
     let joined = list.join(",");
     let entries: Vec<&str> = list
         .iter()
         .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
+        .filter(|s| !s.is_empty() && s.strip_prefix('-').unwrap_or(s) != SHARDER_CONTROLLER)
         .collect();
     for entry in &entries {
         let name = entry.strip_prefix('-').unwrap_or(entry);
@@ -608,11 +652,25 @@ pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagErr
                 "controllers",
                 &joined,
                 format!(
-                    "unknown controller {name:?}; known: {}",
+                    "unknown controller {name:?}; known: {}, {SHARDER_CONTROLLER}",
                     KNOWN_CONTROLLERS.join(", ")
                 ),
             ));
         }
+    }
+    if sharder_enabled(list)
+        && let Some(name) = entries
+            .iter()
+            .find(|e| KNOWN_CONTROLLERS.contains(e) && !SHARDED_CONTROLLERS.contains(e))
+    {
+        return Err(FlagError::new(
+            "controllers",
+            &joined,
+            format!(
+                "the sharder shards the objects of {}; {name} is not sharded",
+                SHARDED_CONTROLLERS.join(", ")
+            ),
+        ));
     }
     let star = entries.contains(&"*");
     let chosen: Vec<&'static str> = KNOWN_CONTROLLERS
@@ -629,6 +687,17 @@ pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagErr
                 .unwrap_or(star)
         })
         .collect();
+    if sharder_enabled(list) {
+        let sharded: Vec<&'static str> = chosen
+            .into_iter()
+            .filter(|c| SHARDED_CONTROLLERS.contains(c))
+            .collect();
+        return Ok(if sharded.is_empty() {
+            SHARDED_CONTROLLERS.to_vec()
+        } else {
+            sharded
+        });
+    }
     if chosen.is_empty() {
         return Err(FlagError::new(
             "controllers",
@@ -637,6 +706,19 @@ pub fn resolve_controllers(list: &[String]) -> Result<Vec<&'static str>, FlagErr
         ));
     }
     Ok(chosen)
+}
+
+/// Whether `--controllers` runs the sharder: the first entry naming it decides (`sharder` on,
+/// `-sharder` off); `*` does not enable it.
+pub fn sharder_enabled(list: &[String]) -> bool {
+    list.iter()
+        .map(|s| s.trim())
+        .find_map(|e| match e.strip_prefix('-') {
+            Some(SHARDER_CONTROLLER) => Some(false),
+            None if e == SHARDER_CONTROLLER => Some(true),
+            _ => None,
+        })
+        .unwrap_or(false)
 }
 
 /// Parses a bind address as controller-runtime does: `:8080` (every interface),
@@ -987,6 +1069,62 @@ mod tests {
             KNOWN_CONTROLLERS.to_vec()
         );
         assert_eq!(v(&["foo"]).unwrap(), vec!["foo"]);
+    }
+
+    #[test]
+    fn sharder_is_named_not_implied_and_picks_the_sharded_kinds() {
+        let list = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let v = |s: &[&str]| resolve_controllers(&list(s));
+        // `*` does not run the sharder; naming it does, and then selects the kinds.
+        assert!(!sharder_enabled(&list(&["*"])));
+        assert!(sharder_enabled(&list(&["sharder"])));
+        assert!(!sharder_enabled(&list(&["-sharder", "sharder"])));
+        assert_eq!(v(&["sharder"]).unwrap(), SHARDED_CONTROLLERS.to_vec());
+        assert_eq!(v(&["sharder", "at"]).unwrap(), vec!["at"]);
+        assert_eq!(v(&["*", "sharder"]).unwrap(), SHARDED_CONTROLLERS.to_vec());
+        assert_eq!(v(&["*", "-sharder"]).unwrap(), KNOWN_CONTROLLERS.to_vec());
+        assert_eq!(
+            v(&["sharder", "rediscluster", "at"]).unwrap(),
+            vec!["at", "rediscluster"]
+        );
+        assert!(v(&["-sharder"]).is_err(), "selects no controller");
+
+        let sharder = |extra: ManagerOptions| ManagerOptions {
+            controllers: list(&["sharder"]),
+            ..extra
+        };
+        assert_eq!(ManagerOptions::default().sharder_config(None), Ok(None));
+        let e = sharder(ManagerOptions::default())
+            .sharder_config(Some("ops"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.lease_name(), "sample-controller-sharder");
+        assert_eq!(e.lease_namespace, "ops");
+        assert_eq!(e.lease_duration, Duration::from_secs(15));
+        let ring = sharder(ManagerOptions {
+            sharding: crate::sharding::ShardFlags {
+                shard_ring: "ats".into(),
+                shard_lease_namespace: "leases".into(),
+                ..Default::default()
+            },
+            ..ManagerOptions::default()
+        });
+        let e = ring.sharder_config(Some("ops")).unwrap().unwrap();
+        assert_eq!(
+            (e.lease_name().as_str(), e.lease_namespace.as_str()),
+            ("ats-sharder", "leases")
+        );
+        // A sharder process is no shard.
+        let both = sharder(ManagerOptions {
+            sharding: crate::sharding::ShardFlags {
+                shard_mode: crate::sharding::ShardMode::Sharded,
+                ..Default::default()
+            },
+            ..ManagerOptions::default()
+        });
+        let e = both.sharder_config(None).unwrap_err();
+        assert_eq!(e.flag, "controllers");
+        assert!(e.to_string().contains("--shard-mode=sharded"), "{e}");
     }
 
     #[test]

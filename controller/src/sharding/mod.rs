@@ -29,7 +29,7 @@
 //!   per shard, hashed with FNV-1a 64 followed by MurmurHash3's 64-bit finalizer (`fmix64`; a
 //!   pure function of the bytes, the same on every machine and every release, so two sharders
 //!   always agree). An object's key is `namespace/name` of its *owner* (its own, for the
-//!   sharded kinds At, TDSet, MyApp and Foo), so an owner and what it owns land on
+//!   sharded kinds At, TDSet, RedisCluster, MyApp and Foo), so an owner and what it owns land on
 //!   the same shard. Adding a fourth shard to three moves about a quarter of the keys, all of
 //!   them to the new shard; removing a shard moves only that shard's keys.
 //! * **Shard Leases** ([`shard`]): each shard holds one `coordination.k8s.io/v1` Lease named by
@@ -111,6 +111,45 @@
 //! Rebalancing on a ring change touches only the keys whose ring position changed: about `1/n`
 //! of the objects when an `n`-th shard joins, and exactly the dead shard's objects when one
 //! leaves.
+//!
+//! ## Grandchildren: a RedisCluster's pods, moved without a restart
+//!
+//! A RedisCluster owns a StatefulSet and a Service, and reads the *StatefulSet's* pods (its
+//! status lists the ready ones). Those pods are created by the StatefulSet controller from the
+//! pod template, so the operator cannot put its owner's shard label on them at creation, and
+//! putting the label into the template does not work either: the template changes on every
+//! move, and a StatefulSet rolls every pod when its template changes, so each move of a
+//! RedisCluster would restart its whole Redis cluster. The alternatives considered:
+//!
+//! * **Read the pods through a selector without the shard label** (e.g. the cluster label
+//!   alone): every shard would cache every shard's Redis pods, breaking "a shard caches only its
+//!   objects" for exactly the kind that has many pods per object.
+//! * **Make the ring key of a pod resolve to its grandparent** in the shard's own cache filter:
+//!   the API server filters by labels only, so the key would still have to be a label.
+//! * **The sharder labels the pods** (chosen). The pod template stays free of shard labels, so
+//!   the StatefulSet's revision never changes on a move and no pod is restarted; the
+//!   StatefulSet and Service carry the shard label on their own metadata (set by the operator
+//!   at creation, then by the sharder, like every owned object). The StatefulSet controller
+//!   leaves labels outside its template alone on existing pods (it compares revisions, not
+//!   label sets), so a label the sharder adds stays.
+//!
+//! The sharder's pass resolves owned kinds in order, each object following its *controller*:
+//! a StatefulSet follows its RedisCluster, and a pod whose controller is that StatefulSet
+//! follows the StatefulSet's resolved shard, i.e. the RedisCluster's. It then writes them in
+//! the reverse order (pods first, the StatefulSet last), one PATCH each under a
+//! `resourceVersion` precondition, as for any owned object.
+//!
+//! What it relies on and costs: a move of a RedisCluster of `n` pods costs the owner's writes
+//! (table above) plus `2 + n` PATCHes (StatefulSet, Service, pods). A pod the StatefulSet
+//! creates later (scale up, a replaced pod) is born without the shard label and is invisible to
+//! the shard until the sharder's next pass labels it (one sync period, 1 s by default): the
+//! RedisCluster's `status.nodes` lags by that much. The new shard may sync the RedisCluster
+//! before its StatefulSet is relabelled: the create answers 409 AlreadyExists and the existing
+//! StatefulSet is adopted by name with the owner's shard labels
+//! ([`crate::controllers::caches::get_existing`]), as for the other kinds; a status written in
+//! that window may count fewer ready pods than there are, until the pods' relabelling (the same
+//! pass) brings them into the cache and the next sync corrects it. No pod is recreated, and
+//! the only writes to the StatefulSet during a move are to its metadata labels.
 
 //! ## Where each piece lives
 //!
@@ -121,9 +160,9 @@
 //! | a shard: flags, Lease, cache selectors, label inheritance | [`shard`] |
 //! | the shard's release of a drained object (called from each operator's sync) | [`drain`] |
 //! | the sharder: live shards, assign / drain / move, owned objects follow, metrics | [`sharder`] |
+//! | the sharder's election, hosted by a shard or by a `--controllers=sharder` process | [`SharderElection`], [`crate::manager::Manager::with_sharder`] |
 //! | assignment in admission (`/mutate-shard`) | [`crate::webhook::shard`] |
 //!
-//! RedisCluster is not sharded (see [`shard`]): a sharded manager skips it.
 
 pub mod drain;
 pub mod labels;
@@ -135,7 +174,7 @@ pub use drain::release_if_draining;
 pub use labels::RingLabels;
 pub use ring::{DEFAULT_VIRTUAL_NODES, Ring, hash64, object_key};
 pub use shard::{
-    ShardConfig, ShardFlagError, ShardFlags, ShardMode, inherit_shard_labels, scope_shard_caches,
-    shard_labels,
+    SHARDED_CONTROLLERS, ShardConfig, ShardFlagError, ShardFlags, ShardMode, inherit_shard_labels,
+    scope_shard_caches, shard_labels,
 };
-pub use sharder::{Sharder, SharderConfig, SharderMetrics};
+pub use sharder::{Sharder, SharderConfig, SharderElection, SharderMetrics};

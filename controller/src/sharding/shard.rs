@@ -13,7 +13,7 @@
 //!   direct relabelling of a dead shard's objects relies on. Two processes started with the
 //!   same shard id do not both work: the second waits, a standby of that shard.
 //! * **Its caches** ([`scope_shard_caches`]). The informers of the sharded kinds (At, TDSet,
-//!   MyApp, Foo) list and watch with `shard.sample-controller.dev/<ring>=<shard-id>`; those of
+//!   RedisCluster, MyApp, Foo) list and watch with `shard.sample-controller.dev/<ring>=<shard-id>`; those of
 //!   the owned kinds (pods, Deployments, StatefulSets, Services) with the managed-by selector
 //!   of [`crate::controllers::caches`] *and* that label (`…managed-by in (…),shard…=<id>`).
 //! * **What it creates** ([`inherit_shard_labels`]). Every owned object gets its owner's shard
@@ -21,9 +21,11 @@
 //!   e.g. after its owner moved to this shard) is adopted with the owner's shard labels by
 //!   [`crate::controllers::caches::get_existing`].
 //!
-//! RedisCluster is not sharded: it reads the pods of its StatefulSet, whose labels come from
-//! the pod template, and putting a shard label into a template would restart every pod of the
-//! cluster on each move. `--shard-mode=sharded` refuses the `rediscluster` controller.
+//! RedisCluster is sharded like the others, with one difference: its pods are not created by
+//! the operator but by its StatefulSet, from a pod template that carries no shard label (one
+//! there would restart every pod of the cluster on each move). The sharder labels those pods
+//! itself, as objects that follow their controller's owner (see the
+//! [module documentation](super), "Grandchildren").
 //!
 //! | flag | default | meaning |
 //! |---|---|---|
@@ -37,6 +39,15 @@
 //! default) contends for the Lease `<--shard-lease-namespace>/<ring>-sharder`, and the one
 //! holding it runs [`super::Sharder`] over the kinds of the enabled controllers (At → its pods;
 //! TDSet → its Deployment and Service; MyApp and Foo → their Deployments).
+//!
+//! Or in a process of its own: `sample-controller run --controllers=sharder` runs no operator
+//! and holds no shard Lease; it contends for the same `<ring>-sharder` Lease (under its manager
+//! identity) with the `--leader-elect-*` timings, and serves `/mutate-shard` from the ring it
+//! computes. Its `--shard-ring` and `--shard-lease-namespace` must match the shards'. The
+//! operator names beside `sharder` choose the kinds (`--controllers=sharder,at`: Ats and their
+//! pods; `sharder` alone: those of every [`SHARDED_CONTROLLERS`] entry). Shards then run with
+//! `--shard-sharder=false`; mixing both kinds of candidates is safe, one Lease electing one
+//! sharder.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -47,7 +58,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::labels::{DEFAULT_RING, InvalidName, LEASE_RING_LABEL, RingLabels, SHARD_LABEL_PREFIX};
-use crate::apis::{At, Foo, MyApp, TDSet};
+use crate::apis::{At, Foo, MyApp, RedisCluster, TDSet};
 use crate::cache::{ListerWatcherSource, SharedInformerFactory};
 use crate::controllers::caches::{PodSummary, managed_by_selector};
 
@@ -82,7 +93,8 @@ pub struct ShardFlags {
     pub shard_lease_namespace: String,
 
     /// In sharded mode, also be a candidate for the ring's sharder (leader-elected on the
-    /// Lease `<ring>-sharder`); 'false' leaves the sharder to other processes.
+    /// Lease `<ring>-sharder`); 'false' leaves the sharder to other processes, e.g. one run
+    /// with --controllers=sharder.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub shard_sharder: bool,
 }
@@ -130,6 +142,25 @@ impl ShardConfig {
         self.labels.shard_selector(&self.shard_id)
     }
 }
+
+impl ShardConfig {
+    /// The election of the ring's sharder when this shard hosts it (`--shard-sharder=true`):
+    /// the shard's ring, Lease namespace and timings.
+    pub fn sharder_election(&self) -> super::SharderElection {
+        super::SharderElection {
+            labels: self.labels.clone(),
+            lease_namespace: self.lease_namespace.clone(),
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
+    }
+}
+
+/// The operators whose objects are sharded (the ring key is their own `namespace/name`; what
+/// they own follows them): in a sharded manager they run on the shard's objects, and a
+/// `--controllers=sharder` process without operator names shards the kinds of all of them.
+pub const SHARDED_CONTROLLERS: [&str; 5] = ["at", "tdset", "rediscluster", "myapp", "foo"];
 
 /// What is wrong with a sharding flag: the flag's name, the value and why.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -197,6 +228,31 @@ impl ShardFlags {
     }
 }
 
+impl ShardFlags {
+    /// The election of a `--controllers=sharder` process: the ring of `--shard-ring`, the
+    /// Leases in `--shard-lease-namespace` (else `lease_namespace`), the given timings.
+    pub fn sharder_election(
+        &self,
+        lease_namespace: &str,
+        timings: (Duration, Duration, Duration),
+    ) -> Result<super::SharderElection, ShardFlagError> {
+        let labels = RingLabels::new(self.shard_ring.trim())
+            .map_err(|e| ShardFlagError::from_name("shard-ring", e))?;
+        let lease_namespace = match self.shard_lease_namespace.trim() {
+            "" => lease_namespace.to_string(),
+            ns => ns.to_string(),
+        };
+        let (lease_duration, renew_deadline, retry_period) = timings;
+        Ok(super::SharderElection {
+            labels,
+            lease_namespace,
+            lease_duration,
+            renew_deadline,
+            retry_period,
+        })
+    }
+}
+
 /// A shard id names a Lease (a DNS subdomain) and is a label value: 1 to 63 characters of
 /// `[a-z0-9.-]`, starting and ending with a letter or digit (a pod name qualifies).
 fn validate_shard_id(id: &str) -> Result<(), ShardFlagError> {
@@ -224,6 +280,7 @@ pub fn scope_shard_caches<S: ListerWatcherSource>(
     factory
         .with_label_selector_for::<At>(own.clone())
         .with_label_selector_for::<TDSet>(own.clone())
+        .with_label_selector_for::<RedisCluster>(own.clone())
         .with_label_selector_for::<MyApp>(own.clone())
         .with_label_selector_for::<Foo>(own)
         .with_label_selector_for::<PodSummary>(owned.clone())

@@ -6,8 +6,8 @@
 //!
 //! ```text
 //! Lease informer (label sharding.sample-controller.dev/ring=<ring>) ──┐
-//! owner informers (At, TDSet, MyApp, Foo: every object) ─────────────┼──> pass, every sync period
-//! owned informers (pods, Deployments, Services: managed-by selector) ─┘
+//! owner informers (At, TDSet, RedisCluster, MyApp, Foo) ──────────────┼──> pass, every sync period
+//! owned informers (StatefulSets, Deployments, Services, pods) ────────┘
 //! pass: live shards ──> Ring ──> for each owner: assign | drain | move ──> for each owned: follow
 //! ```
 //!
@@ -185,6 +185,33 @@ pub struct SharderConfig {
     pub sync_period: Duration,
 }
 
+/// How a process runs the ring's sharder: leader-elected on the Lease `<ring>-sharder` in the
+/// shard Leases' namespace, with leader election's timings. A shard started with
+/// `--shard-sharder=true` contends with its shard id ([`super::ShardConfig::sharder_election`]);
+/// a process started with `--controllers=sharder` contends with its manager identity and runs
+/// nothing else. All candidates of a ring share the one Lease, so exactly one sharder runs
+/// whichever processes host it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharderElection {
+    /// The ring's label keys.
+    pub labels: RingLabels,
+    /// The namespace of the ring's Leases, the sharder's own included.
+    pub lease_namespace: String,
+    /// How long the sharder's Lease stays valid without a renewal.
+    pub lease_duration: Duration,
+    /// How long the leading sharder keeps retrying a renewal before it stops.
+    pub renew_deadline: Duration,
+    /// The time between the candidates' attempts.
+    pub retry_period: Duration,
+}
+
+impl SharderElection {
+    /// The sharder's Lease: `<ring>-sharder`.
+    pub fn lease_name(&self) -> String {
+        format!("{}-sharder", self.labels.ring())
+    }
+}
+
 /// Which shard each owner (by namespace, kind and name) is settled on: assigned and not
 /// draining. Filled by the owners' pass, read by the owned objects'.
 type Settled = HashMap<(String, String, String), String>;
@@ -202,6 +229,9 @@ type BoxFut<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// One kind the sharder handles, type-erased.
 trait KindPass: Send + Sync {
+    /// Owned kinds: records in `pass.settled` the shard each object must carry (its controller
+    /// owner's), so that what *it* controls can follow it in turn. Nothing is written.
+    fn resolve(&self, _pass: &mut Pass<'_>) {}
     fn run<'a>(&'a self, pass: &'a mut Pass<'_>) -> BoxFut<'a>;
     fn synced(&self) -> bool;
 }
@@ -327,6 +357,19 @@ where
     }
 }
 
+/// The shard an owned object must carry: its controller owner's settled shard (an owner of a
+/// sharded kind, or an owned object resolved before it, e.g. a RedisCluster's StatefulSet for
+/// the StatefulSet's pods).
+fn owner_shard<'a>(settled: &'a Settled, meta: &ObjectMeta) -> Option<&'a String> {
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))?;
+    let ns = meta.namespace.clone().unwrap_or_default();
+    settled.get(&(ns, owner.kind.clone(), owner.name.clone()))
+}
+
 impl<K> KindPass for Owned<K>
 where
     K: CacheObject + Resource + Metadata<Ty = ObjectMeta>,
@@ -335,24 +378,23 @@ where
         self.1.has_synced()
     }
 
+    fn resolve(&self, pass: &mut Pass<'_>) {
+        for obj in self.0.list(&Selector::everything()) {
+            let meta = obj.metadata();
+            if let Some(shard) = owner_shard(&pass.settled, meta).cloned() {
+                let ns = meta.namespace.clone().unwrap_or_default();
+                let name = meta.name.clone().unwrap_or_default();
+                pass.settled.insert((ns, K::KIND.to_string(), name), shard);
+            }
+        }
+    }
+
     fn run<'a>(&'a self, pass: &'a mut Pass<'_>) -> BoxFut<'a> {
         Box::pin(async move {
             let shard_key = pass.labels.shard_key();
             for obj in self.0.list(&Selector::everything()) {
                 let meta = obj.metadata();
-                let Some(owner) = meta
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .find(|r| r.controller == Some(true))
-                else {
-                    continue;
-                };
-                let ns = meta.namespace.clone().unwrap_or_default();
-                let Some(shard) = pass
-                    .settled
-                    .get(&(ns, owner.kind.clone(), owner.name.clone()))
-                else {
+                let Some(shard) = owner_shard(&pass.settled, meta) else {
                     continue;
                 };
                 let current = meta.labels.as_ref().and_then(|l| l.get(shard_key));
@@ -420,16 +462,21 @@ impl Sharder {
     /// A sharder for `config`'s ring, watching through `client`.
     pub fn new(client: Client, config: SharderConfig) -> Self {
         use crate::controllers::caches::{PodSummary, managed_by_selector, slim_metadata};
-        use k8s_openapi::api::apps::v1::Deployment;
+        use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
         use k8s_openapi::api::core::v1::Service;
         let selector = managed_by_selector();
         let factory = SharedInformerFactory::new(ClientSource(client.clone()), Duration::ZERO)
             .with_label_selector_for::<Lease>(config.labels.lease_selector())
             .with_label_selector_for::<PodSummary>(selector.clone())
             .with_label_selector_for::<Deployment>(selector.clone())
+            .with_label_selector_for::<StatefulSet>(selector.clone())
             .with_label_selector_for::<Service>(selector)
             .with_transform_for::<PodSummary>(|p: &mut PodSummary| slim_metadata(&mut p.metadata));
-        let lease_informer = factory.informer::<Lease>();
+        // The ring's Leases, in their namespace only: the sharder needs no cluster-wide read of
+        // Leases (artifacts/deploy/sharded/ grants list and watch there alone).
+        let mut lease_scope = factory.scope_for::<Lease>();
+        lease_scope.namespace = Some(config.lease_namespace.clone());
+        let lease_informer = factory.informer_for::<Lease>(lease_scope);
         Sharder {
             leases: lease_informer.lister(),
             lease_informer,
@@ -453,7 +500,11 @@ impl Sharder {
         self
     }
 
-    /// Objects of kind `K` follow their controller owner's shard.
+    /// Objects of kind `K` follow their controller owner's shard: an owner of a kind added
+    /// with [`Sharder::with_owner`], or an owned object of a kind added *before* `K` (a pod
+    /// whose controller is a RedisCluster's StatefulSet follows the RedisCluster). Each pass
+    /// resolves the owned kinds in the order added, then writes them in the reverse order:
+    /// the pods of a moved StatefulSet are relabelled before the StatefulSet itself.
     pub fn with_owned<K>(mut self) -> Self
     where
         K: CacheObject + Resource + Metadata<Ty = ObjectMeta>,
@@ -465,19 +516,25 @@ impl Sharder {
     }
 
     /// The kinds of the enabled `controllers` (names of `--controllers`): At and its pods,
-    /// TDSet, MyApp and Foo and their Deployments, TDSet's Services. RedisCluster is not
-    /// sharded ([`super::shard`]).
+    /// TDSet, MyApp and Foo and their Deployments, TDSet's Services, RedisCluster's
+    /// StatefulSet and Service and the StatefulSet's pods. Owned kinds are added in the order
+    /// they are resolved (a StatefulSet before its pods, see [`Sharder::with_owned`]).
     pub fn with_controllers(mut self, controllers: &[&str]) -> Self {
-        use crate::apis::{At, Foo, MyApp, TDSet};
+        use crate::apis::{At, Foo, MyApp, RedisCluster, TDSet};
         use crate::controllers::caches::PodSummary;
-        use k8s_openapi::api::apps::v1::Deployment;
+        use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
         use k8s_openapi::api::core::v1::Service;
         let on = |n: &str| controllers.contains(&n);
         if on("at") {
-            self = self.with_owner::<At>().with_owned::<PodSummary>();
+            self = self.with_owner::<At>();
         }
         if on("tdset") {
-            self = self.with_owner::<TDSet>().with_owned::<Service>();
+            self = self.with_owner::<TDSet>();
+        }
+        if on("rediscluster") {
+            self = self
+                .with_owner::<RedisCluster>()
+                .with_owned::<StatefulSet>();
         }
         if on("myapp") {
             self = self.with_owner::<MyApp>();
@@ -487,6 +544,12 @@ impl Sharder {
         }
         if on("tdset") || on("myapp") || on("foo") {
             self = self.with_owned::<Deployment>();
+        }
+        if on("tdset") || on("rediscluster") {
+            self = self.with_owned::<Service>();
+        }
+        if on("at") || on("rediscluster") {
+            self = self.with_owned::<PodSummary>();
         }
         self
     }
@@ -547,6 +610,9 @@ impl Sharder {
                 kind.run(&mut pass).await;
             }
             for kind in &self.owned {
+                kind.resolve(&mut pass);
+            }
+            for kind in self.owned.iter().rev() {
                 kind.run(&mut pass).await;
             }
             for s in ring.shards().iter().chain(&known_shards) {

@@ -14,7 +14,8 @@
 //! patch adding `shard.sample-controller.dev/<ring>=<ring(namespace/name)>`. An object named by
 //! `generateName` has no name in admission, so no key: it is allowed unchanged (the same
 //! limitation as kubernetes-controller-sharding's). Register the route only for the owner kinds
-//! (At, TDSet, MyApp, Foo): owned objects are labelled by the shard that creates them.
+//! (At, TDSet, RedisCluster, MyApp, Foo): owned objects are labelled by the shard that creates
+//! them, and a StatefulSet's pods by the sharder.
 
 use serde_json::{Value, json};
 
