@@ -238,6 +238,19 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
         }),
         ..manager_config()
     };
+    // A pod of ours made before the `managed-by` label: invisible to the pod cache, so the
+    // manager's create answers 409 and it adopts the pod with one GET and one label PATCH
+    // (granted: pods get, patch).
+    let old_due = in_the_future(&clock, Duration::ZERO);
+    let old = create_at(&client, &at("old", &old_due, "echo YAY")).await;
+    let mut old_pod = sample_controller::controllers::at::new_pod(&old);
+    if let Some(labels) = old_pod.metadata.labels.as_mut() {
+        labels.remove(sample_controller::controllers::owned::LABEL_MANAGED_BY);
+    }
+    pods(&client)
+        .create(&PostParams::default(), &old_pod)
+        .await
+        .expect("create the old pod");
     let manager = start_manager(&controller_client, manager_cfg, clock).await;
     let now = in_the_future(&clock, Duration::ZERO);
     create_at(&client, &at("ok", &now, "echo YAY")).await;
@@ -257,6 +270,15 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
     wait_for_phase(&client, "bad", AtPhase::Done).await;
     wait_for_event(&client, "blank", "InvalidSpec").await;
     wait_for_phase(&client, "ttl", AtPhase::Done).await;
+    finish_pod(&client, "old-pod", 0).await;
+    wait_for_phase(&client, "old", AtPhase::Done).await;
+    assert_eq!(
+        server
+            .request_log()
+            .count_where(|k| k.verb == "patch" && k.resource == "pods" && k.subresource.is_empty()),
+        1,
+        "the old pod was adopted with one label PATCH"
+    );
     wait_until("ttl-pod deleted by the manager", || async {
         !pod_exists(&client, "ttl-pod").await
     })
