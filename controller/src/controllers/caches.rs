@@ -153,8 +153,9 @@ pub fn drop_last_applied(meta: &mut ObjectMeta) {
 }
 
 /// Keeps the metadata the operators' handlers and listers read: name, namespace, uid,
-/// resourceVersion, labels, ownerReferences, deletionTimestamp, finalizers. Drops the rest
-/// (annotations, managedFields, generateName, creationTimestamp, ...).
+/// resourceVersion, labels, ownerReferences, creationTimestamp (an At's `startTime` is its
+/// pod's; the field lives inline in `ObjectMeta`, so keeping it costs no heap),
+/// deletionTimestamp, finalizers. Drops the rest (annotations, managedFields, generateName, ...).
 pub fn slim_metadata(meta: &mut ObjectMeta) {
     let m = std::mem::take(meta);
     *meta = ObjectMeta {
@@ -164,6 +165,7 @@ pub fn slim_metadata(meta: &mut ObjectMeta) {
         resource_version: m.resource_version,
         labels: m.labels,
         owner_references: m.owner_references,
+        creation_timestamp: m.creation_timestamp,
         deletion_timestamp: m.deletion_timestamp,
         finalizers: m.finalizers,
         ..ObjectMeta::default()
