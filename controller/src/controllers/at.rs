@@ -726,9 +726,9 @@ pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
             // The pod's creation time is the server's clock: kept between the due time and
             // now by this controller's, so a skewed clock never dates the start before the
             // schedule or after the decision.
-            decision.pod_created = due_at.zip(pod.metadata.creation_timestamp.as_ref()).map(
-                |(due, created)| created.0.max(due).min(now),
-            );
+            decision.pod_created = due_at
+                .zip(pod.metadata.creation_timestamp.as_ref())
+                .map(|(due, created)| created.0.max(due).min(now));
             match finished(pod) {
                 Some(outcome) => decision.finish(outcome),
                 None => decision.watch_pod(pod),
@@ -1399,7 +1399,11 @@ mod tests {
         let st = p.status.unwrap();
         assert_eq!(st.phase, Some(AtPhase::Running));
         assert_eq!(st.pod_name.as_deref(), Some("example-at-pod"));
-        assert_eq!(st.start_time, Some(ts("2030-06-01T12:00:00Z")), "truncated to seconds");
+        assert_eq!(
+            st.start_time,
+            Some(ts("2030-06-01T12:00:00Z")),
+            "truncated to seconds"
+        );
         assert_eq!(
             st.message.as_deref(),
             Some("pod example-at-pod created, waiting for it to run")

@@ -11,7 +11,7 @@
 //!                                                     │ by involved object
 //!                                                     ├▶ lane 1: correlator ─▶ POST / PATCH
 //!                                                     ├▶ ...
-//!                                                     └▶ lane 8: correlator ─▶ POST / PATCH
+//!                                                     └▶ lane 64: correlator ─▶ POST / PATCH
 //! ```
 //!
 //! Invariants:
@@ -47,7 +47,7 @@
 //! between retries with everything behind it waiting. At a burst of due Ats (three events
 //! each) that one writer falls behind the syncs and the queue drops events
 //! (`hack/bench-at.sh`: 3,923 of 20,000 at 10,000 Ats due at once). Here the sink writes in
-//! lanes (8 by default; `sink_lanes: 1` is client-go's behaviour).
+//! lanes (64 by default; `sink_lanes: 1` is client-go's behaviour).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,6 +62,11 @@ use super::correlator::{CorrelatorOptions, EventCorrelator};
 use super::recorder::EventRecorder;
 use super::sink::{DEFAULT_SLEEP_DURATION, EventSink, MAX_TRIES_PER_EVENT, record_to_sink};
 
+/// The fewest events a sink lane queues: with many lanes, `queue_len / sink_lanes` alone would
+/// leave each lane a few dozen slots. A sink holds at most `queue_len` events in front of its
+/// dispatcher plus `max(queue_len / sink_lanes, MIN_LANE_QUEUE)` per lane.
+pub const MIN_LANE_QUEUE: usize = 32;
+
 /// The broadcaster's numbers. [`Default`] gives client-go's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BroadcasterOptions {
@@ -74,10 +79,14 @@ pub struct BroadcasterOptions {
     /// The correlator each sink gets (one correlator per sink, as in client-go; split between
     /// the sink's lanes, each lane keeping `lru_size / sink_lanes` entries).
     pub correlator: CorrelatorOptions,
-    /// How many events a sink writes at once (default 8), each lane in order for the objects
+    /// How many events a sink writes at once (default 64), each lane in order for the objects
     /// that hash to it. client-go writes one at a time, so one slow write or one 10 s retry
     /// wait holds every other event back; at a burst of due Ats (three events each) that one
     /// writer falls behind the syncs and the queue drops. `1` gives client-go's behaviour.
+    /// 64, as many as the manager's workers per controller: with 8 lanes, 1,000 Ats due at one
+    /// instant (3,000 events) dropped 13 events (`hack/bench-at.sh 1000`), and 10,000 due at
+    /// once dropped more than 10,000 of their 20,000 with 8 or 32 lanes, 1,000 to 9,999 with
+    /// 64. Each lane is a task, and its writes share the client's HTTP/2 connection.
     pub sink_lanes: usize,
 }
 
@@ -88,7 +97,7 @@ impl Default for BroadcasterOptions {
             sleep_duration: DEFAULT_SLEEP_DURATION,
             max_tries: MAX_TRIES_PER_EVENT,
             correlator: CorrelatorOptions::default(),
-            sink_lanes: 8,
+            sink_lanes: 64,
         }
     }
 }
@@ -316,7 +325,9 @@ impl EventBroadcaster {
         let mut lane_options = options.correlator.clone();
         // The lanes share the correlator's memory bound between them.
         lane_options.lru_size = options.correlator.lru_size.div_ceil(lanes).max(1);
-        let per_lane_queue = options.queue_len.div_ceil(lanes).max(1);
+        // Each lane holds its share of the queue, and at least MIN_LANE_QUEUE events, so one
+        // lane that hashes a little more than its share does not hold up the dispatcher.
+        let per_lane_queue = options.queue_len.div_ceil(lanes).max(MIN_LANE_QUEUE);
         let mut senders = Vec::with_capacity(lanes);
         let mut workers = Vec::with_capacity(lanes);
         for _ in 0..lanes {
