@@ -57,6 +57,20 @@ async fn start_shard_client(
     start_shard_serving(client, id, lease, sharder, None).await
 }
 
+/// A shard of the test ring in [`NS`], with the Lease timings derived from `lease` as
+/// leader election's are (renew at two thirds, retry at a sixth).
+fn shard_config(id: &str, lease: Duration, run_sharder: bool) -> ShardConfig {
+    ShardConfig {
+        labels: RingLabels::new(RING).unwrap(),
+        shard_id: id.to_string(),
+        lease_namespace: NS.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+        run_sharder,
+    }
+}
+
 /// [`start_shard_client`], serving `/metrics` on `metrics` when given.
 async fn start_shard_serving(
     client: Client,
@@ -65,15 +79,7 @@ async fn start_shard_serving(
     sharder: bool,
     metrics: Option<SocketAddr>,
 ) -> RunningManager {
-    let shard = ShardConfig {
-        labels: RingLabels::new(RING).unwrap(),
-        shard_id: id.to_string(),
-        lease_namespace: NS.to_string(),
-        lease_duration: lease,
-        renew_deadline: lease * 2 / 3,
-        retry_period: lease / 6,
-        run_sharder: sharder,
-    };
+    let shard = shard_config(id, lease, sharder);
     let config = ManagerConfig {
         metrics_addr: metrics,
         ..manager_config()
@@ -885,15 +891,7 @@ async fn new_ats_are_assigned_in_admission() {
     let r = s.api.post(MWC, &mwc).await;
     assert_eq!(r.code, 201, "{:?}", r.body);
 
-    let shard = ShardConfig {
-        labels: RingLabels::new(RING).unwrap(),
-        shard_id: "shard-a".to_string(),
-        lease_namespace: NS.to_string(),
-        lease_duration: Duration::from_secs(15),
-        renew_deadline: Duration::from_secs(10),
-        retry_period: Duration::from_secs(2),
-        run_sharder: true,
-    };
+    let shard = shard_config("shard-a", Duration::from_secs(15), true);
     let manager = Manager::new(manager_config(), manager_client(&s.server))
         .with_webhook_server(Some(sample_controller::webhook::WebhookServerConfig {
             addr: s.webhook_addr,
@@ -1247,15 +1245,7 @@ async fn a_rediscluster_moves_off_a_dead_shard_without_restarting_its_pods() {
     let stop_sharder = CancellationToken::new();
     let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
     let start = |id: &str| {
-        let shard = ShardConfig {
-            labels: RingLabels::new(RING).unwrap(),
-            shard_id: id.to_string(),
-            lease_namespace: NS.to_string(),
-            lease_duration: lease,
-            renew_deadline: lease * 2 / 3,
-            retry_period: lease / 6,
-            run_sharder: false,
-        };
+        let shard = shard_config(id, lease, false);
         let config = ManagerConfig {
             controllers: vec!["rediscluster"],
             ..manager_config()

@@ -836,7 +836,7 @@ mod tests {
         let cfg = opts.validate(None).unwrap();
         assert_eq!(cfg.namespace, None);
         assert_eq!(cfg.controllers, KNOWN_CONTROLLERS.to_vec());
-        assert_eq!(cfg.workers, 8);
+        assert_eq!(cfg.workers, 64);
         assert_eq!(cfg.resync_period, Duration::from_secs(600));
         assert_eq!((cfg.qps, cfg.burst), (20.0, 30));
         assert!(cfg.throttle_follows_server);
