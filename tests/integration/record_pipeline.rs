@@ -537,3 +537,75 @@ async fn one_sink_lane_is_client_gos_single_writer() {
         .collect();
     assert_eq!(objects, ["slow", "other"]);
 }
+
+/// A burst far longer than the broadcaster's queue (client-go's 1,000) behind a sink that is
+/// stuck for the whole burst: the sink's backlog holds it in packed form and writes every event
+/// once the sink moves again; a second burst past the byte budget is dropped and counted.
+#[tokio::test(start_paused = true)]
+async fn a_burst_waits_in_the_sinks_backlog_until_its_byte_budget_then_drops_and_counts() {
+    let sink = GatedSink::default();
+    let b = EventBroadcaster::with_options(BroadcasterOptions {
+        sink_lanes: 1,
+        sink_backlog_bytes: 4 << 20,
+        ..Default::default()
+    });
+    let h = b.start_recording_to_sink(sink.clone());
+    let r = b.new_recorder("cnat-controller");
+    // The lane's first write hangs until released: everything after it waits.
+    r.event(&at("slow"), EventType::Normal, "First", "m");
+    for i in 0..5_000 {
+        r.event(
+            &at(&format!("b{i}")),
+            EventType::Normal,
+            "Started",
+            "running",
+        );
+        if i % 10 == 0 {
+            // The recorder never waits; the dispatcher runs between the controller's syncs.
+            tokio::task::yield_now().await;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        b.dropped_events(),
+        0,
+        "5,000 events held while the sink is stuck"
+    );
+    assert!(sink.written.lock().unwrap().is_empty());
+    sink.release.notify_one();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while sink.written.lock().unwrap().len() < 5_001 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the backlog was not written"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // A budget of 40 KiB holds about a hundred packed events behind a stuck write.
+    let stuck = EventBroadcaster::with_options(BroadcasterOptions {
+        sink_lanes: 1,
+        sink_backlog_bytes: 40 << 10,
+        ..Default::default()
+    });
+    let _w = stuck.start_recording_to_sink(StuckSink);
+    let r = stuck.new_recorder("cnat-controller");
+    for i in 0..1_000 {
+        r.event(
+            &at(&format!("c{i}")),
+            EventType::Normal,
+            "Started",
+            "running",
+        );
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let dropped = stuck.dropped_events();
+    assert!(
+        (700..1_000).contains(&dropped),
+        "{dropped} of 1,000 dropped with a 40 KiB backlog"
+    );
+    b.shutdown();
+    h.join().await;
+    assert_eq!(sink.written.lock().unwrap().len(), 5_001);
+}

@@ -8,7 +8,8 @@
 //! ```text
 //! EventRecorder::event ──try_send──▶ [queue 1000] ──▶ logging task   (start_logging)
 //!            (never blocks)     └──▶ [queue 1000] ──▶ sink dispatcher (start_recording_to_sink)
-//!                                                     │ by involved object
+//!                                                     │ packs, by involved object
+//!                                                     │ [backlog ≤ 8 MiB of PackedEvents]
 //!                                                     ├▶ lane 1: correlator ─▶ POST / PATCH
 //!                                                     ├▶ ...
 //!                                                     └▶ lane 64: correlator ─▶ POST / PATCH
@@ -29,6 +30,12 @@
 //!   object: one object's events stay in order and its correlation state (counts, spam
 //!   bucket, aggregation) lives in one lane, while a slow write or a retry wait for one object
 //!   does not hold back the events of others. The lanes share the correlator's LRU bound.
+//! * A sink's dispatcher never waits for its lanes: it packs each event
+//!   ([`super::packed::PackedEvent`], one allocation of ~400 bytes instead of ~1.5 KB) into its
+//!   lane's backlog, all lanes together within [`BroadcasterOptions::sink_backlog_bytes`]
+//!   (8 MiB, some 20,000 events); past that, the event is dropped and counted like a full
+//!   queue's. So a burst that outruns the API server waits and is written after it, while the
+//!   1,000-event queue in front of the dispatcher stays nearly empty.
 //! * [`EventBroadcaster::shutdown`] closes every queue: watchers finish what is queued (a sink
 //!   gets one try per event, no retry waits) and their tasks end. Events published after
 //!   shutdown are dropped with a log line. [`EventBroadcaster::shutdown_when`] ties this to a
@@ -49,7 +56,7 @@
 //! (`hack/bench-at.sh`: 3,923 of 20,000 at 10,000 Ats due at once). Here the sink writes in
 //! lanes (64 by default; `sink_lanes: 1` is client-go's behaviour).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,13 +66,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::correlator::{CorrelatorOptions, EventCorrelator};
+use super::packed::PackedEvent;
 use super::recorder::EventRecorder;
 use super::sink::{DEFAULT_SLEEP_DURATION, EventSink, MAX_TRIES_PER_EVENT, record_to_sink};
 
-/// The fewest events a sink lane queues: with many lanes, `queue_len / sink_lanes` alone would
-/// leave each lane a few dozen slots. A sink holds at most `queue_len` events in front of its
-/// dispatcher plus `max(queue_len / sink_lanes, MIN_LANE_QUEUE)` per lane.
-pub const MIN_LANE_QUEUE: usize = 32;
+/// [`BroadcasterOptions::sink_backlog_bytes`]'s default: 8 MiB.
+pub const DEFAULT_SINK_BACKLOG_BYTES: usize = 8 << 20;
 
 /// The broadcaster's numbers. [`Default`] gives client-go's.
 #[derive(Clone, Debug, PartialEq)]
@@ -84,10 +90,17 @@ pub struct BroadcasterOptions {
     /// wait holds every other event back; at a burst of due Ats (three events each) that one
     /// writer falls behind the syncs and the queue drops. `1` gives client-go's behaviour.
     /// 64, as many as the manager's workers per controller: with 8 lanes, 1,000 Ats due at one
-    /// instant (3,000 events) dropped 13 events (`hack/bench-at.sh 1000`), and 10,000 due at
-    /// once dropped more than 10,000 of their 20,000 with 8 or 32 lanes, 1,000 to 9,999 with
-    /// 64. Each lane is a task, and its writes share the client's HTTP/2 connection.
+    /// instant (3,000 events) dropped 13 events (`hack/bench-at.sh 1000`). Each lane is a
+    /// task, and its writes share the client's HTTP/2 connection.
     pub sink_lanes: usize,
+    /// Bytes a sink may hold in events waiting for their lane (default 8 MiB), as
+    /// [`PackedEvent`]s of about 400 bytes each: some 20,000 At events. Past it, events are
+    /// dropped and counted like a full queue. A burst outruns any sink while the API server's
+    /// write path is busy with the burst's own work (10,000 Ats due at once record 20,000
+    /// events in about 12 s, while the sink writes about 850 a second); held here, they are
+    /// written once the burst is over, instead of half of them being dropped, as they were
+    /// while each lane held client-go's queue of `Arc<Event>`s (1.5 KB each).
+    pub sink_backlog_bytes: usize,
 }
 
 impl Default for BroadcasterOptions {
@@ -98,6 +111,7 @@ impl Default for BroadcasterOptions {
             max_tries: MAX_TRIES_PER_EVENT,
             correlator: CorrelatorOptions::default(),
             sink_lanes: 64,
+            sink_backlog_bytes: DEFAULT_SINK_BACKLOG_BYTES,
         }
     }
 }
@@ -130,23 +144,29 @@ impl Shared {
         watchers.retain(|(id, tx)| match tx.try_send(event.clone()) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                // Aggregated, never silent: every drop is counted (`events_dropped_total`), and
-                // the log says so on the 1st, 10th, 100th, ... drop with the running total, so
-                // a burst of thousands costs a handful of lines instead of one line each.
-                if is_power_of_ten(dropped) {
-                    tracing::warn!(
-                        watcher = id,
-                        reason = event.reason.as_deref().unwrap_or_default(),
-                        dropped_total = dropped,
-                        "unable to record event: too many queued events, dropped event (counted in events_dropped_total; logged again at the next power of ten)"
-                    );
-                }
+                self.count_drop(*id, &event, "too many queued events");
                 true
             }
             // The watcher's task ended (stopped): forget it.
             Err(mpsc::error::TrySendError::Closed(_)) => false,
         });
+    }
+}
+
+impl Shared {
+    /// Counts one dropped event. Aggregated, never silent: every drop is counted
+    /// (`events_dropped_total`), and the log says so on the 1st, 10th, 100th, ... drop with
+    /// the running total, so a burst of thousands costs a handful of lines instead of one each.
+    fn count_drop(&self, watcher: u64, event: &Event, why: &str) {
+        let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+        if is_power_of_ten(dropped) {
+            tracing::warn!(
+                watcher,
+                reason = event.reason.as_deref().unwrap_or_default(),
+                dropped_total = dropped,
+                "unable to record event: {why}, dropped event (counted in events_dropped_total; logged again at the next power of ten)"
+            );
+        }
     }
 }
 
@@ -277,7 +297,7 @@ impl EventBroadcaster {
     where
         F: FnMut(&Event) + Send + 'static,
     {
-        let (mut rx, stop, retry) = self.register();
+        let (mut rx, stop, retry, _) = self.register();
         let stop_task = stop.clone();
         let task = tokio::spawn(async move {
             while let Some(event) = next_event(&mut rx, &stop_task).await {
@@ -318,22 +338,23 @@ impl EventBroadcaster {
     /// while a slow write or a retry wait for one object never holds up the others.
     pub fn start_recording_to_sink<S: EventSink>(&self, sink: S) -> WatcherHandle {
         let options = self.shared.options.clone();
-        let (mut rx, stop, retry) = self.register();
+        let (mut rx, stop, retry, watcher) = self.register();
         let (stop_task, retry_task) = (stop.clone(), retry.clone());
         let sink = Arc::new(sink);
         let lanes = options.sink_lanes.max(1);
         let mut lane_options = options.correlator.clone();
         // The lanes share the correlator's memory bound between them.
         lane_options.lru_size = options.correlator.lru_size.div_ceil(lanes).max(1);
-        // Each lane holds its share of the queue, and at least MIN_LANE_QUEUE events, so one
-        // lane that hashes a little more than its share does not hold up the dispatcher.
-        let per_lane_queue = options.queue_len.div_ceil(lanes).max(MIN_LANE_QUEUE);
+        // What waits for a lane, in bytes of packed events: reserved by the dispatcher, released
+        // by the lane as it takes an event.
+        let backlog = Arc::new(AtomicUsize::new(0));
         let mut senders = Vec::with_capacity(lanes);
         let mut workers = Vec::with_capacity(lanes);
         for _ in 0..lanes {
-            let (tx, mut lane_rx) = mpsc::channel::<Arc<Event>>(per_lane_queue);
+            let (tx, mut lane_rx) = mpsc::unbounded_channel::<PackedEvent>();
             senders.push(tx);
             let (sink, stop, retry) = (Arc::clone(&sink), stop_task.clone(), retry_task.clone());
+            let backlog = Arc::clone(&backlog);
             let (correlator_options, sleep, max_tries) = (
                 lane_options.clone(),
                 options.sleep_duration,
@@ -341,7 +362,8 @@ impl EventBroadcaster {
             );
             workers.push(tokio::spawn(async move {
                 let mut correlator = EventCorrelator::new(correlator_options);
-                while let Some(event) = next_event(&mut lane_rx, &stop).await {
+                while let Some(packed) = next_packed(&mut lane_rx, &stop).await {
+                    backlog.fetch_sub(packed.size(), Ordering::Relaxed);
                     // Stopping the watcher abandons even a write in flight.
                     tokio::select! {
                         biased;
@@ -349,7 +371,7 @@ impl EventBroadcaster {
                         _ = record_to_sink(
                             sink.as_ref(),
                             &mut correlator,
-                            Arc::unwrap_or_clone(event),
+                            packed.unpack(),
                             sleep,
                             max_tries,
                             &retry,
@@ -358,15 +380,28 @@ impl EventBroadcaster {
                 }
             }));
         }
+        let shared = Arc::clone(&self.shared);
+        let limit = options.sink_backlog_bytes;
         let task = tokio::spawn(async move {
+            // The dispatcher never waits for a lane: it packs each event and hands it to its
+            // lane's backlog, within the byte budget; past it, the event is dropped and counted
+            // as a full queue's would be.
             while let Some(event) = next_event(&mut rx, &stop_task).await {
                 let lane = &senders[lane_of(&event, senders.len())];
-                // A full lane holds the dispatcher, and the broadcaster's queue in front of it
-                // fills and drops (counted) as it would with a single writer.
-                tokio::select! {
-                    biased;
-                    _ = stop_task.cancelled() => break,
-                    sent = lane.send(event) => if sent.is_err() { break },
+                let event = Arc::unwrap_or_clone(event);
+                let packed = PackedEvent::pack(event);
+                let size = packed.size();
+                let reserved = backlog
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                        (held + size <= limit).then_some(held + size)
+                    })
+                    .is_ok();
+                if !reserved {
+                    shared.count_drop(watcher, &packed.unpack(), "the sink's backlog is full");
+                    continue;
+                }
+                if lane.send(packed).is_err() {
+                    break;
                 }
             }
             // Closing the lanes lets each finish what it holds (or stop at once if stopped).
@@ -378,18 +413,20 @@ impl EventBroadcaster {
         WatcherHandle { stop, retry, task }
     }
 
-    /// Adds a watcher queue. Returns its receiver, its stop token and its retry-cancel token
-    /// (cancelled by [`WatcherHandle::stop`] and by [`EventBroadcaster::shutdown`]).
+    /// Adds a watcher queue. Returns its receiver, its stop token, its retry-cancel token
+    /// (cancelled by [`WatcherHandle::stop`] and by [`EventBroadcaster::shutdown`]) and its id
+    /// (the `watcher` of drop log lines).
     fn register(
         &self,
     ) -> (
         mpsc::Receiver<Arc<Event>>,
         CancellationToken,
         CancellationToken,
+        u64,
     ) {
         let (tx, rx) = mpsc::channel(self.shared.options.queue_len.max(1));
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         if !self.shared.stopped.load(Ordering::Acquire) {
-            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
             match self.shared.watchers.lock() {
                 Ok(mut w) => w.push((id, tx)),
                 Err(poisoned) => poisoned.into_inner().push((id, tx)),
@@ -400,6 +437,7 @@ impl EventBroadcaster {
             rx,
             CancellationToken::new(),
             self.shared.cancel.child_token(),
+            id,
         )
     }
 }
@@ -422,6 +460,17 @@ async fn next_event(
     rx: &mut mpsc::Receiver<Arc<Event>>,
     stop: &CancellationToken,
 ) -> Option<Arc<Event>> {
+    tokio::select! {
+        biased;
+        _ = stop.cancelled() => None,
+        event = rx.recv() => event,
+    }
+}
+
+async fn next_packed(
+    rx: &mut mpsc::UnboundedReceiver<PackedEvent>,
+    stop: &CancellationToken,
+) -> Option<PackedEvent> {
     tokio::select! {
         biased;
         _ = stop.cancelled() => None,

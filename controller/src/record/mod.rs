@@ -61,6 +61,7 @@
 
 pub mod broadcaster;
 pub mod correlator;
+pub mod packed;
 pub mod recorder;
 pub mod sink;
 
