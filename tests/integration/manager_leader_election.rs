@@ -11,7 +11,6 @@ use sample_controller::apis::AtPhase;
 use sample_controller::client::Api;
 use sample_controller::controllers::Clock;
 use sample_controller::manager::{LeaderElectionConfig, Manager, ManagerConfig};
-use tokio_util::sync::CancellationToken;
 
 fn elected() -> ManagerConfig {
     ManagerConfig {
@@ -34,14 +33,7 @@ fn start(
     let manager = Manager::new(elected(), client)
         .with_clock(clock)
         .with_identity(identity);
-    let controllers = manager.controllers_handle();
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(manager.run(stop.clone()));
-    RunningManager {
-        stop,
-        controllers,
-        task,
-    }
+    RunningManager::spawn(manager)
 }
 
 async fn holder(client: &sample_controller::client::Client) -> Option<String> {

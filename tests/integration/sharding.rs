@@ -57,6 +57,18 @@ async fn start_shard_client(
     start_shard_serving(client, id, lease, sharder, None).await
 }
 
+/// The sharder's election on the test ring, in `namespace`, with the Lease timings derived
+/// from `lease` as [`shard_config`]'s are.
+fn sharder_election(namespace: &str, lease: Duration) -> SharderElection {
+    SharderElection {
+        labels: RingLabels::new(RING).unwrap(),
+        lease_namespace: namespace.to_string(),
+        lease_duration: lease,
+        renew_deadline: lease * 2 / 3,
+        retry_period: lease / 6,
+    }
+}
+
 /// A shard of the test ring in [`NS`], with the Lease timings derived from `lease` as
 /// leader election's are (renew at two thirds, retry at a sixth).
 fn shard_config(id: &str, lease: Duration, run_sharder: bool) -> ShardConfig {
@@ -500,13 +512,7 @@ async fn a_sharder_process_serves_shards_that_do_not_host_it() {
     for id in ["shard-a", "shard-b", "shard-c"] {
         shards.push(start_shard_full(&server, id, lease, false).await);
     }
-    let election = SharderElection {
-        labels: RingLabels::new(RING).unwrap(),
-        lease_namespace: NS.to_string(),
-        lease_duration: lease,
-        renew_deadline: lease * 2 / 3,
-        retry_period: lease / 6,
-    };
+    let election = sharder_election(NS, lease);
     let sharder = Manager::new(manager_config(), manager_client(&server))
         .with_identity("the-sharder")
         .with_sharder(Some(election));
@@ -636,14 +642,7 @@ async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_r
         let manager = Manager::new(config, as_sa(SHARD_TOKEN))
             .with_clock(Clock::new())
             .with_sharding(Some(shard_config(id)));
-        let controllers = manager.controllers_handle();
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(manager.run(stop.clone()));
-        RunningManager {
-            stop,
-            controllers,
-            task,
-        }
+        RunningManager::spawn(manager)
     };
     let mut shards = Vec::new();
     for id in ["shard-a", "shard-b"] {
@@ -663,13 +662,7 @@ async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_r
         as_sa(SHARDER_TOKEN),
     )
     .with_identity("sharder-0")
-    .with_sharder(Some(SharderElection {
-        labels: RingLabels::new(RING).unwrap(),
-        lease_namespace: LEASES.to_string(),
-        lease_duration: lease,
-        renew_deadline: lease * 2 / 3,
-        retry_period: lease / 6,
-    }));
+    .with_sharder(Some(sharder_election(LEASES, lease)));
     let stop_sharder = CancellationToken::new();
     let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
 
@@ -1253,14 +1246,7 @@ async fn a_rediscluster_moves_off_a_dead_shard_without_restarting_its_pods() {
         let manager = Manager::new(config, manager_client(&server))
             .with_clock(Clock::new())
             .with_sharding(Some(shard));
-        let controllers = manager.controllers_handle();
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(manager.run(stop.clone()));
-        RunningManager {
-            stop,
-            controllers,
-            task,
-        }
+        RunningManager::spawn(manager)
     };
     let mut shards = BTreeMap::from([("shard-a", start("shard-a")), ("shard-b", start("shard-b"))]);
     wait_until("two shard Leases", || async {

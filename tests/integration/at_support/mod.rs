@@ -117,6 +117,18 @@ pub struct RunningManager {
 }
 
 impl RunningManager {
+    /// Runs `manager` on its own task until [`RunningManager::stop`].
+    pub fn spawn(manager: sample_controller::manager::Manager) -> RunningManager {
+        let controllers = manager.controllers_handle();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(manager.run(stop.clone()));
+        RunningManager {
+            stop,
+            controllers,
+            task,
+        }
+    }
+
     /// Stops it gracefully and returns its result.
     pub async fn stop(self) -> Result<(), ManagerError> {
         self.stop.cancel();
