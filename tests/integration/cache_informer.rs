@@ -401,6 +401,11 @@ async fn owner_index_and_custom_indexes_answer_from_the_cache() {
         fake.upsert(p);
     }
     let inf = informer(&fake, Duration::ZERO);
+    inf.add_indexer(
+        OWNER_UID_INDEX,
+        sample_controller::cache::owner_uid_index::<Pod>,
+    )
+    .unwrap();
     inf.add_indexer("node", |p: &Pod| {
         p.spec.iter().filter_map(|s| s.node_name.clone()).collect()
     })

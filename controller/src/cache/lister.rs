@@ -15,7 +15,8 @@
 //! * [`Lister::list`] filters on labels with a [`Selector`]; the everything selector skips
 //!   label checks, the nothing selector returns nothing. Order is unspecified.
 //! * [`NamespaceLister::list`] uses the `namespace` index instead of scanning.
-//! * [`Lister::by_index`] reads any index, e.g. [`super::OWNER_UID_INDEX`].
+//! * [`Lister::by_index`] reads any index the informer has, e.g. [`super::OWNER_UID_INDEX`]
+//!   once added with [`super::owner_uid_index`].
 //!
 //! Results are `Arc<K>` pointing into the cache: clone the `K` before changing it.
 

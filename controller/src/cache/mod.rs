@@ -11,7 +11,7 @@
 //!  Reflector  (reflector.rs)  list → replace, watch → add/update/delete, backoff, 410 → relist
 //!      |
 //!      v   under one lock: apply to the cache, then notify
-//!  Indexer   (store.rs)   key "ns/name" → Arc<K>; indexes: namespace, owner-uid, yours
+//!  Indexer   (store.rs)   key "ns/name" → Arc<K>; indexes: namespace, yours (owner-uid, ...)
 //!      |                                   ^
 //!      | notifications                     | reads, never the network
 //!      v                                   |
@@ -137,7 +137,7 @@ pub use lister::{Lister, NamespaceLister};
 pub use lister_watcher::{BoxListerWatcher, ListerWatcher};
 pub use reflector::{Reflector, ReflectorConfig, ReflectorStats, ReflectorStatus};
 pub use selector::{Selector, SelectorError};
-pub use store::{IndexError, Indexer, NAMESPACE_INDEX, OWNER_UID_INDEX, Store};
+pub use store::{IndexError, Indexer, NAMESPACE_INDEX, OWNER_UID_INDEX, Store, owner_uid_index};
 
 use k8s_openapi::Metadata;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
