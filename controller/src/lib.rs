@@ -35,10 +35,11 @@
 //! 4. The handler puts the key `ns/name` (never the object) on the [`workqueue`].
 //! 5. A worker ([`controllers::process_next_work_item`]) calls [`controllers::at`]'s
 //!    `sync_handler`, which reads the At from the lister: not yet due → `Ok(Some(until_due))`,
-//!    so the queue forgets its failures and wakes it at the schedule; due → status `RUNNING`
-//!    and a pod with a controller owner reference.
-//! 6. The pod's events come back through the pod informer and enqueue the owning At; when the
-//!    pod has finished, `sync_handler` writes `DONE`. Each step records an Event ([`record`]).
+//!    so the queue forgets its failures and wakes it at the schedule; due → a pod with a
+//!    controller owner reference, and nothing else in that sync.
+//! 6. The pod's events come back through the pod informer and enqueue the owning At: seeing
+//!    the pod, `sync_handler` writes status `RUNNING`; when the pod has finished, `DONE`. Each
+//!    step records an Event ([`record`]).
 //! 7. [`manager`] wires it all: one informer factory, the operators of
 //!    [`controllers::registry`], leader election gating the workers, metrics and health, and a
 //!    shutdown that drains the queues.

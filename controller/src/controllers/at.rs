@@ -19,8 +19,9 @@
 //!    pod = pod_lister.get("ns/name-pod")            (+ expectations: "created, not seen yet")
 //!    plan(at, pod, now) ─▶ PENDING, not due: write PENDING, Ok(Some(due - now)) ─▶ forget, add_after
 //!                                                        ... the timer fires at the due time
-//!                       ─▶ due: create the pod, write RUNNING, event Started
+//!                       ─▶ due: create the pod (nothing else in this sync)
 //!  pod informer ─on_add/on_update─▶ queue.add(owner At's key)   (controller ownerReference)
+//!    plan(at, pod seen, now) ─▶ write RUNNING (startTime = the pod's creation), event Started
 //!    plan(at, pod Succeeded/Failed, now) ─▶ write DONE (result, exitCode, message), event
 //!                                           (+ Ok(Some(ttl)) when ttlSecondsAfterFinished is set)
 //!    plan(at DONE, pod finished, now ≥ completionTime + ttl) ─▶ delete the pod, event PodDeleted
