@@ -242,7 +242,7 @@ impl AtController {
         // garbage collector removes its pod), only forgetting what we remembered about it.
         let at_handler = {
             let (q1, q2) = (queue.clone(), queue.clone());
-            let (e, w, w1) = (
+            let (e, w_update, w_delete) = (
                 Arc::clone(&expectations),
                 Arc::clone(&written),
                 Arc::clone(&written),
@@ -251,13 +251,13 @@ impl AtController {
                 .on_add(move |at, _initial| q1.add(key_of(at.as_ref())))
                 .on_update(move |_old, new| {
                     let key = key_of(new.as_ref());
-                    w1.settle(&key, &new);
+                    w_update.settle(&key, &new);
                     q2.add(key);
                 })
                 .on_delete(move |gone: Deleted<At>| {
                     let key = gone.key();
                     e.forget(&key);
-                    w.forget(&key);
+                    w_delete.forget(&key);
                 })
         };
         let at_synced = at_informer

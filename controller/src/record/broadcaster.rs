@@ -144,25 +144,23 @@ impl Shared {
         watchers.retain(|(id, tx)| match tx.try_send(event.clone()) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                self.count_drop(*id, &event, "too many queued events");
+                self.count_drop(*id, event.reason.as_deref(), "too many queued events");
                 true
             }
             // The watcher's task ended (stopped): forget it.
             Err(mpsc::error::TrySendError::Closed(_)) => false,
         });
     }
-}
 
-impl Shared {
     /// Counts one dropped event. Aggregated, never silent: every drop is counted
     /// (`events_dropped_total`), and the log says so on the 1st, 10th, 100th, ... drop with
     /// the running total, so a burst of thousands costs a handful of lines instead of one each.
-    fn count_drop(&self, watcher: u64, event: &Event, why: &str) {
+    fn count_drop(&self, watcher: u64, reason: Option<&str>, why: &str) {
         let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
         if is_power_of_ten(dropped) {
             tracing::warn!(
                 watcher,
-                reason = event.reason.as_deref().unwrap_or_default(),
+                reason = reason.unwrap_or_default(),
                 dropped_total = dropped,
                 "unable to record event: {why}, dropped event (counted in events_dropped_total; logged again at the next power of ten)"
             );
@@ -300,7 +298,7 @@ impl EventBroadcaster {
         let (mut rx, stop, retry, _) = self.register();
         let stop_task = stop.clone();
         let task = tokio::spawn(async move {
-            while let Some(event) = next_event(&mut rx, &stop_task).await {
+            while let Some(event) = next(rx.recv(), &stop_task).await {
                 handler(&event);
             }
         });
@@ -362,7 +360,7 @@ impl EventBroadcaster {
             );
             workers.push(tokio::spawn(async move {
                 let mut correlator = EventCorrelator::new(correlator_options);
-                while let Some(packed) = next_packed(&mut lane_rx, &stop).await {
+                while let Some(packed) = next(lane_rx.recv(), &stop).await {
                     backlog.fetch_sub(packed.size(), Ordering::Relaxed);
                     // Stopping the watcher abandons even a write in flight.
                     tokio::select! {
@@ -386,7 +384,7 @@ impl EventBroadcaster {
             // The dispatcher never waits for a lane: it packs each event and hands it to its
             // lane's backlog, within the byte budget; past it, the event is dropped and counted
             // as a full queue's would be.
-            while let Some(event) = next_event(&mut rx, &stop_task).await {
+            while let Some(event) = next(rx.recv(), &stop_task).await {
                 let lane = &senders[lane_of(&event, senders.len())];
                 let event = Arc::unwrap_or_clone(event);
                 let packed = PackedEvent::pack(event);
@@ -397,7 +395,7 @@ impl EventBroadcaster {
                     })
                     .is_ok();
                 if !reserved {
-                    shared.count_drop(watcher, &packed.unpack(), "the sink's backlog is full");
+                    shared.count_drop(watcher, packed.reason(), "the sink's backlog is full");
                     continue;
                 }
                 if lane.send(packed).is_err() {
@@ -455,26 +453,16 @@ fn lane_of(event: &Event, lanes: usize) -> usize {
     (h.finish() % lanes as u64) as usize
 }
 
-/// The next queued event, or `None` once the queue is closed and drained or `stop` fired.
-async fn next_event(
-    rx: &mut mpsc::Receiver<Arc<Event>>,
+/// The next queued item (`recv` of a watcher's queue or a lane's backlog), or `None` once the
+/// queue is closed and drained or `stop` fired.
+async fn next<T>(
+    recv: impl std::future::Future<Output = Option<T>>,
     stop: &CancellationToken,
-) -> Option<Arc<Event>> {
+) -> Option<T> {
     tokio::select! {
         biased;
         _ = stop.cancelled() => None,
-        event = rx.recv() => event,
-    }
-}
-
-async fn next_packed(
-    rx: &mut mpsc::UnboundedReceiver<PackedEvent>,
-    stop: &CancellationToken,
-) -> Option<PackedEvent> {
-    tokio::select! {
-        biased;
-        _ = stop.cancelled() => None,
-        event = rx.recv() => event,
+        item = recv => item,
     }
 }
 
