@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# A small, static image of the controller manager.
+# A small, static image of the controller manager: the `controller-manager` binary, built from
+# the controller library alone (no embedded API server, no demo).
 #
 #   docker build -t sample-controller:dev .
 #
@@ -16,13 +17,13 @@ COPY . .
 # BuildKit caches keep the registry and target directory between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --profile dist --locked --bin sample-controller \
- && cp target/dist/sample-controller /sample-controller
+    cargo build --profile dist --locked -p sample-controller --bin controller-manager \
+ && cp target/dist/controller-manager /controller-manager
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /sample-controller /sample-controller
+COPY --from=build /controller-manager /controller-manager
 USER 65532:65532
 # 8080: /metrics (8443 with --metrics-secure, as artifacts/deploy runs it); 8081: /healthz and /readyz.
 EXPOSE 8080 8443 8081
-ENTRYPOINT ["/sample-controller"]
+ENTRYPOINT ["/controller-manager"]
 CMD ["run"]

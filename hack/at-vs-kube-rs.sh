@@ -9,7 +9,7 @@
 # A real API server would even prune `spec.command` from it. The kube-rs peer reads v1alpha1,
 # so its side keeps the shared script's v1alpha1 seeds; everything else (fresh server per side,
 # the same N Ats due at once, default flags, how wall time, CPU and peak RSS are taken) is the
-# shared script's. It also prints the API server's CPU seconds from the controller's start (`serverCPU`), since both
+# shared script's. The project's side runs `controller-manager`, the binary the image ships. It also prints the API server's CPU seconds from the controller's start (`serverCPU`), since both
 # controllers share two cores with their server.
 #
 # usage (from the repository root): hack/at-vs-kube-rs.sh [N] [-- extra `run` flags]
@@ -22,7 +22,11 @@ SHARED=${SHARED:-$PWD/../shared/bench}
 N=${1:-2000}; shift || true; [ "${1:-}" = "--" ] && shift
 EXTRA=("$@")
 cargo build --release --quiet --bin sample-controller
+# The project's side runs the image's binary, the controller library alone (the API server runs
+# from `sample-controller apiserver`).
+cargo build --release --quiet -p sample-controller --bin controller-manager
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/sample-controller
+MANAGER=${CARGO_TARGET_DIR:-$PWD/target}/release/controller-manager
 PEER=${TMPDIR:-/tmp}/kube-at-target/release/kube-at
 [ -x "$PEER" ] || (cd "$SHARED/kube-at" && CARGO_TARGET_DIR=${TMPDIR:-/tmp}/kube-at-target cargo build --release --quiet)
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
@@ -88,7 +92,7 @@ run_one() {  # $1 = label, $2 = seeder (v1 or v1alpha1), rest = the controller's
   printf '%-8s N=%s foreign=%s done=%s pods=%s wall=%.2fs cpu=%ss peakRSS=%sMiB serverCPU=%ss  (logs: %s)\n' \
     "$label" "$N" "${FOREIGN:-0}" "$done_n" "$pods" "$(echo "$t1 - $t0" | bc)" "$cpu" "$((peak/1024))" "$apicpu" "$dir"
 }
-[ "${ONLY:-project}" = project ] && run_one project v1 "$BIN" run --controllers at \
+[ "${ONLY:-project}" = project ] && run_one project v1 "$MANAGER" run --controllers at \
   --metrics-bind-address 0 --health-probe-bind-address 0 "${EXTRA[@]}"
 [ "${ONLY:-kube-rs}" = kube-rs ] && run_one kube-rs v1alpha1 "$PEER"
 exit 0

@@ -31,13 +31,13 @@
 //!   handing it back to the system: 6,000 such connections took a server from 23 to 148 MB, and
 //!   it stayed at 114 MB after every one had closed (`malloc_trim(0)` brought it back to
 //!   24 MB). Counting closed connections here, a server calls the process's release function
-//!   (the `sample-controller` binary installs glibc's `malloc_trim`) once
+//!   (the binaries install [`crate::malloc::release_freed_memory`], glibc's `malloc_trim`) once
 //!   [`RELEASE_AFTER_CLOSES`] connections have closed: a second after the first of them (so the
 //!   rest of a flood closes first), on a blocking thread, and at most once every
 //!   [`RELEASE_INTERVAL`]. A few hundred closed connections cost a trim of a few milliseconds;
-//!   a steady trickle of them (kubectl runs) costs one now and then. The library crates forbid
-//!   unsafe code, so the hook is a plain `fn()` the binary provides; a program embedding a
-//!   server can install the same one.
+//!   a steady trickle of them (kubectl runs) costs one now and then. The hook is a plain `fn()`
+//!   the binary installs (a library does not change its host's allocator behind its back); a
+//!   program embedding a server can install the same one.
 //!
 //! Data in: accepted connections and the requests on them. Data out: admission permits and an
 //! idle verdict; the servers close what these say to close.

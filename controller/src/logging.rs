@@ -1,8 +1,9 @@
 //! What the binaries' logs look like: which crates speak at which `-v`, when there is colour,
 //! and one line per event (klog's conventions, carried over to `tracing`).
 //!
-//! The binary (`src/main.rs`) installs a `tracing_subscriber` with these three decisions; they
-//! live here, as plain functions, so they are documented and tested with the library.
+//! The binaries (`sample-controller`, `controller-manager`) install a `tracing_subscriber` with
+//! these three decisions through [`init`]; they live here, as plain functions, so they are
+//! documented and tested with the library.
 //!
 //! * **Verbosity** ([`filter_directives`]). klog has one `-v` for everything; its levels say what
 //!   appears: 0–1 the steady-state story, 2–4 more detail and debugging, 5 tracing, 6 the
@@ -108,5 +109,41 @@ impl Drop for OneLineWriter {
         }
         // Nowhere to report a failed write to stderr; the event is lost, as with eprintln.
         let _ = std::io::stderr().lock().write_all(&one_line(&self.0));
+    }
+}
+
+/// Installs the process's log subscriber on stderr, as text or JSON, one line per event:
+/// `directives` are the `-v` level's filter ([`filter_directives`]), replaced by `RUST_LOG`
+/// when that is set; colour as [`use_colour`] decides; every event through [`OneLineWriter`].
+/// With `otlp`, the OTLP layer ([`crate::otlp`]) is installed beside the log layer with its
+/// own filter (the `sync` and `request` spans, at any `-v`), so the logs are the same with or
+/// without it. A second call (a subscriber is already set) is reported on stderr and changes
+/// nothing.
+pub fn init(format: crate::manager::LogFormat, directives: &str, otlp: bool) {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, Layer, Registry};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(directives));
+    let colour = use_colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_ansi(colour)
+        .with_writer(OneLineWriter::new);
+    let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
+        crate::manager::LogFormat::Text => fmt.with_target(false).with_filter(filter).boxed(),
+        crate::manager::LogFormat::Json => {
+            fmt.json().flatten_event(true).with_filter(filter).boxed()
+        }
+    };
+    let spans = otlp.then(|| crate::otlp::layer(crate::otlp::SpanQueue::global().clone()));
+    let result = tracing_subscriber::registry()
+        .with(logs)
+        .with(spans)
+        .try_init();
+    if let Err(e) = result {
+        eprintln!("cannot set up logging: {e}");
     }
 }

@@ -801,6 +801,49 @@ pub fn default_identity() -> String {
 /// fallback throttle (the next answer then decides).
 const THROTTLE_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A binary's `run` command, whole: glibc's malloc tuned for the manager
+/// ([`apimachinery::malloc`]), the TLS crypto provider, a multi-threaded runtime, the log
+/// subscriber of `--log-format` and `-v` ([`crate::logging::init`]), then [`run`]. Returns the
+/// process's exit code: 0 after a clean shutdown, 2 for a bad flag, 1 for anything else, with
+/// the error on stderr after `program: error:`. Both binaries (`sample-controller run` and the
+/// image's `controller-manager run`) are this function behind their flag parser. Call it from
+/// `main` before any thread is started.
+pub fn main(options: ManagerOptions, program: &str) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    apimachinery::malloc::tune_for_manager();
+    apimachinery::crypto::install_provider();
+    apimachinery::serving::set_memory_release(apimachinery::malloc::release_freed_memory);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{program}: error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    crate::logging::init(
+        options.log_format,
+        &crate::logging::filter_directives(options.verbosity, verbosity_level(options.verbosity)),
+        options
+            .otlp_endpoint
+            .as_deref()
+            .is_some_and(|e| !e.trim().is_empty()),
+    );
+    match runtime.block_on(run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(ManagerError::Flag(e)) => {
+            eprintln!("{program}: error: {e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("{program}: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// `sample-controller run`: validates the flags, builds the client, checks the server, and runs
 /// the manager until SIGINT or SIGTERM.
 pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {

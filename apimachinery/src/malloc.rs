@@ -1,0 +1,112 @@
+//! glibc's malloc, tuned for a small, long-running process (the one module of the workspace's
+//! library crates that calls into C, so the one place `unsafe` is allowed).
+//!
+//! Both binaries (`sample-controller` and the image's `controller-manager`) call these two
+//! functions at start; on any other C library (the container image is static musl, whose
+//! mallocng has no per-thread arenas and returns freed memory by itself) they do nothing.
+//!
+//! * [`release_freed_memory`]: `malloc_trim(0)`. glibc keeps freed memory in its arenas; this
+//!   hands the free pages back to the system. Installed as the servers' release hook
+//!   ([`crate::serving::set_memory_release`]), run after a connection flood has closed.
+//! * [`tune_for_manager`]: `mallopt` settings for the controller manager, applied before its
+//!   runtime starts threads. Measured with `hack/bench-at.sh 10000 --due now` (see the README's
+//!   "Where the manager's memory goes"):
+//!   - `M_ARENA_MAX = 2`: glibc gives every thread that meets a locked arena an arena of its
+//!     own (up to 8 per core), each holding its own free memory; the manager's allocations are
+//!     made on its few runtime threads and are short, so two arenas keep the contention low
+//!     and stop freed memory from being stranded in many;
+//!   - `M_MMAP_THRESHOLD = 128 KiB` and `M_TRIM_THRESHOLD = 256 KiB`, fixed: glibc otherwise
+//!     raises the mmap threshold (up to 32 MiB) each time a large block is freed, after which
+//!     the list pages and response bodies of a relist come from the heap and leave it
+//!     fragmented; fixed thresholds keep large buffers in their own mappings (returned when
+//!     freed) and trim the heap's top as soon as 256 KiB are free there.
+//!
+//!   An operator's own `MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`
+//!   or `GLIBC_TUNABLES` wins: then nothing is changed.
+
+/// Hands the free pages of glibc's arenas back to the system (`malloc_trim(0)`); a no-op on
+/// other C libraries.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    glibc::trim();
+}
+
+/// Applies the manager's malloc settings (see the module doc) unless the environment sets its
+/// own; a no-op on other C libraries. Call it before any thread is started.
+pub fn tune_for_manager() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if !user_tuned(|name| std::env::var_os(name).is_some()) {
+        glibc::tune_for_manager();
+    }
+}
+
+/// The environment variables through which an operator tunes glibc's malloc.
+pub const USER_SETTINGS: [&str; 4] = [
+    "MALLOC_ARENA_MAX",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "GLIBC_TUNABLES",
+];
+
+/// Whether the operator set any of [`USER_SETTINGS`] (`is_set` reads the environment).
+pub fn user_tuned(is_set: impl Fn(&str) -> bool) -> bool {
+    USER_SETTINGS.iter().any(|name| is_set(name))
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[allow(unsafe_code)]
+mod glibc {
+    const M_TRIM_THRESHOLD: std::ffi::c_int = -1;
+    const M_MMAP_THRESHOLD: std::ffi::c_int = -3;
+    const M_ARENA_MAX: std::ffi::c_int = -8;
+
+    unsafe extern "C" {
+        fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        fn mallopt(param: std::ffi::c_int, value: std::ffi::c_int) -> std::ffi::c_int;
+    }
+
+    pub(super) fn trim() {
+        // SAFETY: glibc's malloc_trim takes a plain integer, touches only the allocator's own
+        // free lists under the allocator's locks, and may be called from any thread at any time.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+
+    pub(super) fn tune_for_manager() {
+        for (param, value) in [
+            (M_ARENA_MAX, 2),
+            (M_MMAP_THRESHOLD, 128 * 1024),
+            (M_TRIM_THRESHOLD, 256 * 1024),
+        ] {
+            // SAFETY: mallopt takes two plain integers and changes only the allocator's own
+            // settings under its lock.
+            unsafe {
+                mallopt(param, value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_user_setting_leaves_malloc_alone() {
+        assert!(!user_tuned(|_| false));
+        for name in USER_SETTINGS {
+            assert!(user_tuned(|n| n == name), "{name}");
+        }
+    }
+
+    #[test]
+    fn trimming_and_tuning_are_safe_to_call_at_any_time() {
+        let held: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8; 4096]).collect();
+        drop(held);
+        release_freed_memory();
+        tune_for_manager();
+        let again = vec![1u8; 1 << 20];
+        assert_eq!(again.len(), 1 << 20);
+    }
+}
