@@ -68,17 +68,14 @@ pub struct Bookmark {
 /// The annotation that marks the bookmark ending a streaming list's initial events.
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
 
-/// The raw envelope of one line, before the object is typed: the type, and the object's JSON
-/// text as it appears in the line (borrowed, not parsed), so the object is parsed once, straight
-/// into its type.
+/// The raw envelope of one line, before the object is typed.
 #[derive(Deserialize)]
-pub struct RawEvent<'a> {
+pub struct RawEvent {
     /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`.
-    #[serde(rename = "type", borrow)]
-    pub type_: std::borrow::Cow<'a, str>,
-    /// The object (or the Status for `ERROR`), unparsed.
-    #[serde(borrow)]
-    pub object: &'a serde_json::value::RawValue,
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// The object (or the Status for `ERROR`).
+    pub object: serde_json::Value,
 }
 
 /// A typed watch stream: what [`crate::client::Api::watch`] returns and the reflector consumes.
@@ -227,22 +224,18 @@ pub fn decode_event<K: serde::de::DeserializeOwned>(
         what: "watch event envelope".into(),
         source,
     })?;
-    // The object is decoded from its bytes with `from_slice`, the same entry point as a list
-    // body's, so each type's deserializer is compiled once for both (through a
-    // `serde_json::Value` it was a second copy per type, and a tree of allocations per event).
-    let object = raw.object.get().as_bytes();
-    let typed = |what: &str| {
-        serde_json::from_slice::<K>(object).map_err(|source| Error::Decode {
+    let typed = |what: &str, v: serde_json::Value| {
+        serde_json::from_value::<K>(v).map_err(|source| Error::Decode {
             what: format!("object of {what} watch event"),
             source,
         })
     };
-    match raw.type_.as_ref() {
-        "ADDED" => typed("ADDED").map(WatchEvent::Added),
-        "MODIFIED" => typed("MODIFIED").map(WatchEvent::Modified),
-        "DELETED" => typed("DELETED").map(WatchEvent::Deleted),
-        "BOOKMARK" => decode_bookmark(object).map(WatchEvent::Bookmark),
-        "ERROR" => serde_json::from_slice::<Status>(object)
+    match raw.type_.as_str() {
+        "ADDED" => typed("ADDED", raw.object).map(WatchEvent::Added),
+        "MODIFIED" => typed("MODIFIED", raw.object).map(WatchEvent::Modified),
+        "DELETED" => typed("DELETED", raw.object).map(WatchEvent::Deleted),
+        "BOOKMARK" => decode_bookmark(&raw.object).map(WatchEvent::Bookmark),
+        "ERROR" => serde_json::from_value::<Status>(raw.object)
             .map(WatchEvent::Error)
             .map_err(|source| Error::Decode {
                 what: "Status of ERROR watch event".into(),
@@ -265,12 +258,7 @@ fn truncate(s: &str, max: usize) -> &str {
 /// A bookmark's object is the watched kind with only `metadata.resourceVersion` (and maybe the
 /// initial-events-end annotation) set; it is read without typing it as `K`, because required
 /// fields of `K` are absent.
-fn decode_bookmark(object: &[u8]) -> crate::client::Result<Bookmark> {
-    let object: serde_json::Value =
-        serde_json::from_slice(object).map_err(|source| crate::client::Error::Decode {
-            what: "object of BOOKMARK watch event".into(),
-            source,
-        })?;
+fn decode_bookmark(object: &serde_json::Value) -> crate::client::Result<Bookmark> {
     let meta = object.get("metadata");
     let rv = meta
         .and_then(|m| m.get("resourceVersion"))
@@ -445,46 +433,6 @@ mod tests {
         let evs = d.push(b"{\"type\":\"BOOKMARK\",\"object\":{}}\nnot json\n{\"type\":\"ADDED\",\"object\":{\"metadata\":7}}\n");
         assert_eq!(evs.len(), 3);
         assert!(evs.iter().all(|e| e.is_err()));
-    }
-
-    #[test]
-    fn the_object_is_decoded_from_its_own_bytes_escapes_and_all() {
-        let mut d = WatchDecoder::<ConfigMap>::new();
-        // A type written with a JSON escape, an object whose strings carry escapes (decoded
-        // from the raw text, not from a parsed tree), and field order the server may choose.
-        let evs = d.push(
-            concat!(
-                r#"{"object":{"metadata":{"name":"caf\u00e9","resourceVersion":"7"},"#,
-                r#""data":{"k":"line1\nline2 \"q\""},"kind":"ConfigMap","apiVersion":"v1"},"#,
-                r#""type":"MODI\u0046IED"}"#,
-                "\n"
-            )
-            .as_bytes(),
-        );
-        assert_eq!(evs.len(), 1);
-        match &evs[0] {
-            Ok(WatchEvent::Modified(c)) => {
-                assert_eq!(c.metadata.name.as_deref(), Some("café"));
-                let data = c.data.as_ref().expect("data");
-                assert_eq!(data["k"], "line1\nline2 \"q\"");
-            }
-            other => panic!("expected MODIFIED, got {other:?}"),
-        }
-        // An object of the wrong shape is a decode error that names the event, and the next
-        // line decodes.
-        let evs = d.push(
-            format!(
-                "{{\"type\":\"ADDED\",\"object\":{{\"metadata\":{{\"name\":[1]}}}}}}\n{}",
-                cm_line("ADDED", "ok", "8")
-            )
-            .as_bytes(),
-        );
-        assert_eq!(evs.len(), 2);
-        let err = evs[0].as_ref().unwrap_err().to_string();
-        assert!(err.contains("object of ADDED watch event"), "{err}");
-        assert!(
-            matches!(&evs[1], Ok(WatchEvent::Added(c)) if c.metadata.name.as_deref() == Some("ok"))
-        );
     }
 
     #[tokio::test]
