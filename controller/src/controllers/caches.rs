@@ -52,15 +52,12 @@
 //!    ([`slim_metadata`], [`keep_labels`], [`keep_conditions`]) drops `managedFields`, every
 //!    annotation, the metadata no handler reads, every label but those in [`POD_LABELS_READ`]
 //!    (a lister label selector over the pod cache sees only those: select on the server
-//!    instead) and every condition but `Ready`, and gives every list its spare capacity back
-//!    ([`shrink_lists`]: a list decoded from JSON text has room for four elements when it holds
-//!    one).
+//!    instead) and every condition but `Ready`.
 //!
 //!    The At cache keeps whole Ats (the status write is built from the cached copy) minus
 //!    `managedFields` and the `kubectl.kubernetes.io/last-applied-configuration` annotation
-//!    (which holds a second copy of the whole spec), and shrinks its lists like the pods': the
-//!    API server's `/status` endpoint takes only `.status` from the request, so what the cache
-//!    dropped is never written back.
+//!    (which holds a second copy of the whole spec): the API server's `/status` endpoint takes
+//!    only `.status` from the request, so what the cache dropped is never written back.
 //!    Deployments, StatefulSets and Services are *not* slimmed: the operators update them with a
 //!    PUT of the cached copy (drift correction), and a PUT of a slimmed copy would erase on the
 //!    server whatever the cache dropped. The label selector is what bounds them: there is one
@@ -118,47 +115,15 @@ pub fn scope_owned_caches<S: ListerWatcherSource>(
         .with_label_selector_for::<Deployment>(selector.clone())
         .with_label_selector_for::<StatefulSet>(selector.clone())
         .with_label_selector_for::<Service>(selector)
-        .with_transform_for::<PodSummary>(slim_pod)
-        .with_transform_for::<At>(slim_at)
-}
-
-/// The pod cache's transform: [`slim_metadata`], [`keep_labels`] ([`POD_LABELS_READ`]),
-/// [`keep_conditions`] ([`POD_CONDITIONS_READ`]), and no spare capacity in the container list.
-pub fn slim_pod(p: &mut PodSummary) {
-    slim_metadata(&mut p.metadata);
-    keep_labels(&mut p.metadata, &POD_LABELS_READ);
-    keep_conditions(p, &POD_CONDITIONS_READ);
-    if let Some(containers) = p
-        .status
-        .as_mut()
-        .and_then(|s| s.container_statuses.as_mut())
-    {
-        containers.shrink_to_fit();
-    }
-}
-
-/// The At cache's transform: no `managedFields`, no `last-applied-configuration`, and no
-/// spare capacity in its lists (ownerReferences, finalizers, status conditions).
-pub fn slim_at(at: &mut At) {
-    at.metadata.managed_fields = None;
-    drop_last_applied(&mut at.metadata);
-    shrink_lists(&mut at.metadata);
-    if let Some(status) = at.status.as_mut() {
-        status.conditions.shrink_to_fit();
-    }
-}
-
-/// Gives the metadata's lists back the capacity they do not use. A list decoded from JSON text
-/// grows as its elements arrive (serde cannot know the length in advance), so a one-element
-/// list holds room for four: an At's one `Ready` condition kept ~510 bytes it never used, a
-/// pod's one ownerReference ~300, about 8 MB at 10,000 Ats with their pods.
-pub fn shrink_lists(meta: &mut ObjectMeta) {
-    if let Some(refs) = meta.owner_references.as_mut() {
-        refs.shrink_to_fit();
-    }
-    if let Some(finalizers) = meta.finalizers.as_mut() {
-        finalizers.shrink_to_fit();
-    }
+        .with_transform_for::<PodSummary>(|p: &mut PodSummary| {
+            slim_metadata(&mut p.metadata);
+            keep_labels(&mut p.metadata, &POD_LABELS_READ);
+            keep_conditions(p, &POD_CONDITIONS_READ);
+        })
+        .with_transform_for::<At>(|at: &mut At| {
+            at.metadata.managed_fields = None;
+            drop_last_applied(&mut at.metadata);
+        })
 }
 
 /// The pod labels a handler or sync reads from the pod cache: RedisCluster's
@@ -226,7 +191,6 @@ pub fn slim_metadata(meta: &mut ObjectMeta) {
         finalizers: m.finalizers,
         ..ObjectMeta::default()
     };
-    shrink_lists(meta);
 }
 
 /// A pod as the operators' caches hold it: its metadata and the few status fields a sync
@@ -507,54 +471,6 @@ mod tests {
             meta.labels,
             Some(BTreeMap::from([(cluster.to_string(), "c1".to_string())]))
         );
-    }
-
-    #[test]
-    fn the_transforms_leave_no_spare_list_capacity() {
-        // As the informer receives them: decoded from JSON text, where a one-element list
-        // grows to room for four.
-        let decode = || -> At {
-            serde_json::from_slice(
-                br#"{"apiVersion":"cnat.programming-kubernetes.info/v1","kind":"At",
-                "metadata":{"name":"a","namespace":"default","finalizers":["f"],
-                  "ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"o","uid":"u"}]},
-                "spec":{"schedule":"2019-04-12T10:12:00Z","run":{"command":"echo YAY"}},
-                "status":{"phase":"DONE","conditions":[{"type":"Ready","status":"True",
-                  "reason":"Done","message":"","lastTransitionTime":"2019-04-12T10:12:01Z"}]}}"#,
-            )
-            .expect("an At")
-        };
-        // (Not a clone: a cloned list has no spare capacity.)
-        let at = decode();
-        let status_conditions = |at: &At| at.status.as_ref().map(|s| s.conditions.capacity());
-        assert!(status_conditions(&at) > Some(1), "serde grew the list");
-        let mut slim = decode();
-        slim_at(&mut slim);
-        assert_eq!(status_conditions(&slim), Some(1));
-        let meta = &slim.metadata;
-        assert_eq!(meta.owner_references.as_ref().map(Vec::capacity), Some(1));
-        assert_eq!(meta.finalizers.as_ref().map(Vec::capacity), Some(1));
-        assert_eq!(slim.status, at.status, "shrinking changes no value");
-
-        let mut pod: PodSummary = serde_json::from_slice(
-            br#"{"metadata":{"name":"a-pod","ownerReferences":[{"apiVersion":"v1","kind":"At",
-                  "name":"a","uid":"u","controller":true}]},
-                "status":{"phase":"Succeeded","containerStatuses":[{"name":"c",
-                  "state":{"terminated":{"exitCode":0}}}]}}"#,
-        )
-        .expect("a pod summary");
-        let before = pod.clone();
-        slim_pod(&mut pod);
-        assert_eq!(
-            pod.metadata.owner_references.as_ref().map(Vec::capacity),
-            Some(1)
-        );
-        let containers = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref());
-        assert_eq!(containers.map(Vec::capacity), Some(1));
-        assert_eq!(pod.status, before.status);
     }
 
     #[test]
