@@ -1,15 +1,17 @@
 //! The At operator on time at scale, and the client's own throughput: a benchmark, not a test.
 //!
-//! Run with `hack/bench-at.sh` (which builds the release `sample-controller` binary first and
-//! passes its path in `SAMPLE_CONTROLLER_BIN`), or `cargo bench --bench at -- <mode> ...`.
+//! Run with `hack/bench-at.sh` (which builds the release `sample-controller` and
+//! `controller-manager` binaries first and passes their paths in `SAMPLE_CONTROLLER_BIN` and
+//! `MANAGER_BIN`), or `cargo bench --bench at -- <mode> ...`.
 //!
 //! ## `at N [--due now|future] [--foreign F] [--lead SECS] [-- extra run flags]`
 //!
 //! The API server (`sample-controller apiserver`, HTTPS with a token, simulated node, pods
-//! finish at once: `--pod-run-time 0s`) and the manager (`sample-controller run --controllers
-//! at --kubeconfig ...`, default flags otherwise) run as two processes of their own, so the
-//! manager's CPU and peak RSS are read from `/proc/<pid>` apart from everything else. This
-//! process seeds and observes through the project's client with its throttle off.
+//! finish at once: `--pod-run-time 0s`) and the manager (`controller-manager run --controllers
+//! at --kubeconfig ...`, the image's binary, default flags otherwise) run as two processes of
+//! their own, so the manager's CPU and peak RSS are read from `/proc/<pid>` apart from
+//! everything else. This process seeds and observes through the project's client with its
+//! throttle off.
 //!
 //! * `--foreign F` first creates `F` pods in namespace `foreign` that no At owns (the same pods
 //!   as `../shared/bench/seed.py foreign-pods`: labels, a 200-byte annotation, one container).
@@ -67,6 +69,14 @@ fn bin() -> PathBuf {
     std::env::var_os("SAMPLE_CONTROLLER_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target/release/sample-controller"))
+}
+
+/// The manager's binary: `MANAGER_BIN` (`hack/bench-at.sh` passes the image's
+/// `controller-manager`), else the same binary as the server's (`sample-controller run`).
+fn manager_bin() -> PathBuf {
+    std::env::var_os("MANAGER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(bin)
 }
 
 fn free_port() -> u16 {
@@ -372,7 +382,7 @@ async fn run_at(
     let t0 = Instant::now();
     let t0_wall = SystemTime::now();
     let manager = Proc(
-        Command::new(bin())
+        Command::new(manager_bin())
             .arg("run")
             .arg("--kubeconfig")
             .arg(&kc)

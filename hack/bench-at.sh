@@ -7,7 +7,7 @@
 #   hack/bench-at.sh 1000                        # 1,000 Ats due at one instant a few seconds ahead
 #   hack/bench-at.sh 10000 --due now             # 10,000 Ats due at once
 #   hack/bench-at.sh 10000 --due now --foreign 50000
-#   hack/bench-at.sh 1000 -- --workers 8         # flags after -- go to `sample-controller run`
+#   hack/bench-at.sh 1000 -- --workers 8         # flags after -- go to `controller-manager run`
 #   hack/bench-at.sh client [20000]              # the client's requests/s at 8/64/256 in flight,
 #                                                # one connection and a pool of four, then curl
 #
@@ -16,7 +16,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
 cargo build --release --quiet --bin sample-controller
+cargo build --release --quiet -p sample-controller --bin controller-manager
 export SAMPLE_CONTROLLER_BIN=$TARGET/release/sample-controller
+# The manager runs as the image's binary (the controller library alone).
+export MANAGER_BIN=$TARGET/release/controller-manager
 
 if [ "${1:-}" != client ]; then
   exec cargo bench --quiet --bench at -- at "$@"

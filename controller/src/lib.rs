@@ -47,7 +47,9 @@
 //! This crate is the controller library alone. Two sibling crates of the workspace complete it:
 //! `apimachinery` (the helpers this library and the API server share) and `embedded_apiserver`
 //! (an in-process Kubernetes API server for tests and the demo, the envtest of this workspace).
-//! This crate never depends on the server.
+//! This crate never depends on the server. Its one binary, `controller-manager` (`src/bin/`),
+//! is what the container image ships: [`manager::main`] behind the `run` command, built from
+//! this crate alone (`cargo build -p sample-controller --bin controller-manager`).
 
 #![forbid(unsafe_code)]
 
