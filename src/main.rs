@@ -18,7 +18,7 @@ mod demo;
 
 use demo::DemoOptions;
 use sample_controller::logging;
-use sample_controller::manager::{self, LogFormat, ManagerOptions, verbosity_level};
+use sample_controller::manager::{LogFormat, ManagerCommand, verbosity_level};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -33,8 +33,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the controller manager against a cluster (kubeconfig, --master or in-cluster).
-    Run(Box<ManagerOptions>),
+    /// `run`: the controller manager (shared with the image's `controller-manager` binary).
+    #[command(flatten)]
+    Manager(ManagerCommand),
     /// Zero-setup demo: embedded API server and controllers; four Ats (two run once at their
     /// schedule, one refused at admission, one marked InvalidSpec), a TDSet and a RedisCluster.
     Demo(DemoOptions),
@@ -46,7 +47,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         // The manager's whole command (malloc tuning, runtime, logs, exit codes) is the
         // library's, shared with the image's `controller-manager` binary.
-        Command::Run(opts) => manager::main(*opts, "sample-controller"),
+        Command::Manager(command) => command.main("sample-controller"),
         Command::Demo(opts) => {
             // The demo prints its own story on stdout; logs stay at warnings unless -v.
             let own = if opts.verbosity == 0 {

@@ -15,8 +15,8 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use sample_controller::manager::{self, ManagerOptions};
+use clap::Parser;
+use sample_controller::manager::ManagerCommand;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,16 +26,9 @@ use sample_controller::manager::{self, ManagerOptions};
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Run the controller manager against a cluster (kubeconfig, --master or in-cluster).
-    Run(Box<ManagerOptions>),
+    command: ManagerCommand,
 }
 
 fn main() -> ExitCode {
-    let Command::Run(options) = Cli::parse().command;
-    manager::main(*options, "controller-manager")
+    Cli::parse().command.main("controller-manager")
 }

@@ -801,6 +801,23 @@ pub fn default_identity() -> String {
 /// fallback throttle (the next answer then decides).
 const THROTTLE_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The manager's command line, `run [flags]`, as both binaries offer it (`sample-controller`
+/// flattens it beside `demo` and `apiserver`; `controller-manager` has nothing else).
+#[derive(clap::Subcommand, Debug)]
+pub enum ManagerCommand {
+    /// Run the controller manager against a cluster (kubeconfig, --master or in-cluster).
+    Run(Box<ManagerOptions>),
+}
+
+impl ManagerCommand {
+    /// Runs the command through [`main`]; returns the process's exit code.
+    pub fn main(self, program: &str) -> std::process::ExitCode {
+        match self {
+            ManagerCommand::Run(options) => main(*options, program),
+        }
+    }
+}
+
 /// A binary's `run` command, whole: glibc's malloc tuned for the manager
 /// ([`apimachinery::malloc`]), the TLS crypto provider, a multi-threaded runtime, the log
 /// subscriber of `--log-format` and `-v` ([`crate::logging::init`]), then [`run`]. Returns the
