@@ -15,6 +15,7 @@
 # usage (from the repository root): hack/at-vs-kube-rs.sh [N] [-- extra `run` flags]
 #   FOREIGN=50000 hack/at-vs-kube-rs.sh 10000   also seeds 50,000 pods no At owns
 #   ONLY=project (or ONLY=kube-rs) runs one side;  SHARED=dir  where the shared bench lives
+#   WRAP="heaptrack -o /tmp/hp"   runs the controller under a profiler (word-split, so no quoting)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${SHARED:-$PWD/../shared/bench}
@@ -74,7 +75,7 @@ run_one() {  # $1 = label, $2 = seeder (v1 or v1alpha1), rest = the controller's
   if [ "$seed" = v1 ]; then seed_v1 "$kc" "$N" "$due"; else python3 "$SHARED/seed.py" "$kc" ats "$N" "$due"; fi
   local t0; t0=$(date +%s.%N)
   local api0; api0=$(awk '{print $14+$15}' /proc/$api/stat)
-  KUBECONFIG=$kc "$@" >"$dir/$label.log" 2>&1 &
+  KUBECONFIG=$kc ${WRAP:-} "$@" >"$dir/$label.log" 2>&1 &
   local pid=$! peak=0 done_n=0
   while kill -0 "$pid" 2>/dev/null; do
     r=$(awk '/VmHWM/{print $2}' /proc/$pid/status 2>/dev/null || echo 0); [ "${r:-0}" -gt "$peak" ] && peak=$r

@@ -1,11 +1,11 @@
 //! The generated CRDs against the examples and the Rust types.
 //!
 //! The API server validates every custom object against its CRD's `openAPIV3Schema` (OpenAPI
-//! 3.0 with Kubernetes extensions). These tests do the same with the `jsonschema` crate
-//! (draft 4, whose keywords OpenAPI 3.0 schemas are built from), after translating the
-//! OpenAPI-only parts: `nullable: true` → `type: [T, "null"]` (with an `enum` still rejecting
-//! null, as the API server does), `x-kubernetes-int-or-string` → `anyOf: [integer, string]`,
-//! other `x-kubernetes-*` keys dropped. What they establish:
+//! 3.0 with Kubernetes extensions): it prunes the fields the schema does not describe, then
+//! checks what is left. These tests judge the examples and the controllers' statuses with the
+//! embedded API server's own schema code ([`embedded_apiserver::logic::schema`]): the same
+//! `prune` and `validate` it runs on every custom-resource write, which report kube-openapi's
+//! field errors (`spec.command: Required value`). What they establish:
 //!
 //! * every example under `artifacts/examples/` deserialises into its Rust type *and* passes
 //!   its schema, and carries no field the server would prune;
@@ -17,6 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
+use embedded_apiserver::logic::schema::{self, FieldErrorKind};
 use jiff::Timestamp;
 use sample_controller::apis::at::conversion::V1ALPHA1;
 use sample_controller::apis::at::v1alpha1::At as AtV1alpha1;
@@ -65,87 +66,20 @@ fn schema_of_kind<K: CustomResourceExt>() -> Value {
     schema_of(K::API_VERSION, K::KIND)
 }
 
-/// OpenAPI 3.0 + Kubernetes extensions → JSON Schema draft 4.
-fn to_draft4(schema: &Value) -> Value {
-    let Value::Object(node) = schema else {
-        return schema.clone();
-    };
-    let mut out = serde_json::Map::new();
-    for (key, value) in node {
-        match key.as_str() {
-            "properties" => {
-                let props = value
-                    .as_object()
-                    .unwrap()
-                    .iter()
-                    .map(|(k, v)| (k.clone(), to_draft4(v)))
-                    .collect();
-                out.insert(key.clone(), Value::Object(props));
-            }
-            "items" | "additionalProperties" if value.is_object() => {
-                out.insert(key.clone(), to_draft4(value));
-            }
-            "nullable" | "x-kubernetes-int-or-string" => {}
-            k if k.starts_with("x-kubernetes-") => {}
-            _ => {
-                out.insert(key.clone(), value.clone());
-            }
-        }
-    }
-    if node.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
-        out.remove("type");
-        out.insert(
-            "anyOf".into(),
-            json!([{"type": "integer"}, {"type": "string"}]),
-        );
-    }
-    // No null is added to `enum`: the API server (kube-openapi) checks enum membership for
-    // null values too and never matches null, so a nullable enum still rejects null.
-    if node.get("nullable") == Some(&Value::Bool(true))
-        && let Some(ty) = out.get("type").cloned()
-    {
-        out.insert("type".into(), json!([ty, "null"]));
-    }
-    Value::Object(out)
-}
-
-fn validator(openapi: &Value) -> jsonschema::Validator {
-    jsonschema::draft4::options()
-        .should_validate_formats(true)
-        .build(&to_draft4(openapi))
-        .unwrap_or_else(|e| panic!("schema does not compile: {e}"))
-}
-
-/// Schema errors as `"<instance path>: <message>"` lines; empty when valid.
+/// Schema errors as the API server prints them (`"<field path>: <message>"`); empty when valid.
 fn schema_errors(openapi: &Value, instance: &Value) -> Vec<String> {
-    validator(openapi)
-        .iter_errors(instance)
-        .map(|e| format!("{}: {e}", e.instance_path()))
+    schema::validate(openapi, instance)
+        .iter()
+        .map(|e| e.message())
         .collect()
 }
 
-/// Fields of `instance` the API server would prune: present in the object but not described
-/// by the schema (Kubernetes drops unknown fields of structural schemas instead of failing).
-fn pruned_fields(schema: &Value, instance: &Value, path: &str, out: &mut Vec<String>) {
-    match instance {
-        Value::Object(fields) if schema.get("properties").is_some() => {
-            let props = schema.get("properties").and_then(Value::as_object);
-            for (name, value) in fields {
-                match props.and_then(|p| p.get(name)) {
-                    Some(sub) => pruned_fields(sub, value, &format!("{path}.{name}"), out),
-                    None => out.push(format!("{path}.{name}")),
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    pruned_fields(item_schema, item, &format!("{path}[{i}]"), out);
-                }
-            }
-        }
-        _ => {}
-    }
+/// What the API server would prune from `instance`: `instance` and its pruned copy, when they
+/// differ.
+fn pruned(schema: &Value, instance: &Value) -> Option<(Value, Value)> {
+    let mut kept = instance.clone();
+    schema::prune(schema, &mut kept);
+    (kept != *instance).then(|| (instance.clone(), kept))
 }
 
 /// Deserialises into `K`, serialises back, and checks both the file and the round-tripped
@@ -168,13 +102,12 @@ fn check_example<K: CustomResourceExt + Serialize + DeserializeOwned>(path: &Pat
         "{} after a round trip: {errors:#?}",
         path.display()
     );
-    let mut pruned = Vec::new();
-    pruned_fields(&schema, doc, "", &mut pruned);
-    assert!(
-        pruned.is_empty(),
-        "{}: the API server would prune {pruned:?}",
-        path.display()
-    );
+    if let Some((before, after)) = pruned(&schema, doc) {
+        panic!(
+            "{}: the API server would prune fields: {before:#} became {after:#}",
+            path.display()
+        );
+    }
 }
 
 #[test]
@@ -242,16 +175,16 @@ fn tdset_hello_world_has_the_five_windows() {
 /// would be silently accepted; status values are checked in
 /// `status_and_condition_validations_reject_bad_values`.
 const INVALID: &[(&str, &str)] = &[
-    ("at-without-command.yaml", "/spec"),
-    ("at-empty-command.yaml", "/spec/command"),
-    ("at-v1-empty-command.yaml", "/spec/run/command"),
-    ("at-v1-deadline-0.yaml", "/spec/run/activeDeadlineSeconds"),
-    ("at-schedule-not-a-date-time.yaml", "/spec/schedule"),
-    ("tdset-hour-24.yaml", "/spec/schedulingConfig/0/endTime"),
-    ("tdset-default-replica-0.yaml", "/spec/defaultReplica"),
-    ("myapp-negative-replicas.yaml", "/spec/replicas"),
-    ("foo-negative-replicas.yaml", "/spec/replicas"),
-    ("rediscluster-size-0.yaml", "/spec/size"),
+    ("at-without-command.yaml", "spec.command"),
+    ("at-empty-command.yaml", "spec.command"),
+    ("at-v1-empty-command.yaml", "spec.run.command"),
+    ("at-v1-deadline-0.yaml", "spec.run.activeDeadlineSeconds"),
+    ("at-schedule-not-a-date-time.yaml", "spec.schedule"),
+    ("tdset-hour-24.yaml", "spec.schedulingConfig[0].endTime"),
+    ("tdset-default-replica-0.yaml", "spec.defaultReplica"),
+    ("myapp-negative-replicas.yaml", "spec.replicas"),
+    ("foo-negative-replicas.yaml", "spec.replicas"),
+    ("rediscluster-size-0.yaml", "spec.size"),
 ];
 
 #[test]
@@ -283,10 +216,12 @@ fn invalid_examples_are_rejected_at_the_right_field() {
             "{file}: expected errors at {field}, got {errors:#?}"
         );
     }
-    // The missing command is reported as a missing required property.
+    // The missing command is reported as a missing required field, as kubectl would print it.
     let doc = read_yaml(&dir.join("at-without-command.yaml"));
-    let errors = schema_errors(&schema_of_kind::<AtV1alpha1>(), &doc);
-    assert!(errors[0].contains("command"), "{errors:?}");
+    let errors = schema::validate(&schema_of_kind::<AtV1alpha1>(), &doc);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].kind, FieldErrorKind::Required);
+    assert_eq!(errors[0].message(), "spec.command: Required value");
 }
 
 fn condition() -> Condition {
@@ -406,30 +341,10 @@ fn status_and_condition_validations_reject_bad_values() {
         assert!(
             errors
                 .iter()
-                .any(|e| e.starts_with(&format!("/status/conditions/0/{field}:"))),
+                .any(|e| e.starts_with(&format!("status.conditions[0].{field}:"))),
             "condition {field}={bad} accepted: {errors:?}"
         );
     }
-}
-
-#[test]
-fn openapi_translation_handles_nullable_enums_and_int_or_string() {
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "port": {"x-kubernetes-int-or-string": true},
-            "mode": {"type": "string", "enum": ["A"], "nullable": true}
-        }
-    });
-    assert!(schema_errors(&schema, &json!({"port": 80, "mode": "A"})).is_empty());
-    assert!(schema_errors(&schema, &json!({"port": "http"})).is_empty());
-    assert!(!schema_errors(&schema, &json!({"port": 1.5})).is_empty());
-    assert!(!schema_errors(&schema, &json!({"mode": "B"})).is_empty());
-    // As on the API server, nullable lets null past the type check but not past the enum.
-    assert!(!schema_errors(&schema, &json!({"mode": null})).is_empty());
-    let nullable_string = json!({"type": "string", "nullable": true});
-    assert!(schema_errors(&nullable_string, &Value::Null).is_empty());
-    assert!(!schema_errors(&json!({"type": "string"}), &Value::Null).is_empty());
 }
 
 /// Walks a schema and returns every violation of the structural rules.
@@ -493,6 +408,8 @@ fn every_schema_is_structural() {
         let mut violations = Vec::new();
         structural_violations(schema, "$", &mut violations);
         assert!(violations.is_empty(), "{name}: {violations:#?}");
+        // And what the API server demands of a v1 CRD before it accepts one.
+        assert_eq!(schema::check_structural(schema), Ok(()), "{name}");
         assert_eq!(schema["type"], "object", "{name}");
         assert_eq!(
             schema["properties"]["metadata"],
