@@ -15,6 +15,7 @@
 # usage (from the repository root): hack/at-vs-kube-rs.sh [N] [-- extra `run` flags]
 #   FOREIGN=50000 hack/at-vs-kube-rs.sh 10000   also seeds 50,000 pods no At owns
 #   ONLY=project (or ONLY=kube-rs) runs one side;  SHARED=dir  where the shared bench lives
+#   PROFILE=dist    builds the manager as the image does (thin LTO; the server stays release)
 #   WRAP="heaptrack -o /tmp/hp"   runs the controller under a profiler (word-split, so no quoting)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,9 +26,10 @@ EXTRA=("$@")
 cargo build --release --quiet --bin sample-controller
 # The project's side runs the image's binary, the controller library alone (the API server runs
 # from `sample-controller apiserver`).
-cargo build --release --quiet -p sample-controller --bin controller-manager
+PROFILE=${PROFILE:-release}
+cargo build --profile "$PROFILE" --quiet -p sample-controller --bin controller-manager
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/sample-controller
-MANAGER=${CARGO_TARGET_DIR:-$PWD/target}/release/controller-manager
+MANAGER=${CARGO_TARGET_DIR:-$PWD/target}/$PROFILE/controller-manager
 PEER=${TMPDIR:-/tmp}/kube-at-target/release/kube-at
 [ -x "$PEER" ] || (cd "$SHARED/kube-at" && CARGO_TARGET_DIR=${TMPDIR:-/tmp}/kube-at-target cargo build --release --quiet)
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }

@@ -305,29 +305,24 @@ impl SyncHandler for AtController {
     /// The book's `syncHandler`: reads the At and its pod from the listers, asks [`plan`] what
     /// to do, and does it: create the pod, write the status, record the events.
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        let Some(cached) = self.at_lister.get_by_key(key) else {
-            // Deleted since it was queued: nothing to do (its pod goes with it).
-            tracing::debug!(key, "At in work queue no longer exists");
-            self.expectations.forget(key);
-            self.written.forget(key);
-            return Ok(None);
+        // Deleted since it was queued (its pod goes with it), or released to the sharder: this
+        // shard is done with the key, and forgets what it wrote too.
+        let fetched =
+            super::object_to_sync(&self.at_lister, &self.client, &self.expectations, key).await;
+        let cached = match fetched {
+            Ok(Some(cached)) => cached,
+            done => {
+                self.written.forget(key);
+                return done.map(|_| None).map_err(|source| SyncError::Release {
+                    key: key.to_string(),
+                    source,
+                });
+            }
         };
         if cached.metadata.uid.is_none() {
             return Err(SyncError::MissingUid {
                 key: key.to_string(),
             });
-        }
-        // Sharded: the sharder asked this shard to let go. This worker owns the key, so no
-        // other sync of this At is in flight: release it (see crate::sharding::drain) and stop.
-        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*cached).await {
-            self.expectations.forget(key);
-            self.written.forget(key);
-            return released
-                .map(|()| None)
-                .map_err(|source| SyncError::Release {
-                    key: key.to_string(),
-                    source,
-                });
         }
         // Our own last status write wins over a cache that has not caught up with it yet.
         let at = self.written.effective(key, cached);

@@ -54,7 +54,7 @@ use super::owned::{
     LABEL_MANAGED_BY, SyncError, controller_reference, deployment_drift, is_controlled_by,
     owner_key,
 };
-use super::{Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
+use super::{Expectations, Operator, RunError, SyncHandler, SyncStats, Workers, object_to_sync};
 use crate::apis::{Foo, FooStatus};
 use crate::cache::{
     Deleted, EventHandlerFns, Lister, ListerWatcherSource, Selector, SharedInformerFactory, key_of,
@@ -187,19 +187,11 @@ impl SyncHandler for FooController {
 
     /// `syncHandler` (see the module documentation for the seven steps).
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        // 1.
-        let Some(foo) = self.foo_lister.get_by_key(key) else {
-            tracing::debug!(key, "Foo referenced by item in work queue no longer exists");
-            self.expectations.forget(key);
+        // 1. (none when deleted, or released to the sharder)
+        let fetched = object_to_sync(&self.foo_lister, &self.client, &self.expectations, key);
+        let Some(foo) = fetched.await.map_err(SyncError::release::<Foo>(key))? else {
             return Ok(None);
         };
-        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
-        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*foo).await {
-            self.expectations.forget(key);
-            return released
-                .map(|()| None)
-                .map_err(|e| SyncError::api::<Foo>(key, "releasing it from its shard", e));
-        }
         // 2.
         let deployment_name = foo.spec.deployment_name.as_str();
         if deployment_name.is_empty() {

@@ -98,7 +98,8 @@ use futures_util::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cache::{HandlerRegistration, InformerError};
+use crate::cache::{CacheObject, HandlerRegistration, InformerError, Lister};
+use crate::client::{self, Client};
 use crate::metrics::{ControllerMetrics, ReconcileResult};
 use crate::workqueue::RateLimitingQueue;
 
@@ -335,6 +336,36 @@ pub trait Operator: SyncHandler {
     fn sync_timeout(&self) -> Duration {
         DEFAULT_SYNC_TIMEOUT
     }
+}
+
+/// Step 1 of every operator's `sync_handler`, written once: the object its key names, from the
+/// operator's cache, unless this sync has nothing to do.
+///
+/// * `Ok(Some(obj))`: sync it.
+/// * `Ok(None)`: it is gone from the cache (deleted since its key was queued: what it owns goes
+///   with it, through the garbage collector), or this shard released it to the sharder
+///   ([`crate::sharding::drain`]: the worker owns the key, so no other sync of it is in flight).
+///   Either way the key's [`Expectations`] are forgotten.
+/// * `Err(e)`: the release was not written; the key is retried with backoff.
+///
+/// The book's controllers start the same way (`lister.Get`, then `IsNotFound` → "no longer
+/// exists", return nil).
+pub async fn object_to_sync<K: CacheObject>(
+    lister: &Lister<K>,
+    client: &Client,
+    expectations: &Expectations,
+    key: &str,
+) -> Result<Option<Arc<K>>, client::Error> {
+    let Some(obj) = lister.get_by_key(key) else {
+        tracing::debug!(key, kind = K::KIND, "object in work queue no longer exists");
+        expectations.forget(key);
+        return Ok(None);
+    };
+    if let Some(released) = crate::sharding::release_if_draining(client, &*obj).await {
+        expectations.forget(key);
+        return released.map(|()| None);
+    }
+    Ok(Some(obj))
 }
 
 /// Why a controller could not be built or could not start.
@@ -647,6 +678,37 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
     use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn object_to_sync_hands_over_a_cached_object_and_forgets_a_gone_one() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        // Never contacted: nothing here is draining, so nothing is released.
+        let uri: http::Uri = "http://127.0.0.1:9".parse().unwrap();
+        let client = Client::new(crate::client::Config::new(uri)).unwrap();
+        let indexer = crate::cache::Indexer::new();
+        indexer.insert(Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("here".into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }));
+        let lister = Lister::new(indexer);
+        let expectations = Expectations::default();
+        expectations.expect_creations("ns/here", 1);
+        expectations.expect_creations("ns/gone", 1);
+
+        let here = object_to_sync(&lister, &client, &expectations, "ns/here").await;
+        let here = here.unwrap().expect("the cached object");
+        assert_eq!(here.metadata.name.as_deref(), Some("here"));
+        assert!(!expectations.satisfied("ns/here"), "kept for the sync");
+
+        let gone = object_to_sync(&lister, &client, &expectations, "ns/gone").await;
+        assert!(gone.unwrap().is_none());
+        assert!(expectations.satisfied("ns/gone"), "forgotten with the object");
+    }
 
     /// A scripted handler: each key has a queue of behaviours, one per call.
     #[derive(Default)]

@@ -37,7 +37,9 @@ use super::owned::{
     SyncError, dependent_metadata, deployment_drift, is_controlled_by, owner_handlers,
     standard_labels, update_status,
 };
-use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
+use super::{
+    Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers, object_to_sync,
+};
 use crate::apis::MyApp;
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
 use crate::cache::{
@@ -150,19 +152,11 @@ impl SyncHandler for MyAppController {
 
     /// `syncHandler` (see the module documentation for the steps).
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        // 1. The MyApp, from the cache.
-        let Some(app) = self.myapp_lister.get_by_key(key) else {
-            tracing::debug!(key, "MyApp in work queue no longer exists");
-            self.expectations.forget(key);
+        // 1. The MyApp, from the cache (none when deleted, or released to the sharder).
+        let fetched = object_to_sync(&self.myapp_lister, &self.client, &self.expectations, key);
+        let Some(app) = fetched.await.map_err(SyncError::release::<MyApp>(key))? else {
             return Ok(None);
         };
-        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
-        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*app).await {
-            self.expectations.forget(key);
-            return released
-                .map(|()| None)
-                .map_err(|e| SyncError::api::<MyApp>(key, "releasing it from its shard", e));
-        }
         if app.metadata.deletion_timestamp.is_some() {
             // Being deleted: the garbage collector takes the Deployment with it.
             return Ok(None);

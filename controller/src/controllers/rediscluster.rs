@@ -60,7 +60,9 @@ use super::owned::{
     LABEL_INSTANCE, SyncError, controller_ref_of, dependent_metadata, is_controlled_by,
     owner_handlers, standard_labels, write_status_if_changed,
 };
-use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
+use super::{
+    Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers, object_to_sync,
+};
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
 use crate::apis::rediscluster::{DEFAULT_IMAGE, FINALIZER};
 use crate::apis::{RedisCluster, RedisClusterSpec, RedisClusterStatus};
@@ -245,20 +247,14 @@ impl SyncHandler for RedisClusterController {
 
     /// `syncHandler` (see the module documentation for the seven steps).
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        // 1.
-        let Some(cluster) = self.cluster_lister.get_by_key(key) else {
-            tracing::debug!(key, "RedisCluster in work queue no longer exists");
-            self.expectations.forget(key);
+        // 1. (none when deleted, or released to the sharder)
+        let fetched = object_to_sync(&self.cluster_lister, &self.client, &self.expectations, key);
+        let Some(cluster) = fetched
+            .await
+            .map_err(SyncError::release::<RedisCluster>(key))?
+        else {
             return Ok(None);
         };
-        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
-        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*cluster).await
-        {
-            self.expectations.forget(key);
-            return released.map(|()| None).map_err(|e| {
-                SyncError::api::<RedisCluster>(key, "releasing it from its shard", e)
-            });
-        }
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default();
         let pp = PostParams::with_field_manager(CONTROLLER_NAME);

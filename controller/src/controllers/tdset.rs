@@ -58,7 +58,9 @@ use super::owned::{
     SyncError, dependent_metadata, deployment_drift, is_controlled_by, owner_handlers,
     standard_labels, write_status_if_changed,
 };
-use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
+use super::{
+    Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers, object_to_sync,
+};
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
 use crate::apis::{TDSet, TDSetSpec, TDSetStatus};
 use crate::cache::{
@@ -303,19 +305,11 @@ impl SyncHandler for TDSetController {
 
     /// `syncHandler` (see the module documentation for the six steps).
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
-        // 1.
-        let Some(tdset) = self.tdset_lister.get_by_key(key) else {
-            tracing::debug!(key, "TDSet in work queue no longer exists");
-            self.expectations.forget(key);
+        // 1. (none when deleted, or released to the sharder)
+        let fetched = object_to_sync(&self.tdset_lister, &self.client, &self.expectations, key);
+        let Some(tdset) = fetched.await.map_err(SyncError::release::<TDSet>(key))? else {
             return Ok(None);
         };
-        // Sharded and drained: release it to the sharder (crate::sharding::drain) and stop.
-        if let Some(released) = crate::sharding::release_if_draining(&self.client, &*tdset).await {
-            self.expectations.forget(key);
-            return released
-                .map(|()| None)
-                .map_err(|e| SyncError::api::<TDSet>(key, "releasing it from its shard", e));
-        }
         if tdset.metadata.deletion_timestamp.is_some() {
             return Ok(None);
         }
