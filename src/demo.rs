@@ -219,32 +219,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let client = Client::new(config).map_err(api_err("building the client"))?;
 
     let path = opts.kubeconfig_out.display().to_string();
-    println!(
-        "sample-controller demo: the {} operator{} on an embedded API server",
-        operators.join(", "),
-        if operators.len() == 1 { "" } else { "s" }
-    );
-    println!();
-    println!("  API server  {} (in this process)", server.url());
-    println!("  kubeconfig  {path}");
-    for resource in operators.iter().map(|op| operators::watched_resource(op)) {
-        println!("  watch it    kubectl --kubeconfig {path} get {resource} -w");
-    }
-    if opts.serve {
-        println!(
-            "  --serve     the server and the controllers keep running after the stories, until Ctrl-C"
-        );
-    } else {
-        println!(
-            "  (the demo exits when its stories end, and the server with it; add --serve to keep both"
-        );
-        println!(
-            "   running and use them with kubectl: apply your own objects, watch the controllers act)"
-        );
-    }
-    println!();
-    println!("  every line says its story: [time] story | what happened");
-    println!();
+    print_banner(&operators, server.url(), &path, opts.serve);
 
     if let Some(h) = &hooks {
         h.install_at_crd(&client).await?;
@@ -263,28 +238,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let printer_stop = CancellationToken::new();
     printer.start(&printer_stop);
 
-    // The controller manager, exactly as `sample-controller run` builds it (no HTTP
-    // listeners, no leader election: one process, one manager).
-    let manager_cfg = ManagerConfig {
-        kubeconfig: None,
-        master: None,
-        context: None,
-        namespace: None,
-        controllers: operators.clone(),
-        workers: 2,
-        resync_period: Duration::from_secs(600),
-        qps: 50.0,
-        burst: 100,
-        throttle_follows_server: false,
-        leader_election: None,
-        metrics_addr: None,
-        health_addr: None,
-        serving: sample_controller::health::probe_serving_limits(),
-        shutdown_timeout: Duration::from_secs(10),
-        log_format: LogFormat::Text,
-        verbosity: opts.verbosity,
-        otlp: None,
-    };
+    let manager_cfg = manager_config(&operators, opts.verbosity);
     let manager_stop = CancellationToken::new();
     let manager = tokio::spawn(
         Manager::new(manager_cfg, client.clone())
@@ -335,65 +289,14 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     };
 
     if let Ok(runs) = &outcome {
-        println!();
-        if with_at {
-            let invalid = seen
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .expect_invalid
-                .join(" and ");
-            if invalid.is_empty() {
-                println!(
-                    "done: example-at and failing-at are DONE; the invalid Ats were refused at admission."
-                );
-            } else {
-                println!(
-                    "done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning."
-                );
-            }
-            println!(
-                "      the API server saw {} pod creations: one per runnable At, none before its schedule:",
-                runs.len()
-            );
-            for run in runs {
-                println!("      {run}");
-            }
-            println!();
-            println!("$ kubectl logs example-at-pod");
-            match pod_log(&client, "example-at-pod").await {
-                Ok(text) => print!("{text}"),
-                Err(e) => println!("(could not read the log: {e})"),
-            }
-        }
-        for op in operators.iter().filter(|o| **o != "at") {
-            println!("done: {}", operators::summary(op));
-        }
+        let invalid = seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expect_invalid
+            .join(" and ");
+        print_ending(&client, &operators, runs, &invalid, with_at).await;
         if opts.serve {
-            println!();
-            let resources: BTreeSet<&str> = operators
-                .iter()
-                .flat_map(|op| operators::shown_resources(op).iter().copied())
-                .collect();
-            println!(
-                "still serving (--serve): the API server at {} and the controllers keep running.",
-                server.url()
-            );
-            println!(
-                "  look:   kubectl --kubeconfig {path} get {}",
-                resources.into_iter().collect::<Vec<_>>().join(",")
-            );
-            if with_at {
-                println!(
-                    "  why:    kubectl --kubeconfig {path} describe at example-at   (events, conditions)"
-                );
-                println!(
-                    "  shapes: kubectl --kubeconfig {path} get ats.v1alpha1.cnat.programming-kubernetes.info -o yaml   (the book's version, converted by /convert)"
-                );
-            }
-            println!(
-                "  act:    kubectl --kubeconfig {path} apply -f artifacts/examples/   (the controllers pick it up)"
-            );
-            println!("press Ctrl-C to stop");
+            print_serving(&operators, server.url(), &path, with_at);
             let _ = tokio::signal::ctrl_c().await;
         }
     }
@@ -409,6 +312,126 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     printer.shutdown().await;
     server.shutdown().await;
     outcome.map(|_| ())
+}
+
+/// The demo's first lines: what runs, where, and how to watch it with kubectl.
+fn print_banner(operators: &[&'static str], server_url: &str, path: &str, serve: bool) {
+    println!(
+        "sample-controller demo: the {} operator{} on an embedded API server",
+        operators.join(", "),
+        if operators.len() == 1 { "" } else { "s" }
+    );
+    println!();
+    println!("  API server  {} (in this process)", server_url);
+    println!("  kubeconfig  {path}");
+    for resource in operators.iter().map(|op| operators::watched_resource(op)) {
+        println!("  watch it    kubectl --kubeconfig {path} get {resource} -w");
+    }
+    if serve {
+        println!(
+            "  --serve     the server and the controllers keep running after the stories, until Ctrl-C"
+        );
+    } else {
+        println!(
+            "  (the demo exits when its stories end, and the server with it; add --serve to keep both"
+        );
+        println!(
+            "   running and use them with kubectl: apply your own objects, watch the controllers act)"
+        );
+    }
+    println!();
+    println!("  every line says its story: [time] story | what happened");
+    println!();
+}
+
+/// The controller manager, exactly as `sample-controller run` builds it (no HTTP listeners,
+/// no leader election: one process, one manager).
+fn manager_config(operators: &[&'static str], verbosity: u8) -> ManagerConfig {
+    ManagerConfig {
+        kubeconfig: None,
+        master: None,
+        context: None,
+        namespace: None,
+        controllers: operators.to_vec(),
+        workers: 2,
+        resync_period: Duration::from_secs(600),
+        qps: 50.0,
+        burst: 100,
+        throttle_follows_server: false,
+        leader_election: None,
+        metrics_addr: None,
+        health_addr: None,
+        serving: sample_controller::health::probe_serving_limits(),
+        shutdown_timeout: Duration::from_secs(10),
+        log_format: LogFormat::Text,
+        verbosity,
+        otlp: None,
+    }
+}
+
+/// The end of the stories: what the At controller did (each pod, the log of one) and each
+/// other operator's summary.
+async fn print_ending(
+    client: &Client,
+    operators: &[&'static str],
+    runs: &[String],
+    invalid: &str,
+    with_at: bool,
+) {
+    println!();
+    if with_at {
+        if invalid.is_empty() {
+            println!(
+                "done: example-at and failing-at are DONE; the invalid Ats were refused at admission."
+            );
+        } else {
+            println!("done: example-at and failing-at are DONE; {invalid}: InvalidSpec warning.");
+        }
+        println!(
+            "      the API server saw {} pod creations: one per runnable At, none before its schedule:",
+            runs.len()
+        );
+        for run in runs {
+            println!("      {run}");
+        }
+        println!();
+        println!("$ kubectl logs example-at-pod");
+        match pod_log(client, "example-at-pod").await {
+            Ok(text) => print!("{text}"),
+            Err(e) => println!("(could not read the log: {e})"),
+        }
+    }
+    for op in operators.iter().filter(|o| **o != "at") {
+        println!("done: {}", operators::summary(op));
+    }
+}
+
+/// With `--serve`: what to try with kubectl while the server and the controllers keep running.
+fn print_serving(operators: &[&'static str], server_url: &str, path: &str, with_at: bool) {
+    println!();
+    let resources: BTreeSet<&str> = operators
+        .iter()
+        .flat_map(|op| operators::shown_resources(op).iter().copied())
+        .collect();
+    println!(
+        "still serving (--serve): the API server at {server_url} and the controllers keep running."
+    );
+    println!(
+        "  look:   kubectl --kubeconfig {path} get {}",
+        resources.into_iter().collect::<Vec<_>>().join(",")
+    );
+    if with_at {
+        println!(
+            "  why:    kubectl --kubeconfig {path} describe at example-at   (events, conditions)"
+        );
+        println!(
+            "  shapes: kubectl --kubeconfig {path} get ats.v1alpha1.cnat.programming-kubernetes.info -o yaml   (the book's version, converted by /convert)"
+        );
+    }
+    println!(
+        "  act:    kubectl --kubeconfig {path} apply -f artifacts/examples/   (the controllers pick it up)"
+    );
+    println!("press Ctrl-C to stop");
 }
 
 /// The log of a pod in the demo namespace (`GET .../pods/NAME/log`, what `kubectl logs`

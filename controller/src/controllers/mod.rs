@@ -707,7 +707,10 @@ mod tests {
 
         let gone = object_to_sync(&lister, &client, &expectations, "ns/gone").await;
         assert!(gone.unwrap().is_none());
-        assert!(expectations.satisfied("ns/gone"), "forgotten with the object");
+        assert!(
+            expectations.satisfied("ns/gone"),
+            "forgotten with the object"
+        );
     }
 
     /// A scripted handler: each key has a queue of behaviours, one per call.

@@ -110,7 +110,7 @@ use crate::leaderelection::{
 use crate::metrics::{Metrics, serve_metrics_with};
 pub use crate::metrics_auth::SecureServing;
 use crate::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure};
-use crate::otlp::{Exporter, SpanQueue};
+use crate::otlp::{Exporter, ExporterHandle, SpanQueue};
 use crate::record::EventBroadcaster;
 use crate::workqueue::QueueMetrics;
 
@@ -279,35 +279,10 @@ impl Manager {
         // Traces: the exporter runs for the manager's whole life and flushes last.
         let exporter_stop = CancellationToken::new();
         let _stop_exporter_on_drop = exporter_stop.clone().drop_guard();
-        let exporter = match &cfg.otlp {
-            Some(otlp) => {
-                metrics.with_registry(|r| self.span_queue.register(r));
-                let exporter = Exporter::new(otlp.clone(), self.span_queue.clone())
-                    .map_err(|e| ManagerError::Config(client::Error::Config(e)))?;
-                tracing::info!(endpoint = %otlp.traces_url(), service = %otlp.service_name, "exporting traces over OTLP/HTTP");
-                Some(exporter.spawn(exporter_stop.clone()))
-            }
-            None => None,
-        };
+        let exporter = self.start_exporter(&metrics, &exporter_stop)?;
         let health = HealthState::new();
         self.follow_server_throttle(&health).await;
-
-        // One informer factory for every controller: one watch per type, shared caches.
-        // Each informer's reflector reports 403s, relists and watch progress to `health`, so
-        // /healthz fails, naming the resource, when a watch is stuck.
-        let mut factory =
-            SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period)
-                .with_watch_health(health.clone());
-        if let Some(ns) = &cfg.namespace {
-            factory = factory.with_namespace(ns.clone());
-        }
-        // Owned kinds: only what the operators labelled, pods in their slim form.
-        let mut factory = crate::controllers::caches::scope_owned_caches(factory);
-        // A shard: only the objects labelled for it (and what they own).
-        if let Some(shard) = &self.sharding {
-            factory = crate::sharding::scope_shard_caches(factory, shard);
-        }
-        let factory = Arc::new(factory);
+        let factory = Arc::new(self.informer_factory(&health));
 
         // Events: logged, and written as core/v1 Events for `kubectl describe`.
         let broadcaster = EventBroadcaster::new();
@@ -337,20 +312,9 @@ impl Manager {
         );
         self.observe_informers(&factory, &metrics, &health);
 
-        // Metrics and probes, each on its own listener (0 = off).
         let servers = CancellationToken::new();
         let _stop_servers_on_drop = servers.clone().drop_guard();
-        let secure = self.secure_metrics.as_ref().map(|s| (s, &self.client));
-        let mut listeners = serve_http(&cfg, &metrics, &health, secure, &servers).await?;
-        if let Some(wh) = &self.webhook {
-            let wm = crate::webhook::WebhookMetrics::default();
-            metrics.with_registry(|r| wm.register(r));
-            let h = crate::webhook::serve(wh, wm, servers.clone())
-                .await
-                .map_err(|e| ManagerError::Webhook(e.to_string()))?;
-            tracing::info!(addr = %h.local_addr(), cert_dir = %wh.cert_dir.display(), "serving admission webhooks");
-            listeners.push(h);
-        }
+        let listeners = self.start_listeners(&metrics, &health, &servers).await?;
 
         // The ring's sharder, elected among its candidates: this process alone
         // (`--controllers=sharder`, under the manager's identity), or a shard that hosts it.
@@ -365,52 +329,9 @@ impl Manager {
             let spawn = (&election, identity, &health);
             self.spawn_sharder(spawn, &metrics, &broadcaster, shutdown.clone())
         });
-        let outcome = match (&self.sharding, &cfg.leader_election) {
-            _ if self.sharder.is_some() => {
-                tracing::info!("running the ring's sharder only");
-                shutdown.cancelled().await;
-                Ok(())
-            }
-            (Some(shard), _) => {
-                let le = LeaderElectionConfig {
-                    lease_name: shard.shard_id.clone(),
-                    lease_namespace: shard.lease_namespace.clone(),
-                    lease_duration: shard.lease_duration,
-                    renew_deadline: shard.renew_deadline,
-                    retry_period: shard.retry_period,
-                };
-                tracing::info!(shard = %shard.shard_id, ring = shard.labels.ring(), selector = %shard.selector(), "running as a shard");
-                self.run_elected(
-                    (&le, &shard.shard_id, shard.lease_labels()),
-                    &controllers,
-                    &metrics,
-                    &health,
-                    &broadcaster,
-                    shutdown.clone(),
-                )
-                .await
-            }
-            (None, None) => {
-                run_controllers(
-                    &controllers,
-                    cfg.workers,
-                    cfg.shutdown_timeout,
-                    shutdown.clone(),
-                )
-                .await
-            }
-            (None, Some(le)) => {
-                self.run_elected(
-                    (le, &self.identity, Default::default()),
-                    &controllers,
-                    &metrics,
-                    &health,
-                    &broadcaster,
-                    shutdown.clone(),
-                )
-                .await
-            }
-        };
+        let outcome = self
+            .run_role(&controllers, &metrics, &health, &broadcaster, &shutdown)
+            .await;
 
         // Stop in the reverse order of starting: the sharder, informers, listeners, then the
         // event pipeline (so the last syncs' events are still written).
@@ -433,6 +354,125 @@ impl Manager {
         }
         tracing::info!("stopped");
         outcome
+    }
+
+    /// The OTLP trace exporter, when `--otlp-endpoint` asks for one; it stops (and flushes)
+    /// when `stop` is cancelled.
+    fn start_exporter(
+        &self,
+        metrics: &Metrics,
+        stop: &CancellationToken,
+    ) -> Result<Option<ExporterHandle>, ManagerError> {
+        let Some(otlp) = &self.config.otlp else {
+            return Ok(None);
+        };
+        metrics.with_registry(|r| self.span_queue.register(r));
+        let exporter = Exporter::new(otlp.clone(), self.span_queue.clone())
+            .map_err(|e| ManagerError::Config(client::Error::Config(e)))?;
+        tracing::info!(endpoint = %otlp.traces_url(), service = %otlp.service_name, "exporting traces over OTLP/HTTP");
+        Ok(Some(exporter.spawn(stop.clone())))
+    }
+
+    /// One informer factory for every controller: one watch per type, shared caches. Each
+    /// informer's reflector reports 403s, relists and watch progress to `health`, so /healthz
+    /// fails, naming the resource, when a watch is stuck.
+    fn informer_factory(&self, health: &HealthState) -> SharedInformerFactory<ClientSource> {
+        let cfg = &self.config;
+        let mut factory =
+            SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period)
+                .with_watch_health(health.clone());
+        if let Some(ns) = &cfg.namespace {
+            factory = factory.with_namespace(ns.clone());
+        }
+        // Owned kinds: only what the operators labelled, pods in their slim form.
+        let mut factory = crate::controllers::caches::scope_owned_caches(factory);
+        // A shard: only the objects labelled for it (and what they own).
+        if let Some(shard) = &self.sharding {
+            factory = crate::sharding::scope_shard_caches(factory, shard);
+        }
+        factory
+    }
+
+    /// Metrics and probes, each on its own listener (0 = off), and the admission webhooks when
+    /// configured; all stop when `stop` is cancelled.
+    async fn start_listeners(
+        &self,
+        metrics: &Metrics,
+        health: &HealthState,
+        stop: &CancellationToken,
+    ) -> Result<Vec<ServerHandle>, ManagerError> {
+        let secure = self.secure_metrics.as_ref().map(|s| (s, &self.client));
+        let mut listeners = serve_http(&self.config, metrics, health, secure, stop).await?;
+        if let Some(wh) = &self.webhook {
+            let wm = crate::webhook::WebhookMetrics::default();
+            metrics.with_registry(|r| wm.register(r));
+            let h = crate::webhook::serve(wh, wm, stop.clone())
+                .await
+                .map_err(|e| ManagerError::Webhook(e.to_string()))?;
+            tracing::info!(addr = %h.local_addr(), cert_dir = %wh.cert_dir.display(), "serving admission webhooks");
+            listeners.push(h);
+        }
+        Ok(listeners)
+    }
+
+    /// What this process does with its controllers until `shutdown`: nothing (a sharder-only
+    /// process), run them as a shard (the shard's Lease), run them at once (no leader
+    /// election), or run them while it holds the leader Lease.
+    async fn run_role(
+        &self,
+        controllers: &[Arc<dyn Controller>],
+        metrics: &Metrics,
+        health: &HealthState,
+        broadcaster: &EventBroadcaster,
+        shutdown: &CancellationToken,
+    ) -> Result<(), ManagerError> {
+        match (&self.sharding, &self.config.leader_election) {
+            _ if self.sharder.is_some() => {
+                tracing::info!("running the ring's sharder only");
+                shutdown.cancelled().await;
+                Ok(())
+            }
+            (Some(shard), _) => {
+                let le = LeaderElectionConfig {
+                    lease_name: shard.shard_id.clone(),
+                    lease_namespace: shard.lease_namespace.clone(),
+                    lease_duration: shard.lease_duration,
+                    renew_deadline: shard.renew_deadline,
+                    retry_period: shard.retry_period,
+                };
+                tracing::info!(shard = %shard.shard_id, ring = shard.labels.ring(), selector = %shard.selector(), "running as a shard");
+                self.run_elected(
+                    (&le, &shard.shard_id, shard.lease_labels()),
+                    controllers,
+                    metrics,
+                    health,
+                    broadcaster,
+                    shutdown.clone(),
+                )
+                .await
+            }
+            (None, None) => {
+                let cfg = &self.config;
+                run_controllers(
+                    controllers,
+                    cfg.workers,
+                    cfg.shutdown_timeout,
+                    shutdown.clone(),
+                )
+                .await
+            }
+            (None, Some(le)) => {
+                self.run_elected(
+                    (le, &self.identity, Default::default()),
+                    controllers,
+                    metrics,
+                    health,
+                    broadcaster,
+                    shutdown.clone(),
+                )
+                .await
+            }
+        }
     }
 
     /// Following the server: asks it now (bounded by [`THROTTLE_PROBE_TIMEOUT`]) whether it
