@@ -441,36 +441,12 @@ async fn admit_once(
         None => None,
     };
     let operation = operation(write, old.is_some());
-    let options = match (write, operation) {
-        (Write::Delete(o), _) => {
-            let mut d = json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"});
-            if let Some(p) = &o.propagation {
-                d["propagationPolicy"] = json!(p);
-            }
-            if let Some(g) = o.grace_period {
-                d["gracePeriodSeconds"] = json!(g);
-            }
-            d
-        }
-        (_, "CREATE") => {
-            json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": query.field_manager()})
-        }
-        _ => {
-            json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions", "fieldManager": query.field_manager()})
-        }
-    };
     let req = Request {
         target,
         operation,
         user,
         dry_run,
-        options: if dry_run {
-            let mut o = options;
-            o["dryRun"] = json!(["All"]);
-            o
-        } else {
-            options
-        },
+        options: request_options(write, operation, query, dry_run),
     };
     // The object as the client asked for it, before the server's own preparation.
     let mut object: Option<Value> = match write {
@@ -506,61 +482,15 @@ async fn admit_once(
     // 2. Mutating webhooks, in order; then the IfNeeded ones again if a later one changed the
     // object they saw.
     let before = object.clone();
-    let mut changes = 0usize;
-    let mut seen_at: Vec<Option<usize>> = vec![];
     let mutating = shared
         .store
         .read(|st| selected(st, mutating, target, object.as_ref(), old.as_ref()))?;
-    for c in &mutating {
-        let seen_object = hook_view(shared, target, c, object.as_ref()).await?;
-        let seen_old = hook_view(shared, target, c, old.as_ref()).await?;
-        let verdict = settle(
-            &c.hook,
-            shared
-                .admission
-                .call(&req, c, seen_object.as_ref(), seen_old.as_ref())
-                .await,
-        )?;
-        seen_at.push(verdict.is_some().then_some(changes));
-        if let Some(v) = verdict
-            && apply_verdict_seen(shared, c, target, v, &mut object, seen_object, query).await?
-        {
-            changes += 1;
-        }
-    }
-    for (c, seen) in mutating.iter().zip(seen_at) {
-        if c.hook.reinvoke_if_needed && seen.is_some_and(|s| s < changes) {
-            let seen_object = hook_view(shared, target, c, object.as_ref()).await?;
-            let seen_old = hook_view(shared, target, c, old.as_ref()).await?;
-            let verdict = settle(
-                &c.hook,
-                shared
-                    .admission
-                    .call(&req, c, seen_object.as_ref(), seen_old.as_ref())
-                    .await,
-            )?;
-            if let Some(v) = verdict {
-                apply_verdict_seen(shared, c, target, v, &mut object, seen_object, query).await?;
-            }
-        }
-    }
+    run_mutating(shared, &req, &mutating, &mut object, old.as_ref(), query).await?;
     // What is written: the request as sent, or, if a webhook changed the object, the object
     // itself, conditional on the version the webhooks were shown.
     let mutated = object != before;
     let effective = if mutated {
-        let mut obj = object.clone().unwrap_or(Value::Null);
-        match (write, &old) {
-            (Write::Create(_), _) | (_, None) => Write::Create(obj),
-            (_, Some(o)) => {
-                let stated = obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .is_some_and(|s| !s.is_empty());
-                if !stated && obj.is_object() {
-                    obj["metadata"]["resourceVersion"] = o["metadata"]["resourceVersion"].clone();
-                }
-                Write::Update(obj)
-            }
-        }
+        mutated_write(write, object.unwrap_or(Value::Null), old.as_ref())
     } else {
         write.clone()
     };
@@ -585,18 +515,141 @@ async fn admit_once(
     let validating = shared
         .store
         .read(|st| selected(st, validating, target, shown.as_ref(), old.as_ref()))?;
+    run_validating(
+        shared,
+        &req,
+        &validating,
+        shown.as_ref(),
+        old.as_ref(),
+        query,
+    )
+    .await?;
+    // 5. The write itself.
+    if dry_run {
+        return Ok(dry);
+    }
+    crate::conversion::run(shared, target, &effective, query, false)
+        .await
+        .map_err(conflict)
+}
+
+/// The `options` of an `AdmissionReview` request: the `DeleteOptions`, `CreateOptions` or
+/// `UpdateOptions` of the write, with `dryRun: ["All"]` for a dry run.
+fn request_options(write: &Write, operation: &str, query: &Query, dry_run: bool) -> Value {
+    let mut options = match (write, operation) {
+        (Write::Delete(o), _) => {
+            let mut d = json!({"apiVersion": "meta.k8s.io/v1", "kind": "DeleteOptions"});
+            if let Some(p) = &o.propagation {
+                d["propagationPolicy"] = json!(p);
+            }
+            if let Some(g) = o.grace_period {
+                d["gracePeriodSeconds"] = json!(g);
+            }
+            d
+        }
+        (_, "CREATE") => {
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions", "fieldManager": query.field_manager()})
+        }
+        _ => {
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions", "fieldManager": query.field_manager()})
+        }
+    };
+    if dry_run {
+        options["dryRun"] = json!(["All"]);
+    }
+    options
+}
+
+/// Step 2: the mutating webhooks, in order, each shown the object as the previous ones left it;
+/// then, once, those with `reinvocationPolicy: IfNeeded` whose view a later webhook changed.
+async fn run_mutating(
+    shared: &Arc<Shared>,
+    req: &Request<'_>,
+    mutating: &[Chosen],
+    object: &mut Option<Value>,
+    old: Option<&Value>,
+    query: &Query,
+) -> Result<(), Retry> {
+    let target = req.target;
+    let mut changes = 0usize;
+    let mut seen_at: Vec<Option<usize>> = vec![];
+    for c in mutating {
+        let seen_object = hook_view(shared, target, c, object.as_ref()).await?;
+        let seen_old = hook_view(shared, target, c, old).await?;
+        let verdict = settle(
+            &c.hook,
+            shared
+                .admission
+                .call(req, c, seen_object.as_ref(), seen_old.as_ref())
+                .await,
+        )?;
+        seen_at.push(verdict.is_some().then_some(changes));
+        if let Some(v) = verdict
+            && apply_verdict_seen(shared, c, target, v, object, seen_object, query).await?
+        {
+            changes += 1;
+        }
+    }
+    for (c, seen) in mutating.iter().zip(seen_at) {
+        if c.hook.reinvoke_if_needed && seen.is_some_and(|s| s < changes) {
+            let seen_object = hook_view(shared, target, c, object.as_ref()).await?;
+            let seen_old = hook_view(shared, target, c, old).await?;
+            let verdict = settle(
+                &c.hook,
+                shared
+                    .admission
+                    .call(req, c, seen_object.as_ref(), seen_old.as_ref())
+                    .await,
+            )?;
+            if let Some(v) = verdict {
+                apply_verdict_seen(shared, c, target, v, object, seen_object, query).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The write that stores what the mutating webhooks made of `object`: a create, or an update
+/// conditional on the resourceVersion of the `old` object the webhooks were shown (unless the
+/// object states one itself).
+fn mutated_write(write: &Write, mut obj: Value, old: Option<&Value>) -> Write {
+    match (write, old) {
+        (Write::Create(_), _) | (_, None) => Write::Create(obj),
+        (_, Some(o)) => {
+            let stated = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty());
+            if !stated && obj.is_object() {
+                obj["metadata"]["resourceVersion"] = o["metadata"]["resourceVersion"].clone();
+            }
+            Write::Update(obj)
+        }
+    }
+}
+
+/// Step 4: the validating webhooks, called in parallel on the object as it would be stored;
+/// any refusal is the answer, and their warnings go to the response.
+async fn run_validating(
+    shared: &Arc<Shared>,
+    req: &Request<'_>,
+    validating: &[Chosen],
+    shown: Option<&Value>,
+    old: Option<&Value>,
+    query: &Query,
+) -> Result<(), Retry> {
+    let target = req.target;
     let mut views = Vec::with_capacity(validating.len());
-    for c in &validating {
+    for c in validating {
         views.push((
-            hook_view(shared, target, c, shown.as_ref()).await?,
-            hook_view(shared, target, c, old.as_ref()).await?,
+            hook_view(shared, target, c, shown).await?,
+            hook_view(shared, target, c, old).await?,
         ));
     }
     let results = futures_util::future::join_all(
         validating
             .iter()
             .zip(&views)
-            .map(|(c, (o, old))| shared.admission.call(&req, c, o.as_ref(), old.as_ref())),
+            .map(|(c, (o, old))| shared.admission.call(req, c, o.as_ref(), old.as_ref())),
     )
     .await;
     for (c, r) in validating.iter().zip(results) {
@@ -606,13 +659,7 @@ async fn admit_once(
             }
         }
     }
-    // 5. The write itself.
-    if dry_run {
-        return Ok(dry);
-    }
-    crate::conversion::run(shared, target, &effective, query, false)
-        .await
-        .map_err(conflict)
+    Ok(())
 }
 
 /// `CREATE`, `UPDATE` or `DELETE` for this write, given whether the object exists.
