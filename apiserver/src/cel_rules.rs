@@ -607,6 +607,185 @@ fn cost_error(what: &str, cost: u64, limit: u64) -> String {
     )
 }
 
+/// Compiles one entry of a node's `x-kubernetes-validations`: the rule, its message or
+/// messageExpression, reason, fieldPath and optionalOldSelf, each checked as the API server
+/// checks them when the CRD is written (every problem becomes a cause, with `field` naming
+/// where), and the rule's estimated cost added to the CRD's total. `None` when the rule cannot
+/// be kept.
+fn compile_rule(
+    raw: &Value,
+    field: &dyn Fn(&str) -> String,
+    schema: &Value,
+    cardinality: u64,
+    uncorrelatable: Option<&str>,
+    c: &mut Compiling,
+) -> Option<Rule> {
+    let source = raw["rule"].as_str().unwrap_or_default();
+    if source.trim().is_empty() {
+        c.causes.push(Cause::new(
+            "FieldValueRequired",
+            &field("rule"),
+            "Required value",
+        ));
+        return None;
+    }
+    let program = match parse(source) {
+        Ok(p) => p,
+        Err(e) => {
+            c.causes.push(Cause::new(
+                "FieldValueInvalid",
+                &field("rule"),
+                format!("Invalid value: {}: compilation failed: {e}", go_rule(raw)),
+            ));
+            return None;
+        }
+    };
+    if certainly_not(program.expression(), true) {
+        c.causes.push(Cause::new(
+            "FieldValueInvalid",
+            &field("rule"),
+            format!(
+                "Invalid value: {}: cel expression must evaluate to a bool",
+                go_rule(raw)
+            ),
+        ));
+        return None;
+    }
+    let mut ok = true;
+    let message = raw["message"].as_str().unwrap_or_default();
+    if raw.get("message").is_some() && message.trim().is_empty() {
+        c.causes.push(Cause::new(
+            "FieldValueRequired",
+            &field("message"),
+            "Required value: message must be non-empty if specified",
+        ));
+        ok = false;
+    } else if message.contains('\n') {
+        c.causes.push(Cause::new(
+            "FieldValueInvalid",
+            &field("message"),
+            format!(
+                "Invalid value: {}: message must not contain line breaks",
+                serde_json::json!(message)
+            ),
+        ));
+        ok = false;
+    }
+    let reason = raw["reason"].as_str().map(str::to_owned);
+    if let Some(r) = &reason
+        && !REASONS.contains(&r.as_str())
+    {
+        let supported: Vec<String> = REASONS.iter().map(|r| format!("\"{r}\"")).collect();
+        c.causes.push(Cause::new(
+            "FieldValueNotSupported",
+            &field("reason"),
+            format!(
+                "Unsupported value: \"{r}\": supported values: {}",
+                supported.join(", ")
+            ),
+        ));
+        ok = false;
+    }
+    let field_path = match raw["fieldPath"].as_str().filter(|p| !p.is_empty()) {
+        None => String::new(),
+        Some(fp) => match normalize_field_path(fp, schema) {
+            Ok(p) => p,
+            Err(e) => {
+                c.causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field("fieldPath"),
+                    format!(
+                        "Invalid value: {}: fieldPath must be a valid path: {e}",
+                        serde_json::json!(fp)
+                    ),
+                ));
+                ok = false;
+                String::new()
+            }
+        },
+    };
+    let old = uses_old_self(program.expression());
+    if old && let Some(within) = uncorrelatable {
+        c.causes.push(Cause::new(
+            "FieldValueInvalid",
+            &field("rule"),
+            format!(
+                "Invalid value: {}: oldSelf cannot be used on the uncorrelatable portion of the schema within {within}",
+                serde_json::json!(source)
+            ),
+        ));
+        return None;
+    }
+    let optional_old_self = raw["optionalOldSelf"].as_bool() == Some(true);
+    if optional_old_self && !old {
+        c.causes.push(Cause::new(
+            "FieldValueForbidden",
+            &field("optionalOldSelf"),
+            "Forbidden: may not be set if oldSelf is not used in rule",
+        ));
+        ok = false;
+    }
+    let message_expression = match raw["messageExpression"].as_str().filter(|m| !m.is_empty()) {
+        None => None,
+        Some(src) => match parse(src) {
+            Ok(p) if certainly_not(p.expression(), false) => {
+                c.causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field("messageExpression"),
+                    format!(
+                        "Invalid value: {}: messageExpression must evaluate to a string",
+                        go_rule(raw)
+                    ),
+                ));
+                ok = false;
+                None
+            }
+            Ok(p) => Some((src.to_owned(), p)),
+            Err(e) => {
+                c.causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field("messageExpression"),
+                    format!(
+                        "Invalid value: {}: messageExpression compilation failed: {e}",
+                        go_rule(raw)
+                    ),
+                ));
+                ok = false;
+                None
+            }
+        },
+    };
+    let mut cost = estimate_cost(program.expression(), schema, &Bounds::Declared);
+    if let Some((_, p)) = &message_expression {
+        cost = cost.saturating_add(estimate_cost(p.expression(), schema, &Bounds::Declared));
+    }
+    if cost > STATIC_ESTIMATED_COST_LIMIT {
+        c.causes.push(Cause::new(
+            "FieldValueForbidden",
+            &field("rule"),
+            format!(
+                "Forbidden: {}",
+                cost_error("estimated rule cost", cost, STATIC_ESTIMATED_COST_LIMIT)
+            ),
+        ));
+        ok = false;
+    }
+    c.total = c.total.saturating_add(cost.saturating_mul(cardinality));
+    if !ok {
+        return None;
+    }
+    Some(Rule {
+        source: source.to_owned(),
+        program,
+        message: message.trim().to_owned(),
+        message_expression,
+        reason,
+        field_path,
+        uses_old_self: old,
+        optional_old_self,
+    })
+}
+
 /// Compiles the rules of `schema` (at `path` below the base) and of the nodes below it.
 /// `cardinality` is how often the node can occur in one object; `uncorrelatable` the schema path
 /// of the nearest list above that is not a `x-kubernetes-list-type: map` list, under which
@@ -634,168 +813,8 @@ fn compile_node(
         .unwrap_or_default();
     for (i, raw) in list.iter().enumerate() {
         let field = |f: &str| at(&format!(".x-kubernetes-validations[{i}].{f}"));
-        let source = raw["rule"].as_str().unwrap_or_default();
-        if source.trim().is_empty() {
-            c.causes.push(Cause::new(
-                "FieldValueRequired",
-                &field("rule"),
-                "Required value",
-            ));
-            continue;
-        }
-        let program = match parse(source) {
-            Ok(p) => p,
-            Err(e) => {
-                c.causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    &field("rule"),
-                    format!("Invalid value: {}: compilation failed: {e}", go_rule(raw)),
-                ));
-                continue;
-            }
-        };
-        if certainly_not(program.expression(), true) {
-            c.causes.push(Cause::new(
-                "FieldValueInvalid",
-                &field("rule"),
-                format!(
-                    "Invalid value: {}: cel expression must evaluate to a bool",
-                    go_rule(raw)
-                ),
-            ));
-            continue;
-        }
-        let mut ok = true;
-        let message = raw["message"].as_str().unwrap_or_default();
-        if raw.get("message").is_some() && message.trim().is_empty() {
-            c.causes.push(Cause::new(
-                "FieldValueRequired",
-                &field("message"),
-                "Required value: message must be non-empty if specified",
-            ));
-            ok = false;
-        } else if message.contains('\n') {
-            c.causes.push(Cause::new(
-                "FieldValueInvalid",
-                &field("message"),
-                format!(
-                    "Invalid value: {}: message must not contain line breaks",
-                    serde_json::json!(message)
-                ),
-            ));
-            ok = false;
-        }
-        let reason = raw["reason"].as_str().map(str::to_owned);
-        if let Some(r) = &reason
-            && !REASONS.contains(&r.as_str())
-        {
-            let supported: Vec<String> = REASONS.iter().map(|r| format!("\"{r}\"")).collect();
-            c.causes.push(Cause::new(
-                "FieldValueNotSupported",
-                &field("reason"),
-                format!(
-                    "Unsupported value: \"{r}\": supported values: {}",
-                    supported.join(", ")
-                ),
-            ));
-            ok = false;
-        }
-        let field_path = match raw["fieldPath"].as_str().filter(|p| !p.is_empty()) {
-            None => String::new(),
-            Some(fp) => match normalize_field_path(fp, schema) {
-                Ok(p) => p,
-                Err(e) => {
-                    c.causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        &field("fieldPath"),
-                        format!(
-                            "Invalid value: {}: fieldPath must be a valid path: {e}",
-                            serde_json::json!(fp)
-                        ),
-                    ));
-                    ok = false;
-                    String::new()
-                }
-            },
-        };
-        let old = uses_old_self(program.expression());
-        if old && let Some(within) = uncorrelatable {
-            c.causes.push(Cause::new(
-                "FieldValueInvalid",
-                &field("rule"),
-                format!(
-                    "Invalid value: {}: oldSelf cannot be used on the uncorrelatable portion of the schema within {within}",
-                    serde_json::json!(source)
-                ),
-            ));
-            continue;
-        }
-        let optional_old_self = raw["optionalOldSelf"].as_bool() == Some(true);
-        if optional_old_self && !old {
-            c.causes.push(Cause::new(
-                "FieldValueForbidden",
-                &field("optionalOldSelf"),
-                "Forbidden: may not be set if oldSelf is not used in rule",
-            ));
-            ok = false;
-        }
-        let message_expression = match raw["messageExpression"].as_str().filter(|m| !m.is_empty()) {
-            None => None,
-            Some(src) => match parse(src) {
-                Ok(p) if certainly_not(p.expression(), false) => {
-                    c.causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        &field("messageExpression"),
-                        format!(
-                            "Invalid value: {}: messageExpression must evaluate to a string",
-                            go_rule(raw)
-                        ),
-                    ));
-                    ok = false;
-                    None
-                }
-                Ok(p) => Some((src.to_owned(), p)),
-                Err(e) => {
-                    c.causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        &field("messageExpression"),
-                        format!(
-                            "Invalid value: {}: messageExpression compilation failed: {e}",
-                            go_rule(raw)
-                        ),
-                    ));
-                    ok = false;
-                    None
-                }
-            },
-        };
-        let mut cost = estimate_cost(program.expression(), schema, &Bounds::Declared);
-        if let Some((_, p)) = &message_expression {
-            cost = cost.saturating_add(estimate_cost(p.expression(), schema, &Bounds::Declared));
-        }
-        if cost > STATIC_ESTIMATED_COST_LIMIT {
-            c.causes.push(Cause::new(
-                "FieldValueForbidden",
-                &field("rule"),
-                format!(
-                    "Forbidden: {}",
-                    cost_error("estimated rule cost", cost, STATIC_ESTIMATED_COST_LIMIT)
-                ),
-            ));
-            ok = false;
-        }
-        c.total = c.total.saturating_add(cost.saturating_mul(cardinality));
-        if ok {
-            rules.push(Rule {
-                source: source.to_owned(),
-                program,
-                message: message.trim().to_owned(),
-                message_expression,
-                reason,
-                field_path,
-                uses_old_self: old,
-                optional_old_self,
-            });
+        if let Some(rule) = compile_rule(raw, &field, schema, cardinality, uncorrelatable, c) {
+            rules.push(rule);
         }
     }
     let mut properties = BTreeMap::new();
