@@ -1440,31 +1440,30 @@ fn run_rules(node: &Node, path: &str, v: &Value, old: Option<&Value>, run: &mut 
                 rule.message.clone()
             }
         });
-        let shown = if at.is_empty() {
-            "<nil>".to_owned()
-        } else {
-            at
-        };
-        let (kind, value, detail) = match rule.reason.as_deref() {
-            Some("FieldValueForbidden") => (FieldErrorKind::Forbidden, None, detail),
-            Some("FieldValueRequired") => (FieldErrorKind::Required, None, detail),
-            Some("FieldValueDuplicate") => (
-                FieldErrorKind::Duplicate,
-                Some(Value::String(t.clone())),
-                String::new(),
-            ),
-            _ => (
-                FieldErrorKind::Invalid,
-                Some(Value::String(t.clone())),
-                detail,
-            ),
-        };
-        run.errors.push(FieldError {
-            path: shown,
-            kind,
-            detail,
-            value,
-        });
+        run.errors.push(rule_failure(rule, at, &t, detail));
+    }
+}
+
+/// A failed rule as a field error: at `at` (`<nil>` for the root), of the kind its `reason`
+/// names (`FieldValueInvalid` when it names none), showing the node's type `t` as the value.
+fn rule_failure(rule: &Rule, at: String, t: &str, detail: String) -> FieldError {
+    let path = if at.is_empty() {
+        "<nil>".to_owned()
+    } else {
+        at
+    };
+    let shown = Some(Value::String(t.to_owned()));
+    let (kind, value, detail) = match rule.reason.as_deref() {
+        Some("FieldValueForbidden") => (FieldErrorKind::Forbidden, None, detail),
+        Some("FieldValueRequired") => (FieldErrorKind::Required, None, detail),
+        Some("FieldValueDuplicate") => (FieldErrorKind::Duplicate, shown, String::new()),
+        _ => (FieldErrorKind::Invalid, shown, detail),
+    };
+    FieldError {
+        path,
+        kind,
+        detail,
+        value,
     }
 }
 
