@@ -11,6 +11,7 @@
 //! * [`ConnectionGate`]: at most `max_connections` connections at once. A connection accepted
 //!   beyond that is closed at once (its file descriptor is freed immediately, so a flood can
 //!   never exhaust the process's descriptors and make `accept` itself fail).
+//!   [`accept_connections`] is the accept loop every server runs around it.
 //! * [`Activity`]: per-connection bookkeeping of requests in flight and the time of the last
 //!   one, from which [`Activity::expired`] decides that a connection has gone idle: no request
 //!   within [`ServingLimits::header_read_timeout`] of opening (a client that connects and sends
@@ -46,6 +47,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use std::future::Future;
+use std::net::SocketAddr;
+
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Connections that close before the release function runs (see the module docs).
@@ -218,6 +223,59 @@ impl ConnectionGate {
     /// Connections that could still be admitted.
     pub fn available(&self) -> usize {
         self.slots.available_permits()
+    }
+}
+
+/// The first pause after a failed `accept`, doubled on each failure in a row up to
+/// [`ACCEPT_RETRY_MAX`] (Go's `net/http.Server.Serve`: 5 ms to 1 s).
+pub const ACCEPT_RETRY_MIN: Duration = Duration::from_millis(5);
+/// The longest pause after failed `accept`s in a row.
+pub const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// The accept loop of every server in the workspace (the embedded API server, the manager's
+/// probe, metrics and webhook servers): accepts connections on `listener` until `stop`
+/// completes, and hands each one `gate` admits to `admitted` with its [`Slot`] (which the
+/// connection's task holds until it ends). A connection over the limit is closed at once. An
+/// `accept` that fails (out of file descriptors, a connection reset before it was accepted) is
+/// logged and retried after a pause that doubles while the failures last, as Go's
+/// `net/http.Server` does, so a persistent failure is neither a hot loop nor fatal. `name`
+/// says which server in the log lines.
+pub async fn accept_connections<F>(
+    name: &str,
+    listener: &TcpListener,
+    gate: &ConnectionGate,
+    stop: impl Future<Output = ()>,
+    mut admitted: F,
+) where
+    F: FnMut(TcpStream, SocketAddr, Slot),
+{
+    let mut stop = std::pin::pin!(stop);
+    let mut pause = Duration::ZERO;
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => return,
+            a = listener.accept() => a,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => {
+                pause = Duration::ZERO;
+                a
+            }
+            Err(e) => {
+                pause = (pause * 2).clamp(ACCEPT_RETRY_MIN, ACCEPT_RETRY_MAX);
+                tracing::warn!(server = name, error = %e, retry_in = ?pause, "accept failed");
+                tokio::select! {
+                    _ = &mut stop => return,
+                    _ = tokio::time::sleep(pause) => continue,
+                }
+            }
+        };
+        let Some(slot) = gate.try_admit() else {
+            tracing::debug!(server = name, %peer, "connection limit reached; closing new connection");
+            drop(stream);
+            continue;
+        };
+        admitted(stream, peer, slot);
     }
 }
 
@@ -401,6 +459,49 @@ mod tests {
             "nothing closed since"
         );
         assert_eq!(gate.available(), 10_000);
+    }
+
+    #[tokio::test]
+    async fn the_accept_loop_hands_over_what_the_gate_admits_and_closes_the_rest() {
+        use tokio::io::AsyncReadExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let gate = ConnectionGate::new(1);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (kept_tx, mut kept_rx) = tokio::sync::mpsc::unbounded_channel();
+        let server = tokio::spawn(async move {
+            let stop = async {
+                let _ = stop_rx.await;
+            };
+            accept_connections("test", &listener, &gate, stop, |stream, _peer, slot| {
+                // The connection keeps its slot while it is open.
+                kept_tx.send((stream, slot)).unwrap();
+            })
+            .await;
+        });
+        let _first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let kept = kept_rx
+            .recv()
+            .await
+            .expect("the first connection is admitted");
+        // The second finds the gate full: closed at once, so the client reads end of stream.
+        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), second.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
+        assert!(kept_rx.try_recv().is_err(), "nothing else was handed over");
+        // Closing the first frees its place for the next.
+        drop(kept);
+        let _third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            kept_rx.recv().await.is_some(),
+            "the third connection is admitted"
+        );
+        stop_tx.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), server)
+            .await
+            .expect("the loop returns once stopped")
+            .unwrap();
     }
 
     #[test]

@@ -157,7 +157,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use apimachinery::serving::{Activity, ConnectionGate};
+use apimachinery::serving::{Activity, ConnectionGate, accept_connections};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -707,29 +707,19 @@ async fn accept_loop(
     limits: Arc<ServingLimits>,
 ) {
     let gate = ConnectionGate::new(limits.max_connections);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = shared.shutdown.cancelled() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        // Over the connection limit: close at once, freeing the descriptor.
-        let Some(slot) = gate.try_admit() else {
-            tracing::debug!(%peer, "connection limit reached; closing new connection");
-            drop(tcp);
-            continue;
-        };
-        let _ = tcp.set_nodelay(true);
-        let shared = shared.clone();
-        let acceptor = acceptor.clone();
-        let limits = limits.clone();
-        tracker.spawn(async move {
+    // Over the connection limit, a connection is closed at once, freeing the descriptor.
+    let stop = shared.shutdown.clone();
+    accept_connections(
+        "apiserver",
+        &listener,
+        &gate,
+        stop.cancelled(),
+        |tcp, peer, slot| {
+            let _ = tcp.set_nodelay(true);
+            let shared = shared.clone();
+            let acceptor = acceptor.clone();
+            let limits = limits.clone();
+            tracker.spawn(async move {
             let _slot = slot;
             match acceptor {
                 Some(acc) => {
@@ -748,7 +738,9 @@ async fn accept_loop(
                 None => serve_connection(TokioIo::new(tcp), shared, &limits).await,
             }
         });
-    }
+        },
+    )
+    .await;
 }
 
 /// Serves one connection under `limits`: HTTP/1 header timeout and buffer bound, HTTP/2

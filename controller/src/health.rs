@@ -94,7 +94,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use apimachinery::serving::{Activity, ConnectionGate, ServingLimits};
+use apimachinery::serving::{Activity, ConnectionGate, ServingLimits, accept_connections};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -102,9 +102,10 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Default probe address, as controller-runtime's (`:8081`).
 pub const DEFAULT_PROBE_ADDR: &str = "0.0.0.0:8081";
@@ -675,27 +676,10 @@ where
     let stop = cancel.child_token();
     let stop_task = stop.clone();
     let task = tokio::spawn(async move {
-        let mut conns = JoinSet::new();
-        loop {
-            let accepted = tokio::select! {
-                _ = stop_task.cancelled() => break,
-                a = listener.accept() => a,
-                // Reap finished connections so the set does not grow.
-                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-            };
-            let (stream, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(addr = %local_addr, error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let Some(slot) = gate.try_admit() else {
-                tracing::debug!(peer = %peer, "connection limit reached; closing new connection");
-                drop(stream);
-                continue;
-            };
+        let conns = TaskTracker::new();
+        let name = format!("http {local_addr}");
+        let stop = stop_task.cancelled();
+        accept_connections(&name, &listener, &gate, stop, |stream, peer, slot| {
             let route = route.clone();
             let stop_conn = stop_task.clone();
             let limits = limits.clone();
@@ -714,8 +698,10 @@ where
                 });
                 serve_http1_connection(stream, service, &activity, &limits, &stop_conn, peer).await;
             });
-        }
-        while conns.join_next().await.is_some() {}
+        })
+        .await;
+        conns.close();
+        conns.wait().await;
     });
     Ok(ServerHandle {
         local_addr,

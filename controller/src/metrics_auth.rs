@@ -84,7 +84,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use apimachinery::serving::{Activity, ConnectionGate};
+use apimachinery::serving::{Activity, ConnectionGate, accept_connections};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
@@ -98,9 +98,9 @@ use prometheus_client::registry::Registry;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::client::{self, Client};
 use crate::health::ServerHandle;
@@ -611,26 +611,10 @@ pub async fn serve_metrics_secure(
     let stop = cancel.child_token();
     let stop_task = stop.clone();
     let task = tokio::spawn(async move {
-        let mut conns = JoinSet::new();
-        loop {
-            let accepted = tokio::select! {
-                _ = stop_task.cancelled() => break,
-                a = listener.accept() => a,
-                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-            };
-            let (stream, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(addr = %local_addr, error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let Some(slot) = gate.try_admit() else {
-                tracing::debug!(peer = %peer, "connection limit reached; closing new connection");
-                drop(stream);
-                continue;
-            };
+        let conns = TaskTracker::new();
+        let name = format!("metrics https {local_addr}");
+        let stop = stop_task.cancelled();
+        accept_connections(&name, &listener, &gate, stop, |stream, peer, slot| {
             let (registry, auth, limits) = (registry.clone(), auth.clone(), limits.clone());
             let (acceptor, stop_conn) = (acceptor.clone(), stop_task.clone());
             conns.spawn(async move {
@@ -664,8 +648,10 @@ pub async fn serve_metrics_secure(
                 )
                 .await;
             });
-        }
-        while conns.join_next().await.is_some() {}
+        })
+        .await;
+        conns.close();
+        conns.wait().await;
     });
     Ok(ServerHandle::new(local_addr, stop, task))
 }

@@ -408,23 +408,15 @@ pub async fn serve(
     let task = tokio::spawn(async move {
         let gate = apimachinery::serving::ConnectionGate::new(1024);
         let tracker = tokio_util::task::TaskTracker::new();
-        loop {
-            let (tcp, _) = tokio::select! {
-                _ = stop.cancelled() => break,
-                r = listener.accept() => match r {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "webhook server: accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            let Some(slot) = gate.try_admit() else {
-                continue;
-            };
-            let (acceptor, metrics, stop) = (acceptor.clone(), metrics.clone(), stop.clone());
-            tracker.spawn(async move {
+        let accepting = stop.cancelled();
+        apimachinery::serving::accept_connections(
+            "webhook",
+            &listener,
+            &gate,
+            accepting,
+            |tcp, _, slot| {
+                let (acceptor, metrics, stop) = (acceptor.clone(), metrics.clone(), stop.clone());
+                tracker.spawn(async move {
                 let _slot = slot;
                 let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
                     .await
@@ -454,7 +446,9 @@ pub async fn serve(
                     }
                 }
             });
-        }
+            },
+        )
+        .await;
         tracker.close();
         tracker.wait().await;
     });
