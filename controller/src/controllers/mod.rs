@@ -67,6 +67,10 @@
 //! two small impls, and one entry in [`registry::OPERATORS`] (its name, how the manager builds
 //! it, its CRD and the start-up check of that CRD); [`myapp`] is the smallest complete one.
 //!
+//! Every `sync_handler` starts the same way too, with [`object_to_sync`]: the object its key
+//! names, from the operator's lister, or nothing to do (deleted since it was queued, or released
+//! to the sharder), its [`Expectations`] forgotten either way.
+//!
 //! Other shared pieces: [`Clock`] (wall-clock time that follows tokio's paused clock),
 //! [`Expectations`] ("I created this; the lister has not seen it yet"), and [`owned`] (owner
 //! references, `handleObject`, drift, and the error type of the operators that own objects), and
