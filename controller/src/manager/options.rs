@@ -64,17 +64,18 @@ pub struct ManagerOptions {
     #[arg(long, value_delimiter = ',', default_value = "*", value_name = "LIST")]
     pub controllers: Vec<String>,
 
-    /// Number of workers per controller (concurrent syncs). 64: k8s.io/sample-controller runs
+    /// Number of workers per controller (concurrent syncs). 32: k8s.io/sample-controller runs
     /// 2, controller-runtime's MaxConcurrentReconciles defaults to 1 and
     /// kube-controller-manager's --concurrent-*-syncs mostly to 5, but a worker here is a
     /// tokio task (a few KB, not a thread) and a sync spends nearly all its time waiting on the
-    /// API server, so more in flight means more throughput until the server's cores are busy.
-    /// Measured with hack/bench-at.sh (README, Performance), 1,000 Ats due at one instant on
-    /// the 2-core VM, one run each: pod-create lateness p50/p99 603/1,150 ms with 8 workers,
-    /// 524/984 with 32, 443/865 with 64, 476/839 with 128; the manager's CPU fell from 1.12 s
-    /// to 0.86 s (fuller HTTP/2 writes). 10,000 Ats due at once: 21.6 s to all DONE with 8,
-    /// 16.9 s with 64 and 16.7 s with 128. 64 is where the gains stop.
-    #[arg(long, default_value_t = 64, value_name = "N")]
+    /// API server, so more in flight means more throughput until the server's cores are busy,
+    /// and past that only longer queues at the server. Measured with hack/bench-at.sh (README,
+    /// Performance) on the 2-core VM, 1,000 Ats due at one instant, pod-create lateness p50 over
+    /// six runs each (three of them interleaved): 226-276 ms with 32 workers (median 236),
+    /// 247-309 ms with 64 (median 288); three runs with 16: 225-267 ms. 10,000 Ats due at once
+    /// (hack/at-vs-kube-rs.sh): 17.4-18.4 s to all DONE with 16 or 32 workers, 15.1-18.1 s with
+    /// 64, and the manager's peak RSS 51, 53 and 56-57 MiB. 8 workers took 21.6 s.
+    #[arg(long, default_value_t = 32, value_name = "N")]
     pub workers: usize,
 
     /// How often informers re-deliver every cached object to the controllers.
@@ -294,7 +295,7 @@ impl Default for ManagerOptions {
             context: None,
             namespace: String::new(),
             controllers: vec!["*".to_string()],
-            workers: 64,
+            workers: 32,
             resync_period: Duration::from_secs(600),
             kube_api_qps: None,
             kube_api_burst: None,
@@ -836,7 +837,7 @@ mod tests {
         let cfg = opts.validate(None).unwrap();
         assert_eq!(cfg.namespace, None);
         assert_eq!(cfg.controllers, KNOWN_CONTROLLERS.to_vec());
-        assert_eq!(cfg.workers, 64);
+        assert_eq!(cfg.workers, 32);
         assert_eq!(cfg.resync_period, Duration::from_secs(600));
         assert_eq!((cfg.qps, cfg.burst), (20.0, 30));
         assert!(cfg.throttle_follows_server);
