@@ -211,7 +211,7 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
         // controller-runtime's families, for its dashboards.
         "controller_runtime_reconcile_total{controller=\"at\",result=\"success\"}",
         "controller_runtime_reconcile_time_seconds_bucket",
-        "controller_runtime_max_concurrent_reconciles{controller=\"at\"} 64",
+        "controller_runtime_max_concurrent_reconciles{controller=\"at\"} 32",
         "controller_runtime_active_workers{controller=\"at\"}",
         "controller_runtime_terminal_reconcile_errors_total{controller=\"at\"} 0",
     ] {
