@@ -41,7 +41,7 @@
 //! | `--context` | current context | the kubeconfig context to use |
 //! | `--namespace` | `""` (all) | watch only this namespace |
 //! | `--controllers` | `*` | `*` = every registered controller, `name` enables, `-name` disables; `sharder` (never in `*`) runs only the ring's sharder, leader-elected, for the kinds of the operators named beside it (default all of them), see [`Manager::with_sharder`] |
-//! | `--workers` | 64 | concurrent `sync_handler` calls per controller (why 64: the README's Performance section) |
+//! | `--workers` | 32 | concurrent `sync_handler` calls per controller (why 32: the README's Performance section) |
 //! | `--resync-period` | 10m | informer resync (cnat's value): every object is re-queued this often |
 //! | `--kube-api-qps` / `--kube-api-burst` | follow the server, else 20 / 30 | client-side throttle; `-1` (or 0) QPS disables it |
 //! | `--leader-elect` | false | elect a leader through a Lease before running workers |
