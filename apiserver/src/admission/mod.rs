@@ -574,15 +574,7 @@ async fn run_mutating(
     let mut changes = 0usize;
     let mut seen_at: Vec<Option<usize>> = vec![];
     for c in mutating {
-        let seen_object = hook_view(shared, target, c, object.as_ref()).await?;
-        let seen_old = hook_view(shared, target, c, old).await?;
-        let verdict = settle(
-            &c.hook,
-            shared
-                .admission
-                .call(req, c, seen_object.as_ref(), seen_old.as_ref())
-                .await,
-        )?;
+        let (verdict, seen_object) = call_mutating(shared, req, c, object.as_ref(), old).await?;
         seen_at.push(verdict.is_some().then_some(changes));
         if let Some(v) = verdict
             && apply_verdict_seen(shared, c, target, v, object, seen_object, query).await?
@@ -592,21 +584,33 @@ async fn run_mutating(
     }
     for (c, seen) in mutating.iter().zip(seen_at) {
         if c.hook.reinvoke_if_needed && seen.is_some_and(|s| s < changes) {
-            let seen_object = hook_view(shared, target, c, object.as_ref()).await?;
-            let seen_old = hook_view(shared, target, c, old).await?;
-            let verdict = settle(
-                &c.hook,
-                shared
-                    .admission
-                    .call(req, c, seen_object.as_ref(), seen_old.as_ref())
-                    .await,
-            )?;
+            let (verdict, seen_object) =
+                call_mutating(shared, req, c, object.as_ref(), old).await?;
             if let Some(v) = verdict {
                 apply_verdict_seen(shared, c, target, v, object, seen_object, query).await?;
             }
         }
     }
     Ok(())
+}
+
+/// Calls one mutating webhook with the object and the old object as it sees them (in the
+/// version it asked for). Returns its verdict (`None` when a failure was ignored under
+/// `failurePolicy: Ignore`) and the object it was shown, which its patch applies to.
+async fn call_mutating(
+    shared: &Arc<Shared>,
+    req: &Request<'_>,
+    c: &Chosen,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<(Option<call::Verdict>, Option<Value>), Retry> {
+    let seen_object = hook_view(shared, req.target, c, object).await?;
+    let seen_old = hook_view(shared, req.target, c, old).await?;
+    let answer = shared
+        .admission
+        .call(req, c, seen_object.as_ref(), seen_old.as_ref())
+        .await;
+    Ok((settle(&c.hook, answer)?, seen_object))
 }
 
 /// The write that stores what the mutating webhooks made of `object`: a create, or an update
