@@ -651,6 +651,70 @@ fn compile_rule(
         ));
         return None;
     }
+    let (message, reason, field_path, mut ok) = check_rule_fields(raw, field, schema, c);
+    let old = uses_old_self(program.expression());
+    if old && let Some(within) = uncorrelatable {
+        c.causes.push(Cause::new(
+            "FieldValueInvalid",
+            &field("rule"),
+            format!(
+                "Invalid value: {}: oldSelf cannot be used on the uncorrelatable portion of the schema within {within}",
+                serde_json::json!(source)
+            ),
+        ));
+        return None;
+    }
+    let optional_old_self = raw["optionalOldSelf"].as_bool() == Some(true);
+    if optional_old_self && !old {
+        c.causes.push(Cause::new(
+            "FieldValueForbidden",
+            &field("optionalOldSelf"),
+            "Forbidden: may not be set if oldSelf is not used in rule",
+        ));
+        ok = false;
+    }
+    let (message_expression, expression_ok) = compile_message_expression(raw, field, c);
+    ok &= expression_ok;
+    let mut cost = estimate_cost(program.expression(), schema, &Bounds::Declared);
+    if let Some((_, p)) = &message_expression {
+        cost = cost.saturating_add(estimate_cost(p.expression(), schema, &Bounds::Declared));
+    }
+    if cost > STATIC_ESTIMATED_COST_LIMIT {
+        c.causes.push(Cause::new(
+            "FieldValueForbidden",
+            &field("rule"),
+            format!(
+                "Forbidden: {}",
+                cost_error("estimated rule cost", cost, STATIC_ESTIMATED_COST_LIMIT)
+            ),
+        ));
+        ok = false;
+    }
+    c.total = c.total.saturating_add(cost.saturating_mul(cardinality));
+    if !ok {
+        return None;
+    }
+    Some(Rule {
+        source: source.to_owned(),
+        program,
+        message: message.trim().to_owned(),
+        message_expression,
+        reason,
+        field_path,
+        uses_old_self: old,
+        optional_old_self,
+    })
+}
+
+/// A rule's `message`, `reason` and `fieldPath`, each checked as the API server checks them
+/// (a cause for each problem). Returns the message, the reason, the normalized field path and
+/// whether all three are valid.
+fn check_rule_fields(
+    raw: &Value,
+    field: &dyn Fn(&str) -> String,
+    schema: &Value,
+    c: &mut Compiling,
+) -> (String, Option<String>, String, bool) {
     let mut ok = true;
     let message = raw["message"].as_str().unwrap_or_default();
     if raw.get("message").is_some() && message.trim().is_empty() {
@@ -704,27 +768,17 @@ fn compile_rule(
             }
         },
     };
-    let old = uses_old_self(program.expression());
-    if old && let Some(within) = uncorrelatable {
-        c.causes.push(Cause::new(
-            "FieldValueInvalid",
-            &field("rule"),
-            format!(
-                "Invalid value: {}: oldSelf cannot be used on the uncorrelatable portion of the schema within {within}",
-                serde_json::json!(source)
-            ),
-        ));
-        return None;
-    }
-    let optional_old_self = raw["optionalOldSelf"].as_bool() == Some(true);
-    if optional_old_self && !old {
-        c.causes.push(Cause::new(
-            "FieldValueForbidden",
-            &field("optionalOldSelf"),
-            "Forbidden: may not be set if oldSelf is not used in rule",
-        ));
-        ok = false;
-    }
+    (message.to_owned(), reason, field_path, ok)
+}
+
+/// A rule's `messageExpression`, compiled (a cause when it does not compile or cannot be a
+/// string). Returns it with its source, and whether it is valid.
+fn compile_message_expression(
+    raw: &Value,
+    field: &dyn Fn(&str) -> String,
+    c: &mut Compiling,
+) -> (Option<(String, Program)>, bool) {
+    let mut ok = true;
     let message_expression = match raw["messageExpression"].as_str().filter(|m| !m.is_empty()) {
         None => None,
         Some(src) => match parse(src) {
@@ -755,35 +809,7 @@ fn compile_rule(
             }
         },
     };
-    let mut cost = estimate_cost(program.expression(), schema, &Bounds::Declared);
-    if let Some((_, p)) = &message_expression {
-        cost = cost.saturating_add(estimate_cost(p.expression(), schema, &Bounds::Declared));
-    }
-    if cost > STATIC_ESTIMATED_COST_LIMIT {
-        c.causes.push(Cause::new(
-            "FieldValueForbidden",
-            &field("rule"),
-            format!(
-                "Forbidden: {}",
-                cost_error("estimated rule cost", cost, STATIC_ESTIMATED_COST_LIMIT)
-            ),
-        ));
-        ok = false;
-    }
-    c.total = c.total.saturating_add(cost.saturating_mul(cardinality));
-    if !ok {
-        return None;
-    }
-    Some(Rule {
-        source: source.to_owned(),
-        program,
-        message: message.trim().to_owned(),
-        message_expression,
-        reason,
-        field_path,
-        uses_old_self: old,
-        optional_old_self,
-    })
+    (message_expression, ok)
 }
 
 /// Compiles the rules of `schema` (at `path` below the base) and of the nodes below it.
