@@ -43,12 +43,11 @@
 //! Data in: accepted connections and the requests on them. Data out: admission permits and an
 //! idle verdict; the servers close what these say to close.
 
+use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-
-use std::future::Future;
-use std::net::SocketAddr;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};

@@ -707,40 +707,39 @@ async fn accept_loop(
     limits: Arc<ServingLimits>,
 ) {
     let gate = ConnectionGate::new(limits.max_connections);
-    // Over the connection limit, a connection is closed at once, freeing the descriptor.
-    let stop = shared.shutdown.clone();
-    accept_connections(
-        "apiserver",
-        &listener,
-        &gate,
-        stop.cancelled(),
-        |tcp, peer, slot| {
-            let _ = tcp.set_nodelay(true);
-            let shared = shared.clone();
-            let acceptor = acceptor.clone();
-            let limits = limits.clone();
-            tracker.spawn(async move {
+    let stop = shared.shutdown.cancelled();
+    accept_connections("apiserver", &listener, &gate, stop, |tcp, peer, slot| {
+        let (acceptor, shared, limits) = (acceptor.clone(), shared.clone(), limits.clone());
+        tracker.spawn(async move {
             let _slot = slot;
-            match acceptor {
-                Some(acc) => {
-                    let tls = tokio::select! {
-                        _ = shared.shutdown.cancelled() => return,
-                        r = tokio::time::timeout(limits.header_read_timeout, acc.accept(tcp)) => r,
-                    };
-                    match tls {
-                        Ok(Ok(stream)) => {
-                            serve_connection(TokioIo::new(stream), shared, &limits).await
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                }
-                None => serve_connection(TokioIo::new(tcp), shared, &limits).await,
-            }
+            serve_accepted(tcp, peer, acceptor, shared, &limits).await;
         });
-        },
-    )
+    })
     .await;
+}
+
+/// One accepted connection: its TLS handshake (bounded by the header timeout and by shutdown)
+/// when the server speaks HTTPS, then [`serve_connection`].
+async fn serve_accepted(
+    tcp: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+    shared: Arc<Shared>,
+    limits: &ServingLimits,
+) {
+    let _ = tcp.set_nodelay(true);
+    let Some(acc) = acceptor else {
+        return serve_connection(TokioIo::new(tcp), shared, limits).await;
+    };
+    let tls = tokio::select! {
+        _ = shared.shutdown.cancelled() => return,
+        r = tokio::time::timeout(limits.header_read_timeout, acc.accept(tcp)) => r,
+    };
+    match tls {
+        Ok(Ok(stream)) => serve_connection(TokioIo::new(stream), shared, limits).await,
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+    }
 }
 
 /// Serves one connection under `limits`: HTTP/1 header timeout and buffer bound, HTTP/2

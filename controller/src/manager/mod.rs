@@ -273,7 +273,7 @@ impl Manager {
     /// If this future is dropped instead (the task aborted), drop guards stop the workers and
     /// the informers; the Lease is then not released and expires on its own.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
-        let cfg = self.config.clone();
+        let cfg = &self.config;
         let metrics = Metrics::new();
         metrics.register_client(&self.client);
         // Traces: the exporter runs for the manager's whole life and flushes last.

@@ -50,6 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use apimachinery::serving::{ConnectionGate, accept_connections};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -406,53 +407,56 @@ pub async fn serve(
     })?;
     let stop = cancel.clone();
     let task = tokio::spawn(async move {
-        let gate = apimachinery::serving::ConnectionGate::new(1024);
+        let gate = ConnectionGate::new(1024);
         let tracker = tokio_util::task::TaskTracker::new();
         let accepting = stop.cancelled();
-        apimachinery::serving::accept_connections(
-            "webhook",
-            &listener,
-            &gate,
-            accepting,
-            |tcp, _, slot| {
-                let (acceptor, metrics, stop) = (acceptor.clone(), metrics.clone(), stop.clone());
-                tracker.spawn(async move {
+        accept_connections("webhook", &listener, &gate, accepting, |tcp, _, slot| {
+            let (acceptor, metrics, stop) = (acceptor.clone(), metrics.clone(), stop.clone());
+            tracker.spawn(async move {
                 let _slot = slot;
-                let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp))
-                    .await
-                {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "webhook server: TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => return,
-                };
-                let svc = hyper::service::service_fn(move |req| {
-                    let metrics = metrics.clone();
-                    async move { Ok::<_, std::convert::Infallible>(handle(req, &metrics).await) }
-                });
-                let mut builder = hyper::server::conn::http1::Builder::new();
-                builder
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(10));
-                let conn = builder.serve_connection(TokioIo::new(tls), svc);
-                tokio::pin!(conn);
-                tokio::select! {
-                    _ = conn.as_mut() => {}
-                    _ = stop.cancelled() => {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
-                    }
-                }
+                serve_connection(tcp, acceptor, metrics, stop).await;
             });
-            },
-        )
+        })
         .await;
         tracker.close();
         tracker.wait().await;
     });
     Ok(ServerHandle::new(local_addr, cancel, task))
+}
+
+/// One accepted connection: the TLS handshake (10 s at most), then HTTP/1.1 until the client
+/// closes or `stop` fires (then a graceful shutdown of up to 5 s).
+async fn serve_connection(
+    tcp: tokio::net::TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    metrics: WebhookMetrics,
+    stop: CancellationToken,
+) {
+    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "webhook server: TLS handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let svc = hyper::service::service_fn(move |req| {
+        let metrics = metrics.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(req, &metrics).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10));
+    let conn = builder.serve_connection(TokioIo::new(tls), svc);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+        }
+    }
 }
 
 async fn handle(
