@@ -1,6 +1,6 @@
 //! Write throughput of the embedded API server under API Priority and Fairness.
 //!
-//! Run with `hack/bench-apiserver.sh` (or `cargo bench --bench apiserver -- [pods] [concurrency]`,
+//! Run with `hack/bench-apiserver.sh` (or `cargo bench -p benches --bench apiserver -- [pods] [concurrency]`,
 //! defaults 20,000 pods and 64 requests in flight). `SAMPLE_CONTROLLER_BIN=path` benchmarks
 //! another build of the server with the same load generator (to compare two builds run
 //! alternately on a busy machine).
@@ -180,16 +180,25 @@ fn main() {
         .expect("free port")
         .port();
     // SAMPLE_CONTROLLER_BIN runs another build of the server (an A/B comparison).
-    let bin = std::env::var("SAMPLE_CONTROLLER_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sample-controller").to_string());
-    let mut server = std::process::Command::new(bin)
+    // hack/bench-apiserver.sh builds the binary and sets it; run directly, the workspace's
+    // release build is used.
+    let bin = std::env::var("SAMPLE_CONTROLLER_BIN").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/release/sample-controller"
+        )
+        .to_string()
+    });
+    let mut server = std::process::Command::new(&bin)
         .args(["apiserver", "--plain-http", "--simulate=false", "--listen"])
         .arg(format!("127.0.0.1:{port}"))
         .arg("--token-auth-file")
         .arg(&tokens)
         .stdout(std::process::Stdio::null())
         .spawn()
-        .expect("starting sample-controller apiserver");
+        .unwrap_or_else(|e| {
+            panic!("starting {bin}: {e} (build it with `cargo build --release`, or run hack/bench-apiserver.sh)")
+        });
     let pid = server.id();
     let base = format!("http://127.0.0.1:{port}");
     let rt = tokio::runtime::Builder::new_multi_thread()

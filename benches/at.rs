@@ -2,7 +2,7 @@
 //!
 //! Run with `hack/bench-at.sh` (which builds the release `sample-controller` and
 //! `controller-manager` binaries first and passes their paths in `SAMPLE_CONTROLLER_BIN` and
-//! `MANAGER_BIN`), or `cargo bench --bench at -- <mode> ...`.
+//! `MANAGER_BIN`), or `cargo bench -p benches --bench at -- <mode> ...`.
 //!
 //! ## `at N [--due now|future] [--foreign F] [--lead SECS] [-- extra run flags]`
 //!
@@ -65,10 +65,15 @@ use serde_json::json;
 
 type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
+/// The repository's root (benchmarks run in their package's directory, `benches/`).
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
 fn bin() -> PathBuf {
     std::env::var_os("SAMPLE_CONTROLLER_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/release/sample-controller"))
+        .unwrap_or_else(|| workspace().join("target/release/sample-controller"))
 }
 
 /// The manager's binary: `MANAGER_BIN` (`hack/bench-at.sh` passes the image's
@@ -270,7 +275,8 @@ async fn run_at(
     let st = Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&kc)
-        .args(["apply", "-f", "artifacts/crds/"])
+        .args(["apply", "-f"])
+        .arg(workspace().join("artifacts/crds/"))
         .stdout(Stdio::null())
         .status()?;
     if !st.success() {

@@ -1,7 +1,7 @@
 //! CEL validation rules in the embedded API server: what compiling a CRD's rules costs (once per
 //! CRD write) and what running them costs per custom-resource write, with the WebApp CRD of
 //! `artifacts/examples/cel/` (six rules: a root rule, two on `spec`, a transition rule, a
-//! comprehension over `ports`, a status rule). Run with `cargo bench --bench cel_rules`.
+//! comprehension over `ports`, a status rule). Run with `cargo bench -p benches --bench cel_rules`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use embedded_apiserver::cel_rules;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 fn schema() -> Value {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/artifacts/examples/cel/crd-webapps.yaml"
+        "/../artifacts/examples/cel/crd-webapps.yaml"
     ))
     .expect("artifacts/examples/cel/crd-webapps.yaml");
     let crd: Value = serde_yaml_ng::from_str(&text).expect("the WebApp CRD parses");

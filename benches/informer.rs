@@ -1,7 +1,7 @@
 //! Informer initial-sync benchmark: time and memory per cached object.
 //!
-//! Run with `hack/bench-informer.sh` (or `cargo bench --bench informer`; pass sizes as
-//! arguments, e.g. `cargo bench --bench informer -- 10000 100000`, and optionally a source,
+//! Run with `hack/bench-informer.sh` (or `cargo bench -p benches --bench informer`; pass sizes as
+//! arguments, e.g. `cargo bench -p benches --bench informer -- 10000 100000`, and optionally a source,
 //! see below).
 //!
 //! For each size and each sync path (streaming list, paged LIST) it syncs a fresh informer
@@ -18,7 +18,7 @@
 //!   measurement runs in a fresh child process).
 //!
 //! Two sources, chosen with `--source=memory`, `--source=embedded` or `--source=both` (the
-//! default), e.g. `cargo bench --bench informer -- --source=embedded 10000`:
+//! default), e.g. `cargo bench -p benches --bench informer -- --source=embedded 10000`:
 //!
 //! * `memory` builds objects in memory (no JSON decoding, no network), so the times measure
 //!   the cache itself: reflector, transform, indexer (namespace and owner-uid indexes; the
@@ -36,7 +36,7 @@
 //!   server and the client allocate and keep during the sync (connection buffers, pooled
 //!   memory), so they are an upper bound for the cache.
 //!
-//! A third measurement, `--paging` (`cargo bench --bench informer -- --paging 10000`), times
+//! A third measurement, `--paging` (`cargo bench -p benches --bench informer -- --paging 10000`), times
 //! the server side of a paged LIST of `n` pods in-process, with and without writes between
 //! the pages (see the `paging` module below).
 

@@ -1,6 +1,6 @@
 //! Watch decoding throughput: how fast newline-delimited watch JSON turns into typed events,
 //! for network-sized chunks (16 KiB) and for tiny ones (64 B, the worst case for the line
-//! buffer). Run with `cargo bench --bench watch_decoder`.
+//! buffer). Run with `cargo bench -p benches --bench watch_decoder`.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -12,7 +12,7 @@
 //!   on a shared machine does not count. `timers_on_cpu/*` does the same for the timer cases
 //!   (both run on a current-thread runtime). Skipped where that file does not exist.
 //!
-//! Run: `cargo bench --bench workqueue` (about three minutes).
+//! Run: `cargo bench -p benches --bench workqueue` (about three minutes).
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use sample_controller::workqueue::{

@@ -22,11 +22,11 @@ export SAMPLE_CONTROLLER_BIN=$TARGET/release/sample-controller
 export MANAGER_BIN=$TARGET/release/controller-manager
 
 if [ "${1:-}" != client ]; then
-  exec cargo bench --quiet --bench at -- at "$@"
+  exec cargo bench --quiet -p benches --bench at -- at "$@"
 fi
 
 N=${2:-20000}
-cargo bench --quiet --bench at -- client "$N"
+cargo bench --quiet -p benches --bench at -- client "$N"
 
 # The same cheap GET and pod create from curl (HTTP/2, one connection, N streams in flight), if
 # this curl can do parallel HTTP/2.

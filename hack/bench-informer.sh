@@ -11,4 +11,4 @@
 #                                                      # with and without writes between pages
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec cargo bench --bench informer -- "$@"
+exec cargo bench -p benches --bench informer -- "$@"
