@@ -158,6 +158,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apimachinery::serving::{Activity, ConnectionGate, accept_connections};
+use futures_util::future::BoxFuture;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -543,7 +544,18 @@ impl ApiServerBuilder {
     }
 
     /// Binds, creates certificates, seeds the immortal namespaces and starts serving.
-    pub async fn start(self) -> Result<ApiServerHandle, StartError> {
+    ///
+    /// The future is boxed so that the server is compiled here, once, at this crate's
+    /// optimisation level. An `async fn`'s body is a coroutine, and Rust compiles a coroutine
+    /// (like a generic function) in the crate that polls it: a caller awaiting a plain
+    /// `async fn start` would compile the whole server again, everything this future spawns
+    /// included, at its own optimisation level. The box is made in this crate, so callers only
+    /// poll it through its vtable.
+    pub fn start(self) -> BoxFuture<'static, Result<ApiServerHandle, StartError>> {
+        Box::pin(self.bind_and_serve())
+    }
+
+    async fn bind_and_serve(self) -> Result<ApiServerHandle, StartError> {
         if self.simulate
             && self.node_runtime == runtime::NodeRuntime::Process
             && !self.listen.ip().is_loopback()

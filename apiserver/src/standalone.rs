@@ -51,6 +51,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{ApiServer, StartError};
+use futures_util::future::BoxFuture;
 
 /// Options of the `apiserver` subcommand.
 #[derive(Clone, Debug, clap::Args)]
@@ -198,8 +199,14 @@ fn parse_bytes(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
-/// Runs the server until SIGINT or SIGTERM.
-pub async fn run(args: ApiServerArgs) -> Result<(), StartError> {
+/// Runs the server until SIGINT or SIGTERM. The future is boxed for the reason
+/// [`ApiServerBuilder::start`](crate::ApiServerBuilder::start) gives: the server is compiled in
+/// this crate, not again in the binary that awaits it.
+pub fn run(args: ApiServerArgs) -> BoxFuture<'static, Result<(), StartError>> {
+    Box::pin(run_until_signal(args))
+}
+
+async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
     if let Some(warning) = check_exposure(&args).map_err(StartError::Unsafe)? {
         eprintln!("{warning}");
     }

@@ -451,19 +451,25 @@ where
     }
 
     fn object_or_status<T: DeserializeOwned>(body: &[u8]) -> Result<DeleteResponse<T>> {
-        let value: serde_json::Value =
-            serde_json::from_slice(body).map_err(|source| Error::Decode {
-                what: format!("delete response for {}", K::KIND),
-                source,
-            })?;
-        if value.get("kind").and_then(|k| k.as_str()) == Some("Status") {
-            let s: Status = serde_json::from_value(value).map_err(|source| Error::Decode {
+        /// Only the body's `kind`, to choose the type; the body is then decoded once, from its
+        /// bytes (no `Value` tree, so `T` has one decoder, the one every other response uses).
+        #[derive(serde::Deserialize)]
+        struct KindOnly<'a> {
+            #[serde(borrow, default)]
+            kind: Option<std::borrow::Cow<'a, str>>,
+        }
+        let head: KindOnly<'_> = serde_json::from_slice(body).map_err(|source| Error::Decode {
+            what: format!("delete response for {}", K::KIND),
+            source,
+        })?;
+        if head.kind.as_deref() == Some("Status") {
+            let s: Status = serde_json::from_slice(body).map_err(|source| Error::Decode {
                 what: "delete Status".into(),
                 source,
             })?;
             Ok(DeleteResponse::Status(Box::new(s)))
         } else {
-            serde_json::from_value(value)
+            serde_json::from_slice(body)
                 .map(DeleteResponse::Object)
                 .map_err(|source| Error::Decode {
                     what: format!("delete response for {}", K::KIND),

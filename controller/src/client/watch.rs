@@ -69,13 +69,19 @@ pub struct Bookmark {
 pub const INITIAL_EVENTS_END_ANNOTATION: &str = "k8s.io/initial-events-end";
 
 /// The raw envelope of one line, before the object is typed.
+///
+/// The object stays the line's own text (a borrowed [`RawValue`](serde_json::value::RawValue))
+/// and is decoded once, straight into `K`, with the same slice decoder a LIST uses. Going
+/// through a `serde_json::Value` tree first would build and free one tree per event, and
+/// compile every kind's decoder twice (once for bytes, once for `Value`).
 #[derive(Deserialize)]
-pub struct RawEvent {
+pub struct RawEvent<'a> {
     /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK`, `ERROR`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// The object (or the Status for `ERROR`).
-    pub object: serde_json::Value,
+    #[serde(rename = "type", borrow)]
+    pub type_: std::borrow::Cow<'a, str>,
+    /// The object (or the Status for `ERROR`), as it appeared on the line.
+    #[serde(borrow)]
+    pub object: &'a serde_json::value::RawValue,
 }
 
 /// A typed watch stream: what [`crate::client::Api::watch`] returns and the reflector consumes.
@@ -224,18 +230,18 @@ pub fn decode_event<K: serde::de::DeserializeOwned>(
         what: "watch event envelope".into(),
         source,
     })?;
-    let typed = |what: &str, v: serde_json::Value| {
-        serde_json::from_value::<K>(v).map_err(|source| Error::Decode {
+    let typed = |what: &str, v: &serde_json::value::RawValue| {
+        serde_json::from_slice::<K>(v.get().as_bytes()).map_err(|source| Error::Decode {
             what: format!("object of {what} watch event"),
             source,
         })
     };
-    match raw.type_.as_str() {
+    match &*raw.type_ {
         "ADDED" => typed("ADDED", raw.object).map(WatchEvent::Added),
         "MODIFIED" => typed("MODIFIED", raw.object).map(WatchEvent::Modified),
         "DELETED" => typed("DELETED", raw.object).map(WatchEvent::Deleted),
-        "BOOKMARK" => decode_bookmark(&raw.object).map(WatchEvent::Bookmark),
-        "ERROR" => serde_json::from_value::<Status>(raw.object)
+        "BOOKMARK" => decode_bookmark(raw.object).map(WatchEvent::Bookmark),
+        "ERROR" => serde_json::from_slice::<Status>(raw.object.get().as_bytes())
             .map(WatchEvent::Error)
             .map_err(|source| Error::Decode {
                 what: "Status of ERROR watch event".into(),
@@ -258,7 +264,12 @@ fn truncate(s: &str, max: usize) -> &str {
 /// A bookmark's object is the watched kind with only `metadata.resourceVersion` (and maybe the
 /// initial-events-end annotation) set; it is read without typing it as `K`, because required
 /// fields of `K` are absent.
-fn decode_bookmark(object: &serde_json::Value) -> crate::client::Result<Bookmark> {
+fn decode_bookmark(object: &serde_json::value::RawValue) -> crate::client::Result<Bookmark> {
+    let object: serde_json::Value =
+        serde_json::from_str(object.get()).map_err(|source| crate::client::Error::Decode {
+            what: "object of BOOKMARK watch event".into(),
+            source,
+        })?;
     let meta = object.get("metadata");
     let rv = meta
         .and_then(|m| m.get("resourceVersion"))
@@ -353,6 +364,29 @@ mod tests {
         format!(
             "{{\"type\":\"{t}\",\"object\":{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"{name}\",\"resourceVersion\":\"{rv}\"}}}}}}\n"
         )
+    }
+
+    /// The envelope borrows the line; escaped text (JSON allows `\u0041` for `A` anywhere) must
+    /// still decode, in the type and inside the object.
+    #[test]
+    fn escaped_text_in_the_envelope_and_the_object_decodes() {
+        let line = br#"{"object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"caf\u00e9","resourceVersion":"4"},"data":{"k":"a\"b\nc"}},"type":"MODIFI\u0045D"}"#;
+        match decode_event::<ConfigMap>(line) {
+            Ok(WatchEvent::Modified(cm)) => {
+                assert_eq!(cm.metadata.name.as_deref(), Some("caf\u{e9}"));
+                assert_eq!(
+                    cm.data.unwrap_or_default().get("k").map(String::as_str),
+                    Some("a\"b\nc")
+                );
+            }
+            other => panic!("expected MODIFIED, got {other:?}"),
+        }
+        // An object that is not an object of the kind is an error naming the event type.
+        let bad = br#"{"type":"ADDED","object":["not","a","configmap"]}"#;
+        match decode_event::<ConfigMap>(bad) {
+            Err(e) => assert!(e.to_string().contains("ADDED"), "{e}"),
+            Ok(ev) => panic!("decoded {ev:?}"),
+        }
     }
 
     #[test]

@@ -95,6 +95,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 /// The factory's lister-watchers from a [`Client`]; it lives in [`crate::cache::api_source`].
@@ -272,7 +273,18 @@ impl Manager {
     ///
     /// If this future is dropped instead (the task aborted), drop guards stop the workers and
     /// the informers; the Lease is then not released and expires on its own.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
+    ///
+    /// The future is boxed so that the manager is compiled in this crate, once, at its
+    /// optimisation level. An `async fn`'s body is a coroutine, and Rust compiles a coroutine
+    /// (like a generic function) in the crate that polls it: a binary spawning a plain
+    /// `async fn run` would compile every controller, informer and the client again, at the
+    /// binary's own optimisation level. The box is made here, so callers poll it through its
+    /// vtable.
+    pub fn run(self, shutdown: CancellationToken) -> BoxFuture<'static, Result<(), ManagerError>> {
+        Box::pin(self.run_until(shutdown))
+    }
+
+    async fn run_until(self, shutdown: CancellationToken) -> Result<(), ManagerError> {
         let cfg = &self.config;
         let metrics = Metrics::new();
         metrics.register_client(&self.client);
@@ -902,8 +914,12 @@ pub fn main(options: ManagerOptions, program: &str) -> std::process::ExitCode {
 }
 
 /// `sample-controller run`: validates the flags, builds the client, checks the server, and runs
-/// the manager until SIGINT or SIGTERM.
-pub async fn run(options: ManagerOptions) -> Result<(), ManagerError> {
+/// the manager until SIGINT or SIGTERM. Boxed for the reason [`Manager::run`] gives.
+pub fn run(options: ManagerOptions) -> BoxFuture<'static, Result<(), ManagerError>> {
+    Box::pin(validate_and_run(options))
+}
+
+async fn validate_and_run(options: ManagerOptions) -> Result<(), ManagerError> {
     let in_cluster_ns = read_in_cluster_namespace().await;
     let config = options.validate(in_cluster_ns.as_deref())?;
     let webhook = options.webhook_config()?;
