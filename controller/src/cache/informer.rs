@@ -487,9 +487,31 @@ impl<K: CacheObject> Clone for SharedIndexInformer<K> {
     }
 }
 
-/// The default transform: drop `metadata.managedFields`.
+/// The default transform: drop `metadata.managedFields` and give back the spare room of the
+/// metadata's lists ([`shrink_metadata_lists`]).
 pub fn drop_managed_fields<K: CacheObject>(obj: &mut K) {
-    obj.metadata_mut().managed_fields = None;
+    let meta = obj.metadata_mut();
+    meta.managed_fields = None;
+    shrink_metadata_lists(meta);
+}
+
+/// Gives back the spare capacity of the metadata's lists (`ownerReferences`, `finalizers`).
+///
+/// A JSON decoder does not know a list's length before its end, so a decoded `Vec` grows by
+/// doubling from room for four: an object with one owner reference carries room for three
+/// more, about 300 bytes. Nothing writes to a cached object, so a transform can shrink what it
+/// keeps. (Decoding through a `serde_json::Value` first happened to size lists exactly, at the
+/// price of a tree per event; at 10,000 Ats with their pods, dropping that tree without
+/// shrinking raised the manager's peak RSS from 53 to 61 MiB.)
+pub fn shrink_metadata_lists(
+    meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) {
+    if let Some(v) = meta.owner_references.as_mut() {
+        v.shrink_to_fit();
+    }
+    if let Some(v) = meta.finalizers.as_mut() {
+        v.shrink_to_fit();
+    }
 }
 
 impl<K: CacheObject> SharedIndexInformer<K> {

@@ -130,7 +130,8 @@ pub use api_source::ClientSource;
 pub use factory::{InformerInfo, InformerScope, ListerWatcherSource, SharedInformerFactory};
 pub use informer::{
     EventHandlerFns, FilteringHandler, HandlerRegistration, HasSynced, InformerError,
-    InformerOptions, ResourceEventHandler, SharedIndexInformer, wait_for_cache_sync,
+    InformerOptions, ResourceEventHandler, SharedIndexInformer, shrink_metadata_lists,
+    wait_for_cache_sync,
 };
 pub use keys::{Deleted, ObjectKey, key_of, split_key};
 pub use lister::{Lister, NamespaceLister};

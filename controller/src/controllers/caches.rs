@@ -80,7 +80,9 @@ use serde_json::json;
 
 use super::owned::{self, LABEL_MANAGED_BY};
 use crate::apis::At;
-use crate::cache::{CacheObject, ListerWatcherSource, SharedInformerFactory};
+use crate::cache::{
+    CacheObject, ListerWatcherSource, SharedInformerFactory, shrink_metadata_lists,
+};
 use crate::client::{self, Api, Patch, PatchParams};
 
 /// The `app.kubernetes.io/managed-by` values of this crate's operators, sorted.
@@ -119,10 +121,21 @@ pub fn scope_owned_caches<S: ListerWatcherSource>(
             slim_metadata(&mut p.metadata);
             keep_labels(&mut p.metadata, &POD_LABELS_READ);
             keep_conditions(p, &POD_CONDITIONS_READ);
+            if let Some(statuses) = p
+                .status
+                .as_mut()
+                .and_then(|s| s.container_statuses.as_mut())
+            {
+                statuses.shrink_to_fit();
+            }
         })
         .with_transform_for::<At>(|at: &mut At| {
             at.metadata.managed_fields = None;
             drop_last_applied(&mut at.metadata);
+            shrink_metadata_lists(&mut at.metadata);
+            if let Some(status) = at.status.as_mut() {
+                status.conditions.shrink_to_fit();
+            }
         })
 }
 
@@ -191,6 +204,7 @@ pub fn slim_metadata(meta: &mut ObjectMeta) {
         finalizers: m.finalizers,
         ..ObjectMeta::default()
     };
+    shrink_metadata_lists(meta);
 }
 
 /// A pod as the operators' caches hold it: its metadata and the few status fields a sync
@@ -440,6 +454,21 @@ mod tests {
         assert!(parsed.matches(&labels));
         let other = BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "helm".to_string())]);
         assert!(!parsed.matches(&other));
+    }
+
+    /// A decoded list has room for more than it holds; the cache keeps none of that room.
+    #[test]
+    fn slimmed_metadata_keeps_no_spare_list_capacity() {
+        let mut summary: PodSummary = serde_json::from_str(
+            r#"{"metadata":{"name":"p","ownerReferences":[{"apiVersion":"cnat.programming-kubernetes.info/v1","kind":"At","name":"a","uid":"u","controller":true}],"finalizers":["x"]},
+                "status":{"containerStatuses":[{"name":"c"}]}}"#,
+        )
+        .expect("a pod summary");
+        slim_metadata(&mut summary.metadata);
+        let refs = summary.metadata.owner_references.as_ref().expect("kept");
+        assert_eq!((refs.len(), refs.capacity()), (1, 1));
+        let finalizers = summary.metadata.finalizers.as_ref().expect("kept");
+        assert_eq!((finalizers.len(), finalizers.capacity()), (1, 1));
     }
 
     #[test]
