@@ -295,6 +295,34 @@ fn omit_zero(v: Option<Value>) -> Option<Value> {
     }
 }
 
+/// Whether a field leaves out a zero or `false` (Go's `omitempty`) or keeps it.
+#[derive(Clone, Copy)]
+enum Zeros {
+    Omit,
+    Keep,
+}
+
+/// Puts one converted field into `o`, naming the field in an error: the part of each field's
+/// conversion that does not depend on its type, written once here instead of in every field of
+/// every `message!` (a closure per field was a function of its own for the compiler, thousands
+/// in all).
+fn put(
+    o: &mut Map<String, Value>,
+    json: &str,
+    converted: Result<Option<Value>, String>,
+    zeros: Zeros,
+) -> Result<(), String> {
+    let value = converted.map_err(|e| nest(json, e))?;
+    let value = match zeros {
+        Zeros::Omit => omit_zero(value),
+        Zeros::Keep => value,
+    };
+    if let Some(v) = value {
+        o.insert(json.to_string(), v);
+    }
+    Ok(())
+}
+
 /// Declares the JSON conversion of a k8s-pb message: `"jsonName" => field` moves and converts a
 /// field, leaving out a zero or `false` (Go's `omitempty`); fields in `keep { ... }` keep their
 /// zeros (Go pointer fields, where a zero was set on purpose, and fields without `omitempty`);
@@ -310,18 +338,14 @@ macro_rules! message {
             fn to_json(mut self) -> Result<Value, String> {
                 let mut o = Map::new();
                 $(
-                    if let Some(v) = omit_zero(Conv::conv(std::mem::take(&mut self.$field)).map_err(|e| nest($json, e))?) {
-                        o.insert($json.to_string(), v);
-                    }
+                    put(&mut o, $json, Conv::conv(std::mem::take(&mut self.$field)), Zeros::Omit)?;
                 )*
                 $( $(
-                    if let Some(v) = Conv::conv(std::mem::take(&mut self.$kfield)).map_err(|e| nest($kjson, e))? {
-                        o.insert($kjson.to_string(), v);
-                    }
+                    put(&mut o, $kjson, Conv::conv(std::mem::take(&mut self.$kfield)), Zeros::Keep)?;
                 )* )?
                 $( $(
                     if let Some(v) = self.$xfield.take() {
-                        o.insert($xjson.to_string(), ToJson::to_json(v).map_err(|e| nest($xjson, e))?);
+                        put(&mut o, $xjson, ToJson::to_json(v).map(Some), Zeros::Keep)?;
                     }
                 )* )?
                 $(
