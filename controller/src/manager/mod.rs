@@ -131,6 +131,18 @@ pub enum ManagerError {
         #[source]
         source: client::Error,
     },
+    /// The server answered with objects of a custom resource that do not decode as the
+    /// controller's version of it (e.g. written in another version under a CRD whose
+    /// `conversion` is `None`, or a CRD from another release).
+    #[error(
+        "the API server at {server} serves the {crd} CustomResourceDefinition, but its objects do not decode as this controller's version: {source}; install this release's CRDs (kubectl apply -f artifacts/crds/) and write objects in a version the CRD converts"
+    )]
+    Undecodable {
+        crd: String,
+        server: String,
+        #[source]
+        source: client::Error,
+    },
     /// The server answered, but our credentials were refused.
     #[error("the API server at {server} refused the credentials: {source}")]
     Unauthorized {

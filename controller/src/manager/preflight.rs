@@ -47,6 +47,13 @@ async fn preflight_crd(
         Ok(Err(e)) if e.is_unauthorized() || e.is_forbidden() => {
             Err(ManagerError::Unauthorized { server, source: e })
         }
+        // The server answered, but with objects this release cannot read: naming the
+        // connection would send the user looking in the wrong place.
+        Ok(Err(e @ client::Error::Decode { .. })) => Err(ManagerError::Undecodable {
+            crd: (registration.crd_name)(),
+            server,
+            source: e,
+        }),
         Ok(Err(e)) => Err(ManagerError::Unreachable { server, source: e }),
         Err(_) => Err(ManagerError::Unreachable {
             server,
