@@ -35,6 +35,25 @@ async fn run_to_end(args: &[&str]) -> (i32, String) {
     )
 }
 
+/// `run --kubeconfig <server's> <extra>` without listeners, to its end: exit code and stderr.
+async fn run_against(
+    server: &embedded_apiserver::ApiServerHandle,
+    extra: &[&str],
+) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let mut args = vec![
+        "run",
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--metrics-bind-address=0",
+        "--health-probe-bind-address=0",
+    ];
+    args.extend_from_slice(extra);
+    run_to_end(&args).await
+}
+
 fn one_line(stderr: &str) -> &str {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected exactly one line, got: {stderr}");
@@ -119,17 +138,7 @@ async fn a_cluster_without_the_crd_says_how_to_install_it() {
         .start()
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
-    let (code, stderr) = run_to_end(&[
-        "run",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--metrics-bind-address=0",
-        "--health-probe-bind-address=0",
-    ])
-    .await;
+    let (code, stderr) = run_against(&server, &[]).await;
     assert_eq!(code, 1);
     let line = one_line(&stderr);
     assert!(
@@ -164,18 +173,7 @@ async fn objects_that_do_not_decode_are_named_as_such_not_as_an_unreachable_serv
         .create(&PostParams::default(), &at)
         .await
         .expect("the v1alpha1 At is stored");
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
-    let (code, stderr) = run_to_end(&[
-        "run",
-        "--kubeconfig",
-        kubeconfig.to_str().unwrap(),
-        "--controllers=at",
-        "--metrics-bind-address=0",
-        "--health-probe-bind-address=0",
-    ])
-    .await;
+    let (code, stderr) = run_against(&server, &["--controllers=at"]).await;
     assert_eq!(code, 1, "{stderr}");
     let line = one_line(&stderr);
     assert!(!line.contains("cannot reach"), "{line}");

@@ -58,7 +58,8 @@
 //!
 //! [`SharedIndexInformer::set_transform`] installs a function applied to every object before
 //! it is stored (not to tombstones). The default drops `metadata.managedFields`, which is often
-//! half of an object's size and never useful to a controller. Set it before `run`.
+//! half of an object's size and never useful to a controller, and gives back the spare room a
+//! JSON decoder leaves in decoded lists ([`shrink_metadata_lists`]). Set it before `run`.
 //!
 //! ## Differences from client-go
 //!

@@ -52,11 +52,12 @@
 //!    ([`slim_metadata`], [`keep_labels`], [`keep_conditions`]) drops `managedFields`, every
 //!    annotation, the metadata no handler reads, every label but those in [`POD_LABELS_READ`]
 //!    (a lister label selector over the pod cache sees only those: select on the server
-//!    instead) and every condition but `Ready`.
+//!    instead) and every condition but `Ready`; the lists it keeps are shrunk to their length
+//!    ([`shrink_metadata_lists`]: a decoder grows a list by doubling, from room for four).
 //!
 //!    The At cache keeps whole Ats (the status write is built from the cached copy) minus
 //!    `managedFields` and the `kubectl.kubernetes.io/last-applied-configuration` annotation
-//!    (which holds a second copy of the whole spec): the API server's `/status` endpoint takes
+//!    (which holds a second copy of the whole spec), its lists shrunk likewise: the API server's `/status` endpoint takes
 //!    only `.status` from the request, so what the cache dropped is never written back.
 //!    Deployments, StatefulSets and Services are *not* slimmed: the operators update them with a
 //!    PUT of the cached copy (drift correction), and a PUT of a slimmed copy would erase on the
@@ -80,6 +81,7 @@ use serde_json::json;
 
 use super::owned::{self, LABEL_MANAGED_BY};
 use crate::apis::At;
+use crate::cache::informer::drop_managed_fields;
 use crate::cache::{
     CacheObject, ListerWatcherSource, SharedInformerFactory, shrink_metadata_lists,
 };
@@ -130,9 +132,9 @@ pub fn scope_owned_caches<S: ListerWatcherSource>(
             }
         })
         .with_transform_for::<At>(|at: &mut At| {
-            at.metadata.managed_fields = None;
+            // The informer's default transform, which this one replaces, then the At's own.
+            drop_managed_fields(at);
             drop_last_applied(&mut at.metadata);
-            shrink_metadata_lists(&mut at.metadata);
             if let Some(status) = at.status.as_mut() {
                 status.conditions.shrink_to_fit();
             }
