@@ -11,6 +11,7 @@ use crate::operators_support;
 use std::time::Duration;
 
 use at_support::*;
+use embedded_apiserver::faults::Fault;
 use jiff::Timestamp;
 use jiff::civil::date;
 use jiff::tz::TimeZone;
@@ -256,6 +257,74 @@ async fn hand_scaling_is_corrected_and_spec_changes_roll_in() {
         Some(5)
     );
 
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
+
+/// A hand-scaling that lands right after a window change, before the TDSet's status reports
+/// the new count, is still drift. The controller tells the two apart by the count it recorded
+/// on the Deployment (`schedule.rs/desired-replicas`), not by its status, which lags behind
+/// its own write. Here every status write fails, so the status keeps the old count throughout.
+#[tokio::test(start_paused = true)]
+async fn hand_scaling_before_the_status_catches_up_is_drift_not_a_window_change() {
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    let clock = Clock::starting_at("2030-06-03T10:00:00Z".parse().unwrap());
+    let manager = start_manager(&manager_client(&server), config_for(&["tdset"]), clock).await;
+    api::<TDSet>(&client)
+        .create(&PostParams::default(), &hello_world(None))
+        .await
+        .unwrap();
+    wait_settled(&client, 5).await;
+    let created = deployment(&client, "hello-world").await.unwrap();
+    assert_eq!(
+        created.metadata.annotations.unwrap()["schedule.rs/desired-replicas"],
+        "5"
+    );
+
+    server.faults().inject(Fault {
+        count: None,
+        ..Fault::fail(500).verb("update").resource("tdsets")
+    });
+    // This hour's window now wants 4: a window change.
+    patch_spec::<TDSet>(
+        &client,
+        "hello-world",
+        serde_json::json!({"schedulingConfig": [{"startTime": 9, "endTime": 17, "replica": 4}]}),
+    )
+    .await;
+    wait_for_replicas(&client, "hello-world", 4).await;
+    let scaled = wait_for_event(&client, "hello-world", reason::SCALED).await;
+    assert!(scaled.message.unwrap().contains("to 4"));
+    let t = api::<TDSet>(&client).get("hello-world").await.unwrap();
+    assert_eq!(t.status.unwrap().replicas, 5, "the status write was failed");
+
+    // Now someone scales it by hand: drift, although the status still says 5.
+    api::<Deployment>(&client)
+        .patch(
+            "hello-world",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 9}})),
+        )
+        .await
+        .unwrap();
+    wait_for_replicas(&client, "hello-world", 4).await;
+    let drift = wait_for_event(&client, "hello-world", reason::DRIFT_CORRECTED).await;
+    assert!(drift.message.unwrap().contains("changed by hand"));
+    let events = events_for(&client, "hello-world").await;
+    let scaled: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some(reason::SCALED))
+        .collect();
+    assert_eq!(
+        scaled.len(),
+        1,
+        "one Scaled event, for the window: {scaled:?}"
+    );
+    assert_eq!(scaled[0].count, Some(1), "{scaled:?}");
+
+    server.faults().clear();
+    wait_settled(&client, 4).await;
     manager.stop().await.unwrap();
     server.shutdown().await;
 }

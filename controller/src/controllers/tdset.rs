@@ -26,7 +26,11 @@
 //!    hand-scaling is corrected, spec changes roll in), and the Service when `spec.service` is
 //!    set (deleted again when it is unset). Both carry a controller ownerReference and the
 //!    `app.kubernetes.io/*` labels. A Deployment of that name owned by someone else is never
-//!    taken over: Warning `ErrResourceExists`, `Degraded=True`.
+//!    taken over: Warning `ErrResourceExists`, `Degraded=True`. The controller records the
+//!    count it asked for in the Deployment's `schedule.rs/desired-replicas` annotation, so a
+//!    later sync can tell a window change (Normal `Scaled`) from a hand-scaling (Normal
+//!    `DriftCorrected`) by the object alone: the TDSet's status cannot, because the cache may
+//!    not have delivered the controller's own status write when the hand-scaling arrives.
 //! 5. **Write the status** when it changed: `replicas`, `observedGeneration`, and the
 //!    conditions `Available` (the Deployment has the replicas available), `Progressing` (it has
 //!    not caught up with the last change yet) and `Degraded` (something the user must fix).
@@ -75,6 +79,25 @@ pub const CONTROLLER_NAME: &str = "tdset-controller";
 
 /// The name of the Deployment's only container.
 pub const CONTAINER_NAME: &str = "app";
+
+/// The annotation in which the controller records, on the Deployment, the replica count it
+/// last asked for, as the Deployment controller records `deployment.kubernetes.io/desired-replicas`
+/// on its ReplicaSets. A count that differs from the record was changed by someone else
+/// (`DriftCorrected`); a record that differs from the window's count means the window moved
+/// (`Scaled`). The record lives on the object, so it survives restarts and never lags behind
+/// the controller's own write the way the TDSet's cached status can.
+pub const DESIRED_REPLICAS_ANNOTATION: &str = "schedule.rs/desired-replicas";
+
+/// The replica count recorded in [`DESIRED_REPLICAS_ANNOTATION`], if any and readable.
+fn recorded_replicas(deployment: &Deployment) -> Option<i32> {
+    deployment
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(DESIRED_REPLICAS_ANNOTATION)?
+        .parse()
+        .ok()
+}
 
 /// Condition types.
 pub const CONDITION_AVAILABLE: &str = "Available";
@@ -486,8 +509,9 @@ enum DeploymentSync {
 impl TDSetController {
     /// Step 4 for the Deployment: create it (expecting its arrival in the cache), or put back
     /// replicas, image, port and labels if it drifted, with a Normal `Created`, `Scaled` or
-    /// `DriftCorrected` event. `status_replicas` is the count the status last reported, which
-    /// tells a hand-scaled Deployment from a window change.
+    /// `DriftCorrected` event. The Deployment's [`DESIRED_REPLICAS_ANNOTATION`] tells a
+    /// hand-scaled Deployment from a window change; `status_replicas`, the count the status
+    /// last reported, stands in for it on a Deployment that has none.
     async fn sync_deployment(
         &self,
         key: &str,
@@ -523,28 +547,53 @@ impl TDSetController {
                 "Resource {name:?} already exists and is not managed by TDSet"
             )));
         }
-        if let Some(fixed) = deployment_drift(&deployment, &desired) {
-            let was = deployment.spec.as_ref().and_then(|s| s.replicas);
-            deployments
-                .update(pp, &fixed)
-                .await
-                .map_err(|e| SyncError::api::<TDSet>(key, "updating the Deployment", e))?;
-            let (why, message) = if was != Some(replicas) && status_replicas == replicas {
-                (
-                    reason::DRIFT_CORRECTED,
-                    format!("Deployment {name} was changed by hand; set back to {replicas}"),
-                )
-            } else if was != Some(replicas) {
-                (
-                    reason::SCALED,
-                    format!("scaled Deployment {name} to {replicas} replica(s)"),
-                )
-            } else {
-                (
-                    reason::DRIFT_CORRECTED,
-                    format!("Deployment {name} updated to the TDSet's template"),
-                )
-            };
+        let recorded = recorded_replicas(&deployment);
+        let drifted = deployment_drift(&deployment, &desired);
+        let template_or_count_drifted = drifted.is_some();
+        let mut fixed = match drifted {
+            Some(fixed) => fixed,
+            // Nothing to put back, but the record is stale (the window changed to the count
+            // the Deployment already had by hand): bring the record up to date, silently.
+            None if recorded != Some(replicas) => deployment.as_ref().clone(),
+            None => return Ok(DeploymentSync::Synced(Some(deployment))),
+        };
+        fixed
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(
+                DESIRED_REPLICAS_ANNOTATION.to_string(),
+                replicas.to_string(),
+            );
+        let was = deployment.spec.as_ref().and_then(|s| s.replicas);
+        deployments
+            .update(pp, &fixed)
+            .await
+            .map_err(|e| SyncError::api::<TDSet>(key, "updating the Deployment", e))?;
+        // The record says what this controller last asked for. Asked for `replicas` already:
+        // someone else changed the count. Asked for something else: the window moved. A
+        // Deployment without the record (made by an older controller) falls back to the
+        // status, which can lag behind the controller's own last write.
+        let hand_scaled = recorded.map_or(status_replicas == replicas, |r| r == replicas);
+        let event = if !template_or_count_drifted {
+            None
+        } else if was == Some(replicas) {
+            Some((
+                reason::DRIFT_CORRECTED,
+                format!("Deployment {name} updated to the TDSet's template"),
+            ))
+        } else if hand_scaled {
+            Some((
+                reason::DRIFT_CORRECTED,
+                format!("Deployment {name} was changed by hand; set back to {replicas}"),
+            ))
+        } else {
+            Some((
+                reason::SCALED,
+                format!("scaled Deployment {name} to {replicas} replica(s)"),
+            ))
+        };
+        if let Some((why, message)) = event {
             tracing::info!(key, replicas, "{message}");
             self.recorder.event(tdset, EventType::Normal, why, &message);
         }
@@ -615,12 +664,22 @@ fn conditions(
 
 /// The Deployment a TDSet wants at `replicas`: named like it, controlled by it, labelled
 /// `app.kubernetes.io/{name=tdset,instance=<name>,managed-by=tdset-controller}`, one container
-/// `app` with the image and port. `None` if the TDSet has no uid.
+/// `app` with the image and port, and `replicas` recorded in [`DESIRED_REPLICAS_ANNOTATION`].
+/// `None` if the TDSet has no uid.
 pub fn new_deployment(tdset: &TDSet, replicas: i32) -> Option<Deployment> {
     let name = tdset.metadata.name.clone().unwrap_or_default();
     let labels = standard_labels("tdset", &name, CONTROLLER_NAME);
+    let mut metadata = dependent_metadata(tdset, &name, labels.clone())?;
+    metadata.annotations = Some(
+        [(
+            DESIRED_REPLICAS_ANNOTATION.to_string(),
+            replicas.to_string(),
+        )]
+        .into_iter()
+        .collect(),
+    );
     Some(Deployment {
-        metadata: dependent_metadata(tdset, &name, labels.clone())?,
+        metadata,
         spec: Some(DeploymentSpec {
             replicas: Some(replicas),
             selector: LabelSelector {
