@@ -132,6 +132,7 @@ fn decode_change(rv: u64, bytes: &[u8]) -> Result<Change, String> {
             .map(Arc::new),
         at_ms: v["at"].as_u64().ok_or_else(|| bad("at"))?,
         served: Default::default(),
+        size: Default::default(),
     })
 }
 
@@ -297,6 +298,7 @@ mod tests {
             prev: (kind != ChangeType::Added).then(|| Arc::new(obj.clone())),
             at_ms: 1000 + rv,
             served: Default::default(),
+            size: Default::default(),
         })
     }
 

@@ -253,6 +253,7 @@ impl Collector {
         let mut touched_owners: Vec<String> = prev
             .map(|p| owner_refs(p).into_iter().map(|o| o.uid).collect())
             .unwrap_or_default();
+        let known_owners = self.nodes.get(&r).map(|n| n.owners.clone());
         self.forget(&r);
         if kind == ChangeType::Deleted {
             // Its dependents may now have no owner left.
@@ -274,16 +275,19 @@ impl Collector {
                 touched_owners.push(o.uid.clone());
             }
             self.by_uid.insert(uid.clone(), r.clone());
+            let owner_uids: Vec<String> = owners.iter().map(|o| o.uid.clone()).collect();
+            // A new node, or new owners: are they there? (An update that leaves the owners as
+            // they were asks nothing new; an owner's deletion re-examines its dependents.)
+            if !owners.is_empty() && known_owners.as_ref() != Some(&owner_uids) {
+                self.enqueue(Work::AttemptToDelete(r.clone()));
+            }
             self.nodes.insert(
                 r.clone(),
                 Node {
                     uid: uid.clone(),
-                    owners: owners.iter().map(|o| o.uid.clone()).collect(),
+                    owners: owner_uids,
                 },
             );
-            if !owners.is_empty() {
-                self.enqueue(Work::AttemptToDelete(r.clone()));
-            }
             if is_deleting(obj) {
                 if has_finalizer(obj, "orphan") {
                     self.enqueue(Work::Orphan(r.clone()));
@@ -333,7 +337,7 @@ impl Collector {
             .get(r)
             .is_some_and(|n| self.dependents.contains_key(&n.uid));
         self.store.write(|st| {
-            let Some(obj) = st.get(&r.0, &r.1, &r.2).cloned() else {
+            let Some(obj) = st.get_shared(&r.0, &r.1, &r.2) else {
                 return;
             };
             if is_deleting(&obj) {
@@ -365,7 +369,7 @@ impl Collector {
                     .chain(waiting.iter())
                     .map(|o| o.uid.as_str())
                     .collect();
-                let mut new = obj.clone();
+                let mut new = Value::clone(&obj);
                 retain_owner_refs(&mut new, |uid| !drop.contains(uid));
                 tracing::debug!(storage = %r.0, namespace = %r.1, name = %r.2, "garbage collector removed dangling owner references");
                 st.update(&r.0, new);
@@ -392,13 +396,12 @@ impl Collector {
         };
         let deps = self.dependents_of(&uid);
         let released = self.store.write(|st| {
-            let Some(owner) = st.get(&r.0, &r.1, &r.2).cloned() else {
-                return true;
-            };
-            if meta_str(&owner, "uid") != uid
-                || !is_deleting(&owner)
-                || !has_finalizer(&owner, "foregroundDeletion")
-            {
+            let waiting = st.get(&r.0, &r.1, &r.2).is_some_and(|owner| {
+                meta_str(owner, "uid") == uid
+                    && is_deleting(owner)
+                    && has_finalizer(owner, "foregroundDeletion")
+            });
+            if !waiting {
                 return true;
             }
             let blocking = deps.iter().any(|d| {

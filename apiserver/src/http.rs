@@ -639,7 +639,7 @@ async fn serve_read(
     }
     Ok(json_response(
         200,
-        &verbs::list_json(def, &result),
+        &verbs::list_json(def, result),
         "application/json",
     ))
 }

@@ -478,7 +478,7 @@ impl Kubelet {
             });
             let exits = ever_exits(&pod);
             let specs = containers(&pod, "containers");
-            st.update(PODS, pod);
+            st.write(PODS, pod);
             Some((exits, specs))
         });
         let Some((exits, specs)) = started else {
@@ -622,7 +622,7 @@ impl Kubelet {
                     set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
                 }
             });
-            st.update(PODS, pod);
+            st.write(PODS, pod);
             Some(phase)
         });
         match outcome {
@@ -675,7 +675,7 @@ impl Kubelet {
                     set_condition(status, "ContainersReady", "True", "", "", &now);
                 }
             });
-            st.update(PODS, pod);
+            st.write(PODS, pod);
             Some(restarted)
         });
         if let Some(restarted) = restarted {

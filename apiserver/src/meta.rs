@@ -14,9 +14,7 @@ use super::registry::ResourceDef;
 
 /// Now as a `metav1.Time` (RFC 3339, seconds, UTC).
 pub fn now_time() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    metav1_time(jiff::Timestamp::now())
 }
 
 /// `now + secs` as a `metav1.Time`.
@@ -24,7 +22,25 @@ pub fn time_in(secs: i64) -> String {
     let t = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::from_secs(secs))
         .unwrap_or_else(|_| jiff::Timestamp::now());
-    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    metav1_time(t)
+}
+
+/// `t` as a `metav1.Time`, whole seconds. Every write stamps one or more of these, many in the
+/// same second, so each thread keeps the text of the last second it formatted.
+fn metav1_time(t: jiff::Timestamp) -> String {
+    use std::cell::RefCell;
+    thread_local! {
+        static LAST: RefCell<Option<(i64, String)>> = const { RefCell::new(None) };
+    }
+    let second = t.as_second();
+    LAST.with_borrow_mut(|last| match last {
+        Some((s, text)) if *s == second => text.clone(),
+        _ => {
+            let text = t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+            *last = Some((second, text.clone()));
+            text
+        }
+    })
 }
 
 /// A random version-4 UUID for `metadata.uid` (`apimachinery::uuid`).
@@ -123,6 +139,30 @@ pub fn finalizers_of(obj: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The per-second memo never serves one second's text for another.
+    #[test]
+    fn metav1_times_are_whole_seconds_in_utc_even_when_remembered() {
+        let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        assert_eq!(
+            metav1_time(t("2030-06-01T09:30:00.2Z")),
+            "2030-06-01T09:30:00Z"
+        );
+        assert_eq!(
+            metav1_time(t("2030-06-01T09:30:00.9Z")),
+            "2030-06-01T09:30:00Z"
+        );
+        assert_eq!(
+            metav1_time(t("2030-06-01T09:30:01Z")),
+            "2030-06-01T09:30:01Z"
+        );
+        assert_eq!(
+            metav1_time(t("2030-06-01T09:30:00Z")),
+            "2030-06-01T09:30:00Z"
+        );
+        let now = now_time();
+        assert!(now.ends_with('Z') && now.len() == 20, "{now}");
+    }
 
     #[test]
     fn generated_names_keep_the_base_and_add_five_characters() {

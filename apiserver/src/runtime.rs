@@ -328,7 +328,7 @@ impl Node {
                 return;
             };
             bind_to_node(&mut pod, &now);
-            let pod = st.update(PODS, pod);
+            let pod = st.write(PODS, pod);
             record_event(
                 st,
                 &now,
@@ -657,7 +657,7 @@ fn fail_past_deadline(ctx: &Ctx, key: &Key, uid: &str) {
             set_condition(status, "ContainersReady", "False", "PodFailed", "", &now);
             set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
         });
-        st.update(PODS, pod);
+        st.write(PODS, pod);
     });
 }
 
@@ -1115,7 +1115,7 @@ fn update_container(
                 }
             }
         });
-        st.update(PODS, pod);
+        st.write(PODS, pod);
     });
 }
 

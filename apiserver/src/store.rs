@@ -145,6 +145,9 @@ pub struct Change {
     /// `object` as watches serve it, encoded once by the first watch that sends it and shared
     /// by the others ([`SharedEncoding`]).
     pub served: SharedEncoding,
+    /// [`Change::bytes`], measured once (when the change enters the history) and read again
+    /// when it leaves.
+    pub size: std::sync::OnceLock<usize>,
 }
 
 /// The JSON bytes of a change's object as a watch serves it (with `apiVersion` and `kind`),
@@ -208,9 +211,11 @@ impl Change {
     /// The bytes this change holds in the history (object and previous object), see
     /// [`value_bytes`].
     pub fn bytes(&self) -> usize {
-        64 + self.storage.len()
-            + value_bytes(&self.object)
-            + self.prev.as_deref().map(value_bytes).unwrap_or(0)
+        *self.size.get_or_init(|| {
+            64 + self.storage.len()
+                + value_bytes(&self.object)
+                + self.prev.as_deref().map(value_bytes).unwrap_or(0)
+        })
     }
 }
 
@@ -496,6 +501,7 @@ impl State {
             prev,
             at_ms: (self.clock)(),
             served: SharedEncoding::default(),
+            size: Default::default(),
         });
         obj
     }
@@ -529,6 +535,7 @@ impl State {
             prev: Some(prev),
             at_ms: (self.clock)(),
             served: SharedEncoding::default(),
+            size: Default::default(),
         });
         Some(obj)
     }

@@ -123,6 +123,61 @@ pub fn present(def: &ResourceDef, stored: &Value) -> Value {
     }
 }
 
+/// A stored object as [`present`] serves it, serialized straight from the stored value: the
+/// same bytes as `serde_json::to_vec(&present(def, stored))` without first copying the object
+/// to set `apiVersion` and `kind` (those two are written in their sorted place among the
+/// stored fields). Watch events encode every change this way once, for all their watchers.
+pub struct Presented<'a> {
+    def: &'a ResourceDef,
+    stored: &'a Value,
+}
+
+impl<'a> Presented<'a> {
+    /// The stored object `stored` of `def`, for serializing.
+    pub fn new(def: &'a ResourceDef, stored: &'a Value) -> Self {
+        Presented { def, stored }
+    }
+}
+
+impl serde::Serialize for Presented<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let plain_native = self.def.view == View::Native
+            && !self
+                .def
+                .custom
+                .as_ref()
+                .is_some_and(|c| c.conversion.is_some());
+        let Some(fields) = self.stored.as_object().filter(|_| plain_native) else {
+            return present(self.def, self.stored).serialize(s);
+        };
+        let api_version = Value::String(self.def.api_version());
+        let kind = Value::String(self.def.kind.clone());
+        // In key order ("apiVersion" < "kind"), as the stored map's own keys are.
+        let mut set = [("apiVersion", &api_version), ("kind", &kind)]
+            .into_iter()
+            .peekable();
+        let added = ["apiVersion", "kind"]
+            .iter()
+            .filter(|k| !fields.contains_key(**k))
+            .count();
+        let mut map = s.serialize_map(Some(fields.len() + added))?;
+        for (k, v) in fields {
+            while let Some((key, value)) = set.next_if(|(key, _)| *key < k.as_str()) {
+                map.serialize_entry(key, value)?;
+            }
+            match set.next_if(|(key, _)| *key == k.as_str()) {
+                Some((key, value)) => map.serialize_entry(key, value)?,
+                None => map.serialize_entry(k, v)?,
+            }
+        }
+        for (key, value) in set {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
 fn meta_mut(obj: &mut Value) -> Result<&mut serde_json::Map<String, Value>, ApiError> {
     if let Some(o) = obj.as_object_mut()
         && !o.get("metadata").is_some_and(Value::is_object)
@@ -426,4 +481,41 @@ pub fn should_delete(def: &ResourceDef, obj: &Value) -> bool {
             == 0;
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Registry;
+
+    /// [`Presented`] writes exactly the bytes of serializing [`present`]'s copy, whatever
+    /// the stored object already says of `apiVersion` and `kind` and wherever its other keys
+    /// sort, and for the views it does not handle itself (events.k8s.io/v1).
+    #[test]
+    fn presented_serializes_like_the_presented_copy() {
+        let registry = Registry::builtins();
+        let pods = registry.lookup("", "v1", "pods").unwrap();
+        let events = registry.lookup("events.k8s.io", "v1", "events").unwrap();
+        let objects = [
+            json!({"metadata": {"name": "a"}, "spec": {}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}),
+            json!({"apiVersion": "old/v0", "kind": "Old", "zzz": 1}),
+            json!({"AAA": 1, "apiVersionX": 2, "b": 3, "kind": "X", "kinda": 4}),
+            json!({"a": 1}),
+            json!({}),
+            json!({"zzz": [1, 2]}),
+            json!({"type": "Normal", "involvedObject": {"name": "p"}, "metadata": {"name": "e"}}),
+            json!("not an object"),
+        ];
+        for def in [&pods, &events] {
+            for stored in &objects {
+                assert_eq!(
+                    serde_json::to_string(&Presented::new(def, stored)).unwrap(),
+                    serde_json::to_string(&present(def, stored)).unwrap(),
+                    "{} {stored}",
+                    def.kind
+                );
+            }
+        }
+    }
 }

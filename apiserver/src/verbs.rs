@@ -303,8 +303,8 @@ fn check_not_too_large(n: u64, current: u64) -> Result<(), ApiError> {
     }
 }
 
-/// A list as `<Kind>List` JSON.
-pub fn list_json(def: &ResourceDef, r: &ListResult) -> Value {
+/// A list as `<Kind>List` JSON (the items are moved in, not copied).
+pub fn list_json(def: &ResourceDef, r: ListResult) -> Value {
     let mut meta = json!({"resourceVersion": r.resource_version.to_string()});
     if let Some(c) = &r.continue_token {
         meta["continue"] = json!(c);
@@ -312,12 +312,13 @@ pub fn list_json(def: &ResourceDef, r: &ListResult) -> Value {
     if let Some(n) = r.remaining {
         meta["remainingItemCount"] = json!(n);
     }
-    json!({
+    let mut list = json!({
         "kind": def.list_kind,
         "apiVersion": def.api_version(),
         "metadata": meta,
-        "items": r.items,
-    })
+    });
+    list["items"] = Value::Array(r.items);
+    list
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -836,7 +837,7 @@ fn finalize_namespace(
         let removed = remove_object(st, &def, "", t.name(), Some(new.clone())).unwrap_or(new);
         return Ok((200, present(&def, &removed)));
     }
-    let stored = st.update(&def.storage, new);
+    let stored = st.write(&def.storage, new);
     Ok((200, present(&def, &stored)))
 }
 
@@ -1254,10 +1255,10 @@ fn finish_namespace_if_empty(st: &mut State, ns: &str) {
     let released = remaining.is_empty();
     meta::set_path(&mut done, ".spec.finalizers", Value::Array(remaining));
     if released && finalizers_of(&done).is_empty() {
-        st.update("core/namespaces", done);
+        st.write("core/namespaces", done);
         st.delete("core/namespaces", "", ns);
     } else if done != nsobj {
-        st.update("core/namespaces", done);
+        st.write("core/namespaces", done);
     }
 }
 
@@ -1419,7 +1420,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
                     let removed = remove_object(st, &def, t.ns_key(), &name, Some(obj));
                     return Ok((200, deleted_answer(&removed.unwrap_or(old))));
                 }
-                let stored = st.update(&def.storage, obj);
+                let stored = st.write(&def.storage, obj);
                 return Ok((200, present(&def, &stored)));
             }
             return Ok((200, present(&def, &old)));
@@ -1437,7 +1438,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
         if opts.dry_run {
             return Ok((200, present(&def, &obj)));
         }
-        let stored = st.update(&def.storage, obj);
+        let stored = st.write(&def.storage, obj);
         if is_namespace {
             empty_namespace(st, &name);
             if let Some(now) = st.get(&def.storage, "", &name) {

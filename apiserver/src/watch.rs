@@ -205,7 +205,10 @@ impl WatchState {
         }
         let def = &self.def;
         let bytes = change.served.get_or_encode(&self.served_as, || {
-            Bytes::from(serde_json::to_vec(&present(def, &change.object)).unwrap_or_default())
+            Bytes::from(
+                serde_json::to_vec(&super::strategy::Presented::new(def, &change.object))
+                    .unwrap_or_default(),
+            )
         });
         self.pending
             .push_back(Pending::Ready(frame_bytes(ty, &bytes)));

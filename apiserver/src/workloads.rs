@@ -303,7 +303,7 @@ impl Controllers {
             if d["status"] != status {
                 let mut new = d;
                 new["status"] = status;
-                st.update(DEPLOYMENTS, new);
+                st.write(DEPLOYMENTS, new);
                 tracing::debug!(
                     namespace = ns,
                     deployment = name,
@@ -337,7 +337,7 @@ impl Controllers {
             if rs["status"] != status {
                 let mut new = rs;
                 new["status"] = status;
-                st.update(REPLICASETS, new);
+                st.write(REPLICASETS, new);
             }
         });
     }
@@ -445,7 +445,7 @@ impl Controllers {
             if sts["status"] != status {
                 let mut new = sts;
                 new["status"] = status;
-                st.update(STATEFULSETS, new);
+                st.write(STATEFULSETS, new);
             }
             Some(changed)
         });
