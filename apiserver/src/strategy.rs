@@ -142,12 +142,8 @@ impl<'a> Presented<'a> {
 impl serde::Serialize for Presented<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let plain_native = self.def.view == View::Native
-            && !self
-                .def
-                .custom
-                .as_ref()
-                .is_some_and(|c| c.conversion.is_some());
+        let converted = self.def.custom.as_ref().map(|c| c.conversion.is_some());
+        let plain_native = self.def.view == View::Native && converted != Some(true);
         let Some(fields) = self.stored.as_object().filter(|_| plain_native) else {
             return present(self.def, self.stored).serialize(s);
         };
