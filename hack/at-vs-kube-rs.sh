@@ -17,6 +17,7 @@
 #   ONLY=project (or ONLY=kube-rs) runs one side;  SHARED=dir  where the shared bench lives
 #   PROFILE=dist    builds the manager as the image does (thin LTO; the server stays release)
 #   WRAP="heaptrack -o /tmp/hp"   runs the controller under a profiler (word-split, so no quoting)
+#   SAMPLE_CONTROLLER_BIN=path    the API server's binary (e.g. an older build, for an A/B run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${SHARED:-$PWD/../shared/bench}
@@ -28,7 +29,7 @@ cargo build --release --quiet --bin sample-controller
 # from `sample-controller apiserver`).
 PROFILE=${PROFILE:-release}
 cargo build --profile "$PROFILE" --quiet -p sample-controller --bin controller-manager
-BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/sample-controller
+BIN=${SAMPLE_CONTROLLER_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/sample-controller}
 MANAGER=${CARGO_TARGET_DIR:-$PWD/target}/$PROFILE/controller-manager
 PEER=${TMPDIR:-/tmp}/kube-at-target/release/kube-at
 [ -x "$PEER" ] || (cd "$SHARED/kube-at" && CARGO_TARGET_DIR=${TMPDIR:-/tmp}/kube-at-target cargo build --release --quiet)
