@@ -143,23 +143,15 @@ mod tests {
     /// The per-second memo never serves one second's text for another.
     #[test]
     fn metav1_times_are_whole_seconds_in_utc_even_when_remembered() {
-        let t = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
-        assert_eq!(
-            metav1_time(t("2030-06-01T09:30:00.2Z")),
-            "2030-06-01T09:30:00Z"
-        );
-        assert_eq!(
-            metav1_time(t("2030-06-01T09:30:00.9Z")),
-            "2030-06-01T09:30:00Z"
-        );
-        assert_eq!(
-            metav1_time(t("2030-06-01T09:30:01Z")),
-            "2030-06-01T09:30:01Z"
-        );
-        assert_eq!(
-            metav1_time(t("2030-06-01T09:30:00Z")),
-            "2030-06-01T09:30:00Z"
-        );
+        // In this order: the second one is served from the memo, the last one is not.
+        for (at, text) in [
+            ("2030-06-01T09:30:00.2Z", "2030-06-01T09:30:00Z"),
+            ("2030-06-01T09:30:00.9Z", "2030-06-01T09:30:00Z"),
+            ("2030-06-01T09:30:01Z", "2030-06-01T09:30:01Z"),
+            ("2030-06-01T09:30:00Z", "2030-06-01T09:30:00Z"),
+        ] {
+            assert_eq!(metav1_time(at.parse().unwrap()), text, "{at}");
+        }
         let now = now_time();
         assert!(now.ends_with('Z') && now.len() == 20, "{now}");
     }

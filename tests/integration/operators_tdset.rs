@@ -162,6 +162,31 @@ async fn a_simulated_day(zone: Option<&str>) {
     server.shutdown().await;
 }
 
+/// A server, the tdset controller on a clock at 10:00 UTC (5 replicas by the example's
+/// windows), and the hello-world TDSet created.
+async fn hello_world_at_ten() -> (embedded_apiserver::ApiServerHandle, Client, RunningManager) {
+    let (server, client) = operator_server().await;
+    let clock = Clock::starting_at("2030-06-03T10:00:00Z".parse().unwrap());
+    let manager = start_manager(&manager_client(&server), config_for(&["tdset"]), clock).await;
+    api::<TDSet>(&client)
+        .create(&PostParams::default(), &hello_world(None))
+        .await
+        .unwrap();
+    (server, client, manager)
+}
+
+/// Someone scales the hello-world Deployment to `replicas` by hand.
+async fn scale_by_hand(client: &Client, replicas: i32) {
+    api::<Deployment>(client)
+        .patch(
+            "hello-world",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_day_in_utc_follows_every_window_with_one_write_per_boundary() {
     a_simulated_day(None).await;
@@ -175,25 +200,12 @@ async fn a_day_in_kolkata_follows_the_local_hours() {
 #[tokio::test(start_paused = true)]
 async fn hand_scaling_is_corrected_and_spec_changes_roll_in() {
     let _ticker = Ticker::start();
-    let (server, client) = operator_server().await;
-    let clock = Clock::starting_at("2030-06-03T10:00:00Z".parse().unwrap());
-    let manager = start_manager(&manager_client(&server), config_for(&["tdset"]), clock).await;
-    api::<TDSet>(&client)
-        .create(&PostParams::default(), &hello_world(None))
-        .await
-        .unwrap();
+    let (server, client, manager) = hello_world_at_ten().await;
     wait_for_replicas(&client, "hello-world", 5).await;
     wait_settled(&client, 5).await;
 
     // Someone scales the Deployment by hand: put back.
-    api::<Deployment>(&client)
-        .patch(
-            "hello-world",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"replicas": 1}})),
-        )
-        .await
-        .unwrap();
+    scale_by_hand(&client, 1).await;
     wait_for_replicas(&client, "hello-world", 5).await;
     wait_for_event(&client, "hello-world", reason::DRIFT_CORRECTED).await;
 
@@ -268,13 +280,7 @@ async fn hand_scaling_is_corrected_and_spec_changes_roll_in() {
 #[tokio::test(start_paused = true)]
 async fn hand_scaling_before_the_status_catches_up_is_drift_not_a_window_change() {
     let _ticker = Ticker::start();
-    let (server, client) = operator_server().await;
-    let clock = Clock::starting_at("2030-06-03T10:00:00Z".parse().unwrap());
-    let manager = start_manager(&manager_client(&server), config_for(&["tdset"]), clock).await;
-    api::<TDSet>(&client)
-        .create(&PostParams::default(), &hello_world(None))
-        .await
-        .unwrap();
+    let (server, client, manager) = hello_world_at_ten().await;
     wait_settled(&client, 5).await;
     let created = deployment(&client, "hello-world").await.unwrap();
     assert_eq!(
@@ -300,14 +306,7 @@ async fn hand_scaling_before_the_status_catches_up_is_drift_not_a_window_change(
     assert_eq!(t.status.unwrap().replicas, 5, "the status write was failed");
 
     // Now someone scales it by hand: drift, although the status still says 5.
-    api::<Deployment>(&client)
-        .patch(
-            "hello-world",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"spec": {"replicas": 9}})),
-        )
-        .await
-        .unwrap();
+    scale_by_hand(&client, 9).await;
     wait_for_replicas(&client, "hello-world", 4).await;
     let drift = wait_for_event(&client, "hello-world", reason::DRIFT_CORRECTED).await;
     assert!(drift.message.unwrap().contains("changed by hand"));

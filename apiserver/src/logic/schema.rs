@@ -515,7 +515,7 @@ fn validate_quiet(schema: &Value, value: &Value, path: &str, root: bool) -> bool
 }
 
 /// The most distinct `pattern`s kept compiled (see [`compiled_pattern`]).
-pub const MAX_CACHED_PATTERNS: usize = 1024;
+const MAX_CACHED_PATTERNS: usize = 1024;
 
 type Patterns = std::sync::Mutex<std::collections::HashMap<String, Result<regex::Regex, String>>>;
 
