@@ -297,20 +297,21 @@ pub fn record_update(
     subresource: Option<&str>,
     now: &str,
 ) {
-    let mut entries: Vec<Value> = new
-        .pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .cloned()
-        .or_else(|| {
-            old.and_then(|o| o.pointer("/metadata/managedFields"))
-                .and_then(Value::as_array)
-                .cloned()
-        })
-        .unwrap_or_default();
-    let mut body = new.clone();
-    if let Some(Value::Object(meta)) = body.get_mut("metadata") {
-        meta.remove("managedFields");
-    }
+    // The entries are taken out of the object (not copied), so that `new` itself is the body
+    // whose fields are tracked; they go back in at the end.
+    let taken = new
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|meta| meta.remove("managedFields"));
+    let mut entries: Vec<Value> = match taken {
+        Some(Value::Array(entries)) => entries,
+        _ => old
+            .and_then(|o| o.pointer("/metadata/managedFields"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let body: &Value = new;
     let new_paths = paths_of(&body);
     let changed: BTreeSet<FieldPath> = match old {
         None => new_paths.clone(),
