@@ -312,13 +312,13 @@ pub fn record_update(
             .unwrap_or_default(),
     };
     let body: &Value = new;
-    let new_paths = paths_of(&body);
+    let new_paths = paths_of(body);
     let changed: BTreeSet<FieldPath> = match old {
         None => new_paths.clone(),
         Some(old) => new_paths
             .iter()
             .filter(|p| {
-                p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(&body, p)
+                p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(body, p)
             })
             .cloned()
             .collect(),
@@ -342,7 +342,7 @@ pub fn record_update(
             set.retain(|p| !changed.contains(p));
         }
         // Fields that no longer exist are owned by nobody.
-        set.retain(|p| value_at(&body, p).is_some());
+        set.retain(|p| value_at(body, p).is_some());
         e["fieldsV1"] = fields_v1(&set);
     }
     if !mine_found && !changed.is_empty() {
