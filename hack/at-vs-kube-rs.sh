@@ -18,6 +18,7 @@
 #   PROFILE=dist    builds the manager as the image does (thin LTO; the server stays release)
 #   WRAP="heaptrack -o /tmp/hp"   runs the controller under a profiler (word-split, so no quoting)
 #   SAMPLE_CONTROLLER_BIN=path    the API server's binary (e.g. an older build, for an A/B run)
+#   MANAGER_BIN=path              the manager's binary (e.g. the image's musl build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${SHARED:-$PWD/../shared/bench}
@@ -30,7 +31,7 @@ cargo build --release --quiet --bin sample-controller
 PROFILE=${PROFILE:-release}
 cargo build --profile "$PROFILE" --quiet -p sample-controller --bin controller-manager
 BIN=${SAMPLE_CONTROLLER_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/sample-controller}
-MANAGER=${CARGO_TARGET_DIR:-$PWD/target}/$PROFILE/controller-manager
+MANAGER=${MANAGER_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/$PROFILE/controller-manager}
 PEER=${TMPDIR:-/tmp}/kube-at-target/release/kube-at
 [ -x "$PEER" ] || (cd "$SHARED/kube-at" && CARGO_TARGET_DIR=${TMPDIR:-/tmp}/kube-at-target cargo build --release --quiet)
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
