@@ -60,7 +60,10 @@
 //! [`super::ApiServerBuilder::garbage_collector`] turns it off). Instead of informers over
 //! HTTP it follows the store's change feed ([`super::background`]) and keeps its graph as three
 //! maps (object → uid and owners, uid → object, owner uid → dependents), rebuilt from scratch
-//! whenever the feed reports a compaction. It acts under the store lock, so each decision is
+//! whenever the feed reports a compaction. A dependent is examined when it enters the graph or
+//! its owner references change, and again when one of its owners goes or starts deleting its
+//! dependents, as the real graph builder queues it; an update that leaves its owners as they
+//! were (a pod's status, say) is not a reason to look again. It acts under the store lock, so each decision is
 //! made on current data and never needs a retry; deletions go through the same
 //! [`super::verbs::delete_one`] as a client's DELETE (uid precondition, finalizers, pod grace
 //! periods), so every step is visible to watchers exactly as in a cluster. It leaves out the
