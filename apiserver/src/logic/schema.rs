@@ -514,37 +514,79 @@ fn validate_quiet(schema: &Value, value: &Value, path: &str, root: bool) -> bool
     errors.is_empty()
 }
 
-/// The most distinct `pattern`s kept compiled (see [`compiled_pattern`]).
-const MAX_CACHED_PATTERNS: usize = 1024;
+/// The compiled sizes (the `regex` crate's `size_limit`) a pattern is tried at, smallest
+/// first; the first that fits is what the pattern costs the cache (see [`compiled_pattern`]).
+const PATTERN_SIZE_TIERS: [usize; 4] = [64 << 10, 256 << 10, 1 << 20, 4 << 20];
 
-type Patterns = std::sync::Mutex<std::collections::HashMap<String, Result<regex::Regex, String>>>;
+/// What the kept patterns may cost together, in the sizes of [`PATTERN_SIZE_TIERS`].
+const PATTERN_CACHE_BUDGET: usize = 64 << 20;
+
+/// The longest pattern text that is kept compiled; longer ones are compiled for each use.
+const MAX_CACHED_PATTERN_LEN: usize = 1024;
+
+/// The kept patterns (each with what it costs) and their total cost.
+#[derive(Default)]
+struct Patterns {
+    compiled: std::collections::HashMap<String, (Result<regex::Regex, String>, usize)>,
+    cost: usize,
+}
 
 /// The compiled patterns, with the error of each that does not compile.
-static PATTERNS: std::sync::LazyLock<Patterns> = std::sync::LazyLock::new(Patterns::default);
+static PATTERNS: std::sync::LazyLock<std::sync::Mutex<Patterns>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// `pattern` compiled, from a process-wide cache, as kube-openapi's validator keeps it: its
 /// `validate` package (go-openapi's, `rexp.go`) holds a map from pattern to compiled
 /// `*regexp.Regexp`, filled on first use, so a CRD's patterns are compiled once, not on every
 /// write. Compiling was the largest single cost of a custom-resource write here (7 % of the
-/// server's CPU while 10,000 Ats ran). Unlike Go's map this one is bounded: past
-/// [`MAX_CACHED_PATTERNS`] distinct patterns it starts over, which costs compile time, never a
-/// wrong answer. A pattern that does not compile is remembered with its error.
+/// server's CPU while 10,000 Ats ran).
+///
+/// Unlike Go's map this one is bounded, since CRDs (and so patterns) come from the network. A
+/// pattern is compiled under the smallest limit of [`PATTERN_SIZE_TIERS`] it fits in (`^\w+$`
+/// 64 KiB, `^[\w-]{1,63}$` 4 MiB: Unicode classes are large), and that limit is what it costs;
+/// the kept patterns cost at most [`PATTERN_CACHE_BUDGET`] together, and past it the cache
+/// starts over. A pattern larger than the last tier, or longer than
+/// [`MAX_CACHED_PATTERN_LEN`], is compiled for its one use and dropped, as before the cache.
+/// Either way the answer is the same. A pattern that does not compile is remembered with its
+/// error.
 fn compiled_pattern(pattern: &str) -> Result<regex::Regex, String> {
+    let uncached = || regex::Regex::new(pattern).map_err(|e| e.to_string());
+    if pattern.len() > MAX_CACHED_PATTERN_LEN {
+        return uncached();
+    }
     // Inserts and clears only: a poisoned map is still consistent.
-    if let Some(hit) = PATTERNS
+    if let Some((hit, _)) = PATTERNS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
+        .compiled
         .get(pattern)
     {
         return hit.clone();
     }
     // Compiled outside the lock: a slow pattern delays only its own request.
-    let compiled = regex::Regex::new(pattern).map_err(|e| e.to_string());
-    let mut map = PATTERNS.lock().unwrap_or_else(|p| p.into_inner());
-    if map.len() >= MAX_CACHED_PATTERNS {
-        map.clear();
+    let tiered = PATTERN_SIZE_TIERS.iter().find_map(|&limit| {
+        match regex::RegexBuilder::new(pattern).size_limit(limit).build() {
+            Err(regex::Error::CompiledTooBig(_)) => None,
+            Ok(re) => Some((Ok(re), limit)),
+            Err(e) => Some((Err(e.to_string()), pattern.len())),
+        }
+    });
+    let Some((compiled, cost)) = tiered else {
+        return uncached();
+    };
+    let mut cache = PATTERNS.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.cost + cost > PATTERN_CACHE_BUDGET {
+        cache.compiled.clear();
+        cache.cost = 0;
     }
-    map.insert(pattern.to_string(), compiled.clone());
+    cache.cost += cost;
+    if let Some((_, replaced)) = cache
+        .compiled
+        .insert(pattern.to_string(), (compiled.clone(), cost))
+    {
+        // Another request compiled the same pattern meanwhile.
+        cache.cost -= replaced;
+    }
     compiled
 }
 
@@ -1128,13 +1170,31 @@ mod tests {
                 errors[0]
             );
         }
-        for i in 0..MAX_CACHED_PATTERNS + 10 {
+        // Distinct patterns past the budget: it starts over, and stays within it.
+        for i in 0..PATTERN_CACHE_BUDGET / PATTERN_SIZE_TIERS[0] + 10 {
             let p = format!("^p{i}$");
             assert!(compiled_pattern(&p).unwrap().is_match(&format!("p{i}")));
-            assert!(PATTERNS.lock().unwrap().len() <= MAX_CACHED_PATTERNS);
+            let cache = PATTERNS.lock().unwrap();
+            assert!(cache.cost <= PATTERN_CACHE_BUDGET);
+            let sum: usize = cache.compiled.values().map(|(_, c)| c).sum();
+            assert_eq!(sum, cache.cost);
         }
         // Still right after starting over.
         assert_eq!(validate(&schema, &json!("ABC")).len(), 1);
+        // A large program is kept at its tier; one too long, or too large for every tier, is
+        // still answered, never kept.
+        assert!(compiled_pattern(r"^[\w-]{1,63}$").unwrap().is_match("a-b"));
+        let long = format!("^{}$", "a".repeat(MAX_CACHED_PATTERN_LEN));
+        assert!(
+            compiled_pattern(&long)
+                .unwrap()
+                .is_match(&"a".repeat(MAX_CACHED_PATTERN_LEN))
+        );
+        let big = r"^\w{100}$";
+        assert!(compiled_pattern(big).unwrap().is_match(&"x".repeat(100)));
+        let kept = PATTERNS.lock().unwrap();
+        assert_eq!(kept.compiled[r"^[\w-]{1,63}$"].1, PATTERN_SIZE_TIERS[3]);
+        assert!(!kept.compiled.contains_key(&long) && !kept.compiled.contains_key(big));
     }
 
     #[test]
