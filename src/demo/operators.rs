@@ -226,12 +226,20 @@ async fn deployment_replicas(client: &Client, name: &str) -> Result<Option<i32>,
         .and_then(|s| s.replicas))
 }
 
+/// The demo TDSet's window, `(start, end)` in whole hours UTC, for a demo started in `hour`:
+/// two hours from the start of this one. The story takes seconds, but it may start a second
+/// before the hour ends; a window of this hour alone would then end under it, and the
+/// controller would scale the Deployment to 1 while the story waits for 2 (or 4).
+fn demo_window(hour: i32) -> (i32, i32) {
+    (hour, (hour + 2) % 24)
+}
+
 async fn tdset_story(client: Client, started: Instant, deadline: Instant) -> Result<(), DemoError> {
     let now = Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC);
-    let hour = i32::from(now.hour());
+    let (hour, end) = demo_window(i32::from(now.hour()));
     let window = |replica| SchedulingWindow {
         start_time: hour,
-        end_time: (hour + 1) % 24,
+        end_time: end,
         replica,
     };
     let tdset = TDSet {
@@ -256,7 +264,7 @@ async fn tdset_story(client: Client, started: Instant, deadline: Instant) -> Res
     say(
         started,
         &format!(
-            "created tdset/office-hours: 2 replicas from {hour:02}:00 to the next hour (UTC), else 1"
+            "created tdset/office-hours: 2 replicas from {hour:02}:00 to {end:02}:00 (UTC), else 1"
         ),
     );
     let at = |n: i32| {
@@ -270,8 +278,7 @@ async fn tdset_story(client: Client, started: Instant, deadline: Instant) -> Res
     say(
         started,
         &format!(
-            "deployment/office-hours runs 2 replicas; at {:02}:00 UTC the controller wakes once and scales it to 1",
-            (hour + 1) % 24
+            "deployment/office-hours runs 2 replicas; at {end:02}:00 UTC the controller wakes once and scales it to 1"
         ),
     );
     let patch = json!({"spec": {"schedulingConfig": [window(4)]}});
@@ -283,10 +290,7 @@ async fn tdset_story(client: Client, started: Instant, deadline: Instant) -> Res
         )
         .await
         .map_err(api_err("editing TDSet office-hours"))?;
-    say(
-        started,
-        "edited tdset/office-hours: this hour's window now wants 4",
-    );
+    say(started, "edited tdset/office-hours: the window now wants 4");
     wait_for("deployment/office-hours at 4", deadline, at(4)).await?;
     say(started, "deployment/office-hours scaled to 4");
     api::<Deployment>(&client)
@@ -441,6 +445,41 @@ async fn foo_story(client: Client, started: Instant, deadline: Instant) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Started in the last second of any hour, the demo's window still holds (2 replicas) a
+    /// minute later, by the TDSet controller's own reading of the window.
+    #[test]
+    fn the_demo_window_outlasts_a_story_started_at_the_end_of_any_hour() {
+        use sample_controller::controllers::tdset::{desired_replicas, validate};
+        for h in 0..24i8 {
+            let (start, end) = demo_window(i32::from(h));
+            let spec = TDSetSpec {
+                container: TDSetContainer {
+                    image: "nginx".into(),
+                    port: 80,
+                },
+                service: None,
+                scheduling_config: vec![SchedulingWindow {
+                    start_time: start,
+                    end_time: end,
+                    replica: 2,
+                }],
+                default_replica: 1,
+                interval_mint: None,
+                time_zone: None,
+            };
+            let tz = validate(&spec).unwrap();
+            let last_second = jiff::civil::date(2030, 6, 1)
+                .at(h, 59, 59, 0)
+                .to_zoned(jiff::tz::TimeZone::UTC)
+                .unwrap()
+                .timestamp();
+            for later in [0, 1, 60] {
+                let t = last_second + jiff::SignedDuration::from_secs(later);
+                assert_eq!(desired_replicas(&spec, &tz, t), 2, "hour {h}, +{later}s");
+            }
+        }
+    }
 
     #[test]
     fn operators_are_checked_and_ordered() {
