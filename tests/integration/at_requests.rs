@@ -130,7 +130,10 @@ async fn an_at_due_at_once_costs_five_writes_and_no_get() {
 
 #[tokio::test]
 async fn an_at_due_later_costs_seven_writes_and_no_get() {
-    let c = lifecycle(Some(Duration::from_secs(2))).await;
+    // The schedule is cut to whole seconds, so "2 s from now" could be due in just over 1 s:
+    // a manager slow to see the At on a loaded machine would find it due already, write no
+    // PENDING and record no Scheduled event. 5 s leaves at least 4.
+    let c = lifecycle(Some(Duration::from_secs(5))).await;
     assert_eq!(c.gets, 0, "zero GETs");
     assert_eq!(c.pod_creates, 1);
     assert_eq!(c.status_writes, 3, "PENDING, RUNNING, DONE: {c:?}");
