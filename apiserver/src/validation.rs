@@ -456,7 +456,8 @@ fn typed_roundtrip(def: &ResourceDef, body: &Value) -> Option<Value> {
     use k8s_openapi::api::{events::v1 as events, rbac::v1 as rbac};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
     fn rt<T: serde::de::DeserializeOwned + serde::Serialize>(b: &Value) -> Option<Value> {
-        let t: T = serde_json::from_value(b.clone()).ok()?;
+        // Decoded from the borrowed tree: the body is not copied first.
+        let t = T::deserialize(b).ok()?;
         serde_json::to_value(t).ok()
     }
     if def.custom.is_some() {
