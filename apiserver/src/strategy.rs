@@ -150,13 +150,12 @@ impl serde::Serialize for Presented<'_> {
         let api_version = Value::String(self.def.api_version());
         let kind = Value::String(self.def.kind.clone());
         // In key order ("apiVersion" < "kind"), as the stored map's own keys are.
-        let mut set = [("apiVersion", &api_version), ("kind", &kind)]
-            .into_iter()
-            .peekable();
-        let added = ["apiVersion", "kind"]
+        let overrides = [("apiVersion", &api_version), ("kind", &kind)];
+        let added = overrides
             .iter()
-            .filter(|k| !fields.contains_key(**k))
+            .filter(|(key, _)| !fields.contains_key(*key))
             .count();
+        let mut set = overrides.into_iter().peekable();
         let mut map = s.serialize_map(Some(fields.len() + added))?;
         for (k, v) in fields {
             while let Some((key, value)) = set.next_if(|(key, _)| *key < k.as_str()) {

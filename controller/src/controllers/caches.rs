@@ -57,8 +57,9 @@
 //!
 //!    The At cache keeps whole Ats (the status write is built from the cached copy) minus
 //!    `managedFields` and the `kubectl.kubernetes.io/last-applied-configuration` annotation
-//!    (which holds a second copy of the whole spec), its lists shrunk likewise: the API server's `/status` endpoint takes
-//!    only `.status` from the request, so what the cache dropped is never written back.
+//!    (which holds a second copy of the whole spec), its lists shrunk likewise: the API
+//!    server's `/status` endpoint takes only `.status` from the request, so what the cache
+//!    dropped is never written back.
 //!    Deployments, StatefulSets and Services are *not* slimmed: the operators update them with a
 //!    PUT of the cached copy (drift correction), and a PUT of a slimmed copy would erase on the
 //!    server whatever the cache dropped. The label selector is what bounds them: there is one

@@ -670,14 +670,10 @@ pub fn new_deployment(tdset: &TDSet, replicas: i32) -> Option<Deployment> {
     let name = tdset.metadata.name.clone().unwrap_or_default();
     let labels = standard_labels("tdset", &name, CONTROLLER_NAME);
     let mut metadata = dependent_metadata(tdset, &name, labels.clone())?;
-    metadata.annotations = Some(
-        [(
-            DESIRED_REPLICAS_ANNOTATION.to_string(),
-            replicas.to_string(),
-        )]
-        .into_iter()
-        .collect(),
-    );
+    metadata.annotations = Some(std::collections::BTreeMap::from([(
+        DESIRED_REPLICAS_ANNOTATION.to_string(),
+        replicas.to_string(),
+    )]));
     Some(Deployment {
         metadata,
         spec: Some(DeploymentSpec {
