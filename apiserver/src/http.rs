@@ -95,7 +95,11 @@ fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
 }
 
-pub fn json_response(code: u16, body: &Value, content_type: &str) -> Response<Body> {
+pub fn json_response<T: serde::Serialize + ?Sized>(
+    code: u16,
+    body: &T,
+    content_type: &str,
+) -> Response<Body> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -624,13 +628,22 @@ async fn serve_read(
     }
     class.verb = "list".into();
     let opts = ListOptions::parse(query, false)?;
-    let mut result = shared.store.read(|s| verbs::list(s, target, &opts))?;
-    result.items = super::conversion::items_to_served(shared, def, result.items).await?;
+    let result = shared.store.read(|s| verbs::list(s, target, &opts))?;
+    let converted = super::conversion::webhook_of(def).is_some();
+    if !wants_table && !converted {
+        // The common case, serialized from the stored objects without copying them.
+        return Ok(json_response(
+            200,
+            &verbs::ListJson::new(def, &result),
+            "application/json",
+        ));
+    }
+    let items = super::conversion::items_to_served(shared, def, result.served(def)).await?;
     if wants_table {
         let include = super::table::include_object(query)?;
         let table = super::table::render(
             def,
-            &result.items,
+            &items,
             &result.resource_version.to_string(),
             result.continue_token.as_deref(),
             include,
@@ -639,7 +652,7 @@ async fn serve_read(
     }
     Ok(json_response(
         200,
-        &verbs::list_json(def, result),
+        &verbs::list_json(def, &result, items),
         "application/json",
     ))
 }

@@ -413,15 +413,24 @@ impl State {
 
     /// Stored objects of a resource, ordered by namespace then name; `namespace: None` = all.
     pub fn list(&self, storage: &str, namespace: Option<&str>) -> Vec<&Value> {
+        self.list_shared(storage, namespace)
+            .into_iter()
+            .map(|v| &**v)
+            .collect()
+    }
+
+    /// [`State::list`] as the stored allocations themselves: a caller that keeps the objects
+    /// past the lock (a watch's initial events) shares them instead of copying each one.
+    pub fn list_shared(&self, storage: &str, namespace: Option<&str>) -> Vec<&Arc<Value>> {
         let Some(map) = self.objects.get(storage).map(|b| &b.objects) else {
             return vec![];
         };
         match namespace {
-            None => map.values().map(|v| &**v).collect(),
+            None => map.values().collect(),
             Some(ns) => map
                 .range((ns.to_owned(), String::new())..)
                 .take_while(|((n, _), _)| n == ns)
-                .map(|(_, v)| &**v)
+                .map(|(_, v)| v)
                 .collect(),
         }
     }
@@ -556,7 +565,7 @@ impl State {
         if rv < self.compacted {
             return Err(self.compacted);
         }
-        let mut undo: BTreeMap<Key, Option<&Value>> = BTreeMap::new();
+        let mut undo: BTreeMap<Key, Option<&Arc<Value>>> = BTreeMap::new();
         let start = self.history.partition_point(|c| c.rv <= rv);
         for change in self.history.range(start..) {
             if change.storage != storage {
@@ -565,7 +574,7 @@ impl State {
             // The oldest change after `rv` holds the state at `rv`: keep the first one seen.
             let before = match change.kind {
                 ChangeType::Added => None,
-                ChangeType::Modified | ChangeType::Deleted => change.prev.as_deref(),
+                ChangeType::Modified | ChangeType::Deleted => change.prev.as_ref(),
             };
             undo.entry(key_of(&change.object)).or_insert(before);
         }
@@ -601,7 +610,7 @@ impl State {
 #[derive(Debug)]
 pub struct Snapshot<'a> {
     bucket: Option<&'a Bucket>,
-    undo: BTreeMap<Key, Option<&'a Value>>,
+    undo: BTreeMap<Key, Option<&'a Arc<Value>>>,
 }
 
 impl<'a> Snapshot<'a> {
@@ -613,19 +622,20 @@ impl<'a> Snapshot<'a> {
     /// One object as it was.
     pub fn get(&self, key: &Key) -> Option<&'a Value> {
         match self.undo.get(key) {
-            Some(then) => *then,
+            Some(then) => then.map(|v| &**v),
             None => self.bucket.and_then(|b| b.objects.get(key)).map(|v| &**v),
         }
     }
 
     /// The objects in `namespace` (`None` = all), in key order, starting after the key
     /// `after` (exclusive) when given: one page of a paged LIST is `range(ns, token_key).take(limit)`.
-    /// Borrowed, never copied; the cost is the keys visited, not the size of the resource.
+    /// Borrowed, never copied (a caller that keeps an object clones its `Arc`); the cost is the
+    /// keys visited, not the size of the resource.
     pub fn range<'s>(
         &'s self,
         namespace: Option<&'s str>,
         after: Option<&Key>,
-    ) -> impl Iterator<Item = (&'s Key, &'s Value)> + use<'s, 'a> {
+    ) -> impl Iterator<Item = (&'s Key, &'s Arc<Value>)> + use<'s, 'a> {
         let lower: Bound<Key> = match (namespace, after) {
             (Some(ns), Some(k)) if k.0.as_str() >= ns => Bound::Excluded(k.clone()),
             (Some(ns), _) => Bound::Included((ns.to_owned(), String::new())),
@@ -637,8 +647,7 @@ impl<'a> Snapshot<'a> {
             .bucket
             .map(|b| b.objects.range(range.clone()))
             .into_iter()
-            .flatten()
-            .map(|(k, v)| (k, &**v));
+            .flatten();
         let undo = self.undo.range(range);
         Merge {
             current: current.peekable(),
@@ -668,13 +677,13 @@ impl<'a> Snapshot<'a> {
 }
 
 /// The ordered merge of the current objects and the undo table behind [`Snapshot::range`].
-struct Merge<'s, 'a, C: Iterator<Item = (&'a Key, &'a Value)>> {
+struct Merge<'s, 'a, C: Iterator<Item = (&'a Key, &'a Arc<Value>)>> {
     current: Peekable<C>,
-    undo: Peekable<std::collections::btree_map::Range<'s, Key, Option<&'a Value>>>,
+    undo: Peekable<std::collections::btree_map::Range<'s, Key, Option<&'a Arc<Value>>>>,
 }
 
-impl<'s, 'a: 's, C: Iterator<Item = (&'a Key, &'a Value)>> Iterator for Merge<'s, 'a, C> {
-    type Item = (&'s Key, &'s Value);
+impl<'s, 'a: 's, C: Iterator<Item = (&'a Key, &'a Arc<Value>)>> Iterator for Merge<'s, 'a, C> {
+    type Item = (&'s Key, &'s Arc<Value>);
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
@@ -693,7 +702,10 @@ impl<'s, 'a: 's, C: Iterator<Item = (&'a Key, &'a Value)>> Iterator for Merge<'s
                 }
             };
             if !take_undo {
-                return self.current.next().map(|(k, v)| (k as &Key, v as &Value));
+                return self
+                    .current
+                    .next()
+                    .map(|(k, v)| (k as &Key, v as &Arc<Value>));
             }
             if let Some((key, Some(then))) = self.undo.next() {
                 return Some((key, *then));
@@ -1025,8 +1037,8 @@ mod tests {
             });
             states.push((store.resource_version(), model.clone()));
         }
-        let owned = |it: &mut dyn Iterator<Item = (&Key, &Value)>| -> Vec<(Key, Value)> {
-            it.map(|(k, v)| (k.clone(), v.clone())).collect()
+        let owned = |it: &mut dyn Iterator<Item = (&Key, &Arc<Value>)>| -> Vec<(Key, Value)> {
+            it.map(|(k, v)| (k.clone(), (**v).clone())).collect()
         };
         store.read(|s| {
             for (rv, expected) in &states {

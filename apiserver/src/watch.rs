@@ -174,6 +174,14 @@ impl WatchState {
                 .push_back(Pending::Convert(ty, present(&self.def, stored)));
             return;
         }
+        if self.renderer.is_none() {
+            // Serialized from the stored object, as `present` would serve it, without a copy.
+            let bytes = serde_json::to_vec(&super::strategy::Presented::new(&self.def, stored))
+                .unwrap_or_default();
+            self.pending
+                .push_back(Pending::Ready(frame_bytes(ty, &bytes)));
+            return;
+        }
         let served = present(&self.def, stored);
         let line = self.render(ty, served);
         self.pending.push_back(Pending::Ready(line));
@@ -382,8 +390,12 @@ pub fn start(
             Some(n) if !send_initial => Start::From(n),
             _ => Start::From(current),
         };
-        let initial: Vec<Value> = if send_initial {
-            s.list(&t.def.storage, None).into_iter().cloned().collect()
+        // Shared, not copied: the initial events are serialized from the stored objects.
+        let initial: Vec<Arc<Value>> = if send_initial {
+            s.list_shared(&t.def.storage, None)
+                .into_iter()
+                .cloned()
+                .collect()
         } else {
             vec![]
         };
