@@ -537,3 +537,72 @@ async fn retry_after_from_the_embedded_server_is_honoured() {
     assert_eq!(named.len(), 1, "one object, not two");
     server.shutdown().await;
 }
+
+/// An `Api` that skips `metadata.managedFields` lists and watches the same objects as one that
+/// decodes them whole, minus that field alone, and its other verbs still answer whole objects.
+#[tokio::test]
+async fn lists_and_watches_without_managed_fields_equal_whole_objects_cleared_of_them() {
+    let (server, client) = https_server().await;
+    let whole: Api<ConfigMap> = Api::namespaced(client, "default");
+    let slim = whole.clone().without_managed_fields();
+    let cleared = |mut cm: ConfigMap| {
+        assert!(cm.metadata.managed_fields.is_some(), "{cm:?}");
+        cm.metadata.managed_fields = None;
+        cm
+    };
+    for n in ["m1", "m2", "m3"] {
+        whole
+            .create(&PostParams::default(), &cm(n, json!({"mf": "1"})))
+            .await
+            .unwrap();
+    }
+    let lp = ListParams {
+        label_selector: Some("mf=1".into()),
+        ..Default::default()
+    };
+    let want: Vec<ConfigMap> = whole.list(&lp).await.unwrap().items;
+    assert_eq!(want.len(), 3);
+    let got = slim.list(&lp).await.unwrap().items;
+    assert_eq!(got, want.into_iter().map(cleared).collect::<Vec<_>>());
+
+    let wp = WatchParams {
+        label_selector: Some("mf=1".into()),
+        resource_version: Some(
+            slim.list(&lp)
+                .await
+                .unwrap()
+                .metadata
+                .resource_version
+                .unwrap(),
+        ),
+        ..Default::default()
+    };
+    let mut w = slim.watch(&wp).await.unwrap();
+    let updated = whole
+        .patch(
+            "m2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "w"}})),
+        )
+        .await
+        .unwrap();
+    match tokio::time::timeout(Duration::from_secs(10), w.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        WatchEvent::Modified(cm) => assert_eq!(cm, cleared(updated)),
+        other => panic!("{other:?}"),
+    }
+    // A get through the same Api is whole.
+    assert!(
+        slim.get("m1")
+            .await
+            .unwrap()
+            .metadata
+            .managed_fields
+            .is_some()
+    );
+    server.shutdown().await;
+}

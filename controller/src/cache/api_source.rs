@@ -40,6 +40,12 @@ where
 
 /// Serves the factory's lister-watchers from a [`Client`]: `Api<K>` in the scope's namespace,
 /// or in all namespaces when the scope names none.
+///
+/// Its lists and watches skip `metadata.managedFields`
+/// ([`Api::without_managed_fields`]): the informers' default transform drops the field, and so
+/// does every transform of this crate's caches, so the client does not build what the cache
+/// would throw away (a tenth of the manager's CPU at 10,000 Ats). A cache that needs the field
+/// lists and watches through an `Api<K>` of its own, which is a [`ListerWatcher`] as it is.
 #[derive(Clone, Debug)]
 pub struct ClientSource(pub Client);
 
@@ -49,6 +55,6 @@ impl ListerWatcherSource for ClientSource {
             Some(ns) => Api::<K>::namespaced(self.0.clone(), ns),
             None => Api::<K>::all(self.0.clone()),
         };
-        BoxListerWatcher::new(api)
+        BoxListerWatcher::new(api.without_managed_fields())
     }
 }

@@ -60,6 +60,10 @@
 //! it is stored (not to tombstones). The default drops `metadata.managedFields`, which is often
 //! half of an object's size and never useful to a controller, and gives back the spare room a
 //! JSON decoder leaves in decoded lists ([`shrink_metadata_lists`]). Set it before `run`.
+//! On a real server the informers of a [`SharedInformerFactory`](super::SharedInformerFactory)
+//! never see the field at all: their [`ClientSource`](super::ClientSource) cuts it from the
+//! text before decoding ([`crate::client::skip_managed_fields`]), so the transform's clearing is
+//! then for other sources (tests, a hand-built lister-watcher).
 //!
 //! ## Differences from client-go
 //!

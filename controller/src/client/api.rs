@@ -42,6 +42,7 @@ use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::params::{push_query, url_encode};
+use super::watch::{DEFAULT_MAX_LINE, WatchDecoder};
 use super::{
     Client, DeleteParams, Error, ListParams, ObjectList, Patch, PatchParams, PostParams, Result,
     WatchParams, WatchStream,
@@ -80,6 +81,9 @@ struct WriteMeta {
 pub struct Api<K> {
     client: Client,
     namespace: Option<String>,
+    /// Lists and watches cut `metadata.managedFields` before decoding
+    /// ([`Api::without_managed_fields`]).
+    skip_managed_fields: bool,
     _kind: PhantomData<fn() -> K>,
 }
 
@@ -88,6 +92,7 @@ impl<K> Clone for Api<K> {
         Api {
             client: self.client.clone(),
             namespace: self.namespace.clone(),
+            skip_managed_fields: self.skip_managed_fields,
             _kind: PhantomData,
         }
     }
@@ -111,6 +116,7 @@ where
         Api {
             client,
             namespace: Some(ns.to_owned()),
+            skip_managed_fields: false,
             _kind: PhantomData,
         }
     }
@@ -127,6 +133,7 @@ where
         Api {
             client,
             namespace: None,
+            skip_managed_fields: false,
             _kind: PhantomData,
         }
     }
@@ -134,6 +141,16 @@ where
     /// A cluster-scoped kind (Namespace, Node, CustomResourceDefinition, ...).
     pub fn cluster(client: Client) -> Self {
         Self::all(client)
+    }
+
+    /// This Api, with its lists and watches cutting `metadata.managedFields` out of each
+    /// object's text before decoding it ([`super::skip_managed_fields`]): the objects come out
+    /// as if decoded whole and cleared of the field, without building it first. For callers
+    /// that drop the field anyway, such as an informer's cache; the other verbs answer whole
+    /// objects as before.
+    pub fn without_managed_fields(mut self) -> Self {
+        self.skip_managed_fields = true;
+        self
     }
 
     /// The namespace this Api is bound to, if any.
@@ -252,7 +269,15 @@ where
     pub async fn list(&self, params: &ListParams) -> Result<ObjectList<K>> {
         let uri = format!("{}{}", self.collection_path(), params.to_query());
         let req = Self::request(Method::GET, uri, Bytes::new())?;
-        self.json(req, "list of").await
+        if !self.skip_managed_fields {
+            return self.json(req, "list of").await;
+        }
+        let body = self.send(req).await?;
+        let cut = super::skip_managed_fields::list_without_managed_fields(&body);
+        serde_json::from_slice(cut.as_deref().unwrap_or(&body)).map_err(|source| Error::Decode {
+            what: format!("list of {}", K::KIND),
+            source,
+        })
     }
 
     /// Lists everything, page by page (`limit` from the params, default 500), as client-go's
@@ -507,7 +532,11 @@ where
     pub async fn watch(&self, params: &WatchParams) -> Result<WatchStream<K>> {
         let uri = format!("{}{}", self.collection_path(), params.to_query());
         let req = Self::request(Method::GET, uri, Bytes::new())?;
-        self.client.request_stream(req).await
+        let mut decoder = WatchDecoder::with_max_line(DEFAULT_MAX_LINE);
+        if self.skip_managed_fields {
+            decoder = decoder.skipping_managed_fields();
+        }
+        self.client.request_stream_with(req, decoder).await
     }
 }
 

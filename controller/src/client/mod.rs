@@ -28,6 +28,8 @@
 //!   kind (connection refused, TLS, connection closed, timeout), never by message text;
 //! * [`params`]: `ListOptions`, `CreateOptions`, `PatchOptions`, `DeleteOptions`;
 //! * [`watch`]: watch events, what a resourceVersion is, and the newline-delimited JSON decoder.
+//! * [`skip_managed_fields`]: `metadata.managedFields` cut from a body's text before it is
+//!   decoded, for lists and watches whose caller drops the field anyway.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
@@ -73,6 +75,7 @@ pub mod error;
 pub mod params;
 pub mod request_metrics;
 pub mod retry;
+pub mod skip_managed_fields;
 pub mod throttle;
 pub mod transport;
 pub mod watch;

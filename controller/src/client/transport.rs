@@ -49,7 +49,7 @@ use super::error::error_chain;
 use super::request_metrics::{RequestTimer, host_label};
 use super::retry::{CONNECTION_LOST_RETRY_AFTER, retry_after, retryable_failure};
 use super::throttle::has_flow_control_headers;
-use super::watch::{DEFAULT_MAX_LINE, WatchStream, decode_stream};
+use super::watch::{DEFAULT_MAX_LINE, WatchDecoder, WatchStream, decode_stream_with};
 use super::{Error, Result};
 
 pub use super::auth::TOKEN_FILE_REFRESH;
@@ -246,6 +246,19 @@ impl Client {
     where
         K: DeserializeOwned + Send + 'static,
     {
+        self.request_stream_with(req, WatchDecoder::with_max_line(DEFAULT_MAX_LINE))
+            .await
+    }
+
+    /// [`Client::request_stream`], decoding with `decoder`.
+    pub async fn request_stream_with<K>(
+        &self,
+        req: Request<Bytes>,
+        decoder: WatchDecoder<K>,
+    ) -> Result<WatchStream<K>>
+    where
+        K: DeserializeOwned + Send + 'static,
+    {
         let resp = self.send(req, true).await?;
         let status = resp.status();
         if !status.is_success() {
@@ -258,7 +271,7 @@ impl Client {
             return Err(Error::from_response(status.as_u16(), &body));
         }
         let body = http_body_util::BodyDataStream::new(resp.into_body());
-        Ok(decode_stream(body, DEFAULT_MAX_LINE))
+        Ok(decode_stream_with(body, decoder))
     }
 
     /// The core loop: throttle, authenticate, send, retry. Returns the final response with its

@@ -119,6 +119,9 @@ pub struct WatchDecoder<K> {
     max_line: usize,
     /// Inside a line that already exceeded the bound: drop bytes until the next newline.
     discarding: bool,
+    /// Cut `metadata.managedFields` from each object before decoding it
+    /// ([`super::skip_managed_fields`]).
+    skip_managed_fields: bool,
     _kind: std::marker::PhantomData<fn() -> K>,
 }
 
@@ -140,8 +143,17 @@ impl<K> WatchDecoder<K> {
             buf: Vec::new(),
             max_line,
             discarding: false,
+            skip_managed_fields: false,
             _kind: std::marker::PhantomData,
         }
+    }
+
+    /// This decoder, cutting `metadata.managedFields` out of each object's text before
+    /// decoding it: the objects come out as if decoded whole and then cleared of the field
+    /// ([`super::skip_managed_fields`]).
+    pub fn skipping_managed_fields(mut self) -> Self {
+        self.skip_managed_fields = true;
+        self
     }
 
     /// Bytes of an unfinished line currently held.
@@ -171,11 +183,11 @@ impl<K: serde::de::DeserializeOwned> WatchDecoder<K> {
                         continue;
                     }
                     let ev = if self.buf.is_empty() {
-                        decode_line(part)
+                        decode_line(part, self.skip_managed_fields)
                     } else {
                         self.buf.extend_from_slice(part);
                         let line = std::mem::take(&mut self.buf);
-                        decode_line(&line)
+                        decode_line(&line, self.skip_managed_fields)
                     };
                     if let Some(ev) = ev {
                         out.push(ev);
@@ -206,24 +218,34 @@ impl<K: serde::de::DeserializeOwned> WatchDecoder<K> {
     pub fn finish(&mut self) -> Option<crate::client::Result<WatchEvent<K>>> {
         self.discarding = false;
         let line = std::mem::take(&mut self.buf);
-        decode_line(&line)
+        decode_line(&line, self.skip_managed_fields)
     }
 }
 
 /// Decodes one line; `None` for a blank line.
 fn decode_line<K: serde::de::DeserializeOwned>(
     line: &[u8],
+    skip_managed_fields: bool,
 ) -> Option<crate::client::Result<WatchEvent<K>>> {
     let line = line.trim_ascii();
     if line.is_empty() {
         return None;
     }
-    Some(decode_event(line))
+    Some(decode_event_with(line, skip_managed_fields))
 }
 
 /// Decodes one complete watch event envelope.
 pub fn decode_event<K: serde::de::DeserializeOwned>(
     line: &[u8],
+) -> crate::client::Result<WatchEvent<K>> {
+    decode_event_with(line, false)
+}
+
+/// [`decode_event`], with `metadata.managedFields` cut from the object's text first when
+/// `skip_managed_fields` ([`super::skip_managed_fields`]).
+pub fn decode_event_with<K: serde::de::DeserializeOwned>(
+    line: &[u8],
+    skip_managed_fields: bool,
 ) -> crate::client::Result<WatchEvent<K>> {
     use crate::client::Error;
     let raw: RawEvent = serde_json::from_slice(line).map_err(|source| Error::Decode {
@@ -231,9 +253,15 @@ pub fn decode_event<K: serde::de::DeserializeOwned>(
         source,
     })?;
     let typed = |what: &str, v: &serde_json::value::RawValue| {
-        serde_json::from_slice::<K>(v.get().as_bytes()).map_err(|source| Error::Decode {
-            what: format!("object of {what} watch event"),
-            source,
+        let text = v.get().as_bytes();
+        let cut = skip_managed_fields
+            .then(|| super::skip_managed_fields::without_managed_fields(text))
+            .flatten();
+        serde_json::from_slice::<K>(cut.as_deref().unwrap_or(text)).map_err(|source| {
+            Error::Decode {
+                what: format!("object of {what} watch event"),
+                source,
+            }
         })
     };
     match &*raw.type_ {
@@ -302,6 +330,16 @@ where
     S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Send + 'static,
     E: std::error::Error + 'static,
 {
+    decode_stream_with(body, WatchDecoder::with_max_line(max_line))
+}
+
+/// [`decode_stream`] with a decoder of the caller's (one that skips `managedFields`, say).
+pub fn decode_stream_with<K, S, E>(body: S, decoder: WatchDecoder<K>) -> WatchStream<K>
+where
+    K: serde::de::DeserializeOwned + Send + 'static,
+    S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Send + 'static,
+    E: std::error::Error + 'static,
+{
     use futures_util::StreamExt;
     use std::collections::VecDeque;
 
@@ -313,7 +351,7 @@ where
     }
     let state = State {
         body: Box::pin(body),
-        decoder: WatchDecoder::with_max_line(max_line),
+        decoder,
         pending: VecDeque::new(),
         done: false,
     };
