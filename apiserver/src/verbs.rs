@@ -53,6 +53,11 @@ impl Target {
     fn not_found(&self) -> ApiError {
         ApiError::not_found(&self.def.plural, &self.def.group, self.name())
     }
+    /// The stored object the target names, if any (borrowed, as stored).
+    pub(crate) fn stored<'s>(&self, st: &'s State) -> Option<&'s Value> {
+        self.name.as_ref()?;
+        st.get(&self.def.storage, self.ns_key(), self.name())
+    }
     fn endpoint(&self) -> Endpoint {
         if self.subresource.as_deref() == Some("status") {
             Endpoint::Status

@@ -420,15 +420,17 @@ async fn admit_once(
         Write::Delete(o) => o.dry_run,
         _ => query.dry_run(),
     };
-    // The current object (as served at this endpoint) and the webhooks that could apply.
+    // The webhooks that could apply and, only when one does, the current object as served at
+    // this endpoint (a copy: most writes meet no webhook and need none).
     let (old, mutating, validating) = shared.store.read(|st| {
-        let old = verbs::get(st, target, &Query::default())
-            .ok()
-            .filter(|_| target.name.is_some())
-            .map(|(_, o)| o);
-        let op = operation(write, old.is_some());
+        let exists = target.stored(st).is_some();
+        let op = operation(write, exists);
         let m = choose(st, load(st, Kind::Mutating), target, op);
         let v = choose(st, load(st, Kind::Validating), target, op);
+        let old = (exists && !(m.is_empty() && v.is_empty()))
+            .then(|| verbs::get(st, target, &Query::default()).ok())
+            .flatten()
+            .map(|(_, o)| o);
         (old, m, v)
     });
     if mutating.is_empty() && validating.is_empty() {
