@@ -341,6 +341,10 @@ pub struct State {
     compacted: u64,
     limits: HistoryLimits,
     clock: fn() -> u64,
+    /// Changes the history dropped during the current write: [`Store::write`] frees them after
+    /// releasing the lock, so freeing old objects (3 % of the server's CPU at the At benchmark's
+    /// rate) does not hold up other requests.
+    retired: Vec<Arc<Change>>,
     /// Changes not yet handed to the disk (only when the store is durable).
     journal: Option<Vec<Arc<Change>>>,
     /// The resources served; CRD registration edits it under the same lock as the objects.
@@ -358,6 +362,7 @@ impl State {
             compacted: 1,
             limits,
             clock: system_now_ms,
+            retired: Vec::new(),
             journal: None,
             registry: Registry::builtins(),
         }
@@ -464,6 +469,7 @@ impl State {
             if let Some(old) = self.history.pop_front() {
                 self.history_bytes -= old.bytes();
                 self.compacted = old.rv;
+                self.retired.push(old);
             }
         }
     }
@@ -798,11 +804,12 @@ impl Store {
     /// wakes every watcher if the revision moved. Durable: blocks until the commit holding
     /// this write is on disk (group commit, see the module docs).
     pub fn write<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let (out, before, after, ticket) = {
+        let (out, before, after, ticket, retired) = {
             let mut st = self.lock();
             let before = st.rv;
             let compacted_before = st.compacted;
             let out = f(&mut st);
+            let retired = std::mem::take(&mut st.retired);
             let ticket = match (&self.disk, st.take_journal()) {
                 (Some(disk), Some(changes))
                     if !changes.is_empty() || st.compacted != compacted_before =>
@@ -811,8 +818,10 @@ impl Store {
                 }
                 _ => None,
             };
-            (out, before, st.rv, ticket)
+            (out, before, st.rv, ticket, retired)
         };
+        // The lock is released: free what the history dropped.
+        drop(retired);
         if let (Some(disk), Some(ticket)) = (&self.disk, ticket) {
             disk.wait(ticket);
         }
@@ -992,6 +1001,24 @@ mod tests {
             assert_eq!(since.len(), 1);
             assert_eq!(since[0].object["data"]["v"], "3");
         });
+    }
+
+    /// An old version the history drops is freed by the write that dropped it (after the
+    /// lock is released), not kept until some later write.
+    #[test]
+    fn versions_the_history_drops_are_freed_by_the_write() {
+        let store = Store::new(1);
+        store.write(|s| s.create("core/configmaps", cm("a", "1")));
+        let first = Arc::downgrade(
+            &store
+                .read(|s| s.get_shared("core/configmaps", "default", "a"))
+                .unwrap(),
+        );
+        store.write(|s| s.update("core/configmaps", cm("a", "2")));
+        store.write(|s| s.update("core/configmaps", cm("a", "3")));
+        assert!(first.upgrade().is_none(), "version 1 still allocated");
+        store.read(|s| assert!(s.retired.is_empty()));
+        assert_eq!(store.read(|s| s.history_len()), 1);
     }
 
     #[test]
