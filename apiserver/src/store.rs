@@ -708,10 +708,7 @@ impl<'s, 'a: 's, C: Iterator<Item = (&'a Key, &'a Arc<Value>)>> Iterator for Mer
                 }
             };
             if !take_undo {
-                return self
-                    .current
-                    .next()
-                    .map(|(k, v)| (k as &Key, v as &Arc<Value>));
+                return self.current.next();
             }
             if let Some((key, Some(then))) = self.undo.next() {
                 return Some((key, *then));

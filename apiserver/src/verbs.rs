@@ -134,9 +134,7 @@ pub fn get(st: &State, t: &Target, q: &Query) -> Result<Answer, ApiError> {
             ));
         }
     }
-    let obj = st
-        .get(&t.def.storage, t.ns_key(), t.name())
-        .ok_or_else(|| t.not_found())?;
+    let obj = t.stored(st).ok_or_else(|| t.not_found())?;
     if t.subresource.as_deref() == Some("scale") {
         return Ok((200, to_scale(&t.def, obj)));
     }

@@ -244,7 +244,12 @@ where
 
     async fn json<T: DeserializeOwned>(&self, req: Request<Bytes>, what: &str) -> Result<T> {
         let body = self.send(req).await?;
-        serde_json::from_slice(&body).map_err(|source| Error::Decode {
+        Self::decode(&body, what)
+    }
+
+    /// `body` as a `T`; a decode error names `what` was read ("list of At").
+    fn decode<T: DeserializeOwned>(body: &[u8], what: &str) -> Result<T> {
+        serde_json::from_slice(body).map_err(|source| Error::Decode {
             what: format!("{what} {}", K::KIND),
             source,
         })
@@ -274,10 +279,7 @@ where
         }
         let body = self.send(req).await?;
         let cut = super::skip_managed_fields::list_without_managed_fields(&body);
-        serde_json::from_slice(cut.as_deref().unwrap_or(&body)).map_err(|source| Error::Decode {
-            what: format!("list of {}", K::KIND),
-            source,
-        })
+        Self::decode(cut.as_deref().unwrap_or(&body), "list of")
     }
 
     /// Lists everything, page by page (`limit` from the params, default 500), as client-go's
