@@ -425,7 +425,7 @@ impl SyncHandler for AtController {
                     if phase != old_phase {
                         tracing::info!(key, from = %old_phase, to = %phase, "phase changed");
                     }
-                    self.written.record(key, &stored);
+                    self.written.record(key, stored);
                 }
                 Err(source) if source.is_not_found() => {
                     tracing::debug!(key, name, "At deleted while syncing");
@@ -516,15 +516,20 @@ impl WrittenStatuses {
         self.by_key.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Remembers the object the server returned from a status write.
-    pub fn record(&self, key: &str, stored: &At) {
+    /// Remembers the object the server returned from a status write (a `DONE` status slimmed
+    /// as the cache slims it: [`slim_done_status`]).
+    pub fn record(&self, key: &str, stored: At) {
+        let mut status = stored.status;
+        if let Some(s) = status.as_mut() {
+            slim_done_status(s);
+        }
         self.lock().insert(
             key.to_string(),
             Written {
-                uid: stored.metadata.uid.clone(),
-                resource_version: stored.metadata.resource_version.clone(),
+                uid: stored.metadata.uid,
+                resource_version: stored.metadata.resource_version,
                 generation: stored.metadata.generation,
-                status: stored.status.clone(),
+                status,
             },
         );
     }
@@ -1029,6 +1034,26 @@ pub fn validate_spec(spec: &AtSpec) -> Result<Timestamp, String> {
 
 /// `spec.run.ttlSecondsAfterFinished` as a signed duration, when set (negative values, which
 /// the schema refuses, count as zero).
+/// Forgets what no decision reads once an At is `DONE`: `status.message`, `status.conditions`
+/// and `status.podName` (its most allocated parts: the `Ready` condition alone is four strings
+/// and a list). Kept: phase, result, exit code, start and completion time, observed
+/// generation, and the spec (the TTL is `spec.run.ttlSecondsAfterFinished`).
+///
+/// The manager's At cache applies it ([`super::caches::scope_owned_caches`]), and so do the
+/// [`WrittenStatuses`] records: at the end of a burst every cached At is `DONE`, and these
+/// parts were ~320 bytes an At, ~3 MB of the heap at 10,000 Ats. It is safe because `DONE` is
+/// final: [`plan`] never writes the status of a `DONE` At (its rows are [`after_done`]'s,
+/// which only delete the finished pod), so a slim copy is never sent back to the server, and
+/// the `/status` endpoint would take nothing but `.status` from it anyway. A reader of this
+/// cache sees a `DONE` At without those three fields; the API server still has them.
+pub fn slim_done_status(status: &mut AtStatus) {
+    if status.phase == Some(AtPhase::Done) {
+        status.message = None;
+        status.pod_name = None;
+        status.conditions = Vec::new();
+    }
+}
+
 fn ttl_of(at: &At) -> Option<jiff::SignedDuration> {
     at.spec
         .run
@@ -1770,6 +1795,112 @@ mod tests {
         );
     }
 
+    /// The cache and the written-status records hold a `DONE` At slimmed: the slim copy must
+    /// decide exactly as the whole one, in every pod state and at every time, and no decision
+    /// may write its (slimmed) status back.
+    #[test]
+    fn a_slim_done_at_decides_as_the_whole_one_and_is_never_written_back() {
+        for (pod_phase, exit) in [("Succeeded", Some(0)), ("Failed", Some(3))] {
+            for ttl in [None, Some(30)] {
+                let mut a = at("2030-06-01T11:00:00Z", "echo done", None);
+                a.spec.run.ttl_seconds_after_finished = ttl;
+                let a = with_phase(a, ts(NOW));
+                let mut pod = pod_of(&a, pod_phase, exit);
+                pod.metadata.uid = Some("uid-pod".into());
+                let whole = At {
+                    status: plan(&a, PodState::Present(&pod), ts(NOW)).status,
+                    ..a
+                };
+                assert_eq!(whole.phase(), AtPhase::Done);
+                let st = whole.status.as_ref().expect("DONE is written");
+                assert!(st.message.is_some() && !st.conditions.is_empty() && st.pod_name.is_some());
+
+                let mut slim = whole.clone();
+                slim_done_status(slim.status.as_mut().expect("a status"));
+                let s = slim.status.as_ref().expect("a status");
+                assert_eq!(
+                    (&s.message, s.conditions.len(), &s.pod_name),
+                    (&None, 0, &None)
+                );
+                assert_eq!(
+                    (
+                        s.phase,
+                        s.result,
+                        s.exit_code,
+                        s.start_time,
+                        s.completion_time
+                    ),
+                    (
+                        st.phase,
+                        st.result,
+                        st.exit_code,
+                        st.start_time,
+                        st.completion_time
+                    )
+                );
+
+                let mut deleting = pod.clone();
+                deleting.metadata.deletion_timestamp = Some(Time(ts(NOW)));
+                let mut foreign = pod.clone();
+                foreign.metadata.owner_references = None;
+                for now in [
+                    "2030-06-01T12:00:10Z",
+                    "2030-06-01T12:00:30Z",
+                    "2031-01-01T00:00:00Z",
+                ] {
+                    for state in [
+                        PodState::Present(&pod),
+                        PodState::Present(&deleting),
+                        PodState::Present(&foreign),
+                        PodState::Expected,
+                        PodState::Absent,
+                    ] {
+                        let p = plan(&slim, state, ts(now));
+                        assert_eq!(
+                            p,
+                            plan(&whole, state, ts(now)),
+                            "{pod_phase} ttl {ttl:?} {now}"
+                        );
+                        assert_eq!(p.status, None, "a DONE At's status is never written");
+                    }
+                }
+            }
+        }
+        // Only DONE is slimmed: an earlier phase's message and conditions are the next write's base.
+        let running = with_phase(at("2030-06-01T11:00:00Z", "true", None), ts(NOW));
+        let mut status = running.status.clone().expect("RUNNING");
+        slim_done_status(&mut status);
+        assert_eq!(Some(status), running.status);
+    }
+
+    #[test]
+    fn a_done_write_is_remembered_slim() {
+        let written = WrittenStatuses::default();
+        let mut stored = at("2030-06-01T11:00:00Z", "true", None);
+        stored.metadata.resource_version = Some("9".into());
+        stored.status = Some(AtStatus {
+            phase: Some(AtPhase::Done),
+            pod_name: Some("example-at-pod".into()),
+            message: Some("the command exited 0".into()),
+            conditions: vec![Condition {
+                type_: CONDITION_READY.into(),
+                status: ConditionStatus::True,
+                last_transition_time: ts(NOW),
+                reason: "Succeeded".into(),
+                message: "the command exited 0".into(),
+                observed_generation: None,
+            }],
+            ..AtStatus::default()
+        });
+        written.record("cnat/example-at", stored.clone());
+        let cached = Arc::new(at("2030-06-01T11:00:00Z", "true", None));
+        let eff = written.effective("cnat/example-at", cached);
+        let mut slim = stored.status.clone().expect("a status");
+        slim_done_status(&mut slim);
+        assert_eq!(eff.status, Some(slim));
+        assert_eq!(eff.metadata.resource_version.as_deref(), Some("9"));
+    }
+
     #[test]
     fn a_record_is_settled_by_the_update_that_catches_up_and_only_by_that() {
         let written = WrittenStatuses::default();
@@ -1780,7 +1911,7 @@ mod tests {
             phase: Some(AtPhase::Running),
             ..AtStatus::default()
         });
-        written.record("cnat/example-at", &stored);
+        written.record("cnat/example-at", stored.clone());
         // An update that is still behind our write (another field, same old version) keeps it.
         written.settle("cnat/example-at", &cached);
         assert_eq!(written.len(), 1);
@@ -1808,7 +1939,7 @@ mod tests {
             phase: Some(AtPhase::Done),
             ..AtStatus::default()
         });
-        written.record("cnat/example-at", &stored);
+        written.record("cnat/example-at", stored.clone());
 
         // The cache still shows the older (PENDING, rv 7) object: act on what was written.
         let eff = written.effective("cnat/example-at", Arc::clone(&cached));
@@ -1826,7 +1957,7 @@ mod tests {
         let mut pending = cached.as_ref().clone();
         pending.metadata.resource_version = Some("8".into());
         pending.status = plan(&cached, PodState::Absent, ts(NOW)).status;
-        written_pending.record("cnat/example-at", &pending);
+        written_pending.record("cnat/example-at", pending.clone());
         let eff = written_pending.effective("cnat/example-at", Arc::clone(&cached));
         assert_eq!(eff.metadata.resource_version.as_deref(), Some("8"));
         // A spec change after the write (a later generation) means the cache is newer.
@@ -1849,7 +1980,7 @@ mod tests {
         assert!(written.is_empty(), "the stale record was dropped");
 
         // Caught up: the cache is used again and the record dropped.
-        written.record("cnat/example-at", &stored);
+        written.record("cnat/example-at", stored.clone());
         let caught_up = Arc::new(stored.clone());
         assert!(Arc::ptr_eq(
             &written.effective("cnat/example-at", Arc::clone(&caught_up)),
