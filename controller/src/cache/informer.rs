@@ -83,6 +83,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
+use super::ObjectMetaAccess;
+
 use super::CacheObject;
 use super::keys::{Deleted, key_of};
 use super::lister::Lister;
@@ -495,9 +497,7 @@ impl<K: CacheObject> Clone for SharedIndexInformer<K> {
 /// The default transform: drop `metadata.managedFields` and give back the spare room of the
 /// metadata's lists ([`shrink_metadata_lists`]).
 pub fn drop_managed_fields<K: CacheObject>(obj: &mut K) {
-    let meta = obj.metadata_mut();
-    meta.managed_fields = None;
-    shrink_metadata_lists(meta);
+    obj.metadata_mut().trim_for_cache();
 }
 
 /// Gives back the spare capacity of the metadata's lists (`ownerReferences`, `finalizers`).

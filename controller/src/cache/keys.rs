@@ -24,7 +24,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::ObjectMetaAccess;
 
 /// A parsed cache key: `namespace` is `None` for cluster-scoped objects.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,11 +54,14 @@ impl ObjectKey {
     }
 
     /// The key of an object (see [`key_of`]).
-    pub fn of<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> Self {
+    pub fn of<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> Self {
         let meta = obj.metadata();
         ObjectKey {
-            namespace: meta.namespace.clone().filter(|ns| !ns.is_empty()),
-            name: meta.name.clone().unwrap_or_default(),
+            namespace: meta
+                .namespace()
+                .filter(|ns| !ns.is_empty())
+                .map(str::to_owned),
+            name: meta.name().unwrap_or_default().to_owned(),
         }
     }
 
@@ -92,10 +96,10 @@ pub struct KeyError(pub String);
 
 /// The cache key of an object: `"<namespace>/<name>"`, or `"<name>"` when the namespace is
 /// empty (client-go's `MetaNamespaceKeyFunc`).
-pub fn key_of<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> String {
+pub fn key_of<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> String {
     let meta = obj.metadata();
-    let name = meta.name.as_deref().unwrap_or_default();
-    match meta.namespace.as_deref() {
+    let name = meta.name().unwrap_or_default();
+    match meta.namespace() {
         Some(ns) if !ns.is_empty() => {
             let mut key = String::with_capacity(ns.len() + 1 + name.len());
             key.push_str(ns);
@@ -145,7 +149,7 @@ impl<K> Clone for Deleted<K> {
     }
 }
 
-impl<K: Metadata<Ty = ObjectMeta>> Deleted<K> {
+impl<K: Metadata<Ty: ObjectMetaAccess>> Deleted<K> {
     /// The deleted object (final or last known state).
     pub fn object(&self) -> &Arc<K> {
         match self {
@@ -173,6 +177,7 @@ impl<K: Metadata<Ty = ObjectMeta>> Deleted<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod(ns: &str, name: &str) -> Pod {
         Pod {

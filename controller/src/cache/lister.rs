@@ -24,9 +24,9 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Status, StatusDetails};
 
-use super::CacheObject;
 use super::selector::{Selector, SelectorError};
 use super::store::{IndexError, Indexer, NAMESPACE_INDEX};
+use super::{CacheObject, ObjectMetaAccess};
 use crate::client::Error;
 
 /// The NotFound error a lister returns for a missing `name` of type `K`.
@@ -137,7 +137,7 @@ impl<K: CacheObject> NamespaceLister<K> {
                     self.indexer
                         .list()
                         .into_iter()
-                        .filter(|o| o.metadata().namespace.as_deref() == ns)
+                        .filter(|o| o.metadata().namespace() == ns)
                         .collect(),
                     selector,
                 )
@@ -156,7 +156,7 @@ fn filter<K: CacheObject>(objs: Vec<Arc<K>>, selector: &Selector) -> Vec<Arc<K>>
         return objs;
     }
     objs.into_iter()
-        .filter(|o| selector.matches_opt(o.metadata().labels.as_ref()))
+        .filter(|o| selector.matches_opt(o.metadata().labels()))
         .collect()
 }
 

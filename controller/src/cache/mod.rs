@@ -23,7 +23,8 @@
 //!
 //! Read the files in this order:
 //!
-//! 1. [`keys`]: how objects are named in the cache (`"ns/name"`), and tombstones.
+//! 1. [`keys`]: how objects are named in the cache (`"ns/name"`), and tombstones; [`meta`]:
+//!    the metadata accessor the cache reads objects through (client-go's `meta.Accessor`).
 //! 2. [`store`]: the [`Indexer`], a thread-safe map of `Arc<K>` with indexes.
 //! 3. [`lister_watcher`]: [`ListerWatcher`], the two calls (list, watch) a reflector makes,
 //!    and [`api_source`]: the client's `Api<K>` as one, and [`ClientSource`], which gives the
@@ -119,6 +120,7 @@ pub mod informer;
 pub mod keys;
 pub mod lister;
 pub mod lister_watcher;
+pub mod meta;
 pub mod reflector;
 /// Label selectors: `apimachinery::labels`, the same parser and matcher the embedded API server
 /// uses, re-exported where a reader of client-go's `tools/cache` looks for them.
@@ -136,18 +138,19 @@ pub use informer::{
 pub use keys::{Deleted, ObjectKey, key_of, split_key};
 pub use lister::{Lister, NamespaceLister};
 pub use lister_watcher::{BoxListerWatcher, ListerWatcher};
+pub use meta::{MetaSummary, ObjectMetaAccess};
 pub use reflector::{Reflector, ReflectorConfig, ReflectorStats, ReflectorStatus};
 pub use selector::{Selector, SelectorError};
 pub use store::{IndexError, Indexer, NAMESPACE_INDEX, OWNER_UID_INDEX, Store, owner_uid_index};
 
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// What the cache can hold: any Kubernetes object type with standard object metadata, built-in
-/// (`Pod`) or custom (`At`). Implemented automatically.
+/// What the cache can hold: any Kubernetes object type whose metadata the cache can read
+/// ([`ObjectMetaAccess`]): built-in (`Pod`) or custom (`At`), with a whole `ObjectMeta`, or a
+/// type made for a cache with a smaller one ([`MetaSummary`]). Implemented automatically.
 pub trait CacheObject:
     k8s_openapi::Resource
-    + Metadata<Ty = ObjectMeta>
+    + Metadata<Ty: ObjectMetaAccess>
     + Clone
     + std::fmt::Debug
     + serde::Serialize
@@ -160,7 +163,7 @@ pub trait CacheObject:
 
 impl<T> CacheObject for T where
     T: k8s_openapi::Resource
-        + Metadata<Ty = ObjectMeta>
+        + Metadata<Ty: ObjectMetaAccess>
         + Clone
         + std::fmt::Debug
         + serde::Serialize

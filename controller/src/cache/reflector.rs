@@ -98,9 +98,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::ObjectMetaAccess;
 use futures_util::StreamExt;
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -149,14 +149,11 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
 }
 
 /// The resourceVersion of an object ("" when missing).
-pub(crate) fn rv_of<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> &str {
-    obj.metadata()
-        .resource_version
-        .as_deref()
-        .unwrap_or_default()
+pub(crate) fn rv_of<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> &str {
+    obj.metadata().resource_version().unwrap_or_default()
 }
 
-impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> ReflectorStore<K> for Indexer<K> {
+impl<K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static> ReflectorStore<K> for Indexer<K> {
     fn prepare(&self, obj: K) -> Arc<K> {
         match self.get_for(&obj) {
             Some(cached) if !rv_of(&obj).is_empty() && rv_of(cached.as_ref()) == rv_of(&obj) => {
@@ -409,7 +406,7 @@ fn none_if_empty(s: &str) -> Option<String> {
 
 impl<K, LW, S> Reflector<K, LW, S>
 where
-    K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
     LW: ListerWatcher<K>,
     S: ReflectorStore<K>,
 {

@@ -36,8 +36,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::ObjectMetaAccess;
 use k8s_openapi::Metadata;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::keys::key_of;
 
@@ -84,21 +84,20 @@ pub enum Change<K> {
 }
 
 /// The namespace index function.
-pub fn namespace_index<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> Vec<String> {
+pub fn namespace_index<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> Vec<String> {
     obj.metadata()
-        .namespace
-        .iter()
+        .namespace()
         .filter(|ns| !ns.is_empty())
-        .cloned()
+        .map(str::to_owned)
+        .into_iter()
         .collect()
 }
 
 /// The owner-UID index function.
-pub fn owner_uid_index<K: Metadata<Ty = ObjectMeta>>(obj: &K) -> Vec<String> {
+pub fn owner_uid_index<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> Vec<String> {
     obj.metadata()
-        .owner_references
+        .owner_references()
         .iter()
-        .flatten()
         .map(|r| r.uid.clone())
         .collect()
 }
@@ -195,13 +194,13 @@ impl<K> Clone for Indexer<K> {
     }
 }
 
-impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Default for Indexer<K> {
+impl<K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static> Default for Indexer<K> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
+impl<K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static> Indexer<K> {
     /// An empty store with the built-in `namespace` index.
     pub fn new() -> Self {
         let mut indexers: HashMap<String, IndexFn<K>> = HashMap::new();
@@ -391,6 +390,7 @@ impl<K: Metadata<Ty = ObjectMeta> + Send + Sync + 'static> Indexer<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn pod(ns: &str, name: &str, rv: &str, owner: Option<&str>) -> Arc<Pod> {

@@ -26,10 +26,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::CacheObject;
 use super::factory::{InformerScope, ListerWatcherSource};
 use super::keys::key_of;
 use super::lister_watcher::{BoxListerWatcher, ListerWatcher};
+use super::{CacheObject, ObjectMetaAccess};
 use crate::client::{
     Bookmark, Error, ListParams, ObjectList, Result, WatchEvent, WatchParams, WatchStream,
 };
@@ -147,7 +147,7 @@ impl<K: CacheObject> FakeListerWatcher<K> {
         let mut s = self.state();
         s.rv += 1;
         let rv = s.rv;
-        obj.metadata_mut().resource_version = Some(rv.to_string());
+        obj.metadata_mut().set_resource_version(rv.to_string());
         let key = key_of(&obj);
         let existed = s.objects.insert(key, obj.clone()).is_some();
         let ev = if existed {
@@ -167,7 +167,7 @@ impl<K: CacheObject> FakeListerWatcher<K> {
         };
         s.rv += 1;
         let rv = s.rv;
-        obj.metadata_mut().resource_version = Some(rv.to_string());
+        obj.metadata_mut().set_resource_version(rv.to_string());
         Self::record(&mut s, rv, WatchEvent::Deleted(obj));
         true
     }
@@ -181,7 +181,7 @@ impl<K: CacheObject> FakeListerWatcher<K> {
         };
         s.rv += 1;
         let rv = s.rv;
-        obj.metadata_mut().resource_version = Some(rv.to_string());
+        obj.metadata_mut().set_resource_version(rv.to_string());
         s.history.push((rv, WatchEvent::Deleted(obj)));
         true
     }

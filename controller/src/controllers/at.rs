@@ -1042,8 +1042,8 @@ pub fn validate_spec(spec: &AtSpec) -> Result<Timestamp, String> {
 /// The manager's At cache applies it ([`super::caches::scope_owned_caches`]), and so do the
 /// [`WrittenStatuses`] records: at the end of a burst every cached At is `DONE`, and these
 /// parts were ~320 bytes an At, ~3 MB of the heap at 10,000 Ats. It is safe because `DONE` is
-/// final: [`plan`] never writes the status of a `DONE` At (its rows are [`after_done`]'s,
-/// which only delete the finished pod), so a slim copy is never sent back to the server, and
+/// final: [`plan`] never writes the status of a `DONE` At (its `DONE` rows only
+/// delete the finished pod), so a slim copy is never sent back to the server, and
 /// the `/status` endpoint would take nothing but `.status` from it anyway. A reader of this
 /// cache sees a `DONE` At without those three fields; the API server still has them.
 pub fn slim_done_status(status: &mut AtStatus) {

@@ -44,16 +44,19 @@
 //!    alone is 360), so clearing fields with a transform would still leave ≥ 2.2 KB per pod, 21
 //!    MiB for 10,000 pods. The operators read only a pod's metadata, phase, reason, message,
 //!    `Ready` condition and each container's terminated state, so the pod informer is an
-//!    informer of [`PodSummary`]: a small struct with exactly those fields (120 bytes besides
-//!    the metadata), deserialized straight from the list and watch stream of `/api/v1/pods`
-//!    (serde skips every other field, so no full `Pod` is ever built). The lister stays typed
-//!    (`Lister<PodSummary>`), and [`PodSummary::to_pod`] rebuilds the few-field `Pod` the At's
-//!    pure decision function takes, for one sync at a time. Its transform
-//!    ([`slim_metadata`], [`keep_labels`], [`keep_conditions`]) drops `managedFields`, every
-//!    annotation, the metadata no handler reads, every label but those in [`POD_LABELS_READ`]
-//!    (a lister label selector over the pod cache sees only those: select on the server
-//!    instead) and every condition but `Ready`; the lists it keeps are shrunk to their length
-//!    ([`shrink_metadata_lists`]: a decoder grows a list by doubling, from room for four).
+//!    informer of [`PodSummary`]: a small struct with exactly those fields (344 bytes),
+//!    deserialized straight from the list and watch stream of `/api/v1/pods` (serde skips
+//!    every other field, so no full `Pod` is ever built). Even its metadata is not an
+//!    `ObjectMeta` but a [`MetaSummary`] (224 bytes, the nine fields a handler reads, where
+//!    `ObjectMeta` is 360): the cache reads metadata through an accessor
+//!    ([`ObjectMetaAccess`], client-go's `meta.Accessor`), not a struct. The lister stays
+//!    typed (`Lister<PodSummary>`), and [`PodSummary::to_pod`] rebuilds the few-field `Pod`
+//!    the At's pure decision function takes, for one sync at a time. Its transform
+//!    ([`ObjectMetaAccess::trim_for_cache`], [`keep_labels`], [`keep_conditions`]) drops every
+//!    label but those in [`POD_LABELS_READ`] (a lister label selector over the pod cache sees
+//!    only those: select on the server instead) and every condition but `Ready`; the lists it
+//!    keeps are shrunk to their length (a decoder grows a list by doubling, from room for
+//!    four).
 //!
 //!    The At cache keeps whole Ats (the status write is built from the cached copy) minus
 //!    `managedFields` and the `kubectl.kubernetes.io/last-applied-configuration` annotation
@@ -88,7 +91,7 @@ use super::owned::{self, LABEL_MANAGED_BY};
 use crate::apis::At;
 use crate::cache::informer::drop_managed_fields;
 use crate::cache::{
-    CacheObject, ListerWatcherSource, SharedInformerFactory, shrink_metadata_lists,
+    CacheObject, ListerWatcherSource, MetaSummary, ObjectMetaAccess, SharedInformerFactory,
 };
 use crate::client::{self, Api, Patch, PatchParams};
 
@@ -125,8 +128,8 @@ pub fn scope_owned_caches<S: ListerWatcherSource>(
         .with_label_selector_for::<StatefulSet>(selector.clone())
         .with_label_selector_for::<Service>(selector)
         .with_transform_for::<PodSummary>(|p: &mut PodSummary| {
-            slim_metadata(&mut p.metadata);
-            keep_labels(&mut p.metadata, &POD_LABELS_READ);
+            p.metadata.trim_for_cache();
+            keep_labels(&mut p.metadata.labels, &POD_LABELS_READ);
             keep_conditions(p, &POD_CONDITIONS_READ);
             if let Some(statuses) = p
                 .status
@@ -179,11 +182,11 @@ pub fn keep_conditions(pod: &mut PodSummary, keep: &[&str]) {
 /// Keeps only the labels named in `keep` (and no map at all when none is left). A `BTreeMap`
 /// of strings costs one 540-byte node even for a single label, plus its strings: ~680 bytes
 /// for an At's pod with its two labels, the largest part of a cached `PodSummary`.
-pub fn keep_labels(meta: &mut ObjectMeta, keep: &[&str]) {
-    if let Some(labels) = meta.labels.as_mut() {
-        labels.retain(|k, _| keep.contains(&k.as_str()));
-        if labels.is_empty() {
-            meta.labels = None;
+pub fn keep_labels(labels: &mut Option<BTreeMap<String, String>>, keep: &[&str]) {
+    if let Some(map) = labels.as_mut() {
+        map.retain(|k, _| keep.contains(&k.as_str()));
+        if map.is_empty() {
+            *labels = None;
         }
     }
 }
@@ -198,35 +201,14 @@ pub fn drop_last_applied(meta: &mut ObjectMeta) {
     }
 }
 
-/// Keeps the metadata the operators' handlers and listers read: name, namespace, uid,
-/// resourceVersion, labels, ownerReferences, creationTimestamp (an At's `startTime` is its
-/// pod's; the field lives inline in `ObjectMeta`, so keeping it costs no heap),
-/// deletionTimestamp, finalizers. Drops the rest (annotations, managedFields, generateName, ...).
-pub fn slim_metadata(meta: &mut ObjectMeta) {
-    let m = std::mem::take(meta);
-    *meta = ObjectMeta {
-        name: m.name,
-        namespace: m.namespace,
-        uid: m.uid,
-        resource_version: m.resource_version,
-        labels: m.labels,
-        owner_references: m.owner_references,
-        creation_timestamp: m.creation_timestamp,
-        deletion_timestamp: m.deletion_timestamp,
-        finalizers: m.finalizers,
-        ..ObjectMeta::default()
-    };
-    shrink_metadata_lists(meta);
-}
-
 /// A pod as the operators' caches hold it: its metadata and the few status fields a sync
 /// reads. Deserialized from the pods endpoint (every other field is skipped while parsing);
 /// never written to the server.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodSummary {
-    /// The pod's metadata (slimmed by [`slim_metadata`] in the cache).
+    /// The pod's metadata: the nine fields a handler or sync reads ([`MetaSummary`]).
     #[serde(default)]
-    pub metadata: ObjectMeta,
+    pub metadata: MetaSummary,
     /// What the kubelet reported, reduced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<PodSummaryStatus>,
@@ -306,11 +288,11 @@ impl Resource for PodSummary {
 }
 
 impl Metadata for PodSummary {
-    type Ty = ObjectMeta;
-    fn metadata(&self) -> &ObjectMeta {
+    type Ty = MetaSummary;
+    fn metadata(&self) -> &MetaSummary {
         &self.metadata
     }
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+    fn metadata_mut(&mut self) -> &mut MetaSummary {
         &mut self.metadata
     }
 }
@@ -352,7 +334,7 @@ impl PodSummary {
             ..PodStatus::default()
         });
         Pod {
-            metadata: self.metadata.clone(),
+            metadata: self.metadata.to_meta(),
             spec: None,
             status,
         }
@@ -388,7 +370,7 @@ impl PodSummary {
             }),
         });
         PodSummary {
-            metadata: pod.metadata.clone(),
+            metadata: MetaSummary::from_meta(&pod.metadata),
             status,
         }
     }
@@ -411,7 +393,7 @@ where
 {
     let existing = api.get(name).await?;
     let meta = existing.metadata();
-    let current = meta.labels.clone().unwrap_or_default();
+    let current = meta.labels().cloned().unwrap_or_default();
     let labelled = current
         .get(LABEL_MANAGED_BY)
         .is_some_and(|v| MANAGERS.contains(&v.as_str()));
@@ -468,21 +450,6 @@ mod tests {
         assert!(!parsed.matches(&other));
     }
 
-    /// A decoded list has room for more than it holds; the cache keeps none of that room.
-    #[test]
-    fn slimmed_metadata_keeps_no_spare_list_capacity() {
-        let mut summary: PodSummary = serde_json::from_str(
-            r#"{"metadata":{"name":"p","ownerReferences":[{"apiVersion":"cnat.programming-kubernetes.info/v1","kind":"At","name":"a","uid":"u","controller":true}],"finalizers":["x"]},
-                "status":{"containerStatuses":[{"name":"c"}]}}"#,
-        )
-        .expect("a pod summary");
-        slim_metadata(&mut summary.metadata);
-        let refs = summary.metadata.owner_references.as_ref().expect("kept");
-        assert_eq!((refs.len(), refs.capacity()), (1, 1));
-        let finalizers = summary.metadata.finalizers.as_ref().expect("kept");
-        assert_eq!((finalizers.len(), finalizers.capacity()), (1, 1));
-    }
-
     #[test]
     fn the_at_transform_slims_a_done_at_only() {
         let done: At = serde_json::from_value(json!({
@@ -529,7 +496,7 @@ mod tests {
             ])),
             ..Default::default()
         };
-        keep_labels(&mut meta, &POD_LABELS_READ);
+        keep_labels(&mut meta.labels, &POD_LABELS_READ);
         assert_eq!(meta.labels, None, "an At's pod keeps no label map at all");
 
         let cluster = super::super::rediscluster::LABEL_CLUSTER;
@@ -544,7 +511,7 @@ mod tests {
             ])),
             ..Default::default()
         };
-        keep_labels(&mut meta, &POD_LABELS_READ);
+        keep_labels(&mut meta.labels, &POD_LABELS_READ);
         assert_eq!(
             meta.labels,
             Some(BTreeMap::from([(cluster.to_string(), "c1".to_string())]))
@@ -604,11 +571,8 @@ mod tests {
                     "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}
         });
         let full: Pod = serde_json::from_value(wire.clone()).expect("a pod");
-        let mut summary: PodSummary = serde_json::from_value(wire).expect("a summary");
+        let summary: PodSummary = serde_json::from_value(wire).expect("a summary");
         assert_eq!(summary, PodSummary::from_pod(&full));
-        slim_metadata(&mut summary.metadata);
-        assert!(summary.metadata.annotations.is_none());
-        assert!(summary.metadata.managed_fields.is_none());
         let rebuilt = summary.to_pod();
         assert_eq!(
             super::super::at::finished(&rebuilt),

@@ -43,7 +43,7 @@ use serde::de::DeserializeOwned;
 
 use super::Expectations;
 use crate::apis::HasStatus;
-use crate::cache::{Deleted, EventHandlerFns, key_of};
+use crate::cache::{Deleted, EventHandlerFns, ObjectMetaAccess, key_of};
 use crate::client::{self, Api, Client, PostParams};
 use crate::workqueue::RateLimitingQueue;
 
@@ -233,22 +233,21 @@ where
 
 /// The controller reference of `meta` if it points at an `O` (same kind, same group; any
 /// version of the group counts, as in `metav1.GetControllerOf` callers that compare groups).
-pub fn controller_ref_of<O: Resource>(meta: &ObjectMeta) -> Option<&OwnerReference> {
+pub fn controller_ref_of<O: Resource>(meta: &impl ObjectMetaAccess) -> Option<&OwnerReference> {
     let group_of = |api_version: &str| {
         api_version
             .rsplit_once('/')
             .map(|(g, _)| g.to_string())
             .unwrap_or_default()
     };
-    meta.owner_references
-        .as_deref()?
+    meta.owner_references()
         .iter()
         .find(|r| r.controller == Some(true))
         .filter(|r| r.kind == O::KIND && group_of(&r.api_version) == O::GROUP)
 }
 
 /// True when `dependent`'s controller reference is `owner` itself (same uid).
-pub fn is_controlled_by<O>(dependent: &ObjectMeta, owner: &O) -> bool
+pub fn is_controlled_by<O>(dependent: &impl ObjectMetaAccess, owner: &O) -> bool
 where
     O: Resource + Metadata<Ty = ObjectMeta>,
 {
@@ -259,9 +258,9 @@ where
 }
 
 /// The queue key (`namespace/name`) of the `O` controlling `dependent`, if one does.
-pub fn owner_key<O: Resource>(dependent: &ObjectMeta) -> Option<String> {
+pub fn owner_key<O: Resource>(dependent: &impl ObjectMetaAccess) -> Option<String> {
     let r = controller_ref_of::<O>(dependent)?;
-    let ns = dependent.namespace.as_deref().unwrap_or_default();
+    let ns = dependent.namespace().unwrap_or_default();
     Some(format!("{ns}/{}", r.name))
 }
 
@@ -275,7 +274,7 @@ pub fn owner_handlers<O, D>(
 ) -> EventHandlerFns<D>
 where
     O: Resource,
-    D: Metadata<Ty = ObjectMeta> + Send + Sync + 'static,
+    D: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static,
 {
     let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
     EventHandlerFns::<D>::new()
@@ -289,7 +288,7 @@ where
         })
         .on_update(move |old, new| {
             // A resync re-delivers an unchanged object: nothing new to react to.
-            if old.metadata().resource_version == new.metadata().resource_version {
+            if old.metadata().resource_version() == new.metadata().resource_version() {
                 return;
             }
             let old_key = owner_key::<O>(old.metadata());

@@ -31,6 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::{Metadata, Resource};
 
 use super::broadcaster::Shared;
+use crate::cache::ObjectMetaAccess;
 
 /// The two event types the API accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -91,7 +92,7 @@ impl EventRecorder {
     /// Records an event about `object`. Never blocks; see the module documentation.
     pub fn event<K>(&self, object: &K, type_: EventType, reason: &str, message: &str)
     where
-        K: Resource + Metadata<Ty = ObjectMeta>,
+        K: Resource + Metadata<Ty: ObjectMetaAccess>,
     {
         self.emit(object_reference(object), None, type_, reason, message);
     }
@@ -100,7 +101,7 @@ impl EventRecorder {
     /// `recorder.eventf(&at, EventType::Normal, "Scheduled", format_args!("runs at {t}"))`.
     pub fn eventf<K>(&self, object: &K, type_: EventType, reason: &str, args: fmt::Arguments<'_>)
     where
-        K: Resource + Metadata<Ty = ObjectMeta>,
+        K: Resource + Metadata<Ty: ObjectMetaAccess>,
     {
         self.emit(
             object_reference(object),
@@ -120,7 +121,7 @@ impl EventRecorder {
         reason: &str,
         args: fmt::Arguments<'_>,
     ) where
-        K: Resource + Metadata<Ty = ObjectMeta>,
+        K: Resource + Metadata<Ty: ObjectMetaAccess>,
     {
         self.emit(
             object_reference(object),
@@ -195,16 +196,16 @@ impl EventRecorder {
 /// The `involvedObject` reference for an object.
 pub fn object_reference<K>(object: &K) -> ObjectReference
 where
-    K: Resource + Metadata<Ty = ObjectMeta>,
+    K: Resource + Metadata<Ty: ObjectMetaAccess>,
 {
     let meta = object.metadata();
     ObjectReference {
         kind: Some(K::KIND.to_owned()),
         api_version: Some(K::API_VERSION.to_owned()),
-        name: meta.name.clone(),
-        namespace: meta.namespace.clone(),
-        uid: meta.uid.clone(),
-        resource_version: meta.resource_version.clone(),
+        name: meta.name().map(str::to_owned),
+        namespace: meta.namespace().map(str::to_owned),
+        uid: meta.uid().map(str::to_owned),
+        resource_version: meta.resource_version().map(str::to_owned),
         field_path: None,
     }
 }

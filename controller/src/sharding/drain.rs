@@ -12,18 +12,17 @@
 //! matches the shard's selector, so its watch delivers a deletion and the object leaves the
 //! cache; the sharder then assigns it to its new shard.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{Metadata, Resource};
 use serde_json::{Map, Value, json};
 
 use super::labels::{DRAIN_LABEL_PREFIX, SHARD_LABEL_PREFIX};
-use crate::cache::CacheObject;
+use crate::cache::{CacheObject, ObjectMetaAccess};
 use crate::client::{self, Api, Client, Patch, PatchParams};
 
 /// The rings whose drain label `meta` carries.
-pub fn draining_rings(meta: &ObjectMeta) -> Vec<&str> {
-    meta.labels
-        .iter()
+pub fn draining_rings(meta: &impl ObjectMetaAccess) -> Vec<&str> {
+    meta.labels()
+        .into_iter()
         .flatten()
         .filter_map(|(k, _)| k.strip_prefix(DRAIN_LABEL_PREFIX))
         .collect()
@@ -32,7 +31,7 @@ pub fn draining_rings(meta: &ObjectMeta) -> Vec<&str> {
 /// The merge patch that releases `meta` from every ring it is drained from: the shard and
 /// drain labels set to null, under a `resourceVersion` precondition. `None` when it is not
 /// draining.
-pub fn release_patch(meta: &ObjectMeta) -> Option<Value> {
+pub fn release_patch(meta: &impl ObjectMetaAccess) -> Option<Value> {
     let rings = draining_rings(meta);
     if rings.is_empty() {
         return None;
@@ -43,7 +42,7 @@ pub fn release_patch(meta: &ObjectMeta) -> Option<Value> {
         labels.insert(format!("{SHARD_LABEL_PREFIX}{ring}"), Value::Null);
     }
     Some(json!({"metadata": {
-        "resourceVersion": meta.resource_version,
+        "resourceVersion": meta.resource_version(),
         "labels": labels,
     }}))
 }
@@ -52,18 +51,18 @@ pub fn release_patch(meta: &ObjectMeta) -> Option<Value> {
 /// module doc) and returns the write's outcome; `None` when there is nothing to release.
 pub async fn release_if_draining<K>(client: &Client, obj: &K) -> Option<Result<(), client::Error>>
 where
-    K: CacheObject + Resource + Metadata<Ty = ObjectMeta>,
+    K: CacheObject + Resource + Metadata,
 {
     let meta = obj.metadata();
     let patch = release_patch(meta)?;
-    let name = meta.name.as_deref().unwrap_or_default();
-    let api: Api<K> = match meta.namespace.as_deref() {
+    let name = meta.name().unwrap_or_default();
+    let api: Api<K> = match meta.namespace() {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
     tracing::info!(
         kind = K::KIND,
-        namespace = meta.namespace.as_deref().unwrap_or(""),
+        namespace = meta.namespace().unwrap_or(""),
         name,
         "draining: released to the sharder"
     );
@@ -74,6 +73,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::collections::BTreeMap;
 
     #[test]

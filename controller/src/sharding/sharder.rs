@@ -78,7 +78,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::labels::RingLabels;
 use super::ring::{Ring, object_key};
-use crate::cache::{CacheObject, ClientSource, Lister, SharedInformerFactory};
+use crate::cache::{CacheObject, ClientSource, Lister, ObjectMetaAccess, SharedInformerFactory};
 use crate::client::{self, Api, Client, Patch, PatchParams};
 
 /// The ring the leading sharder of this process computed last, for the admission webhook
@@ -239,8 +239,8 @@ trait KindPass: Send + Sync {
 struct Owners<K: CacheObject>(Lister<K>, crate::cache::SharedIndexInformer<K>);
 struct Owned<K: CacheObject>(Lister<K>, crate::cache::SharedIndexInformer<K>);
 
-fn api_for<K: CacheObject>(client: &Client, meta: &ObjectMeta) -> Api<K> {
-    match meta.namespace.as_deref() {
+fn api_for<K: CacheObject>(client: &Client, meta: &impl ObjectMetaAccess) -> Api<K> {
+    match meta.namespace() {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     }
@@ -249,13 +249,13 @@ fn api_for<K: CacheObject>(client: &Client, meta: &ObjectMeta) -> Api<K> {
 /// A label write under the `resourceVersion` it was decided from.
 async fn patch_labels<K: CacheObject>(
     client: &Client,
-    meta: &ObjectMeta,
+    meta: &impl ObjectMetaAccess,
     labels: Value,
 ) -> Result<(), client::Error> {
-    let patch = json!({"metadata": {"resourceVersion": meta.resource_version, "labels": labels}});
+    let patch = json!({"metadata": {"resourceVersion": meta.resource_version(), "labels": labels}});
     api_for::<K>(client, meta)
         .patch(
-            meta.name.as_deref().unwrap_or_default(),
+            meta.name().unwrap_or_default(),
             &PatchParams::default(),
             &Patch::Merge(patch),
         )
@@ -263,12 +263,12 @@ async fn patch_labels<K: CacheObject>(
         .map(drop)
 }
 
-fn log_write_error(kind: &str, meta: &ObjectMeta, what: &str, e: &client::Error) {
+fn log_write_error(kind: &str, meta: &impl ObjectMetaAccess, what: &str, e: &client::Error) {
     if e.is_conflict() || e.is_not_found() {
         // Decided on a stale cache, or gone: the next pass decides again.
-        tracing::debug!(kind, name = meta.name.as_deref(), what, error = %e, "sharder write skipped");
+        tracing::debug!(kind, name = meta.name(), what, error = %e, "sharder write skipped");
     } else {
-        tracing::warn!(kind, namespace = meta.namespace.as_deref(), name = meta.name.as_deref(), what, error = %e, "sharder write failed");
+        tracing::warn!(kind, namespace = meta.namespace(), name = meta.name(), what, error = %e, "sharder write failed");
     }
 }
 
@@ -360,19 +360,18 @@ where
 /// The shard an owned object must carry: its controller owner's settled shard (an owner of a
 /// sharded kind, or an owned object resolved before it, e.g. a RedisCluster's StatefulSet for
 /// the StatefulSet's pods).
-fn owner_shard<'a>(settled: &'a Settled, meta: &ObjectMeta) -> Option<&'a String> {
+fn owner_shard<'a>(settled: &'a Settled, meta: &impl ObjectMetaAccess) -> Option<&'a String> {
     let owner = meta
-        .owner_references
+        .owner_references()
         .iter()
-        .flatten()
         .find(|r| r.controller == Some(true))?;
-    let ns = meta.namespace.clone().unwrap_or_default();
+    let ns = meta.namespace().unwrap_or_default().to_owned();
     settled.get(&(ns, owner.kind.clone(), owner.name.clone()))
 }
 
 impl<K> KindPass for Owned<K>
 where
-    K: CacheObject + Resource + Metadata<Ty = ObjectMeta>,
+    K: CacheObject + Resource,
 {
     fn synced(&self) -> bool {
         self.1.has_synced()
@@ -382,8 +381,8 @@ where
         for obj in self.0.list(&Selector::everything()) {
             let meta = obj.metadata();
             if let Some(shard) = owner_shard(&pass.settled, meta).cloned() {
-                let ns = meta.namespace.clone().unwrap_or_default();
-                let name = meta.name.clone().unwrap_or_default();
+                let ns = meta.namespace().unwrap_or_default().to_owned();
+                let name = meta.name().unwrap_or_default().to_owned();
                 pass.settled.insert((ns, K::KIND.to_string(), name), shard);
             }
         }
@@ -397,7 +396,7 @@ where
                 let Some(shard) = owner_shard(&pass.settled, meta) else {
                     continue;
                 };
-                let current = meta.labels.as_ref().and_then(|l| l.get(shard_key));
+                let current = meta.labels().and_then(|l| l.get(shard_key));
                 if current == Some(shard) {
                     continue;
                 }
@@ -461,7 +460,7 @@ pub struct Sharder {
 impl Sharder {
     /// A sharder for `config`'s ring, watching through `client`.
     pub fn new(client: Client, config: SharderConfig) -> Self {
-        use crate::controllers::caches::{PodSummary, managed_by_selector, slim_metadata};
+        use crate::controllers::caches::{PodSummary, managed_by_selector};
         use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
         use k8s_openapi::api::core::v1::Service;
         let selector = managed_by_selector();
@@ -470,8 +469,7 @@ impl Sharder {
             .with_label_selector_for::<PodSummary>(selector.clone())
             .with_label_selector_for::<Deployment>(selector.clone())
             .with_label_selector_for::<StatefulSet>(selector.clone())
-            .with_label_selector_for::<Service>(selector)
-            .with_transform_for::<PodSummary>(|p: &mut PodSummary| slim_metadata(&mut p.metadata));
+            .with_label_selector_for::<Service>(selector);
         // The ring's Leases, in their namespace only: the sharder needs no cluster-wide read of
         // Leases (artifacts/deploy/sharded/ grants list and watch there alone).
         let mut lease_scope = factory.scope_for::<Lease>();
@@ -507,7 +505,7 @@ impl Sharder {
     /// the pods of a moved StatefulSet are relabelled before the StatefulSet itself.
     pub fn with_owned<K>(mut self) -> Self
     where
-        K: CacheObject + Resource + Metadata<Ty = ObjectMeta>,
+        K: CacheObject + Resource,
     {
         let informer = self.factory.informer::<K>();
         self.owned
