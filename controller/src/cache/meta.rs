@@ -64,31 +64,39 @@ pub trait ObjectMetaAccess: Send + Sync {
     fn trim_for_cache(&mut self);
 }
 
+/// The accessors of a struct whose fields have `ObjectMeta`'s names and types: `ObjectMeta`
+/// itself and [`MetaSummary`] (only what the cache does to trim them differs).
+macro_rules! same_field_accessors {
+    () => {
+        fn name(&self) -> Option<&str> {
+            self.name.as_deref()
+        }
+        fn namespace(&self) -> Option<&str> {
+            self.namespace.as_deref()
+        }
+        fn uid(&self) -> Option<&str> {
+            self.uid.as_deref()
+        }
+        fn resource_version(&self) -> Option<&str> {
+            self.resource_version.as_deref()
+        }
+        fn labels(&self) -> Option<&BTreeMap<String, String>> {
+            self.labels.as_ref()
+        }
+        fn owner_references(&self) -> &[OwnerReference] {
+            self.owner_references.as_deref().unwrap_or_default()
+        }
+        fn deletion_timestamp(&self) -> Option<&Time> {
+            self.deletion_timestamp.as_ref()
+        }
+        fn set_resource_version(&mut self, rv: String) {
+            self.resource_version = Some(rv);
+        }
+    };
+}
+
 impl ObjectMetaAccess for ObjectMeta {
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
-    }
-    fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        self.labels.as_ref()
-    }
-    fn owner_references(&self) -> &[OwnerReference] {
-        self.owner_references.as_deref().unwrap_or_default()
-    }
-    fn deletion_timestamp(&self) -> Option<&Time> {
-        self.deletion_timestamp.as_ref()
-    }
-    fn set_resource_version(&mut self, rv: String) {
-        self.resource_version = Some(rv);
-    }
+    same_field_accessors!();
     fn trim_for_cache(&mut self) {
         self.managed_fields = None;
         super::shrink_metadata_lists(self);
@@ -169,30 +177,7 @@ impl MetaSummary {
 }
 
 impl ObjectMetaAccess for MetaSummary {
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
-    }
-    fn labels(&self) -> Option<&BTreeMap<String, String>> {
-        self.labels.as_ref()
-    }
-    fn owner_references(&self) -> &[OwnerReference] {
-        self.owner_references.as_deref().unwrap_or_default()
-    }
-    fn deletion_timestamp(&self) -> Option<&Time> {
-        self.deletion_timestamp.as_ref()
-    }
-    fn set_resource_version(&mut self, rv: String) {
-        self.resource_version = Some(rv);
-    }
+    same_field_accessors!();
     fn trim_for_cache(&mut self) {
         if let Some(v) = self.owner_references.as_mut() {
             v.shrink_to_fit();
