@@ -83,14 +83,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
-use super::ObjectMetaAccess;
-
-use super::CacheObject;
 use super::keys::{Deleted, key_of};
 use super::lister::Lister;
 use super::lister_watcher::{BoxListerWatcher, ListerWatcher};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStatus, ReflectorStore, rv_of};
 use super::store::{Change, IndexError, Indexer};
+use super::{CacheObject, ObjectMetaAccess};
 
 /// The smallest resync period a handler may ask for.
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);

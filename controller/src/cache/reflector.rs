@@ -98,13 +98,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::ObjectMetaAccess;
 use futures_util::StreamExt;
 use k8s_openapi::Metadata;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::ObjectMetaAccess;
 use super::keys::key_of;
 use super::lister_watcher::ListerWatcher;
 use super::store::Indexer;

@@ -36,9 +36,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::ObjectMetaAccess;
 use k8s_openapi::Metadata;
 
+use super::ObjectMetaAccess;
 use super::keys::key_of;
 
 /// The namespace index: value = `metadata.namespace` (cluster-scoped objects have none).
