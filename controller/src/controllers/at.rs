@@ -1032,8 +1032,6 @@ pub fn validate_spec(spec: &AtSpec) -> Result<Timestamp, String> {
     spec.parse_schedule()
 }
 
-/// `spec.run.ttlSecondsAfterFinished` as a signed duration, when set (negative values, which
-/// the schema refuses, count as zero).
 /// Forgets what no decision reads once an At is `DONE`: `status.message`, `status.conditions`
 /// and `status.podName` (its most allocated parts: the `Ready` condition alone is four strings
 /// and a list). Kept: phase, result, exit code, start and completion time, observed
@@ -1054,6 +1052,8 @@ pub fn slim_done_status(status: &mut AtStatus) {
     }
 }
 
+/// `spec.run.ttlSecondsAfterFinished` as a signed duration, when set (negative values, which
+/// the schema refuses, count as zero).
 fn ttl_of(at: &At) -> Option<jiff::SignedDuration> {
     at.spec
         .run
