@@ -38,6 +38,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Serialize};
 
+use super::SmallString;
+
 /// What the cache reads from an object's metadata: apimachinery's `metav1.Object`, the
 /// interface `meta.Accessor` returns. See the module documentation.
 pub trait ObjectMetaAccess: Send + Sync {
@@ -90,7 +92,7 @@ macro_rules! same_field_accessors {
             self.deletion_timestamp.as_ref()
         }
         fn set_resource_version(&mut self, rv: String) {
-            self.resource_version = Some(rv);
+            self.resource_version = Some(rv.into());
         }
     };
 }
@@ -116,16 +118,16 @@ impl ObjectMetaAccess for ObjectMeta {
 pub struct MetaSummary {
     /// `metadata.name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub name: Option<SmallString>,
     /// `metadata.namespace`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
+    pub namespace: Option<SmallString>,
     /// `metadata.uid`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<String>,
+    pub uid: Option<SmallString>,
     /// `metadata.resourceVersion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resource_version: Option<String>,
+    pub resource_version: Option<SmallString>,
     /// `metadata.labels`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
@@ -147,10 +149,10 @@ impl MetaSummary {
     /// The summary of a whole `ObjectMeta` (the fields above, copied).
     pub fn from_meta(meta: &ObjectMeta) -> Self {
         MetaSummary {
-            name: meta.name.clone(),
-            namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
-            resource_version: meta.resource_version.clone(),
+            name: meta.name.as_deref().map(SmallString::from),
+            namespace: meta.namespace.as_deref().map(SmallString::from),
+            uid: meta.uid.as_deref().map(SmallString::from),
+            resource_version: meta.resource_version.as_deref().map(SmallString::from),
             labels: meta.labels.clone(),
             owner_references: meta.owner_references.clone(),
             creation_timestamp: meta.creation_timestamp.clone(),
@@ -162,10 +164,10 @@ impl MetaSummary {
     /// An `ObjectMeta` with exactly the summary's fields set.
     pub fn to_meta(&self) -> ObjectMeta {
         ObjectMeta {
-            name: self.name.clone(),
-            namespace: self.namespace.clone(),
-            uid: self.uid.clone(),
-            resource_version: self.resource_version.clone(),
+            name: self.name.as_deref().map(str::to_owned),
+            namespace: self.namespace.as_deref().map(str::to_owned),
+            uid: self.uid.as_deref().map(str::to_owned),
+            resource_version: self.resource_version.as_deref().map(str::to_owned),
             labels: self.labels.clone(),
             owner_references: self.owner_references.clone(),
             creation_timestamp: self.creation_timestamp.clone(),

@@ -122,6 +122,7 @@ pub mod lister;
 pub mod lister_watcher;
 pub mod meta;
 pub mod reflector;
+pub mod small_string;
 /// Label selectors: `apimachinery::labels`, the same parser and matcher the embedded API server
 /// uses, re-exported where a reader of client-go's `tools/cache` looks for them.
 pub use apimachinery::labels as selector;
@@ -141,6 +142,7 @@ pub use lister_watcher::{BoxListerWatcher, ListerWatcher};
 pub use meta::{MetaSummary, ObjectMetaAccess};
 pub use reflector::{Reflector, ReflectorConfig, ReflectorStats, ReflectorStatus};
 pub use selector::{Selector, SelectorError};
+pub use small_string::SmallString;
 pub use store::{IndexError, Indexer, NAMESPACE_INDEX, OWNER_UID_INDEX, Store, owner_uid_index};
 
 use k8s_openapi::Metadata;

@@ -92,6 +92,7 @@ use crate::apis::At;
 use crate::cache::informer::drop_managed_fields;
 use crate::cache::{
     CacheObject, ListerWatcherSource, MetaSummary, ObjectMetaAccess, SharedInformerFactory,
+    SmallString,
 };
 use crate::client::{self, Api, Patch, PatchParams};
 
@@ -220,13 +221,13 @@ pub struct PodSummary {
 pub struct PodSummaryStatus {
     /// `Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    pub phase: Option<SmallString>,
     /// A CamelCase reason for the phase (`Evicted`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<SmallString>,
     /// A human-readable message for the phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub message: Option<SmallString>,
     /// The pod's conditions, each reduced to its type and status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<ConditionSummary>>,
@@ -240,16 +241,16 @@ pub struct PodSummaryStatus {
 pub struct ConditionSummary {
     /// `Ready`, `PodScheduled`, ...
     #[serde(rename = "type")]
-    pub type_: String,
+    pub type_: SmallString,
     /// `True`, `False`, `Unknown`.
-    pub status: String,
+    pub status: SmallString,
 }
 
 /// A container's name and, once it ended, how.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ContainerSummary {
     /// The container's name in the pod spec.
-    pub name: String,
+    pub name: SmallString,
     /// The container's current state, reduced to `terminated`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<StateSummary>,
@@ -271,10 +272,10 @@ pub struct TerminatedSummary {
     pub exit_code: i32,
     /// A CamelCase reason (`Error`, `OOMKilled`, `Completed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+    pub reason: Option<SmallString>,
     /// A message about the termination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
+    pub message: Option<SmallString>,
 }
 
 /// Served at the pods endpoint: `/api/v1/pods`, kind `Pod`.
@@ -302,14 +303,14 @@ impl PodSummary {
     /// conditions' type and status, containers' name and terminated state).
     pub fn to_pod(&self) -> Pod {
         let status = self.status.as_ref().map(|s| PodStatus {
-            phase: s.phase.clone(),
-            reason: s.reason.clone(),
-            message: s.message.clone(),
+            phase: s.phase.as_deref().map(str::to_owned),
+            reason: s.reason.as_deref().map(str::to_owned),
+            message: s.message.as_deref().map(str::to_owned),
             conditions: s.conditions.as_ref().map(|cs| {
                 cs.iter()
                     .map(|c| PodCondition {
-                        type_: c.type_.clone(),
-                        status: c.status.clone(),
+                        type_: c.type_.to_string(),
+                        status: c.status.to_string(),
                         ..PodCondition::default()
                     })
                     .collect()
@@ -317,12 +318,12 @@ impl PodSummary {
             container_statuses: s.container_statuses.as_ref().map(|cs| {
                 cs.iter()
                     .map(|c| ContainerStatus {
-                        name: c.name.clone(),
+                        name: c.name.to_string(),
                         state: c.state.as_ref().map(|st| ContainerState {
                             terminated: st.terminated.as_ref().map(|t| ContainerStateTerminated {
                                 exit_code: t.exit_code,
-                                reason: t.reason.clone(),
-                                message: t.message.clone(),
+                                reason: t.reason.as_deref().map(str::to_owned),
+                                message: t.message.as_deref().map(str::to_owned),
                                 ..ContainerStateTerminated::default()
                             }),
                             ..ContainerState::default()
@@ -343,26 +344,26 @@ impl PodSummary {
     /// The summary of a full `Pod` (what the pods endpoint would have deserialized into it).
     pub fn from_pod(pod: &Pod) -> PodSummary {
         let status = pod.status.as_ref().map(|s| PodSummaryStatus {
-            phase: s.phase.clone(),
-            reason: s.reason.clone(),
-            message: s.message.clone(),
+            phase: s.phase.as_deref().map(SmallString::from),
+            reason: s.reason.as_deref().map(SmallString::from),
+            message: s.message.as_deref().map(SmallString::from),
             conditions: s.conditions.as_ref().map(|cs| {
                 cs.iter()
                     .map(|c| ConditionSummary {
-                        type_: c.type_.clone(),
-                        status: c.status.clone(),
+                        type_: c.type_.as_str().into(),
+                        status: c.status.as_str().into(),
                     })
                     .collect()
             }),
             container_statuses: s.container_statuses.as_ref().map(|cs| {
                 cs.iter()
                     .map(|c| ContainerSummary {
-                        name: c.name.clone(),
+                        name: c.name.as_str().into(),
                         state: c.state.as_ref().map(|st| StateSummary {
                             terminated: st.terminated.as_ref().map(|t| TerminatedSummary {
                                 exit_code: t.exit_code,
-                                reason: t.reason.clone(),
-                                message: t.message.clone(),
+                                reason: t.reason.as_deref().map(SmallString::from),
+                                message: t.message.as_deref().map(SmallString::from),
                             }),
                         }),
                     })

@@ -587,7 +587,7 @@ impl RedisClusterController {
             })
             .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
             .filter_map(|p| {
-                let pod_name = p.metadata.name.clone()?;
+                let pod_name = p.metadata.name.as_deref()?.to_owned();
                 let ordinal = pod_name
                     .strip_prefix(name)?
                     .strip_prefix('-')?
