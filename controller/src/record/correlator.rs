@@ -18,8 +18,9 @@
 //!    through unchanged. From the 10th on, it is replaced by a new event whose message is
 //!    `"(combined from similar events): <message>"`, keyed by the group, so all later similar
 //!    events count up one shared object instead of creating one object each. (As in client-go,
-//!    the group keeps at most 9 messages: a combination adds its message and evicts an arbitrary
-//!    one, so a message that was combined once may later pass on its own.)
+//!    the group keeps at most 9 messages: a combination adds its message and evicts one, an
+//!    arbitrary one in client-go and the oldest here, so a message that was combined once may
+//!    later pass on its own.)
 //! 2. **De-duplication.** The event's cache key (everything including the message, or the group
 //!    key for a combined event) is looked up; if it was seen, the event takes the earlier
 //!    event's name, resourceVersion and firstTimestamp, `count = old + 1`, and a strategic-merge
@@ -50,7 +51,7 @@
 //! * The correlator is a plain struct owned by the one task that writes to the sink, so it needs
 //!   no lock (client-go locks each cache because its correlator is shared).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
@@ -60,6 +61,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
 
 use super::recorder::event_name;
+use crate::cache::SmallString;
 
 /// Prefix of a combined (aggregated) event's message, as in client-go.
 pub const COMBINED_MESSAGE_PREFIX: &str = "(combined from similar events): ";
@@ -114,8 +116,10 @@ pub struct EventCorrelator {
 
 #[derive(Clone, Debug)]
 struct AggregateRecord {
-    /// The distinct messages of the group, as digests (only their number matters).
-    messages: HashSet<Digest>,
+    /// The distinct messages of the group, as digests (only their number matters). A list, not
+    /// a set: it never holds more than `aggregate_max_events - 1` (9), where a linear search
+    /// is as quick as hashing, and one 16-byte digest costs 16 bytes, not a hash table.
+    messages: Vec<Digest>,
     last_seen: Instant,
 }
 
@@ -123,8 +127,10 @@ struct AggregateRecord {
 struct Observation {
     count: i32,
     first_timestamp: Option<Time>,
-    name: String,
-    resource_version: Option<String>,
+    /// The event's name and resourceVersion: short (`<object>.<16 hex digits>`, a number), so
+    /// usually inline.
+    name: SmallString,
+    resource_version: Option<SmallString>,
 }
 
 impl EventCorrelator {
@@ -155,8 +161,8 @@ impl EventCorrelator {
             Observation {
                 count: written.count.unwrap_or(1),
                 first_timestamp: written.first_timestamp.clone(),
-                name: written.metadata.name.clone().unwrap_or_default(),
-                resource_version: written.metadata.resource_version.clone(),
+                name: written.metadata.name.as_deref().unwrap_or_default().into(),
+                resource_version: written.metadata.resource_version.as_deref().map(Into::into),
             },
         );
     }
@@ -172,20 +178,20 @@ impl EventCorrelator {
                 r.clone()
             }
             _ => AggregateRecord {
-                messages: HashSet::new(),
+                messages: Vec::new(),
                 last_seen: now,
             },
         };
-        record
-            .messages
-            .insert(self.aggregates.digester.digest(&message));
+        let digest = self.aggregates.digester.digest(&message);
+        if !record.messages.contains(&digest) {
+            record.messages.push(digest);
+        }
         record.last_seen = now;
         let distinct = record.messages.len();
         if distinct >= self.options.aggregate_max_events {
-            // client-go pops an arbitrary message so the set stays at the threshold.
-            if let Some(any) = record.messages.iter().next().copied() {
-                record.messages.remove(&any);
-            }
+            // client-go pops an arbitrary message so the set stays at the threshold; here the
+            // oldest.
+            record.messages.remove(0);
         }
         self.aggregates.put(group_key.clone(), record);
 
@@ -219,8 +225,8 @@ impl EventCorrelator {
     fn observe(&mut self, mut event: Event, key: &str) -> (Event, Option<serde_json::Value>) {
         let mut patch = None;
         if let Some(last) = self.observations.get(key).filter(|o| o.count > 0) {
-            event.metadata.name = Some(last.name.clone());
-            event.metadata.resource_version = last.resource_version.clone();
+            event.metadata.name = Some(last.name.to_string());
+            event.metadata.resource_version = last.resource_version.as_deref().map(str::to_owned);
             event.first_timestamp = last.first_timestamp.clone();
             event.count = Some(last.count.saturating_add(1));
             patch = Some(serde_json::json!({
@@ -234,8 +240,8 @@ impl EventCorrelator {
             Observation {
                 count: event.count.unwrap_or(1),
                 first_timestamp: event.first_timestamp.clone(),
-                name: event.metadata.name.clone().unwrap_or_default(),
-                resource_version: event.metadata.resource_version.clone(),
+                name: event.metadata.name.as_deref().unwrap_or_default().into(),
+                resource_version: event.metadata.resource_version.as_deref().map(Into::into),
             },
         );
         (event, patch)
@@ -513,6 +519,14 @@ mod tests {
         assert_eq!(eleventh.event.metadata.name, tenth.event.metadata.name);
         assert_eq!(eleventh.event.count, Some(2));
         assert!(eleventh.patch.is_some());
+        // The group now remembers messages 2..=10 (each combination evicted the oldest): one of
+        // them passes on its own, counted up on its earlier event; an evicted one is combined.
+        let again = c.correlate(event("a", "Sync", "message 5"));
+        assert_eq!(again.event.message.as_deref(), Some("message 5"));
+        assert_eq!(again.event.count, Some(2));
+        let evicted = c.correlate(event("a", "Sync", "message 0"));
+        assert_eq!(evicted.event.metadata.name, tenth.event.metadata.name);
+        assert_eq!(evicted.event.count, Some(3));
         // Another reason is another group.
         let other = c.correlate(event("a", "Other", "message 0"));
         assert_eq!(other.event.message.as_deref(), Some("message 0"));
