@@ -73,6 +73,7 @@ use sample_controller::apis::{At, AtPhase, AtSpec, ConditionStatus};
 use sample_controller::cache::{EventHandlerFns, SharedInformerFactory};
 use sample_controller::client::{self, Api, Client, Config, PostParams};
 use sample_controller::controllers::at::{CONDITION_INVALID_SPEC, reason};
+use sample_controller::controllers::caches::AtSummary;
 use sample_controller::manager::{ClientSource, LogFormat, Manager, ManagerConfig};
 use sample_controller::webhook::WebhookServerConfig;
 
@@ -769,8 +770,8 @@ fn register_printers(
 ) {
     let on_at = {
         let seen = Arc::clone(&seen);
-        move |at: &At| {
-            let name = at.metadata.name.clone().unwrap_or_default();
+        move |at: &AtSummary| {
+            let name = at.metadata.name.as_deref().unwrap_or_default().to_owned();
             let phase = at.phase();
             let status = at.status.clone().unwrap_or_default();
             let invalid = find_condition(&status.conditions, CONDITION_INVALID_SPEC)
@@ -802,9 +803,10 @@ fn register_printers(
     // informer would only log its failing lists.
     if with_at {
         let on_at_add = on_at.clone();
-        let ats = factory.informer::<At>();
+        // The controller's own At cache (one watch, shared).
+        let ats = factory.informer::<AtSummary>();
         let _ = ats.add_event_handler(
-            EventHandlerFns::<At>::new()
+            EventHandlerFns::<AtSummary>::new()
                 .on_add(move |at, _| on_at_add(&at))
                 .on_update(move |_, at| on_at(&at)),
         );

@@ -51,6 +51,8 @@ pub trait ObjectMetaAccess: Send + Sync {
     fn uid(&self) -> Option<&str>;
     /// `metadata.resourceVersion`.
     fn resource_version(&self) -> Option<&str>;
+    /// `metadata.generation`: raised by the server on every change of the spec.
+    fn generation(&self) -> Option<i64>;
     /// `metadata.labels`.
     fn labels(&self) -> Option<&BTreeMap<String, String>>;
     /// `metadata.ownerReferences` (empty when there are none).
@@ -81,6 +83,9 @@ macro_rules! same_field_accessors {
         }
         fn resource_version(&self) -> Option<&str> {
             self.resource_version.as_deref()
+        }
+        fn generation(&self) -> Option<i64> {
+            self.generation
         }
         fn labels(&self) -> Option<&BTreeMap<String, String>> {
             self.labels.as_ref()
@@ -128,6 +133,9 @@ pub struct MetaSummary {
     /// `metadata.resourceVersion`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<SmallString>,
+    /// `metadata.generation`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
     /// `metadata.labels`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
@@ -153,6 +161,7 @@ impl MetaSummary {
             namespace: meta.namespace.as_deref().map(SmallString::from),
             uid: meta.uid.as_deref().map(SmallString::from),
             resource_version: meta.resource_version.as_deref().map(SmallString::from),
+            generation: meta.generation,
             labels: meta.labels.clone(),
             owner_references: meta.owner_references.clone(),
             creation_timestamp: meta.creation_timestamp.clone(),
@@ -168,6 +177,7 @@ impl MetaSummary {
             namespace: self.namespace.as_deref().map(str::to_owned),
             uid: self.uid.as_deref().map(str::to_owned),
             resource_version: self.resource_version.as_deref().map(str::to_owned),
+            generation: self.generation,
             labels: self.labels.clone(),
             owner_references: self.owner_references.clone(),
             creation_timestamp: self.creation_timestamp.clone(),
@@ -219,13 +229,15 @@ mod tests {
         assert_eq!(summary.namespace(), whole.namespace());
         assert_eq!(summary.uid(), whole.uid());
         assert_eq!(summary.resource_version(), whole.resource_version());
+        assert_eq!(summary.generation(), Some(3));
+        assert_eq!(summary.generation(), whole.generation());
         assert_eq!(summary.labels(), whole.labels());
         assert_eq!(summary.owner_references(), whole.owner_references());
         assert_eq!(summary.deletion_timestamp(), whole.deletion_timestamp());
         // Back to an ObjectMeta: the kept fields, nothing else.
         let back = summary.to_meta();
         assert_eq!(back.annotations, None);
-        assert_eq!(back.generation, None);
+        assert_eq!(back.generate_name, None);
         assert_eq!(back.managed_fields, None);
         assert_eq!(back.finalizers, whole.finalizers);
         assert_eq!(MetaSummary::from_meta(&back), summary);

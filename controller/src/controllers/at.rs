@@ -141,13 +141,14 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::caches::{self, PodSummary};
+use super::caches::{self, AtSummary, PodSummary};
 use super::owned::{self, LABEL_MANAGED_BY, controller_ref_of, owner_handlers};
 use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers};
 use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
 use crate::cache::{
-    Deleted, EventHandlerFns, Lister, ListerWatcherSource, SharedInformerFactory, key_of, split_key,
+    Deleted, EventHandlerFns, Lister, ListerWatcherSource, ObjectMetaAccess, SharedInformerFactory,
+    key_of, split_key,
 };
 use crate::client::{self, Api, Client, DeleteParams, PostParams, Preconditions};
 use crate::record::{EventRecorder, EventType};
@@ -163,7 +164,7 @@ pub struct AtController {
     /// Writes: pod creates and At status updates. Reads never go here.
     client: Client,
     /// The At cache, read by `sync_handler`.
-    at_lister: Lister<At>,
+    at_lister: Lister<AtSummary>,
     /// The pod cache (our pods only, slim): `<name>-pod` is looked up here, never with a live
     /// GET (except once after a create answered AlreadyExists).
     pod_lister: Lister<PodSummary>,
@@ -231,7 +232,7 @@ impl AtController {
         clock: Clock,
         stats: SyncStats,
     ) -> Result<Arc<Self>, RunError> {
-        let at_informer = factory.informer::<At>();
+        let at_informer = factory.informer::<AtSummary>();
         let pod_informer = factory.informer::<PodSummary>();
         let expectations = Arc::new(Expectations::default());
         let written = Arc::new(WrittenStatuses::default());
@@ -247,14 +248,14 @@ impl AtController {
                 Arc::clone(&written),
                 Arc::clone(&written),
             );
-            EventHandlerFns::<At>::new()
+            EventHandlerFns::<AtSummary>::new()
                 .on_add(move |at, _initial| q1.add(key_of(at.as_ref())))
                 .on_update(move |_old, new| {
                     let key = key_of(new.as_ref());
                     w_update.settle(&key, &new);
                     q2.add(key);
                 })
-                .on_delete(move |gone: Deleted<At>| {
+                .on_delete(move |gone: Deleted<AtSummary>| {
                     let key = gone.key();
                     e.forget(&key);
                     w_delete.forget(&key);
@@ -325,7 +326,7 @@ impl SyncHandler for AtController {
             });
         }
         // Our own last status write wins over a cache that has not caught up with it yet.
-        let at = self.written.effective(key, cached);
+        let at = self.written.effective(key, Arc::new(cached.to_at()));
         let (namespace, name) = split_key(key);
         let namespace = namespace.unwrap_or_default().to_string();
         let pod_name = at.pod_name();
@@ -488,17 +489,18 @@ struct Written {
 }
 
 impl Written {
-    /// Whether `cached` has caught up with this write (see [`WrittenStatuses::effective`]).
-    fn caught_up_by(&self, cached: &At) -> bool {
+    /// Whether a cached At with this metadata and phase has caught up with this write (see
+    /// [`WrittenStatuses::effective`]).
+    fn caught_up_by(&self, cached: &impl ObjectMetaAccess, phase: AtPhase) -> bool {
         let written_phase = self
             .status
             .as_ref()
             .and_then(|s| s.phase)
             .unwrap_or_default();
-        self.uid != cached.metadata.uid
-            || self.resource_version == cached.metadata.resource_version
-            || phase_rank(cached.phase()) > phase_rank(written_phase)
-            || cached.metadata.generation > self.generation
+        self.uid.as_deref() != cached.uid()
+            || self.resource_version.as_deref() == cached.resource_version()
+            || phase_rank(phase) > phase_rank(written_phase)
+            || cached.generation() > self.generation
     }
 }
 
@@ -553,7 +555,7 @@ impl WrittenStatuses {
         let Some(w) = map.get(key) else {
             return cached;
         };
-        if w.caught_up_by(&cached) {
+        if w.caught_up_by(&cached.metadata, cached.phase()) {
             map.remove(key);
             return cached;
         }
@@ -568,9 +570,12 @@ impl WrittenStatuses {
     /// calls this, so a record lives for one watch round trip, not until the next sync of its
     /// key: after a burst of 10,000 Ats that next sync comes only when the pod finishes (or
     /// never, for a `DONE` At), and the records of every At written meanwhile were held.
-    pub fn settle(&self, key: &str, delivered: &At) {
+    pub fn settle(&self, key: &str, delivered: &AtSummary) {
         let mut map = self.lock();
-        if map.get(key).is_some_and(|w| w.caught_up_by(delivered)) {
+        if map
+            .get(key)
+            .is_some_and(|w| w.caught_up_by(&delivered.metadata, delivered.phase()))
+        {
             map.remove(key);
         }
     }
@@ -1913,13 +1918,13 @@ mod tests {
         });
         written.record("cnat/example-at", stored.clone());
         // An update that is still behind our write (another field, same old version) keeps it.
-        written.settle("cnat/example-at", &cached);
+        written.settle("cnat/example-at", &AtSummary::from_at(&cached));
         assert_eq!(written.len(), 1);
         // Another key's update does not touch it.
-        written.settle("cnat/other", &stored);
+        written.settle("cnat/other", &AtSummary::from_at(&stored));
         assert_eq!(written.len(), 1);
         // The informer delivering our write forgets it: no record waits for the next sync.
-        written.settle("cnat/example-at", &stored);
+        written.settle("cnat/example-at", &AtSummary::from_at(&stored));
         assert!(written.is_empty());
     }
 
