@@ -60,7 +60,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::labels::{DEFAULT_RING, InvalidName, LEASE_RING_LABEL, RingLabels, SHARD_LABEL_PREFIX};
 use crate::apis::{At, Foo, MyApp, RedisCluster, TDSet};
 use crate::cache::{ListerWatcherSource, SharedInformerFactory};
-use crate::controllers::caches::{PodSummary, managed_by_selector};
+use crate::controllers::caches::{AtSummary, PodSummary, managed_by_selector};
 
 /// `--shard-mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -279,6 +279,8 @@ pub fn scope_shard_caches<S: ListerWatcherSource>(
     let owned = format!("{},{own}", managed_by_selector());
     factory
         .with_label_selector_for::<At>(own.clone())
+        // The At controller's own cache (the At's spec and status with slim metadata).
+        .with_label_selector_for::<AtSummary>(own.clone())
         .with_label_selector_for::<TDSet>(own.clone())
         .with_label_selector_for::<RedisCluster>(own.clone())
         .with_label_selector_for::<MyApp>(own.clone())
