@@ -20,8 +20,9 @@
 //! `ObjectMeta` is 360 bytes before it allocates anything: fifteen optional fields, most of
 //! them empty in a cached object (`generateName`, `selfLink`, `deletionGracePeriodSeconds`,
 //! `managedFields` once dropped, ...). A cache of 10,000 pods pays 3.6 MB for those inline
-//! fields alone. [`MetaSummary`] has the nine fields a handler or sync of this crate reads
-//! (224 bytes), and it is decoded straight from the object's JSON (serde skips the rest), so no
+//! fields alone. [`MetaSummary`] has the ten fields a handler or sync of this crate reads
+//! (240 bytes, its name, namespace, UID and resourceVersion [`SmallString`]s, so the short ones
+//! take no allocation), and it is decoded straight from the object's JSON (serde skips the rest), so no
 //! `ObjectMeta` is ever built for it.
 //!
 //! ## Invariants
@@ -111,12 +112,13 @@ impl ObjectMetaAccess for ObjectMeta {
 }
 
 /// The metadata a cache of this crate's operators keeps of an object it only reads: name,
-/// namespace, uid, resourceVersion, labels, ownerReferences, creationTimestamp,
-/// deletionTimestamp and finalizers, with the same names and types as in `ObjectMeta`, so
-/// code reads `summary.metadata.name` as it would a pod's.
+/// namespace, uid, resourceVersion, generation, labels, ownerReferences, creationTimestamp,
+/// deletionTimestamp and finalizers, with the same names as in `ObjectMeta` (the four strings
+/// as [`SmallString`], which reads as a `&str`), so code reads
+/// `summary.metadata.name.as_deref()` as it would a pod's.
 ///
 /// Deserialized from an object's `metadata` JSON (the other fields are skipped while parsing,
-/// so `managedFields` and annotations cost nothing); serialized in the same shape. It is 224
+/// so `managedFields` and annotations cost nothing); serialized in the same shape. It is 240
 /// bytes where `ObjectMeta` is 360 (see the module documentation).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
