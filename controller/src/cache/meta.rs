@@ -21,8 +21,9 @@
 //! them empty in a cached object (`generateName`, `selfLink`, `deletionGracePeriodSeconds`,
 //! `managedFields` once dropped, ...). A cache of 10,000 pods pays 3.6 MB for those inline
 //! fields alone. [`MetaSummary`] has the ten fields a handler or sync of this crate reads
-//! (240 bytes, its name, namespace, UID and resourceVersion [`SmallString`]s, so the short ones
-//! take no allocation), and it is decoded straight from the object's JSON (serde skips the rest), so no
+//! (168 bytes: its name, namespace, UID and resourceVersion are [`SmallString`]s, so the short
+//! ones take no allocation, and the three fields most objects lack are boxed apart), and it is
+//! decoded straight from the object's JSON (serde skips the rest), so no
 //! `ObjectMeta` is ever built for it.
 //!
 //! ## Invariants
@@ -69,42 +70,34 @@ pub trait ObjectMetaAccess: Send + Sync {
     fn trim_for_cache(&mut self);
 }
 
-/// The accessors of a struct whose fields have `ObjectMeta`'s names and types: `ObjectMeta`
-/// itself and [`MetaSummary`] (only what the cache does to trim them differs).
-macro_rules! same_field_accessors {
-    () => {
-        fn name(&self) -> Option<&str> {
-            self.name.as_deref()
-        }
-        fn namespace(&self) -> Option<&str> {
-            self.namespace.as_deref()
-        }
-        fn uid(&self) -> Option<&str> {
-            self.uid.as_deref()
-        }
-        fn resource_version(&self) -> Option<&str> {
-            self.resource_version.as_deref()
-        }
-        fn generation(&self) -> Option<i64> {
-            self.generation
-        }
-        fn labels(&self) -> Option<&BTreeMap<String, String>> {
-            self.labels.as_ref()
-        }
-        fn owner_references(&self) -> &[OwnerReference] {
-            self.owner_references.as_deref().unwrap_or_default()
-        }
-        fn deletion_timestamp(&self) -> Option<&Time> {
-            self.deletion_timestamp.as_ref()
-        }
-        fn set_resource_version(&mut self, rv: String) {
-            self.resource_version = Some(rv.into());
-        }
-    };
-}
-
 impl ObjectMetaAccess for ObjectMeta {
-    same_field_accessors!();
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+    fn generation(&self) -> Option<i64> {
+        self.generation
+    }
+    fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.labels.as_ref()
+    }
+    fn owner_references(&self) -> &[OwnerReference] {
+        self.owner_references.as_deref().unwrap_or_default()
+    }
+    fn deletion_timestamp(&self) -> Option<&Time> {
+        self.deletion_timestamp.as_ref()
+    }
+    fn set_resource_version(&mut self, rv: String) {
+        self.resource_version = Some(rv);
+    }
     fn trim_for_cache(&mut self) {
         self.managed_fields = None;
         super::shrink_metadata_lists(self);
@@ -112,91 +105,234 @@ impl ObjectMetaAccess for ObjectMeta {
 }
 
 /// The metadata a cache of this crate's operators keeps of an object it only reads: name,
-/// namespace, uid, resourceVersion, generation, labels, ownerReferences, creationTimestamp,
-/// deletionTimestamp and finalizers, with the same names as in `ObjectMeta` (the four strings
-/// as [`SmallString`], which reads as a `&str`), so code reads
-/// `summary.metadata.name.as_deref()` as it would a pod's.
+/// namespace, uid, resourceVersion, generation, ownerReferences and creationTimestamp as
+/// fields with `ObjectMeta`'s names (the four strings as [`SmallString`], which reads as a
+/// `&str`), and labels, deletionTimestamp and finalizers behind accessors ([`labels`],
+/// [`deletion_timestamp`], [`MetaSummary::finalizers`], and a setter each).
+///
+/// Why the last three are apart: most cached objects have none of them (an At's pod keeps no
+/// label, see `controllers::caches::keep_labels`, and is rarely being deleted), and inline
+/// they would cost 80 bytes an object; here they cost 8 bytes (an empty box) until one is set.
 ///
 /// Deserialized from an object's `metadata` JSON (the other fields are skipped while parsing,
-/// so `managedFields` and annotations cost nothing); serialized in the same shape. It is 240
+/// so `managedFields` and annotations cost nothing); serialized in the same shape. It is 168
 /// bytes where `ObjectMeta` is 360 (see the module documentation).
+///
+/// [`labels`]: ObjectMetaAccess::labels
+/// [`deletion_timestamp`]: ObjectMetaAccess::deletion_timestamp
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(from = "MetaWire", into = "MetaWire")]
 pub struct MetaSummary {
     /// `metadata.name`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<SmallString>,
     /// `metadata.namespace`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<SmallString>,
     /// `metadata.uid`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<SmallString>,
     /// `metadata.resourceVersion`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<SmallString>,
     /// `metadata.generation`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
-    /// `metadata.labels`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub labels: Option<BTreeMap<String, String>>,
     /// `metadata.ownerReferences`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner_references: Option<Vec<OwnerReference>>,
     /// `metadata.creationTimestamp`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<Time>,
-    /// `metadata.deletionTimestamp`.
+    /// Labels, deletionTimestamp and finalizers, when any is set (see above).
+    rare: Option<Box<RareMeta>>,
+}
+
+/// The fields of [`MetaSummary`] most cached objects do not have.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct RareMeta {
+    labels: Option<BTreeMap<String, String>>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+}
+
+impl RareMeta {
+    fn is_empty(&self) -> bool {
+        self.labels.is_none() && self.deletion_timestamp.is_none() && self.finalizers.is_none()
+    }
+}
+
+/// [`MetaSummary`] as it is written in JSON: every field flat, as in `ObjectMeta`.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deletion_timestamp: Option<Time>,
-    /// `metadata.finalizers`.
+    name: Option<SmallString>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finalizers: Option<Vec<String>>,
+    namespace: Option<SmallString>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<SmallString>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resource_version: Option<SmallString>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner_references: Option<Vec<OwnerReference>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    creation_timestamp: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deletion_timestamp: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    finalizers: Option<Vec<String>>,
+}
+
+impl From<MetaWire> for MetaSummary {
+    fn from(w: MetaWire) -> Self {
+        let mut summary = MetaSummary {
+            name: w.name,
+            namespace: w.namespace,
+            uid: w.uid,
+            resource_version: w.resource_version,
+            generation: w.generation,
+            owner_references: w.owner_references,
+            creation_timestamp: w.creation_timestamp,
+            rare: None,
+        };
+        summary.set_rare(RareMeta {
+            labels: w.labels,
+            deletion_timestamp: w.deletion_timestamp,
+            finalizers: w.finalizers,
+        });
+        summary
+    }
+}
+
+impl From<MetaSummary> for MetaWire {
+    fn from(m: MetaSummary) -> Self {
+        let rare = m.rare.map(|r| *r).unwrap_or_default();
+        MetaWire {
+            name: m.name,
+            namespace: m.namespace,
+            uid: m.uid,
+            resource_version: m.resource_version,
+            generation: m.generation,
+            labels: rare.labels,
+            owner_references: m.owner_references,
+            creation_timestamp: m.creation_timestamp,
+            deletion_timestamp: rare.deletion_timestamp,
+            finalizers: rare.finalizers,
+        }
+    }
 }
 
 impl MetaSummary {
     /// The summary of a whole `ObjectMeta` (the fields above, copied).
     pub fn from_meta(meta: &ObjectMeta) -> Self {
-        MetaSummary {
+        let mut summary = MetaSummary {
             name: meta.name.as_deref().map(SmallString::from),
             namespace: meta.namespace.as_deref().map(SmallString::from),
             uid: meta.uid.as_deref().map(SmallString::from),
             resource_version: meta.resource_version.as_deref().map(SmallString::from),
             generation: meta.generation,
-            labels: meta.labels.clone(),
             owner_references: meta.owner_references.clone(),
             creation_timestamp: meta.creation_timestamp.clone(),
+            rare: None,
+        };
+        summary.set_rare(RareMeta {
+            labels: meta.labels.clone(),
             deletion_timestamp: meta.deletion_timestamp.clone(),
             finalizers: meta.finalizers.clone(),
-        }
+        });
+        summary
     }
 
     /// An `ObjectMeta` with exactly the summary's fields set.
     pub fn to_meta(&self) -> ObjectMeta {
+        let rare = self.rare.as_deref();
         ObjectMeta {
             name: self.name.as_deref().map(str::to_owned),
             namespace: self.namespace.as_deref().map(str::to_owned),
             uid: self.uid.as_deref().map(str::to_owned),
             resource_version: self.resource_version.as_deref().map(str::to_owned),
             generation: self.generation,
-            labels: self.labels.clone(),
+            labels: rare.and_then(|r| r.labels.clone()),
             owner_references: self.owner_references.clone(),
             creation_timestamp: self.creation_timestamp.clone(),
-            deletion_timestamp: self.deletion_timestamp.clone(),
-            finalizers: self.finalizers.clone(),
+            deletion_timestamp: rare.and_then(|r| r.deletion_timestamp.clone()),
+            finalizers: rare.and_then(|r| r.finalizers.clone()),
             ..ObjectMeta::default()
         }
+    }
+
+    /// `metadata.finalizers`.
+    pub fn finalizers(&self) -> Option<&[String]> {
+        self.rare.as_deref().and_then(|r| r.finalizers.as_deref())
+    }
+
+    /// Sets `metadata.labels`.
+    pub fn set_labels(&mut self, labels: Option<BTreeMap<String, String>>) {
+        self.edit_rare(|r| r.labels = labels);
+    }
+
+    /// Takes `metadata.labels` out (to edit them and [`MetaSummary::set_labels`] them back).
+    pub fn take_labels(&mut self) -> Option<BTreeMap<String, String>> {
+        let mut labels = None;
+        self.edit_rare(|r| labels = r.labels.take());
+        labels
+    }
+
+    /// Sets `metadata.deletionTimestamp`.
+    pub fn set_deletion_timestamp(&mut self, at: Option<Time>) {
+        self.edit_rare(|r| r.deletion_timestamp = at);
+    }
+
+    /// Sets `metadata.finalizers`.
+    pub fn set_finalizers(&mut self, finalizers: Option<Vec<String>>) {
+        self.edit_rare(|r| r.finalizers = finalizers);
+    }
+
+    fn edit_rare(&mut self, edit: impl FnOnce(&mut RareMeta)) {
+        let mut rare = self.rare.take().map(|r| *r).unwrap_or_default();
+        edit(&mut rare);
+        self.set_rare(rare);
+    }
+
+    /// Keeps `rare` boxed only when it holds something.
+    fn set_rare(&mut self, rare: RareMeta) {
+        self.rare = (!rare.is_empty()).then(|| Box::new(rare));
     }
 }
 
 impl ObjectMetaAccess for MetaSummary {
-    same_field_accessors!();
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+    fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+    fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+    fn generation(&self) -> Option<i64> {
+        self.generation
+    }
+    fn labels(&self) -> Option<&BTreeMap<String, String>> {
+        self.rare.as_deref().and_then(|r| r.labels.as_ref())
+    }
+    fn owner_references(&self) -> &[OwnerReference] {
+        self.owner_references.as_deref().unwrap_or_default()
+    }
+    fn deletion_timestamp(&self) -> Option<&Time> {
+        self.rare
+            .as_deref()
+            .and_then(|r| r.deletion_timestamp.as_ref())
+    }
+    fn set_resource_version(&mut self, rv: String) {
+        self.resource_version = Some(rv.into());
+    }
     fn trim_for_cache(&mut self) {
         if let Some(v) = self.owner_references.as_mut() {
             v.shrink_to_fit();
         }
-        if let Some(v) = self.finalizers.as_mut() {
+        if let Some(v) = self.rare.as_mut().and_then(|r| r.finalizers.as_mut()) {
             v.shrink_to_fit();
         }
     }
@@ -261,8 +397,45 @@ mod tests {
         summary.trim_for_cache();
         let refs = summary.owner_references.as_ref().expect("kept");
         assert_eq!(refs.capacity(), refs.len());
-        let finalizers = summary.finalizers.as_ref().expect("kept");
+        let finalizers = summary.rare.as_ref().and_then(|r| r.finalizers.as_ref());
+        let finalizers = finalizers.expect("kept");
         assert_eq!(finalizers.capacity(), finalizers.len());
+    }
+
+    #[test]
+    fn labels_deletion_and_finalizers_are_boxed_only_while_one_is_set() {
+        assert_eq!(std::mem::size_of::<MetaSummary>(), 168);
+        let mut json = full();
+        for field in ["labels", "deletionTimestamp", "finalizers"] {
+            json.as_object_mut().expect("an object").remove(field);
+        }
+        let mut plain: MetaSummary = serde_json::from_value(json).expect("MetaSummary");
+        assert!(plain.rare.is_none(), "nothing to box");
+        assert_eq!(plain.finalizers(), None);
+
+        plain.set_labels(Some(BTreeMap::from([("a".into(), "1".into())])));
+        plain.set_finalizers(Some(vec!["example.com/keep".into()]));
+        assert_eq!(plain.labels().map(|l| l["a"].as_str()), Some("1"));
+        assert_eq!(
+            plain.finalizers(),
+            Some(&["example.com/keep".to_string()][..])
+        );
+        let labels = plain.take_labels();
+        assert_eq!(labels.map(|l| l.len()), Some(1));
+        assert_eq!(plain.labels(), None);
+        assert!(plain.rare.is_some(), "the finalizers are still set");
+        plain.set_finalizers(None);
+        assert!(plain.rare.is_none(), "the box goes with the last field");
+
+        // A summary with them round-trips through JSON like the ObjectMeta it came from.
+        let mut deleting = plain.clone();
+        let when: Time = serde_json::from_value(json!("2030-06-01T12:05:00Z")).expect("a time");
+        deleting.set_deletion_timestamp(Some(when.clone()));
+        assert_eq!(deleting.deletion_timestamp(), Some(&when));
+        let again: MetaSummary =
+            serde_json::from_value(serde_json::to_value(&deleting).expect("json")).expect("back");
+        assert_eq!(again, deleting);
+        assert_eq!(deleting.to_meta().deletion_timestamp, Some(when));
     }
 
     #[test]

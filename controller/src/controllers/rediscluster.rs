@@ -67,8 +67,8 @@ use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
 use crate::apis::rediscluster::{DEFAULT_IMAGE, FINALIZER};
 use crate::apis::{RedisCluster, RedisClusterSpec, RedisClusterStatus};
 use crate::cache::{
-    Deleted, EventHandlerFns, Lister, ListerWatcherSource, Selector, SharedInformerFactory, key_of,
-    split_key,
+    Deleted, EventHandlerFns, Lister, ListerWatcherSource, ObjectMetaAccess, Selector,
+    SharedInformerFactory, key_of, split_key,
 };
 use crate::client::{Api, Client, DeleteParams, PostParams, PropagationPolicy};
 use crate::record::{EventRecorder, EventType};
@@ -567,8 +567,7 @@ impl RedisClusterController {
             .into_iter()
             .filter(|p| {
                 p.metadata
-                    .labels
-                    .as_ref()
+                    .labels()
                     .and_then(|l| l.get(LABEL_CLUSTER))
                     .map(String::as_str)
                     == Some(name)
@@ -585,7 +584,7 @@ impl RedisClusterController {
             .filter(|p| {
                 controller_ref_of::<StatefulSet>(&p.metadata).is_some_and(|r| r.name == name)
             })
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && pod_ready(p))
+            .filter(|p| p.metadata.deletion_timestamp().is_none() && pod_ready(p))
             .filter_map(|p| {
                 let pod_name = p.metadata.name.as_deref()?.to_owned();
                 let ordinal = pod_name
@@ -626,7 +625,7 @@ impl RedisClusterController {
 
 /// The key of the cluster a pod belongs to, from its [`LABEL_CLUSTER`] label.
 fn cluster_key(pod: &PodSummary) -> Option<String> {
-    let name = pod.metadata.labels.as_ref()?.get(LABEL_CLUSTER)?;
+    let name = pod.metadata.labels()?.get(LABEL_CLUSTER)?;
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     Some(format!("{ns}/{name}"))
 }
