@@ -1040,7 +1040,7 @@ pub fn validate_spec(spec: &AtSpec) -> Result<Timestamp, String> {
 /// Forgets what no decision reads once an At is `DONE`: `status.message`, `status.conditions`
 /// and `status.podName` (its most allocated parts: the `Ready` condition alone is four strings
 /// and a list). Kept: phase, result, exit code, start and completion time, observed
-/// generation, and the spec (the TTL is `spec.run.ttlSecondsAfterFinished`).
+/// generation. (The spec's counterpart is [`slim_done_spec`].)
 ///
 /// The manager's At cache applies it ([`super::caches::scope_owned_caches`]), and so do the
 /// [`WrittenStatuses`] records: at the end of a burst every cached At is `DONE`, and these
@@ -1055,6 +1055,21 @@ pub fn slim_done_status(status: &mut AtStatus) {
         status.pod_name = None;
         status.conditions = Vec::new();
     }
+}
+
+/// Forgets the parts of a `DONE` At's spec no decision reads: the schedule, the command and
+/// the image (each a string). Kept: `spec.run.ttlSecondsAfterFinished`, which the `DONE` rows
+/// of [`plan`] read to delete the finished pod, and `activeDeadlineSeconds` (a number).
+///
+/// The manager's At cache applies it to a `DONE` At alongside [`slim_done_status`]
+/// ([`super::caches::slim_at`]), for the same reasons: `DONE` is final, and [`plan`]'s
+/// `DONE` rows read nothing else of the spec; an At's spec is never written by this
+/// controller at all (its status writes go to `/status`, which takes only `.status`). About 70
+/// bytes an At with its malloc chunks, 0.7 MB at 10,000 Ats. Call it only for a `DONE` At.
+pub fn slim_done_spec(spec: &mut AtSpec) {
+    spec.schedule = String::new();
+    spec.run.command = String::new();
+    spec.run.image = None;
 }
 
 /// `spec.run.ttlSecondsAfterFinished` as a signed duration, when set (negative values, which
@@ -1822,6 +1837,12 @@ mod tests {
 
                 let mut slim = whole.clone();
                 slim_done_status(slim.status.as_mut().expect("a status"));
+                slim_done_spec(&mut slim.spec);
+                assert_eq!(
+                    (slim.spec.schedule.as_str(), slim.spec.run.command.as_str()),
+                    ("", "")
+                );
+                assert_eq!(slim.spec.run.ttl_seconds_after_finished, ttl);
                 let s = slim.status.as_ref().expect("a status");
                 assert_eq!(
                     (&s.message, s.conditions.len(), &s.pod_name),

@@ -147,11 +147,14 @@ pub fn scope_owned_caches<S: ListerWatcherSource>(
         .with_transform_for::<AtSummary>(slim_at)
 }
 
-/// The At cache's transform: the informer's default one (which it replaces) and a `DONE` At's
-/// status slimmed ([`super::at::slim_done_status`]: no decision reads its message, conditions
-/// or pod name).
+/// The At cache's transform: the informer's default one (which it replaces) and a `DONE` At
+/// slimmed ([`super::at::slim_done_status`], [`super::at::slim_done_spec`]: no decision reads
+/// its status message, conditions or pod name, nor its schedule, command or image).
 pub fn slim_at(at: &mut AtSummary) {
     at.metadata.trim_for_cache();
+    if at.phase() == AtPhase::Done {
+        super::at::slim_done_spec(&mut at.spec);
+    }
     if let Some(status) = at.status.as_mut() {
         super::at::slim_done_status(status);
         status.conditions.shrink_to_fit();
@@ -577,13 +580,17 @@ mod tests {
             (now.phase, now.result, now.exit_code, now.completion_time),
             (was.phase, was.result, was.exit_code, was.completion_time)
         );
-        assert_eq!(cached.spec, done.spec);
+        let mut slim_spec = done.spec.clone();
+        super::super::at::slim_done_spec(&mut slim_spec);
+        assert_eq!(cached.spec, slim_spec);
+        assert_eq!(cached.spec.schedule, "");
 
         let mut running = summary.clone();
         running.status.as_mut().unwrap().phase = Some(crate::apis::AtPhase::Running);
         let mut cached = running.clone();
         slim_at(&mut cached);
         assert_eq!(cached.status, running.status, "only DONE is slimmed");
+        assert_eq!(cached.spec, running.spec, "only DONE is slimmed");
     }
 
     #[test]
