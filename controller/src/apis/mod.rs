@@ -91,6 +91,19 @@ pub use myapp::{MyApp, MyAppSpec, MyAppStatus};
 pub use rediscluster::{RedisCluster, RedisClusterSpec, RedisClusterStatus};
 pub use tdset::{SchedulingWindow, TDSet, TDSetContainer, TDSetService, TDSetSpec, TDSetStatus};
 
+/// The `apiVersion` of every kind this crate defines, in each version it serves. The owner
+/// reference of every object an operator creates names one of them, and they are longer than a
+/// [`SmallString`](crate::cache::SmallString) keeps inline, so the caches store them as
+/// pointers to these constants ([`crate::cache::SmallString::known`]).
+pub const API_VERSIONS: [&str; 6] = [
+    <At as k8s_openapi::Resource>::API_VERSION,
+    <at::v1alpha1::At as k8s_openapi::Resource>::API_VERSION,
+    <Foo as k8s_openapi::Resource>::API_VERSION,
+    <MyApp as k8s_openapi::Resource>::API_VERSION,
+    <RedisCluster as k8s_openapi::Resource>::API_VERSION,
+    <TDSet as k8s_openapi::Resource>::API_VERSION,
+];
+
 /// Printer column of a CRD (`additionalPrinterColumns`): what `kubectl get` shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrinterColumn {

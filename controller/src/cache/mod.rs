@@ -139,7 +139,7 @@ pub use informer::{
 pub use keys::{Deleted, ObjectKey, key_of, split_key};
 pub use lister::{Lister, NamespaceLister};
 pub use lister_watcher::{BoxListerWatcher, ListerWatcher};
-pub use meta::{MetaSummary, ObjectMetaAccess};
+pub use meta::{MetaSummary, ObjectMetaAccess, OwnerRef, OwnerRefSummary};
 pub use reflector::{Reflector, ReflectorConfig, ReflectorStats, ReflectorStatus};
 pub use selector::{Selector, SelectorError};
 pub use small_string::SmallString;

@@ -20,6 +20,10 @@
 //! written here without `unsafe` (this crate forbids it): the inline bytes are checked as UTF-8
 //! each time they are read, which for 22 bytes costs a few nanoseconds.
 //!
+//! A string that is one of a few known long values (the API versions of this crate's kinds,
+//! which every owner reference of a pod an operator created repeats) can be stored as a
+//! pointer to the program's own copy instead ([`SmallString::known`]): no allocation either.
+//!
 //! It reads like a `&str` ([`std::ops::Deref`]), so `name.as_deref()`, `s.len()`,
 //! `s.starts_with(..)` and `s == "Ready"` all work as they do on a `String`.
 
@@ -44,6 +48,7 @@ enum Repr {
         len: u8,
         bytes: [u8; INLINE_CAPACITY],
     },
+    Static(&'static str),
     Heap(Box<str>),
 }
 
@@ -63,13 +68,23 @@ impl SmallString {
             Repr::Inline { len, bytes } => {
                 std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
             }
+            Repr::Static(s) => s,
             Repr::Heap(s) => s,
         }
     }
 
-    /// Whether the text lives inline (no allocation).
+    /// `s`, pointing at the program's own copy when `s` is one of `known` (no allocation);
+    /// otherwise as [`SmallString::from`] stores it.
+    pub fn known(s: &str, known: &[&'static str]) -> Self {
+        match known.iter().find(|k| **k == s) {
+            Some(k) => SmallString(Repr::Static(k)),
+            None => SmallString::from(s),
+        }
+    }
+
+    /// Whether the text takes no allocation of its own (inline, or a known string).
     pub fn is_inline(&self) -> bool {
-        matches!(self.0, Repr::Inline { .. })
+        !matches!(self.0, Repr::Heap(_))
     }
 }
 
@@ -114,7 +129,7 @@ impl From<SmallString> for String {
     fn from(s: SmallString) -> Self {
         match s.0 {
             Repr::Heap(b) => b.into_string(),
-            Repr::Inline { .. } => s.as_str().to_owned(),
+            Repr::Inline { .. } | Repr::Static(_) => s.as_str().to_owned(),
         }
     }
 }
@@ -278,6 +293,22 @@ mod tests {
         let s = SmallString::from(straddling.as_str());
         assert!(!s.is_inline());
         assert_eq!(s.as_str(), straddling);
+    }
+
+    #[test]
+    fn a_known_string_points_at_the_programs_copy() {
+        const KNOWN: [&str; 2] = [
+            "cnat.programming-kubernetes.info/v1",
+            "samplecontroller.k8s.io/v1alpha1",
+        ];
+        let s = SmallString::known("cnat.programming-kubernetes.info/v1", &KNOWN);
+        assert!(s.is_inline(), "no allocation");
+        assert!(std::ptr::eq(s.as_str(), KNOWN[0]));
+        assert_eq!(s, SmallString::from(KNOWN[0]));
+        assert_eq!(String::from(s), KNOWN[0]);
+        let unknown = SmallString::known("example.com/v1beta1-of-something-long", &KNOWN);
+        assert!(!unknown.is_inline());
+        assert_eq!(unknown, "example.com/v1beta1-of-something-long");
     }
 
     #[test]

@@ -97,8 +97,7 @@ pub fn namespace_index<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> Vec<String
 pub fn owner_uid_index<K: Metadata<Ty: ObjectMetaAccess>>(obj: &K) -> Vec<String> {
     obj.metadata()
         .owner_references()
-        .iter()
-        .map(|r| r.uid.clone())
+        .map(|r| r.uid.to_owned())
         .collect()
 }
 

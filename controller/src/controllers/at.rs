@@ -147,8 +147,8 @@ use super::{Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Wor
 use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
 use crate::cache::{
-    Deleted, EventHandlerFns, Lister, ListerWatcherSource, ObjectMetaAccess, SharedInformerFactory,
-    key_of, split_key,
+    Deleted, EventHandlerFns, Lister, ListerWatcherSource, ObjectMetaAccess, OwnerRef,
+    SharedInformerFactory, key_of, split_key,
 };
 use crate::client::{self, Api, Client, DeleteParams, PostParams, Preconditions};
 use crate::record::{EventRecorder, EventType};
@@ -1179,7 +1179,7 @@ pub fn controller_ref(at: &At) -> OwnerReference {
 
 /// The pod's controller ownerReference if it points at an At of our API group (any version):
 /// [`owned::controller_ref_of`].
-pub fn at_controller_of(pod: &Pod) -> Option<&OwnerReference> {
+pub fn at_controller_of(pod: &Pod) -> Option<OwnerRef<'_>> {
     controller_ref_of::<At>(&pod.metadata)
 }
 

@@ -43,7 +43,7 @@ use serde::de::DeserializeOwned;
 
 use super::Expectations;
 use crate::apis::HasStatus;
-use crate::cache::{Deleted, EventHandlerFns, ObjectMetaAccess, key_of};
+use crate::cache::{Deleted, EventHandlerFns, ObjectMetaAccess, OwnerRef, key_of};
 use crate::client::{self, Api, Client, PostParams};
 use crate::workqueue::RateLimitingQueue;
 
@@ -233,7 +233,7 @@ where
 
 /// The controller reference of `meta` if it points at an `O` (same kind, same group; any
 /// version of the group counts, as in `metav1.GetControllerOf` callers that compare groups).
-pub fn controller_ref_of<O: Resource>(meta: &impl ObjectMetaAccess) -> Option<&OwnerReference> {
+pub fn controller_ref_of<O: Resource>(meta: &impl ObjectMetaAccess) -> Option<OwnerRef<'_>> {
     let group_of = |api_version: &str| {
         api_version
             .rsplit_once('/')
@@ -241,9 +241,8 @@ pub fn controller_ref_of<O: Resource>(meta: &impl ObjectMetaAccess) -> Option<&O
             .unwrap_or_default()
     };
     meta.owner_references()
-        .iter()
-        .find(|r| r.controller == Some(true))
-        .filter(|r| r.kind == O::KIND && group_of(&r.api_version) == O::GROUP)
+        .find(|r| r.controller)
+        .filter(|r| r.kind == O::KIND && group_of(r.api_version) == O::GROUP)
 }
 
 /// True when `dependent`'s controller reference is `owner` itself (same uid).
@@ -252,7 +251,7 @@ where
     O: Resource + Metadata<Ty = ObjectMeta>,
 {
     match (controller_ref_of::<O>(dependent), &owner.metadata().uid) {
-        (Some(r), Some(uid)) => &r.uid == uid,
+        (Some(r), Some(uid)) => r.uid == uid,
         _ => false,
     }
 }

@@ -361,12 +361,9 @@ where
 /// sharded kind, or an owned object resolved before it, e.g. a RedisCluster's StatefulSet for
 /// the StatefulSet's pods).
 fn owner_shard<'a>(settled: &'a Settled, meta: &impl ObjectMetaAccess) -> Option<&'a String> {
-    let owner = meta
-        .owner_references()
-        .iter()
-        .find(|r| r.controller == Some(true))?;
+    let owner = meta.owner_references().find(|r| r.controller)?;
     let ns = meta.namespace().unwrap_or_default().to_owned();
-    settled.get(&(ns, owner.kind.clone(), owner.name.clone()))
+    settled.get(&(ns, owner.kind.to_owned(), owner.name.to_owned()))
 }
 
 impl<K> KindPass for Owned<K>
