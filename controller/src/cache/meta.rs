@@ -188,13 +188,20 @@ pub struct OwnerRefSummary {
     pub block_owner_deletion: Option<bool>,
 }
 
+/// Decodes an `apiVersion`, looked up among [`crate::apis::API_VERSIONS`] before anything is
+/// copied.
 fn known_api_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SmallString, D::Error> {
-    let s = SmallString::deserialize(d)?;
-    Ok(if s.is_inline() {
-        s
-    } else {
-        SmallString::known(&s, &crate::apis::API_VERSIONS)
-    })
+    struct Known;
+    impl serde::de::Visitor<'_> for Known {
+        type Value = SmallString;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an apiVersion string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SmallString, E> {
+            Ok(SmallString::known(v, &crate::apis::API_VERSIONS))
+        }
+    }
+    d.deserialize_str(Known)
 }
 
 impl OwnerRefSummary {
