@@ -21,9 +21,9 @@
 //! them empty in a cached object (`generateName`, `selfLink`, `deletionGracePeriodSeconds`,
 //! `managedFields` once dropped, ...). A cache of 10,000 pods pays 3.6 MB for those inline
 //! fields alone. [`MetaSummary`] has the ten fields a handler or sync of this crate reads
-//! (168 bytes: its name, namespace, UID and resourceVersion are [`SmallString`]s, so the short
-//! ones take no allocation, and the three fields most objects lack are boxed apart), and it is
-//! decoded straight from the object's JSON (serde skips the rest), so no
+//! (184 bytes: its name, namespace and resourceVersion are [`SmallString`]s and its UID a
+//! [`UidString`], so none of them takes an allocation, and the three fields most objects lack
+//! are boxed apart), and it is decoded straight from the object's JSON (serde skips the rest), so no
 //! `ObjectMeta` is ever built for it.
 //!
 //! ## Invariants
@@ -40,7 +40,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Serialize};
 
-use super::SmallString;
+use super::{SmallString, UidString};
 
 /// What the cache reads from an object's metadata: apimachinery's `metav1.Object`, the
 /// interface `meta.Accessor` returns. See the module documentation.
@@ -113,8 +113,8 @@ impl ObjectMetaAccess for ObjectMeta {
 
 /// The metadata a cache of this crate's operators keeps of an object it only reads: name,
 /// namespace, uid, resourceVersion, generation, ownerReferences and creationTimestamp as
-/// fields with `ObjectMeta`'s names (the four strings as [`SmallString`], which reads as a
-/// `&str`), and labels, deletionTimestamp and finalizers behind accessors ([`labels`],
+/// fields with `ObjectMeta`'s names (the four strings as [`SmallString`]s and a
+/// [`UidString`], which read as a `&str`), and labels, deletionTimestamp and finalizers behind accessors ([`labels`],
 /// [`deletion_timestamp`], [`MetaSummary::finalizers`], and a setter each).
 ///
 /// Why the last three are apart: most cached objects have none of them (an At's pod keeps no
@@ -122,7 +122,7 @@ impl ObjectMetaAccess for ObjectMeta {
 /// they would cost 80 bytes an object; here they cost 8 bytes (an empty box) until one is set.
 ///
 /// Deserialized from an object's `metadata` JSON (the other fields are skipped while parsing,
-/// so `managedFields` and annotations cost nothing); serialized in the same shape. It is 168
+/// so `managedFields` and annotations cost nothing); serialized in the same shape. It is 184
 /// bytes where `ObjectMeta` is 360 (see the module documentation).
 ///
 /// [`labels`]: ObjectMetaAccess::labels
@@ -134,8 +134,8 @@ pub struct MetaSummary {
     pub name: Option<SmallString>,
     /// `metadata.namespace`.
     pub namespace: Option<SmallString>,
-    /// `metadata.uid`.
-    pub uid: Option<SmallString>,
+    /// `metadata.uid` (inline: a UID is 36 characters).
+    pub uid: Option<UidString>,
     /// `metadata.resourceVersion`.
     pub resource_version: Option<SmallString>,
     /// `metadata.generation`.
@@ -165,9 +165,9 @@ pub struct OwnerRef<'a> {
 }
 
 /// An owner reference as [`MetaSummary`] keeps it: `OwnerReference`'s fields with
-/// [`SmallString`]s, the `apiVersion` of this crate's own kinds not copied at all
+/// [`SmallString`]s and a [`UidString`], the `apiVersion` of this crate's own kinds not copied at all
 /// ([`crate::apis::API_VERSIONS`], [`SmallString::known`]). A pod of an At names its owner in
-/// four strings; three of them now take no allocation.
+/// four strings, and none of them takes an allocation now.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerRefSummary {
@@ -178,8 +178,8 @@ pub struct OwnerRefSummary {
     pub kind: SmallString,
     /// `name`.
     pub name: SmallString,
-    /// `uid`.
-    pub uid: SmallString,
+    /// `uid` (inline: a UID is 36 characters).
+    pub uid: UidString,
     /// `controller`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<bool>,
@@ -264,7 +264,7 @@ struct MetaWire {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     namespace: Option<SmallString>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    uid: Option<SmallString>,
+    uid: Option<UidString>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     resource_version: Option<SmallString>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -326,7 +326,7 @@ impl MetaSummary {
         let mut summary = MetaSummary {
             name: meta.name.as_deref().map(SmallString::from),
             namespace: meta.namespace.as_deref().map(SmallString::from),
-            uid: meta.uid.as_deref().map(SmallString::from),
+            uid: meta.uid.as_deref().map(UidString::from),
             resource_version: meta.resource_version.as_deref().map(SmallString::from),
             generation: meta.generation,
             owner_references: meta
@@ -527,7 +527,7 @@ mod tests {
 
     #[test]
     fn labels_deletion_and_finalizers_are_boxed_only_while_one_is_set() {
-        assert_eq!(std::mem::size_of::<MetaSummary>(), 168);
+        assert_eq!(std::mem::size_of::<MetaSummary>(), 184);
         let mut json = full();
         for field in ["labels", "deletionTimestamp", "finalizers"] {
             json.as_object_mut().expect("an object").remove(field);

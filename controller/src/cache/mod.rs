@@ -142,7 +142,7 @@ pub use lister_watcher::{BoxListerWatcher, ListerWatcher};
 pub use meta::{MetaSummary, ObjectMetaAccess, OwnerRef, OwnerRefSummary};
 pub use reflector::{Reflector, ReflectorConfig, ReflectorStats, ReflectorStatus};
 pub use selector::{Selector, SelectorError};
-pub use small_string::SmallString;
+pub use small_string::{InlineString, SmallString, UidString};
 pub use store::{IndexError, Indexer, NAMESPACE_INDEX, OWNER_UID_INDEX, Store, owner_uid_index};
 
 use k8s_openapi::Metadata;

@@ -12,6 +12,10 @@
 //! `Option<SmallString>` is 24 bytes too. It is immutable: a cache never edits a string in
 //! place, it stores the next object.
 //!
+//! A UID (a 36-character UUID) is too long for it, and every cached object has one, a pod two
+//! (its own and its owner's): [`UidString`] is the same type with room for 38 bytes inline, 40
+//! bytes in all, where a `String` with its 48-byte chunk took 72.
+//!
 //! Decoding goes straight from the JSON text: serde hands over a borrowed `&str` whenever the
 //! string has no escapes, and a short one is copied inline, so no temporary `String` is made
 //! and freed for it either.
@@ -38,26 +42,34 @@ use serde::{Serialize, Serializer};
 /// The longest string kept inline (see the module documentation).
 pub const INLINE_CAPACITY: usize = 22;
 
+/// The longest string a [`UidString`] keeps inline: a UID's 36 characters (and two to spare).
+pub const UID_CAPACITY: usize = 38;
+
 /// An immutable string, inline up to [`INLINE_CAPACITY`] bytes (see the module documentation).
+pub type SmallString = InlineString<INLINE_CAPACITY>;
+
+/// An immutable string, inline up to [`UID_CAPACITY`] bytes: 40 bytes, for the UIDs of the
+/// cache (the API server's are 36-character UUIDs, which a [`SmallString`] would allocate).
+pub type UidString = InlineString<UID_CAPACITY>;
+
+/// An immutable string, inline up to `N` bytes (at most 255), else in one exact-size
+/// allocation: [`SmallString`] and [`UidString`] (see the module documentation).
 #[derive(Clone)]
-pub struct SmallString(Repr);
+pub struct InlineString<const N: usize>(Repr<N>);
 
 #[derive(Clone)]
-enum Repr {
-    Inline {
-        len: u8,
-        bytes: [u8; INLINE_CAPACITY],
-    },
+enum Repr<const N: usize> {
+    Inline { len: u8, bytes: [u8; N] },
     Static(&'static str),
     Heap(Box<str>),
 }
 
-impl SmallString {
+impl<const N: usize> InlineString<N> {
     /// The empty string (inline).
     pub const fn new() -> Self {
-        SmallString(Repr::Inline {
+        InlineString(Repr::Inline {
             len: 0,
-            bytes: [0; INLINE_CAPACITY],
+            bytes: [0; N],
         })
     }
 
@@ -77,8 +89,8 @@ impl SmallString {
     /// otherwise as [`SmallString::from`] stores it.
     pub fn known(s: &str, known: &[&'static str]) -> Self {
         match known.iter().find(|k| **k == s) {
-            Some(k) => SmallString(Repr::Static(k)),
-            None => SmallString::from(s),
+            Some(k) => InlineString(Repr::Static(k)),
+            None => Self::from(s),
         }
     }
 
@@ -88,45 +100,45 @@ impl SmallString {
     }
 }
 
-impl Default for SmallString {
+impl<const N: usize> Default for InlineString<N> {
     fn default() -> Self {
-        SmallString::new()
+        Self::new()
     }
 }
 
-impl From<&str> for SmallString {
+impl<const N: usize> From<&str> for InlineString<N> {
     fn from(s: &str) -> Self {
-        if s.len() <= INLINE_CAPACITY {
-            let mut bytes = [0; INLINE_CAPACITY];
+        if s.len() <= N {
+            let mut bytes = [0; N];
             bytes[..s.len()].copy_from_slice(s.as_bytes());
-            SmallString(Repr::Inline {
+            InlineString(Repr::Inline {
                 len: s.len() as u8,
                 bytes,
             })
         } else {
-            SmallString(Repr::Heap(s.into()))
+            InlineString(Repr::Heap(s.into()))
         }
     }
 }
 
-impl From<String> for SmallString {
+impl<const N: usize> From<String> for InlineString<N> {
     fn from(s: String) -> Self {
-        if s.len() <= INLINE_CAPACITY {
-            SmallString::from(s.as_str())
+        if s.len() <= N {
+            Self::from(s.as_str())
         } else {
-            SmallString(Repr::Heap(s.into_boxed_str()))
+            InlineString(Repr::Heap(s.into_boxed_str()))
         }
     }
 }
 
-impl From<&String> for SmallString {
+impl<const N: usize> From<&String> for InlineString<N> {
     fn from(s: &String) -> Self {
-        SmallString::from(s.as_str())
+        Self::from(s.as_str())
     }
 }
 
-impl From<SmallString> for String {
-    fn from(s: SmallString) -> Self {
+impl<const N: usize> From<InlineString<N>> for String {
+    fn from(s: InlineString<N>) -> Self {
         match s.0 {
             Repr::Heap(b) => b.into_string(),
             Repr::Inline { .. } | Repr::Static(_) => s.as_str().to_owned(),
@@ -134,128 +146,128 @@ impl From<SmallString> for String {
     }
 }
 
-impl From<&SmallString> for String {
-    fn from(s: &SmallString) -> Self {
+impl<const N: usize> From<&InlineString<N>> for String {
+    fn from(s: &InlineString<N>) -> Self {
         s.as_str().to_owned()
     }
 }
 
-impl Deref for SmallString {
+impl<const N: usize> Deref for InlineString<N> {
     type Target = str;
     fn deref(&self) -> &str {
         self.as_str()
     }
 }
 
-impl AsRef<str> for SmallString {
+impl<const N: usize> AsRef<str> for InlineString<N> {
     fn as_ref(&self) -> &str {
         self.as_str()
     }
 }
 
-impl Borrow<str> for SmallString {
+impl<const N: usize> Borrow<str> for InlineString<N> {
     fn borrow(&self) -> &str {
         self.as_str()
     }
 }
 
-impl PartialEq for SmallString {
+impl<const N: usize> PartialEq for InlineString<N> {
     fn eq(&self, other: &Self) -> bool {
         self.as_str() == other.as_str()
     }
 }
 
-impl Eq for SmallString {}
+impl<const N: usize> Eq for InlineString<N> {}
 
-impl PartialEq<str> for SmallString {
+impl<const N: usize> PartialEq<str> for InlineString<N> {
     fn eq(&self, other: &str) -> bool {
         self.as_str() == other
     }
 }
 
-impl PartialEq<&str> for SmallString {
+impl<const N: usize> PartialEq<&str> for InlineString<N> {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other
     }
 }
 
-impl PartialEq<String> for SmallString {
+impl<const N: usize> PartialEq<String> for InlineString<N> {
     fn eq(&self, other: &String) -> bool {
         self.as_str() == other.as_str()
     }
 }
 
-impl PartialEq<SmallString> for str {
-    fn eq(&self, other: &SmallString) -> bool {
+impl<const N: usize> PartialEq<InlineString<N>> for str {
+    fn eq(&self, other: &InlineString<N>) -> bool {
         self == other.as_str()
     }
 }
 
-impl PartialEq<SmallString> for &str {
-    fn eq(&self, other: &SmallString) -> bool {
+impl<const N: usize> PartialEq<InlineString<N>> for &str {
+    fn eq(&self, other: &InlineString<N>) -> bool {
         *self == other.as_str()
     }
 }
 
-impl PartialEq<SmallString> for String {
-    fn eq(&self, other: &SmallString) -> bool {
+impl<const N: usize> PartialEq<InlineString<N>> for String {
+    fn eq(&self, other: &InlineString<N>) -> bool {
         self.as_str() == other.as_str()
     }
 }
 
-impl PartialOrd for SmallString {
+impl<const N: usize> PartialOrd for InlineString<N> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for SmallString {
+impl<const N: usize> Ord for InlineString<N> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.as_str().cmp(other.as_str())
     }
 }
 
-impl Hash for SmallString {
+impl<const N: usize> Hash for InlineString<N> {
     /// Hashes as the `str` does, so a map keyed by `SmallString` can be read with a `&str`.
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_str().hash(state);
     }
 }
 
-impl fmt::Debug for SmallString {
+impl<const N: usize> fmt::Debug for InlineString<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
-impl fmt::Display for SmallString {
+impl<const N: usize> fmt::Display for InlineString<N> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl Serialize for SmallString {
+impl<const N: usize> Serialize for InlineString<N> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
     }
 }
 
-impl<'de> Deserialize<'de> for SmallString {
+impl<'de, const N: usize> Deserialize<'de> for InlineString<N> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct SmallStringVisitor;
-        impl Visitor<'_> for SmallStringVisitor {
-            type Value = SmallString;
+        struct InlineStringVisitor<const N: usize>;
+        impl<const N: usize> Visitor<'_> for InlineStringVisitor<N> {
+            type Value = InlineString<N>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a string")
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<SmallString, E> {
-                Ok(SmallString::from(v))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<InlineString<N>, E> {
+                Ok(InlineString::from(v))
             }
-            fn visit_string<E: de::Error>(self, v: String) -> Result<SmallString, E> {
-                Ok(SmallString::from(v))
+            fn visit_string<E: de::Error>(self, v: String) -> Result<InlineString<N>, E> {
+                Ok(InlineString::from(v))
             }
         }
-        deserializer.deserialize_str(SmallStringVisitor)
+        deserializer.deserialize_str(InlineStringVisitor::<N>)
     }
 }
 
@@ -268,6 +280,23 @@ mod tests {
     fn it_is_as_small_as_a_string_and_so_is_its_option() {
         assert_eq!(std::mem::size_of::<SmallString>(), 24);
         assert_eq!(std::mem::size_of::<Option<SmallString>>(), 24);
+        assert_eq!(std::mem::size_of::<UidString>(), 40);
+        assert_eq!(std::mem::size_of::<Option<UidString>>(), 40);
+    }
+
+    #[test]
+    fn a_uid_stays_inline_in_a_uid_string() {
+        let uid = "0f5d3c9e-1b7a-4e4f-9a57-5c1f0c1e2d3f";
+        let s: UidString = serde_json::from_value(serde_json::json!(uid)).expect("a UID");
+        assert!(s.is_inline());
+        assert_eq!(s, uid);
+        assert!(
+            !SmallString::from(uid).is_inline(),
+            "too long for a SmallString"
+        );
+        let long = UidString::from("u".repeat(UID_CAPACITY + 1));
+        assert!(!long.is_inline());
+        assert_eq!(long.len(), UID_CAPACITY + 1);
     }
 
     #[test]

@@ -148,7 +148,7 @@ use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
 use crate::cache::{
     Deleted, EventHandlerFns, Lister, ListerWatcherSource, ObjectMetaAccess, OwnerRef,
-    SharedInformerFactory, SmallString, key_of, split_key,
+    SharedInformerFactory, SmallString, UidString, key_of, split_key,
 };
 use crate::client::{self, Api, Client, DeleteParams, PostParams, Preconditions};
 use crate::record::{EventRecorder, EventType};
@@ -480,13 +480,13 @@ pub struct WrittenStatuses {
     by_key: Mutex<HashMap<SmallString, Written>>,
 }
 
-/// One write's record. After a burst thousands are held at once, so it is kept small: 72 bytes
+/// One write's record. After a burst thousands are held at once, so it is kept small: 88 bytes
 /// with the status boxed apart (a hash table has up to twice the slots of its entries, and an
-/// inline `AtStatus` would make each slot 144 bytes larger), the key, UID and resourceVersion
-/// as [`SmallString`]s.
+/// inline `AtStatus` would make each slot 144 bytes larger), the key and resourceVersion as
+/// [`SmallString`]s, the UID a [`UidString`], none of them allocated.
 #[derive(Debug, Clone)]
 struct Written {
-    uid: Option<SmallString>,
+    uid: Option<UidString>,
     resource_version: Option<SmallString>,
     generation: Option<i64>,
     status: Option<Box<AtStatus>>,
@@ -532,7 +532,7 @@ impl WrittenStatuses {
         self.lock().insert(
             key.into(),
             Written {
-                uid: stored.metadata.uid.map(SmallString::from),
+                uid: stored.metadata.uid.map(UidString::from),
                 resource_version: stored.metadata.resource_version.map(SmallString::from),
                 generation: stored.metadata.generation,
                 status: status.map(Box::new),

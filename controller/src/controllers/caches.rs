@@ -44,10 +44,10 @@
 //!    alone is 360), so clearing fields with a transform would still leave ≥ 2.2 KB per pod, 21
 //!    MiB for 10,000 pods. The operators read only a pod's metadata, phase, reason, message,
 //!    `Ready` condition and each container's terminated state, so the pod informer is an
-//!    informer of [`PodSummary`]: a small struct with exactly those fields (288 bytes),
+//!    informer of [`PodSummary`]: a small struct with exactly those fields (304 bytes),
 //!    deserialized straight from the list and watch stream of `/api/v1/pods` (serde skips
 //!    every other field, so no full `Pod` is ever built). Even its metadata is not an
-//!    `ObjectMeta` but a [`MetaSummary`] (168 bytes, the ten fields a handler reads, where
+//!    `ObjectMeta` but a [`MetaSummary`] (184 bytes, the ten fields a handler reads, where
 //!    `ObjectMeta` is 360): the cache reads metadata through an accessor
 //!    ([`ObjectMetaAccess`], client-go's `meta.Accessor`), not a struct. The lister stays
 //!    typed (`Lister<PodSummary>`), and [`PodSummary::to_pod`] rebuilds the few-field `Pod`
@@ -310,8 +310,8 @@ impl Metadata for PodSummary {
 /// a sync turns the one it works on into an `At` ([`AtSummary::to_at`]).
 ///
 /// Why: an `At` is 608 bytes before it allocates, 360 of them its `ObjectMeta`, and its name,
-/// namespace and resourceVersion take an allocation each; an `AtSummary` is 416 bytes and
-/// keeps those strings inline. At 10,000 Ats that, with the correlator's slimmer records, took
+/// namespace, UID and resourceVersion take an allocation each; an `AtSummary` is 432 bytes
+/// and keeps those strings inline. At 10,000 Ats that, with the correlator's slimmer records, took
 /// the manager's anonymous memory from 36.9 to 33.1 MiB (see the README's "Performance").
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AtSummary {
