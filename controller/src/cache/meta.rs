@@ -71,22 +71,30 @@ pub trait ObjectMetaAccess: Send + Sync {
     fn trim_for_cache(&mut self);
 }
 
+/// The accessors of the five fields `ObjectMeta` and [`MetaSummary`] hold alike (same names,
+/// types that read as `Option<&str>`); the rest differ in where the summary keeps them.
+macro_rules! plain_field_accessors {
+    () => {
+        fn name(&self) -> Option<&str> {
+            self.name.as_deref()
+        }
+        fn namespace(&self) -> Option<&str> {
+            self.namespace.as_deref()
+        }
+        fn uid(&self) -> Option<&str> {
+            self.uid.as_deref()
+        }
+        fn resource_version(&self) -> Option<&str> {
+            self.resource_version.as_deref()
+        }
+        fn generation(&self) -> Option<i64> {
+            self.generation
+        }
+    };
+}
+
 impl ObjectMetaAccess for ObjectMeta {
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
-    }
-    fn generation(&self) -> Option<i64> {
-        self.generation
-    }
+    plain_field_accessors!();
     fn labels(&self) -> Option<&BTreeMap<String, String>> {
         self.labels.as_ref()
     }
@@ -405,21 +413,7 @@ impl MetaSummary {
 }
 
 impl ObjectMetaAccess for MetaSummary {
-    fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.namespace.as_deref()
-    }
-    fn uid(&self) -> Option<&str> {
-        self.uid.as_deref()
-    }
-    fn resource_version(&self) -> Option<&str> {
-        self.resource_version.as_deref()
-    }
-    fn generation(&self) -> Option<i64> {
-        self.generation
-    }
+    plain_field_accessors!();
     fn labels(&self) -> Option<&BTreeMap<String, String>> {
         self.rare.as_deref().and_then(|r| r.labels.as_ref())
     }
