@@ -23,8 +23,8 @@
 //! fields alone. [`MetaSummary`] has the ten fields a handler or sync of this crate reads
 //! (184 bytes: its name, namespace and resourceVersion are [`SmallString`]s and its UID a
 //! [`UidString`], so none of them takes an allocation, and the three fields most objects lack
-//! are boxed apart), and it is decoded straight from the object's JSON (serde skips the rest), so no
-//! `ObjectMeta` is ever built for it.
+//! are boxed apart), and it is decoded straight from the object's JSON (serde skips the rest),
+//! so no `ObjectMeta` is ever built for it.
 //!
 //! ## Invariants
 //!
@@ -121,9 +121,10 @@ impl ObjectMetaAccess for ObjectMeta {
 
 /// The metadata a cache of this crate's operators keeps of an object it only reads: name,
 /// namespace, uid, resourceVersion, generation, ownerReferences and creationTimestamp as
-/// fields with `ObjectMeta`'s names (the four strings as [`SmallString`]s and a
-/// [`UidString`], which read as a `&str`), and labels, deletionTimestamp and finalizers behind accessors ([`labels`],
-/// [`deletion_timestamp`], [`MetaSummary::finalizers`], and a setter each).
+/// fields with `ObjectMeta`'s names (name, namespace and resourceVersion as [`SmallString`]s,
+/// the UID as a [`UidString`]; all read as a `&str`), and labels, deletionTimestamp and
+/// finalizers behind accessors ([`labels`], [`deletion_timestamp`],
+/// [`MetaSummary::finalizers`], and a setter each).
 ///
 /// Why the last three are apart: most cached objects have none of them (an At's pod keeps no
 /// label, see `controllers::caches::keep_labels`, and is rarely being deleted), and inline
@@ -173,8 +174,8 @@ pub struct OwnerRef<'a> {
 }
 
 /// An owner reference as [`MetaSummary`] keeps it: `OwnerReference`'s fields with
-/// [`SmallString`]s and a [`UidString`], the `apiVersion` of this crate's own kinds not copied at all
-/// ([`crate::apis::API_VERSIONS`], [`SmallString::known`]). A pod of an At names its owner in
+/// [`SmallString`]s and a [`UidString`], the `apiVersion` of this crate's own kinds not copied
+/// at all ([`crate::apis::API_VERSIONS`], [`SmallString::known`]). A pod of an At names its owner in
 /// four strings, and none of them takes an allocation now.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -238,7 +239,7 @@ impl OwnerRefSummary {
     }
 
     /// The reference as the cache reads it.
-    pub fn as_ref(&self) -> OwnerRef<'_> {
+    pub fn view(&self) -> OwnerRef<'_> {
         OwnerRef {
             api_version: &self.api_version,
             kind: &self.kind,
@@ -291,7 +292,12 @@ struct MetaWire {
 
 impl From<MetaWire> for MetaSummary {
     fn from(w: MetaWire) -> Self {
-        let mut summary = MetaSummary {
+        let rare = RareMeta {
+            labels: w.labels,
+            deletion_timestamp: w.deletion_timestamp,
+            finalizers: w.finalizers,
+        };
+        MetaSummary {
             name: w.name,
             namespace: w.namespace,
             uid: w.uid,
@@ -299,14 +305,8 @@ impl From<MetaWire> for MetaSummary {
             generation: w.generation,
             owner_references: w.owner_references,
             creation_timestamp: w.creation_timestamp,
-            rare: None,
-        };
-        summary.set_rare(RareMeta {
-            labels: w.labels,
-            deletion_timestamp: w.deletion_timestamp,
-            finalizers: w.finalizers,
-        });
-        summary
+            rare: (!rare.is_empty()).then(|| Box::new(rare)),
+        }
     }
 }
 
@@ -331,25 +331,22 @@ impl From<MetaSummary> for MetaWire {
 impl MetaSummary {
     /// The summary of a whole `ObjectMeta` (the fields above, copied).
     pub fn from_meta(meta: &ObjectMeta) -> Self {
-        let mut summary = MetaSummary {
+        MetaWire {
             name: meta.name.as_deref().map(SmallString::from),
             namespace: meta.namespace.as_deref().map(SmallString::from),
             uid: meta.uid.as_deref().map(UidString::from),
             resource_version: meta.resource_version.as_deref().map(SmallString::from),
             generation: meta.generation,
+            labels: meta.labels.clone(),
             owner_references: meta
                 .owner_references
                 .as_ref()
                 .map(|refs| refs.iter().map(OwnerRefSummary::from_reference).collect()),
             creation_timestamp: meta.creation_timestamp.clone(),
-            rare: None,
-        };
-        summary.set_rare(RareMeta {
-            labels: meta.labels.clone(),
             deletion_timestamp: meta.deletion_timestamp.clone(),
             finalizers: meta.finalizers.clone(),
-        });
-        summary
+        }
+        .into()
     }
 
     /// An `ObjectMeta` with exactly the summary's fields set.
@@ -400,15 +397,13 @@ impl MetaSummary {
         self.edit_rare(|r| r.finalizers = finalizers);
     }
 
+    /// Edits the rare fields, keeping their box only while it holds something.
     fn edit_rare(&mut self, edit: impl FnOnce(&mut RareMeta)) {
-        let mut rare = self.rare.take().map(|r| *r).unwrap_or_default();
-        edit(&mut rare);
-        self.set_rare(rare);
-    }
-
-    /// Keeps `rare` boxed only when it holds something.
-    fn set_rare(&mut self, rare: RareMeta) {
-        self.rare = (!rare.is_empty()).then(|| Box::new(rare));
+        let rare = self.rare.get_or_insert_default();
+        edit(rare);
+        if rare.is_empty() {
+            self.rare = None;
+        }
     }
 }
 
@@ -421,7 +416,7 @@ impl ObjectMetaAccess for MetaSummary {
         self.owner_references
             .iter()
             .flatten()
-            .map(OwnerRefSummary::as_ref)
+            .map(OwnerRefSummary::view)
     }
     fn deletion_timestamp(&self) -> Option<&Time> {
         self.rare

@@ -65,6 +65,9 @@ enum Repr<const N: usize> {
 }
 
 impl<const N: usize> InlineString<N> {
+    /// The inline length is a `u8`: a capacity above 255 does not compile.
+    const FITS_A_U8: () = assert!(N <= u8::MAX as usize, "InlineString<N>: N is at most 255");
+
     /// The empty string (inline).
     pub const fn new() -> Self {
         InlineString(Repr::Inline {
@@ -108,6 +111,7 @@ impl<const N: usize> Default for InlineString<N> {
 
 impl<const N: usize> From<&str> for InlineString<N> {
     fn from(s: &str) -> Self {
+        let () = Self::FITS_A_U8;
         if s.len() <= N {
             let mut bytes = [0; N];
             bytes[..s.len()].copy_from_slice(s.as_bytes());

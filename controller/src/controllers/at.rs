@@ -563,10 +563,13 @@ impl WrittenStatuses {
             map.remove(key);
             return cached;
         }
-        let mut at = cached.as_ref().clone();
+        // The sync hands over the one copy it rebuilt from the cache: edited in place, not
+        // copied again (`make_mut` copies only an `At` someone else still holds).
+        let mut effective = cached;
+        let at = Arc::make_mut(&mut effective);
         at.status = w.status.as_deref().cloned();
         at.metadata.resource_version = w.resource_version.as_deref().map(str::to_owned);
-        Arc::new(at)
+        effective
     }
 
     /// Forgets the record of `key` once the informer shows `delivered` has caught up with it

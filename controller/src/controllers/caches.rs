@@ -59,16 +59,17 @@
 //!    four).
 //!
 //!    The At cache is typed the same way: an informer of [`AtSummary`], the At's spec and
-//!    status with a [`MetaSummary`] instead of an `ObjectMeta` (an At's metadata never leaves
-//!    the cache: managed fields, annotations such as `kubectl.kubernetes.io/last-applied-configuration`
-//!    with its second copy of the spec, are skipped while parsing). A sync turns the one At it
-//!    works on back into an `At` ([`AtSummary::to_at`]) and builds its status write from it:
-//!    the API server's `/status` endpoint takes only `.status` from the request, so what the
-//!    cache dropped is never written back. A `DONE` At is kept slimmer still ([`slim_at`]): its
-//!    status loses the message, the conditions and the pod name, which no decision reads once
-//!    the At is final and which no status write ever sends back (a `DONE` At's status is never
-//!    written again; see [`super::at::slim_done_status`]). At the end of a burst every cached
-//!    At is `DONE`: that took 4 MiB off the manager's peak at 10,000 Ats.
+//!    status with a [`MetaSummary`] instead of an `ObjectMeta` (managed fields and annotations,
+//!    such as `kubectl.kubernetes.io/last-applied-configuration` with its second copy of the
+//!    spec, are skipped while parsing). A sync turns the one At it works on back into an `At`
+//!    ([`AtSummary::to_at`]) and builds its status write from it: the API server's `/status`
+//!    endpoint takes only `.status` from the request, so what the cache dropped is never
+//!    written back. A `DONE` At is kept slimmer still ([`slim_at`]): its status loses the
+//!    message, the conditions and the pod name, its spec the schedule, command and image, none
+//!    of which a decision reads once the At is final, and a `DONE` At's status is never written
+//!    again (see [`super::at::slim_done_status`] and [`super::at::slim_done_spec`]). At the
+//!    end of a burst every cached At is `DONE`.
+//!
 //!    Deployments, StatefulSets and Services are *not* slimmed: the operators update them with a
 //!    PUT of the cached copy (drift correction), and a PUT of a slimmed copy would erase on the
 //!    server whatever the cache dropped. The label selector is what bounds them: there is one
@@ -106,9 +107,6 @@ pub const MANAGERS: [&str; 5] = [
     super::foo::CONTROLLER_NAME,
     super::tdset::CONTROLLER_NAME,
 ];
-
-/// The annotation `kubectl apply` writes: a second copy of the whole object as JSON.
-pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// `app.kubernetes.io/managed-by in (<every operator's manager name>)`: the server-side
 /// selector of the informers of what the operators create.
@@ -194,16 +192,6 @@ pub fn keep_labels(labels: &mut Option<BTreeMap<String, String>>, keep: &[&str])
         map.retain(|k, _| keep.contains(&k.as_str()));
         if map.is_empty() {
             *labels = None;
-        }
-    }
-}
-
-/// Removes the `last-applied-configuration` annotation (and the map, once empty).
-pub fn drop_last_applied(meta: &mut ObjectMeta) {
-    if let Some(a) = meta.annotations.as_mut() {
-        a.remove(LAST_APPLIED_ANNOTATION);
-        if a.is_empty() {
-            meta.annotations = None;
         }
     }
 }
@@ -536,7 +524,7 @@ mod tests {
             "apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
             "metadata": {"name": "a", "namespace": "default", "uid": "u", "resourceVersion": "7",
                 "generation": 2, "labels": {"team": "x"},
-                "annotations": {LAST_APPLIED_ANNOTATION: "{}", "keep": "me"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
                 "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
             "spec": {"schedule": "2030-06-01T11:00:00Z", "run": {"command": "echo hi"}},
             "status": {"phase": "DONE", "podName": "a-pod", "result": "Succeeded", "exitCode": 0,

@@ -447,9 +447,12 @@ impl EventBroadcaster {
 /// empty, where 56 fill a 64-slot one. The lanes' three caches were 2.4 MB of the manager's heap
 /// at 10,000 Ats, half of it those empty slots; the lanes together keep 3,584 entries a cache.
 fn lane_lru_size(lru_size: usize, lanes: usize) -> usize {
-    let share = (lru_size / lanes.max(1)).max(1);
-    if lanes <= 1 || share < 8 {
-        return if lanes <= 1 { lru_size.max(1) } else { share };
+    if lanes <= 1 {
+        return lru_size.max(1);
+    }
+    let share = (lru_size / lanes).max(1);
+    if share < 8 {
+        return share;
     }
     // The largest power of two whose 7/8 fits in the share.
     let mut slots = 8;

@@ -331,7 +331,7 @@ pub fn spam_key(e: &Event) -> String {
 /// a new key meets a full cache. golang-lru keeps a linked list for that instead; a second
 /// index here (a tree from tick to key) cost 35 bytes an entry, a quarter of a full
 /// correlator, while the scan is short: a sink's lanes share `lru_size`, so each cache holds
-/// 64 entries by default. With one lane (`sink_lanes: 1`, client-go's layout) a full cache
+/// 56 entries by default (see `broadcaster::lane_lru_size`). With one lane (`sink_lanes: 1`, client-go's layout) a full cache
 /// scans its 4,096 ticks for each new key, a few microseconds.
 #[derive(Debug)]
 pub(crate) struct Lru<V> {
