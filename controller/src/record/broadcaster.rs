@@ -366,14 +366,16 @@ impl EventBroadcaster {
                     tokio::select! {
                         biased;
                         _ = stop.cancelled() => break,
-                        _ = record_to_sink(
+                        // Boxed: the write's state exists only while the lane writes, and
+                        // an idle lane (there are 64) holds a pointer.
+                        _ = Box::pin(record_to_sink(
                             sink.as_ref(),
                             &mut correlator,
                             packed.unpack(),
                             sleep,
                             max_tries,
                             &retry,
-                        ) => {}
+                        )) => {}
                     }
                 }
             }));
