@@ -14,6 +14,7 @@
 //! | [`labels`] | `pkg/labels`: label selectors, parsed and matched |
 //! | [`malloc`] | (none: Go's runtime returns memory by itself; glibc's malloc is tuned and trimmed here) |
 //! | [`serving`] | Go's `http.Server` limits: connections, header-read and idle timeouts, HTTP/2 streams |
+//! | [`shrink`] | (none: Go's maps never shrink either) collections that give back a burst's room once drained |
 //! | [`signals`] | sample-controller's `pkg/signals`: SIGINT/SIGTERM, twice to exit |
 //! | [`token_bucket`] | `golang.org/x/time/rate.Limiter` (client-go's throttle, workqueue and event spam filter) |
 //! | [`uuid`] | `util/uuid`: random version-4 UUIDs for `metadata.uid` |
@@ -31,6 +32,7 @@ pub mod duration;
 pub mod labels;
 pub mod malloc;
 pub mod serving;
+pub mod shrink;
 pub mod signals;
 pub mod token_bucket;
 pub mod uuid;

@@ -13,10 +13,15 @@
 //! * [`tune_for_manager`]: `mallopt` settings for the controller manager, applied before its
 //!   runtime starts threads. Measured with `hack/bench-at.sh 10000 --due now` (see the README's
 //!   "Where the manager's memory goes"):
-//!   - `M_ARENA_MAX = 2`: glibc gives every thread that meets a locked arena an arena of its
-//!     own (up to 8 per core), each holding its own free memory; the manager's allocations are
-//!     made on its few runtime threads and are short, so two arenas keep the contention low
-//!     and stop freed memory from being stranded in many;
+//!   - `M_ARENA_MAX = 1`: glibc gives every thread that meets a locked arena an arena of its
+//!     own (up to 8 per core), each holding its own free memory, and memory freed in one
+//!     arena serves only the threads attached to it. The manager's allocations are short and
+//!     made on its few runtime threads, whose per-thread caches (tcache) serve most of them
+//!     without the arena's lock, so one arena costs no measurable CPU and strands nothing:
+//!     at 10,000 Ats (two runtime workers, `hack/at-vs-kube-rs.sh`, alternated) the peak RSS
+//!     was 37-38 MiB with one arena against 40 MiB with two (the earlier setting), the CPU
+//!     5.4-5.6 s against 5.0-6.5 s. (With 16 workers two arenas had saved 7 MiB against
+//!     glibc's default of up to 8 per core.)
 //!   - `M_MMAP_THRESHOLD = 128 KiB` and `M_TRIM_THRESHOLD = 256 KiB`, fixed: glibc otherwise
 //!     raises the mmap threshold (up to 32 MiB) each time a large block is freed, after which
 //!     the list pages and response bodies of a relist come from the heap and leave it
@@ -78,7 +83,7 @@ mod glibc {
 
     pub(super) fn tune_for_manager() {
         for (param, value) in [
-            (M_ARENA_MAX, 2),
+            (M_ARENA_MAX, 1),
             (M_MMAP_THRESHOLD, 128 * 1024),
             (M_TRIM_THRESHOLD, 256 * 1024),
         ] {

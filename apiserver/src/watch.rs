@@ -50,6 +50,18 @@
 //!
 //! Each watch is a stream owned by its HTTP response: when the client disconnects, hyper drops
 //! the body and the watch ends with it; when the server shuts down, every watch ends cleanly.
+//!
+//! ## How events become writes
+//!
+//! The real server writes each event into the response and flushes only when no further event
+//! is waiting (`if len(ch) == 0 { flusher.Flush() }` in the apiserver's watch handler); until
+//! then Go's HTTP/2 response writer buffers the bytes and sends them in 4 KiB DATA frames. So
+//! a quiet watch gets one frame per event, and a busy one (a burst of thousands of pod
+//! changes) gets its events packed several to a frame. This server does the same: the events
+//! already waiting when the body is polled are joined into one frame of up to
+//! [`WATCH_WRITE_CHUNK`] bytes (an event larger than that goes alone, whole). A client must
+//! split lines across and within frames anyway; one frame per event under load would cost it
+//! a buffered frame (and its bookkeeping) per event instead of per 4 KiB.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -75,6 +87,10 @@ use super::verbs::{Selection, Target};
 
 /// How long a watch from a future revision waits for it before the 504 ERROR event.
 pub const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
+
+/// The most bytes of waiting events joined into one write (Go's HTTP/2 response writer
+/// buffers 4 KiB, `handlerChunkWriteSize`); see the module doc, "How events become writes".
+pub const WATCH_WRITE_CHUNK: usize = 4 * 1024;
 
 /// Turns a served object into what goes on the wire (a Table row, for `kubectl get -w`).
 pub type Renderer = Arc<dyn Fn(&Value, bool) -> Value + Send + Sync>;
@@ -292,6 +308,23 @@ impl WatchState {
         }
     }
 
+    /// `first` and the rendered events queued right behind it, joined while they fit in
+    /// [`WATCH_WRITE_CHUNK`] bytes (see the module doc, "How events become writes").
+    fn join_waiting(&mut self, first: Bytes) -> Bytes {
+        let fits = |len: usize, next: Option<&Pending>| matches!(next, Some(Pending::Ready(b)) if len + b.len() <= WATCH_WRITE_CHUNK);
+        if !fits(first.len(), self.pending.front()) {
+            return first;
+        }
+        let mut joined = bytes::BytesMut::with_capacity(WATCH_WRITE_CHUNK);
+        joined.extend_from_slice(&first);
+        while fits(joined.len(), self.pending.front()) {
+            if let Some(Pending::Ready(b)) = self.pending.pop_front() {
+                joined.extend_from_slice(&b);
+            }
+        }
+        joined.freeze()
+    }
+
     async fn next_batch(&mut self) {
         if let Some((target, until)) = self.waiting_for {
             tokio::select! {
@@ -451,7 +484,10 @@ pub fn start(
     let stream = futures_util::stream::unfold(state, |mut st| async move {
         loop {
             match st.pending.pop_front() {
-                Some(Pending::Ready(b)) => return Some((Ok(Frame::data(b)), st)),
+                Some(Pending::Ready(b)) => {
+                    let frame = st.join_waiting(b);
+                    return Some((Ok(Frame::data(frame)), st));
+                }
                 Some(Pending::Convert(ty, obj)) => {
                     let Some(convert) = st.converter.clone() else {
                         continue;

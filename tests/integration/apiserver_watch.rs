@@ -476,3 +476,73 @@ async fn deleting_a_crd_deletes_its_objects_and_ends_their_watches() {
     assert!(w.next().await.is_none());
     s.shutdown().await;
 }
+
+/// As the real server (which flushes only when no event is waiting, through Go's 4 KiB
+/// HTTP/2 write buffer): events already waiting are joined into frames of up to 4 KiB, never
+/// split, in order; a quiet watch gets one frame per event.
+#[tokio::test]
+async fn waiting_events_share_a_frame_and_a_quiet_watch_gets_one_per_event() {
+    use http_body_util::BodyExt;
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let before = rv(&c.get(CMS).await.body);
+    for i in 0..60 {
+        c.post(CMS, &cm(&format!("cm-{i:02}"), json!({"n": i.to_string()})))
+            .await;
+    }
+    // Replayed from the history: all sixty are waiting when the body is first polled.
+    let resp = c
+        .raw(
+            "GET",
+            &format!("{CMS}?watch=true&resourceVersion={before}"),
+            &[],
+            vec![],
+            true,
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut next_frame = async || -> bytes::Bytes {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("a frame within 10 s")
+            .expect("the watch is open")
+            .expect("a readable frame");
+        frame.into_data().expect("a data frame")
+    };
+    let (mut names, mut frames) = (Vec::new(), 0);
+    while names.len() < 60 {
+        let data = next_frame().await;
+        frames += 1;
+        assert!(data.ends_with(b"\n"), "a frame ends with a whole event");
+        let lines: Vec<&[u8]> = data
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .collect();
+        if lines.len() > 1 {
+            assert!(
+                data.len() <= embedded_apiserver::watch::WATCH_WRITE_CHUNK,
+                "{}",
+                data.len()
+            );
+        }
+        for line in lines {
+            let event: serde_json::Value = serde_json::from_slice(line).unwrap();
+            assert_eq!(event["type"], "ADDED");
+            names.push(
+                event["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+    }
+    let want: Vec<String> = (0..60).map(|i| format!("cm-{i:02}")).collect();
+    assert_eq!(names, want, "every event once, in order");
+    assert!(frames < 30, "sixty waiting events took {frames} frames");
+    // Quiet now: the next change is a frame of its own.
+    c.post(CMS, &cm("late", json!({}))).await;
+    let data = next_frame().await;
+    assert_eq!(data.iter().filter(|b| **b == b'\n').count(), 1);
+    s.shutdown().await;
+}

@@ -32,7 +32,11 @@
 //! * each key (`namespace/name`) is allocated once, as an `Arc<str>` that the item map and
 //!   every index entry of the object share: a cached object costs one key allocation however
 //!   many indexes it is in.
+//! * the map and the index sets give back their room as objects are deleted
+//!   ([`apimachinery::shrink`]): a store that once held 50,000 pods and now holds 50 does not
+//!   keep 50,000 slots.
 
+use apimachinery::shrink::ShrinkAfterBurst;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -129,6 +133,7 @@ impl<K> Inner<K> {
             for v in f(obj) {
                 if let Some(set) = index.get_mut(&v) {
                     set.remove(key);
+                    set.shrink_after_burst();
                     if set.is_empty() {
                         index.remove(&v);
                     }
@@ -151,6 +156,7 @@ impl<K> Inner<K> {
             for v in before {
                 if let Some(set) = index.get_mut(&v) {
                     set.remove(&**key);
+                    set.shrink_after_burst();
                     if set.is_empty() {
                         index.remove(&v);
                     }
@@ -343,6 +349,8 @@ impl<K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static> Indexer<K> {
     pub fn remove(&self, key: &str) -> Option<Arc<K>> {
         let mut inner = self.write();
         let old = inner.items.remove(key)?;
+        // A mass deletion (a namespace, a finished batch) gives its room back.
+        inner.items.shrink_after_burst();
         inner.index_remove(key, &old);
         Some(old)
     }

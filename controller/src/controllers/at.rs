@@ -133,6 +133,7 @@
 //! and the sync carries on with it (a pod that is not ours gives `ErrResourceExists`, as a
 //! cached one would).
 
+use apimachinery::shrink::ShrinkAfterBurst;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -542,7 +543,9 @@ impl WrittenStatuses {
 
     /// Forgets `key` (deleted, or a write conflicted).
     pub fn forget(&self, key: &str) {
-        self.lock().remove(key);
+        let mut map = self.lock();
+        map.remove(key);
+        map.shrink_after_burst();
     }
 
     /// The At to act on: the cached one, or, while the cache is behind our last write for the
@@ -561,6 +564,7 @@ impl WrittenStatuses {
         };
         if w.caught_up_by(&cached.metadata, cached.phase()) {
             map.remove(key);
+            map.shrink_after_burst();
             return cached;
         }
         // The sync hands over the one copy it rebuilt from the cache: edited in place, not
@@ -584,6 +588,8 @@ impl WrittenStatuses {
             .is_some_and(|w| w.caught_up_by(&delivered.metadata, delivered.phase()))
         {
             map.remove(key);
+            // The records of a burst go as its statuses arrive: give their room back.
+            map.shrink_after_burst();
         }
     }
 

@@ -44,6 +44,7 @@
 
 use super::metrics::QueueMetrics;
 use super::queue::Queue;
+use apimachinery::shrink::ShrinkAfterBurst;
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
@@ -365,6 +366,7 @@ where
                 }
                 due.push(item);
             }
+            w.by_item.shrink_after_burst();
             let next = w.by_deadline.first_key_value().map(|(k, _)| k.0);
             (next, next.is_some_and(|at| at <= now))
         };

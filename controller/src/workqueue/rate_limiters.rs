@@ -33,6 +33,7 @@
 //! The per-item limiters remember each failing item until it is forgotten, as in client-go:
 //! call `forget` (the rate-limiting queue's `forget`) when an item succeeds or is deleted.
 
+use apimachinery::shrink::ShrinkAfterBurst;
 use apimachinery::token_bucket::TokenBucket;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -142,7 +143,9 @@ impl<T: Clone + Eq + Hash + Send + Sync> RateLimiter<T> for ItemExponentialFailu
     }
 
     fn forget(&self, item: &T) {
-        lock(&self.failures).remove(item);
+        let mut failures = lock(&self.failures);
+        failures.remove(item);
+        failures.shrink_after_burst();
     }
 
     fn num_requeues(&self, item: &T) -> u32 {
@@ -184,7 +187,9 @@ impl<T: Clone + Eq + Hash + Send + Sync> RateLimiter<T> for ItemFastSlowRateLimi
     }
 
     fn forget(&self, item: &T) {
-        lock(&self.attempts).remove(item);
+        let mut attempts = lock(&self.attempts);
+        attempts.remove(item);
+        attempts.shrink_after_burst();
     }
 
     fn num_requeues(&self, item: &T) -> u32 {
