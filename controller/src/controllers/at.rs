@@ -152,6 +152,7 @@ use crate::cache::{
     SharedInformerFactory, SmallString, UidString, key_of, split_key,
 };
 use crate::client::{self, Api, Client, DeleteParams, PostParams, Preconditions};
+use crate::controllers::QueueKey;
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -229,7 +230,7 @@ impl AtController {
         client: Client,
         factory: &SharedInformerFactory<S>,
         recorder: EventRecorder,
-        queue: RateLimitingQueue<String>,
+        queue: RateLimitingQueue<QueueKey>,
         clock: Clock,
         stats: SyncStats,
     ) -> Result<Arc<Self>, RunError> {
@@ -250,11 +251,11 @@ impl AtController {
                 Arc::clone(&written),
             );
             EventHandlerFns::<AtSummary>::new()
-                .on_add(move |at, _initial| q1.add(key_of(at.as_ref())))
+                .on_add(move |at, _initial| q1.add(key_of(at.as_ref()).into()))
                 .on_update(move |_old, new| {
                     let key = key_of(new.as_ref());
                     w_update.settle(&key, &new);
-                    q2.add(key);
+                    q2.add(key.into());
                 })
                 .on_delete(move |gone: Deleted<AtSummary>| {
                     let key = gone.key();
@@ -2066,7 +2067,7 @@ mod tests {
     #[tokio::test]
     async fn a_moved_controller_reference_enqueues_the_old_and_the_new_at() {
         use crate::cache::ResourceEventHandler;
-        let queue = RateLimitingQueue::<String>::with_default_controller_rate_limiter();
+        let queue = RateLimitingQueue::<QueueKey>::with_default_controller_rate_limiter();
         let handlers = owner_handlers::<At, Pod>(&queue, None);
         let mut a = at("2030-01-01T00:00:00Z", "echo a", None);
         a.metadata.name = Some("a".into());

@@ -61,6 +61,7 @@ use crate::cache::{
     split_key,
 };
 use crate::client::{Api, Client, PostParams};
+use crate::controllers::QueueKey;
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -107,7 +108,7 @@ impl FooController {
         client: Client,
         factory: &SharedInformerFactory<S>,
         recorder: EventRecorder,
-        queue: RateLimitingQueue<String>,
+        queue: RateLimitingQueue<QueueKey>,
         stats: SyncStats,
     ) -> Result<Arc<Self>, RunError> {
         let foo_informer = factory.informer::<Foo>();
@@ -119,12 +120,12 @@ impl FooController {
             let (q1, q2) = (queue.clone(), queue.clone());
             let e = Arc::clone(&expectations);
             EventHandlerFns::<Foo>::new()
-                .on_add(move |foo, _initial| q1.add(key_of(foo.as_ref())))
+                .on_add(move |foo, _initial| q1.add(key_of(foo.as_ref()).into()))
                 .on_update(move |old, new| {
                     // The resync filter sample-controller lacks: our own status write and the
                     // periodic resync leave the spec alone and need no sync.
                     if old.spec != new.spec {
-                        q2.add(key_of(new.as_ref()));
+                        q2.add(key_of(new.as_ref()).into());
                     }
                 })
                 .on_delete(move |gone: Deleted<Foo>| e.forget(&gone.key()))
@@ -138,7 +139,7 @@ impl FooController {
                 let (queue, lister) = (queue.clone(), foo_lister.clone());
                 move |d: &Deployment| {
                     for key in foos_for(&lister, d) {
-                        queue.add(key);
+                        queue.add(key.into());
                     }
                 }
             };

@@ -91,6 +91,14 @@ pub mod tdset;
 pub use apimachinery::clock::Clock;
 pub use expectations::Expectations;
 
+/// A work queue's key: `namespace/name` (or `name`), as [`crate::cache::key_of`] makes it.
+///
+/// A [`SmallString`](crate::cache::SmallString): a key of up to 22 bytes (`default/at-1234`)
+/// is kept inline, where a `String` took an allocation, and the queue holds each queued key
+/// twice (its FIFO and its dirty/processing map). A burst of 10,000 Ats queues all of them at
+/// once.
+pub type QueueKey = crate::cache::SmallString;
+
 use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -286,7 +294,7 @@ const CACHE_SYNC_POLL: Duration = Duration::from_millis(100);
 /// An operator's constructor builds one from the queue it cloned into its handlers and the
 /// registrations those handlers returned, and keeps it in its struct.
 pub struct Workers {
-    queue: RateLimitingQueue<String>,
+    queue: RateLimitingQueue<QueueKey>,
     stats: Arc<SyncStats>,
     synced: Vec<HandlerRegistration>,
 }
@@ -295,7 +303,7 @@ impl Workers {
     /// `queue`: the controller's queue. `stats`: its counters. `synced`: one registration per
     /// event handler the controller added to an informer.
     pub fn new(
-        queue: RateLimitingQueue<String>,
+        queue: RateLimitingQueue<QueueKey>,
         stats: SyncStats,
         synced: Vec<HandlerRegistration>,
     ) -> Self {
@@ -307,7 +315,7 @@ impl Workers {
     }
 
     /// The queue the controller's event handlers fill and its workers drain.
-    pub fn queue(&self) -> &RateLimitingQueue<String> {
+    pub fn queue(&self) -> &RateLimitingQueue<QueueKey> {
         &self.queue
     }
 
@@ -463,11 +471,11 @@ impl<O: Operator> Controller for O {
 /// down and empty (the worker should end), else the key and how its sync ended.
 pub async fn process_next_work_item<H: SyncHandler>(
     controller: &'static str,
-    queue: &RateLimitingQueue<String>,
+    queue: &RateLimitingQueue<QueueKey>,
     handler: &H,
     sync_timeout: Duration,
     stats: &SyncStats,
-) -> Option<(String, SyncOutcome)> {
+) -> Option<(QueueKey, SyncOutcome)> {
     let key = queue.get().await?;
     let _active = ActiveWorker::new(controller, stats);
     let outcome = sync_one(controller, queue, handler, &key, sync_timeout, stats).await;
@@ -502,12 +510,13 @@ impl Drop for ActiveWorker<'_> {
 
 async fn sync_one<H: SyncHandler>(
     controller: &'static str,
-    queue: &RateLimitingQueue<String>,
+    queue: &RateLimitingQueue<QueueKey>,
     handler: &H,
-    key: &str,
+    queued: &QueueKey,
     sync_timeout: Duration,
     stats: &SyncStats,
 ) -> SyncOutcome {
+    let key = queued.as_str();
     let started = tokio::time::Instant::now();
     // The sync's span (see the module docs, "Traces"): a root span, parent of the spans of the
     // API requests the handler makes.
@@ -546,14 +555,14 @@ async fn sync_one<H: SyncHandler>(
     match guarded {
         Ok(Ok(Ok(None))) => {
             // Success: clear the key's failure history so its next failure starts at 5 ms.
-            queue.forget(&key.to_string());
+            queue.forget(queued);
             tracing::debug!(controller, key, elapsed_ms, "successfully synced");
             SyncOutcome::Synced
         }
         Ok(Ok(Ok(Some(after)))) => {
             stats.requeues_after.fetch_add(1, Ordering::Relaxed);
-            queue.forget(&key.to_string());
-            queue.add_after(key.to_string(), after);
+            queue.forget(queued);
+            queue.add_after(queued.clone(), after);
             tracing::debug!(
                 controller,
                 key,
@@ -566,8 +575,8 @@ async fn sync_one<H: SyncHandler>(
         Ok(Ok(Err(err))) => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
             let message = err.to_string();
-            queue.add_rate_limited(key.to_string());
-            let retries = queue.num_requeues(&key.to_string());
+            queue.add_rate_limited(queued.clone());
+            let retries = queue.num_requeues(queued);
             if H::is_conflict(&err) {
                 tracing::info!(
                     controller,
@@ -590,7 +599,7 @@ async fn sync_one<H: SyncHandler>(
         }
         Ok(Err(_elapsed)) => {
             stats.timeouts.fetch_add(1, Ordering::Relaxed);
-            queue.add_rate_limited(key.to_string());
+            queue.add_rate_limited(queued.clone());
             tracing::error!(
                 controller,
                 key,
@@ -602,7 +611,7 @@ async fn sync_one<H: SyncHandler>(
         Err(panic) => {
             stats.panics.fetch_add(1, Ordering::Relaxed);
             let message = panic_message(panic.as_ref());
-            queue.add_rate_limited(key.to_string());
+            queue.add_rate_limited(queued.clone());
             tracing::error!(
                 controller,
                 key,
@@ -629,7 +638,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// always finishes (or hits its deadline) and its key is settled.
 pub async fn run_worker<H: SyncHandler>(
     controller: &'static str,
-    queue: &RateLimitingQueue<String>,
+    queue: &RateLimitingQueue<QueueKey>,
     handler: &H,
     sync_timeout: Duration,
     stats: &SyncStats,
@@ -652,7 +661,7 @@ pub async fn run_worker<H: SyncHandler>(
 /// shut down, or `stop` was cancelled and each finished its current item).
 pub async fn run_workers<H: SyncHandler>(
     controller: &'static str,
-    queue: RateLimitingQueue<String>,
+    queue: RateLimitingQueue<QueueKey>,
     handler: Arc<H>,
     workers: usize,
     sync_timeout: Duration,
@@ -772,10 +781,10 @@ mod tests {
     }
 
     async fn next(
-        q: &RateLimitingQueue<String>,
+        q: &RateLimitingQueue<QueueKey>,
         h: &Script,
         stats: &SyncStats,
-    ) -> (String, SyncOutcome) {
+    ) -> (QueueKey, SyncOutcome) {
         process_next_work_item("test", q, h, Duration::from_secs(5), stats)
             .await
             .unwrap()
@@ -794,11 +803,11 @@ mod tests {
             ],
         )]);
         let stats = SyncStats::default();
-        q.add("ns/a".to_string());
+        q.add("ns/a".into());
 
         let (_, o) = next(&q, &h, &stats).await;
         assert_eq!(o, SyncOutcome::Failed("ns/a failed".into()));
-        assert_eq!(q.num_requeues(&"ns/a".to_string()), 1);
+        assert_eq!(q.num_requeues(&"ns/a".into()), 1);
         assert_eq!(q.processing_len(), 0, "done was called");
 
         let t0 = tokio::time::Instant::now();
@@ -809,12 +818,12 @@ mod tests {
             Duration::from_millis(5),
             "first backoff is 5 ms"
         );
-        assert_eq!(q.num_requeues(&"ns/a".to_string()), 2);
+        assert_eq!(q.num_requeues(&"ns/a".into()), 2);
 
         let (_, o) = next(&q, &h, &stats).await;
         assert_eq!(o, SyncOutcome::RequeuedAfter(Duration::from_secs(30)));
         assert_eq!(
-            q.num_requeues(&"ns/a".to_string()),
+            q.num_requeues(&"ns/a".into()),
             0,
             "a deferral forgets earlier failures (cnat did not)"
         );
@@ -844,8 +853,8 @@ mod tests {
         let q = RateLimitingQueue::with_default_controller_rate_limiter();
         let h = Script::with(&[("ns/p", vec![Step::Panic, Step::Panic, Step::Ok])]);
         let stats = SyncStats::default();
-        q.add("ns/p".to_string());
-        q.add("ns/other".to_string());
+        q.add("ns/p".into());
+        q.add("ns/other".into());
         let (k, o) = next(&q, &h, &stats).await;
         assert_eq!(k, "ns/p");
         assert_eq!(o, SyncOutcome::Panicked("boom in ns/p".into()));
@@ -853,7 +862,7 @@ mod tests {
         assert_eq!((k.as_str(), o), ("ns/other", SyncOutcome::Synced));
         let (_, o) = next(&q, &h, &stats).await;
         assert!(matches!(o, SyncOutcome::Panicked(_)));
-        assert_eq!(q.num_requeues(&"ns/p".to_string()), 2);
+        assert_eq!(q.num_requeues(&"ns/p".into()), 2);
         let (_, o) = next(&q, &h, &stats).await;
         assert_eq!(o, SyncOutcome::Synced);
         assert_eq!(stats.snapshot().panics, 2);
@@ -864,7 +873,7 @@ mod tests {
         let q = RateLimitingQueue::with_default_controller_rate_limiter();
         let h = Script::with(&[("ns/h", vec![Step::Hang, Step::Ok])]);
         let stats = SyncStats::default();
-        q.add("ns/h".to_string());
+        q.add("ns/h".into());
         let t0 = tokio::time::Instant::now();
         let (_, o) = next(&q, &h, &stats).await;
         assert_eq!(o, SyncOutcome::TimedOut);
@@ -877,13 +886,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn workers_stop_on_cancel_and_on_shutdown() {
-        let q: RateLimitingQueue<String> =
+        let q: RateLimitingQueue<QueueKey> =
             RateLimitingQueue::with_default_controller_rate_limiter();
         let h = Arc::new(Script::default());
         let stats = Arc::new(SyncStats::default());
         let stop = CancellationToken::new();
         for i in 0..10 {
-            q.add(format!("ns/{i}"));
+            q.add(format!("ns/{i}").into());
         }
         let run = tokio::spawn(run_workers(
             "test",
@@ -899,7 +908,7 @@ mod tests {
         stop.cancel();
         run.await.unwrap();
         // After cancel, new work is not taken.
-        q.add("ns/late".to_string());
+        q.add("ns/late".into());
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(stats.snapshot().syncs, 10);
         assert_eq!(q.len(), 1);
@@ -959,7 +968,7 @@ mod tests {
             .add_event_handler(EventHandlerFns::<ConfigMap>::new())
             .unwrap();
         let queue = RateLimitingQueue::with_default_controller_rate_limiter();
-        queue.add("ns/a".to_string());
+        queue.add("ns/a".into());
         let op = Op {
             script: Script::default(),
             workers: Workers::new(queue, SyncStats::default(), vec![registration]),

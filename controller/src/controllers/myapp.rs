@@ -46,6 +46,7 @@ use crate::cache::{
     EventHandlerFns, Lister, ListerWatcherSource, SharedInformerFactory, key_of, split_key,
 };
 use crate::client::{Api, Client, PostParams};
+use crate::controllers::QueueKey;
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -92,7 +93,7 @@ impl MyAppController {
         client: Client,
         factory: &SharedInformerFactory<S>,
         recorder: EventRecorder,
-        queue: RateLimitingQueue<String>,
+        queue: RateLimitingQueue<QueueKey>,
         clock: Clock,
         stats: SyncStats,
     ) -> Result<Arc<Self>, RunError> {
@@ -106,12 +107,12 @@ impl MyAppController {
             let (q1, q2) = (queue.clone(), queue.clone());
             let e = Arc::clone(&expectations);
             EventHandlerFns::<MyApp>::new()
-                .on_add(move |m, _initial| q1.add(key_of(m.as_ref())))
+                .on_add(move |m, _initial| q1.add(key_of(m.as_ref()).into()))
                 .on_update(move |old, new| {
                     if old.spec != new.spec
                         || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
                     {
-                        q2.add(key_of(new.as_ref()));
+                        q2.add(key_of(new.as_ref()).into());
                     }
                 })
                 .on_delete(move |gone| e.forget(&gone.key()))

@@ -45,6 +45,7 @@ use super::Expectations;
 use crate::apis::HasStatus;
 use crate::cache::{Deleted, EventHandlerFns, ObjectMetaAccess, OwnerRef, key_of};
 use crate::client::{self, Api, Client, PostParams};
+use crate::controllers::QueueKey;
 use crate::workqueue::RateLimitingQueue;
 
 /// Why a sync of an owner (a TDSet, RedisCluster, MyApp or Foo) failed. The worker loop
@@ -268,7 +269,7 @@ pub fn owner_key<O: Resource>(dependent: &impl ObjectMetaAccess) -> Option<Strin
 /// owner's key. An add also settles one expected creation for that key, when `expectations`
 /// is given. An update whose controller changed enqueues both the old and the new owner.
 pub fn owner_handlers<O, D>(
-    queue: &RateLimitingQueue<String>,
+    queue: &RateLimitingQueue<QueueKey>,
     expectations: Option<Arc<Expectations>>,
 ) -> EventHandlerFns<D>
 where
@@ -282,7 +283,7 @@ where
                 if let Some(e) = &expectations {
                     e.creation_observed(&key);
                 }
-                q1.add(key);
+                q1.add(key.into());
             }
         })
         .on_update(move |old, new| {
@@ -295,15 +296,15 @@ where
             if let Some(k) = &old_key
                 && old_key != new_key
             {
-                q2.add(k.clone());
+                q2.add(k.clone().into());
             }
             if let Some(k) = new_key {
-                q2.add(k);
+                q2.add(k.into());
             }
         })
         .on_delete(move |gone: Deleted<D>| {
             if let Some(key) = owner_key::<O>(gone.object().metadata()) {
-                q3.add(key);
+                q3.add(key.into());
             }
         })
 }

@@ -71,6 +71,7 @@ use crate::cache::{
     SharedInformerFactory, key_of, split_key,
 };
 use crate::client::{Api, Client, DeleteParams, PostParams, PropagationPolicy};
+use crate::controllers::QueueKey;
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -147,7 +148,7 @@ impl RedisClusterController {
         client: Client,
         factory: &SharedInformerFactory<S>,
         recorder: EventRecorder,
-        queue: RateLimitingQueue<String>,
+        queue: RateLimitingQueue<QueueKey>,
         clock: Clock,
         stats: SyncStats,
     ) -> Result<Arc<Self>, RunError> {
@@ -161,14 +162,14 @@ impl RedisClusterController {
             let (q1, q2) = (queue.clone(), queue.clone());
             let e = Arc::clone(&expectations);
             EventHandlerFns::<RedisCluster>::new()
-                .on_add(move |c, _initial| q1.add(key_of(c.as_ref())))
+                .on_add(move |c, _initial| q1.add(key_of(c.as_ref()).into()))
                 .on_update(move |old, new| {
                     // Our own status writes change none of these.
                     if old.spec != new.spec
                         || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
                         || old.metadata.finalizers != new.metadata.finalizers
                     {
-                        q2.add(key_of(new.as_ref()));
+                        q2.add(key_of(new.as_ref()).into());
                     }
                 })
                 .on_delete(move |gone: Deleted<RedisCluster>| e.forget(&gone.key()))
@@ -197,19 +198,19 @@ impl RedisClusterController {
             EventHandlerFns::<PodSummary>::new()
                 .on_add(move |p, _initial| {
                     if let Some(k) = cluster_key(&p) {
-                        q1.add(k);
+                        q1.add(k.into());
                     }
                 })
                 .on_update(move |old, new| {
                     if old.metadata.resource_version != new.metadata.resource_version
                         && let Some(k) = cluster_key(&new)
                     {
-                        q2.add(k);
+                        q2.add(k.into());
                     }
                 })
                 .on_delete(move |gone: Deleted<PodSummary>| {
                     if let Some(k) = cluster_key(gone.object()) {
-                        q3.add(k);
+                        q3.add(k.into());
                     }
                 })
         };

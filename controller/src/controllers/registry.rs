@@ -29,6 +29,7 @@ use super::{at::AtController, foo, myapp, rediscluster, tdset};
 use crate::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
 use crate::cache::{CacheObject, ClientSource, SharedInformerFactory};
 use crate::client::{self, Api, Client, ListParams};
+use crate::controllers::QueueKey;
 use crate::metrics::ControllerMetrics;
 use crate::record::EventBroadcaster;
 use crate::workqueue::{QueueMetrics, RateLimitingQueue};
@@ -52,7 +53,7 @@ pub struct BuildContext<'a> {
 
 impl BuildContext<'_> {
     /// A rate-limited queue named after operator `O` (so it has `workqueue_*` metrics).
-    pub fn queue<O: Operator>(&self) -> RateLimitingQueue<String> {
+    pub fn queue<O: Operator>(&self) -> RateLimitingQueue<QueueKey> {
         RateLimitingQueue::named_with_default_controller_rate_limiter(O::NAME, self.queue_metrics)
     }
 

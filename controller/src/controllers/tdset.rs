@@ -71,6 +71,7 @@ use crate::cache::{
     Deleted, EventHandlerFns, Lister, ListerWatcherSource, SharedInformerFactory, key_of, split_key,
 };
 use crate::client::{Api, Client, DeleteParams, PostParams};
+use crate::controllers::QueueKey;
 use crate::record::{EventRecorder, EventType};
 use crate::workqueue::RateLimitingQueue;
 
@@ -257,7 +258,7 @@ impl TDSetController {
         client: Client,
         factory: &SharedInformerFactory<S>,
         recorder: EventRecorder,
-        queue: RateLimitingQueue<String>,
+        queue: RateLimitingQueue<QueueKey>,
         clock: Clock,
         stats: SyncStats,
     ) -> Result<Arc<Self>, RunError> {
@@ -273,12 +274,12 @@ impl TDSetController {
             let (q1, q2) = (queue.clone(), queue.clone());
             let e = Arc::clone(&expectations);
             EventHandlerFns::<TDSet>::new()
-                .on_add(move |t, _initial| q1.add(key_of(t.as_ref())))
+                .on_add(move |t, _initial| q1.add(key_of(t.as_ref()).into()))
                 .on_update(move |old, new| {
                     if old.spec != new.spec
                         || old.metadata.deletion_timestamp != new.metadata.deletion_timestamp
                     {
-                        q2.add(key_of(new.as_ref()));
+                        q2.add(key_of(new.as_ref()).into());
                     }
                 })
                 .on_delete(move |gone: Deleted<TDSet>| e.forget(&gone.key()))
