@@ -54,7 +54,8 @@
 //!    the At's pure decision function takes, for one sync at a time. Its transform
 //!    ([`ObjectMetaAccess::trim_for_cache`], [`keep_labels`], [`keep_conditions`]) drops every
 //!    label but those in [`POD_LABELS_READ`] (a lister label selector over the pod cache sees
-//!    only those: select on the server instead) and every condition but `Ready`; the lists it
+//!    only those: select on the server instead) and every condition but `Ready` (that one too
+//!    when no controller of [`POD_CONDITIONS_READERS`] runs); the lists it
 //!    keeps are shrunk to their length (a decoder grows a list by doubling, from room for
 //!    four).
 //!
@@ -116,13 +117,24 @@ pub fn managed_by_selector() -> String {
 
 /// Narrows `factory`'s caches of owned kinds (see the module doc): the label selector for
 /// [`PodSummary`], Deployments, StatefulSets and Services, the slim pod metadata, and the At
-/// transform.
+/// transform. `enabled` names the controllers this process runs (the registry's names, as
+/// `--controllers` resolved them): the pods' conditions are kept only when one that reads them
+/// runs ([`POD_CONDITIONS_READERS`]).
 pub fn scope_owned_caches<S: ListerWatcherSource>(
     factory: SharedInformerFactory<S>,
+    enabled: &[&str],
 ) -> SharedInformerFactory<S> {
     use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
     use k8s_openapi::api::core::v1::Service;
     let selector = managed_by_selector();
+    let conditions: &'static [&'static str] = if POD_CONDITIONS_READERS
+        .iter()
+        .any(|reader| enabled.contains(reader))
+    {
+        &POD_CONDITIONS_READ
+    } else {
+        &[]
+    };
     factory
         .with_label_selector_for::<PodSummary>(selector.clone())
         .with_label_selector_for::<Deployment>(selector.clone())
@@ -133,7 +145,7 @@ pub fn scope_owned_caches<S: ListerWatcherSource>(
             let mut labels = p.metadata.take_labels();
             keep_labels(&mut labels, &POD_LABELS_READ);
             p.metadata.set_labels(labels);
-            keep_conditions(p, &POD_CONDITIONS_READ);
+            keep_conditions(p, conditions);
             if let Some(statuses) = p
                 .status
                 .as_mut()
@@ -170,6 +182,12 @@ pub const POD_LABELS_READ: [&str; 1] = [super::rediscluster::LABEL_CLUSTER];
 /// `PodReadyToStartContainers`, `Ready`), two strings each: about 400 bytes a pod that nothing
 /// reads, 4 MB at 10,000 At pods.
 pub const POD_CONDITIONS_READ: [&str; 1] = ["Ready"];
+
+/// The controllers (registry names) that read [`POD_CONDITIONS_READ`]. When none of them runs
+/// (`--controllers at`, or a shard of Ats), the pod cache keeps no condition at all: the one
+/// `Ready` condition of a finished At pod still cost a 64-byte allocation, 0.6 MB at 10,000.
+pub const POD_CONDITIONS_READERS: [&str; 1] =
+    [<super::rediscluster::RedisClusterController as super::Operator>::NAME];
 
 /// Keeps only the conditions whose type is named in `keep` (and no list when none is left).
 pub fn keep_conditions(pod: &mut PodSummary, keep: &[&str]) {
@@ -610,6 +628,61 @@ mod tests {
             meta.labels,
             Some(BTreeMap::from([(cluster.to_string(), "c1".to_string())]))
         );
+    }
+
+    /// The manager's pod cache keeps `Ready` while RedisCluster (its one reader) runs, and no
+    /// condition at all without it; the pod's phase and metadata stay either way.
+    #[tokio::test]
+    async fn pod_conditions_are_cached_only_for_a_controller_that_reads_them() {
+        use crate::cache::testing::{FakeSource, meta};
+        use std::time::Duration;
+        use tokio::time::Instant;
+        use tokio_util::sync::CancellationToken;
+        for (enabled, want) in [
+            (&["at"][..], None),
+            (&["at", "tdset", "myapp", "foo"][..], None),
+            (&["at", "rediscluster"][..], Some(vec!["Ready"])),
+        ] {
+            let source = FakeSource::new();
+            let factory = scope_owned_caches(
+                SharedInformerFactory::new(source.clone(), Duration::ZERO),
+                enabled,
+            );
+            let pods = factory.informer::<PodSummary>();
+            let fake = source.fake::<PodSummary>(&factory.scope_for::<PodSummary>());
+            let m = meta("ns", "p", &[(LABEL_MANAGED_BY, "at-controller")]);
+            fake.upsert(PodSummary {
+                metadata: MetaSummary::from_meta(&m),
+                status: Some(PodSummaryStatus {
+                    phase: Some("Succeeded".into()),
+                    conditions: Some(
+                        ["Initialized", "Ready", "PodScheduled"]
+                            .into_iter()
+                            .map(|t| ConditionSummary {
+                                type_: t.into(),
+                                status: "False".into(),
+                            })
+                            .collect(),
+                    ),
+                    ..Default::default()
+                }),
+            });
+            let cancel = CancellationToken::new();
+            factory.start(&cancel);
+            let synced = factory
+                .wait_for_cache_sync(Instant::now() + Duration::from_secs(10))
+                .await;
+            assert!(synced.values().all(|s| *s), "{synced:?}");
+            let cached = pods.lister().namespace("ns").get("p").expect("cached");
+            let status = cached.status.as_ref().expect("a status");
+            assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{enabled:?}");
+            let kept = status
+                .conditions
+                .as_ref()
+                .map(|cs| cs.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>());
+            assert_eq!(kept, want, "{enabled:?}");
+            cancel.cancel();
+        }
     }
 
     #[test]

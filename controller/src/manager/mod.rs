@@ -409,7 +409,7 @@ impl Manager {
             factory = factory.with_namespace(ns.clone());
         }
         // Owned kinds: only what the operators labelled, pods in their slim form.
-        let mut factory = crate::controllers::caches::scope_owned_caches(factory);
+        let mut factory = crate::controllers::caches::scope_owned_caches(factory, &cfg.controllers);
         // A shard: only the objects labelled for it (and what they own).
         if let Some(shard) = &self.sharding {
             factory = crate::sharding::scope_shard_caches(factory, shard);
