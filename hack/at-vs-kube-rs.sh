@@ -15,7 +15,7 @@
 # usage (from the repository root): hack/at-vs-kube-rs.sh [N] [-- extra `run` flags]
 #   FOREIGN=50000 hack/at-vs-kube-rs.sh 10000   also seeds 50,000 pods no At owns
 #   ONLY=project (or ONLY=kube-rs) runs one side;  SHARED=dir  where the shared bench lives
-#   PROFILE=dist    builds the manager as the image does (thin LTO; the server stays release)
+#   PROFILE=dist    builds the manager as the image does (fat LTO; the server stays release)
 #   WRAP="heaptrack -o /tmp/hp"   runs the controller under a profiler (word-split, so no quoting)
 #   SAMPLE_CONTROLLER_BIN=path    the API server's binary (e.g. an older build, for an A/B run)
 #   MANAGER_BIN=path              the manager's binary (e.g. the image's musl build)
