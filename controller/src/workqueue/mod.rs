@@ -58,7 +58,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! let queue: RateLimitingQueue<QueueKey> = RateLimitingQueue::with_default_controller_rate_limiter();
+//! let queue: RateLimitingQueue<String> = RateLimitingQueue::with_default_controller_rate_limiter();
 //! queue.add("default/web".to_owned());
 //! queue.add("default/web".to_owned()); // deduplicated
 //! assert_eq!(queue.len(), 1);
