@@ -317,10 +317,10 @@ impl WatchState {
         }
         let mut joined = bytes::BytesMut::with_capacity(WATCH_WRITE_CHUNK);
         joined.extend_from_slice(&first);
-        while fits(joined.len(), self.pending.front()) {
-            if let Some(Pending::Ready(b)) = self.pending.pop_front() {
-                joined.extend_from_slice(&b);
-            }
+        while fits(joined.len(), self.pending.front())
+            && let Some(Pending::Ready(b)) = self.pending.pop_front()
+        {
+            joined.extend_from_slice(&b);
         }
         joined.freeze()
     }
