@@ -483,7 +483,8 @@ async fn at_story(
         started,
         &format!(
             "created at/example-at     in v1alpha1: schedule {}  command {:?}",
-            example.spec.schedule, example.spec.command
+            example.spec.schedule,
+            example.spec.command()
         ),
     );
     let as_v1 = ats
@@ -527,7 +528,7 @@ async fn at_story(
         started,
         &format!(
             "  read back as v1alpha1:    spec.command {:?}; kept for v1 in annotation {}: {kept}",
-            as_alpha.spec.command,
+            as_alpha.spec.command(),
             conversion::ANNOTATION
         ),
     );

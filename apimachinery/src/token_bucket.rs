@@ -3,8 +3,14 @@
 //! Kubernetes rate-limits in three places with the same arithmetic: client-go's client-side
 //! throttle (`flowcontrol.NewTokenBucketRateLimiter`), the workqueue's `BucketRateLimiter`, and
 //! the event correlator's per-object spam filter (`tools/record`'s `EventSourceObjectSpamFilter`).
-//! All three are an x/time/rate `Limiter`; so is [`TokenBucket`], and the controller library
-//! uses it for all three.
+//! All three are an x/time/rate `Limiter`. The client throttle and the spam filter run on the
+//! `governor` crate's GCRA limiter (the same bucket: "wait for a token" and "is there a token
+//! now?"). The workqueue's bucket needs what governor does not offer: x/time/rate's
+//! `Reserve().Delay()`, which takes a token *now* even when it only exists in the future and
+//! says how long until then (the queue adds the item after that delay, and the next caller's
+//! delay is one period longer). Governor answers "not until T" without taking the token, so N
+//! items failing at once would all be given the same delay. [`TokenBucket`] is that
+//! x/time/rate bucket.
 //!
 //! ## The model
 //!

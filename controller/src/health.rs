@@ -441,7 +441,11 @@ impl HealthState {
                 .filter(|(_, w)| w.failing_since.is_some() && !w.last_error.is_empty())
                 .map(|(name, w)| (name.clone(), w.last_error.clone()))
                 .collect();
-            (inner.readiness.clone(), self.unreachable(&inner), last_errors)
+            (
+                inner.readiness.clone(),
+                self.unreachable(&inner),
+                last_errors,
+            )
         };
         let mut out: Vec<CheckResult> = checks
             .into_iter()
@@ -888,7 +892,10 @@ mod tests {
         assert!(!h.is_ready());
         let (code, body) = report("readyz", &h.readiness());
         assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(body.contains("[-]informer:ats failed: not synced\n"), "{body}");
+        assert!(
+            body.contains("[-]informer:ats failed: not synced\n"),
+            "{body}"
+        );
         assert!(body.contains("[+]informer:pods ok"));
         // A cache that cannot sync says why: its reflector's last error.
         h.watch_health("ats")

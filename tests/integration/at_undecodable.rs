@@ -105,21 +105,36 @@ async fn run(bad_first: bool, n: usize) {
         create_bad_at(&client).await;
     }
     for i in 0..half {
-        create_at(&client, &at(&format!("good-{i}"), "2019-04-12T10:12:00Z", "echo YAY")).await;
+        create_at(
+            &client,
+            &at(&format!("good-{i}"), "2019-04-12T10:12:00Z", "echo YAY"),
+        )
+        .await;
     }
     let mut config = manager_config();
     config.workers = 8;
-    let manager = start_manager(&manager_client_with_qps(&server, 0.0, 0), config, Clock::new()).await;
+    let manager = start_manager(
+        &manager_client_with_qps(&server, 0.0, 0),
+        config,
+        Clock::new(),
+    )
+    .await;
     if !bad_first {
         create_bad_at(&client).await;
         for i in half..n {
-            create_at(&client, &at(&format!("good-{i}"), "2019-04-12T10:12:00Z", "echo YAY"))
-                .await;
+            create_at(
+                &client,
+                &at(&format!("good-{i}"), "2019-04-12T10:12:00Z", "echo YAY"),
+            )
+            .await;
         }
     }
-    wait_until_every("every good At to be DONE", Duration::from_millis(200), 900, || async {
-        count_done(&client).await == n
-    })
+    wait_until_every(
+        "every good At to be DONE",
+        Duration::from_millis(200),
+        900,
+        || async { count_done(&client).await == n },
+    )
     .await;
 
     // The bad one is left alone (no pod, no status), and says why.

@@ -643,7 +643,10 @@ async fn an_object_that_does_not_decode_is_left_out_and_reported_once_per_resour
         eventually("synced", || h.reflector.status().snapshot().synced).await;
         eventually("bad left out", || h.reflector.undecodable_count() == 1).await;
         assert!(h.store.get("default/a").is_some(), "the good object syncs");
-        assert!(h.store.get("default/bad").is_none(), "the bad one is left out");
+        assert!(
+            h.store.get("default/bad").is_none(),
+            "the bad one is left out"
+        );
 
         // The watch goes on past it: later objects arrive.
         fake.upsert(pod("default", "b"));

@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use embedded_apiserver::logic::schema::{self, FieldErrorKind};
+use embedded_apiserver::logic::schema;
 use jiff::Timestamp;
 use sample_controller::apis::at::conversion::V1ALPHA1;
 use sample_controller::apis::at::v1alpha1::At as AtV1alpha1;
@@ -67,11 +67,21 @@ fn schema_of_kind<K: CustomResourceExt>() -> Value {
 }
 
 /// Schema errors as the API server prints them (`"<field path>: <message>"`); empty when valid.
+/// What the API server reports for `instance` on create: the schema's errors, then (when the
+/// schema passes) the `x-kubernetes-validations` rules' (the At's spec asks for `run` or the
+/// book's `command` with two rules).
 fn schema_errors(openapi: &Value, instance: &Value) -> Vec<String> {
-    schema::validate(openapi, instance)
+    let mut errors: Vec<String> = schema::validate(openapi, instance)
         .iter()
         .map(|e| e.message())
-        .collect()
+        .collect();
+    if errors.is_empty()
+        && let Some(rules) = embedded_apiserver::cel_rules::compile(openapi, "")
+            .unwrap_or_else(|causes| panic!("rules compile: {causes:?}"))
+    {
+        errors.extend(rules.validate(instance, None).iter().map(|e| e.message()));
+    }
+    errors
 }
 
 /// What the API server would prune from `instance`: `instance` and its pruned copy, when they
@@ -176,7 +186,7 @@ fn tdset_hello_world_has_the_five_windows() {
 /// would be silently accepted; status values are checked in
 /// `status_and_condition_validations_reject_bad_values`.
 const INVALID: &[(&str, &str)] = &[
-    ("at-without-command.yaml", "spec.command"),
+    ("at-without-command.yaml", "spec.run"),
     ("at-empty-command.yaml", "spec.command"),
     ("at-v1-empty-command.yaml", "spec.run.command"),
     ("at-v1-deadline-0.yaml", "spec.run.activeDeadlineSeconds"),
@@ -217,12 +227,15 @@ fn invalid_examples_are_rejected_at_the_right_field() {
             "{file}: expected errors at {field}, got {errors:#?}"
         );
     }
-    // The missing command is reported as a missing required field, as kubectl would print it.
+    // The missing command is reported as a missing required field, as kubectl would print it:
+    // the rule's reason is FieldValueRequired, at `spec.run`.
     let doc = read_yaml(&dir.join("at-without-command.yaml"));
-    let errors = schema::validate(&schema_of_kind::<AtV1alpha1>(), &doc);
-    assert_eq!(errors.len(), 1, "{errors:?}");
-    assert_eq!(errors[0].kind, FieldErrorKind::Required);
-    assert_eq!(errors[0].message(), "spec.command: Required value");
+    assert_eq!(
+        schema_errors(&schema_of_kind::<AtV1alpha1>(), &doc),
+        [
+            "spec.run: Required value: spec.run.command is required (or spec.command, the book's v1alpha1 form)"
+        ]
+    );
 }
 
 fn condition() -> Condition {
@@ -448,18 +461,24 @@ fn every_schema_is_structural() {
 
 #[test]
 fn the_validations_the_types_declare_are_in_the_schemas() {
+    // Both versions share one spec: `run` or the book's `command`, one of them (two CEL rules).
     let alpha = schema_of_kind::<AtV1alpha1>();
     let spec = &alpha["properties"]["spec"];
-    assert_eq!(spec["required"], json!(["schedule", "command"]));
+    assert_eq!(spec["required"], json!(["schedule"]));
     assert_eq!(spec["properties"]["schedule"]["format"], "date-time");
     assert_eq!(spec["properties"]["command"]["minLength"], 1);
     assert_eq!(
+        spec["x-kubernetes-validations"].as_array().unwrap().len(),
+        2
+    );
+    assert_eq!(
         alpha["properties"]["status"]["properties"]["result"]["enum"],
-        json!(["Succeeded", "Failed"])
+        json!(["Succeeded", "Failed", "DeadlineExceeded"])
     );
     let at = schema_of_kind::<At>();
     let spec = &at["properties"]["spec"];
-    assert_eq!(spec["required"], json!(["schedule", "run"]));
+    assert_eq!(spec, &alpha["properties"]["spec"]);
+    assert_eq!(spec["required"], json!(["schedule"]));
     assert_eq!(spec["properties"]["schedule"]["format"], "date-time");
     let run = &spec["properties"]["run"];
     assert_eq!(run["required"], json!(["command"]));

@@ -1475,7 +1475,15 @@ mod tests {
             let path = entry.unwrap().path();
             let text = std::fs::read_to_string(&path).unwrap();
             let obj: Value = serde_yaml_ng::from_str(&text).unwrap();
-            let errors = validate(&schema_for(&obj), &obj);
+            // As the server validates a create: the schema, then (when it passes) the
+            // `x-kubernetes-validations` rules.
+            let schema = schema_for(&obj);
+            let mut errors = validate(&schema, &obj);
+            if errors.is_empty()
+                && let Ok(Some(rules)) = crate::cel_rules::compile(&schema, "")
+            {
+                errors = rules.validate(&obj, None);
+            }
             assert!(!errors.is_empty(), "{} should be invalid", path.display());
             let comment = text.lines().next().unwrap_or_default();
             let names_a_field = comment.contains("spec.") || comment.contains("status.");

@@ -318,7 +318,10 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
     /// Every informer created from now on calls `handler` once for each object (and
     /// resourceVersion of it) that does not decode as its type and is left out of its cache
     /// (the manager counts it in a metric and records a Warning event on the object).
-    pub fn with_undecodable_handler(mut self, handler: super::reflector::UndecodableHandler) -> Self {
+    pub fn with_undecodable_handler(
+        mut self,
+        handler: super::reflector::UndecodableHandler,
+    ) -> Self {
         self.on_undecodable = Some(handler);
         self
     }

@@ -470,7 +470,10 @@ where
     /// Calls `handler` once for each object (and resourceVersion of it) that does not decode,
     /// from now on; replaces an earlier handler.
     pub fn set_undecodable_handler(&self, handler: UndecodableHandler) {
-        *self.on_undecodable.lock().unwrap_or_else(|e| e.into_inner()) = Some(handler);
+        *self
+            .on_undecodable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(handler);
     }
 
     /// How many objects are left out of the store now because they do not decode.

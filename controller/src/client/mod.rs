@@ -90,8 +90,8 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
-pub use undecodable::UndecodableObject;
 pub use transport::{Client, ClientMetrics, LatencyHistogram, MetricsSnapshot, ThrottleDecision};
+pub use undecodable::UndecodableObject;
 pub use watch::{Bookmark, WatchDecoder, WatchEvent, WatchStream};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;

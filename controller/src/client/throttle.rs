@@ -32,23 +32,23 @@
 //!   the `rest_client_rate_limiter_enabled` gauge and on `/readyz?verbose`. With the throttle
 //!   off no wait is recorded in `rest_client_rate_limiter_duration_seconds` (client-go records
 //!   none without a limiter either); `429` + `Retry-After` keeps being honoured (below).
-//! * **Fair waiting.** Like client-go's limiter (`golang.org/x/time/rate`'s `Wait`), a request
-//!   first *reserves* a token, which fixes its slot at once, and then sleeps until that slot.
-//!   Waiters are therefore served in the order they arrived, one every `1/qps` after the burst,
-//!   and a task hammering the client in a loop cannot overtake a request that queued before its
-//!   next call. A request abandoned while it waits (its future dropped, say by a timeout)
-//!   cancels its reservation: its token goes back unless later reservations are already queued
-//!   behind it, in which case they keep their slots and the abandoned slot passes unused, as
-//!   x/time/rate does on context cancellation. The first wait happens before the request
+//! * **Fair waiting.** Like client-go's limiter (`golang.org/x/time/rate`'s `Wait`), requests
+//!   are served in the order they arrived, one every `1/qps` after the burst, and a task
+//!   hammering the client in a loop cannot overtake a request that queued before its next call.
+//!   The bucket is [`governor`]'s GCRA limiter; waiters queue on a fair lock in front of it (see
+//!   [`Throttle`]). A request abandoned while it waits (its future dropped, say by a timeout)
+//!   has taken no token and leaves the queue; the next one takes its turn. The first wait happens before the request
 //!   timeout starts (client-go's order), so a long queue does not turn into timeouts of requests
 //!   that were never sent. The bucket runs on `tokio::time`, so tests with a paused clock see
 //!   exact schedules.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
-use apimachinery::token_bucket::TokenBucket;
+use governor::clock::Clock as _;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 use http::Response;
-use std::sync::Mutex;
 
 /// The response headers API Priority and Fairness sets on every request it classifies
 /// (`k8s.io/api/flowcontrol/v1` `ResponseHeaderMatchedFlowSchemaUID` /
@@ -130,31 +130,31 @@ impl ThrottleDecision {
 /// The client-side token bucket: `burst` requests at once, then `qps` per second, handed out in
 /// arrival order.
 ///
-/// This is client-go's `flowcontrol.NewTokenBucketRateLimiter`, which is a
-/// `golang.org/x/time/rate.Limiter`; the arithmetic is the workspace's one x/time/rate bucket,
-/// [`apimachinery::token_bucket::TokenBucket`], behind a lock:
+/// This is client-go's `flowcontrol.NewTokenBucketRateLimiter` (a `golang.org/x/time/rate`
+/// limiter) on [`governor`]'s GCRA limiter, which is the same bucket in other words: `burst`
+/// cells at once, then one every `1/qps`.
 ///
 /// * The bucket starts full (`burst` tokens) and refills continuously at `qps` tokens a second,
 ///   never above `burst`.
-/// * [`Throttle::reserve`] always takes a token *now*, even one that only exists in the future:
-///   the [`Reservation`] records when its token will exist (its *time to act*). The next
-///   caller's token is one `1/qps` later still. Each caller's slot is therefore fixed the moment
-///   it arrives, and a caller that arrives later can never be served before one that arrived
-///   earlier, however often it asks (x/time/rate's `Wait` does the same: reserve, then sleep
-///   until the slot).
-/// * Dropping a [`Reservation`] before its time to act cancels it (x/time/rate's
-///   `Reservation.Cancel`, which `Wait` calls when its context is cancelled): the token goes back
-///   into the bucket unless later reservations were already stacked on top of it. In that case
-///   their slots stay where they are, so the cancelled slot simply passes unused. Either way
-///   nothing is lost for good: the bucket is a function of time and refills to `burst` once no
-///   one is waiting.
+/// * **Arrival order.** Waiters queue on a fair (FIFO) lock; the one at the head asks the
+///   limiter, sleeps until the instant governor names when there is no token yet, and takes it.
+///   So callers are served in the order they arrived, one every `1/qps` after the burst, and a
+///   task calling in a tight loop cannot overtake a caller that queued before its next call
+///   (x/time/rate gets the same order by reserving future tokens in `Wait`; governor answers
+///   "not until T" instead, and the queue keeps the order).
+/// * **Abandoned waits.** A caller dropped while it waits (a timeout) had not taken a token: it
+///   leaves the queue, and the next caller in line takes its place and its slot. Nothing is
+///   lost.
 ///
-/// Times come from `tokio::time`, so a test with a paused clock sees exact schedules. Rates
-/// below one request a day are raised to one a day.
+/// Times come from `tokio::time` ([`TokioClock`]), so a test with a paused clock sees exact
+/// schedules. Rates below one request a day are raised to one a day; a burst of 0 counts as 1.
 pub struct Throttle {
     pub(super) qps: f64,
     pub(super) burst: f64,
-    state: Mutex<TokenBucket>,
+    limiter: RateLimiter<NotKeyed, InMemoryState, TokioClock>,
+    clock: TokioClock,
+    /// Waiters, in arrival order (tokio's mutex is fair: FIFO).
+    queue: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Throttle {
@@ -166,6 +166,20 @@ impl std::fmt::Debug for Throttle {
     }
 }
 
+/// The slowest rate a limiter is given: one a day (a smaller one is raised to it).
+const MIN_RATE: f64 = 1.0 / 86_400.0;
+
+/// governor's quota for `qps` a second with `burst` at once (see [`Throttle`] for the bounds).
+pub fn quota(qps: f64, burst: u32) -> Quota {
+    let rate = qps.max(MIN_RATE);
+    let period = Duration::from_secs_f64(1.0 / rate).max(Duration::from_nanos(1));
+    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+    // A period of at least 1 ns is never zero, which is all `with_period` refuses.
+    Quota::with_period(period)
+        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MAX))
+        .allow_burst(burst)
+}
+
 impl Throttle {
     /// `None` when `qps` is not a positive number (throttling disabled). A `burst` of 0 is
     /// treated as 1; rates below one request a day are treated as one a day.
@@ -173,91 +187,56 @@ impl Throttle {
         if !(qps.is_finite() && qps > 0.0) {
             return None;
         }
-        let bucket = TokenBucket::new(f64::from(qps), burst, tokio::time::Instant::now());
+        let clock = TokioClock::default();
+        let rate = f64::from(qps).max(MIN_RATE);
         Some(Throttle {
-            qps: bucket.rate(),
-            burst: bucket.burst(),
-            state: Mutex::new(bucket),
+            qps: rate,
+            burst: f64::from(burst.max(1)),
+            limiter: RateLimiter::direct_with_clock(quota(rate, burst), clock.clone()),
+            clock,
+            queue: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// Takes one token, possibly one that only exists in the future, and returns the
-    /// reservation saying when it may be used. Dropping the reservation before then gives the
-    /// token back where possible (see the type's documentation).
-    pub fn reserve(&self) -> Reservation<'_> {
-        let time_to_act = lock_bucket(&self.state).reserve(tokio::time::Instant::now());
-        Reservation {
-            throttle: self,
-            time_to_act,
-            acted: false,
-        }
-    }
-
-    /// Waits for a token (reserve, then sleep until the reserved slot); returns how long it
-    /// waited. Dropping the future while it waits cancels the reservation.
+    /// Waits for a token, behind every caller that arrived earlier; returns how long it waited.
+    /// Dropping the future while it waits leaves the queue without taking a token.
     pub async fn acquire(&self) -> Duration {
         let started = tokio::time::Instant::now();
-        self.reserve().wait().await;
-        started.elapsed()
-    }
-
-    /// x/time/rate's `Reservation.CancelAt`.
-    fn cancel(&self, time_to_act: tokio::time::Instant, now: tokio::time::Instant) {
-        lock_bucket(&self.state).cancel(time_to_act, now);
-    }
-}
-
-fn lock_bucket(m: &Mutex<TokenBucket>) -> std::sync::MutexGuard<'_, TokenBucket> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// One token taken from a [`Throttle`], usable from [`Reservation::time_to_act`] on.
-///
-/// Dropped before [`Reservation::wait`] completes, it is cancelled (the token is returned when
-/// no later reservation depends on it).
-#[must_use = "dropping a reservation cancels it"]
-pub struct Reservation<'a> {
-    throttle: &'a Throttle,
-    time_to_act: tokio::time::Instant,
-    acted: bool,
-}
-
-impl std::fmt::Debug for Reservation<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reservation")
-            .field("time_to_act", &self.time_to_act)
-            .field("acted", &self.acted)
-            .finish()
-    }
-}
-
-impl Reservation<'_> {
-    /// When the reserved token exists.
-    pub fn time_to_act(&self) -> tokio::time::Instant {
-        self.time_to_act
-    }
-
-    /// How long from now until [`Reservation::time_to_act`] (zero if it has passed).
-    pub fn delay(&self) -> Duration {
-        self.time_to_act
-            .saturating_duration_since(tokio::time::Instant::now())
-    }
-
-    /// Sleeps until the reserved slot and uses the token.
-    pub async fn wait(mut self) {
-        if self.time_to_act > tokio::time::Instant::now() {
-            tokio::time::sleep_until(self.time_to_act).await;
+        let _turn = self.queue.lock().await;
+        loop {
+            match self.limiter.check() {
+                Ok(()) => return started.elapsed(),
+                Err(not_until) => {
+                    tokio::time::sleep(not_until.wait_time_from(self.clock.now())).await;
+                }
+            }
         }
-        self.acted = true;
     }
 }
 
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if !self.acted {
-            self.throttle
-                .cancel(self.time_to_act, tokio::time::Instant::now());
+/// governor's clock on `tokio::time`: an instant is the time since the clock was made, so a
+/// paused tokio clock (tests) drives the limiters, and a real one drives them as the monotonic
+/// clock does.
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    epoch: tokio::time::Instant,
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        TokioClock {
+            epoch: tokio::time::Instant::now(),
         }
+    }
+}
+
+impl governor::clock::Clock for TokioClock {
+    type Instant = governor::nanos::Nanos;
+
+    fn now(&self) -> governor::nanos::Nanos {
+        tokio::time::Instant::now()
+            .saturating_duration_since(self.epoch)
+            .into()
     }
 }
 
@@ -290,9 +269,8 @@ mod tests {
         assert!(Throttle::new(f32::INFINITY, 10).is_none());
         // Burst 0 acts as 1; a rate below one a day acts as one a day (no overflow).
         let slow = Throttle::new(f32::MIN_POSITIVE, 0).unwrap();
-        assert!(slow.reserve().delay().is_zero());
-        let _first = slow.reserve();
-        assert_eq!(slow.reserve().delay(), Duration::from_secs(86_400));
+        assert!(slow.acquire().await.is_zero());
+        assert_eq!(slow.acquire().await, Duration::from_secs(86_400));
     }
 
     /// burst 10, 5 qps (client-go's defaults), 30 callers queued one after another: the first
@@ -366,33 +344,35 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_abandoned_wait_does_not_keep_its_slot() {
-        let t = Throttle::new(5.0, 10).unwrap();
+        let t = Arc::new(Throttle::new(5.0, 10).unwrap());
         let start = tokio::time::Instant::now();
-        let at = |r: &Reservation<'_>| ms(r.time_to_act() - start);
         for _ in 0..10 {
             assert!(t.acquire().await.is_zero());
         }
 
-        // The newest reservation, abandoned (here by a timeout), gives its token back: the next
-        // caller gets the 200 ms slot instead of 400 ms.
+        // A wait abandoned (here by a timeout) took no token: the next caller gets the 200 ms
+        // slot.
         let abandoned = tokio::time::timeout(Duration::from_millis(100), t.acquire()).await;
         assert!(abandoned.is_err());
         assert_eq!(ms(t.acquire().await), 100);
         assert_eq!(ms(start.elapsed()), 200);
 
-        // A reservation with others queued behind it cannot give its token back without letting
-        // a newcomer jump the queue: the others keep their slots and its slot passes unused.
-        let c = t.reserve();
-        let d = t.reserve();
-        let e = t.reserve();
-        assert_eq!((at(&c), at(&d), at(&e)), (400, 600, 800));
-        drop(d);
-        let f = t.reserve();
-        assert_eq!((at(&e), at(&f)), (800, 1000));
-        c.wait().await;
-        e.wait().await;
-        f.wait().await;
-        assert_eq!(ms(start.elapsed()), 1000);
+        // Three callers queue; the second gives up: the third takes its turn and its slot.
+        let admitted = Arc::new(StdMutex::new(Vec::new()));
+        let mut callers = Vec::new();
+        for name in ["c", "d", "e"] {
+            let (t, admitted) = (t.clone(), admitted.clone());
+            callers.push(tokio::spawn(async move {
+                t.acquire().await;
+                admitted.lock().unwrap().push((name, ms(start.elapsed())));
+            }));
+            tokio::task::yield_now().await;
+        }
+        callers[1].abort();
+        for c in callers {
+            let _ = c.await;
+        }
+        assert_eq!(*admitted.lock().unwrap(), [("c", 400), ("e", 600)]);
 
         // Nothing is lost for good: once the queue has drained and the bucket refilled
         // (burst / qps = 2 s), the full burst is there again.

@@ -67,7 +67,7 @@ pub use super::connect::{Connector, rustls_client_config};
 pub use super::request_metrics::{
     ClientMetrics, LATENCY_BUCKETS, LatencyHistogram, MetricsSnapshot,
 };
-pub use super::throttle::{FLOW_CONTROL_HEADERS, Reservation, Throttle, ThrottleDecision};
+pub use super::throttle::{FLOW_CONTROL_HEADERS, Throttle, ThrottleDecision, TokioClock};
 
 /// A handle to one API server: cheap to clone (an `Arc` inside), safe to share between tasks.
 #[derive(Clone)]

@@ -292,9 +292,26 @@ impl AtController {
 }
 
 impl AtController {
+    /// Records the planned events on the At.
+    fn record_events(&self, at: &At, events: Vec<PlannedEvent>) {
+        for event in events {
+            let type_ = match event.type_ {
+                PlannedEventType::Normal => EventType::Normal,
+                PlannedEventType::Warning => EventType::Warning,
+            };
+            self.recorder.event(at, type_, event.reason, &event.message);
+        }
+    }
+
     /// Writes `status` to the At through `/status` and remembers what the server stored (see
-    /// [`WrittenStatuses`]). `Ok(false)`: the At was deleted meanwhile, nothing more to do.
-    async fn write_status(&self, key: &str, at: &At, status: AtStatus) -> Result<bool, SyncError> {
+    /// [`WrittenStatuses`]); returns the stored At. `Ok(None)`: the At was deleted meanwhile,
+    /// nothing more to do.
+    async fn write_status(
+        &self,
+        key: &str,
+        at: &At,
+        status: AtStatus,
+    ) -> Result<Option<At>, SyncError> {
         let mut updated = at.clone();
         let old_phase = updated.phase();
         updated.status = Some(status);
@@ -306,13 +323,13 @@ impl AtController {
                 if phase != old_phase {
                     tracing::info!(key, from = %old_phase, to = %phase, "phase changed");
                 }
-                self.written.record(key, stored);
-                Ok(true)
+                self.written.record(key, &stored);
+                Ok(Some(stored))
             }
             Err(source) if source.is_not_found() => {
                 tracing::debug!(key, "At deleted while syncing");
                 self.written.forget(key);
-                Ok(false)
+                Ok(None)
             }
             Err(source) => {
                 // A conflict means our copy was stale; drop what we remembered, the informer
@@ -382,10 +399,14 @@ impl SyncHandler for AtController {
         // The status first, then the pod: a due At is written RUNNING before its pod is
         // created (the book's order), so a watcher sees RUNNING before DONE however fast the
         // command ends. See `Decision::create_pod` for why a crash in between is safe.
-        if let Some(status) = plan.status.take()
-            && !self.write_status(key, &at, status).await?
-        {
-            return Ok(None);
+        let mut stored = None;
+        if let Some(status) = plan.status.take() {
+            match self.write_status(key, &at, status).await? {
+                Some(s) => stored = Some(s),
+                None => return Ok(None),
+            }
+            // The events of the transition just written, whatever the create does next.
+            self.record_events(&at, std::mem::take(&mut plan.events));
         }
 
         if let Some(new_pod) = plan.create_pod.take() {
@@ -419,11 +440,12 @@ impl SyncHandler for AtController {
                         pod: pod_name.clone(),
                         source,
                     })?;
-                    let now_at = self.written.effective(key, Arc::clone(&at));
+                    // The At as just written (the cache may not show it yet).
+                    let now_at = stored.unwrap_or_else(|| at.as_ref().clone());
                     let mut again =
                         self::plan(&now_at, PodState::Present(&existing), self.clock.now());
                     if let Some(status) = again.status.take()
-                        && !self.write_status(key, &now_at, status).await?
+                        && self.write_status(key, &now_at, status).await?.is_none()
                     {
                         return Ok(None);
                     }
@@ -476,14 +498,7 @@ impl SyncHandler for AtController {
             }
         }
 
-        for event in &plan.events {
-            let type_ = match event.type_ {
-                PlannedEventType::Normal => EventType::Normal,
-                PlannedEventType::Warning => EventType::Warning,
-            };
-            self.recorder
-                .event(at.as_ref(), type_, event.reason, &event.message);
-        }
+        self.record_events(&at, std::mem::take(&mut plan.events));
         Ok(plan.requeue_after)
     }
 
@@ -555,16 +570,20 @@ impl WrittenStatuses {
 
     /// Remembers the object the server returned from a status write (a `DONE` status slimmed
     /// as the cache slims it: [`slim_done_status`]).
-    pub fn record(&self, key: &str, stored: At) {
-        let mut status = stored.status;
+    pub fn record(&self, key: &str, stored: &At) {
+        let mut status = stored.status.clone();
         if let Some(s) = status.as_mut() {
             slim_done_status(s);
         }
         self.lock().insert(
             key.into(),
             Written {
-                uid: stored.metadata.uid.map(UidString::from),
-                resource_version: stored.metadata.resource_version.map(SmallString::from),
+                uid: stored.metadata.uid.as_deref().map(UidString::from),
+                resource_version: stored
+                    .metadata
+                    .resource_version
+                    .as_deref()
+                    .map(SmallString::from),
                 generation: stored.metadata.generation,
                 status: status.map(Box::new),
             },
@@ -1055,6 +1074,15 @@ impl<'a> Decision<'a> {
     /// `Started` event that says so.
     fn create_pod(mut self) -> Plan {
         self.out.create_pod = Some(Box::new(new_pod(self.at)));
+        // A pod of that name that is not ours was found before (our pod cache does not show
+        // it): try the create again quietly. It answers 409 and the sync looks at the pod once
+        // more; the status keeps saying `ErrResourceExists` instead of flapping between
+        // "created" and "exists" (each write would cause another sync).
+        if self.phase == AtPhase::Running
+            && ready_reason(&self.current) == Some(reason::ERR_RESOURCE_EXISTS)
+        {
+            return self.out;
+        }
         let was_pending = self.phase == AtPhase::Pending;
         self.enter_running();
         self.set_created_message();
@@ -1345,6 +1373,15 @@ fn set_running_condition(
     );
 }
 
+/// The reason of the `Ready` condition, if any.
+fn ready_reason(status: &AtStatus) -> Option<&str> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_READY)
+        .map(|c| c.reason.as_str())
+}
+
 fn started_event(pod_name: &str, command: &str) -> PlannedEvent {
     PlannedEvent {
         type_: PlannedEventType::Normal,
@@ -1509,12 +1546,20 @@ mod tests {
         assert_eq!(plan(&running, PodState::Expected, ts(NOW)), Plan::default());
         // Seen, still pending: nothing new.
         let seen = pod_of(&a, "Pending", None);
-        let p = plan(&running, PodState::Present(&seen), ts("2030-06-01T12:00:03Z"));
+        let p = plan(
+            &running,
+            PodState::Present(&seen),
+            ts("2030-06-01T12:00:03Z"),
+        );
         assert_eq!(p, Plan::default());
 
         // Finished: DONE from RUNNING, Completed; the start time stays.
         let finished = pod_of(&a, "Succeeded", Some(0));
-        let p = plan(&running, PodState::Present(&finished), ts("2030-06-01T12:00:03Z"));
+        let p = plan(
+            &running,
+            PodState::Present(&finished),
+            ts("2030-06-01T12:00:03Z"),
+        );
         let st = p.status.unwrap();
         assert_eq!(st.phase, Some(AtPhase::Done));
         assert_eq!(st.result, Some(AtResult::Succeeded));
@@ -1994,7 +2039,7 @@ mod tests {
             }],
             ..AtStatus::default()
         });
-        written.record("cnat/example-at", stored.clone());
+        written.record("cnat/example-at", &stored);
         let cached = Arc::new(at("2030-06-01T11:00:00Z", "true", None));
         let eff = written.effective("cnat/example-at", cached);
         let mut slim = stored.status.clone().expect("a status");
@@ -2013,7 +2058,7 @@ mod tests {
             phase: Some(AtPhase::Running),
             ..AtStatus::default()
         });
-        written.record("cnat/example-at", stored.clone());
+        written.record("cnat/example-at", &stored);
         // An update that is still behind our write (another field, same old version) keeps it.
         written.settle("cnat/example-at", &AtSummary::from_at(&cached));
         assert_eq!(written.len(), 1);
@@ -2041,7 +2086,7 @@ mod tests {
             phase: Some(AtPhase::Done),
             ..AtStatus::default()
         });
-        written.record("cnat/example-at", stored.clone());
+        written.record("cnat/example-at", &stored);
 
         // The cache still shows the older (PENDING, rv 7) object: act on what was written.
         let eff = written.effective("cnat/example-at", Arc::clone(&cached));
@@ -2059,7 +2104,7 @@ mod tests {
         let mut pending = cached.as_ref().clone();
         pending.metadata.resource_version = Some("8".into());
         pending.status = plan(&cached, PodState::Absent, ts(NOW)).status;
-        written_pending.record("cnat/example-at", pending.clone());
+        written_pending.record("cnat/example-at", &pending);
         let eff = written_pending.effective("cnat/example-at", Arc::clone(&cached));
         assert_eq!(eff.metadata.resource_version.as_deref(), Some("8"));
         // A spec change after the write (a later generation) means the cache is newer.
@@ -2082,7 +2127,7 @@ mod tests {
         assert!(written.is_empty(), "the stale record was dropped");
 
         // Caught up: the cache is used again and the record dropped.
-        written.record("cnat/example-at", stored.clone());
+        written.record("cnat/example-at", &stored);
         let caught_up = Arc::new(stored.clone());
         assert!(Arc::ptr_eq(
             &written.effective("cnat/example-at", Arc::clone(&caught_up)),

@@ -413,8 +413,8 @@ impl Manager {
     ) -> SharedInformerFactory<ClientSource> {
         let cfg = &self.config;
         let recorder = broadcaster.new_recorder(UNDECODABLE_EVENT_SOURCE);
-        let on_undecodable: crate::cache::reflector::UndecodableHandler =
-            Arc::new(move |_informer: &str, u: &client::UndecodableObject| {
+        let on_undecodable: crate::cache::reflector::UndecodableHandler = Arc::new(
+            move |_informer: &str, u: &client::UndecodableObject| {
                 let reference = k8s_openapi::api::core::v1::ObjectReference {
                     kind: Some(u.kind.clone()),
                     api_version: u.api_version.clone(),
@@ -435,7 +435,8 @@ impl Manager {
                         u.error
                     ),
                 );
-            });
+            },
+        );
         let mut factory =
             SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period)
                 .with_watch_health(health.clone())

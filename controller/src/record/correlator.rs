@@ -28,9 +28,10 @@
 //! 3. **Spam filter.** One token bucket per *object* (source, involved object and type; reason
 //!    and message do not matter): burst [`CorrelatorOptions::spam_burst`] (25), refilled at
 //!    [`CorrelatorOptions::spam_qps`] (one token per 300 s). No token: the event is skipped.
-//!    The bucket is the workspace's x/time/rate bucket
-//!    ([`apimachinery::token_bucket::TokenBucket::allow`], client-go uses a
-//!    `flowcontrol.TokenBucketPassiveRateLimiter`, the same thing); a burst below 1 counts as 1.
+//!    The bucket is a [`governor`] GCRA limiter per object, kept in an LRU of
+//!    [`CorrelatorOptions::lru_size`] entries (client-go's `EventSourceObjectSpamFilter` keeps a
+//!    `flowcontrol.TokenBucketPassiveRateLimiter` per object in an LRU of the same size: the same
+//!    bucket); a burst below 1 counts as 1.
 //!    Step 2 has already raised the remembered count, so the next PATCH that does get through
 //!    carries the skipped occurrences in its count; nothing is lost but the API traffic.
 //!
@@ -54,7 +55,6 @@
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
-use apimachinery::token_bucket::TokenBucket;
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
@@ -110,8 +110,17 @@ pub struct EventCorrelator {
     options: CorrelatorOptions,
     aggregates: Lru<AggregateRecord>,
     observations: Lru<Observation>,
-    spam: Lru<TokenBucket>,
+    spam: Lru<SpamLimiter>,
+    /// The quota of each object's spam limiter.
+    spam_quota: governor::Quota,
 }
+
+/// One object's spam bucket: a [`governor`] GCRA limiter on tokio's clock.
+type SpamLimiter = governor::RateLimiter<
+    governor::state::NotKeyed,
+    governor::state::InMemoryState,
+    crate::client::throttle::TokioClock,
+>;
 
 #[derive(Clone, Debug)]
 struct AggregateRecord {
@@ -136,11 +145,13 @@ impl EventCorrelator {
     /// A correlator with the given numbers.
     pub fn new(options: CorrelatorOptions) -> Self {
         let size = options.lru_size.max(1);
+        let spam_quota = crate::client::throttle::quota(options.spam_qps, options.spam_burst);
         EventCorrelator {
             options,
             aggregates: Lru::new(size),
             observations: Lru::new(size),
             spam: Lru::new(size),
+            spam_quota,
         }
     }
 
@@ -247,13 +258,16 @@ impl EventCorrelator {
     }
 
     fn spam_allows(&mut self, event: &Event) -> bool {
-        let now = Instant::now();
         let key = spam_key(event);
-        let mut bucket = self.spam.get(&key).cloned().unwrap_or_else(|| {
-            TokenBucket::new(self.options.spam_qps, self.options.spam_burst, now)
-        });
-        let allowed = bucket.allow(now);
-        self.spam.put(key, bucket);
+        if let Some(limiter) = self.spam.get(&key) {
+            return limiter.check().is_ok();
+        }
+        let limiter = SpamLimiter::direct_with_clock(
+            self.spam_quota,
+            crate::client::throttle::TokioClock::default(),
+        );
+        let allowed = limiter.check().is_ok();
+        self.spam.put(key, limiter);
         allowed
     }
 }

@@ -24,9 +24,12 @@
 //! client-go's bucket calls `rate.Limiter.Reserve().Delay()`: every call takes a token, even one
 //! that will only exist in the future (the bucket goes into debt), and returns how long until that
 //! token exists. With burst 100 and 10 qps the first 100 calls wait 0, the 101st waits 100 ms,
-//! the 102nd 200 ms, and so on. [`BucketRateLimiter`] is the workspace's one x/time/rate bucket
-//! ([`apimachinery::token_bucket::TokenBucket`], shared with the client throttle and the event
-//! spam filter). The clock is Tokio's, so a paused test clock drives it too.
+//! the 102nd 200 ms, and so on. [`BucketRateLimiter`] is the workspace's x/time/rate bucket
+//! ([`apimachinery::token_bucket::TokenBucket`]). The client throttle and the event spam filter
+//! run on `governor` instead; governor has no `Reserve`: it answers "not until T" without
+//! taking the token, so 100 items failing at once would all get the same delay rather than
+//! one period apart, which is the point of this bucket. The clock is Tokio's, so a paused test
+//! clock drives it too.
 //!
 //! ## Memory
 //!

@@ -375,7 +375,10 @@ mod tests {
 
     #[test]
     fn a_spec_without_a_command_decodes_with_an_empty_one() {
-        let at: At = serde_json::from_value(serde_json::json!({"spec": {"schedule": "2019-04-12T10:12:00Z"}})).unwrap();
+        let at: At = serde_json::from_value(
+            serde_json::json!({"spec": {"schedule": "2019-04-12T10:12:00Z"}}),
+        )
+        .unwrap();
         assert_eq!(at.spec.run.command, "");
         assert_eq!(at.spec.command_field(), "spec.run.command");
     }
