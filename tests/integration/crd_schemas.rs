@@ -33,9 +33,19 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The custom object of a YAML file. An example may create its namespace first (the TDSet's,
+/// `temp`): documents of kind `Namespace` are skipped, and exactly one document must remain.
 fn read_yaml(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| {
+            serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .filter(|d: &Value| !d.is_null() && d["kind"] != "Namespace")
+        .collect();
+    let [doc] = <[Value; 1]>::try_from(docs)
+        .unwrap_or_else(|d| panic!("{}: {} objects besides namespaces", path.display(), d.len()));
+    doc
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
@@ -285,7 +295,10 @@ fn statuses_the_controllers_write_pass_the_schemas() {
     ))
     .unwrap();
     r.status = Some(RedisClusterStatus {
-        nodes: vec!["example-redis-0".into(), "example-redis-1".into()],
+        nodes: vec![
+            "example-rediscluster-0".into(),
+            "example-rediscluster-1".into(),
+        ],
         ready_replicas: 2,
         conditions: vec![condition()],
     });

@@ -82,7 +82,7 @@ async fn myapp_creates_scales_and_corrects_drift() {
         "web",
         serde_json::json!({
             "metadata": {"labels": {"team": "blue"}},
-            "spec": {"replicas": 9, "template": {"spec": {"containers": [{"name": "app", "image": "evil:1"}]}}}
+            "spec": {"replicas": 9, "template": {"spec": {"containers": [{"name": "myapp", "image": "evil:1"}]}}}
         }),
     )
     .await;
@@ -267,7 +267,7 @@ async fn foo_never_adopts_a_deployment_it_does_not_own_and_does_not_retry_the_co
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failing_sync_records_a_reconcile_error_warning_and_recovers() {
+async fn a_failing_sync_records_a_reconciliation_failed_warning_and_recovers() {
     let _ticker = Ticker::start();
     let (server, client) = operator_server().await;
     // The first two Deployment creations fail with a 500 (no Retry-After: not retried by the
@@ -299,7 +299,7 @@ async fn a_failing_sync_records_a_reconcile_error_warning_and_recovers() {
     let warning = wait_for_event(
         &client,
         "flaky",
-        sample_controller::controllers::REASON_RECONCILE_ERROR,
+        sample_controller::controllers::REASON_RECONCILIATION_FAILED,
     )
     .await;
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
