@@ -157,12 +157,15 @@ fn the_books_example_is_unchanged() {
     assert!(at.status.is_none());
 }
 
+/// The TDSet article's example (seed 001), field for field.
 #[test]
 fn tdset_hello_world_has_the_five_windows() {
     let t: TDSet = serde_json::from_value(read_yaml(
         &repo().join("artifacts/examples/tdset-hello-world.yaml"),
     ))
     .unwrap();
+    assert_eq!(t.metadata.name.as_deref(), Some("tdset-hello-world"));
+    assert_eq!(t.metadata.namespace.as_deref(), Some("temp"));
     let windows: Vec<(i32, i32, i32)> = t
         .spec
         .scheduling_config
@@ -176,8 +179,9 @@ fn tdset_hello_world_has_the_five_windows() {
     assert_eq!(t.spec.default_replica, 3);
     assert_eq!(
         (t.spec.container.image.as_str(), t.spec.container.port),
-        ("nginx", 80)
+        ("crccheck/hello-world", 8000)
     );
+    assert_eq!((t.spec.service, t.spec.time_zone), (None, None));
 }
 
 /// Each invalid example and the field its rejection must point at. Only `spec` problems: on
