@@ -313,3 +313,103 @@ async fn a_failing_sync_records_a_reconciliation_failed_warning_and_recovers() {
     manager.stop().await.unwrap();
     server.shutdown().await;
 }
+
+/// A Deployment made by an earlier version of the MyApp operator (selector and pod labels
+/// `app.kubernetes.io/*`, one container `app` without ports) is brought to the track's shape
+/// in place: its selector stays (the API server refuses to change it), its pods gain
+/// `app` and `version`, and its container is renamed `myapp` with port 8080 `http`, not
+/// joined by a second one.
+#[tokio::test(start_paused = true)]
+async fn myapp_brings_a_deployment_of_an_earlier_version_to_the_track_s_shape() {
+    use k8s_openapi::api::apps::v1::DeploymentSpec;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use sample_controller::controllers::owned::{dependent_metadata, standard_labels};
+
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    let app = api::<MyApp>(&client)
+        .create(
+            &PostParams::default(),
+            &MyApp {
+                metadata: meta("web"),
+                spec: MyAppSpec {
+                    replicas: 2,
+                    image: "nginx:1.27".into(),
+                },
+                status: None,
+            },
+        )
+        .await
+        .unwrap();
+    let old_labels = standard_labels("myapp", "web", myapp::CONTROLLER_NAME);
+    let legacy = Deployment {
+        metadata: dependent_metadata(&app, "web", old_labels.clone()).unwrap(),
+        spec: Some(DeploymentSpec {
+            replicas: Some(2),
+            selector: LabelSelector {
+                match_labels: Some(old_labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(old_labels.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: myapp::LEGACY_CONTAINER_NAME.into(),
+                        image: Some("nginx:1.27".into()),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    };
+    api::<Deployment>(&client)
+        .create(&PostParams::default(), &legacy)
+        .await
+        .unwrap();
+
+    let manager = start_manager(
+        &manager_client(&server),
+        config_for(&["myapp"]),
+        Clock::new(),
+    )
+    .await;
+    let container_names = |d: &Deployment| -> Vec<String> {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map_or_else(Vec::new, |p| {
+                p.containers.iter().map(|c| c.name.clone()).collect()
+            })
+    };
+    wait_until("the container renamed", || async {
+        deployment(&client, "web")
+            .await
+            .is_some_and(|d| container_names(&d) == [myapp::CONTAINER_NAME])
+    })
+    .await;
+    wait_for_event(&client, "web", myapp::reason::DRIFT_CORRECTED).await;
+    let d = deployment(&client, "web").await.unwrap();
+    let spec = d.spec.unwrap();
+    assert_eq!(spec.selector.match_labels, Some(old_labels.clone()));
+    let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+    for (k, v) in old_labels.iter().chain(&myapp::app_labels("web")) {
+        assert_eq!(pod_labels.get(k), Some(v), "{pod_labels:?}");
+    }
+    let c = &spec.template.spec.unwrap().containers[0];
+    assert_eq!(c.image.as_deref(), Some("nginx:1.27"));
+    let port = &c.ports.as_ref().unwrap()[0];
+    assert_eq!(
+        (port.container_port, port.name.as_deref()),
+        (8080, Some("http"))
+    );
+
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
