@@ -314,7 +314,7 @@ async fn rediscluster_story(
     deadline: Instant,
 ) -> Result<(), DemoError> {
     let cluster = RedisCluster {
-        metadata: meta("example-redis"),
+        metadata: meta("example-rediscluster"),
         spec: RedisClusterSpec {
             size: 3,
             image: None,
@@ -325,30 +325,35 @@ async fn rediscluster_story(
     clusters
         .create(&PostParams::default(), &cluster)
         .await
-        .map_err(api_err("creating RedisCluster example-redis"))?;
-    say(started, "created rediscluster/example-redis with size 3");
+        .map_err(api_err("creating RedisCluster example-rediscluster"))?;
+    say(
+        started,
+        "created rediscluster/example-rediscluster with size 3",
+    );
     for size in [3usize, 5, 2] {
         if size != 3 {
             clusters
                 .patch(
-                    "example-redis",
+                    "example-rediscluster",
                     &PatchParams::default(),
                     &Patch::Merge(json!({"spec": {"size": size}})),
                 )
                 .await
-                .map_err(api_err("resizing RedisCluster example-redis"))?;
+                .map_err(api_err("resizing RedisCluster example-rediscluster"))?;
             say(
                 started,
-                &format!("resized rediscluster/example-redis to {size}"),
+                &format!("resized rediscluster/example-rediscluster to {size}"),
             );
         }
-        let want: Vec<String> = (0..size).map(|i| format!("example-redis-{i}")).collect();
+        let want: Vec<String> = (0..size)
+            .map(|i| format!("example-rediscluster-{i}"))
+            .collect();
         let clusters2 = clusters.clone();
         let want2 = want.clone();
         wait_for(&format!("{size} ready Redis nodes"), deadline, move || {
             let (clusters, want) = (clusters2.clone(), want2.clone());
             async move {
-                let c = clusters.get("example-redis").await?;
+                let c = clusters.get("example-rediscluster").await?;
                 Ok(c.status.is_some_and(|s| s.nodes == want))
             }
         })
@@ -356,28 +361,28 @@ async fn rediscluster_story(
         say(
             started,
             &format!(
-                "rediscluster/example-redis status.nodes = {}",
+                "rediscluster/example-rediscluster status.nodes = {}",
                 want.join(", ")
             ),
         );
     }
     clusters
-        .delete("example-redis", &DeleteParams::default())
+        .delete("example-rediscluster", &DeleteParams::default())
         .await
-        .map_err(api_err("deleting RedisCluster example-redis"))?;
+        .map_err(api_err("deleting RedisCluster example-rediscluster"))?;
     say(
         started,
-        "deleted rediscluster/example-redis: the finalizer runs the cleanup first",
+        "deleted rediscluster/example-rediscluster: the finalizer runs the cleanup first",
     );
     let clusters2 = clusters.clone();
-    wait_for("example-redis to be gone", deadline, move || {
+    wait_for("example-rediscluster to be gone", deadline, move || {
         let clusters = clusters2.clone();
-        async move { Ok(clusters.get_opt("example-redis").await?.is_none()) }
+        async move { Ok(clusters.get_opt("example-rediscluster").await?.is_none()) }
     })
     .await?;
     say(
         started,
-        "rediscluster/example-redis is gone, with its StatefulSet, Service and pods",
+        "rediscluster/example-rediscluster is gone, with its StatefulSet, Service and pods",
     );
     Ok(())
 }

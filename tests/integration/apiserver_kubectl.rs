@@ -323,7 +323,7 @@ async fn kubectl_scale_works_on_the_custom_resources_with_a_replica_count() {
     for (file, resource, path, from) in [
         (
             "rediscluster.yaml",
-            "rediscluster/example-redis",
+            "rediscluster/example-rediscluster",
             "{.spec.size}",
             "3",
         ),

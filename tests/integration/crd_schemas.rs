@@ -33,9 +33,19 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The custom object of a YAML file. An example may create its namespace first (the TDSet's,
+/// `temp`): documents of kind `Namespace` are skipped, and exactly one document must remain.
 fn read_yaml(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let docs: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| {
+            serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        })
+        .filter(|d: &Value| !d.is_null() && d["kind"] != "Namespace")
+        .collect();
+    let [doc] = <[Value; 1]>::try_from(docs)
+        .unwrap_or_else(|d| panic!("{}: {} objects besides namespaces", path.display(), d.len()));
+    doc
 }
 
 fn yaml_files(dir: &Path) -> Vec<PathBuf> {
@@ -158,12 +168,15 @@ fn the_books_example_is_unchanged() {
     assert!(at.status.is_none());
 }
 
+/// The TDSet article's example (seed 001), field for field.
 #[test]
 fn tdset_hello_world_has_the_five_windows() {
     let t: TDSet = serde_json::from_value(read_yaml(
         &repo().join("artifacts/examples/tdset-hello-world.yaml"),
     ))
     .unwrap();
+    assert_eq!(t.metadata.name.as_deref(), Some("tdset-hello-world"));
+    assert_eq!(t.metadata.namespace.as_deref(), Some("temp"));
     let windows: Vec<(i32, i32, i32)> = t
         .spec
         .scheduling_config
@@ -177,8 +190,9 @@ fn tdset_hello_world_has_the_five_windows() {
     assert_eq!(t.spec.default_replica, 3);
     assert_eq!(
         (t.spec.container.image.as_str(), t.spec.container.port),
-        ("nginx", 80)
+        ("crccheck/hello-world", 8000)
     );
+    assert_eq!((t.spec.service, t.spec.time_zone), (None, None));
 }
 
 /// Each invalid example and the field its rejection must point at. Only `spec` problems: on
@@ -299,7 +313,10 @@ fn statuses_the_controllers_write_pass_the_schemas() {
     ))
     .unwrap();
     r.status = Some(RedisClusterStatus {
-        nodes: vec!["example-redis-0".into(), "example-redis-1".into()],
+        nodes: vec![
+            "example-rediscluster-0".into(),
+            "example-rediscluster-1".into(),
+        ],
         ready_replicas: 2,
         conditions: vec![condition()],
     });

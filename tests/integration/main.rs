@@ -17,6 +17,7 @@ mod client_support;
 mod cluster_support;
 mod operators_support;
 mod record_support;
+mod seeds_support;
 
 // The areas.
 mod apiserver_admission;
@@ -73,6 +74,9 @@ mod operators_demo;
 mod operators_manager_rbac;
 mod operators_myapp_foo;
 mod operators_rediscluster;
+mod operators_seed_myapp;
+mod operators_seed_rediscluster;
+mod operators_seed_tdset;
 mod operators_tdset;
 mod record_apiserver;
 mod record_correlator_props;

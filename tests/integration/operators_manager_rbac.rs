@@ -72,14 +72,9 @@ async fn five_controllers_in_one_manager_need_nothing_beyond_the_cluster_role() 
 
     // At: due an hour ago, so it runs at once; the simulated node runs its pod to completion.
     create_at(&client, &at("once", "2030-06-03T09:00:00Z", "echo hi")).await;
-    // TDSet: 10:00 UTC is in the 9–17 window of hello-world.
-    let mut tdset: TDSet = serde_yaml_ng::from_str(include_str!(
-        "../../artifacts/examples/tdset-hello-world.yaml"
-    ))
-    .unwrap();
-    tdset.metadata.namespace = Some(NS.to_string());
+    // TDSet: 10:00 UTC is in the 9–17 window of tdset-hello-world.
     api::<TDSet>(&client)
-        .create(&PostParams::default(), &tdset)
+        .create(&PostParams::default(), &example_tdset())
         .await
         .unwrap();
     api::<RedisCluster>(&client)
@@ -126,7 +121,7 @@ async fn five_controllers_in_one_manager_need_nothing_beyond_the_cluster_role() 
         .unwrap();
 
     wait_for_phase(&client, "once", AtPhase::Done).await;
-    wait_for_replicas(&client, "hello-world", 5).await;
+    wait_for_replicas(&client, EXAMPLE_TDSET, 5).await;
     wait_for_replicas(&client, "web", 1).await;
     wait_for_replicas(&client, "example-foo", 2).await;
     wait_for_event(&client, "example-foo", foo::reason::SUCCESS_SYNCED).await;

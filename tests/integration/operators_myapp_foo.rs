@@ -82,7 +82,7 @@ async fn myapp_creates_scales_and_corrects_drift() {
         "web",
         serde_json::json!({
             "metadata": {"labels": {"team": "blue"}},
-            "spec": {"replicas": 9, "template": {"spec": {"containers": [{"name": "app", "image": "evil:1"}]}}}
+            "spec": {"replicas": 9, "template": {"spec": {"containers": [{"name": "myapp", "image": "evil:1"}]}}}
         }),
     )
     .await;
@@ -267,7 +267,7 @@ async fn foo_never_adopts_a_deployment_it_does_not_own_and_does_not_retry_the_co
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_failing_sync_records_a_reconcile_error_warning_and_recovers() {
+async fn a_failing_sync_records_a_reconciliation_failed_warning_and_recovers() {
     let _ticker = Ticker::start();
     let (server, client) = operator_server().await;
     // The first two Deployment creations fail with a 500 (no Retry-After: not retried by the
@@ -299,7 +299,7 @@ async fn a_failing_sync_records_a_reconcile_error_warning_and_recovers() {
     let warning = wait_for_event(
         &client,
         "flaky",
-        sample_controller::controllers::REASON_RECONCILE_ERROR,
+        sample_controller::controllers::REASON_RECONCILIATION_FAILED,
     )
     .await;
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
@@ -310,6 +310,106 @@ async fn a_failing_sync_records_a_reconcile_error_warning_and_recovers() {
     wait_for_replicas(&client, "flaky", 1).await;
     let stats = manager.controllers.controllers()[0].stats().snapshot();
     assert!(stats.errors >= 2, "{stats:?}");
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}
+
+/// A Deployment made by an earlier version of the MyApp operator (selector and pod labels
+/// `app.kubernetes.io/*`, one container `app` without ports) is brought to the track's shape
+/// in place: its selector stays (the API server refuses to change it), its pods gain
+/// `app` and `version`, and its container is renamed `myapp` with port 8080 `http`, not
+/// joined by a second one.
+#[tokio::test(start_paused = true)]
+async fn myapp_brings_a_deployment_of_an_earlier_version_to_the_track_s_shape() {
+    use k8s_openapi::api::apps::v1::DeploymentSpec;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use sample_controller::controllers::owned::{dependent_metadata, standard_labels};
+
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    let app = api::<MyApp>(&client)
+        .create(
+            &PostParams::default(),
+            &MyApp {
+                metadata: meta("web"),
+                spec: MyAppSpec {
+                    replicas: 2,
+                    image: "nginx:1.27".into(),
+                },
+                status: None,
+            },
+        )
+        .await
+        .unwrap();
+    let old_labels = standard_labels("myapp", "web", myapp::CONTROLLER_NAME);
+    let legacy = Deployment {
+        metadata: dependent_metadata(&app, "web", old_labels.clone()).unwrap(),
+        spec: Some(DeploymentSpec {
+            replicas: Some(2),
+            selector: LabelSelector {
+                match_labels: Some(old_labels.clone()),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(old_labels.clone()),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name: myapp::LEGACY_CONTAINER_NAME.into(),
+                        image: Some("nginx:1.27".into()),
+                        ..Container::default()
+                    }],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        status: None,
+    };
+    api::<Deployment>(&client)
+        .create(&PostParams::default(), &legacy)
+        .await
+        .unwrap();
+
+    let manager = start_manager(
+        &manager_client(&server),
+        config_for(&["myapp"]),
+        Clock::new(),
+    )
+    .await;
+    let container_names = |d: &Deployment| -> Vec<String> {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map_or_else(Vec::new, |p| {
+                p.containers.iter().map(|c| c.name.clone()).collect()
+            })
+    };
+    wait_until("the container renamed", || async {
+        deployment(&client, "web")
+            .await
+            .is_some_and(|d| container_names(&d) == [myapp::CONTAINER_NAME])
+    })
+    .await;
+    wait_for_event(&client, "web", myapp::reason::DRIFT_CORRECTED).await;
+    let d = deployment(&client, "web").await.unwrap();
+    let spec = d.spec.unwrap();
+    assert_eq!(spec.selector.match_labels, Some(old_labels.clone()));
+    let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+    for (k, v) in old_labels.iter().chain(&myapp::app_labels("web")) {
+        assert_eq!(pod_labels.get(k), Some(v), "{pod_labels:?}");
+    }
+    let c = &spec.template.spec.unwrap().containers[0];
+    assert_eq!(c.image.as_deref(), Some("nginx:1.27"));
+    let port = &c.ports.as_ref().unwrap()[0];
+    assert_eq!(
+        (port.container_port, port.name.as_deref()),
+        (8080, Some("http"))
+    );
+
     manager.stop().await.unwrap();
     server.shutdown().await;
 }

@@ -174,3 +174,63 @@ async fn a_misconfigured_cluster_is_degraded_with_a_warning_and_creates_nothing(
     manager.stop().await.unwrap();
     server.shutdown().await;
 }
+
+/// A StatefulSet and a Service made by an earlier version of the operator, without the
+/// guide's `control-plane: redis-operator` label, get it (so `kubectl get statefulsets,svc -l
+/// control-plane=redis-operator` lists them), and putting a label back is no `Scaled` event.
+#[tokio::test(start_paused = true)]
+async fn objects_of_an_earlier_version_get_the_control_plane_label() {
+    use sample_controller::controllers::rediscluster::{
+        CONTROL_PLANE, LABEL_CONTROL_PLANE, new_service, new_statefulset,
+    };
+
+    let _ticker = Ticker::start();
+    let (server, client) = operator_server().await;
+    let created = api::<RedisCluster>(&client)
+        .create(&PostParams::default(), &cluster("cache", 2, None))
+        .await
+        .unwrap();
+    let mut sts = new_statefulset(&created).unwrap();
+    let mut svc = new_service(&created).unwrap();
+    for meta in [&mut sts.metadata, &mut svc.metadata] {
+        meta.labels.as_mut().unwrap().remove(LABEL_CONTROL_PLANE);
+    }
+    api::<k8s_openapi::api::apps::v1::StatefulSet>(&client)
+        .create(&PostParams::default(), &sts)
+        .await
+        .unwrap();
+    api::<k8s_openapi::api::core::v1::Service>(&client)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap();
+
+    let manager = start_manager(
+        &manager_client(&server),
+        config_for(&["rediscluster"]),
+        Clock::new(),
+    )
+    .await;
+    let labelled = |labels: Option<&std::collections::BTreeMap<String, String>>| {
+        labels
+            .and_then(|l| l.get(LABEL_CONTROL_PLANE))
+            .map(String::as_str)
+            == Some(CONTROL_PLANE)
+    };
+    wait_until("both labelled", || async {
+        let sts = statefulset(&client, "cache").await;
+        let svc = service(&client, "cache").await;
+        sts.is_some_and(|s| labelled(s.metadata.labels.as_ref()))
+            && svc.is_some_and(|s| labelled(s.metadata.labels.as_ref()))
+    })
+    .await;
+    wait_for_nodes(&client, "cache", &ordinals("cache", 2)).await;
+    let events = events_for(&client, "cache").await;
+    let reasons: Vec<_> = events.iter().filter_map(|e| e.reason.as_deref()).collect();
+    assert!(
+        !reasons.contains(&reason::SCALED) && !reasons.contains(&reason::CREATED),
+        "the StatefulSet was relabelled, neither scaled nor created: {reasons:?}"
+    );
+
+    manager.stop().await.unwrap();
+    server.shutdown().await;
+}

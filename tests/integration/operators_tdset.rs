@@ -25,10 +25,9 @@ use sample_controller::controllers::tdset::{CONDITION_DEGRADED, CONDITION_PROGRE
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The seed's example (its name and Deployment: `tdset-hello-world`), in `zone`.
 fn hello_world(zone: Option<&str>) -> TDSet {
-    let yaml = include_str!("../../artifacts/examples/tdset-hello-world.yaml");
-    let mut t: TDSet = serde_yaml_ng::from_str(yaml).unwrap();
-    t.metadata.namespace = Some(NS.to_string());
+    let mut t = example_tdset();
     t.spec.time_zone = zone.map(str::to_string);
     t
 }
@@ -43,13 +42,16 @@ fn local(tz: &TimeZone, day: i8, hour: i8, minute: i8) -> Timestamp {
 
 /// Waits until the TDSet reports `replicas` and the Deployment has caught up with them.
 async fn wait_settled(client: &Client, replicas: i32) {
-    wait_until(&format!("hello-world settled at {replicas}"), || async {
-        let t = api::<TDSet>(client).get("hello-world").await.unwrap();
-        let Some(st) = t.status else { return false };
-        st.replicas == replicas
-            && find_condition(&st.conditions, CONDITION_PROGRESSING)
-                .is_some_and(|c| c.status == ConditionStatus::False)
-    })
+    wait_until(
+        &format!("{EXAMPLE_TDSET} settled at {replicas}"),
+        || async {
+            let t = api::<TDSet>(client).get(EXAMPLE_TDSET).await.unwrap();
+            let Some(st) = t.status else { return false };
+            st.replicas == replicas
+                && find_condition(&st.conditions, CONDITION_PROGRESSING)
+                    .is_some_and(|c| c.status == ConditionStatus::False)
+        },
+    )
     .await;
 }
 
@@ -81,14 +83,14 @@ async fn a_simulated_day(zone: Option<&str>) {
         .create(&PostParams::default(), &hello_world(zone))
         .await
         .unwrap();
-    let d = wait_for_replicas(&client, "hello-world", 3).await;
+    let d = wait_for_replicas(&client, EXAMPLE_TDSET, 3).await;
     let owner = &d.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.controller),
         ("TDSet", Some(true))
     );
     let labels = d.metadata.labels.clone().unwrap();
-    assert_eq!(labels["app.kubernetes.io/instance"], "hello-world");
+    assert_eq!(labels["app.kubernetes.io/instance"], EXAMPLE_TDSET);
     assert_eq!(labels["app.kubernetes.io/managed-by"], "tdset-controller");
     wait_settled(&client, 3).await;
 
@@ -115,7 +117,7 @@ async fn a_simulated_day(zone: Option<&str>) {
             syncs_before,
             "the controller ran between boundaries (polling) before {hour}:00"
         );
-        let d = deployment(&client, "hello-world").await.unwrap();
+        let d = deployment(&client, EXAMPLE_TDSET).await.unwrap();
         assert_eq!(
             replicas_of(&d),
             Some(current),
@@ -124,7 +126,7 @@ async fn a_simulated_day(zone: Option<&str>) {
 
         // At the boundary: scaled once, to the new window's count.
         advance_settled(Duration::from_secs(1), HOUR).await;
-        wait_for_replicas(&client, "hello-world", want).await;
+        wait_for_replicas(&client, EXAMPLE_TDSET, want).await;
         wait_settled(&client, want).await;
         assert_eq!(
             deployment_writes(&server) - writes_before,
@@ -179,7 +181,7 @@ async fn hello_world_at_ten() -> (embedded_apiserver::ApiServerHandle, Client, R
 async fn scale_by_hand(client: &Client, replicas: i32) {
     api::<Deployment>(client)
         .patch(
-            "hello-world",
+            EXAMPLE_TDSET,
             &PatchParams::default(),
             &Patch::Merge(serde_json::json!({"spec": {"replicas": replicas}})),
         )
@@ -201,23 +203,23 @@ async fn a_day_in_kolkata_follows_the_local_hours() {
 async fn hand_scaling_is_corrected_and_spec_changes_roll_in() {
     let _ticker = Ticker::start();
     let (server, client, manager) = hello_world_at_ten().await;
-    wait_for_replicas(&client, "hello-world", 5).await;
+    wait_for_replicas(&client, EXAMPLE_TDSET, 5).await;
     wait_settled(&client, 5).await;
 
     // Someone scales the Deployment by hand: put back.
     scale_by_hand(&client, 1).await;
-    wait_for_replicas(&client, "hello-world", 5).await;
-    wait_for_event(&client, "hello-world", reason::DRIFT_CORRECTED).await;
+    wait_for_replicas(&client, EXAMPLE_TDSET, 5).await;
+    wait_for_event(&client, EXAMPLE_TDSET, reason::DRIFT_CORRECTED).await;
 
     // A new image and a Service roll in.
     patch_spec::<TDSet>(
         &client,
-        "hello-world",
+        EXAMPLE_TDSET,
         serde_json::json!({"container": {"image": "nginx:1.27", "port": 8080}, "service": {"port": 80}}),
     )
     .await;
     wait_until("the new image", || async {
-        deployment(&client, "hello-world")
+        deployment(&client, EXAMPLE_TDSET)
             .await
             .and_then(|d| image_of(&d))
             .as_deref()
@@ -225,10 +227,10 @@ async fn hand_scaling_is_corrected_and_spec_changes_roll_in() {
     })
     .await;
     wait_until("the Service", || async {
-        service(&client, "hello-world").await.is_some()
+        service(&client, EXAMPLE_TDSET).await.is_some()
     })
     .await;
-    let svc = service(&client, "hello-world").await.unwrap();
+    let svc = service(&client, EXAMPLE_TDSET).await.unwrap();
     let port = &svc.spec.unwrap().ports.unwrap()[0];
     assert_eq!(port.port, 80);
     assert_eq!(
@@ -239,33 +241,33 @@ async fn hand_scaling_is_corrected_and_spec_changes_roll_in() {
     // Removing spec.service removes the Service.
     api::<TDSet>(&client)
         .patch(
-            "hello-world",
+            EXAMPLE_TDSET,
             &PatchParams::default(),
             &Patch::Merge(serde_json::json!({"spec": {"service": null}})),
         )
         .await
         .unwrap();
     wait_until("the Service to go", || async {
-        service(&client, "hello-world").await.is_none()
+        service(&client, EXAMPLE_TDSET).await.is_none()
     })
     .await;
 
     // An unknown time zone: Degraded with a Warning, the Deployment left as it was.
     patch_spec::<TDSet>(
         &client,
-        "hello-world",
+        EXAMPLE_TDSET,
         serde_json::json!({"timeZone": "Mars/Olympus_Mons"}),
     )
     .await;
-    let warning = wait_for_event(&client, "hello-world", reason::INVALID_SPEC).await;
+    let warning = wait_for_event(&client, EXAMPLE_TDSET, reason::INVALID_SPEC).await;
     assert!(warning.message.unwrap().contains("Mars/Olympus_Mons"));
-    let t = api::<TDSet>(&client).get("hello-world").await.unwrap();
+    let t = api::<TDSet>(&client).get(EXAMPLE_TDSET).await.unwrap();
     let degraded = find_condition(&t.status.as_ref().unwrap().conditions, CONDITION_DEGRADED)
         .unwrap()
         .clone();
     assert_eq!(degraded.status, ConditionStatus::True);
     assert_eq!(
-        replicas_of(&deployment(&client, "hello-world").await.unwrap()),
+        replicas_of(&deployment(&client, EXAMPLE_TDSET).await.unwrap()),
         Some(5)
     );
 
@@ -282,7 +284,7 @@ async fn hand_scaling_before_the_status_catches_up_is_drift_not_a_window_change(
     let _ticker = Ticker::start();
     let (server, client, manager) = hello_world_at_ten().await;
     wait_settled(&client, 5).await;
-    let created = deployment(&client, "hello-world").await.unwrap();
+    let created = deployment(&client, EXAMPLE_TDSET).await.unwrap();
     assert_eq!(
         created.metadata.annotations.unwrap()["schedule.rs/desired-replicas"],
         "5"
@@ -295,22 +297,22 @@ async fn hand_scaling_before_the_status_catches_up_is_drift_not_a_window_change(
     // This hour's window now wants 4: a window change.
     patch_spec::<TDSet>(
         &client,
-        "hello-world",
+        EXAMPLE_TDSET,
         serde_json::json!({"schedulingConfig": [{"startTime": 9, "endTime": 17, "replica": 4}]}),
     )
     .await;
-    wait_for_replicas(&client, "hello-world", 4).await;
-    let scaled = wait_for_event(&client, "hello-world", reason::SCALED).await;
+    wait_for_replicas(&client, EXAMPLE_TDSET, 4).await;
+    let scaled = wait_for_event(&client, EXAMPLE_TDSET, reason::SCALED).await;
     assert!(scaled.message.unwrap().contains("to 4"));
-    let t = api::<TDSet>(&client).get("hello-world").await.unwrap();
+    let t = api::<TDSet>(&client).get(EXAMPLE_TDSET).await.unwrap();
     assert_eq!(t.status.unwrap().replicas, 5, "the status write was failed");
 
     // Now someone scales it by hand: drift, although the status still says 5.
     scale_by_hand(&client, 9).await;
-    wait_for_replicas(&client, "hello-world", 4).await;
-    let drift = wait_for_event(&client, "hello-world", reason::DRIFT_CORRECTED).await;
+    wait_for_replicas(&client, EXAMPLE_TDSET, 4).await;
+    let drift = wait_for_event(&client, EXAMPLE_TDSET, reason::DRIFT_CORRECTED).await;
     assert!(drift.message.unwrap().contains("changed by hand"));
-    let events = events_for(&client, "hello-world").await;
+    let events = events_for(&client, EXAMPLE_TDSET).await;
     let scaled: Vec<_> = events
         .iter()
         .filter(|e| e.reason.as_deref() == Some(reason::SCALED))

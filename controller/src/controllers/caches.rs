@@ -18,8 +18,9 @@
 //!
 //!    *Why this label.* `app.kubernetes.io/managed-by` is the recommended Kubernetes label for
 //!    "the tool managing this object", and TDSet, MyApp and RedisCluster already set it (through
-//!    [`super::owned::standard_labels`], templates included, so RedisCluster's StatefulSet pods
-//!    carry it too). One key with each operator's own value keeps the objects of different
+//!    [`super::owned::standard_labels`]; TDSet's and RedisCluster's pod templates too, so
+//!    RedisCluster's StatefulSet pods carry it; MyApp's pods carry the track's `app` and
+//!    `version` only, and no operator reads them). One key with each operator's own value keeps the objects of different
 //!    operators apart for `kubectl get -l`, while one set-based selector lets all operators share
 //!    *one* informer per type (TDSet, MyApp and Foo all watch Deployments: per-operator keys
 //!    would mean three Deployment watches and three caches). Objects that now carry it besides:

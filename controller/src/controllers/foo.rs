@@ -302,7 +302,7 @@ impl SyncHandler for FooController {
         err.is_conflict()
     }
 
-    /// A Warning `ReconcileError` event on the object with the error (see
+    /// A Warning `ReconciliationFailed` event on the object with the error (see
     /// [`super::record_reconcile_error`]).
     fn on_sync_error(&self, key: &str, message: &str) {
         super::record_reconcile_error(&self.foo_lister, &self.recorder, key, message);

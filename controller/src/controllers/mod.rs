@@ -141,7 +141,7 @@ pub trait SyncHandler: Send + Sync + 'static {
     }
 
     /// Called after `sync_handler(key)` returned an error that is not a conflict, with the
-    /// error's message: records a Warning event `ReconcileError` on the object, so `kubectl
+    /// error's message: records a Warning event `ReconciliationFailed` on the object, so `kubectl
     /// describe` and `kubectl get events` say why it is not converging (the operators' answer
     /// to "it just sits there"). Every operator implements it with
     /// [`record_reconcile_error`]; its recorder's correlator folds the repeats of a key that
@@ -151,11 +151,14 @@ pub trait SyncHandler: Send + Sync + 'static {
     fn on_sync_error(&self, _key: &str, _message: &str) {}
 }
 
-/// The reason of the Warning event recorded when a sync fails.
-pub const REASON_RECONCILE_ERROR: &str = "ReconcileError";
+/// The reason of the Warning event recorded when a sync fails: `ReconciliationFailed`, the
+/// reason the operator guide's RedisCluster operator records (`r.Recorder.Event(obj,
+/// corev1.EventTypeWarning, "ReconciliationFailed", err.Error())`), so that guide's
+/// `kubectl describe` shows the same thing with every operator of this project.
+pub const REASON_RECONCILIATION_FAILED: &str = "ReconciliationFailed";
 
 /// What [`SyncHandler::on_sync_error`] does in every operator: looks the object up in the
-/// cache by `key` and records a Warning `ReconcileError` event with `message` on it. Nothing
+/// cache by `key` and records a Warning `ReconciliationFailed` event with `message` on it. Nothing
 /// when the object is gone (a failed sync of a deleted object has no one to tell).
 pub fn record_reconcile_error<K>(
     lister: &crate::cache::Lister<K>,
@@ -169,7 +172,7 @@ pub fn record_reconcile_error<K>(
         recorder.event(
             obj.as_ref(),
             crate::record::EventType::Warning,
-            REASON_RECONCILE_ERROR,
+            REASON_RECONCILIATION_FAILED,
             message,
         );
     }

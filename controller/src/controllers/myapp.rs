@@ -9,8 +9,12 @@
 //!
 //! 1. **Read the MyApp from the lister.** Gone: nothing to do; the garbage collector deletes
 //!    the Deployment through its ownerReference, so there is no delete handler to write.
-//! 2. **Build the desired Deployment** ([`new_deployment`]): the `app.kubernetes.io/*` labels
-//!    on the selector and the pods, one container `app` running the image.
+//! 2. **Build the desired Deployment** ([`new_deployment`]), the one the MyApp operator guide
+//!    builds (`deploymentForMyApp`): the labels `app: <name>` and `version: v1` on the
+//!    Deployment, its selector and its pods, and one container `myapp` running the image with
+//!    port 8080 named `http`. The Deployment itself also carries the `app.kubernetes.io/*`
+//!    labels, `managed-by: myapp-controller` among them, which the manager's Deployment cache
+//!    selects on ([`super::caches`]).
 //! 3. **Read the Deployment from the lister.** Absent: if this controller created it a moment
 //!    ago and the informer has not delivered it yet ([`Expectations`]), wait for that event;
 //!    otherwise create it. Present but controlled by someone else: a Warning
@@ -18,7 +22,10 @@
 //!    error; the next change of either object brings the key back).
 //! 4. **Correct drift** ([`deployment_drift`]): a hand-scaled or re-imaged Deployment is put
 //!    back with an update of just those fields, carrying the cached `resourceVersion` (a 409
-//!    Conflict means the cache was behind; the retry reads the newer copy).
+//!    Conflict means the cache was behind; the retry reads the newer copy). A Deployment made
+//!    by an earlier version of this operator (selector `app.kubernetes.io/*`, container `app`)
+//!    keeps its selector, which is immutable, gains the guide's pod labels, and has its
+//!    container renamed `myapp` ([`rename_legacy_container`]) rather than given a second one.
 //! 5. **Write the status** through the `/status` subresource, only when it changed:
 //!    `availableReplicas` and a `Ready` condition (`True` when every replica is available).
 //!
@@ -26,11 +33,12 @@
 //! writes are filtered out) or to a Deployment it controls (sample-controller's
 //! `handleObject`, in [`owner_handlers`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::owned::{
@@ -53,8 +61,23 @@ use crate::workqueue::RateLimitingQueue;
 /// The recorder's source component and the field manager of every write.
 pub const CONTROLLER_NAME: &str = "myapp-controller";
 
-/// The name of the Deployment's only container.
-pub const CONTAINER_NAME: &str = "app";
+/// The name of the Deployment's only container (the guide's).
+pub const CONTAINER_NAME: &str = "myapp";
+
+/// What earlier versions of this operator named the container; renamed on sight.
+pub const LEGACY_CONTAINER_NAME: &str = "app";
+
+/// The container's port and its name (the guide's `ContainerPort: 8080, Name: "http"`).
+pub const CONTAINER_PORT: i32 = 8080;
+/// See [`CONTAINER_PORT`].
+pub const CONTAINER_PORT_NAME: &str = "http";
+
+/// The label naming the MyApp on its Deployment and pods (`app: <name>`).
+pub const LABEL_APP: &str = "app";
+/// The label with the application's version on its Deployment and pods (`version: v1`).
+pub const LABEL_VERSION: &str = "version";
+/// The value of [`LABEL_VERSION`].
+pub const VERSION: &str = "v1";
 
 /// Condition type: `True` when every desired replica is available.
 pub const CONDITION_READY: &str = "Ready";
@@ -221,7 +244,9 @@ impl SyncHandler for MyAppController {
         }
 
         // 4. Drift: put back what the MyApp decides, keep everything else.
-        if let Some(fixed) = deployment_drift(&deployment, &desired) {
+        let renamed = rename_legacy_container(&deployment);
+        let drifted = deployment_drift(renamed.as_ref().unwrap_or(&deployment), &desired);
+        if let Some(fixed) = drifted.or(renamed) {
             deployments
                 .update(&pp, &fixed)
                 .await
@@ -275,20 +300,32 @@ impl SyncHandler for MyAppController {
         err.is_conflict()
     }
 
-    /// A Warning `ReconcileError` event on the object with the error (see
+    /// A Warning `ReconciliationFailed` event on the object with the error (see
     /// [`super::record_reconcile_error`]).
     fn on_sync_error(&self, key: &str, message: &str) {
         super::record_reconcile_error(&self.myapp_lister, &self.recorder, key, message);
     }
 }
 
-/// The Deployment a MyApp wants: named like it, in its namespace, controlled by it, with the
-/// `app.kubernetes.io/*` labels on the selector and the pods. `None` if the MyApp has no uid.
+/// The labels of a MyApp's Deployment selector and pods: `app: <name>`, `version: v1`.
+pub fn app_labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_APP.to_string(), name.to_string()),
+        (LABEL_VERSION.to_string(), VERSION.to_string()),
+    ])
+}
+
+/// The Deployment a MyApp wants: named like it, in its namespace, controlled by it, with
+/// [`app_labels`] on itself, its selector and its pods (the Deployment also carries the
+/// `app.kubernetes.io/*` labels), and one container `myapp` with port 8080 `http`. `None` if
+/// the MyApp has no uid.
 pub fn new_deployment(app: &MyApp) -> Option<Deployment> {
     let name = app.metadata.name.clone().unwrap_or_default();
-    let labels = standard_labels("myapp", &name, CONTROLLER_NAME);
+    let labels = app_labels(&name);
+    let mut own_labels = standard_labels("myapp", &name, CONTROLLER_NAME);
+    own_labels.extend(labels.clone());
     Some(Deployment {
-        metadata: dependent_metadata(app, &name, labels.clone())?,
+        metadata: dependent_metadata(app, &name, own_labels)?,
         spec: Some(DeploymentSpec {
             replicas: Some(app.spec.replicas),
             selector: LabelSelector {
@@ -304,6 +341,11 @@ pub fn new_deployment(app: &MyApp) -> Option<Deployment> {
                     containers: vec![Container {
                         name: CONTAINER_NAME.to_string(),
                         image: Some(app.spec.image.clone()),
+                        ports: Some(vec![ContainerPort {
+                            container_port: CONTAINER_PORT,
+                            name: Some(CONTAINER_PORT_NAME.to_string()),
+                            ..ContainerPort::default()
+                        }]),
                         ..Container::default()
                     }],
                     ..PodSpec::default()
@@ -313,6 +355,31 @@ pub fn new_deployment(app: &MyApp) -> Option<Deployment> {
         }),
         status: None,
     })
+}
+
+/// A copy of `existing` with the container of an earlier version of this operator
+/// ([`LEGACY_CONTAINER_NAME`]) renamed [`CONTAINER_NAME`], when it has that container and not
+/// the new one; `None` otherwise. Without it, drift correction would add a second container
+/// running the same image beside the old one.
+pub fn rename_legacy_container(existing: &Deployment) -> Option<Deployment> {
+    let containers = &existing.spec.as_ref()?.template.spec.as_ref()?.containers;
+    if containers.iter().any(|c| c.name == CONTAINER_NAME)
+        || !containers.iter().any(|c| c.name == LEGACY_CONTAINER_NAME)
+    {
+        return None;
+    }
+    let mut out = existing.clone();
+    let legacy = out
+        .spec
+        .as_mut()?
+        .template
+        .spec
+        .as_mut()?
+        .containers
+        .iter_mut()
+        .find(|c| c.name == LEGACY_CONTAINER_NAME)?;
+    legacy.name = CONTAINER_NAME.to_string();
+    Some(out)
 }
 
 #[cfg(test)]
@@ -337,17 +404,81 @@ mod tests {
         };
         let d = new_deployment(&app).unwrap();
         assert!(is_controlled_by(&d.metadata, &app));
-        let spec = d.spec.unwrap();
+        let own = d.metadata.labels.clone().unwrap();
+        assert_eq!(
+            (own["app"].as_str(), own["version"].as_str()),
+            ("web", "v1")
+        );
+        assert_eq!(own["app.kubernetes.io/managed-by"], CONTROLLER_NAME);
+        let spec = d.spec.clone().unwrap();
         assert_eq!(spec.replicas, Some(4));
         let sel = spec.selector.match_labels.unwrap();
-        assert_eq!(sel["app.kubernetes.io/instance"], "web");
+        assert_eq!(
+            sel,
+            app_labels("web"),
+            "the guide's selector: app and version"
+        );
         assert_eq!(
             spec.template.metadata.unwrap().labels.unwrap(),
             sel,
             "the selector matches the pods"
         );
         let c = &spec.template.spec.unwrap().containers[0];
+        assert_eq!(c.name, "myapp");
         assert_eq!(c.image.as_deref(), Some("nginx:1.27"));
+        let port = &c.ports.as_ref().unwrap()[0];
+        assert_eq!(
+            (port.container_port, port.name.as_deref()),
+            (8080, Some("http"))
+        );
         assert!(new_deployment(&MyApp::default()).is_none());
+        assert!(rename_legacy_container(&d).is_none(), "nothing to rename");
+    }
+
+    #[test]
+    fn a_deployment_of_an_earlier_version_gets_its_container_renamed_not_doubled() {
+        let app = MyApp {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u".into()),
+                ..ObjectMeta::default()
+            },
+            spec: MyAppSpec {
+                replicas: 2,
+                image: "nginx:1.27".into(),
+            },
+            status: None,
+        };
+        let desired = new_deployment(&app).unwrap();
+        // What the earlier version made: its own selector, a container `app` without ports.
+        let mut old = desired.clone();
+        let old_labels = standard_labels("myapp", "web", CONTROLLER_NAME);
+        let spec = old.spec.as_mut().unwrap();
+        spec.selector.match_labels = Some(old_labels.clone());
+        spec.template.metadata.as_mut().unwrap().labels = Some(old_labels.clone());
+        let c = &mut spec.template.spec.as_mut().unwrap().containers[0];
+        c.name = LEGACY_CONTAINER_NAME.into();
+        c.ports = None;
+
+        let renamed = rename_legacy_container(&old).unwrap();
+        let fixed = deployment_drift(&renamed, &desired).unwrap();
+        let spec = fixed.spec.unwrap();
+        assert_eq!(
+            spec.selector.match_labels,
+            Some(old_labels),
+            "immutable, kept"
+        );
+        let pod_labels = spec.template.metadata.unwrap().labels.unwrap();
+        for (k, v) in app_labels("web") {
+            assert_eq!(pod_labels.get(&k), Some(&v), "the guide's {k} label added");
+        }
+        let containers = spec.template.spec.unwrap().containers;
+        assert_eq!(containers.len(), 1, "{containers:?}");
+        assert_eq!(containers[0].name, CONTAINER_NAME);
+        assert_eq!(
+            containers[0].ports.as_ref().unwrap()[0].container_port,
+            8080
+        );
     }
 }

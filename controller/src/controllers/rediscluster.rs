@@ -31,9 +31,11 @@
 //!    `resourceVersion`; the update event brings the key back).
 //! 4. **Validate the spec** ([`validate`]): `size` at least 1, an image without spaces. A bad
 //!    spec gets a Warning `InvalidSpec` event and `Degraded=True`, and is not retried.
-//! 5. **The headless Service** (`clusterIP: None`, port 6379): created when absent.
-//! 6. **The StatefulSet**: created when absent (with [`Expectations`]), else its replicas and
-//!    image are put back to the spec. A create answered 409 AlreadyExists means the cache
+//! 5. **The headless Service** (`clusterIP: None`, port 6379): created when absent; one
+//!    without the label [`LABEL_CONTROL_PLANE`] (made by an earlier version) gets it.
+//! 6. **The StatefulSet**, named like the cluster: created when absent (with
+//!    [`Expectations`]), else its replicas, image and [`LABEL_CONTROL_PLANE`] label are put
+//!    back to the spec. A create answered 409 AlreadyExists means the cache
 //!    does not show a StatefulSet that exists (on a shard: the cluster just moved here): it is
 //!    read and adopted by name ([`get_existing`]) when its controller reference is ours. Scaling is the StatefulSet controller's job: it adds pods
 //!    in ordinal order and removes the highest ordinals first.
@@ -80,6 +82,14 @@ pub const CONTROLLER_NAME: &str = "rediscluster-controller";
 
 /// The label on every pod of a cluster: its RedisCluster's name.
 pub const LABEL_CLUSTER: &str = "cache.example.com/cluster";
+
+/// The label the operator guide lists its objects by
+/// (`kubectl get statefulsets,svc -l control-plane=redis-operator`), with the value
+/// [`CONTROL_PLANE`], on every cluster's StatefulSet and Service (not on the Redis pods:
+/// in the guide the operator's own pods carry it).
+pub const LABEL_CONTROL_PLANE: &str = "control-plane";
+/// See [`LABEL_CONTROL_PLANE`].
+pub const CONTROL_PLANE: &str = "redis-operator";
 
 /// The Redis port.
 pub const REDIS_PORT: i32 = 6379;
@@ -346,7 +356,7 @@ impl SyncHandler for RedisClusterController {
         err.is_conflict()
     }
 
-    /// A Warning `ReconcileError` event on the object with the error (see
+    /// A Warning `ReconciliationFailed` event on the object with the error (see
     /// [`super::record_reconcile_error`]).
     fn on_sync_error(&self, key: &str, message: &str) {
         super::record_reconcile_error(&self.cluster_lister, &self.recorder, key, message);
@@ -397,7 +407,20 @@ impl RedisClusterController {
             Some(s) if !is_controlled_by(&s.metadata, cluster) => Ok(Err(format!(
                 "Service {name:?} already exists and is not managed by RedisCluster"
             ))),
-            Some(_) => Ok(Ok(())),
+            Some(s) => {
+                let Some(labelled) = with_control_plane_label(&s.metadata) else {
+                    return Ok(Ok(()));
+                };
+                let fixed = Service {
+                    metadata: labelled,
+                    ..s.as_ref().clone()
+                };
+                Api::<Service>::namespaced(self.client.clone(), namespace.unwrap_or_default())
+                    .update(pp, &fixed)
+                    .await
+                    .map_err(|e| SyncError::api::<RedisCluster>(key, "labelling the Service", e))?;
+                Ok(Ok(()))
+            }
             None => {
                 let services =
                     Api::<Service>::namespaced(self.client.clone(), namespace.unwrap_or_default());
@@ -472,12 +495,15 @@ impl RedisClusterController {
                         .update(pp, &fixed)
                         .await
                         .map_err(|e| err("updating the StatefulSet", e))?;
-                    self.recorder.event(
-                        cluster,
-                        EventType::Normal,
-                        reason::SCALED,
-                        &format!("StatefulSet {name} set to {size} node(s) of {image}"),
-                    );
+                    // Not when only the label was put back.
+                    if fixed.spec != sts.spec {
+                        self.recorder.event(
+                            cluster,
+                            EventType::Normal,
+                            reason::SCALED,
+                            &format!("StatefulSet {name} set to {size} node(s) of {image}"),
+                        );
+                    }
                 }
             }
         }
@@ -657,9 +683,34 @@ fn pod_labels(cluster: &RedisCluster) -> BTreeMap<String, String> {
     labels
 }
 
-/// The StatefulSet a RedisCluster wants: named like it, `size` replicas, `serviceName` the
-/// headless Service, pods labelled with [`LABEL_CLUSTER`], one `redis` container on 6379.
-/// `None` if the RedisCluster has no uid.
+/// The labels of the StatefulSet and the Service: the pods' and [`LABEL_CONTROL_PLANE`].
+fn own_labels(cluster: &RedisCluster) -> BTreeMap<String, String> {
+    let mut labels = pod_labels(cluster);
+    labels.insert(LABEL_CONTROL_PLANE.to_string(), CONTROL_PLANE.to_string());
+    labels
+}
+
+/// `meta` with [`LABEL_CONTROL_PLANE`] set, or `None` when it already is.
+fn with_control_plane_label(meta: &ObjectMeta) -> Option<ObjectMeta> {
+    let labels = meta.labels.as_ref();
+    if labels
+        .and_then(|l| l.get(LABEL_CONTROL_PLANE))
+        .map(String::as_str)
+        == Some(CONTROL_PLANE)
+    {
+        return None;
+    }
+    let mut out = meta.clone();
+    out.labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(LABEL_CONTROL_PLANE.to_string(), CONTROL_PLANE.to_string());
+    Some(out)
+}
+
+/// The StatefulSet a RedisCluster wants: named like it, labelled
+/// `control-plane: redis-operator`, `size` replicas, `serviceName` the headless Service, pods
+/// labelled with [`LABEL_CLUSTER`], one `redis` container on 6379. `None` if the RedisCluster
+/// has no uid.
 pub fn new_statefulset(cluster: &RedisCluster) -> Option<StatefulSet> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let labels = pod_labels(cluster);
@@ -668,7 +719,7 @@ pub fn new_statefulset(cluster: &RedisCluster) -> Option<StatefulSet> {
         (LABEL_INSTANCE.to_string(), name.clone()),
     ]);
     Some(StatefulSet {
-        metadata: dependent_metadata(cluster, &name, labels.clone())?,
+        metadata: dependent_metadata(cluster, &name, own_labels(cluster))?,
         spec: Some(StatefulSetSpec {
             replicas: Some(cluster.spec.size),
             service_name: Some(name),
@@ -702,11 +753,12 @@ pub fn new_statefulset(cluster: &RedisCluster) -> Option<StatefulSet> {
 }
 
 /// The headless Service (`clusterIP: None`) that gives each pod its stable DNS name
-/// `<pod>.<cluster>.<namespace>.svc`. `None` if the RedisCluster has no uid.
+/// `<pod>.<cluster>.<namespace>.svc`, labelled `control-plane: redis-operator`. `None` if the
+/// RedisCluster has no uid.
 pub fn new_service(cluster: &RedisCluster) -> Option<Service> {
     let name = cluster.metadata.name.clone().unwrap_or_default();
     Some(Service {
-        metadata: dependent_metadata(cluster, &name, pod_labels(cluster))?,
+        metadata: dependent_metadata(cluster, &name, own_labels(cluster))?,
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".to_string()),
             selector: Some(BTreeMap::from([(LABEL_CLUSTER.to_string(), name)])),
@@ -721,11 +773,16 @@ pub fn new_service(cluster: &RedisCluster) -> Option<Service> {
     })
 }
 
-/// The StatefulSet with its replicas and image put back, or `None` when both match.
+/// The StatefulSet with its replicas, image and [`LABEL_CONTROL_PLANE`] label put back, or
+/// `None` when all match.
 fn statefulset_drift(sts: &StatefulSet, size: i32, image: &str) -> Option<StatefulSet> {
     let mut out = sts.clone();
-    let spec = out.spec.as_mut()?;
     let mut changed = false;
+    if let Some(labelled) = with_control_plane_label(&out.metadata) {
+        out.metadata = labelled;
+        changed = true;
+    }
+    let spec = out.spec.as_mut()?;
     if spec.replicas != Some(size) {
         spec.replicas = Some(size);
         changed = true;
@@ -769,6 +826,11 @@ mod tests {
         let sts = new_statefulset(&c).unwrap();
         let svc = new_service(&c).unwrap();
         assert!(is_controlled_by(&sts.metadata, &c));
+        for meta in [&sts.metadata, &svc.metadata] {
+            let labels = meta.labels.as_ref().unwrap();
+            assert_eq!(labels["control-plane"], "redis-operator");
+        }
+        assert_eq!(sts.metadata.name.as_deref(), Some("cache"));
         let spec = sts.spec.clone().unwrap();
         assert_eq!(spec.replicas, Some(3));
         assert_eq!(spec.service_name.as_deref(), Some("cache"));
@@ -788,12 +850,29 @@ mod tests {
             Some("None"),
             "headless"
         );
+        assert!(
+            !pod_labels.contains_key(LABEL_CONTROL_PLANE),
+            "the Redis pods are not the operator's"
+        );
         let image = spec.template.spec.unwrap().containers[0].image.clone();
         assert_eq!(image.as_deref(), Some(DEFAULT_IMAGE));
 
         assert_eq!(statefulset_drift(&sts, 3, DEFAULT_IMAGE), None);
         let fixed = statefulset_drift(&sts, 5, "redis:7.2").unwrap();
         assert_eq!(fixed.spec.unwrap().replicas, Some(5));
+        // Made by an earlier version, without the label: it gets it back.
+        let mut unlabelled = sts.clone();
+        unlabelled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(LABEL_CONTROL_PLANE);
+        let fixed = statefulset_drift(&unlabelled, 3, DEFAULT_IMAGE).unwrap();
+        assert_eq!(
+            fixed.metadata.labels.unwrap()["control-plane"],
+            "redis-operator"
+        );
     }
 
     #[test]

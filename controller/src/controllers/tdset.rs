@@ -391,7 +391,7 @@ impl SyncHandler for TDSetController {
         err.is_conflict()
     }
 
-    /// A Warning `ReconcileError` event on the object with the error (see
+    /// A Warning `ReconciliationFailed` event on the object with the error (see
     /// [`super::record_reconcile_error`]).
     fn on_sync_error(&self, key: &str, message: &str) {
         super::record_reconcile_error(&self.tdset_lister, &self.recorder, key, message);

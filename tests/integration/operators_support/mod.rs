@@ -133,3 +133,27 @@ pub async fn service(client: &Client, name: &str) -> Option<Service> {
 pub async fn settle(d: Duration) {
     tokio::time::sleep(d).await;
 }
+
+/// The documents of a multi-document YAML file's text, in order.
+pub fn yaml_documents(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("a YAML document"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// The seed's TDSet from `artifacts/examples/tdset-hello-world.yaml` (the file's other
+/// document is its namespace, `temp`), moved to the test namespace.
+pub fn example_tdset() -> TDSet {
+    let text = include_str!("../../../artifacts/examples/tdset-hello-world.yaml");
+    let doc = yaml_documents(text)
+        .into_iter()
+        .find(|d| d["kind"] == "TDSet")
+        .expect("the example has a TDSet");
+    let mut tdset: TDSet = serde_json::from_value(doc).expect("the example is a TDSet");
+    tdset.metadata.namespace = Some(NS.to_string());
+    tdset
+}
+
+/// The name of [`example_tdset`] (and of its Deployment).
+pub const EXAMPLE_TDSET: &str = "tdset-hello-world";
