@@ -74,6 +74,7 @@ mod operators_demo;
 mod operators_manager_rbac;
 mod operators_myapp_foo;
 mod operators_rediscluster;
+mod operators_seed_book_at;
 mod operators_seed_myapp;
 mod operators_seed_rediscluster;
 mod operators_seed_tdset;

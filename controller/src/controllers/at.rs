@@ -507,7 +507,7 @@ impl SyncHandler for AtController {
         matches!(err, SyncError::UpdateStatus { source, .. } if source.is_conflict())
     }
 
-    /// A Warning `ReconcileError` event on the object with the error (see
+    /// A Warning `ReconciliationFailed` event on the object with the error (see
     /// [`super::record_reconcile_error`]).
     fn on_sync_error(&self, key: &str, message: &str) {
         super::record_reconcile_error(&self.at_lister, &self.recorder, key, message);

@@ -41,6 +41,15 @@ impl Walkthrough {
     /// Starts the cluster and applies `artifacts/crds/` with kubectl; `None` (after printing
     /// why) when kubectl is not installed.
     pub async fn start(seed: &str) -> Option<Self> {
+        Self::start_with(seed, ApiServer::builder().simulate(true)).await
+    }
+
+    /// [`Walkthrough::start`] with a server of the caller's (the book's At needs the process
+    /// runtime, whose pods really run their commands and have logs).
+    pub async fn start_with(
+        seed: &str,
+        builder: embedded_apiserver::ApiServerBuilder,
+    ) -> Option<Self> {
         let Some(bin) = kubectl_bin(None) else {
             eprintln!(
                 "SKIPPED: {seed}: kubectl not found on PATH (the walkthrough runs the real kubectl)"
@@ -49,11 +58,7 @@ impl Walkthrough {
         };
         sample_controller::install_crypto_provider();
         init_tracing();
-        let server = ApiServer::builder()
-            .simulate(true)
-            .start()
-            .await
-            .expect("server starts");
+        let server = builder.start().await.expect("server starts");
         let client = client_for(&server);
         let kubectl = Kubectl::with_bin(bin, &server);
         let w = Walkthrough {
@@ -75,6 +80,27 @@ impl Walkthrough {
             clock,
         )
         .await
+    }
+
+    /// `kubectl <args>` with another kubectl binary (`kubectl.1.28`, ...), which must succeed.
+    pub async fn kubectl_with(&self, bin: std::path::PathBuf, args: &[&str]) -> String {
+        let k = Kubectl::with_bin(bin.clone(), &self.server);
+        let out = k.run(args).await;
+        eprintln!(
+            "$ {} {}\n{}{}",
+            bin.display(),
+            args.join(" "),
+            out.stdout,
+            out.stderr
+        );
+        assert!(
+            out.ok,
+            "{} {args:?} failed\nstdout: {}\nstderr: {}",
+            bin.display(),
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
     }
 
     /// `kubectl <args>`, which must succeed: its stdout (the command and what it printed also
