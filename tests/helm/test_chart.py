@@ -1,0 +1,369 @@
+"""The Helm chart (artifacts/charts/sample-controller), with real Helm: helm-sdkpy runs Helm v4's
+own Go library (its Kubernetes client is client-go) against the embedded API server, started
+with RBAC enforced.
+
+* lint is clean;
+* the objects the chart renders with its default values are those of
+  `kubectl kustomize artifacts/deploy/`, and with the webhook or sharded mode on, those of the
+  webhook and sharded overlays;
+* install (waiting for the Deployment) succeeds, and the manager binary, run with the arguments
+  of the installed Deployment and authenticated as the chart's ServiceAccount, reconciles an At
+  to DONE and a RedisCluster through its finalizer without a single 403;
+* upgrade changes the replicas and a flag, rollback brings revision 1 back, uninstall removes
+  every object of the release and keeps the CRDs (Helm's rule for crds/).
+
+Why the manager runs beside the cluster rather than as the chart's pod on the process node
+(`--node-runtime process`): that node runs a container's `command` and `args` on the host, but
+the chart's container has only `args` (the image's entrypoint is the binary, and the node has
+no images), the node resolves no `valueFrom` env (POD_NAMESPACE) and mounts no ServiceAccount
+token, and it sets no KUBERNETES_SERVICE_HOST, so the in-cluster config could not be built. The
+test does what that pod would: the Deployment's own arguments, `$(POD_NAMESPACE)` expanded as
+the kubelet expands it, and a token of the ServiceAccount the pod runs as.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import MISSING, NAMESPACE, RELEASE, SA_TOKEN, SKIP_REASON
+
+if MISSING:
+    pytest.skip(SKIP_REASON, allow_module_level=True)
+
+import helm_sdkpy as helm  # noqa: E402
+import yaml  # noqa: E402
+
+from cluster import (  # noqa: E402
+    CHART,
+    REPO,
+    ApiServer,
+    HttpError,
+    Manager,
+    container_args,
+    kubectl,
+    kustomize,
+    wait_for,
+)
+
+CRDS = [
+    "ats.cnat.programming-kubernetes.info",
+    "foos.samplecontroller.k8s.io",
+    "myapps.example.com",
+    "redisclusters.cache.example.com",
+    "tdsets.schedule.rs",
+]
+
+# The labels Helm charts add to say which release and chart an object belongs to; the kustomize
+# manifests carry only app.kubernetes.io/name (and component).
+RELEASE_LABELS = {
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+}
+
+# Helm's "warning" severity (chart/v2/lint/support: Unknown, Info, Warning, Error).
+LINT_WARNING = 2
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def helm_config(server: ApiServer, namespace: str = NAMESPACE) -> helm.Configuration:
+    return helm.Configuration(namespace=namespace, kubeconfig=str(server.kubeconfig))
+
+
+def manifest_objects(release: dict[str, Any]) -> list[dict[str, Any]]:
+    """The objects of a release's rendered manifest (the templates, not crds/)."""
+    return [d for d in yaml.safe_load_all(release["manifest"]) if d]
+
+
+def strip_release_labels(value: Any) -> Any:
+    """`value` without the keys of RELEASE_LABELS, wherever a map has them (labels, selectors,
+    pod templates)."""
+    if isinstance(value, dict):
+        return {k: strip_release_labels(v) for k, v in value.items() if k not in RELEASE_LABELS}
+    if isinstance(value, list):
+        return [strip_release_labels(v) for v in value]
+    return value
+
+
+def keyed(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for o in objects:
+        meta = o["metadata"]
+        key = f"{o['kind']} {meta.get('namespace', '')}/{meta['name']}"
+        assert key not in out, f"{key} twice"
+        out[key] = o
+    return out
+
+
+def assert_same_objects(helm_objects: list[dict[str, Any]], kustomize_objects: list[dict[str, Any]]):
+    ours, theirs = keyed(helm_objects), keyed(kustomize_objects)
+    assert sorted(ours) == sorted(theirs), "the two render different objects"
+    for key in sorted(ours):
+        if ours[key] != theirs[key]:
+            a = yaml.safe_dump(theirs[key], sort_keys=True).splitlines()
+            b = yaml.safe_dump(ours[key], sort_keys=True).splitlines()
+            diff = "\n".join(difflib.unified_diff(a, b, "kustomize", "helm", lineterm=""))
+            raise AssertionError(f"{key} differs:\n{diff}")
+
+
+# cert-manager's two kinds the webhook and sharded modes create, as stand-ins the embedded API
+# server can store (the real CRDs come with cert-manager; nothing here issues certificates).
+CERT_MANAGER_CRDS = [
+    {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.cert-manager.io"},
+        "spec": {
+            "group": "cert-manager.io",
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    for plural, kind in (("issuers", "Issuer"), ("certificates", "Certificate"))
+]
+
+
+def test_lint_is_clean():
+    result = run(helm.Lint(helm.Configuration()).run(str(CHART)))
+    assert result["TotalChartsLinted"] == 1, result
+    assert not result["Errors"], result
+    noisy = [m for m in result["Messages"] if m["Severity"] >= LINT_WARNING]
+    assert not noisy, result
+
+
+def test_values_schema_refuses_a_bad_value(server: ApiServer):
+    """values.schema.json is enforced: a misspelt or mistyped value fails the install before
+    anything is created."""
+    cfg = helm_config(server)
+    for values, word in (
+        ({"replicaCount": "two"}, "replicaCount"),
+        ({"logging": {"format": "xml"}}, "format"),
+        ({"controllers": ["redis"]}, "controllers"),
+        ({"replicas": 2}, "replicas"),
+    ):
+        with pytest.raises(helm.HelmError) as err:
+            run(helm.Install(cfg).run(RELEASE, str(CHART), values=values, create_namespace=True, wait=False))
+        assert word in str(err.value), (values, str(err.value))
+    assert server.get_opt(f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}") is None
+
+
+@pytest.mark.skipif(kubectl() is None, reason="kubectl not found on the PATH (kubectl kustomize)")
+@pytest.mark.parametrize(
+    "values,overlay",
+    [
+        ({}, "artifacts/deploy"),
+        ({"webhook": {"enabled": True}}, "artifacts/deploy/webhook"),
+        ({"sharding": {"enabled": True}}, "artifacts/deploy/sharded"),
+    ],
+    ids=["default", "webhook", "sharded"],
+)
+def test_the_chart_renders_what_kustomize_builds(server: ApiServer, values, overlay):
+    for crd in CERT_MANAGER_CRDS:
+        server.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    release = run(
+        helm.Install(helm_config(server)).run(
+            RELEASE, str(CHART), values=values, create_namespace=True, wait=False
+        )
+    )
+    built = kustomize(REPO / overlay)
+    # The one object Helm does not render: the release namespace (a chart cannot create the
+    # namespace its own release record lives in; `--create-namespace` creates it, and NOTES.txt
+    # gives the Pod Security label the kustomize Namespace carries).
+    namespaces = [o for o in built if o["kind"] == "Namespace"]
+    assert [n["metadata"]["name"] for n in namespaces] == [NAMESPACE]
+    built = [o for o in built if o["kind"] != "Namespace"]
+
+    rendered = manifest_objects(release)
+    for o in rendered:
+        labels = o["metadata"].get("labels", {})
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm", o["metadata"]
+        assert labels.get("app.kubernetes.io/instance") == RELEASE, o["metadata"]
+    assert_same_objects(strip_release_labels(rendered), built)
+
+
+def at(name: str, schedule: str = "2019-04-12T10:12:00Z") -> dict[str, Any]:
+    """The book's example At (due long ago, so it runs at once)."""
+    return {
+        "apiVersion": "cnat.programming-kubernetes.info/v1alpha1",
+        "kind": "At",
+        "metadata": {"name": name},
+        "spec": {"schedule": schedule, "command": "echo YAY"},
+    }
+
+
+ATS = "/apis/cnat.programming-kubernetes.info/v1alpha1/namespaces/default/ats"
+REDIS = "/apis/cache.example.com/v1/namespaces/default/redisclusters"
+STATEFULSETS = "/apis/apps/v1/namespaces/default/statefulsets"
+DEPLOYMENT = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{RELEASE}"
+
+
+def while_running(manager: Manager, probe):
+    """`probe`, failing the test with the manager's log as soon as the manager has exited."""
+
+    def checked():
+        if manager.proc.poll() is not None:
+            pytest.fail(f"the manager exited ({manager.proc.returncode}):\n{manager.log()}")
+        return probe()
+
+    return checked
+
+
+def reconciles_an_at(server: ApiServer, manager: Manager, name: str) -> None:
+    server.create(ATS, at(name))
+    wait_for(
+        f"At {name} DONE (manager log: {manager.log_path})",
+        while_running(
+            manager, lambda: (server.get(f"{ATS}/{name}").get("status") or {}).get("phase") == "DONE"
+        ),
+    )
+
+
+def forbidden_requests(server: ApiServer) -> list[str]:
+    return server.request_counts(403)
+
+
+def test_install_run_upgrade_rollback_uninstall(server: ApiServer, binary: Path, tmp_path: Path):
+    cfg = helm_config(server)
+    installed = run(
+        helm.Install(cfg).run(RELEASE, str(CHART), create_namespace=True, wait=True, timeout=120)
+    )
+    assert installed["version"] == 1, installed.keys()
+    assert installed["info"]["status"] == "deployed", installed["info"]
+    # crds/ went in first, every CRD established.
+    for crd in CRDS:
+        got = server.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+        conditions = {c["type"]: c["status"] for c in got["status"]["conditions"]}
+        assert conditions.get("Established") == "True", (crd, conditions)
+    deployment = server.get(DEPLOYMENT)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["status"].get("availableReplicas") == 2, deployment["status"]
+
+    # RBAC is enforced: the ServiceAccount may not read secrets (the one 403 of this test).
+    with pytest.raises(HttpError) as denied:
+        server.request("GET", "/api/v1/secrets", token=SA_TOKEN)
+    assert denied.value.code == 403
+    assert len(forbidden_requests(server)) == 1
+
+    # The manager, as the chart's pod would run it: the Deployment's arguments, the
+    # ServiceAccount's identity.
+    sa_kubeconfig = server.kubeconfig_for(SA_TOKEN, tmp_path / "sa.kubeconfig")
+    args = container_args(deployment, NAMESPACE) + [f"--kubeconfig={sa_kubeconfig}"]
+    assert args[:3] == ["run", "--leader-elect", f"--leader-elect-resource-namespace={NAMESPACE}"]
+    manager = Manager(binary, args, tmp_path / "manager.log")
+    try:
+        reconciles_an_at(server, manager, "example-at")
+        # The leader's Lease, where the leader-election Role allows it.
+        lease = server.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/sample-controller")
+        assert lease["spec"].get("holderIdentity"), lease
+
+        # A RedisCluster: the finalizer goes on, the StatefulSet's pods become its nodes.
+        server.create(
+            REDIS,
+            {
+                "apiVersion": "cache.example.com/v1",
+                "kind": "RedisCluster",
+                "metadata": {"name": "cache"},
+                "spec": {"size": 2},
+            },
+        )
+        wait_for(
+            "the RedisCluster's nodes",
+            while_running(
+                manager,
+                lambda: (server.get(f"{REDIS}/cache").get("status") or {}).get("nodes")
+                == ["cache-0", "cache-1"],
+            ),
+        )
+        assert server.get(f"{REDIS}/cache")["metadata"]["finalizers"] == ["cache.example.com/finalizer"]
+        assert server.get_opt(f"{STATEFULSETS}/cache") is not None
+        # Deleting it runs the finalizer's cleanup: the StatefulSet goes, then the object.
+        server.request("DELETE", f"{REDIS}/cache")
+        wait_for(
+            "the RedisCluster and its StatefulSet to go",
+            while_running(
+                manager,
+                lambda: server.get_opt(f"{REDIS}/cache") is None
+                and server.get_opt(f"{STATEFULSETS}/cache") is None,
+            ),
+        )
+    finally:
+        code = manager.stop()
+    assert code == 0, manager.log()
+    # Nothing the manager asked for was refused: the only 403 is the probe above.
+    forbidden = forbidden_requests(server)
+    assert len(forbidden) == 1 and 'resource="secrets"' in forbidden[0], (forbidden, manager.log())
+
+    # Upgrade: one replica and a flag.
+    upgraded = run(
+        helm.Upgrade(cfg).run(
+            RELEASE, str(CHART), values={"replicaCount": 1, "workers": 4}, wait=True, timeout=120
+        )
+    )
+    assert upgraded["version"] == 2 and upgraded["info"]["status"] == "deployed"
+    deployment = server.get(DEPLOYMENT)
+    assert deployment["spec"]["replicas"] == 1
+    args = container_args(deployment, NAMESPACE)
+    assert "--workers=4" in args, args
+    # The upgraded arguments run too, under the same RBAC.
+    manager = Manager(binary, args + [f"--kubeconfig={sa_kubeconfig}"], tmp_path / "manager2.log")
+    try:
+        reconciles_an_at(server, manager, "after-upgrade")
+    finally:
+        code = manager.stop()
+    assert code == 0, manager.log()
+    assert len(forbidden_requests(server)) == 1, (forbidden_requests(server), manager.log())
+
+    # Rollback to the previous revision: a third revision with revision 1's objects.
+    run(helm.Rollback(cfg).run(RELEASE))
+    history = run(helm.History(cfg).run(RELEASE))
+    assert [(r["version"], r["info"]["status"]) for r in history] == [
+        (1, "superseded"),
+        (2, "superseded"),
+        (3, "deployed"),
+    ], history
+    deployment = server.get(DEPLOYMENT)
+    assert deployment["spec"]["replicas"] == 2
+    assert not any(a.startswith("--workers") for a in container_args(deployment, NAMESPACE))
+
+    # Uninstall: every object of the release goes, the CRDs and their objects stay.
+    run(helm.Uninstall(cfg).run(RELEASE, wait=True, timeout=120))
+    for o in manifest_objects(installed):
+        meta = o["metadata"]
+        path = object_path(server, o["apiVersion"], o["kind"], meta.get("namespace"), meta["name"])
+        assert server.get_opt(path) is None, f"{o['kind']} {meta['name']} survived the uninstall"
+    releases = server.get(f"/api/v1/namespaces/{NAMESPACE}/secrets?labelSelector=owner%3Dhelm")
+    assert releases["items"] == [], [s["metadata"]["name"] for s in releases["items"]]
+    for crd in CRDS:
+        assert server.get_opt(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+    assert server.get_opt(f"{ATS}/example-at") is not None
+
+
+def object_path(server: ApiServer, api_version: str, kind: str, namespace: str | None, name: str) -> str:
+    """The REST path of an object, its resource found through discovery."""
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    resources = server.get(base)["resources"]
+    plural = next(r["name"] for r in resources if r["kind"] == kind and "/" not in r["name"])
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{base}{scope}/{plural}/{name}"
