@@ -53,8 +53,10 @@ def sample_controller_binary() -> Path:
     ).stdout
     for line in out.splitlines():
         msg = json.loads(line)
-        if msg.get("reason") == "compiler-artifact" and msg.get("executable") and (
-            msg.get("target", {}).get("name") == "sample-controller"
+        if (
+            msg.get("reason") == "compiler-artifact"
+            and msg.get("executable")
+            and (msg.get("target", {}).get("name") == "sample-controller")
         ):
             return Path(msg["executable"])
     raise FileNotFoundError("cargo build named no sample-controller executable")
@@ -89,9 +91,7 @@ class ApiServer:
         self.workdir = workdir
         self.kubeconfig = workdir / "admin.kubeconfig"
         token_file = workdir / "tokens.csv"
-        token_file.write_text(
-            "".join(f'{t},{u},{u},"{",".join(g)}"\n' for t, u, g in tokens)
-        )
+        token_file.write_text("".join(f'{t},{u},{u},"{",".join(g)}"\n' for t, u, g in tokens))
         self.log_path = workdir / "apiserver.log"
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
