@@ -24,6 +24,7 @@ the kubelet expands it, and a token of the ServiceAccount the pod runs as.
 from __future__ import annotations
 
 import asyncio
+import base64
 import difflib
 import warnings
 from pathlib import Path
@@ -402,6 +403,112 @@ def test_install_run_upgrade_rollback_uninstall(server: ApiServer, binary: Path,
     for crd in CRDS:
         assert server.get_opt(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
     assert server.get_opt(f"{ATS}/example-at") is not None
+
+
+def test_values_become_the_managers_flags(server: ApiServer, binary: Path, tmp_path: Path):
+    """Non-default values reach the Deployment as the manager's flags, and the manager runs with
+    them under the chart's RBAC: only the At operator, only the namespace `apps`, plain-HTTP
+    metrics, text logs at -v 1, no leader election."""
+    values = {
+        "replicaCount": 1,
+        "leaderElection": {"enabled": False},
+        "controllers": ["at"],
+        "watchNamespace": "apps",
+        "workers": 2,
+        "logging": {"format": "text", "verbosity": 1},
+        "metrics": {"secure": False, "port": 8080, "service": {"port": 8080}},
+        "extraArgs": ["--resync-period=5m"],
+    }
+    cfg = helm_config(server)
+    run(
+        helm.Install(cfg).run(
+            RELEASE, str(CHART), values=values, create_namespace=True, wait=True, timeout=120
+        )
+    )
+    deployment = server.get(DEPLOYMENT)
+    assert deployment["spec"]["replicas"] == 1
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == [
+        "run",
+        "--controllers=at",
+        "--namespace=apps",
+        "--workers=2",
+        "--metrics-bind-address=:8080",
+        "--health-probe-bind-address=:8081",
+        "--log-format=text",
+        "--v=1",
+        "--resync-period=5m",
+    ]
+    assert [p["containerPort"] for p in container["ports"]] == [8080, 8081]
+    service = server.get(f"/api/v1/namespaces/{NAMESPACE}/services/{RELEASE}-metrics")
+    assert service["spec"]["ports"][0]["name"] == "http"
+    assert service["spec"]["ports"][0]["port"] == 8080
+
+    server.create("/api/v1/namespaces", {"metadata": {"name": "apps"}})
+    elsewhere = at("elsewhere")
+    server.create(ATS, elsewhere)  # in `default`, which the manager does not watch
+    sa_kubeconfig = server.kubeconfig_for(SA_TOKEN, tmp_path / "sa.kubeconfig")
+    manager = Manager(
+        binary,
+        container_args(deployment, NAMESPACE) + [f"--kubeconfig={sa_kubeconfig}"],
+        tmp_path / "manager.log",
+    )
+    apps_ats = ATS.replace("/namespaces/default/", "/namespaces/apps/")
+    try:
+        server.create(apps_ats, at("in-apps"))
+        wait_for(
+            "the At in apps DONE",
+            while_running(
+                server,
+                manager,
+                lambda: (server.get(f"{apps_ats}/in-apps").get("status") or {}).get("phase")
+                == "DONE",
+            ),
+        )
+    finally:
+        code = manager.stop()
+    assert code == 0, manager.log()
+    assert "status" not in server.get(f"{ATS}/elsewhere"), "an At outside --namespace was synced"
+    assert forbidden_total(server) == 0, forbidden_requests(server)
+
+
+def test_webhook_with_a_secret_of_your_own(server: ApiServer):
+    """Without cert-manager the webhook mode mounts the given Secret and puts the given CA into
+    both configurations; leaving either out fails the install with the value's name."""
+    cfg = helm_config(server)
+    webhook = {"enabled": True, "certManager": {"enabled": False}, "secretName": "my-webhook-tls"}
+    with pytest.raises(helm.HelmError) as err:
+        run(
+            helm.Install(cfg).run(
+                RELEASE, str(CHART), values={"webhook": webhook}, create_namespace=True, wait=False
+            )
+        )
+    assert "webhook.caBundle is required" in str(err.value), str(err.value)
+
+    ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n").decode()
+    release = run(
+        helm.Install(cfg).run(
+            RELEASE,
+            str(CHART),
+            values={"webhook": {**webhook, "caBundle": ca}},
+            create_namespace=True,
+            wait=False,
+        )
+    )
+    objects = keyed(manifest_objects(release))
+    assert not [k for k in objects if k.startswith(("Issuer ", "Certificate "))], sorted(objects)
+    for kind in ("Mutating", "Validating"):
+        config = objects[f"{kind}WebhookConfiguration /{RELEASE}-{kind.lower()}"]
+        assert "annotations" not in config["metadata"], config["metadata"]
+        client = config["webhooks"][0]["clientConfig"]
+        assert client["caBundle"] == ca
+        assert client["service"] == {
+            "namespace": NAMESPACE,
+            "name": f"{RELEASE}-webhook",
+            "path": f"/{'mutate' if kind == 'Mutating' else 'validate'}-at",
+        }
+    pod = objects[f"Deployment {NAMESPACE}/{RELEASE}"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "webhook-cert", "secret": {"secretName": "my-webhook-tls"}}]
 
 
 def object_path(
