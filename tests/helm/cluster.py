@@ -132,7 +132,8 @@ class ApiServer:
             self._log.write(line)
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text()[-4000:]
 
     def kubeconfig_for(self, token: str, path: Path) -> Path:
@@ -233,7 +234,8 @@ class Manager:
         )
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text()[-6000:]
 
     def stop(self) -> int:

@@ -163,14 +163,15 @@ def test_lint_is_clean():
 
 
 def test_values_schema_refuses_a_bad_value(server: ApiServer):
-    """values.schema.json is enforced: a misspelt or mistyped value fails the install before
-    anything is created."""
+    """values.schema.json is enforced, and the chart's own checks: a misspelt, mistyped or
+    contradictory value fails the install before anything is created."""
     cfg = helm_config(server)
     for values, word in (
         ({"replicaCount": "two"}, "replicaCount"),
         ({"logging": {"format": "xml"}}, "format"),
         ({"controllers": ["redis"]}, "controllers"),
         ({"replicas": 2}, "replicas"),
+        ({"webhook": {"enabled": True}, "sharding": {"enabled": True}}, "cannot be combined"),
     ):
         with pytest.raises(helm.HelmError) as err:
             run(
@@ -268,13 +269,29 @@ def forbidden_total(server: ApiServer) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in forbidden_requests(server))
 
 
-def test_install_run_upgrade_rollback_uninstall(server: ApiServer, binary: Path, tmp_path: Path):
+@pytest.mark.parametrize(
+    "server_side", [False, True], ids=["client-side-apply", "server-side-apply"]
+)
+def test_install_run_upgrade_rollback_uninstall(
+    server: ApiServer, binary: Path, tmp_path: Path, server_side: bool
+):
+    """The whole life of a release. Helm v4 applies client-side (three-way strategic merge
+    patches) or server-side (apply patches, the `helm` CLI's default for installs); upgrade and
+    rollback keep the method the release was installed with."""
     cfg = helm_config(server)
     installed = run(
-        helm.Install(cfg).run(RELEASE, str(CHART), create_namespace=True, wait=True, timeout=120)
+        helm.Install(cfg).run(
+            RELEASE,
+            str(CHART),
+            create_namespace=True,
+            wait=True,
+            timeout=120,
+            server_side_apply=server_side,
+        )
     )
     assert installed["version"] == 1, installed.keys()
     assert installed["info"]["status"] == "deployed", installed["info"]
+    assert installed["apply_method"] == ("ssa" if server_side else "csa"), installed["apply_method"]
     # crds/ went in first, every CRD established.
     for crd in CRDS:
         got = server.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
@@ -355,6 +372,7 @@ def test_install_run_upgrade_rollback_uninstall(server: ApiServer, binary: Path,
         )
     )
     assert upgraded["version"] == 2 and upgraded["info"]["status"] == "deployed"
+    assert upgraded["apply_method"] == installed["apply_method"]
     deployment = server.get(DEPLOYMENT)
     assert deployment["spec"]["replicas"] == 1
     args = container_args(deployment, NAMESPACE)
