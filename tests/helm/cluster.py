@@ -203,7 +203,8 @@ class ApiServer:
 
 
 def container_args(deployment: dict[str, Any], namespace: str) -> list[str]:
-    """The arguments of the manager container of a Deployment as the kubelet would pass them:
+    """The arguments (`args`, after the binary) of the manager container of a Deployment as the
+    kubelet would pass them:
     `$(POD_NAMESPACE)` expanded from the downward API, then the listen addresses moved to
     127.0.0.1:0 (a port the kernel picks: the test may not take the pod's fixed ports)."""
     container = deployment["spec"]["template"]["spec"]["containers"][0]
@@ -213,7 +214,7 @@ def container_args(deployment: dict[str, Any], namespace: str) -> list[str]:
         if e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.namespace"
     }
     args = []
-    for arg in container.get("command", []) + container["args"]:
+    for arg in container["args"]:
         for name, value in env.items():
             arg = arg.replace(f"$({name})", value)
         flag, _, value = arg.partition("=")

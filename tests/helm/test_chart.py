@@ -13,12 +13,13 @@ with RBAC enforced.
   every object of the release and keeps the CRDs (Helm's rule for crds/).
 
 Why the manager runs beside the cluster rather than as the chart's pod on the process node
-(`--node-runtime process`): that node runs a container's `command` and `args` on the host, but
-the chart's container has only `args` (the image's entrypoint is the binary, and the node has
-no images), the node resolves no `valueFrom` env (POD_NAMESPACE) and mounts no ServiceAccount
-token, and it sets no KUBERNETES_SERVICE_HOST, so the in-cluster config could not be built. The
-test does what that pod would: the Deployment's own arguments, `$(POD_NAMESPACE)` expanded as
-the kubelet expands it, and a token of the ServiceAccount the pod runs as.
+(`apiserver --node-runtime process`, which runs a pod's command on the host): the embedded
+server simulates a Deployment's rollout in its status alone and creates no ReplicaSet or pod
+for it, so the chart's Deployment has no pod for that node to run. (That node would also need
+the image's entrypoint as `command`, the values `command` gives, and it resolves no `valueFrom`
+env such as POD_NAMESPACE and mounts no ServiceAccount token.) The test does what that pod
+would: the Deployment's own arguments, `$(POD_NAMESPACE)` expanded as the kubelet expands it,
+and a token of the ServiceAccount the pod runs as.
 """
 
 from __future__ import annotations
@@ -426,7 +427,7 @@ def test_install_run_upgrade_rollback_uninstall(
 def test_values_become_the_managers_flags(server: ApiServer, binary: Path, tmp_path: Path):
     """Non-default values reach the Deployment as the manager's flags, and the manager runs with
     them under the chart's RBAC: only the At operator, only the namespace `apps`, plain-HTTP
-    metrics, text logs at -v 1, no leader election."""
+    metrics, no probes, text logs at -v 1, no leader election, the command of its own."""
     values = {
         "replicaCount": 1,
         "leaderElection": {"enabled": False},
@@ -436,6 +437,8 @@ def test_values_become_the_managers_flags(server: ApiServer, binary: Path, tmp_p
         "logging": {"format": "text", "verbosity": 1},
         "metrics": {"secure": False, "port": 8080, "service": {"port": 8080}},
         "extraArgs": ["--resync-period=5m"],
+        "probes": {"enabled": False},
+        "command": [str(binary)],
     }
     cfg = helm_config(server)
     run(
@@ -452,12 +455,14 @@ def test_values_become_the_managers_flags(server: ApiServer, binary: Path, tmp_p
         "--namespace=apps",
         "--workers=2",
         "--metrics-bind-address=:8080",
-        "--health-probe-bind-address=:8081",
+        "--health-probe-bind-address=0",
         "--log-format=text",
         "--v=1",
         "--resync-period=5m",
     ]
-    assert [p["containerPort"] for p in container["ports"]] == [8080, 8081]
+    assert container["command"] == [str(binary)]
+    assert [p["containerPort"] for p in container["ports"]] == [8080]
+    assert "livenessProbe" not in container and "readinessProbe" not in container
     service = server.get(f"/api/v1/namespaces/{NAMESPACE}/services/{RELEASE}-metrics")
     assert service["spec"]["ports"][0]["name"] == "http"
     assert service["spec"]["ports"][0]["port"] == 8080

@@ -81,7 +81,11 @@ metrics, probes, logging, then the user's extraArgs.
 {{- else }}
 - --metrics-bind-address=0
 {{- end }}
+{{- if .Values.probes.enabled }}
 - --health-probe-bind-address=:{{ .Values.probes.port }}
+{{- else }}
+- --health-probe-bind-address=0
+{{- end }}
 {{- end }}
 
 {{/*
@@ -121,9 +125,27 @@ The container ports shared by every process: metrics (when served) and probes.
   containerPort: {{ .Values.metrics.port }}
   protocol: TCP
 {{- end }}
+{{- if .Values.probes.enabled }}
 - name: probes
   containerPort: {{ .Values.probes.port }}
   protocol: TCP
+{{- end }}
+{{- end }}
+
+{{/*
+The container's probes (when served): livenessProbe and readinessProbe.
+*/}}
+{{- define "sample-controller.probes" -}}
+{{- if .Values.probes.enabled }}
+{{- with .Values.livenessProbe }}
+livenessProbe:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.readinessProbe }}
+readinessProbe:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*
