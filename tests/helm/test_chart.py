@@ -534,6 +534,40 @@ def test_webhook_with_a_secret_of_your_own(server: ApiServer):
     assert pod["volumes"] == [{"name": "webhook-cert", "secret": {"secretName": "my-webhook-tls"}}]
 
 
+def test_a_service_account_and_rbac_of_your_own(server: ApiServer):
+    """serviceAccount.create and rbac.create off: the chart renders neither the identity nor
+    its roles, and the pods run as the named ServiceAccount; without a name it refuses."""
+    cfg = helm_config(server)
+    with pytest.raises(helm.HelmError) as err:
+        run(
+            helm.Install(cfg).run(
+                RELEASE,
+                str(CHART),
+                values={"serviceAccount": {"create": False}},
+                create_namespace=True,
+                wait=False,
+            )
+        )
+    assert "serviceAccount.name is required" in str(err.value), str(err.value)
+
+    release = run(
+        helm.Install(cfg).run(
+            RELEASE,
+            str(CHART),
+            values={
+                "serviceAccount": {"create": False, "name": "ops-bot"},
+                "rbac": {"create": False},
+            },
+            create_namespace=True,
+            wait=False,
+        )
+    )
+    kinds = sorted(o["kind"] for o in manifest_objects(release))
+    assert kinds == ["Deployment", "Service"], kinds
+    deployment = server.get(DEPLOYMENT)
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "ops-bot"
+
+
 def object_path(
     server: ApiServer, api_version: str, kind: str, namespace: str | None, name: str
 ) -> str:
