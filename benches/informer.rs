@@ -212,6 +212,7 @@ impl ListerWatcher<Pod> for Synthetic {
                 ..Default::default()
             },
             items: (start..end).map(make_pod).collect(),
+            undecodable: Vec::new(),
         })
     }
 

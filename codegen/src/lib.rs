@@ -362,7 +362,23 @@ mod tests {
     fn the_at_schema_carries_the_books_validations() {
         let schema = schema_for::<At>().unwrap();
         let spec = &schema["properties"]["spec"];
-        assert_eq!(spec["required"], json!(["schedule", "run"]));
+        // `run` (v1) or the book's `command`, exactly one: two CEL rules, not `required`.
+        assert_eq!(spec["required"], json!(["schedule"]));
+        let rules: Vec<&str> = spec["x-kubernetes-validations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["rule"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                "has(self.run) || has(self.command)",
+                "!(has(self.run) && has(self.command))"
+            ]
+        );
+        assert!(spec["properties"]["run"].get("nullable").is_none());
+        assert!(spec["properties"]["command"].get("nullable").is_none());
         assert_eq!(spec["properties"]["schedule"]["format"], "date-time");
         let run = &spec["properties"]["run"];
         assert_eq!(run["required"], json!(["command"]));
@@ -371,7 +387,7 @@ mod tests {
         assert_eq!(run["properties"]["ttlSecondsAfterFinished"]["minimum"], 0);
         let alpha = schema_for::<sample_controller::apis::at::v1alpha1::At>().unwrap();
         let alpha_spec = &alpha["properties"]["spec"];
-        assert_eq!(alpha_spec["required"], json!(["schedule", "command"]));
+        assert_eq!(alpha_spec, spec, "one spec schema for both versions");
         assert_eq!(alpha_spec["properties"]["command"]["minLength"], 1);
         let phase = &schema["properties"]["status"]["properties"]["phase"];
         assert_eq!(phase["type"], "string");
@@ -407,7 +423,7 @@ mod tests {
     }
 
     #[test]
-    fn the_at_crd_has_two_versions_and_v1_carries_the_cel_rule() {
+    fn the_at_crd_has_two_versions_and_both_carry_the_cel_rule() {
         let crd = at_crd().unwrap();
         let names: Vec<(&str, bool, bool, Option<bool>)> = crd
             .spec
@@ -474,11 +490,60 @@ mod tests {
                 .contains("oldSelf.spec.schedule")
         );
         assert_eq!(rules[0].field_path.as_deref(), Some(".spec.schedule"));
-        assert!(schema(1).x_kubernetes_validations.is_none());
+        assert_eq!(
+            schema(1).x_kubernetes_validations,
+            schema(0).x_kubernetes_validations
+        );
         // And in the file that ships.
         let text = generate_all().unwrap().remove(0).contents;
         assert!(text.contains("x-kubernetes-validations:"), "{text}");
         assert!(text.contains("deprecated: true"), "{text}");
+    }
+
+    /// `conversion: {strategy: None}` converts by rewriting `apiVersion` alone, which
+    /// Kubernetes allows only when every object valid in one served version is valid in every
+    /// other. For every CRD that ships with `None` and more than one version, the versions'
+    /// schemas must then accept exactly the same objects: here, the same schema but for its
+    /// descriptions (which validate nothing).
+    #[test]
+    fn every_crd_with_conversion_none_serves_one_schema_in_all_its_versions() {
+        fn without_descriptions(v: &mut Value) {
+            match v {
+                Value::Object(m) => {
+                    m.remove("description");
+                    m.values_mut().for_each(without_descriptions);
+                }
+                Value::Array(a) => a.iter_mut().for_each(without_descriptions),
+                _ => {}
+            }
+        }
+        let mut checked = 0;
+        for file in generate_all().unwrap() {
+            let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&file.contents).unwrap();
+            let none = crd
+                .spec
+                .conversion
+                .as_ref()
+                .is_none_or(|c| c.strategy == "None");
+            if !none || crd.spec.versions.len() < 2 {
+                continue;
+            }
+            let mut schemas = crd.spec.versions.iter().map(|v| {
+                let mut s = serde_json::to_value(&v.schema).unwrap();
+                without_descriptions(&mut s);
+                (v.name.clone(), s)
+            });
+            let (first, reference) = schemas.next().unwrap();
+            for (name, schema) in schemas {
+                assert_eq!(
+                    schema, reference,
+                    "{}: versions {first} and {name} accept different objects under conversion None",
+                    file.file_name
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked >= 1, "the At CRD serves two versions with None");
     }
 
     #[test]

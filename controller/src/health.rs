@@ -428,16 +428,34 @@ impl HealthState {
     /// Every readiness check's outcome, in registration order, then (when any reflector
     /// reports) the `watches` check: failed when every watch has been failing for longer than
     /// [`HealthOptions::unreachable_after`].
+    ///
+    /// A check named `informer:<name>` that fails says why when the reflector of the watch
+    /// `<name>` has reported an error: `not synced: <its last list or watch error>`, so a cache
+    /// that cannot sync at all names its cause.
     pub fn readiness(&self) -> Vec<CheckResult> {
-        let (checks, watches) = {
+        let (checks, watches, last_errors) = {
             let inner = lock(&self.inner);
-            (inner.readiness.clone(), self.unreachable(&inner))
+            let last_errors: BTreeMap<String, String> = inner
+                .watches
+                .iter()
+                .filter(|(_, w)| w.failing_since.is_some() && !w.last_error.is_empty())
+                .map(|(name, w)| (name.clone(), w.last_error.clone()))
+                .collect();
+            (inner.readiness.clone(), self.unreachable(&inner), last_errors)
         };
         let mut out: Vec<CheckResult> = checks
             .into_iter()
-            .map(|(name, check)| CheckResult {
-                failure: (!check()).then(|| "not synced".to_owned()),
-                name,
+            .map(|(name, check)| {
+                let failure = (!check()).then(|| {
+                    match name
+                        .strip_prefix("informer:")
+                        .and_then(|w| last_errors.get(w))
+                    {
+                        Some(error) => format!("not synced: {error}"),
+                        None => "not synced".to_owned(),
+                    }
+                });
+                CheckResult { failure, name }
             })
             .collect();
         out.extend(watches);
@@ -870,8 +888,16 @@ mod tests {
         assert!(!h.is_ready());
         let (code, body) = report("readyz", &h.readiness());
         assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(body.contains("[-]informer:ats failed: not synced"));
+        assert!(body.contains("[-]informer:ats failed: not synced\n"), "{body}");
         assert!(body.contains("[+]informer:pods ok"));
+        // A cache that cannot sync says why: its reflector's last error.
+        h.watch_health("ats")
+            .failed("403 (Forbidden): ats is forbidden: User \"bob\" cannot list");
+        let (_, body) = report("readyz", &h.readiness());
+        assert!(
+            body.contains("[-]informer:ats failed: not synced: 403 (Forbidden): ats is forbidden"),
+            "{body}"
+        );
         synced.store(true, std::sync::atomic::Ordering::SeqCst);
         assert!(h.is_ready());
         h.add_liveness_check("leader", || Err("renewals stuck".into()));

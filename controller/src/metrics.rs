@@ -33,7 +33,9 @@
 //! | `reflector_watches_total` | counter | `name` | each WATCH a reflector opens |
 //! | `reflector_gone_total` | counter | `name` | each 410 Gone / expired resourceVersion |
 //! | `reflector_last_event_age_seconds` | gauge | `name` | seconds since the reflector's last watch event |
+//! | `reflector_undecodable_objects_total` | counter | `name` | each object (once per resourceVersion) that did not decode as the informer's type and was left out |
 //! | `store_objects` | gauge | `name` | objects in each informer's store |
+//! | `store_undecodable_objects` | gauge | `name` | objects left out of each informer's store now because they do not decode |
 //! | `events_dropped_total` | counter | | events the broadcaster dropped (full queue) |
 //! | `leader_election_master_status` | gauge | `name` | 1 while this process leads that election (client-go's name) |
 //! | `workqueue_*` | | `name` | the workqueue's own metrics (client-go's names) |
@@ -531,7 +533,7 @@ impl Collector for Caches {
             return Ok(());
         }
         rows.sort_by(|a, b| a.0.cmp(&b.0));
-        let counters: [(&str, &str, ReadCounter); 3] = [
+        let counters: [(&str, &str, ReadCounter); 4] = [
             ("reflector_lists", "LIST requests made by reflectors", |s| {
                 s.lists
             }),
@@ -544,6 +546,11 @@ impl Collector for Caches {
                 "reflector_gone",
                 "410 Gone answers (expired resourceVersion) seen by reflectors",
                 |s| s.expired,
+            ),
+            (
+                "reflector_undecodable_objects",
+                "Objects that did not decode as the informer's type, each counted once per resourceVersion",
+                |s| s.undecodable,
             ),
         ];
         for (name, help, read) in counters {
@@ -574,6 +581,16 @@ impl Collector for Caches {
         )?;
         for (l, _, len) in &rows {
             ConstGauge::new(i64::try_from(*len).unwrap_or(i64::MAX)).encode(m.encode_family(l)?)?;
+        }
+        let mut m = encoder.encode_descriptor(
+            "store_undecodable_objects",
+            "Objects left out of each informer's store because they do not decode",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (l, stats, _) in &rows {
+            ConstGauge::new(i64::try_from(stats.left_out).unwrap_or(i64::MAX))
+                .encode(m.encode_family(l)?)?;
         }
         Ok(())
     }

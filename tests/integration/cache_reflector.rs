@@ -582,3 +582,92 @@ async fn second_run_returns_at_once() {
     assert_eq!(lists(&fake.requests()).len(), 1);
     h.stop().await;
 }
+
+fn undecodable(name: &str, rv: &str) -> sample_controller::client::UndecodableObject {
+    sample_controller::client::UndecodableObject {
+        kind: "Pod".into(),
+        api_version: Some("v1".into()),
+        namespace: Some("default".into()),
+        name: name.into(),
+        uid: Some(format!("uid-{name}")),
+        resource_version: Some(rv.into()),
+        error: "missing field `spec` at line 1 column 40".into(),
+    }
+}
+
+/// One object that does not decode is left out of the store; every other object lists and
+/// watches on, the reflector is synced, and the object is reported once per resourceVersion
+/// (the handler and the counters), whether it comes in a list or on a watch.
+#[tokio::test(start_paused = true)]
+async fn an_object_that_does_not_decode_is_left_out_and_reported_once_per_resource_version() {
+    for streaming_list in [false, true] {
+        let fake = FakeListerWatcher::<Pod>::new();
+        fake.upsert(pod("default", "a"));
+        fake.add_undecodable(undecodable("bad", "5"));
+        let reported = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let h = {
+            let store = Indexer::new();
+            let reflector = Arc::new(Reflector::new(
+                fake.clone(),
+                store.clone(),
+                ReflectorConfig {
+                    streaming_list,
+                    ..Default::default()
+                },
+            ));
+            let r = Arc::clone(&reported);
+            reflector.set_undecodable_handler(Arc::new(move |name, u| {
+                r.lock().unwrap().push(format!("{name}: {}", u.key()));
+            }));
+            let cancel = CancellationToken::new();
+            let task = tokio::spawn({
+                let (r, c) = (Arc::clone(&reflector), cancel.clone());
+                async move { r.run(c).await }
+            });
+            Harness {
+                fake: fake.clone(),
+                store,
+                reflector,
+                cancel,
+                task,
+            }
+        };
+        if streaming_list {
+            // The fake's streaming list sends its objects only; the bad one arrives on the
+            // watch, as a newer version of an object the list had.
+            eventually("synced", || h.reflector.status().snapshot().synced).await;
+            fake.upsert(pod("default", "bad"));
+            eventually("bad cached", || h.store.get("default/bad").is_some()).await;
+            fake.add_undecodable(undecodable("bad", "7"));
+        }
+        eventually("synced", || h.reflector.status().snapshot().synced).await;
+        eventually("bad left out", || h.reflector.undecodable_count() == 1).await;
+        assert!(h.store.get("default/a").is_some(), "the good object syncs");
+        assert!(h.store.get("default/bad").is_none(), "the bad one is left out");
+
+        // The watch goes on past it: later objects arrive.
+        fake.upsert(pod("default", "b"));
+        eventually("b arrives", || h.store.get("default/b").is_some()).await;
+
+        // A new resourceVersion of it is reported again.
+        fake.close_watches();
+        settle().await;
+        fake.add_undecodable(undecodable("bad", "9"));
+        eventually("second report", || reported.lock().unwrap().len() == 2).await;
+        let stats = h.reflector.status().snapshot();
+        assert_eq!(stats.undecodable, 2);
+        assert_eq!(stats.left_out, 1);
+        assert_eq!(
+            *reported.lock().unwrap(),
+            ["objects: default/bad", "objects: default/bad"]
+        );
+
+        // Fixed: it decodes again, is cached, and no longer counted as left out.
+        fake.upsert(pod("default", "bad"));
+        eventually("bad cached again", || h.store.get("default/bad").is_some()).await;
+        assert_eq!(h.reflector.undecodable_count(), 0);
+        assert_eq!(h.reflector.status().snapshot().left_out, 0);
+        h.cancel.cancel();
+        h.task.await.unwrap();
+    }
+}

@@ -143,7 +143,8 @@ fn the_books_example_is_unchanged() {
     .unwrap();
     assert_eq!(at.metadata.name.as_deref(), Some("example-at"));
     assert_eq!(at.spec.schedule, "2019-04-12T10:12:00Z");
-    assert_eq!(at.spec.command, "echo YAY");
+    assert_eq!(at.spec.command.as_deref(), Some("echo YAY"));
+    assert_eq!(at.spec.run, None);
     assert!(at.status.is_none());
 }
 

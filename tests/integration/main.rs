@@ -45,6 +45,7 @@ mod at_controller;
 mod at_otlp;
 mod at_requests;
 mod at_scale;
+mod at_undecodable;
 mod at_traces;
 mod cache_apiserver;
 mod cache_convergence;

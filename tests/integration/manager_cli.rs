@@ -149,43 +149,6 @@ async fn a_cluster_without_the_crd_says_how_to_install_it() {
     server.shutdown().await;
 }
 
-/// The book's v1alpha1 At written under a CRD whose conversion is `None` lands in storage
-/// without `spec.run`: the manager (which reads v1) says the objects do not decode, and how to
-/// fix it, not that the server cannot be reached.
-#[tokio::test]
-async fn objects_that_do_not_decode_are_named_as_such_not_as_an_unreachable_server() {
-    use sample_controller::apis::at::v1alpha1::{At as AtV1alpha1, AtSpec as AtV1alpha1Spec};
-    use sample_controller::client::{Api, PostParams};
-    let (server, client) = server().await;
-    let at = AtV1alpha1 {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some("book".into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        spec: AtV1alpha1Spec {
-            schedule: "2019-04-12T10:12:00Z".into(),
-            command: "echo YAY".into(),
-        },
-        status: None,
-    };
-    Api::<AtV1alpha1>::namespaced(client.clone(), "default")
-        .create(&PostParams::default(), &at)
-        .await
-        .expect("the v1alpha1 At is stored");
-    let (code, stderr) = run_against(&server, &["--controllers=at"]).await;
-    assert_eq!(code, 1, "{stderr}");
-    let line = one_line(&stderr);
-    assert!(!line.contains("cannot reach"), "{line}");
-    assert!(
-        line.contains("ats.cnat.programming-kubernetes.info")
-            && line.contains("do not decode")
-            && line.contains("missing field `run`"),
-        "{line}"
-    );
-    server.shutdown().await;
-}
-
 #[tokio::test]
 async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
     let (server, client) = server().await;

@@ -221,6 +221,7 @@ pub struct SharedInformerFactory<S> {
     custom_transforms: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     reflector: ReflectorConfig,
     health: Option<HealthState>,
+    on_undecodable: Option<super::reflector::UndecodableHandler>,
     state: Mutex<State>,
 }
 
@@ -237,6 +238,7 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
             custom_transforms: HashMap::new(),
             reflector: ReflectorConfig::default(),
             health: None,
+            on_undecodable: None,
             state: Mutex::new(State::default()),
         }
     }
@@ -310,6 +312,14 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
     /// `watch:<name>`).
     pub fn with_watch_health(mut self, health: HealthState) -> Self {
         self.health = Some(health);
+        self
+    }
+
+    /// Every informer created from now on calls `handler` once for each object (and
+    /// resourceVersion of it) that does not decode as its type and is left out of its cache
+    /// (the manager counts it in a metric and records a Warning event on the object).
+    pub fn with_undecodable_handler(mut self, handler: super::reflector::UndecodableHandler) -> Self {
+        self.on_undecodable = Some(handler);
         self
     }
 
@@ -390,6 +400,9 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
         };
         if let Some(health) = &self.health {
             informer.set_watch_health(health.watch_health(&short_name));
+        }
+        if let Some(handler) = &self.on_undecodable {
+            informer.set_undecodable_handler(Arc::clone(handler));
         }
         state.informers.insert(
             key,

@@ -412,6 +412,10 @@ impl<K: CacheObject> ReflectorStore<K> for Arc<Core<K>> {
         }
     }
 
+    fn cached(&self, key: &str) -> Option<Arc<K>> {
+        self.indexer.get(key)
+    }
+
     fn resync_period(&self) -> Option<Duration> {
         let check = self.processor().resync_check_period;
         (!check.is_zero()).then_some(check)
@@ -698,6 +702,17 @@ impl<K: CacheObject> SharedIndexInformer<K> {
     /// rules of [`crate::health`]).
     pub fn set_watch_health(&self, health: crate::health::WatchHealth) {
         self.reflector.set_watch_health(health);
+    }
+
+    /// Calls `handler` once for each object (and resourceVersion of it) that does not decode
+    /// and is left out of this cache ([`super::reflector`], "Objects that do not decode").
+    pub fn set_undecodable_handler(&self, handler: super::reflector::UndecodableHandler) {
+        self.reflector.set_undecodable_handler(handler);
+    }
+
+    /// How many objects are left out of this cache now because they do not decode.
+    pub fn undecodable_count(&self) -> usize {
+        self.reflector.undecodable_count()
     }
 
     /// True once `run` has been called.

@@ -108,7 +108,9 @@ use super::ObjectMetaAccess;
 use super::keys::key_of;
 use super::lister_watcher::ListerWatcher;
 use super::store::Indexer;
-use crate::client::{Error, ListParams, Result, WatchEvent, WatchParams, WatchStream};
+use crate::client::{
+    Error, ListParams, Result, UndecodableObject, WatchEvent, WatchParams, WatchStream,
+};
 use crate::health::WatchHealth;
 
 /// Default page size of the list pager.
@@ -146,6 +148,12 @@ pub trait ReflectorStore<K>: Send + Sync + 'static {
     }
     /// Re-deliver the cached objects (the informer's periodic resync).
     fn resync(&self) {}
+    /// The cached object under `key`, if any: the reflector removes it when the server's newer
+    /// version of it does not decode (see the module doc, "Objects that do not decode").
+    fn cached(&self, key: &str) -> Option<Arc<K>> {
+        let _ = key;
+        None
+    }
 }
 
 /// The resourceVersion of an object ("" when missing).
@@ -173,6 +181,9 @@ impl<K: Metadata<Ty: ObjectMetaAccess> + Send + Sync + 'static> ReflectorStore<K
     }
     fn delete(&self, obj: Arc<K>) {
         self.remove(&key_of(obj.as_ref()));
+    }
+    fn cached(&self, key: &str) -> Option<Arc<K>> {
+        self.get(key)
     }
 }
 
@@ -308,6 +319,10 @@ pub struct ReflectorStats {
     pub last_event: Option<Instant>,
     /// True once the first list or streaming list has been stored.
     pub synced: bool,
+    /// Objects that did not decode, each counted once per resourceVersion.
+    pub undecodable: u64,
+    /// Objects left out of the store now because they do not decode.
+    pub left_out: u64,
 }
 
 /// A shared, cheap-to-clone view of a reflector's [`ReflectorStats`].
@@ -336,9 +351,20 @@ pub struct Reflector<K, LW, S = Indexer<K>> {
     config: ReflectorConfig,
     status: ReflectorStatus,
     health: Mutex<Option<WatchHealth>>,
+    on_undecodable: Mutex<Option<UndecodableHandler>>,
+    /// The objects left out because they do not decode: key → the resourceVersion reported.
+    undecodable: Mutex<HashMap<String, String>>,
     running: AtomicBool,
     _k: std::marker::PhantomData<fn() -> K>,
 }
+
+/// Called once per object and resourceVersion that does not decode (the reflector's name, and
+/// the object): the manager counts it in a metric and records a Warning event on the object.
+pub type UndecodableHandler = Arc<dyn Fn(&str, &UndecodableObject) + Send + Sync>;
+
+/// At most this many undecodable objects are remembered (to report each once per
+/// resourceVersion); past it, each is still left out and logged, possibly more than once.
+pub const MAX_REMEMBERED_UNDECODABLE: usize = 10_000;
 
 /// State carried from one list-and-watch cycle to the next.
 struct Cycle {
@@ -418,6 +444,8 @@ where
             config,
             status: ReflectorStatus::default(),
             health: Mutex::new(None),
+            on_undecodable: Mutex::new(None),
+            undecodable: Mutex::new(HashMap::new()),
             running: AtomicBool::new(false),
             _k: std::marker::PhantomData,
         }
@@ -437,6 +465,111 @@ where
     /// doc, "Health"); replaces an earlier handle.
     pub fn set_watch_health(&self, health: WatchHealth) {
         *self.health.lock().unwrap_or_else(|e| e.into_inner()) = Some(health);
+    }
+
+    /// Calls `handler` once for each object (and resourceVersion of it) that does not decode,
+    /// from now on; replaces an earlier handler.
+    pub fn set_undecodable_handler(&self, handler: UndecodableHandler) {
+        *self.on_undecodable.lock().unwrap_or_else(|e| e.into_inner()) = Some(handler);
+    }
+
+    /// How many objects are left out of the store now because they do not decode.
+    pub fn undecodable_count(&self) -> usize {
+        self.undecodable_count_locked()
+    }
+
+    fn undecodable_count_locked(&self) -> usize {
+        self.undecodable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    fn update_left_out(&self) {
+        let n = u64::try_from(self.undecodable_count_locked()).unwrap_or(u64::MAX);
+        self.status.with(|s| s.left_out = n);
+    }
+
+    /// An object that does not decode: left out of the store (its cached older version is
+    /// removed, with a delete notification), and reported once per resourceVersion: a log line
+    /// naming kind, key, resourceVersion and serde's message (which names the field), and the
+    /// handler (metric, event).
+    fn left_out(&self, u: &UndecodableObject) {
+        let key = u.key();
+        if let Some(old) = self.store.cached(&key) {
+            self.store.delete(old);
+        }
+        let rv = u.resource_version.clone().unwrap_or_default();
+        let new = {
+            let mut seen = self.undecodable.lock().unwrap_or_else(|e| e.into_inner());
+            match seen.get(&key) {
+                Some(reported) if *reported == rv => false,
+                _ => {
+                    if seen.len() < MAX_REMEMBERED_UNDECODABLE || seen.contains_key(&key) {
+                        seen.insert(key.clone(), rv.clone());
+                    }
+                    true
+                }
+            }
+        };
+        self.status.with(|s| {
+            s.left_out = u64::try_from(self.undecodable_count_locked()).unwrap_or(u64::MAX);
+            if new {
+                s.undecodable += 1;
+            }
+        });
+        if !new {
+            return;
+        }
+        warn!(reflector = %self.config.name, kind = %u.kind, object = %key, resource_version = %rv,
+            error = %u.error, "object does not decode; left out of the cache, every other object syncs");
+        let handler = self
+            .on_undecodable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(h) = handler {
+            h(&self.config.name, u);
+        }
+    }
+
+    /// `obj` decoded (or is gone): it is no longer left out.
+    fn decoded(&self, obj: &K) {
+        let mut seen = self.undecodable.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.is_empty() {
+            return;
+        }
+        let key = key_of(obj);
+        if seen.remove(&key).is_some() {
+            drop(seen);
+            self.update_left_out();
+            debug!(reflector = %self.config.name, object = %key, "object decodes again");
+        }
+    }
+
+    /// An object that did not decode was deleted: out of the store, and forgotten.
+    fn deleted_undecodable(&self, u: &UndecodableObject) {
+        let key = u.key();
+        if let Some(old) = self.store.cached(&key) {
+            self.store.delete(old);
+        }
+        self.undecodable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        self.update_left_out();
+    }
+
+    /// A list replaced the store: only the objects it left out are still left out.
+    fn relisted_undecodable(&self, left_out: &[UndecodableObject]) {
+        let mut seen = self.undecodable.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.is_empty() {
+            return;
+        }
+        let now: std::collections::HashSet<String> = left_out.iter().map(|u| u.key()).collect();
+        seen.retain(|k, _| now.contains(k));
+        drop(seen);
+        self.update_left_out();
     }
 
     fn report(&self, f: impl FnOnce(&WatchHealth)) {
@@ -619,6 +752,7 @@ where
         };
         let mut params = first.clone();
         let mut objs: Vec<Arc<K>> = Vec::new();
+        let mut left_out: Vec<UndecodableObject> = Vec::new();
         let mut list_rv: Option<String> = None;
         let mut paginated = false;
         loop {
@@ -637,6 +771,7 @@ where
                         .await?;
                     list_rv = Some(full.metadata.resource_version.unwrap_or_default());
                     objs.extend(full.items.into_iter().map(|o| self.store.prepare(o)));
+                    left_out = full.undecodable;
                     break;
                 }
                 Err(e) => return Err(e),
@@ -646,6 +781,7 @@ where
             }
             // Transform and de-duplicate page by page: only changed objects are kept twice.
             objs.extend(page.items.into_iter().map(|o| self.store.prepare(o)));
+            left_out.extend(page.undecodable);
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => {
                     paginated = true;
@@ -663,6 +799,10 @@ where
         let list_rv = list_rv.unwrap_or_default();
         let count = objs.len();
         self.store.replace(objs, &list_rv);
+        self.relisted_undecodable(&left_out);
+        for u in &left_out {
+            self.left_out(u);
+        }
         cycle.last_sync_rv = String::new();
         self.set_rv(cycle, &list_rv);
         self.report_listed(cycle);
@@ -735,6 +875,7 @@ where
             };
             let mut objs: Vec<Arc<K>> = Vec::new();
             let mut positions: HashMap<String, usize> = HashMap::new();
+            let mut left_out: Vec<UndecodableObject> = Vec::new();
             let mut warn_tick = tokio::time::interval_at(
                 Instant::now() + INITIAL_EVENTS_WARNING_PERIOD,
                 INITIAL_EVENTS_WARNING_PERIOD,
@@ -773,6 +914,17 @@ where
                         cycle.rv_unavailable = true;
                         continue 'attempt;
                     }
+                    Err(Error::UndecodableObject { event, object }) => {
+                        if let Some(i) = positions.remove(&object.key()) {
+                            objs.swap_remove(i);
+                            if let Some(moved) = objs.get(i) {
+                                positions.insert(key_of(moved.as_ref()), i);
+                            }
+                        }
+                        if event != "DELETED" {
+                            left_out.push(*object);
+                        }
+                    }
                     Err(e) => return Err(e),
                     Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
                         let obj = self.store.prepare(o);
@@ -796,6 +948,13 @@ where
                     Ok(WatchEvent::Bookmark(b)) if b.initial_events_end => {
                         let count = objs.len();
                         self.store.replace(objs, &b.resource_version);
+                        // An object that decoded after it did not (or the other way round)
+                        // counts as its last state.
+                        left_out.retain(|u| !positions.contains_key(&u.key()));
+                        self.relisted_undecodable(&left_out);
+                        for u in &left_out {
+                            self.left_out(u);
+                        }
                         cycle.rv_unavailable = false;
                         cycle.last_sync_rv = String::new();
                         self.set_rv(cycle, &b.resource_version);
@@ -928,6 +1087,17 @@ where
                     debug!(reflector = %self.config.name, error = %e, "watch connection ended");
                     return WatchEnd::Closed { events, started };
                 }
+                // One object that does not decode: left out, and the watch goes on.
+                Some(Err(Error::UndecodableObject { event, object })) => {
+                    events += 1;
+                    self.report(WatchHealth::progress);
+                    if event == "DELETED" {
+                        self.deleted_undecodable(&object);
+                    } else {
+                        self.left_out(&object);
+                    }
+                    continue;
+                }
                 Some(Err(e)) => return WatchEnd::Failed(e),
                 Some(Ok(ev)) => ev,
             };
@@ -939,6 +1109,7 @@ where
             match event {
                 WatchEvent::Added(o) => {
                     let rv = rv_of(&o).to_owned();
+                    self.decoded(&o);
                     self.store.add(self.store.prepare(o));
                     if seen_non_add {
                         self.set_rv(cycle, &rv);
@@ -947,12 +1118,14 @@ where
                 WatchEvent::Modified(o) => {
                     seen_non_add = true;
                     let rv = rv_of(&o).to_owned();
+                    self.decoded(&o);
                     self.store.update(self.store.prepare(o));
                     self.set_rv(cycle, &rv);
                 }
                 WatchEvent::Deleted(o) => {
                     seen_non_add = true;
                     let rv = rv_of(&o).to_owned();
+                    self.decoded(&o);
                     self.store.delete(self.store.prepare(o));
                     self.set_rv(cycle, &rv);
                 }

@@ -58,6 +58,8 @@ struct State<K> {
     snapshots: HashMap<String, (Vec<K>, usize, u64)>,
     next_token: u64,
     streaming: bool,
+    /// Named in every list's first page as objects that do not decode.
+    undecodable: Vec<crate::client::UndecodableObject>,
     requests: Vec<(Instant, Request)>,
 }
 
@@ -99,6 +101,10 @@ fn clone_error(e: &Error) -> Error {
         Error::Timeout(m) => Error::Timeout(m.clone()),
         Error::Config(m) => Error::Config(m.clone()),
         Error::LineTooLong { limit } => Error::LineTooLong { limit: *limit },
+        Error::UndecodableObject { event, object } => Error::UndecodableObject {
+            event,
+            object: object.clone(),
+        },
         other => Error::Other(other.to_string()),
     }
 }
@@ -128,6 +134,7 @@ impl<K: CacheObject> FakeListerWatcher<K> {
                 snapshots: HashMap::new(),
                 next_token: 1,
                 streaming: true,
+                undecodable: Vec::new(),
                 requests: Vec::new(),
             })),
         }
@@ -253,6 +260,23 @@ impl<K: CacheObject> FakeListerWatcher<K> {
         }
     }
 
+    /// From now on every list names `object` among the objects that do not decode (in place of
+    /// an earlier one of the same key), and every
+    /// open watch is sent it as a `MODIFIED` event that does not decode (the stream goes on), as
+    /// the client reports an object of the wrong shape.
+    pub fn add_undecodable(&self, object: crate::client::UndecodableObject) {
+        let mut s = self.state();
+        s.undecodable.retain(|u| u.key() != object.key());
+        s.undecodable.push(object.clone());
+        s.watchers.retain(|w| {
+            w.send(Err(Error::UndecodableObject {
+                event: "MODIFIED",
+                object: Box::new(object.clone()),
+            }))
+            .is_ok()
+        });
+    }
+
     /// Forgets the recorded requests.
     pub fn clear_requests(&self) {
         self.state().requests.clear();
@@ -282,6 +306,7 @@ impl<K: CacheObject> FakeListerWatcher<K> {
         if let Some(e) = s.list_faults.pop_front() {
             return Err(e);
         }
+        let first_page = params.continue_token.is_none();
         let (items, offset, rv) = match params.continue_token.as_deref() {
             Some(token) => s.snapshots.remove(token).ok_or_else(|| {
                 Error::status(
@@ -336,6 +361,11 @@ impl<K: CacheObject> FakeListerWatcher<K> {
                 ..Default::default()
             },
             items: page,
+            undecodable: if first_page {
+                s.undecodable.clone()
+            } else {
+                Vec::new()
+            },
         })
     }
 

@@ -274,12 +274,18 @@ where
     pub async fn list(&self, params: &ListParams) -> Result<ObjectList<K>> {
         let uri = format!("{}{}", self.collection_path(), params.to_query());
         let req = Self::request(Method::GET, uri, Bytes::new())?;
-        if !self.skip_managed_fields {
-            return self.json(req, "list of").await;
-        }
         let body = self.send(req).await?;
-        let cut = super::skip_managed_fields::list_without_managed_fields(&body);
-        Self::decode(cut.as_deref().unwrap_or(&body), "list of")
+        let cut = (self.skip_managed_fields)
+            .then(|| super::skip_managed_fields::list_without_managed_fields(&body))
+            .flatten();
+        // Item by item: an object that does not decode as `K` is named in `undecodable`
+        // instead of failing the whole list (see `super::undecodable`).
+        super::undecodable::decode_list(cut.as_deref().unwrap_or(&body), K::KIND).map_err(
+            |source| Error::Decode {
+                what: format!("list of {}", K::KIND),
+                source,
+            },
+        )
     }
 
     /// Lists everything, page by page (`limit` from the params, default 500), as client-go's
@@ -312,6 +318,7 @@ where
                 None => result = Some(page),
                 Some(acc) => {
                     acc.items.extend(page.items);
+                    acc.undecodable.extend(page.undecodable);
                     acc.metadata.continue_ = page.metadata.continue_;
                 }
             }
@@ -329,6 +336,7 @@ where
         let mut list = result.unwrap_or_else(|| ObjectList {
             metadata: Default::default(),
             items: Vec::new(),
+            undecodable: Vec::new(),
         });
         list.metadata.continue_ = None;
         list.metadata.remaining_item_count = None;

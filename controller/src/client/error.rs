@@ -64,6 +64,15 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A watch event whose object does not decode as the typed kind, named (see
+    /// [`super::undecodable`]). A watch stream goes on after it.
+    #[error("{event} watch event: {object}")]
+    UndecodableObject {
+        /// `ADDED`, `MODIFIED` or `DELETED`.
+        event: &'static str,
+        /// What the object is and why it does not decode.
+        object: Box<super::UndecodableObject>,
+    },
     /// Connecting, TLS or reading the answer failed; [`TransportError::kind`] says which.
     #[error("{0}")]
     Transport(TransportError),

@@ -30,6 +30,8 @@
 //! * [`watch`]: watch events, what a resourceVersion is, and the newline-delimited JSON decoder.
 //! * [`skip_managed_fields`]: `metadata.managedFields` cut from a body's text before it is
 //!   decoded, for lists and watches whose caller drops the field anyway.
+//! * [`undecodable`]: a list's or watch's object that does not decode as the typed kind is
+//!   named and set aside, not fatal to the whole list or watch.
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
@@ -78,6 +80,7 @@ pub mod retry;
 pub mod skip_managed_fields;
 pub mod throttle;
 pub mod transport;
+pub mod undecodable;
 pub mod watch;
 
 pub use api::{Api, DeleteResponse};
@@ -87,6 +90,7 @@ pub use params::{
     DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
     VersionMatch, WatchParams,
 };
+pub use undecodable::UndecodableObject;
 pub use transport::{Client, ClientMetrics, LatencyHistogram, MetricsSnapshot, ThrottleDecision};
 pub use watch::{Bookmark, WatchDecoder, WatchEvent, WatchStream};
 
@@ -107,6 +111,11 @@ pub struct ObjectList<K> {
     /// The objects (a JSON `null` reads as empty).
     #[serde(default, deserialize_with = "null_as_empty")]
     pub items: Vec<K>,
+    /// The objects that did not decode as `K`, named (see [`undecodable`]). Filled by
+    /// [`Api::list`] and [`Api::list_all`], which decode item by item; a list read with serde
+    /// directly fails on such an object instead.
+    #[serde(skip)]
+    pub undecodable: Vec<UndecodableObject>,
 }
 
 fn null_as_empty<'de, D: Deserializer<'de>, K: Deserialize<'de>>(d: D) -> Result<Vec<K>, D::Error> {

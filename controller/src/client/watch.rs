@@ -252,15 +252,23 @@ pub fn decode_event_with<K: serde::de::DeserializeOwned>(
         what: "watch event envelope".into(),
         source,
     })?;
-    let typed = |what: &str, v: &serde_json::value::RawValue| {
+    let typed = |what: &'static str, v: &serde_json::value::RawValue| {
         let text = v.get().as_bytes();
         let cut = skip_managed_fields
             .then(|| super::skip_managed_fields::without_managed_fields(text))
             .flatten();
         serde_json::from_slice::<K>(cut.as_deref().unwrap_or(text)).map_err(|source| {
-            Error::Decode {
-                what: format!("object of {what} watch event"),
-                source,
+            // An object with a name is named, and the stream goes on past it; text that is
+            // not an object at all is a broken stream.
+            match super::UndecodableObject::from_text(text, "object", &source) {
+                Some(object) => Error::UndecodableObject {
+                    event: what,
+                    object: Box::new(object),
+                },
+                None => Error::Decode {
+                    what: format!("object of {what} watch event"),
+                    source,
+                },
             }
         })
     };
@@ -321,7 +329,10 @@ fn decode_bookmark(object: &serde_json::value::RawValue) -> crate::client::Resul
 /// Turns a byte-chunk stream (a response body) into a [`WatchStream`].
 ///
 /// The stream yields events as lines complete, yields the first error and then ends (client-go's
-/// `StreamWatcher` closes after a decode error too), and ends quietly when the body ends. A
+/// `StreamWatcher` closes after a decode error too), and ends quietly when the body ends. The
+/// exception is an object that does not decode as `K` but has a name: it is yielded as
+/// [`Error::UndecodableObject`](crate::client::Error::UndecodableObject) and the stream goes on
+/// (see [`super::undecodable`]). A
 /// truncated final line (the connection was cut mid-event) is logged at debug and dropped, as
 /// client-go treats an unexpected EOF.
 pub fn decode_stream<K, S, E>(body: S, max_line: usize) -> WatchStream<K>
@@ -358,7 +369,12 @@ where
     let stream = futures_util::stream::unfold(state, |mut st| async move {
         loop {
             if let Some(ev) = st.pending.pop_front() {
-                if ev.is_err() {
+                // An object that does not decode is named and passed over; any other error
+                // ends the stream.
+                if ev
+                    .as_ref()
+                    .is_err_and(|e| !matches!(e, crate::client::Error::UndecodableObject { .. }))
+                {
                     st.pending.clear();
                     st.done = true;
                 }
@@ -529,5 +545,30 @@ mod tests {
         let s = decode_stream::<ConfigMap, _, _>(futures_util::stream::iter(chunks), 1024);
         let got: Vec<_> = s.collect().await;
         assert_eq!(got.len(), 1, "a truncated final line is dropped quietly");
+    }
+
+    #[tokio::test]
+    async fn an_object_that_does_not_decode_is_named_and_the_stream_goes_on() {
+        use futures_util::StreamExt;
+        let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = vec![
+            Ok(bytes::Bytes::from(cm_line("ADDED", "a", "1"))),
+            Ok(bytes::Bytes::from_static(
+                b"{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"bad\",\"namespace\":\"ns\",\"resourceVersion\":\"2\"},\"data\":{\"k\":[1]}}}\n",
+            )),
+            Ok(bytes::Bytes::from(cm_line("ADDED", "b", "3"))),
+        ];
+        let s = decode_stream::<ConfigMap, _, _>(futures_util::stream::iter(chunks), 1024);
+        let got: Vec<_> = s.collect().await;
+        assert_eq!(got.len(), 3);
+        assert!(got[0].is_ok() && got[2].is_ok());
+        match &got[1] {
+            Err(crate::client::Error::UndecodableObject { event, object }) => {
+                assert_eq!(*event, "MODIFIED");
+                assert_eq!(object.key(), "ns/bad");
+                assert_eq!(object.resource_version.as_deref(), Some("2"));
+                assert!(object.error.contains("invalid type"), "{}", object.error);
+            }
+            other => panic!("expected an undecodable object, got {other:?}"),
+        }
     }
 }

@@ -291,6 +291,42 @@ impl AtController {
     }
 }
 
+impl AtController {
+    /// Writes `status` to the At through `/status` and remembers what the server stored (see
+    /// [`WrittenStatuses`]). `Ok(false)`: the At was deleted meanwhile, nothing more to do.
+    async fn write_status(&self, key: &str, at: &At, status: AtStatus) -> Result<bool, SyncError> {
+        let mut updated = at.clone();
+        let old_phase = updated.phase();
+        updated.status = Some(status);
+        let pp = PostParams::with_field_manager(CONTROLLER_NAME);
+        // Boxed: the write's state is kept apart from the sync's future (see `Api::create`).
+        match Box::pin(Api::<At>::all(self.client.clone()).update_status(&pp, &updated)).await {
+            Ok(stored) => {
+                let phase = stored.phase();
+                if phase != old_phase {
+                    tracing::info!(key, from = %old_phase, to = %phase, "phase changed");
+                }
+                self.written.record(key, stored);
+                Ok(true)
+            }
+            Err(source) if source.is_not_found() => {
+                tracing::debug!(key, "At deleted while syncing");
+                self.written.forget(key);
+                Ok(false)
+            }
+            Err(source) => {
+                // A conflict means our copy was stale; drop what we remembered, the informer
+                // will deliver the newer object and a retry reads it.
+                self.written.forget(key);
+                Err(SyncError::UpdateStatus {
+                    key: key.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
 /// The book's `Run` is the shared [`super::run`]: it waits for both caches (a worker must never
 /// act on a partial view: "no pod in the cache" would mean "create one"), then starts the
 /// workers, and returns when every worker has finished its item.
@@ -329,7 +365,7 @@ impl SyncHandler for AtController {
         }
         // Our own last status write wins over a cache that has not caught up with it yet.
         let at = self.written.effective(key, Arc::new(cached.to_at()));
-        let (namespace, name) = split_key(key);
+        let (namespace, _) = split_key(key);
         let namespace = namespace.unwrap_or_default().to_string();
         let pod_name = at.pod_name();
         let pod = self
@@ -342,6 +378,15 @@ impl SyncHandler for AtController {
             None => PodState::Absent,
         };
         let mut plan = plan(&at, state, self.clock.now());
+
+        // The status first, then the pod: a due At is written RUNNING before its pod is
+        // created (the book's order), so a watcher sees RUNNING before DONE however fast the
+        // command ends. See `Decision::create_pod` for why a crash in between is safe.
+        if let Some(status) = plan.status.take()
+            && !self.write_status(key, &at, status).await?
+        {
+            return Ok(None);
+        }
 
         if let Some(new_pod) = plan.create_pod.take() {
             // Expect before creating: the informer's add may beat the create's response.
@@ -356,7 +401,8 @@ impl SyncHandler for AtController {
                 Err(source) if source.is_already_exists() => {
                     // Nothing will arrive for this create. A pod of that name the cache does
                     // not show: ours from before the managed-by label, or someone else's. One
-                    // GET tells (and labels ours); decide again with it.
+                    // GET tells (and labels ours); decide again with it, from the status just
+                    // written.
                     self.expectations.creation_observed(key);
                     // The rare path: its state (a GET, a PATCH, the pod) is boxed, not kept
                     // inline in every sync's future.
@@ -373,7 +419,16 @@ impl SyncHandler for AtController {
                         pod: pod_name.clone(),
                         source,
                     })?;
-                    plan = self::plan(&at, PodState::Present(&existing), self.clock.now());
+                    let now_at = self.written.effective(key, Arc::clone(&at));
+                    let mut again =
+                        self::plan(&now_at, PodState::Present(&existing), self.clock.now());
+                    if let Some(status) = again.status.take()
+                        && !self.write_status(key, &now_at, status).await?
+                    {
+                        return Ok(None);
+                    }
+                    plan.events.append(&mut again.events);
+                    plan.requeue_after = again.requeue_after;
                 }
                 Err(source) => {
                     // Nothing will arrive for this create.
@@ -415,39 +470,6 @@ impl SyncHandler for AtController {
                     return Err(SyncError::DeletePod {
                         namespace,
                         pod: pod_name,
-                        source,
-                    });
-                }
-            }
-        }
-
-        if let Some(status) = plan.status {
-            let mut updated = at.as_ref().clone();
-            let old_phase = updated.phase();
-            updated.status = Some(status);
-            let pp = PostParams::with_field_manager(CONTROLLER_NAME);
-            match Api::<At>::all(self.client.clone())
-                .update_status(&pp, &updated)
-                .await
-            {
-                Ok(stored) => {
-                    let phase = stored.phase();
-                    if phase != old_phase {
-                        tracing::info!(key, from = %old_phase, to = %phase, "phase changed");
-                    }
-                    self.written.record(key, stored);
-                }
-                Err(source) if source.is_not_found() => {
-                    tracing::debug!(key, name, "At deleted while syncing");
-                    self.written.forget(key);
-                    return Ok(None);
-                }
-                Err(source) => {
-                    // A conflict means our copy was stale; drop what we remembered, the
-                    // informer will deliver the newer object and a retry reads it.
-                    self.written.forget(key);
-                    return Err(SyncError::UpdateStatus {
-                        key: key.to_string(),
                         source,
                     });
                 }
@@ -758,6 +780,10 @@ pub fn plan(at: &At, pod: PodState<'_>, now: Timestamp) -> Plan {
                 .zip(pod.metadata.creation_timestamp.as_ref())
                 .map(|(due, created)| created.0.max(due).min(now));
             match finished(pod) {
+                // RUNNING is always written before DONE: a PENDING At whose pod has already
+                // finished (created before a crash cut the sync short, or by an older version
+                // of this controller) goes RUNNING now, and DONE in the next sync.
+                Some(_) if decision.phase == AtPhase::Pending => decision.run_on_found_pod(pod),
                 Some(outcome) => decision.finish(outcome),
                 None => decision.watch_pod(pod),
             }
@@ -927,6 +953,15 @@ impl<'a> Decision<'a> {
         }
     }
 
+    /// A `PENDING` At whose pod has already finished: `RUNNING` (with `Started`) and look again
+    /// at once, so that the next sync writes `DONE`: a watcher sees every At pass through
+    /// `RUNNING`, however it got its pod.
+    fn run_on_found_pod(self, pod: &Pod) -> Plan {
+        let mut plan = self.watch_pod(pod);
+        plan.requeue_after = Some(Duration::ZERO);
+        plan
+    }
+
     /// Our pod finished: `DONE` with result, exit code, message and completion time; `Ready`
     /// true on success; a Normal `Completed` or Warning `Failed` event.
     fn finish(mut self, outcome: Outcome) -> Plan {
@@ -992,8 +1027,9 @@ impl<'a> Decision<'a> {
     }
 
     /// The pod was created and the pod informer has not delivered it yet: wait (creating again
-    /// would be a duplicate). A `PENDING` At stays as it is until the pod is seen (see
-    /// [`Decision::create_pod`]); a `RUNNING` one whose pod was created again says so.
+    /// would be a duplicate). The At is `RUNNING` already ([`Decision::create_pod`] writes it
+    /// before the create); a `PENDING` one (a cache behind this controller's own write) is left
+    /// as it is.
     fn wait_for_informer(mut self) -> Plan {
         if self.phase == AtPhase::Pending {
             return self.out;
@@ -1003,36 +1039,39 @@ impl<'a> Decision<'a> {
         self.done()
     }
 
-    /// No pod and none expected: create `<name>-pod`.
+    /// No pod and none expected: go `RUNNING` and create `<name>-pod`.
     ///
-    /// A due `PENDING` At gets its pod and nothing else in this sync: no status write, no
-    /// event. The status goes `RUNNING` (with `Started`, and `startTime` the pod's creation
-    /// time) in the sync the pod informer's add triggers, through [`Decision::watch_pod`], or
-    /// straight to `DONE` through [`Decision::finish`] when the pod has already finished by
-    /// then. The pod is what the user waits for: in a burst of Ats due at one instant, a worker
-    /// that also wrote the status before taking the next key made every later pod wait for
-    /// that write too (1,000 Ats: p50/p99 pod-create lateness 443/865 ms with 64 workers;
-    /// see the README), and a pod that finishes before its At is looked at again saves the
-    /// `RUNNING` write altogether. A crash between the create and that sync loses nothing:
-    /// the next sync finds the pod (it carries this At's controller reference).
+    /// The book's order: the status says `RUNNING` (with `startTime`, `podName`, and a Normal
+    /// `Started` event), then the pod is created, in this same sync ([`AtController`]'s
+    /// `sync_handler` writes the status before it creates the pod). So every At passes through
+    /// `RUNNING` on a watch, even one whose command ends at once, and `DONE` always follows
+    /// `RUNNING`. A crash between the two writes leaves a `RUNNING` At without a pod, which the
+    /// next sync gives its pod (this row again); a crash after both leaves the pod, which the
+    /// next sync finds (it carries this At's controller reference). The pod's name is fixed
+    /// (`<name>-pod`), so however often this runs there is one pod.
     ///
-    /// A `RUNNING` At whose pod vanished gets the pod again, and a `Started` event and status
-    /// message that say so.
+    /// A `RUNNING` At whose pod is gone (deleted before it finished, or never created because
+    /// the controller stopped between the status write and the create) gets the pod, and a
+    /// `Started` event that says so.
     fn create_pod(mut self) -> Plan {
         self.out.create_pod = Some(Box::new(new_pod(self.at)));
-        if self.phase == AtPhase::Pending {
-            return self.out;
-        }
+        let was_pending = self.phase == AtPhase::Pending;
         self.enter_running();
         self.set_created_message();
         let pod_name = self.at.pod_name();
-        self.out.events.push(PlannedEvent {
-            type_: PlannedEventType::Normal,
-            reason: reason::STARTED,
-            message: format!(
-                "created pod {pod_name} again: the previous one was deleted before it finished"
-            ),
-        });
+        if was_pending {
+            self.out
+                .events
+                .push(started_event(&pod_name, &self.at.spec.run.command));
+        } else {
+            self.out.events.push(PlannedEvent {
+                type_: PlannedEventType::Normal,
+                reason: reason::STARTED,
+                message: format!(
+                    "created pod {pod_name}: the At is RUNNING and its pod was not found (deleted before it finished, or not yet created when the controller stopped)"
+                ),
+            });
+        }
         self.done()
     }
 
@@ -1047,12 +1086,13 @@ impl<'a> Decision<'a> {
 /// Checks what a sync needs from the spec: a parsable schedule and a non-empty command.
 /// Returns the due time, or a message naming the field and the value.
 ///
-/// The field is named as `v1` names it (`spec.run.command`); `/validate-at` renames it for a
-/// `v1alpha1` request.
+/// The command's field is named where the object wrote it (`spec.run.command`, or the book's
+/// `spec.command`: [`AtSpec::command_field`]).
 pub fn validate_spec(spec: &AtSpec) -> Result<Timestamp, String> {
     if spec.run.command.trim().is_empty() {
         return Err(format!(
-            "spec.run.command: {:?} is empty; expected a shell command line such as \"echo YAY\"",
+            "{}: {:?} is empty; expected a shell command line such as \"echo YAY\"",
+            spec.command_field(),
             spec.run.command
         ));
     }
@@ -1421,7 +1461,7 @@ mod tests {
     }
 
     #[test]
-    fn due_creates_the_pod_alone_then_goes_running_when_the_pod_is_seen() {
+    fn due_goes_running_with_its_pod_and_running_comes_before_done() {
         let a = at(
             "2030-06-01T12:00:00Z",
             "echo YAY | tr A-Z a-z > /dev/null && exit 0",
@@ -1449,42 +1489,38 @@ mod tests {
             ]
         );
         assert!(is_controlled_by(&pod, &a));
-        // The pod alone: no status write, no event, until the pod informer shows the pod.
-        assert_eq!(p.status, None);
-        assert!(p.events.is_empty());
-        assert_eq!(plan(&a, PodState::Expected, ts(NOW)), Plan::default());
-
-        // Seen (the informer's add, a moment later): RUNNING from the pod's creation time.
-        let mut seen = pod_of(&a, "Pending", None);
-        seen.metadata.creation_timestamp = Some(Time(ts("2030-06-01T12:00:00.4Z")));
-        let p = plan(&a, PodState::Present(&seen), ts("2030-06-01T12:00:03Z"));
-        assert_eq!(p.create_pod, None);
-        let st = p.status.unwrap();
+        // With the pod, RUNNING (the sync writes it before the create) and Started.
+        let st = p.status.expect("RUNNING is written with the pod");
         assert_eq!(st.phase, Some(AtPhase::Running));
         assert_eq!(st.pod_name.as_deref(), Some("example-at-pod"));
-        assert_eq!(
-            st.start_time,
-            Some(ts("2030-06-01T12:00:00Z")),
-            "truncated to seconds"
-        );
+        assert_eq!(st.start_time, Some(ts(NOW)));
         assert_eq!(
             st.message.as_deref(),
             Some("pod example-at-pod created, waiting for it to run")
         );
-        assert_eq!(p.events.len(), 1);
-        assert_eq!(p.events[0].reason, reason::STARTED);
+        let reasons: Vec<&str> = p.events.iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, [reason::STARTED]);
+        let running = At {
+            status: Some(st),
+            ..a.clone()
+        };
 
-        // Already finished when first seen: straight to DONE, Started and Completed, and no
-        // RUNNING write in between.
-        let mut finished = pod_of(&a, "Succeeded", Some(0));
-        finished.metadata.creation_timestamp = seen.metadata.creation_timestamp.clone();
-        let p = plan(&a, PodState::Present(&finished), ts("2030-06-01T12:00:03Z"));
+        // The create's pod, not yet in the cache: wait, write nothing.
+        assert_eq!(plan(&running, PodState::Expected, ts(NOW)), Plan::default());
+        // Seen, still pending: nothing new.
+        let seen = pod_of(&a, "Pending", None);
+        let p = plan(&running, PodState::Present(&seen), ts("2030-06-01T12:00:03Z"));
+        assert_eq!(p, Plan::default());
+
+        // Finished: DONE from RUNNING, Completed; the start time stays.
+        let finished = pod_of(&a, "Succeeded", Some(0));
+        let p = plan(&running, PodState::Present(&finished), ts("2030-06-01T12:00:03Z"));
         let st = p.status.unwrap();
         assert_eq!(st.phase, Some(AtPhase::Done));
         assert_eq!(st.result, Some(AtResult::Succeeded));
-        assert_eq!(st.start_time, Some(ts("2030-06-01T12:00:00Z")));
+        assert_eq!(st.start_time, Some(ts(NOW)));
         let reasons: Vec<&str> = p.events.iter().map(|e| e.reason).collect();
-        assert_eq!(reasons, [reason::STARTED, reason::COMPLETED]);
+        assert_eq!(reasons, [reason::COMPLETED]);
     }
 
     #[test]
@@ -1492,7 +1528,7 @@ mod tests {
         let a = at("2019-04-12T10:12:00Z", "echo YAY", None);
         let p = plan(&a, PodState::Absent, ts(NOW));
         assert!(p.create_pod.is_some());
-        assert_eq!(p.status, None, "the status follows once the pod is seen");
+        assert_eq!(p.status.unwrap().phase, Some(AtPhase::Running));
     }
 
     #[test]
@@ -1504,11 +1540,17 @@ mod tests {
         let p = plan(&a, PodState::Expected, ts(NOW));
         assert_eq!(p, Plan::default());
 
-        // Absent and not expected: the pod was deleted while running; create it again.
+        // Absent and not expected: the pod was deleted while running, or the controller
+        // stopped between the RUNNING write and the create; create it (its name is fixed, so
+        // there is never a second one).
         let p = plan(&a, PodState::Absent, ts(NOW));
         assert!(p.create_pod.is_some());
         assert_eq!(p.events[0].reason, reason::STARTED);
-        assert!(p.events[0].message.contains("again"), "{:?}", p.events);
+        assert!(
+            p.events[0].message.contains("its pod was not found"),
+            "{:?}",
+            p.events
+        );
     }
 
     #[test]
@@ -1585,15 +1627,27 @@ mod tests {
     }
 
     #[test]
-    fn pending_due_with_a_finished_pod_goes_straight_to_done() {
-        // The controller created the pod, then restarted before writing RUNNING.
+    fn pending_due_with_a_finished_pod_goes_running_then_done() {
+        // A pod that finished before its At left PENDING (created by an older version of the
+        // controller, which created the pod before writing RUNNING): RUNNING first, and a
+        // requeue at once, whose sync writes DONE.
         let a = at("2030-06-01T11:00:00Z", "echo YAY", None);
         let pod = pod_of(&a, "Succeeded", Some(0));
         let p = plan(&a, PodState::Present(&pod), ts(NOW));
         assert_eq!(p.create_pod, None);
+        assert_eq!(p.requeue_after, Some(Duration::ZERO));
+        let st = p.status.unwrap();
+        assert_eq!(st.phase, Some(AtPhase::Running));
+        let reasons: Vec<_> = p.events.iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, [reason::STARTED]);
+        let running = At {
+            status: Some(st),
+            ..a
+        };
+        let p = plan(&running, PodState::Present(&pod), ts(NOW));
         assert_eq!(p.status.unwrap().phase, Some(AtPhase::Done));
         let reasons: Vec<_> = p.events.iter().map(|e| e.reason).collect();
-        assert_eq!(reasons, [reason::STARTED, reason::COMPLETED]);
+        assert_eq!(reasons, [reason::COMPLETED]);
     }
 
     #[test]

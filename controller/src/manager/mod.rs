@@ -306,10 +306,10 @@ impl Manager {
         let exporter = self.start_exporter(&metrics, &exporter_stop)?;
         let health = HealthState::new();
         self.follow_server_throttle(&health).await;
-        let factory = Arc::new(self.informer_factory(&health));
 
         // Events: logged, and written as core/v1 Events for `kubectl describe`.
         let broadcaster = EventBroadcaster::new();
+        let factory = Arc::new(self.informer_factory(&health, &broadcaster));
         metrics.register_event_broadcaster(&broadcaster);
         let log_events = broadcaster.start_logging();
         // The sink writes through a client with a throttle bucket of its own: a burst of events
@@ -400,11 +400,46 @@ impl Manager {
     /// One informer factory for every controller: one watch per type, shared caches. Each
     /// informer's reflector reports 403s, relists and watch progress to `health`, so /healthz
     /// fails, naming the resource, when a watch is stuck.
-    fn informer_factory(&self, health: &HealthState) -> SharedInformerFactory<ClientSource> {
+    ///
+    /// An object that does not decode as its informer's type is left out of that cache (every
+    /// other object syncs), counted in `reflector_undecodable_objects_total`, and given a
+    /// Warning `UndecodableObject` event naming the field, so `kubectl describe` on it says why
+    /// the controller ignores it. Where RBAC does not allow the event, the sink logs the
+    /// refusal and nothing else changes.
+    fn informer_factory(
+        &self,
+        health: &HealthState,
+        broadcaster: &EventBroadcaster,
+    ) -> SharedInformerFactory<ClientSource> {
         let cfg = &self.config;
+        let recorder = broadcaster.new_recorder(UNDECODABLE_EVENT_SOURCE);
+        let on_undecodable: crate::cache::reflector::UndecodableHandler =
+            Arc::new(move |_informer: &str, u: &client::UndecodableObject| {
+                let reference = k8s_openapi::api::core::v1::ObjectReference {
+                    kind: Some(u.kind.clone()),
+                    api_version: u.api_version.clone(),
+                    name: Some(u.name.clone()),
+                    namespace: u.namespace.clone(),
+                    uid: u.uid.clone(),
+                    resource_version: u.resource_version.clone(),
+                    field_path: None,
+                };
+                recorder.event_for_reference(
+                    reference,
+                    crate::record::EventType::Warning,
+                    UNDECODABLE_EVENT_REASON,
+                    &format!(
+                        "the controller ignores this object: it does not decode as this release's {} (resourceVersion {}): {}",
+                        u.kind,
+                        u.resource_version.as_deref().unwrap_or("unknown"),
+                        u.error
+                    ),
+                );
+            });
         let mut factory =
             SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period)
-                .with_watch_health(health.clone());
+                .with_watch_health(health.clone())
+                .with_undecodable_handler(on_undecodable);
         if let Some(ns) = &cfg.namespace {
             factory = factory.with_namespace(ns.clone());
         }
@@ -864,6 +899,11 @@ pub fn default_identity() -> String {
 /// How long [`Manager::run`] waits for the priority-and-fairness probe before it goes on with the
 /// fallback throttle (the next answer then decides).
 const THROTTLE_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The source component of the Warning event on an object that does not decode.
+pub const UNDECODABLE_EVENT_SOURCE: &str = "sample-controller";
+/// The reason of the Warning event on an object that does not decode.
+pub const UNDECODABLE_EVENT_REASON: &str = "UndecodableObject";
 
 /// The manager's command line, `run [flags]`, as both binaries offer it (`sample-controller`
 /// flattens it beside `demo` and `apiserver`; `controller-manager` has nothing else).

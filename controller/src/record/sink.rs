@@ -146,7 +146,10 @@ pub fn is_retryable(err: &Error) -> bool {
             matches!(err.code(), Some(code) if code >= 500 || code == 429)
         }
         Error::Transport(_) | Error::Timeout(_) | Error::Decode { .. } => true,
-        Error::LineTooLong { .. } | Error::Config(_) | Error::Other(_) => false,
+        Error::LineTooLong { .. }
+        | Error::UndecodableObject { .. }
+        | Error::Config(_)
+        | Error::Other(_) => false,
     }
 }
 

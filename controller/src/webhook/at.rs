@@ -57,10 +57,16 @@ fn spec_of(obj: &Value) -> Result<AtSpec, String> {
         obj.clone()
     };
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
-    Ok(AtSpec::new(
-        text(&v1["spec"]["schedule"]),
-        text(&v1["spec"]["run"]["command"]),
-    ))
+    // The book's `spec.command` is `v1`'s deprecated alias of `spec.run.command`.
+    Ok(match v1["spec"]["command"].as_str() {
+        Some(command) if v1["spec"]["run"].is_null() => {
+            AtSpec::book(text(&v1["spec"]["schedule"]), command)
+        }
+        _ => AtSpec::new(
+            text(&v1["spec"]["schedule"]),
+            text(&v1["spec"]["run"]["command"]),
+        ),
+    })
 }
 
 fn is_v1alpha1(obj: &Value) -> bool {

@@ -36,7 +36,13 @@
 //! to `v1alpha1`. Conversion never fails on a well-formed `At`; it fails, with a
 //! [`ConversionError`] naming the object and the problem, for an object of another group or kind,
 //! an unknown version, a malformed annotation, a `spec` or `spec.run` that is not an object, or
-//! a field of one version that the other would overwrite (`spec.run` in a `v1alpha1` object).
+//! a spec with both `command` and `run` (which the schema refuses).
+//!
+//! The two versions share one schema (the base CRD's `conversion: None` needs it: see
+//! [`super::v1alpha1::AtSpec`]), so a `v1alpha1` object may already be in `v1`'s form
+//! (`spec.run`) and a `v1` object in the book's (`spec.command`, the deprecated alias). Such an
+//! object converts by its `apiVersion` alone: its spec already says everything in a form the
+//! other version reads.
 
 use serde_json::{Map, Value};
 
@@ -167,10 +173,16 @@ pub fn to_v1(mut obj: Value) -> Result<Value, ConversionError> {
             return Err(malformed(&obj, "spec must be an object"));
         }
         if spec.get("run").is_some() {
-            return Err(malformed(
-                &obj,
-                "spec.run is not a v1alpha1 field (it is v1's); refusing to overwrite it",
-            ));
+            if spec.get("command").is_some() {
+                return Err(malformed(
+                    &obj,
+                    "spec.command and spec.run are both set; refusing to choose one",
+                ));
+            }
+            // Already v1's form (the shared schema lets a v1alpha1 object hold it): only the
+            // apiVersion changes.
+            obj["apiVersion"] = Value::from(V1);
+            return Ok(obj);
         }
     }
     let spec_missing = obj.get("spec").is_none();
@@ -213,10 +225,15 @@ pub fn to_v1alpha1(mut obj: Value) -> Result<Value, ConversionError> {
             return Err(malformed(&obj, "spec must be an object"));
         }
         if spec.get("command").is_some() {
-            return Err(malformed(
-                &obj,
-                "spec.command is not a v1 field (it is v1alpha1's); refusing to overwrite it",
-            ));
+            if spec.get("run").is_some() {
+                return Err(malformed(
+                    &obj,
+                    "spec.command and spec.run are both set; refusing to choose one",
+                ));
+            }
+            // Already the book's form (v1's deprecated alias): only the apiVersion changes.
+            obj["apiVersion"] = Value::from(V1ALPHA1);
+            return Ok(obj);
         }
         if let Some(run) = spec.get("run")
             && !run.is_object()
@@ -408,13 +425,27 @@ mod tests {
                 .to_string()
                 .contains("spec.run must be an object")
         );
-        let alpha_with_run = json!({"apiVersion": V1ALPHA1, "kind": "At", "spec": {"run": {}}});
-        assert!(
-            convert(alpha_with_run, V1)
-                .unwrap_err()
-                .to_string()
-                .contains("spec.run is not a v1alpha1 field")
-        );
+        let both = json!({"apiVersion": V1ALPHA1, "kind": "At",
+                          "spec": {"command": "a", "run": {"command": "b"}}});
+        let e = convert(both, V1).unwrap_err().to_string();
+        assert!(e.contains("spec.command and spec.run are both set"), "{e}");
+    }
+
+    #[test]
+    fn an_object_already_in_the_other_versions_form_changes_only_its_api_version() {
+        // Under `conversion: None` a v1alpha1 client may have written v1's `run`, and a v1
+        // client the book's `command`: the shared schema accepts both.
+        let alpha_with_run = json!({"apiVersion": V1ALPHA1, "kind": "At", "metadata": {"name": "a"},
+            "spec": {"schedule": "2019-04-12T10:12:00Z", "run": {"command": "echo", "image": "alpine:3"}}});
+        let up = convert(alpha_with_run.clone(), V1).unwrap();
+        assert_eq!(up["apiVersion"], V1);
+        assert_eq!(up["spec"], alpha_with_run["spec"]);
+        let v1_book = json!({"apiVersion": V1, "kind": "At", "metadata": {"name": "a"},
+            "spec": {"schedule": "2019-04-12T10:12:00Z", "command": "echo YAY"}});
+        let down = convert(v1_book.clone(), V1ALPHA1).unwrap();
+        assert_eq!(down["apiVersion"], V1ALPHA1);
+        assert_eq!(down["spec"], v1_book["spec"]);
+        assert!(down["metadata"].get("annotations").is_none());
     }
 
     // ---- property tests -------------------------------------------------------------------
@@ -622,7 +653,7 @@ mod tests {
             let down = convert(v, V1ALPHA1).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let alpha: v1alpha1::At = serde_json::from_value(down.clone())
                 .map_err(|e| TestCaseError::fail(format!("{e}: {down}")))?;
-            prop_assert_eq!(&alpha.spec.command, &at.spec.run.command);
+            prop_assert_eq!(alpha.spec.command.as_deref(), Some(at.spec.run.command.as_str()));
             let up = convert(serde_json::to_value(&alpha).unwrap(), V1)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             let back: v1::At = serde_json::from_value(up).unwrap();

@@ -68,4 +68,4 @@ pub mod conversion;
 pub mod v1;
 pub mod v1alpha1;
 
-pub use v1::{At, AtPhase, AtResult, AtRun, AtSpec, AtStatus, DEFAULT_IMAGE};
+pub use v1::{At, AtPhase, AtResult, AtRun, AtSpec, AtStatus, CommandForm, DEFAULT_IMAGE};

@@ -92,16 +92,81 @@ impl CustomResourceExt for At {
 }
 
 /// What the user asks for: when, and what to run.
+///
+/// On the wire a `v1` spec is written `{schedule, run: {command, ...}}`; the book's
+/// `{schedule, command}` is accepted too, as a deprecated alias (the base CRD's `conversion:
+/// None` needs both versions to accept the same objects: see [`super::v1alpha1::AtSpec`], the
+/// wire form both versions share, whose schema this type takes). Either way the command lands
+/// in `run.command`, so the controller reads one place; [`AtSpec::form`] remembers which form
+/// the object used, and serializing writes that form back.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
+#[serde(from = "super::v1alpha1::AtSpec", into = "super::v1alpha1::AtSpec")]
 pub struct AtSpec {
     /// When to run, RFC 3339 in UTC, e.g. `2019-04-12T10:12:00Z`. Frozen once the At has left
     /// PENDING.
-    #[cfg_attr(feature = "schema", schemars(extend("format" = "date-time")))]
     pub schedule: String,
-    /// What runs, and under which limits.
+    /// What runs, and under which limits (from `spec.run`, or from the book's `spec.command`).
     pub run: AtRun,
+    /// Where the object wrote its command.
+    pub form: CommandForm,
+}
+
+/// Where an At's spec gave its command: `v1`'s `spec.run.command`, or the book's `spec.command`
+/// (the deprecated alias).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommandForm {
+    /// `spec.run.command` (with `spec.run`'s other fields).
+    #[default]
+    Run,
+    /// `spec.command`, as the book's `v1alpha1` writes it.
+    Book,
+}
+
+impl From<super::v1alpha1::AtSpec> for AtSpec {
+    /// Either form to one: `run` wins when an object (against the schema's rule) has both.
+    fn from(wire: super::v1alpha1::AtSpec) -> Self {
+        match (wire.run, wire.command) {
+            (Some(run), _) => AtSpec {
+                schedule: wire.schedule,
+                run,
+                form: CommandForm::Run,
+            },
+            (None, Some(command)) => AtSpec {
+                schedule: wire.schedule,
+                run: AtRun {
+                    command,
+                    ..AtRun::default()
+                },
+                form: CommandForm::Book,
+            },
+            // Neither: an empty command, which the controller reports as an invalid spec.
+            (None, None) => AtSpec {
+                schedule: wire.schedule,
+                run: AtRun::default(),
+                form: CommandForm::Run,
+            },
+        }
+    }
+}
+
+impl From<AtSpec> for super::v1alpha1::AtSpec {
+    /// Back to the form the object used (the book's form keeps only the command: it has no
+    /// place for the rest of `run`, and an object read in that form has none).
+    fn from(spec: AtSpec) -> Self {
+        match spec.form {
+            CommandForm::Book if spec.run.has_command_only() => super::v1alpha1::AtSpec {
+                schedule: spec.schedule,
+                command: Some(spec.run.command),
+                run: None,
+            },
+            _ => super::v1alpha1::AtSpec {
+                schedule: spec.schedule,
+                command: None,
+                run: Some(spec.run),
+            },
+        }
+    }
 }
 
 /// The run: a command line, the image it runs in, and the pod's lifetime limits.
@@ -137,6 +202,24 @@ impl AtSpec {
                 command: command.into(),
                 ..AtRun::default()
             },
+            form: CommandForm::Run,
+        }
+    }
+
+    /// The book's spec (`{schedule, command}`), as the `v1alpha1` example writes it.
+    pub fn book(schedule: impl Into<String>, command: impl Into<String>) -> Self {
+        AtSpec {
+            form: CommandForm::Book,
+            ..AtSpec::new(schedule, command)
+        }
+    }
+
+    /// The field that holds the command, as a message names it: `spec.run.command`, or
+    /// `spec.command` for the book's form.
+    pub fn command_field(&self) -> &'static str {
+        match self.form {
+            CommandForm::Run => "spec.run.command",
+            CommandForm::Book => "spec.command",
         }
     }
 
@@ -152,6 +235,13 @@ impl AtSpec {
 }
 
 impl AtRun {
+    /// True when nothing but the command is set (the book's form can hold this run).
+    pub fn has_command_only(&self) -> bool {
+        self.image.is_none()
+            && self.active_deadline_seconds.is_none()
+            && self.ttl_seconds_after_finished.is_none()
+    }
+
     /// The image the pod runs: `image`, or [`DEFAULT_IMAGE`].
     pub fn image(&self) -> &str {
         self.image.as_deref().unwrap_or(DEFAULT_IMAGE)
@@ -258,6 +348,36 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("apiVersion"), "{err}");
+    }
+
+    #[test]
+    fn the_books_form_reads_into_run_and_writes_back_as_it_came() {
+        let json = serde_json::json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
+            "metadata": {"name": "example-at"},
+            "spec": {"schedule": "2019-04-12T10:12:00Z", "command": "echo YAY"}});
+        let at: At = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(at.spec.run.command, "echo YAY");
+        assert_eq!(at.spec.run.image(), DEFAULT_IMAGE);
+        assert_eq!(at.spec.form, CommandForm::Book);
+        assert_eq!(at.spec.command_field(), "spec.command");
+        assert_eq!(at.spec, AtSpec::book("2019-04-12T10:12:00Z", "echo YAY"));
+        assert_eq!(serde_json::to_value(&at).unwrap()["spec"], json["spec"]);
+
+        // A book-form spec given an image (a v1 edit) is written in v1's form: the book's has
+        // no place for it.
+        let mut edited = at.clone();
+        edited.spec.run.image = Some("alpine:3.20".into());
+        assert_eq!(
+            serde_json::to_value(&edited).unwrap()["spec"],
+            serde_json::json!({"schedule": "2019-04-12T10:12:00Z", "run": {"command": "echo YAY", "image": "alpine:3.20"}})
+        );
+    }
+
+    #[test]
+    fn a_spec_without_a_command_decodes_with_an_empty_one() {
+        let at: At = serde_json::from_value(serde_json::json!({"spec": {"schedule": "2019-04-12T10:12:00Z"}})).unwrap();
+        assert_eq!(at.spec.run.command, "");
+        assert_eq!(at.spec.command_field(), "spec.run.command");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `At` **`v1alpha1`** (`cnat.programming-kubernetes.info/v1alpha1`): the book's shape, still
 //! served, deprecated in favour of [`super::v1`] (see [`super`] for why and how the two versions
-//! convert). Nothing here changed when `v1` arrived: an object written against this version
-//! reads back exactly as it was written.
+//! convert). The book's object applies and reads back exactly as it was written. Its spec also
+//! accepts `v1`'s `run` (see [`AtSpec`]), and its status is `v1`'s, so that the two versions
+//! share one schema, which the base CRD's `conversion: None` requires.
 //!
 //! The book's example, which applies unchanged:
 //!
@@ -60,10 +61,21 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::apis::{AGE_COLUMN, Condition, CustomResourceExt, PrinterColumn, custom_resource};
+use crate::apis::{AGE_COLUMN, CustomResourceExt, PrinterColumn, custom_resource};
+
+pub use super::v1::{AtResult, AtRun, AtStatus};
 
 custom_resource! {
     /// An `At` object: run `spec.command` at `spec.schedule`.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(extend("x-kubernetes-validations" = [{
+            "rule": super::v1::SCHEDULE_FROZEN_RULE,
+            "messageExpression": super::v1::SCHEDULE_FROZEN_MESSAGE,
+            "reason": "FieldValueForbidden",
+            "fieldPath": ".spec.schedule",
+        }]))
+    )]
     pub struct At {
         spec: AtSpec,
         status: Option<AtStatus>,
@@ -108,20 +120,79 @@ impl CustomResourceExt for At {
     ];
 }
 
-/// What the user asks for.
+/// What the user asks for, as both versions write it on the wire: the book's `command`, or
+/// `v1`'s `run`, exactly one of them.
+///
+/// The book's type had two fields, `schedule` and `command`. The base CRD serves `v1alpha1`
+/// and `v1` with `conversion: {strategy: None}`: the API server then converts by rewriting
+/// `apiVersion` alone, which Kubernetes allows only when every object valid in one served
+/// version is valid in every other (otherwise the book's object, stored as `v1`, fails every
+/// typed read and every `kubectl patch`). So the two versions share this one spec schema:
+/// `v1alpha1` also accepts `run` (an object written in `v1`, read back as `v1alpha1`, keeps
+/// its image and limits), and `v1` accepts `command` as a deprecated alias of `run.command`
+/// ([`super::v1::AtSpec`] reads either). Two CEL rules on the spec ([`COMMAND_OR_RUN_RULE`],
+/// [`NOT_BOTH_RULE`]) ask for exactly one of the two.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "schema",
+    schemars(extend("x-kubernetes-validations" = [
+        {
+            "rule": COMMAND_OR_RUN_RULE,
+            "message": "spec.run.command is required (or spec.command, the book's v1alpha1 form)",
+            "reason": "FieldValueRequired",
+            "fieldPath": ".run",
+        },
+        {
+            "rule": NOT_BOTH_RULE,
+            "message": "spec.command (the book's v1alpha1 form) and spec.run cannot both be set: give the command once",
+            "reason": "FieldValueForbidden",
+            "fieldPath": ".command",
+        },
+    ]))
+)]
 #[serde(rename_all = "camelCase")]
 pub struct AtSpec {
-    /// When to run, RFC 3339 in UTC, e.g. `2019-04-12T10:12:00Z`.
+    /// When to run, RFC 3339 in UTC, e.g. `2019-04-12T10:12:00Z`. Frozen once the At has left
+    /// PENDING.
     #[cfg_attr(feature = "schema", schemars(extend("format" = "date-time")))]
     pub schedule: String,
-    /// The shell command line, run as `/bin/sh -c <command>`.
-    #[cfg_attr(feature = "schema", schemars(length(min = 1)))]
-    pub command: String,
+    /// The shell command line, run as `/bin/sh -c <command>` (the book's field; in `v1` a
+    /// deprecated alias of `run.command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "String", length(min = 1)))]
+    pub command: Option<String>,
+    /// What runs, and under which limits (`v1`'s form of the command, with its image and
+    /// limits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(with = "AtRun"))]
+    pub run: Option<AtRun>,
 }
 
+/// The spec's rule that a command is given: `run` (v1) or `command` (the book's).
+pub const COMMAND_OR_RUN_RULE: &str = "has(self.run) || has(self.command)";
+/// The spec's rule that the command is given once: not both `run` and `command`.
+pub const NOT_BOTH_RULE: &str = "!(has(self.run) && has(self.command))";
+
 impl AtSpec {
+    /// The book's spec: run `command` at `schedule`.
+    pub fn new(schedule: impl Into<String>, command: impl Into<String>) -> Self {
+        AtSpec {
+            schedule: schedule.into(),
+            command: Some(command.into()),
+            run: None,
+        }
+    }
+
+    /// The command, from whichever field holds it (`command`, else `run.command`); empty when
+    /// neither does.
+    pub fn command(&self) -> &str {
+        self.command
+            .as_deref()
+            .or(self.run.as_ref().map(|r| r.command.as_str()))
+            .unwrap_or_default()
+    }
+
     /// Parses `schedule` as RFC 3339. The error names the field and the value.
     pub fn parse_schedule(&self) -> Result<Timestamp, String> {
         self.schedule.parse::<Timestamp>().map_err(|e| {
@@ -166,54 +237,6 @@ impl std::fmt::Display for AtPhase {
     }
 }
 
-/// How a finished At ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub enum AtResult {
-    Succeeded,
-    Failed,
-}
-
-/// What the controller observed.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct AtStatus {
-    /// `PENDING`, `RUNNING` or `DONE`; absent means `PENDING`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<AtPhase>,
-    /// The pod that runs (or ran) the command.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pod_name: Option<String>,
-    /// When the At went RUNNING.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>", extend("format" = "date-time")))]
-    pub start_time: Option<Timestamp>,
-    /// When the At went DONE.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "schema", schemars(with = "Option<String>", extend("format" = "date-time")))]
-    pub completion_time: Option<Timestamp>,
-    /// `Succeeded` or `Failed`, once DONE.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<AtResult>,
-    /// The command's exit code, once DONE.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    /// A human-readable explanation of the current state.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// The `metadata.generation` this status describes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
-    /// Standard conditions (`Ready`, `InvalidSpec`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(
-        feature = "schema",
-        schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))
-    )]
-    pub conditions: Vec<Condition>,
-}
-
 impl At {
     /// The phase, treating a missing status or phase as `PENDING`.
     pub fn phase(&self) -> AtPhase {
@@ -238,7 +261,8 @@ mod tests {
     fn the_books_example_parses() {
         let yaml = "apiVersion: cnat.programming-kubernetes.info/v1alpha1\nkind: At\nmetadata:\n  name: example-at\nspec:\n  schedule: \"2019-04-12T10:12:00Z\"\n  command: \"echo YAY\"\n";
         let at: At = serde_yaml_ng::from_str(yaml).unwrap();
-        assert_eq!(at.spec.command, "echo YAY");
+        assert_eq!(at.spec.command.as_deref(), Some("echo YAY"));
+        assert_eq!(at.spec.run, None);
         assert_eq!(at.phase(), AtPhase::Pending);
         assert_eq!(at.pod_name(), "example-at-pod");
         assert_eq!(at.spec.parse_schedule().unwrap().as_second(), 1555063920);
@@ -267,10 +291,7 @@ mod tests {
 
     #[test]
     fn bad_schedule_error_names_field_and_value() {
-        let spec = AtSpec {
-            schedule: "tomorrow".into(),
-            command: "true".into(),
-        };
+        let spec = AtSpec::new("tomorrow", "true");
         let err = spec.parse_schedule().unwrap_err();
         assert!(
             err.contains("spec.schedule") && err.contains("tomorrow"),
