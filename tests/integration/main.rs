@@ -60,6 +60,7 @@ mod client_http;
 mod client_watch_props;
 mod crd_schemas;
 mod demo_command;
+mod helm_chart;
 mod leaderelection_apiserver;
 mod leaderelection_elector;
 mod manager_cli;
