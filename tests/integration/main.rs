@@ -80,6 +80,7 @@ mod operators_seed_myapp;
 mod operators_seed_rediscluster;
 mod operators_seed_tdset;
 mod operators_tdset;
+mod readme_cluster;
 mod record_apiserver;
 mod record_correlator_props;
 mod record_pipeline;

@@ -19,9 +19,9 @@
 //!    pod = pod_lister.get("ns/name-pod")            (+ expectations: "created, not seen yet")
 //!    plan(at, pod, now) ─▶ PENDING, not due: write PENDING, Ok(Some(due - now)) ─▶ forget, add_after
 //!                                                        ... the timer fires at the due time
-//!                       ─▶ due: create the pod (nothing else in this sync)
+//!                       ─▶ due: write RUNNING (startTime, podName), event Started, then create the pod
 //!  pod informer ─on_add/on_update─▶ queue.add(owner At's key)   (controller ownerReference)
-//!    plan(at, pod seen, now) ─▶ write RUNNING (startTime = the pod's creation), event Started
+//!    plan(at RUNNING, pod pending/running, now) ─▶ nothing new (or the pod's phase in the message)
 //!    plan(at, pod Succeeded/Failed, now) ─▶ write DONE (result, exitCode, message), event
 //!                                           (+ Ok(Some(ttl)) when ttlSecondsAfterFinished is set)
 //!    plan(at DONE, pod finished, now ≥ completionTime + ttl) ─▶ delete the pod, event PodDeleted
@@ -45,9 +45,11 @@
 //! pod ([`PodState`]) and the current time, it returns a [`Plan`]: the pod to create, the
 //! status to write (only when it changed), the events to record, and when to look again.
 //! Keeping the decision pure makes every branch of the state machine testable without a
-//! server, and keeps `sync_handler` a short list of side effects, in a crash-safe order: create
-//! the pod, then write the status (a crash in between leaves a pod that the next sync finds and
-//! adopts as its own, because it carries this At's controller ownerReference).
+//! server, and keeps `sync_handler` a short list of side effects, in the book's order: write the
+//! status, then create the pod. A crash in between leaves a `RUNNING` At without a pod, which the
+//! next sync gives its pod; the pod's name is fixed, so there is never a second one (and a pod
+//! created before a crash is found by the next sync: it carries this At's controller
+//! ownerReference).
 //!
 //! ## Requests per At
 //!
@@ -56,19 +58,16 @@
 //!
 //! | At | requests | which |
 //! |---|---:|---|
-//! | due at once | 5 | POST pod; once the pod informer shows the pod: PUT status `RUNNING`, POST event `Started`; when it finishes: PUT status `DONE`, POST event `Completed` |
-//! | due at once, pod finished before it is seen | 4 | POST pod; PUT status `DONE`; POST events `Started` and `Completed` |
+//! | due at once | 5 | PUT status `RUNNING`, POST event `Started`, POST pod; when it finishes: PUT status `DONE`, POST event `Completed` |
 //! | due later | 7 | PUT status `PENDING`; POST event `Scheduled`; then the five above |
 //!
 //! Zero GETs: the At and its pod are read from the informers' caches. An At that is already due
-//! when first seen gets its pod and no `PENDING` write. The sync that creates the pod writes
-//! nothing else: the At goes `RUNNING` (with `startTime` the pod's `creationTimestamp`) in the
-//! sync the pod's arrival in the cache triggers, so in a burst every worker moves on to the
-//! next pod at once, and a pod that has already finished by then takes the At straight to
-//! `DONE` without a `RUNNING` write ([`plan`]'s table). A pod the kubelet reports
-//! `Running` before it finishes costs one more status write (`pod X is Running`), which is
-//! news to the user. The event POSTs go through the event sink's own throttle bucket and
-//! never delay these writes ([`crate::record`]).
+//! when first seen gets `RUNNING` and its pod, and no `PENDING` write. Every At passes through
+//! `RUNNING`, however fast its command ends: a watcher (`kubectl get ats -w`) sees PENDING (when
+//! it was waiting), RUNNING, DONE, as the book shows. A pod the kubelet reports `Running`
+//! before it finishes costs one more status write (`pod X is Running`), which is news to the
+//! user. The event POSTs go through the event sink's own throttle bucket and never delay these
+//! writes ([`crate::record`]).
 //!
 //! ## A lagging cache never causes a second pod
 //!
@@ -755,11 +754,12 @@ pub struct Plan {
 /// | `DONE` | TTL set, our finished pod present, `completionTime + ttl` reached | delete the pod (UID precondition), Normal `PodDeleted` |
 /// | `PENDING` | schedule unparsable or command empty | `InvalidSpec` condition + Warning event; no requeue (the next spec change enqueues it) |
 /// | `PENDING` | due in the future | persist `PENDING` (+ Normal `Scheduled`), requeue exactly at the due time |
-/// | `PENDING` | due now or in the past | continue below with the pod (`PENDING` is left once the pod is seen) |
-/// | `PENDING` | pod absent | create `<name>-pod` (controller ownerReference, `/bin/sh -c`, `restartPolicy: Never`) and nothing else: no status write, no event |
+/// | `PENDING` | due now or in the past | continue below with the pod |
+/// | `PENDING` | pod absent | `RUNNING` (`startTime` now, `podName`), Normal `Started`, and create `<name>-pod` (controller ownerReference, `/bin/sh -c`, `restartPolicy: Never`); the sync writes the status first |
 /// | `PENDING` | pod expected (created, not yet in the lister) | wait for the pod informer |
-/// | `PENDING` | our pod present (pending, running or finished) | as `RUNNING` below, plus Normal `Started`; `startTime` is the pod's `creationTimestamp` |
-/// | `RUNNING` | pod absent (deleted before it finished) | create `<name>-pod` again, Normal `Started` saying so |
+/// | `PENDING` | our pod present, not finished | as `RUNNING` below, plus Normal `Started`; `startTime` is the pod's `creationTimestamp` |
+/// | `PENDING` | our pod present, finished | `RUNNING` and Normal `Started` only, and look again at once: `DONE` in the next sync, never skipping `RUNNING` |
+/// | `RUNNING` | pod absent (deleted before it finished, or never created: a crash after the `RUNNING` write) | create `<name>-pod`, Normal `Started` saying so (quietly, with no status write, when a pod of that name that is not ours was found before) |
 /// | `RUNNING` | pod expected (created, not yet in the lister) | wait for the pod informer |
 /// | any | pod not controlled by this At | Warning `ErrResourceExists`; the pod is left untouched |
 /// | `RUNNING` | pod Succeeded / Failed | `DONE` with result (`DeadlineExceeded` when the pod's reason says so), exit code, message, completion time; requeue after the TTL if set |

@@ -5,7 +5,35 @@
 //! | version | served | storage | module | what it is |
 //! |---|---|---|---|---|
 //! | `v1` | yes | **yes** | [`v1`] | the current shape; what the controller reads and writes ([`At`] here and in [`crate::apis`]) |
-//! | `v1alpha1` | yes, `deprecated: true` | no | [`v1alpha1`] | the book's shape, unchanged, so its example still applies |
+//! | `v1alpha1` | yes, `deprecated: true` | no | [`v1alpha1`] | the book's shape, so its example applies as written |
+//!
+//! ## A plain install serves both: one schema, two forms of the command
+//!
+//! The base CRD (`kubectl apply -f artifacts/crds/`, what the book, `hack/minikube.sh` and the
+//! README do) says `conversion: {strategy: None}`: no webhook, no cert-manager. Under `None` the
+//! API server converts between versions by rewriting `apiVersion` alone, so Kubernetes requires
+//! that every object valid in one served version be valid in every other (otherwise the book's
+//! object, stored under `v1`'s name in `v1alpha1`'s shape, fails every typed read, every
+//! `kubectl patch`, and the whole cache of a typed controller). The two versions here therefore
+//! share one schema ([`v1alpha1::AtSpec`], and `v1`'s status):
+//!
+//! * `spec.command` (the book's field) and `spec.run` (`v1`'s, with `command`, `image` and the
+//!   limits) are both accepted, exactly one of them: two CEL rules on the spec
+//!   ([`v1alpha1::COMMAND_OR_RUN_RULE`], [`v1alpha1::NOT_BOTH_RULE`]). In `v1`, `spec.command`
+//!   is the deprecated alias of `spec.run.command`;
+//! * the controller reads either: [`v1::AtSpec`] decodes both forms into `run` (and writes an
+//!   object back in the form it came in, [`v1::CommandForm`]);
+//! * `status.result` has `DeadlineExceeded` in both.
+//!
+//! A test in `codegen` checks the rule for every CRD that ships with `None` and several versions:
+//! the versions' schemas are the same but for descriptions. The alternatives were weighed:
+//! keeping `v1alpha1` the storage version until the webhook is installed changes nothing (under
+//! `None` the stored shape is whatever the client wrote, whatever the storage version), and
+//! serving `v1alpha1` only with the webhook breaks the book's first command on a plain install.
+//!
+//! The **webhook overlay** (`artifacts/deploy/webhook/`) stays the clean upgrade path: with
+//! `strategy: Webhook` the manager's `/convert` turns each object into its version's own form
+//! (the book's `spec.command` in `v1alpha1`, `spec.run` in `v1`), below.
 //!
 //! ## Why a version bump
 //!
@@ -49,15 +77,15 @@
 //! set.
 //!
 //! The base CRD (`artifacts/crds/`) says `conversion: {strategy: None}`, as kubebuilder
-//! generates it; `artifacts/deploy/webhook/crd-conversion-patch.yaml` (and, for the demo and the
-//! tests, [`crate::apis::crds::at_crd_with_conversion_webhook`]) switches it to
-//! `strategy: Webhook`, pointing at the manager's `/convert`. Under `None` the server only
-//! rewrites `apiVersion`, which is wrong for At's two shapes: serve `v1alpha1` only with the
-//! webhook in place.
+//! generates it, and works as it is (above); `artifacts/deploy/webhook/crd-conversion-patch.yaml`
+//! (and, for the demo and the tests, [`crate::apis::crds::at_crd_with_conversion_webhook`])
+//! switches it to `strategy: Webhook`, pointing at the manager's `/convert`. An object written
+//! under `None` in the other version's form converts by its `apiVersion` alone
+//! ([`conversion`]).
 //!
 //! ## Validation rules in the schema (CEL)
 //!
-//! The v1 schema carries one `x-kubernetes-validations` rule at its root,
+//! Both schemas carry one `x-kubernetes-validations` rule at their root,
 //! [`v1::SCHEDULE_FROZEN_RULE`], a *transition rule* (it reads `oldSelf`, so the API server
 //! evaluates it only on updates): the schedule cannot change once the At has left `PENDING`.
 //! Its `messageExpression` ([`v1::SCHEDULE_FROZEN_MESSAGE`]) names the phase and the old schedule.
