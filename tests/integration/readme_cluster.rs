@@ -80,7 +80,7 @@ async fn the_readme_cluster_block_runs_as_written() {
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(home.path().join(".kube")).unwrap();
     server
-        .write_kubeconfig(&home.path().join(".kube/config"))
+        .write_kubeconfig(home.path().join(".kube/config"))
         .unwrap();
     let work = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(repo().join("artifacts"), work.path().join("artifacts")).unwrap();

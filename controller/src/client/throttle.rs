@@ -192,7 +192,7 @@ impl Throttle {
         Some(Throttle {
             qps: rate,
             burst: f64::from(burst.max(1)),
-            limiter: RateLimiter::direct_with_clock(quota(rate, burst), clock.clone()),
+            limiter: RateLimiter::direct_with_clock(quota(rate, burst), clock),
             clock,
             queue: tokio::sync::Mutex::new(()),
         })
