@@ -118,6 +118,7 @@
 pub mod admission;
 pub mod auth;
 pub mod background;
+pub mod bootstrap;
 pub mod cel_rules;
 pub mod conversion;
 pub mod crd;
@@ -140,6 +141,7 @@ pub mod registry;
 pub mod request_log;
 pub mod review;
 pub mod runtime;
+pub mod services;
 pub mod standalone;
 pub mod status;
 pub mod store;
@@ -151,6 +153,7 @@ pub mod validation;
 pub mod verbs;
 pub mod watch;
 pub mod workloads;
+pub mod x509;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -274,6 +277,8 @@ pub struct ApiServerBuilder {
     simulate: bool,
     pod_run_time: Duration,
     garbage_collector: bool,
+    service_account_controller: bool,
+    root_ca_publisher: bool,
     workload_delay: Duration,
     enforce_rbac: bool,
     user_groups: std::collections::HashMap<String, Vec<String>>,
@@ -303,6 +308,8 @@ impl Default for ApiServerBuilder {
             simulate: false,
             pod_run_time: Duration::from_secs(1),
             garbage_collector: true,
+            service_account_controller: true,
+            root_ca_publisher: false,
             workload_delay: Duration::from_millis(500),
             enforce_rbac: false,
             user_groups: std::collections::HashMap::new(),
@@ -490,6 +497,22 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Run the ServiceAccount controller ([`bootstrap`]; default on): every namespace gets a
+    /// `default` ServiceAccount, as kube-controller-manager gives it on a real cluster.
+    pub fn service_account_controller(mut self, yes: bool) -> Self {
+        self.service_account_controller = yes;
+        self
+    }
+
+    /// Run the root CA publisher ([`bootstrap`]; default off for the library, on for the
+    /// standalone server): with HTTPS, every namespace gets a `kube-root-ca.crt` ConfigMap
+    /// holding the server's CA, as kube-controller-manager gives it. Off by default so that
+    /// a test's ConfigMaps are the only ones, as under envtest (which runs no controllers).
+    pub fn root_ca_publisher(mut self, yes: bool) -> Self {
+        self.root_ca_publisher = yes;
+        self
+    }
+
     /// API Priority and Fairness ([`flowcontrol`]; default on). Off, the server keeps the
     /// plain max-in-flight limits instead (`--enable-priority-and-fairness=false`).
     pub fn priority_and_fairness(mut self, yes: bool) -> Self {
@@ -588,7 +611,7 @@ impl ApiServerBuilder {
             Some(dir) => Store::open(self.history, dir)?,
             None => Store::with_limits(self.history),
         });
-        seed(&store);
+        seed(&store, addr.port());
         flowcontrol::FlowControl::seed(&store);
         let flow_control = flowcontrol::FlowControl::new(self.flow_control.clone(), &store);
         let shutdown = CancellationToken::new();
@@ -632,6 +655,17 @@ impl ApiServerBuilder {
         let node = kubelet::NodeControl::default();
         if self.garbage_collector {
             gc::spawn(store.clone(), shutdown.clone(), &tracker);
+        }
+        if self.service_account_controller || self.root_ca_publisher {
+            bootstrap::spawn_service_accounts(
+                store.clone(),
+                self.service_account_controller,
+                tls.as_ref()
+                    .filter(|_| self.root_ca_publisher)
+                    .map(|t| t.ca_pem.clone()),
+                shutdown.clone(),
+                &tracker,
+            );
         }
         if self.simulate {
             match self.node_runtime {
@@ -692,8 +726,12 @@ impl ApiServerBuilder {
     }
 }
 
-/// Creates `default`, `kube-system` and `kube-public`, like a fresh cluster.
-fn seed(store: &Store) {
+/// The objects of a fresh cluster: the namespaces `default`, `kube-system` and `kube-public`,
+/// the bootstrap RBAC policy ([`bootstrap`]) and the `kubernetes` Service in `default` pointing
+/// at this server's port (kube-apiserver's bootstrap controllers; an existing one, loaded from
+/// the data directory, gets its port reconciled as the real `kubernetesservice` controller
+/// does).
+fn seed(store: &Store, port: u16) {
     store.write(|st| {
         for ns in ["default", "kube-system", "kube-public"] {
             if st.get("core/namespaces", "", ns).is_some() {
@@ -707,6 +745,21 @@ fn seed(store: &Store) {
                 "status": {"phase": "Active"}
             });
             st.create("core/namespaces", obj);
+        }
+        bootstrap::seed_rbac(st);
+        let mut svc = services::kubernetes_service(port);
+        match st.get("core/services", "default", "kubernetes") {
+            Some(old) if old["spec"]["ports"] == svc["spec"]["ports"] => {}
+            Some(old) => {
+                let mut updated = old.clone();
+                updated["spec"]["ports"] = svc["spec"]["ports"].clone();
+                st.update("core/services", updated);
+            }
+            None => {
+                svc["metadata"]["uid"] = json!(meta::new_uid());
+                svc["metadata"]["creationTimestamp"] = json!(meta::now_time());
+                st.create("core/services", svc);
+            }
         }
     });
 }

@@ -282,10 +282,12 @@ impl Registry {
                 .short(&["ev"])
                 .fields(EVENT_FIELDS)
                 .done(),
+            // `ReturnDeletedObject`: the Service REST storage answers DELETE with the Service.
             B::new("", "v1", "services", "Service", true)
                 .short(&["svc"])
                 .all()
                 .status()
+                .returns_deleted()
                 .done(),
             B::new("", "v1", "configmaps", "ConfigMap", true)
                 .short(&["cm"])

@@ -214,6 +214,7 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
         .listen(args.listen)
         .plain_http(args.plain_http)
         .simulate(args.simulate)
+        .root_ca_publisher(true)
         .pod_run_time(args.pod_run_time)
         .node_runtime(args.node_runtime)
         .node_runtime_max_pods(args.node_runtime_max_pods)

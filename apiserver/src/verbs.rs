@@ -637,6 +637,7 @@ fn create_prepared(
     // The name is the server's to choose only when the client sent `generateName` and no name.
     let generated = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
+    super::services::prepare_create(st, def, &mut obj)?;
     super::workloads::validate_replicas(def, &obj)?;
     validate_custom(def, &mut obj, None, &opts)?;
     if generated {
@@ -740,6 +741,7 @@ fn update_stored(
         t.name(),
         t.endpoint(),
     )?;
+    super::services::prepare_update(st, def, old, &mut result)?;
     super::workloads::validate_replicas(def, &result)?;
     validate_custom(def, &mut result, Some(old), &opts)?;
     super::validation::check(

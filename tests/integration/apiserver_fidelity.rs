@@ -1,0 +1,305 @@
+//! Behaviours that other projects' end-to-end suites (written for real clusters) rely on:
+//! the Service REST storage (deleted object, status, cluster IPs, node ports), the default
+//! objects of a new cluster (the `kubernetes` Service, the bootstrap RBAC policy, every
+//! namespace's `default` ServiceAccount), and the rest of issue 38.
+
+use crate::apiserver_support as support;
+
+use serde_json::{Value, json};
+use support::*;
+
+const SVCS: &str = "/api/v1/namespaces/default/services";
+
+fn svc(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec})
+}
+
+fn cluster_ip(v: &Value) -> std::net::Ipv4Addr {
+    v["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or_default()
+        .parse()
+        .unwrap_or_else(|_| panic!("no cluster IP in {v}"))
+}
+
+fn in_service_cidr(ip: std::net::Ipv4Addr) -> bool {
+    let o = ip.octets();
+    o[0] == 10 && (96..112).contains(&o[1])
+}
+
+#[tokio::test]
+async fn a_service_is_defaulted_gets_a_cluster_ip_and_its_delete_returns_it() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let created = c
+        .post(
+            SVCS,
+            &svc(
+                "web",
+                json!({"selector": {"app": "web"}, "ports": [{"port": 80}]}),
+            ),
+        )
+        .await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let spec = &created.body["spec"];
+    let ip = cluster_ip(&created.body);
+    assert!(in_service_cidr(ip), "{ip}");
+    assert_ne!(ip, std::net::Ipv4Addr::new(10, 96, 0, 1));
+    assert_eq!(spec["clusterIPs"], json!([ip.to_string()]));
+    assert_eq!(spec["type"], "ClusterIP");
+    assert_eq!(spec["sessionAffinity"], "None");
+    assert_eq!(spec["ipFamilies"], json!(["IPv4"]));
+    assert_eq!(spec["ipFamilyPolicy"], "SingleStack");
+    assert_eq!(spec["internalTrafficPolicy"], "Cluster");
+    assert_eq!(
+        spec["ports"],
+        json!([{"port": 80, "protocol": "TCP", "targetPort": 80}])
+    );
+    assert_eq!(created.body["status"], json!({"loadBalancer": {}}));
+
+    // An update without the allocated values keeps them; changing the IP is refused.
+    let mut upd = created.body.clone();
+    upd["spec"].as_object_mut().unwrap().remove("clusterIP");
+    upd["spec"].as_object_mut().unwrap().remove("clusterIPs");
+    upd["metadata"]["labels"] = json!({"tier": "front"});
+    let updated = c.put(&format!("{SVCS}/web"), &upd).await;
+    assert_eq!(updated.code, 200, "{}", updated.body);
+    assert_eq!(cluster_ip(&updated.body), ip);
+    let mut moved = updated.body.clone();
+    moved["spec"]["clusterIP"] = json!("10.96.0.77");
+    moved["spec"]["clusterIPs"] = json!(["10.96.0.77"]);
+    let refused = c.put(&format!("{SVCS}/web"), &moved).await;
+    assert_eq!(refused.code, 422, "{}", refused.body);
+    assert!(
+        refused.body["message"].as_str().unwrap().contains(
+            "spec.clusterIPs[0]: Invalid value: [\"10.96.0.77\"]: may not change once set"
+        ),
+        "{}",
+        refused.body
+    );
+
+    // A requested address must be free and in range.
+    let taken = c
+        .post(
+            SVCS,
+            &svc(
+                "copy",
+                json!({"clusterIP": ip.to_string(), "ports": [{"port": 80}]}),
+            ),
+        )
+        .await;
+    assert_eq!(taken.code, 422);
+    assert_eq!(
+        taken.body["message"],
+        format!(
+            "Service \"copy\" is invalid: spec.clusterIPs: Invalid value: [\"{ip}\"]: failed to allocate IP {ip}: provided IP is already allocated"
+        )
+    );
+    let outside = c
+        .post(
+            SVCS,
+            &svc(
+                "far",
+                json!({"clusterIP": "192.168.0.1", "ports": [{"port": 80}]}),
+            ),
+        )
+        .await;
+    assert_eq!(outside.code, 422);
+    assert!(outside.body["message"].as_str().unwrap().contains(
+        "the provided IP (192.168.0.1) is not in the valid range. The range of valid IPs is 10.96.0.0/12"
+    ));
+    let chosen = c
+        .post(
+            SVCS,
+            &svc(
+                "fixed",
+                json!({"clusterIP": "10.96.0.10", "ports": [{"port": 53}]}),
+            ),
+        )
+        .await;
+    assert_eq!(chosen.code, 201, "{}", chosen.body);
+    assert_eq!(chosen.body["spec"]["clusterIPs"], json!(["10.96.0.10"]));
+
+    // DELETE answers with the Service (ReturnDeletedObject), and its address is free again.
+    let deleted = c.delete(&format!("{SVCS}/web"), None).await;
+    assert_eq!(deleted.code, 200);
+    assert_eq!(deleted.body["kind"], "Service");
+    assert_eq!(deleted.body["metadata"]["name"], "web");
+    assert_eq!(cluster_ip(&deleted.body), ip);
+    let again = c
+        .post(
+            SVCS,
+            &svc(
+                "again",
+                json!({"clusterIP": ip.to_string(), "ports": [{"port": 80}]}),
+            ),
+        )
+        .await;
+    assert_eq!(again.code, 201, "{}", again.body);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn headless_external_name_and_node_port_services_get_what_a_cluster_gives_them() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let headless = c
+        .post(
+            SVCS,
+            &svc(
+                "db",
+                json!({"clusterIP": "None", "selector": {"app": "db"}, "ports": [{"port": 5432}]}),
+            ),
+        )
+        .await;
+    assert_eq!(headless.code, 201, "{}", headless.body);
+    assert_eq!(headless.body["spec"]["clusterIPs"], json!(["None"]));
+    assert_eq!(headless.body["spec"]["ipFamilyPolicy"], "SingleStack");
+    let bare = c
+        .post(SVCS, &svc("bare", json!({"clusterIP": "None"})))
+        .await;
+    assert_eq!(bare.code, 201, "{}", bare.body);
+    assert_eq!(bare.body["spec"]["ipFamilyPolicy"], "RequireDualStack");
+    assert_eq!(bare.body["spec"]["ipFamilies"], json!(["IPv4", "IPv6"]));
+    let ext = c
+        .post(
+            SVCS,
+            &svc(
+                "ext",
+                json!({"type": "ExternalName", "externalName": "example.com"}),
+            ),
+        )
+        .await;
+    assert_eq!(ext.code, 201, "{}", ext.body);
+    assert!(ext.body["spec"]["clusterIP"].is_null());
+    assert!(ext.body["spec"]["ipFamilies"].is_null());
+
+    let np = c
+        .post(SVCS, &svc("np", json!({"type": "NodePort", "ports": [{"name": "a", "port": 80}, {"name": "b", "port": 81, "nodePort": 30081}]})))
+        .await;
+    assert_eq!(np.code, 201, "{}", np.body);
+    let first = np.body["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+    assert!((30000..=32767).contains(&first), "{first}");
+    assert_eq!(np.body["spec"]["ports"][1]["nodePort"], 30081);
+    assert_eq!(np.body["spec"]["externalTrafficPolicy"], "Cluster");
+    let clash = c
+        .post(
+            SVCS,
+            &svc(
+                "np2",
+                json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30081}]}),
+            ),
+        )
+        .await;
+    assert_eq!(clash.code, 422);
+    assert!(clash.body["message"].as_str().unwrap().contains(
+        "spec.ports[0].nodePort: Invalid value: 30081: provided port is already allocated"
+    ));
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_cluster_has_the_kubernetes_service_and_the_bootstrap_policy() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let k = c.get(&format!("{SVCS}/kubernetes")).await;
+    assert_eq!(k.code, 200, "{}", k.body);
+    assert_eq!(k.body["spec"]["clusterIP"], "10.96.0.1");
+    assert_eq!(k.body["metadata"]["labels"]["component"], "apiserver");
+    let port: u16 = s.url().rsplit(':').next().unwrap().parse().unwrap();
+    assert_eq!(
+        k.body["spec"]["ports"],
+        json!([{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}])
+    );
+
+    let roles = c
+        .get("/apis/rbac.authorization.k8s.io/v1/clusterroles")
+        .await;
+    let names: Vec<&str> = roles.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["metadata"]["name"].as_str())
+        .collect();
+    for n in [
+        "cluster-admin",
+        "admin",
+        "edit",
+        "view",
+        "system:discovery",
+        "system:basic-user",
+        "system:public-info-viewer",
+        "system:aggregate-to-view",
+    ] {
+        assert!(names.contains(&n), "{n} missing from {names:?}");
+    }
+    let crb = c
+        .get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/cluster-admin")
+        .await;
+    assert_eq!(crb.code, 200);
+    assert_eq!(
+        crb.body["subjects"],
+        json!([{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:masters"}])
+    );
+    let view = c
+        .get("/apis/rbac.authorization.k8s.io/v1/clusterroles/view")
+        .await;
+    assert_eq!(
+        view.body["aggregationRule"]["clusterRoleSelectors"][0]["matchLabels"],
+        json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"})
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_namespace_gets_a_default_service_account_and_the_root_ca() {
+    let s = embedded_apiserver::ApiServer::builder()
+        .root_ca_publisher(true)
+        .start()
+        .await
+        .unwrap();
+    let c = TestClient::new(&s);
+    let ns = c
+        .post(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+        )
+        .await;
+    assert_eq!(ns.code, 201);
+    let rv = ns.body["metadata"]["resourceVersion"].as_str().unwrap();
+    let mut w = c
+        .watch(&format!(
+            "/api/v1/namespaces/team/serviceaccounts?watch=true&resourceVersion={rv}"
+        ))
+        .await;
+    let e = w.next_change().await.unwrap();
+    assert_eq!(e["type"], "ADDED");
+    assert_eq!(e["object"]["metadata"]["name"], "default");
+    let cm = c
+        .get("/api/v1/namespaces/team/configmaps/kube-root-ca.crt")
+        .await;
+    assert_eq!(cm.code, 200, "{}", cm.body);
+    assert_eq!(cm.body["data"]["ca.crt"], s.ca_pem().unwrap());
+
+    // Deleted, it comes back, as the ServiceAccount controller recreates it.
+    let gone = c
+        .delete("/api/v1/namespaces/team/serviceaccounts/default", None)
+        .await;
+    assert_eq!(gone.code, 200);
+    assert_eq!(w.next_change().await.unwrap()["type"], "DELETED");
+    let back = w.next_change().await.unwrap();
+    assert_eq!(back["type"], "ADDED");
+    assert_ne!(
+        back["object"]["metadata"]["uid"],
+        gone.body["metadata"]["uid"]
+    );
+
+    // The namespaces a cluster starts with have theirs too.
+    let mut sys = c
+        .watch("/api/v1/namespaces/kube-system/serviceaccounts?watch=true&fieldSelector=metadata.name%3Ddefault")
+        .await;
+    let e = sys.next_change().await.unwrap();
+    assert_eq!(e["type"], "ADDED");
+    assert_eq!(e["object"]["metadata"]["namespace"], "kube-system");
+    s.shutdown().await;
+}
