@@ -27,7 +27,8 @@
 //! 5. **The verb** ([`super::verbs`], [`super::watch`]), under the store lock.
 //! 6. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
 //!    `as=Table` (what `kubectl get` does), and the request is counted in the
-//!    [`super::request_log`].
+//!    [`super::request_log`]. JSON has kube-apiserver's byte layout: Go's field order for
+//!    built-in objects, lists and Status ([`super::json_order`]) and a `\n` after each body.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ use serde_json::Value;
 use super::Shared;
 use super::admission::Write;
 use super::discovery;
+use super::json_order::GoOrdered;
 use super::query::{ListOptions, Query};
 use super::registry::ResourceDef;
 use super::request_log::RequestKey;
@@ -100,7 +102,9 @@ pub fn json_response<T: serde::Serialize + ?Sized>(
     body: &T,
     content_type: &str,
 ) -> Response<Body> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    // `json.Encoder` ends each document with a newline, and so does kube-apiserver's body.
+    let mut bytes = serde_json::to_vec(body).unwrap_or_default();
+    bytes.push(b'\n');
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -134,7 +138,8 @@ fn error_response(e: &ApiError) -> Response<Body> {
         }
         return resp;
     }
-    let mut resp = json_response(e.code, &e.to_status(), "application/json");
+    let status = e.to_status();
+    let mut resp = json_response(e.code, &GoOrdered::new(&status), "application/json");
     if let Some(secs) = e.retry_after {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -262,7 +267,8 @@ async fn serve(
         .unwrap_or_default()
         .to_owned();
     let query = Query::parse(req.uri().query()).with_user_agent(&user_agent);
-    let user = authenticate(shared, &path, req.headers())?;
+    let cert = req.extensions().get::<Arc<ClientCertIdentity>>().cloned();
+    let user = authenticate(shared, &path, req.headers(), cert.as_deref())?;
     let query = if shared.rbac.enforced() {
         query.with_requester(super::rbac::Requester {
             authorizer: shared.rbac.clone(),
@@ -331,17 +337,34 @@ struct Incoming<'a> {
     user: super::rbac::UserInfo,
 }
 
+/// The user of a connection's verified client certificate ([`super::tls`]): the subject's
+/// common name, in its organizations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertIdentity {
+    /// The common name.
+    pub name: String,
+    /// The organizations.
+    pub groups: Vec<String>,
+}
+
 /// Authentication, then impersonation: the user the request acts as.
 ///
-/// Outside the public paths a request needs a known bearer token, or no `Authorization` header
-/// at all when the server has an unauthenticated user; anything else is `401`. Impersonation
-/// applies to authenticated requests; a public path asked for without a token is answered as
-/// the empty user.
+/// A verified client certificate authenticates first (kube-apiserver's x509 authenticator
+/// comes before the token ones in its union): the user is its common name, in its
+/// organizations plus `system:authenticated`. Otherwise, outside the public paths a request
+/// needs a known bearer token, or no `Authorization` header at all when the server has an
+/// unauthenticated user; anything else is `401`. Impersonation applies to authenticated
+/// requests; a public path asked for without a token is answered as the empty user.
 fn authenticate(
     shared: &Shared,
     path: &str,
     headers: &http::HeaderMap,
+    cert: Option<&ClientCertIdentity>,
 ) -> Result<super::rbac::UserInfo, ApiError> {
+    if let Some(id) = cert.filter(|id| !id.name.is_empty()) {
+        let user = shared.rbac.certificate_user(&id.name, &id.groups);
+        return super::impersonation::resolve(&shared.rbac, &shared.store, user, headers);
+    }
     let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -576,12 +599,15 @@ async fn serve_read(
     let query = &request.query;
     let def = &target.def;
     let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
+    let partial = super::partial::negotiate(&request.accept).filter(|_| !wants_table);
     if query.flag("watch")? {
         class.verb = "watch".into();
         let opts = ListOptions::parse(query, true)?;
         let renderer = if wants_table {
             let include = super::table::include_object(query)?;
             Some(super::table::renderer(def.clone(), include))
+        } else if let Some(w) = &partial {
+            Some(super::partial::watch_renderer(def, w)?)
         } else {
             None
         };
@@ -590,6 +616,7 @@ async fn serve_read(
             reject_send_initial_events: shared.reject_send_initial_events,
             shutdown: shared.faults.watch_token(),
             renderer,
+            bookmark_type: partial.as_ref().map(super::partial::bookmark_type),
             converter: super::conversion::webhook_of(def).map(|_| {
                 let shared = shared.clone();
                 let def = def.clone();
@@ -622,15 +649,24 @@ async fn serve_read(
                 .to_owned();
             let include = super::table::include_object(query)?;
             let table = super::table::render(def, &[obj], &rv, None, include);
-            return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
+            return Ok(json_response(
+                code,
+                &GoOrdered::new(&table),
+                super::table::CONTENT_TYPE,
+            ));
         }
-        return Ok(json_response(code, &obj, "application/json"));
+        let obj = super::partial::object(def, partial.as_ref(), obj)?;
+        return Ok(json_response(
+            code,
+            &GoOrdered::served(def, &obj),
+            "application/json",
+        ));
     }
     class.verb = "list".into();
     let opts = ListOptions::parse(query, false)?;
     let result = shared.store.read(|s| verbs::list(s, target, &opts))?;
     let converted = super::conversion::webhook_of(def).is_some();
-    if !wants_table && !converted {
+    if !wants_table && !converted && partial.is_none() {
         // The common case, serialized from the stored objects without copying them.
         return Ok(json_response(
             200,
@@ -648,11 +684,19 @@ async fn serve_read(
             result.continue_token.as_deref(),
             include,
         );
-        return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
+        return Ok(json_response(
+            200,
+            &GoOrdered::new(&table),
+            super::table::CONTENT_TYPE,
+        ));
+    }
+    let mut list = verbs::list_json(def, &result, items);
+    if let Some(w) = &partial {
+        list = super::partial::list(def, w, &list)?;
     }
     Ok(json_response(
         200,
-        &verbs::list_json(def, &result, items),
+        &GoOrdered::served(def, &list),
         "application/json",
     ))
 }
@@ -698,8 +742,14 @@ async fn serve_write(
         };
         super::admission::write(shared, target, user, write, query).await?
     };
+    let partial = super::partial::negotiate(&request.accept);
+    let obj = super::partial::object(&target.def, partial.as_ref(), obj)?;
     Ok(with_warnings(
-        json_response(code, &obj, "application/json"),
+        json_response(
+            code,
+            &GoOrdered::served(&target.def, &obj),
+            "application/json",
+        ),
         query,
     ))
 }
@@ -734,8 +784,14 @@ async fn serve_delete(
         class.verb = "delete".into();
         let (code, obj) =
             super::admission::write(shared, target, user, Write::Delete(opts), query).await?;
+        let partial = super::partial::negotiate(&request.accept);
+        let obj = super::partial::object(&target.def, partial.as_ref(), obj)?;
         return Ok(with_warnings(
-            json_response(code, &obj, "application/json"),
+            json_response(
+                code,
+                &GoOrdered::served(&target.def, &obj),
+                "application/json",
+            ),
             query,
         ));
     }
@@ -745,7 +801,11 @@ async fn serve_delete(
         .store
         .write(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
     let obj = super::conversion::answer_to_served(shared, &target.def, obj).await?;
-    Ok(json_response(code, &obj, "application/json"))
+    Ok(json_response(
+        code,
+        &GoOrdered::served(&target.def, &obj),
+        "application/json",
+    ))
 }
 
 /// `POST /apis/authorization.k8s.io/v1/...reviews`: an access or rules review, authorized like
@@ -784,7 +844,11 @@ fn serve_review(
         allowed = %answer["status"]["allowed"],
         "access review answered"
     );
-    Ok(json_response(201, &answer, "application/json"))
+    Ok(json_response(
+        201,
+        &GoOrdered::new(&answer),
+        "application/json",
+    ))
 }
 
 /// The body of an access or token review: JSON, YAML or protobuf, by its content type.
@@ -849,7 +913,11 @@ fn serve_token_review(
         authenticated = %answer["status"]["authenticated"],
         "token review answered"
     );
-    Ok(json_response(201, &answer, "application/json"))
+    Ok(json_response(
+        201,
+        &GoOrdered::new(&answer),
+        "application/json",
+    ))
 }
 
 /// An aggregated discovery document with the real server's caching headers: `ETag` (a quoted

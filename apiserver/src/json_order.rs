@@ -61,14 +61,40 @@ const STATUS: &[&str] = &[
     "code",
 ];
 
-const DETAILS: &[&str] = &["name", "group", "kind", "uid", "causes", "retryAfterSeconds"];
+const DETAILS: &[&str] = &[
+    "name",
+    "group",
+    "kind",
+    "uid",
+    "causes",
+    "retryAfterSeconds",
+];
 
-/// The top-level order of an object of `kind` (`has_items`: a list).
-fn top_order(kind: &str, has_items: bool) -> &'static [&'static str] {
+/// The top-level order of an object of `kind` in `api_version` (`has_items`: a list).
+fn top_order(kind: &str, api_version: &str, has_items: bool) -> &'static [&'static str] {
     if has_items || kind.ends_with("List") {
         return &["kind", "apiVersion", "metadata", "items"];
     }
     match kind {
+        "Event" if api_version.starts_with("events.k8s.io/") => &[
+            "kind",
+            "apiVersion",
+            "metadata",
+            "eventTime",
+            "series",
+            "reportingController",
+            "reportingInstance",
+            "action",
+            "reason",
+            "regarding",
+            "related",
+            "note",
+            "type",
+            "deprecatedSource",
+            "deprecatedFirstTimestamp",
+            "deprecatedLastTimestamp",
+            "deprecatedCount",
+        ],
         "Status" => STATUS,
         "ConfigMap" => &[
             "kind",
@@ -144,7 +170,8 @@ enum Ctx {
 /// `value` (an object, a list or a Status), serialized in Go's field order.
 pub struct GoOrdered<'a> {
     value: &'a Value,
-    sorted: bool,
+    /// How its top level is ordered.
+    ctx: Ctx,
 }
 
 impl<'a> GoOrdered<'a> {
@@ -152,26 +179,33 @@ impl<'a> GoOrdered<'a> {
     pub fn new(value: &'a Value) -> Self {
         GoOrdered {
             value,
-            sorted: false,
+            ctx: Ctx::Object,
+        }
+    }
+
+    /// An `ObjectMeta` or `ListMeta`.
+    pub fn meta(value: &'a Value) -> Self {
+        GoOrdered {
+            value,
+            ctx: Ctx::Meta,
         }
     }
 
     /// An object or list of `def` as served: sorted for custom resources (unstructured, as on
-    /// a real server) unless it is a Status, in Go order otherwise.
+    /// a real server) unless it is a Status or a Table, in Go order otherwise.
     pub fn served(def: &super::registry::ResourceDef, value: &'a Value) -> Self {
+        let sorted =
+            def.custom.is_some() && !matches!(value["kind"].as_str(), Some("Status" | "Table"));
         GoOrdered {
             value,
-            sorted: def.custom.is_some() && value["kind"] != "Status",
+            ctx: if sorted { Ctx::Plain } else { Ctx::Object },
         }
     }
 }
 
 impl Serialize for GoOrdered<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if self.sorted {
-            return self.value.serialize(s);
-        }
-        Nested(self.value, Ctx::Object).serialize(s)
+        Nested(self.value, self.ctx).serialize(s)
     }
 }
 
@@ -198,16 +232,20 @@ pub fn object<S: serde::Serializer>(
     fields: &Map<String, Value>,
     overrides: &[(&str, &Value)],
 ) -> Result<S::Ok, S::Error> {
-    let kind = overrides
-        .iter()
-        .find(|(k, _)| *k == "kind")
-        .map(|(_, v)| *v)
-        .or_else(|| fields.get("kind"))
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let field = |name: &str| {
+        overrides
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+            .or_else(|| fields.get(name))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let (kind, api_version) = (field("kind"), field("apiVersion"));
     let has_items = fields.get("items").is_some_and(Value::is_array);
     let is_status = kind == "Status";
-    ordered(s, fields, top_order(kind, has_items), overrides, |k| match k {
+    let order = top_order(kind, api_version, has_items);
+    ordered(s, fields, order, overrides, |k| match k {
         "metadata" => Ctx::Meta,
         "details" if is_status => Ctx::Details,
         _ => Ctx::Plain,

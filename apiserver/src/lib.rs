@@ -130,11 +130,13 @@ pub mod flowcontrol;
 pub mod gc;
 pub mod http;
 pub mod impersonation;
+pub mod json_order;
 pub mod kubelet;
 pub mod logic;
 pub mod logs;
 pub mod meta;
 pub mod openapi;
+pub mod partial;
 pub mod query;
 pub mod rbac;
 pub mod registry;
@@ -273,6 +275,7 @@ pub struct ApiServerBuilder {
     cert_dir: Option<PathBuf>,
     bookmark_interval: Duration,
     kubeconfig_path: Option<PathBuf>,
+    kubeconfig_client_cert: Option<(String, Option<String>)>,
     reject_send_initial_events: bool,
     simulate: bool,
     pod_run_time: Duration,
@@ -290,6 +293,7 @@ pub struct ApiServerBuilder {
     serving: ServingLimits,
     service_endpoints: std::collections::HashMap<String, String>,
     conversion_timeout: Duration,
+    client_ca_pems: Vec<String>,
 }
 
 impl Default for ApiServerBuilder {
@@ -304,6 +308,7 @@ impl Default for ApiServerBuilder {
             cert_dir: None,
             bookmark_interval: Duration::from_secs(60),
             kubeconfig_path: None,
+            kubeconfig_client_cert: None,
             reject_send_initial_events: false,
             simulate: false,
             pod_run_time: Duration::from_secs(1),
@@ -321,6 +326,7 @@ impl Default for ApiServerBuilder {
             serving: ServingLimits::default(),
             service_endpoints: std::collections::HashMap::new(),
             conversion_timeout: conversion::DEFAULT_TIMEOUT,
+            client_ca_pems: vec![],
         }
     }
 }
@@ -428,6 +434,14 @@ impl ApiServerBuilder {
     /// Write a kubeconfig for this server to `path` once it listens.
     pub fn kubeconfig_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.kubeconfig_path = Some(path.into());
+        self
+    }
+
+    /// The kubeconfig written by [`Self::kubeconfig_path`] authenticates with a client
+    /// certificate for `user` in `group` instead of the token
+    /// ([`ApiServerHandle::kubeconfig_yaml_for_client_cert`]; HTTPS only).
+    pub fn kubeconfig_client_cert(mut self, user: &str, group: Option<&str>) -> Self {
+        self.kubeconfig_client_cert = Some((user.to_owned(), group.map(str::to_owned)));
         self
     }
 
@@ -559,6 +573,13 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Also accept client certificates signed by the CA(s) of this PEM (`--client-ca-file`),
+    /// besides the server's own client CA ([`tls`], [`ApiServerHandle::client_certificate`]).
+    pub fn client_ca_pem(mut self, pem: impl Into<String>) -> Self {
+        self.client_ca_pems.push(pem.into());
+        self
+    }
+
     /// How long a CRD conversion webhook call may take before it fails with `context deadline
     /// exceeded` (default 30 s, the real server's; [`conversion`]).
     pub fn conversion_webhook_timeout(mut self, timeout: Duration) -> Self {
@@ -598,8 +619,8 @@ impl ApiServerBuilder {
         })?;
         let tls = match (&self.cert_dir, self.plain_http) {
             (_, true) => None,
-            (Some(dir), false) => Some(tls::load_or_generate(dir)?),
-            (None, false) => Some(tls::generate()?),
+            (Some(dir), false) => Some(tls::load_or_generate(dir, &self.client_ca_pems)?),
+            (None, false) => Some(tls::generate(&self.client_ca_pems)?),
         };
         let token = self.token.unwrap_or_else(auth::random_token);
         let mut tokens = auth::TokenTable::default();
@@ -705,14 +726,26 @@ impl ApiServerBuilder {
         let handle = ApiServerHandle {
             url,
             token,
+            client_ca: tls.as_ref().map(|t| t.client_ca.clone()),
             ca_pem: tls.map(|t| t.ca_pem),
             shared,
             tracker,
             node,
         };
-        if let Some(path) = &self.kubeconfig_path
-            && let Err(e) = handle.write_kubeconfig(path)
-        {
+        let written = match (&self.kubeconfig_path, &self.kubeconfig_client_cert) {
+            (None, _) => Ok(()),
+            (Some(path), None) => handle.write_kubeconfig(path),
+            (Some(path), Some((user, group))) => {
+                match handle.kubeconfig_yaml_for_client_cert(user, group.as_deref()) {
+                    None => Err(std::io::Error::other(
+                        "a client certificate needs HTTPS (not --plain-http)",
+                    )),
+                    Some(Err(e)) => Err(std::io::Error::other(e.to_string())),
+                    Some(Ok(yaml)) => write_private(path, &yaml),
+                }
+            }
+        };
+        if let (Some(path), Err(e)) = (&self.kubeconfig_path, written) {
             handle.shutdown().await;
             return Err(StartError::Bind {
                 addr,
@@ -724,6 +757,17 @@ impl ApiServerBuilder {
         }
         Ok(handle)
     }
+}
+
+/// Writes `text` to `path`, readable by its owner only on Unix (kubeconfigs hold credentials).
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    std::fs::write(path, text)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(())
 }
 
 /// The objects of a fresh cluster: the namespaces `default`, `kube-system` and `kube-public`,
@@ -784,7 +828,7 @@ async fn accept_loop(
 }
 
 /// One accepted connection: its TLS handshake (bounded by the header timeout and by shutdown)
-/// when the server speaks HTTPS, then [`serve_connection`].
+/// when the server speaks HTTPS, then [`serve_connection_as`].
 async fn serve_accepted(
     tcp: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
@@ -794,14 +838,24 @@ async fn serve_accepted(
 ) {
     let _ = tcp.set_nodelay(true);
     let Some(acc) = acceptor else {
-        return serve_connection(TokioIo::new(tcp), shared, limits).await;
+        return serve_connection_as(TokioIo::new(tcp), shared, limits, None).await;
     };
     let tls = tokio::select! {
         _ = shared.shutdown.cancelled() => return,
         r = tokio::time::timeout(limits.header_read_timeout, acc.accept(tcp)) => r,
     };
     match tls {
-        Ok(Ok(stream)) => serve_connection(TokioIo::new(stream), shared, limits).await,
+        Ok(Ok(stream)) => {
+            // A verified client certificate (see [`tls`]): its subject is the user.
+            let identity = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|certs| certs.first())
+                .and_then(|leaf| x509::subject(leaf.as_ref()))
+                .map(|(name, groups)| Arc::new(http::ClientCertIdentity { name, groups }));
+            serve_connection_as(TokioIo::new(stream), shared, limits, identity).await
+        }
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
     }
@@ -810,8 +864,12 @@ async fn serve_accepted(
 /// Serves one connection under `limits`: HTTP/1 header timeout and buffer bound, HTTP/2
 /// stream limit, and closing once [`apimachinery::serving::Activity::expired`] says it is idle
 /// (no request in flight for the idle timeout, or none at all within the header timeout).
-async fn serve_connection<I>(io: I, shared: Arc<Shared>, limits: &ServingLimits)
-where
+async fn serve_connection_as<I>(
+    io: I,
+    shared: Arc<Shared>,
+    limits: &ServingLimits,
+    identity: Option<Arc<http::ClientCertIdentity>>,
+) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     use http_body_util::BodyExt;
@@ -829,7 +887,10 @@ where
     let activity = Activity::new();
     let svc_shared = shared.clone();
     let svc_activity = activity.clone();
-    let service = hyper::service::service_fn(move |req| {
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
+        if let Some(id) = &identity {
+            req.extensions_mut().insert(id.clone());
+        }
         let shared = svc_shared.clone();
         // In flight until the response body (a watch stream, say) is finished or dropped.
         let in_flight = svc_activity.begin();
@@ -880,6 +941,7 @@ pub struct ApiServerHandle {
     url: String,
     token: String,
     ca_pem: Option<String>,
+    client_ca: Option<Arc<tls::ClientCa>>,
     shared: Arc<Shared>,
     tracker: TaskTracker,
     node: kubelet::NodeControl,
@@ -951,16 +1013,49 @@ impl ApiServerHandle {
         serde_yaml_ng::to_string(&doc).unwrap_or_default()
     }
 
+    /// A client certificate for `user` (its common name) in `group` (its organization, if
+    /// any), signed by the server's client CA: `(certificate PEM, key PEM)`. `None` with plain
+    /// HTTP. ([`tls`]: the server authenticates it as that user in that group.)
+    pub fn client_certificate(
+        &self,
+        user: &str,
+        group: Option<&str>,
+    ) -> Option<Result<(String, String), tls::TlsError>> {
+        let ca = self.client_ca.as_ref()?;
+        Some(ca.issue(user, group.as_slice()))
+    }
+
+    /// PEM of the client CA (`None` with plain HTTP).
+    pub fn client_ca_pem(&self) -> Option<&str> {
+        self.client_ca.as_ref().map(|c| c.ca_pem.as_str())
+    }
+
+    /// [`Self::kubeconfig_yaml`] authenticating with a client certificate for `user` in
+    /// `group` instead of the token, as the kubeconfigs of kind, k3d or minikube do (theirs is
+    /// `kubernetes-admin` in `system:masters`, or `kubeadm:cluster-admins`). `None` with plain
+    /// HTTP.
+    pub fn kubeconfig_yaml_for_client_cert(
+        &self,
+        user: &str,
+        group: Option<&str>,
+    ) -> Option<Result<String, tls::TlsError>> {
+        use base64::Engine;
+        let (cert, key) = match self.client_certificate(user, group)? {
+            Ok(pair) => pair,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut doc: serde_json::Value =
+            serde_yaml_ng::from_str(&self.kubeconfig_yaml()).unwrap_or_default();
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        doc["users"] = json!([{"name": user, "user": {
+            "client-certificate-data": b64(&cert), "client-key-data": b64(&key)}}]);
+        doc["contexts"][0]["context"]["user"] = json!(user);
+        Some(Ok(serde_yaml_ng::to_string(&doc).unwrap_or_default()))
+    }
+
     /// Writes [`Self::kubeconfig_yaml`] to `path` (mode 0600 on Unix: it holds a token).
     pub fn write_kubeconfig(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
-        let path = path.as_ref();
-        std::fs::write(path, self.kubeconfig_yaml())?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        }
-        Ok(())
+        write_private(path.as_ref(), &self.kubeconfig_yaml())
     }
 
     /// Counts of the requests served so far.

@@ -253,6 +253,26 @@ impl Authorizer {
         }
     }
 
+    /// The user of a client certificate: `name` (its common name) in `groups` (its
+    /// organizations), the groups configured for the name, and `system:authenticated`. Unlike
+    /// [`Self::user`], no group comes from the name itself (a certificate for `admin` is not
+    /// the bootstrap token's user).
+    pub fn certificate_user(&self, name: &str, groups: &[String]) -> UserInfo {
+        let mut all: Vec<String> = self.groups.get(name).cloned().unwrap_or_default();
+        for g in groups {
+            if !all.contains(g) {
+                all.push(g.clone());
+            }
+        }
+        if !all.iter().any(|g| g == "system:authenticated") {
+            all.push("system:authenticated".into());
+        }
+        UserInfo {
+            name: name.to_owned(),
+            groups: all,
+        }
+    }
+
     /// `Ok` if `user` may do `attrs` (or enforcement is off), else the 403 a real server sends.
     pub fn check(
         &self,

@@ -116,12 +116,17 @@ pub fn validity(der: &[u8]) -> Option<(i64, i64)> {
 
 /// The subject's common name and organizations: a client certificate's user and groups.
 pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
-    const CN: &[u8] = &[0x55, 0x04, 0x03];
-    const O: &[u8] = &[0x55, 0x04, 0x0a];
     let t = tbs(der)?;
     let mut cn = String::new();
     let mut orgs = vec![];
-    let mut rdns = t.subject;
+    read_name(t.subject, &mut cn, &mut orgs)?;
+    Some((cn, orgs))
+}
+
+/// The common name and organizations of a `Name`'s relative distinguished names.
+fn read_name(mut rdns: &[u8], cn: &mut String, orgs: &mut Vec<String>) -> Option<()> {
+    const CN: &[u8] = &[0x55, 0x04, 0x03];
+    const O: &[u8] = &[0x55, 0x04, 0x0a];
     while !rdns.is_empty() {
         let (tag, set, rest) = tlv(rdns)?;
         rdns = rest;
@@ -149,13 +154,13 @@ pub fn subject(der: &[u8]) -> Option<(String, Vec<String>)> {
                 continue;
             };
             if oid == CN {
-                cn = text.to_owned();
+                *cn = text.to_owned();
             } else if oid == O {
                 orgs.push(text.to_owned());
             }
         }
     }
-    Some((cn, orgs))
+    Some(())
 }
 
 /// rustls' WebPKI verifier, plus Go's acceptance of a self-signed leaf that is itself one of
@@ -270,13 +275,25 @@ mod tests {
 
     #[test]
     fn subject_gives_the_common_name_and_every_organization() {
-        let der = cert("alice", &["devs", "system:masters"], false);
+        let der = cert("alice", &["system:masters"], false);
         assert_eq!(
             subject(&der),
-            Some((
-                "alice".to_owned(),
-                vec!["devs".to_owned(), "system:masters".to_owned()]
-            ))
+            Some(("alice".to_owned(), vec!["system:masters".to_owned()]))
+        );
+        // Two organizations in one name (rcgen's DistinguishedName keeps one per type):
+        // SEQUENCE { SET { CN=bob }, SET { O=a }, SET { O=b } } spliced in place of the subject.
+        let name = [
+            0x30, 0x26, 0x31, 0x0c, 0x30, 0x0a, 0x06, 0x03, 0x55, 0x04, 0x03, 0x0c, 0x03, b'b',
+            b'o', b'b', 0x31, 0x0a, 0x30, 0x08, 0x06, 0x03, 0x55, 0x04, 0x0a, 0x0c, 0x01, b'a',
+            0x31, 0x0a, 0x30, 0x08, 0x06, 0x03, 0x55, 0x04, 0x0a, 0x0c, 0x01, b'b',
+        ];
+        let (_, rdns, _) = tlv(&name).unwrap();
+        let mut cn = String::new();
+        let mut orgs = vec![];
+        read_name(rdns, &mut cn, &mut orgs).unwrap();
+        assert_eq!(
+            (cn.as_str(), orgs),
+            ("bob", vec!["a".to_owned(), "b".to_owned()])
         );
         assert_eq!(subject(&der[..der.len() / 2]), None);
         assert_eq!(subject(&[]), None);

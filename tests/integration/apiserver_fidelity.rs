@@ -303,3 +303,256 @@ async fn every_namespace_gets_a_default_service_account_and_the_root_ca() {
     assert_eq!(e["object"]["metadata"]["namespace"], "kube-system");
     s.shutdown().await;
 }
+
+async fn body_text(resp: hyper::Response<hyper::body::Incoming>) -> String {
+    use http_body_util::BodyExt;
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn bodies_have_go_field_order_and_end_with_a_newline() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    assert_eq!(c.post(CMS, &cm("a", json!({}))).await.code, 201);
+    let dup = c
+        .raw(
+            "POST",
+            CMS,
+            &[("content-type", "application/json")],
+            serde_json::to_vec(&cm("a", json!({}))).unwrap(),
+            true,
+        )
+        .await;
+    assert_eq!(
+        body_text(dup).await,
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"configmaps \\\"a\\\" already exists\",\"reason\":\"AlreadyExists\",\"details\":{\"name\":\"a\",\"kind\":\"configmaps\"},\"code\":409}\n"
+    );
+    let got = body_text(c.raw("GET", &format!("{CMS}/a"), &[], vec![], true).await).await;
+    assert!(
+        got.starts_with("{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"a\",\"namespace\":\"default\",\"uid\":"),
+        "{got}"
+    );
+    assert!(got.ends_with("},\"data\":{\"k\":\"v\"}}\n"), "{got}");
+    let list = body_text(c.raw("GET", CMS, &[], vec![], true).await).await;
+    assert!(
+        list.starts_with(
+            "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
+        ),
+        "{list}"
+    );
+    assert!(list.contains(
+        "\"items\":[{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"a\""
+    ));
+    assert!(list.ends_with("}]}\n"));
+
+    // Custom resources are unstructured on a real server: every level sorted.
+    c.install_at_crd().await;
+    let created = c.post(ATS, &at("x")).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let got = body_text(c.raw("GET", &format!("{ATS}/x"), &[], vec![], true).await).await;
+    assert!(got.starts_with("{\"apiVersion\":\"cnat.programming-kubernetes.info/v1alpha1\",\"kind\":\"At\",\"metadata\":{\"creationTimestamp\":"), "{got}");
+    assert!(got.ends_with("}\n"));
+    s.shutdown().await;
+}
+
+const PARTIAL: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+const PARTIAL_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+
+#[tokio::test]
+async fn metadata_only_answers_for_get_list_patch_and_watch() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    assert_eq!(c.post(CMS, &cm("a", json!({"app": "web"}))).await.code, 201);
+    let got = c
+        .send("GET", &format!("{CMS}/a"), &[("accept", PARTIAL)], None)
+        .await;
+    assert_eq!(got.code, 200);
+    assert_eq!(got.body["kind"], "PartialObjectMetadata");
+    assert_eq!(got.body["apiVersion"], "meta.k8s.io/v1");
+    assert_eq!(got.body["metadata"]["labels"], json!({"app": "web"}));
+    assert!(got.body.get("data").is_none());
+
+    let list = c.send("GET", CMS, &[("accept", PARTIAL_LIST)], None).await;
+    assert_eq!(list.code, 200);
+    assert_eq!(list.body["kind"], "PartialObjectMetadataList");
+    assert!(list.body["metadata"]["resourceVersion"].is_string());
+    assert_eq!(list.body["items"][0]["kind"], "PartialObjectMetadata");
+    assert_eq!(list.body["items"][0]["metadata"]["name"], "a");
+    assert!(list.body["items"][0].get("data").is_none());
+
+    let wrong = c.send("GET", CMS, &[("accept", PARTIAL)], None).await;
+    assert_eq!(wrong.code, 406);
+    assert_eq!(wrong.body["reason"], "NotAcceptable");
+    assert_eq!(
+        wrong.body["message"],
+        "you requested PartialObjectMetadata, but the requested object is a list (*core.ConfigMapList)"
+    );
+
+    let patched = c
+        .send(
+            "PATCH",
+            &format!("{CMS}/a"),
+            &[
+                ("accept", PARTIAL),
+                ("content-type", "application/merge-patch+json"),
+            ],
+            Some(&json!({"metadata": {"labels": {"tier": "front"}}})),
+        )
+        .await;
+    assert_eq!(patched.code, 200, "{}", patched.body);
+    assert_eq!(patched.body["kind"], "PartialObjectMetadata");
+    assert_eq!(patched.body["metadata"]["labels"]["tier"], "front");
+
+    let resp = c
+        .raw(
+            "GET",
+            &format!("{CMS}?watch=true"),
+            &[("accept", PARTIAL)],
+            vec![],
+            true,
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let mut w = reader(resp);
+    let e = w.next_change().await.unwrap();
+    assert_eq!(e["type"], "ADDED");
+    assert_eq!(e["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(e["object"]["metadata"]["name"], "a");
+    assert!(e["object"].get("data").is_none());
+
+    // A DELETE answered with a Status keeps it.
+    let gone = c
+        .send("DELETE", &format!("{CMS}/a"), &[("accept", PARTIAL)], None)
+        .await;
+    assert_eq!(gone.code, 200);
+    assert_eq!(gone.body["kind"], "Status");
+    s.shutdown().await;
+}
+
+/// An HTTPS client presenting a client certificate.
+fn cert_client(
+    s: &embedded_apiserver::ApiServerHandle,
+    cert_pem: &str,
+    key_pem: &str,
+) -> hyper_util::client::legacy::Client<
+    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+    http_body_util::Full<bytes::Bytes>,
+> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    sample_controller::install_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(s.ca_pem().unwrap().as_bytes()).unwrap())
+        .unwrap();
+    let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+    let tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_only()
+        .enable_http1()
+        .build();
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https)
+}
+
+async fn get_with(
+    client: &hyper_util::client::legacy::Client<
+        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
+        http_body_util::Full<bytes::Bytes>,
+    >,
+    url: String,
+) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    let req = hyper::Request::get(url)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let resp = client.request(req).await.unwrap();
+    let code = resp.status().as_u16();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn client_certificates_authenticate_as_their_common_name_in_their_organizations() {
+    let s = embedded_apiserver::ApiServer::builder()
+        .enforce_rbac(true)
+        .start()
+        .await
+        .unwrap();
+    let (cert, key) = s
+        .client_certificate("kubernetes-admin", Some("system:masters"))
+        .unwrap()
+        .unwrap();
+    let admin = cert_client(&s, &cert, &key);
+    let (code, body) = get_with(&admin, format!("{}/api/v1/namespaces", s.url())).await;
+    assert_eq!(code, 200, "{body}");
+
+    let (cert, key) = s
+        .client_certificate("alice", Some("devs"))
+        .unwrap()
+        .unwrap();
+    let alice = cert_client(&s, &cert, &key);
+    let (code, body) = get_with(&alice, format!("{}/api/v1/namespaces", s.url())).await;
+    assert_eq!(code, 403);
+    assert_eq!(
+        body["message"],
+        "namespaces is forbidden: User \"alice\" cannot list resource \"namespaces\" in API group \"\" at the cluster scope"
+    );
+    // Her group is what a binding can name.
+    s.load_manifests(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: devs-view}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\nsubjects: [{kind: Group, apiGroup: rbac.authorization.k8s.io, name: devs}]\n",
+    )
+    .unwrap();
+    let (code, body) = get_with(
+        &alice,
+        format!("{}/api/v1/namespaces/default/configmaps", s.url()),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+
+    // A certificate from another CA is refused at the handshake's verification: no user.
+    let other = embedded_apiserver::ApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let (cert, key) = other
+        .client_certificate("mallory", Some("system:masters"))
+        .unwrap()
+        .unwrap();
+    let mallory = cert_client(&s, &cert, &key);
+    let req = hyper::Request::get(format!("{}/api/v1/namespaces", s.url()))
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    assert!(
+        mallory.request(req).await.is_err(),
+        "a foreign client certificate was accepted"
+    );
+
+    // kubectl with a kind-like kubeconfig.
+    if let Some(k) = crate::cluster_support::Kubectl::new(&s) {
+        let yaml = s
+            .kubeconfig_yaml_for_client_cert("kubernetes-admin", Some("system:masters"))
+            .unwrap()
+            .unwrap();
+        std::fs::write(k.home().join("kubeconfig"), yaml).unwrap();
+        let out = k
+            .ok(&[
+                "get",
+                "svc",
+                "kubernetes",
+                "-o",
+                "jsonpath={.spec.clusterIP}",
+            ])
+            .await;
+        assert_eq!(out, "10.96.0.1");
+        let who = k.ok(&["auth", "can-i", "delete", "nodes"]).await;
+        assert_eq!(who.trim(), "yes");
+    }
+    other.shutdown().await;
+    s.shutdown().await;
+}
