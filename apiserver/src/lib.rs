@@ -64,7 +64,7 @@
 //!
 //! ## What is served
 //!
-//! core/v1 namespaces, pods (+status, +log: [`logs`]), services and nodes (each +status), events, configmaps, secrets,
+//! core/v1 namespaces, pods (+status, +log: [`logs`]), services ([`services`]) and nodes (each +status), events, configmaps, secrets,
 //! serviceaccounts; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); authorization.k8s.io/v1
@@ -78,6 +78,34 @@
 //! PriorityLevelConfigurations, which configure API Priority and Fairness ([`flowcontrol`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
 //! Table output for `kubectl get`, protobuf request bodies for built-in kinds, the request log
 //! (also at `/metrics`) and fault injection ([`faults`], also at `/admin/faults`).
+//!
+//! ## Fidelity to kube-apiserver (what other projects' cluster tests see)
+//!
+//! Suites written for real clusters (the Python client's e2e tests, kube-rs's cluster tests)
+//! pass against this server where it behaves as below; each item names where it is done:
+//!
+//! * **Services** ([`services`]): defaulted as `SetDefaults_Service` does, given a cluster IP
+//!   from `10.96.0.0/12` (node ports from `30000-32767`), `status: {loadBalancer: {}}`, and a
+//!   DELETE answers with the Service;
+//! * **a new cluster's objects** ([`bootstrap`]): the `kubernetes` Service (`10.96.0.1:443`),
+//!   the bootstrap ClusterRoles and bindings (`cluster-admin`, `admin`, `edit`, `view`,
+//!   `system:discovery`, ...), a `default` ServiceAccount in every namespace, and in the
+//!   standalone server each namespace's `kube-root-ca.crt`;
+//! * **JSON bytes** ([`json_order`]): Go's field order for built-in objects, lists and Status
+//!   (custom resources sorted, as unstructured), each body ending in `\n`;
+//! * **`as=PartialObjectMetadata`** and `as=PartialObjectMetadataList` ([`partial`]) on GET,
+//!   LIST, writes and WATCH;
+//! * **field selectors** read an absent Go boolean as `false` (`spec.unschedulable==false`,
+//!   [`logic::selectors::field_value`]);
+//! * **x509 client certificates** ([`tls`], [`x509`]): user = CN, groups = O, signed by the
+//!   server's client CA or `--client-ca-file`; `--kubeconfig-client-cert` writes a kind-like
+//!   kubeconfig;
+//! * **webhook TLS** ([`x509::GoServerVerifier`]): a self-signed `CA:TRUE` certificate that is
+//!   its own `caBundle` is trusted, as Go's TLS trusts it.
+//!
+//! Not served (404): batch Jobs, DaemonSets, ReplicationControllers, APIServices,
+//! CertificateSigningRequests, ComponentStatuses, `pods/eviction`, `pods/exec`, `pods/attach`,
+//! `pods/portforward`, `serviceaccounts/token`.
 //!
 //! ## How it differs from a real cluster
 //!
