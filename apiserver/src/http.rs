@@ -375,7 +375,7 @@ fn authenticate(
         }
     }
     let authenticated = match header {
-        Some(h) => shared.tokens.authenticate(Some(h)).map(str::to_owned),
+        Some(h) => shared.tokens.authenticate(Some(h)),
         None => shared.unauthenticated_user.clone(),
     };
     match authenticated {
@@ -545,6 +545,34 @@ async fn serve_resource(
             query,
             shared.shutdown.clone(),
         );
+    }
+    if matches!(target.subresource.as_deref(), Some("token" | "eviction")) {
+        // Actions, not objects ([`super::pod_actions`]): create only.
+        class.verb = "create".into();
+        if parts.method != Method::POST {
+            return Err(ApiError::method_not_allowed(
+                parts.method.as_str(),
+                &target.def.plural,
+                "",
+            ));
+        }
+        let body = decode_object_any(&request.content_type, request.bytes)?;
+        let ns = target.namespace.clone().unwrap_or_default();
+        let name = target.name.clone().unwrap_or_default();
+        let (code, answer) = if target.subresource.as_deref() == Some("token") {
+            shared.store.read(|st| {
+                super::pod_actions::token_request(st, &shared.tokens, &ns, &name, &body)
+            })?
+        } else {
+            shared
+                .store
+                .write(|st| super::pod_actions::evict(st, &target, &body))?
+        };
+        return Ok(json_response(
+            code,
+            &GoOrdered::new(&answer),
+            "application/json",
+        ));
     }
     let def = &target.def;
     if def.namespaced && target.namespace.is_none() && parts.method != Method::GET {
@@ -900,12 +928,7 @@ fn serve_token_review(
     let body = decode_review(parts, bytes)?;
     let answer = super::tokenreview::create(
         &shared.rbac,
-        |token| {
-            shared
-                .tokens
-                .authenticate(Some(&format!("Bearer {token}")))
-                .map(str::to_owned)
-        },
+        |token| shared.tokens.authenticate(Some(&format!("Bearer {token}"))),
         body,
     )?;
     tracing::debug!(
@@ -952,6 +975,24 @@ fn aggregated_response(doc: &Value, version: &str, headers: &http::HeaderMap) ->
         hs.insert(header::ETAG, v);
     }
     r
+}
+
+/// A JSON or YAML body that is not one of the resource's own objects (an Eviction, a
+/// TokenRequest): empty is `{}`.
+fn decode_object_any(content_type: &str, bytes: &[u8]) -> Result<Value, ApiError> {
+    if bytes.is_empty() {
+        return Ok(serde_json::json!({}));
+    }
+    match content_type {
+        "application/yaml" => parse_yaml(bytes),
+        "" | "application/json" | "*/*" => parse_json(bytes),
+        other => Err(
+            ApiError::unsupported_media_type(&["application/json", "application/yaml"])
+                .with_message(format!(
+                    "the body of content type {other} is not supported here; send JSON"
+                )),
+        ),
+    }
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
@@ -1032,6 +1073,12 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         Some("scale") if def.scale.is_some() => {}
         Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
         Some("log") if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
+        Some("approval")
+            if def.group == "certificates.k8s.io" && def.plural == "certificatesigningrequests" => {
+        }
+        Some("token")
+            if def.group.is_empty() && def.plural == "serviceaccounts" && name.is_some() => {}
+        Some("eviction") if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {

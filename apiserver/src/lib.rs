@@ -103,9 +103,20 @@
 //! * **webhook TLS** ([`x509::GoServerVerifier`]): a self-signed `CA:TRUE` certificate that is
 //!   its own `caBundle` is trusted, as Go's TLS trusts it.
 //!
-//! Not served (404): batch Jobs, DaemonSets, ReplicationControllers, APIServices,
-//! CertificateSigningRequests, ComponentStatuses, `pods/eviction`, `pods/exec`, `pods/attach`,
-//! `pods/portforward`, `serviceaccounts/token`.
+//! * **more kinds** stored and served: batch/v1 Jobs (run to completion by a simulated Job
+//!   controller, [`jobs`]) and CronJobs, apps/v1 DaemonSets, v1 ReplicationControllers (+scale),
+//!   policy/v1 PodDisruptionBudgets, apiregistration.k8s.io/v1 APIServices,
+//!   certificates.k8s.io/v1 CertificateSigningRequests (+status, +approval). DaemonSets,
+//!   ReplicationControllers and CronJobs have no controller (their objects are stored only).
+//!
+//! * **action subresources** ([`pod_actions`]): `serviceaccounts/<name>/token` (TokenRequest:
+//!   an opaque token that authenticates as the service account until it expires) and
+//!   `pods/<name>/eviction` (PodDisruptionBudgets honoured).
+//!
+//! Not served (404): ComponentStatuses, `pods/exec`, `pods/attach`, `pods/portforward`,
+//! `pods/ephemeralcontainers`; DaemonSets, ReplicationControllers and CronJobs are stored
+//! without controllers; kubectl's protobuf bodies are decoded for the kinds it sent before
+//! (the new kinds take JSON, which every client but kubectl ≥ 1.32's typed `create` sends).
 //!
 //! ## How it differs from a real cluster
 //!
@@ -158,6 +169,7 @@ pub mod flowcontrol;
 pub mod gc;
 pub mod http;
 pub mod impersonation;
+pub mod jobs;
 pub mod json_order;
 pub mod kubelet;
 pub mod logic;
@@ -165,6 +177,7 @@ pub mod logs;
 pub mod meta;
 pub mod openapi;
 pub mod partial;
+pub mod pod_actions;
 pub mod query;
 pub mod rbac;
 pub mod registry;
@@ -741,6 +754,7 @@ impl ApiServerBuilder {
                     &tracker,
                 ),
             }
+            jobs::spawn(store.clone(), shutdown.clone(), &tracker);
             workloads::spawn(
                 store.clone(),
                 workloads::WorkloadConfig {

@@ -326,6 +326,69 @@ impl Registry {
                 .scale()
                 .generation()
                 .done(),
+            B::new("apps", "v1", "daemonsets", "DaemonSet", true)
+                .short(&["ds"])
+                .all()
+                .status()
+                .generation()
+                .done(),
+            B::new(
+                "",
+                "v1",
+                "replicationcontrollers",
+                "ReplicationController",
+                true,
+            )
+            .short(&["rc"])
+            .all()
+            .status()
+            .scale()
+            .generation()
+            .done(),
+            B::new("batch", "v1", "jobs", "Job", true)
+                .all()
+                .status()
+                .generation()
+                .done(),
+            B::new("batch", "v1", "cronjobs", "CronJob", true)
+                .short(&["cj"])
+                .all()
+                .status()
+                .generation()
+                .done(),
+            B::new(
+                "policy",
+                "v1",
+                "poddisruptionbudgets",
+                "PodDisruptionBudget",
+                true,
+            )
+            .short(&["pdb"])
+            .status()
+            .generation()
+            .done(),
+            B::new(
+                "apiregistration.k8s.io",
+                "v1",
+                "apiservices",
+                "APIService",
+                false,
+            )
+            .categories(&["api-extensions"])
+            .status()
+            .done(),
+            // `/approval` is served like `/status` (see `verbs::Target::endpoint`).
+            B::new(
+                "certificates.k8s.io",
+                "v1",
+                "certificatesigningrequests",
+                "CertificateSigningRequest",
+                false,
+            )
+            .short(&["csr"])
+            .status()
+            .fields(&["spec.signerName"])
+            .done(),
             B::new("coordination.k8s.io", "v1", "leases", "Lease", true)
                 .conditional()
                 .create_on_update()

@@ -59,7 +59,8 @@ impl Target {
         st.get(&self.def.storage, self.ns_key(), self.name())
     }
     fn endpoint(&self) -> Endpoint {
-        if self.subresource.as_deref() == Some("status") {
+        // A CSR's `/approval` writes its status (its approval conditions), as `/status` does.
+        if matches!(self.subresource.as_deref(), Some("status" | "approval")) {
             Endpoint::Status
         } else {
             Endpoint::Main
@@ -647,6 +648,7 @@ fn create_prepared(
     let generated = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
     super::services::prepare_create(st, def, &mut obj)?;
+    super::jobs::prepare_create(def, &mut obj);
     super::workloads::validate_replicas(def, &obj)?;
     validate_custom(def, &mut obj, None, &opts)?;
     if generated {

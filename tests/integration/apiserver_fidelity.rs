@@ -556,3 +556,210 @@ async fn client_certificates_authenticate_as_their_common_name_in_their_organiza
     other.shutdown().await;
     s.shutdown().await;
 }
+
+/// Reads a watch until an event satisfies `done`, returning that event's object.
+async fn watch_until(w: &mut WatchReader, done: impl Fn(&Value) -> bool) -> Value {
+    loop {
+        let e = w.next_change().await.expect("the watch ended");
+        if done(&e["object"]) {
+            return e["object"].clone();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_job_runs_its_pods_to_completion_or_to_its_backoff_limit() {
+    let s = embedded_apiserver::ApiServer::builder()
+        .simulate(true)
+        .pod_run_time(std::time::Duration::ZERO)
+        .start()
+        .await
+        .unwrap();
+    let c = TestClient::new(&s);
+    const JOBS: &str = "/apis/batch/v1/namespaces/default/jobs";
+    let job = |name: &str, script: &str, completions: i64| {
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+               "spec": {"completions": completions, "backoffLimit": 1, "template": {"spec": {
+                   "restartPolicy": "Never",
+                   "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", script]}]}}}})
+    };
+    let mut w = c.watch(&format!("{JOBS}?watch=true")).await;
+    let created = c.post(JOBS, &job("pi", "echo 3.14", 2)).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let uid = created.body["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert_eq!(created.body["spec"]["parallelism"], 1);
+    assert_eq!(created.body["spec"]["completionMode"], "NonIndexed");
+    assert_eq!(
+        created.body["spec"]["selector"],
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+    );
+    assert_eq!(
+        created.body["spec"]["template"]["metadata"]["labels"]["job-name"],
+        "pi"
+    );
+    let done = watch_until(&mut w, |j| {
+        j["metadata"]["name"] == "pi"
+            && j["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Complete"))
+    })
+    .await;
+    assert_eq!(done["status"]["succeeded"], 2);
+    assert!(done["status"]["completionTime"].is_string());
+    let pods = c
+        .get("/api/v1/namespaces/default/pods?labelSelector=job-name%3Dpi")
+        .await;
+    let pods = pods.body["items"].as_array().unwrap();
+    assert_eq!(pods.len(), 2);
+    assert!(pods.iter().all(|p| p["status"]["phase"] == "Succeeded"
+        && p["metadata"]["name"].as_str().unwrap().starts_with("pi-")
+        && p["metadata"]["ownerReferences"][0]["kind"] == "Job"));
+
+    assert_eq!(c.post(JOBS, &job("bad", "exit 2", 1)).await.code, 201);
+    let failed = watch_until(&mut w, |j| {
+        j["metadata"]["name"] == "bad"
+            && j["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Failed"))
+    })
+    .await;
+    assert_eq!(failed["status"]["failed"], 2);
+    let cond = failed["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap()
+        .clone();
+    assert_eq!(cond["reason"], "BackoffLimitExceeded");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn token_requests_evictions_and_the_other_kinds_clients_expect() {
+    let s = embedded_apiserver::ApiServer::builder()
+        .enforce_rbac(true)
+        .start()
+        .await
+        .unwrap();
+    let c = TestClient::new(&s);
+    // TokenRequest: a token that authenticates as the service account.
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}});
+    assert_eq!(
+        c.post("/api/v1/namespaces/default/serviceaccounts", &sa)
+            .await
+            .code,
+        201
+    );
+    let tr = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                    "spec": {"expirationSeconds": 3600}});
+    let issued = c
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts/robot/token",
+            &tr,
+        )
+        .await;
+    assert_eq!(issued.code, 201, "{}", issued.body);
+    assert_eq!(issued.body["kind"], "TokenRequest");
+    assert!(issued.body["status"]["expirationTimestamp"].is_string());
+    let token = issued.body["status"]["token"].as_str().unwrap();
+    let robot = TestClient::from_parts(s.url(), token, s.ca_pem(), false);
+    let denied = robot.get("/api/v1/namespaces/default/pods").await;
+    assert_eq!(denied.code, 403);
+    assert_eq!(
+        denied.body["message"],
+        "pods is forbidden: User \"system:serviceaccount:default:robot\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+    let missing = c
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts/nobody/token",
+            &tr,
+        )
+        .await;
+    assert_eq!(missing.code, 404);
+    let short = c
+        .post(
+            "/api/v1/namespaces/default/serviceaccounts/robot/token",
+            &json!({"spec": {"expirationSeconds": 60}}),
+        )
+        .await;
+    assert_eq!(short.code, 422);
+
+    // Eviction: a pending pod goes; a running one behind a budget that allows nothing stays.
+    let store = s.store();
+    let mk = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "db"}},
+               "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    };
+    for n in ["p1", "p2"] {
+        assert_eq!(
+            c.post("/api/v1/namespaces/default/pods", &mk(n)).await.code,
+            201
+        );
+    }
+    let eviction = |n: &str| json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": n, "namespace": "default"}});
+    let evicted = c
+        .post(
+            "/api/v1/namespaces/default/pods/p1/eviction",
+            &eviction("p1"),
+        )
+        .await;
+    assert_eq!(evicted.code, 201, "{}", evicted.body);
+    assert_eq!(evicted.body["status"], "Success");
+    assert_eq!(c.get("/api/v1/namespaces/default/pods/p1").await.code, 404);
+    store.write(|st| {
+        let mut p = st.get("core/pods", "default", "p2").unwrap().clone();
+        p["spec"]["nodeName"] = json!("node");
+        p["status"] =
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+        st.update("core/pods", p);
+    });
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
+                     "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "db"}}}});
+    assert_eq!(
+        c.post(
+            "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+            &pdb
+        )
+        .await
+        .code,
+        201
+    );
+    let refused = c
+        .post(
+            "/api/v1/namespaces/default/pods/p2/eviction",
+            &eviction("p2"),
+        )
+        .await;
+    assert_eq!(refused.code, 429, "{}", refused.body);
+    assert_eq!(
+        refused.body["message"],
+        "Cannot evict pod as it would violate the pod's disruption budget."
+    );
+    assert_eq!(
+        refused.body["details"]["causes"][0]["reason"],
+        "DisruptionBudget"
+    );
+
+    // CSRs with /approval, and the kinds that are stored as on a cluster.
+    let csr = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": "alice"},
+        "spec": {"request": "LS0t", "signerName": "kubernetes.io/kube-apiserver-client", "usages": ["client auth"]}});
+    const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let created = c.post(CSRS, &csr).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let mut approve = created.body.clone();
+    approve["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "ok"}]});
+    let approved = c.put(&format!("{CSRS}/alice/approval"), &approve).await;
+    assert_eq!(approved.code, 200, "{}", approved.body);
+    assert_eq!(approved.body["status"]["conditions"][0]["type"], "Approved");
+    for path in [
+        "/apis/apps/v1/namespaces/default/daemonsets",
+        "/api/v1/namespaces/default/replicationcontrollers",
+        "/apis/batch/v1/namespaces/default/cronjobs",
+        "/apis/apiregistration.k8s.io/v1/apiservices",
+    ] {
+        assert_eq!(c.get(path).await.code, 200, "{path}");
+    }
+    s.shutdown().await;
+}
