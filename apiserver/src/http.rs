@@ -546,6 +546,36 @@ async fn serve_resource(
             shared.shutdown.clone(),
         );
     }
+    if target.def.is_component_status() {
+        // Computed on each read, never stored ([`super::pod_actions`]).
+        let watch = query.flag("watch").unwrap_or(false);
+        if parts.method != Method::GET || watch || target.subresource.is_some() {
+            return Err(ApiError::method_not_allowed(
+                parts.method.as_str(),
+                "componentstatuses",
+                "",
+            ));
+        }
+        class.verb = if target.name.is_some() { "get" } else { "list" }.into();
+        let answer = super::pod_actions::component_status_answer(target.name.as_deref())?;
+        let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
+        let mut resp = if wants_table {
+            let include = super::table::include_object(query)?;
+            let items = match answer["items"].as_array() {
+                Some(items) => items.clone(),
+                None => vec![answer.clone()],
+            };
+            let table = super::table::render(&target.def, &items, "", None, include);
+            json_response(200, &GoOrdered::new(&table), super::table::CONTENT_TYPE)
+        } else {
+            json_response(200, &GoOrdered::new(&answer), "application/json")
+        };
+        let text = apimachinery::validation::go_quote(super::pod_actions::COMPONENT_STATUS_WARNING);
+        if let Ok(v) = HeaderValue::from_bytes(format!("299 - {text}").as_bytes()) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+        return Ok(resp);
+    }
     if matches!(target.subresource.as_deref(), Some("token" | "eviction")) {
         // Actions, not objects ([`super::pod_actions`]): create only.
         class.verb = "create".into();

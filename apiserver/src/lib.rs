@@ -113,7 +113,10 @@
 //!   an opaque token that authenticates as the service account until it expires) and
 //!   `pods/<name>/eviction` (PodDisruptionBudgets honoured).
 //!
-//! Not served (404): ComponentStatuses, `pods/exec`, `pods/attach`, `pods/portforward`,
+//! * **ComponentStatuses**, computed (`scheduler`, `controller-manager`, `etcd-0`, all
+//!   `Healthy`), get and list only ([`pod_actions`]).
+//!
+//! Not served (404): `pods/exec`, `pods/attach`, `pods/portforward`,
 //! `pods/ephemeralcontainers`; DaemonSets, ReplicationControllers and CronJobs are stored
 //! without controllers; kubectl's protobuf bodies are decoded for the kinds it sent before
 //! (the new kinds take JSON, which every client but kubectl ≥ 1.32's typed `create` sends).

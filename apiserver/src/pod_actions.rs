@@ -19,6 +19,12 @@
 //!   Succeeded, Failed) is evicted whatever the budget says. A refusal is `429
 //!   TooManyRequests` `Cannot evict pod as it would violate the pod's disruption budget.` with
 //!   the cause `DisruptionBudget`; two budgets on one pod are `500`.
+//!
+//! ComponentStatuses ([`component_statuses`]) are answered here too: like kube-apiserver's
+//! `componentstatus` REST storage they are computed on each read, never stored, and only
+//! `get` and `list` exist (`405` otherwise); every component of this server is in-process and
+//! healthy, so `scheduler`, `controller-manager` and `etcd-0` are `Healthy`. Every answer
+//! carries the deprecation warning `v1 ComponentStatus is deprecated in v1.19+`.
 
 use serde_json::{Value, json};
 
@@ -173,4 +179,36 @@ pub fn evict(st: &mut State, pods: &Target, body: &Value) -> Result<(u16, Value)
         201,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+/// The deprecation warning of ComponentStatuses.
+pub const COMPONENT_STATUS_WARNING: &str = "v1 ComponentStatus is deprecated in v1.19+";
+
+/// Every ComponentStatus, in the order kube-apiserver lists them.
+pub fn component_statuses() -> Vec<Value> {
+    [
+        ("scheduler", "ok"),
+        ("controller-manager", "ok"),
+        ("etcd-0", "{\"health\":\"true\",\"reason\":\"\"}"),
+    ]
+    .iter()
+    .map(|(name, message)| {
+        json!({"kind": "ComponentStatus", "apiVersion": "v1",
+               "metadata": {"name": name, "creationTimestamp": null},
+               "conditions": [{"type": "Healthy", "status": "True", "message": message}]})
+    })
+    .collect()
+}
+
+/// `GET componentstatuses[/name]`.
+pub fn component_status_answer(name: Option<&str>) -> Result<Value, ApiError> {
+    let all = component_statuses();
+    match name {
+        Some(n) => all
+            .into_iter()
+            .find(|c| c["metadata"]["name"] == n)
+            .ok_or_else(|| ApiError::not_found("componentstatuses", "", n)),
+        None => Ok(json!({"kind": "ComponentStatusList", "apiVersion": "v1",
+                          "metadata": {}, "items": all})),
+    }
 }

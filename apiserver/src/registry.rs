@@ -129,8 +129,17 @@ impl ResourceDef {
             || self.field_labels.iter().any(|f| f == field)
     }
 
-    /// Every verb of a full resource.
+    /// Whether this is core/v1 `componentstatuses`, computed on each read and never stored
+    /// ([`super::http`] answers it).
+    pub fn is_component_status(&self) -> bool {
+        self.group.is_empty() && self.plural == "componentstatuses" && self.custom.is_none()
+    }
+
+    /// Every verb of a full resource (`get` and `list` for ComponentStatuses).
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.is_component_status() {
+            return vec!["get", "list"];
+        }
         vec![
             "create",
             "delete",
@@ -345,6 +354,9 @@ impl Registry {
             .scale()
             .generation()
             .done(),
+            B::new("", "v1", "componentstatuses", "ComponentStatus", false)
+                .short(&["cs"])
+                .done(),
             B::new("batch", "v1", "jobs", "Job", true)
                 .all()
                 .status()

@@ -763,3 +763,44 @@ async fn token_requests_evictions_and_the_other_kinds_clients_expect() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn component_statuses_are_computed_read_only_and_deprecated() {
+    let s = start().await;
+    let c = TestClient::new(&s);
+    let list = c.get("/api/v1/componentstatuses").await;
+    assert_eq!(list.code, 200);
+    assert_eq!(list.body["kind"], "ComponentStatusList");
+    let names: Vec<&str> = list.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["scheduler", "controller-manager", "etcd-0"]);
+    assert_eq!(
+        list.headers.get("warning").unwrap(),
+        "299 - \"v1 ComponentStatus is deprecated in v1.19+\""
+    );
+    let etcd = c.get("/api/v1/componentstatuses/etcd-0").await;
+    assert_eq!(etcd.body["conditions"][0]["type"], "Healthy");
+    assert_eq!(c.get("/api/v1/componentstatuses/nope").await.code, 404);
+    let del = c.delete("/api/v1/componentstatuses/etcd-0", None).await;
+    assert_eq!(del.code, 405);
+    if let Some(k) = crate::cluster_support::Kubectl::new(&s) {
+        let out = k.run(&["get", "cs"]).await;
+        assert!(out.ok, "{}", out.stderr);
+        assert!(
+            out.stdout.contains("etcd-0") && out.stdout.contains("Healthy"),
+            "{}",
+            out.stdout
+        );
+        assert!(
+            out.stderr
+                .contains("v1 ComponentStatus is deprecated in v1.19+"),
+            "{}",
+            out.stderr
+        );
+    }
+    s.shutdown().await;
+}
