@@ -18,11 +18,17 @@
 
 use std::collections::HashMap;
 
-/// Static bearer tokens and the users they stand for.
+/// Static bearer tokens and the users they stand for, and the service account tokens issued
+/// by `serviceaccounts/<name>/token` (TokenRequest), valid until they expire.
 #[derive(Clone, Debug, Default)]
 pub struct TokenTable {
     tokens: HashMap<String, String>,
+    issued: std::sync::Arc<std::sync::Mutex<HashMap<String, (String, u64)>>>,
 }
+
+/// The most issued tokens kept at once (expired ones are dropped first; then the request for
+/// one more is refused), so a client cannot grow the table without bound.
+pub const MAX_ISSUED_TOKENS: usize = 100_000;
 
 impl TokenTable {
     /// Adds a token for `user`.
@@ -30,15 +36,45 @@ impl TokenTable {
         self.tokens.insert(token.into(), user.into());
     }
 
+    /// Issues a new token for `user`, valid until `expires_unix` (seconds); `None` when
+    /// [`MAX_ISSUED_TOKENS`] unexpired tokens exist.
+    pub fn issue(&self, user: &str, expires_unix: u64) -> Option<String> {
+        let now = unix_now();
+        let mut issued = self.issued.lock().ok()?;
+        if issued.len() >= MAX_ISSUED_TOKENS {
+            issued.retain(|_, (_, exp)| *exp > now);
+        }
+        if issued.len() >= MAX_ISSUED_TOKENS {
+            return None;
+        }
+        // Longer than the static ones, in the shape of nothing a user would type.
+        let token = format!("{}{}", random_token(), random_token());
+        issued.insert(token.clone(), (user.to_owned(), expires_unix));
+        Some(token)
+    }
+
     /// The user an `Authorization` header value authenticates as, if any.
-    pub fn authenticate(&self, header: Option<&str>) -> Option<&str> {
+    pub fn authenticate(&self, header: Option<&str>) -> Option<String> {
         let value = header?.trim();
         let (scheme, token) = value.split_once(' ')?;
         if !scheme.eq_ignore_ascii_case("bearer") {
             return None;
         }
-        self.tokens.get(token.trim()).map(String::as_str)
+        let token = token.trim();
+        if let Some(user) = self.tokens.get(token) {
+            return Some(user.clone());
+        }
+        let issued = self.issued.lock().ok()?;
+        let (user, expires) = issued.get(token)?;
+        (*expires > unix_now()).then(|| user.clone())
     }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// Paths answered without authentication.
@@ -63,10 +99,20 @@ mod tests {
         let mut t = TokenTable::default();
         t.insert("abc", "admin");
         t.insert("def", "alice");
-        assert_eq!(t.authenticate(Some("Bearer abc")), Some("admin"));
-        assert_eq!(t.authenticate(Some("bearer def")), Some("alice"));
+        assert_eq!(t.authenticate(Some("Bearer abc")).as_deref(), Some("admin"));
+        assert_eq!(t.authenticate(Some("bearer def")).as_deref(), Some("alice"));
         assert_eq!(t.authenticate(Some("Bearer nope")), None);
         assert_eq!(t.authenticate(Some("Basic abc")), None);
         assert_eq!(t.authenticate(None), None);
+        let issued = t
+            .issue("system:serviceaccount:ns:sa", unix_now() + 600)
+            .unwrap();
+        let header = format!("Bearer {issued}");
+        assert_eq!(
+            t.authenticate(Some(&header)).as_deref(),
+            Some("system:serviceaccount:ns:sa")
+        );
+        let expired = t.issue("x", unix_now() - 1).unwrap();
+        assert_eq!(t.authenticate(Some(&format!("Bearer {expired}"))), None);
     }
 }

@@ -27,7 +27,8 @@
 //! 5. **The verb** ([`super::verbs`], [`super::watch`]), under the store lock.
 //! 6. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
 //!    `as=Table` (what `kubectl get` does), and the request is counted in the
-//!    [`super::request_log`].
+//!    [`super::request_log`]. JSON has kube-apiserver's byte layout: Go's field order for
+//!    built-in objects, lists and Status ([`super::json_order`]) and a `\n` after each body.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -41,6 +42,7 @@ use serde_json::Value;
 use super::Shared;
 use super::admission::Write;
 use super::discovery;
+use super::json_order::GoOrdered;
 use super::query::{ListOptions, Query};
 use super::registry::ResourceDef;
 use super::request_log::RequestKey;
@@ -100,7 +102,9 @@ pub fn json_response<T: serde::Serialize + ?Sized>(
     body: &T,
     content_type: &str,
 ) -> Response<Body> {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    // `json.Encoder` ends each document with a newline, and so does kube-apiserver's body.
+    let mut bytes = serde_json::to_vec(body).unwrap_or_default();
+    bytes.push(b'\n');
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -134,7 +138,8 @@ fn error_response(e: &ApiError) -> Response<Body> {
         }
         return resp;
     }
-    let mut resp = json_response(e.code, &e.to_status(), "application/json");
+    let status = e.to_status();
+    let mut resp = json_response(e.code, &GoOrdered::new(&status), "application/json");
     if let Some(secs) = e.retry_after {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -262,7 +267,8 @@ async fn serve(
         .unwrap_or_default()
         .to_owned();
     let query = Query::parse(req.uri().query()).with_user_agent(&user_agent);
-    let user = authenticate(shared, &path, req.headers())?;
+    let cert = req.extensions().get::<Arc<ClientCertIdentity>>().cloned();
+    let user = authenticate(shared, &path, req.headers(), cert.as_deref())?;
     let query = if shared.rbac.enforced() {
         query.with_requester(super::rbac::Requester {
             authorizer: shared.rbac.clone(),
@@ -331,17 +337,34 @@ struct Incoming<'a> {
     user: super::rbac::UserInfo,
 }
 
+/// The user of a connection's verified client certificate ([`super::tls`]): the subject's
+/// common name, in its organizations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientCertIdentity {
+    /// The common name.
+    pub name: String,
+    /// The organizations.
+    pub groups: Vec<String>,
+}
+
 /// Authentication, then impersonation: the user the request acts as.
 ///
-/// Outside the public paths a request needs a known bearer token, or no `Authorization` header
-/// at all when the server has an unauthenticated user; anything else is `401`. Impersonation
-/// applies to authenticated requests; a public path asked for without a token is answered as
-/// the empty user.
+/// A verified client certificate authenticates first (kube-apiserver's x509 authenticator
+/// comes before the token ones in its union): the user is its common name, in its
+/// organizations plus `system:authenticated`. Otherwise, outside the public paths a request
+/// needs a known bearer token, or no `Authorization` header at all when the server has an
+/// unauthenticated user; anything else is `401`. Impersonation applies to authenticated
+/// requests; a public path asked for without a token is answered as the empty user.
 fn authenticate(
     shared: &Shared,
     path: &str,
     headers: &http::HeaderMap,
+    cert: Option<&ClientCertIdentity>,
 ) -> Result<super::rbac::UserInfo, ApiError> {
+    if let Some(id) = cert.filter(|id| !id.name.is_empty()) {
+        let user = shared.rbac.certificate_user(&id.name, &id.groups);
+        return super::impersonation::resolve(&shared.rbac, &shared.store, user, headers);
+    }
     let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -352,7 +375,7 @@ fn authenticate(
         }
     }
     let authenticated = match header {
-        Some(h) => shared.tokens.authenticate(Some(h)).map(str::to_owned),
+        Some(h) => shared.tokens.authenticate(Some(h)),
         None => shared.unauthenticated_user.clone(),
     };
     match authenticated {
@@ -523,6 +546,64 @@ async fn serve_resource(
             shared.shutdown.clone(),
         );
     }
+    if target.def.is_component_status() {
+        // Computed on each read, never stored ([`super::pod_actions`]).
+        let watch = query.flag("watch").unwrap_or(false);
+        if parts.method != Method::GET || watch || target.subresource.is_some() {
+            return Err(ApiError::method_not_allowed(
+                parts.method.as_str(),
+                "componentstatuses",
+                "",
+            ));
+        }
+        class.verb = if target.name.is_some() { "get" } else { "list" }.into();
+        let answer = super::pod_actions::component_status_answer(target.name.as_deref())?;
+        let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
+        let mut resp = if wants_table {
+            let include = super::table::include_object(query)?;
+            let items = match answer["items"].as_array() {
+                Some(items) => items.clone(),
+                None => vec![answer.clone()],
+            };
+            let table = super::table::render(&target.def, &items, "", None, include);
+            json_response(200, &GoOrdered::new(&table), super::table::CONTENT_TYPE)
+        } else {
+            json_response(200, &GoOrdered::new(&answer), "application/json")
+        };
+        let text = apimachinery::validation::go_quote(super::pod_actions::COMPONENT_STATUS_WARNING);
+        if let Ok(v) = HeaderValue::from_bytes(format!("299 - {text}").as_bytes()) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+        return Ok(resp);
+    }
+    if matches!(target.subresource.as_deref(), Some("token" | "eviction")) {
+        // Actions, not objects ([`super::pod_actions`]): create only.
+        class.verb = "create".into();
+        if parts.method != Method::POST {
+            return Err(ApiError::method_not_allowed(
+                parts.method.as_str(),
+                &target.def.plural,
+                "",
+            ));
+        }
+        let body = decode_object_any(&request.content_type, request.bytes)?;
+        let ns = target.namespace.clone().unwrap_or_default();
+        let name = target.name.clone().unwrap_or_default();
+        let (code, answer) = if target.subresource.as_deref() == Some("token") {
+            shared.store.read(|st| {
+                super::pod_actions::token_request(st, &shared.tokens, &ns, &name, &body)
+            })?
+        } else {
+            shared
+                .store
+                .write(|st| super::pod_actions::evict(st, &target, &body))?
+        };
+        return Ok(json_response(
+            code,
+            &GoOrdered::new(&answer),
+            "application/json",
+        ));
+    }
     let def = &target.def;
     if def.namespaced && target.namespace.is_none() && parts.method != Method::GET {
         // `/api/v1/pods` exists for list and watch across namespaces only.
@@ -576,12 +657,15 @@ async fn serve_read(
     let query = &request.query;
     let def = &target.def;
     let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
+    let partial = super::partial::negotiate(&request.accept).filter(|_| !wants_table);
     if query.flag("watch")? {
         class.verb = "watch".into();
         let opts = ListOptions::parse(query, true)?;
         let renderer = if wants_table {
             let include = super::table::include_object(query)?;
             Some(super::table::renderer(def.clone(), include))
+        } else if let Some(w) = &partial {
+            Some(super::partial::watch_renderer(def, w)?)
         } else {
             None
         };
@@ -590,6 +674,7 @@ async fn serve_read(
             reject_send_initial_events: shared.reject_send_initial_events,
             shutdown: shared.faults.watch_token(),
             renderer,
+            bookmark_type: partial.as_ref().map(super::partial::bookmark_type),
             converter: super::conversion::webhook_of(def).map(|_| {
                 let shared = shared.clone();
                 let def = def.clone();
@@ -622,15 +707,24 @@ async fn serve_read(
                 .to_owned();
             let include = super::table::include_object(query)?;
             let table = super::table::render(def, &[obj], &rv, None, include);
-            return Ok(json_response(code, &table, super::table::CONTENT_TYPE));
+            return Ok(json_response(
+                code,
+                &GoOrdered::new(&table),
+                super::table::CONTENT_TYPE,
+            ));
         }
-        return Ok(json_response(code, &obj, "application/json"));
+        let obj = super::partial::object(def, partial.as_ref(), obj)?;
+        return Ok(json_response(
+            code,
+            &GoOrdered::served(def, &obj),
+            "application/json",
+        ));
     }
     class.verb = "list".into();
     let opts = ListOptions::parse(query, false)?;
     let result = shared.store.read(|s| verbs::list(s, target, &opts))?;
     let converted = super::conversion::webhook_of(def).is_some();
-    if !wants_table && !converted {
+    if !wants_table && !converted && partial.is_none() {
         // The common case, serialized from the stored objects without copying them.
         return Ok(json_response(
             200,
@@ -648,11 +742,19 @@ async fn serve_read(
             result.continue_token.as_deref(),
             include,
         );
-        return Ok(json_response(200, &table, super::table::CONTENT_TYPE));
+        return Ok(json_response(
+            200,
+            &GoOrdered::new(&table),
+            super::table::CONTENT_TYPE,
+        ));
+    }
+    let mut list = verbs::list_json(def, &result, items);
+    if let Some(w) = &partial {
+        list = super::partial::list(def, w, &list)?;
     }
     Ok(json_response(
         200,
-        &verbs::list_json(def, &result, items),
+        &GoOrdered::served(def, &list),
         "application/json",
     ))
 }
@@ -698,8 +800,14 @@ async fn serve_write(
         };
         super::admission::write(shared, target, user, write, query).await?
     };
+    let partial = super::partial::negotiate(&request.accept);
+    let obj = super::partial::object(&target.def, partial.as_ref(), obj)?;
     Ok(with_warnings(
-        json_response(code, &obj, "application/json"),
+        json_response(
+            code,
+            &GoOrdered::served(&target.def, &obj),
+            "application/json",
+        ),
         query,
     ))
 }
@@ -734,8 +842,14 @@ async fn serve_delete(
         class.verb = "delete".into();
         let (code, obj) =
             super::admission::write(shared, target, user, Write::Delete(opts), query).await?;
+        let partial = super::partial::negotiate(&request.accept);
+        let obj = super::partial::object(&target.def, partial.as_ref(), obj)?;
         return Ok(with_warnings(
-            json_response(code, &obj, "application/json"),
+            json_response(
+                code,
+                &GoOrdered::served(&target.def, &obj),
+                "application/json",
+            ),
             query,
         ));
     }
@@ -745,7 +859,11 @@ async fn serve_delete(
         .store
         .write(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
     let obj = super::conversion::answer_to_served(shared, &target.def, obj).await?;
-    Ok(json_response(code, &obj, "application/json"))
+    Ok(json_response(
+        code,
+        &GoOrdered::served(&target.def, &obj),
+        "application/json",
+    ))
 }
 
 /// `POST /apis/authorization.k8s.io/v1/...reviews`: an access or rules review, authorized like
@@ -784,7 +902,11 @@ fn serve_review(
         allowed = %answer["status"]["allowed"],
         "access review answered"
     );
-    Ok(json_response(201, &answer, "application/json"))
+    Ok(json_response(
+        201,
+        &GoOrdered::new(&answer),
+        "application/json",
+    ))
 }
 
 /// The body of an access or token review: JSON, YAML or protobuf, by its content type.
@@ -836,12 +958,7 @@ fn serve_token_review(
     let body = decode_review(parts, bytes)?;
     let answer = super::tokenreview::create(
         &shared.rbac,
-        |token| {
-            shared
-                .tokens
-                .authenticate(Some(&format!("Bearer {token}")))
-                .map(str::to_owned)
-        },
+        |token| shared.tokens.authenticate(Some(&format!("Bearer {token}"))),
         body,
     )?;
     tracing::debug!(
@@ -849,7 +966,11 @@ fn serve_token_review(
         authenticated = %answer["status"]["authenticated"],
         "token review answered"
     );
-    Ok(json_response(201, &answer, "application/json"))
+    Ok(json_response(
+        201,
+        &GoOrdered::new(&answer),
+        "application/json",
+    ))
 }
 
 /// An aggregated discovery document with the real server's caching headers: `ETag` (a quoted
@@ -884,6 +1005,24 @@ fn aggregated_response(doc: &Value, version: &str, headers: &http::HeaderMap) ->
         hs.insert(header::ETAG, v);
     }
     r
+}
+
+/// A JSON or YAML body that is not one of the resource's own objects (an Eviction, a
+/// TokenRequest): empty is `{}`.
+fn decode_object_any(content_type: &str, bytes: &[u8]) -> Result<Value, ApiError> {
+    if bytes.is_empty() {
+        return Ok(serde_json::json!({}));
+    }
+    match content_type {
+        "application/yaml" => parse_yaml(bytes),
+        "" | "application/json" | "*/*" => parse_json(bytes),
+        other => Err(
+            ApiError::unsupported_media_type(&["application/json", "application/yaml"])
+                .with_message(format!(
+                    "the body of content type {other} is not supported here; send JSON"
+                )),
+        ),
+    }
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
@@ -964,6 +1103,12 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         Some("scale") if def.scale.is_some() => {}
         Some("finalize") if def.group.is_empty() && def.plural == "namespaces" => {}
         Some("log") if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
+        Some("approval")
+            if def.group == "certificates.k8s.io" && def.plural == "certificatesigningrequests" => {
+        }
+        Some("token")
+            if def.group.is_empty() && def.plural == "serviceaccounts" && name.is_some() => {}
+        Some("eviction") if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {

@@ -44,15 +44,16 @@
 //! ([`super::impersonation`]). Discovery, OpenAPI, `/version` and health checks are open to
 //! every authenticated user.
 //!
-//! A real cluster starts with bootstrap roles and bindings. This server does not store them,
-//! but builds in the effect of four bootstrap ClusterRoleBindings, so that they show in access
-//! reviews exactly as on a real cluster: `cluster-admin` (everything, for `system:masters`),
-//! `system:basic-user` (create `selfsubjectaccessreviews` and `selfsubjectrulesreviews`),
-//! `system:discovery` and `system:public-info-viewer` (GET on `/api`, `/apis`, `/openapi`,
-//! `/version`, health checks), the last three for `system:authenticated`. A stored
-//! ClusterRoleBinding with one of those names replaces the built-in one. The other bootstrap
-//! roles (`admin`, `edit`, `view`, `system:controller:*`, ...) do not exist, so bind only roles
-//! you load.
+//! A real cluster starts with bootstrap roles and bindings, and so does this server: a start
+//! stores `cluster-admin`, `admin`, `edit`, `view`, the `system:aggregate-to-*` roles and the
+//! discovery roles with their bindings ([`super::bootstrap`]), so `admin`, `edit` and `view`
+//! can be bound as on a cluster. Four bootstrap ClusterRoleBindings are also built in, for
+//! stores seeded without them (a test's own [`Store`]): `cluster-admin` (everything, for
+//! `system:masters`), `system:basic-user` (create `selfsubjectaccessreviews` and
+//! `selfsubjectrulesreviews`), `system:discovery` and `system:public-info-viewer` (GET on
+//! `/api`, `/apis`, `/openapi`, `/version`, health checks), the last three for
+//! `system:authenticated`; a stored ClusterRoleBinding with one of those names replaces the
+//! built-in one. The `system:controller:*` roles are not created.
 //!
 //! The same decisions answer `kubectl auth can-i`: [`Authorizer::decide`] serves access
 //! reviews and [`Authorizer::rules_for`] rules reviews ([`super::review`]). An allowed decision
@@ -250,6 +251,26 @@ impl Authorizer {
         UserInfo {
             name: name.to_owned(),
             groups,
+        }
+    }
+
+    /// The user of a client certificate: `name` (its common name) in `groups` (its
+    /// organizations), the groups configured for the name, and `system:authenticated`. Unlike
+    /// [`Self::user`], no group comes from the name itself (a certificate for `admin` is not
+    /// the bootstrap token's user).
+    pub fn certificate_user(&self, name: &str, groups: &[String]) -> UserInfo {
+        let mut all: Vec<String> = self.groups.get(name).cloned().unwrap_or_default();
+        for g in groups {
+            if !all.contains(g) {
+                all.push(g.clone());
+            }
+        }
+        if !all.iter().any(|g| g == "system:authenticated") {
+            all.push("system:authenticated".into());
+        }
+        UserInfo {
+            name: name.to_owned(),
+            groups: all,
         }
     }
 

@@ -129,8 +129,17 @@ impl ResourceDef {
             || self.field_labels.iter().any(|f| f == field)
     }
 
-    /// Every verb of a full resource.
+    /// Whether this is core/v1 `componentstatuses`, computed on each read and never stored
+    /// ([`super::http`] answers it).
+    pub fn is_component_status(&self) -> bool {
+        self.group.is_empty() && self.plural == "componentstatuses" && self.custom.is_none()
+    }
+
+    /// Every verb of a full resource (`get` and `list` for ComponentStatuses).
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.is_component_status() {
+            return vec!["get", "list"];
+        }
         vec![
             "create",
             "delete",
@@ -282,10 +291,12 @@ impl Registry {
                 .short(&["ev"])
                 .fields(EVENT_FIELDS)
                 .done(),
+            // `ReturnDeletedObject`: the Service REST storage answers DELETE with the Service.
             B::new("", "v1", "services", "Service", true)
                 .short(&["svc"])
                 .all()
                 .status()
+                .returns_deleted()
                 .done(),
             B::new("", "v1", "configmaps", "ConfigMap", true)
                 .short(&["cm"])
@@ -324,6 +335,72 @@ impl Registry {
                 .scale()
                 .generation()
                 .done(),
+            B::new("apps", "v1", "daemonsets", "DaemonSet", true)
+                .short(&["ds"])
+                .all()
+                .status()
+                .generation()
+                .done(),
+            B::new(
+                "",
+                "v1",
+                "replicationcontrollers",
+                "ReplicationController",
+                true,
+            )
+            .short(&["rc"])
+            .all()
+            .status()
+            .scale()
+            .generation()
+            .done(),
+            B::new("", "v1", "componentstatuses", "ComponentStatus", false)
+                .short(&["cs"])
+                .done(),
+            B::new("batch", "v1", "jobs", "Job", true)
+                .all()
+                .status()
+                .generation()
+                .done(),
+            B::new("batch", "v1", "cronjobs", "CronJob", true)
+                .short(&["cj"])
+                .all()
+                .status()
+                .generation()
+                .done(),
+            B::new(
+                "policy",
+                "v1",
+                "poddisruptionbudgets",
+                "PodDisruptionBudget",
+                true,
+            )
+            .short(&["pdb"])
+            .status()
+            .generation()
+            .done(),
+            B::new(
+                "apiregistration.k8s.io",
+                "v1",
+                "apiservices",
+                "APIService",
+                false,
+            )
+            .categories(&["api-extensions"])
+            .status()
+            .done(),
+            // `/approval` is served like `/status` (see `verbs::Target::endpoint`).
+            B::new(
+                "certificates.k8s.io",
+                "v1",
+                "certificatesigningrequests",
+                "CertificateSigningRequest",
+                false,
+            )
+            .short(&["csr"])
+            .status()
+            .fields(&["spec.signerName"])
+            .done(),
             B::new("coordination.k8s.io", "v1", "leases", "Lease", true)
                 .conditional()
                 .create_on_update()

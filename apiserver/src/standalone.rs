@@ -62,6 +62,15 @@ pub struct ApiServerArgs {
     /// Write a kubeconfig for this server (CA data and token included) to this path.
     #[arg(long)]
     pub kubeconfig_out: Option<PathBuf>,
+    /// Make the kubeconfig of --kubeconfig-out authenticate with a client certificate for
+    /// USER (its common name), in GROUP (its organization) if given, signed by the server's
+    /// client CA, as kind's does (`kubernetes-admin/system:masters`).
+    #[arg(long, value_name = "USER[/GROUP]")]
+    pub kubeconfig_client_cert: Option<String>,
+    /// Also accept client certificates signed by the CA(s) in this PEM file (besides the
+    /// server's own client CA), as kube-apiserver's --client-ca-file.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
     /// Serve plain HTTP instead of HTTPS. Like kube-apiserver's old insecure port, requests
     /// without a token are then the bootstrap user (clients send no credentials over http).
     #[arg(long)]
@@ -214,6 +223,7 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
         .listen(args.listen)
         .plain_http(args.plain_http)
         .simulate(args.simulate)
+        .root_ca_publisher(true)
         .pod_run_time(args.pod_run_time)
         .node_runtime(args.node_runtime)
         .node_runtime_max_pods(args.node_runtime_max_pods)
@@ -224,6 +234,22 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
     }
     if let Some(p) = &args.kubeconfig_out {
         builder = builder.kubeconfig_path(p);
+    }
+    if let Some(spec) = &args.kubeconfig_client_cert {
+        let (user, group) = match spec.split_once('/') {
+            Some((u, g)) => (u, Some(g)),
+            None => (spec.as_str(), None),
+        };
+        builder = builder.kubeconfig_client_cert(user, group);
+    }
+    if let Some(path) = &args.client_ca_file {
+        let pem = std::fs::read_to_string(path).map_err(|e| {
+            StartError::Tls(super::tls::TlsError::new(format!(
+                "--client-ca-file {}: {e}",
+                path.display()
+            )))
+        })?;
+        builder = builder.client_ca_pem(pem);
     }
     if let Some(path) = &args.token_auth_file {
         let bad = |message: String| StartError::TokenFile {

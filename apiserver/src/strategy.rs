@@ -124,9 +124,9 @@ pub fn present(def: &ResourceDef, stored: &Value) -> Value {
 }
 
 /// A stored object as [`present`] serves it, serialized straight from the stored value: the
-/// same bytes as `serde_json::to_vec(&present(def, stored))` without first copying the object
-/// to set `apiVersion` and `kind` (those two are written in their sorted place among the
-/// stored fields). Watch events encode every change this way once, for all their watchers.
+/// same bytes as `serde_json::to_vec(&GoOrdered::served(def, &present(def, stored)))` (the
+/// byte layout of [`super::json_order`]) without first copying the object to set `apiVersion`
+/// and `kind`. Watch events encode every change this way once, for all their watchers.
 pub struct Presented<'a> {
     def: &'a ResourceDef,
     stored: &'a Value,
@@ -141,36 +141,52 @@ impl<'a> Presented<'a> {
 
 impl serde::Serialize for Presented<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
         let converted = self.def.custom.as_ref().map(|c| c.conversion.is_some());
         let plain_native = self.def.view == View::Native && converted != Some(true);
         let Some(fields) = self.stored.as_object().filter(|_| plain_native) else {
-            return present(self.def, self.stored).serialize(s);
+            let served = present(self.def, self.stored);
+            return serde::Serialize::serialize(
+                &super::json_order::GoOrdered::served(self.def, &served),
+                s,
+            );
         };
         let api_version = Value::String(self.def.api_version());
         let kind = Value::String(self.def.kind.clone());
-        // In key order ("apiVersion" < "kind"), as the stored map's own keys are.
         let overrides = [("apiVersion", &api_version), ("kind", &kind)];
-        let added = overrides
-            .iter()
-            .filter(|(key, _)| !fields.contains_key(*key))
-            .count();
-        let mut set = overrides.into_iter().peekable();
-        let mut map = s.serialize_map(Some(fields.len() + added))?;
-        for (k, v) in fields {
-            while let Some((key, value)) = set.next_if(|(key, _)| *key < k.as_str()) {
-                map.serialize_entry(key, value)?;
-            }
-            match set.next_if(|(key, _)| *key == k.as_str()) {
-                Some((key, value)) => map.serialize_entry(key, value)?,
-                None => map.serialize_entry(k, v)?,
-            }
+        if self.def.custom.is_some() {
+            return sorted_with(s, fields, &overrides);
         }
-        for (key, value) in set {
+        super::json_order::object(s, fields, &overrides)
+    }
+}
+
+/// A custom resource's top level with `overrides` in their sorted place among the stored
+/// fields (custom resources are unstructured: every level sorted, as on a real server).
+fn sorted_with<S: serde::Serializer>(
+    s: S,
+    fields: &serde_json::Map<String, Value>,
+    overrides: &[(&str, &Value)],
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let added = overrides
+        .iter()
+        .filter(|(key, _)| !fields.contains_key(*key))
+        .count();
+    let mut set = overrides.iter().copied().peekable();
+    let mut map = s.serialize_map(Some(fields.len() + added))?;
+    for (k, v) in fields {
+        while let Some((key, value)) = set.next_if(|(key, _)| *key < k.as_str()) {
             map.serialize_entry(key, value)?;
         }
-        map.end()
+        match set.next_if(|(key, _)| *key == k.as_str()) {
+            Some((key, value)) => map.serialize_entry(key, value)?,
+            None => map.serialize_entry(k, v)?,
+        }
     }
+    for (key, value) in set {
+        map.serialize_entry(key, value)?;
+    }
+    map.end()
 }
 
 fn meta_mut(obj: &mut Value) -> Result<&mut serde_json::Map<String, Value>, ApiError> {
@@ -506,7 +522,11 @@ mod tests {
             for stored in &objects {
                 assert_eq!(
                     serde_json::to_string(&Presented::new(def, stored)).unwrap(),
-                    serde_json::to_string(&present(def, stored)).unwrap(),
+                    serde_json::to_string(&crate::json_order::GoOrdered::served(
+                        def,
+                        &present(def, stored)
+                    ))
+                    .unwrap(),
                     "{} {stored}",
                     def.kind
                 );

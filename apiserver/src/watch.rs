@@ -116,8 +116,11 @@ pub struct WatchSettings {
     pub reject_send_initial_events: bool,
     /// Ends every watch when cancelled (server shutdown).
     pub shutdown: CancellationToken,
-    /// Optional rendering of event objects (Tables).
+    /// Optional rendering of event objects (Tables, `PartialObjectMetadata`).
     pub renderer: Option<Renderer>,
+    /// `kind` and `apiVersion` of bookmark objects when they are not the resource's own
+    /// (`PartialObjectMetadata`, [`super::partial`]).
+    pub bookmark_type: Option<(String, String)>,
     /// Conversion of objects stored in another version than the watched one.
     pub converter: Option<Converter>,
 }
@@ -145,6 +148,8 @@ struct WatchState {
     waiting_for: Option<(u64, Instant)>,
     shutdown: CancellationToken,
     renderer: Option<Renderer>,
+    /// See [`WatchSettings::bookmark_type`].
+    bookmark_type: Option<(String, String)>,
     converter: Option<Converter>,
     rendered_once: bool,
     done: bool,
@@ -165,8 +170,10 @@ fn frame_bytes(ty: &str, object: &[u8]) -> Bytes {
     Bytes::from(line)
 }
 
-fn frame(ty: &str, object: &Value) -> Bytes {
-    frame_bytes(ty, &serde_json::to_vec(object).unwrap_or_default())
+/// [`frame_bytes`] of an object in the byte layout of `def`'s answers ([`super::json_order`]).
+fn frame(ty: &str, def: &ResourceDef, object: &Value) -> Bytes {
+    let ordered = super::json_order::GoOrdered::served(def, object);
+    frame_bytes(ty, &serde_json::to_vec(&ordered).unwrap_or_default())
 }
 
 impl WatchState {
@@ -213,7 +220,7 @@ impl WatchState {
             }
             None => served,
         };
-        frame(ty, &out)
+        frame(ty, &self.def, &out)
     }
 
     /// [`Self::push_object`] for the object of a stored change, sharing its encoding with every
@@ -243,15 +250,18 @@ impl WatchState {
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        let obj =
-            json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": meta});
+        let (kind, api_version) = self
+            .bookmark_type
+            .clone()
+            .unwrap_or_else(|| (self.def.kind.clone(), self.def.api_version()));
+        let obj = json!({"kind": kind, "apiVersion": api_version, "metadata": meta});
         self.pending
-            .push_back(Pending::Ready(frame("BOOKMARK", &obj)));
+            .push_back(Pending::Ready(frame("BOOKMARK", &self.def, &obj)));
     }
 
     fn push_error(&mut self, e: &ApiError) {
         self.pending
-            .push_back(Pending::Ready(frame("ERROR", &e.to_status())));
+            .push_back(Pending::Ready(frame("ERROR", &self.def, &e.to_status())));
         self.done = true;
     }
 
@@ -452,6 +462,7 @@ pub fn start(
         waiting_for: None,
         shutdown: settings.shutdown,
         renderer: settings.renderer,
+        bookmark_type: settings.bookmark_type,
         converter: settings.converter,
         rendered_once: false,
         done: false,

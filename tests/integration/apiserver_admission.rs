@@ -82,8 +82,31 @@ impl HookServer {
 async fn hook_server(
     handler: impl Fn(&str, &Value) -> (Value, u64) + Send + Sync + 'static,
 ) -> HookServer {
+    hook_server_with(mint(), handler).await
+}
+
+/// A self-signed certificate with `CA:TRUE` for `names`, its own CA (`openssl req -x509
+/// -newkey ec ... -addext subjectAltName=IP:127.0.0.1` makes such a certificate).
+fn self_signed_ca(names: &[&str]) -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let key = KeyPair::generate().unwrap();
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+    params.distinguished_name.push(DnType::CommonName, "hook");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    Pki {
+        ca_pem: cert.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+async fn hook_server_with(
+    pki: Pki,
+    handler: impl Fn(&str, &Value) -> (Value, u64) + Send + Sync + 'static,
+) -> HookServer {
     sample_controller::install_crypto_provider();
-    let pki = mint();
     let chain = vec![CertificateDer::from_pem_slice(pki.cert_pem.as_bytes()).unwrap()];
     let key = PrivateKeyDer::from_pem_slice(pki.key_pem.as_bytes()).unwrap();
     let config = rustls::ServerConfig::builder()
@@ -498,6 +521,56 @@ async fn a_slow_webhook_times_out_and_a_foreign_certificate_is_refused() {
         )
     );
     assert!(hooks.seen("/fast").is_empty());
+}
+
+#[tokio::test]
+async fn a_self_signed_ca_certificate_that_is_its_own_ca_bundle_is_trusted_as_go_trusts_it() {
+    let hooks = hook_server_with(self_signed_ca(&["127.0.0.1"]), |_, _| {
+        (json!({"allowed": false, "status": {"message": "seen"}}), 0)
+    })
+    .await;
+    let server = start().await;
+    let api = TestClient::new(&server);
+    let cfg = config(
+        "ValidatingWebhookConfiguration",
+        "selfsigned.test.io",
+        url_config(&hooks, "/v"),
+        json!({}),
+    );
+    assert_eq!(api.post(VWCS, &cfg).await.code, 201);
+    let r = api.post(CMS, &cm("x", json!({}))).await;
+    assert_eq!(r.code, 400, "{:?}", r.body);
+    assert_eq!(
+        r.body["message"],
+        "admission webhook \"selfsigned.test.io\" denied the request: seen"
+    );
+    assert_eq!(hooks.seen("/v").len(), 1);
+
+    // The same kind of certificate for another name is still refused for its name.
+    assert_eq!(
+        api.delete(&format!("{VWCS}/selfsigned"), None).await.code,
+        200
+    );
+    let elsewhere = hook_server_with(self_signed_ca(&["hook.example"]), |_, _| (allow(), 0)).await;
+    let cfg = config(
+        "ValidatingWebhookConfiguration",
+        "other.test.io",
+        url_config(&elsewhere, "/v"),
+        json!({}),
+    );
+    assert_eq!(api.post(VWCS, &cfg).await.code, 201);
+    let r = api.post(CMS, &cm("y", json!({}))).await;
+    assert_eq!(r.code, 500, "{:?}", r.body);
+    let want = format!(
+        "tls: failed to verify certificate: x509: certificate is not valid for 127.0.0.1:{}",
+        elsewhere.addr.port()
+    );
+    assert!(
+        r.body["message"].as_str().unwrap().ends_with(&want),
+        "{:?}",
+        r.body
+    );
+    assert!(elsewhere.seen("/v").is_empty());
 }
 
 #[tokio::test]

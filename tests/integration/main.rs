@@ -34,6 +34,7 @@ mod apiserver_cluster_standalone;
 mod apiserver_cluster_workloads;
 mod apiserver_conversion;
 mod apiserver_durable;
+mod apiserver_fidelity;
 mod apiserver_flowcontrol;
 mod apiserver_http;
 mod apiserver_kubectl;

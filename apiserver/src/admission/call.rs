@@ -11,7 +11,8 @@
 //!   [`crate::ApiServerBuilder::service_endpoint`]. Without one, the call fails like a DNS
 //!   miss (`dial tcp: lookup NAME.NAMESPACE.svc: no such host`).
 //! * **Trust.** The server certificate is verified against `caBundle` alone (or the system
-//!   roots when it is empty), with rustls. One client, with its connection pool, per CA
+//!   roots when it is empty), with rustls, and as Go does a self-signed `CA:TRUE` certificate
+//!   that is itself in the bundle is accepted as the server's ([`crate::x509`]). One client, with its connection pool, per CA
 //!   bundle: calls to the same webhook reuse their connections.
 //! * **Time.** `timeoutSeconds` bounds the whole call (connect, request, response), and is
 //!   sent as `?timeout=Ns` as client-go does. Past it: `context deadline exceeded`.
@@ -174,28 +175,24 @@ impl ClientManager {
             return Ok(c.clone());
         }
         apimachinery::crypto::install_provider();
-        let mut roots = rustls::RootCertStore::empty();
-        if ca.is_empty() {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
+        let roots = if ca.is_empty() {
+            rustls_native_certs::load_native_certs().certs
         } else {
             let mut reader = std::io::BufReader::new(ca);
-            let mut any = false;
-            for cert in rustls_pemfile_certs(&mut reader)? {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("caBundle holds an unusable certificate: {e}"))?;
-                any = true;
-            }
-            if !any {
+            let certs = rustls_pemfile_certs(&mut reader)?;
+            if certs.is_empty() {
                 return Err(
                     "unable to load root certificates: caBundle holds no PEM certificate".into(),
                 );
             }
-        }
+            certs
+        };
+        // Go's trust rules: a self-signed CA certificate that is its own caBundle is accepted
+        // ([`crate::x509::GoServerVerifier`]).
+        let verifier = crate::x509::GoServerVerifier::new(roots, !ca.is_empty())?;
         let tls = rustls::ClientConfig::builder()
-            .with_root_certificates(roots)
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verifier))
             .with_no_client_auth();
         let mut http = HttpConnector::new_with_resolver(Resolver {
             services: self.hosts.clone(),

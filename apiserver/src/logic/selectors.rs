@@ -187,23 +187,40 @@ fn unescape_field_value(term: &str, value: &str) -> Result<String, String> {
 }
 
 /// The value a field selector sees at a dotted `path` in `obj`: strings as they are, numbers and
-/// booleans rendered, anything missing or null as the empty string.
+/// booleans rendered, anything missing or null as the empty string, except the fields below.
+///
+/// kube-apiserver computes selectable fields from the typed, defaulted object
+/// (`ToSelectableFields` of each registry): a Go `bool` has no "absent", so a node without
+/// `spec.unschedulable` is `spec.unschedulable=false` (`strconv.FormatBool`), and a pod without
+/// `spec.hostNetwork` is `spec.hostNetwork=false`; a pod's `spec.restartPolicy` and
+/// `spec.schedulerName` are defaulted before they are stored (`Always`, `default-scheduler`).
+/// This server stores built-in objects undefaulted, so those fields answer their Go value here.
 pub fn field_value(obj: &Value, path: &str) -> String {
     let path = match path {
         "source" => "source.component",
         other => other,
     };
+    let absent = || -> String {
+        match path {
+            "spec.unschedulable" | "spec.hostNetwork" => "false",
+            "spec.restartPolicy" if obj["kind"] == "Pod" => "Always",
+            "spec.schedulerName" if obj["kind"] == "Pod" => "default-scheduler",
+            _ => "",
+        }
+        .to_owned()
+    };
     let mut cur = obj;
     for part in path.split('.') {
         match cur.get(part) {
             Some(next) => cur = next,
-            None => return String::new(),
+            None => return absent(),
         }
     }
     match cur {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
         Value::Bool(b) => b.to_string(),
+        Value::Null => absent(),
         _ => String::new(),
     }
 }
@@ -336,6 +353,33 @@ mod tests {
         assert!(s.matches(&event()));
         let s = FieldSelector::parse("involvedObject.uid=u-2").unwrap();
         assert!(!s.matches(&event()));
+    }
+
+    #[test]
+    fn absent_go_booleans_and_pod_defaults_read_as_their_go_values() {
+        let node = json!({"kind": "Node", "metadata": {"name": "n"}, "spec": {}});
+        assert!(
+            FieldSelector::parse("spec.unschedulable==false")
+                .unwrap()
+                .matches(&node)
+        );
+        assert!(
+            !FieldSelector::parse("spec.unschedulable=true")
+                .unwrap()
+                .matches(&node)
+        );
+        let cordoned = json!({"kind": "Node", "spec": {"unschedulable": true}});
+        assert!(
+            FieldSelector::parse("spec.unschedulable!=false")
+                .unwrap()
+                .matches(&cordoned)
+        );
+        let pod = json!({"kind": "Pod", "spec": {"containers": []}});
+        assert!(FieldSelector::parse("spec.hostNetwork=false,spec.restartPolicy=Always,spec.schedulerName=default-scheduler")
+            .unwrap()
+            .matches(&pod));
+        let event = json!({"kind": "Event", "type": null});
+        assert!(FieldSelector::parse("type=").unwrap().matches(&event));
     }
 
     #[test]

@@ -901,6 +901,7 @@ const BUILTIN_PRINTERS: &[(&str, &str, Printer)] = &[
     ("rbac.authorization.k8s.io",    "rolebindings",                rolebinding_columns),
     ("rbac.authorization.k8s.io",    "clusterrolebindings",         rolebinding_columns),
     ("",                             "nodes",                       node_columns),
+    ("",                             "componentstatuses",           componentstatus_columns),
     ("coordination.k8s.io",          "leases",                      lease_columns),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations", webhookconfiguration_columns),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations",   webhookconfiguration_columns),
@@ -926,6 +927,45 @@ fn configmap_columns() -> Vec<ColumnDef> {
         })
         .with_type("integer"),
         age_column(),
+    ]
+}
+
+/// The real server's printer columns for component statuses (`printComponentStatus`):
+/// `Status` (`Healthy` when the `Healthy` condition is `True`), `Message`, `Error`.
+fn componentstatus_columns() -> Vec<ColumnDef> {
+    fn healthy(o: &Value) -> Option<&Value> {
+        o["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Healthy")
+    }
+    vec![
+        name_column(),
+        ColumnDef::computed("Status", "Status of the component conditions", 0, |o, _| {
+            let ok = healthy(o).is_some_and(|c| c["status"] == "True");
+            Value::String(if ok { "Healthy" } else { "Unhealthy" }.into())
+        }),
+        ColumnDef::computed(
+            "Message",
+            "Message of the component conditions",
+            0,
+            |o, _| {
+                Value::String(
+                    healthy(o)
+                        .and_then(|c| c["message"].as_str())
+                        .unwrap_or_default()
+                        .into(),
+                )
+            },
+        ),
+        ColumnDef::computed("Error", "Error of the component conditions", 0, |o, _| {
+            Value::String(
+                healthy(o)
+                    .and_then(|c| c["error"].as_str())
+                    .unwrap_or_default()
+                    .into(),
+            )
+        }),
     ]
 }
 
