@@ -42,6 +42,8 @@ fn readme_block(heading: &str) -> String {
 /// Stands in for cargo (the binary this test was built with) and ends `kubectl get ats -w`
 /// once the At is DONE; everything else is the real command.
 const PRELUDE: &str = r#"
+# Whatever happens, no background job (the manager) outlives the block.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
 cargo() {
   case "$1" in
     build) return 0 ;;
@@ -99,13 +101,23 @@ async fn the_readme_cluster_block_runs_as_written() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
+        // Its own process group, so a timeout stops the manager it started too.
+        .process_group(0)
         .kill_on_drop(true)
         .spawn()
         .expect("bash runs");
-    let out = tokio::time::timeout(Duration::from_secs(240), child.wait_with_output())
-        .await
-        .expect("the block finishes")
-        .expect("bash's output");
+    let group = child.id().map(|pid| format!("-{pid}"));
+    let out = match tokio::time::timeout(Duration::from_secs(240), child.wait_with_output()).await {
+        Ok(out) => out.expect("bash's output"),
+        Err(_) => {
+            if let Some(group) = group {
+                let _ = std::process::Command::new("kill")
+                    .args(["-KILL", "--", &group])
+                    .status();
+            }
+            panic!("the README's cluster block did not finish within 4 minutes");
+        }
+    };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let log = std::fs::read_to_string(work.path().join("manager.log")).unwrap_or_default();
