@@ -605,33 +605,19 @@ async fn an_object_that_does_not_decode_is_left_out_and_reported_once_per_resour
         fake.upsert(pod("default", "a"));
         fake.add_undecodable(undecodable("bad", "5"));
         let reported = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-        let h = {
-            let store = Indexer::new();
-            let reflector = Arc::new(Reflector::new(
-                fake.clone(),
-                store.clone(),
-                ReflectorConfig {
-                    streaming_list,
-                    ..Default::default()
-                },
-            ));
-            let r = Arc::clone(&reported);
-            reflector.set_undecodable_handler(Arc::new(move |name, u| {
+        let h = start(
+            &fake,
+            ReflectorConfig {
+                streaming_list,
+                ..Default::default()
+            },
+        );
+        // Set before the reflector's task first runs (the test's runtime has not yielded).
+        let r = Arc::clone(&reported);
+        h.reflector
+            .set_undecodable_handler(Arc::new(move |name, u| {
                 r.lock().unwrap().push(format!("{name}: {}", u.key()));
             }));
-            let cancel = CancellationToken::new();
-            let task = tokio::spawn({
-                let (r, c) = (Arc::clone(&reflector), cancel.clone());
-                async move { r.run(c).await }
-            });
-            Harness {
-                fake: fake.clone(),
-                store,
-                reflector,
-                cancel,
-                task,
-            }
-        };
         if streaming_list {
             // The fake's streaming list sends its objects only; the bad one arrives on the
             // watch, as a newer version of an object the list had.
