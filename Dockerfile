@@ -17,7 +17,7 @@ COPY . .
 # BuildKit caches keep the registry and target directory between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --profile dist --locked -p sample-controller --bin controller-manager \
+    cargo build --profile dist --locked -p sample-operators --bin controller-manager \
  && cp target/dist/controller-manager /controller-manager
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -57,10 +57,10 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use futures_util::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
-use sample_controller::apis::at::{At, AtPhase};
-use sample_controller::client::{
+use sample_client_go::client::{
     Api, Client, Config, ConfigOptions, PostParams, WatchEvent, WatchParams,
 };
+use sample_operators::apis::at::{At, AtPhase};
 use serde_json::json;
 
 type BoxResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;

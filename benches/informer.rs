@@ -54,15 +54,15 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     FieldsV1, ListMeta, ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
 };
-use sample_controller::cache::informer::InformerOptions;
-use sample_controller::cache::{
+use sample_client_go::cache::informer::InformerOptions;
+use sample_client_go::cache::{
     EventHandlerFns, ListerWatcher, ReflectorConfig, SharedIndexInformer,
 };
-use sample_controller::client::{
+use sample_client_go::client::{
     Api, Client, Config, PostParams,
     config::{Auth, Secret},
 };
-use sample_controller::client::{
+use sample_client_go::client::{
     Bookmark, Error, ListParams, ObjectList, Result, WatchEvent, WatchParams, WatchStream,
 };
 use tokio_util::sync::CancellationToken;
@@ -367,8 +367,8 @@ async fn measure<L: ListerWatcher<Pod>>(
     // The owner index the figures in the README were taken with (no longer built in).
     informer
         .add_indexer(
-            sample_controller::cache::OWNER_UID_INDEX,
-            sample_controller::cache::owner_uid_index::<Pod>,
+            sample_client_go::cache::OWNER_UID_INDEX,
+            sample_client_go::cache::owner_uid_index::<Pod>,
         )
         .ok();
     let seen = Arc::new(AtomicUsize::new(0));

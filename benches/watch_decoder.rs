@@ -4,7 +4,7 @@
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::ConfigMap;
-use sample_controller::client::WatchDecoder;
+use sample_client_go::client::WatchDecoder;
 
 fn body(events: usize) -> Vec<u8> {
     let mut out = String::new();

@@ -15,7 +15,7 @@
 //! Run: `cargo bench -p benches --bench workqueue` (about three minutes).
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use sample_controller::workqueue::{
+use sample_client_go::workqueue::{
     DelayingQueue, Queue, QueueMetrics, RateLimitingQueue, default_controller_rate_limiter,
 };
 use std::hash::Hash;

@@ -29,7 +29,7 @@ cargo build --release --quiet --bin sample-controller
 # The project's side runs the image's binary, the controller library alone (the API server runs
 # from `sample-controller apiserver`).
 PROFILE=${PROFILE:-release}
-cargo build --profile "$PROFILE" --quiet -p sample-controller --bin controller-manager
+cargo build --profile "$PROFILE" --quiet -p sample-operators --bin controller-manager
 BIN=${SAMPLE_CONTROLLER_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/sample-controller}
 MANAGER=${MANAGER_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/$PROFILE/controller-manager}
 PEER=${TMPDIR:-/tmp}/kube-at-target/release/kube-at

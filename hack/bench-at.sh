@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGET=${CARGO_TARGET_DIR:-$PWD/target}
 cargo build --release --quiet --bin sample-controller
-cargo build --release --quiet -p sample-controller --bin controller-manager
+cargo build --release --quiet -p sample-operators --bin controller-manager
 export SAMPLE_CONTROLLER_BIN=$TARGET/release/sample-controller
 # The manager runs as the image's binary (the controller library alone).
 export MANAGER_BIN=$TARGET/release/controller-manager

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the CRDs from the Rust API types in controller/src/apis/: artifacts/crds/*.yaml
+# Regenerates the CRDs from the Rust API types in operators/src/apis/: artifacts/crds/*.yaml
 # (kubectl apply -f) and the Helm chart's crds/ (the same files; Helm installs them before the
 # chart's templates). Run it after changing any type there, and commit the result.
 set -euo pipefail

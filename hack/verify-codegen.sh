@@ -26,7 +26,7 @@ if [[ ${status} -eq 0 ]]; then
   echo "artifacts/crds and artifacts/charts/sample-controller/crds are up to date."
 else
   echo >&2
-  echo "The generated CRDs are out of date with the Rust types in controller/src/apis/." >&2
+  echo "The generated CRDs are out of date with the Rust types in operators/src/apis/." >&2
   echo "Run hack/update-codegen.sh and commit the result." >&2
   exit 1
 fi

@@ -8,13 +8,13 @@
 //!    ([`embedded_apiserver::runtime`]): each pod's command really runs as a child process of
 //!    the demo, its output is what `kubectl logs` prints, and its exit code decides the pod's
 //!    phase. It writes a kubeconfig so you can watch from another terminal with `kubectl`;
-//! 2. installs the **At CRD** generated from [`sample_controller::apis::At`]: `v1` stored,
+//! 2. installs the **At CRD** generated from [`sample_operators::apis::At`]: `v1` stored,
 //!    the book's `v1alpha1` still served, `conversion: Webhook` pointing at the manager (and
 //!    the CRDs of the other selected operators). The demo plays cert-manager and the cluster's
 //!    Service for the manager's **webhook server** (the `webhooks` submodule): it mints a CA and
 //!    a serving certificate, maps the webhook Service to the manager's port, and injects the
 //!    CA into the CRD and the admission webhook configurations of `artifacts/deploy/webhook/`;
-//! 3. starts the **controller manager** ([`sample_controller::manager::Manager`]) exactly as
+//! 3. starts the **controller manager** ([`sample_controller_runtime::manager::Manager`]) exactly as
 //!    `sample-controller run` would, talking to that server over real HTTP, with its webhook
 //!    server answering `/convert`, `/mutate-at` and `/validate-at`;
 //! 4. creates the Ats of the story (two stored, two refused at admission):
@@ -66,16 +66,16 @@ use tokio_util::sync::CancellationToken;
 
 use apimachinery::duration::{format as format_duration, parse as parse_go_duration};
 use embedded_apiserver::ApiServer;
-use sample_controller::apis::at::conversion;
-use sample_controller::apis::at::v1alpha1::At as AtV1alpha1;
-use sample_controller::apis::conditions::find_condition;
-use sample_controller::apis::{At, AtPhase, AtSpec, ConditionStatus};
-use sample_controller::cache::{EventHandlerFns, SharedInformerFactory};
-use sample_controller::client::{self, Api, Client, Config, PostParams};
-use sample_controller::controllers::at::{CONDITION_INVALID_SPEC, reason};
-use sample_controller::controllers::caches::AtSummary;
-use sample_controller::manager::{ClientSource, LogFormat, Manager, ManagerConfig};
-use sample_controller::webhook::WebhookServerConfig;
+use sample_client_go::cache::{EventHandlerFns, SharedInformerFactory};
+use sample_client_go::client::{self, Api, Client, Config, PostParams};
+use sample_controller_runtime::manager::{ClientSource, LogFormat, ManagerConfig};
+use sample_controller_runtime::webhook::WebhookServerConfig;
+use sample_operators::apis::at::conversion;
+use sample_operators::apis::at::v1alpha1::At as AtV1alpha1;
+use sample_operators::apis::conditions::find_condition;
+use sample_operators::apis::{At, AtPhase, AtSpec, ConditionStatus};
+use sample_operators::controllers::at::{CONDITION_INVALID_SPEC, reason};
+use sample_operators::slim::AtSummary;
 
 mod operators;
 mod webhooks;
@@ -171,7 +171,7 @@ pub enum DemoError {
     /// `--operators` named something that is not an operator.
     #[error(
         "--operators: {0:?} is not an operator (known: {known})",
-        known = sample_controller::manager::KNOWN_CONTROLLERS.join(", ")
+        known = sample_operators::registry::NAMES.join(", ")
     )]
     UnknownOperator(String),
 }
@@ -242,7 +242,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let manager_cfg = manager_config(&operators, opts.verbosity);
     let manager_stop = CancellationToken::new();
     let manager = tokio::spawn(
-        Manager::new(manager_cfg, client.clone())
+        sample_operators::registry::manager(manager_cfg, client.clone())
             .with_webhook_server(hooks.as_ref().map(|h| WebhookServerConfig {
                 addr: h.addr,
                 cert_dir: h.cert_dir.clone(),
@@ -362,7 +362,7 @@ fn manager_config(operators: &[&'static str], verbosity: u8) -> ManagerConfig {
         leader_election: None,
         metrics_addr: None,
         health_addr: None,
-        serving: sample_controller::health::probe_serving_limits(),
+        serving: sample_controller_runtime::health::probe_serving_limits(),
         shutdown_timeout: Duration::from_secs(10),
         log_format: LogFormat::Text,
         verbosity,
@@ -455,12 +455,12 @@ async fn at_story(
     seen: &Mutex<Seen>,
     started: Instant,
     deadline: Instant,
-    manager: &tokio::task::JoinHandle<Result<(), sample_controller::manager::ManagerError>>,
+    manager: &tokio::task::JoinHandle<Result<(), sample_controller_runtime::manager::ManagerError>>,
 ) -> Result<jiff::Timestamp, DemoError> {
     let due = jiff::Timestamp::now()
         .checked_add(jiff::SignedDuration::try_from(opts.delay).unwrap_or_default())
         .unwrap_or_else(|_| jiff::Timestamp::now());
-    let due = sample_controller::apis::conditions::truncate_to_seconds(due);
+    let due = sample_operators::apis::conditions::truncate_to_seconds(due);
     let due_str = due.to_string();
     let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);
     let alpha_ats = Api::<AtV1alpha1>::namespaced(client.clone(), DEMO_NAMESPACE);

@@ -5,7 +5,7 @@
 //!   marked InvalidSpec), a TDSet following its time window and a RedisCluster resized and
 //!   deleted through its finalizer (see `src/demo.rs`; `--operators` chooses).
 //! * `sample-controller run`: the controller manager against a real cluster (see
-//!   `sample_controller::manager` for the flags).
+//!   `sample_controller_runtime::manager` for the flags).
 //! * `sample-controller apiserver`: the embedded API server alone, for `kubectl` experiments.
 //!
 //! Exit codes: 0 on success or a clean shutdown, 1 when the work failed (an unreachable
@@ -17,8 +17,8 @@ use clap::{Parser, Subcommand};
 mod demo;
 
 use demo::DemoOptions;
-use sample_controller::logging;
-use sample_controller::manager::{LogFormat, ManagerCommand, verbosity_level};
+use sample_controller_runtime::logging;
+use sample_controller_runtime::manager::{LogFormat, ManagerCommand, verbosity_level};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -47,7 +47,10 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         // The manager's whole command (malloc tuning, runtime, logs, exit codes) is the
         // library's, shared with the image's `controller-manager` binary.
-        Command::Manager(command) => command.main("sample-controller"),
+        Command::Manager(command) => command.main(
+            "sample-controller",
+            sample_operators::registry::registrations(),
+        ),
         Command::Demo(opts) => {
             // The demo prints its own story on stdout; logs stay at warnings unless -v.
             let own = if opts.verbosity == 0 {

@@ -3,7 +3,7 @@
 //! The API server validates custom resources against the `openAPIV3Schema` in their CRD; the
 //! controller deserialises the same objects into Rust structs. If the two were written by hand
 //! they would drift apart. This crate derives the CRDs *from* the Rust types of
-//! `sample_controller::apis`, the way `controller-gen` derives them from Go structs in the
+//! `sample_operators::apis`, the way `controller-gen` derives them from Go structs in the
 //! Kubernetes world (kube-rs does the same with `#[derive(CustomResource)]`).
 //!
 //! ## How data flows
@@ -47,7 +47,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceValidation, JSONSchemaProps,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use sample_controller::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
+use sample_operators::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
@@ -205,10 +205,10 @@ pub fn crd_for<K: CustomResourceExt + JsonSchema + 'static>()
 /// schema, printer columns and status subresource, and `conversion: {strategy: None}` as
 /// kubebuilder's base CRD has it. The webhook is switched on by a patch
 /// (`artifacts/deploy/webhook/crd-conversion-patch.yaml`,
-/// `sample_controller::apis::crds::at_crd_with_conversion_webhook`), because its address and CA
+/// `sample_operators::apis::crds::at_crd_with_conversion_webhook`), because its address and CA
 /// depend on the installation.
 pub fn at_crd() -> Result<CustomResourceDefinition, CodegenError> {
-    use sample_controller::apis::at::{v1, v1alpha1};
+    use sample_operators::apis::at::{v1, v1alpha1};
     crd_with_versions::<v1::At>(
         vec![
             version_for::<v1::At>(true, None)?,
@@ -385,7 +385,7 @@ mod tests {
         assert_eq!(run["properties"]["command"]["minLength"], 1);
         assert_eq!(run["properties"]["activeDeadlineSeconds"]["minimum"], 1);
         assert_eq!(run["properties"]["ttlSecondsAfterFinished"]["minimum"], 0);
-        let alpha = schema_for::<sample_controller::apis::at::v1alpha1::At>().unwrap();
+        let alpha = schema_for::<sample_operators::apis::at::v1alpha1::At>().unwrap();
         let alpha_spec = &alpha["properties"]["spec"];
         assert_eq!(alpha_spec, spec, "one spec schema for both versions");
         assert_eq!(alpha_spec["properties"]["command"]["minLength"], 1);

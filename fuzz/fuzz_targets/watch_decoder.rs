@@ -4,7 +4,7 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use libfuzzer_sys::fuzz_target;
-use sample_controller::client::WatchDecoder;
+use sample_client_go::client::WatchDecoder;
 
 const LIMIT: usize = 4096;
 

@@ -22,20 +22,19 @@ use tokio::time::Instant;
 
 use super::{DEMO_NAMESPACE, DemoError, STORY, api_err, say};
 use futures_util::future::BoxFuture;
-use sample_controller::apis::{
+use sample_client_go::cache::CacheObject;
+use sample_client_go::client::{self, Api, Client, DeleteParams, Patch, PatchParams, PostParams};
+use sample_controller_runtime::controller::Operator;
+use sample_operators::apis::{
     Foo, FooSpec, MyApp, MyAppSpec, RedisCluster, RedisClusterSpec, SchedulingWindow, TDSet,
     TDSetContainer, TDSetSpec,
 };
-use sample_controller::cache::CacheObject;
-use sample_controller::client::{self, Api, Client, DeleteParams, Patch, PatchParams, PostParams};
-use sample_controller::controllers::Operator;
-use sample_controller::controllers::at::AtController;
-use sample_controller::controllers::foo::FooController;
-use sample_controller::controllers::myapp::MyAppController;
-use sample_controller::controllers::rediscluster::RedisClusterController;
-use sample_controller::controllers::registry::{self, Registration};
-use sample_controller::controllers::tdset::TDSetController;
-use sample_controller::manager::KNOWN_CONTROLLERS;
+use sample_operators::controllers::at::AtController;
+use sample_operators::controllers::foo::FooController;
+use sample_operators::controllers::myapp::MyAppController;
+use sample_operators::controllers::rediscluster::RedisClusterController;
+use sample_operators::controllers::tdset::TDSetController;
+use sample_operators::registry::{self, Entry};
 
 /// What `demo` shows without `--operators`.
 pub const DEFAULT_OPERATORS: &[&str] = &["at", "tdset", "rediscluster"];
@@ -47,10 +46,10 @@ pub fn resolve(list: &[String]) -> Result<Vec<&'static str>, DemoError> {
         .map(|s| s.trim())
         .filter(|s| !s.is_empty())
         .collect();
-    if let Some(unknown) = wanted.iter().find(|w| !KNOWN_CONTROLLERS.contains(w)) {
+    if let Some(unknown) = wanted.iter().find(|w| !registry::NAMES.contains(w)) {
         return Err(DemoError::UnknownOperator(unknown.to_string()));
     }
-    let chosen: Vec<&'static str> = KNOWN_CONTROLLERS
+    let chosen: Vec<&'static str> = registry::NAMES
         .iter()
         .copied()
         .filter(|k| wanted.contains(k))
@@ -146,11 +145,7 @@ pub async fn install_crds(
     Ok(())
 }
 
-async fn install(
-    registration: &Registration,
-    client: &Client,
-    started: Instant,
-) -> Result<(), DemoError> {
+async fn install(registration: &Entry, client: &Client, started: Instant) -> Result<(), DemoError> {
     let name = (registration.crd_name)();
     (registration.install_crd)(client)
         .await
@@ -455,7 +450,7 @@ mod tests {
     /// minute later, by the TDSet controller's own reading of the window.
     #[test]
     fn the_demo_window_outlasts_a_story_started_at_the_end_of_any_hour() {
-        use sample_controller::controllers::tdset::{desired_replicas, validate};
+        use sample_operators::controllers::tdset::{desired_replicas, validate};
         for h in 0..24i8 {
             let (start, end) = demo_window(i32::from(h));
             let spec = TDSetSpec {
@@ -505,7 +500,7 @@ mod tests {
 
     #[test]
     fn every_operator_has_a_story_and_every_story_an_operator() {
-        for name in KNOWN_CONTROLLERS {
+        for name in registry::NAMES {
             let s = story(name).unwrap_or_else(|| panic!("no demo story for {name}"));
             assert!(!s.shown_resources.is_empty(), "{name}");
         }

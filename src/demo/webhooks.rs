@@ -28,7 +28,7 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use sample_controller::client::{self, Client};
+use sample_client_go::client::{self, Client};
 
 use super::DemoError;
 
@@ -115,7 +115,7 @@ impl DemoWebhooks {
 
     /// Installs the At CRD with the manager's `/convert` as its conversion webhook.
     pub async fn install_at_crd(&self, client: &Client) -> Result<(), DemoError> {
-        let crd = sample_controller::apis::crds::at_crd_with_conversion_webhook(json!({
+        let crd = sample_operators::apis::crds::at_crd_with_conversion_webhook(json!({
             "service": {"namespace": "sample-controller", "name": "sample-controller-webhook", "path": "/convert", "port": 443},
             "caBundle": self.ca_bundle(),
         }))

@@ -106,7 +106,7 @@ async fn hook_server_with(
     pki: Pki,
     handler: impl Fn(&str, &Value) -> (Value, u64) + Send + Sync + 'static,
 ) -> HookServer {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let chain = vec![CertificateDer::from_pem_slice(pki.cert_pem.as_bytes()).unwrap()];
     let key = PrivateKeyDer::from_pem_slice(pki.key_pem.as_bytes()).unwrap();
     let config = rustls::ServerConfig::builder()

@@ -4,10 +4,10 @@
 use crate::apiserver_support as support;
 
 use futures_util::StreamExt;
-use sample_controller::apis::{At, AtPhase, AtSpec, AtStatus};
-use sample_controller::client::{
+use sample_client_go::client::{
     Api, Client, Config, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams,
 };
+use sample_operators::apis::{At, AtPhase, AtSpec, AtStatus};
 use support::*;
 
 #[tokio::test]
@@ -15,7 +15,7 @@ async fn the_crate_client_works_from_the_servers_kubeconfig() {
     let s = start().await;
     let raw = TestClient::new(&s);
     let crd: serde_json::Value =
-        serde_yaml_ng::from_str(sample_controller::apis::crds::AT_YAML).unwrap();
+        serde_yaml_ng::from_str(sample_operators::apis::crds::AT_YAML).unwrap();
     let created = raw.post(CRDS, &crd).await;
     assert_eq!(created.code, 201, "{:?}", created.body);
 

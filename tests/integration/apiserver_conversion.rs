@@ -133,7 +133,7 @@ fn mint() -> (String, String, String) {
 }
 
 async fn hook() -> Hook {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let (ca_pem, cert_pem, key_pem) = mint();
     let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
     let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();

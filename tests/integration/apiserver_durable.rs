@@ -163,7 +163,7 @@ struct Raw {
 
 impl Raw {
     fn new(base: &str, ca_pem: &str) -> Self {
-        sample_controller::install_crypto_provider();
+        sample_client_go::install_crypto_provider();
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
@@ -420,9 +420,9 @@ async fn kill_9_in_the_middle_of_5000_creates_loses_no_acknowledged_object() {
 
 #[tokio::test]
 async fn a_manager_carries_on_across_a_kill_9_and_restart_of_a_durable_server() {
-    use sample_controller::apis::AtPhase;
-    use sample_controller::client::{Client, Config, ListParams};
-    use sample_controller::controllers::Clock;
+    use sample_client_go::client::{Client, Config, ListParams};
+    use sample_controller_runtime::controller::Clock;
+    use sample_operators::apis::AtPhase;
 
     at_support::init_tracing();
     let dir = tempfile::tempdir().unwrap();
@@ -437,7 +437,7 @@ async fn a_manager_carries_on_across_a_kill_9_and_restart_of_a_durable_server() 
     let config =
         Config::from_kubeconfig_yaml(&std::fs::read_to_string(&kubeconfig).unwrap(), None).unwrap();
     let client = Client::new(config).unwrap();
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
+    sample_operators::apis::crds::install::<sample_operators::apis::At>(&client)
         .await
         .unwrap();
     let clock = Clock::new();

@@ -441,7 +441,7 @@ fn cert_client(
 > {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(s.ca_pem().unwrap().as_bytes()).unwrap())

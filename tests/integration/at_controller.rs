@@ -6,11 +6,11 @@ use crate::at_support;
 use std::time::Duration;
 
 use at_support::*;
-use sample_controller::apis::conditions::find_condition;
-use sample_controller::apis::{AtPhase, AtResult, ConditionStatus};
-use sample_controller::client::{DeleteParams, PostParams};
-use sample_controller::controllers::Clock;
-use sample_controller::controllers::at::{CONDITION_INVALID_SPEC, reason};
+use sample_client_go::client::{DeleteParams, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::conditions::find_condition;
+use sample_operators::apis::{AtPhase, AtResult, ConditionStatus};
+use sample_operators::controllers::at::{CONDITION_INVALID_SPEC, reason};
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -274,7 +274,7 @@ async fn a_foreign_pod_with_the_same_name_is_reported_and_left_alone() {
 async fn a_deadline_ends_the_at_deadline_exceeded_and_the_ttl_deletes_its_pod() {
     use embedded_apiserver::ApiServer;
     use embedded_apiserver::runtime::NodeRuntime;
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     init_tracing();
     let server = ApiServer::builder()
         .simulate(true)
@@ -283,7 +283,7 @@ async fn a_deadline_ends_the_at_deadline_exceeded_and_the_ttl_deletes_its_pod() 
         .await
         .unwrap();
     let client = client_for(&server);
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
+    sample_operators::apis::crds::install::<sample_operators::apis::At>(&client)
         .await
         .unwrap();
     let clock = Clock::new();

@@ -14,9 +14,8 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use sample_controller::controllers::Clock;
-use sample_controller::manager::Manager;
-use sample_controller::otlp::{self, OtlpConfig, SpanQueue};
+use sample_controller_runtime::controller::Clock;
+use sample_controller_runtime::otlp::{self, OtlpConfig, SpanQueue};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt;
@@ -125,7 +124,7 @@ fn is_pod_create(s: &Value) -> bool {
 
 struct Running {
     stop: CancellationToken,
-    task: tokio::task::JoinHandle<Result<(), sample_controller::manager::ManagerError>>,
+    task: tokio::task::JoinHandle<Result<(), sample_controller_runtime::manager::ManagerError>>,
 }
 
 /// A manager exporting to `endpoint` through `queue`, the layer installed on this thread's
@@ -139,11 +138,11 @@ async fn start_exporting(
     let guard = tracing::subscriber::set_default(subscriber);
     let mut otlp_config = OtlpConfig::new(otlp::parse_endpoint(endpoint).unwrap(), "at-otlp-test");
     otlp_config.scheduled_delay = Duration::from_millis(100);
-    let config = sample_controller::manager::ManagerConfig {
+    let config = sample_controller_runtime::manager::ManagerConfig {
         otlp: Some(otlp_config),
         ..manager_config()
     };
-    let manager = Manager::new(config, manager_client(server))
+    let manager = sample_operators::registry::manager(config, manager_client(server))
         .with_clock(Clock::new())
         .with_span_queue(queue.clone());
     let controllers = manager.controllers_handle();

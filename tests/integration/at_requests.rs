@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use at_support::*;
 use embedded_apiserver::ApiServerHandle;
-use sample_controller::apis::AtPhase;
-use sample_controller::controllers::Clock;
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::AtPhase;
 
 /// Polls with lists (never a GET, so that the GET count stays the controller's).
-async fn wait_listed(client: &sample_controller::client::Client, name: &str, want: AtPhase) {
+async fn wait_listed(client: &sample_client_go::client::Client, name: &str, want: AtPhase) {
     wait_until_every(
         &format!("{name} {want}"),
         Duration::from_millis(20),
@@ -29,7 +29,7 @@ async fn wait_listed(client: &sample_controller::client::Client, name: &str, wan
     .await;
 }
 
-async fn wait_listed_pod(client: &sample_controller::client::Client, name: &str) {
+async fn wait_listed_pod(client: &sample_client_go::client::Client, name: &str) {
     wait_until_every(
         &format!("pod {name}"),
         Duration::from_millis(20),
@@ -44,7 +44,7 @@ async fn wait_listed_pod(client: &sample_controller::client::Client, name: &str)
     .await;
 }
 
-async fn wait_events(client: &sample_controller::client::Client, name: &str, n: usize) {
+async fn wait_events(client: &sample_client_go::client::Client, name: &str, n: usize) {
     wait_until_every(
         &format!("{n} events of {name}"),
         Duration::from_millis(20),
@@ -142,10 +142,10 @@ async fn an_at_due_later_costs_seven_writes_and_no_get() {
 
 /// The At's pod as an older version of the controller made it: controlled by the At, without
 /// the `app.kubernetes.io/managed-by` label the pod cache now selects on.
-fn unlabelled_pod_of(at: &sample_controller::apis::At) -> k8s_openapi::api::core::v1::Pod {
-    let mut pod = sample_controller::controllers::at::new_pod(at);
+fn unlabelled_pod_of(at: &sample_operators::apis::At) -> k8s_openapi::api::core::v1::Pod {
+    let mut pod = sample_operators::controllers::at::new_pod(at);
     if let Some(labels) = pod.metadata.labels.as_mut() {
-        labels.remove(sample_controller::controllers::owned::LABEL_MANAGED_BY);
+        labels.remove(sample_controller_runtime::owned::LABEL_MANAGED_BY);
     }
     pod
 }
@@ -155,7 +155,7 @@ fn unlabelled_pod_of(at: &sample_controller::apis::At) -> k8s_openapi::api::core
 /// retry loop.
 #[tokio::test]
 async fn an_unlabelled_pod_of_ours_is_adopted_with_one_get() {
-    use sample_controller::client::PostParams;
+    use sample_client_go::client::PostParams;
     let (server, client) = server().await;
     let stored = create_at(&client, &at("old", "2019-04-12T10:12:00Z", "echo YAY")).await;
     pods(&client)
@@ -198,7 +198,7 @@ async fn an_unlabelled_pod_of_ours_is_adopted_with_one_get() {
 /// reported as `ErrResourceExists` as before, never taken over, and the GETs stop.
 #[tokio::test]
 async fn an_unlabelled_foreign_pod_is_reported_and_the_gets_stop() {
-    use sample_controller::client::PostParams;
+    use sample_client_go::client::PostParams;
     let (server, client) = server().await;
     let stored = create_at(&client, &at("taken", "2019-04-12T10:12:00Z", "echo YAY")).await;
     let mut foreign = unlabelled_pod_of(&stored);

@@ -5,12 +5,12 @@ use crate::at_support;
 use std::time::Duration;
 
 use at_support::*;
-use sample_controller::apis::AtPhase;
-use sample_controller::controllers::Clock;
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::AtPhase;
 
 /// Creates `n` Ats named `<prefix>-<i>`, all due at `schedule`.
 async fn create_many(
-    client: &sample_controller::client::Client,
+    client: &sample_client_go::client::Client,
     prefix: &str,
     n: usize,
     schedule: &str,
@@ -21,7 +21,7 @@ async fn create_many(
 }
 
 /// Plays the kubelet for every pod not finished yet; returns how many it finished.
-async fn finish_all_pods(client: &sample_controller::client::Client) -> usize {
+async fn finish_all_pods(client: &sample_client_go::client::Client) -> usize {
     let mut n = 0;
     for pod in list_pods(client).await {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -33,7 +33,7 @@ async fn finish_all_pods(client: &sample_controller::client::Client) -> usize {
     n
 }
 
-async fn count_done(client: &sample_controller::client::Client) -> usize {
+async fn count_done(client: &sample_client_go::client::Client) -> usize {
     list_ats(client)
         .await
         .iter()

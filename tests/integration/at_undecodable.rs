@@ -15,16 +15,16 @@ use embedded_apiserver::ApiServer;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
-use sample_controller::apis::AtPhase;
-use sample_controller::client::{Api, Client, PostParams};
-use sample_controller::controllers::Clock;
+use sample_client_go::client::{Api, Client, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::AtPhase;
 
 const BAD: &str = "older-operators-at";
 
 /// An embedded API server whose simulated node runs every pod to success at once, with the At
 /// CRD installed and then loosened.
 async fn loosened_server() -> (embedded_apiserver::ApiServerHandle, Client) {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     init_tracing();
     let server = ApiServer::builder()
         .simulate(true)
@@ -33,7 +33,7 @@ async fn loosened_server() -> (embedded_apiserver::ApiServerHandle, Client) {
         .await
         .expect("server starts");
     let client = client_for(&server);
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
+    sample_operators::apis::crds::install::<sample_operators::apis::At>(&client)
         .await
         .expect("CRD installs");
     let crds = Api::<CustomResourceDefinition>::all(client.clone());

@@ -24,13 +24,13 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use sample_controller::cache::informer::InformerOptions;
-use sample_controller::cache::{
+use sample_client_go::cache::informer::InformerOptions;
+use sample_client_go::cache::{
     Deleted, EventHandlerFns, InformerScope, ReflectorConfig, SharedIndexInformer,
     SharedInformerFactory, key_of,
 };
-use sample_controller::client::config::{Auth, Secret};
-use sample_controller::client::{Api, Client, Config, DeleteParams, PostParams};
+use sample_client_go::client::config::{Auth, Secret};
+use sample_client_go::client::{Api, Client, Config, DeleteParams, PostParams};
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -198,7 +198,7 @@ struct Env {
 }
 
 async fn env(reject_streaming: bool) -> Env {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let server = ApiServer::builder()
         .plain_http(true)
         .reject_send_initial_events(reject_streaming)

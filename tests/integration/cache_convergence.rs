@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
-use sample_controller::cache::informer::InformerOptions;
-use sample_controller::cache::testing::{FakeListerWatcher, meta};
-use sample_controller::cache::{
+use sample_client_go::cache::informer::InformerOptions;
+use sample_client_go::cache::testing::{FakeListerWatcher, meta};
+use sample_client_go::cache::{
     Deleted, ReflectorConfig, ResourceEventHandler, SharedIndexInformer, key_of,
 };
-use sample_controller::client::{Error, TransportError, TransportKind};
+use sample_client_go::client::{Error, TransportError, TransportKind};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Clone, Debug)]

@@ -34,17 +34,17 @@ use embedded_apiserver::{ApiServer, ApiServerHandle};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
-use sample_controller::apis::{At, AtSpec};
-use sample_controller::cache::informer::{InformerOptions, wait_for_cache_sync};
-use sample_controller::cache::reflector::{BackoffConfig, is_connection_refused};
-use sample_controller::cache::{
+use sample_client_go::cache::informer::{InformerOptions, wait_for_cache_sync};
+use sample_client_go::cache::reflector::{BackoffConfig, is_connection_refused};
+use sample_client_go::cache::{
     Deleted, ListerWatcher, ReflectorConfig, ResourceEventHandler, SharedIndexInformer, key_of,
 };
-use sample_controller::client::config::{Auth, Secret};
-use sample_controller::client::{
+use sample_client_go::client::config::{Auth, Secret};
+use sample_client_go::client::{
     Api, Client, Config, DeleteParams, ListParams, ObjectList, Patch, PatchParams, PostParams,
     WatchParams, WatchStream,
 };
+use sample_operators::apis::{At, AtSpec};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -54,7 +54,7 @@ const NS: &str = "default";
 // ----- the server and its clients -----
 
 async fn server() -> ApiServerHandle {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     ApiServer::builder().plain_http(true).start().await.unwrap()
 }
 
@@ -191,7 +191,7 @@ fn informer_with_resync(
 }
 
 /// Runs an informer; the token stops it, the handle is awaited by the test.
-fn run<K: sample_controller::cache::CacheObject>(
+fn run<K: sample_client_go::cache::CacheObject>(
     inf: &SharedIndexInformer<K>,
 ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let cancel = CancellationToken::new();
@@ -202,7 +202,7 @@ fn run<K: sample_controller::cache::CacheObject>(
     (cancel, task)
 }
 
-async fn synced<K: sample_controller::cache::CacheObject>(inf: &SharedIndexInformer<K>) {
+async fn synced<K: sample_client_go::cache::CacheObject>(inf: &SharedIndexInformer<K>) {
     assert!(
         inf.wait_for_cache_sync(Instant::now() + Duration::from_secs(30))
             .await,
@@ -279,15 +279,12 @@ impl Recording {
     }
 }
 
-fn code(e: &sample_controller::client::Error) -> u16 {
+fn code(e: &sample_client_go::client::Error) -> u16 {
     e.code().unwrap_or(0)
 }
 
 impl ListerWatcher<Pod> for Recording {
-    async fn list(
-        &self,
-        params: &ListParams,
-    ) -> sample_controller::client::Result<ObjectList<Pod>> {
+    async fn list(&self, params: &ListParams) -> sample_client_go::client::Result<ObjectList<Pod>> {
         let r = ListerWatcher::list(&self.api, params).await;
         self.calls.lock().unwrap().push(Call::List {
             rv: params.resource_version.clone(),
@@ -300,7 +297,7 @@ impl ListerWatcher<Pod> for Recording {
     async fn watch(
         &self,
         params: &WatchParams,
-    ) -> sample_controller::client::Result<WatchStream<Pod>> {
+    ) -> sample_client_go::client::Result<WatchStream<Pod>> {
         let r = ListerWatcher::watch(&self.api, params).await;
         self.calls.lock().unwrap().push(Call::Watch {
             rv: params.resource_version.clone(),
@@ -1009,7 +1006,7 @@ async fn refused_rewatches_back_off_and_resume_without_relist() {
 async fn lister_get_of_a_missing_object_is_not_found_with_the_qualified_singular() {
     let server = server().await;
     let direct = client(&server);
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&direct)
+    sample_operators::apis::crds::install::<sample_operators::apis::At>(&direct)
         .await
         .unwrap();
     let ats: Api<At> = Api::namespaced(direct.clone(), NS);

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
-use sample_controller::cache::informer::InformerOptions;
-use sample_controller::cache::testing::{FakeListerWatcher, FakeSource, Request, meta};
-use sample_controller::cache::{
+use sample_client_go::cache::informer::InformerOptions;
+use sample_client_go::cache::testing::{FakeListerWatcher, FakeSource, Request, meta};
+use sample_client_go::cache::{
     Deleted, EventHandlerFns, FilteringHandler, InformerError, InformerScope, Lister,
     OWNER_UID_INDEX, ReflectorConfig, ResourceEventHandler, Selector, SharedIndexInformer,
     SharedInformerFactory, key_of, wait_for_cache_sync,
 };
-use sample_controller::client::{Error, WatchEvent};
+use sample_client_go::client::{Error, WatchEvent};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -403,7 +403,7 @@ async fn owner_index_and_custom_indexes_answer_from_the_cache() {
     let inf = informer(&fake, Duration::ZERO);
     inf.add_indexer(
         OWNER_UID_INDEX,
-        sample_controller::cache::owner_uid_index::<Pod>,
+        sample_client_go::cache::owner_uid_index::<Pod>,
     )
     .unwrap();
     inf.add_indexer("node", |p: &Pod| {

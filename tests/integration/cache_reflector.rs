@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use sample_controller::cache::reflector::{Backoff, BackoffConfig, DEFAULT_PAGE_SIZE};
-use sample_controller::cache::testing::{FakeListerWatcher, Request, meta};
-use sample_controller::cache::{Indexer, Reflector, ReflectorConfig, key_of};
-use sample_controller::client::{
+use sample_client_go::cache::reflector::{Backoff, BackoffConfig, DEFAULT_PAGE_SIZE};
+use sample_client_go::cache::testing::{FakeListerWatcher, Request, meta};
+use sample_client_go::cache::{Indexer, Reflector, ReflectorConfig, key_of};
+use sample_client_go::client::{
     Bookmark, Error, ListParams, TransportError, TransportKind, WatchEvent, WatchParams,
 };
 use tokio::task::JoinHandle;
@@ -470,11 +470,11 @@ fn too_large() -> Error {
 /// A lister-watcher whose continuation pages always expire.
 struct ExpiringPages(FakeListerWatcher<Pod>);
 
-impl sample_controller::cache::ListerWatcher<Pod> for ExpiringPages {
+impl sample_client_go::cache::ListerWatcher<Pod> for ExpiringPages {
     async fn list(
         &self,
         params: &ListParams,
-    ) -> sample_controller::client::Result<sample_controller::client::ObjectList<Pod>> {
+    ) -> sample_client_go::client::Result<sample_client_go::client::ObjectList<Pod>> {
         let r = self.0.list(params).await;
         self.0.expire_continue_tokens();
         r
@@ -482,7 +482,7 @@ impl sample_controller::cache::ListerWatcher<Pod> for ExpiringPages {
     async fn watch(
         &self,
         params: &WatchParams,
-    ) -> sample_controller::client::Result<sample_controller::client::WatchStream<Pod>> {
+    ) -> sample_client_go::client::Result<sample_client_go::client::WatchStream<Pod>> {
         self.0.watch(params).await
     }
 }
@@ -583,8 +583,8 @@ async fn second_run_returns_at_once() {
     h.stop().await;
 }
 
-fn undecodable(name: &str, rv: &str) -> sample_controller::client::UndecodableObject {
-    sample_controller::client::UndecodableObject {
+fn undecodable(name: &str, rv: &str) -> sample_client_go::client::UndecodableObject {
+    sample_client_go::client::UndecodableObject {
         kind: "Pod".into(),
         api_version: Some("v1".into()),
         namespace: Some("default".into()),

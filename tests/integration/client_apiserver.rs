@@ -8,13 +8,13 @@ use embedded_apiserver::{ApiServer, ApiServerHandle};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use sample_controller::apis::At;
-use sample_controller::cache::ListerWatcher;
-use sample_controller::client::config::{Auth, Secret};
-use sample_controller::client::{
+use sample_client_go::cache::ListerWatcher;
+use sample_client_go::client::config::{Auth, Secret};
+use sample_client_go::client::{
     Api, Client, Config, DeleteParams, DeleteResponse, ListParams, Patch, PatchParams, PostParams,
     WatchEvent, WatchParams,
 };
+use sample_operators::apis::At;
 use serde_json::json;
 
 async fn https_server() -> (ApiServerHandle, Client) {
@@ -290,7 +290,7 @@ async fn custom_resources_and_422() {
     let crds: Api<CustomResourceDefinition> = Api::cluster(client.clone());
     crds.create(
         &PostParams::default(),
-        &sample_controller::apis::crds::crd::<At>().unwrap(),
+        &sample_operators::apis::crds::crd::<At>().unwrap(),
     )
     .await
     .unwrap();

@@ -10,8 +10,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use client_support::*;
 use k8s_openapi::api::core::v1::Pod;
-use sample_controller::client::config::{Auth, InteractiveMode, Secret};
-use sample_controller::client::{Api, Client, Config, ConfigOptions};
+use sample_client_go::client::config::{Auth, InteractiveMode, Secret};
+use sample_client_go::client::{Api, Client, Config, ConfigOptions};
 use serde_json::json;
 
 fn fixture(name: &str) -> PathBuf {
@@ -621,16 +621,15 @@ async fn exec_plugin_failures_are_explained() {
         status(500, "InternalError", "unreachable")
     }))
     .await;
-    let exec =
-        |command: String, hint: Option<&str>| sample_controller::client::config::ExecConfig {
-            api_version: "client.authentication.k8s.io/v1".into(),
-            command,
-            args: vec![],
-            env: vec![],
-            install_hint: hint.map(str::to_owned),
-            interactive_mode: InteractiveMode::Never,
-            provide_cluster_info: false,
-        };
+    let exec = |command: String, hint: Option<&str>| sample_client_go::client::config::ExecConfig {
+        api_version: "client.authentication.k8s.io/v1".into(),
+        command,
+        args: vec![],
+        env: vec![],
+        install_hint: hint.map(str::to_owned),
+        interactive_mode: InteractiveMode::Never,
+        provide_cluster_info: false,
+    };
     let mut cfg = server.config();
     cfg.auth = Auth::Exec(exec(plugin.display().to_string(), None));
     let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
@@ -694,7 +693,7 @@ async fn exec_plugin_can_supply_a_client_certificate() {
     let plugin = write_plugin(dir.path(), &format!("cat '{}'\n", cred.display()));
     let mut cfg = server.config();
     cfg.qps = 0.0;
-    cfg.auth = Auth::Exec(sample_controller::client::config::ExecConfig {
+    cfg.auth = Auth::Exec(sample_client_go::client::config::ExecConfig {
         api_version: "client.authentication.k8s.io/v1beta1".into(),
         command: plugin.display().to_string(),
         args: vec![],
@@ -730,7 +729,7 @@ async fn expired_exec_credentials_are_fetched_again() {
     let server = token_server(expected).await;
     let mut cfg = server.config();
     cfg.qps = 0.0;
-    cfg.auth = Auth::Exec(sample_controller::client::config::ExecConfig {
+    cfg.auth = Auth::Exec(sample_client_go::client::config::ExecConfig {
         api_version: "client.authentication.k8s.io/v1".into(),
         command: plugin.display().to_string(),
         args: vec![],

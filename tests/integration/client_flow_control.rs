@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use client_support::*;
 use k8s_openapi::api::core::v1::Pod;
-use sample_controller::client::transport::FLOW_CONTROL_HEADERS;
-use sample_controller::client::{Api, Client, ThrottleDecision};
-use sample_controller::metrics::Metrics;
+use sample_client_go::client::transport::FLOW_CONTROL_HEADERS;
+use sample_client_go::client::{Api, Client, ThrottleDecision};
+use sample_controller_runtime::metrics::Metrics;
 use serde_json::json;
 
 fn pod_reply(apf: bool) -> Reply {

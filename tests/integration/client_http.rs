@@ -13,8 +13,8 @@ use client_support::*;
 use futures_util::StreamExt;
 use http::Version;
 use k8s_openapi::api::core::v1::Pod;
-use sample_controller::client::config::{Auth, Secret};
-use sample_controller::client::{
+use sample_client_go::client::config::{Auth, Secret};
+use sample_client_go::client::{
     Api, Client, DeleteParams, DeleteResponse, Error, ListParams, Patch, PatchParams, PostParams,
     PropagationPolicy, WatchEvent, WatchParams,
 };
@@ -28,7 +28,7 @@ fn pod(name: &str) -> Pod {
     serde_json::from_value(pod_json(name, "1")).unwrap()
 }
 
-fn unthrottled(mut c: sample_controller::client::Config) -> Client {
+fn unthrottled(mut c: sample_client_go::client::Config) -> Client {
     c.qps = 0.0;
     Client::new(c).unwrap()
 }
@@ -561,7 +561,7 @@ async fn connection_refused_is_not_retried_for_any_verb() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut cfg = sample_controller::client::Config::new(format!("http://{addr}").parse().unwrap());
+    let mut cfg = sample_client_go::client::Config::new(format!("http://{addr}").parse().unwrap());
     cfg.qps = 0.0;
     cfg.timeout = None;
     let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
@@ -628,7 +628,7 @@ async fn resetting_server(resets: usize) -> (std::net::SocketAddr, Arc<AtomicUsi
 #[tokio::test]
 async fn a_reset_connection_retries_a_get_but_not_a_write() {
     let (addr, conns) = resetting_server(2).await;
-    let mut cfg = sample_controller::client::Config::new(format!("http://{addr}").parse().unwrap());
+    let mut cfg = sample_client_go::client::Config::new(format!("http://{addr}").parse().unwrap());
     cfg.qps = 0.0;
     let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
     // Reset twice, answered on the third connection.
@@ -643,7 +643,7 @@ async fn a_reset_connection_retries_a_get_but_not_a_write() {
 
     // A write on a reset connection may have been applied: it is not sent again.
     let (addr, conns) = resetting_server(1).await;
-    let mut cfg = sample_controller::client::Config::new(format!("http://{addr}").parse().unwrap());
+    let mut cfg = sample_client_go::client::Config::new(format!("http://{addr}").parse().unwrap());
     cfg.qps = 0.0;
     let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");
     assert!(matches!(
@@ -657,7 +657,7 @@ async fn a_reset_connection_retries_a_get_but_not_a_write() {
 #[tokio::test]
 async fn a_get_on_a_connection_that_keeps_resetting_gives_up_after_max_retries() {
     let (addr, conns) = resetting_server(usize::MAX).await;
-    let mut cfg = sample_controller::client::Config::new(format!("http://{addr}").parse().unwrap());
+    let mut cfg = sample_client_go::client::Config::new(format!("http://{addr}").parse().unwrap());
     cfg.qps = 0.0;
     cfg.max_retries = 2;
     let pods: Api<Pod> = Api::namespaced(Client::new(cfg).unwrap(), "ns");

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use proptest::prelude::*;
-use sample_controller::client::WatchDecoder;
+use sample_client_go::client::WatchDecoder;
 
 const LIMIT: usize = 256;
 

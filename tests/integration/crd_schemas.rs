@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 
 use embedded_apiserver::logic::schema;
 use jiff::Timestamp;
-use sample_controller::apis::at::conversion::V1ALPHA1;
-use sample_controller::apis::at::v1alpha1::At as AtV1alpha1;
-use sample_controller::apis::{
+use sample_operators::apis::at::conversion::V1ALPHA1;
+use sample_operators::apis::at::v1alpha1::At as AtV1alpha1;
+use sample_operators::apis::{
     At, AtPhase, AtResult, AtStatus, Condition, ConditionStatus, CustomResourceExt, Foo, FooStatus,
     MyApp, MyAppStatus, RedisCluster, RedisClusterStatus, TDSet, TDSetStatus, crds,
 };

@@ -17,10 +17,10 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ObjectReference;
 use record_support::*;
-use sample_controller::client::{
+use sample_client_go::client::{
     Api, Client, Error, Patch, PatchParams, Result, TransportError, TransportKind,
 };
-use sample_controller::leaderelection::{
+use sample_client_go::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig, LeaderElectionRecord, LeaderElector, LeaseLock,
     ResourceLock,
 };
@@ -243,8 +243,8 @@ async fn a_stale_resource_version_gets_409_and_the_elector_copes() {
 #[tokio::test]
 async fn the_elector_records_leadership_events_on_the_lease() {
     use k8s_openapi::api::core::v1::Event;
-    use sample_controller::client::ListParams;
-    use sample_controller::record::{ApiEventSink, EventBroadcaster};
+    use sample_client_go::client::ListParams;
+    use sample_client_go::record::{ApiEventSink, EventBroadcaster};
 
     let server = server().await;
     let client = client(&server);

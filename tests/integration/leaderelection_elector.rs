@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use sample_controller::client::{Error, Result, TransportError, TransportKind};
-use sample_controller::leaderelection::{
+use sample_client_go::client::{Error, Result, TransportError, TransportKind};
+use sample_client_go::leaderelection::{
     ConfigError, LeaderCallbacks, LeaderElectionConfig, LeaderElectionRecord, LeaderElector,
     ResourceLock,
 };
-use sample_controller::metrics::Metrics;
+use sample_controller_runtime::metrics::Metrics;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

@@ -133,7 +133,7 @@ async fn an_unreachable_cluster_is_one_clear_line_and_exit_code_1() {
 
 #[tokio::test]
 async fn a_cluster_without_the_crd_says_how_to_install_it() {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let server = embedded_apiserver::ApiServer::builder()
         .start()
         .await
@@ -256,7 +256,7 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
         .unwrap();
     assert_eq!(status.code(), Some(0), "{stderr}");
     let lease =
-        sample_controller::client::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        sample_client_go::client::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
             client.clone(),
             "default",
         )
@@ -293,7 +293,7 @@ async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 
 #[test]
 fn verbosity_maps_klog_levels_to_our_crates_before_the_dependencies() {
-    use sample_controller::logging::{dependency_level, filter_directives};
+    use sample_controller_runtime::logging::{dependency_level, filter_directives};
     use tracing::Level;
     assert_eq!(dependency_level(1), Level::INFO);
     assert_eq!(dependency_level(5), Level::INFO);
@@ -310,7 +310,7 @@ fn verbosity_maps_klog_levels_to_our_crates_before_the_dependencies() {
 
 #[test]
 fn colour_only_on_a_terminal_without_no_color_and_events_are_one_line() {
-    use sample_controller::logging::{one_line, use_colour};
+    use sample_controller_runtime::logging::{one_line, use_colour};
     use std::ffi::OsStr;
     assert!(use_colour(true, None));
     assert!(!use_colour(false, None));
@@ -327,7 +327,7 @@ async fn crd_less_cluster() -> (
     tempfile::TempDir,
     String,
 ) {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let server = embedded_apiserver::ApiServer::builder()
         .start()
         .await
@@ -416,9 +416,10 @@ async fn dependency_debug_logs_appear_only_from_v6_and_never_in_colour_off_a_ter
         "-v 4 shows the manager's debug lines: {v4}"
     );
     assert!(
-        own.iter().all(|t| sample_controller::logging::OWN_TARGETS
-            .iter()
-            .any(|o| t.starts_with(o))),
+        own.iter()
+            .all(|t| sample_controller_runtime::logging::OWN_TARGETS
+                .iter()
+                .any(|o| t.starts_with(o))),
         "-v 4 shows only our crates: {own:?}"
     );
     let v6 = json_logs_at("6").await;

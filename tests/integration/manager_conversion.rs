@@ -220,8 +220,7 @@ async fn a_watch_in_v1alpha1_sees_v1_writes_converted() {
 
 /// The CRD as it was before `v1`: `v1alpha1` only, and stored.
 fn v1alpha1_only_crd() -> Value {
-    let mut crd =
-        sample_controller::apis::crds::crd_value::<sample_controller::apis::At>().unwrap();
+    let mut crd = sample_operators::apis::crds::crd_value::<sample_operators::apis::At>().unwrap();
     let versions = crd["spec"]["versions"].as_array_mut().unwrap();
     versions.retain(|v| v["name"] == "v1alpha1");
     let v = &mut versions[0];
@@ -257,7 +256,7 @@ async fn ats_stored_as_v1alpha1_before_the_switch_still_read_back_in_both_versio
     // The switch: v1 becomes the storage version, with the manager's /convert.
     let (stop, task) = start_manager(&s);
     wait_listening(s.webhook_addr).await;
-    let mut crd = sample_controller::apis::crds::at_crd_with_conversion_webhook(json!({
+    let mut crd = sample_operators::apis::crds::at_crd_with_conversion_webhook(json!({
         "service": {"namespace": "sample-controller", "name": "sample-controller-webhook", "path": "/convert"},
         "caBundle": base64::engine::general_purpose::STANDARD.encode(&s.ca),
     }))

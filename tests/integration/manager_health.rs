@@ -19,11 +19,9 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use sample_controller::client::{Api, Client, Config, PostParams};
-use sample_controller::controllers::Clock;
-use sample_controller::manager::{
-    KNOWN_CONTROLLERS, LeaderElectionConfig, Manager, ManagerConfig, ManagerError,
-};
+use sample_client_go::client::{Api, Client, Config, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_controller_runtime::manager::{LeaderElectionConfig, ManagerConfig, ManagerError};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -79,7 +77,7 @@ impl Running {
 }
 
 fn spawn_manager(client: &Client, config: ManagerConfig, identity: &str) -> Running {
-    let manager = Manager::new(config, client.clone())
+    let manager = sample_operators::registry::manager(config, client.clone())
         .with_clock(Clock::new())
         .with_identity(identity);
     let stop = CancellationToken::new();
@@ -92,7 +90,7 @@ fn spawn_manager(client: &Client, config: ManagerConfig, identity: &str) -> Runn
 /// controller's service account.
 async fn rbac_server(with_binding: bool) -> (ApiServerHandle, Client, Client) {
     init_tracing();
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let server = ApiServer::builder()
         .enforce_rbac(true)
         .service_account_token("controller-token", "sample-controller", "sample-controller")
@@ -100,7 +98,7 @@ async fn rbac_server(with_binding: bool) -> (ApiServerHandle, Client, Client) {
         .await
         .unwrap();
     let admin = client_for(&server);
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&admin)
+    sample_operators::apis::crds::install::<sample_operators::apis::At>(&admin)
         .await
         .unwrap();
     let mut files = vec![
@@ -127,7 +125,7 @@ async fn rbac_server(with_binding: bool) -> (ApiServerHandle, Client, Client) {
 fn probes_config(health: SocketAddr) -> ManagerConfig {
     ManagerConfig {
         health_addr: Some(health),
-        serving: sample_controller::health::probe_serving_limits(),
+        serving: sample_controller_runtime::health::probe_serving_limits(),
         ..manager_config()
     }
 }
@@ -331,7 +329,7 @@ async fn metrics_cover_exactly_the_informers_of_the_enabled_controllers() {
     let all = spawn_manager(
         &manager_client(&server),
         ManagerConfig {
-            controllers: KNOWN_CONTROLLERS.to_vec(),
+            controllers: sample_operators::registry::NAMES.to_vec(),
             metrics_addr: Some(metrics),
             ..manager_config()
         },

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use at_support::*;
 use k8s_openapi::api::coordination::v1::Lease;
-use sample_controller::apis::AtPhase;
-use sample_controller::client::Api;
-use sample_controller::controllers::Clock;
-use sample_controller::manager::{LeaderElectionConfig, Manager, ManagerConfig};
+use sample_client_go::client::Api;
+use sample_controller_runtime::controller::Clock;
+use sample_controller_runtime::manager::{LeaderElectionConfig, ManagerConfig};
+use sample_operators::apis::AtPhase;
 
 fn elected() -> ManagerConfig {
     ManagerConfig {
@@ -25,18 +25,14 @@ fn elected() -> ManagerConfig {
     }
 }
 
-fn start(
-    client: sample_controller::client::Client,
-    identity: &str,
-    clock: Clock,
-) -> RunningManager {
-    let manager = Manager::new(elected(), client)
+fn start(client: sample_client_go::client::Client, identity: &str, clock: Clock) -> RunningManager {
+    let manager = sample_operators::registry::manager(elected(), client)
         .with_clock(clock)
         .with_identity(identity);
     RunningManager::spawn(manager)
 }
 
-async fn holder(client: &sample_controller::client::Client) -> Option<String> {
+async fn holder(client: &sample_client_go::client::Client) -> Option<String> {
     Api::<Lease>::namespaced(client.clone(), NS)
         .get_opt("sample-controller")
         .await

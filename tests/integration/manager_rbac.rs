@@ -13,10 +13,10 @@ use std::time::Duration;
 use at_support::*;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use sample_controller::apis::AtPhase;
-use sample_controller::client::{Api, DeleteParams, PostParams};
-use sample_controller::controllers::Clock;
-use sample_controller::manager::{LeaderElectionConfig, ManagerConfig};
+use sample_client_go::client::{Api, DeleteParams, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_controller_runtime::manager::{LeaderElectionConfig, ManagerConfig};
+use sample_operators::apis::AtPhase;
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
@@ -198,7 +198,7 @@ async fn every_request_of_the_manager_is_granted_by_artifacts_deploy() {
 async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
     let _ticker = Ticker::start();
     init_tracing();
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let server = embedded_apiserver::ApiServer::builder()
         .enforce_rbac(true)
         .service_account_token("controller-token", "sample-controller", "sample-controller")
@@ -206,7 +206,7 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
         .await
         .unwrap();
     let client = client_for(&server);
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
+    sample_operators::apis::crds::install::<sample_operators::apis::At>(&client)
         .await
         .unwrap();
     for file in [
@@ -220,12 +220,12 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
             .load_manifests(&std::fs::read_to_string(file).unwrap())
             .unwrap();
     }
-    let config = sample_controller::client::Config::from_kubeconfig_yaml(
+    let config = sample_client_go::client::Config::from_kubeconfig_yaml(
         &server.kubeconfig_yaml_for_token("controller-token"),
         None,
     )
     .unwrap();
-    let controller_client = sample_controller::client::Client::new(config).unwrap();
+    let controller_client = sample_client_go::client::Client::new(config).unwrap();
 
     let clock = Clock::new();
     let manager_cfg = ManagerConfig {
@@ -243,9 +243,9 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
     // (granted: pods get, patch).
     let old_due = in_the_future(&clock, Duration::ZERO);
     let old = create_at(&client, &at("old", &old_due, "echo YAY")).await;
-    let mut old_pod = sample_controller::controllers::at::new_pod(&old);
+    let mut old_pod = sample_operators::controllers::at::new_pod(&old);
     if let Some(labels) = old_pod.metadata.labels.as_mut() {
-        labels.remove(sample_controller::controllers::owned::LABEL_MANAGED_BY);
+        labels.remove(sample_controller_runtime::owned::LABEL_MANAGED_BY);
     }
     pods(&client)
         .create(&PostParams::default(), &old_pod)

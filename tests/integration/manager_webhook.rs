@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use base64::Engine;
 use embedded_apiserver::{ApiServer, ApiServerHandle};
-use sample_controller::manager::{Manager, ManagerError};
-use sample_controller::webhook::WebhookServerConfig;
+use sample_controller_runtime::manager::ManagerError;
+use sample_controller_runtime::webhook::WebhookServerConfig;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -99,7 +99,7 @@ async fn apply_configurations(api: &TestClient, ca_pem: &str) {
 }
 
 pub(crate) async fn setup() -> Setup {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let webhook_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let metrics_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let server = ApiServer::builder()
@@ -111,7 +111,7 @@ pub(crate) async fn setup() -> Setup {
     let ca = issue(certs.path(), "webhook-ca-1");
     let api = TestClient::new(&server);
     // The At CRD as the overlay installs it: v1alpha1 requests convert through /convert.
-    let crd = sample_controller::apis::crds::at_crd_with_conversion_webhook(json!({
+    let crd = sample_operators::apis::crds::at_crd_with_conversion_webhook(json!({
         "service": {"namespace": "sample-controller", "name": "sample-controller-webhook", "path": "/convert"},
         "caBundle": base64::engine::general_purpose::STANDARD.encode(&ca),
     }))
@@ -142,12 +142,12 @@ pub(crate) fn start_manager(
     let mut config = at_support::manager_config();
     config.controllers = vec![];
     config.metrics_addr = Some(s.metrics_addr);
-    let manager = Manager::new(config, at_support::manager_client(&s.server)).with_webhook_server(
-        Some(WebhookServerConfig {
-            addr: s.webhook_addr,
-            cert_dir: s.certs.path().to_owned(),
-        }),
-    );
+    let manager =
+        sample_operators::registry::manager(config, at_support::manager_client(&s.server))
+            .with_webhook_server(Some(WebhookServerConfig {
+                addr: s.webhook_addr,
+                cert_dir: s.certs.path().to_owned(),
+            }));
     let stop = CancellationToken::new();
     let task = tokio::spawn(manager.run(stop.clone()));
     (stop, task)

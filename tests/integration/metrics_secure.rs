@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use embedded_apiserver::{ApiServer, ApiServerHandle};
 use http_body_util::BodyExt;
-use sample_controller::client::{Client, Config};
-use sample_controller::manager::{Manager, ManagerConfig, SecureServing};
+use sample_client_go::client::{Client, Config};
+use sample_controller_runtime::manager::{ManagerConfig, SecureServing};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -35,7 +35,7 @@ subjects:
 /// An RBAC-enforcing server with the deploy's RBAC, the At CRD and three tokens: the
 /// controller's service account, `prometheus` (bound to metrics-reader) and `eve` (nothing).
 async fn server() -> ApiServerHandle {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let server = ApiServer::builder()
         .enforce_rbac(true)
         .service_account_token(SA_TOKEN, "sample-controller", "sample-controller")
@@ -45,7 +45,7 @@ async fn server() -> ApiServerHandle {
         .await
         .unwrap();
     let admin = client_for(&server);
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&admin)
+    sample_operators::apis::crds::install::<sample_operators::apis::At>(&admin)
         .await
         .unwrap();
     for file in [
@@ -128,7 +128,7 @@ fn start(server: &ApiServerHandle, addr: SocketAddr, secure: SecureServing) -> C
     };
     let stop = CancellationToken::new();
     tokio::spawn(
-        Manager::new(cfg, sa_client)
+        sample_operators::registry::manager(cfg, sa_client)
             .with_secure_metrics(secure)
             .run(stop.clone()),
     );

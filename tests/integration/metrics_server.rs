@@ -18,15 +18,15 @@ use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use record_support::*;
-use sample_controller::cache::SharedInformerFactory;
-use sample_controller::client::{Api, Client, Config, ListParams, PostParams};
-use sample_controller::health::{HealthState, serve_health};
-use sample_controller::leaderelection::{
+use sample_client_go::cache::SharedInformerFactory;
+use sample_client_go::client::{Api, Client, Config, ListParams, PostParams};
+use sample_client_go::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock,
 };
-use sample_controller::metrics::{Metrics, serve_metrics};
-use sample_controller::record::EventBroadcaster;
-use sample_controller::workqueue::{Queue, QueueMetrics};
+use sample_client_go::record::EventBroadcaster;
+use sample_client_go::workqueue::{Queue, QueueMetrics};
+use sample_controller_runtime::health::{HealthState, serve_health};
+use sample_controller_runtime::metrics::{Metrics, serve_metrics};
 use tokio_util::sync::CancellationToken;
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
@@ -255,6 +255,7 @@ async fn metrics_endpoint_serves_every_family_as_prometheus_text() {
     wait_synced(|| informer.has_synced()).await;
     let stats = informer.status().snapshot();
     let objects = informer.indexer().len();
+    use sample_client_go::leaderelection::LeaderMetrics as _;
     metrics
         .leader_election()
         .set_leading("kube-system/cnat", true);
@@ -602,10 +603,10 @@ struct Replica {
     addr: SocketAddr,
     cancel: CancellationToken,
     task: tokio::task::JoinHandle<()>,
-    server: sample_controller::health::ServerHandle,
+    server: sample_controller_runtime::health::ServerHandle,
 }
 
-async fn replica(client: &sample_controller::client::Client, id: &str) -> Replica {
+async fn replica(client: &sample_client_go::client::Client, id: &str) -> Replica {
     let health = HealthState::new();
     let synced = Arc::new(AtomicBool::new(false));
     let s = synced.clone();
@@ -694,7 +695,7 @@ async fn readyz_follows_sync_on_the_leader_and_on_the_standby() {
 /// every series of a controller exists at 0 once its workers start, then each sync counts.
 #[test]
 fn controller_runtime_families_have_its_names_labels_and_buckets() {
-    use sample_controller::metrics::{RECONCILE_TIME_BUCKETS, ReconcileResult};
+    use sample_controller_runtime::metrics::{RECONCILE_TIME_BUCKETS, ReconcileResult};
     let metrics = Metrics::new();
     let m = metrics.controller();
     m.start_controller("cnat", 2);

@@ -10,14 +10,14 @@ use at_support::*;
 use embedded_apiserver::ApiServer;
 use k8s_openapi::api::core::v1::Secret;
 use operators_support::*;
-use sample_controller::apis::{
+use sample_client_go::client::{Api, Client, Config, DeleteParams, ListParams, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::{
     AtPhase, Foo, FooSpec, MyApp, MyAppSpec, RedisCluster, RedisClusterSpec, TDSet,
 };
-use sample_controller::client::{Api, Client, Config, DeleteParams, ListParams, PostParams};
-use sample_controller::controllers::Clock;
-use sample_controller::controllers::foo;
-use sample_controller::controllers::rediscluster::LABEL_CLUSTER;
-use sample_controller::manager::KNOWN_CONTROLLERS;
+use sample_operators::controllers::foo;
+use sample_operators::controllers::rediscluster::LABEL_CLUSTER;
+use sample_operators::registry::NAMES;
 
 const SA_TOKEN: &str = "sample-controller-sa-token";
 
@@ -68,7 +68,7 @@ async fn five_controllers_in_one_manager_need_nothing_beyond_the_cluster_role() 
     assert!(forbidden.is_forbidden(), "RBAC is enforced: {forbidden}");
 
     let clock = Clock::starting_at("2030-06-03T10:00:00Z".parse().unwrap());
-    let manager = start_manager(&sa_client, config_for(KNOWN_CONTROLLERS), clock).await;
+    let manager = start_manager(&sa_client, config_for(&NAMES), clock).await;
 
     // At: due an hour ago, so it runs at once; the simulated node runs its pod to completion.
     create_at(&client, &at("once", "2030-06-03T09:00:00Z", "echo hi")).await;

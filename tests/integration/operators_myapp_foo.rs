@@ -10,10 +10,10 @@ use at_support::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use operators_support::*;
-use sample_controller::apis::{Foo, FooSpec, MyApp, MyAppSpec};
-use sample_controller::client::{Client, DeleteParams, Patch, PatchParams, PostParams};
-use sample_controller::controllers::Clock;
-use sample_controller::controllers::{foo, myapp};
+use sample_client_go::client::{Client, DeleteParams, Patch, PatchParams, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::{Foo, FooSpec, MyApp, MyAppSpec};
+use sample_operators::controllers::{foo, myapp};
 
 fn meta(name: &str) -> ObjectMeta {
     ObjectMeta {
@@ -299,7 +299,7 @@ async fn a_failing_sync_records_a_reconciliation_failed_warning_and_recovers() {
     let warning = wait_for_event(
         &client,
         "flaky",
-        sample_controller::controllers::REASON_RECONCILIATION_FAILED,
+        sample_controller_runtime::controller::REASON_RECONCILIATION_FAILED,
     )
     .await;
     assert_eq!(warning.type_.as_deref(), Some("Warning"));
@@ -324,7 +324,7 @@ async fn myapp_brings_a_deployment_of_an_earlier_version_to_the_track_s_shape() 
     use k8s_openapi::api::apps::v1::DeploymentSpec;
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-    use sample_controller::controllers::owned::{dependent_metadata, standard_labels};
+    use sample_controller_runtime::owned::{dependent_metadata, standard_labels};
 
     let _ticker = Ticker::start();
     let (server, client) = operator_server().await;

@@ -8,12 +8,12 @@ use crate::operators_support;
 use at_support::*;
 use k8s_openapi::api::core::v1::Pod;
 use operators_support::*;
-use sample_controller::apis::conditions::find_condition;
-use sample_controller::apis::rediscluster::FINALIZER;
-use sample_controller::apis::{ConditionStatus, RedisCluster, RedisClusterSpec};
-use sample_controller::client::{Client, DeleteParams, ListParams, PostParams};
-use sample_controller::controllers::Clock;
-use sample_controller::controllers::rediscluster::{CONDITION_DEGRADED, LABEL_CLUSTER, reason};
+use sample_client_go::client::{Client, DeleteParams, ListParams, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::conditions::find_condition;
+use sample_operators::apis::rediscluster::FINALIZER;
+use sample_operators::apis::{ConditionStatus, RedisCluster, RedisClusterSpec};
+use sample_operators::controllers::rediscluster::{CONDITION_DEGRADED, LABEL_CLUSTER, reason};
 
 fn cluster(name: &str, size: i32, image: Option<&str>) -> RedisCluster {
     RedisCluster {
@@ -180,7 +180,7 @@ async fn a_misconfigured_cluster_is_degraded_with_a_warning_and_creates_nothing(
 /// control-plane=redis-operator` lists them), and putting a label back is no `Scaled` event.
 #[tokio::test(start_paused = true)]
 async fn objects_of_an_earlier_version_get_the_control_plane_label() {
-    use sample_controller::controllers::rediscluster::{
+    use sample_operators::controllers::rediscluster::{
         CONTROL_PLANE, LABEL_CONTROL_PLANE, new_service, new_statefulset,
     };
 

@@ -16,9 +16,9 @@ use crate::seeds_support::{Walkthrough, row_of};
 use embedded_apiserver::ApiServer;
 use embedded_apiserver::runtime::NodeRuntime;
 use futures_util::StreamExt;
-use sample_controller::apis::{At, AtPhase};
-use sample_controller::client::{Api, WatchEvent, WatchParams};
-use sample_controller::controllers::Clock;
+use sample_client_go::client::{Api, WatchEvent, WatchParams};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::{At, AtPhase};
 use serde_json::Value;
 
 /// The phases a watch on `name` sees, in order, until DONE (at most two minutes).

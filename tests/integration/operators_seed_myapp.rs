@@ -8,9 +8,9 @@
 use crate::seeds_support::{Walkthrough, row};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use sample_controller::apis::MyApp;
-use sample_controller::client::{Api, Client};
-use sample_controller::controllers::Clock;
+use sample_client_go::client::{Api, Client};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::MyApp;
 
 const NAME: &str = "example-myapp";
 const NS: &str = "default";

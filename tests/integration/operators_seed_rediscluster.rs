@@ -19,10 +19,10 @@ use crate::seeds_support::{Walkthrough, row, row_of};
 use embedded_apiserver::faults::Fault;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use sample_controller::apis::RedisCluster;
-use sample_controller::client::{Api, Client, ListParams};
-use sample_controller::controllers::rediscluster::{LABEL_CLUSTER, reason};
-use sample_controller::controllers::{Clock, REASON_RECONCILIATION_FAILED};
+use sample_client_go::client::{Api, Client, ListParams};
+use sample_controller_runtime::controller::{Clock, REASON_RECONCILIATION_FAILED};
+use sample_operators::apis::RedisCluster;
+use sample_operators::controllers::rediscluster::{LABEL_CLUSTER, reason};
 
 const NAME: &str = "example-rediscluster";
 const NS: &str = "default";

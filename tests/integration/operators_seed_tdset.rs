@@ -12,9 +12,9 @@
 use crate::seeds_support::{Walkthrough, row};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use sample_controller::apis::TDSet;
-use sample_controller::client::{Api, Client};
-use sample_controller::controllers::Clock;
+use sample_client_go::client::{Api, Client};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::TDSet;
 
 const NAME: &str = "tdset-hello-world";
 const NS: &str = "temp";

@@ -17,11 +17,11 @@ use jiff::civil::date;
 use jiff::tz::TimeZone;
 use k8s_openapi::api::apps::v1::Deployment;
 use operators_support::*;
-use sample_controller::apis::conditions::find_condition;
-use sample_controller::apis::{ConditionStatus, TDSet};
-use sample_controller::client::{Client, Patch, PatchParams, PostParams};
-use sample_controller::controllers::Clock;
-use sample_controller::controllers::tdset::{CONDITION_DEGRADED, CONDITION_PROGRESSING, reason};
+use sample_client_go::client::{Client, Patch, PatchParams, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_operators::apis::conditions::find_condition;
+use sample_operators::apis::{ConditionStatus, TDSet};
+use sample_operators::controllers::tdset::{CONDITION_DEGRADED, CONDITION_PROGRESSING, reason};
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -73,7 +73,7 @@ async fn the_readme_cluster_block_runs_as_written() {
         eprintln!("SKIPPED: the README's cluster block: kubectl not found on PATH");
         return;
     }
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let server = ApiServer::builder()
         .simulate(true)
         .start()

@@ -13,12 +13,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
 use record_support::*;
-use sample_controller::client::{Api, DeleteParams, Error, ListParams};
-use sample_controller::record::{
+use sample_client_go::client::{Api, DeleteParams, Error, ListParams};
+use sample_client_go::record::{
     ApiEventSink, BroadcasterOptions, EventBroadcaster, EventSink, EventType, WatcherHandle,
 };
 
-async fn events(client: &sample_controller::client::Client, ns: &str) -> Vec<Event> {
+async fn events(client: &sample_client_go::client::Client, ns: &str) -> Vec<Event> {
     let api: Api<Event> = Api::namespaced(client.clone(), ns);
     let mut items = api.list(&ListParams::default()).await.unwrap().items;
     items.sort_by_key(|e| e.metadata.name.clone());

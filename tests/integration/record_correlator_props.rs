@@ -15,8 +15,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
-use sample_controller::record::EventCorrelator;
-use sample_controller::record::correlator::COMBINED_MESSAGE_PREFIX;
+use sample_client_go::record::EventCorrelator;
+use sample_client_go::record::correlator::COMBINED_MESSAGE_PREFIX;
 
 fn event(object: u8, reason: u8, message: u8) -> Event {
     let name = format!("obj-{object}");

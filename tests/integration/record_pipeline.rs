@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use sample_controller::apis::At;
-use sample_controller::client::{Error, TransportError, TransportKind};
-use sample_controller::record::{
+use sample_client_go::client::{Error, TransportError, TransportKind};
+use sample_client_go::record::{
     BroadcasterOptions, EventBroadcaster, EventSink, EventType, MAX_TRIES_PER_EVENT,
 };
+use sample_operators::apis::At;
 
 #[derive(Clone, Debug, PartialEq)]
 struct Request {
@@ -126,7 +126,7 @@ fn at(name: &str) -> At {
 }
 
 /// Shuts the broadcaster down and waits for the sink to finish what is queued.
-async fn flush(b: &EventBroadcaster, h: sample_controller::record::WatcherHandle) {
+async fn flush(b: &EventBroadcaster, h: sample_client_go::record::WatcherHandle) {
     b.shutdown();
     h.join().await;
 }

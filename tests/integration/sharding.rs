@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use at_support::*;
 use k8s_openapi::api::coordination::v1::Lease;
-use sample_controller::apis::AtPhase;
-use sample_controller::client::{Api, Client, ListParams};
-use sample_controller::controllers::Clock;
-use sample_controller::controllers::caches::PodSummary;
-use sample_controller::manager::{Manager, ManagerConfig};
-use sample_controller::sharding::{
+use sample_client_go::client::{Api, Client, ListParams};
+use sample_controller_runtime::controller::Clock;
+use sample_controller_runtime::manager::ManagerConfig;
+use sample_controller_runtime::sharding::{
     Ring, RingLabels, ShardConfig, Sharder, SharderConfig, SharderElection, object_key,
 };
+use sample_operators::apis::AtPhase;
+use sample_operators::slim::PodSummary;
 use tokio_util::sync::CancellationToken;
 
 const RING: &str = "ats";
@@ -96,7 +96,7 @@ async fn start_shard_serving(
         metrics_addr: metrics,
         ..manager_config()
     };
-    let manager = Manager::new(config, client)
+    let manager = sample_operators::registry::manager(config, client)
         .with_clock(Clock::new())
         .with_sharding(Some(shard));
     let controllers = manager.controllers_handle();
@@ -346,7 +346,7 @@ async fn the_sharder_assigns_rebalances_and_recovers_a_dead_shards_ats() {
             sync_period: Duration::from_millis(200),
         },
     )
-    .with_owner::<sample_controller::apis::At>()
+    .with_owner::<sample_operators::apis::At>()
     .with_owned::<PodSummary>();
     let metrics = sharder.metrics();
     let stop_sharder = CancellationToken::new();
@@ -513,7 +513,7 @@ async fn a_sharder_process_serves_shards_that_do_not_host_it() {
         shards.push(start_shard_full(&server, id, lease, false).await);
     }
     let election = sharder_election(NS, lease);
-    let sharder = Manager::new(manager_config(), manager_client(&server))
+    let sharder = sample_operators::registry::manager(manager_config(), manager_client(&server))
         .with_identity("the-sharder")
         .with_sharder(Some(election));
     let sharder_controllers = sharder.controllers_handle();
@@ -585,13 +585,13 @@ async fn scrape(metrics: SocketAddr) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_refused() {
     use embedded_apiserver::ApiServer;
-    use sample_controller::client::Config;
-    use sample_controller::sharding::SHARDED_CONTROLLERS;
+    use sample_client_go::client::Config;
+    let sharded = sample_operators::registry::known().sharded;
     const SHARD_TOKEN: &str = "shard-sa-token";
     const SHARDER_TOKEN: &str = "sharder-sa-token";
     const LEASES: &str = "sample-controller";
     const N: usize = 45;
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     at_support::init_tracing();
     let server = ApiServer::builder()
         .enforce_rbac(true)
@@ -635,11 +635,11 @@ async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_r
     let mut metrics = Vec::new();
     let start = |id: &str, addr: SocketAddr| {
         let config = ManagerConfig {
-            controllers: SHARDED_CONTROLLERS.to_vec(),
+            controllers: sharded.clone(),
             metrics_addr: Some(addr),
             ..manager_config()
         };
-        let manager = Manager::new(config, as_sa(SHARD_TOKEN))
+        let manager = sample_operators::registry::manager(config, as_sa(SHARD_TOKEN))
             .with_clock(Clock::new())
             .with_sharding(Some(shard_config(id)));
         RunningManager::spawn(manager)
@@ -653,9 +653,9 @@ async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_r
     // The sharder process, over every sharded kind (--controllers=sharder).
     let sharder_addr = free_addr();
     metrics.push(sharder_addr);
-    let sharder = Manager::new(
+    let sharder = sample_operators::registry::manager(
         ManagerConfig {
-            controllers: SHARDED_CONTROLLERS.to_vec(),
+            controllers: sharded.clone(),
             metrics_addr: Some(sharder_addr),
             ..manager_config()
         },
@@ -734,7 +734,7 @@ async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
             sync_period: Duration::from_millis(500),
         },
     )
-    .with_owner::<sample_controller::apis::At>()
+    .with_owner::<sample_operators::apis::At>()
     .with_owned::<PodSummary>();
     let stop_sharder = CancellationToken::new();
     let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
@@ -885,11 +885,13 @@ async fn new_ats_are_assigned_in_admission() {
     assert_eq!(r.code, 201, "{:?}", r.body);
 
     let shard = shard_config("shard-a", Duration::from_secs(15), true);
-    let manager = Manager::new(manager_config(), manager_client(&s.server))
-        .with_webhook_server(Some(sample_controller::webhook::WebhookServerConfig {
-            addr: s.webhook_addr,
-            cert_dir: s.certs.path().to_owned(),
-        }))
+    let manager = sample_operators::registry::manager(manager_config(), manager_client(&s.server))
+        .with_webhook_server(Some(
+            sample_controller_runtime::webhook::WebhookServerConfig {
+                addr: s.webhook_addr,
+                cert_dir: s.certs.path().to_owned(),
+            },
+        ))
         .with_sharding(Some(shard));
     let stop = CancellationToken::new();
     let task = tokio::spawn(manager.run(stop.clone()));
@@ -939,12 +941,12 @@ fn object<'a>(docs: &'a [serde_json::Value], kind: &str, name: &str) -> &'a serd
 fn run_flags(
     workload: &serde_json::Value,
     pod: &str,
-) -> sample_controller::manager::ManagerOptions {
+) -> sample_controller_runtime::manager::ManagerOptions {
     use clap::Parser;
     #[derive(Parser)]
     struct Run {
         #[command(flatten)]
-        options: sample_controller::manager::ManagerOptions,
+        options: sample_controller_runtime::manager::ManagerOptions,
     }
     let container = &workload["spec"]["template"]["spec"]["containers"][0];
     let args: Vec<String> = container["args"]
@@ -962,7 +964,7 @@ fn run_flags(
     let run = Run::try_parse_from(args.iter().map(String::as_str))
         .unwrap_or_else(|e| panic!("{args:?}: {e}"));
     run.options
-        .validate(None)
+        .validate(None, &sample_operators::registry::known())
         .unwrap_or_else(|e| panic!("{args:?}: {e}"));
     run.options
 }
@@ -986,7 +988,8 @@ fn downward_env(workload: &serde_json::Value) -> BTreeMap<String, String> {
 /// together, least-privilege RBAC for each, and `/mutate-shard` wired to the sharder with a
 /// cert-manager certificate.
 pub(crate) fn check_sharded_overlay(docs: &[serde_json::Value]) {
-    use sample_controller::sharding::{SHARDED_CONTROLLERS, ShardMode};
+    use sample_controller_runtime::sharding::ShardMode;
+    let sharded = sample_operators::registry::known().sharded;
     // No leader beside the shards.
     assert!(
         !docs
@@ -1038,8 +1041,11 @@ pub(crate) fn check_sharded_overlay(docs: &[serde_json::Value]) {
     assert_eq!(election.labels, shard.labels, "one ring");
     assert_eq!(election.lease_namespace, shard.lease_namespace);
     assert_eq!(
-        flags.validate(None).unwrap().controllers,
-        SHARDED_CONTROLLERS.to_vec(),
+        flags
+            .validate(None, &sample_operators::registry::known())
+            .unwrap()
+            .controllers,
+        sharded.clone(),
         "it shards every sharded kind"
     );
     assert!(
@@ -1221,20 +1227,24 @@ async fn a_rediscluster_moves_off_a_dead_shard_without_restarting_its_pods() {
     use crate::operators_support::{api, operator_server, patch_spec, statefulset};
     use k8s_openapi::api::apps::v1::StatefulSet;
     use k8s_openapi::api::core::v1::{Pod, Service};
-    use sample_controller::apis::{RedisCluster, RedisClusterSpec};
-    use sample_controller::client::PostParams;
-    use sample_controller::controllers::rediscluster::LABEL_CLUSTER;
+    use sample_client_go::client::PostParams;
+    use sample_operators::apis::{RedisCluster, RedisClusterSpec};
+    use sample_operators::controllers::rediscluster::LABEL_CLUSTER;
     let (server, client) = operator_server().await;
     let lease = Duration::from_secs(3);
-    let sharder = Sharder::new(
+    let kinds = sample_operators::registry::lookup("rediscluster")
+        .unwrap()
+        .registration()
+        .shard_kinds()
+        .unwrap();
+    let sharder = (kinds.sharder)(Sharder::new(
         manager_client(&server),
         SharderConfig {
             labels: RingLabels::new(RING).unwrap(),
             lease_namespace: NS.to_string(),
             sync_period: Duration::from_millis(200),
         },
-    )
-    .with_controllers(&["rediscluster"]);
+    ));
     let stop_sharder = CancellationToken::new();
     let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
     let start = |id: &str| {
@@ -1243,7 +1253,7 @@ async fn a_rediscluster_moves_off_a_dead_shard_without_restarting_its_pods() {
             controllers: vec!["rediscluster"],
             ..manager_config()
         };
-        let manager = Manager::new(config, manager_client(&server))
+        let manager = sample_operators::registry::manager(config, manager_client(&server))
             .with_clock(Clock::new())
             .with_sharding(Some(shard));
         RunningManager::spawn(manager)

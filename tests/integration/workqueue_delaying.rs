@@ -1,7 +1,7 @@
 //! The delaying queue under a paused clock: deadlines, coalescing, shutdown.
 
-use sample_controller::workqueue::DelayingQueue;
-use sample_controller::workqueue::delaying::FIRE_BATCH;
+use sample_client_go::workqueue::DelayingQueue;
+use sample_client_go::workqueue::delaying::FIRE_BATCH;
 use std::time::Duration;
 use tokio::time::Instant;
 

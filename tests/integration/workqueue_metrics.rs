@@ -2,7 +2,7 @@
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
-use sample_controller::workqueue::{
+use sample_client_go::workqueue::{
     ItemExponentialFailureRateLimiter, Queue, QueueMetrics, RateLimitingQueue,
 };
 use std::collections::HashMap;

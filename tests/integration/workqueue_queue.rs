@@ -1,6 +1,6 @@
 //! The basic work queue: dedup, one worker per item, shutdown and drain, and a stress test.
 
-use sample_controller::workqueue::Queue;
+use sample_client_go::workqueue::Queue;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Rate limiters and the rate-limiting queue, including the spurious-trigger behaviour.
 
-use sample_controller::workqueue::{
+use sample_client_go::workqueue::{
     BucketRateLimiter, ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter,
     MaxOfRateLimiter, RateLimiter, RateLimiterConfigError, RateLimitingQueue,
     WithMaxWaitRateLimiter, controller_rate_limiter, default_controller_rate_limiter,

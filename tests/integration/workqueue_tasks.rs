@@ -2,7 +2,7 @@
 //! last handle is dropped.
 
 use prometheus_client::registry::Registry;
-use sample_controller::workqueue::{
+use sample_client_go::workqueue::{
     DelayingQueue, ItemExponentialFailureRateLimiter, Queue, QueueMetrics, RateLimitingQueue,
 };
 use std::time::Duration;

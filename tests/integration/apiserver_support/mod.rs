@@ -48,7 +48,7 @@ impl TestClient {
     }
 
     pub fn from_parts(url: &str, token: &str, ca_pem: Option<&str>, http2_only: bool) -> Self {
-        sample_controller::install_crypto_provider();
+        sample_client_go::install_crypto_provider();
         let mut roots = rustls::RootCertStore::empty();
         if let Some(pem) = ca_pem {
             roots

@@ -9,12 +9,12 @@ use std::time::Duration;
 use embedded_apiserver::{ApiServer, ApiServerHandle};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use sample_controller::apis::{At, AtPhase, AtSpec};
-use sample_controller::client::{Api, Client, Config, ListParams, Patch, PatchParams, PostParams};
-use sample_controller::controllers::Clock;
-use sample_controller::manager::{
-    ControllersHandle, LogFormat, Manager, ManagerConfig, ManagerError,
+use sample_client_go::client::{Api, Client, Config, ListParams, Patch, PatchParams, PostParams};
+use sample_controller_runtime::controller::Clock;
+use sample_controller_runtime::manager::{
+    ControllersHandle, LogFormat, ManagerConfig, ManagerError,
 };
+use sample_operators::apis::{At, AtPhase, AtSpec};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -23,11 +23,11 @@ pub const NS: &str = "default";
 
 /// An embedded API server with the At CRD installed, and an admin client for it.
 pub async fn server() -> (ApiServerHandle, Client) {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     init_tracing();
     let server = ApiServer::builder().start().await.expect("server starts");
     let client = client_for(&server);
-    sample_controller::apis::crds::install::<sample_controller::apis::At>(&client)
+    sample_operators::apis::crds::install::<sample_operators::apis::At>(&client)
         .await
         .expect("CRD installs");
     (server, client)
@@ -101,7 +101,7 @@ pub fn manager_config() -> ManagerConfig {
         leader_election: None,
         metrics_addr: None,
         health_addr: None,
-        serving: sample_controller::health::probe_serving_limits(),
+        serving: sample_controller_runtime::health::probe_serving_limits(),
         shutdown_timeout: Duration::from_secs(10),
         log_format: LogFormat::Text,
         verbosity: 0,
@@ -118,7 +118,7 @@ pub struct RunningManager {
 
 impl RunningManager {
     /// Runs `manager` on its own task until [`RunningManager::stop`].
-    pub fn spawn(manager: sample_controller::manager::Manager) -> RunningManager {
+    pub fn spawn(manager: sample_controller_runtime::manager::Manager) -> RunningManager {
         let controllers = manager.controllers_handle();
         let stop = CancellationToken::new();
         let task = tokio::spawn(manager.run(stop.clone()));
@@ -147,7 +147,7 @@ impl RunningManager {
 
 /// Starts a manager with `config` and `clock`, and waits until its caches have synced.
 pub async fn start_manager(client: &Client, config: ManagerConfig, clock: Clock) -> RunningManager {
-    let manager = Manager::new(config, client.clone()).with_clock(clock);
+    let manager = sample_operators::registry::manager(config, client.clone()).with_clock(clock);
     let controllers = manager.controllers_handle();
     let stop = CancellationToken::new();
     let task = tokio::spawn(manager.run(stop.clone()));

@@ -144,8 +144,8 @@ impl TestServer {
         self.log.lock().unwrap().clone()
     }
     /// A client config for this server (CA trusted when TLS), qps/burst off unless changed.
-    pub fn config(&self) -> sample_controller::client::Config {
-        let mut c = sample_controller::client::Config::new(self.url().parse().unwrap());
+    pub fn config(&self) -> sample_client_go::client::Config {
+        let mut c = sample_client_go::client::Config::new(self.url().parse().unwrap());
         if let Some(p) = &self.pki {
             c.tls.ca_pem = Some(p.ca_pem.clone().into_bytes());
         }
@@ -164,7 +164,7 @@ pub async fn serve_https(handler: Handler) -> TestServer {
 }
 
 pub async fn serve(handler: Handler, pki: Option<Arc<Pki>>) -> TestServer {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let log: Arc<Mutex<Vec<Logged>>> = Arc::default();

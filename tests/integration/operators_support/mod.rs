@@ -11,10 +11,10 @@ use embedded_apiserver::{ApiServer, ApiServerBuilder, ApiServerHandle};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use sample_controller::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
-use sample_controller::cache::CacheObject;
-use sample_controller::client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
-use sample_controller::manager::ManagerConfig;
+use sample_client_go::cache::CacheObject;
+use sample_client_go::client::{Api, Client, ListParams, Patch, PatchParams, PostParams};
+use sample_controller_runtime::manager::ManagerConfig;
+use sample_operators::apis::{At, CustomResourceExt, Foo, MyApp, RedisCluster, TDSet};
 use serde_json::Value;
 
 use crate::at_support::{NS, client_for, init_tracing, manager_config, wait_until};
@@ -27,7 +27,7 @@ pub async fn operator_server() -> (ApiServerHandle, Client) {
 
 /// [`operator_server`] from a customised builder (simulation is switched on here).
 pub async fn server_with(builder: ApiServerBuilder) -> (ApiServerHandle, Client) {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     init_tracing();
     let server = builder.simulate(true).start().await.expect("server starts");
     let client = client_for(&server);
@@ -45,7 +45,7 @@ pub async fn install_crds(client: &Client) {
 }
 
 async fn install<K: CustomResourceExt>(client: &Client) {
-    let value = sample_controller::apis::crds::crd_value::<K>().unwrap();
+    let value = sample_operators::apis::crds::crd_value::<K>().unwrap();
     let crd: CustomResourceDefinition = serde_json::from_value(value).unwrap();
     Api::<CustomResourceDefinition>::cluster(client.clone())
         .create(&PostParams::default(), &crd)

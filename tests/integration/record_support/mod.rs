@@ -12,12 +12,12 @@ use embedded_apiserver::{ApiServer, ApiServerHandle};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use sample_controller::apis::crds;
-use sample_controller::apis::{At, AtSpec};
-use sample_controller::client::{Api, Client, Config, PostParams};
+use sample_client_go::client::{Api, Client, Config, PostParams};
+use sample_operators::apis::crds;
+use sample_operators::apis::{At, AtSpec};
 
 pub async fn server() -> ApiServerHandle {
-    sample_controller::install_crypto_provider();
+    sample_client_go::install_crypto_provider();
     ApiServer::builder().start().await.unwrap()
 }
 

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use embedded_apiserver::{ApiServer, ApiServerHandle};
 use k8s_openapi::api::core::v1::Event;
-use sample_controller::client::{Api, Client, ListParams};
-use sample_controller::controllers::Clock;
+use sample_client_go::client::{Api, Client, ListParams};
+use sample_controller_runtime::controller::Clock;
 
 use crate::at_support::{
     RunningManager, client_for, init_tracing, manager_client, start_manager, wait_until_every,
@@ -56,7 +56,7 @@ impl Walkthrough {
             );
             return None;
         };
-        sample_controller::install_crypto_provider();
+        sample_client_go::install_crypto_provider();
         init_tracing();
         let server = builder.start().await.expect("server starts");
         let client = client_for(&server);
