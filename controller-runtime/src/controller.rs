@@ -97,6 +97,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -290,6 +291,7 @@ pub struct Workers {
     queue: RateLimitingQueue<QueueKey>,
     stats: Arc<SyncStats>,
     synced: Vec<HandlerRegistration>,
+    drain: Option<Arc<dyn DrainGate>>,
 }
 
 impl Workers {
@@ -304,7 +306,27 @@ impl Workers {
             queue,
             stats: Arc::new(stats),
             synced,
+            drain: None,
         }
+    }
+
+    /// Before each sync, releases the object its key names to the ring's sharder when the
+    /// sharder is draining it from this shard ([`crate::sharding::drain`]), instead of syncing
+    /// it: the sync is wrapped, so no operator writes this step. `lister` is the controller's
+    /// cache of its own kind; `expectations`, when given, are forgotten for a released key.
+    /// In leader mode no object carries a drain label and this costs one label scan per sync.
+    pub fn release_drained<K: CacheObject>(
+        mut self,
+        lister: &Lister<K>,
+        client: &Client,
+        expectations: Option<Arc<Expectations>>,
+    ) -> Self {
+        self.drain = Some(Arc::new(ListerDrain {
+            lister: lister.clone(),
+            client: client.clone(),
+            expectations,
+        }));
+        self
     }
 
     /// The queue the controller's event handlers fill and its workers drain.
@@ -344,33 +366,99 @@ pub trait Operator: SyncHandler {
 }
 
 /// Step 1 of every operator's `sync_handler`, written once: the object its key names, from the
-/// operator's cache, unless this sync has nothing to do.
-///
-/// * `Ok(Some(obj))`: sync it.
-/// * `Ok(None)`: it is gone from the cache (deleted since its key was queued: what it owns goes
-///   with it, through the garbage collector), or this shard released it to the sharder
-///   ([`crate::sharding::drain`]: the worker owns the key, so no other sync of it is in flight).
-///   Either way the key's [`Expectations`] are forgotten.
-/// * `Err(e)`: the release was not written; the key is retried with backoff.
+/// operator's cache; `None` when it is gone (deleted since its key was queued: what it owns goes
+/// with it, through the garbage collector), and then the key's [`Expectations`] are forgotten.
+/// (An object the sharder drains from this shard never reaches `sync_handler`: see
+/// [`Workers::release_drained`].)
 ///
 /// The book's controllers start the same way (`lister.Get`, then `IsNotFound` → "no longer
 /// exists", return nil).
-pub async fn object_to_sync<K: CacheObject>(
+pub fn object_to_sync<K: CacheObject>(
     lister: &Lister<K>,
-    client: &Client,
     expectations: &Expectations,
     key: &str,
-) -> Result<Option<Arc<K>>, client::Error> {
-    let Some(obj) = lister.get_by_key(key) else {
+) -> Option<Arc<K>> {
+    let obj = lister.get_by_key(key);
+    if obj.is_none() {
         tracing::debug!(key, kind = K::KIND, "object in work queue no longer exists");
         expectations.forget(key);
-        return Ok(None);
-    };
-    if let Some(released) = crate::sharding::release_if_draining(client, &*obj).await {
-        expectations.forget(key);
-        return released.map(|()| None);
     }
-    Ok(Some(obj))
+    obj
+}
+
+/// Releases a draining object before its sync (see [`Workers::release_drained`]).
+pub trait DrainGate: Send + Sync + 'static {
+    /// `Some(write)` when the object `key` names is being drained from this shard: the write
+    /// that releases it to the sharder, run instead of the sync. `None`: sync as usual.
+    fn release<'a>(&'a self, key: &'a str) -> Option<BoxFuture<'a, Result<(), client::Error>>>;
+}
+
+struct ListerDrain<K: CacheObject> {
+    lister: Lister<K>,
+    client: Client,
+    expectations: Option<Arc<Expectations>>,
+}
+
+impl<K: CacheObject> DrainGate for ListerDrain<K> {
+    fn release<'a>(&'a self, key: &'a str) -> Option<BoxFuture<'a, Result<(), client::Error>>> {
+        let obj = self.lister.get_by_key(key)?;
+        crate::sharding::drain::release_patch(k8s_openapi::Metadata::metadata(&*obj))?;
+        Some(Box::pin(async move {
+            if let Some(e) = &self.expectations {
+                e.forget(key);
+            }
+            crate::sharding::release_if_draining(&self.client, &*obj)
+                .await
+                .unwrap_or(Ok(()))
+        }))
+    }
+}
+
+/// A [`SyncHandler`] with the drain step in front ([`Workers::release_drained`]): what the
+/// workers of every controller actually run.
+pub struct Draining<H> {
+    inner: Arc<H>,
+    gate: Option<Arc<dyn DrainGate>>,
+}
+
+/// A failed sync of a [`Draining`] handler: the release's write, or the sync itself.
+#[derive(Debug)]
+pub enum DrainedOr<E> {
+    /// Releasing a draining object failed (e.g. 409: it changed since the cache read it).
+    Release(client::Error),
+    /// The sync failed.
+    Sync(E),
+}
+
+impl<E: Display> Display for DrainedOr<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DrainedOr::Release(e) => write!(f, "releasing the object to the sharder: {e}"),
+            DrainedOr::Sync(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<H: SyncHandler> SyncHandler for Draining<H> {
+    type Error = DrainedOr<H::Error>;
+
+    async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, Self::Error> {
+        if let Some(release) = self.gate.as_ref().and_then(|g| g.release(key)) {
+            return release.await.map(|()| None).map_err(DrainedOr::Release);
+        }
+        self.inner.sync_handler(key).await.map_err(DrainedOr::Sync)
+    }
+
+    fn is_conflict(err: &Self::Error) -> bool {
+        match err {
+            DrainedOr::Release(e) => e.is_conflict(),
+            DrainedOr::Sync(e) => H::is_conflict(e),
+        }
+    }
+
+    fn on_sync_error(&self, key: &str, message: &str) {
+        self.inner.on_sync_error(key, message);
+    }
 }
 
 /// Why a controller could not be built or could not start.
@@ -412,20 +500,47 @@ pub async fn run<O: Operator>(
     workers: usize,
     stop: CancellationToken,
 ) -> Result<(), RunError> {
-    let controller = O::NAME;
+    let timeout = operator.sync_timeout();
+    run_controller(O::NAME, operator, O::workers, workers, timeout, stop).await
+}
+
+/// [`run`] for any handler whose [`Workers`] `workers_of` reads: what a [`Builder`]'s
+/// controllers run, whose name is not a constant.
+pub async fn run_controller<H: SyncHandler>(
+    controller: &'static str,
+    handler: Arc<H>,
+    workers_of: fn(&H) -> &Workers,
+    workers: usize,
+    sync_timeout: Duration,
+    stop: CancellationToken,
+) -> Result<(), RunError> {
     tracing::info!(controller, "waiting for informer caches to sync");
-    while !operator.workers().has_synced() {
+    while !workers_of(&handler).has_synced() {
         tokio::select! {
             _ = stop.cancelled() => return Err(RunError::CacheSync),
             _ = tokio::time::sleep(CACHE_SYNC_POLL) => {}
         }
     }
     tracing::info!(controller, workers, "caches synced; starting workers");
-    let queue = operator.workers().queue().clone();
-    let stats = Arc::clone(operator.workers().stats());
+    let w = workers_of(&handler);
+    let queue = w.queue().clone();
+    let stats = Arc::clone(w.stats());
+    let gate = w.drain.clone();
     stats.start_workers(controller, workers);
-    let timeout = operator.sync_timeout();
-    run_workers(controller, queue, operator, workers, timeout, stats, stop).await;
+    let handler = Arc::new(Draining {
+        inner: handler,
+        gate,
+    });
+    run_workers(
+        controller,
+        queue,
+        handler,
+        workers,
+        sync_timeout,
+        stats,
+        stop,
+    )
+    .await;
     tracing::info!(controller, "workers stopped");
     Ok(())
 }
@@ -704,22 +819,57 @@ mod tests {
             },
             ..ConfigMap::default()
         }));
+        indexer.insert(draining());
         let lister = Lister::new(indexer);
         let expectations = Expectations::default();
         expectations.expect_creations("ns/here", 1);
         expectations.expect_creations("ns/gone", 1);
 
-        let here = object_to_sync(&lister, &client, &expectations, "ns/here").await;
-        let here = here.unwrap().expect("the cached object");
+        let here = object_to_sync(&lister, &expectations, "ns/here");
+        let here = here.expect("the cached object");
         assert_eq!(here.metadata.name.as_deref(), Some("here"));
         assert!(!expectations.satisfied("ns/here"), "kept for the sync");
 
-        let gone = object_to_sync(&lister, &client, &expectations, "ns/gone").await;
-        assert!(gone.unwrap().is_none());
+        let gone = object_to_sync(&lister, &expectations, "ns/gone");
+        assert!(gone.is_none());
         assert!(
             expectations.satisfied("ns/gone"),
             "forgotten with the object"
         );
+
+        // The drain step in front of every sync: only an object carrying a drain label is
+        // released instead of synced.
+        let workers = Workers::new(
+            RateLimitingQueue::with_default_controller_rate_limiter(),
+            SyncStats::default(),
+            vec![],
+        )
+        .release_drained(&lister, &client, None);
+        let gate = workers.drain.as_ref().expect("a drain gate");
+        assert!(gate.release("ns/here").is_none(), "not draining: synced");
+        assert!(gate.release("ns/gone").is_none(), "not cached: synced");
+        assert!(gate.release("ns/leaving").is_some(), "draining: released");
+    }
+
+    fn draining() -> Arc<k8s_openapi::api::core::v1::ConfigMap> {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        Arc::new(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("leaving".into()),
+                namespace: Some("ns".into()),
+                resource_version: Some("7".into()),
+                labels: Some(
+                    [(
+                        "drain.shard.sample-controller.dev/r".to_string(),
+                        "true".to_string(),
+                    )]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        })
     }
 
     /// A scripted handler: each key has a queue of behaviours, one per call.

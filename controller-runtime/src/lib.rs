@@ -17,10 +17,10 @@
 //!
 //! | # | module | what it is | controller-runtime analogue |
 //! |---|---|---|---|
-//! | 1 | [`controller`] | the `SyncHandler` contract, the worker loop, [`controller::Builder`] (`For` / `Owns`) | `pkg/controller`, `pkg/builder`, `pkg/reconcile` |
+//! | 1 | [`controller`], [`builder`] | the `SyncHandler` contract and the worker loop; [`builder::Builder`] (`For` / `Owns` / `Complete`) | `pkg/controller`, `pkg/builder`, `pkg/reconcile` |
 //! | 2 | [`resource`] | custom resources as Rust types ([`custom_resource!`]) | kubebuilder's types, kube-rs' `CustomResource` |
 //! | 3 | [`expectations`], [`owned`] | "I created this", owner references, adoption, status writes | `controllerutil`, kube-controller-manager's expectations |
-//! | 4 | [`manager`] | flags, wiring, leader election, graceful shutdown; [`manager::Manager::add`] takes any controller | `pkg/manager` |
+//! | 4 | [`manager`] | flags, wiring, leader election, graceful shutdown; [`manager::Manager::register`] takes any controller | `pkg/manager` |
 //! | 5 | [`metrics`], [`metrics_auth`], [`health`] | `/metrics` (optionally HTTPS with TokenReview / SubjectAccessReview), `/healthz`, `/readyz` | `pkg/metrics`, `metrics/filters`, `pkg/healthz` |
 //! | 6 | [`logging`], [`otlp`] | klog's `-v` levels, JSON logs; spans over OTLP/HTTP | `pkg/log`, an OpenTelemetry SDK |
 //! | 7 | [`webhook`] | the admission and conversion webhook server | `pkg/webhook` |
@@ -36,10 +36,11 @@
 //!
 //! and see `examples/configmap-controller` in the repository: a controller that keeps a
 //! ConfigMap in step with a custom resource, registered on the manager with
-//! [`controller::Builder`], and its test against the embedded API server.
+//! [`builder::Builder`], and its test against the embedded API server.
 
 #![forbid(unsafe_code)]
 
+pub mod builder;
 pub mod controller;
 pub mod expectations;
 pub mod health;

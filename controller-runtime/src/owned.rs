@@ -90,12 +90,6 @@ impl SyncError {
         }
     }
 
-    /// For `map_err` on [`crate::controller::object_to_sync`]: releasing the `O` with queue key `key` to the
-    /// sharder failed.
-    pub fn release<O: Resource>(key: &str) -> impl FnOnce(client::Error) -> Self + '_ {
-        move |source| SyncError::api::<O>(key, "releasing it from its shard", source)
-    }
-
     /// The `O` with queue key `key` has no uid and so cannot own a `D`.
     pub fn missing_uid<O: Resource, D: Resource>(key: &str) -> Self {
         SyncError::MissingUid {

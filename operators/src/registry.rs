@@ -8,7 +8,7 @@
 //! ```text
 //!   OPERATORS[i] = Entry { name: AtController::NAME, build, registration, crd_name, install_crd }
 //!        │
-//!        ├── registrations()  → Manager::add_all: each entry as a
+//!        ├── registrations()  → Manager::register_all: each entry as a
 //!        │                      sample_controller_runtime::manager::Registration (the public API
 //!        │                      any controller uses: build, CRD check, cache scope, sharding, webhooks)
 //!        ├── known()          → --controllers=at,-foo,* is checked against the names
@@ -74,7 +74,7 @@ impl Entry {
 }
 
 /// Every operator of the table as a [`Registration`], in start order: what
-/// `Manager::add_all` takes (both binaries' `run` do exactly that).
+/// `Manager::register_all` takes (both binaries' `run` do exactly that).
 pub fn registrations() -> Vec<Registration> {
     OPERATORS.iter().map(Entry::registration).collect()
 }
@@ -85,7 +85,7 @@ pub fn manager(
     config: sample_controller_runtime::manager::ManagerConfig,
     client: sample_client_go::client::Client,
 ) -> sample_controller_runtime::manager::Manager {
-    sample_controller_runtime::manager::Manager::new(config, client).add_all(registrations())
+    sample_controller_runtime::manager::Manager::new(config, client).register_all(registrations())
 }
 
 /// The operators' names, and which of them can run as shards (all five).

@@ -218,13 +218,13 @@ impl Manager {
     /// `builder.ControllerManagedBy(mgr)...Complete(r)` does): it runs when
     /// `config.controllers` names it, with the same shared caches, leader election, metrics,
     /// probes, graceful shutdown and sharding as every other. See [`Registration`].
-    pub fn add(mut self, registration: Registration) -> Self {
+    pub fn register(mut self, registration: Registration) -> Self {
         self.registrations.push(registration);
         self
     }
 
     /// Registers each of `registrations`, in order (the start order).
-    pub fn add_all(mut self, registrations: impl IntoIterator<Item = Registration>) -> Self {
+    pub fn register_all(mut self, registrations: impl IntoIterator<Item = Registration>) -> Self {
         self.registrations.extend(registrations);
         self
     }
@@ -1064,7 +1064,7 @@ async fn validate_and_run(
     client_config.burst = config.burst;
     client_config.follow_server_flow_control = config.throttle_follows_server;
     let client = Client::new(client_config).map_err(ManagerError::Config)?;
-    let mut manager = Manager::new(config, client).add_all(registrations);
+    let mut manager = Manager::new(config, client).register_all(registrations);
     manager.preflight().await?;
     if webhook.is_none() && options.webhook_bind_address.trim() != "0" {
         tracing::info!(

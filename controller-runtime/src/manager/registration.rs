@@ -14,9 +14,9 @@
 //! | [`Registration::with_webhook`] | a path the webhook server routes to this controller's admission or conversion handler |
 //!
 //! controller-runtime's `builder.ControllerManagedBy(mgr).For(...).Owns(...).Complete(r)` is
-//! [`crate::controller::Builder`], which produces a `Registration`; an operator that wires its
+//! [`crate::builder::Builder`], which produces a `Registration`; an operator that wires its
 //! informers by hand (the five of `sample-operators`) writes its `Registration` directly.
-//! Either way it reaches the manager through [`Manager::add`](super::Manager::add), and gets
+//! Either way it reaches the manager through [`Manager::register`](super::Manager::register), and gets
 //! the same leader election, metrics, probes, graceful shutdown and sharding.
 
 use std::sync::Arc;

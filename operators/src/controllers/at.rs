@@ -213,13 +213,6 @@ pub enum SyncError {
     /// The At in the cache lacks what every stored object has (a uid).
     #[error("At {key} has no metadata.uid; cannot own a pod")]
     MissingUid { key: String },
-    /// Releasing a drained At to the sharder failed ([`sample_controller_runtime::sharding::drain`]).
-    #[error("releasing At {key} from its shard: {source}")]
-    Release {
-        key: String,
-        #[source]
-        source: client::Error,
-    },
 }
 
 impl AtController {
@@ -279,11 +272,17 @@ impl AtController {
             .add_event_handler(pod_handler)
             .map_err(RunError::informer::<Self>)?;
 
+        let at_lister = at_informer.lister();
+        let workers = Workers::new(queue, stats, vec![at_synced, pod_synced]).release_drained(
+            &at_lister,
+            &client,
+            Some(Arc::clone(&expectations)),
+        );
         Ok(Arc::new(AtController {
             client,
-            at_lister: at_informer.lister(),
+            at_lister,
             pod_lister: pod_informer.lister(),
-            workers: Workers::new(queue, stats, vec![at_synced, pod_synced]),
+            workers,
             recorder,
             expectations,
             written,
@@ -366,20 +365,12 @@ impl SyncHandler for AtController {
         // shard is done with the key, and forgets what it wrote too.
         let fetched = sample_controller_runtime::controller::object_to_sync(
             &self.at_lister,
-            &self.client,
             &self.expectations,
             key,
-        )
-        .await;
-        let cached = match fetched {
-            Ok(Some(cached)) => cached,
-            done => {
-                self.written.forget(key);
-                return done.map(|_| None).map_err(|source| SyncError::Release {
-                    key: key.to_string(),
-                    source,
-                });
-            }
+        );
+        let Some(cached) = fetched else {
+            self.written.forget(key);
+            return Ok(None);
         };
         if cached.metadata.uid.is_none() {
             return Err(SyncError::MissingUid {

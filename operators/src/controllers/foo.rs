@@ -165,11 +165,13 @@ impl FooController {
             .add_event_handler(deployment_handler)
             .map_err(RunError::informer::<Self>)?;
 
+        let workers = Workers::new(queue, stats, vec![foos_synced, deployments_synced])
+            .release_drained(&foo_lister, &client, Some(Arc::clone(&expectations)));
         Ok(Arc::new(FooController {
             client,
             foo_lister,
             deployment_lister: deployment_informer.lister(),
-            workers: Workers::new(queue, stats, vec![foos_synced, deployments_synced]),
+            workers,
             recorder,
             expectations,
         }))
@@ -191,8 +193,7 @@ impl SyncHandler for FooController {
     /// `syncHandler` (see the module documentation for the seven steps).
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         // 1. (none when deleted, or released to the sharder)
-        let fetched = object_to_sync(&self.foo_lister, &self.client, &self.expectations, key);
-        let Some(foo) = fetched.await.map_err(SyncError::release::<Foo>(key))? else {
+        let Some(foo) = object_to_sync(&self.foo_lister, &self.expectations, key) else {
             return Ok(None);
         };
         // 2.

@@ -150,11 +150,14 @@ impl MyAppController {
             ))
             .map_err(RunError::informer::<Self>)?;
 
+        let myapp_lister = myapp_informer.lister();
+        let workers = Workers::new(queue, stats, vec![myapp_synced, deployment_synced])
+            .release_drained(&myapp_lister, &client, Some(Arc::clone(&expectations)));
         Ok(Arc::new(MyAppController {
             client,
-            myapp_lister: myapp_informer.lister(),
+            myapp_lister,
             deployment_lister: deployment_informer.lister(),
-            workers: Workers::new(queue, stats, vec![myapp_synced, deployment_synced]),
+            workers,
             recorder,
             expectations,
             clock,
@@ -177,8 +180,7 @@ impl SyncHandler for MyAppController {
     /// `syncHandler` (see the module documentation for the steps).
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         // 1. The MyApp, from the cache (none when deleted, or released to the sharder).
-        let fetched = object_to_sync(&self.myapp_lister, &self.client, &self.expectations, key);
-        let Some(app) = fetched.await.map_err(SyncError::release::<MyApp>(key))? else {
+        let Some(app) = object_to_sync(&self.myapp_lister, &self.expectations, key) else {
             return Ok(None);
         };
         if app.metadata.deletion_timestamp.is_some() {

@@ -230,13 +230,19 @@ impl RedisClusterController {
                 .map_err(registered)?,
         );
 
+        let cluster_lister = cluster_informer.lister();
+        let workers = Workers::new(queue, stats, synced).release_drained(
+            &cluster_lister,
+            &client,
+            Some(Arc::clone(&expectations)),
+        );
         Ok(Arc::new(RedisClusterController {
             client,
-            cluster_lister: cluster_informer.lister(),
+            cluster_lister,
             statefulset_lister: statefulset_informer.lister(),
             service_lister: service_informer.lister(),
             pod_lister: pod_informer.lister(),
-            workers: Workers::new(queue, stats, synced),
+            workers,
             recorder,
             expectations,
             clock,
@@ -259,11 +265,7 @@ impl SyncHandler for RedisClusterController {
     /// `syncHandler` (see the module documentation for the seven steps).
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         // 1. (none when deleted, or released to the sharder)
-        let fetched = object_to_sync(&self.cluster_lister, &self.client, &self.expectations, key);
-        let Some(cluster) = fetched
-            .await
-            .map_err(SyncError::release::<RedisCluster>(key))?
-        else {
+        let Some(cluster) = object_to_sync(&self.cluster_lister, &self.expectations, key) else {
             return Ok(None);
         };
         let (namespace, name) = split_key(key);

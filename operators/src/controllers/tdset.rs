@@ -297,16 +297,19 @@ impl TDSetController {
             .add_event_handler(owner_handlers::<TDSet, Service>(&queue, None))
             .map_err(RunError::informer::<Self>)?;
 
+        let tdset_lister = tdset_informer.lister();
+        let workers = Workers::new(
+            queue,
+            stats,
+            vec![tdset_synced, deployment_synced, service_synced],
+        )
+        .release_drained(&tdset_lister, &client, Some(Arc::clone(&expectations)));
         Ok(Arc::new(TDSetController {
             client,
-            tdset_lister: tdset_informer.lister(),
+            tdset_lister,
             deployment_lister: deployment_informer.lister(),
             service_lister: service_informer.lister(),
-            workers: Workers::new(
-                queue,
-                stats,
-                vec![tdset_synced, deployment_synced, service_synced],
-            ),
+            workers,
             recorder,
             expectations,
             clock,
@@ -330,8 +333,7 @@ impl SyncHandler for TDSetController {
     /// `syncHandler` (see the module documentation for the six steps).
     async fn sync_handler(&self, key: &str) -> Result<Option<Duration>, SyncError> {
         // 1. (none when deleted, or released to the sharder)
-        let fetched = object_to_sync(&self.tdset_lister, &self.client, &self.expectations, key);
-        let Some(tdset) = fetched.await.map_err(SyncError::release::<TDSet>(key))? else {
+        let Some(tdset) = object_to_sync(&self.tdset_lister, &self.expectations, key) else {
             return Ok(None);
         };
         if tdset.metadata.deletion_timestamp.is_some() {
