@@ -265,6 +265,48 @@ impl Backoff {
     }
 }
 
+/// The objects of a streaming list's initial events, before its end bookmark: the last state
+/// of each key, in arrival order, and the objects that did not decode.
+struct InitialEvents<K> {
+    objs: Vec<Arc<K>>,
+    positions: HashMap<String, usize>,
+    left_out: Vec<UndecodableObject>,
+}
+
+impl<K> Default for InitialEvents<K> {
+    fn default() -> Self {
+        InitialEvents {
+            objs: Vec::new(),
+            positions: HashMap::new(),
+            left_out: Vec::new(),
+        }
+    }
+}
+
+impl<K: Metadata<Ty: ObjectMetaAccess>> InitialEvents<K> {
+    /// ADDED or MODIFIED: the object's latest state.
+    fn upsert(&mut self, obj: Arc<K>) {
+        let key = key_of(obj.as_ref());
+        match self.positions.get(&key) {
+            Some(&i) => self.objs[i] = obj,
+            None => {
+                self.positions.insert(key, self.objs.len());
+                self.objs.push(obj);
+            }
+        }
+    }
+
+    /// DELETED (or no longer decodable): out of the list.
+    fn remove(&mut self, key: &str) {
+        if let Some(i) = self.positions.remove(key) {
+            self.objs.swap_remove(i);
+            if let Some(moved) = self.objs.get(i) {
+                self.positions.insert(key_of(moved.as_ref()), i);
+            }
+        }
+    }
+}
+
 /// What a reflector tells about its list and watch, for health checks (see the module doc,
 /// "Health"). Every method has an empty default; controller-runtime's probes implement it
 /// (`sample_controller_runtime::health::WatchHealth`), as client-go's metrics providers plug
@@ -899,9 +941,7 @@ where
                 }
                 Err(e) => return Err(e),
             };
-            let mut objs: Vec<Arc<K>> = Vec::new();
-            let mut positions: HashMap<String, usize> = HashMap::new();
-            let mut left_out: Vec<UndecodableObject> = Vec::new();
+            let mut initial = InitialEvents::default();
             let mut warn_tick = tokio::time::interval_at(
                 Instant::now() + INITIAL_EVENTS_WARNING_PERIOD,
                 INITIAL_EVENTS_WARNING_PERIOD,
@@ -910,7 +950,7 @@ where
                 let item = tokio::select! {
                     _ = cancel.cancelled() => return Ok(None),
                     _ = warn_tick.tick() => {
-                        warn!(reflector = %self.config.name, received = objs.len(),
+                        warn!(reflector = %self.config.name, received = initial.objs.len(),
                             "still waiting for the bookmark that ends the initial events of a streaming list");
                         continue;
                     }
@@ -941,56 +981,18 @@ where
                         continue 'attempt;
                     }
                     Err(Error::UndecodableObject { event, object }) => {
-                        if let Some(i) = positions.remove(&object.key()) {
-                            objs.swap_remove(i);
-                            if let Some(moved) = objs.get(i) {
-                                positions.insert(key_of(moved.as_ref()), i);
-                            }
-                        }
+                        initial.remove(&object.key());
                         if event != "DELETED" {
-                            left_out.push(*object);
+                            initial.left_out.push(*object);
                         }
                     }
                     Err(e) => return Err(e),
                     Ok(WatchEvent::Added(o)) | Ok(WatchEvent::Modified(o)) => {
-                        let obj = self.store.prepare(o);
-                        let key = key_of(obj.as_ref());
-                        match positions.get(&key) {
-                            Some(&i) => objs[i] = obj,
-                            None => {
-                                positions.insert(key, objs.len());
-                                objs.push(obj);
-                            }
-                        }
+                        initial.upsert(self.store.prepare(o));
                     }
-                    Ok(WatchEvent::Deleted(o)) => {
-                        if let Some(i) = positions.remove(&key_of(&o)) {
-                            objs.swap_remove(i);
-                            if let Some(moved) = objs.get(i) {
-                                positions.insert(key_of(moved.as_ref()), i);
-                            }
-                        }
-                    }
+                    Ok(WatchEvent::Deleted(o)) => initial.remove(&key_of(&o)),
                     Ok(WatchEvent::Bookmark(b)) if b.initial_events_end => {
-                        let count = objs.len();
-                        self.store.replace(objs, &b.resource_version);
-                        // An object that decoded after it did not (or the other way round)
-                        // counts as its last state.
-                        left_out.retain(|u| !positions.contains_key(&u.key()));
-                        self.relisted_undecodable(&left_out);
-                        for u in &left_out {
-                            self.left_out(u);
-                        }
-                        cycle.rv_unavailable = false;
-                        cycle.last_sync_rv = String::new();
-                        self.set_rv(cycle, &b.resource_version);
-                        self.status.with(|s| s.streaming_lists += 1);
-                        // The sync came over a watch that reached its end bookmark: the watch
-                        // works, which is progress, not a relist.
-                        cycle.listed_before = true;
-                        self.report(|h| h.progress());
-                        debug!(reflector = %self.config.name, resource_version = %b.resource_version, count,
-                            "streaming list stored");
+                        self.store_streaming_list(cycle, initial, &b.resource_version);
                         return Ok(Some(stream));
                     }
                     Ok(WatchEvent::Bookmark(_)) => {}
@@ -998,6 +1000,34 @@ where
                 }
             }
         }
+    }
+
+    /// A streaming list reached its initial-events-end bookmark at `rv`: its objects replace
+    /// the store, as a LIST's would.
+    fn store_streaming_list(&self, cycle: &mut Cycle, initial: InitialEvents<K>, rv: &str) {
+        let InitialEvents {
+            objs,
+            positions,
+            mut left_out,
+        } = initial;
+        let count = objs.len();
+        self.store.replace(objs, rv);
+        // An object that decoded after it did not (or the other way round) counts as its last
+        // state.
+        left_out.retain(|u| !positions.contains_key(&u.key()));
+        self.relisted_undecodable(&left_out);
+        for u in &left_out {
+            self.left_out(u);
+        }
+        cycle.rv_unavailable = false;
+        cycle.last_sync_rv = String::new();
+        self.set_rv(cycle, rv);
+        self.status.with(|s| s.streaming_lists += 1);
+        // The sync came over a watch that reached its end bookmark: the watch works, which is
+        // progress, not a relist.
+        cycle.listed_before = true;
+        self.report(|h| h.progress());
+        debug!(reflector = %self.config.name, resource_version = %rv, count, "streaming list stored");
     }
 
     /// WATCH phase: watch, re-watch, until something ends the cycle.
