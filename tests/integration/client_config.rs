@@ -743,3 +743,18 @@ async fn expired_exec_credentials_are_fetched_again() {
     pods.get("a").await.unwrap();
     assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 2);
 }
+
+#[test]
+fn with_nothing_to_load_the_error_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let nothing = |_: &str| None::<String>;
+    let e = Config::infer_with(&ConfigOptions::default(), &nothing, dir.path())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "configuration: no kubeconfig found (no --kubeconfig, KUBECONFIG or ~/.kube/config) and \
+         unable to load in-cluster configuration, KUBERNETES_SERVICE_HOST and \
+         KUBERNETES_SERVICE_PORT must be defined"
+    );
+}

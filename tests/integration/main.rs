@@ -61,6 +61,7 @@ mod client_http;
 mod client_watch_props;
 mod crd_schemas;
 mod demo_command;
+mod flags_doc;
 mod helm_chart;
 mod leaderelection_apiserver;
 mod leaderelection_elector;

@@ -364,8 +364,12 @@ impl Config {
             }
         }
         Self::in_cluster_from(service_account_dir, env).map_err(|e| {
+            let why = match e {
+                Error::Config(message) => message,
+                other => other.to_string(),
+            };
             Error::Config(format!(
-                "no kubeconfig found (no --kubeconfig, KUBECONFIG or ~/.kube/config) and {e}"
+                "no kubeconfig found (no --kubeconfig, KUBECONFIG or ~/.kube/config) and {why}"
             ))
         })
     }

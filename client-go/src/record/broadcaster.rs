@@ -309,24 +309,7 @@ impl EventBroadcaster {
     /// `StartStructuredLogging`, "Event occurred" with the object, kind, type, reason and
     /// message as fields.
     pub fn start_logging(&self) -> WatcherHandle {
-        self.start_event_watcher(|e| {
-            let o = &e.involved_object;
-            let object = match (o.namespace.as_deref(), o.name.as_deref()) {
-                (Some(ns), Some(name)) if !ns.is_empty() => format!("{ns}/{name}"),
-                (_, name) => name.unwrap_or_default().to_owned(),
-            };
-            tracing::info!(
-                target: "events",
-                object,
-                field_path = o.field_path.as_deref().unwrap_or_default(),
-                kind = o.kind.as_deref().unwrap_or_default(),
-                api_version = o.api_version.as_deref().unwrap_or_default(),
-                type_ = e.type_.as_deref().unwrap_or_default(),
-                reason = e.reason.as_deref().unwrap_or_default(),
-                message = e.message.as_deref().unwrap_or_default(),
-                "Event occurred"
-            );
-        })
+        self.start_event_watcher(log_event)
     }
 
     /// Writes every event to `sink` through a correlator (aggregation, counting, spam filter)
@@ -490,9 +473,77 @@ async fn next<T>(
     }
 }
 
+/// One "Event occurred" line (see [`EventBroadcaster::start_logging`]): fields `object`,
+/// `field_path`, `kind`, `api_version`, `type`, `reason`, `message`.
+fn log_event(e: &Event) {
+    let o = &e.involved_object;
+    let object = match (o.namespace.as_deref(), o.name.as_deref()) {
+        (Some(ns), Some(name)) if !ns.is_empty() => format!("{ns}/{name}"),
+        (_, name) => name.unwrap_or_default().to_owned(),
+    };
+    tracing::info!(
+        target: "events",
+        object,
+        field_path = o.field_path.as_deref().unwrap_or_default(),
+        kind = o.kind.as_deref().unwrap_or_default(),
+        api_version = o.api_version.as_deref().unwrap_or_default(),
+        r#type = e.type_.as_deref().unwrap_or_default(),
+        reason = e.reason.as_deref().unwrap_or_default(),
+        message = e.message.as_deref().unwrap_or_default(),
+        "Event occurred"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::lane_lru_size;
+
+    /// Collects the field names of every event logged while it is the default subscriber.
+    #[derive(Default)]
+    struct FieldNames(std::sync::Mutex<Vec<String>>);
+
+    impl tracing::Subscriber for FieldNames {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut names = self.0.lock().unwrap();
+            names.extend(event.fields().map(|f| f.name().to_string()));
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    #[test]
+    fn a_logged_event_has_client_gos_field_names() {
+        let names = std::sync::Arc::new(FieldNames::default());
+        tracing::subscriber::with_default(std::sync::Arc::clone(&names), || {
+            super::log_event(&super::Event {
+                type_: Some("Normal".into()),
+                reason: Some("Started".into()),
+                ..super::Event::default()
+            });
+        });
+        let names = names.0.lock().unwrap().clone();
+        assert_eq!(
+            names,
+            [
+                "message",
+                "object",
+                "field_path",
+                "kind",
+                "api_version",
+                "type",
+                "reason",
+                "message"
+            ]
+        );
+    }
 
     #[test]
     fn lanes_split_the_lru_bound_into_full_hash_tables() {

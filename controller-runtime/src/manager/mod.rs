@@ -32,34 +32,10 @@
 //!
 //! The flag set follows sample-controller (`--kubeconfig`, `--master`) and
 //! kube-controller-manager (`--controllers`, `--kube-api-qps`, `--kube-api-burst`,
-//! `--leader-elect*`), with controller-runtime's defaults for the two HTTP listeners:
-//!
-//! | flag | default | meaning |
-//! |---|---|---|
-//! | `--kubeconfig` | (loading rules) | a kubeconfig file; else `KUBECONFIG`, `~/.kube/config`, in-cluster |
-//! | `--master` | | the API server URL; overrides the kubeconfig's server |
-//! | `--context` | current context | the kubeconfig context to use |
-//! | `--namespace` | `""` (all) | watch only this namespace |
-//! | `--controllers` | `*` | `*` = every registered controller, `name` enables, `-name` disables; `sharder` (never in `*`) runs only the ring's sharder, leader-elected, for the kinds of the operators named beside it (default all of them), see [`Manager::with_sharder`] |
-//! | `--workers` | 32 | concurrent `sync_handler` calls per controller (why 32: the README's Performance section) |
-//! | `--resync-period` | 10m | informer resync (cnat's value): every object is re-queued this often |
-//! | `--kube-api-qps` / `--kube-api-burst` | follow the server, else 20 / 30 | client-side throttle; `-1` (or 0) QPS disables it |
-//! | `--leader-elect` | false | elect a leader through a Lease before running workers |
-//! | `--leader-elect-lease-duration` / `-renew-deadline` / `-retry-period` | 15s / 10s / 2s | client-go's defaults |
-//! | `--leader-elect-resource-name` / `-namespace` | `sample-controller` / in-cluster namespace | the Lease |
-//! | `--metrics-bind-address` | `:8080` | `/metrics`; `0` turns it off |
-//! | `--metrics-secure` | false | `/metrics` over HTTPS, each scrape authenticated by a TokenReview and authorized by a SubjectAccessReview (`get` on `/metrics`): 401 / 403 otherwise ([`crate::metrics_auth`]; the deploy uses `:8443`) |
-//! | `--metrics-cert-dir` | | `tls.crt` and `tls.key` for `--metrics-secure`; without them a self-signed certificate is generated at start |
-//! | `--health-probe-bind-address` | `:8081` | `/healthz` and `/readyz`; `0` turns it off |
-//! | `--webhook-bind-address` | `:9443` | the webhook server (HTTPS: admission and `/convert`, [`crate::webhook`]); `0` turns it off |
-//! | `--webhook-cert-dir` | `/tmp/k8s-webhook-server/serving-certs` | its `tls.crt` / `tls.key`, reloaded when they change; the default dir without `tls.crt` means no webhook server |
-//! | `--graceful-shutdown-timeout` | 30s | how long a shutdown waits for in-flight syncs |
-//! | `--otlp-endpoint` | `$OTEL_EXPORTER_OTLP_ENDPOINT` | export the `sync` and `request` spans over OTLP/HTTP JSON to `{URL}/v1/traces` (an OpenTelemetry Collector, Jaeger: `http://localhost:4318`); see [`crate::otlp`] |
-//! | `--otlp-service-name` | `$OTEL_SERVICE_NAME`, else `sample-controller` | the exported spans' `service.name` |
-//! | `--shard-mode` | `leader` | `sharded`: this process is one shard of a ring, with a Lease of its own and caches of the objects labelled for it ([`crate::sharding::shard`]); refuses `--leader-elect` |
-//! | `--shard-id` / `--shard-ring` / `--shard-lease-namespace` / `--shard-sharder` | `$POD_NAME` / `sample-controller` / the pod's namespace / `true` | the shard's id, the ring, where the shard Leases live, whether to contend for the ring's sharder (`false`: a `--controllers=sharder` process runs it); the ring and the namespace also apply to `--controllers=sharder` |
-//! | `--log-format` | `text` | `text` or `json` |
-//! | `-v` | 0 | verbosity, klog style: 0 info, 1–4 debug, 5+ trace; dependencies (hyper, h2, rustls) info until 6, debug 6–8, trace 9 (see [`crate::logging`]) |
+//! `--leader-elect*`), with controller-runtime's defaults for the two HTTP listeners
+//! (`--metrics-bind-address=:8080`, `--health-probe-bind-address=:8081`). The one list of them,
+//! with defaults and meanings, is the clap definitions of [`ManagerOptions`]: `run --help` prints
+//! it, and the repository's `docs/flags.md` is generated from it (a test keeps it current).
 //!
 //! The client-side throttle follows the server unless told otherwise: with neither
 //! `--kube-api-qps` nor `--kube-api-burst` given, the manager asks the server once at start
@@ -124,7 +100,8 @@ pub enum ManagerError {
     #[error(transparent)]
     Flag(#[from] FlagError),
     /// The kubeconfig / in-cluster configuration could not be loaded.
-    #[error("loading the client configuration: {0}")]
+    // The client's error starts with "configuration: " already.
+    #[error("{0}")]
     Config(#[source] client::Error),
     /// The API server did not answer.
     #[error("cannot reach the API server at {server}: {source}")]
