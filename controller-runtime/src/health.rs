@@ -50,7 +50,7 @@
 //! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicBool, Ordering};
 //! use std::time::Duration;
-//! use sample_controller::health::{HealthState, serve_health};
+//! use sample_controller_runtime::health::{HealthState, serve_health};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! let health = HealthState::new();

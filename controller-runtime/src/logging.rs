@@ -26,8 +26,11 @@ use std::io::Write;
 
 /// The `tracing` targets (crate names) of this project, which `-v` raises first.
 pub const OWN_TARGETS: &[&str] = &[
+    "sample_client_go",
+    "sample_controller_runtime",
+    "sample_operators",
     "sample_controller",
-    "sample_controller_cli",
+    "controller_manager",
     "embedded_apiserver",
     "apimachinery",
 ];

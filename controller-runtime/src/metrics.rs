@@ -91,7 +91,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> std::io::Result<()> {
 //! use std::time::Duration;
-//! use sample_controller::metrics::{Metrics, serve_metrics};
+//! use sample_controller_runtime::metrics::{Metrics, serve_metrics};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! let metrics = Metrics::new();

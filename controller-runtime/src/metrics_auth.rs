@@ -57,17 +57,17 @@
 //! ## Use
 //!
 //! ```no_run
-//! # async fn run(client: sample_controller::client::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn run(client: sample_client_go::client::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
-//! use sample_controller::metrics::Metrics;
-//! use sample_controller::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure};
+//! use sample_controller_runtime::metrics::Metrics;
+//! use sample_controller_runtime::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! let metrics = Metrics::new();
 //! let tls = metrics_tls_config(None)?; // self-signed, in memory
 //! let auth = Arc::new(DelegatingAuth::new(client));
 //! let cancel = CancellationToken::new();
-//! let limits = sample_controller::health::probe_serving_limits();
+//! let limits = sample_controller_runtime::health::probe_serving_limits();
 //! let server = serve_metrics_secure(
 //!     "0.0.0.0:8443".parse()?, metrics.registry(), tls, auth, cancel.clone(), limits).await?;
 //! // curl -k -H "Authorization: Bearer $TOKEN" https://<addr>/metrics

@@ -377,8 +377,8 @@ impl SpanQueue {
 pub fn span_filter(meta: &Metadata<'_>) -> bool {
     meta.is_span()
         && match meta.name() {
-            "sync" => meta.target().starts_with("sample_controller::controllers"),
-            "request" => meta.target() == "sample_controller::client::api",
+            "sync" => meta.target() == "sample_controller_runtime::controller",
+            "request" => meta.target() == "sample_client_go::client::api",
             _ => false,
         }
 }

@@ -301,7 +301,9 @@ fn verbosity_maps_klog_levels_to_our_crates_before_the_dependencies() {
     assert_eq!(dependency_level(9), Level::TRACE);
     let v1 = filter_directives(1, Level::DEBUG);
     assert!(v1.starts_with("info,"), "{v1}");
-    assert!(v1.contains("sample_controller=debug"), "{v1}");
+    assert!(v1.contains("sample_client_go=debug"), "{v1}");
+    assert!(v1.contains("sample_controller_runtime=debug"), "{v1}");
+    assert!(v1.contains("sample_operators=debug"), "{v1}");
     assert!(v1.contains("embedded_apiserver=debug"), "{v1}");
     assert!(filter_directives(6, Level::TRACE).starts_with("debug,"));
     // The demo's quiet default: warnings only, for every crate.

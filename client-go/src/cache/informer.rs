@@ -135,7 +135,7 @@ type DeleteFn<K> = Box<dyn Fn(Deleted<K>) + Send + Sync>;
 /// A handler made of closures (client-go's `ResourceEventHandlerDetailedFuncs`):
 ///
 /// ```
-/// use sample_controller::cache::EventHandlerFns;
+/// use sample_client_go::cache::EventHandlerFns;
 /// use k8s_openapi::api::core::v1::Pod;
 ///
 /// let handler = EventHandlerFns::<Pod>::new()

@@ -46,8 +46,8 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use k8s_openapi::api::core::v1::Pod;
-//! use sample_controller::cache::testing::{FakeListerWatcher, meta};
-//! use sample_controller::cache::{EventHandlerFns, InformerOptions, SharedIndexInformer, key_of};
+//! use sample_client_go::cache::testing::{FakeListerWatcher, meta};
+//! use sample_client_go::cache::{EventHandlerFns, InformerOptions, SharedIndexInformer, key_of};
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -35,9 +35,9 @@
 //!
 //! ```no_run
 //! use k8s_openapi::api::core::v1::Pod;
-//! use sample_controller::client::{Api, Client, ListParams};
+//! use sample_client_go::client::{Api, Client, ListParams};
 //!
-//! # async fn run() -> sample_controller::client::Result<()> {
+//! # async fn run() -> sample_client_go::client::Result<()> {
 //! let client = Client::try_default().await?;           // kubeconfig or in-cluster
 //! let pods: Api<Pod> = Api::default_namespaced(client);
 //! for p in pods.list(&ListParams::default()).await?.items {

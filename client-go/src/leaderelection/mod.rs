@@ -72,8 +72,8 @@
 //! ## Use
 //!
 //! ```no_run
-//! # async fn demo(client: sample_controller::client::Client) {
-//! use sample_controller::leaderelection::{
+//! # async fn demo(client: sample_client_go::client::Client) {
+//! use sample_client_go::leaderelection::{
 //!     LeaderCallbacks, LeaderElectionConfig, LeaderElector, LeaseLock,
 //! };
 //! use tokio_util::sync::CancellationToken;

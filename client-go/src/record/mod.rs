@@ -42,14 +42,14 @@
 //! ## Use
 //!
 //! ```no_run
-//! # async fn demo(sink: impl sample_controller::record::EventSink, at: sample_controller::apis::At) {
-//! use sample_controller::record::{EventBroadcaster, EventType};
+//! # async fn demo(sink: impl sample_client_go::record::EventSink, pod: k8s_openapi::api::core::v1::Pod) {
+//! use sample_client_go::record::{EventBroadcaster, EventType};
 //!
 //! let broadcaster = EventBroadcaster::new();
 //! let _log = broadcaster.start_logging();
 //! let _api = broadcaster.start_recording_to_sink(sink);
 //! let recorder = broadcaster.new_recorder("cnat-controller");
-//! recorder.event(&at, EventType::Normal, "Scheduled", "will run at 10:00");
+//! recorder.event(&pod, EventType::Normal, "Scheduled", "will run at 10:00");
 //! // ... on shutdown:
 //! broadcaster.shutdown();
 //! # }

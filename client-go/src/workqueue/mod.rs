@@ -53,7 +53,7 @@
 //! ## A worker loop
 //!
 //! ```
-//! use sample_controller::workqueue::RateLimitingQueue;
+//! use sample_client_go::workqueue::RateLimitingQueue;
 //! use std::time::Duration;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]

@@ -52,10 +52,12 @@ pub struct ManagerOptions {
     pub namespace: String,
 
     /// Controllers to run: '*' enables every registered controller, 'name' enables one,
-    /// '-name' disables one. Comma-separated; known: at, tdset, rediscluster,
-    /// myapp, foo. 'sharder' (never enabled by '*') runs the ring's sharder and nothing else,
-    /// leader-elected on the Lease <--shard-ring>-sharder, serving /mutate-shard; the operator
-    /// names beside it choose whose objects it shards (default: every operator).
+    /// '-name' disables one. Comma-separated names of the binary's registered controllers (in
+    /// sample-controller and controller-manager: at, tdset, rediscluster, myapp, foo; an
+    /// unknown name is refused with the list). 'sharder' (never enabled by '*') runs the
+    /// ring's sharder and nothing else, leader-elected on the Lease <--shard-ring>-sharder,
+    /// serving /mutate-shard; the controller names beside it choose whose objects it shards
+    /// (default: every sharded controller).
     #[arg(long, value_delimiter = ',', default_value = "*", value_name = "LIST")]
     pub controllers: Vec<String>,
 

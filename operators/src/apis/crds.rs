@@ -17,7 +17,7 @@
 //!   [`crd`] / [`all_crds`] as k8s-openapi's typed `CustomResourceDefinition`.
 //!
 //! ```
-//! use sample_controller::apis::{At, crds};
+//! use sample_operators::apis::{At, crds};
 //!
 //! let crd = crds::crd::<At>().unwrap();
 //! assert_eq!(crd.spec.names.plural, "ats");

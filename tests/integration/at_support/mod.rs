@@ -33,7 +33,7 @@ pub async fn server() -> (ApiServerHandle, Client) {
     (server, client)
 }
 
-/// Logs to the test's output when `RUST_LOG` is set (e.g. `RUST_LOG=sample_controller=debug`).
+/// Logs to the test's output when `RUST_LOG` is set (e.g. `RUST_LOG=sample_controller_runtime=debug,sample_operators=debug`).
 pub fn init_tracing() {
     if std::env::var_os("RUST_LOG").is_some() {
         let _ = tracing_subscriber::fmt()
