@@ -430,8 +430,8 @@ fn every_chapter_is_tested() {
     assert_eq!(listed, tested, "FILES against the tests of file_tests!");
 }
 
-/// Every shell block says whether it runs here (`runnable`) or why not (`cluster`, `manual`),
-/// and every `text expected` block follows a runnable one.
+/// Every block names its language; every shell block says whether it runs here (`runnable`)
+/// or why not (`cluster`, `manual`); and every `text expected` block follows a runnable one.
 #[test]
 fn every_shell_block_is_marked() {
     let mut unmarked = Vec::new();
@@ -439,6 +439,15 @@ fn every_shell_block_is_marked() {
         let text = std::fs::read_to_string(repo().join(file)).unwrap();
         let all = fences(&text);
         for (i, fence) in all.iter().enumerate() {
+            if fence.info.is_empty() {
+                unmarked.push(format!(
+                    "{file}:{}: a block without a language (`sh`, `text`, `yaml`, ...)",
+                    fence.line
+                ));
+            }
+            if !is_shell(fence) && has_tag(fence, "runnable") {
+                unmarked.push(format!("{file}:{}: only shell blocks run", fence.line));
+            }
             if is_shell(fence) {
                 let marks = ["runnable", "cluster", "manual"]
                     .iter()
