@@ -531,3 +531,34 @@ fn expected_output_matching() {
         [9443, 8443]
     );
 }
+
+/// The README stays a front door (at most 400 lines), and keeps one command style: the built
+/// `sample-controller`, with `cargo run --release --` only in its first command.
+#[test]
+fn the_readme_is_a_front_door_with_one_command_style() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 400,
+        "README.md has {lines} lines; move detail to docs/"
+    );
+    let mut uses = Vec::new();
+    for file in FILES {
+        let text = std::fs::read_to_string(repo().join(file)).unwrap();
+        for fence in fences(&text).iter().filter(|f| is_shell(f)) {
+            for line in fence.text.lines() {
+                if line.contains("cargo run --release --") {
+                    uses.push(format!("{file}:{}: {line}", fence.line));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        uses.len(),
+        1,
+        "only the README's first command is written `cargo run --release -- ...`; the rest run \
+         `sample-controller`:\n{}",
+        uses.join("\n")
+    );
+    assert!(uses[0].contains("cargo run --release -- demo"), "{uses:?}");
+}
