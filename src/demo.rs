@@ -429,8 +429,13 @@ fn print_serving(operators: &[&'static str], server_url: &str, path: &str, with_
             "  shapes: kubectl --kubeconfig {path} get ats.v1alpha1.cnat.programming-kubernetes.info -o yaml   (the book's version, converted by /convert)"
         );
     }
+    let examples: Vec<String> = operators
+        .iter()
+        .map(|op| format!("-f artifacts/examples/{}", operators::example_file(op)))
+        .collect();
     println!(
-        "  act:    kubectl --kubeconfig {path} apply -f artifacts/examples/   (the controllers pick it up)"
+        "  act:    kubectl --kubeconfig {path} apply {}   (from the repository root; the controllers pick them up)",
+        examples.join(" ")
     );
     println!("press Ctrl-C to stop");
 }

@@ -1,9 +1,10 @@
 //! The `sample-controller` binary.
 //!
 //! * `sample-controller demo`: the zero-setup tour: an embedded API server and the controller
-//!   manager; four Ats (two run once at their schedule, one is refused at admission, one is
-//!   marked InvalidSpec), a TDSet following its time window and a RedisCluster resized and
-//!   deleted through its finalizer (see `src/demo.rs`; `--operators` chooses).
+//!   manager; four Ats (two run once at their schedule; two are refused at admission, a blank
+//!   command by the manager's webhook and a schedule that is not a time by the CRD's schema), a
+//!   TDSet following its time window and a RedisCluster resized and deleted through its
+//!   finalizer (see `src/demo.rs`; `--operators` chooses).
 //! * `sample-controller run`: the controller manager against a real cluster (see
 //!   `sample_controller_runtime::manager` for the flags).
 //! * `sample-controller apiserver`: the embedded API server alone, for `kubectl` experiments.
@@ -37,7 +38,8 @@ enum Command {
     #[command(flatten)]
     Manager(ManagerCommand),
     /// Zero-setup demo: embedded API server and controllers; four Ats (two run once at their
-    /// schedule, one refused at admission, one marked InvalidSpec), a TDSet and a RedisCluster.
+    /// schedule, two refused at admission: a blank command, a schedule that is not a time), a
+    /// TDSet and a RedisCluster.
     Demo(DemoOptions),
     /// Run the embedded Kubernetes API server until SIGINT/SIGTERM.
     Apiserver(Box<embedded_apiserver::standalone::ApiServerArgs>),

@@ -72,6 +72,8 @@ struct Story {
     summary: &'static str,
     /// The resources the story creates or changes, its custom resource first.
     shown_resources: &'static [&'static str],
+    /// An example of `artifacts/examples/` that applies cleanly after the story (`--serve`).
+    example: &'static str,
     /// The story; `None` for At, whose story (and CRD install) is the demo's main line.
     run: Option<StoryFn>,
 }
@@ -81,30 +83,35 @@ const STORIES: &[Story] = &[
         operator: AtController::NAME,
         summary: "",
         shown_resources: &["ats", "pods"],
+        example: "cnat-example-v1.yaml",
         run: None,
     },
     Story {
         operator: TDSetController::NAME,
         summary: "the TDSet's Deployment follows its window; hand-scaling was put back",
         shown_resources: &["tdsets", "deployments"],
+        example: "tdset-hello-world.yaml",
         run: Some(|c, s, d| Box::pin(tdset_story(c, s, d))),
     },
     Story {
         operator: RedisClusterController::NAME,
         summary: "the RedisCluster went 3 -> 5 -> 2 nodes and its finalizer cleaned everything up",
         shown_resources: &["redisclusters", "statefulsets", "services", "pods"],
+        example: "rediscluster.yaml",
         run: Some(|c, s, d| Box::pin(rediscluster_story(c, s, d))),
     },
     Story {
         operator: MyAppController::NAME,
         summary: "the MyApp's Deployment is available",
         shown_resources: &["myapps", "deployments"],
+        example: "myapp.yaml",
         run: Some(|c, s, d| Box::pin(myapp_story(c, s, d))),
     },
     Story {
         operator: FooController::NAME,
         summary: "the Foo's Deployment is available",
         shown_resources: &["foos", "deployments"],
+        example: "foo.yaml",
         run: Some(|c, s, d| Box::pin(foo_story(c, s, d))),
     },
 ];
@@ -126,6 +133,12 @@ pub fn watched_resource(op: &str) -> &'static str {
 /// The resources the story of `op` creates or changes, its custom resource first.
 pub fn shown_resources(op: &str) -> &'static [&'static str] {
     story(op).map_or(&[], |s| s.shown_resources)
+}
+
+/// The file of `artifacts/examples/` that gives the operator `op` new work once its story has
+/// ended (`--serve`): its CRD is installed and the object's name is not taken.
+pub fn example_file(op: &str) -> &'static str {
+    story(op).map_or("", |s| s.example)
 }
 
 /// Installs the CRDs of the selected operators (At's is installed by the At story).
