@@ -11,8 +11,8 @@
 //!   hands the free pages back to the system. Installed as the servers' release hook
 //!   ([`crate::serving::set_memory_release`]), run after a connection flood has closed.
 //! * [`tune_for_manager`]: `mallopt` settings for the controller manager, applied before its
-//!   runtime starts threads. Measured with `hack/bench-at.sh 10000 --due now` (see the README's
-//!   "Where the manager's memory goes"):
+//!   runtime starts threads. Measured with `hack/bench-at.sh 10000 --due now` (see
+//!   docs/13-performance.md, "Memory: what the manager caches"):
 //!   - `M_ARENA_MAX = 1`: glibc gives every thread that meets a locked arena an arena of its
 //!     own (up to 8 per core), each holding its own free memory, and memory freed in one
 //!     arena serves only the threads attached to it. The manager's allocations are short and

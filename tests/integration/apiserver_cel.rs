@@ -1,5 +1,5 @@
 //! CEL validation rules (`x-kubernetes-validations`) in the embedded API server, driven with the
-//! files of `artifacts/examples/cel/` (the README's CEL section teaches with them).
+//! files of `artifacts/examples/cel/` (docs/08-versions-and-webhooks.md teaches with them).
 //!
 //! - With kubectl 1.28 and 1.33 (`kubectl.1.28` / `kubectl.1.33` beside the `kubectl` on the
 //!   PATH; a missing binary skips its test with a message): applying an object that breaks a

@@ -50,7 +50,7 @@ async fn scenario(version: Option<&str>) {
 
     // The server validates (kubectl's default --validate=strict sends fieldValidation=Strict):
     // schema violations are 422 Invalid, unknown fields a strict decoding error.
-    // Every file in artifacts/examples/invalid/ (the README says the server rejects them).
+    // Every file in artifacts/examples/invalid/ (docs/10-cluster.md says the server rejects them).
     let mut invalid: Vec<String> =
         std::fs::read_dir(cluster::repo().join("artifacts/examples/invalid"))
             .unwrap()

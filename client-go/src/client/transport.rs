@@ -36,7 +36,7 @@
 //!   request's own headers and body), and so do the worker loop (the sync handler's future)
 //!   and the event lanes (the write): what is idle holds a pointer. `Api::create` is now
 //!   1.3 KiB, and an At sync 4.7 KiB (its plan's pod boxed too: a `Pod` is 2,176 bytes
-//!   inline). See the README's "Performance".
+//!   inline). See docs/13-performance.md.
 //!
 //! The types that used to be defined here ([`Throttle`], [`ThrottleDecision`],
 //! [`ClientMetrics`], [`rustls_client_config`], ...) are re-exported, so

@@ -8,8 +8,8 @@
 //! this binary is built from the controller crates alone (`cargo build -p sample-operators
 //! --bin controller-manager`), without the embedded API server, its protobuf, CEL and storage
 //! crates, or the demo. Its code is a third of `sample-controller`'s, so the image is smaller
-//! and the process maps fewer pages of its own executable: see the README's "Where the
-//! manager's memory goes".
+//! and the process maps fewer pages of its own executable: see docs/13-performance.md, "Memory:
+//! what the manager caches".
 //!
 //! Exit codes: 0 after a clean shutdown, 1 when the work failed (an unreachable cluster, a
 //! missing CRD), 2 for a bad flag.

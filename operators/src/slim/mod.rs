@@ -79,7 +79,7 @@
 //!
 //! ## Figures
 //!
-//! See the README's "Caches that fit" section (`../shared/bench/at-vs-kube-rs.sh`, peak RSS of
+//! See docs/13-performance.md, "Memory: what the manager caches" (`../shared/bench/at-vs-kube-rs.sh`, peak RSS of
 //! the manager for 10,000 Ats due at once, with and without 50,000 foreign pods).
 
 pub mod meta;
@@ -390,7 +390,7 @@ impl Metadata for PodSummary {
 /// Why: an `At` is 608 bytes before it allocates, 360 of them its `ObjectMeta`, and its name,
 /// namespace, UID and resourceVersion take an allocation each; an `AtSummary` is 432 bytes
 /// and keeps those strings inline. At 10,000 Ats that, with the correlator's slimmer records, took
-/// the manager's anonymous memory from 36.9 to 33.1 MiB (see the README's "Performance").
+/// the manager's anonymous memory from 36.9 to 33.1 MiB (see docs/13-performance.md).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AtSummary {
     /// The At's metadata: the fields a handler or sync reads.
