@@ -223,11 +223,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     print_banner(&operators, server.url(), &path, opts.serve);
 
     if let Some(h) = &hooks {
-        h.install_at_crd(&client).await?;
-        say(
-            started,
-            "installed the CRD ats.cnat.programming-kubernetes.info (v1 stored, v1alpha1 served; conversion by the manager's /convert)",
-        );
+        install_at_crd(h, &client, started).await?;
     }
     operators::install_crds(&client, &operators, started).await?;
 
@@ -250,15 +246,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
             .run(manager_stop.clone()),
     );
     if let Some(h) = &hooks {
-        webhooks::wait_listening(h.addr, Duration::from_secs(30)).await?;
-        h.install_admission(&client).await?;
-        say(
-            started,
-            &format!(
-                "the manager's webhook server listens on https://{} (/convert, /mutate-at, /validate-at); admission webhooks registered",
-                h.addr
-            ),
-        );
+        register_admission(h, &client, started).await?;
     }
 
     // The other operators' stories run beside the At's.
@@ -313,6 +301,38 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     printer.shutdown().await;
     server.shutdown().await;
     outcome.map(|_| ())
+}
+
+/// The At CRD with its conversion webhook pointing at the manager's `/convert`.
+async fn install_at_crd(
+    h: &webhooks::DemoWebhooks,
+    client: &Client,
+    started: Instant,
+) -> Result<(), DemoError> {
+    h.install_at_crd(client).await?;
+    say(
+        started,
+        "installed the CRD ats.cnat.programming-kubernetes.info (v1 stored, v1alpha1 served; conversion by the manager's /convert)",
+    );
+    Ok(())
+}
+
+/// Once the manager's webhook server answers: the At's admission webhooks, registered.
+async fn register_admission(
+    h: &webhooks::DemoWebhooks,
+    client: &Client,
+    started: Instant,
+) -> Result<(), DemoError> {
+    webhooks::wait_listening(h.addr, Duration::from_secs(30)).await?;
+    h.install_admission(client).await?;
+    say(
+        started,
+        &format!(
+            "the manager's webhook server listens on https://{} (/convert, /mutate-at, /validate-at); admission webhooks registered",
+            h.addr
+        ),
+    );
+    Ok(())
 }
 
 /// The demo's first lines: what runs, where, and how to watch it with kubectl.
@@ -469,17 +489,44 @@ async fn at_story(
     let due_str = due.to_string();
     let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);
     let alpha_ats = Api::<AtV1alpha1>::namespaced(client.clone(), DEMO_NAMESPACE);
+    create_book_example(&ats, &alpha_ats, &due_str, started).await?;
+    create_failing_at(&ats, &alpha_ats, &due_str, started).await?;
+    create_invalid_ats(&ats, seen, &due_str, started).await?;
+    loop {
+        if let Some(waiting) = still_waiting(seen) {
+            if Instant::now() >= deadline {
+                return Err(DemoError::Timeout {
+                    timeout: format_duration(opts.timeout),
+                    waiting,
+                });
+            }
+            if manager.is_finished() {
+                return Err(DemoError::Manager("it exited early".to_string()));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        } else {
+            return Ok(due);
+        }
+    }
+}
+
+/// The book's example, exactly as shipped (`v1alpha1`), with only its schedule moved: created
+/// in `v1alpha1` and read back as `v1` (the API server stores `v1` and converts both ways
+/// through the manager's `/convert`).
+async fn create_book_example(
+    ats: &Api<At>,
+    alpha_ats: &Api<AtV1alpha1>,
+    due_str: &str,
+    started: Instant,
+) -> Result<(), DemoError> {
     let pp = PostParams::default();
-    // The book's example, exactly as shipped (`v1alpha1`), with only its schedule moved, is
-    // created in `v1alpha1` and read back as `v1`: the API server stores `v1` and converts
-    // both ways through the manager's `/convert`.
     let mut example: AtV1alpha1 =
         serde_yaml_ng::from_str(BOOK_EXAMPLE).map_err(|e| DemoError::Api {
             what: "reading artifacts/examples/cnat-example.yaml".to_string(),
             source: client::Error::Other(e.to_string()),
         })?;
     example.metadata.namespace = Some(DEMO_NAMESPACE.to_string());
-    example.spec.schedule = due_str.clone();
+    example.spec.schedule = due_str.to_string();
     alpha_ats
         .create(&pp, &example)
         .await
@@ -504,9 +551,19 @@ async fn at_story(
             as_v1.spec.run.image.as_deref().unwrap_or("")
         ),
     );
-    // And the other way: a `v1` At with a field `v1alpha1` has no place for, read back as
-    // `v1alpha1`; the field waits in an annotation, so nothing is lost on the way back.
-    let mut failing = new_at("failing-at", &due_str, "exit 3");
+    Ok(())
+}
+
+/// The other way: a `v1` At with a field `v1alpha1` has no place for, read back as `v1alpha1`;
+/// the field waits in an annotation, so nothing is lost on the way back.
+async fn create_failing_at(
+    ats: &Api<At>,
+    alpha_ats: &Api<AtV1alpha1>,
+    due_str: &str,
+    started: Instant,
+) -> Result<(), DemoError> {
+    let pp = PostParams::default();
+    let mut failing = new_at("failing-at", due_str, "exit 3");
     failing.spec.run.active_deadline_seconds = Some(60);
     ats.create(&pp, &failing)
         .await
@@ -537,10 +594,21 @@ async fn at_story(
             conversion::ANNOTATION
         ),
     );
-    // A command of spaces passes the schema's minLength; the manager's /validate-at refuses it
-    // before it is stored. Without the webhook, the controller would mark it InvalidSpec.
+    Ok(())
+}
+
+/// Two Ats that are never stored: a command of spaces passes the schema's minLength and the
+/// manager's `/validate-at` refuses it; a schedule that is no time fails the schema. (Without the
+/// webhook the controller would mark the first `InvalidSpec`: then the story waits for that.)
+async fn create_invalid_ats(
+    ats: &Api<At>,
+    seen: &Mutex<Seen>,
+    due_str: &str,
+    started: Instant,
+) -> Result<(), DemoError> {
+    let pp = PostParams::default();
     match ats
-        .create(&pp, &new_at("blank-command", &due_str, "   "))
+        .create(&pp, &new_at("blank-command", due_str, "   "))
         .await
     {
         Err(e) if matches!(e.code(), Some(400..=499)) => say(
@@ -582,22 +650,7 @@ async fn at_story(
         }
     }
 
-    loop {
-        if let Some(waiting) = still_waiting(seen) {
-            if Instant::now() >= deadline {
-                return Err(DemoError::Timeout {
-                    timeout: format_duration(opts.timeout),
-                    waiting,
-                });
-            }
-            if manager.is_finished() {
-                return Err(DemoError::Manager("it exited early".to_string()));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        } else {
-            return Ok(due);
-        }
-    }
+    Ok(())
 }
 
 /// The Ats whose commands run: each must have run exactly once.
