@@ -48,6 +48,7 @@ const FILES: &[&str] = &[
     "docs/11-sharding.md",
     "docs/12-observability.md",
     "docs/13-performance.md",
+    "docs/flags.md",
 ];
 
 /// How long one block may take.
@@ -407,6 +408,7 @@ file_tests! {
     docs_11_sharding => "docs/11-sharding.md",
     docs_12_observability => "docs/12-observability.md",
     docs_13_performance => "docs/13-performance.md",
+    docs_flags => "docs/flags.md",
 }
 
 /// Every chapter in docs/ is in `FILES` and has a test above, so a new chapter's commands are
