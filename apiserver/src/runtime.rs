@@ -118,10 +118,10 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Which node runs the pods when the server simulates a cluster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum NodeRuntime {
-    /// Decide each pod's outcome from its command's text; run nothing ([`super::kubelet`]).
+    /// Decide each pod's outcome from its command's text; run nothing (the simulated kubelet).
     #[default]
     Simulated,
-    /// Run each container's command as a child process of the server (this module).
+    /// Run each container's command as a child process of the server.
     Process,
 }
 

@@ -82,9 +82,8 @@ pub struct ApiServerArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub simulate: bool,
     /// Which node runs pods: `simulated` (decides outcomes from the command's text) or
-    /// `process` (runs each container's command on this host as a child process; see the
-    /// `runtime` module's safety notes: refused on a non-loopback address without
-    /// `--enforce-rbac`).
+    /// `process` (runs each container's command on this host as a child process, with the
+    /// server's own privileges: refused on a non-loopback address without `--enforce-rbac`).
     #[arg(long, value_enum, default_value_t = super::runtime::NodeRuntime::Simulated)]
     pub node_runtime: super::runtime::NodeRuntime,
     /// Process runtime: at most this many pods run at once.

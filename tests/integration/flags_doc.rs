@@ -42,3 +42,24 @@ fn docs_flags_md_is_the_run_commands_help() {
          UPDATE_FLAGS_DOC=1 cargo nextest run flags_doc"
     );
 }
+
+/// The commands' help is for people at a terminal: no rustdoc link syntax or "this module"
+/// (the clap help texts are doc comments, which rustdoc reads too).
+#[test]
+fn no_help_text_carries_rustdoc_syntax() {
+    for args in [
+        &["--help"][..],
+        &["run", "--help"],
+        &["apiserver", "--help"],
+        &["demo", "--help"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+            .args(args)
+            .output()
+            .expect("the binary runs");
+        let help = String::from_utf8_lossy(&out.stdout);
+        for bad in ["[`", "`]", "(this module)", "crate::", "super::"] {
+            assert!(!help.contains(bad), "`{}` prints {bad:?}:\n{help}", args.join(" "));
+        }
+    }
+}
