@@ -39,6 +39,24 @@ pub enum Batch {
     Resync,
 }
 
+impl Batch {
+    /// The keys of the objects of `storage` (e.g. pods) that changed in this batch, each once
+    /// per run of changes (what a simulated node or runtime re-syncs); `None` for a
+    /// [`Batch::Resync`].
+    pub fn changed_keys(&self, storage: &str) -> Option<Vec<super::store::Key>> {
+        let Batch::Changes(changes) = self else {
+            return None;
+        };
+        let mut keys: Vec<super::store::Key> = changes
+            .iter()
+            .filter(|c| c.storage == storage)
+            .map(|c| super::store::key_of(&c.object))
+            .collect();
+        keys.dedup();
+        Some(keys)
+    }
+}
+
 /// Follows the store's revision channel and reads the history since the last revision seen.
 pub struct ChangeFeed {
     store: Arc<Store>,

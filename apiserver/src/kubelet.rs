@@ -105,7 +105,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::background::{Batch, ChangeFeed, VirtualClock};
+use super::background::{ChangeFeed, VirtualClock};
 use super::logs::LogStore;
 use super::meta::{self, meta_str};
 use super::store::{Key, State, Store};
@@ -293,19 +293,9 @@ async fn run(
         };
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = feed.changed() => match feed.poll() {
-                Batch::Changes(changes) => {
-                    let mut keys: Vec<Key> = changes
-                        .iter()
-                        .filter(|c| c.storage == PODS)
-                        .map(|c| super::store::key_of(&c.object))
-                        .collect();
-                    keys.dedup();
-                    for key in keys {
-                        k.sync(&key);
-                    }
-                }
-                Batch::Resync => k.resync(),
+            _ = feed.changed() => match feed.poll().changed_keys(PODS) {
+                Some(keys) => keys.iter().for_each(|key| k.sync(key)),
+                None => k.resync(),
             },
             r = paused_rx.changed() => {
                 if r.is_err() {

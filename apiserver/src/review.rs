@@ -253,6 +253,18 @@ fn show_non_resource(n: &Map<String, Value>) -> String {
 /// Checks the envelope (object, `apiVersion`, `kind`, `metadata`, `spec`), then returns the
 /// body with `apiVersion` and `kind` filled in, as the real decoder defaults them from the URL.
 fn intake(kind: ReviewKind, body: Value) -> Result<Map<String, Value>, ApiError> {
+    review_envelope(body, API_VERSION, kind.kind())
+}
+
+/// The envelope check of every review kind (SubjectAccessReview and its kin here,
+/// TokenReview in [`super::tokenreview`]): an object whose `apiVersion` and `kind`, when
+/// given, are `api_version` and `kind`, and whose `metadata`, `spec` and `status` are objects;
+/// returned with `apiVersion` and `kind` filled in. The messages are the Go decoder's.
+pub(crate) fn review_envelope(
+    body: Value,
+    api_version: &str,
+    kind: &str,
+) -> Result<Map<String, Value>, ApiError> {
     let Value::Object(mut obj) = body else {
         return Err(ApiError::bad_request(
             "the request body must be a JSON or YAML object",
@@ -260,40 +272,39 @@ fn intake(kind: ReviewKind, body: Value) -> Result<Map<String, Value>, ApiError>
     };
     match obj.get("apiVersion") {
         None | Some(Value::Null) => {}
-        Some(Value::String(av)) if av == API_VERSION => {}
+        Some(Value::String(av)) if av == api_version => {}
         Some(other) => {
             return Err(ApiError::bad_request(format!(
-                "the API version in the data ({}) does not match the expected API version ({API_VERSION})",
+                "the API version in the data ({}) does not match the expected API version ({api_version})",
                 other.as_str().unwrap_or_default()
             )));
         }
     }
     match obj.get("kind") {
         None | Some(Value::Null) => {}
-        Some(Value::String(k)) if k == kind.kind() => {}
+        Some(Value::String(k)) if k == kind => {}
         Some(other) => {
             return Err(ApiError::bad_request(format!(
-                "the kind in the data ({}) does not match the expected kind ({})",
+                "the kind in the data ({}) does not match the expected kind ({kind})",
                 other.as_str().unwrap_or_default(),
-                kind.kind()
             )));
         }
     }
     for field in ["metadata", "spec", "status"] {
         if let Some(v) = obj.get(field).filter(|v| !v.is_object() && !v.is_null()) {
             return Err(ApiError::bad_request(format!(
-                "json: cannot unmarshal {} into Go struct field {}.{field} of type object",
+                "json: cannot unmarshal {} into Go struct field {kind}.{field} of type object",
                 json_type(v),
-                kind.kind()
             )));
         }
     }
-    obj.insert("apiVersion".into(), json!(API_VERSION));
-    obj.insert("kind".into(), json!(kind.kind()));
+    obj.insert("apiVersion".into(), json!(api_version));
+    obj.insert("kind".into(), json!(kind));
     Ok(obj)
 }
 
-fn json_type(v: &Value) -> &'static str {
+/// The Go decoder's name for a JSON value's type.
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "bool",

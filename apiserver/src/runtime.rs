@@ -94,7 +94,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::background::{Batch, ChangeFeed, VirtualClock};
+use super::background::{ChangeFeed, VirtualClock};
 use super::kubelet::{
     self, HOST_IP, NODE_NAME, Restart, back_off, bind_to_node, container_status, containers,
     current, finish_deletion, restart_policy, set_condition, with_status,
@@ -205,20 +205,10 @@ impl Node {
         loop {
             tokio::select! {
                 _ = self.shutdown.cancelled() => break,
-                _ = feed.changed() => match feed.poll() {
-                    Batch::Changes(changes) => {
-                        let mut keys: Vec<Key> = changes
-                            .iter()
-                            .filter(|c| c.storage == PODS)
-                            .map(|c| super::store::key_of(&c.object))
-                            .collect();
-                        keys.dedup();
-                        for key in keys {
-                            self.sync(&key);
-                        }
-                    }
-                    Batch::Resync => self.resync(),
-                },
+                _ = feed.changed() => match feed.poll().changed_keys(PODS) {
+                Some(keys) => keys.iter().for_each(|key| self.sync(key)),
+                None => self.resync(),
+            },
             }
         }
         // Every worker sees the same cancellation and kills its processes; the tracker

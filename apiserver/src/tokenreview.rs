@@ -99,55 +99,10 @@ pub fn group_discovery() -> Value {
     }]}]})
 }
 
-/// Checks the envelope and returns the body with `apiVersion` and `kind` filled in.
+/// Checks the envelope and returns the body with `apiVersion` and `kind` filled in (the
+/// check every review kind shares: [`super::review::review_envelope`]).
 fn intake(body: Value) -> Result<Map<String, Value>, ApiError> {
-    let Value::Object(mut obj) = body else {
-        return Err(ApiError::bad_request(
-            "the request body must be a JSON or YAML object",
-        ));
-    };
-    match obj.get("apiVersion") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(av)) if av == API_VERSION => {}
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "the API version in the data ({}) does not match the expected API version ({API_VERSION})",
-                other.as_str().unwrap_or_default()
-            )));
-        }
-    }
-    match obj.get("kind") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(k)) if k == KIND => {}
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "the kind in the data ({}) does not match the expected kind ({KIND})",
-                other.as_str().unwrap_or_default()
-            )));
-        }
-    }
-    for field in ["metadata", "spec", "status"] {
-        if let Some(v) = obj.get(field).filter(|v| !v.is_object() && !v.is_null()) {
-            return Err(ApiError::bad_request(format!(
-                "json: cannot unmarshal {} into Go struct field {KIND}.{field} of type object",
-                json_kind(v)
-            )));
-        }
-    }
-    obj.insert("apiVersion".into(), json!(API_VERSION));
-    obj.insert("kind".into(), json!(KIND));
-    Ok(obj)
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
+    super::review::review_envelope(body, API_VERSION, KIND)
 }
 
 /// Answers a token review: `authenticate` maps a token to the user name it stands for (the
@@ -169,7 +124,7 @@ pub fn create(
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "json: cannot unmarshal {} into Go struct field TokenReviewSpec.spec.token of type string",
-                json_kind(other)
+                super::review::json_type(other)
             )));
         }
     };

@@ -59,7 +59,11 @@ fn no_help_text_carries_rustdoc_syntax() {
             .expect("the binary runs");
         let help = String::from_utf8_lossy(&out.stdout);
         for bad in ["[`", "`]", "(this module)", "crate::", "super::"] {
-            assert!(!help.contains(bad), "`{}` prints {bad:?}:\n{help}", args.join(" "));
+            assert!(
+                !help.contains(bad),
+                "`{}` prints {bad:?}:\n{help}",
+                args.join(" ")
+            );
         }
     }
 }
