@@ -157,7 +157,7 @@
 //! ([`validation`]), and RBAC writes the escalation checks; server-side apply tracks managers but is simpler than the real structured-merge-diff.
 //! Tables for built-in kinds follow the real printers for pods, namespaces, configmaps,
 //! secrets, serviceaccounts, services, events, deployments, statefulsets, replicasets, nodes,
-//! role bindings and leases ([`logic::table::builtin_columns`]); roles, cluster roles and CRDs
+//! role bindings and leases ([`logic::printers::builtin_columns`]); roles, cluster roles and CRDs
 //! get the `Name` / `Created At` columns, as on a real server.
 
 #![forbid(unsafe_code)]

@@ -4,11 +4,11 @@
 //! the OpenAPI v3 document of the object's group-version that the server accepts the
 //! `fieldValidation` parameter; if so it leaves validation to the server. Without these
 //! documents those commands fail with `failed to download openapi`. The documents themselves
-//! are built by [`super::logic::openapi`]; this module serves them from the live resource table,
+//! are built by [`super::logic::openapi_docs`]; this module serves them from the live resource table,
 //! so a new CRD's group-version appears in the index (with a new hash, which invalidates
 //! clients' caches) as soon as the CRD exists.
 //!
-//! `/openapi/v2` serves the Swagger 2.0 document of [`super::logic::openapi_v2`], in protobuf
+//! `/openapi/v2` serves the Swagger 2.0 document of [`super::logic::openapi_v2_docs`], in protobuf
 //! (what kubectl asks for) or JSON: kubectl up to 1.28 downloads it unconditionally before
 //! validating a manifest, fails without it, and finds there the same `fieldValidation`
 //! parameter that sends it to server-side validation.
@@ -20,8 +20,8 @@ use serde_json::Value;
 
 use super::Shared;
 use super::http::{Body, json_response};
-use super::logic::openapi::{OpenApiKind, gv_document, v3_index};
-use super::logic::openapi_v2;
+use super::logic::openapi_docs::{OpenApiKind, gv_document, v3_index};
+use super::logic::openapi_v2_docs;
 use super::query::Query;
 use super::registry::Registry;
 use super::status::ApiError;
@@ -69,8 +69,8 @@ fn kinds(defs: &[Arc<super::registry::ResourceDef>]) -> Vec<OpenApiKind> {
 pub fn serve_v2(shared: &Arc<Shared>, accept: &str) -> http::Response<Body> {
     let reg = shared.store.read(|s| s.registry.clone());
     let kinds = kinds(reg.all());
-    if accept.contains(openapi_v2::PROTOBUF_CONTENT_TYPE) {
-        let body = openapi_v2::v2_document_protobuf(&kinds);
+    if accept.contains(openapi_v2_docs::PROTOBUF_CONTENT_TYPE) {
+        let body = openapi_v2_docs::v2_document_protobuf(&kinds);
         let mut resp = http::Response::new(http_body_util::BodyExt::boxed(
             http_body_util::Full::new(bytes::Bytes::from(body)),
         ));
@@ -85,7 +85,11 @@ pub fn serve_v2(shared: &Arc<Shared>, accept: &str) -> http::Response<Body> {
         );
         return resp;
     }
-    json_response(200, &openapi_v2::v2_document(&kinds), "application/json")
+    json_response(
+        200,
+        &openapi_v2_docs::v2_document(&kinds),
+        "application/json",
+    )
 }
 
 /// A fingerprint of everything the documents are built from.

@@ -8,18 +8,18 @@
 //!
 //! | module | what it mirrors in Kubernetes |
 //! |---|---|
-//! | [`openapi`] | kube-openapi `handler3` (the `/openapi/v3` index and per-group-version documents) |
-//! | [`openapi_v2`] | the `/openapi/v2` document (gnostic protobuf) that kubectl ≤ 1.28 verifies against |
+//! | [`openapi_docs`] | building the OpenAPI v3 documents of kube-openapi `handler3` (the `/openapi/v3` index and per-group-version documents) |
+//! | [`openapi_v2_docs`] | building the `/openapi/v2` document (gnostic protobuf) that kubectl ≤ 1.28 verifies against |
 //! | [`patch`] | the PATCH handlers of `apiserver/pkg/endpoints/handlers/patch.go`, `jsonpatch`, `strategicpatch`, the SSA field manager |
 //! | [`protobuf`] | `runtime/serializer/protobuf`: the `k8s\\0` + `runtime.Unknown` request envelope |
 //! | [`schema`] | apiextensions structural schemas: `validation.go`, `pruning`, `NewStructural`, kube-openapi validate |
 //! | [`selectors`] | `labels.Parse` and `fields.ParseSelector` from apimachinery |
-//! | [`table`] | `rest.TableConvertor`: the CRD `tableconvertor`, the pod printer, the default convertor |
+//! | [`printers`] | server-side printing, `rest.TableConvertor`: the CRD `tableconvertor`, the pod printer, the default convertor |
 
-pub mod openapi;
-pub mod openapi_v2;
+pub mod openapi_docs;
+pub mod openapi_v2_docs;
 pub mod patch;
+pub mod printers;
 pub mod protobuf;
 pub mod schema;
 pub mod selectors;
-pub mod table;
