@@ -53,8 +53,9 @@ use super::watch::{self, WatchSettings};
 /// The response body type of every answer (JSON documents and watch streams alike).
 pub type Body = BoxBody<Bytes, Infallible>;
 
-/// Largest request body accepted (the real server's limit is 3 MiB per object; this leaves room).
-pub const MAX_BODY: usize = 16 * 1024 * 1024;
+/// Largest request body accepted: kube-apiserver's `MaxRequestBodyBytes`, 3 MiB (see
+/// [`super::limits`] for the other bounds).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The `413 RequestEntityTooLarge` Status the real server sends (`limitedReadBody` in the
 /// apiserver's `handlers/rest.go`): message `Request entity too large: limit is N`.
@@ -1031,7 +1032,7 @@ fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
 }
 
 fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_yaml_ng::from_slice(bytes)
+    super::limits::parse_yaml(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
 }
 

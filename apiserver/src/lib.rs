@@ -24,7 +24,7 @@
 //! ```text
 //! TCP ─ TLS (rustls, ALPN h2/http1.1) ─ hyper ─ http::handle
 //!         auth (bearer token) → impersonation (Impersonate-User, ...)
-//!         → priority and fairness (seat, fair queue, or 429) → read body (≤ 16 MiB, else 413)
+//!         → priority and fairness (seat, fair queue, or 429) → read body (≤ 3 MiB, else 413; [`limits`])
 //!         → route (discovery | OpenAPI | resource URL) → RBAC (if enforced) → faults
 //!         → decode (JSON | YAML | protobuf | patch types)
 //!         → verbs::{get,list,create,update,patch,delete} under the store lock   ──┐
@@ -180,6 +180,7 @@ pub mod impersonation;
 pub mod jobs;
 pub mod json_order;
 pub mod kubelet;
+pub mod limits;
 pub mod logic;
 pub mod logs;
 pub mod meta;
@@ -200,6 +201,7 @@ pub mod strategy;
 pub mod table;
 pub mod tls;
 pub mod tokenreview;
+pub mod typed;
 pub mod validation;
 pub mod verbs;
 pub mod watch;
