@@ -794,6 +794,8 @@ async fn serve_write(
         let creating = parts.method == Method::POST;
         class.verb = if creating { "create" } else { "update" }.into();
         let body = decode_object(&target.def, content_type, bytes, query)?;
+        // Huge metadata collections are judged here, before the store lock is taken.
+        super::limits::precheck_metadata(&target.def, &body)?;
         let write = if creating {
             Write::Create(body)
         } else {

@@ -389,7 +389,9 @@ impl ApiServerBuilder {
         self
     }
 
-    /// The bearer token of user `admin` (default: 32 random characters).
+    /// The bearer token of user `admin` (default: 32 random characters; with a
+    /// [`Self::cert_dir`] or [`Self::data_dir`], the one kept there in [`ADMIN_TOKEN_FILE`],
+    /// made on the first start, so it survives restarts).
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
@@ -673,7 +675,16 @@ impl ApiServerBuilder {
             (Some(dir), false) => Some(tls::load_or_generate(dir, &self.client_ca_pems)?),
             (None, false) => Some(tls::generate(&self.client_ca_pems)?),
         };
-        let token = self.token.unwrap_or_else(auth::random_token);
+        // The admin token survives restarts with the state it guards: kept in the cert
+        // directory (or the data directory), so kubeconfigs handed out before still work.
+        let token = match (
+            self.token,
+            self.cert_dir.as_ref().or(self.data_dir.as_ref()),
+        ) {
+            (Some(t), _) => t,
+            (None, Some(dir)) => persisted_token(dir)?,
+            (None, None) => auth::random_token(),
+        };
         let mut tokens = auth::TokenTable::default();
         tokens.insert(token.clone(), "admin");
         for (t, u) in self.extra_tokens {
@@ -827,6 +838,48 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 /// at this server's port (kube-apiserver's bootstrap controllers; an existing one, loaded from
 /// the data directory, gets its port reconciled as the real `kubernetesservice` controller
 /// does).
+/// The file of a cert or data directory that holds the admin token.
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// The admin token kept in `dir` ([`ADMIN_TOKEN_FILE`]), made (32 random characters, mode 0600)
+/// on the first start. kube-apiserver's credentials live in files that outlive the process
+/// (`--token-auth-file`, the CA and its keys), so a kubeconfig written before a restart works
+/// after it; this is the same for the server's own token. A file that is empty or not a token
+/// (not printable ASCII) is refused rather than silently replaced.
+fn persisted_token(dir: &Path) -> Result<String, StartError> {
+    let path = dir.join(ADMIN_TOKEN_FILE);
+    let fail = |message: String| StartError::TokenFile {
+        path: path.clone(),
+        message,
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let token = text.trim();
+            if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(fail(
+                    "does not hold a token (printable ASCII, no spaces); delete it to have a new one made"
+                        .into(),
+                ));
+            }
+            Ok(token.to_owned())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
+            let token = auth::random_token();
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut file = options.open(&path).map_err(|e| fail(e.to_string()))?;
+            std::io::Write::write_all(&mut file, format!("{token}\n").as_bytes())
+                .and_then(|()| file.sync_all())
+                .map_err(|e| fail(e.to_string()))?;
+            Ok(token)
+        }
+        Err(e) => Err(fail(e.to_string())),
+    }
+}
+
 fn seed(store: &Store, port: u16) {
     store.write(|st| {
         for ns in ["default", "kube-system", "kube-public"] {

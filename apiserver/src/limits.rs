@@ -10,7 +10,7 @@
 //! | request body | `MaxRequestBodyBytes` 3 MiB (`limitedReadBody`) | [`super::http::MAX_BODY`] | `413 RequestEntityTooLarge`, `Request entity too large: limit is 3145728` |
 //! | JSON patch operations | `maxJSONPatchOperations` 10,000 | [`super::logic::patch::json_patch_limited`] | `413`, `Request entity too large: The allowed maximum operations in a JSON patch is 10000, got N` |
 //! | bytes added by JSON patch `copy` | `JSONPatchMaxCopyBytes` 3 MiB | the same | `422 Invalid` |
-//! | YAML depth | go-yaml's `max_flow_level` / `max_indents`, 10,000 | [`parse_yaml`] | `400`, `yaml: line N: exceeded max depth of 10000` |
+//! | YAML depth | go-yaml's `max_flow_level` / `max_indents`, 10,000 | [`parse_yaml`], 1,000 ([`MAX_YAML_DEPTH`]) | `400`, `yaml: line N: exceeded max depth of 1000` |
 //! | YAML aliases expanding | go-yaml's "excessive aliasing" check | [`parse_yaml`] | `400`, `yaml: document contains excessive aliasing` |
 //! | ConfigMap `data` + `binaryData`, Secret `data` | `core.MaxSecretSize` 1 MiB (`ValidateConfigMap`, `ValidateSecret`) | [`validate_data_size`] | `422`, `: Too long: may not be more than 1048576 bytes` (ConfigMap), `data: Too long: ...` (Secret) |
 //! | a stored object | etcd `--max-request-bytes` 1.5 MiB | [`check_stored_size`] | `500`, `etcdserver: request is too large` (no reason: the real server passes etcd's error through) |
@@ -35,8 +35,11 @@ pub const MAX_OBJECT_BYTES: u64 = 1_572_864;
 /// `core.MaxSecretSize`: the most bytes a ConfigMap's or a Secret's data may total.
 pub const MAX_SECRET_SIZE: usize = 1024 * 1024;
 
-/// go-yaml's limit on nesting (`max_flow_level`, `max_indents`).
-pub const MAX_YAML_DEPTH: usize = 10_000;
+/// The deepest YAML nesting parsed. go-yaml's limit (`max_flow_level`, `max_indents`) is
+/// 10,000; the YAML decoder here refuses anything deeper than 128 levels anyway (its recursion
+/// limit), and libyaml's scanner is quadratic in the depth (a 9,999-deep document costs it a
+/// second), so the pre-scan refuses at 1,000, where the parse costs milliseconds.
+pub const MAX_YAML_DEPTH: usize = 1_000;
 
 /// The most distinct field errors one validation reports.
 pub const MAX_FIELD_ERRORS: usize = 1_000;
@@ -318,6 +321,35 @@ pub fn bounded_meta_errors(meta: &Value) -> Vec<FieldError> {
     acc.out
 }
 
+/// A body whose `metadata` holds a collection longer than [`CHUNK`] entries is validated as soon
+/// as it is decoded, outside the store lock, and refused there when its metadata is invalid:
+/// the later steps (typed decoding, which turns each empty `{}` of a million `ownerReferences`
+/// into a full `OwnerReference`, and everything else done under the lock) never see it. Bodies
+/// with ordinary metadata go on unchanged, so the real server's order of checks holds for them.
+pub fn precheck_metadata(def: &super::registry::ResourceDef, body: &Value) -> Result<(), ApiError> {
+    let meta = &body["metadata"];
+    let large = ["ownerReferences", "finalizers"]
+        .iter()
+        .any(|k| meta[k].as_array().is_some_and(|a| a.len() > CHUNK))
+        || ["labels", "annotations"]
+            .iter()
+            .any(|k| meta[k].as_object().is_some_and(|m| m.len() > CHUNK));
+    if !large {
+        return Ok(());
+    }
+    let errs = bounded_meta_errors(meta);
+    if errs.is_empty() {
+        return Ok(());
+    }
+    let name = meta["name"].as_str().unwrap_or_default();
+    Err(ApiError::invalid(
+        &def.kind,
+        &def.group,
+        name,
+        super::validation::to_causes(errs),
+    ))
+}
+
 // ---------------------------------------------------------------------------------------------
 // YAML
 
@@ -525,7 +557,7 @@ impl<'de> Visitor<'de> for Bounded<'_> {
 
 /// YAML text to a JSON value, as `sigs.k8s.io/yaml` turns a YAML body into JSON, bounded:
 /// nesting deeper than [`MAX_YAML_DEPTH`] is refused before the parser runs (`yaml: line N:
-/// exceeded max depth of 10000`), and the value built may not be larger than the text allows
+/// exceeded max depth of 1000`), and the value built may not be larger than the text allows
 /// without aliases (a node per byte, string bytes twice the text), so an alias bomb fails with
 /// `yaml: document contains excessive aliasing` after building no more than that.
 pub fn parse_yaml(bytes: &[u8]) -> Result<Value, String> {
@@ -569,10 +601,10 @@ mod tests {
             v,
             json!({"a": 1, "b": ["x", 2.5, true, null], "c": {"d": "e"}})
         );
-        let deep = "[".repeat(20_000) + &"]".repeat(20_000);
+        let deep = "[".repeat(2_000) + &"]".repeat(2_000);
         assert_eq!(
             parse_yaml(deep.as_bytes()).unwrap_err(),
-            "yaml: line 1: exceeded max depth of 10000"
+            "yaml: line 1: exceeded max depth of 1000"
         );
         // Nine levels of ten aliases: a billion strings from a few hundred bytes.
         let mut bomb = String::from(

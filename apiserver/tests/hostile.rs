@@ -292,7 +292,7 @@ async fn deep_yaml_and_alias_bombs_are_refused() {
                 .await;
             assert_eq!(code, 400, "{body}");
             let m = body["message"].as_str().unwrap_or_default();
-            assert!(m.contains("exceeded max depth of 10000"), "{m}");
+            assert!(m.contains("exceeded max depth of 1000"), "{m}");
         }
     }
     let mut bomb = String::from(
@@ -373,4 +373,48 @@ async fn wrongly_typed_built_in_fields_are_refused() {
     assert_eq!(now["data"], json!({"a": "1"}));
     assert!(now["metadata"].get("labels").is_none());
     s.shutdown().await;
+}
+
+/// Row 11: with a cert or data directory the admin token is kept there, so a kubeconfig
+/// written before a restart still authenticates after it.
+#[tokio::test]
+async fn the_admin_token_survives_a_restart() {
+    for kind in ["cert", "data"] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let builder = || {
+            let b = ApiServer::builder();
+            if kind == "cert" {
+                b.cert_dir(dir.path())
+            } else {
+                b.data_dir(dir.path())
+            }
+        };
+        let first = builder().start().await.expect("first start");
+        let token = first.token().to_owned();
+        let kubeconfig = first.kubeconfig_yaml();
+        first.shutdown().await;
+        drop(first);
+        let second = builder().start().await.expect("second start");
+        assert_eq!(second.token(), token, "{kind} dir");
+        assert!(kubeconfig.contains(&token));
+        second.shutdown().await;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(dir.path().join(embedded_apiserver::ADMIN_TOKEN_FILE))
+                .expect("token file");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        }
+    }
+    // A file that holds no token is refused, not replaced.
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join(embedded_apiserver::ADMIN_TOKEN_FILE), "\n").expect("write");
+    let err = ApiServer::builder()
+        .data_dir(dir.path())
+        .start()
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("does not hold a token"), "{err}");
 }
