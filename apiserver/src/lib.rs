@@ -167,6 +167,7 @@ pub mod auth;
 pub mod background;
 pub mod bootstrap;
 pub mod cel_rules;
+pub mod connections;
 pub mod conversion;
 pub mod crd;
 pub mod discovery;
@@ -213,7 +214,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use apimachinery::serving::{Activity, ConnectionGate, accept_connections};
+use apimachinery::serving::{Activity, ConnectionGate};
 use futures_util::future::BoxFuture;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
@@ -921,32 +922,76 @@ async fn accept_loop(
     limits: Arc<ServingLimits>,
 ) {
     let gate = ConnectionGate::new(limits.max_connections);
-    let stop = shared.shutdown.cancelled();
-    accept_connections("apiserver", &listener, &gate, stop, |tcp, peer, slot| {
-        let (acceptor, shared, limits) = (acceptor.clone(), shared.clone(), limits.clone());
+    let conns = Arc::new(std::sync::Mutex::new(connections::Open::default()));
+    let mut stop = std::pin::pin!(shared.shutdown.cancelled());
+    let mut pause = Duration::ZERO;
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => return,
+            a = listener.accept() => a,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(a) => {
+                pause = Duration::ZERO;
+                a
+            }
+            Err(e) => {
+                // As `apimachinery::serving::accept_connections`: back off, never spin or die.
+                pause = (pause * 2).clamp(
+                    apimachinery::serving::ACCEPT_RETRY_MIN,
+                    apimachinery::serving::ACCEPT_RETRY_MAX,
+                );
+                tracing::warn!(server = "apiserver", error = %e, retry_in = ?pause, "accept failed");
+                tokio::select! {
+                    _ = &mut stop => return,
+                    _ = tokio::time::sleep(pause) => continue,
+                }
+            }
+        };
+        let slot = match gate.try_admit() {
+            Some(slot) => slot,
+            None => match connections::shed_for(&conns, &gate).await {
+                Some(slot) => slot,
+                None => {
+                    tracing::debug!(%peer, "connection limit reached and every connection is busy; closing new connection");
+                    drop(tcp);
+                    continue;
+                }
+            },
+        };
+        let (state, close, id) = connections::register(&conns);
+        let (acceptor, shared, limits, conns) = (
+            acceptor.clone(),
+            shared.clone(),
+            limits.clone(),
+            conns.clone(),
+        );
         tracker.spawn(async move {
             let _slot = slot;
-            serve_accepted(tcp, peer, acceptor, shared, &limits).await;
+            serve_accepted(tcp, peer, acceptor, shared, &limits, state, close).await;
+            connections::unregister(&conns, id);
         });
-    })
-    .await;
+    }
 }
 
-/// One accepted connection: its TLS handshake (bounded by the header timeout and by shutdown)
-/// when the server speaks HTTPS, then [`serve_connection_as`].
+/// One accepted connection: its TLS handshake (bounded by the header timeout, by shutdown and
+/// by being shed) when the server speaks HTTPS, then [`serve_connection_as`].
 async fn serve_accepted(
     tcp: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     shared: Arc<Shared>,
     limits: &ServingLimits,
+    state: Arc<connections::State>,
+    close: CancellationToken,
 ) {
     let _ = tcp.set_nodelay(true);
     let Some(acc) = acceptor else {
-        return serve_connection_as(TokioIo::new(tcp), shared, limits, None).await;
+        return serve_connection_as(TokioIo::new(tcp), shared, limits, None, state, close).await;
     };
     let tls = tokio::select! {
         _ = shared.shutdown.cancelled() => return,
+        _ = close.cancelled() => return,
         r = tokio::time::timeout(limits.header_read_timeout, acc.accept(tcp)) => r,
     };
     match tls {
@@ -959,7 +1004,7 @@ async fn serve_accepted(
                 .and_then(|certs| certs.first())
                 .and_then(|leaf| x509::subject(leaf.as_ref()))
                 .map(|(name, groups)| Arc::new(http::ClientCertIdentity { name, groups }));
-            serve_connection_as(TokioIo::new(stream), shared, limits, identity).await
+            serve_connection_as(TokioIo::new(stream), shared, limits, identity, state, close).await
         }
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
@@ -974,6 +1019,8 @@ async fn serve_connection_as<I>(
     shared: Arc<Shared>,
     limits: &ServingLimits,
     identity: Option<Arc<http::ClientCertIdentity>>,
+    state: Arc<connections::State>,
+    close: CancellationToken,
 ) where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
@@ -992,13 +1039,14 @@ async fn serve_connection_as<I>(
     let activity = Activity::new();
     let svc_shared = shared.clone();
     let svc_activity = activity.clone();
+    let svc_state = state.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
         if let Some(id) = &identity {
             req.extensions_mut().insert(id.clone());
         }
         let shared = svc_shared.clone();
         // In flight until the response body (a watch stream, say) is finished or dropped.
-        let in_flight = svc_activity.begin();
+        let in_flight = (svc_activity.begin(), svc_state.begin());
         async move {
             let resp = http::handle(shared, req).await?;
             Ok::<_, std::convert::Infallible>(resp.map(|body| {
@@ -1020,6 +1068,10 @@ async fn serve_connection_as<I>(
                 if let Err(e) = r {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
+                return;
+            }
+            _ = close.cancelled() => {
+                // Shed to admit a new client: nothing is in flight here, so nothing is lost.
                 return;
             }
             _ = shared.shutdown.cancelled() => {

@@ -418,3 +418,118 @@ async fn the_admin_token_survives_a_restart() {
         .unwrap_or_default();
     assert!(err.contains("does not hold a token"), "{err}");
 }
+
+fn crd_with_pattern(pattern: &str) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {
+            "group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object",
+                "properties": {"spec": {"type": "object", "properties": {
+                    "word": {"type": "string", "pattern": pattern}}}}}}}]
+        }
+    })
+}
+
+/// Row 4: a pattern RE2 would not compile (too large) is refused when the CRD is written, and
+/// accepted patterns have RE2's meaning (`\w` is ASCII) without costing a compile per value.
+#[tokio::test]
+async fn crd_patterns_are_checked_at_create_and_mean_what_re2_means() {
+    let s = start().await;
+    let c = Plain::new(&s, false);
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let (code, body) = c
+        .json(
+            "POST",
+            crds,
+            "application/json",
+            &crd_with_pattern("((a{100}){100}){100}"),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    let m = body["message"].as_str().unwrap_or_default();
+    assert!(
+        m.contains("spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[word].pattern: Invalid value: \"((a{100}){100}){100}\": must be a valid regular expression, but isn't: error parsing regexp: expression too large"),
+        "{m}"
+    );
+    let (code, body) = c
+        .json(
+            "POST",
+            crds,
+            "application/json",
+            &crd_with_pattern(r"^[\w.-]{1,253}$"),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let widgets = "/apis/example.com/v1/namespaces/default/widgets";
+    let widget = |name: &str, word: &str| {
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+               "metadata": {"name": name}, "spec": {"word": word}})
+    };
+    // The CRD's resource is served the moment the CRD is created.
+    let (code, body) = c
+        .json(
+            "POST",
+            widgets,
+            "application/json",
+            &widget("ascii", "a.b-c_d"),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = c
+        .json(
+            "POST",
+            widgets,
+            "application/json",
+            &widget("unicode", "héllo"),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(r"should match '^[\w.-]{1,253}$'"),
+        "{body}"
+    );
+    s.shutdown().await;
+}
+
+/// Row 7: a full server sheds its oldest silent connection for a new client instead of
+/// refusing the client.
+#[tokio::test]
+async fn silent_connections_do_not_lock_new_clients_out() {
+    use tokio::io::AsyncReadExt;
+    let s = ApiServer::builder()
+        .plain_http(true)
+        .serving_limits(embedded_apiserver::ServingLimits {
+            max_connections: 3,
+            ..Default::default()
+        })
+        .start()
+        .await
+        .expect("server starts");
+    let addr = s.url().trim_start_matches("http://").to_owned();
+    let mut silent = vec![];
+    for _ in 0..3 {
+        silent.push(
+            tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    let c = Plain::new(&s, false);
+    let (code, body) = c.get(CMS).await;
+    assert_eq!(code, 200, "{body}");
+    // The oldest silent connection was closed to make room (a bound, not a timing: it is
+    // closed before the new client is served).
+    let mut buf = [0u8; 1];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(30), silent[0].read(&mut buf))
+        .await
+        .expect("closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+    s.shutdown().await;
+}
