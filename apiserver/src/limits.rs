@@ -644,8 +644,8 @@ mod tests {
     }
 
     #[test]
-    fn a_million_empty_owner_references_are_four_errors() {
-        let refs = Value::Array(vec![json!({}); 1_000_000]);
+    fn many_empty_owner_references_are_four_errors() {
+        let refs = Value::Array(vec![json!({}); 200_000]);
         let errs = bounded_meta_errors(&json!({"ownerReferences": refs}));
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
@@ -657,10 +657,10 @@ mod tests {
                 "metadata.ownerReferences.uid"
             ]
         );
-        // A million controllers: the rule is reported once.
+        // Many controllers: the rule is reported once.
         let one =
             json!({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u", "controller": true});
-        let refs = Value::Array(vec![one; 1_000_000]);
+        let refs = Value::Array(vec![one; 200_000]);
         let errs = bounded_meta_errors(&json!({"ownerReferences": refs}));
         assert_eq!(errs.len(), 1);
         assert!(
