@@ -85,6 +85,7 @@ async fn read_body(
         .collect()
         .await
         .map(http_body_util::Collected::to_bytes)
+        .inspect(|b| super::memory::handled(b.len()))
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 too_large()
@@ -106,6 +107,7 @@ pub fn json_response<T: serde::Serialize + ?Sized>(
     // `json.Encoder` ends each document with a newline, and so does kube-apiserver's body.
     let mut bytes = serde_json::to_vec(body).unwrap_or_default();
     bytes.push(b'\n');
+    super::memory::handled(bytes.len());
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -597,7 +599,7 @@ async fn serve_resource(
         } else {
             shared
                 .store
-                .write(|st| super::pod_actions::evict(st, &target, &body))?
+                .write_checked(|st| super::pod_actions::evict(st, &target, &body))?
         };
         return Ok(json_response(
             code,
@@ -860,7 +862,7 @@ async fn serve_delete(
     let list_opts = ListOptions::parse(query, false)?;
     let (code, obj) = shared
         .store
-        .write(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
+        .write_checked(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
     let obj = super::conversion::answer_to_served(shared, &target.def, obj).await?;
     Ok(json_response(
         code,

@@ -184,6 +184,7 @@ pub mod kubelet;
 pub mod limits;
 pub mod logic;
 pub mod logs;
+pub mod memory;
 pub mod meta;
 pub mod openapi;
 pub mod partial;
@@ -346,6 +347,7 @@ pub struct ApiServerBuilder {
     service_endpoints: std::collections::HashMap<String, String>,
     conversion_timeout: Duration,
     client_ca_pems: Vec<String>,
+    memory_release: Option<fn()>,
 }
 
 impl Default for ApiServerBuilder {
@@ -379,6 +381,7 @@ impl Default for ApiServerBuilder {
             service_endpoints: std::collections::HashMap::new(),
             conversion_timeout: conversion::DEFAULT_TIMEOUT,
             client_ca_pems: vec![],
+            memory_release: None,
         }
     }
 }
@@ -616,6 +619,17 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Hands freed memory back to the system after large requests: every
+    /// [`memory::CHECK_INTERVAL`], if the request and response bodies handled since the last
+    /// call total more than [`memory::RELEASE_AFTER_BYTES`], `release` runs on a blocking
+    /// thread (the `apiserver` command passes glibc's `malloc_trim`,
+    /// [`apimachinery::malloc::release_freed_memory`]). Off by default: a library does not
+    /// change its host's allocator behaviour unasked. See [`memory`].
+    pub fn memory_release(mut self, release: fn()) -> Self {
+        self.memory_release = Some(release);
+        self
+    }
+
     /// Where the Service `namespace/name` is reached (`host:port`), for admission webhooks
     /// and CRD conversion webhooks ([`conversion`]) whose `clientConfig.service` names it
     /// ([`admission`]; `--service-endpoint`): this
@@ -733,6 +747,9 @@ impl ApiServerBuilder {
             Arc::new(self.serving.clone()),
         ));
         flow_control.spawn_config_watch(store.clone(), shutdown.clone(), &tracker);
+        if let Some(release) = self.memory_release {
+            tracker.spawn(memory::release_after_bursts(release, shutdown.clone()));
+        }
         // Debug: the `apiserver` command prints the URL on stdout itself, once.
         tracing::debug!(%url, "embedded API server listening");
         let clock = background::VirtualClock::new();

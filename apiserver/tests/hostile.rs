@@ -533,3 +533,57 @@ async fn silent_connections_do_not_lock_new_clients_out() {
     assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
     s.shutdown().await;
 }
+
+/// Row 10: a data directory that cannot take commits (a full disk, simulated) turns the server
+/// read-only as etcd's NOSPACE alarm does: writes get etcd's error, reads go on, and writes
+/// work again once space returns; nothing answered with success is lost across a restart.
+#[tokio::test]
+async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let start_durable = || {
+        ApiServer::builder()
+            .plain_http(true)
+            .data_dir(dir.path())
+            .start()
+    };
+    let s = start_durable().await.expect("server starts");
+    let c = Plain::new(&s, false);
+    let post = |name: &'static str| configmap(name, json!({"k": name}));
+    let (code, _) = c
+        .json("POST", CMS, "application/json", &post("before"))
+        .await;
+    assert_eq!(code, 201);
+    s.store().simulate_disk_full(true);
+    for name in ["during", "refused"] {
+        let (code, body) = c.json("POST", CMS, "application/json", &post(name)).await;
+        assert_eq!(code, 500, "{body}");
+        assert_eq!(body["message"], "etcdserver: mvcc: database space exceeded");
+    }
+    let (code, _) = c.get(&format!("{CMS}/before")).await;
+    assert_eq!(code, 200, "reads go on");
+    let (code, list) = c.get(CMS).await;
+    assert_eq!(code, 200);
+    assert!(list["items"].as_array().is_some_and(|i| !i.is_empty()));
+    // A write refused while read-only never ran.
+    let (code, _) = c.get(&format!("{CMS}/refused")).await;
+    assert_eq!(code, 404);
+    s.store().simulate_disk_full(false);
+    let (code, body) = c
+        .json("POST", CMS, "application/json", &post("after"))
+        .await;
+    assert_eq!(code, 201, "{body}");
+    s.shutdown().await;
+    drop(s);
+    let s = start_durable().await.expect("restart");
+    let c = Plain::new(&s, false);
+    for (name, want) in [
+        ("before", 200),
+        ("during", 200),
+        ("refused", 404),
+        ("after", 200),
+    ] {
+        let (code, _) = c.get(&format!("{CMS}/{name}")).await;
+        assert_eq!(code, want, "{name}");
+    }
+    s.shutdown().await;
+}
