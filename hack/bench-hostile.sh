@@ -100,4 +100,56 @@ run "ConfigMap of 3.7 MB (body limit)"             POST  "$ns/configmaps"       
 run "ConfigMap of 1.1 MB data"                     POST  "$ns/configmaps"                   application/json cm11.json
 run "Lease of 1.6 MB (etcd request limit)"         POST  /apis/coordination.k8s.io/v1/namespaces/default/leases application/json lease16.json
 run "wrongly typed annotations/labels/data"        POST  "$ns/configmaps"                   application/json typed.json
+
+# A scenario that is not one request: `setup` runs first (not measured), then `body` runs while
+# the probe measures and VmHWM is watched; its exit status is ignored, its last line printed.
+run_scenario() { # name body-function
+    local name=$1 body=$2 t0 t1 note
+    echo 5 >"/proc/$pid/clear_refs" 2>/dev/null || true
+    rm -f "$work/stop" "$work/probe"
+    probe &
+    local probe_pid=$!
+    t0=$(date +%s.%N)
+    note=$("$body" 2>&1 | tail -1 || true)
+    t1=$(date +%s.%N)
+    touch "$work/stop"
+    wait "$probe_pid"
+    printf '%-44s %5s %9.3f %12s %14.3f  %s\n' "$name" "-" "$(python3 -c "print($t1 - $t0)")" "$(peak_mib)" "$(cat "$work/probe")" "$note"
+}
+
+# Row 4: a CRD whose pattern is `^[\w.-]{1,253}$` (huge with Unicode classes, small as RE2's
+# ASCII ones), then 100 custom resources written against it.
+crd='{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"widgets.example.com"},"spec":{"group":"example.com","scope":"Namespaced","names":{"plural":"widgets","singular":"widget","kind":"Widget","listKind":"WidgetList"},"versions":[{"name":"v1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","properties":{"spec":{"type":"object","properties":{"word":{"type":"string","pattern":"^[\\w.-]{1,253}$"}}}}}}}]}}'
+curl -s -o /dev/null -X POST -H 'Content-Type: application/json' --data-binary "$crd" "$base/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+sleep 0.5
+crs() {
+    local i ok=0
+    for i in $(seq 100); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' \
+            --data-binary "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{\"name\":\"w$i\"},\"spec\":{\"word\":\"value-$i.x\"}}" \
+            "$base/apis/example.com/v1/namespaces/default/widgets")
+        [[ "$code" == 201 ]] && ok=$((ok + 1))
+    done
+    echo "$ok/100 created"
+}
+run_scenario "100 CRs against ^[\\w.-]{1,253}\$" crs
+
+# Row 7: 15,000 TCP connections that never send a byte (the shell's descriptor limit allows no
+# more), held while the probe runs; the server caps connections at 10,000 and sheds the oldest
+# silent ones for newcomers.
+idle() {
+    python3 - "$port" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1]); held = []
+for _ in range(15000):
+    try:
+        held.append(socket.create_connection(("127.0.0.1", port)))
+    except OSError:
+        break
+time.sleep(3)
+print(f"{len(held)} idle connections opened and held 3 s")
+PY
+}
+run_scenario "15,000 idle connections" idle
+
 echo "idle RSS after the run: $(awk '/VmRSS/ {printf "%.1f MiB", $2/1024}' "/proc/$pid/status")"

@@ -15,6 +15,9 @@
 //! 3. a connection with a request in flight (a watch, a slow list) is never shed: if every
 //!    connection is busy, the newcomer is refused as before.
 //!
+//! A full server closes a batch of them at once ([`SHED_BATCH`]), so a flood of newcomers does
+//! not pay one close-and-wait each.
+//!
 //! The shed connection's task sees its close signal and ends at once (there is nothing in
 //! flight to finish), its slot returns to the gate, and the new connection takes it. A client
 //! whose idle keep-alive was shed reconnects, as it must anyway after an idle timeout.
@@ -64,20 +67,30 @@ pub struct Open {
 }
 
 impl Open {
-    /// The close signal of the connection to shed, if any may be (see the module docs).
-    fn victim(&self) -> Option<CancellationToken> {
-        let idle = |s: &State| s.in_flight.load(Ordering::Relaxed) == 0;
-        let silent = self
+    /// The close signals of up to `n` connections to shed, in the order of the module docs.
+    fn victims(&self, n: usize) -> Vec<CancellationToken> {
+        let live = |c: &CancellationToken| !c.is_cancelled();
+        let mut out: Vec<CancellationToken> = self
             .by_age
             .values()
-            .find(|(s, c)| s.requests.load(Ordering::Relaxed) == 0 && !c.is_cancelled());
-        silent
-            .or_else(|| {
-                self.by_age
-                    .values()
-                    .find(|(s, c)| idle(s) && !c.is_cancelled())
-            })
+            .filter(|(s, c)| s.requests.load(Ordering::Relaxed) == 0 && live(c))
+            .take(n)
             .map(|(_, c)| c.clone())
+            .collect();
+        if out.len() < n {
+            let more = self
+                .by_age
+                .values()
+                .filter(|(s, c)| {
+                    s.requests.load(Ordering::Relaxed) > 0
+                        && s.in_flight.load(Ordering::Relaxed) == 0
+                        && live(c)
+                })
+                .take(n - out.len())
+                .map(|(_, c)| c.clone());
+            out.extend(more);
+        }
+        out
     }
 }
 
@@ -103,12 +116,29 @@ pub fn unregister(open: &Mutex<Open>, id: u64) {
 /// How long the accept loop waits for a shed connection to give its slot back.
 const SHED_WAIT: Duration = Duration::from_secs(1);
 
-/// The gate is full: closes the connection to shed and waits (at most [`SHED_WAIT`]) for its
-/// slot. `None` when no connection may be shed (every one is busy) or none gave a slot back.
+/// How many connections one shedding closes: a flood of newcomers then finds free slots
+/// without waiting for one victim each (the victims are the oldest silent or idle ones, so a
+/// batch costs well-behaved clients nothing they would not lose to the idle timeout).
+const SHED_BATCH: usize = 64;
+
+/// The gate is full: closes the connections to shed (up to [`SHED_BATCH`]) and waits (at most
+/// [`SHED_WAIT`]) for a slot. `None` when no connection may be shed (every one is busy) or
+/// none gave a slot back.
 pub async fn shed_for(open: &Mutex<Open>, gate: &ConnectionGate) -> Option<Slot> {
-    let victim = open.lock().unwrap_or_else(|p| p.into_inner()).victim()?;
-    victim.cancel();
-    tracing::debug!("connection limit reached; closed the oldest idle connection for a new one");
+    let victims = open
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .victims(SHED_BATCH);
+    if victims.is_empty() {
+        return None;
+    }
+    for v in &victims {
+        v.cancel();
+    }
+    tracing::debug!(
+        closed = victims.len(),
+        "connection limit reached; closed the oldest silent or idle connections for new ones"
+    );
     let deadline = tokio::time::Instant::now() + SHED_WAIT;
     loop {
         if let Some(slot) = gate.try_admit() {
@@ -133,14 +163,16 @@ mod tests {
         let (idle, idle_close, _) = register(&open);
         drop(idle.begin());
         let (_silent, silent_close, _) = register(&open);
-        let v = open.lock().unwrap().victim().unwrap();
-        v.cancel();
+        for v in open.lock().unwrap().victims(1) {
+            v.cancel();
+        }
         assert!(silent_close.is_cancelled() && !idle_close.is_cancelled());
-        let v = open.lock().unwrap().victim().unwrap();
-        v.cancel();
+        let v = open.lock().unwrap().victims(5);
+        assert_eq!(v.len(), 1, "only the idle one is left to shed");
+        v[0].cancel();
         assert!(idle_close.is_cancelled());
         assert!(
-            open.lock().unwrap().victim().is_none(),
+            open.lock().unwrap().victims(5).is_empty(),
             "busy connections stay"
         );
     }
