@@ -701,7 +701,13 @@ fn validate_string(
 /// `date`, `byte`, `ipv4`, `ipv6`, `cidr`, `uuid`). Unknown formats pass, as in kube-openapi.
 fn format_ok(format: &str, s: &str) -> bool {
     match format {
-        "date-time" => s.parse::<jiff::Timestamp>().is_ok(),
+        // Go's `time.Time` reaches 9999-12-31T23:59:59Z; jiff's `Timestamp` stops a day short, so
+        // a date, a time and an offset that parse are enough (RFC 3339's shape).
+        "date-time" => {
+            s.parse::<jiff::Timestamp>().is_ok()
+                || jiff::fmt::temporal::Pieces::parse(s)
+                    .is_ok_and(|p| p.time().is_some() && p.offset().is_some())
+        }
         "date" => s.parse::<jiff::civil::Date>().is_ok() && s.len() == 10,
         "byte" => base64::engine::general_purpose::STANDARD.decode(s).is_ok(),
         "ipv4" => s.parse::<std::net::Ipv4Addr>().is_ok(),
@@ -1250,6 +1256,15 @@ mod tests {
         let kept = PATTERNS.lock().unwrap();
         assert_eq!(kept.compiled[r"^[\w-]{1,63}$"].1, PATTERN_SIZE_TIERS[0]);
         assert!(kept.compiled.contains_key(&long) && kept.compiled.contains_key(big));
+    }
+
+    #[test]
+    fn date_times_reach_the_end_of_year_9999_as_in_go() {
+        assert!(format_ok("date-time", "9999-12-31T23:59:59Z"));
+        assert!(format_ok("date-time", "2024-01-02T03:04:05.5+02:00"));
+        assert!(!format_ok("date-time", "2024-01-02"));
+        assert!(!format_ok("date-time", "2024-01-02T03:04:05"));
+        assert!(!format_ok("date-time", "not a time"));
     }
 
     #[test]
