@@ -16,6 +16,12 @@
 //! | a stored object | etcd `--max-request-bytes` 1.5 MiB | [`check_stored_size`] | `500`, `etcdserver: request is too large` (no reason: the real server passes etcd's error through) |
 //! | field errors of one object | none (Go builds them all) | [`bounded_meta_errors`] | `422` with at most [`MAX_FIELD_ERRORS`] distinct causes |
 //!
+//! Over HTTP/2 the `413` for a body still being sent is a complete response (`HEADERS`, then
+//! `DATA` with the Status and `END_STREAM`) followed by `RST_STREAM(NO_ERROR)`, RFC 9113 §8.1's
+//! "the server has answered, stop sending", with or without a `Content-Length` (checked frame
+//! by frame). curl 7.88 reports that reset as "Stream error in the HTTP/2 framing layer" after
+//! writing the Status out; Go's server ends such a stream the same way.
+//!
 //! Two deviations, both on bodies no client sends by accident: the causes of one `422` are
 //! de-duplicated and capped at [`MAX_FIELD_ERRORS`] (kube-apiserver lists a million identical
 //! `metadata.ownerReferences.uid: Invalid value: ""` causes for a million empty references; its
