@@ -876,6 +876,9 @@ pub fn patch_against(
     if let Some(e) = super::typed::decode_error(&def, &view) {
         return Err(super::typed::patch_error(&view, &e));
     }
+    // A patch can grow metadata too (`copy`): huge collections are judged before the typed
+    // round trip of `check_unknown_fields` expands them.
+    super::limits::precheck_metadata(&def, &view)?;
     super::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, old, new, WriteOptions::from_query(q))
@@ -1141,6 +1144,9 @@ pub fn patch(
     if let Some(e) = super::typed::decode_error(&def, &view) {
         return Err(super::typed::patch_error(&view, &e));
     }
+    // A patch can grow metadata too (`copy`): huge collections are judged before the typed
+    // round trip of `check_unknown_fields` expands them.
+    super::limits::precheck_metadata(&def, &view)?;
     super::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, &old, new, WriteOptions::from_query(q))

@@ -587,3 +587,37 @@ async fn a_full_disk_refuses_writes_keeps_reads_and_recovers() {
     }
     s.shutdown().await;
 }
+
+/// Row 3 through a patch: a JSON patch that adds 20,000 empty ownerReferences is judged by the
+/// bounded metadata check before the typed round trip would expand each `{}`.
+#[tokio::test]
+async fn owner_references_added_by_a_patch_are_refused_as_cheaply() {
+    let s = start().await;
+    let c = Plain::new(&s, false);
+    let (code, _) = c
+        .json(
+            "POST",
+            CMS,
+            "application/json",
+            &configmap("grown", json!({})),
+        )
+        .await;
+    assert_eq!(code, 201);
+    let ops = json!([{"op": "add", "path": "/metadata/ownerReferences",
+                      "value": Value::Array(vec![json!({}); 20_000])}]);
+    let (code, body) = c
+        .json(
+            "PATCH",
+            &format!("{CMS}/grown"),
+            "application/json-patch+json",
+            &ops,
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["details"]["causes"].as_array().map(Vec::len),
+        Some(4),
+        "{body}"
+    );
+    s.shutdown().await;
+}
