@@ -685,10 +685,10 @@ pub async fn run(
         .filter(|c| c.conversion.is_some())
         .map(|c| c.storage_version.clone())
     else {
-        return shared.store.write(plain);
+        return shared.store.write_checked(plain);
     };
     if matches!(write, Write::Delete(_)) || target.subresource.as_deref() == Some("scale") {
-        let (code, body) = shared.store.write(plain)?;
+        let (code, body) = shared.store.write_checked(plain)?;
         return Ok((code, answer_to_served(shared, &target.def, body).await?));
     }
     let def = &target.def;
@@ -719,7 +719,7 @@ pub async fn run(
         } else {
             query.as_dry_run()
         };
-        let (code, computed) = shared.store.write(|st| match (write, &old_view) {
+        let (code, computed) = shared.store.write_checked(|st| match (write, &old_view) {
             (Write::Update(b), Some(old)) => {
                 verbs::update_against(st, target, old, b.clone(), &dry_query)
             }
@@ -745,7 +745,7 @@ pub async fn run(
             .ok_or_else(|| failure("conversion webhook returned no object".into()))?;
         // 4. Compare-and-swap.
         let name = meta_str(&to_store, "name").to_owned();
-        let stored = shared.store.write(|st| {
+        let stored = shared.store.write_checked(|st| {
             let current = st.get(&def.storage, &ns, &name).map(rv_of);
             match (old_rv, current) {
                 (None, Some(_)) => Err(Swap::Lost(ApiError::already_exists(
@@ -794,6 +794,12 @@ enum Swap {
     Retry,
     /// The write cannot happen any more.
     Lost(ApiError),
+}
+
+impl From<ApiError> for Swap {
+    fn from(e: ApiError) -> Self {
+        Swap::Lost(e)
+    }
 }
 
 #[cfg(test)]

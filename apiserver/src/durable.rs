@@ -23,9 +23,23 @@
 //! *everything* queued so far in one redb transaction (one fsync, `Durability::Immediate`, the
 //! default), then wakes the others (group commit: the more concurrent writers, the more writes per
 //! fsync). The store only answers a write after `wait` returns, so an acknowledged write is
-//! on disk. A commit that fails (disk full, I/O error) stops the process: the write is applied
-//! in memory but cannot be made durable, and answering it would break the promise; on restart the
-//! store is the last committed state, which contains every acknowledged write.
+//! on disk.
+//!
+//! ## A full disk: etcd's NOSPACE
+//!
+//! A commit that fails (disk full, I/O error) does not stop the server. As etcd raises its
+//! `NOSPACE` alarm and then refuses writes while it keeps serving reads, the store here turns
+//! **read-only**: the failed batch goes back to the head of the queue, the database is closed
+//! (redb refuses every operation after an I/O error until it is reopened), and
+//! [`Disk::failure`] holds the error. Requests that write are then answered `500`
+//! `etcdserver: mvcc: database space exceeded` ([`super::store::Store::write_checked`]),
+//! before they change anything; reads and watches go on. The write whose commit failed was
+//! already applied in memory: its client gets the same error (its outcome is unknown to it, as
+//! with an etcd timeout: it must read again), and it is committed with everything queued after
+//! it once space returns. Each later write request first tries [`Disk::recover`]: the database
+//! is reopened and the queue committed; once that succeeds the store is writable again.
+//! Nothing acknowledged is ever lost: a restart finds the last committed state, which holds
+//! every write that was answered with success.
 //!
 //! Invariant: after a commit, `history` holds exactly the changes with a revision above
 //! `compacted`, and `objects` is the state at `rv`.
@@ -73,14 +87,19 @@ struct Queue {
     enqueued: u64,
     committed: u64,
     committing: bool,
+    /// Why the last commit failed, until one succeeds again.
+    failed: Option<String>,
 }
 
 /// The open database and the group-commit queue.
 pub struct Disk {
-    db: Database,
+    /// `None` after a failed commit closed it (see the module docs).
+    db: Mutex<Option<Database>>,
     path: PathBuf,
     queue: Mutex<Queue>,
     done: Condvar,
+    /// Fault injection: commits fail as on a full disk ([`Disk::simulate_full`]).
+    full: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Disk {
@@ -195,10 +214,11 @@ impl Disk {
         };
         Ok((
             Disk {
-                db,
+                db: Mutex::new(Some(db)),
                 path,
                 queue: Mutex::new(queue),
                 done: Condvar::new(),
+                full: Default::default(),
             },
             loaded,
         ))
@@ -220,36 +240,95 @@ impl Disk {
     }
 
     /// Returns once the batch `ticket` is committed, committing it (and everything queued with
-    /// it) if no other caller is.
-    pub fn wait(&self, ticket: u64) {
+    /// it) if no other caller is. `Err` when the commit failed, or an earlier one did and the
+    /// store is read-only (the batch stays queued; see the module docs).
+    pub fn wait(&self, ticket: u64) -> Result<(), String> {
         let mut q = self.lock();
         loop {
             if q.committed >= ticket {
-                return;
+                return Ok(());
             }
             if q.committing {
                 q = self.done.wait(q).unwrap_or_else(|e| e.into_inner());
                 continue;
             }
-            q.committing = true;
-            let batch = std::mem::take(&mut q.pending);
-            let (rv, compacted, upto) = (q.rv, q.compacted, q.enqueued);
-            drop(q);
-            if let Err(e) = self.commit(&batch, rv, compacted) {
-                tracing::error!(path = %self.path.display(), error = %e,
-                    "cannot commit to the data directory; stopping rather than acknowledge writes that are not durable");
-                std::process::abort();
+            if let Some(e) = &q.failed {
+                return Err(e.clone());
             }
-            q = self.lock();
-            q.committed = upto;
-            q.committing = false;
-            self.done.notify_all();
+            return self.commit_queued(q);
         }
+    }
+
+    /// Commits everything queued (the caller holds the queue, no commit is running).
+    fn commit_queued(&self, mut q: std::sync::MutexGuard<'_, Queue>) -> Result<(), String> {
+        q.committing = true;
+        let batch = std::mem::take(&mut q.pending);
+        let (rv, compacted, upto) = (q.rv, q.compacted, q.enqueued);
+        drop(q);
+        let result = self.commit(&batch, rv, compacted);
+        let mut q = self.lock();
+        q.committing = false;
+        match &result {
+            Ok(()) => {
+                q.committed = upto;
+                if q.failed.take().is_some() {
+                    tracing::warn!(path = %self.path.display(), "the data directory accepts commits again; the store is writable");
+                }
+            }
+            Err(e) => {
+                // Back at the head of the queue, in revision order, for the next attempt.
+                let mut again = batch;
+                again.append(&mut q.pending);
+                q.pending = again;
+                if q.failed.is_none() {
+                    tracing::error!(path = %self.path.display(), error = %e,
+                        "cannot commit to the data directory; refusing writes until it can (reads go on)");
+                }
+                q.failed = Some(e.clone());
+                // redb refuses everything after an I/O error until reopened.
+                *self.db.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        }
+        self.done.notify_all();
+        result
+    }
+
+    /// Why the store is read-only, if it is.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
+    /// Tries to leave the read-only state: reopens the database and commits everything queued.
+    pub fn recover(&self) -> Result<(), String> {
+        let mut q = self.lock();
+        while q.committing {
+            q = self.done.wait(q).unwrap_or_else(|e| e.into_inner());
+        }
+        if q.failed.is_none() {
+            return Ok(());
+        }
+        self.commit_queued(q)
+    }
+
+    /// Fault injection: while `full`, every commit fails as on a full disk (`No space left on
+    /// device`), so the read-only state and the recovery can be exercised without filling one.
+    pub fn simulate_full(&self, full: bool) {
+        self.full.store(full, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn commit(&self, batch: &[Arc<Change>], rv: u64, compacted: u64) -> Result<(), String> {
         let e = |e: &dyn std::fmt::Display| e.to_string();
-        let txn = self.db.begin_write().map_err(|x| e(&x))?;
+        if self.full.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("No space left on device (os error 28)".into());
+        }
+        let mut db = self.db.lock().unwrap_or_else(|p| p.into_inner());
+        if db.is_none() {
+            *db = Some(Database::create(&self.path).map_err(|x| e(&x))?);
+        }
+        let Some(db) = db.as_ref() else {
+            return Err("the database is closed".into());
+        };
+        let txn = db.begin_write().map_err(|x| e(&x))?;
         {
             let mut objects = txn.open_table(OBJECTS).map_err(|x| e(&x))?;
             let mut history = txn.open_table(HISTORY).map_err(|x| e(&x))?;
@@ -324,8 +403,8 @@ mod tests {
                 5,
                 2,
             );
-            disk.wait(t1);
-            disk.wait(t2);
+            disk.wait(t1).unwrap();
+            disk.wait(t2).unwrap();
         }
         let (_, loaded) = Disk::open(dir.path()).unwrap();
         assert_eq!((loaded.rv, loaded.compacted), (5, 2));

@@ -53,8 +53,9 @@ use super::watch::{self, WatchSettings};
 /// The response body type of every answer (JSON documents and watch streams alike).
 pub type Body = BoxBody<Bytes, Infallible>;
 
-/// Largest request body accepted (the real server's limit is 3 MiB per object; this leaves room).
-pub const MAX_BODY: usize = 16 * 1024 * 1024;
+/// Largest request body accepted: kube-apiserver's `MaxRequestBodyBytes`, 3 MiB (see
+/// [`super::limits`] for the other bounds).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The `413 RequestEntityTooLarge` Status the real server sends (`limitedReadBody` in the
 /// apiserver's `handlers/rest.go`): message `Request entity too large: limit is N`.
@@ -84,6 +85,7 @@ async fn read_body(
         .collect()
         .await
         .map(http_body_util::Collected::to_bytes)
+        .inspect(|b| super::memory::handled(b.len()))
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 too_large()
@@ -105,6 +107,7 @@ pub fn json_response<T: serde::Serialize + ?Sized>(
     // `json.Encoder` ends each document with a newline, and so does kube-apiserver's body.
     let mut bytes = serde_json::to_vec(body).unwrap_or_default();
     bytes.push(b'\n');
+    super::memory::handled(bytes.len());
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -596,7 +599,7 @@ async fn serve_resource(
         } else {
             shared
                 .store
-                .write(|st| super::pod_actions::evict(st, &target, &body))?
+                .write_checked(|st| super::pod_actions::evict(st, &target, &body))?
         };
         return Ok(json_response(
             code,
@@ -793,6 +796,8 @@ async fn serve_write(
         let creating = parts.method == Method::POST;
         class.verb = if creating { "create" } else { "update" }.into();
         let body = decode_object(&target.def, content_type, bytes, query)?;
+        // Huge metadata collections are judged here, before the store lock is taken.
+        super::limits::precheck_metadata(&target.def, &body)?;
         let write = if creating {
             Write::Create(body)
         } else {
@@ -857,7 +862,7 @@ async fn serve_delete(
     let list_opts = ListOptions::parse(query, false)?;
     let (code, obj) = shared
         .store
-        .write(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
+        .write_checked(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
     let obj = super::conversion::answer_to_served(shared, &target.def, obj).await?;
     Ok(json_response(
         code,
@@ -1031,7 +1036,7 @@ fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
 }
 
 fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_yaml_ng::from_slice(bytes)
+    super::limits::parse_yaml(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
 }
 

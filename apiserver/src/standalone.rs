@@ -227,7 +227,8 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
         .node_runtime(args.node_runtime)
         .node_runtime_max_pods(args.node_runtime_max_pods)
         .node_runtime_timeout(args.node_runtime_timeout)
-        .pod_log_bytes(args.pod_log_bytes);
+        .pod_log_bytes(args.pod_log_bytes)
+        .memory_release(apimachinery::malloc::release_freed_memory);
     if let Some(t) = args.token {
         builder = builder.token(t);
     }

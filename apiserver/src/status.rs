@@ -102,6 +102,13 @@ impl ApiError {
         self
     }
 
+    /// The same error with `details.causes` holding one cause that has only a message (the
+    /// words of the library that refused the request, where kube-apiserver's own message is
+    /// generic).
+    pub fn with_cause_message(self, message: impl Into<String>) -> Self {
+        self.with_details(json!({"causes": [{"message": message.into()}]}))
+    }
+
     fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self
@@ -179,13 +186,17 @@ impl ApiError {
 
     /// 422 Invalid: `ConfigMap "Bad" is invalid: metadata.name: Invalid value: ...`.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: Vec<Cause>) -> Self {
-        let summary = if causes.len() == 1 {
-            format!("{}: {}", causes[0].field, causes[0].message)
+        // `field.ErrorList.ToAggregate()` drops repeated messages, so a thousand identical
+        // errors read as one.
+        let mut seen = std::collections::HashSet::new();
+        let parts: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .filter(|p| seen.insert(p.clone()))
+            .collect();
+        let summary = if parts.len() == 1 {
+            parts[0].clone()
         } else {
-            let parts: Vec<String> = causes
-                .iter()
-                .map(|c| format!("{}: {}", c.field, c.message))
-                .collect();
             format!("[{}]", parts.join(", "))
         };
         let mut d = details(name, group, kind);
@@ -302,6 +313,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Some(m) = s.as_object_mut()
+        {
+            // `StatusReasonUnknown` is "", which Go's `omitempty` leaves out.
+            m.remove("reason");
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }

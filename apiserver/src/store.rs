@@ -797,10 +797,8 @@ impl Store {
         f(&self.lock())
     }
 
-    /// Runs `f` with exclusive access, makes its changes durable (when the store is), then
-    /// wakes every watcher if the revision moved. Durable: blocks until the commit holding
-    /// this write is on disk (group commit, see the module docs).
-    pub fn write<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+    /// The write, and whether its commit succeeded.
+    fn write_inner<R>(&self, f: impl FnOnce(&mut State) -> R) -> (R, Result<(), String>) {
         let (out, before, after, ticket, retired) = {
             let mut st = self.lock();
             let before = st.rv;
@@ -819,13 +817,56 @@ impl Store {
         };
         // The lock is released: free what the history dropped.
         drop(retired);
+        let mut committed = Ok(());
         if let (Some(disk), Some(ticket)) = (&self.disk, ticket) {
-            disk.wait(ticket);
+            // A failed commit leaves the write queued; the disk logs it and turns read-only.
+            committed = disk.wait(ticket);
         }
         if after != before {
             self.rv_tx.send_replace(after);
         }
+        (out, committed)
+    }
+
+    /// Runs `f` with exclusive access, makes its changes durable (when the store is), then
+    /// wakes every watcher if the revision moved. Durable: blocks until the commit holding
+    /// this write is on disk (group commit, see the module docs). A write that cannot be
+    /// committed (a full disk) stays in memory and queued; see [`Store::write_checked`] for
+    /// the writes that must answer a client.
+    pub fn write<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        self.write_inner(f).0
+    }
+
+    /// [`Store::write`] for a client's request: while the data directory cannot take commits
+    /// (etcd's `NOSPACE`, see [`super::durable`]) the write is refused before it runs, after
+    /// one attempt to recover, with `500` `etcdserver: mvcc: database space exceeded`; a write
+    /// whose own commit fails gets the same answer. Reads are never refused.
+    pub fn write_checked<T, E: From<super::status::ApiError>>(
+        &self,
+        f: impl FnOnce(&mut State) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let nospace =
+            || super::status::ApiError::new(500, "", "etcdserver: mvcc: database space exceeded");
+        if let Some(disk) = &self.disk
+            && disk.failure().is_some()
+            && disk.recover().is_err()
+        {
+            return Err(nospace().into());
+        }
+        let (out, committed) = self.write_inner(f);
+        if committed.is_err() {
+            return Err(nospace().into());
+        }
         out
+    }
+
+    /// Fault injection for a durable store: while `full`, commits fail as on a full disk, so
+    /// the read-only state and the recovery can be tested without filling one. No effect on a
+    /// store kept in memory.
+    pub fn simulate_disk_full(&self, full: bool) {
+        if let Some(disk) = &self.disk {
+            disk.simulate_full(full);
+        }
     }
 
     /// The store's gauges in the Prometheus text format: `apiserver_storage_history_bytes`,

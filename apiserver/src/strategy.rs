@@ -71,6 +71,10 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
             }
         }
     }
+    // Fields of the wrong JSON type fail the real server's typed decoding ([`super::typed`]).
+    if let Some(e) = super::typed::decode_error(def, &body) {
+        return Err(super::typed::body_error(def, &e));
+    }
     let mut obj = match def.view {
         View::EventsV1 => events::from_events_v1(&body),
         View::Native => body,

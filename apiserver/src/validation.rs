@@ -103,10 +103,14 @@ pub fn validate_name(def: &ResourceDef, name: &str) -> Vec<FieldError> {
 
 /// Every rule for an object about to be stored: the shared metadata rules, then the kind's.
 pub fn validate_object(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
-    let mut errs = v::validate_object_meta(&obj["metadata"]);
+    // The shared metadata rules, bounded for huge collections (`limits`).
+    let mut errs = super::limits::bounded_meta_errors(&obj["metadata"]);
     if def.custom.is_some() {
         return errs;
     }
+    errs.extend(super::limits::validate_data_size(
+        &def.group, &def.kind, obj,
+    ));
     let spec = &obj["spec"];
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "pods") => validate_pod_spec(spec, "spec", &mut errs),

@@ -699,6 +699,7 @@ fn create_prepared(
     if dry_run {
         return Ok((201, present(def, &obj)));
     }
+    super::limits::check_stored_size(&obj)?;
     let stored = st.write(&def.storage, obj);
     Ok((201, present(def, &stored)))
 }
@@ -796,6 +797,7 @@ fn update_stored(
         let removed = remove_object(st, def, &ns, &name, Some(result.clone())).unwrap_or(result);
         return Ok((200, present(def, &removed)));
     }
+    super::limits::check_stored_size(&result)?;
     let stored = st.write(&def.storage, result);
     Ok((200, present(def, &stored)))
 }
@@ -871,6 +873,12 @@ pub fn patch_against(
     }
     let mut view = present(&def, old);
     apply_patch_body(ty, &mut view, &body)?;
+    if let Some(e) = super::typed::decode_error(&def, &view) {
+        return Err(super::typed::patch_error(&view, &e));
+    }
+    // A patch can grow metadata too (`copy`): huge collections are judged before the typed
+    // round trip of `check_unknown_fields` expands them.
+    super::limits::precheck_metadata(&def, &view)?;
     super::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, old, new, WriteOptions::from_query(q))
@@ -1063,7 +1071,22 @@ pub fn apply_patch_body(ty: PatchType, base: &mut Value, patch: &Value) -> Resul
     use super::logic::patch as p;
     let invalid = |e: String| ApiError::new(422, "Invalid", e);
     match ty {
-        PatchType::Json => p::json_patch(base, patch).map_err(invalid),
+        PatchType::Json => p::json_patch_limited(base, patch).map_err(|e| match e {
+            p::JsonPatchError::TooManyOperations(_) => ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("Request entity too large: {e}"),
+            ),
+            // kube-apiserver answers the copy limit with a generic 422 (`NewGenericServerResponse`):
+            // its message is the fixed text below; json-patch's own words are kept as the cause.
+            p::JsonPatchError::CopyTooLarge { .. } => ApiError::new(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request",
+            )
+            .with_cause_message(e.to_string()),
+            p::JsonPatchError::Failed(m) => invalid(m),
+        }),
         PatchType::Merge => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request("merge patch must be a JSON object"));
@@ -1118,6 +1141,12 @@ pub fn patch(
     }
     let mut view = present(&def, &old);
     apply_patch_body(ty, &mut view, &body)?;
+    if let Some(e) = super::typed::decode_error(&def, &view) {
+        return Err(super::typed::patch_error(&view, &e));
+    }
+    // A patch can grow metadata too (`copy`): huge collections are judged before the typed
+    // round trip of `check_unknown_fields` expands them.
+    super::limits::precheck_metadata(&def, &view)?;
     super::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, &old, new, WriteOptions::from_query(q))

@@ -516,13 +516,13 @@ fn validate_quiet(schema: &Value, value: &Value, path: &str, root: bool) -> bool
 
 /// The compiled sizes (the `regex` crate's `size_limit`) a pattern is tried at, smallest
 /// first; the first that fits is what the pattern costs the cache (see [`compiled_pattern`]).
+/// A pattern that fits none is refused: at CRD create ([`check_structural`]) as Go's `regexp`
+/// refuses an expression too large, and, for a CRD stored before this check, on every value
+/// (remembered, so never compiled twice).
 const PATTERN_SIZE_TIERS: [usize; 4] = [64 << 10, 256 << 10, 1 << 20, 4 << 20];
 
 /// What the kept patterns may cost together, in the sizes of [`PATTERN_SIZE_TIERS`].
 const PATTERN_CACHE_BUDGET: usize = 64 << 20;
-
-/// The longest pattern text that is kept compiled; longer ones are compiled for each use.
-const MAX_CACHED_PATTERN_LEN: usize = 1024;
 
 /// The kept patterns (each with what it costs) and their total cost.
 #[derive(Default)]
@@ -535,6 +535,65 @@ struct Patterns {
 static PATTERNS: std::sync::LazyLock<std::sync::Mutex<Patterns>> =
     std::sync::LazyLock::new(Default::default);
 
+/// An OpenAPI `pattern` (Go's RE2 syntax) as the `regex` crate's syntax with RE2's meaning.
+///
+/// The two dialects agree except in one way that matters for CRD patterns: RE2's Perl classes
+/// are ASCII (`\w` is `[0-9A-Za-z_]`, `\d` is `[0-9]`, `\s` is `[\t\n\f\r ]`), the `regex`
+/// crate's are Unicode (`\w` matches `é`, and `^[\w.-]{1,253}$` compiles to more than the
+/// default 10 MiB). Each of the six, inside a class or not, becomes the ASCII class RE2 means
+/// (the `regex` crate nests classes, so `[\w.-]` is `[[0-9A-Za-z_].-]`). `\\w` (an escaped
+/// backslash, then `w`) is left alone.
+pub fn re2_pattern(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 16);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('w') => out.push_str("[0-9A-Za-z_]"),
+            Some('W') => out.push_str("[^0-9A-Za-z_]"),
+            Some('d') => out.push_str("[0-9]"),
+            Some('D') => out.push_str("[^0-9]"),
+            Some('s') => out.push_str("[\\t\\n\\f\\r ]"),
+            Some('S') => out.push_str("[^\\t\\n\\f\\r ]"),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// Compiles a pattern (RE2 meaning, [`re2_pattern`]) under the smallest tier it fits in, with
+/// what it costs; Go's words when it does not compile.
+fn compile_tiered(pattern: &str) -> (Result<regex::Regex, String>, usize) {
+    let translated = re2_pattern(pattern);
+    for limit in PATTERN_SIZE_TIERS {
+        match regex::RegexBuilder::new(&translated)
+            .size_limit(limit)
+            .build()
+        {
+            Err(regex::Error::CompiledTooBig(_)) => continue,
+            Ok(re) => return (Ok(re), limit.max(pattern.len())),
+            Err(e) => return (Err(format!("error parsing regexp: {e}")), pattern.len()),
+        }
+    }
+    (
+        Err("error parsing regexp: expression too large".to_string()),
+        pattern.len(),
+    )
+}
+
+/// Why a CRD's `pattern` would not be served, if it would not: Go's `regexp.Compile` error, or
+/// "expression too large" past the largest tier (`((a{100}){100}){100}`).
+pub fn pattern_error(pattern: &str) -> Option<String> {
+    compiled_pattern(pattern).err()
+}
+
 /// `pattern` compiled, from a process-wide cache, as kube-openapi's validator keeps it: its
 /// `validate` package (go-openapi's, `rexp.go`) holds a map from pattern to compiled
 /// `*regexp.Regexp`, filled on first use, so a CRD's patterns are compiled once, not on every
@@ -542,18 +601,12 @@ static PATTERNS: std::sync::LazyLock<std::sync::Mutex<Patterns>> =
 /// server's CPU while 10,000 Ats ran).
 ///
 /// Unlike Go's map this one is bounded, since CRDs (and so patterns) come from the network. A
-/// pattern is compiled under the smallest limit of [`PATTERN_SIZE_TIERS`] it fits in (`^\w+$`
-/// 64 KiB, `^[\w-]{1,63}$` 4 MiB: Unicode classes are large), and that limit is what it costs;
-/// the kept patterns cost at most [`PATTERN_CACHE_BUDGET`] together, and past it the cache
-/// starts over. A pattern larger than the last tier, or longer than
-/// [`MAX_CACHED_PATTERN_LEN`], is compiled for its one use and dropped, as before the cache.
-/// Either way the answer is the same. A pattern that does not compile is remembered with its
-/// error.
+/// pattern is compiled under the smallest limit of [`PATTERN_SIZE_TIERS`] it fits in, and that
+/// limit (or its length, if longer) is what it costs; the kept patterns cost at most
+/// [`PATTERN_CACHE_BUDGET`] together, and past it the cache starts over. A pattern that does not
+/// compile, or fits no tier, is remembered with its error, so no value ever waits for a
+/// pattern to be compiled again.
 fn compiled_pattern(pattern: &str) -> Result<regex::Regex, String> {
-    let uncached = || regex::Regex::new(pattern).map_err(|e| e.to_string());
-    if pattern.len() > MAX_CACHED_PATTERN_LEN {
-        return uncached();
-    }
     // Inserts and clears only: a poisoned map is still consistent.
     if let Some((hit, _)) = PATTERNS
         .lock()
@@ -564,16 +617,7 @@ fn compiled_pattern(pattern: &str) -> Result<regex::Regex, String> {
         return hit.clone();
     }
     // Compiled outside the lock: a slow pattern delays only its own request.
-    let tiered = PATTERN_SIZE_TIERS.iter().find_map(|&limit| {
-        match regex::RegexBuilder::new(pattern).size_limit(limit).build() {
-            Err(regex::Error::CompiledTooBig(_)) => None,
-            Ok(re) => Some((Ok(re), limit)),
-            Err(e) => Some((Err(e.to_string()), pattern.len())),
-        }
-    });
-    let Some((compiled, cost)) = tiered else {
-        return uncached();
-    };
+    let (compiled, cost) = compile_tiered(pattern);
     let mut cache = PATTERNS.lock().unwrap_or_else(|p| p.into_inner());
     if cache.cost + cost > PATTERN_CACHE_BUDGET {
         cache.compiled.clear();
@@ -657,7 +701,13 @@ fn validate_string(
 /// `date`, `byte`, `ipv4`, `ipv6`, `cidr`, `uuid`). Unknown formats pass, as in kube-openapi.
 fn format_ok(format: &str, s: &str) -> bool {
     match format {
-        "date-time" => s.parse::<jiff::Timestamp>().is_ok(),
+        // Go's `time.Time` reaches 9999-12-31T23:59:59Z; jiff's `Timestamp` stops a day short, so
+        // a date, a time and an offset that parse are enough (RFC 3339's shape).
+        "date-time" => {
+            s.parse::<jiff::Timestamp>().is_ok()
+                || jiff::fmt::temporal::Pieces::parse(s)
+                    .is_ok_and(|p| p.time().is_some() && p.offset().is_some())
+        }
         "date" => s.parse::<jiff::civil::Date>().is_ok() && s.len() == 10,
         "byte" => base64::engine::general_purpose::STANDARD.decode(s).is_ok(),
         "ipv4" => s.parse::<std::net::Ipv4Addr>().is_ok(),
@@ -985,6 +1035,16 @@ fn structural_node(schema: &Value, path: &str, specified: bool, errors: &mut Vec
             at("additionalProperties")
         ));
     }
+    if let Some(pattern) = map.get("pattern").and_then(Value::as_str)
+        && let Some(e) = pattern_error(pattern)
+    {
+        // apiextensions' `ValidateCustomResourceDefinitionOpenAPISchema`.
+        errors.push(format!(
+            "{}: Invalid value: {}: must be a valid regular expression, but isn't: {e}",
+            at("pattern"),
+            apimachinery::validation::go_quote(pattern)
+        ));
+    }
     let int_or_string = flag(schema, "x-kubernetes-int-or-string");
     let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields");
     let ty = map.get("type").and_then(Value::as_str);
@@ -1182,20 +1242,50 @@ mod tests {
         }
         // Still right after starting over.
         assert_eq!(validate(&schema, &json!("ABC")).len(), 1);
-        // A large program is kept at its tier; one too long, or too large for every tier, is
-        // still answered, never kept.
+        // RE2's `\w` is ASCII, so the pattern kube-apiserver accepts compiles small here too;
+        // a long pattern is kept like any other; one too large for every tier is remembered
+        // with Go's error, never compiled again.
         assert!(compiled_pattern(r"^[\w-]{1,63}$").unwrap().is_match("a-b"));
-        let long = format!("^{}$", "a".repeat(MAX_CACHED_PATTERN_LEN));
-        assert!(
-            compiled_pattern(&long)
-                .unwrap()
-                .is_match(&"a".repeat(MAX_CACHED_PATTERN_LEN))
+        let long = format!("^{}$", "a".repeat(4096));
+        assert!(compiled_pattern(&long).unwrap().is_match(&"a".repeat(4096)));
+        let big = "((a{100}){100}){100}";
+        assert_eq!(
+            compiled_pattern(big).unwrap_err(),
+            "error parsing regexp: expression too large"
         );
-        let big = r"^\w{100}$";
-        assert!(compiled_pattern(big).unwrap().is_match(&"x".repeat(100)));
         let kept = PATTERNS.lock().unwrap();
-        assert_eq!(kept.compiled[r"^[\w-]{1,63}$"].1, PATTERN_SIZE_TIERS[3]);
-        assert!(!kept.compiled.contains_key(&long) && !kept.compiled.contains_key(big));
+        assert_eq!(kept.compiled[r"^[\w-]{1,63}$"].1, PATTERN_SIZE_TIERS[0]);
+        assert!(kept.compiled.contains_key(&long) && kept.compiled.contains_key(big));
+    }
+
+    #[test]
+    fn date_times_reach_the_end_of_year_9999_as_in_go() {
+        assert!(format_ok("date-time", "9999-12-31T23:59:59Z"));
+        assert!(format_ok("date-time", "2024-01-02T03:04:05.5+02:00"));
+        assert!(!format_ok("date-time", "2024-01-02"));
+        assert!(!format_ok("date-time", "2024-01-02T03:04:05"));
+        assert!(!format_ok("date-time", "not a time"));
+    }
+
+    #[test]
+    fn patterns_have_re2_semantics() {
+        assert_eq!(re2_pattern(r"^[\w.-]+$"), "^[[0-9A-Za-z_].-]+$");
+        assert_eq!(re2_pattern(r"\\w\d\S"), r"\\w[0-9][^\t\n\f\r ]");
+        let word = compiled_pattern(r"^\w+$").unwrap();
+        assert!(word.is_match("hello_1"));
+        assert!(!word.is_match("héllo"), "RE2's \\w is ASCII");
+        let dns = compiled_pattern(r"^[\w.-]{1,253}$").unwrap();
+        assert!(dns.is_match("a.b-c"));
+        assert!(compiled_pattern(r"^\p{L}+$").unwrap().is_match("héllo"));
+        // Refused when the CRD is written, with apiextensions' words.
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "((a{100}){100}){100}"}}});
+        let errs = check_structural(&schema).unwrap_err();
+        assert_eq!(
+            errs,
+            [
+                "properties[a].pattern: Invalid value: \"((a{100}){100}){100}\": must be a valid regular expression, but isn't: error parsing regexp: expression too large"
+            ]
+        );
     }
 
     #[test]

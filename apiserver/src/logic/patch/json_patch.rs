@@ -11,6 +11,27 @@
 //! naming the operation (by index and `op`) and the pointer that failed. The patch is **all or
 //! nothing**: the operations run on a copy, and on any error the target is left untouched (as
 //! the real server's `jsonpatch.Apply`, which returns an error and no document).
+//!
+//! ## Limits (a patch is a program, so it is bounded like one)
+//!
+//! kube-apiserver runs JSON patches through `gopkg.in/evanphx/json-patch.v4` with two limits
+//! (`apiserver/pkg/endpoints/handlers/patch.go` and the generic server's `JSONPatchMaxCopyBytes`),
+//! and so does [`json_patch_limited`]:
+//!
+//! * at most [`MAX_OPERATIONS`] (10,000) operations, else `413 RequestEntityTooLarge`
+//!   `Request entity too large: The allowed maximum operations in a JSON patch is 10000, got N`,
+//!   checked before any operation runs;
+//! * `copy` operations may add at most [`MAX_COPY_BYTES`] (3 MiB, the request body limit) in
+//!   total, measured as json-patch measures it (the length of each copied value's JSON), else
+//!   the patch fails with `Unable to complete the copy, the accumulated size increase of copy is
+//!   N, exceeding the limit 3145728`, answered `422` as every failed JSON patch is. Without this
+//!   bound 20 `copy` operations that each double the object grow a 1 KB patch into gigabytes;
+//!   with it the document can never grow by more than 3 MiB, whatever the patch (also with
+//!   `dryRun`, as the patch is applied before anything else happens). The copied value's size is
+//!   measured by a writer that stops counting at the remaining budget, so measuring costs no
+//!   more than the budget either.
+//!
+//! Reading a value (`copy`'s source, `test`) borrows it; only the value copied is cloned.
 
 use serde_json::Value;
 
@@ -95,10 +116,91 @@ fn resolve_mut<'a>(
     Ok(cur)
 }
 
-fn pointer_get(doc: &Value, pointer: &str) -> Result<Value, String> {
+/// Walks to the value a token list addresses, borrowing.
+fn resolve<'a>(doc: &'a Value, tokens: &[String], pointer: &str) -> Result<&'a Value, String> {
+    let mut cur = doc;
+    for token in tokens {
+        cur = match cur {
+            Value::Object(map) => map
+                .get(token)
+                .ok_or_else(|| format!("path {pointer:?} does not exist: no key {token:?}"))?,
+            Value::Array(items) => {
+                let len = items.len();
+                let i = array_index(token, pointer)?;
+                items.get(i).ok_or_else(|| {
+                    format!(
+                        "path {pointer:?} does not exist: index {i} out of bounds (length {len})"
+                    )
+                })?
+            }
+            _ => {
+                return Err(format!(
+                    "path {pointer:?} does not exist: {token:?} is below a scalar"
+                ));
+            }
+        };
+    }
+    Ok(cur)
+}
+
+fn pointer_get<'a>(doc: &'a Value, pointer: &str) -> Result<&'a Value, String> {
     let tokens = parse_pointer(pointer)?;
-    let mut doc = doc.clone();
-    resolve_mut(&mut doc, &tokens, pointer).map(|v| v.clone())
+    resolve(doc, &tokens, pointer)
+}
+
+/// At most this many operations in one JSON patch (`maxJSONPatchOperations`).
+pub const MAX_OPERATIONS: usize = 10_000;
+
+/// At most this many bytes added by the `copy` operations of one patch
+/// (`JSONPatchMaxCopyBytes`, json-patch's `AccumulatedCopySizeLimit`: 3 MiB).
+pub const MAX_COPY_BYTES: u64 = 3 * 1024 * 1024;
+
+/// Why a JSON patch was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonPatchError {
+    /// More than [`MAX_OPERATIONS`] operations (answered `413`).
+    #[error("The allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {0}")]
+    TooManyOperations(usize),
+    /// The `copy` operations would add more than the limit (answered `422`).
+    #[error(
+        "Unable to complete the copy, the accumulated size increase of copy is {accumulated}, exceeding the limit {limit}"
+    )]
+    CopyTooLarge {
+        /// Bytes the copies would have added, up to and including the refused one (a lower
+        /// bound when the refused value is larger than the rest of the budget).
+        accumulated: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// The patch is malformed or an operation does not apply (answered `422`).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Counts bytes written and fails once they pass `limit`: measures a value's JSON length
+/// without building it, and without walking more than `limit` bytes of it.
+struct CountUpTo {
+    count: u64,
+    limit: u64,
+}
+
+impl std::io::Write for CountUpTo {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.count += buf.len() as u64;
+        if self.count > self.limit {
+            return Err(std::io::Error::other("over the limit"));
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The length of `v`'s JSON, or `None` once it passes `limit`.
+fn json_len_up_to(v: &Value, limit: u64) -> Option<u64> {
+    let mut w = CountUpTo { count: 0, limit };
+    serde_json::to_writer(&mut w, v).ok().map(|()| w.count)
 }
 
 fn pointer_add(doc: &mut Value, pointer: &str, value: Value) -> Result<(), String> {
@@ -161,30 +263,82 @@ fn pointer_remove(doc: &mut Value, pointer: &str) -> Result<Value, String> {
 /// Applies an RFC 6902 JSON patch (`ops` must be an array of operation objects) to `target`.
 ///
 /// The patch is atomic: on any error `target` is left unchanged and the error names the failing
-/// operation's index, its `op` and the path. The API server caps patches at 10000 operations;
-/// so does this function.
+/// operation's index, its `op` and the path. The limits of [`json_patch_limited`] apply.
 pub fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
+    json_patch_limited(target, ops).map_err(|e| e.to_string())
+}
+
+/// [`json_patch`] with its errors typed, so the caller can answer each as kube-apiserver does:
+/// too many operations (`413`), too much copied (`422`), or an operation that failed (`422`).
+pub fn json_patch_limited(target: &mut Value, ops: &Value) -> Result<(), JsonPatchError> {
     let Value::Array(ops) = ops else {
-        return Err("a JSON patch must be an array of operations".to_string());
-    };
-    if ops.len() > 10_000 {
-        return Err(format!(
-            "the allowed maximum operations in a JSON patch is 10000, got {}",
-            ops.len()
+        return Err(JsonPatchError::Failed(
+            "a JSON patch must be an array of operations".to_string(),
         ));
+    };
+    if ops.len() > MAX_OPERATIONS {
+        return Err(JsonPatchError::TooManyOperations(ops.len()));
     }
     let mut doc = target.clone();
+    let mut copied = 0u64;
     for (i, op) in ops.iter().enumerate() {
-        apply_op(&mut doc, op).map_err(|e| format!("JSON patch operation {i}: {e}"))?;
+        apply_op(&mut doc, op, &mut copied).map_err(|e| match e {
+            JsonPatchError::Failed(m) => {
+                JsonPatchError::Failed(format!("JSON patch operation {i}: {m}"))
+            }
+            other => other,
+        })?;
     }
     *target = doc;
     Ok(())
 }
 
-fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
+fn apply_op(doc: &mut Value, op: &Value, copied: &mut u64) -> Result<(), JsonPatchError> {
     let Value::Object(fields) = op else {
-        return Err(format!("operation must be an object, got {op}"));
+        return Err(JsonPatchError::Failed(format!(
+            "operation must be an object, got {op}"
+        )));
     };
+    if fields.get("op").and_then(Value::as_str) == Some("copy") {
+        return copy_op(doc, op, fields, copied);
+    }
+    apply_plain_op(doc, op, fields).map_err(JsonPatchError::Failed)
+}
+
+/// `copy`: the one operation that can grow the document by more than the patch's own size, so
+/// the one that is metered.
+fn copy_op(
+    doc: &mut Value,
+    op: &Value,
+    fields: &serde_json::Map<String, Value>,
+    copied: &mut u64,
+) -> Result<(), JsonPatchError> {
+    let str_field = |name: &str| -> Result<&str, JsonPatchError> {
+        fields.get(name).and_then(Value::as_str).ok_or_else(|| {
+            JsonPatchError::Failed(format!("missing or non-string {name:?} in {op}"))
+        })
+    };
+    let path = str_field("path")?;
+    let from = str_field("from")?;
+    let source =
+        pointer_get(doc, from).map_err(|e| JsonPatchError::Failed(format!("copy from: {e}")))?;
+    let budget = MAX_COPY_BYTES.saturating_sub(*copied);
+    let Some(size) = json_len_up_to(source, budget) else {
+        return Err(JsonPatchError::CopyTooLarge {
+            accumulated: *copied + budget + 1,
+            limit: MAX_COPY_BYTES,
+        });
+    };
+    *copied += size;
+    let value = source.clone();
+    pointer_add(doc, path, value).map_err(JsonPatchError::Failed)
+}
+
+fn apply_plain_op(
+    doc: &mut Value,
+    op: &Value,
+    fields: &serde_json::Map<String, Value>,
+) -> Result<(), String> {
     let str_field = |name: &str| -> Result<&str, String> {
         fields
             .get(name)
@@ -219,15 +373,10 @@ fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
             let value = pointer_remove(doc, from).map_err(|e| format!("move from: {e}"))?;
             pointer_add(doc, path, value)
         }
-        "copy" => {
-            let from = str_field("from")?;
-            let value = pointer_get(doc, from).map_err(|e| format!("copy from: {e}"))?;
-            pointer_add(doc, path, value)
-        }
         "test" => {
             let want = value_field()?;
             let have = pointer_get(doc, path).map_err(|e| format!("test: {e}"))?;
-            if have == want {
+            if *have == want {
                 Ok(())
             } else {
                 Err(format!(
