@@ -75,11 +75,13 @@ async fn a_bad_flag_is_one_clear_line_and_exit_code_2() {
 
 #[tokio::test]
 async fn an_unreachable_cluster_is_one_clear_line_and_exit_code_1() {
-    // A port nothing listens on: bind one, then free it.
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        listener.local_addr().expect("its address").port()
-    };
+    // A port nothing listens on: bound but not listening, and held for the test, so that no
+    // other test process can take it meanwhile (connections to it are refused).
+    let closed = tokio::net::TcpSocket::new_v4().expect("a socket");
+    closed
+        .bind(([127, 0, 0, 1], 0).into())
+        .expect("a free port");
+    let port = closed.local_addr().expect("its address").port();
     let master = format!("http://127.0.0.1:{port}");
     let (code, _, stderr) = run_to_end(&[
         "run",

@@ -427,11 +427,9 @@ async fn mutating_webhooks_patch_in_order_and_reinvoke_if_needed() {
 
 #[tokio::test]
 async fn an_unreachable_webhook_fails_writes_under_fail_and_not_under_ignore() {
-    // A port nothing listens on.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    // A port nothing listens on, held for the test.
+    let closed = crate::net_support::closed_port();
+    let port = closed.local_addr().unwrap().port();
     let hooks = hook_server(|_, _| (allow(), 0)).await;
     let server = start().await;
     let api = TestClient::new(&server);

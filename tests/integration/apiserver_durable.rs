@@ -6,6 +6,7 @@
 
 use crate::apiserver_support::{self as support, CMS, TestClient};
 use crate::at_support;
+use crate::net_support::Forwarder;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -226,24 +227,17 @@ impl Raw {
 
 const TOKEN: &str = "durable-test-token";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Starts `sample-controller apiserver` on a port of its choosing with both directories (and
+/// `extra` arguments), and points `front` at it once it listens. The clients talk to `front`,
+/// which stays put across a restart: the server binds port 0 each time (restarting it on its
+/// old port would race with every other test process binding port 0 meanwhile).
+async fn spawn_server(front: &Forwarder, data: &Path, certs: &Path) -> Child {
+    spawn_server_with(front, data, certs, &["--simulate=false"]).await
 }
 
-/// Starts `sample-controller apiserver` on `port` with both directories (and `extra`
-/// arguments); returns it once it listens.
-async fn spawn_server(port: u16, data: &Path, certs: &Path) -> Child {
-    spawn_server_with(port, data, certs, &["--simulate=false"]).await
-}
-
-async fn spawn_server_with(port: u16, data: &Path, certs: &Path, extra: &[&str]) -> Child {
+async fn spawn_server_with(front: &Forwarder, data: &Path, certs: &Path, extra: &[&str]) -> Child {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
-        .args(["apiserver", "--token", TOKEN, "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
+        .args(["apiserver", "--token", TOKEN, "--listen", "127.0.0.1:0"])
         .args(extra)
         .arg("--data-dir")
         .arg(data)
@@ -260,10 +254,12 @@ async fn spawn_server_with(port: u16, data: &Path, certs: &Path, extra: &[&str])
         .await
         .expect("the server did not start within 60 s")
         .unwrap();
-    assert!(
-        line.starts_with("API server listening at https://"),
-        "{line:?}"
-    );
+    let addr = line
+        .trim_end()
+        .strip_prefix("API server listening at https://")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    front.forward_to(addr);
     // Keep draining stdout so the child never blocks on a full pipe.
     tokio::spawn(async move {
         let mut sink = String::new();
@@ -280,8 +276,9 @@ async fn kill_9_in_the_middle_of_5000_creates_loses_no_acknowledged_object() {
     const PER_CLIENT: usize = 625;
     let dir = tempfile::tempdir().unwrap();
     let (data, certs) = (dir.path().join("data"), dir.path().join("certs"));
-    let port = free_port();
-    let mut server = spawn_server(port, &data, &certs).await;
+    let front = Forwarder::start().await;
+    let port = front.addr.port();
+    let mut server = spawn_server(&front, &data, &certs).await;
     let ca = std::fs::read_to_string(certs.join("ca.crt")).unwrap();
     let raw = Arc::new(Raw::new(&format!("https://127.0.0.1:{port}"), &ca));
 
@@ -338,8 +335,8 @@ async fn kill_9_in_the_middle_of_5000_creates_loses_no_acknowledged_object() {
     let last_acked = *before.values().max().unwrap();
     let early_rv = *before.values().min().unwrap();
 
-    // Restart on the same port with the same directories; the same client (same CA) goes on.
-    let _server = spawn_server(port, &data, &certs).await;
+    // Restart with the same directories; the same client (same CA) goes on.
+    let _server = spawn_server(&front, &data, &certs).await;
     let (code, list) = raw.send_retry("GET", CMS, None).await;
     assert_eq!(code, 200);
     let stored: BTreeMap<String, u64> = list["items"]
@@ -428,14 +425,18 @@ async fn a_manager_carries_on_across_a_kill_9_and_restart_of_a_durable_server() 
     let dir = tempfile::tempdir().unwrap();
     let (data, certs) = (dir.path().join("data"), dir.path().join("certs"));
     let kubeconfig = dir.path().join("k.yaml");
-    let port = free_port();
+    let front = Forwarder::start().await;
     let args = ["--pod-run-time", "100ms", "--kubeconfig-out"];
     let mut args: Vec<&str> = args.to_vec();
     let kc = kubeconfig.to_str().unwrap().to_owned();
     args.push(&kc);
-    let mut server = spawn_server_with(port, &data, &certs, &args).await;
-    let config =
-        Config::from_kubeconfig_yaml(&std::fs::read_to_string(&kubeconfig).unwrap(), None).unwrap();
+    let mut server = spawn_server_with(&front, &data, &certs, &args).await;
+    // The client talks to the forwarder, which follows the server across its restart.
+    let yaml = std::fs::read_to_string(&kubeconfig).unwrap().replace(
+        &format!("https://{}", front.target().await),
+        &format!("https://{}", front.addr),
+    );
+    let config = Config::from_kubeconfig_yaml(&yaml, None).unwrap();
     let client = Client::new(config).unwrap();
     sample_operators::apis::crds::install::<sample_operators::apis::At>(&client)
         .await
@@ -477,13 +478,28 @@ async fn a_manager_carries_on_across_a_kill_9_and_restart_of_a_durable_server() 
     server.start_kill().unwrap();
     server.wait().await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let _server = spawn_server_with(port, &data, &certs, &args).await;
+    let _server = spawn_server_with(&front, &data, &certs, &args).await;
     for i in 0..3 {
         names.push(format!("after-{i}"));
         create(format!("after-{i}")).await;
     }
+    // While the server was down the manager's reflectors backed off (0.8 s doubling to 30 s,
+    // as client-go's), so on a loaded machine, where the restart itself takes seconds, the
+    // next relist may be half a minute away: wait for it with a ceiling well above that
+    // (at_support::wait_for_phase gives up after 60 s, which such a backoff can exceed).
     for name in &names {
-        at_support::wait_for_phase(&client, name, AtPhase::Done).await;
+        at_support::wait_until_every(
+            &format!("at/{name} to be DONE after the restart"),
+            Duration::from_millis(100),
+            3_000,
+            || async {
+                at_support::ats(&client)
+                    .get(name)
+                    .await
+                    .is_ok_and(|a| a.status.is_some() && a.phase() == AtPhase::Done)
+            },
+        )
+        .await;
     }
     assert!(!manager.task.is_finished(), "the manager was not restarted");
     let pods = at_support::pods(&client)

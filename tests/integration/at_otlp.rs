@@ -256,10 +256,8 @@ async fn a_collector_answering_503_then_200_still_gets_the_spans() {
 #[tokio::test]
 async fn a_dead_endpoint_blocks_no_sync_and_its_spans_are_dropped_and_counted() {
     // A port nothing listens on: every POST is refused and retried with backoff.
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let closed = crate::net_support::closed_port();
+    let dead = closed.local_addr().unwrap();
     let (server, client) = server().await;
     // A small queue, so it overflows while the first batch is being retried.
     let queue = SpanQueue::new(2);

@@ -555,12 +555,9 @@ async fn connect_proxy_tunnels_requests() {
 
 #[tokio::test(start_paused = true)]
 async fn connection_refused_is_not_retried_for_any_verb() {
-    // Reserve a port, then close it: connections are refused.
-    let addr = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // A port bound but not listening, held for the test: connections are refused.
+    let closed = crate::net_support::closed_port();
+    let addr = closed.local_addr().unwrap();
     let mut cfg = sample_client_go::client::Config::new(format!("http://{addr}").parse().unwrap());
     cfg.qps = 0.0;
     cfg.timeout = None;

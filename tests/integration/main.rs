@@ -15,6 +15,7 @@ mod apiserver_support;
 mod at_support;
 mod client_support;
 mod cluster_support;
+mod net_support;
 mod operators_support;
 mod record_support;
 mod seeds_support;

@@ -5,6 +5,7 @@ use crate::at_support;
 use std::process::Stdio;
 use std::time::Duration;
 
+use crate::net_support::{ManagerLog, closed_port};
 use at_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
@@ -89,8 +90,9 @@ async fn a_bad_flag_is_one_clear_line_and_exit_code_2() {
 
 #[tokio::test]
 async fn an_unreachable_cluster_is_one_clear_line_and_exit_code_1() {
-    // A port nothing listens on: bind one, then free it.
-    let port = free_port().await;
+    // A port nothing listens on: bound, not listening, and held for the test.
+    let closed = closed_port();
+    let port = closed.local_addr().unwrap().port();
     let master = format!("http://127.0.0.1:{port}");
     let (code, stderr) = run_to_end(&[
         "run",
@@ -155,14 +157,13 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
-    let (metrics_port, probe_port) = (free_port().await, free_port().await);
     let mut child = Command::new(bin())
         .args([
             "run",
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
-            &format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
-            &format!("--health-probe-bind-address=127.0.0.1:{probe_port}"),
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
             // The test server has only the At CRD installed.
             "--controllers=at",
             "--leader-elect",
@@ -171,8 +172,12 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
+        .env_remove("RUST_LOG")
         .spawn()
         .unwrap();
+    // The ports it bound, from its log.
+    let log = ManagerLog::tap(child.stderr.take().unwrap());
+    let (metrics_port, probe_port) = (log.metrics().await.port(), log.health().await.port());
 
     // Ready once the caches have synced.
     let mut ready = false;
@@ -246,14 +251,7 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
         .await
         .expect("exits after SIGTERM")
         .unwrap();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .await
-        .unwrap();
+    let stderr = log.text().await;
     assert_eq!(status.code(), Some(0), "{stderr}");
     let lease =
         sample_client_go::client::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
@@ -269,11 +267,6 @@ async fn it_serves_probes_and_metrics_and_exits_0_on_sigterm() {
         .unwrap_or_default();
     assert_eq!(holder, "", "the Lease was released on shutdown");
     server.shutdown().await;
-}
-
-async fn free_port() -> u16 {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap().port()
 }
 
 /// A minimal HTTP/1.1 GET: (status code, body), or `None` if nothing answers.
@@ -348,14 +341,13 @@ async fn json_logs_at(v: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
-    let probe_port = free_port().await;
     let mut child = Command::new(bin())
         .args([
             "run",
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
             "--metrics-bind-address=0",
-            &format!("--health-probe-bind-address=127.0.0.1:{probe_port}"),
+            "--health-probe-bind-address=127.0.0.1:0",
             "--controllers=at",
             "--log-format",
             "json",
@@ -368,12 +360,8 @@ async fn json_logs_at(v: &str) -> String {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    let mut pipe = child.stderr.take().unwrap();
-    let stderr = tokio::spawn(async move {
-        let mut s = String::new();
-        let _ = pipe.read_to_string(&mut s).await;
-        s
-    });
+    let log = ManagerLog::tap(child.stderr.take().unwrap());
+    let probe_port = log.health().await.port();
     let mut ready = false;
     for _ in 0..600 {
         if let Some((200, _)) = http_get(probe_port, "/readyz").await {
@@ -396,7 +384,7 @@ async fn json_logs_at(v: &str) -> String {
         .await
         .expect("exits after SIGTERM")
         .unwrap();
-    let stderr = stderr.await.unwrap();
+    let stderr = log.text().await;
     server.shutdown().await;
     stderr
 }

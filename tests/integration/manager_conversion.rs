@@ -30,7 +30,7 @@ async fn kubectl_reads_and_writes_both_shapes(version: &str) {
     };
     let s = setup().await;
     let (stop, task) = start_manager(&s);
-    wait_listening(s.webhook_addr).await;
+    wait_listening(&s).await;
     let k = cluster::Kubectl::with_bin(bin, &s.server);
 
     // Created as v1alpha1 with the book's file: kubectl prints the deprecation warning.
@@ -187,7 +187,7 @@ async fn kubectl_1_33_reads_and_writes_both_versions_through_the_managers_webhoo
 async fn a_watch_in_v1alpha1_sees_v1_writes_converted() {
     let s = setup().await;
     let (stop, task) = start_manager(&s);
-    wait_listening(s.webhook_addr).await;
+    wait_listening(&s).await;
     let mut w = s.api.watch(&format!("{ATS}?watch=true")).await;
     let r = s
         .api
@@ -255,7 +255,7 @@ async fn ats_stored_as_v1alpha1_before_the_switch_still_read_back_in_both_versio
 
     // The switch: v1 becomes the storage version, with the manager's /convert.
     let (stop, task) = start_manager(&s);
-    wait_listening(s.webhook_addr).await;
+    wait_listening(&s).await;
     let mut crd = sample_operators::apis::crds::at_crd_with_conversion_webhook(json!({
         "service": {"namespace": "sample-controller", "name": "sample-controller-webhook", "path": "/convert"},
         "caBundle": base64::engine::general_purpose::STANDARD.encode(&s.ca),

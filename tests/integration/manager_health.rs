@@ -21,7 +21,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use sample_client_go::client::{Api, Client, Config, PostParams};
 use sample_controller_runtime::controller::Clock;
-use sample_controller_runtime::manager::{LeaderElectionConfig, ManagerConfig, ManagerError};
+use sample_controller_runtime::manager::{
+    BoundAddrs, LeaderElectionConfig, ListenersHandle, ManagerConfig, ManagerError,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -37,11 +39,10 @@ async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     Some((code, String::from_utf8(body.to_vec()).unwrap()))
 }
 
-/// A port free at the time of the call.
-async fn free_addr() -> SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap()
-}
+/// Port 0 on the loopback interface: the manager binds a free port, read back with
+/// [`Running::bound`].
+const ANY_PORT: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
 /// Polls `path` (every second of tokio time, for at most `secs` seconds) until `want` holds;
 /// returns the last body.
@@ -67,9 +68,23 @@ async fn wait_for_probe(
 struct Running {
     stop: CancellationToken,
     task: JoinHandle<Result<(), ManagerError>>,
+    listeners: ListenersHandle,
 }
 
 impl Running {
+    /// The addresses its servers bound.
+    async fn bound(&self) -> BoundAddrs {
+        self.listeners
+            .bound()
+            .await
+            .expect("the manager is running")
+    }
+
+    /// Where its probes listen.
+    async fn health(&self) -> SocketAddr {
+        self.bound().await.health.expect("probes are served")
+    }
+
     async fn stop(self) {
         self.stop.cancel();
         self.task.await.unwrap().unwrap();
@@ -80,9 +95,14 @@ fn spawn_manager(client: &Client, config: ManagerConfig, identity: &str) -> Runn
     let manager = sample_operators::registry::manager(config, client.clone())
         .with_clock(Clock::new())
         .with_identity(identity);
+    let listeners = manager.listeners_handle();
     let stop = CancellationToken::new();
     let task = tokio::spawn(manager.run(stop.clone()));
-    Running { stop, task }
+    Running {
+        stop,
+        task,
+        listeners,
+    }
 }
 
 /// An RBAC-enforcing server with the At CRD and `artifacts/deploy/` loaded (all of it, or all
@@ -134,8 +154,8 @@ fn probes_config(health: SocketAddr) -> ManagerConfig {
 async fn healthz_fails_naming_the_resource_whose_watch_rbac_denies_and_recovers() {
     let _ticker = Ticker::start();
     let (server, admin, controller) = rbac_server(true).await;
-    let addr = free_addr().await;
-    let manager = spawn_manager(&controller, probes_config(addr), "a");
+    let manager = spawn_manager(&controller, probes_config(ANY_PORT), "a");
+    let addr = manager.health().await;
     wait_for_probe(addr, "/readyz", 120, |c, _| c == 200).await;
     let body = wait_for_probe(addr, "/healthz", 5, |c, _| c == 200).await;
     assert!(body.contains("[+]watch:ats ok"), "{body}");
@@ -199,8 +219,8 @@ async fn healthz_fails_naming_the_resource_whose_watch_rbac_denies_and_recovers(
 async fn healthz_fails_when_every_watch_is_gone_and_the_informer_relists_endlessly() {
     let _ticker = Ticker::start();
     let (server, client) = at_support::server().await;
-    let addr = free_addr().await;
-    let manager = spawn_manager(&manager_client(&server), probes_config(addr), "a");
+    let manager = spawn_manager(&manager_client(&server), probes_config(ANY_PORT), "a");
+    let addr = manager.health().await;
     wait_for_probe(addr, "/readyz", 120, |c, _| c == 200).await;
 
     // Every watch of ats is answered 410 from now on; lists still work, so the reflector lists,
@@ -246,8 +266,8 @@ async fn readyz_waits_for_the_caches_on_the_leader_and_on_the_standby() {
     let _ticker = Ticker::start();
     // No ClusterRoleBinding yet: the manager may hold its Lease but may not list anything.
     let (server, admin, controller) = rbac_server(false).await;
-    let (addr_a, addr_b) = (free_addr().await, free_addr().await);
-    let a = spawn_manager(&controller, elected(addr_a), "replica-a");
+    let a = spawn_manager(&controller, elected(ANY_PORT), "replica-a");
+    let addr_a = a.health().await;
     let leases = Api::<Lease>::namespaced(admin.clone(), "sample-controller");
     wait_until("replica-a to lead", || async {
         leases
@@ -258,7 +278,8 @@ async fn readyz_waits_for_the_caches_on_the_leader_and_on_the_standby() {
             == Some("replica-a".to_owned())
     })
     .await;
-    let b = spawn_manager(&controller, elected(addr_b), "replica-b");
+    let b = spawn_manager(&controller, elected(ANY_PORT), "replica-b");
+    let addr_b = b.health().await;
 
     for addr in [addr_a, addr_b] {
         let body = wait_for_probe(addr, "/readyz", 30, |c, _| c == 500).await;
@@ -325,16 +346,16 @@ async fn metrics_cover_exactly_the_informers_of_the_enabled_controllers() {
     let _ticker = Ticker::start();
     let (server, _client) = operators_support::operator_server().await;
 
-    let metrics = free_addr().await;
     let all = spawn_manager(
         &manager_client(&server),
         ManagerConfig {
             controllers: sample_operators::registry::NAMES.to_vec(),
-            metrics_addr: Some(metrics),
+            metrics_addr: Some(ANY_PORT),
             ..manager_config()
         },
         "all",
     );
+    let metrics = all.bound().await.metrics.expect("metrics are served");
     let mut text = String::new();
     for _ in 0..120 {
         if let Some((200, body)) = get(metrics, "/metrics").await {
@@ -380,16 +401,16 @@ async fn metrics_cover_exactly_the_informers_of_the_enabled_controllers() {
     .await;
     all.stop().await;
 
-    let metrics = free_addr().await;
     let tdset = spawn_manager(
         &manager_client(&server),
         ManagerConfig {
             controllers: vec!["tdset"],
-            metrics_addr: Some(metrics),
+            metrics_addr: Some(ANY_PORT),
             ..manager_config()
         },
         "tdset",
     );
+    let metrics = tdset.bound().await.metrics.expect("metrics are served");
     let mut names = Vec::new();
     for _ in 0..120 {
         if let Some((200, body)) = get(metrics, "/metrics").await {

@@ -11,14 +11,16 @@
 use crate::apiserver_support::TestClient;
 use crate::at_support;
 use crate::cluster_support::Kubectl;
+pub(crate) use crate::net_support::Forwarder;
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
 use embedded_apiserver::{ApiServer, ApiServerHandle};
-use sample_controller_runtime::manager::ManagerError;
+use sample_controller_runtime::manager::{ListenersHandle, ManagerError};
 use sample_controller_runtime::webhook::WebhookServerConfig;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -48,13 +50,9 @@ pub(crate) fn issue(dir: &Path, ca_name: &str) -> String {
     ca
 }
 
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+/// Port 0 on the loopback interface: the system picks a free port when the server binds it.
+pub(crate) const ANY_PORT: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
 pub(crate) struct Setup {
     pub(crate) server: ApiServerHandle,
@@ -62,8 +60,17 @@ pub(crate) struct Setup {
     pub(crate) certs: tempfile::TempDir,
     /// The CA (PEM) that signed the serving certificate.
     pub(crate) ca: String,
+    /// Where the API server reaches the webhook Service (see [`Forwarder`]).
     pub(crate) webhook_addr: SocketAddr,
-    metrics_addr: SocketAddr,
+    pub(crate) webhook: Forwarder,
+    metrics: Arc<OnceLock<SocketAddr>>,
+}
+
+impl Setup {
+    /// The manager's metrics address, once [`wait_listening`] has returned.
+    fn metrics_addr(&self) -> SocketAddr {
+        *self.metrics.get().expect("the manager serves metrics")
+    }
 }
 
 /// The webhook configurations of the overlay, with `caBundle` injected.
@@ -100,8 +107,8 @@ async fn apply_configurations(api: &TestClient, ca_pem: &str) {
 
 pub(crate) async fn setup() -> Setup {
     sample_client_go::install_crypto_provider();
-    let webhook_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let metrics_addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let webhook = Forwarder::start().await;
+    let webhook_addr = webhook.addr;
     let server = ApiServer::builder()
         .service_endpoint(SERVICE, &webhook_addr.to_string())
         .start()
@@ -130,7 +137,8 @@ pub(crate) async fn setup() -> Setup {
         certs,
         ca,
         webhook_addr,
-        metrics_addr,
+        webhook,
+        metrics: Arc::default(),
     }
 }
 
@@ -141,26 +149,51 @@ pub(crate) fn start_manager(
 ) -> (CancellationToken, JoinHandle<Result<(), ManagerError>>) {
     let mut config = at_support::manager_config();
     config.controllers = vec![];
-    config.metrics_addr = Some(s.metrics_addr);
+    config.metrics_addr = Some(ANY_PORT);
     let manager =
         sample_operators::registry::manager(config, at_support::manager_client(&s.server))
             .with_webhook_server(Some(WebhookServerConfig {
-                addr: s.webhook_addr,
+                addr: ANY_PORT,
                 cert_dir: s.certs.path().to_owned(),
             }));
+    follow(
+        &s.webhook,
+        manager.listeners_handle(),
+        Arc::clone(&s.metrics),
+    );
     let stop = CancellationToken::new();
     let task = tokio::spawn(manager.run(stop.clone()));
     (stop, task)
 }
 
-pub(crate) async fn wait_listening(addr: SocketAddr) {
-    for _ in 0..500 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return;
+/// Points `webhook` at the webhook server of the manager `listeners` belongs to, once it is
+/// bound; `metrics` receives the manager's metrics address.
+pub(crate) fn follow(
+    webhook: &Forwarder,
+    listeners: ListenersHandle,
+    metrics: Arc<OnceLock<SocketAddr>>,
+) {
+    let webhook = webhook.target_setter();
+    tokio::spawn(async move {
+        if let Some(bound) = listeners.bound().await {
+            if let Some(m) = bound.metrics {
+                let _ = metrics.set(m);
+            }
+            if let Some(w) = bound.webhook {
+                webhook.set(w);
+            }
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the webhook server never listened on {addr}");
+    });
+}
+
+/// Waits until the manager started on `s` has bound its webhook server, and the forwarder
+/// forwards to it.
+pub(crate) async fn wait_listening(s: &Setup) {
+    let waited = tokio::time::timeout(Duration::from_secs(60), s.webhook.target()).await;
+    assert!(
+        waited.is_ok(),
+        "the manager's webhook server never listened"
+    );
 }
 
 fn at(name: &str, schedule: Option<&str>, command: &str) -> Value {
@@ -176,7 +209,7 @@ fn at(name: &str, schedule: Option<&str>, command: &str) -> Value {
 async fn the_api_server_calls_the_managers_webhooks() {
     let s = setup().await;
     let (stop, task) = start_manager(&s);
-    wait_listening(s.webhook_addr).await;
+    wait_listening(&s).await;
     let api = &s.api;
 
     // A blank command is refused at admission, with the field.
@@ -277,7 +310,7 @@ async fn the_api_server_calls_the_managers_webhooks() {
     }
 
     // controller-runtime's webhook metrics.
-    let metrics = reqwest_metrics(s.metrics_addr).await;
+    let metrics = reqwest_metrics(s.metrics_addr()).await;
     assert!(
         metrics.contains(
             "controller_runtime_webhook_requests_total{webhook=\"/validate-at\",code=\"200\"}"
@@ -300,6 +333,7 @@ async fn the_api_server_calls_the_managers_webhooks() {
     // fail its conversion, with the conversion webhook's message.)
     stop.cancel();
     task.await.unwrap().unwrap();
+    s.webhook.close();
     let r = api.post(ATS_V1, &down_v1()).await;
     assert_eq!(r.code, 500, "{:?}", r.body);
     assert_eq!(
@@ -330,7 +364,7 @@ async fn the_api_server_calls_the_managers_webhooks() {
 async fn a_certificate_rotated_on_disk_is_served_without_a_restart() {
     let s = setup().await;
     let (stop, task) = start_manager(&s);
-    wait_listening(s.webhook_addr).await;
+    wait_listening(&s).await;
     let r = s
         .api
         .post(ATS, &at("before", Some("2099-01-01T00:00:00Z"), "echo"))
@@ -432,7 +466,7 @@ async fn convert_answers_conversion_reviews_over_https_with_metrics() {
     let s = setup().await;
     let ca = s.ca.clone();
     let (stop, task) = start_manager(&s);
-    wait_listening(s.webhook_addr).await;
+    wait_listening(&s).await;
 
     let v1alpha1 = |name: &str, command: &str| {
         json!({"apiVersion": "cnat.programming-kubernetes.info/v1alpha1", "kind": "At",
@@ -503,7 +537,7 @@ async fn convert_answers_conversion_reviews_over_https_with_metrics() {
     let (code, body) = post_tls(s.webhook_addr, &ca, "/convert", "{\"hello\": 1}").await;
     assert_eq!(code, 400, "{body}");
 
-    let metrics = reqwest_metrics(s.metrics_addr).await;
+    let metrics = reqwest_metrics(s.metrics_addr()).await;
     for line in [
         "controller_runtime_webhook_requests_total{webhook=\"/convert\",code=\"200\"} 3",
         "controller_runtime_webhook_requests_total{webhook=\"/convert\",code=\"400\"} 1",
@@ -520,7 +554,7 @@ async fn convert_answers_conversion_reviews_over_https_with_metrics() {
 async fn v1_writes_are_validated_and_defaulted_by_the_same_webhooks() {
     let s = setup().await;
     let (stop, task) = start_manager(&s);
-    wait_listening(s.webhook_addr).await;
+    wait_listening(&s).await;
     let at_v1 = |name: &str, run: Value| {
         json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
                "metadata": {"name": name},

@@ -67,13 +67,6 @@ async fn server() -> ApiServerHandle {
     server
 }
 
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 /// A CA and a `localhost` serving certificate signed by it, written as `tls.crt` / `tls.key`
 /// into `dir` (what a cert-manager Secret mounted at `--metrics-cert-dir` holds). Returns the
 /// CA's PEM.
@@ -117,22 +110,22 @@ async fn scrape(c: &TestClient, with_token: bool) -> Scrape {
     }
 }
 
-/// Starts the manager as the service account, `/metrics` secured, at `addr`.
-fn start(server: &ApiServerHandle, addr: SocketAddr, secure: SecureServing) -> CancellationToken {
+/// Starts the manager as the service account, `/metrics` secured, on a port of its choosing;
+/// returns its stop token and the address `/metrics` bound.
+async fn start(server: &ApiServerHandle, secure: SecureServing) -> (CancellationToken, SocketAddr) {
     let config =
         Config::from_kubeconfig_yaml(&server.kubeconfig_yaml_for_token(SA_TOKEN), None).unwrap();
     let sa_client = Client::new(config).unwrap();
     let cfg = ManagerConfig {
-        metrics_addr: Some(addr),
+        metrics_addr: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
         ..manager_config()
     };
     let stop = CancellationToken::new();
-    tokio::spawn(
-        sample_operators::registry::manager(cfg, sa_client)
-            .with_secure_metrics(secure)
-            .run(stop.clone()),
-    );
-    stop
+    let manager = sample_operators::registry::manager(cfg, sa_client).with_secure_metrics(secure);
+    let listeners = manager.listeners_handle();
+    tokio::spawn(manager.run(stop.clone()));
+    let bound = listeners.bound().await.expect("the manager is running");
+    (stop, bound.metrics.expect("metrics are served"))
 }
 
 /// Polls until the listener accepts TLS connections (it starts once the informers have),
@@ -152,14 +145,13 @@ async fn only_a_scraper_bound_to_metrics_reader_reads_metrics() {
     let server = server().await;
     let certs = tempfile::tempdir().unwrap();
     let ca = write_cert_dir(certs.path());
-    let addr = free_addr();
-    let stop = start(
+    let (stop, addr) = start(
         &server,
-        addr,
         SecureServing {
             cert_dir: Some(certs.path().to_path_buf()),
         },
-    );
+    )
+    .await;
     let url = format!("https://localhost:{}", addr.port());
     let prometheus = TestClient::from_parts(&url, PROM_TOKEN, Some(&ca), false);
 
@@ -238,8 +230,7 @@ async fn without_a_cert_dir_curl_scrapes_a_self_signed_endpoint() {
         return;
     }
     let server = server().await;
-    let addr = free_addr();
-    let stop = start(&server, addr, SecureServing::default());
+    let (stop, addr) = start(&server, SecureServing::default()).await;
     let url = format!("https://127.0.0.1:{}/metrics", addr.port());
     let curl = |token: Option<&'static str>, insecure: bool| {
         let url = url.clone();

@@ -185,37 +185,33 @@ async fn the_apiserver_gives_memory_back_after_a_connection_flood() {
     child.kill().await.expect("kill");
 }
 
-async fn free_port() -> u16 {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    l.local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_managers_metrics_and_probe_servers_give_memory_back_after_a_connection_flood() {
     let (server, _client) = at_support::server().await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
-    let (metrics_port, probe_port) = (free_port().await, free_port().await);
-    let metrics = format!("127.0.0.1:{metrics_port}");
-    let probes = format!("127.0.0.1:{probe_port}");
     let mut child = Command::new(bin())
         .args([
             "run",
             "--kubeconfig",
             kubeconfig.to_str().unwrap(),
-            &format!("--metrics-bind-address={metrics}"),
-            &format!("--health-probe-bind-address={probes}"),
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
             "--controllers=at",
             "--max-connections=4000",
             "--header-read-timeout=2m",
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .env_remove("RUST_LOG")
         .kill_on_drop(true)
         .spawn()
         .expect("sample-controller starts");
+    // The ports it bound, from its log.
+    let log = crate::net_support::ManagerLog::tap(child.stderr.take().unwrap());
+    let metrics = log.metrics().await.to_string();
+    let probes = log.health().await.to_string();
     let pid = child.id().expect("a running child");
     let deadline = Instant::now() + Duration::from_secs(60);
     while status_of(&probes, "/readyz").await != Some(200) {

@@ -13,7 +13,7 @@ use at_support::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use sample_client_go::client::{Api, Client, ListParams};
 use sample_controller_runtime::controller::Clock;
-use sample_controller_runtime::manager::ManagerConfig;
+use sample_controller_runtime::manager::{ListenersHandle, ManagerConfig};
 use sample_controller_runtime::sharding::{
     Ring, RingLabels, ShardConfig, Sharder, SharderConfig, SharderElection, object_key,
 };
@@ -99,14 +99,7 @@ async fn start_shard_serving(
     let manager = sample_operators::registry::manager(config, client)
         .with_clock(Clock::new())
         .with_sharding(Some(shard));
-    let controllers = manager.controllers_handle();
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(manager.run(stop.clone()));
-    let running = RunningManager {
-        stop,
-        controllers,
-        task,
-    };
+    let running = RunningManager::spawn(manager);
     wait_until(&format!("shard {id}'s caches to sync"), || async {
         running.controllers.has_synced()
     })
@@ -259,10 +252,14 @@ async fn cached_objects(metrics: SocketAddr, informer: &str) -> Option<usize> {
         .map(|v| v as usize)
 }
 
-/// A port free at the time of the call, on the loopback interface.
-fn free_addr() -> SocketAddr {
-    let port = crate::manager_webhook::free_port();
-    SocketAddr::from(([127, 0, 0, 1], port))
+/// Port 0 on the loopback interface: the manager binds a free port, read back with
+/// [`metrics_addr`].
+const ANY_PORT: SocketAddr = crate::manager_webhook::ANY_PORT;
+
+/// The address a running manager's `/metrics` bound.
+async fn metrics_addr(listeners: &ListenersHandle) -> SocketAddr {
+    let bound = listeners.bound().await.expect("the manager is running");
+    bound.metrics.expect("the manager serves /metrics")
 }
 
 /// The shard label of every At, by name.
@@ -646,25 +643,25 @@ async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_r
     };
     let mut shards = Vec::new();
     for id in ["shard-a", "shard-b"] {
-        let addr = free_addr();
-        shards.push(start(id, addr));
-        metrics.push(addr);
+        let shard = start(id, ANY_PORT);
+        metrics.push(metrics_addr(&shard.listeners).await);
+        shards.push(shard);
     }
     // The sharder process, over every sharded kind (--controllers=sharder).
-    let sharder_addr = free_addr();
-    metrics.push(sharder_addr);
     let sharder = sample_operators::registry::manager(
         ManagerConfig {
             controllers: sharded.clone(),
-            metrics_addr: Some(sharder_addr),
+            metrics_addr: Some(ANY_PORT),
             ..manager_config()
         },
         as_sa(SHARDER_TOKEN),
     )
     .with_identity("sharder-0")
     .with_sharder(Some(sharder_election(LEASES, lease)));
+    let sharder_listeners = sharder.listeners_handle();
     let stop_sharder = CancellationToken::new();
     let sharder_task = tokio::spawn(sharder.run(stop_sharder.clone()));
+    metrics.push(metrics_addr(&sharder_listeners).await);
 
     // Due at once: the two shards run them.
     let clock = Clock::new();
@@ -675,9 +672,9 @@ async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_r
     assert_all_done_once(&client).await;
     // A third shard joins: the live shards release (patch) their drained Ats, the sharder
     // relabels them and their pods.
-    let addr = free_addr();
-    shards.push(start("shard-c", addr));
-    metrics.push(addr);
+    let shard = start("shard-c", ANY_PORT);
+    metrics.push(metrics_addr(&shard.listeners).await);
+    shards.push(shard);
     let three = Ring::new(["shard-a", "shard-b", "shard-c"]);
     let key = RingLabels::new(RING).unwrap().shard_key().to_string();
     wait_until(
@@ -743,9 +740,9 @@ async fn three_thousand_ats_over_thirty_seconds_on_three_shards() {
     let mut metrics = BTreeMap::new();
     for id in ["shard-a", "shard-b", "shard-c"] {
         let c = manager_client_with_qps(&server, 0.0, 0);
-        let addr = free_addr();
-        shards.push(start_shard_serving(c, id, lease, false, Some(addr)).await);
-        metrics.insert(id, addr);
+        let shard = start_shard_serving(c, id, lease, false, Some(ANY_PORT)).await;
+        metrics.insert(id, metrics_addr(&shard.listeners).await);
+        shards.push(shard);
     }
     wait_until("three shard Leases", || async {
         ring_leases(&client).await.len() == 3
@@ -888,14 +885,19 @@ async fn new_ats_are_assigned_in_admission() {
     let manager = sample_operators::registry::manager(manager_config(), manager_client(&s.server))
         .with_webhook_server(Some(
             sample_controller_runtime::webhook::WebhookServerConfig {
-                addr: s.webhook_addr,
+                addr: ANY_PORT,
                 cert_dir: s.certs.path().to_owned(),
             },
         ))
         .with_sharding(Some(shard));
+    crate::manager_webhook::follow(
+        &s.webhook,
+        manager.listeners_handle(),
+        std::sync::Arc::default(),
+    );
     let stop = CancellationToken::new();
     let task = tokio::spawn(manager.run(stop.clone()));
-    wait_listening(s.webhook_addr).await;
+    wait_listening(&s).await;
 
     // Until the sharder's first pass publishes the ring, Ats are stored unlabelled (and the
     // pass labels them); from then on each create comes back labelled.

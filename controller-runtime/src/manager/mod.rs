@@ -171,6 +171,34 @@ pub struct Manager {
     sharder: Option<crate::sharding::SharderElection>,
     span_queue: SpanQueue,
     registrations: Vec<Registration>,
+    bound: tokio::sync::watch::Sender<Option<BoundAddrs>>,
+}
+
+/// The addresses a running [`Manager`]'s servers listen on, as bound: a configured port of 0
+/// becomes the one the system chose. `None` for a server that is off.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BoundAddrs {
+    /// `/metrics` (`--metrics-bind-address`).
+    pub metrics: Option<SocketAddr>,
+    /// `/healthz` and `/readyz` (`--health-probe-bind-address`).
+    pub health: Option<SocketAddr>,
+    /// The admission webhook server ([`Manager::with_webhook_server`]).
+    pub webhook: Option<SocketAddr>,
+}
+
+/// Where a [`Manager`]'s servers listen, once [`Manager::run`] has bound them
+/// ([`Manager::listeners_handle`]). Tests bind port 0 and read the port back here, rather than
+/// picking a free port beforehand, which another process may take in between.
+#[derive(Clone, Debug)]
+pub struct ListenersHandle(tokio::sync::watch::Receiver<Option<BoundAddrs>>);
+
+impl ListenersHandle {
+    /// Waits until the manager has bound its listeners and returns their addresses; `None` if
+    /// it stopped before (a bind failed, or it was never run).
+    pub async fn bound(&self) -> Option<BoundAddrs> {
+        let mut rx = self.0.clone();
+        rx.wait_for(Option::is_some).await.ok().and_then(|b| *b)
+    }
 }
 
 impl Manager {
@@ -188,6 +216,7 @@ impl Manager {
             sharder: None,
             span_queue: SpanQueue::global().clone(),
             registrations: Vec::new(),
+            bound: tokio::sync::watch::Sender::new(None),
         }
     }
 
@@ -295,6 +324,12 @@ impl Manager {
     /// demo: sync counters, `has_synced`).
     pub fn controllers_handle(&self) -> ControllersHandle {
         ControllersHandle(Arc::clone(&self.controllers))
+    }
+
+    /// A handle on the addresses the metrics, probe and webhook servers bind once
+    /// [`Manager::run`] has started them (for tests: bind port 0, then read the port here).
+    pub fn listeners_handle(&self) -> ListenersHandle {
+        ListenersHandle(self.bound.subscribe())
     }
 
     /// Runs until `shutdown` is cancelled: informers start at once; the controllers' workers
@@ -490,6 +525,13 @@ impl Manager {
     ) -> Result<Vec<ServerHandle>, ManagerError> {
         let secure = self.secure_metrics.as_ref().map(|s| (s, &self.client));
         let mut listeners = serve_http(&self.config, metrics, health, secure, stop).await?;
+        // serve_http starts metrics, then probes, each when configured.
+        let mut http = listeners.iter().map(ServerHandle::local_addr);
+        let mut bound = BoundAddrs {
+            metrics: self.config.metrics_addr.and_then(|_| http.next()),
+            health: self.config.health_addr.and_then(|_| http.next()),
+            webhook: None,
+        };
         if let Some(wh) = &self.webhook {
             let wm = crate::webhook::WebhookMetrics::default();
             metrics.with_registry(|r| wm.register(r));
@@ -497,8 +539,10 @@ impl Manager {
                 .await
                 .map_err(|e| ManagerError::Webhook(e.to_string()))?;
             tracing::info!(addr = %h.local_addr(), cert_dir = %wh.cert_dir.display(), "serving admission webhooks");
+            bound.webhook = Some(h.local_addr());
             listeners.push(h);
         }
+        self.bound.send_replace(Some(bound));
         Ok(listeners)
     }
 

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sample_client_go::client::{Api, Client, Config, ListParams, Patch, PatchParams, PostParams};
 use sample_controller_runtime::controller::Clock;
 use sample_controller_runtime::manager::{
-    ControllersHandle, LogFormat, ManagerConfig, ManagerError,
+    ControllersHandle, ListenersHandle, LogFormat, ManagerConfig, ManagerError,
 };
 use sample_operators::apis::{At, AtPhase, AtSpec};
 use serde_json::json;
@@ -114,18 +114,22 @@ pub struct RunningManager {
     pub stop: CancellationToken,
     pub controllers: ControllersHandle,
     pub task: JoinHandle<Result<(), ManagerError>>,
+    /// Where its metrics, probe and webhook servers listen, once bound.
+    pub listeners: ListenersHandle,
 }
 
 impl RunningManager {
     /// Runs `manager` on its own task until [`RunningManager::stop`].
     pub fn spawn(manager: sample_controller_runtime::manager::Manager) -> RunningManager {
         let controllers = manager.controllers_handle();
+        let listeners = manager.listeners_handle();
         let stop = CancellationToken::new();
         let task = tokio::spawn(manager.run(stop.clone()));
         RunningManager {
             stop,
             controllers,
             task,
+            listeners,
         }
     }
 
@@ -148,14 +152,7 @@ impl RunningManager {
 /// Starts a manager with `config` and `clock`, and waits until its caches have synced.
 pub async fn start_manager(client: &Client, config: ManagerConfig, clock: Clock) -> RunningManager {
     let manager = sample_operators::registry::manager(config, client.clone()).with_clock(clock);
-    let controllers = manager.controllers_handle();
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(manager.run(stop.clone()));
-    let running = RunningManager {
-        stop,
-        controllers,
-        task,
-    };
+    let running = RunningManager::spawn(manager);
     wait_until("the manager's caches to sync", || async {
         running.controllers.has_synced()
     })
