@@ -15,7 +15,7 @@
 //! 3. a connection with a request in flight (a watch, a slow list) is never shed: if every
 //!    connection is busy, the newcomer is refused as before.
 //!
-//! A full server closes a batch of them at once ([`SHED_BATCH`]), so a flood of newcomers does
+//! A full server closes a batch of them at once (`SHED_BATCH`), so a flood of newcomers does
 //! not pay one close-and-wait each.
 //!
 //! The shed connection's task sees its close signal and ends at once (there is nothing in
@@ -121,8 +121,8 @@ const SHED_WAIT: Duration = Duration::from_secs(1);
 /// batch costs well-behaved clients nothing they would not lose to the idle timeout).
 const SHED_BATCH: usize = 64;
 
-/// The gate is full: closes the connections to shed (up to [`SHED_BATCH`]) and waits (at most
-/// [`SHED_WAIT`]) for a slot. `None` when no connection may be shed (every one is busy) or
+/// The gate is full: closes the connections to shed (up to `SHED_BATCH`) and waits (at most
+/// `SHED_WAIT`) for a slot. `None` when no connection may be shed (every one is busy) or
 /// none gave a slot back.
 pub async fn shed_for(open: &Mutex<Open>, gate: &ConnectionGate) -> Option<Slot> {
     let victims = open

@@ -327,7 +327,7 @@ pub fn bounded_meta_errors(meta: &Value) -> Vec<FieldError> {
     acc.out
 }
 
-/// A body whose `metadata` holds a collection longer than [`CHUNK`] entries is validated as soon
+/// A body whose `metadata` holds a collection longer than `CHUNK` entries is validated as soon
 /// as it is decoded, outside the store lock, and refused there when its metadata is invalid:
 /// the later steps (typed decoding, which turns each empty `{}` of a million `ownerReferences`
 /// into a full `OwnerReference`, and everything else done under the lock) never see it. Bodies

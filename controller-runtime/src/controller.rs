@@ -64,17 +64,20 @@
 //! then [`run_workers`]), and [`Controller`], the object-safe face the manager holds as
 //! `Arc<dyn Controller>`, implemented for every [`Operator`] by one blanket `impl`. A new
 //! operator is therefore a struct, a constructor that wires informers to its queue, these
-//! two small impls, and one entry in [`registry::OPERATORS`] (its name, how the manager builds
-//! it, its CRD and the start-up check of that CRD); [`myapp`] is the smallest complete one.
+//! two small impls, and a [`Registration`](crate::manager::Registration) the manager runs (its
+//! name, how the manager builds it, its CRD and the start-up check of that CRD);
+//! `sample_operators::controllers::myapp` is the smallest complete one, and
+//! [`Builder`](crate::builder::Builder) writes all of it for the common case.
 //!
 //! Every `sync_handler` starts the same way too, with [`object_to_sync`]: the object its key
-//! names, from the operator's lister, or nothing to do (deleted since it was queued, or released
-//! to the sharder), its [`Expectations`] forgotten either way.
+//! names, from the operator's lister, or nothing to do (deleted since it was queued, its
+//! [`Expectations`] forgotten). An object the sharder drains from this shard never reaches it:
+//! the worker releases it instead ([`Workers::release_drained`]).
 //!
 //! Other shared pieces: [`Clock`] (wall-clock time that follows tokio's paused clock),
-//! [`Expectations`] ("I created this; the lister has not seen it yet"), and [`owned`] (owner
-//! references, `handleObject`, drift, and the error type of the operators that own objects), and
-//! [`caches`] (the label selector and slim forms that keep the caches of owned kinds small).
+//! [`Expectations`] ("I created this; the lister has not seen it yet"), and [`crate::owned`]
+//! (owner references, `handleObject`, drift, and the error type of the operators that own
+//! objects).
 
 pub use crate::expectations::Expectations;
 /// The wall clock that follows tokio's clock (`apimachinery::clock`), re-exported for the
@@ -504,7 +507,7 @@ pub async fn run<O: Operator>(
     run_controller(O::NAME, operator, O::workers, workers, timeout, stop).await
 }
 
-/// [`run`] for any handler whose [`Workers`] `workers_of` reads: what a [`Builder`]'s
+/// [`run`] for any handler whose [`Workers`] `workers_of` reads: what a [`Builder`](crate::builder::Builder)'s
 /// controllers run, whose name is not a constant.
 pub async fn run_controller<H: SyncHandler>(
     controller: &'static str,

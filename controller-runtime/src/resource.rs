@@ -66,7 +66,7 @@ pub const AGE_COLUMN: PrinterColumn = PrinterColumn {
 };
 
 /// A custom resource with a `status` (every kind declared with this module's
-/// `custom_resource!` macro, e.g. [`At`]): what a
+/// `custom_resource!` macro, e.g. `At`): what a
 /// controller needs to write a new status through the `/status` subresource without knowing the
 /// concrete kind (see [`crate::owned::write_status_if_changed`]).
 pub trait HasStatus: Clone {

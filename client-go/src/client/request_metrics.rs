@@ -5,7 +5,7 @@
 //!   attempt by method and status code, retries by method and code, a latency histogram of whole
 //!   requests (throttle wait, retries and body included) and one of throttle waits, both by
 //!   method with client-go's buckets ([`LATENCY_BUCKETS`]), plus the 429 count. The manager's
-//!   `/metrics` endpoint reads them at scrape time (see [`crate::metrics`]).
+//!   `/metrics` endpoint reads them at scrape time (see `sample_controller_runtime::metrics`).
 //!
 //! Data in: one call per attempt (`ClientMetrics::record_attempt`), per whole request (a
 //! `RequestTimer` dropped when the request ends) and per throttle wait. Data out: a

@@ -158,7 +158,7 @@ pub const MAX_COPY_BYTES: u64 = 3 * 1024 * 1024;
 /// Why a JSON patch was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JsonPatchError {
-    /// More than [`MAX_OPERATIONS`] operations (answered `413`).
+    /// More than `MAX_OPERATIONS` (10,000) operations (answered `413`).
     #[error("The allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {0}")]
     TooManyOperations(usize),
     /// The `copy` operations would add more than the limit (answered `422`).
