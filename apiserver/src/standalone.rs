@@ -141,7 +141,7 @@ pub struct ApiServerArgs {
     pub history_max_bytes: usize,
     /// Where admission webhooks reach a Service: `NAMESPACE/NAME=HOST:PORT` (repeatable). A
     /// webhook whose `clientConfig.service` names `NAMESPACE/NAME` is dialled at HOST:PORT
-    /// and must present a certificate for `NAME.NAMESPACE.svc` ([`super::admission`]).
+    /// and must present a certificate for `NAME.NAMESPACE.svc`.
     #[arg(long = "service-endpoint", value_name = "NAMESPACE/NAME=HOST:PORT", value_parser = parse_service_endpoint)]
     pub service_endpoints: Vec<(String, String)>,
     /// Connection limits: `--max-connections`, `--header-read-timeout`, `--idle-timeout`,
