@@ -1,9 +1,10 @@
-//! # Controllers: one `controller.go` per operator, one worker loop for all
+//! # The worker loop every controller shares
 //!
-//! Each submodule is one operator, written the way sample-controller's `controller.go` reads:
-//! the struct, the constructor that wires informers to event handlers, `run`, and
-//! `sync_handler`. What every controller shares lives here: the **worker loop** that turns the
-//! work queue into calls of `sync_handler`, exactly as the book draws it:
+//! A controller is written the way sample-controller's `controller.go` reads: the struct, the
+//! constructor that wires informers to event handlers, `run`, and `sync_handler` (the five
+//! operators of `sample-operators` are such structs; [`crate::builder`] writes one for you).
+//! What every controller shares lives here: the **worker loop** that turns the work queue into
+//! calls of `sync_handler`, exactly as the book draws it:
 //!
 //! ```text
 //! informer handlers ──key──▶ RateLimitingQueue ──get──▶ worker ──▶ sync_handler(key)
