@@ -1,6 +1,6 @@
 //! # `sample-controller demo`: the whole story in one command
 //!
-//! `cargo run --release -- demo` needs nothing but the Rust toolchain: no cluster, no network,
+//! `cargo run -- demo` needs nothing but the Rust toolchain: no cluster, no network,
 //! no Docker. In one process it starts
 //!
 //! 1. the **embedded API server** ([`embedded_apiserver`]) over HTTPS on 127.0.0.1 with a

@@ -15,8 +15,8 @@
 //!
 //! Each block runs in `bash` with `set -euo pipefail`, in a temporary directory holding a link to
 //! the repository's `artifacts/`, with a temporary `HOME` and no `KUBECONFIG`, and with the
-//! `sample-controller` this test was built with first on the `PATH`. `cargo run --release -- ARGS`
-//! runs that binary and `cargo build --release` does nothing (a nested build would take
+//! `sample-controller` this test was built with first on the `PATH`. `cargo run -- ARGS`
+//! (with or without `--release`) runs that binary and `cargo build` does nothing (a nested build would take
 //! minutes). Each fixed `127.0.0.1:PORT` the block names (the text says which ports a recipe
 //! takes) is replaced, in the block and in its expected output, by a port this test found free
 //! below Linux's ephemeral range, so nothing another test bound to port 0 can take it. bash runs
@@ -535,7 +535,7 @@ fn expected_output_matching() {
 }
 
 /// The README stays a front door (at most 400 lines), and keeps one command style: the built
-/// `sample-controller`, with `cargo run --release --` only in its first command.
+/// `sample-controller`, with `cargo run --` only in its first command.
 #[test]
 fn the_readme_is_a_front_door_with_one_command_style() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
@@ -549,7 +549,7 @@ fn the_readme_is_a_front_door_with_one_command_style() {
         let text = std::fs::read_to_string(repo().join(file)).unwrap();
         for fence in fences(&text).iter().filter(|f| is_shell(f)) {
             for line in fence.text.lines() {
-                if line.contains("cargo run --release --") {
+                if line.contains("cargo run ") {
                     uses.push(format!("{file}:{}: {line}", fence.line));
                 }
             }
@@ -558,9 +558,9 @@ fn the_readme_is_a_front_door_with_one_command_style() {
     assert_eq!(
         uses.len(),
         1,
-        "only the README's first command is written `cargo run --release -- ...`; the rest run \
+        "only the README's first command is written `cargo run -- ...`; the rest run \
          `sample-controller`:\n{}",
         uses.join("\n")
     );
-    assert!(uses[0].contains("cargo run --release -- demo"), "{uses:?}");
+    assert!(uses[0].contains("cargo run -- demo"), "{uses:?}");
 }
