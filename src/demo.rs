@@ -203,13 +203,9 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     } else {
         None
     };
-    let mut builder = ApiServer::builder()
+    let server = ApiServer::builder()
         .simulate(true)
-        .node_runtime(embedded_apiserver::runtime::NodeRuntime::Process);
-    if let Some(h) = &hooks {
-        builder = builder.service_endpoint(webhooks::SERVICE, &h.addr.to_string());
-    }
-    let server = builder
+        .node_runtime(embedded_apiserver::runtime::NodeRuntime::Process)
         .start()
         .await
         .map_err(|e| DemoError::Server(e.to_string()))?;
@@ -237,16 +233,15 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
 
     let manager_cfg = manager_config(&operators, opts.verbosity);
     let manager_stop = CancellationToken::new();
-    let manager = tokio::spawn(
-        sample_operators::registry::manager(manager_cfg, client.clone())
-            .with_webhook_server(hooks.as_ref().map(|h| WebhookServerConfig {
-                addr: h.addr,
-                cert_dir: h.cert_dir.clone(),
-            }))
-            .run(manager_stop.clone()),
-    );
+    let manager = sample_operators::registry::manager(manager_cfg, client.clone())
+        .with_webhook_server(hooks.as_ref().map(|h| WebhookServerConfig {
+            addr: webhooks::BIND_ADDRESS,
+            cert_dir: h.cert_dir.clone(),
+        }));
+    let listeners = manager.listeners_handle();
+    let manager = tokio::spawn(manager.run(manager_stop.clone()));
     if let Some(h) = &hooks {
-        register_admission(h, &client, started).await?;
+        register_admission(h, &server, &listeners, &client, started).await?;
     }
 
     // The other operators' stories run beside the At's.
@@ -317,19 +312,23 @@ async fn install_at_crd(
     Ok(())
 }
 
-/// Once the manager's webhook server answers: the At's admission webhooks, registered.
+/// Once the manager's webhook server listens (on a port of its own choosing): the webhook
+/// Service pointed at it, as a cluster's Endpoints would be, and the At's admission webhooks
+/// registered.
 async fn register_admission(
     h: &webhooks::DemoWebhooks,
+    server: &embedded_apiserver::ApiServerHandle,
+    listeners: &sample_controller_runtime::manager::ListenersHandle,
     client: &Client,
     started: Instant,
 ) -> Result<(), DemoError> {
-    webhooks::wait_listening(h.addr, Duration::from_secs(30)).await?;
+    let addr = webhooks::webhook_address(listeners, Duration::from_secs(30)).await?;
+    server.set_service_endpoint(webhooks::SERVICE, &addr.to_string());
     h.install_admission(client).await?;
     say(
         started,
         &format!(
-            "the manager's webhook server listens on https://{} (/convert, /mutate-at, /validate-at); admission webhooks registered",
-            h.addr
+            "the manager's webhook server listens on https://{addr} (/convert, /mutate-at, /validate-at); admission webhooks registered"
         ),
     );
     Ok(())

@@ -1253,6 +1253,17 @@ impl ApiServerHandle {
         self.shared.log.clone()
     }
 
+    /// Maps the Service `namespace/name` to `host:port` from now on, as
+    /// [`ApiServerBuilder::service_endpoint`] does before the start: a webhook server started
+    /// after the API server, on port 0, is wired in once it knows its port (the demo's manager
+    /// does this). Calls already under way keep the address they dialled.
+    pub fn set_service_endpoint(&self, namespace_name: &str, host_port: &str) {
+        self.shared
+            .admission
+            .clients
+            .set_endpoint(namespace_name, host_port);
+    }
+
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.shared.store.resource_version()

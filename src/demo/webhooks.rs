@@ -8,8 +8,9 @@
 //! cert-manager  → [`DemoWebhooks::prepare`] mints a CA and a serving certificate for
 //!                 sample-controller-webhook.sample-controller.svc into a private directory
 //!                 (the manager's --webhook-cert-dir)
-//! the Service   → the server's service endpoint maps sample-controller/sample-controller-webhook
-//!                 to the manager's webhook port on 127.0.0.1 (`ApiServerBuilder::service_endpoint`)
+//! the Service   → once the manager's webhook server has bound 127.0.0.1:0, the server maps
+//!                 sample-controller/sample-controller-webhook to the port it got
+//!                 (`ApiServerHandle::set_service_endpoint`)
 //! the CA injector → [`DemoWebhooks::install_at_crd`] installs the At CRD with
 //!                 `conversion: Webhook` (the overlay's crd-conversion-patch.yaml) and
 //!                 [`DemoWebhooks::install_admission`] applies the overlay's webhooks.yaml, each
@@ -19,7 +20,7 @@
 //! The order matters: the CRD's conversion webhook only runs for requests in `v1alpha1`, so it
 //! may be installed before the manager listens, but the admission webhooks fail every At write
 //! (`failurePolicy: Fail`) while nobody answers, so they are applied once the manager's webhook
-//! port accepts connections ([`wait_listening`]).
+//! server listens ([`webhook_address`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,14 +40,12 @@ const HOST: &str = "sample-controller-webhook.sample-controller.svc";
 /// The overlay's two webhook configurations.
 const CONFIGURATIONS: &str = include_str!("../../artifacts/deploy/webhook/webhooks.yaml");
 
-/// The certificate directory and listen address of the manager's webhook server, and the CA
-/// the API server trusts for it.
+/// The certificate directory of the manager's webhook server, and the CA the API server trusts
+/// for it.
 #[derive(Debug)]
 pub struct DemoWebhooks {
     /// `--webhook-cert-dir`: `tls.crt` and `tls.key`; removed on drop.
     pub cert_dir: PathBuf,
-    /// `--webhook-bind-address`: a free port on 127.0.0.1.
-    pub addr: SocketAddr,
     ca_pem: String,
 }
 
@@ -64,8 +63,7 @@ fn setup_err(what: &str) -> impl Fn(String) -> DemoError + '_ {
 }
 
 impl DemoWebhooks {
-    /// Mints the CA and serving certificate into a fresh private directory and picks the
-    /// webhook server's port.
+    /// Mints the CA and serving certificate into a fresh private directory.
     pub fn prepare() -> Result<Self, DemoError> {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
         let err = setup_err("minting the webhook server's certificate");
@@ -98,13 +96,8 @@ impl DemoWebhooks {
         std::fs::write(cert_dir.join("tls.key"), key.serialize_pem()).map_err(io)?;
         std::fs::write(cert_dir.join("tls.crt"), cert.pem()).map_err(io)?;
 
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|x| err(format!("choosing a port for the webhook server: {x}")))?
-            .port();
         Ok(Self {
             cert_dir,
-            addr: SocketAddr::from(([127, 0, 0, 1], port)),
             ca_pem: ca_cert.pem(),
         })
     }
@@ -174,19 +167,25 @@ async fn post(client: &Client, path: &str, body: &Value) -> Result<(), String> {
     }
 }
 
-/// Waits until something accepts connections on `addr` (the manager's webhook server), for at
-/// most `timeout`.
-pub async fn wait_listening(addr: SocketAddr, timeout: Duration) -> Result<(), DemoError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        match tokio::net::TcpStream::connect(addr).await {
-            Ok(_) => return Ok(()),
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                return Err(DemoError::Manager(format!(
-                    "its webhook server did not listen on {addr} within {timeout:?}: {e}"
-                )));
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
+/// `--webhook-bind-address`: port 0 on 127.0.0.1, so the kernel picks a free port as the
+/// manager binds it (picking one first and binding it later could lose it to another process).
+pub const BIND_ADDRESS: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+/// Where the manager's webhook server listens, once it has bound its port.
+pub async fn webhook_address(
+    listeners: &sample_controller_runtime::manager::ListenersHandle,
+    timeout: Duration,
+) -> Result<SocketAddr, DemoError> {
+    match tokio::time::timeout(timeout, listeners.bound()).await {
+        Ok(Some(bound)) => bound
+            .webhook
+            .ok_or_else(|| DemoError::Manager("it runs no webhook server".to_string())),
+        Ok(None) => Err(DemoError::Manager(
+            "it stopped before its webhook server listened (see its log above)".to_string(),
+        )),
+        Err(_) => Err(DemoError::Manager(format!(
+            "its webhook server did not listen within {timeout:?}"
+        ))),
     }
 }

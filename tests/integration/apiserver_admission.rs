@@ -633,6 +633,58 @@ async fn a_service_reference_is_dialled_through_the_service_endpoints() {
     );
 }
 
+/// A webhook server started after the API server, on port 0, is wired in once it knows its
+/// port (`ApiServerHandle::set_service_endpoint`): before, the Service is a DNS miss; after,
+/// the same configuration reaches it, through the client already pooled for its CA bundle.
+#[tokio::test]
+async fn a_service_endpoint_set_while_the_server_runs_is_dialled_from_then_on() {
+    let hooks = hook_server(|_, _| {
+        (
+            json!({"allowed": false, "status": {"message": "via service"}}),
+            0,
+        )
+    })
+    .await;
+    let server = embedded_apiserver::ApiServer::builder()
+        .start()
+        .await
+        .unwrap();
+    let api = TestClient::new(&server);
+    let cc = json!({"service": {"namespace": "test", "name": "hook", "path": "/svc"},
+                    "caBundle": hooks.ca_bundle()});
+    let c = api
+        .post(
+            VWCS,
+            &config(
+                "ValidatingWebhookConfiguration",
+                "svc.test.io",
+                cc,
+                json!({}),
+            ),
+        )
+        .await;
+    assert_eq!(c.code, 201);
+    let r = api.post(CMS, &cm("before", json!({}))).await;
+    assert_eq!(r.code, 500, "{:?}", r.body);
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("dial tcp: lookup hook.test.svc: no such host"),
+        "{:?}",
+        r.body
+    );
+
+    server.set_service_endpoint("test/hook", &format!("127.0.0.1:{}", hooks.addr.port()));
+    let r = api.post(CMS, &cm("after", json!({}))).await;
+    assert_eq!(r.code, 400, "{:?}", r.body);
+    assert_eq!(
+        r.body["message"],
+        "admission webhook \"svc.test.io\" denied the request: via service"
+    );
+    assert_eq!(hooks.seen("/svc").len(), 1);
+}
+
 #[tokio::test]
 async fn selectors_scope_the_webhook_and_dry_runs_store_nothing() {
     let hooks = hook_server(|_, _| {

@@ -36,7 +36,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -94,7 +94,7 @@ pub struct Verdict {
 /// system resolver.
 #[derive(Clone, Debug)]
 struct Resolver {
-    services: Arc<HashMap<String, String>>,
+    services: Arc<RwLock<HashMap<String, String>>>,
 }
 
 impl tower_service::Service<Name> for Resolver {
@@ -109,7 +109,11 @@ impl tower_service::Service<Name> for Resolver {
 
     fn call(&mut self, name: Name) -> Self::Future {
         let host = name.as_str().to_owned();
-        let mapped = self.services.get(&host).cloned();
+        let mapped = self
+            .services
+            .read()
+            .ok()
+            .and_then(|services| services.get(&host).cloned());
         Box::pin(async move {
             let addrs: Vec<SocketAddr> = match mapped {
                 Some(hp) => tokio::net::lookup_host(hp).await?.collect(),
@@ -132,9 +136,10 @@ type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector<Resolver>>,
 #[derive(Default)]
 pub struct ClientManager {
     /// `NAMESPACE/NAME` → `HOST:PORT`.
-    endpoints: HashMap<String, String>,
-    /// `NAME.NAMESPACE.svc` → `HOST:PORT` (what the resolver looks up).
-    hosts: Arc<HashMap<String, String>>,
+    endpoints: RwLock<HashMap<String, String>>,
+    /// `NAME.NAMESPACE.svc` → `HOST:PORT` (what the resolver looks up), shared with every
+    /// pooled client's resolver, so an endpoint set later reaches clients already made.
+    hosts: Arc<RwLock<HashMap<String, String>>>,
     clients: Mutex<HashMap<Vec<u8>, HttpsClient>>,
 }
 
@@ -149,23 +154,33 @@ impl std::fmt::Debug for ClientManager {
 impl ClientManager {
     /// A manager resolving services through `endpoints` (`NAMESPACE/NAME` → `HOST:PORT`).
     pub fn new(endpoints: HashMap<String, String>) -> Self {
-        let hosts = endpoints
-            .iter()
-            .filter_map(|(k, v)| {
-                let (ns, name) = k.split_once('/')?;
-                Some((format!("{name}.{ns}.svc"), v.clone()))
-            })
-            .collect();
-        ClientManager {
-            endpoints,
-            hosts: Arc::new(hosts),
-            clients: Mutex::new(HashMap::new()),
+        let manager = ClientManager::default();
+        for (namespace_name, host_port) in endpoints {
+            manager.set_endpoint(&namespace_name, &host_port);
+        }
+        manager
+    }
+
+    /// Maps the Service `NAMESPACE/NAME` to `HOST:PORT` from now on (a name without `/` is
+    /// ignored). Webhook calls already under way keep the address they dialled.
+    pub fn set_endpoint(&self, namespace_name: &str, host_port: &str) {
+        let Some((ns, name)) = namespace_name.split_once('/') else {
+            return;
+        };
+        if let Ok(mut hosts) = self.hosts.write() {
+            hosts.insert(format!("{name}.{ns}.svc"), host_port.to_owned());
+        }
+        if let Ok(mut endpoints) = self.endpoints.write() {
+            endpoints.insert(namespace_name.to_owned(), host_port.to_owned());
         }
     }
 
-    /// The configured service endpoints.
-    pub fn endpoints(&self) -> &HashMap<String, String> {
-        &self.endpoints
+    /// The configured service endpoints (`NAMESPACE/NAME` → `HOST:PORT`).
+    pub fn endpoints(&self) -> HashMap<String, String> {
+        self.endpoints
+            .read()
+            .map(|endpoints| endpoints.clone())
+            .unwrap_or_default()
     }
 
     fn client(&self, ca: &[u8]) -> Result<HttpsClient, String> {
@@ -237,8 +252,9 @@ impl ClientManager {
                 namespace, name, ..
             } => self
                 .endpoints
-                .get(&format!("{namespace}/{name}"))
-                .cloned()
+                .read()
+                .ok()
+                .and_then(|endpoints| endpoints.get(&format!("{namespace}/{name}")).cloned())
                 .unwrap_or_else(|| format!("{name}.{namespace}.svc")),
         }
     }
