@@ -179,26 +179,7 @@ fn main() {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    // SAMPLE_CONTROLLER_BIN runs another build of the server (an A/B comparison).
-    // hack/bench-apiserver.sh builds the binary and sets it; run directly, the workspace's
-    // release build is used.
-    let bin = std::env::var("SAMPLE_CONTROLLER_BIN").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../target/release/sample-controller"
-        )
-        .to_string()
-    });
-    let mut server = std::process::Command::new(&bin)
-        .args(["apiserver", "--plain-http", "--simulate=false", "--listen"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--token-auth-file")
-        .arg(&tokens)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("starting {bin}: {e} (build it with `cargo build --release`, or run hack/bench-apiserver.sh)")
-        });
+    let mut server = start_server(&tokens, port);
     let pid = server.id();
     let base = format!("http://127.0.0.1:{port}");
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -215,107 +196,215 @@ fn main() {
             })
             .collect();
         let admin: Http = Client::builder(TokioExecutor::new()).build_http();
-        for _ in 0..200 {
-            if request(&admin, &base, "GET", "/healthz", "text/plain", vec![]).await.is_ok() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
-        let (code, _) = request(&admin, &base, "POST", "/api/v1/namespaces", "application/json",
-            serde_json::to_vec(&ns).unwrap_or_default()).await.expect("create namespace");
-        assert!(code < 300, "namespace: {code}");
-        // Ten watches, drained for the whole run.
-        let mut watches = Vec::new();
-        for w in 0..10 {
-            let c = clients[w % clients.len()].clone();
-            let base = base.clone();
-            watches.push(tokio::spawn(async move {
-                let req = hyper::Request::builder()
-                    .uri(format!("{base}/api/v1/namespaces/{NS}/pods?watch=true&allowWatchBookmarks=true"))
-                    .header("authorization", format!("Bearer {TOKEN}"))
-                    .body(Full::new(Bytes::new()))
-                    .expect("watch request");
-                let mut events = 0usize;
-                if let Ok(resp) = c.request(req).await {
-                    let mut body = resp.into_body();
-                    while let Some(Ok(frame)) = body.frame().await {
-                        if let Ok(data) = frame.into_data() {
-                            events += data.iter().filter(|b| **b == b'\n').count();
-                        }
-                    }
-                }
-                events
-            }));
-        }
+        wait_and_create_namespace(&admin, &base).await;
+        let watches = open_watches(&clients, &base);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let pod = |i: usize| {
-            json!({"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"generateName": "bench-", "labels": {"app": "bench", "i": i.to_string()}},
-                   "spec": {"containers": [{"name": "main", "image": "nginx:1.27",
-                                            "ports": [{"containerPort": 80}]}]}})
-        };
-        let shared = Arc::new((clients, base.clone()));
-        let s = shared.clone();
-        let (mut create, created) = phase("create", pods, concurrency, pid, move |i| {
-            let s = s.clone();
-            async move {
-                let body = serde_json::to_vec(&pod(i)).unwrap_or_default();
-                request(&s.0[i % s.0.len()], &s.1, "POST", &format!("/api/v1/namespaces/{NS}/pods"),
-                    "application/json", body).await
-            }
-        })
-        .await;
-        let created = Arc::new(created);
-        let s = shared.clone();
-        let objs = created.clone();
-        let (mut update, _) = phase("update", pods, concurrency, pid, move |i| {
-            let s = s.clone();
-            let obj = objs[i].clone();
-            async move {
-                let Some(mut obj) = obj else { return Err("create failed".to_owned()) };
-                obj["metadata"]["labels"]["updated"] = json!("yes");
-                let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-                let body = serde_json::to_vec(&obj).unwrap_or_default();
-                request(&s.0[i % s.0.len()], &s.1, "PUT", &format!("/api/v1/namespaces/{NS}/pods/{name}"),
-                    "application/json", body).await
-            }
-        })
-        .await;
-        let s = shared.clone();
-        let objs = created.clone();
-        let (mut patch, _) = phase("merge patch", pods, concurrency, pid, move |i| {
-            let s = s.clone();
-            let name = objs[i].as_ref().and_then(|o| o["metadata"]["name"].as_str().map(str::to_owned));
-            async move {
-                let Some(name) = name else { return Err("create failed".to_owned()) };
-                let body = serde_json::to_vec(&json!({"metadata": {"labels": {"patched": i.to_string()}}}))
-                    .unwrap_or_default();
-                request(&s.0[i % s.0.len()], &s.1, "PATCH", &format!("/api/v1/namespaces/{NS}/pods/{name}"),
-                    "application/merge-patch+json", body).await
-            }
-        })
-        .await;
+        let mut phases = write_phases(clients, &base, pods, concurrency, pid).await;
         let (_, metrics) = request(&admin, &base, "GET", "/metrics", "text/plain", vec![])
             .await
             .unwrap_or_default();
-        let metrics = String::from_utf8_lossy(&metrics);
-        println!("{pods} pods, {concurrency} requests in flight over 4 HTTP/2 connections, 10 pod watches open, APF on (user `bench`, FlowSchema global-default)\n");
-        println!("| phase | requests | throughput | p50 | p99 | server CPU per request | non-2xx |");
-        println!("|---|---:|---:|---:|---:|---:|---:|");
-        println!("{}", create.row());
-        println!("{}", update.row());
-        println!("{}", patch.row());
-        for line in metrics.lines().filter(|l| {
-            l.starts_with("apiserver_flowcontrol_dispatched_requests_total") && l.contains("global-default")
-                || l.starts_with("apiserver_flowcontrol_rejected_requests_total")
-        }) {
-            println!("\n    {line}");
-        }
+        print_report(
+            pods,
+            concurrency,
+            &mut phases,
+            &String::from_utf8_lossy(&metrics),
+        );
         for w in watches {
             w.abort();
         }
     });
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// Starts the server under test: `sample-controller apiserver`, plain HTTP, no simulated
+/// node, on `port`, with the benchmark's token file.
+fn start_server(tokens: &std::path::Path, port: u16) -> std::process::Child {
+    // SAMPLE_CONTROLLER_BIN runs another build of the server (an A/B comparison).
+    // hack/bench-apiserver.sh builds the binary and sets it; run directly, the workspace's
+    // release build is used.
+    let bin = std::env::var("SAMPLE_CONTROLLER_BIN").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../target/release/sample-controller"
+        )
+        .to_string()
+    });
+    std::process::Command::new(&bin)
+        .args(["apiserver", "--plain-http", "--simulate=false", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--token-auth-file")
+        .arg(tokens)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("starting {bin}: {e} (build it with `cargo build --release`, or run hack/bench-apiserver.sh)")
+        })
+}
+
+/// Waits (up to 10 s) for the server to answer `/healthz`, then creates the benchmark's
+/// namespace.
+async fn wait_and_create_namespace(admin: &Http, base: &str) {
+    for _ in 0..200 {
+        if request(admin, base, "GET", "/healthz", "text/plain", vec![])
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}});
+    let (code, _) = request(
+        admin,
+        base,
+        "POST",
+        "/api/v1/namespaces",
+        "application/json",
+        serde_json::to_vec(&ns).unwrap_or_default(),
+    )
+    .await
+    .expect("create namespace");
+    assert!(code < 300, "namespace: {code}");
+}
+
+/// Ten watches on the benchmark namespace's pods, drained for the whole run; each task
+/// returns the number of events it received.
+fn open_watches(clients: &[Http], base: &str) -> Vec<tokio::task::JoinHandle<usize>> {
+    let mut watches = Vec::new();
+    for w in 0..10 {
+        let c = clients[w % clients.len()].clone();
+        let base = base.to_owned();
+        watches.push(tokio::spawn(async move {
+            let req = hyper::Request::builder()
+                .uri(format!(
+                    "{base}/api/v1/namespaces/{NS}/pods?watch=true&allowWatchBookmarks=true"
+                ))
+                .header("authorization", format!("Bearer {TOKEN}"))
+                .body(Full::new(Bytes::new()))
+                .expect("watch request");
+            let mut events = 0usize;
+            if let Ok(resp) = c.request(req).await {
+                let mut body = resp.into_body();
+                while let Some(Ok(frame)) = body.frame().await {
+                    if let Ok(data) = frame.into_data() {
+                        events += data.iter().filter(|b| **b == b'\n').count();
+                    }
+                }
+            }
+            events
+        }));
+    }
+    watches
+}
+
+/// The three phases over all `pods`, one after the other: create (`POST` with
+/// `generateName`), update (`PUT` of each created object with one more label) and merge patch
+/// (a label).
+async fn write_phases(
+    clients: Vec<Http>,
+    base: &str,
+    pods: usize,
+    concurrency: usize,
+    pid: u32,
+) -> [PhaseResult; 3] {
+    let pod = |i: usize| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"generateName": "bench-", "labels": {"app": "bench", "i": i.to_string()}},
+               "spec": {"containers": [{"name": "main", "image": "nginx:1.27",
+                                        "ports": [{"containerPort": 80}]}]}})
+    };
+    let shared = Arc::new((clients, base.to_owned()));
+    let s = shared.clone();
+    let (create, created) = phase("create", pods, concurrency, pid, move |i| {
+        let s = s.clone();
+        async move {
+            let body = serde_json::to_vec(&pod(i)).unwrap_or_default();
+            request(
+                &s.0[i % s.0.len()],
+                &s.1,
+                "POST",
+                &format!("/api/v1/namespaces/{NS}/pods"),
+                "application/json",
+                body,
+            )
+            .await
+        }
+    })
+    .await;
+    let created = Arc::new(created);
+    let s = shared.clone();
+    let objs = created.clone();
+    let (update, _) = phase("update", pods, concurrency, pid, move |i| {
+        let s = s.clone();
+        let obj = objs[i].clone();
+        async move {
+            let Some(mut obj) = obj else {
+                return Err("create failed".to_owned());
+            };
+            obj["metadata"]["labels"]["updated"] = json!("yes");
+            let name = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let body = serde_json::to_vec(&obj).unwrap_or_default();
+            request(
+                &s.0[i % s.0.len()],
+                &s.1,
+                "PUT",
+                &format!("/api/v1/namespaces/{NS}/pods/{name}"),
+                "application/json",
+                body,
+            )
+            .await
+        }
+    })
+    .await;
+    let s = shared.clone();
+    let objs = created.clone();
+    let (patch, _) = phase("merge patch", pods, concurrency, pid, move |i| {
+        let s = s.clone();
+        let name = objs[i]
+            .as_ref()
+            .and_then(|o| o["metadata"]["name"].as_str().map(str::to_owned));
+        async move {
+            let Some(name) = name else {
+                return Err("create failed".to_owned());
+            };
+            let body =
+                serde_json::to_vec(&json!({"metadata": {"labels": {"patched": i.to_string()}}}))
+                    .unwrap_or_default();
+            request(
+                &s.0[i % s.0.len()],
+                &s.1,
+                "PATCH",
+                &format!("/api/v1/namespaces/{NS}/pods/{name}"),
+                "application/merge-patch+json",
+                body,
+            )
+            .await
+        }
+    })
+    .await;
+    [create, update, patch]
+}
+
+/// Prints the phases as a Markdown table, then the server's APF counters for the benchmark's
+/// FlowSchema and any rejections.
+fn print_report(pods: usize, concurrency: usize, phases: &mut [PhaseResult], metrics: &str) {
+    println!(
+        "{pods} pods, {concurrency} requests in flight over 4 HTTP/2 connections, 10 pod watches open, APF on (user `bench`, FlowSchema global-default)\n"
+    );
+    println!("| phase | requests | throughput | p50 | p99 | server CPU per request | non-2xx |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for p in phases.iter_mut() {
+        println!("{}", p.row());
+    }
+    for line in metrics.lines().filter(|l| {
+        l.starts_with("apiserver_flowcontrol_dispatched_requests_total")
+            && l.contains("global-default")
+            || l.starts_with("apiserver_flowcontrol_rejected_requests_total")
+    }) {
+        println!("\n    {line}");
+    }
 }

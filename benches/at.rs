@@ -272,9 +272,89 @@ async fn run_at(
     let dir = tempfile::Builder::new().prefix("bench-at-").tempdir()?;
     let dir = dir.keep();
     let (server, client, kc) = start_apiserver(&dir).await?;
+    let ats = apply_crds(&client, &kc).await?;
+    if foreign > 0 {
+        seed_foreign_pods(&client, foreign).await?;
+    }
+
+    // Observers: pods and Ats in `default`, from now on.
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let pod_task = watch_pods(&client, seen.clone()).await?;
+    let due_now = SystemTime::now() - Duration::from_secs(5);
+    if !future {
+        let t = Instant::now();
+        let objs = (1..=n)
+            .map(|i| at_object(i, &rfc3339(due_now)))
+            .collect::<BoxResult<Vec<_>>>()?;
+        let failed = create_all(&ats, objs, 64).await;
+        println!(
+            "seeded {n} Ats due now in {:.1}s ({failed} failed)",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    let at_task = watch_ats(&ats, seen.clone()).await?;
+
+    let before = server_requests(&client).await?;
+    let manager = Manager::start(&dir, &kc, &extra)?;
+    let schedule = if future {
+        seed_future_ats(&ats, n, lead, &manager, &dir).await?
+    } else {
+        manager.started_wall
+    };
+    wait_all_done(&seen, n, manager.pid(), &dir).await?;
+    // Let the last events reach the server before counting.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let cpu_s = cpu(manager.pid()).as_secs_f64();
+    let rss_kib = peak_rss_kib(manager.pid());
+    let manager_metrics = curl_text(&format!(
+        "http://127.0.0.1:{}/metrics",
+        manager.metrics_port
+    ))
+    .await;
+    let after = server_requests(&client).await?;
+    let started = manager.started;
+    drop(manager);
+    pod_task.abort();
+    at_task.abort();
+
+    let s = std::mem::take(&mut *seen.lock().unwrap());
+    let wall = s
+        .done_at
+        .map(|d| d.duration_since(started).as_secs_f64())
+        .unwrap_or(f64::NAN);
+    let report = Report {
+        n,
+        future,
+        foreign,
+        extra: &extra,
+        done: s.done,
+        wall,
+        pods: PodsSeen::of(&s, schedule),
+        cpu_s,
+        rss_kib,
+        manager_metrics,
+        requests: request_diff(&before, &after, future, n),
+    };
+    let total = report.print();
+
+    // The server's rate, measured now that the manager is gone.
+    let rate = server_create_rate(&client, 5000.min(n.max(2000)), 64).await?;
+    let bound = total as f64 / rate;
+    println!(
+        "server-bound:    {total} requests / {rate:.0} pod creates/s (64 in flight, one connection) = {bound:.2}s; wall/bound = {:.1}x",
+        wall / bound
+    );
+    println!("logs: {}", dir.display());
+    drop(server);
+    Ok(())
+}
+
+/// Applies the project's CRDs with `kubectl` and waits (up to 5 s) until Ats are served;
+/// returns the Ats of `default`.
+async fn apply_crds(client: &Client, kc: &Path) -> BoxResult<Api<At>> {
     let st = Command::new("kubectl")
         .arg("--kubeconfig")
-        .arg(&kc)
+        .arg(kc)
         .args(["apply", "-f"])
         .arg(workspace().join("artifacts/crds/"))
         .stdout(Stdio::null())
@@ -290,27 +370,36 @@ async fn run_at(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    if foreign > 0 {
-        let t = Instant::now();
-        let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        ns.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": "foreign"}}))?,
-        )
-        .await?;
-        let pods: Api<Pod> = Api::namespaced(client.clone(), "foreign");
-        let objs = (1..=foreign)
-            .map(foreign_pod)
-            .collect::<BoxResult<Vec<_>>>()?;
-        let failed = create_all(&pods, objs, 64).await;
-        println!(
-            "seeded {foreign} foreign pods in {:.1}s ({failed} failed)",
-            t.elapsed().as_secs_f64()
-        );
-    }
+    Ok(ats)
+}
 
-    // Observers: pods and Ats in `default`, from now on.
-    let seen = Arc::new(Mutex::new(Seen::default()));
+/// `--foreign F`: creates the namespace `foreign` and `F` pods in it that no At owns.
+async fn seed_foreign_pods(client: &Client, foreign: usize) -> BoxResult<()> {
+    let t = Instant::now();
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "foreign"}}))?,
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "foreign");
+    let objs = (1..=foreign)
+        .map(foreign_pod)
+        .collect::<BoxResult<Vec<_>>>()?;
+    let failed = create_all(&pods, objs, 64).await;
+    println!(
+        "seeded {foreign} foreign pods in {:.1}s ({failed} failed)",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Watches the pods of `default` from now on, and notes when each one's `ADDED` event
+/// arrives, under the name of the At that owns it ("" for none).
+async fn watch_pods(
+    client: &Client,
+    seen: Arc<Mutex<Seen>>,
+) -> BoxResult<tokio::task::JoinHandle<()>> {
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), "default");
     let rv = pod_api
         .list(&Default::default())
@@ -323,8 +412,7 @@ async fn run_at(
             ..Default::default()
         })
         .await?;
-    let s = seen.clone();
-    let pod_task = tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         while let Some(ev) = pod_watch.next().await {
             if let Ok(WatchEvent::Added(p)) = ev {
                 let now = SystemTime::now();
@@ -336,23 +424,22 @@ async fn run_at(
                     .find(|o| o.controller == Some(true) && o.kind == "At")
                     .map(|o| o.name)
                     .unwrap_or_default();
-                s.lock().unwrap().pods.entry(owner).or_default().push(now);
+                seen.lock()
+                    .unwrap()
+                    .pods
+                    .entry(owner)
+                    .or_default()
+                    .push(now);
             }
         }
-    });
+    }))
+}
 
-    let due_now = SystemTime::now() - Duration::from_secs(5);
-    if !future {
-        let t = Instant::now();
-        let objs = (1..=n)
-            .map(|i| at_object(i, &rfc3339(due_now)))
-            .collect::<BoxResult<Vec<_>>>()?;
-        let failed = create_all(&ats, objs, 64).await;
-        println!(
-            "seeded {n} Ats due now in {:.1}s ({failed} failed)",
-            t.elapsed().as_secs_f64()
-        );
-    }
+/// Watches the Ats from now on, and counts each one that turns DONE (and when the last did).
+async fn watch_ats(
+    ats: &Api<At>,
+    seen: Arc<Mutex<Seen>>,
+) -> BoxResult<tokio::task::JoinHandle<()>> {
     let rv = ats
         .list(&Default::default())
         .await?
@@ -364,8 +451,7 @@ async fn run_at(
             ..Default::default()
         })
         .await?;
-    let s = seen.clone();
-    let at_task = tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         let mut phase: HashMap<String, bool> = HashMap::new();
         while let Some(ev) = at_watch.next().await {
             if let Ok(WatchEvent::Added(a) | WatchEvent::Modified(a)) = ev {
@@ -373,84 +459,117 @@ async fn run_at(
                 let name = a.metadata.name.unwrap_or_default();
                 let was = phase.insert(name, done).unwrap_or(false);
                 if done && !was {
-                    let mut s = s.lock().unwrap();
+                    let mut s = seen.lock().unwrap();
                     s.done += 1;
                     s.done_at = Some(Instant::now());
                 }
             }
         }
-    });
+    }))
+}
 
-    let before = server_requests(&client).await?;
-    let metrics_port = free_port();
-    let health_port = free_port();
-    let mlog = std::fs::File::create(dir.join("manager.log"))?;
-    let t0 = Instant::now();
-    let t0_wall = SystemTime::now();
-    let manager = Proc(
-        Command::new(manager_bin())
-            .arg("run")
-            .arg("--kubeconfig")
-            .arg(&kc)
-            .args(["--controllers", "at"])
-            .arg("--metrics-bind-address")
-            .arg(format!("127.0.0.1:{metrics_port}"))
-            .arg("--health-probe-bind-address")
-            .arg(format!("127.0.0.1:{health_port}"))
-            .args(&extra)
-            .stdout(Stdio::null())
-            .stderr(mlog)
-            .spawn()?,
-    );
-    let pid = manager.0.id();
+/// The manager process under test (killed when dropped), its ports and when it started.
+struct Manager {
+    proc: Proc,
+    metrics_port: u16,
+    health_port: u16,
+    /// When it was spawned: the times count from here.
+    started: Instant,
+    started_wall: SystemTime,
+}
 
-    let schedule = if future {
-        // Wait for the manager to be ready (caches synced), then seed.
-        let ready_url = format!("http://127.0.0.1:{health_port}/readyz");
-        let mut ready = false;
-        for _ in 0..600 {
-            if curl_ok(&ready_url).await {
-                ready = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if !ready {
-            return Err(format!(
-                "manager not ready after 30 s (log: {})",
-                dir.join("manager.log").display()
-            )
-            .into());
-        }
-        let lead = lead.unwrap_or(3.0 + n as f64 / 1000.0);
-        let at = SystemTime::now() + Duration::from_secs_f64(lead);
-        // A whole second, as the schedule's format has no fraction.
-        let secs = at.duration_since(SystemTime::UNIX_EPOCH)?.as_secs() + 1;
-        let schedule = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
-        let t = Instant::now();
-        let objs = (1..=n)
-            .map(|i| at_object(i, &rfc3339(schedule)))
-            .collect::<BoxResult<Vec<_>>>()?;
-        let failed = create_all(&ats, objs, 64).await;
-        let margin = schedule
-            .duration_since(SystemTime::now())
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0);
-        println!(
-            "seeded {n} Ats due at {} in {:.2}s ({failed} failed); {margin:.2}s to spare before the schedule",
-            rfc3339(schedule),
-            t.elapsed().as_secs_f64()
+impl Manager {
+    /// Starts `controller-manager run --controllers at` (plus the `extra` flags) on the
+    /// kubeconfig, its metrics and probes on free local ports, its log in `dir`.
+    fn start(dir: &Path, kc: &Path, extra: &[String]) -> BoxResult<Manager> {
+        let metrics_port = free_port();
+        let health_port = free_port();
+        let mlog = std::fs::File::create(dir.join("manager.log"))?;
+        let started = Instant::now();
+        let started_wall = SystemTime::now();
+        let proc = Proc(
+            Command::new(manager_bin())
+                .arg("run")
+                .arg("--kubeconfig")
+                .arg(kc)
+                .args(["--controllers", "at"])
+                .arg("--metrics-bind-address")
+                .arg(format!("127.0.0.1:{metrics_port}"))
+                .arg("--health-probe-bind-address")
+                .arg(format!("127.0.0.1:{health_port}"))
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(mlog)
+                .spawn()?,
         );
-        schedule
-    } else {
-        t0_wall
-    };
+        Ok(Manager {
+            proc,
+            metrics_port,
+            health_port,
+            started,
+            started_wall,
+        })
+    }
 
+    fn pid(&self) -> u32 {
+        self.proc.0.id()
+    }
+}
+
+/// `--due future`: waits for the manager to be ready (caches synced, up to 30 s), then creates
+/// the `n` Ats all due at one whole second `lead` seconds ahead; returns that instant.
+async fn seed_future_ats(
+    ats: &Api<At>,
+    n: usize,
+    lead: Option<f64>,
+    manager: &Manager,
+    dir: &Path,
+) -> BoxResult<SystemTime> {
+    let ready_url = format!("http://127.0.0.1:{}/readyz", manager.health_port);
+    let mut ready = false;
+    for _ in 0..600 {
+        if curl_ok(&ready_url).await {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if !ready {
+        return Err(format!(
+            "manager not ready after 30 s (log: {})",
+            dir.join("manager.log").display()
+        )
+        .into());
+    }
+    let lead = lead.unwrap_or(3.0 + n as f64 / 1000.0);
+    let at = SystemTime::now() + Duration::from_secs_f64(lead);
+    // A whole second, as the schedule's format has no fraction.
+    let secs = at.duration_since(SystemTime::UNIX_EPOCH)?.as_secs() + 1;
+    let schedule = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+    let t = Instant::now();
+    let objs = (1..=n)
+        .map(|i| at_object(i, &rfc3339(schedule)))
+        .collect::<BoxResult<Vec<_>>>()?;
+    let failed = create_all(ats, objs, 64).await;
+    let margin = schedule
+        .duration_since(SystemTime::now())
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    println!(
+        "seeded {n} Ats due at {} in {:.2}s ({failed} failed); {margin:.2}s to spare before the schedule",
+        rfc3339(schedule),
+        t.elapsed().as_secs_f64()
+    );
+    Ok(schedule)
+}
+
+/// Waits until `n` Ats are DONE (or 15 minutes passed); an error if the manager exits first.
+async fn wait_all_done(seen: &Mutex<Seen>, n: usize, pid: u32, dir: &Path) -> BoxResult<()> {
     let deadline = Instant::now() + Duration::from_secs(900);
     loop {
         let done = seen.lock().unwrap().done;
         if done >= n || Instant::now() > deadline {
-            break;
+            return Ok(());
         }
         if manager_exited(pid) {
             return Err(format!(
@@ -461,42 +580,59 @@ async fn run_at(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Let the last events reach the server before counting.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let cpu_s = cpu(pid).as_secs_f64();
-    let rss = peak_rss_kib(pid);
-    let mtext = curl_text(&format!("http://127.0.0.1:{metrics_port}/metrics")).await;
-    let after = server_requests(&client).await?;
-    drop(manager);
-    pod_task.abort();
-    at_task.abort();
+}
 
-    let s = std::mem::take(&mut *seen.lock().unwrap());
-    let wall = s
-        .done_at
-        .map(|d| d.duration_since(t0).as_secs_f64())
-        .unwrap_or(f64::NAN);
-    let mut late: Vec<f64> = s
-        .pods
-        .iter()
-        .filter(|(owner, _)| !owner.is_empty())
-        .filter_map(|(_, v)| v.iter().min())
-        .map(|t| match t.duration_since(schedule) {
-            Ok(d) => d.as_secs_f64() * 1000.0,
-            Err(e) => -(e.duration().as_secs_f64() * 1000.0),
-        })
-        .collect();
-    late.sort_by(f64::total_cmp);
-    let owners = s.pods.iter().filter(|(o, _)| !o.is_empty()).count();
-    let dup = s
-        .pods
-        .iter()
-        .filter(|(o, v)| !o.is_empty() && v.len() > 1)
-        .count();
-    let unowned = s.pods.get("").map_or(0, Vec::len);
+/// What the pod watch saw, per At.
+struct PodsSeen {
+    /// Each At's first pod: how late its `ADDED` event arrived after `schedule`, in ms, sorted.
+    late: Vec<f64>,
+    /// Ats with a pod.
+    owners: usize,
+    /// Ats with more than one pod.
+    dup: usize,
+    /// Pods no At owns.
+    unowned: usize,
+}
 
+impl PodsSeen {
+    fn of(s: &Seen, schedule: SystemTime) -> Self {
+        let mut late: Vec<f64> = s
+            .pods
+            .iter()
+            .filter(|(owner, _)| !owner.is_empty())
+            .filter_map(|(_, v)| v.iter().min())
+            .map(|t| match t.duration_since(schedule) {
+                Ok(d) => d.as_secs_f64() * 1000.0,
+                Err(e) => -(e.duration().as_secs_f64() * 1000.0),
+            })
+            .collect();
+        late.sort_by(f64::total_cmp);
+        let owners = s.pods.iter().filter(|(o, _)| !o.is_empty()).count();
+        let dup = s
+            .pods
+            .iter()
+            .filter(|(o, v)| !o.is_empty() && v.len() > 1)
+            .count();
+        let unowned = s.pods.get("").map_or(0, Vec::len);
+        PodsSeen {
+            late,
+            owners,
+            dup,
+            unowned,
+        }
+    }
+}
+
+/// The server's requests during the run, by (verb, resource): `after - before`, without this
+/// process's own creates of the Ats (with `--due future` they are made during the run).
+fn request_diff(
+    before: &BTreeMap<(String, String), u64>,
+    after: &BTreeMap<(String, String), u64>,
+    future: bool,
+    n: usize,
+) -> BTreeMap<(String, String), u64> {
     let mut diff: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for (k, v) in &after {
+    for (k, v) in after {
         let d = v.saturating_sub(before.get(k).copied().unwrap_or(0));
         if d > 0 {
             diff.insert(k.clone(), d);
@@ -509,79 +645,110 @@ async fn run_at(
         }
     }
     diff.retain(|_, v| *v > 0);
-    let total: u64 = diff.values().sum();
-    let events: u64 = diff
-        .iter()
-        .filter(|((verb, r), _)| r == "events" && (verb == "create" || verb == "patch"))
-        .map(|(_, v)| v)
-        .sum();
-    let dropped = prom_sum(&mtext, "events_dropped_total");
-    let throttle_wait = prom_sum(&mtext, "rest_client_rate_limiter_duration_seconds_sum");
-
-    println!(
-        "\n== {n} Ats due {} (foreign pods: {foreign}; manager flags: {}) ==",
-        if future {
-            "at one future instant"
-        } else {
-            "at once"
-        },
-        if extra.is_empty() {
-            "defaults".to_owned()
-        } else {
-            extra.join(" ")
-        }
-    );
-    println!(
-        "all DONE:        {}/{n} after {wall:.2}s (from the manager's start)",
-        s.done
-    );
-    println!(
-        "pod create lateness (ms after {}): p50 {:.0}  p99 {:.0}  max {:.0}  (n={})",
-        if future {
-            "the schedule"
-        } else {
-            "the manager's start"
-        },
-        percentile(&late, 50.0),
-        percentile(&late, 99.0),
-        late.last().copied().unwrap_or(f64::NAN),
-        late.len()
-    );
-    println!(
-        "one pod per At:  {} (Ats with a pod {owners}/{n}, with more than one {dup}, unowned pods {unowned})",
-        if owners == n && dup == 0 { "yes" } else { "NO" }
-    );
-    println!(
-        "manager:         cpu {cpu_s:.2}s  peak RSS {:.1} MiB  throttle wait {throttle_wait:.2}s",
-        rss as f64 / 1024.0
-    );
-    println!(
-        "events:          recorded {events} ({:.2}/At)  dropped {dropped}",
-        events as f64 / n as f64
-    );
-    let per_at: Vec<String> = diff
-        .iter()
-        .filter(|(_, v)| **v as f64 / n as f64 >= 0.01)
-        .map(|((verb, r), v)| format!("{verb} {r} {:.2}", *v as f64 / n as f64))
-        .collect();
-    println!(
-        "requests per At: {:.2} in all: {}",
-        total as f64 / n as f64,
-        per_at.join(", ")
-    );
-
-    // The server's rate, measured now that the manager is gone.
-    let rate = server_create_rate(&client, 5000.min(n.max(2000)), 64).await?;
-    let bound = total as f64 / rate;
-    println!(
-        "server-bound:    {total} requests / {rate:.0} pod creates/s (64 in flight, one connection) = {bound:.2}s; wall/bound = {:.1}x",
-        wall / bound
-    );
-    println!("logs: {}", dir.display());
-    drop(server);
-    Ok(())
+    diff
 }
 
+/// What an `at` run measured, printed as its report.
+struct Report<'a> {
+    n: usize,
+    future: bool,
+    foreign: usize,
+    extra: &'a [String],
+    /// Ats seen DONE.
+    done: usize,
+    /// Seconds from the manager's start to the last DONE.
+    wall: f64,
+    pods: PodsSeen,
+    cpu_s: f64,
+    rss_kib: u64,
+    /// The manager's `/metrics` at the end.
+    manager_metrics: String,
+    /// The server's requests during the run ([`request_diff`]).
+    requests: BTreeMap<(String, String), u64>,
+}
+
+impl Report<'_> {
+    /// Prints the report; returns the number of requests the run made at the server.
+    fn print(&self) -> u64 {
+        let Report { n, future, .. } = *self;
+        let diff = &self.requests;
+        let total: u64 = diff.values().sum();
+        let events: u64 = diff
+            .iter()
+            .filter(|((verb, r), _)| r == "events" && (verb == "create" || verb == "patch"))
+            .map(|(_, v)| v)
+            .sum();
+        let dropped = prom_sum(&self.manager_metrics, "events_dropped_total");
+        let throttle_wait = prom_sum(
+            &self.manager_metrics,
+            "rest_client_rate_limiter_duration_seconds_sum",
+        );
+        println!(
+            "\n== {n} Ats due {} (foreign pods: {}; manager flags: {}) ==",
+            if future {
+                "at one future instant"
+            } else {
+                "at once"
+            },
+            self.foreign,
+            if self.extra.is_empty() {
+                "defaults".to_owned()
+            } else {
+                self.extra.join(" ")
+            }
+        );
+        println!(
+            "all DONE:        {}/{n} after {:.2}s (from the manager's start)",
+            self.done, self.wall
+        );
+        let PodsSeen {
+            late,
+            owners,
+            dup,
+            unowned,
+        } = &self.pods;
+        println!(
+            "pod create lateness (ms after {}): p50 {:.0}  p99 {:.0}  max {:.0}  (n={})",
+            if future {
+                "the schedule"
+            } else {
+                "the manager's start"
+            },
+            percentile(late, 50.0),
+            percentile(late, 99.0),
+            late.last().copied().unwrap_or(f64::NAN),
+            late.len()
+        );
+        println!(
+            "one pod per At:  {} (Ats with a pod {owners}/{n}, with more than one {dup}, unowned pods {unowned})",
+            if *owners == n && *dup == 0 {
+                "yes"
+            } else {
+                "NO"
+            }
+        );
+        println!(
+            "manager:         cpu {:.2}s  peak RSS {:.1} MiB  throttle wait {throttle_wait:.2}s",
+            self.cpu_s,
+            self.rss_kib as f64 / 1024.0
+        );
+        println!(
+            "events:          recorded {events} ({:.2}/At)  dropped {dropped}",
+            events as f64 / n as f64
+        );
+        let per_at: Vec<String> = diff
+            .iter()
+            .filter(|(_, v)| **v as f64 / n as f64 >= 0.01)
+            .map(|((verb, r), v)| format!("{verb} {r} {:.2}", *v as f64 / n as f64))
+            .collect();
+        println!(
+            "requests per At: {:.2} in all: {}",
+            total as f64 / n as f64,
+            per_at.join(", ")
+        );
+        total
+    }
+}
 fn manager_exited(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| {

@@ -111,6 +111,7 @@
 //! crate's `regex` is linear-time), the time of one request's rules is bounded without a clock.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 use std::sync::{Arc, LazyLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
@@ -1377,88 +1378,20 @@ fn run_rules(node: &Node, path: &str, v: &Value, old: Option<&Value>, run: &mut 
             return;
         }
         run.budget -= cost;
-        let mut ctx = Context::with_env(Arc::clone(&ENV));
-        ctx.add_variable_from_value("self", this.clone());
-        if rule.optional_old_self {
-            let opt = match &previous {
-                Some(p) => OptionalValue::of(p.clone()),
-                None => OptionalValue::none(),
-            };
-            ctx.add_variable_from_value("oldSelf", Cel::Opaque(Arc::new(opt)));
-        } else if let Some(p) = &previous {
-            ctx.add_variable_from_value("oldSelf", p.clone());
-        }
-        match rule.program.execute(&ctx) {
-            Ok(Cel::Bool(true)) => continue,
-            Ok(Cel::Bool(false)) => {}
-            Ok(_) => {
-                run.invalid(
-                    path,
-                    &t,
-                    format!(
-                        "'no such overload': call arguments did not match a supported operator, function or macro signature for rule: {}",
-                        rule.error_string()
-                    ),
-                );
-                continue;
-            }
-            Err(e) => {
-                let text = error_text(&e);
-                let detail = if text == "no such overload" {
-                    format!(
-                        "'{text}': call arguments did not match a supported operator, function or macro signature for rule: {}",
-                        rule.error_string()
-                    )
-                } else {
-                    format!("{text} evaluating rule: {}", rule.error_string())
-                };
-                run.invalid(path, &t, detail);
-                continue;
-            }
+        let ctx = rule_context(rule, &this, previous.as_ref());
+        if !returned_false(rule, &ctx, path, &t, run) {
+            continue;
         }
         // Ratcheting: an unchanged value keeps passing what it passed when stored.
         if !rule.uses_old_self && old == Some(v) {
             continue;
         }
-        let at = if rule.field_path.is_empty() {
-            path.to_owned()
-        } else if rule.field_path.starts_with('[') {
-            format!("{path}{}", rule.field_path)
-        } else {
-            child_path(path, &rule.field_path)
+        let at = failure_path(path, &rule.field_path);
+        let ControlFlow::Continue(detail) =
+            message_expression(rule, node, &observed, &ctx, &at, &t, run)
+        else {
+            return;
         };
-        let mut detail = None;
-        if let Some((src, program)) = &rule.message_expression {
-            let cost = estimate_cost(program.expression(), &node.schema, &observed);
-            if cost > PER_CALL_LIMIT {
-                run.invalid(
-                    &at,
-                    &t,
-                    format!(
-                        "no further validation rules will be run due to call cost exceeds limit for messageExpression: {}",
-                        serde_json::json!(src)
-                    ),
-                );
-                run.stopped = true;
-                return;
-            }
-            if cost > run.budget {
-                run.invalid(
-                    &at,
-                    &t,
-                    "messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run".into(),
-                );
-                run.stopped = true;
-                return;
-            }
-            run.budget -= cost;
-            if let Ok(Cel::String(s)) = program.execute(&ctx) {
-                let s = s.trim();
-                if !s.is_empty() && s.len() <= MAX_MESSAGE_EXPRESSION_SIZE && !s.contains('\n') {
-                    detail = Some(s.to_owned());
-                }
-            }
-        }
         let detail = detail.unwrap_or_else(|| {
             if rule.message.is_empty() {
                 format!("failed rule: {}", rule.source.trim())
@@ -1470,6 +1403,115 @@ fn run_rules(node: &Node, path: &str, v: &Value, old: Option<&Value>, run: &mut 
     }
 }
 
+/// The variables a rule sees: `self`, and `oldSelf` when there is an old value (always, as
+/// an optional, for a rule that declares `optionalOldSelf`).
+fn rule_context(rule: &Rule, this: &Cel, previous: Option<&Cel>) -> Context<'static, 'static> {
+    let mut ctx = Context::with_env(Arc::clone(&ENV));
+    ctx.add_variable_from_value("self", this.clone());
+    if rule.optional_old_self {
+        let opt = match previous {
+            Some(p) => OptionalValue::of(p.clone()),
+            None => OptionalValue::none(),
+        };
+        ctx.add_variable_from_value("oldSelf", Cel::Opaque(Arc::new(opt)));
+    } else if let Some(p) = previous {
+        ctx.add_variable_from_value("oldSelf", p.clone());
+    }
+    ctx
+}
+
+/// Runs a rule. True when it returned false: a failure, which the caller reports with the
+/// rule's message. A rule that returns true passes; an error, or a result that is not a
+/// boolean, is reported here.
+fn returned_false(rule: &Rule, ctx: &Context, path: &str, t: &str, run: &mut Run) -> bool {
+    match rule.program.execute(ctx) {
+        Ok(Cel::Bool(true)) => false,
+        Ok(Cel::Bool(false)) => true,
+        Ok(_) => {
+            run.invalid(
+                path,
+                t,
+                format!(
+                    "'no such overload': call arguments did not match a supported operator, function or macro signature for rule: {}",
+                    rule.error_string()
+                ),
+            );
+            false
+        }
+        Err(e) => {
+            let text = error_text(&e);
+            let detail = if text == "no such overload" {
+                format!(
+                    "'{text}': call arguments did not match a supported operator, function or macro signature for rule: {}",
+                    rule.error_string()
+                )
+            } else {
+                format!("{text} evaluating rule: {}", rule.error_string())
+            };
+            run.invalid(path, t, detail);
+            false
+        }
+    }
+}
+
+/// Where a failed rule is reported: at the node itself, or at its `fieldPath` under the node.
+fn failure_path(path: &str, field_path: &str) -> String {
+    if field_path.is_empty() {
+        path.to_owned()
+    } else if field_path.starts_with('[') {
+        format!("{path}{field_path}")
+    } else {
+        child_path(path, field_path)
+    }
+}
+
+/// A failed rule's `messageExpression`, evaluated: its text when it gives a usable one (not
+/// empty, not too long, one line), `None` otherwise. It breaks when its cost goes over a
+/// limit, having reported that and stopped the run.
+fn message_expression(
+    rule: &Rule,
+    node: &Node,
+    observed: &Bounds,
+    ctx: &Context,
+    at: &str,
+    t: &str,
+    run: &mut Run,
+) -> ControlFlow<(), Option<String>> {
+    let Some((src, program)) = &rule.message_expression else {
+        return ControlFlow::Continue(None);
+    };
+    let cost = estimate_cost(program.expression(), &node.schema, observed);
+    if cost > PER_CALL_LIMIT {
+        run.invalid(
+            at,
+            t,
+            format!(
+                "no further validation rules will be run due to call cost exceeds limit for messageExpression: {}",
+                serde_json::json!(src)
+            ),
+        );
+        run.stopped = true;
+        return ControlFlow::Break(());
+    }
+    if cost > run.budget {
+        run.invalid(
+            at,
+            t,
+            "messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run".into(),
+        );
+        run.stopped = true;
+        return ControlFlow::Break(());
+    }
+    run.budget -= cost;
+    let mut detail = None;
+    if let Ok(Cel::String(s)) = program.execute(ctx) {
+        let s = s.trim();
+        if !s.is_empty() && s.len() <= MAX_MESSAGE_EXPRESSION_SIZE && !s.contains('\n') {
+            detail = Some(s.to_owned());
+        }
+    }
+    ControlFlow::Continue(detail)
+}
 /// A failed rule as a field error: at `at` (`<nil>` for the root), of the kind its `reason`
 /// names (`FieldValueInvalid` when it names none), showing the node's type `t` as the value.
 fn rule_failure(rule: &Rule, at: String, t: &str, detail: String) -> FieldError {

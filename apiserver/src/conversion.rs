@@ -701,17 +701,7 @@ pub async fn run(
     let mut attempt = 0;
     loop {
         // 1. The current object, in the request's version.
-        let old_raw: Option<Value> = match (&target.name, write) {
-            (Some(name), Write::Update(_) | Write::Patch(..)) => shared
-                .store
-                .read(|st| st.get(&def.storage, &ns, name).cloned()),
-            _ => None,
-        };
-        let old_rv = old_raw.as_ref().map(rv_of);
-        let old_view = match &old_raw {
-            Some(o) => Some(to_served(shared, def, strategy::present(def, o)).await?),
-            None => None,
-        };
+        let (old_rv, old_view) = old_in_request_version(shared, target, write, &ns).await?;
         // 2. The write computed in the request's version, as a dry run (defaults, schema,
         // update rules).
         let dry_query = if trial {
@@ -745,32 +735,7 @@ pub async fn run(
             .ok_or_else(|| failure("conversion webhook returned no object".into()))?;
         // 4. Compare-and-swap.
         let name = meta_str(&to_store, "name").to_owned();
-        let stored = shared.store.write_checked(|st| {
-            let current = st.get(&def.storage, &ns, &name).map(rv_of);
-            match (old_rv, current) {
-                (None, Some(_)) => Err(Swap::Lost(ApiError::already_exists(
-                    &def.plural,
-                    &def.group,
-                    &name,
-                ))),
-                (Some(_), None) => Err(Swap::Lost(ApiError::not_found(
-                    &def.plural,
-                    &def.group,
-                    &name,
-                ))),
-                (Some(a), Some(b)) if a != b => Err(Swap::Retry),
-                _ => {
-                    if strategy::should_delete(def, &to_store) {
-                        Ok(
-                            verbs::remove_object(st, def, &ns, &name, Some(to_store.clone()))
-                                .unwrap_or(to_store.clone()),
-                        )
-                    } else {
-                        Ok((*st.write(&def.storage, to_store.clone())).clone())
-                    }
-                }
-            }
-        });
+        let stored = compare_and_swap(shared, def, &ns, &name, old_rv, to_store);
         match stored {
             Ok(obj) => {
                 return Ok((
@@ -787,6 +752,68 @@ pub async fn run(
             }
         }
     }
+}
+
+/// Step 1 of a converted write: for an update or a patch, the object as stored now, its
+/// resourceVersion and its view in the request's version (converted by the webhook).
+async fn old_in_request_version(
+    shared: &Arc<Shared>,
+    target: &Target,
+    write: &Write,
+    ns: &str,
+) -> Result<(Option<u64>, Option<Value>), ApiError> {
+    let def = &target.def;
+    let old_raw: Option<Value> = match (&target.name, write) {
+        (Some(name), Write::Update(_) | Write::Patch(..)) => shared
+            .store
+            .read(|st| st.get(&def.storage, ns, name).cloned()),
+        _ => None,
+    };
+    let old_rv = old_raw.as_ref().map(rv_of);
+    let old_view = match &old_raw {
+        Some(o) => Some(to_served(shared, def, strategy::present(def, o)).await?),
+        None => None,
+    };
+    Ok((old_rv, old_view))
+}
+
+/// Step 4 of a converted write: stores the object (or removes it, when it is being deleted
+/// and nothing holds it any more), but only if the stored one is still the one the write was
+/// computed from (`old_rv`; `None`: there was none).
+fn compare_and_swap(
+    shared: &Shared,
+    def: &ResourceDef,
+    ns: &str,
+    name: &str,
+    old_rv: Option<u64>,
+    to_store: Value,
+) -> Result<Value, Swap> {
+    shared.store.write_checked(|st| {
+        let current = st.get(&def.storage, ns, name).map(rv_of);
+        match (old_rv, current) {
+            (None, Some(_)) => Err(Swap::Lost(ApiError::already_exists(
+                &def.plural,
+                &def.group,
+                name,
+            ))),
+            (Some(_), None) => Err(Swap::Lost(ApiError::not_found(
+                &def.plural,
+                &def.group,
+                name,
+            ))),
+            (Some(a), Some(b)) if a != b => Err(Swap::Retry),
+            _ => {
+                if strategy::should_delete(def, &to_store) {
+                    Ok(
+                        verbs::remove_object(st, def, ns, name, Some(to_store.clone()))
+                            .unwrap_or(to_store.clone()),
+                    )
+                } else {
+                    Ok((*st.write(&def.storage, to_store.clone())).clone())
+                }
+            }
+        }
+    })
 }
 
 enum Swap {

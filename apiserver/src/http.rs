@@ -532,80 +532,13 @@ async fn serve_resource(
     )?;
     shared.faults.before(verb, &target).await?;
     if target.subresource.as_deref() == Some("log") {
-        // `kubectl logs`: text from the node's log buffers, not an object ([`super::logs`]).
-        if parts.method != Method::GET {
-            return Err(ApiError::method_not_allowed(
-                parts.method.as_str(),
-                "pods",
-                "",
-            ));
-        }
-        return super::logs::serve(
-            &shared.store,
-            &shared.logs,
-            target.namespace.as_deref().unwrap_or_default(),
-            target.name.as_deref().unwrap_or_default(),
-            query,
-            shared.shutdown.clone(),
-        );
+        return serve_log(shared, request, &target);
     }
     if target.def.is_component_status() {
-        // Computed on each read, never stored ([`super::pod_actions`]).
-        let watch = query.flag("watch").unwrap_or(false);
-        if parts.method != Method::GET || watch || target.subresource.is_some() {
-            return Err(ApiError::method_not_allowed(
-                parts.method.as_str(),
-                "componentstatuses",
-                "",
-            ));
-        }
-        class.verb = if target.name.is_some() { "get" } else { "list" }.into();
-        let answer = super::pod_actions::component_status_answer(target.name.as_deref())?;
-        let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
-        let mut resp = if wants_table {
-            let include = super::table::include_object(query)?;
-            let items = match answer["items"].as_array() {
-                Some(items) => items.clone(),
-                None => vec![answer.clone()],
-            };
-            let table = super::table::render(&target.def, &items, "", None, include);
-            json_response(200, &GoOrdered::new(&table), super::table::CONTENT_TYPE)
-        } else {
-            json_response(200, &GoOrdered::new(&answer), "application/json")
-        };
-        let text = apimachinery::validation::go_quote(super::pod_actions::COMPONENT_STATUS_WARNING);
-        if let Ok(v) = HeaderValue::from_bytes(format!("299 - {text}").as_bytes()) {
-            resp.headers_mut().append(header::WARNING, v);
-        }
-        return Ok(resp);
+        return serve_component_status(request, &target, class);
     }
     if matches!(target.subresource.as_deref(), Some("token" | "eviction")) {
-        // Actions, not objects ([`super::pod_actions`]): create only.
-        class.verb = "create".into();
-        if parts.method != Method::POST {
-            return Err(ApiError::method_not_allowed(
-                parts.method.as_str(),
-                &target.def.plural,
-                "",
-            ));
-        }
-        let body = decode_object_any(&request.content_type, request.bytes)?;
-        let ns = target.namespace.clone().unwrap_or_default();
-        let name = target.name.clone().unwrap_or_default();
-        let (code, answer) = if target.subresource.as_deref() == Some("token") {
-            shared.store.read(|st| {
-                super::pod_actions::token_request(st, &shared.tokens, &ns, &name, &body)
-            })?
-        } else {
-            shared
-                .store
-                .write_checked(|st| super::pod_actions::evict(st, &target, &body))?
-        };
-        return Ok(json_response(
-            code,
-            &GoOrdered::new(&answer),
-            "application/json",
-        ));
+        return serve_pod_action(shared, request, &target, class);
     }
     let def = &target.def;
     if def.namespaced && target.namespace.is_none() && parts.method != Method::GET {
@@ -646,6 +579,106 @@ async fn serve_resource(
         }
         resp
     })
+}
+
+/// `pods/log`, read with `GET` only.
+fn serve_log(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    target: &Target,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming { parts, query, .. } = request;
+    // `kubectl logs`: text from the node's log buffers, not an object ([`super::logs`]).
+    if parts.method != Method::GET {
+        return Err(ApiError::method_not_allowed(
+            parts.method.as_str(),
+            "pods",
+            "",
+        ));
+    }
+    super::logs::serve(
+        &shared.store,
+        &shared.logs,
+        target.namespace.as_deref().unwrap_or_default(),
+        target.name.as_deref().unwrap_or_default(),
+        query,
+        shared.shutdown.clone(),
+    )
+}
+
+/// `componentstatuses`: `get` or `list` only (no watch), as JSON or as a Table, always with
+/// the deprecation warning.
+fn serve_component_status(
+    request: &Incoming<'_>,
+    target: &Target,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming { parts, query, .. } = request;
+    // Computed on each read, never stored ([`super::pod_actions`]).
+    let watch = query.flag("watch").unwrap_or(false);
+    if parts.method != Method::GET || watch || target.subresource.is_some() {
+        return Err(ApiError::method_not_allowed(
+            parts.method.as_str(),
+            "componentstatuses",
+            "",
+        ));
+    }
+    class.verb = if target.name.is_some() { "get" } else { "list" }.into();
+    let answer = super::pod_actions::component_status_answer(target.name.as_deref())?;
+    let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
+    let mut resp = if wants_table {
+        let include = super::table::include_object(query)?;
+        let items = match answer["items"].as_array() {
+            Some(items) => items.clone(),
+            None => vec![answer.clone()],
+        };
+        let table = super::table::render(&target.def, &items, "", None, include);
+        json_response(200, &GoOrdered::new(&table), super::table::CONTENT_TYPE)
+    } else {
+        json_response(200, &GoOrdered::new(&answer), "application/json")
+    };
+    let text = apimachinery::validation::go_quote(super::pod_actions::COMPONENT_STATUS_WARNING);
+    if let Ok(v) = HeaderValue::from_bytes(format!("299 - {text}").as_bytes()) {
+        resp.headers_mut().append(header::WARNING, v);
+    }
+    Ok(resp)
+}
+
+/// The actions `serviceaccounts/token` and `pods/eviction`: a `POST` that does something and
+/// answers with its result.
+fn serve_pod_action(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    target: &Target,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming { parts, .. } = request;
+    // Actions, not objects ([`super::pod_actions`]): create only.
+    class.verb = "create".into();
+    if parts.method != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            parts.method.as_str(),
+            &target.def.plural,
+            "",
+        ));
+    }
+    let body = decode_object_any(&request.content_type, request.bytes)?;
+    let ns = target.namespace.clone().unwrap_or_default();
+    let name = target.name.clone().unwrap_or_default();
+    let (code, answer) = if target.subresource.as_deref() == Some("token") {
+        shared
+            .store
+            .read(|st| super::pod_actions::token_request(st, &shared.tokens, &ns, &name, &body))?
+    } else {
+        shared
+            .store
+            .write_checked(|st| super::pod_actions::evict(st, target, &body))?
+    };
+    Ok(json_response(
+        code,
+        &GoOrdered::new(&answer),
+        "application/json",
+    ))
 }
 
 /// `GET` on a resource: `watch` (a stream, as Table rows when asked), `get` of one object or

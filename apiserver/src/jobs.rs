@@ -176,6 +176,8 @@ fn condition(ty: &str, reason: &str, message: &str, now: &str) -> Value {
            "reason": reason, "message": message})
 }
 
+/// One pass of the Job controller over one Job: counts its pods, then marks it complete or
+/// failed, or creates the pods it is missing, and writes the status if it changed.
 fn sync(st: &mut State, ns: &str, name: &str) {
     let Some(job) = st.get(JOBS, ns, name).cloned() else {
         return;
@@ -188,45 +190,14 @@ fn sync(st: &mut State, ns: &str, name: &str) {
         return;
     }
     let uid = meta_str(&job, "uid").to_owned();
-    let pods: Vec<Value> = st
-        .list(PODS, Some(ns))
-        .into_iter()
-        .filter(|p| {
-            p["metadata"]["ownerReferences"]
-                .as_array()
-                .is_some_and(|refs| {
-                    refs.iter()
-                        .any(|r| r["uid"] == uid.as_str() && r["controller"] == true)
-                })
-        })
-        .cloned()
-        .collect();
-    let phase = |p: &Value| p["status"]["phase"].as_str().unwrap_or_default().to_owned();
-    let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
-    let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i64;
-    let terminating = pods
-        .iter()
-        .filter(|p| {
-            !meta_str(p, "deletionTimestamp").is_empty()
-                && !matches!(phase(p).as_str(), "Succeeded" | "Failed")
-        })
-        .count() as i64;
-    let active: Vec<&Value> = pods
-        .iter()
-        .filter(|p| {
-            meta_str(p, "deletionTimestamp").is_empty()
-                && !matches!(phase(p).as_str(), "Succeeded" | "Failed")
-        })
-        .collect();
-    let ready = active
-        .iter()
-        .filter(|p| {
-            p["status"]["conditions"].as_array().is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            })
-        })
-        .count() as i64;
+    let pods = owned_pods(st, ns, &uid);
+    let PodCounts {
+        succeeded,
+        failed,
+        terminating,
+        active,
+        ready,
+    } = PodCounts::of(&pods);
     let spec = &job["spec"];
     let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
     let completions = spec["completions"].as_i64();
@@ -308,6 +279,73 @@ fn sync(st: &mut State, ns: &str, name: &str) {
     let mut updated = job.clone();
     updated["status"] = status;
     st.update(JOBS, updated);
+}
+
+/// The pods in `ns` whose controller is the Job with this UID.
+fn owned_pods(st: &State, ns: &str, uid: &str) -> Vec<Value> {
+    st.list(PODS, Some(ns))
+        .into_iter()
+        .filter(|p| {
+            p["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| {
+                    refs.iter()
+                        .any(|r| r["uid"] == uid && r["controller"] == true)
+                })
+        })
+        .cloned()
+        .collect()
+}
+
+/// A Job's pods counted the way its status reports them.
+struct PodCounts<'a> {
+    succeeded: i64,
+    failed: i64,
+    /// Being deleted and not finished.
+    terminating: i64,
+    /// Not being deleted and not finished.
+    active: Vec<&'a Value>,
+    /// The active ones with a `Ready` condition.
+    ready: i64,
+}
+
+impl<'a> PodCounts<'a> {
+    /// Counts the pods by phase and by whether they are being deleted.
+    fn of(pods: &'a [Value]) -> Self {
+        let phase = |p: &Value| p["status"]["phase"].as_str().unwrap_or_default().to_owned();
+        let succeeded = pods.iter().filter(|p| phase(p) == "Succeeded").count() as i64;
+        let failed = pods.iter().filter(|p| phase(p) == "Failed").count() as i64;
+        let terminating = pods
+            .iter()
+            .filter(|p| {
+                !meta_str(p, "deletionTimestamp").is_empty()
+                    && !matches!(phase(p).as_str(), "Succeeded" | "Failed")
+            })
+            .count() as i64;
+        let active: Vec<&Value> = pods
+            .iter()
+            .filter(|p| {
+                meta_str(p, "deletionTimestamp").is_empty()
+                    && !matches!(phase(p).as_str(), "Succeeded" | "Failed")
+            })
+            .collect();
+        let ready = active
+            .iter()
+            .filter(|p| {
+                p["status"]["conditions"].as_array().is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+            })
+            .count() as i64;
+        PodCounts {
+            succeeded,
+            failed,
+            terminating,
+            active,
+            ready,
+        }
+    }
 }
 
 fn create_pod(st: &mut State, job: &Value) -> bool {

@@ -543,17 +543,7 @@ impl Kubelet {
                     statuses.push(old);
                     continue;
                 }
-                if let Some(buf) = self
-                    .config
-                    .logs
-                    .get(&key.0, &key.1, &track.uid, name, false)
-                {
-                    buf.append_text(
-                        self.config.clock.now(),
-                        &format!("simulated node: the container exited with code {code}\n"),
-                    );
-                    buf.close();
-                }
+                self.log_exit(key, &track.uid, name, code);
                 let terminated = json!({
                     "exitCode": code,
                     "reason": if code == 0 { "Completed" } else { "Error" },
@@ -584,34 +574,7 @@ impl Kubelet {
                 }
                 statuses.push(s);
             }
-            let ended = !any_failed && policy != Restart::Always;
-            let phase = match (ended, all_ok) {
-                (false, _) => "Running",
-                (true, true) => "Succeeded",
-                (true, false) => "Failed",
-            };
-            let unready: Vec<&str> = statuses
-                .iter()
-                .filter(|s| s["ready"] != true)
-                .filter_map(|s| s["name"].as_str())
-                .collect();
-            let (reason, message) = if phase == "Succeeded" {
-                ("PodCompleted", String::new())
-            } else {
-                (
-                    "ContainersNotReady",
-                    format!("containers with unready status: [{}]", unready.join(" ")),
-                )
-            };
-            with_status(&mut pod, |status| {
-                status.insert("phase".into(), json!(phase));
-                status.insert("containerStatuses".into(), json!(statuses));
-                set_condition(status, "Ready", "False", reason, &message, &now);
-                set_condition(status, "ContainersReady", "False", reason, &message, &now);
-                if ended {
-                    set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
-                }
-            });
+            let phase = after_exit(&mut pod, statuses, any_failed, all_ok, policy, &now);
             st.write(PODS, pod);
             Some(phase)
         });
@@ -633,6 +596,17 @@ impl Kubelet {
                 tracing::debug!(namespace = %key.0, pod = %key.1, phase, "pod finished");
             }
             None => {}
+        }
+    }
+
+    /// Ends a container's log with the line the simulated node writes when it exits.
+    fn log_exit(&self, key: &Key, uid: &str, name: &str, code: i32) {
+        if let Some(buf) = self.config.logs.get(&key.0, &key.1, uid, name, false) {
+            buf.append_text(
+                self.config.clock.now(),
+                &format!("simulated node: the container exited with code {code}\n"),
+            );
+            buf.close();
         }
     }
 
@@ -817,6 +791,48 @@ pub(crate) fn current(st: &State, key: &Key, uid: &str) -> Option<Value> {
 
 pub(crate) fn containers(pod: &Value, field: &str) -> Vec<Value> {
     pod["spec"][field].as_array().cloned().unwrap_or_default()
+}
+
+/// The pod's side of its containers exiting: its phase (Running while containers still run or
+/// restart, else Succeeded when all exited 0, else Failed) and its readiness conditions, now
+/// false. Takes the containers' new statuses and returns the phase.
+fn after_exit(
+    pod: &mut Value,
+    statuses: Vec<Value>,
+    any_failed: bool,
+    all_ok: bool,
+    policy: Restart,
+    now: &str,
+) -> &'static str {
+    let ended = !any_failed && policy != Restart::Always;
+    let phase = match (ended, all_ok) {
+        (false, _) => "Running",
+        (true, true) => "Succeeded",
+        (true, false) => "Failed",
+    };
+    let unready: Vec<&str> = statuses
+        .iter()
+        .filter(|s| s["ready"] != true)
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    let (reason, message) = if phase == "Succeeded" {
+        ("PodCompleted", String::new())
+    } else {
+        (
+            "ContainersNotReady",
+            format!("containers with unready status: [{}]", unready.join(" ")),
+        )
+    };
+    with_status(pod, |status| {
+        status.insert("phase".into(), json!(phase));
+        status.insert("containerStatuses".into(), json!(statuses));
+        set_condition(status, "Ready", "False", reason, &message, now);
+        set_condition(status, "ContainersReady", "False", reason, &message, now);
+        if ended {
+            set_condition(status, "PodReadyToStartContainers", "False", "", "", now);
+        }
+    });
+    phase
 }
 
 /// Runs `f` on the pod's `status` map (created if missing).

@@ -683,44 +683,14 @@ impl ApiServerBuilder {
         Box::pin(self.bind_and_serve())
     }
 
-    async fn bind_and_serve(self) -> Result<ApiServerHandle, StartError> {
-        if self.simulate
-            && self.node_runtime == runtime::NodeRuntime::Process
-            && !self.listen.ip().is_loopback()
-            && !self.enforce_rbac
-        {
-            return Err(StartError::UnsafeRuntime { addr: self.listen });
-        }
-        let listener = TcpListener::bind(self.listen)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: self.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: self.listen,
-            source,
-        })?;
+    async fn bind_and_serve(mut self) -> Result<ApiServerHandle, StartError> {
+        let (listener, addr) = self.bind().await?;
         let tls = match (&self.cert_dir, self.plain_http) {
             (_, true) => None,
             (Some(dir), false) => Some(tls::load_or_generate(dir, &self.client_ca_pems)?),
             (None, false) => Some(tls::generate(&self.client_ca_pems)?),
         };
-        // The admin token survives restarts with the state it guards: kept in the cert
-        // directory (or the data directory), so kubeconfigs handed out before still work.
-        let token = match (
-            self.token,
-            self.cert_dir.as_ref().or(self.data_dir.as_ref()),
-        ) {
-            (Some(t), _) => t,
-            (None, Some(dir)) => persisted_token(dir)?,
-            (None, None) => auth::random_token(),
-        };
-        let mut tokens = auth::TokenTable::default();
-        tokens.insert(token.clone(), "admin");
-        for (t, u) in self.extra_tokens {
-            tokens.insert(t, u);
-        }
+        let token = self.admin_token()?;
         let store = Arc::new(match &self.data_dir {
             Some(dir) => Store::open(self.history, dir)?,
             None => Store::with_limits(self.history),
@@ -734,10 +704,10 @@ impl ApiServerBuilder {
         let shared = Arc::new(Shared {
             logs: pod_logs.clone(),
             faults: faults::Faults::new(store.clone(), log.clone(), shutdown.clone()),
-            rbac: rbac::Authorizer::new(self.enforce_rbac, self.user_groups),
+            rbac: rbac::Authorizer::new(self.enforce_rbac, std::mem::take(&mut self.user_groups)),
             store: store.clone(),
             log,
-            tokens,
+            tokens: self.token_table(&token),
             unauthenticated_user: self.plain_http.then(|| rbac::ADMIN_USER.to_owned()),
             bookmark_interval: self.bookmark_interval,
             reject_send_initial_events: self.reject_send_initial_events,
@@ -768,20 +738,94 @@ impl ApiServerBuilder {
         }
         // Debug: the `apiserver` command prints the URL on stdout itself, once.
         tracing::debug!(%url, "embedded API server listening");
+        let node = self.spawn_controllers(&store, tls.as_ref(), &pod_logs, &shutdown, &tracker);
+        let handle = ApiServerHandle {
+            url,
+            token,
+            client_ca: tls.as_ref().map(|t| t.client_ca.clone()),
+            ca_pem: tls.map(|t| t.ca_pem),
+            shared,
+            tracker,
+            node,
+        };
+        self.write_requested_kubeconfig(&handle, addr).await?;
+        Ok(handle)
+    }
+
+    /// Step one of starting: refuses an unsafe combination (real processes on a reachable
+    /// address with no RBAC), then binds the listening socket and reads back its address.
+    async fn bind(&self) -> Result<(TcpListener, SocketAddr), StartError> {
+        if self.simulate
+            && self.node_runtime == runtime::NodeRuntime::Process
+            && !self.listen.ip().is_loopback()
+            && !self.enforce_rbac
+        {
+            return Err(StartError::UnsafeRuntime { addr: self.listen });
+        }
+        let listener = TcpListener::bind(self.listen)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: self.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: self.listen,
+            source,
+        })?;
+        Ok((listener, addr))
+    }
+
+    /// The admin token: the one configured, else the one kept from an earlier run, else a
+    /// fresh random one.
+    fn admin_token(&mut self) -> Result<String, StartError> {
+        // The admin token survives restarts with the state it guards: kept in the cert
+        // directory (or the data directory), so kubeconfigs handed out before still work.
+        Ok(
+            match (
+                self.token.take(),
+                self.cert_dir.as_ref().or(self.data_dir.as_ref()),
+            ) {
+                (Some(t), _) => t,
+                (None, Some(dir)) => persisted_token(dir)?,
+                (None, None) => auth::random_token(),
+            },
+        )
+    }
+
+    /// The bearer tokens the server accepts: the admin token, then the extra ones configured.
+    fn token_table(&mut self, token: &str) -> auth::TokenTable {
+        let mut tokens = auth::TokenTable::default();
+        tokens.insert(token.to_owned(), "admin");
+        for (t, u) in std::mem::take(&mut self.extra_tokens) {
+            tokens.insert(t, u);
+        }
+        tokens
+    }
+
+    /// Starts the background controllers that are switched on: the garbage collector, the
+    /// service-account controllers and, when simulating, the node (simulated or real
+    /// processes), the Job controller and the workload controllers. Returns the node's control.
+    fn spawn_controllers(
+        &self,
+        store: &Arc<Store>,
+        tls: Option<&tls::ServerTls>,
+        pod_logs: &Arc<logs::LogStore>,
+        shutdown: &CancellationToken,
+        tracker: &TaskTracker,
+    ) -> kubelet::NodeControl {
         let clock = background::VirtualClock::new();
         let node = kubelet::NodeControl::default();
         if self.garbage_collector {
-            gc::spawn(store.clone(), shutdown.clone(), &tracker);
+            gc::spawn(store.clone(), shutdown.clone(), tracker);
         }
         if self.service_account_controller || self.root_ca_publisher {
             bootstrap::spawn_service_accounts(
                 store.clone(),
                 self.service_account_controller,
-                tls.as_ref()
-                    .filter(|_| self.root_ca_publisher)
+                tls.filter(|_| self.root_ca_publisher)
                     .map(|t| t.ca_pem.clone()),
                 shutdown.clone(),
-                &tracker,
+                tracker,
             );
         }
         if self.simulate {
@@ -795,7 +839,7 @@ impl ApiServerBuilder {
                     },
                     node.clone(),
                     shutdown.clone(),
-                    &tracker,
+                    tracker,
                 ),
                 runtime::NodeRuntime::Process => runtime::spawn(
                     store.clone(),
@@ -806,10 +850,10 @@ impl ApiServerBuilder {
                         logs: pod_logs.clone(),
                     },
                     shutdown.clone(),
-                    &tracker,
+                    tracker,
                 ),
             }
-            jobs::spawn(store.clone(), shutdown.clone(), &tracker);
+            jobs::spawn(store.clone(), shutdown.clone(), tracker);
             workloads::spawn(
                 store.clone(),
                 workloads::WorkloadConfig {
@@ -817,18 +861,20 @@ impl ApiServerBuilder {
                     clock,
                 },
                 shutdown.clone(),
-                &tracker,
+                tracker,
             );
         }
-        let handle = ApiServerHandle {
-            url,
-            token,
-            client_ca: tls.as_ref().map(|t| t.client_ca.clone()),
-            ca_pem: tls.map(|t| t.ca_pem),
-            shared,
-            tracker,
-            node,
-        };
+        node
+    }
+
+    /// The last step: writes the kubeconfig when one was asked for (for the admin token, or
+    /// for a client certificate). If that fails the server is shut down again and the error
+    /// returned.
+    async fn write_requested_kubeconfig(
+        &self,
+        handle: &ApiServerHandle,
+        addr: SocketAddr,
+    ) -> Result<(), StartError> {
         let written = match (&self.kubeconfig_path, &self.kubeconfig_client_cert) {
             (None, _) => Ok(()),
             (Some(path), None) => handle.write_kubeconfig(path),
@@ -852,7 +898,7 @@ impl ApiServerBuilder {
                 )),
             });
         }
-        Ok(handle)
+        Ok(())
     }
 }
 

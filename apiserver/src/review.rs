@@ -515,29 +515,7 @@ pub fn create(
     let kind = target.kind;
     let mut obj = intake(kind, body)?;
     if kind == ReviewKind::LocalSubjectAccessReview {
-        // The generic create handler: an object without a namespace takes the URL's, one with
-        // another namespace is refused.
-        let url_ns = target.namespace.clone().unwrap_or_default();
-        let meta = obj
-            .entry("metadata")
-            .or_insert_with(|| json!({}))
-            .as_object_mut()
-            .map(|m| {
-                let ns = m.get("namespace").and_then(Value::as_str).unwrap_or("");
-                if !ns.is_empty() && ns != url_ns {
-                    return Err(ApiError::bad_request(
-                        "the namespace of the provided object does not match the namespace sent on the request",
-                    ));
-                }
-                m.insert("namespace".into(), json!(url_ns));
-                Ok(())
-            });
-        match meta {
-            Some(r) => r?,
-            None => {
-                obj.insert("metadata".into(), json!({"namespace": url_ns}));
-            }
-        }
+        take_url_namespace(&mut obj, target)?;
     }
     let spec: Map<String, Value> = match obj.get("spec") {
         Some(Value::Object(s)) => s.clone(),
@@ -577,49 +555,7 @@ pub fn create(
             access_status(az, st, user, &attrs)
         }
         ReviewKind::SubjectAccessReview | ReviewKind::LocalSubjectAccessReview => {
-            let attrs = spec_attributes(kind, &spec, &mut causes)?;
-            let subject = spec_subject(&spec, &mut causes)?;
-            let local = kind == ReviewKind::LocalSubjectAccessReview;
-            let meta = meaningful_metadata(&obj, local);
-            if !meta.is_empty() {
-                let what = if local {
-                    "must be empty except for namespace"
-                } else {
-                    "must be empty"
-                };
-                causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    "metadata",
-                    format!("Invalid value: {}: {what}", show(&Value::Object(meta))),
-                ));
-            }
-            if local {
-                let ns = target.namespace.as_deref().unwrap_or_default();
-                if attrs.resource_request && attrs.namespace != ns {
-                    causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        "spec.resourceAttributes.namespace",
-                        format!(
-                            "Invalid value: {:?}: must match metadata.namespace",
-                            attrs.namespace
-                        ),
-                    ));
-                }
-                if let Some(Value::Object(n)) = spec.get("nonResourceAttributes") {
-                    causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        "spec.nonResourceAttributes",
-                        format!(
-                            "Invalid value: {}: disallowed on this kind of request",
-                            show_non_resource(n)
-                        ),
-                    ));
-                }
-            }
-            if !causes.is_empty() {
-                return Err(invalid(kind, causes));
-            }
-            access_status(az, st, &subject, &attrs)
+            subject_access_status(az, st, target, &obj, &spec)?
         }
     };
     // Go encodes an empty ObjectMeta with a null creationTimestamp.
@@ -629,6 +565,89 @@ pub fn create(
     }
     obj.insert("status".into(), status);
     Ok(Value::Object(obj))
+}
+
+/// A LocalSubjectAccessReview's namespace, as the generic create handler sets it: an object
+/// without a namespace takes the URL's, one with another namespace is refused.
+fn take_url_namespace(obj: &mut Map<String, Value>, target: &ReviewTarget) -> Result<(), ApiError> {
+    let url_ns = target.namespace.clone().unwrap_or_default();
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .map(|m| {
+            let ns = m.get("namespace").and_then(Value::as_str).unwrap_or("");
+            if !ns.is_empty() && ns != url_ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            m.insert("namespace".into(), json!(url_ns));
+            Ok(())
+        });
+    match meta {
+        Some(r) => r?,
+        None => {
+            obj.insert("metadata".into(), json!({"namespace": url_ns}));
+        }
+    }
+    Ok(())
+}
+
+/// The status of a SubjectAccessReview (or its namespaced kind, the local one): the spec's
+/// attributes and subject, and the metadata, checked, then the subject's access decided.
+fn subject_access_status(
+    az: &Authorizer,
+    st: &State,
+    target: &ReviewTarget,
+    obj: &Map<String, Value>,
+    spec: &Map<String, Value>,
+) -> Result<Value, ApiError> {
+    let kind = target.kind;
+    let mut causes = vec![];
+    let attrs = spec_attributes(kind, spec, &mut causes)?;
+    let subject = spec_subject(spec, &mut causes)?;
+    let local = kind == ReviewKind::LocalSubjectAccessReview;
+    let meta = meaningful_metadata(obj, local);
+    if !meta.is_empty() {
+        let what = if local {
+            "must be empty except for namespace"
+        } else {
+            "must be empty"
+        };
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            "metadata",
+            format!("Invalid value: {}: {what}", show(&Value::Object(meta))),
+        ));
+    }
+    if local {
+        let ns = target.namespace.as_deref().unwrap_or_default();
+        if attrs.resource_request && attrs.namespace != ns {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                "spec.resourceAttributes.namespace",
+                format!(
+                    "Invalid value: {:?}: must match metadata.namespace",
+                    attrs.namespace
+                ),
+            ));
+        }
+        if let Some(Value::Object(n)) = spec.get("nonResourceAttributes") {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                "spec.nonResourceAttributes",
+                format!(
+                    "Invalid value: {}: disallowed on this kind of request",
+                    show_non_resource(n)
+                ),
+            ));
+        }
+    }
+    if !causes.is_empty() {
+        return Err(invalid(kind, causes));
+    }
+    Ok(access_status(az, st, &subject, &attrs))
 }
 
 #[cfg(test)]

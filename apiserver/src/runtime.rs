@@ -846,27 +846,7 @@ async fn run_once(
     buf: &Arc<LogBuffer>,
     kill: &Kill,
 ) -> Exit {
-    let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .env_clear()
-        .env("PATH", CHILD_PATH)
-        .env("HOME", "/")
-        .env("HOSTNAME", &key.1);
-    for e in c["env"].as_array().into_iter().flatten() {
-        if let (Some(n), Some(v)) = (e["name"].as_str(), e["value"].as_str()) {
-            cmd.env(n, v);
-        }
-    }
-    if let Some(dir) = c["workingDir"].as_str()
-        && std::path::Path::new(dir).is_dir()
-    {
-        cmd.current_dir(dir);
-    }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    let mut cmd = container_command(key, c, argv);
     let started_at = ctx.now();
     let mut child = match cmd.spawn() {
         Ok(child) => child,
@@ -895,47 +875,8 @@ async fn run_once(
     };
     let pid = child.id().unwrap_or(0);
     tracing::debug!(namespace = %key.0, pod = %key.1, container = name, pid, "container started");
-    set_running(
-        ctx,
-        key,
-        uid,
-        name,
-        &started_at,
-        &format!("process://{pid}"),
-    );
-    event(
-        ctx,
-        key,
-        uid,
-        Some(name),
-        "Normal",
-        "Created",
-        &format!("Created container: {name}"),
-    );
-    event(
-        ctx,
-        key,
-        uid,
-        Some(name),
-        "Normal",
-        "Started",
-        &format!("Started container {name}"),
-    );
-    let clock = ctx.config.clock;
-    let readers: Vec<JoinHandle<()>> = [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|pipe| tokio::spawn(capture(pipe, buf.clone(), clock)))
-    .collect();
+    set_running_with_events(ctx, key, uid, name, &started_at, pid);
+    let readers = capture_output(&mut child, buf, ctx.config.clock);
     let status = tokio::select! {
         s = child.wait() => s,
         _ = kill.token.cancelled() => terminate(&mut child, pid, kill.grace()).await,
@@ -960,6 +901,88 @@ async fn run_once(
         message: None,
         started_at,
     }
+}
+
+/// The command a container runs: its argv, a clean environment (PATH, HOME, HOSTNAME and the
+/// container's own `env` values), its working directory when it exists, no stdin, output
+/// piped, in a process group of its own and killed if dropped.
+fn container_command(key: &Key, c: &Value, argv: &[String]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .env("PATH", CHILD_PATH)
+        .env("HOME", "/")
+        .env("HOSTNAME", &key.1);
+    for e in c["env"].as_array().into_iter().flatten() {
+        if let (Some(n), Some(v)) = (e["name"].as_str(), e["value"].as_str()) {
+            cmd.env(n, v);
+        }
+    }
+    if let Some(dir) = c["workingDir"].as_str()
+        && std::path::Path::new(dir).is_dir()
+    {
+        cmd.current_dir(dir);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Marks a started container running (its container ID names the process) and records the
+/// `Created` and `Started` events.
+fn set_running_with_events(
+    ctx: &Ctx,
+    key: &Key,
+    uid: &str,
+    name: &str,
+    started_at: &str,
+    pid: u32,
+) {
+    set_running(ctx, key, uid, name, started_at, &format!("process://{pid}"));
+    event(
+        ctx,
+        key,
+        uid,
+        Some(name),
+        "Normal",
+        "Created",
+        &format!("Created container: {name}"),
+    );
+    event(
+        ctx,
+        key,
+        uid,
+        Some(name),
+        "Normal",
+        "Started",
+        &format!("Started container {name}"),
+    );
+}
+
+/// Starts copying the child's stdout and stderr into the container's log; the handles end
+/// when the pipes close.
+fn capture_output(
+    child: &mut tokio::process::Child,
+    buf: &Arc<LogBuffer>,
+    clock: VirtualClock,
+) -> Vec<JoinHandle<()>> {
+    [
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|pipe| tokio::spawn(capture(pipe, buf.clone(), clock)))
+    .collect()
 }
 
 /// Copies one pipe into the log, line by line.

@@ -322,6 +322,26 @@ fn allocate(
 ) -> Result<(), ApiError> {
     let spec = &mut obj["spec"];
     let ty = str_at(spec, "type").to_owned();
+    allocate_cluster_ip(st, spec, &ty, skip, old, errs)?;
+    let wants_node_ports = ty == "NodePort"
+        || (ty == "LoadBalancer" && spec["allocateLoadBalancerNodePorts"] != json!(false));
+    if !wants_node_ports {
+        return Ok(());
+    }
+    allocate_node_ports(st, spec, skip, old, errs)
+}
+
+/// The cluster IP of a Service `spec` of type `ty`: a free one picked when none is asked for,
+/// the requested one checked (a valid address, in the range, free) when it is new, `None` for
+/// a headless Service; an ExternalName Service gets none.
+fn allocate_cluster_ip(
+    st: &State,
+    spec: &mut Value,
+    ty: &str,
+    skip: Option<(&str, &str)>,
+    old: Option<&Value>,
+    errs: &mut Vec<FieldError>,
+) -> Result<(), ApiError> {
     if ty != "ExternalName" && !is_headless(spec) {
         let requested = first_cluster_ip(spec);
         let old_ip = old
@@ -379,11 +399,18 @@ fn allocate(
         spec["clusterIP"] = json!("None");
         spec["clusterIPs"] = json!(["None"]);
     }
-    let wants_node_ports = ty == "NodePort"
-        || (ty == "LoadBalancer" && spec["allocateLoadBalancerNodePorts"] != json!(false));
-    if !wants_node_ports {
-        return Ok(());
-    }
+    Ok(())
+}
+
+/// The node ports of a Service `spec`: the requested ones checked first (in the range, not
+/// taken; the ones it already had are kept), then a free one picked for each port without one.
+fn allocate_node_ports(
+    st: &State,
+    spec: &mut Value,
+    skip: Option<(&str, &str)>,
+    old: Option<&Value>,
+    errs: &mut Vec<FieldError>,
+) -> Result<(), ApiError> {
     let mut used = used_node_ports(st, skip);
     let old_ports: Vec<i64> = old
         .and_then(|o| o["spec"]["ports"].as_array())

@@ -1425,41 +1425,8 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
         .get(&def.storage, t.ns_key(), &name)
         .cloned()
         .ok_or_else(|| t.not_found())?;
-    if let Some(uid) = &opts.precondition_uid
-        && uid != meta_str(&old, "uid")
-    {
-        return Err(ApiError::conflict_because(
-            &def.plural,
-            &def.group,
-            &name,
-            &format!(
-                "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
-                meta_str(&old, "uid")
-            ),
-        ));
-    }
-    if let Some(rv) = &opts.precondition_rv
-        && rv != meta_str(&old, "resourceVersion")
-    {
-        return Err(ApiError::conflict_because(
-            &def.plural,
-            &def.group,
-            &name,
-            &format!(
-                "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
-                meta_str(&old, "resourceVersion")
-            ),
-        ));
-    }
+    check_delete_preconditions(&def, &name, &old, opts)?;
     let is_namespace = def.group.is_empty() && def.plural == "namespaces";
-    if is_namespace && IMMORTAL_NAMESPACES.contains(&name.as_str()) {
-        return Err(ApiError::forbidden(
-            &def.plural,
-            &def.group,
-            &name,
-            "this namespace may not be deleted",
-        ));
-    }
     let deleted_answer = |obj: &Value| -> Value {
         if def.return_deleted_object {
             present(&def, obj)
@@ -1470,36 +1437,11 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
     let already_deleting = !meta_str(&old, "deletionTimestamp").is_empty();
     let mut obj = old.clone();
     if !already_deleting {
-        match opts.propagation.as_deref() {
-            Some("Orphan") => {
-                remove_finalizer(&mut obj, "foregroundDeletion");
-                add_finalizer(&mut obj, "orphan");
-            }
-            Some("Foreground") => {
-                remove_finalizer(&mut obj, "orphan");
-                add_finalizer(&mut obj, "foregroundDeletion");
-            }
-            _ => {}
-        }
+        apply_propagation(&mut obj, opts.propagation.as_deref());
     }
     let is_pod = def.group.is_empty() && def.plural == "pods";
     let grace = if is_pod {
-        let g = opts
-            .grace_period
-            .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
-            .unwrap_or(30);
-        let phase = obj["status"]["phase"].as_str().unwrap_or_default();
-        let unscheduled = obj["spec"]["nodeName"]
-            .as_str()
-            .unwrap_or_default()
-            .is_empty();
-        if unscheduled || phase == "Succeeded" || phase == "Failed" {
-            0
-        } else if g < 0 {
-            1
-        } else {
-            g
-        }
+        pod_grace_period(&obj, opts)
     } else {
         0
     };
@@ -1553,6 +1495,89 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
     }
     let removed = remove_object(st, &def, t.ns_key(), &name, None).unwrap_or(old);
     Ok((200, deleted_answer(&removed)))
+}
+
+/// The checks before a DELETE touches anything: the preconditions on UID and
+/// resourceVersion the client sent, and the namespaces that may never be deleted.
+fn check_delete_preconditions(
+    def: &ResourceDef,
+    name: &str,
+    old: &Value,
+    opts: &DeleteOptions,
+) -> Result<(), ApiError> {
+    if let Some(uid) = &opts.precondition_uid
+        && uid != meta_str(old, "uid")
+    {
+        return Err(ApiError::conflict_because(
+            &def.plural,
+            &def.group,
+            name,
+            &format!(
+                "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                meta_str(old, "uid")
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.precondition_rv
+        && rv != meta_str(old, "resourceVersion")
+    {
+        return Err(ApiError::conflict_because(
+            &def.plural,
+            &def.group,
+            name,
+            &format!(
+                "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                meta_str(old, "resourceVersion")
+            ),
+        ));
+    }
+    let is_namespace = def.group.is_empty() && def.plural == "namespaces";
+    if is_namespace && IMMORTAL_NAMESPACES.contains(&name) {
+        return Err(ApiError::forbidden(
+            &def.plural,
+            &def.group,
+            name,
+            "this namespace may not be deleted",
+        ));
+    }
+    Ok(())
+}
+
+/// Applies the propagation policy to an object about to be deleted: `Orphan` and
+/// `Foreground` each put their finalizer on it (and take the other's off).
+fn apply_propagation(obj: &mut Value, propagation: Option<&str>) {
+    match propagation {
+        Some("Orphan") => {
+            remove_finalizer(obj, "foregroundDeletion");
+            add_finalizer(obj, "orphan");
+        }
+        Some("Foreground") => {
+            remove_finalizer(obj, "orphan");
+            add_finalizer(obj, "foregroundDeletion");
+        }
+        _ => {}
+    }
+}
+
+/// A pod's grace period: the one asked for, else its `terminationGracePeriodSeconds`, else
+/// 30 s; 0 for a pod that never ran or has finished, and 1 for a negative one.
+fn pod_grace_period(obj: &Value, opts: &DeleteOptions) -> i64 {
+    let g = opts
+        .grace_period
+        .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
+        .unwrap_or(30);
+    let phase = obj["status"]["phase"].as_str().unwrap_or_default();
+    let unscheduled = obj["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty();
+    if unscheduled || phase == "Succeeded" || phase == "Failed" {
+        0
+    } else if g < 0 {
+        1
+    } else {
+        g
+    }
 }
 
 /// DELETE on a collection: every object matching the list options, each with the rules of

@@ -185,6 +185,41 @@ impl WatchState {
         ns_ok && self.selection.matches(obj)
     }
 
+    /// Queues the events the watch opens with: the initial ADDED events (and the bookmark that
+    /// ends them, when asked), the "too old" error, or nothing yet for a version still to come.
+    fn queue_start(
+        &mut self,
+        start: Start,
+        initial: &[Arc<Value>],
+        send_initial: bool,
+        opts: &ListOptions,
+    ) {
+        match start {
+            Start::From(n) => {
+                self.last_rv = n;
+                for obj in initial {
+                    if self.in_scope(obj) {
+                        self.push_object("ADDED", obj);
+                    }
+                }
+                if send_initial && opts.send_initial_events == Some(true) && opts.allow_bookmarks {
+                    self.push_bookmark(true);
+                }
+                // Changes that landed between the snapshot and now are picked up by catch_up.
+                self.catch_up();
+            }
+            Start::Expired(n, compacted) => {
+                self.push_error(&ApiError::expired(format!(
+                    "too old resource version: {n} ({compacted})"
+                )));
+            }
+            Start::Future(n) => {
+                self.last_rv = n;
+                self.waiting_for = Some((n, Instant::now() + TOO_LARGE_WAIT));
+            }
+        }
+    }
+
     /// Whether a stored object must go through the converter first.
     fn needs_conversion(&self, stored: &Value) -> bool {
         self.converter.is_some()
@@ -400,14 +435,7 @@ pub fn start(
         ));
     }
     let selection = Selection::parse(&t.def, opts, t.name.as_deref())?;
-    let rv_param = opts.resource_version.as_str();
-    let requested = if rv_param.is_empty() || rv_param == "0" {
-        None
-    } else {
-        Some(rv_param.parse::<u64>().map_err(|_| {
-            ApiError::bad_request(format!("invalid resource version: {rv_param:?}"))
-        })?)
-    };
+    let requested = requested_version(opts)?;
     let send_initial = match opts.send_initial_events {
         Some(b) => b,
         None => requested.is_none(),
@@ -421,29 +449,7 @@ pub fn start(
         settings.bookmark_interval.max(Duration::from_millis(1)),
     );
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Snapshot and subscription under one lock: no change can fall between them.
-    let (initial, start, rx) = store.read(|s| {
-        let rx = store_subscribe(&store);
-        let current = s.resource_version();
-        let start = match requested {
-            Some(n) if n > current => Start::Future(n),
-            Some(n) if n < s.compacted_revision() && !send_initial => {
-                Start::Expired(n, s.compacted_revision())
-            }
-            Some(n) if !send_initial => Start::From(n),
-            _ => Start::From(current),
-        };
-        // Shared, not copied: the initial events are serialized from the stored objects.
-        let initial: Vec<Arc<Value>> = if send_initial {
-            s.list_shared(&t.def.storage, None)
-                .into_iter()
-                .cloned()
-                .collect()
-        } else {
-            vec![]
-        };
-        (initial, start, rx)
-    });
+    let (initial, start, rx) = snapshot(&store, t, requested, send_initial);
     let mut state = WatchState {
         store,
         def: t.def.clone(),
@@ -468,31 +474,62 @@ pub fn start(
         done: false,
         served_as: format!("{}/{}", t.def.api_version(), t.def.kind),
     };
-    match start {
-        Start::From(n) => {
-            state.last_rv = n;
-            for obj in &initial {
-                if state.in_scope(obj) {
-                    state.push_object("ADDED", obj);
-                }
-            }
-            if send_initial && opts.send_initial_events == Some(true) && opts.allow_bookmarks {
-                state.push_bookmark(true);
-            }
-            // Changes that landed between the snapshot and now are picked up by catch_up.
-            state.catch_up();
-        }
-        Start::Expired(n, compacted) => {
-            state.push_error(&ApiError::expired(format!(
-                "too old resource version: {n} ({compacted})"
-            )));
-        }
-        Start::Future(n) => {
-            state.last_rv = n;
-            state.waiting_for = Some((n, Instant::now() + TOO_LARGE_WAIT));
-        }
+    state.queue_start(start, &initial, send_initial, opts);
+    Ok(StreamBody::new(frames(state)))
+}
+
+/// Reads the request's `resourceVersion`: empty or "0" means "from now" (`None`), anything
+/// else must be a number.
+fn requested_version(opts: &ListOptions) -> Result<Option<u64>, ApiError> {
+    let rv_param = opts.resource_version.as_str();
+    if rv_param.is_empty() || rv_param == "0" {
+        return Ok(None);
     }
-    let stream = futures_util::stream::unfold(state, |mut st| async move {
+    let n = rv_param
+        .parse::<u64>()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv_param:?}")))?;
+    Ok(Some(n))
+}
+
+/// Takes the snapshot the watch starts from: where it starts, the objects of its initial
+/// events (when it sends them) and a subscription to later changes.
+fn snapshot(
+    store: &Arc<Store>,
+    t: &Target,
+    requested: Option<u64>,
+    send_initial: bool,
+) -> (Vec<Arc<Value>>, Start, tokio_watch::Receiver<u64>) {
+    // Snapshot and subscription under one lock: no change can fall between them.
+    store.read(|s| {
+        let rx = store_subscribe(store);
+        let current = s.resource_version();
+        let start = match requested {
+            Some(n) if n > current => Start::Future(n),
+            Some(n) if n < s.compacted_revision() && !send_initial => {
+                Start::Expired(n, s.compacted_revision())
+            }
+            Some(n) if !send_initial => Start::From(n),
+            _ => Start::From(current),
+        };
+        // Shared, not copied: the initial events are serialized from the stored objects.
+        let initial: Vec<Arc<Value>> = if send_initial {
+            s.list_shared(&t.def.storage, None)
+                .into_iter()
+                .cloned()
+                .collect()
+        } else {
+            vec![]
+        };
+        (initial, start, rx)
+    })
+}
+
+/// Turns the watch's state into the stream of response frames: ready events go out as they
+/// are, events to convert are converted first, and an empty queue waits for the next batch.
+fn frames(
+    state: WatchState,
+) -> impl Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + use<> {
+    futures_util::stream::unfold(state, |mut st| async move {
         loop {
             match st.pending.pop_front() {
                 Some(Pending::Ready(b)) => {
@@ -526,8 +563,7 @@ pub fn start(
             }
             st.next_batch().await;
         }
-    });
-    Ok(StreamBody::new(stream))
+    })
 }
 
 fn store_subscribe(store: &Store) -> tokio_watch::Receiver<u64> {

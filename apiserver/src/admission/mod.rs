@@ -409,6 +409,8 @@ impl From<ApiError> for Retry {
     }
 }
 
+/// One attempt at a write through admission: the webhooks that apply, the object they are
+/// shown, the mutating webhooks, a dry run, the validating webhooks, then the write itself.
 async fn admit_once(
     shared: &Arc<Shared>,
     target: &Target,
@@ -420,19 +422,7 @@ async fn admit_once(
         Write::Delete(o) => o.dry_run,
         _ => query.dry_run(),
     };
-    // The webhooks that could apply and, only when one does, the current object as served at
-    // this endpoint (a copy: most writes meet no webhook and need none).
-    let (old, mutating, validating) = shared.store.read(|st| {
-        let exists = target.stored(st).is_some();
-        let op = operation(write, exists);
-        let m = choose(st, load(st, Kind::Mutating), target, op);
-        let v = choose(st, load(st, Kind::Validating), target, op);
-        let old = (exists && !(m.is_empty() && v.is_empty()))
-            .then(|| verbs::get(st, target, &Query::default()).ok())
-            .flatten()
-            .map(|(_, o)| o);
-        (old, m, v)
-    });
+    let (old, mutating, validating) = shared.store.read(|st| candidates(st, target, write));
     if mutating.is_empty() && validating.is_empty() {
         return Ok(crate::conversion::run(shared, target, write, query, false).await?);
     }
@@ -450,37 +440,15 @@ async fn admit_once(
         dry_run,
         options: request_options(write, operation, query, dry_run),
     };
+    if let Write::Patch(ty, _) = write
+        && !matches!(ty, PatchType::Apply)
+        && old.is_none()
+    {
+        // Not found: the plain verb answers 404.
+        return Ok(crate::conversion::run(shared, target, write, query, false).await?);
+    }
     // The object as the client asked for it, before the server's own preparation.
-    let mut object: Option<Value> = match write {
-        Write::Create(b) | Write::Update(b) => {
-            let mut b = b.clone();
-            if target.def.namespaced
-                && let Some(ns) = &target.namespace
-                && b.is_object()
-                && b["metadata"]["namespace"]
-                    .as_str()
-                    .is_none_or(str::is_empty)
-            {
-                b["metadata"]["namespace"] = json!(ns);
-            }
-            Some(b)
-        }
-        Write::Patch(PatchType::Apply, _) => Some(
-            crate::conversion::run(shared, target, write, query, true)
-                .await?
-                .1,
-        ),
-        Write::Patch(ty, p) => {
-            let Some(base) = old.clone() else {
-                // Not found: the plain verb answers 404.
-                return Ok(crate::conversion::run(shared, target, write, query, false).await?);
-            };
-            let mut view = base;
-            verbs::apply_patch_body(*ty, &mut view, p)?;
-            Some(view)
-        }
-        Write::Delete(_) => None,
-    };
+    let mut object = requested_object(shared, target, write, query, old.as_ref()).await?;
     // 2. Mutating webhooks, in order; then the IfNeeded ones again if a later one changed the
     // object they saw.
     let before = object.clone();
@@ -533,6 +501,67 @@ async fn admit_once(
     crate::conversion::run(shared, target, &effective, query, false)
         .await
         .map_err(conflict)
+}
+
+/// The webhooks that could apply to a write (mutating, validating) and, only when one does,
+/// the current object as served at this endpoint (a copy: most writes meet no webhook and
+/// need none).
+fn candidates(
+    st: &State,
+    target: &Target,
+    write: &Write,
+) -> (Option<Value>, Vec<Chosen>, Vec<Chosen>) {
+    let exists = target.stored(st).is_some();
+    let op = operation(write, exists);
+    let m = choose(st, load(st, Kind::Mutating), target, op);
+    let v = choose(st, load(st, Kind::Validating), target, op);
+    let old = (exists && !(m.is_empty() && v.is_empty()))
+        .then(|| verbs::get(st, target, &Query::default()).ok())
+        .flatten()
+        .map(|(_, o)| o);
+    (old, m, v)
+}
+
+/// The object the webhooks are shown, as the client asked for it (before the server's own
+/// preparation): the body of a create or update (with the URL's namespace), the result of a
+/// server-side apply as a dry run, the old object with a patch applied; none for a delete.
+async fn requested_object(
+    shared: &Arc<Shared>,
+    target: &Target,
+    write: &Write,
+    query: &Query,
+    old: Option<&Value>,
+) -> Result<Option<Value>, ApiError> {
+    Ok(match write {
+        Write::Create(b) | Write::Update(b) => {
+            let mut b = b.clone();
+            if target.def.namespaced
+                && let Some(ns) = &target.namespace
+                && b.is_object()
+                && b["metadata"]["namespace"]
+                    .as_str()
+                    .is_none_or(str::is_empty)
+            {
+                b["metadata"]["namespace"] = json!(ns);
+            }
+            Some(b)
+        }
+        Write::Patch(PatchType::Apply, _) => Some(
+            crate::conversion::run(shared, target, write, query, true)
+                .await?
+                .1,
+        ),
+        // A patch needs the object it patches (the caller answered the missing one).
+        Write::Patch(ty, p) => match old {
+            Some(base) => {
+                let mut view = base.clone();
+                verbs::apply_patch_body(*ty, &mut view, p)?;
+                Some(view)
+            }
+            None => None,
+        },
+        Write::Delete(_) => None,
+    })
 }
 
 /// The `options` of an `AdmissionReview` request: the `DeleteOptions`, `CreateOptions` or

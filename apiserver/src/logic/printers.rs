@@ -390,83 +390,23 @@ pub fn crd_columns(printer_columns: &Value) -> Vec<ColumnDef> {
     columns
 }
 
+/// A pod's Ready count, container total, Status text, restart count and last restart, as the
+/// real server's pod printer works them out (`printPod`).
 fn pod_status(pod: &Value) -> (usize, usize, String, i64, Option<Timestamp>) {
     let spec = pod.get("spec").unwrap_or(&Value::Null);
     let status = pod.get("status").unwrap_or(&Value::Null);
-    let arr = |v: &Value, k: &str| {
-        v.get(k)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
+    let total = array_at(spec, "containers").len();
+    let mut summary = PodSummary {
+        ready: 0,
+        restarts: 0,
+        last_restart: None,
+        reason: str_at(status, "/phase"),
     };
-    let s = |v: &Value, p: &str| {
-        v.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let total = arr(spec, "containers").len();
-    let mut ready = 0;
-    let mut restarts = 0i64;
-    let mut last_restart: Option<Timestamp> = None;
-    let mut reason = s(status, "/phase");
-    if !s(status, "/reason").is_empty() {
-        reason = s(status, "/reason");
+    if !str_at(status, "/reason").is_empty() {
+        summary.reason = str_at(status, "/reason");
     }
-    let track = |c: &Value, last: &mut Option<Timestamp>| {
-        if let Some(t) = c
-            .pointer("/lastState/terminated/finishedAt")
-            .and_then(Value::as_str)
-            .and_then(|t| t.parse::<Timestamp>().ok())
-            && last.is_none_or(|l| t > l)
-        {
-            *last = Some(t);
-        }
-    };
-    let init_specs = arr(spec, "initContainers");
-    let mut initializing = false;
-    let mut sidecar_restarts = 0i64;
-    for (i, c) in arr(status, "initContainerStatuses").iter().enumerate() {
-        let count = c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
-        restarts += count;
-        track(c, &mut last_restart);
-        let name = c.get("name");
-        let sidecar = init_specs.iter().any(|sp| {
-            sp.get("name") == name
-                && sp.get("restartPolicy").and_then(Value::as_str) == Some("Always")
-        });
-        if sidecar {
-            sidecar_restarts += count;
-        }
-        let exit = c
-            .pointer("/state/terminated/exitCode")
-            .and_then(Value::as_i64);
-        let waiting = s(c, "/state/waiting/reason");
-        if exit == Some(0) || (sidecar && c.get("started").and_then(Value::as_bool) == Some(true)) {
-            continue;
-        }
-        if c.pointer("/state/terminated").is_some() {
-            let r = s(c, "/state/terminated/reason");
-            let signal = c
-                .pointer("/state/terminated/signal")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            reason = if !r.is_empty() {
-                format!("Init:{r}")
-            } else if signal != 0 {
-                format!("Init:Signal:{signal}")
-            } else {
-                format!("Init:ExitCode:{}", exit.unwrap_or(0))
-            };
-        } else if !waiting.is_empty() && waiting != "PodInitializing" {
-            reason = format!("Init:{waiting}");
-        } else {
-            reason = format!("Init:{i}/{}", init_specs.len());
-        }
-        initializing = true;
-        break;
-    }
-    let conditions = arr(status, "conditions");
+    let (initializing, sidecar_restarts) = summary.init_containers(spec, status);
+    let conditions = array_at(status, "conditions");
     let condition_true = |t: &str| {
         conditions.iter().any(|c| {
             c.get("type").and_then(Value::as_str) == Some(t)
@@ -474,19 +414,139 @@ fn pod_status(pod: &Value) -> (usize, usize, String, i64, Option<Timestamp>) {
         })
     };
     if !initializing || condition_true("Initialized") {
-        restarts = sidecar_restarts;
+        summary.restarts = sidecar_restarts;
+        let has_running = summary.containers(status);
+        if summary.reason == "Completed" && has_running {
+            summary.reason = if condition_true("Ready") {
+                "Running".into()
+            } else {
+                "NotReady".into()
+            };
+        }
+    }
+    let phase = str_at(status, "/phase");
+    if pod
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|d| !d.is_null())
+    {
+        if str_at(status, "/reason") == "NodeLost" {
+            summary.reason = "Unknown".into();
+        } else if phase != "Succeeded" && phase != "Failed" {
+            summary.reason = "Terminating".into();
+        }
+    }
+    let PodSummary {
+        ready,
+        restarts,
+        last_restart,
+        reason,
+    } = summary;
+    (ready, total, reason, restarts, last_restart)
+}
+
+/// The array under `key` (a copy), or an empty one.
+fn array_at(v: &Value, key: &str) -> Vec<Value> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The string at a JSON pointer, or "".
+fn str_at(v: &Value, pointer: &str) -> String {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+/// What [`pod_status`] gathers while it walks a pod's container statuses.
+struct PodSummary {
+    ready: usize,
+    restarts: i64,
+    last_restart: Option<Timestamp>,
+    reason: String,
+}
+
+impl PodSummary {
+    /// Keeps the latest `lastState.terminated.finishedAt` seen: the last restart.
+    fn track(&mut self, c: &Value) {
+        if let Some(t) = c
+            .pointer("/lastState/terminated/finishedAt")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            && self.last_restart.is_none_or(|l| t > l)
+        {
+            self.last_restart = Some(t);
+        }
+    }
+
+    /// Walks the init containers: counts their restarts, and the first one not done yet gives
+    /// the Status (`Init:<reason>`, `Init:ExitCode:<n>`, `Init:<i>/<n>`...). Returns whether
+    /// the pod is still initializing, and the restarts of its sidecars (init containers that
+    /// keep running).
+    fn init_containers(&mut self, spec: &Value, status: &Value) -> (bool, i64) {
+        let init_specs = array_at(spec, "initContainers");
+        let mut sidecar_restarts = 0i64;
+        for (i, c) in array_at(status, "initContainerStatuses").iter().enumerate() {
+            let count = c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+            self.restarts += count;
+            self.track(c);
+            let name = c.get("name");
+            let sidecar = init_specs.iter().any(|sp| {
+                sp.get("name") == name
+                    && sp.get("restartPolicy").and_then(Value::as_str) == Some("Always")
+            });
+            if sidecar {
+                sidecar_restarts += count;
+            }
+            let exit = c
+                .pointer("/state/terminated/exitCode")
+                .and_then(Value::as_i64);
+            let waiting = str_at(c, "/state/waiting/reason");
+            if exit == Some(0)
+                || (sidecar && c.get("started").and_then(Value::as_bool) == Some(true))
+            {
+                continue;
+            }
+            if c.pointer("/state/terminated").is_some() {
+                let r = str_at(c, "/state/terminated/reason");
+                let signal = c
+                    .pointer("/state/terminated/signal")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                self.reason = if !r.is_empty() {
+                    format!("Init:{r}")
+                } else if signal != 0 {
+                    format!("Init:Signal:{signal}")
+                } else {
+                    format!("Init:ExitCode:{}", exit.unwrap_or(0))
+                };
+            } else if !waiting.is_empty() && waiting != "PodInitializing" {
+                self.reason = format!("Init:{waiting}");
+            } else {
+                self.reason = format!("Init:{i}/{}", init_specs.len());
+            }
+            return (true, sidecar_restarts);
+        }
+        (false, sidecar_restarts)
+    }
+
+    /// Walks the app containers, last first: adds their restarts, counts the ready running
+    /// ones, and a waiting or terminated one gives the Status. Returns whether any is running.
+    fn containers(&mut self, status: &Value) -> bool {
         let mut has_running = false;
-        for c in arr(status, "containerStatuses").iter().rev() {
-            restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
-            track(c, &mut last_restart);
-            let waiting = s(c, "/state/waiting/reason");
+        for c in array_at(status, "containerStatuses").iter().rev() {
+            self.restarts += c.get("restartCount").and_then(Value::as_i64).unwrap_or(0);
+            self.track(c);
+            let waiting = str_at(c, "/state/waiting/reason");
             let terminated = c.pointer("/state/terminated");
             if !waiting.is_empty() {
-                reason = waiting;
+                self.reason = waiting;
             } else if let Some(t) = terminated {
-                let r = s(t, "/reason");
+                let r = str_at(t, "/reason");
                 let signal = t.get("signal").and_then(Value::as_i64).unwrap_or(0);
-                reason = if !r.is_empty() {
+                self.reason = if !r.is_empty() {
                     r
                 } else if signal != 0 {
                     format!("Signal:{signal}")
@@ -500,29 +560,11 @@ fn pod_status(pod: &Value) -> (usize, usize, String, i64, Option<Timestamp>) {
                 && c.pointer("/state/running").is_some()
             {
                 has_running = true;
-                ready += 1;
+                self.ready += 1;
             }
         }
-        if reason == "Completed" && has_running {
-            reason = if condition_true("Ready") {
-                "Running".into()
-            } else {
-                "NotReady".into()
-            };
-        }
+        has_running
     }
-    let phase = s(status, "/phase");
-    if pod
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|d| !d.is_null())
-    {
-        if s(status, "/reason") == "NodeLost" {
-            reason = "Unknown".into();
-        } else if phase != "Succeeded" && phase != "Failed" {
-            reason = "Terminating".into();
-        }
-    }
-    (ready, total, reason, restarts, last_restart)
 }
 
 /// The pod columns of the real server's printer: Name, Ready, Status, Restarts, Age, and at

@@ -986,6 +986,8 @@ pub fn check_structural(schema: &Value) -> Result<(), Vec<String>> {
     }
 }
 
+/// Checks one node of the schema, then the nodes under it. `specified`: the node is the schema
+/// of a field (or the root), not a branch of `allOf`, `anyOf`, `oneOf` or `not`.
 fn structural_node(schema: &Value, path: &str, specified: bool, errors: &mut Vec<String>) {
     let Some(map) = schema.as_object() else {
         errors.push(format!(
@@ -994,13 +996,53 @@ fn structural_node(schema: &Value, path: &str, specified: bool, errors: &mut Vec
         ));
         return;
     };
-    let at = |key: &str| {
-        if path.is_empty() {
-            key.to_string()
-        } else {
-            format!("{path}.{key}")
+    let at = |key: &str| key_path(path, key);
+    check_keywords(schema, map, path, errors);
+    check_type(schema, map, path, specified, errors);
+    if let Some(Value::Object(props)) = map.get("properties") {
+        for (name, sub) in props {
+            structural_node(sub, &format!("{}[{name}]", at("properties")), true, errors);
         }
-    };
+    }
+    if let Some(items) = map.get("items") {
+        if items.is_array() {
+            errors.push(format!(
+                "{}: Forbidden: items must be a schema object and not an array",
+                at("items")
+            ));
+        } else {
+            structural_node(items, &at("items"), true, errors);
+        }
+    }
+    if let Some(sub @ Value::Object(_)) = map.get("additionalProperties") {
+        structural_node(sub, &at("additionalProperties"), true, errors);
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        if let Some(Value::Array(subs)) = map.get(key) {
+            for (i, sub) in subs.iter().enumerate() {
+                // Value validations in logical junctors need not repeat the type.
+                structural_node(sub, &format!("{}[{i}]", at(key)), false, errors);
+            }
+        }
+    }
+    if let Some(not) = map.get("not") {
+        structural_node(not, &at("not"), false, errors);
+    }
+}
+
+/// Where `key` of the schema node at `path` is reported (`path.key`, or `key` at the root).
+fn key_path(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// The keywords a structural schema may not use (or not so): `$ref` and the like, unique
+/// items, `additionalProperties` with `properties` or set to false, and an invalid `pattern`.
+fn check_keywords(schema: &Value, map: &Map<String, Value>, path: &str, errors: &mut Vec<String>) {
+    let at = |key: &str| key_path(path, key);
     for forbidden in [
         "$ref",
         "definitions",
@@ -1045,6 +1087,18 @@ fn structural_node(schema: &Value, path: &str, specified: bool, errors: &mut Vec
             apimachinery::validation::go_quote(pattern)
         ));
     }
+}
+
+/// The node's `type`: required on a specified field (unless it is int-or-string or keeps
+/// unknown fields), empty for int-or-string, one of the JSON types, and an array needs `items`.
+fn check_type(
+    schema: &Value,
+    map: &Map<String, Value>,
+    path: &str,
+    specified: bool,
+    errors: &mut Vec<String>,
+) {
+    let at = |key: &str| key_path(path, key);
     let int_or_string = flag(schema, "x-kubernetes-int-or-string");
     let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields");
     let ty = map.get("type").and_then(Value::as_str);
@@ -1077,35 +1131,6 @@ fn structural_node(schema: &Value, path: &str, specified: bool, errors: &mut Vec
             "{}: Required value: must be specified",
             at("items")
         ));
-    }
-    if let Some(Value::Object(props)) = map.get("properties") {
-        for (name, sub) in props {
-            structural_node(sub, &format!("{}[{name}]", at("properties")), true, errors);
-        }
-    }
-    if let Some(items) = map.get("items") {
-        if items.is_array() {
-            errors.push(format!(
-                "{}: Forbidden: items must be a schema object and not an array",
-                at("items")
-            ));
-        } else {
-            structural_node(items, &at("items"), true, errors);
-        }
-    }
-    if let Some(sub @ Value::Object(_)) = map.get("additionalProperties") {
-        structural_node(sub, &at("additionalProperties"), true, errors);
-    }
-    for key in ["allOf", "anyOf", "oneOf"] {
-        if let Some(Value::Array(subs)) = map.get(key) {
-            for (i, sub) in subs.iter().enumerate() {
-                // Value validations in logical junctors need not repeat the type.
-                structural_node(sub, &format!("{}[{i}]", at(key)), false, errors);
-            }
-        }
-    }
-    if let Some(not) = map.get("not") {
-        structural_node(not, &at("not"), false, errors);
     }
 }
 
