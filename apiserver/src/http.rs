@@ -725,6 +725,14 @@ async fn serve_read(
     }
     class.verb = "list".into();
     let opts = ListOptions::parse(query, false)?;
+    if let Some(rv) = verbs::awaited_revision(&opts) {
+        // A revision the store has not reached yet: wait for it (bounded, holding no lock),
+        // then list; still too large after the wait is the 504 `verbs::list` answers.
+        shared
+            .store
+            .wait_for_revision(rv, super::watch::TOO_LARGE_WAIT)
+            .await;
+    }
     let result = shared.store.read(|s| verbs::list(s, target, &opts))?;
     let converted = super::conversion::webhook_of(def).is_some();
     if !wants_table && !converted && partial.is_none() {

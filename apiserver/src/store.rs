@@ -907,6 +907,16 @@ impl Store {
     pub fn resource_version(&self) -> u64 {
         self.read(|s| s.rv)
     }
+
+    /// Waits until the revision reaches `rv` or `timeout` passes, whichever comes first, and
+    /// answers whether it was reached. Holds no lock while it waits (the watch cache's
+    /// `waitUntilFreshAndBlock`, see [`TOO_LARGE_WAIT`](super::watch::TOO_LARGE_WAIT)).
+    pub async fn wait_for_revision(&self, rv: u64, timeout: std::time::Duration) -> bool {
+        let mut rx = self.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|current| *current >= rv))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
 }
 
 #[cfg(test)]

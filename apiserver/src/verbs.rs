@@ -233,6 +233,18 @@ fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
 /// revision. A token with `rv: 0` is invalid (`storage.DecodeContinue`'s `ErrInvalidStartRV`).
 /// A compacted exact `resourceVersion` stays the plain 410 "The resourceVersion for the
 /// provided list is too old.".
+///
+/// A `resourceVersion` above the current revision (as a minimum, `NotOlderThan` or a plain
+/// `resourceVersion=N`, or exact) is first waited for, as the watch cache's
+/// `waitUntilFreshAndBlock` does
+/// (`staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`): the HTTP layer waits up
+/// to `blockTimeout`, 3 s ([`awaited_revision`],
+/// [`Store::wait_for_revision`](super::store::Store::wait_for_revision)), holding no store lock,
+/// and lists as soon as a write reaches the revision. Past the wait, `list` answers what
+/// `storage.NewTooLargeResourceVersionError` (`staging/src/k8s.io/apiserver/pkg/storage/errors.go`)
+/// builds: 504 `Timeout`, "Timeout: Too large resource version: N, current: M", cause
+/// `ResourceVersionTooLarge`, `retryAfterSeconds: 1`. The request keeps its flow-control seat
+/// while it waits, as in kube-apiserver, where the APF filter wraps the handler that blocks.
 pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, ApiError> {
     let sel = Selection::parse(&t.def, opts, None)?;
     let current = st.resource_version();
@@ -332,6 +344,20 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
         continue_token,
         remaining,
     })
+}
+
+/// The revision a list asks for by its `resourceVersion` (minimum or exact, not `0`, not a
+/// `continue`), which the caller waits for up to [`TOO_LARGE_WAIT`](super::watch::TOO_LARGE_WAIT)
+/// before listing, as the watch cache does (see [`list`]). `None` for a list that needs no
+/// revision, or whose `resourceVersion` does not parse (`list` answers the 400).
+pub fn awaited_revision(opts: &ListOptions) -> Option<u64> {
+    if !opts.continue_token.is_empty() {
+        return None;
+    }
+    match opts.resource_version.as_str() {
+        "" | "0" => None,
+        rv => rv.parse().ok(),
+    }
 }
 
 fn check_not_too_large(n: u64, current: u64) -> Result<(), ApiError> {

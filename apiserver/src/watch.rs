@@ -85,7 +85,10 @@ use super::store::{Change, ChangeType, Store};
 use super::strategy::present;
 use super::verbs::{Selection, Target};
 
-/// How long a watch from a future revision waits for it before the 504 ERROR event.
+/// How long a watch or a list from a future revision waits for it before the 504 (an ERROR
+/// event for a watch): the watch cache's `blockTimeout`
+/// (`staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`), whose 504 carries
+/// `retryAfterSeconds: 1` (`resourceVersionTooHighRetrySeconds`).
 pub const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
 
 /// The most bytes of waiting events joined into one write (Go's HTTP/2 response writer
