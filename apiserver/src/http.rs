@@ -1039,7 +1039,7 @@ fn decode_object_any(content_type: &str, bytes: &[u8]) -> Result<Value, ApiError
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(bytes)
+    super::limits::json_from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding JSON request body: {e}")))
 }
 

@@ -637,6 +637,114 @@ async fn a_watcher_that_never_reads_is_closed_and_a_reading_one_is_not() {
     s.shutdown().await;
 }
 
+/// A CRD schema nested `depth` levels (`properties.a` all the way down) and an object that
+/// fills it.
+fn deep_crd_and_object(depth: usize) -> (Value, Value) {
+    let mut schema = json!({"type": "string"});
+    let mut value = json!("leaf");
+    for _ in 0..depth {
+        schema = json!({"type": "object", "properties": {"a": schema}});
+        value = json!({"a": value});
+    }
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "deeps.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "deeps", "singular": "deep", "kind": "Deep", "listKind": "DeepList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": schema}}}}]
+        }
+    });
+    let obj = json!({"apiVersion": "example.com/v1", "kind": "Deep",
+                     "metadata": {"name": "d"}, "spec": value});
+    (crd, obj)
+}
+
+/// A CRD whose schema is nested 70 levels is accepted and its objects are served, as
+/// kube-apiserver does; so is a 500-deep object, near the bound; a 100,000-deep JSON body is
+/// still refused, by the depth pre-scan.
+#[tokio::test]
+async fn a_crd_schema_seventy_levels_deep_is_served() {
+    let s = start().await;
+    let c = Plain::new(&s, false);
+    let (crd, obj) = deep_crd_and_object(70);
+    let (code, body) = c
+        .json(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            "application/json",
+            &crd,
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let deeps = "/apis/example.com/v1/namespaces/default/deeps";
+    let mut created = (0, Value::Null);
+    for _ in 0..100 {
+        created = c.json("POST", deeps, "application/json", &obj).await;
+        if created.0 != 404 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(created.0, 201, "{}", created.1);
+    let (code, got) = c.get(&format!("{deeps}/d")).await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["spec"], obj["spec"]);
+    let (code, list) = c.get(deeps).await;
+    assert_eq!(code, 200, "{list}");
+    // Near the bound: an object of a schemaless CRD nested 500 levels is stored and served.
+    let mut free = crd.clone();
+    free["metadata"]["name"] = json!("frees.example.com");
+    free["spec"]["names"] =
+        json!({"plural": "frees", "singular": "free", "kind": "Free", "listKind": "FreeList"});
+    free["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] =
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    let (code, body) = c
+        .json(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            "application/json",
+            &free,
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let mut value = json!("leaf");
+    for _ in 0..500 {
+        value = json!({"a": value});
+    }
+    let frees = "/apis/example.com/v1/namespaces/default/frees";
+    let obj = json!({"apiVersion": "example.com/v1", "kind": "Free", "metadata": {"name": "f"}, "spec": value});
+    let mut created = (0, Value::Null);
+    for _ in 0..100 {
+        created = c.json("POST", frees, "application/json", &obj).await;
+        if created.0 != 404 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(created.0, 201, "{}", created.1);
+    let (code, got) = c.get(&format!("{frees}/f")).await;
+    assert_eq!(code, 200);
+    // Deeper than this client's own JSON parser goes (serde_json's 128): read as text.
+    let text = got.as_str().expect("the object's JSON text");
+    assert_eq!(text.matches(r#"{"a":"#).count(), 500, "{text}");
+    assert!(text.contains(r#""leaf""#));
+    // Hostile depth is still refused, and fast enough not to matter.
+    let deep = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"x\"}},\"data\":{}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let (code, body) = c
+        .send("POST", CMS, "application/json", deep.into_bytes())
+        .await;
+    assert_eq!(code, 400, "{body}");
+    s.shutdown().await;
+}
+
 /// Row 10: a data directory that cannot take commits (a full disk, simulated) turns the server
 /// read-only as etcd's NOSPACE alarm does: writes get etcd's error, reads go on, and writes
 /// work again once space returns; nothing answered with success is lost across a restart.
