@@ -424,6 +424,12 @@ impl State {
             .collect()
     }
 
+    /// How many objects a resource stores, in all namespaces (the object count API Priority
+    /// and Fairness estimates a LIST's seats from).
+    pub fn count(&self, storage: &str) -> usize {
+        self.objects.get(storage).map_or(0, |b| b.objects.len())
+    }
+
     /// [`State::list`] as the stored allocations themselves: a caller that keeps the objects
     /// past the lock (a watch's initial events) shares them instead of copying each one.
     pub fn list_shared(&self, storage: &str, namespace: Option<&str>) -> Vec<&Arc<Value>> {
