@@ -153,3 +153,48 @@ PY
 run_scenario "15,000 idle connections" idle
 
 echo "idle RSS after the run: $(awk '/VmRSS/ {printf "%.1f MiB", $2/1024}' "/proc/$pid/status")"
+
+# Memory after a burst: 10,000 At custom objects (artifacts/crds/) created over keep-alive
+# connections, then 60 s without a write. Prints the RSS before the burst, the RSS after the
+# idle minute, and the live data: the bytes of the objects as a LIST serves them. The
+# figure to watch is the RSS growth against the live data (the goal: within 2x).
+rss_mib() { awk '/VmRSS/ {printf "%.1f", $2 / 1024}' "/proc/$pid/status"; }
+curl -s -o /dev/null -X POST -H 'Content-Type: application/yaml' \
+    --data-binary @"$root/artifacts/crds/ats.cnat.programming-kubernetes.info.yaml" \
+    "$base/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+ats=/apis/cnat.programming-kubernetes.info/v1/namespaces/default/ats
+for _ in $(seq 100); do [[ "$(curl -s -o /dev/null -w '%{http_code}' "$base$ats")" == 200 ]] && break; sleep 0.1; done
+before=$(rss_mib)
+python3 - "$port" "$ats" >"$work/burst" <<'PY'
+import http.client, json, sys, threading
+port, path = int(sys.argv[1]), sys.argv[2]
+def post(lo, hi):
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    for i in range(lo, hi):
+        body = json.dumps({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
+                           "metadata": {"name": f"at-{i:05d}", "labels": {"bench": "burst"}},
+                           "spec": {"schedule": "2030-01-01T00:00:00Z",
+                                    "run": {"command": f"echo burst {i}", "image": "busybox"}}})
+        c.request("POST", path, body, {"Content-Type": "application/json"})
+        r = c.getresponse(); r.read()
+        assert r.status == 201, (r.status, i)
+threads = [threading.Thread(target=post, args=(k * 1000, (k + 1) * 1000)) for k in range(10)]
+for t in threads: t.start()
+for t in threads: t.join()
+c = http.client.HTTPConnection("127.0.0.1", port)
+c.request("GET", path); r = c.getresponse(); listed = json.loads(r.read())
+live = sum(len(json.dumps(o, separators=(",", ":"))) for o in listed["items"])
+print(len(listed["items"]), live)
+PY
+read -r count live <"$work/burst"
+after_burst=$(rss_mib)
+sleep 60
+idle=$(rss_mib)
+python3 - "$count" "$live" "$before" "$after_burst" "$idle" <<'PY'
+import sys
+count, live = int(sys.argv[1]), int(sys.argv[2]) / 2**20
+before, burst, idle = map(float, sys.argv[3:])
+print(f"{count} At objects: live data {live:.1f} MiB; RSS {before:.1f} MiB before, "
+      f"{burst:.1f} MiB after the burst, {idle:.1f} MiB after 60 s idle: "
+      f"growth {idle - before:.1f} MiB = {(idle - before) / live:.2f}x the live data")
+PY

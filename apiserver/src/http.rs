@@ -283,12 +283,18 @@ async fn serve(
     // API Priority and Fairness: classified by user and URL, then admitted, queued or
     // refused with 429. The seat is held until this function returns (for a watch: once its
     // initial events are built and the stream is handed to hyper).
-    let digest = super::flowcontrol::RequestDigest::new(
+    let mut digest = super::flowcontrol::RequestDigest::new(
         req.method(),
         &path,
         query.flag("watch").unwrap_or(false),
         &user,
     );
+    if digest.verb == "list" {
+        // A LIST occupies seats by the objects it will process (see `flowcontrol::list_width`).
+        let opts = ListOptions::parse(&query, false).ok();
+        let stored = stored_count(shared, &path, &digest.api_group, &digest.resource);
+        digest.width = super::flowcontrol::list_width(stored, opts.as_ref());
+    }
     let _ticket = shared.flowcontrol.admit(&digest, &mut class.pf).await?;
     let (parts, body) = req.into_parts();
     let bytes = read_body(&parts.headers, body).await?;
@@ -390,6 +396,21 @@ fn authenticate(
         ),
         None => Ok(shared.rbac.user("")),
     }
+}
+
+/// How many objects the resource a collection URL names stores (all namespaces), `None` when
+/// the URL names no served resource.
+fn stored_count(shared: &Shared, path: &str, group: &str, resource: &str) -> Option<u64> {
+    let mut segs = path.split('/').filter(|s| !s.is_empty());
+    let version = match (segs.next(), segs.next(), segs.next()) {
+        (Some("api"), Some(v), _) => v,
+        (Some("apis"), Some(_), Some(v)) => v,
+        _ => return None,
+    };
+    shared.store.read(|s| {
+        let def = s.registry.lookup(group, version, resource)?;
+        Some(s.count(&def.storage) as u64)
+    })
 }
 
 /// The non-resource endpoints: health probes, `/metrics`, the fault-injection admin route,
@@ -758,6 +779,14 @@ async fn serve_read(
     }
     class.verb = "list".into();
     let opts = ListOptions::parse(query, false)?;
+    if let Some(rv) = verbs::awaited_revision(&opts) {
+        // A revision the store has not reached yet: wait for it (bounded, holding no lock),
+        // then list; still too large after the wait is the 504 `verbs::list` answers.
+        shared
+            .store
+            .wait_for_revision(rv, super::watch::TOO_LARGE_WAIT)
+            .await;
+    }
     let result = shared.store.read(|s| verbs::list(s, target, &opts))?;
     let converted = super::conversion::webhook_of(def).is_some();
     if !wants_table && !converted && partial.is_none() {
@@ -1064,7 +1093,7 @@ fn decode_object_any(content_type: &str, bytes: &[u8]) -> Result<Value, ApiError
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(bytes)
+    super::limits::json_from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding JSON request body: {e}")))
 }
 

@@ -10,6 +10,7 @@
 //! | request body | `MaxRequestBodyBytes` 3 MiB (`limitedReadBody`) | [`super::http::MAX_BODY`] | `413 RequestEntityTooLarge`, `Request entity too large: limit is 3145728` |
 //! | JSON patch operations | `maxJSONPatchOperations` 10,000 | [`super::logic::patch::json_patch_limited`] | `413`, `Request entity too large: The allowed maximum operations in a JSON patch is 10000, got N` |
 //! | bytes added by JSON patch `copy` | `JSONPatchMaxCopyBytes` 3 MiB | the same | `422 Invalid` |
+//! | JSON depth | `encoding/json`'s `maxNestingDepth` (`sigs.k8s.io/json`, `staging/src/k8s.io/apimachinery/pkg/util/json`), 10,000 | [`json_too_deep`] before parsing, 512 ([`MAX_JSON_DEPTH`]; serde_json's own limit of 128 lifted) | `400`, `error decoding JSON request body: exceeded max depth of 512` |
 //! | YAML depth | go-yaml's `max_flow_level` / `max_indents`, 10,000 | [`parse_yaml`], 1,000 ([`MAX_YAML_DEPTH`]) | `400`, `yaml: line N: exceeded max depth of 1000` |
 //! | YAML aliases expanding | go-yaml's "excessive aliasing" check | [`parse_yaml`] | `400`, `yaml: document contains excessive aliasing` |
 //! | ConfigMap `data` + `binaryData`, Secret `data` | `core.MaxSecretSize` 1 MiB (`ValidateConfigMap`, `ValidateSecret`) | [`validate_data_size`] | `422`, `: Too long: may not be more than 1048576 bytes` (ConfigMap), `data: Too long: ...` (Secret) |
@@ -47,6 +48,16 @@ pub const MAX_SECRET_SIZE: usize = 1024 * 1024;
 /// second), so the pre-scan refuses at 1,000, where the parse costs milliseconds.
 pub const MAX_YAML_DEPTH: usize = 1_000;
 
+/// The deepest JSON nesting a body (or a stored object) may have. serde_json's own recursion
+/// limit, 128, refuses a CustomResourceDefinition whose schema nests 70 levels (each level is
+/// an object and its `properties`), which kube-apiserver accepts: its JSON decoder
+/// (`sigs.k8s.io/json`, Go's `encoding/json` scanner) refuses only past `maxNestingDepth`,
+/// 10,000. Here the limit is 512, checked by a linear pre-scan of the text ([`json_too_deep`])
+/// before a parse without serde_json's limit, so a 100,000-deep body is refused in one pass
+/// over its bytes and the recursive walks over an accepted value (validation, pruning,
+/// serialization, dropping it) stay within a thread's stack.
+pub const MAX_JSON_DEPTH: usize = 512;
+
 /// The most distinct field errors one validation reports.
 pub const MAX_FIELD_ERRORS: usize = 1_000;
 
@@ -71,6 +82,60 @@ impl std::io::Write for CountUpTo {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// Whether JSON text nests deeper than `max` arrays and objects, in one pass over the bytes
+/// (brackets inside strings do not count; malformed text is left to the parser).
+pub fn json_too_deep(text: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// A JSON deserializer over `text` bounded by [`MAX_JSON_DEPTH`] instead of serde_json's 128:
+/// an error (`exceeded max depth of 512`) for deeper text, found before any parsing.
+pub fn json_deserializer(
+    text: &[u8],
+) -> Result<serde_json::Deserializer<serde_json::de::SliceRead<'_>>, serde_json::Error> {
+    if json_too_deep(text, MAX_JSON_DEPTH) {
+        return Err(<serde_json::Error as serde::de::Error>::custom(format!(
+            "exceeded max depth of {MAX_JSON_DEPTH}"
+        )));
+    }
+    let mut de = serde_json::Deserializer::from_slice(text);
+    de.disable_recursion_limit();
+    Ok(de)
+}
+
+/// `serde_json::from_slice` bounded by [`MAX_JSON_DEPTH`] (see [`json_deserializer`]).
+pub fn json_from_slice<T: serde::de::DeserializeOwned>(
+    text: &[u8],
+) -> Result<T, serde_json::Error> {
+    let mut de = json_deserializer(text)?;
+    let v = T::deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
 }
 
 /// Whether `v`'s JSON is longer than `limit` bytes, measured without building it and without

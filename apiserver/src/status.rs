@@ -60,6 +60,9 @@ pub struct ApiError {
     pub retry_after: Option<u32>,
     /// True for the plain-text `404 page not found` of an unknown URL.
     pub plain_text: bool,
+    /// `metadata.continue` of the Status: the inconsistent-continue token a 410 for a
+    /// compacted `continue` carries (see [`ApiError::inconsistent_continue`]).
+    pub list_continue: Option<String>,
 }
 
 /// `resource` or `resource.group`, the way Kubernetes names a resource in messages.
@@ -93,6 +96,7 @@ impl ApiError {
             details: None,
             retry_after: None,
             plain_text: false,
+            list_continue: None,
         }
     }
 
@@ -260,6 +264,23 @@ impl ApiError {
         ApiError::new(410, "Expired", message)
     }
 
+    /// 410 Expired for a `continue` token whose snapshot was compacted, carrying in
+    /// `metadata.continue` a token that continues after the same key at the latest revision
+    /// (etcd3 `handleCompactedErrorForPaging`, `staging/src/k8s.io/apiserver/pkg/storage/etcd3/errors.go`).
+    pub fn inconsistent_continue(token: String) -> Self {
+        ApiError {
+            list_continue: Some(token),
+            ..ApiError::expired(
+                "The provided continue parameter is too old to display a consistent list result. \
+                 You can start a new list without the continue parameter, or use the continue token \
+                 in this response to retrieve the remainder of the results. Continuing with the \
+                 provided token results in an inconsistent list - objects that were created, \
+                 modified, or deleted between the time the first chunk was returned and now may \
+                 show up in the list.",
+            )
+        }
+    }
+
     /// 401 Unauthorized (missing or wrong bearer token).
     pub fn unauthorized() -> Self {
         ApiError::new(401, "Unauthorized", "Unauthorized")
@@ -321,6 +342,9 @@ impl ApiError {
         }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
+        }
+        if let Some(c) = &self.list_continue {
+            s["metadata"] = json!({"continue": c});
         }
         s
     }

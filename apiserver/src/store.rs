@@ -424,6 +424,12 @@ impl State {
             .collect()
     }
 
+    /// How many objects a resource stores, in all namespaces (the object count API Priority
+    /// and Fairness estimates a LIST's seats from).
+    pub fn count(&self, storage: &str) -> usize {
+        self.objects.get(storage).map_or(0, |b| b.objects.len())
+    }
+
     /// [`State::list`] as the stored allocations themselves: a caller that keeps the objects
     /// past the lock (a watch's initial events) shares them instead of copying each one.
     pub fn list_shared(&self, storage: &str, namespace: Option<&str>) -> Vec<&Arc<Value>> {
@@ -725,6 +731,8 @@ pub struct Store {
     state: Mutex<State>,
     rv_tx: watch::Sender<u64>,
     disk: Option<Disk>,
+    /// Watchers closed as unresponsive, by (group, resource): see [`super::watch`].
+    terminated_watchers: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 impl Store {
@@ -745,6 +753,7 @@ impl Store {
             state: Mutex::new(state),
             rv_tx,
             disk,
+            terminated_watchers: Mutex::default(),
         }
     }
 
@@ -871,8 +880,9 @@ impl Store {
 
     /// The store's gauges in the Prometheus text format: `apiserver_storage_history_bytes`,
     /// `apiserver_storage_history_changes`, `apiserver_storage_history_limit_bytes`,
-    /// `apiserver_storage_history_early_compactions_total` and
-    /// `apiserver_storage_compacted_revision`.
+    /// `apiserver_storage_history_early_compactions_total`,
+    /// `apiserver_storage_compacted_revision`, and the counter
+    /// `apiserver_terminated_watchers_total{group,resource}`.
     pub fn prometheus_text(&self) -> String {
         let (bytes, len, limit, early, compacted) = self.read(|s| {
             (
@@ -883,7 +893,7 @@ impl Store {
                 s.compacted,
             )
         });
-        format!(
+        let mut text = format!(
             "# HELP apiserver_storage_history_bytes Bytes held by the watch and continue history.\n\
              # TYPE apiserver_storage_history_bytes gauge\napiserver_storage_history_bytes {bytes}\n\
              # HELP apiserver_storage_history_changes Changes held by the watch and continue history.\n\
@@ -894,7 +904,32 @@ impl Store {
              # TYPE apiserver_storage_history_early_compactions_total counter\napiserver_storage_history_early_compactions_total {early}\n\
              # HELP apiserver_storage_compacted_revision The oldest revision a watch or continue token may start from.\n\
              # TYPE apiserver_storage_compacted_revision gauge\napiserver_storage_compacted_revision {compacted}\n"
-        )
+        );
+        text.push_str(
+            "# HELP apiserver_terminated_watchers_total Counter of watchers closed due to unresponsiveness broken by resource type.\n\
+             # TYPE apiserver_terminated_watchers_total counter\n",
+        );
+        let terminated = self
+            .terminated_watchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for ((group, resource), n) in terminated.iter() {
+            text.push_str(&format!(
+                "apiserver_terminated_watchers_total{{group=\"{group}\",resource=\"{resource}\"}} {n}\n"
+            ));
+        }
+        text
+    }
+
+    /// Counts a watcher closed because its client did not read (the cacher's
+    /// `apiserver_terminated_watchers_total`).
+    pub fn count_terminated_watcher(&self, group: &str, resource: &str) {
+        let mut m = self
+            .terminated_watchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *m.entry((group.to_owned(), resource.to_owned()))
+            .or_default() += 1;
     }
 
     /// A receiver that changes whenever the revision moves; pair it with
@@ -906,6 +941,16 @@ impl Store {
     /// The current global revision.
     pub fn resource_version(&self) -> u64 {
         self.read(|s| s.rv)
+    }
+
+    /// Waits until the revision reaches `rv` or `timeout` passes, whichever comes first, and
+    /// answers whether it was reached. Holds no lock while it waits (the watch cache's
+    /// `waitUntilFreshAndBlock`, see [`TOO_LARGE_WAIT`](super::watch::TOO_LARGE_WAIT)).
+    pub async fn wait_for_revision(&self, rv: u64, timeout: std::time::Duration) -> bool {
+        let mut rx = self.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|current| *current >= rv))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 }
 

@@ -616,9 +616,10 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
         }
     }
     let mut out = vec![];
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    // A body that does not parse is reported by the decoder proper.
-    let _ = Walk(&mut out).deserialize(&mut de);
+    // A body that does not parse (or nests too deep) is reported by the decoder proper.
+    if let Ok(mut de) = super::limits::json_deserializer(bytes) {
+        let _ = Walk(&mut out).deserialize(&mut de);
+    }
     out
 }
 
@@ -699,7 +700,7 @@ pub fn parse_json_noting_duplicates(
         }
     }
     let mut dups = vec![];
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let mut de = super::limits::json_deserializer(bytes)?;
     let value = Build(&mut dups).deserialize(&mut de)?;
     de.end()?;
     Ok((value, dups))

@@ -167,17 +167,20 @@ pub struct ListResult {
 /// What a `continue` token carries: the snapshot's revision, the last key served, and how many
 /// objects the earlier pages served (so `remainingItemCount` needs no count of the keys before
 /// the page). Opaque to clients, like the real server's base64 JSON.
+///
+/// `rv` is -1 in the token a 410 for a compacted snapshot offers (see [`list`]): continue after
+/// the same key at the latest revision, as etcd3's `continueRV < 0` does.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct ContinueToken {
     v: String,
-    rv: u64,
+    rv: i64,
     ns: String,
     name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     served: Option<u64>,
 }
 
-fn encode_continue(rv: u64, key: &Key, served: Option<u64>) -> String {
+fn encode_continue(rv: i64, key: &Key, served: Option<u64>) -> String {
     let tok = ContinueToken {
         v: "meta.k8s.io/v1".into(),
         rv,
@@ -193,8 +196,14 @@ fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
         .decode(token)
         .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(token))
         .map_err(|_| ApiError::bad_request(format!("invalid continue token: {token:?}")))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|_| ApiError::bad_request(format!("invalid continue token: {token:?}")))
+    let tok: ContinueToken = serde_json::from_slice(&bytes)
+        .map_err(|_| ApiError::bad_request(format!("invalid continue token: {token:?}")))?;
+    if tok.rv == 0 {
+        return Err(ApiError::bad_request(format!(
+            "invalid continue token: {token:?}"
+        )));
+    }
+    Ok(tok)
 }
 
 /// LIST: selectors, namespaces, `limit`/`continue` over a consistent snapshot, and the
@@ -211,14 +220,49 @@ fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
 ///
 /// As with etcd, a page that filled up gets a `continue` token when any key follows it (with
 /// selectors the next page may then be empty), and `remainingItemCount` only without selectors.
+///
+/// A `continue` token whose snapshot has been compacted out of the history is answered as
+/// etcd3's store does (`staging/src/k8s.io/apiserver/pkg/storage/etcd3/errors.go`,
+/// `handleCompactedErrorForPaging`, and `store.go`'s `GetList`): 410 Gone, reason `Expired`,
+/// the message "The provided continue parameter is too old to display a consistent list
+/// result. You can start a new list without the continue parameter, or use the continue token
+/// in this response to retrieve the remainder of the results. ...", and in the Status's
+/// `metadata.continue` a token with the same start key and `rv: -1`. A token with a negative
+/// `rv` lists the keys after its start key at the latest revision (an inconsistent list: what
+/// changed since the first page shows), and its own pages carry ordinary tokens at that
+/// revision. A token with `rv: 0` is invalid (`storage.DecodeContinue`'s `ErrInvalidStartRV`).
+/// A compacted exact `resourceVersion` stays the plain 410 "The resourceVersion for the
+/// provided list is too old.".
+///
+/// A `resourceVersion` above the current revision (as a minimum, `NotOlderThan` or a plain
+/// `resourceVersion=N`, or exact) is first waited for, as the watch cache's
+/// `waitUntilFreshAndBlock` does
+/// (`staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`): the HTTP layer waits up
+/// to `blockTimeout`, 3 s ([`awaited_revision`],
+/// [`Store::wait_for_revision`](super::store::Store::wait_for_revision)), holding no store lock,
+/// and lists as soon as a write reaches the revision. Past the wait, `list` answers what
+/// `storage.NewTooLargeResourceVersionError` (`staging/src/k8s.io/apiserver/pkg/storage/errors.go`)
+/// builds: 504 `Timeout`, "Timeout: Too large resource version: N, current: M", cause
+/// `ResourceVersionTooLarge`, `retryAfterSeconds: 1`. The request keeps its flow-control seat
+/// while it waits, as in kube-apiserver, where the APF filter wraps the handler that blocks.
 pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, ApiError> {
     let sel = Selection::parse(&t.def, opts, None)?;
     let current = st.resource_version();
     let mut served_before: Option<u64> = Some(0);
     let (snapshot_rv, start_after) = if !opts.continue_token.is_empty() {
         let tok = decode_continue(&opts.continue_token)?;
-        served_before = tok.served;
-        (tok.rv, Some((tok.ns, tok.name)))
+        match u64::try_from(tok.rv) {
+            Ok(rv) => {
+                served_before = tok.served;
+                (rv, Some((tok.ns, tok.name)))
+            }
+            // An inconsistent continue: the rest of the keys at the latest revision, where
+            // the count of those served before is unknown.
+            Err(_) => {
+                served_before = None;
+                (current, Some((tok.ns, tok.name)))
+            }
+        }
     } else {
         let rv = opts.resource_version.as_str();
         let exact = match (rv, opts.rv_match) {
@@ -248,15 +292,13 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
         // Only a forged token can name a revision the server has not reached.
         return Err(ApiError::too_large_resource_version(snapshot_rv, current));
     }
-    let snapshot = st.snapshot_at(&t.def.storage, snapshot_rv).map_err(|_| {
-        if opts.continue_token.is_empty() {
-            ApiError::expired("The resourceVersion for the provided list is too old.")
-        } else {
-            ApiError::expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-            )
-        }
-    })?;
+    let snapshot = st
+        .snapshot_at(&t.def.storage, snapshot_rv)
+        .map_err(|_| match &start_after {
+            None => ApiError::expired("The resourceVersion for the provided list is too old."),
+            // A compacted page snapshot: 410, with a token for the rest at the latest revision.
+            Some(key) => ApiError::inconsistent_continue(encode_continue(-1, key, None)),
+        })?;
     let ns_filter = if t.def.namespaced {
         t.namespace.as_deref()
     } else {
@@ -291,7 +333,8 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
             } else {
                 None
             };
-            (Some(encode_continue(snapshot_rv, last, served)), remaining)
+            let rv = i64::try_from(snapshot_rv).unwrap_or(i64::MAX);
+            (Some(encode_continue(rv, last, served)), remaining)
         }
         _ => (None, None),
     };
@@ -301,6 +344,20 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
         continue_token,
         remaining,
     })
+}
+
+/// The revision a list asks for by its `resourceVersion` (minimum or exact, not `0`, not a
+/// `continue`), which the caller waits for up to [`TOO_LARGE_WAIT`](super::watch::TOO_LARGE_WAIT)
+/// before listing, as the watch cache does (see [`list`]). `None` for a list that needs no
+/// revision, or whose `resourceVersion` does not parse (`list` answers the 400).
+pub fn awaited_revision(opts: &ListOptions) -> Option<u64> {
+    if !opts.continue_token.is_empty() {
+        return None;
+    }
+    match opts.resource_version.as_str() {
+        "" | "0" => None,
+        rv => rv.parse().ok(),
+    }
 }
 
 fn check_not_too_large(n: u64, current: u64) -> Result<(), ApiError> {

@@ -534,6 +534,217 @@ async fn silent_connections_do_not_lock_new_clients_out() {
     s.shutdown().await;
 }
 
+/// A watcher whose client never reads is closed once its bounded buffer stayed full for the
+/// unresponsiveness wait (the cacher's "Forcing ... watcher close due to unresponsiveness"),
+/// counted in `apiserver_terminated_watchers_total`; its stream ends short of the events
+/// written, while a watcher that reads gets every one.
+#[tokio::test]
+async fn a_watcher_that_never_reads_is_closed_and_a_reading_one_is_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const N: usize = 100;
+    let s = start().await;
+    let addr: std::net::SocketAddr = s.url().trim_start_matches("http://").parse().unwrap();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut silent = sock.connect(addr).await.expect("connect");
+    silent
+        .write_all(format!("GET {CMS}?watch=true HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    // The reading watcher: counts ADDED events until it has seen all N.
+    let c = Plain::new(&s, false);
+    let req = hyper::Request::builder()
+        .uri(format!("{}{CMS}?watch=true", s.url()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let mut body = c.client.request(req).await.expect("watch").into_body();
+    let reader = tokio::spawn(async move {
+        let (mut seen, mut tail) = (0, Vec::new());
+        while seen < N {
+            let Some(frame) = body.frame().await else {
+                break;
+            };
+            let Ok(data) = frame.expect("frame").into_data() else {
+                continue;
+            };
+            tail.extend_from_slice(&data);
+            while let Some(nl) = tail.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = tail.drain(..=nl).collect();
+                let ev: Value = serde_json::from_slice(&line).expect("event");
+                assert_eq!(ev["type"], "ADDED", "{}", ev["type"]);
+                seen += 1;
+            }
+        }
+        seen
+    });
+    // N objects of 512 KiB: 50 MiB of events, far more than the silent watcher's socket,
+    // server write buffer and watch buffer hold.
+    let big = "x".repeat(512 * 1024);
+    for i in 0..N {
+        let (code, body) = c
+            .json(
+                "POST",
+                CMS,
+                "application/json",
+                &configmap(&format!("big-{i}"), json!({"a": big})),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    assert_eq!(
+        reader.await.unwrap(),
+        N,
+        "the reading watcher gets every event"
+    );
+    // The silent watcher is closed: the counter says so within a generous bound.
+    let counted = "apiserver_terminated_watchers_total{group=\"\",resource=\"configmaps\"} 1";
+    let mut metrics = String::new();
+    for _ in 0..600 {
+        let (code, text) = c.get("/metrics").await;
+        assert_eq!(code, 200);
+        metrics = text.as_str().unwrap_or_default().to_owned();
+        if metrics.contains(counted) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(metrics.contains(counted), "{metrics}");
+    // Its stream ends (the chunked body's last chunk) with fewer events than were written.
+    let mut received = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let n = silent.read(&mut buf).await.expect("read");
+            received.extend_from_slice(&buf[..n]);
+            if n == 0 || received.ends_with(b"\r\n0\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the silent watcher's stream ends");
+    let events = received
+        .windows(br#""type":"ADDED""#.len())
+        .filter(|w| *w == br#""type":"ADDED""#)
+        .count();
+    assert!(
+        events < N,
+        "{events} of {N} events reached the silent watcher"
+    );
+    // The server goes on serving.
+    let (code, _) = c.get(&format!("{CMS}/big-0")).await;
+    assert_eq!(code, 200);
+    s.shutdown().await;
+}
+
+/// A CRD schema nested `depth` levels (`properties.a` all the way down) and an object that
+/// fills it.
+fn deep_crd_and_object(depth: usize) -> (Value, Value) {
+    let mut schema = json!({"type": "string"});
+    let mut value = json!("leaf");
+    for _ in 0..depth {
+        schema = json!({"type": "object", "properties": {"a": schema}});
+        value = json!({"a": value});
+    }
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "deeps.example.com"},
+        "spec": {
+            "group": "example.com",
+            "scope": "Namespaced",
+            "names": {"plural": "deeps", "singular": "deep", "kind": "Deep", "listKind": "DeepList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": schema}}}}]
+        }
+    });
+    let obj = json!({"apiVersion": "example.com/v1", "kind": "Deep",
+                     "metadata": {"name": "d"}, "spec": value});
+    (crd, obj)
+}
+
+/// A CRD whose schema is nested 70 levels is accepted and its objects are served, as
+/// kube-apiserver does; so is a 500-deep object, near the bound; a 100,000-deep JSON body is
+/// still refused, by the depth pre-scan.
+#[tokio::test]
+async fn a_crd_schema_seventy_levels_deep_is_served() {
+    let s = start().await;
+    let c = Plain::new(&s, false);
+    let (crd, obj) = deep_crd_and_object(70);
+    let (code, body) = c
+        .json(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            "application/json",
+            &crd,
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let deeps = "/apis/example.com/v1/namespaces/default/deeps";
+    let mut created = (0, Value::Null);
+    for _ in 0..100 {
+        created = c.json("POST", deeps, "application/json", &obj).await;
+        if created.0 != 404 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(created.0, 201, "{}", created.1);
+    let (code, got) = c.get(&format!("{deeps}/d")).await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(got["spec"], obj["spec"]);
+    let (code, list) = c.get(deeps).await;
+    assert_eq!(code, 200, "{list}");
+    // Near the bound: an object of a schemaless CRD nested 500 levels is stored and served.
+    let mut free = crd.clone();
+    free["metadata"]["name"] = json!("frees.example.com");
+    free["spec"]["names"] =
+        json!({"plural": "frees", "singular": "free", "kind": "Free", "listKind": "FreeList"});
+    free["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"] =
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    let (code, body) = c
+        .json(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            "application/json",
+            &free,
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let mut value = json!("leaf");
+    for _ in 0..500 {
+        value = json!({"a": value});
+    }
+    let frees = "/apis/example.com/v1/namespaces/default/frees";
+    let obj = json!({"apiVersion": "example.com/v1", "kind": "Free", "metadata": {"name": "f"}, "spec": value});
+    let mut created = (0, Value::Null);
+    for _ in 0..100 {
+        created = c.json("POST", frees, "application/json", &obj).await;
+        if created.0 != 404 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(created.0, 201, "{}", created.1);
+    let (code, got) = c.get(&format!("{frees}/f")).await;
+    assert_eq!(code, 200);
+    // Deeper than this client's own JSON parser goes (serde_json's 128): read as text.
+    let text = got.as_str().expect("the object's JSON text");
+    assert_eq!(text.matches(r#"{"a":"#).count(), 500, "{text}");
+    assert!(text.contains(r#""leaf""#));
+    // Hostile depth is still refused, and fast enough not to matter.
+    let deep = format!(
+        "{{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{{\"name\":\"x\"}},\"data\":{}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let (code, body) = c
+        .send("POST", CMS, "application/json", deep.into_bytes())
+        .await;
+    assert_eq!(code, 400, "{body}");
+    s.shutdown().await;
+}
+
 /// Row 10: a data directory that cannot take commits (a full disk, simulated) turns the server
 /// read-only as etcd's NOSPACE alarm does: writes get etcd's error, reads go on, and writes
 /// work again once space returns; nothing answered with success is lost across a restart.

@@ -295,3 +295,104 @@ async fn a_new_flow_schema_takes_effect() {
     }
     panic!("bob's requests never reached the new level (last {last}, want {want})");
 }
+
+/// The `flow_schema="global-default"` value of one `apiserver_flowcontrol_*` gauge.
+fn global_default_gauge(metrics: &str, name: &str) -> usize {
+    let prefix =
+        format!("{name}{{flow_schema=\"global-default\",priority_level=\"global-default\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// A LIST occupies one seat per 100 objects it processes (kube-apiserver's list work
+/// estimator): forty concurrent LISTs of 500 objects by one user run at most two at a time in a
+/// level of 13 seats (5 seats each), the rest wait their turn, and another user's GET is
+/// served meanwhile.
+#[tokio::test]
+async fn large_lists_occupy_seats_by_their_size() {
+    // 100 + 50 = 150 seats; global-default gets ceil(150 × 20 / 245) = 13.
+    let s = ApiServer::builder()
+        .extra_token("greedy-token", "greedy")
+        .extra_token("polite-token", "polite")
+        .max_requests_inflight(100)
+        .max_mutating_requests_inflight(50)
+        .flow_control_queue_wait(Duration::from_secs(60))
+        .start()
+        .await
+        .unwrap();
+    let admin = Arc::new(TestClient::new(&s));
+    let cms = "/api/v1/namespaces/default/configmaps";
+    for chunk in (0..500).collect::<Vec<_>>().chunks(50) {
+        let posts = chunk.iter().map(|i| {
+            let admin = admin.clone();
+            async move {
+                let body = json!({"metadata": {"name": format!("cm-{i}")}, "data": {"v": "x"}});
+                assert_eq!(admin.post(cms, &body).await.code, 201);
+            }
+        });
+        futures_util::future::join_all(posts).await;
+    }
+    // Each LIST holds its seats for at least 200 ms, so they overlap.
+    s.faults().inject(
+        Fault::latency(Duration::from_millis(200))
+            .verb("list")
+            .resource("configmaps"),
+    );
+    let greedy = Arc::new(TestClient::from_parts(
+        s.url(),
+        "greedy-token",
+        s.ca_pem(),
+        false,
+    ));
+    let lists: Vec<_> = (0..40)
+        .map(|_| {
+            let greedy = greedy.clone();
+            tokio::spawn(async move {
+                let a = greedy.get(cms).await;
+                assert_eq!(a.code, 200, "{:?}", a.headers);
+                assert_eq!(a.body["items"].as_array().unwrap().len(), 500);
+            })
+        })
+        .collect();
+    // The admin (exempt) samples the gauges while the LISTs run.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (admin, done) = (admin.clone(), done.clone());
+        tokio::spawn(async move {
+            let (mut requests, mut seats) = (0, 0);
+            while !done.load(Ordering::Relaxed) {
+                let text = admin.get("/metrics").await.body;
+                let text = text.as_str().unwrap();
+                requests = requests.max(global_default_gauge(
+                    text,
+                    "apiserver_flowcontrol_current_executing_requests",
+                ));
+                seats = seats.max(global_default_gauge(
+                    text,
+                    "apiserver_flowcontrol_current_executing_seats",
+                ));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (requests, seats)
+        })
+    };
+    // Another user's GET is served while the LISTs queue.
+    let polite = TestClient::from_parts(s.url(), "polite-token", s.ca_pem(), false);
+    for _ in 0..5 {
+        let a = tokio::time::timeout(Duration::from_secs(60), polite.get(&format!("{cms}/cm-1")))
+            .await
+            .expect("the polite GET is served");
+        assert_eq!(a.code, 200, "{:?}", a.body);
+    }
+    for l in lists {
+        l.await.unwrap();
+    }
+    done.store(true, Ordering::Relaxed);
+    let (requests, seats) = sampler.await.unwrap();
+    // Two LISTs of five seats fit in thirteen, plus the polite GET's one.
+    assert!(requests <= 3, "{requests} requests executed at once");
+    assert!((5..=13).contains(&seats), "{seats} seats in use at most");
+    s.shutdown().await;
+}

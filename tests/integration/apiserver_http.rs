@@ -370,6 +370,47 @@ async fn limit_and_continue_page_through_a_consistent_snapshot() {
 }
 
 #[tokio::test]
+async fn a_list_from_a_future_revision_waits_for_it_without_blocking_others() {
+    // No ServiceAccount controller: the revisions are this test's writes alone.
+    let s = embedded_apiserver::ApiServer::builder()
+        .service_account_controller(false)
+        .start()
+        .await
+        .unwrap();
+    let c = TestClient::new(&s);
+    let next = s.resource_version() + 1;
+    for (query, expect_created) in [
+        (
+            format!("resourceVersion={next}&resourceVersionMatch=NotOlderThan"),
+            "a",
+        ),
+        (format!("resourceVersion={}", next + 1), "b"),
+    ] {
+        let waiting = {
+            let c = TestClient::new(&s);
+            tokio::spawn(async move { c.get(&format!("{CMS}?{query}")).await })
+        };
+        // Other clients are served while the list waits: its wait holds no store lock.
+        let other = c.get(CMS).await;
+        assert_eq!(other.code, 200);
+        assert!(!waiting.is_finished(), "the list waits for its revision");
+        let created = c.post(CMS, &cm(expect_created, json!({}))).await;
+        assert_eq!(created.code, 201);
+        // The revision arrives: the list answers with it, well before the 3 s would end.
+        let listed = waiting.await.unwrap();
+        assert_eq!(listed.code, 200, "{:?}", listed.body);
+        let names: Vec<&str> = listed.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&expect_created), "{names:?}");
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn list_resource_version_semantics() {
     let s = start().await;
     let c = TestClient::new(&s);
@@ -393,7 +434,10 @@ async fn list_resource_version_semantics() {
         ))
         .await;
     assert_eq!(newer.body["items"].as_array().unwrap().len(), 2);
+    // Never reached: 504 after the watch cache's three-second wait.
+    let asked = std::time::Instant::now();
     let future = c.get(&format!("{CMS}?resourceVersion=999999")).await;
+    assert!(asked.elapsed() >= std::time::Duration::from_secs(2));
     assert_eq!(future.code, 504);
     assert_eq!(
         future.body["details"]["causes"][0]["reason"],

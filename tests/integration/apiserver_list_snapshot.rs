@@ -354,8 +354,36 @@ async fn a_compacted_snapshot_is_410_for_tokens_and_exact_lists() {
     assert_eq!(gone.body["reason"], "Expired");
     assert_eq!(
         gone.body["message"],
-        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter."
+        "The provided continue parameter is too old to display a consistent list result. \
+         You can start a new list without the continue parameter, or use the continue token in \
+         this response to retrieve the remainder of the results. Continuing with the provided \
+         token results in an inconsistent list - objects that were created, modified, or \
+         deleted between the time the first chunk was returned and now may show up in the list."
     );
+    // The Status carries an inconsistent-continue token: the rest of the keys after the first
+    // page, at the latest revision (the patched data shows).
+    let inconsistent = gone.body["metadata"]["continue"]
+        .as_str()
+        .expect("metadata.continue in the 410 Status")
+        .to_owned();
+    let latest = c.get(CMS).await;
+    let rest = c
+        .get(&format!("{CMS}?limit=100&continue={inconsistent}"))
+        .await;
+    assert_eq!(rest.code, 200, "{:?}", rest.body);
+    assert_eq!(
+        rest.body["metadata"]["resourceVersion"],
+        latest.body["metadata"]["resourceVersion"]
+    );
+    let names: Vec<String> = rest.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, (10..30).map(name).collect::<Vec<_>>());
+    assert_eq!(rest.body["items"][19]["data"]["v"], "w59");
+    assert!(rest.body["metadata"]["continue"].is_null());
     let exact = c
         .get(&format!(
             "{CMS}?resourceVersion={rv}&resourceVersionMatch=Exact"

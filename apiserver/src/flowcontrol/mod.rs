@@ -28,15 +28,24 @@
 //!    quarter of the real server's 60 s request timeout), is answered `429 TooManyRequests` with
 //!    `Retry-After: 1` and a `Status` (the real filter writes the same message as plain text;
 //!    client-go treats both alike).
-//! 4. **Long-running requests.** A watch holds its seat only while the server builds its
+//! 4. **Width.** A request occupies one seat, except a LIST, which occupies one seat per 100
+//!    objects it is estimated to process, at most 10 ([`list_width`], after kube-apiserver's
+//!    list work estimator, `staging/src/k8s.io/apiserver/pkg/util/flowcontrol/request/list_work_estimator.go`).
+//!    It waits until that many seats of its level are free ([`queueset`]), so concurrent large
+//!    LISTs, each building a full copy of a big collection in memory, run at most
+//!    `seats / width` at a time while the others queue, and the memory they hold together is
+//!    bounded by the level's seats; narrow requests of other flows keep their turns.
+//!    `apiserver_flowcontrol_current_executing_seats` shows the seats in use.
+//! 5. **Long-running requests.** A watch holds its seat only while the server builds its
 //!    initial events; once the stream is running it holds none (as in the real server, whose
 //!    watch initialization signal releases the seat).
-//! 5. **Visibility.** Every response, including a 429, carries
+//! 6. **Visibility.** Every response, including a 429, carries
 //!    `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID` (clients use
 //!    them to detect APF), and `/metrics` serves `apiserver_flowcontrol_dispatched_requests_total`,
 //!    `apiserver_flowcontrol_rejected_requests_total` (by `reason`),
 //!    `apiserver_flowcontrol_current_inqueue_requests`,
-//!    `apiserver_flowcontrol_current_executing_requests` (labels `flow_schema`,
+//!    `apiserver_flowcontrol_current_executing_requests`,
+//!    `apiserver_flowcontrol_current_executing_seats` (labels `flow_schema`,
 //!    `priority_level`) and `apiserver_flowcontrol_nominal_limit_seats`.
 //!
 //! The objects are ordinary resources: the defaults of [`bootstrap`] are created at start,
@@ -70,6 +79,60 @@ use crate::rbac::UserInfo;
 use crate::status::ApiError;
 use crate::store::Store;
 use queueset::{Admission, QueueSet, QueueSetConfig, Rejection, Seat};
+
+/// The most seats one request may occupy (`maximumSeats` of kube-apiserver's
+/// `WorkEstimatorConfig`, `staging/src/k8s.io/apiserver/pkg/util/flowcontrol/request/config.go`);
+/// a level with fewer seats clamps it to its own.
+pub const MAXIMUM_SEATS: usize = 10;
+
+/// Objects a LIST processes per seat (`objectsPerSeat` of `ListWorkEstimatorConfig`).
+const OBJECTS_PER_SEAT: u64 = 100;
+
+/// The seats a LIST occupies, as kube-apiserver's list work estimator computes them
+/// (`staging/src/k8s.io/apiserver/pkg/util/flowcontrol/request/list_work_estimator.go`,
+/// `seatsBasedOnObjectCount`): from `stored`, the number of objects of the resource (its
+/// object-count tracker's figure; `None` when the resource is unknown, which costs the minimum),
+/// and the list's options:
+///
+/// * a list of one object by name (a `metadata.name=` field selector) processes 1 object;
+/// * a list the watch cache serves (no `continue`, no exact `resourceVersion`, which the
+///   estimator assumes go to etcd, `delegator.CacheWithoutSnapshots`) processes every stored
+///   object, whatever its `limit` or selectors;
+/// * a list from etcd with a label or field selector processes `stored + limit`;
+/// * any other list from etcd `2 × limit` (`limit` capped at `stored`).
+///
+/// Seats are `ceil(objects / 100)`, at least 1 and at most [`MAXIMUM_SEATS`]; options that do
+/// not parse cost the maximum (the request is bound to fail validation, as upstream reasons).
+pub fn list_width(stored: Option<u64>, opts: Option<&crate::query::ListOptions>) -> usize {
+    let Some(opts) = opts else {
+        return MAXIMUM_SEATS;
+    };
+    let Some(stored) = stored else {
+        return 1;
+    };
+    let single = crate::logic::selectors::FieldSelector::parse(&opts.field_selector)
+        .ok()
+        .is_some_and(|f| f.required_name().is_some());
+    let rv = opts.resource_version.as_str();
+    let from_storage = !opts.continue_token.is_empty()
+        || opts.rv_match == Some(crate::query::RvMatch::Exact)
+        || (opts.rv_match.is_none() && opts.limit > 0 && !rv.is_empty() && rv != "0");
+    let limit = if opts.limit > 0 && opts.limit < stored {
+        opts.limit
+    } else {
+        stored
+    };
+    let objects = if single {
+        1
+    } else if !from_storage {
+        stored
+    } else if !opts.label_selector.is_empty() || !opts.field_selector.is_empty() {
+        stored + limit
+    } else {
+        2 * limit
+    };
+    (objects.div_ceil(OBJECTS_PER_SEAT) as usize).clamp(1, MAXIMUM_SEATS)
+}
 
 /// Storage key of FlowSchemas.
 pub const FLOW_SCHEMAS: &str = "flowcontrol.apiserver.k8s.io/flowschemas";
@@ -122,6 +185,9 @@ pub struct RequestDigest<'a> {
     pub namespace: String,
     /// The URL path.
     pub path: String,
+    /// Seats the request occupies while it executes (its work estimate, see [`list_width`]);
+    /// 1 unless set.
+    pub width: usize,
 }
 
 impl<'a> RequestDigest<'a> {
@@ -157,6 +223,7 @@ impl<'a> RequestDigest<'a> {
                 resource,
                 namespace: ns.to_owned(),
                 path: path.to_owned(),
+                width: 1,
             },
             None => RequestDigest {
                 user,
@@ -166,6 +233,7 @@ impl<'a> RequestDigest<'a> {
                 resource: String::new(),
                 namespace: String::new(),
                 path: path.to_owned(),
+                width: 1,
             },
         }
     }
@@ -473,6 +541,7 @@ struct FlowStats {
     rejected: [AtomicU64; 3],
     inqueue: AtomicI64,
     executing: AtomicI64,
+    executing_seats: AtomicI64,
 }
 
 fn rejection_index(r: Rejection) -> usize {
@@ -506,12 +575,16 @@ pub struct PfUids {
 pub struct Ticket {
     _seat: Option<Seat>,
     stats: Option<Arc<FlowStats>>,
+    /// Seats counted in the stats' `executing_seats`.
+    width: usize,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         if let Some(s) = &self.stats {
             s.executing.fetch_sub(1, Ordering::Relaxed);
+            s.executing_seats
+                .fetch_sub(self.width as i64, Ordering::Relaxed);
         }
     }
 }
@@ -688,6 +761,7 @@ impl FlowControl {
                 return Ok(Ticket {
                     _seat: None,
                     stats: None,
+                    width: 0,
                 });
             }
             let set = if d.is_mutating() {
@@ -695,10 +769,11 @@ impl FlowControl {
             } else {
                 &self.inflight.0
             };
-            return match set.enqueue(0) {
+            return match set.enqueue(0, 1) {
                 Admission::Run(seat) => Ok(Ticket {
                     _seat: Some(seat),
                     stats: None,
+                    width: 0,
                 }),
                 _ => Err(too_many_requests()),
             };
@@ -715,6 +790,7 @@ impl FlowControl {
             return Ok(Ticket {
                 _seat: None,
                 stats: None,
+                width: 0,
             });
         };
         let fs_name = schema.map_or("catch-all", |s| s.name.as_str());
@@ -727,6 +803,7 @@ impl FlowControl {
             return Ok(Ticket {
                 _seat: None,
                 stats: Some(stats),
+                width: 0,
             });
         };
         let distinguisher = match schema.map_or(Distinguisher::ByUser, |s| s.distinguisher) {
@@ -742,7 +819,7 @@ impl FlowControl {
                 reason = r.as_str(), user = %d.user.name, "request rejected by priority and fairness");
             too_many_requests()
         };
-        let seat = match set.enqueue(h.finish()) {
+        let seat = match set.enqueue(h.finish(), d.width.min(MAXIMUM_SEATS)) {
             Admission::Run(seat) => seat,
             Admission::Reject(r) => return Err(reject(r)),
             Admission::Wait(waiting) => {
@@ -756,9 +833,14 @@ impl FlowControl {
         };
         stats.dispatched.fetch_add(1, Ordering::Relaxed);
         stats.executing.fetch_add(1, Ordering::Relaxed);
+        let width = seat.width();
+        stats
+            .executing_seats
+            .fetch_add(width as i64, Ordering::Relaxed);
         Ok(Ticket {
             _seat: Some(seat),
             stats: Some(stats),
+            width,
         })
     }
 
@@ -829,6 +911,19 @@ impl FlowControl {
                 out,
                 "apiserver_flowcontrol_current_executing_requests{{flow_schema=\"{fs}\",priority_level=\"{pl}\"}} {}",
                 s.executing.load(Ordering::Relaxed)
+            );
+        }
+        family(
+            &mut out,
+            "apiserver_flowcontrol_current_executing_seats",
+            "gauge",
+            "Concurrency (number of seats) occupied by the currently executing (initial stage for a WATCH, any stage otherwise) requests in the API Priority and Fairness subsystem",
+        );
+        for ((fs, pl), s) in &stats {
+            let _ = writeln!(
+                out,
+                "apiserver_flowcontrol_current_executing_seats{{flow_schema=\"{fs}\",priority_level=\"{pl}\"}} {}",
+                s.executing_seats.load(Ordering::Relaxed)
             );
         }
         family(

@@ -13,8 +13,13 @@
 //!   the smallest *virtual start time*; every dispatch advances that queue's virtual start by one
 //!   request, and a queue that becomes non-empty starts at the level's current virtual time. So
 //!   queues take turns, one request each, however many requests one of them holds. (The real
-//!   queueset measures each request's cost by its actual execution time and seat width; here every
-//!   request costs one unit, which keeps the turn-taking but not weighting by duration.)
+//!   queueset measures each request's cost by its actual execution time times its seat width;
+//!   here a request costs its width, which keeps the turn-taking but not weighting by duration.)
+//! * **Width**: a request occupies `width` seats while it executes (a LIST of many objects more
+//!   than one, see [`super::list_width`]), clamped to the level's seats. It starts only when that
+//!   many seats are free, and dispatching stops at a head of queue that does not fit, as the
+//!   real queueset's `dispatchLocked` does (`canAccommodateSeatsLocked`), so a wide request is
+//!   not starved by narrow ones behind it.
 //! * A request that finds its chosen queue full is **rejected** at once (`queue-full`); a level
 //!   whose limit response is `Reject` rejects whenever all seats are taken
 //!   (`concurrency-limit`). The caller also bounds the time a request may wait
@@ -95,6 +100,7 @@ impl Rejection {
 
 struct Waiter {
     id: u64,
+    width: usize,
     grant: oneshot::Sender<()>,
 }
 
@@ -107,6 +113,7 @@ struct Queue {
 
 struct Inner {
     queues: Vec<Queue>,
+    /// Seats taken by executing requests (the sum of their widths).
     executing: usize,
     waiting: usize,
     virtual_time: u64,
@@ -164,14 +171,16 @@ impl QueueSet {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `(waiting, executing)` requests right now.
+    /// `(waiting requests, executing seats)` right now.
     pub fn counts(&self) -> (usize, usize) {
         let g = self.lock();
         (g.waiting, g.executing)
     }
 
-    /// Admits, queues or rejects one request of the flow whose hash is `flow_hash`.
-    pub fn enqueue(self: &Arc<Self>, flow_hash: u64) -> Admission {
+    /// Admits, queues or rejects one request of the flow whose hash is `flow_hash`, which
+    /// occupies `width` seats (at least 1, at most the level's seats) while it executes.
+    pub fn enqueue(self: &Arc<Self>, flow_hash: u64, width: usize) -> Admission {
+        let width = width.clamp(1, self.config.seats.max(1));
         let mut g = self.lock();
         let rejecting = self.config.queues == 0;
         let q = if rejecting {
@@ -187,15 +196,16 @@ impl QueueSet {
             }
             best
         };
-        if g.executing < self.config.seats.max(1) && g.waiting == 0 {
-            g.executing += 1;
+        if g.executing + width <= self.config.seats.max(1) && g.waiting == 0 {
+            g.executing += width;
             let vt = g.virtual_time;
             let queue = &mut g.queues[q];
             queue.executing += 1;
-            queue.virtual_start = queue.virtual_start.max(vt) + 1;
+            queue.virtual_start = queue.virtual_start.max(vt) + width as u64;
             return Admission::Run(Seat {
                 set: self.clone(),
                 queue: q,
+                width,
             });
         }
         if rejecting {
@@ -212,7 +222,11 @@ impl QueueSet {
         if queue.waiting.is_empty() {
             queue.virtual_start = queue.virtual_start.max(vt);
         }
-        queue.waiting.push_back(Waiter { id, grant: tx });
+        queue.waiting.push_back(Waiter {
+            id,
+            width,
+            grant: tx,
+        });
         g.waiting += 1;
         // A seat may be free while others wait (after a configuration change): hand it out.
         self.dispatch(&mut g);
@@ -220,11 +234,13 @@ impl QueueSet {
             set: self.clone(),
             queue: q,
             id,
+            width,
             rx: Some(rx),
         })
     }
 
-    /// Gives free seats to waiting requests, fairest queue first.
+    /// Gives free seats to waiting requests, fairest queue first, until the fairest head does
+    /// not fit in the seats left.
     fn dispatch(&self, g: &mut Inner) {
         while g.executing < self.config.seats.max(1) && g.waiting > 0 {
             let Some(q) = g
@@ -237,28 +253,32 @@ impl QueueSet {
             else {
                 return;
             };
+            let seats_left = self.config.seats.max(1) - g.executing;
             let queue = &mut g.queues[q];
+            if queue.waiting.front().is_some_and(|w| w.width > seats_left) {
+                return;
+            }
             let Some(w) = queue.waiting.pop_front() else {
                 return;
             };
             let start = queue.virtual_start;
-            queue.virtual_start += 1;
+            queue.virtual_start += w.width as u64;
             queue.executing += 1;
             g.waiting -= 1;
-            g.executing += 1;
+            g.executing += w.width;
             g.virtual_time = g.virtual_time.max(start);
             // The waiting guard removes its entry before its receiver goes, so the receiver
-            // is alive; if not, the seat is simply handed back.
+            // is alive; if not, the seats are simply handed back.
             if w.grant.send(()).is_err() {
-                g.executing -= 1;
+                g.executing -= w.width;
                 g.queues[q].executing -= 1;
             }
         }
     }
 
-    fn release(&self, queue: usize) {
+    fn release(&self, queue: usize, width: usize) {
         let mut g = self.lock();
-        g.executing = g.executing.saturating_sub(1);
+        g.executing = g.executing.saturating_sub(width);
         if let Some(q) = g.queues.get_mut(queue) {
             q.executing = q.executing.saturating_sub(1);
         }
@@ -266,10 +286,18 @@ impl QueueSet {
     }
 }
 
-/// A seat held by an executing request; returned when dropped.
+/// The seats held by an executing request; returned when dropped.
 pub struct Seat {
     set: Arc<QueueSet>,
     queue: usize,
+    width: usize,
+}
+
+impl Seat {
+    /// How many seats it holds.
+    pub fn width(&self) -> usize {
+        self.width
+    }
 }
 
 impl std::fmt::Debug for Seat {
@@ -280,7 +308,7 @@ impl std::fmt::Debug for Seat {
 
 impl Drop for Seat {
     fn drop(&mut self) {
-        self.set.release(self.queue);
+        self.set.release(self.queue, self.width);
     }
 }
 
@@ -290,6 +318,7 @@ pub struct Waiting {
     set: Arc<QueueSet>,
     queue: usize,
     id: u64,
+    width: usize,
     rx: Option<oneshot::Receiver<()>>,
 }
 
@@ -305,6 +334,7 @@ impl Waiting {
         let seat = Seat {
             set: self.set.clone(),
             queue: self.queue,
+            width: self.width,
         };
         // The seat now belongs to `seat`; this guard must not return it again.
         self.id = u64::MAX;
@@ -324,8 +354,8 @@ impl Drop for Waiting {
             q.waiting.remove(pos);
             g.waiting -= 1;
         } else {
-            // Dispatched while nobody was listening any more: hand the seat back.
-            g.executing = g.executing.saturating_sub(1);
+            // Dispatched while nobody was listening any more: hand the seats back.
+            g.executing = g.executing.saturating_sub(self.width);
             g.queues[self.queue].executing = g.queues[self.queue].executing.saturating_sub(1);
             self.set.dispatch(&mut g);
         }
@@ -363,21 +393,21 @@ mod tests {
     async fn queues_take_turns_and_full_queues_reject() {
         let set = QueueSet::new(config(1, 2, 3));
         // Hashes 0 and 1 deal queues 0 and 1 with a hand of one.
-        let Admission::Run(first) = set.enqueue(0) else {
+        let Admission::Run(first) = set.enqueue(0, 1) else {
             panic!("a free seat must run at once")
         };
         let mut greedy = Vec::new();
         for _ in 0..3 {
-            match set.enqueue(0) {
+            match set.enqueue(0, 1) {
                 Admission::Wait(w) => greedy.push(w),
                 _ => panic!("greedy requests queue"),
             }
         }
         assert!(matches!(
-            set.enqueue(0),
+            set.enqueue(0, 1),
             Admission::Reject(Rejection::QueueFull)
         ));
-        let Admission::Wait(polite) = set.enqueue(1) else {
+        let Admission::Wait(polite) = set.enqueue(1, 1) else {
             panic!("the other flow queues")
         };
         assert_eq!(set.counts(), (4, 1));
@@ -399,12 +429,40 @@ mod tests {
     #[test]
     fn reject_levels_never_queue() {
         let set = QueueSet::new(config(1, 0, 0));
-        let Admission::Run(_seat) = set.enqueue(9) else {
+        let Admission::Run(_seat) = set.enqueue(9, 1) else {
             panic!("free seat")
         };
         assert!(matches!(
-            set.enqueue(9),
+            set.enqueue(9, 1),
             Admission::Reject(Rejection::ConcurrencyLimit)
         ));
+    }
+
+    #[tokio::test]
+    async fn wide_requests_hold_their_width_and_wait_for_it() {
+        let set = QueueSet::new(config(10, 2, 10));
+        let Admission::Run(wide) = set.enqueue(0, 6) else {
+            panic!("six free seats")
+        };
+        assert_eq!(wide.width(), 6);
+        // Six taken: another six-seat request waits, a narrow one of another flow too (the
+        // fairest head does not fit, so nothing jumps it).
+        let Admission::Wait(second) = set.enqueue(0, 6) else {
+            panic!("only four seats are left")
+        };
+        assert_eq!(set.counts(), (1, 6));
+        drop(wide);
+        let second = tokio::time::timeout(std::time::Duration::from_secs(5), second.granted())
+            .await
+            .expect("granted once six seats are free");
+        assert_eq!(set.counts(), (0, 6));
+        // A width above the level's seats is clamped to them.
+        drop(second);
+        let Admission::Run(all) = set.enqueue(1, 50) else {
+            panic!("clamped to ten")
+        };
+        assert_eq!(all.width(), 10);
+        drop(all);
+        assert_eq!(set.counts(), (0, 0));
     }
 }
