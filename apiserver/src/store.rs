@@ -731,8 +731,6 @@ pub struct Store {
     state: Mutex<State>,
     rv_tx: watch::Sender<u64>,
     disk: Option<Disk>,
-    /// Watchers closed as unresponsive, by (group, resource): see [`super::watch`].
-    terminated_watchers: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 impl Store {
@@ -753,7 +751,6 @@ impl Store {
             state: Mutex::new(state),
             rv_tx,
             disk,
-            terminated_watchers: Mutex::default(),
         }
     }
 
@@ -880,9 +877,8 @@ impl Store {
 
     /// The store's gauges in the Prometheus text format: `apiserver_storage_history_bytes`,
     /// `apiserver_storage_history_changes`, `apiserver_storage_history_limit_bytes`,
-    /// `apiserver_storage_history_early_compactions_total`,
-    /// `apiserver_storage_compacted_revision`, and the counter
-    /// `apiserver_terminated_watchers_total{group,resource}`.
+    /// `apiserver_storage_history_early_compactions_total` and
+    /// `apiserver_storage_compacted_revision`.
     pub fn prometheus_text(&self) -> String {
         let (bytes, len, limit, early, compacted) = self.read(|s| {
             (
@@ -893,7 +889,7 @@ impl Store {
                 s.compacted,
             )
         });
-        let mut text = format!(
+        format!(
             "# HELP apiserver_storage_history_bytes Bytes held by the watch and continue history.\n\
              # TYPE apiserver_storage_history_bytes gauge\napiserver_storage_history_bytes {bytes}\n\
              # HELP apiserver_storage_history_changes Changes held by the watch and continue history.\n\
@@ -904,32 +900,7 @@ impl Store {
              # TYPE apiserver_storage_history_early_compactions_total counter\napiserver_storage_history_early_compactions_total {early}\n\
              # HELP apiserver_storage_compacted_revision The oldest revision a watch or continue token may start from.\n\
              # TYPE apiserver_storage_compacted_revision gauge\napiserver_storage_compacted_revision {compacted}\n"
-        );
-        text.push_str(
-            "# HELP apiserver_terminated_watchers_total Counter of watchers closed due to unresponsiveness broken by resource type.\n\
-             # TYPE apiserver_terminated_watchers_total counter\n",
-        );
-        let terminated = self
-            .terminated_watchers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        for ((group, resource), n) in terminated.iter() {
-            text.push_str(&format!(
-                "apiserver_terminated_watchers_total{{group=\"{group}\",resource=\"{resource}\"}} {n}\n"
-            ));
-        }
-        text
-    }
-
-    /// Counts a watcher closed because its client did not read (the cacher's
-    /// `apiserver_terminated_watchers_total`).
-    pub fn count_terminated_watcher(&self, group: &str, resource: &str) {
-        let mut m = self
-            .terminated_watchers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        *m.entry((group.to_owned(), resource.to_owned()))
-            .or_default() += 1;
+        )
     }
 
     /// A receiver that changes whenever the revision moves; pair it with

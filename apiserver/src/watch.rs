@@ -62,27 +62,6 @@
 //! [`WATCH_WRITE_CHUNK`] bytes (an event larger than that goes alone, whole). A client must
 //! split lines across and within frames anyway; one frame per event under load would cost it
 //! a buffered frame (and its bookkeeping) per event instead of per 4 KiB.
-//!
-//! ## A watcher that does not read
-//!
-//! kube-apiserver's cacher hands each event to a watcher through bounded channels (the
-//! `cacheWatcher`'s `input` and `result`, `staging/src/k8s.io/apiserver/pkg/storage/cacher/cache_watcher.go`).
-//! When a watcher's client does not read, its HTTP writes block, the channels fill, and the
-//! cacher's `add` waits for room only until its timer fires; then it logs "Forcing ... watcher
-//! close due to unresponsiveness", counts it in `apiserver_terminated_watchers_total`, and
-//! forgets the watcher: its buffered events are dropped, the handler's result channel closes,
-//! and the client's stream ends once the writes already under way go out.
-//!
-//! Here each watch runs in a task of its own ([`produce`]) that turns stored changes into event
-//! writes and hands them to the response body through a channel of [`WATCH_BUFFER_FRAMES`]
-//! writes (hyper polls the body only as fast as the client reads). It reads the store's history
-//! as it goes but turns at most [`CATCH_UP_BATCH`] changes at a time into events, so what a
-//! watcher holds of its own is bounded whatever the write rate. When the channel stays full for
-//! [`UNRESPONSIVE_WAIT`], the watcher is closed the same way: logged, counted in
-//! `apiserver_terminated_watchers_total{group,resource}` on `/metrics`, its task and everything
-//! it held dropped, and the stream ends after the writes already in the channel. A client that
-//! reads, even slowly, never loses an event: a closed watch is one it re-establishes from the
-//! last revision it saw, as client-go's reflector does.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -111,19 +90,6 @@ use super::verbs::{Selection, Target};
 /// (`staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`), whose 504 carries
 /// `retryAfterSeconds: 1` (`resourceVersionTooHighRetrySeconds`).
 pub const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
-
-/// How many event writes (frames of up to [`WATCH_WRITE_CHUNK`] bytes, or one larger event) a
-/// watch holds ready for a client that is not reading: the cacheWatcher's bounded `input` and
-/// `result` channels. See the module doc, "A watcher that does not read".
-pub const WATCH_BUFFER_FRAMES: usize = 16;
-
-/// How long a watch waits for room in its full buffer before it is closed as unresponsive
-/// (the cacher's `add` with its timer, "Forcing ... watcher close due to unresponsiveness").
-pub const UNRESPONSIVE_WAIT: Duration = Duration::from_secs(5);
-
-/// How many stored changes a watch turns into events at a time: the rest wait, shared, in its
-/// backlog (`Arc`s of the store's history), not rendered per watcher.
-const CATCH_UP_BATCH: usize = 32;
 
 /// The most bytes of waiting events joined into one write (Go's HTTP/2 response writer
 /// buffers 4 KiB, `handlerChunkWriteSize`); see the module doc, "How events become writes".
@@ -178,12 +144,6 @@ struct WatchState {
     selection: Selection,
     allow_bookmarks: bool,
     pending: VecDeque<Pending>,
-    /// Changes read from the store but not yet turned into events (at most what was written
-    /// since the last read; shared with the store's history, not copied).
-    backlog: VecDeque<Arc<Change>>,
-    /// The revision of the last change read into `backlog`.
-    fetched_rv: u64,
-    /// The revision of the last change turned into events (bookmarks carry it).
     last_rv: u64,
     rx: tokio_watch::Receiver<u64>,
     ticker: Interval,
@@ -240,7 +200,6 @@ impl WatchState {
         match start {
             Start::From(n) => {
                 self.last_rv = n;
-                self.fetched_rv = n;
                 for obj in initial {
                     if self.in_scope(obj) {
                         self.push_object("ADDED", obj);
@@ -259,7 +218,6 @@ impl WatchState {
             }
             Start::Future(n) => {
                 self.last_rv = n;
-                self.fetched_rv = n;
                 self.waiting_for = Some((n, Instant::now() + TOO_LARGE_WAIT));
             }
         }
@@ -345,49 +303,22 @@ impl WatchState {
         self.done = true;
     }
 
-    /// Reads every change after the last one read into the backlog, and turns the first
-    /// [`CATCH_UP_BATCH`] of the backlog into the events this watcher sees.
+    /// Reads every change after `last_rv` and queues the ones this watcher sees.
     fn catch_up(&mut self) {
-        let changes = self.store.read(|s| s.changes_since(self.fetched_rv));
+        let changes = self.store.read(|s| s.changes_since(self.last_rv));
         let changes = match changes {
             Ok(c) => c,
             Err(compacted) => {
                 let e = ApiError::expired(format!(
                     "too old resource version: {} ({compacted})",
-                    self.fetched_rv
+                    self.last_rv
                 ));
-                self.backlog.clear();
                 self.push_error(&e);
                 return;
             }
         };
         let had_changes = !changes.is_empty();
-        if let Some(last) = changes.last() {
-            self.fetched_rv = last.rv;
-        }
-        self.backlog.extend(changes);
-        self.drain_backlog();
-        // A custom resource whose CRD was deleted is no longer served: like the real server,
-        // end its watches (after the DELETED events of its objects).
-        if had_changes && self.def.custom.is_some() {
-            let served = self.store.read(|s| {
-                s.registry
-                    .lookup(&self.def.group, &self.def.version, &self.def.plural)
-                    .is_some()
-            });
-            if !served {
-                self.done = true;
-            }
-        }
-    }
-
-    /// Turns backlog changes into events until [`CATCH_UP_BATCH`] events wait.
-    fn drain_backlog(&mut self) {
-        while let Some(c) = self.backlog.pop_front() {
-            if self.pending.len() >= CATCH_UP_BATCH {
-                self.backlog.push_front(c);
-                break;
-            }
+        for c in changes {
             self.last_rv = c.rv;
             if c.storage != self.def.storage {
                 continue;
@@ -409,6 +340,18 @@ impl WatchState {
                     (false, false) => {}
                 },
                 _ => {}
+            }
+        }
+        // A custom resource whose CRD was deleted is no longer served: like the real server,
+        // end its watches (after the DELETED events of its objects).
+        if had_changes && self.def.custom.is_some() {
+            let served = self.store.read(|s| {
+                s.registry
+                    .lookup(&self.def.group, &self.def.version, &self.def.plural)
+                    .is_some()
+            });
+            if !served {
+                self.done = true;
             }
         }
     }
@@ -517,8 +460,6 @@ pub fn start(
         selection,
         allow_bookmarks: opts.allow_bookmarks,
         pending: VecDeque::new(),
-        backlog: VecDeque::new(),
-        fetched_rv: 0,
         last_rv: 0,
         rx,
         ticker,
@@ -537,13 +478,7 @@ pub fn start(
         served_as: format!("{}/{}", t.def.api_version(), t.def.kind),
     };
     state.queue_start(start, &initial, send_initial, opts);
-    let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER_FRAMES);
-    tokio::spawn(produce(state, tx));
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        let frame = rx.recv().await?;
-        Some((Ok(Frame::data(frame)), rx))
-    });
-    Ok(StreamBody::new(stream))
+    Ok(StreamBody::new(frames(state)))
 }
 
 /// Reads the request's `resourceVersion`: empty or "0" means "from now" (`None`), anything
@@ -592,19 +527,19 @@ fn snapshot(
     })
 }
 
-/// The watch's own task: turns changes into event writes and hands them to the response body
-/// through a channel of [`WATCH_BUFFER_FRAMES`] writes. It ends when the watch ends (the
-/// channel closes, so the body ends after the writes already in it), when the client is gone
-/// (the body was dropped), at shutdown, or when the buffer stayed full for
-/// [`UNRESPONSIVE_WAIT`]: the watcher is then closed as unresponsive, its state (the events and
-/// changes it held) dropped at once.
-async fn produce(mut st: WatchState, tx: tokio::sync::mpsc::Sender<Bytes>) {
-    use tokio::sync::mpsc::error::SendTimeoutError;
-    loop {
-        while let Some(next) = st.pending.pop_front() {
-            let frame = match next {
-                Pending::Ready(b) => st.join_waiting(b),
-                Pending::Convert(ty, obj) => {
+/// Turns the watch's state into the stream of response frames: ready events go out as they
+/// are, events to convert are converted first, and an empty queue waits for the next batch.
+fn frames(
+    state: WatchState,
+) -> impl Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + use<> {
+    futures_util::stream::unfold(state, |mut st| async move {
+        loop {
+            match st.pending.pop_front() {
+                Some(Pending::Ready(b)) => {
+                    let frame = st.join_waiting(b);
+                    return Some((Ok(Frame::data(frame)), st));
+                }
+                Some(Pending::Convert(ty, obj)) => {
                     let Some(convert) = st.converter.clone() else {
                         continue;
                     };
@@ -612,51 +547,26 @@ async fn produce(mut st: WatchState, tx: tokio::sync::mpsc::Sender<Bytes>) {
                         .await
                         .unwrap_or_else(|e| Err(ApiError::internal(e.to_string())));
                     match converted {
-                        Ok(served) => st.render(ty, served),
+                        Ok(served) => {
+                            let line = st.render(ty, served);
+                            return Some((Ok(Frame::data(line)), st));
+                        }
                         Err(e) => {
                             // As the real watch server: the object cannot be encoded in the
                             // watched version, so the stream ends (logged, no ERROR event).
                             tracing::warn!(error = %e.message, "unable to encode watch object");
-                            return;
+                            return None;
                         }
                     }
                 }
-            };
-            let sent = tokio::select! {
-                r = tx.send_timeout(frame, UNRESPONSIVE_WAIT) => r,
-                _ = st.shutdown.cancelled() => return,
-            };
-            match sent {
-                Ok(()) => {}
-                Err(SendTimeoutError::Timeout(_)) => {
-                    let (group, resource) = (&st.def.group, &st.def.plural);
-                    tracing::info!(
-                        resource = %super::status::qualified(resource, group),
-                        buffered = WATCH_BUFFER_FRAMES,
-                        waiting = st.pending.len(),
-                        "Forcing watcher close due to unresponsiveness"
-                    );
-                    st.store.count_terminated_watcher(group, resource);
-                    return;
-                }
-                Err(SendTimeoutError::Closed(_)) => return,
+                None => {}
             }
+            if st.done {
+                return None;
+            }
+            st.next_batch().await;
         }
-        if st.shutdown.is_cancelled() {
-            return;
-        }
-        if !st.backlog.is_empty() {
-            st.drain_backlog();
-            continue;
-        }
-        if st.done {
-            return;
-        }
-        tokio::select! {
-            _ = tx.closed() => return,
-            _ = st.next_batch() => {}
-        }
-    }
+    })
 }
 
 fn store_subscribe(store: &Store) -> tokio_watch::Receiver<u64> {
