@@ -212,6 +212,7 @@ pub mod request_log;
 pub mod review;
 pub mod runtime;
 pub mod services;
+pub mod spdy;
 pub mod standalone;
 pub mod status;
 pub mod store;
