@@ -630,3 +630,251 @@ async fn the_peer_closing_ends_unfinished_streams_with_an_error() {
     assert_eq!(error.kind(), io::ErrorKind::BrokenPipe);
     assert!(conn.accept().await.is_none());
 }
+
+// ---------------------------------------------------------------------------------------------
+// The Kubernetes protocols.
+
+use super::protocols::{
+    ExecProtocol, STREAM_CREATION_TIMEOUT, Wanted, serve_port_forward, wait_for_exec_streams,
+    write_status,
+};
+
+async fn replies(client: &mut Client, n: usize) {
+    for _ in 0..n {
+        assert!(matches!(client.recv().await, Some(Frame::SynReply { .. })));
+    }
+}
+
+#[tokio::test]
+async fn exec_streams_are_taken_by_type_and_the_v4_status_ends_the_error_stream() {
+    let (mut conn, mut client) = pair();
+    client.open(1, &[("streamtype", "error")]).await;
+    client.open(3, &[("streamtype", "stdout")]).await;
+    client.open(5, &[("streamtype", "surprise")]).await;
+    client.open(7, &[("streamtype", "stderr")]).await;
+    let wanted = Wanted {
+        stdout: true,
+        stderr: true,
+        ..Wanted::default()
+    };
+    let mut streams =
+        wait_for_exec_streams(&mut conn, ExecProtocol::V4, wanted, STREAM_CREATION_TIMEOUT)
+            .await
+            .expect("all streams");
+    assert_eq!(streams.stdout.as_ref().map(Stream::id), Some(3));
+    assert_eq!(streams.stderr.as_ref().map(Stream::id), Some(7));
+    assert!(streams.stdin.is_none() && streams.resize.is_none());
+    let mut error = streams.error.take().expect("error stream");
+    write_status(
+        &mut error,
+        ExecProtocol::V4,
+        br#"{"status":"Success"}"#,
+        None,
+    )
+    .await;
+    let mut seen = Vec::new();
+    while seen.len() < 7 {
+        match client.recv().await {
+            Some(Frame::SynReply { stream_id, .. }) => seen.push(format!("reply {stream_id}")),
+            Some(Frame::Data {
+                stream_id: 5,
+                fin: true,
+                ..
+            }) => seen.push("fin 5".into()),
+            Some(Frame::Data {
+                stream_id: 1,
+                fin: false,
+                data,
+            }) => {
+                assert_eq!(&data[..], br#"{"status":"Success"}"#);
+                seen.push("status".into());
+            }
+            Some(Frame::Data {
+                stream_id: 1,
+                fin: true,
+                ..
+            }) => seen.push("fin 1".into()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen[..3], ["reply 1", "reply 3", "reply 5"]);
+    assert!(
+        seen.ends_with(&["status".to_string(), "fin 1".to_string()]),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn older_exec_protocols_write_only_failures_as_text() {
+    let (mut conn, mut client) = pair();
+    client.open(1, &[("streamtype", "error")]).await;
+    let wanted = Wanted {
+        stdout: false,
+        ..Wanted::default()
+    };
+    let mut streams =
+        wait_for_exec_streams(&mut conn, ExecProtocol::V2, wanted, STREAM_CREATION_TIMEOUT)
+            .await
+            .expect("the error stream");
+    let mut error = streams.error.take().expect("error stream");
+    write_status(
+        &mut error,
+        ExecProtocol::V2,
+        b"{}",
+        Some("command terminated"),
+    )
+    .await;
+    replies(&mut client, 1).await;
+    assert_eq!(
+        client.recv().await,
+        Some(Frame::Data {
+            stream_id: 1,
+            fin: false,
+            data: Bytes::from_static(b"command terminated")
+        })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn exec_streams_that_never_come_time_out() {
+    let (mut conn, mut client) = pair();
+    client.open(1, &[("streamtype", "error")]).await;
+    let wanted = Wanted {
+        stdin: true,
+        ..Wanted::default()
+    };
+    let error = wait_for_exec_streams(&mut conn, ExecProtocol::V4, wanted, STREAM_CREATION_TIMEOUT)
+        .await
+        .err()
+        .expect("timed out");
+    assert_eq!(error, "timed out waiting for client to create streams");
+}
+
+async fn echo_server() -> (u16, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let task = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = socket.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+            });
+        }
+    });
+    (port, task)
+}
+
+async fn dial_local(port: u16) -> io::Result<tokio::net::TcpStream> {
+    tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+}
+
+#[tokio::test]
+async fn port_forward_connects_each_pair_to_the_pods_port() {
+    let (port, _server) = echo_server().await;
+    let (conn, mut client) = pair();
+    let serving = tokio::spawn(serve_port_forward(conn, "default/p".into(), dial_local));
+    let p = port.to_string();
+    client
+        .open(
+            1,
+            &[("streamtype", "error"), ("port", &p), ("requestid", "0")],
+        )
+        .await;
+    client.data(1, b"", true).await;
+    client
+        .open(
+            3,
+            &[("streamtype", "data"), ("port", &p), ("requestid", "0")],
+        )
+        .await;
+    replies(&mut client, 2).await;
+    client.data(3, b"ping through the pod", true).await;
+    let mut echoed = Vec::new();
+    let mut fins = Vec::new();
+    while fins.len() < 2 {
+        match client.recv().await {
+            Some(Frame::Data {
+                stream_id: 3,
+                data,
+                fin,
+            }) => {
+                echoed.extend_from_slice(&data);
+                if fin {
+                    fins.push(3);
+                }
+            }
+            Some(Frame::Data {
+                stream_id: 1,
+                data,
+                fin: true,
+            }) if data.is_empty() => fins.push(1),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(echoed, b"ping through the pod");
+    assert_eq!(fins, [3, 1], "the data stream ends before the error stream");
+    drop(client);
+    serving.await.expect("the server ends with the connection");
+}
+
+#[tokio::test]
+async fn port_forward_reports_a_refused_dial_and_refuses_bad_streams() {
+    // A port nothing listens on: bind one, learn its number, close it.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = closed.local_addr().expect("addr").port();
+    drop(closed);
+    let (conn, mut client) = pair();
+    let _serving = tokio::spawn(serve_port_forward(conn, "default/p".into(), dial_local));
+    client.open(1, &[("streamtype", "data")]).await;
+    assert_eq!(
+        client.recv().await,
+        Some(Frame::RstStream {
+            stream_id: 1,
+            status: rst::CANCEL
+        })
+    );
+    client
+        .open(3, &[("streamtype", "junk"), ("port", "80")])
+        .await;
+    assert_eq!(
+        client.recv().await,
+        Some(Frame::RstStream {
+            stream_id: 3,
+            status: rst::CANCEL
+        })
+    );
+    let p = port.to_string();
+    // No requestID: the kubelet pairs error stream N with data stream N + 2.
+    client
+        .open(5, &[("streamtype", "error"), ("port", &p)])
+        .await;
+    client
+        .open(7, &[("streamtype", "data"), ("port", &p)])
+        .await;
+    replies(&mut client, 2).await;
+    let mut message = Vec::new();
+    loop {
+        match client.recv().await {
+            Some(Frame::Data {
+                stream_id: 5,
+                data,
+                fin,
+            }) => {
+                message.extend_from_slice(&data);
+                if fin {
+                    break;
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let message = String::from_utf8(message).expect("text");
+    assert!(
+        message.starts_with(&format!("error forwarding port {port} to pod default/p: ")),
+        "{message}"
+    );
+}
