@@ -41,6 +41,7 @@ mod apiserver_http;
 mod apiserver_kubectl;
 mod apiserver_kubectl_compat;
 mod apiserver_list_snapshot;
+mod apiserver_spdy;
 mod apiserver_standalone;
 mod apiserver_trust;
 mod apiserver_watch;

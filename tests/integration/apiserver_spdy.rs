@@ -1,0 +1,346 @@
+//! `kubectl exec`, `attach` and `port-forward` over SPDY/3.1 against the standalone server
+//! (`sample-controller apiserver --node-runtime process`): kubectl 1.28 speaks nothing but SPDY
+//! for all three; kubectl 1.33's port-forward runs SPDY inside a WebSocket
+//! (`SPDY/3.1+portforward.k8s.io`).
+//!
+//! A missing kubectl version (or `python3`, which the port-forward pods run) skips its test with
+//! a message. Every wait has a generous timeout that only prevents a hang; no test asserts a
+//! duration.
+
+use crate::cluster_support::kubectl_bin;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The standalone server, its kubeconfig, killed when dropped.
+struct Server {
+    _child: Child,
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    home: PathBuf,
+}
+
+async fn server() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
+        .args(["apiserver", "--listen", "127.0.0.1:0", "--node-runtime", "process"])
+        .arg("--kubeconfig-out")
+        .arg(&kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the server printed its URL within 60 s")
+        .unwrap()
+        .unwrap();
+    assert!(first.starts_with("API server listening at "), "{first}");
+    // Keep reading its output so it never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Server {
+        _child: child,
+        _dir: dir,
+        kubeconfig,
+        home,
+    }
+}
+
+/// What one kubectl run left behind.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Server {
+    fn kubectl(&self, bin: &Path, args: &[&str]) -> Command {
+        let mut cmd = Command::new(bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.home.join("cache"))
+            .args(args)
+            .env("HOME", &self.home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    async fn run(&self, bin: &Path, args: &[&str], stdin: Option<&[u8]>) -> Run {
+        let mut cmd = self.kubectl(bin, args);
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        let mut child = cmd.spawn().unwrap();
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().unwrap();
+            let input = input.to_vec();
+            // Written from a task: kubectl may print while it reads.
+            tokio::spawn(async move {
+                let _ = pipe.write_all(&input).await;
+            });
+        }
+        let out = tokio::time::timeout(Duration::from_secs(90), child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} ran for more than 90 s"))
+            .unwrap();
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    async fn ok(&self, bin: &Path, args: &[&str], stdin: Option<&[u8]>) -> String {
+        let run = self.run(bin, args, stdin).await;
+        assert_eq!(
+            run.code,
+            Some(0),
+            "kubectl {args:?}\nstdout: {}\nstderr: {}",
+            run.stdout,
+            run.stderr
+        );
+        run.stdout
+    }
+
+    /// Creates a pod from JSON and waits until it runs.
+    async fn pod(&self, bin: &Path, manifest: serde_json::Value) {
+        let name = manifest["metadata"]["name"].as_str().unwrap().to_owned();
+        let text = manifest.to_string();
+        self.ok(bin, &["apply", "-f", "-"], Some(text.as_bytes()))
+            .await;
+        for _ in 0..600 {
+            let phase = self
+                .ok(
+                    bin,
+                    &["get", "pod", &name, "-o", "jsonpath={.status.phase}"],
+                    None,
+                )
+                .await;
+            if phase == "Running" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("pod {name} did not reach Running");
+    }
+
+    /// Waits until the pod's log has a first line, and returns it.
+    async fn first_log_line(&self, bin: &Path, pod: &str) -> String {
+        for _ in 0..600 {
+            let log = self.ok(bin, &["logs", pod], None).await;
+            if let Some(line) = log.lines().next() {
+                return line.trim().to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("pod {pod} logged nothing");
+    }
+}
+
+fn kubectl(version: &str) -> Option<PathBuf> {
+    let found = kubectl_bin(Some(version));
+    if found.is_none() {
+        eprintln!(
+            "SKIPPED: kubectl.{version} not found beside the kubectl on PATH; this test needs it"
+        );
+    }
+    found
+}
+
+fn pod(name: &str, command: &[&str]) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never",
+                 "containers": [{"name": "main", "image": "busybox", "command": command}]}
+    })
+}
+
+#[tokio::test]
+async fn kubectl_1_28_exec_over_spdy_gives_stdout_stderr_and_the_exit_code() {
+    let Some(bin) = kubectl("1.28") else { return };
+    let s = server().await;
+    s.pod(&bin, pod("sleeper", &["sleep", "3600"])).await;
+
+    let run = s
+        .run(
+            &bin,
+            &[
+                "exec",
+                "sleeper",
+                "--",
+                "sh",
+                "-c",
+                "echo out; echo err >&2; exit 3",
+            ],
+            None,
+        )
+        .await;
+    assert_eq!(run.stdout, "out\n", "stderr: {}", run.stderr);
+    assert!(run.stderr.starts_with("err\n"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("command terminated with exit code 3"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.code, Some(3));
+
+    // A clean exit, and more output than one SPDY window (kubectl sends no WINDOW_UPDATE).
+    let out = s
+        .ok(
+            &bin,
+            &["exec", "sleeper", "--", "sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x"],
+            None,
+        )
+        .await;
+    assert_eq!(out.len(), 300_000);
+    assert!(out.bytes().all(|b| b == b'x'));
+}
+
+#[tokio::test]
+async fn kubectl_1_28_exec_i_pipes_stdin_through_spdy() {
+    let Some(bin) = kubectl("1.28") else { return };
+    let s = server().await;
+    s.pod(&bin, pod("sleeper", &["sleep", "3600"])).await;
+
+    let out = s
+        .ok(
+            &bin,
+            &["exec", "-i", "sleeper", "--", "cat"],
+            Some(b"hello\nthrough spdy\n"),
+        )
+        .await;
+    assert_eq!(out, "hello\nthrough spdy\n");
+
+    // More input than a window, into a process that reads it all.
+    let big = vec![b'y'; 400_000];
+    let out = s
+        .ok(&bin, &["exec", "-i", "sleeper", "--", "wc", "-c"], Some(&big))
+        .await;
+    assert_eq!(out.trim(), "400000");
+}
+
+#[tokio::test]
+async fn kubectl_1_28_attach_i_talks_to_a_containers_stdin() {
+    let Some(bin) = kubectl("1.28") else { return };
+    let s = server().await;
+    let mut manifest = pod(
+        "talker",
+        &["sh", "-c", "while read line; do echo \"heard $line\"; done"],
+    );
+    manifest["spec"]["containers"][0]["stdin"] = true.into();
+    manifest["spec"]["containers"][0]["stdinOnce"] = true.into();
+    s.pod(&bin, manifest).await;
+
+    let out = s
+        .ok(&bin, &["attach", "-i", "talker"], Some(b"one\ntwo\n"))
+        .await;
+    assert!(out.contains("heard one\nheard two\n"), "{out}");
+}
+
+/// A pod whose process serves HTTP on a port it picks itself and logs the number.
+const HTTP_SERVER: &str = r#"
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("hello from the pod, path " + self.path + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+
+fn python3() -> bool {
+    let found = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("SKIPPED: python3 not found; the port-forward pod runs an HTTP server in it");
+    }
+    found
+}
+
+async fn port_forward_reaches_the_pod(version: &str) {
+    let Some(bin) = kubectl(version) else { return };
+    if !python3() {
+        return;
+    }
+    let s = server().await;
+    s.pod(&bin, pod("web", &["python3", "-c", HTTP_SERVER])).await;
+    let port = s.first_log_line(&bin, "web").await;
+    let port: u16 = port.parse().unwrap_or_else(|_| panic!("port {port:?}"));
+
+    let mut forward = s
+        .kubectl(
+            &bin,
+            &[
+                "port-forward",
+                "--address",
+                "127.0.0.1",
+                "pod/web",
+                &format!(":{port}"),
+            ],
+        )
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(forward.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("kubectl printed where it forwards within 60 s")
+        .unwrap()
+        .expect("a line");
+    let local = line
+        .strip_prefix("Forwarding from 127.0.0.1:")
+        .and_then(|rest| rest.strip_suffix(&format!(" -> {port}")))
+        .unwrap_or_else(|| panic!("unexpected line {line:?}"));
+    let local: u16 = local.parse().unwrap();
+
+    // Several connections, one after another: each is a new pair of SPDY streams.
+    for path in ["/first", "/second", "/third"] {
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", local))
+            .await
+            .unwrap();
+        conn.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(60), conn.read_to_string(&mut answer))
+            .await
+            .expect("an answer within 60 s")
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+        assert!(
+            answer.ends_with(&format!("hello from the pod, path {path}\n")),
+            "{answer}"
+        );
+    }
+    forward.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn kubectl_1_28_port_forward_over_spdy_reaches_the_pods_port() {
+    port_forward_reaches_the_pod("1.28").await;
+}
+
+#[tokio::test]
+async fn kubectl_1_33_port_forward_over_the_websocket_tunnel_reaches_the_pods_port() {
+    port_forward_reaches_the_pod("1.33").await;
+}
