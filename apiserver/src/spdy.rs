@@ -92,7 +92,7 @@
 //! | open streams per connection | [`MAX_STREAMS`]; more: `RST_STREAM` `REFUSED_STREAM` |
 //! | unread data per stream | the 64 KiB window plus one frame, then the reader waits |
 //! | frames waiting to be written | [`OUTBOX_LIMIT`] bytes of data; a writer waits, the reader waits |
-//! | a connection without any frame | [`IDLE_TIMEOUT`] (4 hours, the kubelet's `streamingConnectionIdleTimeout`) |
+//! | a connection without any frame, or whose peer takes nothing | [`IDLE_TIMEOUT`] (4 hours, the kubelet's `streamingConnectionIdleTimeout`) |
 //!
 //! Compression itself is not this project's subject: `miniz_oxide` (pure Rust, also the default
 //! backend of `flate2`) does deflate and inflate. It has no preset-dictionary call, so the
@@ -1418,7 +1418,11 @@ async fn write_loop<W: AsyncWrite + Unpin>(mut io: W, shared: Arc<Shared>) {
             }
             last_goaway = matches!(frame, Frame::GoAway { .. });
         }
-        if let Err(error) = write_out(&mut io, &buf).await {
+        // A peer that takes nothing for the idle timeout is gone (a slow one is only paced).
+        let written = tokio::time::timeout(IDLE_TIMEOUT, write_out(&mut io, &buf))
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
+        if let Err(error) = written {
             tracing::debug!(%error, "SPDY connection write failed");
             shared.kill();
             return;
