@@ -44,7 +44,7 @@
 //!    created no earlier than the At's schedule and at most a few seconds after it
 //!    ([`check_runs`]). It prints what it measured, or fails with what does not hold; then,
 //!    as the book does, it prints `kubectl logs example-at-pod`: `YAY`;
-//! 7. exits 0, or keeps serving with `--serve` until Ctrl-C.
+//! 7. exits 0, or keeps serving with `--serve` until Ctrl-C or SIGTERM.
 //!
 //! `--operators` chooses which operators the story shows (default `at,tdset,rediscluster`;
 //! also `myapp` and `foo`). Beside the Ats, a TDSet scales a Deployment by its current window
@@ -89,7 +89,7 @@ pub const DEMO_NAMESPACE: &str = "default";
 /// Flags of `sample-controller demo`.
 #[derive(Args, Clone, Debug, PartialEq)]
 pub struct DemoOptions {
-    /// Keep the API server and the controller running after the story ends (Ctrl-C stops).
+    /// Keep the API server and the controller running after the story ends (Ctrl-C or SIGTERM stops them).
     #[arg(long)]
     pub serve: bool,
 
@@ -280,8 +280,11 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
             .join(" and ");
         print_ending(&client, &operators, runs, &invalid, with_at).await;
         if opts.serve {
+            // SIGTERM as well as Ctrl-C, so `kill` also shuts down in order (and the webhook's
+            // private key directory is removed); installed before the announcement.
+            let stop = apimachinery::signals::wait_for_signal();
             print_serving(&operators, server.url(), &path, with_at);
-            let _ = tokio::signal::ctrl_c().await;
+            stop.await;
         }
     }
 
@@ -349,7 +352,7 @@ fn print_banner(operators: &[&'static str], server_url: &str, path: &str, serve:
     }
     if serve {
         println!(
-            "  --serve     the server and the controllers keep running after the stories, until Ctrl-C"
+            "  --serve     the server and the controllers keep running after the stories, until Ctrl-C or SIGTERM"
         );
     } else {
         println!(
@@ -456,7 +459,7 @@ fn print_serving(operators: &[&'static str], server_url: &str, path: &str, with_
         "  act:    kubectl --kubeconfig {path} apply {}   (from the repository root; the controllers pick them up)",
         examples.join(" ")
     );
-    println!("press Ctrl-C to stop");
+    println!("press Ctrl-C (or send SIGTERM) to stop");
 }
 
 /// The log of a pod in the demo namespace (`GET .../pods/NAME/log`, what `kubectl logs`

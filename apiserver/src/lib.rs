@@ -205,9 +205,11 @@ pub mod meta;
 pub mod openapi;
 pub mod partial;
 pub mod pod_actions;
+pub mod process_exec;
 pub mod query;
 pub mod rbac;
 pub mod registry;
+pub mod remotecommand;
 pub mod request_log;
 pub mod review;
 pub mod runtime;
@@ -274,6 +276,9 @@ pub struct Shared {
     pub logs: Arc<logs::LogStore>,
     /// Admission webhooks: service endpoints and pooled webhook clients ([`admission`]).
     pub admission: admission::Admission,
+    /// The process node's running containers, for exec, attach and port-forward
+    /// ([`remotecommand`]); `None` when no node runs processes.
+    pub node: Option<runtime::NodeHandle>,
 }
 
 /// Why the server could not start.
@@ -702,7 +707,17 @@ impl ApiServerBuilder {
         let shutdown = CancellationToken::new();
         let log = RequestLog::default();
         let pod_logs = Arc::new(logs::LogStore::new(self.pod_log_bytes));
+        let tracker = TaskTracker::new();
+        let node_handle = (self.simulate && self.node_runtime == runtime::NodeRuntime::Process)
+            .then(|| {
+                runtime::NodeHandle::new(
+                    shutdown.clone(),
+                    tracker.clone(),
+                    runtime::DEFAULT_MAX_SESSIONS,
+                )
+            });
         let shared = Arc::new(Shared {
+            node: node_handle.clone(),
             logs: pod_logs.clone(),
             faults: faults::Faults::new(store.clone(), log.clone(), shutdown.clone()),
             rbac: rbac::Authorizer::new(self.enforce_rbac, std::mem::take(&mut self.user_groups)),
@@ -722,7 +737,6 @@ impl ApiServerBuilder {
         });
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{addr}");
-        let tracker = TaskTracker::new();
         let acceptor = tls
             .as_ref()
             .map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
@@ -739,7 +753,14 @@ impl ApiServerBuilder {
         }
         // Debug: the `apiserver` command prints the URL on stdout itself, once.
         tracing::debug!(%url, "embedded API server listening");
-        let node = self.spawn_controllers(&store, tls.as_ref(), &pod_logs, &shutdown, &tracker);
+        let node = self.spawn_controllers(
+            &store,
+            tls.as_ref(),
+            &pod_logs,
+            node_handle,
+            &shutdown,
+            &tracker,
+        );
         let handle = ApiServerHandle {
             url,
             token,
@@ -811,6 +832,7 @@ impl ApiServerBuilder {
         store: &Arc<Store>,
         tls: Option<&tls::ServerTls>,
         pod_logs: &Arc<logs::LogStore>,
+        node_handle: Option<runtime::NodeHandle>,
         shutdown: &CancellationToken,
         tracker: &TaskTracker,
     ) -> kubelet::NodeControl {
@@ -830,19 +852,8 @@ impl ApiServerBuilder {
             );
         }
         if self.simulate {
-            match self.node_runtime {
-                runtime::NodeRuntime::Simulated => kubelet::spawn(
-                    store.clone(),
-                    kubelet::KubeletConfig {
-                        run_time: self.pod_run_time,
-                        clock,
-                        logs: pod_logs.clone(),
-                    },
-                    node.clone(),
-                    shutdown.clone(),
-                    tracker,
-                ),
-                runtime::NodeRuntime::Process => runtime::spawn(
+            match (self.node_runtime, node_handle) {
+                (runtime::NodeRuntime::Process, Some(handle)) => runtime::spawn(
                     store.clone(),
                     runtime::ProcessConfig {
                         clock,
@@ -850,6 +861,18 @@ impl ApiServerBuilder {
                         timeout: self.node_runtime_timeout,
                         logs: pod_logs.clone(),
                     },
+                    handle,
+                    shutdown.clone(),
+                    tracker,
+                ),
+                _ => kubelet::spawn(
+                    store.clone(),
+                    kubelet::KubeletConfig {
+                        run_time: self.pod_run_time,
+                        clock,
+                        logs: pod_logs.clone(),
+                    },
+                    node.clone(),
                     shutdown.clone(),
                     tracker,
                 ),

@@ -494,7 +494,11 @@ fn text_response(body: Body) -> Response<Body> {
 }
 
 /// Which container of `pod` the request means, with the real server's errors.
-fn pick_container(pod: &Value, name: &str, asked: Option<&str>) -> Result<String, ApiError> {
+pub(crate) fn pick_container(
+    pod: &Value,
+    name: &str,
+    asked: Option<&str>,
+) -> Result<String, ApiError> {
     let names = |field: &str| -> Vec<String> {
         pod["spec"][field]
             .as_array()

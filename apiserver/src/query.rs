@@ -27,6 +27,8 @@ use super::status::ApiError;
 #[derive(Clone, Debug, Default)]
 pub struct Query {
     params: HashMap<String, String>,
+    /// Every `key=value` pair in order, for the parameters that repeat (`command=sh&command=-c`).
+    pairs: Vec<(String, String)>,
     user_agent: String,
     warnings: Arc<Mutex<Vec<String>>>,
     requester: Option<Arc<super::rbac::Requester>>,
@@ -81,12 +83,16 @@ impl Query {
     /// Parses a raw query string (`a=b&c=d`).
     pub fn parse(raw: Option<&str>) -> Self {
         let mut params = HashMap::new();
+        let mut pairs = Vec::new();
         for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            params.insert(percent_decode(k), percent_decode(v));
+            let (k, v) = (percent_decode(k), percent_decode(v));
+            pairs.push((k.clone(), v.clone()));
+            params.insert(k, v);
         }
         Query {
             params,
+            pairs,
             user_agent: String::new(),
             warnings: Arc::default(),
             requester: None,
@@ -125,6 +131,15 @@ impl Query {
     /// A parameter's value.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.params.get(key).map(String::as_str)
+    }
+
+    /// Every value of a repeated parameter, in order (`command=sh&command=-c` → `["sh", "-c"]`).
+    pub fn all(&self, key: &str) -> Vec<&str> {
+        self.pairs
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 
     /// A non-empty parameter's value.

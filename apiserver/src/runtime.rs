@@ -113,7 +113,7 @@ const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 
 /// How long the output readers may drain a pipe after the process ended (a grandchild that
 /// escaped the group could keep it open forever).
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Which node runs the pods when the server simulates a cluster.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -139,10 +139,13 @@ pub struct ProcessConfig {
 }
 
 /// Starts the process node on `tracker`; it (and every child process) stops when `shutdown`
-/// is cancelled, and the tracker waits until every child has been reaped.
+/// is cancelled, and the tracker waits until every child has been reaped. `handle` is where
+/// the node registers its running containers, for exec, attach and port-forward
+/// ([`super::remotecommand`]); make it with [`NodeHandle::new`] on the same token and tracker.
 pub fn spawn(
     store: Arc<Store>,
     config: ProcessConfig,
+    handle: NodeHandle,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) {
@@ -151,6 +154,7 @@ pub fn spawn(
             store,
             slots: Arc::new(Semaphore::new(config.max_pods.max(1))),
             config,
+            handle,
         }),
         workers: HashMap::new(),
         next_ip: 0,
@@ -165,6 +169,113 @@ struct Ctx {
     store: Arc<Store>,
     config: ProcessConfig,
     slots: Arc<Semaphore>,
+    handle: NodeHandle,
+}
+
+/// Default limit of exec, attach and port-forward sessions open at once on the process node.
+pub const DEFAULT_MAX_SESSIONS: usize = 32;
+
+/// Bytes of live output an attach may lag behind before it misses chunks: chunks of at most
+/// 8 KiB, this many of them per stream.
+const ATTACH_BACKLOG: usize = 64;
+
+/// The process node as exec, attach and port-forward see it ([`super::remotecommand`]): the
+/// containers running now, the bound on open sessions, and the node's shutdown token and task
+/// tracker, under which every session and every exec'd process runs (so none outlives the
+/// server).
+#[derive(Clone)]
+pub struct NodeHandle {
+    inner: Arc<NodeInner>,
+}
+
+struct NodeInner {
+    running: Mutex<HashMap<ContainerKey, Arc<RunningContainer>>>,
+    sessions: Arc<Semaphore>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+}
+
+/// `(namespace, pod, container)`.
+type ContainerKey = (String, String, String);
+
+impl std::fmt::Debug for NodeHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeHandle").finish_non_exhaustive()
+    }
+}
+
+impl NodeHandle {
+    /// A handle for a node stopped by `shutdown`, whose sessions run on `tracker`, allowing
+    /// `max_sessions` (at least 1) open at once.
+    pub fn new(shutdown: CancellationToken, tracker: TaskTracker, max_sessions: usize) -> Self {
+        NodeHandle {
+            inner: Arc::new(NodeInner {
+                running: Mutex::new(HashMap::new()),
+                sessions: Arc::new(Semaphore::new(max_sessions.max(1))),
+                shutdown,
+                tracker,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ContainerKey, Arc<RunningContainer>>> {
+        self.inner.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The running instance of a container of the pod with `uid`, if it runs now.
+    pub(crate) fn running(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        container: &str,
+    ) -> Option<Arc<RunningContainer>> {
+        let key = (namespace.to_owned(), pod.to_owned(), container.to_owned());
+        self.lock().get(&key).filter(|r| r.uid == uid).cloned()
+    }
+
+    /// A session slot, or `None` when [`DEFAULT_MAX_SESSIONS`] (or the configured bound)
+    /// sessions are open.
+    pub(crate) fn session_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.inner.sessions.clone().try_acquire_owned().ok()
+    }
+
+    /// Cancelled when the server shuts down.
+    pub(crate) fn shutdown(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// The tracker the server waits on at shutdown.
+    pub(crate) fn tracker(&self) -> &TaskTracker {
+        &self.inner.tracker
+    }
+
+    fn register(&self, key: ContainerKey, running: Arc<RunningContainer>) {
+        self.lock().insert(key, running);
+    }
+
+    fn unregister(&self, key: &ContainerKey, running: &Arc<RunningContainer>) {
+        let mut map = self.lock();
+        if map.get(key).is_some_and(|r| Arc::ptr_eq(r, running)) {
+            map.remove(key);
+        }
+    }
+}
+
+/// One running instance of a container, as exec and attach reach it.
+pub(crate) struct RunningContainer {
+    /// The pod's uid (a pod of the same name made later is another pod).
+    pub(crate) uid: String,
+    /// The container's spec (`env`, `workingDir`, `stdin`, `stdinOnce`, ...).
+    pub(crate) spec: Value,
+    /// The process's stdin, when the container has `stdin: true`; `None` once closed.
+    pub(crate) stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
+    /// Live stdout chunks, for attach.
+    pub(crate) stdout: tokio::sync::broadcast::Sender<bytes::Bytes>,
+    /// Live stderr chunks, for attach.
+    pub(crate) stderr: tokio::sync::broadcast::Sender<bytes::Bytes>,
+    /// Cancelled when the process has exited.
+    pub(crate) ended: CancellationToken,
 }
 
 impl Ctx {
@@ -746,6 +857,18 @@ async fn run_container(
                 "process runtime: the container has no command; its image's entrypoint cannot run without the image, so nothing runs\n",
             );
             set_running(&ctx, &key, &uid, &name, &now, "process://none");
+            // Nothing runs, but the container is running as far as exec is concerned: a
+            // command exec'd in it gets its environment.
+            let running = Arc::new(RunningContainer {
+                uid: uid.clone(),
+                spec: c.clone(),
+                stdin: tokio::sync::Mutex::new(None),
+                stdout: tokio::sync::broadcast::channel(1).0,
+                stderr: tokio::sync::broadcast::channel(1).0,
+                ended: CancellationToken::new(),
+            });
+            let registered = (key.0.clone(), key.1.clone(), name.clone());
+            ctx.handle.register(registered.clone(), running.clone());
             event(
                 &ctx,
                 &key,
@@ -765,6 +888,8 @@ async fn run_container(
                 &format!("Started container {name}"),
             );
             kill.token.cancelled().await;
+            ctx.handle.unregister(&registered, &running);
+            running.ended.cancel();
             buf.close();
             let exit = Exit {
                 code: 137,
@@ -875,18 +1000,33 @@ async fn run_once(
     };
     let pid = child.id().unwrap_or(0);
     tracing::debug!(namespace = %key.0, pod = %key.1, container = name, pid, "container started");
+    let running = Arc::new(RunningContainer {
+        uid: uid.to_owned(),
+        spec: c.clone(),
+        stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        stdout: tokio::sync::broadcast::channel(ATTACH_BACKLOG).0,
+        stderr: tokio::sync::broadcast::channel(ATTACH_BACKLOG).0,
+        ended: CancellationToken::new(),
+    });
+    let registered = (key.0.clone(), key.1.clone(), name.to_owned());
+    ctx.handle.register(registered.clone(), running.clone());
     set_running_with_events(ctx, key, uid, name, &started_at, pid);
-    let readers = capture_output(&mut child, buf, ctx.config.clock);
+    let readers = capture_output(&mut child, buf, ctx.config.clock, &running);
     let status = tokio::select! {
         s = child.wait() => s,
         _ = kill.token.cancelled() => terminate(&mut child, pid, kill.grace()).await,
     };
+    ctx.handle.unregister(&registered, &running);
+    // An attach holding the stdin pipe must not keep it open past the process.
+    running.stdin.lock().await.take();
     for r in readers {
         let abort = r.abort_handle();
         if tokio::time::timeout(DRAIN_TIMEOUT, r).await.is_err() {
             abort.abort();
         }
     }
+    // After the drain: an attached client that sees `ended` has been sent every chunk.
+    running.ended.cancel();
     let code = match &status {
         Ok(s) => {
             use std::os::unix::process::ExitStatusExt;
@@ -904,9 +1044,26 @@ async fn run_once(
 }
 
 /// The command a container runs: its argv, a clean environment (PATH, HOME, HOSTNAME and the
-/// container's own `env` values), its working directory when it exists, no stdin, output
-/// piped, in a process group of its own and killed if dropped.
+/// container's own `env` values), its working directory when it exists, stdin piped when the
+/// container has `stdin: true` (for attach) and closed otherwise, output piped, in a process
+/// group of its own and killed if dropped.
 fn container_command(key: &Key, c: &Value, argv: &[String]) -> tokio::process::Command {
+    let mut cmd = process_command(key, c, argv);
+    let stdin = if c["stdin"] == true {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
+    cmd.stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// A process in a container's context (its argv, environment and working directory, as
+/// [`container_command`] and exec give it), in a process group of its own, killed if dropped.
+/// The caller wires stdin, stdout and stderr.
+pub(crate) fn process_command(key: &Key, c: &Value, argv: &[String]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .env_clear()
@@ -923,11 +1080,7 @@ fn container_command(key: &Key, c: &Value, argv: &[String]) -> tokio::process::C
     {
         cmd.current_dir(dir);
     }
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+    cmd.process_group(0).kill_on_drop(true);
     cmd
 }
 
@@ -962,34 +1115,41 @@ fn set_running_with_events(
     );
 }
 
-/// Starts copying the child's stdout and stderr into the container's log; the handles end
-/// when the pipes close.
+/// Starts copying the child's stdout and stderr into the container's log (and to any attached
+/// client); the handles end when the pipes close.
 fn capture_output(
     child: &mut tokio::process::Child,
     buf: &Arc<LogBuffer>,
     clock: VirtualClock,
+    running: &RunningContainer,
 ) -> Vec<JoinHandle<()>> {
     [
-        child
-            .stdout
-            .take()
-            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        child
-            .stderr
-            .take()
-            .map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        child.stdout.take().map(|s| {
+            (
+                Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+                running.stdout.clone(),
+            )
+        }),
+        child.stderr.take().map(|s| {
+            (
+                Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+                running.stderr.clone(),
+            )
+        }),
     ]
     .into_iter()
     .flatten()
-    .map(|pipe| tokio::spawn(capture(pipe, buf.clone(), clock)))
+    .map(|(pipe, live)| tokio::spawn(capture(pipe, buf.clone(), clock, live)))
     .collect()
 }
 
-/// Copies one pipe into the log, line by line.
+/// Copies one pipe into the log, line by line, and each chunk as read to the attached clients
+/// (a client that lags more than [`ATTACH_BACKLOG`] chunks behind misses the oldest).
 async fn capture(
     mut pipe: Box<dyn tokio::io::AsyncRead + Unpin + Send>,
     buf: Arc<LogBuffer>,
     clock: VirtualClock,
+    live: tokio::sync::broadcast::Sender<bytes::Bytes>,
 ) {
     let mut splitter = LineSplitter::default();
     let mut chunk = vec![0u8; 8192];
@@ -997,6 +1157,9 @@ async fn capture(
         match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                if live.receiver_count() > 0 {
+                    let _ = live.send(bytes::Bytes::copy_from_slice(&chunk[..n]));
+                }
                 for line in splitter.feed(&chunk[..n]) {
                     buf.append(clock.now(), line);
                 }
@@ -1031,7 +1194,7 @@ async fn terminate(
 /// Sends `signal` to every process of group `pgid` with the system's `kill` program. The
 /// group's leader has not been reaped yet when this is called, so its id cannot have been
 /// reused by another group.
-async fn signal_group(pgid: u32, signal: &str) {
+pub(crate) async fn signal_group(pgid: u32, signal: &str) {
     if pgid == 0 {
         return;
     }
