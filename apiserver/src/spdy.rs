@@ -120,6 +120,8 @@ use tokio::task::JoinHandle;
 
 pub mod protocols;
 
+pub use protocols::{serve, serve_tunneled_port_forward};
+
 /// The SPDY version this module speaks (SPDY/3; 3.1 adds the connection-level window).
 pub const VERSION: u16 = 3;
 /// The `Upgrade` token of the HTTP/1.1 handshake.

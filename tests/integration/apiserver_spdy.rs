@@ -30,7 +30,13 @@ async fn server() -> Server {
     let home = dir.path().join("home");
     std::fs::create_dir(&home).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sample-controller"))
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--node-runtime", "process"])
+        .args([
+            "apiserver",
+            "--listen",
+            "127.0.0.1:0",
+            "--node-runtime",
+            "process",
+        ])
         .arg("--kubeconfig-out")
         .arg(&kubeconfig)
         .stdout(Stdio::piped())
@@ -201,7 +207,14 @@ async fn kubectl_1_28_exec_over_spdy_gives_stdout_stderr_and_the_exit_code() {
     let out = s
         .ok(
             &bin,
-            &["exec", "sleeper", "--", "sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x"],
+            &[
+                "exec",
+                "sleeper",
+                "--",
+                "sh",
+                "-c",
+                "head -c 300000 /dev/zero | tr '\\0' x",
+            ],
             None,
         )
         .await;
@@ -227,7 +240,11 @@ async fn kubectl_1_28_exec_i_pipes_stdin_through_spdy() {
     // More input than a window, into a process that reads it all.
     let big = vec![b'y'; 400_000];
     let out = s
-        .ok(&bin, &["exec", "-i", "sleeper", "--", "wc", "-c"], Some(&big))
+        .ok(
+            &bin,
+            &["exec", "-i", "sleeper", "--", "wc", "-c"],
+            Some(&big),
+        )
         .await;
     assert_eq!(out.trim(), "400000");
 }
@@ -278,29 +295,31 @@ fn python3() -> bool {
     found
 }
 
-async fn port_forward_reaches_the_pod(version: &str) {
+/// Port-forwards to a pod's HTTP server and sends requests through. With `tunnel`, kubectl's
+/// log (`-v=6`) must show that its WebSocket tunnel was taken, not the fallback to SPDY.
+async fn port_forward_reaches_the_pod(version: &str, tunnel: bool) {
     let Some(bin) = kubectl(version) else { return };
     if !python3() {
         return;
     }
     let s = server().await;
-    s.pod(&bin, pod("web", &["python3", "-c", HTTP_SERVER])).await;
+    s.pod(&bin, pod("web", &["python3", "-c", HTTP_SERVER]))
+        .await;
     let port = s.first_log_line(&bin, "web").await;
     let port: u16 = port.parse().unwrap_or_else(|_| panic!("port {port:?}"));
 
-    let mut forward = s
-        .kubectl(
-            &bin,
-            &[
-                "port-forward",
-                "--address",
-                "127.0.0.1",
-                "pod/web",
-                &format!(":{port}"),
-            ],
-        )
-        .spawn()
-        .unwrap();
+    let target = format!(":{port}");
+    let mut args = vec!["port-forward", "--address", "127.0.0.1", "pod/web", &target];
+    if tunnel {
+        args.push("-v=6");
+    }
+    let mut forward = s.kubectl(&bin, &args).spawn().unwrap();
+    let mut stderr = forward.stderr.take().unwrap();
+    let log = tokio::spawn(async move {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text).await;
+        text
+    });
     let mut lines = BufReader::new(forward.stdout.take().unwrap()).lines();
     let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
         .await
@@ -333,14 +352,25 @@ async fn port_forward_reaches_the_pod(version: &str) {
         );
     }
     forward.kill().await.unwrap();
+    let log = log.await.unwrap();
+    if tunnel {
+        assert!(
+            log.contains("Before WebSocket Upgrade Connection"),
+            "kubectl did not try the tunnel:\n{log}"
+        );
+        assert!(
+            !log.contains("fallback to secondary dialer"),
+            "kubectl fell back to SPDY without the tunnel:\n{log}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn kubectl_1_28_port_forward_over_spdy_reaches_the_pods_port() {
-    port_forward_reaches_the_pod("1.28").await;
+    port_forward_reaches_the_pod("1.28", false).await;
 }
 
 #[tokio::test]
 async fn kubectl_1_33_port_forward_over_the_websocket_tunnel_reaches_the_pods_port() {
-    port_forward_reaches_the_pod("1.33").await;
+    port_forward_reaches_the_pod("1.33", true).await;
 }

@@ -45,6 +45,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::{Connection, IncomingStream, Stream, rst};
+use crate::http::Body;
+use crate::remotecommand::{
+    self, Action, Reader, Session, SessionKind, StreamOptions, Target, UpgradeRequest, Writer,
+};
 
 /// The exec/attach protocols SPDY serves, newest first (the kubelet's list).
 pub const EXEC_PROTOCOLS: [&str; 4] = [
@@ -59,6 +63,8 @@ pub const PORT_FORWARD_PROTOCOLS: [&str; 1] = ["portforward.k8s.io"];
 pub const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long forwarding waits for the second direction once the first has ended (containerd).
 pub const FORWARD_LINGER: Duration = Duration::from_secs(1);
+/// How long closing a connection waits for the client to take the last frames.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The negotiated `channel.k8s.io` version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,4 +353,153 @@ where
     }
     let _ = data.shutdown().await;
     let _ = error.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wiring to the sessions of `remotecommand`.
+
+/// Serves an exec, attach or port-forward request that asked for `Upgrade: SPDY/3.1`: checks the
+/// upgrade headers and negotiates the protocol (`400` and `403` as apimachinery's upgrader and
+/// `httpstream.Handshake` answer them), answers `101 Switching Protocols`, and runs the session
+/// on the upgraded connection, on the server's task tracker.
+pub fn serve(request: UpgradeRequest) -> http::Response<Body> {
+    let UpgradeRequest {
+        headers,
+        on_upgrade,
+        session,
+    } = request;
+    if !super::is_spdy_upgrade(&headers) {
+        return refusal(
+            http::StatusCode::BAD_REQUEST,
+            "unable to upgrade: missing upgrade headers in request",
+            &[],
+        );
+    }
+    let server: &[&str] = match session.kind {
+        SessionKind::PortForward { .. } => &PORT_FORWARD_PROTOCOLS,
+        _ => &EXEC_PROTOCOLS,
+    };
+    let protocol = match super::negotiate_protocol(&headers, server) {
+        Ok(protocol) => protocol,
+        Err(refused) => return refusal(refused.status, &refused.message, &refused.accepted),
+    };
+    let response = super::switching_protocols(&protocol);
+    let Session { target, kind } = session;
+    // `spawn` borrows the target; the session owns it, so it travels through a channel.
+    let (give, take) = tokio::sync::oneshot::channel::<Target>();
+    target.spawn(async move {
+        let Ok(target) = take.await else { return };
+        let upgraded = match on_upgrade.await {
+            Ok(upgraded) => upgraded,
+            Err(error) => {
+                tracing::debug!(%error, "SPDY upgrade failed");
+                return;
+            }
+        };
+        let conn = Connection::new(hyper_util::rt::TokioIo::new(upgraded));
+        let protocol = ExecProtocol::from_name(&protocol);
+        match kind {
+            SessionKind::Exec { command, opts } => {
+                exec(conn, target, Action::Exec { command }, opts, protocol).await;
+            }
+            SessionKind::Attach { opts } => {
+                exec(conn, target, Action::Attach, opts, protocol).await
+            }
+            SessionKind::PortForward { .. } => port_forward(conn, target).await,
+        }
+    });
+    let _ = give.send(target);
+    response
+}
+
+/// Serves port-forward on a SPDY session that arrives inside a WebSocket
+/// (`SPDY/3.1+portforward.k8s.io`, kube-apiserver's `streamtunnel.go`): the same session as over
+/// an upgraded connection, on the WebSocket's byte stream.
+pub async fn serve_tunneled_port_forward<T>(io: T, target: Target)
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    port_forward(Connection::new(io), target).await;
+}
+
+fn refusal(status: http::StatusCode, message: &str, accepted: &[String]) -> http::Response<Body> {
+    // Go's `http.Error`: plain text and a newline.
+    use http_body_util::BodyExt;
+    let body = http_body_util::Full::new(bytes::Bytes::from(format!("{message}\n")));
+    let mut response = http::Response::new(body.map_err(|never| match never {}).boxed());
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        http::HeaderValue::from_static("nosniff"),
+    );
+    for protocol in accepted {
+        if let Ok(value) = http::HeaderValue::from_str(protocol) {
+            headers.append("x-accepted-stream-protocol-versions", value);
+        }
+    }
+    response
+}
+
+/// An exec or attach: take the streams, run the session, write its Status, close (the kubelet's
+/// `ServeExec`/`ServeAttach`). A client that goes away drops the session, which ends the process.
+async fn exec(
+    mut conn: Connection,
+    target: Target,
+    action: Action,
+    opts: StreamOptions,
+    protocol: ExecProtocol,
+) {
+    let wanted = Wanted {
+        stdin: opts.stdin,
+        stdout: opts.stdout,
+        stderr: opts.stderr,
+        tty: opts.tty,
+    };
+    let mut streams =
+        match wait_for_exec_streams(&mut conn, protocol, wanted, STREAM_CREATION_TIMEOUT).await {
+            Ok(streams) => streams,
+            Err(message) => {
+                tracing::debug!(%message, pod = %target.pod, "exec over SPDY not started");
+                conn.close(CLOSE_TIMEOUT).await;
+                return;
+            }
+        };
+    let mut error = streams.error.take();
+    let session = remotecommand::Streams {
+        stdin: streams.stdin.take().map(|s| Box::new(s) as Reader),
+        stdout: streams.stdout.take().map(|s| Box::new(s) as Writer),
+        stderr: streams.stderr.take().map(|s| Box::new(s) as Writer),
+        resize: streams.resize.take().map(|s| Box::new(s) as Reader),
+    };
+    let status = tokio::select! {
+        status = remotecommand::run(target, action, opts, session) => status,
+        () = conn.closed() => return,
+    };
+    if let Some(error) = error.as_mut() {
+        let text = remotecommand::v1_error_text(&status);
+        write_status(
+            error,
+            protocol,
+            &remotecommand::status_bytes(&status),
+            text.as_deref(),
+        )
+        .await;
+    }
+    drop(error);
+    conn.close(CLOSE_TIMEOUT).await;
+}
+
+async fn port_forward(conn: Connection, target: Target) {
+    let pod = format!("{}/{}", target.namespace, target.pod);
+    let target = std::sync::Arc::new(target);
+    serve_port_forward(conn, pod, move |port| {
+        let target = target.clone();
+        async move { remotecommand::dial(&target, port).await }
+    })
+    .await;
 }
