@@ -120,7 +120,7 @@ use tokio::task::JoinHandle;
 
 pub mod protocols;
 
-pub use protocols::{serve, serve_tunneled_port_forward};
+pub use protocols::{serve, serve_tunneled_port_forward, tunnel};
 
 /// The SPDY version this module speaks (SPDY/3; 3.1 adds the connection-level window).
 pub const VERSION: u16 = 3;

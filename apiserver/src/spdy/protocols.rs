@@ -34,6 +34,17 @@
 //! (or the data stream's id minus 2). As containerd does, forwarding stops when one direction has
 //! ended and the other has had one more second, then both streams are closed: kubectl waits for
 //! the end of the error stream before it closes the local connection.
+//!
+//! ## Where the connections come from
+//!
+//! [`serve`] takes a request the HTTP layer has resolved into a [`Session`] (pod, container,
+//! options: [`crate::remotecommand`]) and that asked for `Upgrade: SPDY/3.1`, answers `101`, and
+//! runs the session on hyper's upgraded connection. [`tunnel`] runs port-forward on the byte
+//! stream of a WebSocket whose subprotocol is `SPDY/3.1+portforward.k8s.io` (kubectl 1.31+):
+//! kube-apiserver's `streamtunnel.go` strips the WebSocket framing and hands the raw SPDY
+//! frames to the kubelet, so inside the tunnel there is no HTTP upgrade, only the session.
+//! With SPDY the Status on the error stream is the kubelet's own (kube-apiserver only proxies
+//! the bytes), not the re-wrapped one of its WebSocket stream translator.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -420,6 +431,15 @@ where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     port_forward(Connection::new(io), target).await;
+}
+
+/// The tunnel transport of the WebSocket side: port-forward's SPDY session on the byte stream
+/// of a `SPDY/3.1+portforward.k8s.io` WebSocket (the signature its caller expects).
+pub fn tunnel(
+    io: tokio::io::DuplexStream,
+    session: Session,
+) -> futures_util::future::BoxFuture<'static, ()> {
+    Box::pin(serve_tunneled_port_forward(io, session.target))
 }
 
 fn refusal(status: http::StatusCode, message: &str, accepted: &[String]) -> http::Response<Body> {
