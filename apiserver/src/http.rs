@@ -296,7 +296,13 @@ async fn serve(
         digest.width = super::flowcontrol::list_width(stored, opts.as_ref());
     }
     let _ticket = shared.flowcontrol.admit(&digest, &mut class.pf).await?;
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    // Taken out before the body is read: an exec, attach or port-forward upgrades the
+    // connection once the answer has been sent ([`serve_stream`]).
+    let on_upgrade = parts
+        .extensions
+        .remove::<hyper::upgrade::OnUpgrade>()
+        .filter(|_| parts.headers.contains_key(header::UPGRADE));
     let bytes = read_body(&parts.headers, body).await?;
     let request = Incoming {
         path: &path,
@@ -312,6 +318,7 @@ async fn serve(
         content_type: media_type(parts.headers.get(header::CONTENT_TYPE)),
         query,
         user,
+        upgrade: std::sync::Mutex::new(on_upgrade),
     };
     class.verb = "get".into();
     if let Some(resp) = serve_non_resource(shared, &request)? {
@@ -344,6 +351,9 @@ struct Incoming<'a> {
     query: Query,
     /// The user the request acts as, after impersonation.
     user: super::rbac::UserInfo,
+    /// The connection after a `101 Switching Protocols` answer, for a request that asks to
+    /// upgrade (taken by [`serve_stream`]).
+    upgrade: std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
 
 /// The user of a connection's verified client certificate ([`super::tls`]): the subject's
@@ -555,6 +565,12 @@ async fn serve_resource(
     if target.subresource.as_deref() == Some("log") {
         return serve_log(shared, request, &target);
     }
+    if matches!(
+        target.subresource.as_deref(),
+        Some("exec" | "attach" | "portforward")
+    ) {
+        return serve_stream(shared, request, &target, class);
+    }
     if target.def.is_component_status() {
         return serve_component_status(request, &target, class);
     }
@@ -625,6 +641,94 @@ fn serve_log(
         query,
         shared.shutdown.clone(),
     )
+}
+
+/// `pods/exec`, `pods/attach` and `pods/portforward` ([`super::remotecommand`]): `GET` or
+/// `POST`, the session resolved (pod, container, options: errors answered as kube-apiserver
+/// and the kubelet answer them), then the connection upgraded to a WebSocket
+/// ([`super::wsstream`]) or to SPDY ([`serve_spdy`]). Anything else is kube-apiserver's
+/// `400 Upgrade request required`.
+///
+/// Authorization: the request's own verb has been checked (`create` for `POST`, `get` for
+/// `GET`). A WebSocket upgrade is a `GET`, so kube-apiserver (1.35 and later, feature
+/// `AuthorizePodWebsocketUpgradeCreatePermission`, on by default) also requires `create` on
+/// the subresource, lest a read-only role open a shell; so does this server.
+fn serve_stream(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    target: &Target,
+    class: &mut Classified,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming {
+        parts, query, user, ..
+    } = request;
+    let subresource = target.subresource.as_deref().unwrap_or_default();
+    if parts.method != Method::GET && parts.method != Method::POST {
+        return Err(ApiError::method_not_allowed(
+            parts.method.as_str(),
+            &format!("pods/{subresource}"),
+            "",
+        ));
+    }
+    if parts.method == Method::GET {
+        shared.rbac.check(
+            &shared.store,
+            user,
+            &super::rbac::Attributes::for_request("create", target, None),
+        )?;
+    }
+    let session = super::remotecommand::Session::resolve(
+        shared,
+        target.namespace.as_deref().unwrap_or_default(),
+        target.name.as_deref().unwrap_or_default(),
+        subresource,
+        query,
+    )?;
+    let websocket = super::websocket::is_upgrade_request(&parts.headers);
+    let spdy = parts
+        .headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("spdy/"));
+    let on_upgrade = request
+        .upgrade
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    let (Some(on_upgrade), true) = (on_upgrade, websocket || spdy) else {
+        return Err(super::websocket::upgrade_required());
+    };
+    class.verb = if parts.method == Method::GET {
+        "get"
+    } else {
+        "create"
+    }
+    .into();
+    let up = super::remotecommand::UpgradeRequest {
+        headers: parts.headers.clone(),
+        on_upgrade,
+        session,
+    };
+    if websocket {
+        super::wsstream::serve(&parts.method, up, spdy_tunnel())
+    } else {
+        serve_spdy(up)
+    }
+}
+
+/// SPDY/3.1 (kubectl ≤ 1.29, and the fallback of later ones when a WebSocket upgrade fails):
+/// not served by this build; the answer says so.
+fn serve_spdy(up: super::remotecommand::UpgradeRequest) -> Result<Response<Body>, ApiError> {
+    drop(up);
+    Err(ApiError::bad_request(
+        "this server does not serve SPDY/3.1 streams; use a client that speaks WebSocket          (v5.channel.k8s.io: kubectl 1.30 or later)",
+    ))
+}
+
+/// The transport for kubectl's `SPDY/3.1+portforward.k8s.io` (SPDY tunnelled in a
+/// WebSocket): none in this build, so the subprotocol is not offered.
+fn spdy_tunnel() -> Option<super::wsstream::SpdyTunnel> {
+    None
 }
 
 /// `componentstatuses`: `get` or `list` only (no watch), as JSON or as a Table, always with
@@ -1175,7 +1279,8 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         }
         Some("token")
             if def.group.is_empty() && def.plural == "serviceaccounts" && name.is_some() => {}
-        Some("eviction") if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
+        Some("eviction" | "exec" | "attach" | "portforward")
+            if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {

@@ -226,7 +226,9 @@ pub mod typed;
 pub mod validation;
 pub mod verbs;
 pub mod watch;
+pub mod websocket;
 pub mod workloads;
+pub mod wsstream;
 pub mod x509;
 
 use std::net::SocketAddr;

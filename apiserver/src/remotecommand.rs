@@ -191,18 +191,45 @@ impl Target {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        let shutdown = self.node.shutdown().clone();
-        self.node.tracker().spawn(async move {
-            tokio::select! {
-                () = session => {}
-                () = shutdown.cancelled() => {}
-            }
-        });
+        self.spawner().spawn(session);
     }
 
     /// Cancelled when the server shuts down.
     pub fn shutdown(&self) -> tokio_util::sync::CancellationToken {
         self.node.shutdown().clone()
+    }
+
+    /// A [`Spawner`] for a session that takes this target along (so cannot call
+    /// [`Target::spawn`] on it any more).
+    pub fn spawner(&self) -> Spawner {
+        Spawner {
+            tracker: self.node.tracker().clone(),
+            shutdown: self.node.shutdown().clone(),
+        }
+    }
+}
+
+/// Runs sessions on the server's task tracker, as [`Target::spawn`] does.
+#[derive(Clone, Debug)]
+pub struct Spawner {
+    tracker: tokio_util::task::TaskTracker,
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl Spawner {
+    /// Runs `session` until it ends or the server shuts down (then it is dropped); the
+    /// server's shutdown waits for it.
+    pub fn spawn<F>(&self, session: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let shutdown = self.shutdown.clone();
+        self.tracker.spawn(async move {
+            tokio::select! {
+                () = session => {}
+                () = shutdown.cancelled() => {}
+            }
+        });
     }
 }
 
