@@ -717,18 +717,16 @@ fn serve_stream(
 }
 
 /// SPDY/3.1 (kubectl ≤ 1.29, and the fallback of later ones when a WebSocket upgrade fails):
-/// not served by this build; the answer says so.
+/// the upgrade and the kubelet's stream protocols ([`super::spdy::serve`]).
 fn serve_spdy(up: super::remotecommand::UpgradeRequest) -> Result<Response<Body>, ApiError> {
-    drop(up);
-    Err(ApiError::bad_request(
-        "this server does not serve SPDY/3.1 streams; use a client that speaks WebSocket          (v5.channel.k8s.io: kubectl 1.30 or later)",
-    ))
+    Ok(super::spdy::serve(up))
 }
 
 /// The transport for kubectl's `SPDY/3.1+portforward.k8s.io` (SPDY tunnelled in a
-/// WebSocket): none in this build, so the subprotocol is not offered.
+/// WebSocket, kubectl 1.31+): port-forward's SPDY session on the WebSocket's byte stream
+/// ([`super::spdy::tunnel`]).
 fn spdy_tunnel() -> Option<super::wsstream::SpdyTunnel> {
-    None
+    Some(super::spdy::tunnel)
 }
 
 /// `componentstatuses`: `get` or `list` only (no watch), as JSON or as a Table, always with
