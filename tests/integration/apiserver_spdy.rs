@@ -374,3 +374,162 @@ async fn kubectl_1_28_port_forward_over_spdy_reaches_the_pods_port() {
 async fn kubectl_1_33_port_forward_over_the_websocket_tunnel_reaches_the_pods_port() {
     port_forward_reaches_the_pod("1.33", true).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Without kubectl: this crate's own SPDY framer as the client, on the in-process server.
+
+mod own_client {
+    use crate::cluster_support as cluster;
+
+    use bytes::{Bytes, BytesMut};
+    use embedded_apiserver::runtime::NodeRuntime;
+    use embedded_apiserver::spdy::{Frame, FrameEncoder, FrameReader};
+    use embedded_apiserver::{ApiServer, ApiServerHandle};
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    async fn running_sleeper() -> ApiServerHandle {
+        let h = ApiServer::builder()
+            .simulate(true)
+            .node_runtime(NodeRuntime::Process)
+            .plain_http(true)
+            .start()
+            .await
+            .unwrap();
+        cluster::create(
+            &h,
+            "",
+            "pods",
+            "default",
+            cluster::pod("sleeper", json!(["sleep", "3600"]), Some("Never")),
+        );
+        cluster::wait_phase(&h, "default", "sleeper", "Running").await;
+        h
+    }
+
+    /// Sends an upgrade request; returns the status line with the headers, and the connection.
+    async fn upgrade(h: &ApiServerHandle, path: &str, protocols: &[&str]) -> (String, TcpStream) {
+        let addr = h.url().trim_start_matches("http://").to_owned();
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n"
+        );
+        for p in protocols {
+            request.push_str(&format!("X-Stream-Protocol-Version: {p}\r\n"));
+        }
+        request.push_str("\r\n");
+        conn.write_all(request.as_bytes()).await.unwrap();
+        // Byte by byte up to the blank line: what follows is the upgraded protocol.
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(conn.read(&mut byte).await.unwrap(), 1, "{head:?}");
+            head.push(byte[0]);
+        }
+        (String::from_utf8(head).unwrap().to_ascii_lowercase(), conn)
+    }
+
+    #[tokio::test]
+    async fn the_handshake_refuses_missing_and_unknown_protocols_as_the_kubelet() {
+        let h = running_sleeper().await;
+        let path = "/api/v1/namespaces/default/pods/sleeper/exec?command=true&stdout=true";
+        let (head, _) = upgrade(&h, path, &[]).await;
+        assert!(head.starts_with("http/1.1 400"), "{head}");
+        let (head, _) = upgrade(&h, path, &["v5.channel.k8s.io"]).await;
+        assert!(head.starts_with("http/1.1 403"), "{head}");
+        for p in ["v4", "v3", "v2"] {
+            let want = format!("x-accepted-stream-protocol-versions: {p}.channel.k8s.io\r\n");
+            assert!(head.contains(&want), "{head}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_exec_over_spdy_sends_output_then_the_v4_status_then_goaway() {
+        let h = running_sleeper().await;
+        let path = "/api/v1/namespaces/default/pods/sleeper/exec?command=sh&command=-c\
+                    &command=echo%20hi%3B%20exit%207&stdout=true";
+        let (head, conn) = upgrade(&h, path, &["v4.channel.k8s.io", "v3.channel.k8s.io"]).await;
+        assert!(head.starts_with("http/1.1 101"), "{head}");
+        assert!(head.contains("upgrade: spdy/3.1\r\n"), "{head}");
+        assert!(
+            head.contains("x-stream-protocol-version: v4.channel.k8s.io\r\n"),
+            "{head}"
+        );
+        let (read, mut write) = tokio::io::split(conn);
+        let mut frames = FrameReader::new(read);
+        let mut encoder = FrameEncoder::new();
+        let mut out = BytesMut::new();
+        for (id, kind) in [(1, "error"), (3, "stdout")] {
+            encoder
+                .encode(
+                    &Frame::SynStream {
+                        stream_id: id,
+                        associated_to: 0,
+                        priority: 0,
+                        fin: false,
+                        unidirectional: false,
+                        headers: vec![("streamtype".into(), kind.into())],
+                    },
+                    &mut out,
+                )
+                .unwrap();
+        }
+        // kubectl closes its half of the error stream at once.
+        encoder
+            .encode(
+                &Frame::Data {
+                    stream_id: 1,
+                    fin: true,
+                    data: Bytes::new(),
+                },
+                &mut out,
+            )
+            .unwrap();
+        write.write_all(&out).await.unwrap();
+
+        let mut stdout = Vec::new();
+        let mut status = Vec::new();
+        let mut events = Vec::new();
+        let read_all = async {
+            while let Some(frame) = frames.read_frame().await.unwrap() {
+                match frame {
+                    Frame::SynReply { stream_id, .. } => events.push(format!("reply {stream_id}")),
+                    Frame::Data {
+                        stream_id: 3,
+                        data,
+                        fin,
+                    } => {
+                        stdout.extend_from_slice(&data);
+                        if fin {
+                            events.push("stdout end".into());
+                        }
+                    }
+                    Frame::Data {
+                        stream_id: 1,
+                        data,
+                        fin,
+                    } => {
+                        status.extend_from_slice(&data);
+                        if fin {
+                            events.push("error end".into());
+                        }
+                    }
+                    Frame::GoAway { status, .. } => events.push(format!("goaway {status}")),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(60), read_all)
+            .await
+            .expect("the exec ended within 60 s");
+        assert_eq!(stdout, b"hi\n");
+        let status: serde_json::Value = serde_json::from_slice(&status).unwrap();
+        assert_eq!(status["reason"], "NonZeroExitCode");
+        assert_eq!(status["details"]["causes"][0]["message"], "7");
+        assert_eq!(
+            events,
+            ["reply 1", "reply 3", "stdout end", "error end", "goaway 0"]
+        );
+    }
+}
