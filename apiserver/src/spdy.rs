@@ -1601,9 +1601,23 @@ async fn handle_frame(
                     }
                     if stream.dropped || stream.reset {
                         stream.remote_fin |= fin;
-                        state.conn_recv_consumed += data.len() as u32;
                         if stream.remote_fin && (stream.local_fin || stream.reset) {
                             state.streams.remove(&stream_id);
+                        }
+                        // Dropped data is consumed data: the connection's window opens again.
+                        state.conn_recv_consumed += data.len() as u32;
+                        if state.conn_recv_consumed >= INITIAL_WINDOW / 2
+                            && !state.closing
+                            && !state.dead
+                        {
+                            let delta = std::mem::take(&mut state.conn_recv_consumed);
+                            shared.push(
+                                state,
+                                Frame::WindowUpdate {
+                                    stream_id: 0,
+                                    delta,
+                                },
+                            );
                         }
                         return Ok(());
                     }

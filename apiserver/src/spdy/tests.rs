@@ -878,3 +878,31 @@ async fn port_forward_reports_a_refused_dial_and_refuses_bad_streams() {
         "{message}"
     );
 }
+
+#[tokio::test]
+async fn data_for_a_dropped_stream_is_discarded_and_reopens_the_connection_window() {
+    let (mut conn, mut client) = pair();
+    client.open(1, &[]).await;
+    drop(conn.accept().await.expect("a stream").accept());
+    replies(&mut client, 1).await;
+    assert_eq!(
+        client.recv().await,
+        Some(Frame::Data {
+            stream_id: 1,
+            fin: true,
+            data: Bytes::new()
+        })
+    );
+    client.data(1, &[5u8; 40 * 1024], false).await;
+    assert_eq!(
+        client.recv().await,
+        Some(Frame::WindowUpdate {
+            stream_id: 0,
+            delta: 40 * 1024
+        })
+    );
+    assert_eq!(
+        conn.shared.lock().streams.get(&1).map(|s| s.recv_len),
+        Some(0)
+    );
+}
