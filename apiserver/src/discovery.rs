@@ -143,9 +143,20 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
             }));
         }
         if d.group.is_empty() && d.plural == "pods" {
+            for (sub, kind) in POD_STREAMS.iter().take(2) {
+                resources.push(json!({
+                    "name": format!("pods/{sub}"), "singularName": "", "namespaced": true,
+                    "kind": kind, "verbs": ["create", "get"],
+                }));
+            }
             resources.push(json!({
                 "name": "pods/log", "singularName": "", "namespaced": true,
                 "kind": "Pod", "verbs": ["get"],
+            }));
+            let (sub, kind) = POD_STREAMS[2];
+            resources.push(json!({
+                "name": format!("pods/{sub}"), "singularName": "", "namespaced": true,
+                "kind": kind, "verbs": ["create", "get"],
             }));
         }
         if d.scale.is_some() {
@@ -166,6 +177,14 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
     }))
 }
 
+/// The streaming subresources of pods ([`super::remotecommand`]) and the kinds of their
+/// options, in the real server's (alphabetical) order; each takes `create` and `get`.
+const POD_STREAMS: [(&str, &str); 3] = [
+    ("attach", "PodAttachOptions"),
+    ("exec", "PodExecOptions"),
+    ("portforward", "PodPortForwardOptions"),
+];
+
 fn resource_discovery(d: &ResourceDef) -> Value {
     let kind = json!({"group": d.group, "version": d.version, "kind": d.kind});
     let mut subresources = vec![];
@@ -173,7 +192,14 @@ fn resource_discovery(d: &ResourceDef) -> Value {
         subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
     }
     if d.group.is_empty() && d.plural == "pods" {
+        let stream = |(sub, k): (&str, &str)| {
+            json!({"subresource": sub, "responseKind": {"group": "", "version": "v1", "kind": k},
+                   "verbs": ["create", "get"]})
+        };
+        subresources.push(stream(POD_STREAMS[0]));
+        subresources.push(stream(POD_STREAMS[1]));
         subresources.push(json!({"subresource": "log", "responseKind": kind, "verbs": ["get"]}));
+        subresources.push(stream(POD_STREAMS[2]));
     }
     if d.scale.is_some() {
         subresources.push(json!({"subresource": "scale",

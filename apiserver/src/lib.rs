@@ -225,6 +225,7 @@ pub mod tokenreview;
 pub mod typed;
 pub mod validation;
 pub mod verbs;
+pub mod volumes;
 pub mod watch;
 pub mod websocket;
 pub mod workloads;

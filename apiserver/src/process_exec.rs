@@ -78,7 +78,7 @@ pub(crate) async fn exec(
         stderr,
         resize,
     } = streams;
-    let mut cmd = process_command(key, &running.spec, command);
+    let mut cmd = process_command(key, &running.spec, command, &running.mounts);
     cmd.stdin(if stdin.is_some() {
         Stdio::piped()
     } else {

@@ -25,9 +25,11 @@
 //!   command; a container with neither would run its image's entrypoint, which this node does
 //!   not have, so it is reported running with nothing behind it, like the simulated node),
 //!   with a clean environment of `PATH`, `HOME=/`, `HOSTNAME=<pod name>` and the container's
-//!   `env` entries that have a `value` (`valueFrom` is not resolved), in `workingDir` when that
-//!   directory exists on the host (else the server's directory); stdin is closed, stdout and
-//!   stderr go to the container's log, line by line with the time each line was read;
+//!   `env` entries that have a `value` (`valueFrom` is not resolved) and `POD_ROOT` (the pod's
+//!   directory, [`super::volumes`]), in `workingDir` when that directory exists on the host
+//!   (else the server's directory); stdin is closed (a pipe, for attach, when the container
+//!   has `stdin: true`), stdout and stderr go to the container's log, line by line with the
+//!   time each line was read;
 //! * **exit**: `state.terminated` with `exitCode` (128 + the signal number for a process ended
 //!   by a signal, as a container runtime reports it), `reason` `Completed` (0) or `Error`,
 //!   `startedAt`, `finishedAt`. A command that cannot be started (not found, not executable)
@@ -77,9 +79,21 @@
 //! ## What it leaves out
 //!
 //! Images, isolation (no namespaces, cgroups, users, filesystems: the command runs as the
-//! server's user, on the host), resources, probes, volumes, init-container ordering, ports and
-//! pod networking (the addresses are made up, as in the simulation), `valueFrom`/`envFrom`,
-//! and the node pause of the simulated node ([`super::kubelet::NodeControl`] has no effect).
+//! server's user, on the host), resources, probes, volumes other than `configMap`, `secret`
+//! and `emptyDir` (those are directories on the host, found through rewritten paths:
+//! [`super::volumes`]), init-container ordering, pod networking (the addresses are made up,
+//! as in the simulation; a pod's ports are the host's, see [`super::process_exec`]),
+//! `valueFrom`/`envFrom`, and the node pause of the simulated node
+//! ([`super::kubelet::NodeControl`] has no effect).
+//!
+//! ## Exec, attach and port-forward
+//!
+//! The node registers each running container in its [`NodeHandle`] (the container's spec,
+//! its stdin pipe when it has `stdin: true`, its live output), which
+//! [`super::remotecommand`] and [`super::process_exec`] use for `kubectl exec`, `attach` and
+//! `port-forward`. An exec'd process follows the same rules as a container's: its own
+//! process group, killed (and reaped) when its client goes or the server shuts down, and at
+//! most [`DEFAULT_MAX_SESSIONS`] sessions at once.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -268,6 +282,8 @@ pub(crate) struct RunningContainer {
     pub(crate) uid: String,
     /// The container's spec (`env`, `workingDir`, `stdin`, `stdinOnce`, ...).
     pub(crate) spec: Value,
+    /// Where its volume mounts are on the host ([`super::volumes`]).
+    pub(crate) mounts: Arc<super::volumes::Mounts>,
     /// The process's stdin, when the container has `stdin: true`; `None` once closed.
     pub(crate) stdin: tokio::sync::Mutex<Option<tokio::process::ChildStdin>>,
     /// Live stdout chunks, for attach.
@@ -553,8 +569,13 @@ async fn run_pod(
         finish_deletion(&ctx.store, &key, &uid);
         return;
     };
-    let ended = run_containers(&ctx, &key, &uid, &pod, &mut stop, &shutdown).await;
+    let Some(dir) = mount_volumes(&ctx, &key, &uid, &pod, &mut stop, &shutdown).await else {
+        return;
+    };
+    let ended = run_containers(&ctx, &key, &uid, &pod, &dir, &mut stop, &shutdown).await;
     drop(permit);
+    // The processes are done: the pod's directory goes.
+    drop(dir);
     match ended {
         Some(Ended::Deadline) => fail_past_deadline(&ctx, &key, &uid),
         Some(Ended::Shutdown | Ended::Gone) => return,
@@ -568,6 +589,54 @@ async fn run_pod(
         finish_deletion(&ctx.store, &key, &uid);
     }
 }
+
+/// Sets up the pod's directory and volumes ([`super::volumes`]). While an object or key is
+/// missing the pod stays `ContainerCreating` with a Warning `FailedMount` event (recorded
+/// again only when the message changes), retried every [`MOUNT_RETRY`]. `None` when the pod
+/// must not start after all (stopped or the server shuts down; a deletion is finished here).
+async fn mount_volumes(
+    ctx: &Ctx,
+    key: &Key,
+    uid: &str,
+    pod: &Value,
+    stop: &mut watch::Receiver<Option<Stop>>,
+    shutdown: &CancellationToken,
+) -> Option<super::volumes::PodDir> {
+    let mut last_error = String::new();
+    loop {
+        let store = ctx.store.clone();
+        let p = pod.clone();
+        let attempt =
+            tokio::task::spawn_blocking(move || store.read(|st| super::volumes::set_up(st, &p)))
+                .await;
+        match attempt {
+            Ok(Ok(dir)) => return Some(dir),
+            Ok(Err(super::volumes::MountError(message))) => {
+                if message != last_error {
+                    event(ctx, key, uid, None, "Warning", "FailedMount", &message);
+                    last_error = message;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "setting up a pod's volumes panicked");
+                return None;
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(MOUNT_RETRY) => {}
+            () = shutdown.cancelled() => return None,
+            r = stop.wait_for(Option::is_some) => {
+                if let Some(Stop::Delete(_)) = r.ok().and_then(|g| *g) {
+                    finish_deletion(&ctx.store, key, uid);
+                }
+                return None;
+            }
+        }
+    }
+}
+
+/// How often the node retries setting up volumes whose object or key is missing.
+const MOUNT_RETRY: Duration = Duration::from_secs(2);
 
 /// Why the node stopped a pod's containers before they ended on their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -683,6 +752,7 @@ async fn run_containers(
     key: &Key,
     uid: &str,
     pod: &Value,
+    dir: &super::volumes::PodDir,
     stop: &mut watch::Receiver<Option<Stop>>,
     shutdown: &CancellationToken,
 ) -> Option<Ended> {
@@ -693,11 +763,13 @@ async fn run_containers(
     let policy = restart_policy(pod);
     let mut tasks = tokio::task::JoinSet::new();
     for c in containers(pod, "containers") {
+        let mounts = Arc::new(super::volumes::Mounts::of(dir, pod, &c));
         tasks.spawn(run_container(
             ctx.clone(),
             key.clone(),
             uid.to_owned(),
             c,
+            mounts,
             policy,
             kill.clone(),
         ));
@@ -829,6 +901,7 @@ async fn run_container(
     key: Key,
     uid: String,
     c: Value,
+    mounts: Arc<super::volumes::Mounts>,
     policy: Restart,
     kill: Kill,
 ) {
@@ -862,6 +935,7 @@ async fn run_container(
             let running = Arc::new(RunningContainer {
                 uid: uid.clone(),
                 spec: c.clone(),
+                mounts: mounts.clone(),
                 stdin: tokio::sync::Mutex::new(None),
                 stdout: tokio::sync::broadcast::channel(1).0,
                 stderr: tokio::sync::broadcast::channel(1).0,
@@ -900,7 +974,7 @@ async fn run_container(
             set_terminated(&ctx, &key, &uid, &name, &exit, policy, true);
             return;
         }
-        let exit = run_once(&ctx, &key, &uid, &name, &c, &argv, &buf, &kill).await;
+        let exit = run_once(&ctx, &key, &uid, &name, &c, &mounts, &argv, &buf, &kill).await;
         buf.close();
         let killed = kill.token.is_cancelled();
         let restart = !killed
@@ -967,11 +1041,12 @@ async fn run_once(
     uid: &str,
     name: &str,
     c: &Value,
+    mounts: &Arc<super::volumes::Mounts>,
     argv: &[String],
     buf: &Arc<LogBuffer>,
     kill: &Kill,
 ) -> Exit {
-    let mut cmd = container_command(key, c, argv);
+    let mut cmd = container_command(key, c, argv, mounts);
     let started_at = ctx.now();
     let mut child = match cmd.spawn() {
         Ok(child) => child,
@@ -1003,6 +1078,7 @@ async fn run_once(
     let running = Arc::new(RunningContainer {
         uid: uid.to_owned(),
         spec: c.clone(),
+        mounts: mounts.clone(),
         stdin: tokio::sync::Mutex::new(child.stdin.take()),
         stdout: tokio::sync::broadcast::channel(ATTACH_BACKLOG).0,
         stderr: tokio::sync::broadcast::channel(ATTACH_BACKLOG).0,
@@ -1047,8 +1123,13 @@ async fn run_once(
 /// container's own `env` values), its working directory when it exists, stdin piped when the
 /// container has `stdin: true` (for attach) and closed otherwise, output piped, in a process
 /// group of its own and killed if dropped.
-fn container_command(key: &Key, c: &Value, argv: &[String]) -> tokio::process::Command {
-    let mut cmd = process_command(key, c, argv);
+fn container_command(
+    key: &Key,
+    c: &Value,
+    argv: &[String],
+    mounts: &super::volumes::Mounts,
+) -> tokio::process::Command {
+    let mut cmd = process_command(key, c, argv, mounts);
     let stdin = if c["stdin"] == true {
         Stdio::piped()
     } else {
@@ -1063,20 +1144,30 @@ fn container_command(key: &Key, c: &Value, argv: &[String]) -> tokio::process::C
 /// A process in a container's context (its argv, environment and working directory, as
 /// [`container_command`] and exec give it), in a process group of its own, killed if dropped.
 /// The caller wires stdin, stdout and stderr.
-pub(crate) fn process_command(key: &Key, c: &Value, argv: &[String]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..])
+pub(crate) fn process_command(
+    key: &Key,
+    c: &Value,
+    argv: &[String],
+    mounts: &super::volumes::Mounts,
+) -> tokio::process::Command {
+    // Paths under a volume mount name the volume's directory on the host ([`super::volumes`]).
+    let argv: Vec<String> = argv.iter().map(|w| mounts.rewrite(w)).collect();
+    let mut cmd = tokio::process::Command::new(argv.first().map(String::as_str).unwrap_or(""));
+    cmd.args(argv.iter().skip(1))
         .env_clear()
         .env("PATH", CHILD_PATH)
         .env("HOME", "/")
         .env("HOSTNAME", &key.1);
+    if let Some(root) = &mounts.root {
+        cmd.env(super::volumes::POD_ROOT_ENV, root);
+    }
     for e in c["env"].as_array().into_iter().flatten() {
         if let (Some(n), Some(v)) = (e["name"].as_str(), e["value"].as_str()) {
-            cmd.env(n, v);
+            cmd.env(n, mounts.rewrite(v));
         }
     }
-    if let Some(dir) = c["workingDir"].as_str()
-        && std::path::Path::new(dir).is_dir()
+    if let Some(dir) = c["workingDir"].as_str().map(|d| mounts.rewrite(d))
+        && std::path::Path::new(&dir).is_dir()
     {
         cmd.current_dir(dir);
     }

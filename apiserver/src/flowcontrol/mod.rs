@@ -38,7 +38,9 @@
 //!    `apiserver_flowcontrol_current_executing_seats` shows the seats in use.
 //! 5. **Long-running requests.** A watch holds its seat only while the server builds its
 //!    initial events; once the stream is running it holds none (as in the real server, whose
-//!    watch initialization signal releases the seat).
+//!    watch initialization signal releases the seat). An exec, attach or port-forward holds
+//!    its seat until the connection is upgraded, never for the session, and without APF the
+//!    max-in-flight limits do not count them ([`RequestDigest::is_long_running`]).
 //! 6. **Visibility.** Every response, including a 429, carries
 //!    `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID` (clients use
 //!    them to detect APF), and `/metrics` serves `apiserver_flowcontrol_dispatched_requests_total`,
@@ -236,6 +238,19 @@ impl<'a> RequestDigest<'a> {
                 width: 1,
             },
         }
+    }
+
+    /// A long-running request, which the max-in-flight limits do not count (kube-apiserver's
+    /// `BasicLongRunningRequestCheck`): a watch, or a streaming subresource (`attach`, `exec`,
+    /// `portforward`, `proxy`, `log`), whose connection lives as long as its session. Under
+    /// API Priority and Fairness such a request holds its seat only until it is answered (the
+    /// upgrade or the first bytes), never for the session.
+    pub fn is_long_running(&self) -> bool {
+        self.verb == "watch"
+            || (self.is_resource
+                && self.resource.rsplit_once('/').is_some_and(|(_, sub)| {
+                    matches!(sub, "attach" | "exec" | "portforward" | "proxy" | "log")
+                }))
     }
 
     fn is_mutating(&self) -> bool {
@@ -757,7 +772,7 @@ impl FlowControl {
     /// (left empty when APF is off).
     pub async fn admit(&self, d: &RequestDigest<'_>, pf: &mut PfUids) -> Result<Ticket, ApiError> {
         if !self.settings.enabled {
-            if d.verb == "watch" {
+            if d.is_long_running() {
                 return Ok(Ticket {
                     _seat: None,
                     stats: None,
