@@ -3,8 +3,9 @@
 //! for all three; kubectl 1.33's port-forward runs SPDY inside a WebSocket
 //! (`SPDY/3.1+portforward.k8s.io`).
 //!
-//! A missing kubectl version (or `python3`, which the port-forward pods run) skips its test with
-//! a message. Every wait has a generous timeout that only prevents a hang; no test asserts a
+//! The `own_client` tests speak SPDY with this crate's own framer to the in-process server, so
+//! the handshake and an exec are checked even where no kubectl is installed. A missing kubectl
+//! version (or `python3`, which the port-forward pods run) skips its test with a message. Every wait has a generous timeout that only prevents a hang; no test asserts a
 //! duration.
 
 use crate::cluster_support::kubectl_bin;
