@@ -906,3 +906,28 @@ async fn data_for_a_dropped_stream_is_discarded_and_reopens_the_connection_windo
         Some(0)
     );
 }
+
+#[test]
+fn blocks_compressed_by_zlib_with_the_dictionary_decode() {
+    // Two header blocks as zlib 1.x (CPython's `zlib.compressobj(9, zdict=<SPDY/3 dictionary>)`,
+    // each ended with Z_SYNC_FLUSH) writes them: the second refers back into the first.
+    let unhex = |s: &str| -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    };
+    let first = unhex("78f9e3c6a7c202253a2c850917c215d8cb571e646b31720c6305000000ffff");
+    let second = unhex("a295b900000000ffff");
+    let expected = hdrs(&[
+        ("content-type", "text/plain"),
+        ("accept-encoding", "gzip,deflate"),
+        ("user-agent", "x"),
+    ]);
+    let mut d = HeaderDecompressor::new();
+    for block in [first, second] {
+        let headers = decode_header_block(&d.decompress(&block, 4096).expect("inflates"))
+            .expect("a header block");
+        assert_eq!(headers, expected);
+    }
+}
