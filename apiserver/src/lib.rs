@@ -64,7 +64,8 @@
 //!
 //! ## What is served
 //!
-//! core/v1 namespaces, pods (+status, +log: [`logs`]), services ([`services`]) and nodes (each +status), events, configmaps, secrets,
+//! core/v1 namespaces, pods (+status, +log: [`logs`], +exec, +attach, +portforward:
+//! [`remotecommand`]), services ([`services`]) and nodes (each +status), events, configmaps, secrets,
 //! serviceaccounts; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); authorization.k8s.io/v1
@@ -121,8 +122,13 @@
 //! * **ComponentStatuses**, computed (`scheduler`, `controller-manager`, `etcd-0`, all
 //!   `Healthy`), get and list only ([`pod_actions`]).
 //!
-//! Not served (404): `pods/exec`, `pods/attach`, `pods/portforward`,
-//! `pods/ephemeralcontainers`; DaemonSets, ReplicationControllers and CronJobs are stored
+//! * **`pods/exec`, `pods/attach`, `pods/portforward`** over WebSocket (`v5`, `v4` and the
+//!   older channel subprotocols, [`wsstream`] on [`websocket`]) against the process node
+//!   ([`remotecommand`], [`process_exec`]), with `configMap`, `secret` and `emptyDir` volumes
+//!   ([`volumes`]); and over SPDY/3.1 ([`spdy`]), what kubectl 1.29 and older speak, what later
+//!   ones fall back to, and what kubectl 1.31+ port-forward tunnels inside a WebSocket.
+//!
+//! Not served (404): `pods/ephemeralcontainers`; DaemonSets, ReplicationControllers and CronJobs are stored
 //! without controllers; kubectl's protobuf bodies are decoded for the kinds it sent before
 //! (the new kinds take JSON, which every client but kubectl ≥ 1.32's typed `create` sends).
 //!

@@ -16,7 +16,7 @@
 //! ## What the process node does
 //!
 //! * **exec** starts the command as a child of the server with what the container's own
-//!   process gets ([`super::runtime::process_command`]: the clean environment, the
+//!   process gets (`runtime::process_command`: the clean environment, the
 //!   container's `env` values, its `workingDir`), in a process group of its own. Its stdin is
 //!   a pipe when the client sends stdin (closed when the client half-closes), its stdout and
 //!   stderr pipes copied to the client's streams through 32 KiB buffers, each chunk flushed.
@@ -26,7 +26,7 @@
 //!   without a terminal (a shell prints no prompt);
 //! * the command's **end**: its exit code (128 + the signal for a killed one) becomes the
 //!   Status of [`super::remotecommand`]. What is left of its process group is killed, and
-//!   the output it had written is sent (at most [`super::runtime::DRAIN_TIMEOUT`] of
+//!   the output it had written is sent (at most `runtime::DRAIN_TIMEOUT`, 2 s, of
 //!   draining). A command that cannot start (not found, not executable) ends the session with
 //!   an `InternalError` Status naming the error, as the kubelet reports a runtime error;
 //! * the **client going away**: a failed write to its stdout or stderr, or the transport

@@ -35,6 +35,7 @@ mod apiserver_cluster_standalone;
 mod apiserver_cluster_workloads;
 mod apiserver_conversion;
 mod apiserver_durable;
+mod apiserver_exec;
 mod apiserver_fidelity;
 mod apiserver_flowcontrol;
 mod apiserver_http;
