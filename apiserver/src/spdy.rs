@@ -48,9 +48,10 @@
 //!
 //! ## What this module does
 //!
-//! [`Connection::new`] runs a server-side SPDY/3.1 session over any `AsyncRead + AsyncWrite`: hyper's
-//! upgraded HTTP/1.1 connection ([`upgrade`]), or the byte stream of a WebSocket tunnel. Two tasks,
-//! owned by the [`Connection`] and stopped when it is dropped, read and write frames; the
+//! [`Connection::new`] runs a server-side SPDY/3.1 session over any `AsyncRead + AsyncWrite`:
+//! hyper's upgraded HTTP/1.1 connection ([`serve`]), or the byte stream of a WebSocket tunnel
+//! ([`tunnel`]). Two tasks, owned by the [`Connection`] and stopped when it is dropped, read and
+//! write frames; the
 //! application takes the peer's streams with [`Connection::accept`], looks at their headers,
 //! accepts (a `SYN_REPLY`) or refuses (`RST_STREAM`) them and uses each accepted [`Stream`] as an
 //! `AsyncRead + AsyncWrite`. Shutting down a stream's write side sends `FIN`; dropping a stream
