@@ -445,12 +445,24 @@ mod own_client {
         }
     }
 
-    #[tokio::test]
-    async fn an_exec_over_spdy_sends_output_then_the_v4_status_then_goaway() {
-        let h = running_sleeper().await;
-        let path = "/api/v1/namespaces/default/pods/sleeper/exec?command=sh&command=-c\
-                    &command=echo%20hi%3B%20exit%207&stdout=true";
-        let (head, conn) = upgrade(&h, path, &["v4.channel.k8s.io", "v3.channel.k8s.io"]).await;
+    /// What an exec over SPDY sent back: stdout, the error stream, and the order of events.
+    struct Outcome {
+        stdout: Vec<u8>,
+        status: serde_json::Value,
+        events: Vec<String>,
+    }
+
+    /// Runs an exec with the query `query`: opens `streams` (id, streamType) as kubectl does
+    /// (closing its half of the error stream at once), then sends `then`, and reads until the
+    /// server closes the connection.
+    async fn exec(
+        h: &ApiServerHandle,
+        query: &str,
+        streams: &[(u32, &str)],
+        then: Vec<Frame>,
+    ) -> Outcome {
+        let path = format!("/api/v1/namespaces/default/pods/sleeper/exec?{query}");
+        let (head, conn) = upgrade(h, &path, &["v4.channel.k8s.io", "v3.channel.k8s.io"]).await;
         assert!(head.starts_with("http/1.1 101"), "{head}");
         assert!(head.contains("upgrade: spdy/3.1\r\n"), "{head}");
         assert!(
@@ -461,32 +473,26 @@ mod own_client {
         let mut frames = FrameReader::new(read);
         let mut encoder = FrameEncoder::new();
         let mut out = BytesMut::new();
-        for (id, kind) in [(1, "error"), (3, "stdout")] {
-            encoder
-                .encode(
-                    &Frame::SynStream {
-                        stream_id: id,
-                        associated_to: 0,
-                        priority: 0,
-                        fin: false,
-                        unidirectional: false,
-                        headers: vec![("streamtype".into(), kind.into())],
-                    },
-                    &mut out,
-                )
-                .unwrap();
+        let mut sends: Vec<Frame> = streams
+            .iter()
+            .map(|(id, kind)| Frame::SynStream {
+                stream_id: *id,
+                associated_to: 0,
+                priority: 0,
+                fin: false,
+                unidirectional: false,
+                headers: vec![("streamtype".into(), (*kind).into())],
+            })
+            .collect();
+        sends.push(Frame::Data {
+            stream_id: 1,
+            fin: true,
+            data: Bytes::new(),
+        });
+        sends.extend(then);
+        for frame in &sends {
+            encoder.encode(frame, &mut out).unwrap();
         }
-        // kubectl closes its half of the error stream at once.
-        encoder
-            .encode(
-                &Frame::Data {
-                    stream_id: 1,
-                    fin: true,
-                    data: Bytes::new(),
-                },
-                &mut out,
-            )
-            .unwrap();
         write.write_all(&out).await.unwrap();
 
         let mut stdout = Vec::new();
@@ -516,6 +522,11 @@ mod own_client {
                             events.push("error end".into());
                         }
                     }
+                    Frame::Data {
+                        stream_id,
+                        fin: true,
+                        ..
+                    } => events.push(format!("end {stream_id}")),
                     Frame::GoAway { status, .. } => events.push(format!("goaway {status}")),
                     other => panic!("unexpected {other:?}"),
                 }
@@ -524,13 +535,56 @@ mod own_client {
         tokio::time::timeout(std::time::Duration::from_secs(60), read_all)
             .await
             .expect("the exec ended within 60 s");
-        assert_eq!(stdout, b"hi\n");
-        let status: serde_json::Value = serde_json::from_slice(&status).unwrap();
-        assert_eq!(status["reason"], "NonZeroExitCode");
-        assert_eq!(status["details"]["causes"][0]["message"], "7");
-        assert_eq!(
+        Outcome {
+            stdout,
+            status: serde_json::from_slice(&status).unwrap(),
             events,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_exec_over_spdy_sends_output_then_the_v4_status_then_goaway() {
+        let h = running_sleeper().await;
+        let query = "command=sh&command=-c&command=echo%20hi%3B%20exit%207&stdout=true";
+        let o = exec(&h, query, &[(1, "error"), (3, "stdout")], vec![]).await;
+        assert_eq!(o.stdout, b"hi\n");
+        assert_eq!(o.status["reason"], "NonZeroExitCode");
+        assert_eq!(o.status["details"]["causes"][0]["message"], "7");
+        assert_eq!(
+            o.events,
             ["reply 1", "reply 3", "stdout end", "error end", "goaway 0"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_tty_exec_waits_for_the_resize_stream_and_takes_its_events() {
+        // With tty=true, v4 expects a `resize` stream too (stdin, stdout and resize here).
+        let h = running_sleeper().await;
+        let query = "command=head&command=-n1&stdin=true&stdout=true&tty=true";
+        let streams = [(1, "error"), (3, "stdout"), (5, "resize"), (7, "stdin")];
+        let then = vec![
+            Frame::Data {
+                stream_id: 5,
+                fin: false,
+                data: Bytes::from_static(br#"{"Width":80,"Height":24}"#),
+            },
+            Frame::Data {
+                stream_id: 7,
+                fin: true,
+                data: Bytes::from_static(b"typed\n"),
+            },
+        ];
+        let o = exec(&h, query, &streams, then).await;
+        assert_eq!(o.status["status"], "Success", "{:?}", o.status);
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("typed"),
+            "{:?}",
+            o.stdout
+        );
+        assert_eq!(o.events[..4], ["reply 1", "reply 3", "reply 5", "reply 7"]);
+        assert!(
+            o.events
+                .ends_with(&["error end".to_string(), "goaway 0".to_string()])
         );
     }
 }
