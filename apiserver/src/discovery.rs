@@ -144,6 +144,10 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         }
         if d.group.is_empty() && d.plural == "pods" {
             resources.push(json!({
+                "name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true,
+                "kind": "Pod", "verbs": ["get", "patch", "update"],
+            }));
+            resources.push(json!({
                 "name": "pods/log", "singularName": "", "namespaced": true,
                 "kind": "Pod", "verbs": ["get"],
             }));
@@ -173,6 +177,10 @@ fn resource_discovery(d: &ResourceDef) -> Value {
         subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
     }
     if d.group.is_empty() && d.plural == "pods" {
+        subresources.push(
+            json!({"subresource": "ephemeralcontainers", "responseKind": kind,
+            "verbs": ["get", "patch", "update"]}),
+        );
         subresources.push(json!({"subresource": "log", "responseKind": kind, "verbs": ["get"]}));
     }
     if d.scale.is_some() {

@@ -32,6 +32,9 @@ pub enum Endpoint {
     Main,
     /// `/status`.
     Status,
+    /// `pods/NAME/ephemeralcontainers`: only `spec.ephemeralContainers` is taken from the
+    /// request ([`super::ephemeral`]).
+    EphemeralContainers,
 }
 
 /// A request body as the storage shape (events.k8s.io/v1 bodies are renamed to core/v1),
@@ -420,6 +423,7 @@ pub fn prepare_update(
             }
             r
         }
+        Endpoint::EphemeralContainers => super::ephemeral::merge(old, &new),
         Endpoint::Main => {
             let mut r = new;
             if def.status_subresource

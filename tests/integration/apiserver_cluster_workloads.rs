@@ -320,3 +320,116 @@ async fn kubectl_rollout_status_and_scale() {
     assert!(out.ok, "{} {}", out.stdout, out.stderr);
     h.shutdown().await;
 }
+
+fn owned_by(h: &ApiServerHandle, kind: &str, name: &str) -> Vec<Value> {
+    h.store().read(|s| {
+        s.list("core/pods", Some("default"))
+            .into_iter()
+            .filter(|p| {
+                meta_is_live(p)
+                    && p["metadata"]["ownerReferences"][0]["kind"] == kind
+                    && p["metadata"]["ownerReferences"][0]["name"] == name
+            })
+            .cloned()
+            .collect()
+    })
+}
+
+fn meta_is_live(p: &Value) -> bool {
+    p["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// A ReplicationController keeps `spec.replicas` pods of its template (named `<rc>-<random>`,
+/// controlled by it) and reports them in its status; scaling down deletes the surplus.
+#[tokio::test]
+async fn a_replication_controller_keeps_its_replicas_and_reports_them() {
+    let h = server(Duration::ZERO).await;
+    create(
+        &h,
+        "",
+        "replicationcontrollers",
+        "default",
+        json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc"},
+               "spec": {"replicas": 3, "selector": {"app": "rc"},
+                        "template": {"metadata": {"labels": {"app": "rc"}},
+                                     "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+    );
+    wait_until(&h, "rc with 3 ready replicas", |s| {
+        s.get("core/replicationcontrollers", "default", "rc")
+            .is_some_and(|o| {
+                o["status"]["readyReplicas"] == 3
+                    && o["status"]["availableReplicas"] == 3
+                    && o["status"]["replicas"] == 3
+                    && o["status"]["fullyLabeledReplicas"] == 3
+                    && o["status"]["observedGeneration"] == 1
+            })
+    })
+    .await;
+    let pods = owned_by(&h, "ReplicationController", "rc");
+    assert_eq!(pods.len(), 3);
+    for p in &pods {
+        assert!(p["metadata"]["name"].as_str().unwrap().starts_with("rc-"));
+        assert_eq!(p["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(p["metadata"]["labels"]["app"], "rc");
+    }
+    let mut rc = get(&h, "core/replicationcontrollers", "default", "rc").unwrap();
+    rc["spec"]["replicas"] = json!(1);
+    let t = target(&h, "", "v1", "replicationcontrollers", "default");
+    let t = embedded_apiserver::verbs::Target {
+        name: Some("rc".into()),
+        ..t
+    };
+    h.store()
+        .write(|s| {
+            embedded_apiserver::verbs::update(
+                s,
+                &t,
+                rc,
+                &embedded_apiserver::query::Query::parse(None),
+            )
+        })
+        .unwrap();
+    wait_until(&h, "rc scaled down to 1", |s| {
+        s.get("core/replicationcontrollers", "default", "rc")
+            .is_some_and(|o| o["status"]["replicas"] == 1 && o["status"]["observedGeneration"] == 2)
+    })
+    .await;
+    assert_eq!(owned_by(&h, "ReplicationController", "rc").len(), 1);
+    h.shutdown().await;
+}
+
+/// A DaemonSet runs one pod on the node and reports it in its status.
+#[tokio::test]
+async fn a_daemon_set_runs_one_pod_on_the_node() {
+    let h = server(Duration::ZERO).await;
+    create(
+        &h,
+        "apps",
+        "daemonsets",
+        "default",
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+               "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                        "template": {"metadata": {"labels": {"app": "agent"}},
+                                     "spec": {"containers": [{"name": "c", "image": "fluentd"}]}}}}),
+    );
+    wait_until(&h, "daemonset ready on its node", |s| {
+        s.get("apps/daemonsets", "default", "agent")
+            .is_some_and(|o| {
+                let st = &o["status"];
+                st["desiredNumberScheduled"] == 1
+                    && st["currentNumberScheduled"] == 1
+                    && st["numberReady"] == 1
+                    && st["numberAvailable"] == 1
+                    && st["updatedNumberScheduled"] == 1
+                    && st["numberMisscheduled"] == 0
+                    && st.get("numberUnavailable").is_none()
+                    && st["observedGeneration"] == 1
+            })
+    })
+    .await;
+    let pods = owned_by(&h, "DaemonSet", "agent");
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0]["spec"]["nodeName"], "embedded-node");
+    assert_eq!(pods[0]["status"]["phase"], "Running");
+    h.shutdown().await;
+}
