@@ -49,6 +49,9 @@ use super::verbs::{self, DeleteOptions, Target};
 const CRONJOBS: &str = "batch/cronjobs";
 const JOBS: &str = "batch/jobs";
 
+/// The annotation with the time a Job was scheduled for.
+const SCHEDULED_ANNOTATION: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
+
 /// How far ahead (and back) a schedule is searched: a schedule that never falls due within it
 /// (`0 0 30 2 *`, February 30th) is treated as never due.
 const SEARCH_DAYS: i64 = 5 * 366;
@@ -262,14 +265,14 @@ pub fn spawn(
 ) {
     tracker.spawn(async move {
         let mut feed = ChangeFeed::new(store.clone());
+        // Every CronJob is looked at on each pass: there are few, and a pass is cheap.
+        let mut next = store.write(|st| sync_all(st, clock.now()));
         loop {
-            // Every CronJob is looked at on each wake-up: there are few, and a pass is cheap.
-            let next = store.write(|st| sync_all(st, clock.now()));
             let sleep = next.map(|t| clock.until(t));
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = feed.changed() => {
-                    // Only CronJob and Job changes matter; drain the rest.
+                    // Only CronJob and Job changes matter.
                     let relevant = match feed.poll() {
                         Batch::Changes(changes) => changes
                             .iter()
@@ -287,6 +290,7 @@ pub fn spawn(
                     }
                 } => {}
             }
+            next = store.write(|st| sync_all(st, clock.now()));
         }
     });
 }
@@ -425,9 +429,14 @@ fn sync(st: &mut State, ns: &str, name: &str, now: Timestamp) -> Option<Timestam
             .collect();
         let keep = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
         if done.len() > keep {
+            // Oldest first: by the time each was scheduled for (the real controller sorts by
+            // `status.startTime`, which follows it).
             done.sort_by_key(|j| {
-                parse_time(&j["status"]["startTime"])
-                    .or_else(|| parse_time(&j["metadata"]["creationTimestamp"]))
+                (
+                    parse_time(&j["metadata"]["annotations"][SCHEDULED_ANNOTATION])
+                        .or_else(|| parse_time(&j["status"]["startTime"])),
+                    meta_str(j, "name").to_owned(),
+                )
             });
             let surplus = done.len() - keep;
             for j in done.into_iter().take(surplus).cloned().collect::<Vec<_>>() {
@@ -457,7 +466,7 @@ fn create_job(st: &mut State, cj: &Value, due: Timestamp) -> Option<Value> {
     if !annotations.is_object() {
         annotations = json!({});
     }
-    annotations["batch.kubernetes.io/cronjob-scheduled-timestamp"] = json!(format_time(due));
+    annotations[SCHEDULED_ANNOTATION] = json!(format_time(due));
     let mut metadata = json!({
         "name": job_name,
         "namespace": ns,
