@@ -185,7 +185,7 @@
 //! at once. The watch history is one window shared by all resources (etcd's, not the
 //! per-resource watch cache's). No in-tree admission plugins (admission webhooks are called: [`admission`]); RBAC enforced only on request ([`rbac`]; without
 //! it every request and every `kubectl auth can-i` is allowed, as with
-//! `--authorization-mode=AlwaysAllow`); no defaulting of built-in kinds, no conversion
+//! `--authorization-mode=AlwaysAllow`); no defaulting of built-in kinds (but Services, Jobs, CronJobs and a pod's `securityContext: {}`), no conversion
 //! webhooks; built-in kinds get the real metadata validation and their kinds' main rules
 //! ([`validation`]), and RBAC writes the escalation checks; server-side apply tracks managers but is simpler than the real structured-merge-diff.
 //! Tables for built-in kinds follow the real printers for pods, namespaces, configmaps,

@@ -519,3 +519,47 @@ async fn a_job_whose_container_has_no_command_completes() {
     .await;
     h.shutdown().await;
 }
+
+/// `kubectl debug POD --image=busybox -c dbg -- CMD` (without `-it`, so no attach) adds an
+/// ephemeral container through `pods/POD/ephemeralcontainers`; its command runs and
+/// `kubectl logs -c dbg` shows its output.
+#[tokio::test]
+async fn kubectl_debug_adds_an_ephemeral_container_whose_output_is_its_log() {
+    let h = server().await;
+    let Some(k) = Kubectl::new(&h) else {
+        h.shutdown().await;
+        return;
+    };
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod("target", json!(["sleep", "30"]), Some("Never")),
+    );
+    running_pid(&h, "target").await;
+    k.ok(&[
+        "debug",
+        "target",
+        "--image=busybox",
+        "--profile=general",
+        "-c",
+        "dbg",
+        "--",
+        "sh",
+        "-c",
+        "echo debug-hello",
+    ])
+    .await;
+    wait_until(&h, "the debug container's exit", |s| {
+        s.get("core/pods", "default", "target").is_some_and(|p| {
+            p["status"]["ephemeralContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+        })
+    })
+    .await;
+    assert_eq!(
+        k.ok(&["logs", "target", "-c", "dbg"]).await,
+        "debug-hello\n"
+    );
+    h.shutdown().await;
+}

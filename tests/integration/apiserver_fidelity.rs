@@ -827,6 +827,8 @@ async fn ephemeral_containers_are_added_through_their_subresource_only() {
     assert_eq!(got.code, 200, "{}", got.body);
     assert_eq!(got.body["kind"], "Pod");
     assert!(got.body["spec"].get("ephemeralContainers").is_none());
+    // `SetDefaults_PodSpec`: `kubectl debug` reads `spec.securityContext.runAsNonRoot`.
+    assert_eq!(got.body["spec"]["securityContext"], json!({}));
 
     // A PUT without resourceVersion; its labels and other spec changes are ignored.
     let put = c
