@@ -135,7 +135,7 @@ impl Schedule {
         }
     }
 
-    /// The first due time strictly after `after` (UTC), within [`SEARCH_DAYS`].
+    /// The first due time strictly after `after` (UTC), searched five years ahead.
     pub fn next_after(&self, after: Timestamp) -> Option<Timestamp> {
         let start = after.to_zoned(jiff::tz::TimeZone::UTC).datetime();
         let mut day = start.date();

@@ -133,11 +133,14 @@
 //! kube-rs's cluster tests (kube-rs/kube at `ac95b199`: `cargo test --lib --workspace --exclude
 //! e2e --all-features -- --ignored`, 31 tests) against `sample-controller apiserver
 //! --node-runtime process --kubeconfig-client-cert kubernetes-admin/system:masters`: 28 passed
-//! before this list's last items; now 29 pass and 2 fail: `pod_can_exec_and_write_to_stdin`
+//! and 3 failed before `pods/ephemeralcontainers` was served; now 29 pass and 2 fail:
+//! `pod_can_exec_and_write_to_stdin`
 //! (`pods/exec`, not served) and `pod_can_exec_and_write_to_stdin_from_node_proxy` (it talks
 //! to a kubelet at `https://localhost:10250`, which this server does not run). With the token
 //! kubeconfig (no `--kubeconfig-client-cert`) `custom_client_openssl_tls_configuration` gets
-//! 401, as on any cluster: it builds a client without the token. Its e2e `job` binary passes.
+//! 401, as on any cluster: it builds a client without the token. Its e2e `job` binary (a Job
+//! whose container has no command) now passes: the process runtime ends such a container of a
+//! Job at once ([`runtime`]) instead of keeping it running.
 //!
 //! ## Hostile input: no single request takes the server down
 //!

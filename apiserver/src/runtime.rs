@@ -40,6 +40,9 @@
 //!   back-off (10 s, doubling, at most 5 min), with a Warning `BackOff` event and `waiting:
 //!   CrashLoopBackOff` meanwhile. The exit goes to `lastState`, `restartCount` counts the
 //!   restarts, and the previous run's output stays readable with `previous=true`;
+//! * **ephemeral containers** added to a running pod ([`super::ephemeral`]) start as they
+//!   appear, run once (never restarted), are reported in `status.ephemeralContainerStatuses`
+//!   (never ready, no say in the pod's phase), and are killed when the pod's containers end;
 //! * **activeDeadlineSeconds**: counted from the pod's `startTime`; when it passes, the
 //!   containers are killed and the pod ends `Failed` with `reason: DeadlineExceeded`, message
 //!   `Pod was active on the node longer than the specified deadline`, and a Warning
