@@ -37,7 +37,9 @@
 //! The same, with the checks above ([`merge`], [`validate_update`], called by the update path
 //! of [`super::verbs`] for this subresource). Differences: the `may not be changed` message
 //! ends with a short list of the fields that differ, not Go's `cmp.Diff` text; there is no
-//! defaulting of built-in kinds, so the stored containers are compared as they were sent.
+//! defaulting of built-in kinds, so the stored containers are compared as they were sent; and
+//! the pod's own endpoint does not refuse a change of `spec.ephemeralContainers` as the real
+//! `ValidatePodUpdate` does (this server checks no immutability of a pod's spec).
 //! The simulated node reports each added container `running` ([`super::kubelet`]); the
 //! process runtime runs its command like any other container's, once, and reports its exit
 //! ([`super::runtime`]).
