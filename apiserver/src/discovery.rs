@@ -150,6 +150,10 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
                 }));
             }
             resources.push(json!({
+                "name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true,
+                "kind": "Pod", "verbs": ["get", "patch", "update"],
+            }));
+            resources.push(json!({
                 "name": "pods/log", "singularName": "", "namespaced": true,
                 "kind": "Pod", "verbs": ["get"],
             }));
@@ -198,6 +202,10 @@ fn resource_discovery(d: &ResourceDef) -> Value {
         };
         subresources.push(stream(POD_STREAMS[0]));
         subresources.push(stream(POD_STREAMS[1]));
+        subresources.push(
+            json!({"subresource": "ephemeralcontainers", "responseKind": kind,
+            "verbs": ["get", "patch", "update"]}),
+        );
         subresources.push(json!({"subresource": "log", "responseKind": kind, "verbs": ["get"]}));
         subresources.push(stream(POD_STREAMS[2]));
     }

@@ -587,6 +587,16 @@ async fn serve_resource(
             &def.group,
         ));
     }
+    if target.subresource.is_some() && parts.method == Method::DELETE {
+        // No subresource (`status`, `scale`, `ephemeralcontainers`, ...) is deleted: only the
+        // object is, through its own URL.
+        class.verb = "delete".into();
+        return Err(ApiError::method_not_allowed(
+            "DELETE",
+            &def.plural,
+            &def.group,
+        ));
+    }
     let deprecation = def
         .custom
         .as_ref()
@@ -1277,7 +1287,7 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         }
         Some("token")
             if def.group.is_empty() && def.plural == "serviceaccounts" && name.is_some() => {}
-        Some("eviction" | "exec" | "attach" | "portforward")
+        Some("eviction" | "exec" | "attach" | "portforward" | "ephemeralcontainers")
             if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }

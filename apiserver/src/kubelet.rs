@@ -84,7 +84,8 @@
 //! ## What it leaves out
 //!
 //! No images, processes, probes, resources, volumes, init-container ordering (init containers
-//! are reported `terminated`/`Completed` when the pod starts), ephemeral containers, evictions,
+//! are reported `terminated`/`Completed` when the pod starts; ephemeral containers added to a
+//! running pod, [`super::ephemeral`], are reported `running` and stay so), evictions,
 //! node pressure or pod networking beyond made-up addresses. No Events are emitted (a real
 //! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`; the
 //! process runtime, [`super::runtime`], does). Each container's log ([`super::logs`], what
@@ -401,16 +402,32 @@ impl Kubelet {
                     self.tracks.insert(
                         key.clone(),
                         Track {
-                            uid,
+                            uid: uid.clone(),
                             stage,
                             due,
                             restarts,
                         },
                     );
                 }
+                if pod["spec"]["ephemeralContainers"].is_array() {
+                    self.report_ephemeral(key, &uid);
+                }
             }
             _ => self.start(key, &uid),
         }
+    }
+
+    /// Ephemeral containers added to a running pod ([`super::ephemeral`]) are reported
+    /// `running` at once (the simulation runs nothing, and they never end on their own).
+    fn report_ephemeral(&self, key: &Key, uid: &str) {
+        let now = self.now();
+        self.store.write(|st| {
+            if let Some(mut pod) = current(st, key, uid)
+                && add_ephemeral_statuses(&mut pod, &now)
+            {
+                st.write(PODS, pod);
+            }
+        });
     }
 
     /// Binds (if needed) and starts a pod: `Pending` then `Running`, two writes.
@@ -849,6 +866,32 @@ pub(crate) fn random_hex(n: usize) -> String {
     (0..n)
         .map(|_| char::from_digit(fastrand::u32(..16), 16).unwrap_or('0'))
         .collect()
+}
+
+/// Adds a `running` entry to `status.ephemeralContainerStatuses` for each ephemeral container
+/// that has none; `true` when something was added. Ephemeral containers are never `ready`
+/// (they have no probes and do not count for the pod's readiness).
+pub(crate) fn add_ephemeral_statuses(pod: &mut Value, now: &str) -> bool {
+    let mut statuses = pod["status"]["ephemeralContainerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut added = false;
+    for c in containers(pod, "ephemeralContainers") {
+        if statuses.iter().any(|s| s["name"] == c["name"]) {
+            continue;
+        }
+        let mut s = container_status(&c, false, 0, json!({"running": {"startedAt": now}}));
+        s["started"] = json!(true);
+        statuses.push(s);
+        added = true;
+    }
+    if added {
+        with_status(pod, |status| {
+            status.insert("ephemeralContainerStatuses".into(), json!(statuses));
+        });
+    }
+    added
 }
 
 pub(crate) fn container_status(c: &Value, ready: bool, restarts: u64, state: Value) -> Value {

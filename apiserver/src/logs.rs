@@ -511,8 +511,17 @@ pub(crate) fn pick_container(
     };
     let containers = names("containers");
     let inits = names("initContainers");
+    let ephemeral = names("ephemeralContainers");
     match asked {
-        Some(c) if containers.iter().chain(&inits).any(|n| n == c) => Ok(c.to_owned()),
+        Some(c)
+            if containers
+                .iter()
+                .chain(&inits)
+                .chain(&ephemeral)
+                .any(|n| n == c) =>
+        {
+            Ok(c.to_owned())
+        }
         Some(c) => Err(ApiError::bad_request(format!(
             "container {c} is not valid for pod {name}"
         ))),
@@ -526,6 +535,12 @@ pub(crate) fn pick_container(
                 msg.push_str(&format!(
                     " or one of the init containers: [{}]",
                     inits.join(" ")
+                ));
+            }
+            if !ephemeral.is_empty() {
+                msg.push_str(&format!(
+                    " or one of the ephemeral containers: [{}]",
+                    ephemeral.join(" ")
                 ));
             }
             Err(ApiError::bad_request(msg))

@@ -23,7 +23,9 @@
 //!   `Started`; the status is `running` with `startedAt` and `containerID: process://<pid>`;
 //! * **the process**: `command` followed by `args` (with no `command`, `args` alone is the
 //!   command; a container with neither would run its image's entrypoint, which this node does
-//!   not have, so it is reported running with nothing behind it, like the simulated node),
+//!   not have: in a pod whose `restartPolicy` is `Never` or `OnFailure` (a Job's) it exits 0
+//!   at once, as a shell image's default `sh` does without input, and in an `Always` pod it is
+//!   reported running with nothing behind it until stopped, as the simulated node decides),
 //!   with a clean environment of `PATH`, `HOME=/`, `HOSTNAME=<pod name>` and the container's
 //!   `env` entries that have a `value` (`valueFrom` is not resolved) and `POD_ROOT` (the pod's
 //!   directory, [`super::volumes`]), in `workingDir` when that directory exists on the host
@@ -40,6 +42,9 @@
 //!   back-off (10 s, doubling, at most 5 min), with a Warning `BackOff` event and `waiting:
 //!   CrashLoopBackOff` meanwhile. The exit goes to `lastState`, `restartCount` counts the
 //!   restarts, and the previous run's output stays readable with `previous=true`;
+//! * **ephemeral containers** added to a running pod ([`super::ephemeral`]) start as they
+//!   appear, run once (never restarted), are reported in `status.ephemeralContainerStatuses`
+//!   (never ready, no say in the pod's phase), and are killed when the pod's containers end;
 //! * **activeDeadlineSeconds**: counted from the pod's `startTime`; when it passes, the
 //!   containers are killed and the pod ends `Failed` with `reason: DeadlineExceeded`, message
 //!   `Pod was active on the node longer than the specified deadline`, and a Warning
@@ -312,6 +317,8 @@ enum Stop {
 struct Worker {
     uid: String,
     stop: watch::Sender<Option<Stop>>,
+    /// The pod's `spec.ephemeralContainers`, for the worker to start the ones added.
+    ephemeral: watch::Sender<Vec<Value>>,
     handle: JoinHandle<()>,
 }
 
@@ -416,6 +423,16 @@ impl Node {
             self.bind(key, &uid);
             return; // the binding's own change brings the pod back here
         }
+        if let Some(w) = self.workers.get(key) {
+            let now = containers(&pod, "ephemeralContainers");
+            w.ephemeral.send_if_modified(|known| {
+                let changed = *known != now;
+                if changed {
+                    *known = now;
+                }
+                changed
+            });
+        }
         if matches!(
             pod["status"]["phase"].as_str(),
             Some("Succeeded" | "Failed")
@@ -425,16 +442,27 @@ impl Node {
         }
         let ip = self.alloc_ip();
         let (stop, stop_rx) = watch::channel(None);
+        let (ephemeral, ephemeral_rx) = watch::channel(containers(&pod, "ephemeralContainers"));
         let handle = self.tracker.spawn(run_pod(
             self.ctx.clone(),
             key.clone(),
             uid.clone(),
             ip,
-            stop_rx,
+            Signals {
+                stop: stop_rx,
+                ephemeral: ephemeral_rx,
+            },
             self.shutdown.clone(),
         ));
-        self.workers
-            .insert(key.clone(), Worker { uid, stop, handle });
+        self.workers.insert(
+            key.clone(),
+            Worker {
+                uid,
+                stop,
+                ephemeral,
+                handle,
+            },
+        );
     }
 
     /// The scheduler's part: bind to this node, `Pending`, a `Scheduled` event.
@@ -479,7 +507,15 @@ fn record_event(
         "uid": meta_str(pod, "uid"), "resourceVersion": meta_str(pod, "resourceVersion"),
     });
     if let Some(c) = container {
-        involved["fieldPath"] = json!(format!("spec.containers{{{c}}}"));
+        let list = if containers(pod, "ephemeralContainers")
+            .iter()
+            .any(|e| e["name"] == c)
+        {
+            "ephemeralContainers"
+        } else {
+            "containers"
+        };
+        involved["fieldPath"] = json!(format!("spec.{list}{{{c}}}"));
     }
     let mut source = json!({"component": component});
     if component == "kubelet" {
@@ -550,6 +586,12 @@ fn deadline_of(pod: &Value, cap: Option<Duration>) -> Option<Duration> {
     }
 }
 
+/// What a pod worker hears from the node: a stop, and the pod's ephemeral containers.
+struct Signals {
+    stop: watch::Receiver<Option<Stop>>,
+    ephemeral: watch::Receiver<Vec<Value>>,
+}
+
 /// One pod's life on the node, from a free slot to its end (or its deletion): wait for a slot,
 /// mark the pod started, run its containers until they end or something stops them, then
 /// write what ended it and finish a deletion that raced with its end.
@@ -558,10 +600,10 @@ async fn run_pod(
     key: Key,
     uid: String,
     ip: String,
-    mut stop: watch::Receiver<Option<Stop>>,
+    mut signals: Signals,
     shutdown: CancellationToken,
 ) {
-    let Some(permit) = wait_for_slot(&ctx, &key, &uid, &mut stop, &shutdown).await else {
+    let Some(permit) = wait_for_slot(&ctx, &key, &uid, &mut signals.stop, &shutdown).await else {
         return;
     };
     let Some(pod) = start_pod(&ctx, &key, &uid, &ip) else {
@@ -569,10 +611,11 @@ async fn run_pod(
         finish_deletion(&ctx.store, &key, &uid);
         return;
     };
-    let Some(dir) = mount_volumes(&ctx, &key, &uid, &pod, &mut stop, &shutdown).await else {
+    let Some(dir) = mount_volumes(&ctx, &key, &uid, &pod, &mut signals.stop, &shutdown).await
+    else {
         return;
     };
-    let ended = run_containers(&ctx, &key, &uid, &pod, &dir, &mut stop, &shutdown).await;
+    let ended = run_containers(&ctx, &key, &uid, &pod, &dir, &mut signals, &shutdown).await;
     drop(permit);
     // The processes are done: the pod's directory goes.
     drop(dir);
@@ -747,19 +790,31 @@ fn start_pod(ctx: &Ctx, key: &Key, uid: &str, ip: &str) -> Option<Value> {
 /// ended for good. The first of the deadline, a stop or a shutdown stops them (a deadline also
 /// records a Warning `DeadlineExceeded` event); which one it was is returned, `None` when the
 /// containers ended on their own.
+///
+/// Ephemeral containers added meanwhile ([`super::ephemeral`]) are started as they appear, each
+/// once (the kubelet never restarts them); they end with the pod's containers, being killed if
+/// still running then, and never decide the pod's phase.
 async fn run_containers(
     ctx: &Arc<Ctx>,
     key: &Key,
     uid: &str,
     pod: &Value,
     dir: &super::volumes::PodDir,
-    stop: &mut watch::Receiver<Option<Stop>>,
+    signals: &mut Signals,
     shutdown: &CancellationToken,
 ) -> Option<Ended> {
     let kill = Kill {
         token: shutdown.child_token(),
         grace: Arc::new(Mutex::new(Duration::ZERO)),
     };
+    let ephemeral_kill = Kill {
+        token: kill.token.child_token(),
+        grace: kill.grace.clone(),
+    };
+    let mut ephemeral_tasks = tokio::task::JoinSet::new();
+    let mut ephemeral_started = std::collections::HashSet::new();
+    let mut ephemeral_open = true;
+    let stop = &mut signals.stop;
     let policy = restart_policy(pod);
     let mut tasks = tokio::task::JoinSet::new();
     for c in containers(pod, "containers") {
@@ -777,11 +832,42 @@ async fn run_containers(
     let deadline = deadline_of(pod, ctx.config.timeout).map(|d| Instant::now() + d);
     let mut why: Option<Ended> = None;
     loop {
+        if why.is_none() {
+            let added: Vec<Value> = signals
+                .ephemeral
+                .borrow_and_update()
+                .iter()
+                .filter(|c| {
+                    c["name"]
+                        .as_str()
+                        .is_some_and(|n| !ephemeral_started.contains(n))
+                })
+                .cloned()
+                .collect();
+            for c in added {
+                ephemeral_started.insert(c["name"].as_str().unwrap_or_default().to_owned());
+                let mounts = Arc::new(super::volumes::Mounts::of(dir, pod, &c));
+                ephemeral_tasks.spawn(run_container(
+                    ctx.clone(),
+                    key.clone(),
+                    uid.to_owned(),
+                    c,
+                    mounts,
+                    Restart::Never,
+                    ephemeral_kill.clone(),
+                ));
+            }
+        }
         tokio::select! {
             r = tasks.join_next() => {
                 if r.is_none() {
                     break; // every container has ended for good
                 }
+            }
+            Some(_) = ephemeral_tasks.join_next(), if !ephemeral_tasks.is_empty() => {}
+            r = signals.ephemeral.changed(), if ephemeral_open && why.is_none() => {
+                // The node dropped the worker's sender: the pod is gone, a stop follows.
+                ephemeral_open = r.is_ok();
             }
             _ = sleep_until_opt(deadline), if why.is_none() => {
                 why = Some(Ended::Deadline);
@@ -808,6 +894,9 @@ async fn run_containers(
             }
         }
     }
+    // The pod's containers are done: ephemeral ones still running go with them.
+    ephemeral_kill.fire(ephemeral_kill.grace());
+    while ephemeral_tasks.join_next().await.is_some() {}
     why
 }
 
@@ -923,11 +1012,18 @@ async fn run_container(
             ),
         );
         if argv.is_empty() {
-            // Nothing to run without the image's entrypoint: report it running until stopped.
+            // Nothing to run without the image's entrypoint. A pod that is not restarted takes
+            // it to exit 0 at once (a shell image's `sh` with no input: `alpine`, `busybox`);
+            // one that is restarted, to serve until stopped (as the simulated node decides).
             let now = ctx.now();
+            let one_shot = policy != Restart::Always;
             buf.append_text(
                 ctx.config.clock.now(),
-                "process runtime: the container has no command; its image's entrypoint cannot run without the image, so nothing runs\n",
+                if one_shot {
+                    "process runtime: the container has no command; its image's entrypoint cannot run without the image, so it exits 0 at once\n"
+                } else {
+                    "process runtime: the container has no command; its image's entrypoint cannot run without the image, so nothing runs\n"
+                },
             );
             set_running(&ctx, &key, &uid, &name, &now, "process://none");
             // Nothing runs, but the container is running as far as exec is concerned: a
@@ -961,6 +1057,17 @@ async fn run_container(
                 "Started",
                 &format!("Started container {name}"),
             );
+            if one_shot {
+                buf.close();
+                let exit = Exit {
+                    code: 0,
+                    reason: "Completed",
+                    message: None,
+                    started_at: now,
+                };
+                set_terminated(&ctx, &key, &uid, &name, &exit, policy, false);
+                return;
+            }
             kill.token.cancelled().await;
             ctx.handle.unregister(&registered, &running);
             running.ended.cancel();
@@ -1322,6 +1429,14 @@ fn update_container(
         let Some(mut pod) = current(st, key, uid) else {
             return;
         };
+        let mut f = Some(f);
+        if update_ephemeral(&mut pod, name, &mut f) {
+            st.write(PODS, pod);
+            return;
+        }
+        let Some(f) = f else {
+            return;
+        };
         let mut statuses = pod["status"]["containerStatuses"]
             .as_array()
             .cloned()
@@ -1384,6 +1499,44 @@ fn update_container(
         });
         st.write(PODS, pod);
     });
+}
+
+/// Rewrites the status of `name` when it is one of the pod's ephemeral containers (its entry in
+/// `status.ephemeralContainerStatuses` is created on its first update); `false`, with `f` left
+/// unused, for any other container. An ephemeral container is never `ready` and leaves the
+/// pod's phase and conditions alone.
+fn update_ephemeral(pod: &mut Value, name: &str, f: &mut Option<impl FnOnce(&mut Value)>) -> bool {
+    let Some(spec) = containers(pod, "ephemeralContainers")
+        .into_iter()
+        .find(|c| c["name"] == name)
+    else {
+        return false;
+    };
+    let Some(f) = f.take() else {
+        return false;
+    };
+    let mut statuses = pod["status"]["ephemeralContainerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let i = match statuses.iter().position(|s| s["name"] == name) {
+        Some(i) => i,
+        None => {
+            statuses.push(container_status(
+                &spec,
+                false,
+                0,
+                json!({"waiting": {"reason": "ContainerCreating"}}),
+            ));
+            statuses.len() - 1
+        }
+    };
+    f(&mut statuses[i]);
+    statuses[i]["ready"] = json!(false);
+    with_status(pod, |status| {
+        status.insert("ephemeralContainerStatuses".into(), json!(statuses));
+    });
+    true
 }
 
 /// The pod's final phase once no container will run again, by `restartPolicy`.

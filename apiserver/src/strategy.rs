@@ -32,6 +32,9 @@ pub enum Endpoint {
     Main,
     /// `/status`.
     Status,
+    /// `pods/NAME/ephemeralcontainers`: only `spec.ephemeralContainers` is taken from the
+    /// request ([`super::ephemeral`]).
+    EphemeralContainers,
 }
 
 /// A request body as the storage shape (events.k8s.io/v1 bodies are renamed to core/v1),
@@ -93,7 +96,21 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
     if def.group == super::admission::config::GROUP {
         super::admission::config::set_defaults(&def.plural, &mut obj);
     }
+    if def.group.is_empty() && def.plural == "pods" {
+        default_pod_security_context(&mut obj);
+    }
     Ok(obj)
+}
+
+/// `SetDefaults_PodSpec`'s `securityContext: {}`: every pod a real server answers with has one,
+/// and clients dereference it (`kubectl debug` reads `spec.securityContext.runAsNonRoot`). The
+/// pod's other defaults (`dnsPolicy`, `schedulerName`, ...) are not filled.
+fn default_pod_security_context(pod: &mut Value) {
+    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut)
+        && spec.get("securityContext").is_none_or(Value::is_null)
+    {
+        spec.insert("securityContext".into(), json!({}));
+    }
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -420,6 +437,7 @@ pub fn prepare_update(
             }
             r
         }
+        Endpoint::EphemeralContainers => super::ephemeral::merge(old, &new),
         Endpoint::Main => {
             let mut r = new;
             if def.status_subresource

@@ -11,7 +11,7 @@
 //!
 //! | kind | checks |
 //! |---|---|
-//! | Pod (and workload templates) | at least one container; container names DNS-1123 labels, unique; `image` required; `terminationGracePeriodSeconds >= 0`; `restartPolicy` one of `Always`, `OnFailure`, `Never` |
+//! | Pod (and workload templates) | at least one container; container names DNS-1123 labels, unique; `image` required; `terminationGracePeriodSeconds >= 0`; `restartPolicy` one of `Always`, `OnFailure`, `Never`; ephemeral containers by [`super::ephemeral`] |
 //! | Deployment, ReplicaSet, StatefulSet | `spec.selector` required and non-empty; its `matchLabels` valid labels; the template's labels match it |
 //! | Service | ports required unless headless or `ExternalName`; port and `targetPort` in 1..=65535; names required (several ports) and unique; protocol `TCP`/`UDP`/`SCTP` |
 //! | Role, ClusterRole | each rule has verbs; resource rules have apiGroups and resources; non-resource URLs not mixed with resources nor in a Role |
@@ -187,6 +187,9 @@ pub fn validate_pod_spec(spec: &Value, path: &str, errs: &mut Vec<FieldError>) {
             policy,
             &["Always", "OnFailure", "Never"],
         ));
+    }
+    if path == "spec" {
+        super::ephemeral::validate_containers(spec, path, errs);
     }
 }
 

@@ -62,6 +62,8 @@ impl Target {
         // A CSR's `/approval` writes its status (its approval conditions), as `/status` does.
         if matches!(self.subresource.as_deref(), Some("status" | "approval")) {
             Endpoint::Status
+        } else if self.subresource.as_deref() == Some("ephemeralcontainers") {
+            Endpoint::EphemeralContainers
         } else {
             Endpoint::Main
         }
@@ -706,6 +708,7 @@ fn create_prepared(
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
     super::services::prepare_create(st, def, &mut obj)?;
     super::jobs::prepare_create(def, &mut obj);
+    super::cronjobs::prepare_create(def, &mut obj);
     super::workloads::validate_replicas(def, &obj)?;
     validate_custom(def, &mut obj, None, &opts)?;
     if generated {
@@ -811,6 +814,13 @@ fn update_stored(
         t.endpoint(),
     )?;
     super::services::prepare_update(st, def, old, &mut result)?;
+    if t.endpoint() == Endpoint::EphemeralContainers {
+        super::validation::check(
+            def,
+            t.name(),
+            super::ephemeral::validate_update(&result, old),
+        )?;
+    }
     super::workloads::validate_replicas(def, &result)?;
     validate_custom(def, &mut result, Some(old), &opts)?;
     super::validation::check(

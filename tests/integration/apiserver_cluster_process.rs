@@ -437,3 +437,129 @@ async fn kubectl_1_28_logs_tail_and_follow() {
 async fn kubectl_1_33_logs_tail_and_follow() {
     kubectl_logs("1.33").await;
 }
+
+/// An ephemeral container added to a running pod (`pods/NAME/ephemeralcontainers`) runs its
+/// command once, is reported in `ephemeralContainerStatuses` (never ready), its output is its
+/// log, and the pod's own containers and phase are untouched.
+#[tokio::test]
+async fn an_added_ephemeral_container_runs_its_command_once() {
+    let h = server().await;
+    let api = TestClient::new(&h);
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod("debugged", json!(["sleep", "30"]), Some("Never")),
+    );
+    running_pid(&h, "debugged").await;
+    let added = api
+        .patch(
+            "/api/v1/namespaces/default/pods/debugged/ephemeralcontainers",
+            "application/strategic-merge-patch+json",
+            &json!({"spec": {"ephemeralContainers": [{"name": "debug", "image": "busybox",
+                "command": ["sh", "-c", "echo from-debug; exit 4"]}]}}),
+        )
+        .await;
+    assert_eq!(added.code, 200, "{}", added.body);
+    wait_until(&h, "the ephemeral container's exit", |s| {
+        s.get("core/pods", "default", "debugged").is_some_and(|p| {
+            p["status"]["ephemeralContainerStatuses"][0]["state"]["terminated"].is_object()
+        })
+    })
+    .await;
+    let p = get(&h, "core/pods", "default", "debugged").unwrap();
+    let status = &p["status"]["ephemeralContainerStatuses"][0];
+    assert_eq!(status["name"], "debug");
+    assert_eq!(status["ready"], false);
+    assert_eq!(status["restartCount"], 0);
+    assert_eq!(status["state"]["terminated"]["exitCode"], 4);
+    // The pod goes on: its container still runs and it stays Running and Ready.
+    assert_eq!(p["status"]["phase"], "Running");
+    assert!(p["status"]["containerStatuses"][0]["state"]["running"].is_object());
+    assert_eq!(
+        log(&api, "debugged", "container=debug").await,
+        (200, "from-debug\n".to_owned())
+    );
+    let (code, body) = log(&api, "debugged", "").await;
+    assert_eq!(code, 200, "{body}");
+    let started = h.store().read(|s| {
+        s.list("core/events", Some("default")).iter().any(|e| {
+            e["reason"] == "Started"
+                && e["involvedObject"]["fieldPath"] == "spec.ephemeralContainers{debug}"
+        })
+    });
+    assert!(started, "no Started event for the ephemeral container");
+    h.shutdown().await;
+}
+
+/// A container without a command cannot run its image's entrypoint here: in a pod that is not
+/// restarted (a Job's) it exits 0 at once, as `alpine`'s default `sh` does without input, so
+/// the Job completes.
+#[tokio::test]
+async fn a_job_whose_container_has_no_command_completes() {
+    let h = server().await;
+    create(
+        &h,
+        "batch",
+        "jobs",
+        "default",
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "empty-job"},
+               "spec": {"template": {"spec": {"restartPolicy": "Never",
+                        "containers": [{"name": "empty", "image": "alpine:latest"}]}}}}),
+    );
+    wait_until(&h, "job empty-job complete", |s| {
+        s.get("batch/jobs", "default", "empty-job")
+            .is_some_and(|j| {
+                j["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["type"] == "Complete"))
+            })
+    })
+    .await;
+    h.shutdown().await;
+}
+
+/// `kubectl debug POD --image=busybox -c dbg -- CMD` (without `-it`, so no attach) adds an
+/// ephemeral container through `pods/POD/ephemeralcontainers`; its command runs and
+/// `kubectl logs -c dbg` shows its output.
+#[tokio::test]
+async fn kubectl_debug_adds_an_ephemeral_container_whose_output_is_its_log() {
+    let h = server().await;
+    let Some(k) = Kubectl::new(&h) else {
+        h.shutdown().await;
+        return;
+    };
+    create(
+        &h,
+        "",
+        "pods",
+        "default",
+        pod("target", json!(["sleep", "30"]), Some("Never")),
+    );
+    running_pid(&h, "target").await;
+    k.ok(&[
+        "debug",
+        "target",
+        "--image=busybox",
+        "--profile=general",
+        "-c",
+        "dbg",
+        "--",
+        "sh",
+        "-c",
+        "echo debug-hello",
+    ])
+    .await;
+    wait_until(&h, "the debug container's exit", |s| {
+        s.get("core/pods", "default", "target").is_some_and(|p| {
+            p["status"]["ephemeralContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+        })
+    })
+    .await;
+    assert_eq!(
+        k.ok(&["logs", "target", "-c", "dbg"]).await,
+        "debug-hello\n"
+    );
+    h.shutdown().await;
+}

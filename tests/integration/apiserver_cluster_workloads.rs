@@ -320,3 +320,241 @@ async fn kubectl_rollout_status_and_scale() {
     assert!(out.ok, "{} {}", out.stdout, out.stderr);
     h.shutdown().await;
 }
+
+fn owned_by(h: &ApiServerHandle, kind: &str, name: &str) -> Vec<Value> {
+    h.store().read(|s| {
+        s.list("core/pods", Some("default"))
+            .into_iter()
+            .filter(|p| {
+                meta_is_live(p)
+                    && p["metadata"]["ownerReferences"][0]["kind"] == kind
+                    && p["metadata"]["ownerReferences"][0]["name"] == name
+            })
+            .cloned()
+            .collect()
+    })
+}
+
+fn meta_is_live(p: &Value) -> bool {
+    p["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// A ReplicationController keeps `spec.replicas` pods of its template (named `<rc>-<random>`,
+/// controlled by it) and reports them in its status; scaling down deletes the surplus.
+#[tokio::test]
+async fn a_replication_controller_keeps_its_replicas_and_reports_them() {
+    let h = server(Duration::ZERO).await;
+    create(
+        &h,
+        "",
+        "replicationcontrollers",
+        "default",
+        json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc"},
+               "spec": {"replicas": 3, "selector": {"app": "rc"},
+                        "template": {"metadata": {"labels": {"app": "rc"}},
+                                     "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}),
+    );
+    wait_until(&h, "rc with 3 ready replicas", |s| {
+        s.get("core/replicationcontrollers", "default", "rc")
+            .is_some_and(|o| {
+                o["status"]["readyReplicas"] == 3
+                    && o["status"]["availableReplicas"] == 3
+                    && o["status"]["replicas"] == 3
+                    && o["status"]["fullyLabeledReplicas"] == 3
+                    && o["status"]["observedGeneration"] == 1
+            })
+    })
+    .await;
+    let pods = owned_by(&h, "ReplicationController", "rc");
+    assert_eq!(pods.len(), 3);
+    for p in &pods {
+        assert!(p["metadata"]["name"].as_str().unwrap().starts_with("rc-"));
+        assert_eq!(p["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(p["metadata"]["labels"]["app"], "rc");
+    }
+    let mut rc = get(&h, "core/replicationcontrollers", "default", "rc").unwrap();
+    rc["spec"]["replicas"] = json!(1);
+    let t = target(&h, "", "v1", "replicationcontrollers", "default");
+    let t = embedded_apiserver::verbs::Target {
+        name: Some("rc".into()),
+        ..t
+    };
+    h.store()
+        .write(|s| {
+            embedded_apiserver::verbs::update(
+                s,
+                &t,
+                rc,
+                &embedded_apiserver::query::Query::parse(None),
+            )
+        })
+        .unwrap();
+    wait_until(&h, "rc scaled down to 1", |s| {
+        s.get("core/replicationcontrollers", "default", "rc")
+            .is_some_and(|o| o["status"]["replicas"] == 1 && o["status"]["observedGeneration"] == 2)
+    })
+    .await;
+    assert_eq!(owned_by(&h, "ReplicationController", "rc").len(), 1);
+    h.shutdown().await;
+}
+
+/// A DaemonSet runs one pod on the node and reports it in its status.
+#[tokio::test]
+async fn a_daemon_set_runs_one_pod_on_the_node() {
+    let h = server(Duration::ZERO).await;
+    create(
+        &h,
+        "apps",
+        "daemonsets",
+        "default",
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+               "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                        "template": {"metadata": {"labels": {"app": "agent"}},
+                                     "spec": {"containers": [{"name": "c", "image": "fluentd"}]}}}}),
+    );
+    wait_until(&h, "daemonset ready on its node", |s| {
+        s.get("apps/daemonsets", "default", "agent")
+            .is_some_and(|o| {
+                let st = &o["status"];
+                st["desiredNumberScheduled"] == 1
+                    && st["currentNumberScheduled"] == 1
+                    && st["numberReady"] == 1
+                    && st["numberAvailable"] == 1
+                    && st["updatedNumberScheduled"] == 1
+                    && st["numberMisscheduled"] == 0
+                    && st.get("numberUnavailable").is_none()
+                    && st["observedGeneration"] == 1
+            })
+    })
+    .await;
+    let pods = owned_by(&h, "DaemonSet", "agent");
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0]["spec"]["nodeName"], "embedded-node");
+    assert_eq!(pods[0]["status"]["phase"], "Running");
+    h.shutdown().await;
+}
+
+fn cronjob_jobs(h: &ApiServerHandle) -> Vec<Value> {
+    h.store().read(|s| {
+        s.list("batch/jobs", Some("default"))
+            .into_iter()
+            .filter(|j| j["metadata"]["ownerReferences"][0]["kind"] == "CronJob")
+            .cloned()
+            .collect()
+    })
+}
+
+fn is_complete(j: &Value) -> bool {
+    j["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Complete"))
+}
+
+/// A CronJob gets its defaults, creates a Job `<name>-<minutes>` from its template at each
+/// schedule time (virtual time: the clock is paused and advanced a minute at a time), tracks
+/// it in `status.active`, `lastScheduleTime` and `lastSuccessfulTime`, and keeps only
+/// `successfulJobsHistoryLimit` finished Jobs.
+#[tokio::test(start_paused = true)]
+async fn a_cron_job_creates_a_job_each_minute_and_keeps_its_history_limit() {
+    let h = server(Duration::ZERO).await;
+    let created = create(
+        &h,
+        "batch",
+        "cronjobs",
+        "default",
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "tick"},
+               "spec": {"schedule": "* * * * *", "successfulJobsHistoryLimit": 2,
+                        "jobTemplate": {"metadata": {"labels": {"app": "tick"}},
+                                        "spec": {"template": {"spec": {"restartPolicy": "Never",
+                            "containers": [{"name": "c", "image": "busybox",
+                                            "command": ["sh", "-c", "exit 0"]}]}}}}}}),
+    );
+    let spec = &created["spec"];
+    assert_eq!(spec["concurrencyPolicy"], "Allow");
+    assert_eq!(spec["suspend"], false);
+    assert_eq!(spec["successfulJobsHistoryLimit"], 2);
+    assert_eq!(spec["failedJobsHistoryLimit"], 1);
+    assert!(cronjob_jobs(&h).is_empty());
+
+    tokio::time::advance(Duration::from_secs(61)).await;
+    wait_until(&h, "the first job", |s| {
+        s.get("batch/cronjobs", "default", "tick").is_some_and(|c| {
+            c["status"]["active"]
+                .as_array()
+                .is_some_and(|a| a.len() == 1)
+        })
+    })
+    .await;
+    let jobs = cronjob_jobs(&h);
+    assert_eq!(jobs.len(), 1);
+    let job = &jobs[0];
+    let cj = get(&h, "batch/cronjobs", "default", "tick").unwrap();
+    let scheduled: jiff::Timestamp = cj["status"]["lastScheduleTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        job["metadata"]["name"],
+        format!("tick-{}", scheduled.as_second() / 60)
+    );
+    assert_eq!(job["metadata"]["labels"]["app"], "tick");
+    assert_eq!(
+        job["metadata"]["annotations"]["batch.kubernetes.io/cronjob-scheduled-timestamp"],
+        cj["status"]["lastScheduleTime"]
+    );
+    assert_eq!(cj["status"]["active"][0]["name"], job["metadata"]["name"]);
+
+    // The Job runs to completion: no longer active, and the success is recorded.
+    wait_until(&h, "the first job's success", |s| {
+        s.get("batch/cronjobs", "default", "tick").is_some_and(|c| {
+            c["status"].get("active").is_none() && c["status"]["lastSuccessfulTime"].is_string()
+        })
+    })
+    .await;
+
+    // Three more minutes: four jobs ran, the two latest successful ones are kept.
+    for n in 2..=4 {
+        let before = h.store().read(c_last);
+        tokio::time::advance(Duration::from_secs(60)).await;
+        wait_until(&h, &format!("job {n} complete"), |s| {
+            let cj = s.get("batch/cronjobs", "default", "tick");
+            let jobs: Vec<&Value> = s
+                .list("batch/jobs", Some("default"))
+                .into_iter()
+                .filter(|j| j["metadata"]["ownerReferences"][0]["kind"] == "CronJob")
+                .collect();
+            c_last(s) != before
+                && cj.is_some_and(|c| c["status"].get("active").is_none())
+                && jobs.len() <= 2
+                && jobs.iter().all(|j| is_complete(j))
+        })
+        .await;
+    }
+    // Every job ever created, oldest first (a minute the clock jumped over is skipped, as the
+    // real controller starts only the most recent missed time).
+    let mut created: Vec<String> = h.store().read(|s| {
+        s.changes_since(1)
+            .unwrap()
+            .iter()
+            .filter(|c| c.storage == "batch/jobs" && c.kind == ChangeType::Added)
+            .map(|c| c.object["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    });
+    assert!(created.len() >= 4, "{created:?}");
+    assert_eq!(created[0], format!("tick-{}", scheduled.as_second() / 60));
+    let mut names: Vec<String> = cronjob_jobs(&h)
+        .iter()
+        .map(|j| j["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    created.sort();
+    assert_eq!(names, created[created.len() - 2..]);
+    h.shutdown().await;
+}
+
+fn c_last(s: &embedded_apiserver::store::State) -> Value {
+    s.get("batch/cronjobs", "default", "tick")
+        .map(|c| c["status"]["lastScheduleTime"].clone())
+        .unwrap_or(Value::Null)
+}

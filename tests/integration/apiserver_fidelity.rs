@@ -804,3 +804,140 @@ async fn component_statuses_are_computed_read_only_and_deprecated() {
     }
     s.shutdown().await;
 }
+
+/// `pods/NAME/ephemeralcontainers`: GET answers with the pod; PUT and strategic PATCH take only
+/// `spec.ephemeralContainers`, add containers but never remove or change one, with the real
+/// validation messages; discovery lists the subresource; the simulated node reports the added
+/// containers running.
+#[tokio::test]
+async fn ephemeral_containers_are_added_through_their_subresource_only() {
+    let s = embedded_apiserver::ApiServer::builder()
+        .simulate(true)
+        .start()
+        .await
+        .unwrap();
+    let c = TestClient::new(&s);
+    const PODS: &str = "/api/v1/namespaces/default/pods";
+    const EC: &str = "/api/v1/namespaces/default/pods/dbg/ephemeralcontainers";
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dbg", "labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "app", "image": "busybox", "command": ["sleep", "60"]}]}});
+    assert_eq!(c.post(PODS, &pod).await.code, 201);
+
+    let got = c.get(EC).await;
+    assert_eq!(got.code, 200, "{}", got.body);
+    assert_eq!(got.body["kind"], "Pod");
+    assert!(got.body["spec"].get("ephemeralContainers").is_none());
+    // `SetDefaults_PodSpec`: `kubectl debug` reads `spec.securityContext.runAsNonRoot`.
+    assert_eq!(got.body["spec"]["securityContext"], json!({}));
+
+    // A PUT without resourceVersion; its labels and other spec changes are ignored.
+    let put = c
+        .put(
+            EC,
+            &json!({"metadata": {"name": "dbg", "labels": {"app": "changed"}},
+                    "spec": {"containers": [{"name": "app", "image": "nginx"}],
+                             "ephemeralContainers": [{"name": "debug1", "image": "busybox",
+                                                      "command": ["sh", "-c", "sleep 1"]}]}}),
+        )
+        .await;
+    assert_eq!(put.code, 200, "{}", put.body);
+    assert_eq!(put.body["metadata"]["labels"]["app"], "x");
+    assert_eq!(put.body["spec"]["containers"][0]["image"], "busybox");
+    assert_eq!(put.body["spec"]["ephemeralContainers"][0]["name"], "debug1");
+
+    // A strategic merge patch adds by name.
+    let patched = c
+        .patch(
+            EC,
+            "application/strategic-merge-patch+json",
+            &json!({"spec": {"ephemeralContainers": [{"name": "debug2", "image": "busybox"}]}}),
+        )
+        .await;
+    assert_eq!(patched.code, 200, "{}", patched.body);
+    let names: Vec<&str> = patched.body["spec"]["ephemeralContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["debug1", "debug2"]);
+
+    // Removing or changing one is refused, as are fields an ephemeral container may not have.
+    let removed = c
+        .put(
+            EC,
+            &json!({"metadata": {"name": "dbg"},
+                    "spec": {"ephemeralContainers": [{"name": "debug2", "image": "busybox"}]}}),
+        )
+        .await;
+    assert_eq!(removed.code, 422, "{}", removed.body);
+    assert_eq!(
+        removed.body["message"],
+        "Pod \"dbg\" is invalid: spec.ephemeralContainers: Forbidden: existing ephemeral containers \"debug1\" may not be removed\n"
+    );
+    let bad = c
+        .patch(
+            EC,
+            "application/strategic-merge-patch+json",
+            &json!({"spec": {"ephemeralContainers": [
+                {"name": "app", "image": "busybox", "ports": [{"containerPort": 80}]}]}}),
+        )
+        .await;
+    assert_eq!(bad.code, 422, "{}", bad.body);
+    let causes: Vec<(&str, &str)> = bad.body["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["field"].as_str().unwrap(), c["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            (
+                "spec.ephemeralContainers[2].name",
+                "Duplicate value: \"app\""
+            ),
+            (
+                "spec.ephemeralContainers[2].ports",
+                "Forbidden: cannot be set for an Ephemeral Container"
+            ),
+        ]
+    );
+    // Only GET, PUT and PATCH; the pod's own endpoint is unchanged.
+    assert_eq!(c.delete(EC, None).await.code, 405);
+
+    // Discovery lists it, as kube-apiserver does.
+    let core = c.get("/api/v1").await;
+    let listed = core.body["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pods/ephemeralcontainers")
+        .cloned();
+    assert_eq!(
+        listed,
+        Some(
+            json!({"name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true,
+                    "kind": "Pod", "verbs": ["get", "patch", "update"]})
+        )
+    );
+
+    // The simulated node reports both containers running (never ready).
+    crate::cluster_support::wait_until(&s, "ephemeral container statuses", |st| {
+        st.get("core/pods", "default", "dbg").is_some_and(|p| {
+            p["status"]["ephemeralContainerStatuses"]
+                .as_array()
+                .is_some_and(|a| {
+                    a.len() == 2 && a.iter().all(|s| s["state"]["running"].is_object())
+                })
+        })
+    })
+    .await;
+    let pod = c.get(&format!("{PODS}/dbg")).await.body;
+    assert_eq!(
+        pod["status"]["ephemeralContainerStatuses"][0]["ready"],
+        false
+    );
+    assert_eq!(pod["status"]["phase"], "Running");
+    s.shutdown().await;
+}
