@@ -41,6 +41,9 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .env_remove("RUST_LOG")
+            // The pods' directories go under the test's own temporary directory, so they
+            // go with it even though the server is killed (SIGKILL) when the test ends.
+            .env("TMPDIR", dir.path())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
