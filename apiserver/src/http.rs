@@ -721,7 +721,7 @@ fn serve_stream(
 fn serve_spdy(up: super::remotecommand::UpgradeRequest) -> Result<Response<Body>, ApiError> {
     drop(up);
     Err(ApiError::bad_request(
-        "this server does not serve SPDY/3.1 streams; use a client that speaks WebSocket (v5.channel.k8s.io: kubectl 1.30 or later)",
+        "this server does not serve SPDY/3.1 streams; use a client that speaks WebSocket          (v5.channel.k8s.io: kubectl 1.30 or later)",
     ))
 }
 
