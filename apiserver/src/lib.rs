@@ -85,10 +85,11 @@
 //! Suites written for real clusters pass against this server where it behaves as below. The
 //! Python client's `kubernetes/e2e_test` (kubernetes-client/python at `024658493`, the
 //! `kubernetes` 37.0.2 package) against `sample-controller apiserver --node-runtime process`:
-//! 31 passed and 14 failed on a server behaviour before this list was done (issue 38); now 39
-//! pass, 1 skips (it needs the `v5.channel.k8s.io` exec protocol) and 5 fail, all on the
-//! websocket `pods/exec` and `pods/portforward` endpoints this server does not serve
-//! (`Handshake status 404`). Each item names where it is done:
+//! 31 passed and 14 failed on a server behaviour before this list was done (issue 38); now 42
+//! pass, 1 skips (it needs the Metrics API) and 2 fail, the port-forward tests, on what their
+//! pods need from a real node: `test_portforward_http` an `nginx` image, `test_portforward_raw`
+//! a `python` executable and a startup probe (with `python3` and a 3 s wait in its place it
+//! passes). Each item names where it is done:
 //!
 //! * **Services** ([`services`]): defaulted as `SetDefaults_Service` does, given a cluster IP
 //!   from `10.96.0.0/12` (node ports from `30000-32767`), `status: {loadBalancer: {}}`, and a

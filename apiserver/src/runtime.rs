@@ -194,8 +194,8 @@ struct Ctx {
 /// Default limit of exec, attach and port-forward sessions open at once on the process node.
 pub const DEFAULT_MAX_SESSIONS: usize = 32;
 
-/// Bytes of live output an attach may lag behind before it misses chunks: chunks of at most
-/// 8 KiB, this many of them per stream.
+/// Chunks of live output (each at most 8 KiB) an attached client may lag behind, per stream,
+/// before it misses the oldest.
 const ATTACH_BACKLOG: usize = 64;
 
 /// The process node as exec, attach and port-forward see it ([`super::remotecommand`]): the

@@ -152,9 +152,13 @@ fn encode(framing: Framing, channel: u8, data: &[u8]) -> (Opcode, Bytes) {
 
 /// The channel and data of a client message in `framing`; `None` for a message that carries
 /// no channel (empty) or is not valid in the framing (ignored, as `wsstream` ignores them).
+/// In the binary framings a text message counts as bytes too: Go's `websocket.Message`
+/// receives either, and the Python client sends `str` input as text frames.
 fn decode(framing: Framing, msg: &Message) -> Option<(u8, Bytes)> {
     match (msg, framing.base64) {
-        (Message::Binary(b), false) if !b.is_empty() => Some((b[0], b.slice(1..))),
+        (Message::Binary(b) | Message::Text(b), false) if !b.is_empty() => {
+            Some((b[0], b.slice(1..)))
+        }
         (Message::Text(t), true) if !t.is_empty() => {
             use base64::Engine;
             let channel = t[0].checked_sub(b'0')?;
@@ -596,7 +600,14 @@ mod tests {
             Some((0, Bytes::from_static(b"in")))
         );
         assert_eq!(decode(v4, &Message::Binary(Bytes::new())), None);
-        assert_eq!(decode(v4, &Message::Text(Bytes::from_static(b"0x"))), None);
+        assert_eq!(
+            decode(v4, &Message::Text(Bytes::from_static(b"\x00x"))),
+            Some((0, Bytes::from_static(b"x")))
+        );
+        assert_eq!(
+            decode(b64, &Message::Binary(Bytes::from_static(b"0x"))),
+            None
+        );
         assert!(framing(V5_BINARY).close_signal);
         assert!(!framing(V4_BINARY).close_signal);
         assert!(!framing("").status_json);

@@ -41,6 +41,9 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .env_remove("RUST_LOG")
+            // The pods' directories go under the test's own temporary directory, so they
+            // go with it even though the server is killed (SIGKILL) when the test ends.
+            .env("TMPDIR", dir.path())
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -89,28 +92,7 @@ impl Server {
 
     /// One HTTP/1.1 request with a JSON body; the status code and the body as JSON.
     async fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let mut s = TcpStream::connect(&self.addr).await.unwrap();
-        let req = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut out = vec![];
-        tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
-            .await
-            .unwrap()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out).into_owned();
-        let code = text[9..12].parse().unwrap();
-        let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or_default();
-        // Bodies here are small and not chunked in practice; take the JSON part.
-        let json = body
-            .find('{')
-            .and_then(|i| serde_json::from_str(body[i..].trim_end_matches(['\r', '\n', '0'])).ok())
-            .unwrap_or(Value::Null);
-        (code, json)
+        http_request(&self.addr, method, path, body).await
     }
 
     async fn create(&self, path: &str, obj: Value) {
@@ -156,6 +138,32 @@ impl Server {
         }
         panic!("the log of {pod}/{container} never matched");
     }
+}
+
+/// One HTTP/1.1 request with a JSON body to `addr` (plain HTTP, so as the server's admin);
+/// the status code and the body as JSON.
+async fn http_request(addr: &str, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = vec![];
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out).into_owned();
+    let code = text[9..12].parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|x| x.1).unwrap_or_default();
+    // Bodies here are small and not chunked in practice; take the JSON part.
+    let json = body
+        .find('{')
+        .and_then(|i| serde_json::from_str(body[i..].trim_end_matches(['\r', '\n', '0'])).ok())
+        .unwrap_or(Value::Null);
+    (code, json)
 }
 
 struct KubectlCmd {
@@ -383,11 +391,24 @@ struct Ws {
 /// Opens a WebSocket to `path` offering `protocols`; the answer's status line and headers,
 /// and the connection when the answer was `101`.
 async fn ws_connect(addr: &str, path: &str, protocols: &str) -> (String, Option<Ws>) {
+    ws_connect_as(addr, path, protocols, None).await
+}
+
+/// [`ws_connect`] with a bearer token.
+async fn ws_connect_as(
+    addr: &str,
+    path: &str,
+    protocols: &str,
+    token: Option<&str>,
+) -> (String, Option<Ws>) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     let req = format!(
         "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-         Sec-WebSocket-Protocol: {protocols}\r\n\r\n"
+         {auth}Sec-WebSocket-Protocol: {protocols}\r\n\r\n"
     );
     stream.write_all(req.as_bytes()).await.unwrap();
     let mut buf = vec![];
@@ -694,4 +715,96 @@ async fn a_client_that_vanishes_mid_exec_leaves_no_process_behind() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("process {pid} outlived its client");
+}
+
+#[tokio::test]
+async fn a_websocket_exec_needs_create_on_pods_exec_and_a_process_node() {
+    use embedded_apiserver::ApiServer;
+    use embedded_apiserver::runtime::NodeRuntime;
+
+    // The simulated node runs nothing: a clear refusal, before any upgrade.
+    let sim = ApiServer::builder()
+        .simulate(true)
+        .plain_http(true)
+        .start()
+        .await
+        .unwrap();
+    let addr = sim.url().trim_start_matches("http://").to_owned();
+    let (code, _) = http_request(
+        &addr,
+        "POST",
+        PODS,
+        Some(&pod(
+            "p",
+            json!([{"name": "main", "image": "busybox", "command": ["sleep", "60"]}]),
+        )),
+    )
+    .await;
+    assert_eq!(code, 201);
+    for _ in 0..600 {
+        let (_, p) = http_request(&addr, "GET", &format!("{PODS}/p"), None).await;
+        if p["spec"]["nodeName"].is_string() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (head, _) = ws_connect(
+        &addr,
+        &exec_path("p", "command=true&stdout=1"),
+        "v5.channel.k8s.io",
+    )
+    .await;
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+
+    // RBAC: `get` on pods/exec is not enough for a WebSocket exec; `create` is needed too.
+    let h = ApiServer::builder()
+        .simulate(true)
+        .node_runtime(NodeRuntime::Process)
+        .plain_http(true)
+        .enforce_rbac(true)
+        .extra_token("reader-token", "reader")
+        .start()
+        .await
+        .unwrap();
+    let addr = h.url().trim_start_matches("http://").to_owned();
+    let rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/default";
+    let role = |verbs: Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "exec"},
+               "rules": [{"apiGroups": [""], "resources": ["pods/exec"], "verbs": verbs}]})
+    };
+    let (code, body) = http_request(
+        &addr,
+        "POST",
+        &format!("{rbac}/roles"),
+        Some(&role(json!(["get"]))),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "exec"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "exec"},
+        "subjects": [{"kind": "User", "name": "reader", "apiGroup": "rbac.authorization.k8s.io"}]});
+    let (code, body) = http_request(
+        &addr,
+        "POST",
+        &format!("{rbac}/rolebindings"),
+        Some(&binding),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let path = exec_path("anything", "command=true&stdout=1");
+    let (head, _) = ws_connect_as(&addr, &path, "v5.channel.k8s.io", Some("reader-token")).await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    // With `create` too, the request gets past authorization (to the missing pod's 404).
+    let (code, body) = http_request(
+        &addr,
+        "PUT",
+        &format!("{rbac}/roles/exec"),
+        Some(&role(json!(["get", "create"]))),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (head, _) = ws_connect_as(&addr, &path, "v5.channel.k8s.io", Some("reader-token")).await;
+    assert!(head.starts_with("HTTP/1.1 404"), "{head}");
 }

@@ -981,6 +981,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn streaming_subresources_and_watches_are_long_running() {
+        let u = user("alice", &[]);
+        let d = |m: http::Method, path: &str, watch: bool| {
+            RequestDigest::new(&m, path, watch, &u).is_long_running()
+        };
+        let pod = "/api/v1/namespaces/default/pods/p";
+        assert!(d(http::Method::GET, &format!("{pod}/exec"), false));
+        assert!(d(http::Method::POST, &format!("{pod}/attach"), false));
+        assert!(d(http::Method::GET, &format!("{pod}/portforward"), false));
+        assert!(d(http::Method::GET, &format!("{pod}/log"), false));
+        assert!(d(http::Method::GET, "/api/v1/pods", true));
+        assert!(!d(http::Method::GET, pod, false));
+        assert!(!d(http::Method::GET, &format!("{pod}/status"), false));
+        assert!(!d(http::Method::GET, "/version", false));
+    }
+
     fn fc(settings: Settings) -> Arc<FlowControl> {
         let store = Store::new(100);
         FlowControl::seed(&store);
