@@ -40,6 +40,9 @@ async fn server() -> Server {
         ])
         .arg("--kubeconfig-out")
         .arg(&kubeconfig)
+        // Pods' volume directories go under the test's own directory: a server killed with
+        // SIGKILL cannot remove them itself.
+        .env("TMPDIR", dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .kill_on_drop(true)
