@@ -85,8 +85,8 @@
 //! Suites written for real clusters pass against this server where it behaves as below. The
 //! Python client's `kubernetes/e2e_test` (kubernetes-client/python at `024658493`, the
 //! `kubernetes` 37.0.2 package) against `sample-controller apiserver --node-runtime process`:
-//! 31 passed and 14 failed on a server behaviour before this list was done (issue 38); now 42
-//! pass, 1 skips (it needs the Metrics API) and 2 fail, the port-forward tests, on what their
+//! 31 passed and 14 failed on a server behaviour before this list was done; now 42 pass, 1
+//! skips (it needs the Metrics API) and 2 fail (its `kubernetes/aio/e2e_test`: 6 of 6 pass), the port-forward tests, on what their
 //! pods need from a real node: `test_portforward_http` an `nginx` image, `test_portforward_raw`
 //! a `python` executable and a startup probe (with `python3` and a 3 s wait in its place it
 //! passes). Each item names where it is done:
