@@ -1195,12 +1195,18 @@ fn decode_object_any(content_type: &str, bytes: &[u8]) -> Result<Value, ApiError
     match content_type {
         "application/yaml" => parse_yaml(bytes),
         "" | "application/json" | "*/*" => parse_json(bytes),
-        other => Err(
-            ApiError::unsupported_media_type(&["application/json", "application/yaml"])
-                .with_message(format!(
-                    "the body of content type {other} is not supported here; send JSON"
-                )),
-        ),
+        // kubectl >= 1.32 sends a TokenRequest (`kubectl create token`) as protobuf.
+        PROTOBUF => super::logic::protobuf::decode_body(bytes).map_err(|e| {
+            ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
+        }),
+        other => Err(ApiError::unsupported_media_type(&[
+            "application/json",
+            "application/yaml",
+            PROTOBUF,
+        ])
+        .with_message(format!(
+            "the body of content type {other} is not supported here; send JSON"
+        ))),
     }
 }
 

@@ -6,7 +6,8 @@
 //!
 //! - With each installed kubectl (`kubectl` on the PATH, `kubectl.1.32`, `kubectl.1.33`; a
 //!   missing binary skips its test with a message): `create role|rolebinding|clusterrole|
-//!   clusterrolebinding|deployment|service|secret|serviceaccount` and `create -f` of a
+//!   clusterrolebinding|deployment|service|secret|serviceaccount|configmap|job|cronjob|
+//!   poddisruptionbudget|token` and `create -f` of a
 //!   ReplicaSet and a CRD succeed, the stored objects hold what was asked for, and `kubectl get`
 //!   prints the same headers a real API server's printers produce.
 //! - Without kubectl: the Table JSON (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`)
@@ -200,6 +201,71 @@ async fn typed_creates_and_headers(version: Option<&str>) {
         "--from-literal=color=blue",
     ])
     .await;
+    // batch/v1, policy/v1 and a TokenRequest: protobuf bodies too.
+    k.ok(&[
+        "create",
+        "job",
+        "once",
+        "-n",
+        NS,
+        "--image=busybox",
+        "--",
+        "echo",
+        "hi",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "cronjob",
+        "nightly",
+        "-n",
+        NS,
+        "--image=busybox",
+        "--schedule=0 3 * * *",
+        "--",
+        "echo",
+        "hi",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "poddisruptionbudget",
+        "budget",
+        "-n",
+        NS,
+        "--selector=app=web",
+        "--min-available=1",
+    ])
+    .await;
+    let token = k
+        .ok(&["create", "token", "bot", "-n", NS, "--duration=10m"])
+        .await;
+    assert!(token.trim().len() > 10, "no token printed: {token:?}");
+    let job = api
+        .get(&format!("/apis/batch/v1/namespaces/{NS}/jobs/once"))
+        .await;
+    assert_eq!(job.code, 200, "{:?}", job.body);
+    assert_eq!(
+        job.body["spec"]["template"]["spec"]["containers"][0]["command"],
+        json!(["echo", "hi"])
+    );
+    let cron = api
+        .get(&format!("/apis/batch/v1/namespaces/{NS}/cronjobs/nightly"))
+        .await;
+    assert_eq!(cron.code, 200, "{:?}", cron.body);
+    assert_eq!(cron.body["spec"]["schedule"], "0 3 * * *");
+    assert_eq!(
+        cron.body["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"],
+        "busybox"
+    );
+    let pdb = api
+        .get(&format!(
+            "/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets/budget"
+        ))
+        .await;
+    assert_eq!(pdb.code, 200, "{:?}", pdb.body);
+    assert_eq!(pdb.body["spec"]["minAvailable"], 1);
+    assert_eq!(pdb.body["spec"]["selector"]["matchLabels"]["app"], "web");
     for (path, body) in [
         (
             format!("/apis/apps/v1/namespaces/{NS}/statefulsets"),

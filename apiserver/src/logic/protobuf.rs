@@ -44,7 +44,9 @@
 //! clients can be switched to JSON (`rest.Config.ContentType = "application/json"`).
 //!
 //! Kinds decoded: core/v1 Namespace, ConfigMap, Secret, Event, Pod, Service, ServiceAccount;
-//! apps/v1 Deployment, StatefulSet, ReplicaSet; rbac.authorization.k8s.io/v1 Role, ClusterRole,
+//! apps/v1 Deployment, StatefulSet, ReplicaSet, DaemonSet; core/v1 ReplicationController;
+//! batch/v1 Job and CronJob (`kubectl create job|cronjob`); policy/v1 PodDisruptionBudget and
+//! Eviction; authentication.k8s.io/v1 TokenRequest (`kubectl create token`); rbac.authorization.k8s.io/v1 Role, ClusterRole,
 //! RoleBinding, ClusterRoleBinding (what `kubectl create role|clusterrole|rolebinding|
 //! clusterrolebinding` send); apiextensions.k8s.io/v1 CustomResourceDefinition (schemas
 //! included: `default`/`example`/`enum` values are the raw JSON they carry, `items` a schema or a
@@ -63,11 +65,14 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use k8s_pb::api::apps::v1 as apps;
+use k8s_pb::api::authentication::v1 as authentication;
 use k8s_pb::api::authorization::v1 as authorization;
 use k8s_pb::api::autoscaling::v1 as autoscaling;
+use k8s_pb::api::batch::v1 as batch;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::events::v1 as events;
+use k8s_pb::api::policy::v1 as policy;
 use k8s_pb::api::rbac::v1 as rbac;
 use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crd;
 use k8s_pb::apimachinery::pkg::api::resource::Quantity;
@@ -882,6 +887,120 @@ message!(apps::ReplicaSetCondition {
     "reason" => reason, "message" => message,
 });
 
+// ---- apps/v1 DaemonSet, core/v1 ReplicationController ----------------------------------------
+
+message!(apps::DaemonSet { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(apps::DaemonSetSpec {
+    "selector" => selector, "template" => template, "updateStrategy" => update_strategy,
+    "minReadySeconds" => min_ready_seconds,
+} keep {
+    "revisionHistoryLimit" => revision_history_limit,
+});
+message!(apps::DaemonSetUpdateStrategy { "type" => r#type, "rollingUpdate" => rolling_update });
+message!(apps::RollingUpdateDaemonSet {
+    "maxUnavailable" => max_unavailable, "maxSurge" => max_surge,
+});
+message!(apps::DaemonSetStatus {
+    "observedGeneration" => observed_generation, "updatedNumberScheduled" => updated_number_scheduled,
+    "numberAvailable" => number_available, "numberUnavailable" => number_unavailable,
+    "conditions" => conditions,
+} keep {
+    "currentNumberScheduled" => current_number_scheduled,
+    "numberMisscheduled" => number_misscheduled,
+    "desiredNumberScheduled" => desired_number_scheduled, "numberReady" => number_ready,
+    "collisionCount" => collision_count,
+});
+message!(apps::DaemonSetCondition {
+    "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
+    "reason" => reason, "message" => message,
+});
+message!(core::ReplicationController { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(core::ReplicationControllerSpec {
+    "minReadySeconds" => min_ready_seconds, "selector" => selector, "template" => template,
+} keep {
+    "replicas" => replicas,
+});
+message!(core::ReplicationControllerStatus {
+    "fullyLabeledReplicas" => fully_labeled_replicas, "readyReplicas" => ready_replicas,
+    "availableReplicas" => available_replicas, "observedGeneration" => observed_generation,
+    "conditions" => conditions,
+} keep {
+    "replicas" => replicas,
+});
+message!(core::ReplicationControllerCondition {
+    "type" => r#type, "status" => status, "lastTransitionTime" => last_transition_time,
+    "reason" => reason, "message" => message,
+});
+
+// ---- batch/v1 (what `kubectl create job|cronjob` send) ---------------------------------------
+
+message!(batch::Job { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(batch::JobSpec {
+    "selector" => selector, "template" => template, "completionMode" => completion_mode,
+    "podReplacementPolicy" => pod_replacement_policy, "managedBy" => managed_by,
+} keep {
+    "parallelism" => parallelism, "completions" => completions,
+    "activeDeadlineSeconds" => active_deadline_seconds, "backoffLimit" => backoff_limit,
+    "backoffLimitPerIndex" => backoff_limit_per_index, "maxFailedIndexes" => max_failed_indexes,
+    "manualSelector" => manual_selector, "ttlSecondsAfterFinished" => ttl_seconds_after_finished,
+    "suspend" => suspend,
+});
+message!(batch::JobStatus {
+    "conditions" => conditions, "startTime" => start_time, "completionTime" => completion_time,
+    "active" => active, "succeeded" => succeeded, "failed" => failed,
+    "completedIndexes" => completed_indexes, "failedIndexes" => failed_indexes,
+    "uncountedTerminatedPods" => uncounted_terminated_pods,
+} keep {
+    "terminating" => terminating, "ready" => ready,
+});
+message!(batch::JobCondition {
+    "type" => r#type, "status" => status, "lastProbeTime" => last_probe_time,
+    "lastTransitionTime" => last_transition_time, "reason" => reason, "message" => message,
+});
+message!(batch::UncountedTerminatedPods { "succeeded" => succeeded, "failed" => failed });
+message!(batch::JobTemplateSpec { "metadata" => metadata, "spec" => spec });
+message!(batch::CronJob { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(batch::CronJobSpec {
+    "schedule" => schedule, "timeZone" => time_zone, "concurrencyPolicy" => concurrency_policy,
+    "jobTemplate" => job_template,
+} keep {
+    "startingDeadlineSeconds" => starting_deadline_seconds, "suspend" => suspend,
+    "successfulJobsHistoryLimit" => successful_jobs_history_limit,
+    "failedJobsHistoryLimit" => failed_jobs_history_limit,
+});
+message!(batch::CronJobStatus {
+    "active" => active, "lastScheduleTime" => last_schedule_time,
+    "lastSuccessfulTime" => last_successful_time,
+});
+
+// ---- policy/v1 and authentication.k8s.io/v1 -------------------------------------------------
+
+message!(policy::PodDisruptionBudget { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(policy::PodDisruptionBudgetSpec {
+    "minAvailable" => min_available, "selector" => selector, "maxUnavailable" => max_unavailable,
+    "unhealthyPodEvictionPolicy" => unhealthy_pod_eviction_policy,
+});
+message!(policy::PodDisruptionBudgetStatus {
+    "observedGeneration" => observed_generation, "disruptedPods" => disrupted_pods,
+    "conditions" => conditions,
+} keep {
+    "disruptionsAllowed" => disruptions_allowed, "currentHealthy" => current_healthy,
+    "desiredHealthy" => desired_healthy, "expectedPods" => expected_pods,
+});
+message!(policy::Eviction { "metadata" => metadata, "deleteOptions" => delete_options });
+message!(authentication::TokenRequest { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(authentication::TokenRequestSpec {
+    "audiences" => audiences, "boundObjectRef" => bound_object_ref,
+} keep {
+    "expirationSeconds" => expiration_seconds,
+});
+message!(authentication::BoundObjectReference {
+    "kind" => kind, "apiVersion" => api_version, "name" => name, "uid" => u_id,
+});
+message!(authentication::TokenRequestStatus {
+    "token" => token, "expirationTimestamp" => expiration_timestamp,
+});
+
 // ---- rbac.authorization.k8s.io/v1 ----------------------------------------------------------
 
 message!(rbac::Role { "metadata" => metadata, "rules" => rules });
@@ -1104,6 +1223,13 @@ pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("apps/v1", "Deployment"),
     ("apps/v1", "StatefulSet"),
     ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "DaemonSet"),
+    ("v1", "ReplicationController"),
+    ("batch/v1", "Job"),
+    ("batch/v1", "CronJob"),
+    ("policy/v1", "PodDisruptionBudget"),
+    ("policy/v1", "Eviction"),
+    ("authentication.k8s.io/v1", "TokenRequest"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
@@ -1157,6 +1283,19 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
         ("apps/v1", "Deployment") => decode_as::<apps::Deployment>(&raw, &api_version, &kind),
         ("apps/v1", "StatefulSet") => decode_as::<apps::StatefulSet>(&raw, &api_version, &kind),
         ("apps/v1", "ReplicaSet") => decode_as::<apps::ReplicaSet>(&raw, &api_version, &kind),
+        ("apps/v1", "DaemonSet") => decode_as::<apps::DaemonSet>(&raw, &api_version, &kind),
+        ("v1", "ReplicationController") => {
+            decode_as::<core::ReplicationController>(&raw, &api_version, &kind)
+        }
+        ("batch/v1", "Job") => decode_as::<batch::Job>(&raw, &api_version, &kind),
+        ("batch/v1", "CronJob") => decode_as::<batch::CronJob>(&raw, &api_version, &kind),
+        ("policy/v1", "PodDisruptionBudget") => {
+            decode_as::<policy::PodDisruptionBudget>(&raw, &api_version, &kind)
+        }
+        ("policy/v1", "Eviction") => decode_as::<policy::Eviction>(&raw, &api_version, &kind),
+        ("authentication.k8s.io/v1", "TokenRequest") => {
+            decode_as::<authentication::TokenRequest>(&raw, &api_version, &kind)
+        }
         ("rbac.authorization.k8s.io/v1", "Role") => {
             decode_as::<rbac::Role>(&raw, &api_version, &kind)
         }
@@ -1522,10 +1661,10 @@ mod tests {
             err.contains("envelope (runtime.Unknown) is malformed"),
             "{err}"
         );
-        let err = decode_body(&encode_body("batch/v1", "Job", vec![])).unwrap_err();
+        let err = decode_body(&encode_body("v1", "Node", vec![])).unwrap_err();
         assert_eq!(
             err,
-            "protobuf bodies of batch/v1 Job are not supported by this server; send JSON instead"
+            "protobuf bodies of v1 Node are not supported by this server; send JSON instead"
         );
         let err = decode_body(&encode_body("", "", vec![])).unwrap_err();
         assert!(err.contains("does not name the type"), "{err}");
