@@ -320,6 +320,16 @@ async fn typed_creates_and_headers(version: Option<&str>) {
             &["NAME", "DESIRED", "CURRENT", "READY", "AGE"],
         ),
         (&["get", "configmaps"], &["NAME", "DATA", "AGE"]),
+        (
+            &["get", "jobs"],
+            &["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"],
+        ),
+        (
+            &["get", "cronjobs"],
+            &[
+                "NAME", "SCHEDULE", "TIMEZONE", "SUSPEND", "ACTIVE", "LAST", "SCHEDULE", "AGE",
+            ],
+        ),
         (&["get", "secrets"], &["NAME", "TYPE", "DATA", "AGE"]),
         (&["get", "serviceaccounts"], &["NAME", "SECRETS", "AGE"]),
         (&["get", "leases"], &["NAME", "HOLDER", "AGE"]),

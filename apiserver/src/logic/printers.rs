@@ -18,7 +18,9 @@
 //!   (`STATUS`), configmaps (`DATA`), secrets (`TYPE DATA`), serviceaccounts (`SECRETS`),
 //!   services (`TYPE CLUSTER-IP EXTERNAL-IP PORT(S)`), events (`LAST SEEN TYPE REASON OBJECT
 //!   MESSAGE`), deployments (`READY UP-TO-DATE AVAILABLE`), statefulsets (`READY`),
-//!   replicasets (`DESIRED CURRENT READY`), rolebindings and clusterrolebindings (`ROLE`),
+//!   replicasets (`DESIRED CURRENT READY`), daemonsets (`DESIRED CURRENT READY UP-TO-DATE
+//!   AVAILABLE NODE SELECTOR`), jobs (`STATUS COMPLETIONS DURATION`), cronjobs (`SCHEDULE
+//!   TIMEZONE SUSPEND ACTIVE LAST SCHEDULE`), rolebindings and clusterrolebindings (`ROLE`),
 //!   nodes (`STATUS ROLES AGE VERSION`), leases (`HOLDER`), each with its `-o wide` extras
 //!   (the server always fills them in, as the real one does with `GenerateOptions{Wide: true}`).
 //! - [`default_columns`]: `Name` and `Created At` (an RFC 3339 timestamp, type `date`), for
@@ -940,6 +942,9 @@ const BUILTIN_PRINTERS: &[(&str, &str, Printer)] = &[
     ("apps",                         "deployments",                 deployment_columns),
     ("apps",                         "statefulsets",                statefulset_columns),
     ("apps",                         "replicasets",                 replicaset_columns),
+    ("apps",                         "daemonsets",                  daemonset_columns),
+    ("batch",                        "jobs",                        job_columns),
+    ("batch",                        "cronjobs",                    cronjob_columns),
     ("rbac.authorization.k8s.io",    "rolebindings",                rolebinding_columns),
     ("rbac.authorization.k8s.io",    "clusterrolebindings",         rolebinding_columns),
     ("",                             "nodes",                       node_columns),
@@ -1339,6 +1344,231 @@ fn replicaset_columns() -> Vec<ColumnDef> {
                 Value::String(selector_string(o.pointer("/spec/selector")))
             }),
         ]
+}
+
+/// The containers' `field`s of the pod template at `template` (`layoutContainerCells`).
+fn template_containers(obj: &Value, template: &str, field: &str) -> Value {
+    let names: Vec<String> = obj
+        .pointer(&format!("{template}/spec/containers"))
+        .and_then(Value::as_array)
+        .map(|cs| cs.iter().map(|c| text(c, &format!("/{field}"))).collect())
+        .unwrap_or_default();
+    Value::String(names.join(","))
+}
+
+fn int_at(obj: &Value, pointer: &str) -> Value {
+    Value::from(obj.pointer(pointer).and_then(Value::as_i64).unwrap_or(0))
+}
+
+/// The real server's printer columns for daemon sets: `Desired`, `Current`, `Ready`,
+/// `Up-to-date`, `Available`, `Node Selector`, and wide `Containers`, `Images`, `Selector`.
+fn daemonset_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Desired", "The total number of nodes that should be running the daemon pod (including nodes correctly running the daemon pod).", 0, |o, _| int_at(o, "/status/desiredNumberScheduled")).with_type("integer"),
+        ColumnDef::computed("Current", "The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod.", 0, |o, _| int_at(o, "/status/currentNumberScheduled")).with_type("integer"),
+        ColumnDef::computed("Ready", "numberReady is the number of nodes that should be running the daemon pod and have one or more of the daemon pod running with a Ready Condition.", 0, |o, _| int_at(o, "/status/numberReady")).with_type("integer"),
+        ColumnDef::computed("Up-to-date", "The total number of nodes that are running updated daemon pod", 0, |o, _| int_at(o, "/status/updatedNumberScheduled")).with_type("integer"),
+        ColumnDef::computed("Available", "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)", 0, |o, _| int_at(o, "/status/numberAvailable")).with_type("integer"),
+        ColumnDef::computed("Node Selector", "NodeSelector is a selector which must be true for the pod to fit on a node. Selector which must match a node's labels for the pod to be scheduled on that node.", 0, |o, _| {
+            let labels: Vec<String> = o
+                .pointer("/spec/template/spec/nodeSelector")
+                .and_then(Value::as_object)
+                .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect())
+                .unwrap_or_default();
+            Value::String(if labels.is_empty() { "<none>".into() } else { labels.join(",") })
+        }),
+        age_column(),
+        ColumnDef::computed("Containers", "Names of each container in the template.", 1, |o, _| container_field(o, "name")),
+        ColumnDef::computed("Images", "Images referenced by each container in the template.", 1, |o, _| container_field(o, "image")),
+        ColumnDef::computed("Selector", "A label query over pods that are managed by the daemon set.", 1, |o, _| {
+            Value::String(selector_string(o.pointer("/spec/selector")))
+        }),
+    ]
+}
+
+/// A Job condition of `kind` whose status is `True` (`hasJobCondition`).
+fn job_condition(job: &Value, kind: &str) -> bool {
+    job.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == kind && c["status"] == "True")
+        })
+}
+
+/// The Job printer's `Status` cell: the first of `Complete`, `Failed`, `Terminating`,
+/// `SuccessCriteriaMet`, `Suspended`, `FailureTarget` that holds, else `Running`.
+fn job_status(job: &Value) -> &'static str {
+    if job_condition(job, "Complete") {
+        "Complete"
+    } else if job_condition(job, "Failed") {
+        "Failed"
+    } else if job
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+    {
+        "Terminating"
+    } else if job_condition(job, "SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else if job_condition(job, "Suspended") {
+        "Suspended"
+    } else if job_condition(job, "FailureTarget") {
+        "FailureTarget"
+    } else {
+        "Running"
+    }
+}
+
+/// The real server's printer columns for jobs: `Status`, `Completions` (`1/3`, `0/1 of 2`),
+/// `Duration`, and wide `Containers`, `Images`, `Selector`.
+fn job_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed("Status", "Status of the job.", 0, |o, _| {
+            Value::String(job_status(o).into())
+        }),
+        ColumnDef::computed(
+            "Completions",
+            "The completion status of the job.",
+            0,
+            |o, _| {
+                let succeeded = o
+                    .pointer("/status/succeeded")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let text = match o.pointer("/spec/completions").and_then(Value::as_i64) {
+                    Some(c) => format!("{succeeded}/{c}"),
+                    None => match o
+                        .pointer("/spec/parallelism")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0)
+                    {
+                        p if p > 1 => format!("{succeeded}/1 of {p}"),
+                        _ => format!("{succeeded}/1"),
+                    },
+                };
+                Value::String(text)
+            },
+        ),
+        ColumnDef::computed(
+            "Duration",
+            "Time required to complete the job.",
+            0,
+            |o, now| {
+                let time = |p: &str| {
+                    o.pointer(p)
+                        .and_then(Value::as_str)
+                        .and_then(|s| s.parse::<Timestamp>().ok())
+                };
+                Value::String(
+                    match (time("/status/startTime"), time("/status/completionTime")) {
+                        (None, _) => String::new(),
+                        (Some(start), None) => human_duration(now, start),
+                        (Some(start), Some(end)) => human_duration(end, start),
+                    },
+                )
+            },
+        ),
+        age_column(),
+        ColumnDef::computed(
+            "Containers",
+            "Names of each container in the template.",
+            1,
+            |o, _| container_field(o, "name"),
+        ),
+        ColumnDef::computed(
+            "Images",
+            "Images referenced by each container in the template.",
+            1,
+            |o, _| container_field(o, "image"),
+        ),
+        ColumnDef::computed(
+            "Selector",
+            "Selector is a label query over pods that should match the pod count.",
+            1,
+            |o, _| Value::String(selector_string(o.pointer("/spec/selector"))),
+        ),
+    ]
+}
+
+/// The real server's printer columns for cron jobs: `Schedule`, `Timezone`, `Suspend`,
+/// `Active`, `Last Schedule`, and wide `Containers`, `Images`, `Selector`.
+fn cronjob_columns() -> Vec<ColumnDef> {
+    const TEMPLATE: &str = "/spec/jobTemplate/spec/template";
+    vec![
+        name_column(),
+        ColumnDef::computed(
+            "Schedule",
+            "The schedule in Cron format, see https://en.wikipedia.org/wiki/Cron.",
+            0,
+            |o, _| Value::String(text(o, "/spec/schedule")),
+        ),
+        ColumnDef::computed(
+            "Timezone",
+            "The time zone name for the given schedule, see https://en.wikipedia.org/wiki/List_of_tz_database_time_zones.",
+            0,
+            |o, _| {
+                Value::String(match o.pointer("/spec/timeZone").and_then(Value::as_str) {
+                    Some(tz) => tz.to_owned(),
+                    None => "<none>".into(),
+                })
+            },
+        ),
+        ColumnDef::computed(
+            "Suspend",
+            "This flag tells the controller to suspend subsequent executions.",
+            0,
+            |o, _| {
+                let on = o
+                    .pointer("/spec/suspend")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                Value::String(if on { "True" } else { "False" }.into())
+            },
+        ),
+        ColumnDef::computed(
+            "Active",
+            "A list of pointers to currently running jobs.",
+            0,
+            |o, _| Value::from(len_of(o, "/status/active")),
+        )
+        .with_type("integer"),
+        ColumnDef::computed(
+            "Last Schedule",
+            "Information when was the last time the job was successfully scheduled.",
+            0,
+            |o, now| {
+                Value::String(match o.pointer("/status/lastScheduleTime") {
+                    Some(t) if !t.is_null() => age_of(Some(t), now),
+                    _ => "<none>".into(),
+                })
+            },
+        ),
+        age_column(),
+        ColumnDef::computed(
+            "Containers",
+            "Names of each container in the template.",
+            1,
+            |o, _| template_containers(o, TEMPLATE, "name"),
+        ),
+        ColumnDef::computed(
+            "Images",
+            "Images referenced by each container in the template.",
+            1,
+            |o, _| template_containers(o, TEMPLATE, "image"),
+        ),
+        ColumnDef::computed(
+            "Selector",
+            "Selector is a label query over pods that should match the pod count.",
+            1,
+            |o, _| {
+                Value::String(selector_string(
+                    o.pointer("/spec/jobTemplate/spec/selector"),
+                ))
+            },
+        ),
+    ]
 }
 
 /// The real server's printer columns for role bindings and cluster role bindings: `Role`, and wide `Users`, `Groups`, `ServiceAccounts`.
