@@ -41,10 +41,9 @@ use tokio_util::task::TaskTracker;
 
 use super::background::{Batch, ChangeFeed, VirtualClock};
 use super::meta::meta_str;
-use super::query::Query;
+use super::owned;
 use super::registry::ResourceDef;
 use super::store::{State, Store};
-use super::verbs::{self, DeleteOptions, Target};
 
 const CRONJOBS: &str = "batch/cronjobs";
 const JOBS: &str = "batch/jobs";
@@ -471,24 +470,15 @@ fn create_job(st: &mut State, cj: &Value, due: Timestamp) -> Option<Value> {
         "name": job_name,
         "namespace": ns,
         "annotations": annotations,
-        "ownerReferences": [{
-            "apiVersion": "batch/v1", "kind": "CronJob", "name": name,
-            "uid": meta_str(cj, "uid"), "controller": true, "blockOwnerDeletion": true,
-        }],
+        "ownerReferences": [owned::controller_ref(cj, "batch/v1", "CronJob")],
     });
     if let Some(l) = template["metadata"]["labels"].as_object() {
         metadata["labels"] = json!(l);
     }
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
                      "spec": template["spec"].clone()});
-    let target = Target {
-        def,
-        namespace: Some(ns.to_owned()),
-        name: None,
-        subresource: None,
-    };
-    match verbs::create(st, &target, job, &Query::parse(None)) {
-        Ok((_, created)) => Some(created),
+    match owned::create(st, def, ns, job) {
+        Ok(created) => Some(created),
         Err(e) => {
             tracing::warn!(namespace = ns, cronjob = name, job = %job_name, error = %e.message, "creating a job failed");
             None
@@ -498,23 +488,11 @@ fn create_job(st: &mut State, cj: &Value, due: Timestamp) -> Option<Value> {
 
 /// Deletes a Job with background propagation (the garbage collector removes its pods).
 fn delete_job(st: &mut State, job: &Value) {
-    let Some(def) = st.registry.lookup("batch", "v1", "jobs") else {
-        return;
-    };
     let ns = meta_str(job, "namespace");
     let name = meta_str(job, "name");
-    let target = Target {
-        def,
-        namespace: Some(ns.to_owned()),
-        name: Some(name.to_owned()),
-        subresource: None,
-    };
-    let opts = DeleteOptions {
-        precondition_uid: Some(meta_str(job, "uid").to_owned()),
-        propagation: Some("Background".into()),
-        ..Default::default()
-    };
-    if let Err(e) = verbs::delete_one(st, &target, &opts) {
+    let uid = meta_str(job, "uid");
+    let jobs = ("batch", "v1", "jobs");
+    if let Err(e) = owned::delete(st, jobs, ns, name, uid, Some("Background")) {
         tracing::warn!(namespace = ns, job = name, error = %e.message, "deleting a job failed");
     }
 }

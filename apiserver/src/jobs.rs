@@ -33,10 +33,9 @@ use tokio_util::task::TaskTracker;
 
 use super::background::{Batch, ChangeFeed};
 use super::meta::{self, meta_str};
-use super::query::Query;
+use super::owned;
 use super::registry::ResourceDef;
 use super::store::{State, Store};
-use super::verbs::{self, DeleteOptions, Target};
 
 const JOBS: &str = "batch/jobs";
 const PODS: &str = "core/pods";
@@ -359,10 +358,7 @@ fn create_pod(st: &mut State, job: &Value) -> bool {
         "generateName": format!("{name}-"),
         "namespace": ns,
         "labels": template["metadata"]["labels"].clone(),
-        "ownerReferences": [{
-            "apiVersion": "batch/v1", "kind": "Job", "name": name,
-            "uid": meta_str(job, "uid"), "controller": true, "blockOwnerDeletion": true,
-        }],
+        "ownerReferences": [owned::controller_ref(job, "batch/v1", "Job")],
     });
     if !metadata["labels"].is_object() {
         metadata["labels"] = json!({});
@@ -372,13 +368,7 @@ fn create_pod(st: &mut State, job: &Value) -> bool {
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
                      "spec": template["spec"].clone()});
-    let target = Target {
-        def,
-        namespace: Some(ns.to_owned()),
-        name: None,
-        subresource: None,
-    };
-    match verbs::create(st, &target, pod, &Query::parse(None)) {
+    match owned::create(st, def, ns, pod) {
         Ok(_) => true,
         Err(e) => {
             tracing::warn!(namespace = ns, job = name, error = %e.message, "creating a job pod failed");
@@ -388,20 +378,7 @@ fn create_pod(st: &mut State, job: &Value) -> bool {
 }
 
 fn delete_pod(st: &mut State, ns: &str, name: &str, uid: &str) {
-    let Some(def) = st.registry.lookup("", "v1", "pods") else {
-        return;
-    };
-    let target = Target {
-        def,
-        namespace: Some(ns.to_owned()),
-        name: Some(name.to_owned()),
-        subresource: None,
-    };
-    let opts = DeleteOptions {
-        precondition_uid: Some(uid.to_owned()),
-        ..Default::default()
-    };
-    if let Err(e) = verbs::delete_one(st, &target, &opts) {
+    if let Err(e) = owned::delete(st, ("", "v1", "pods"), ns, name, uid, None) {
         tracing::warn!(namespace = ns, pod = name, error = %e.message, "deleting a job pod failed");
     }
 }

@@ -232,6 +232,7 @@ pub mod logs;
 pub mod memory;
 pub mod meta;
 pub mod openapi;
+pub mod owned;
 pub mod partial;
 pub mod pod_actions;
 pub mod podsets;

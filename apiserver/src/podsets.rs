@@ -45,9 +45,8 @@ use tokio_util::task::TaskTracker;
 
 use super::background::{Batch, ChangeFeed};
 use super::meta::meta_str;
-use super::query::Query;
+use super::owned;
 use super::store::{State, Store};
-use super::verbs::{self, DeleteOptions, Target};
 
 const RCS: &str = "core/replicationcontrollers";
 const DAEMONSETS: &str = "apps/daemonsets";
@@ -373,23 +372,14 @@ fn create_pod(
         "generateName": format!("{name}-"),
         "namespace": ns,
         "labels": labels,
-        "ownerReferences": [{
-            "apiVersion": api_version, "kind": kind, "name": name,
-            "uid": meta_str(owner, "uid"), "controller": true, "blockOwnerDeletion": true,
-        }],
+        "ownerReferences": [owned::controller_ref(owner, api_version, kind)],
     });
     if let Some(a) = template["metadata"]["annotations"].as_object() {
         metadata["annotations"] = json!(a);
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec});
-    let target = Target {
-        def,
-        namespace: Some(ns.to_owned()),
-        name: None,
-        subresource: None,
-    };
-    match verbs::create(st, &target, pod, &Query::parse(None)) {
-        Ok((_, created)) => Some(created),
+    match owned::create(st, def, ns, pod) {
+        Ok(created) => Some(created),
         Err(e) => {
             tracing::warn!(namespace = ns, owner = name, kind, error = %e.message, "creating a pod failed");
             None
@@ -398,22 +388,10 @@ fn create_pod(
 }
 
 fn delete_pod(st: &mut State, pod: &Value) {
-    let Some(def) = st.registry.lookup("", "v1", "pods") else {
-        return;
-    };
     let ns = meta_str(pod, "namespace");
     let name = meta_str(pod, "name");
-    let target = Target {
-        def,
-        namespace: Some(ns.to_owned()),
-        name: Some(name.to_owned()),
-        subresource: None,
-    };
-    let opts = DeleteOptions {
-        precondition_uid: Some(meta_str(pod, "uid").to_owned()),
-        ..Default::default()
-    };
-    if let Err(e) = verbs::delete_one(st, &target, &opts) {
+    let pods = ("", "v1", "pods");
+    if let Err(e) = owned::delete(st, pods, ns, name, meta_str(pod, "uid"), None) {
         tracing::warn!(namespace = ns, pod = name, error = %e.message, "deleting a pod failed");
     }
 }

@@ -61,11 +61,10 @@ use tokio_util::task::TaskTracker;
 
 use super::background::{Batch, ChangeFeed, VirtualClock};
 use super::meta::meta_str;
-use super::query::Query;
+use super::owned;
 use super::registry::ResourceDef;
 use super::status::{ApiError, Cause};
 use super::store::{State, Store};
-use super::verbs::{self, DeleteOptions, Target};
 
 const DEPLOYMENTS: &str = "apps/deployments";
 const REPLICASETS: &str = "apps/replicasets";
@@ -543,22 +542,13 @@ fn create_pod(st: &mut State, sts: &Value, ord: i64, revision: &str) {
         "name": pod_name,
         "namespace": ns,
         "labels": labels,
-        "ownerReferences": [{
-            "apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
-            "uid": meta_str(sts, "uid"), "controller": true, "blockOwnerDeletion": true,
-        }],
+        "ownerReferences": [owned::controller_ref(sts, "apps/v1", "StatefulSet")],
     });
     if let Some(a) = template["metadata"]["annotations"].as_object() {
         metadata["annotations"] = json!(a);
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec});
-    let target = Target {
-        def,
-        namespace: Some(ns.to_owned()),
-        name: None,
-        subresource: None,
-    };
-    match verbs::create(st, &target, pod, &Query::parse(None)) {
+    match owned::create(st, def, ns, pod) {
         Ok(_) => tracing::debug!(namespace = ns, pod = %pod_name, "statefulset pod created"),
         Err(e) => {
             tracing::warn!(namespace = ns, pod = %pod_name, error = %e.message, "creating statefulset pod failed")
@@ -567,20 +557,7 @@ fn create_pod(st: &mut State, sts: &Value, ord: i64, revision: &str) {
 }
 
 fn delete_pod(st: &mut State, ns: &str, name: &str, uid: &str) {
-    let Some(def) = st.registry.lookup("", "v1", "pods") else {
-        return;
-    };
-    let target = Target {
-        def,
-        namespace: Some(ns.to_owned()),
-        name: Some(name.to_owned()),
-        subresource: None,
-    };
-    let opts = DeleteOptions {
-        precondition_uid: Some(uid.to_owned()),
-        ..Default::default()
-    };
-    match verbs::delete_one(st, &target, &opts) {
+    match owned::delete(st, ("", "v1", "pods"), ns, name, uid, None) {
         Ok(_) => tracing::debug!(namespace = ns, pod = name, "statefulset pod deleted"),
         Err(e) => {
             tracing::warn!(namespace = ns, pod = name, error = %e.message, "deleting statefulset pod failed")

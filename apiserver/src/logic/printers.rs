@@ -713,12 +713,7 @@ fn selector_string(selector: Option<&Value>) -> String {
 }
 
 fn container_field(obj: &Value, field: &str) -> Value {
-    let names: Vec<String> = obj
-        .pointer("/spec/template/spec/containers")
-        .and_then(Value::as_array)
-        .map(|cs| cs.iter().map(|c| text(c, &format!("/{field}"))).collect())
-        .unwrap_or_default();
-    Value::String(names.join(","))
+    template_containers(obj, "/spec/template", field)
 }
 
 /// The subjects of a binding with `kind`, joined by `, ` (`rbac.SubjectsStrings`): users and

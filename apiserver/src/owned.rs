@@ -1,0 +1,73 @@
+//! What the simulated controllers write: the objects they own.
+//!
+//! kube-controller-manager's controllers create what they manage through the API server like
+//! any client, with a **controller reference** (`metav1.NewControllerRef`: the owner's
+//! `apiVersion`, `kind`, `name`, `uid`, `controller: true`, `blockOwnerDeletion: true`), so the
+//! garbage collector ([`super::gc`]) deletes the owned object with its owner and no second
+//! controller adopts it; and they delete with a UID precondition, so a newer object that took
+//! the same name is never removed by mistake. The Job, CronJob, ReplicaSet-like
+//! ([`super::podsets`]) and StatefulSet ([`super::workloads`]) controllers here do the same
+//! through these three functions, which go through [`super::verbs`] (defaults, validation,
+//! generated names), the path a client's request takes.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::meta::meta_str;
+use super::query::Query;
+use super::registry::ResourceDef;
+use super::status::ApiError;
+use super::store::State;
+use super::verbs::{self, DeleteOptions, Target};
+
+/// The `ownerReferences` entry naming `owner` (an `api_version` `kind`) as the controller.
+pub fn controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+    json!({
+        "apiVersion": api_version, "kind": kind, "name": meta_str(owner, "name"),
+        "uid": meta_str(owner, "uid"), "controller": true, "blockOwnerDeletion": true,
+    })
+}
+
+/// Creates `obj` of the resource `def` in `namespace`, as a POST would; the stored object.
+pub fn create(
+    st: &mut State,
+    def: Arc<ResourceDef>,
+    namespace: &str,
+    obj: Value,
+) -> Result<Value, ApiError> {
+    let target = Target {
+        def,
+        namespace: Some(namespace.to_owned()),
+        name: None,
+        subresource: None,
+    };
+    verbs::create(st, &target, obj, &Query::parse(None)).map(|(_, created)| created)
+}
+
+/// Deletes `namespace/name` of `group/version/resource` if its UID is still `uid`, with the
+/// given `propagationPolicy` (`None`: the resource's default).
+pub fn delete(
+    st: &mut State,
+    (group, version, resource): (&str, &str, &str),
+    namespace: &str,
+    name: &str,
+    uid: &str,
+    propagation: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(def) = st.registry.lookup(group, version, resource) else {
+        return Ok(());
+    };
+    let target = Target {
+        def,
+        namespace: Some(namespace.to_owned()),
+        name: Some(name.to_owned()),
+        subresource: None,
+    };
+    let opts = DeleteOptions {
+        precondition_uid: Some(uid.to_owned()),
+        propagation: propagation.map(str::to_owned),
+        ..Default::default()
+    };
+    verbs::delete_one(st, &target, &opts).map(|_| ())
+}
