@@ -5,7 +5,7 @@
 //! `apiVersion`, `kind`, `name`, `uid`, `controller: true`, `blockOwnerDeletion: true`), so the
 //! garbage collector ([`super::gc`]) deletes the owned object with its owner and no second
 //! controller adopts it; and they delete with a UID precondition, so a newer object that took
-//! the same name is never removed by mistake. The Job, CronJob, ReplicaSet-like
+//! the same name is never removed by mistake. The Job, CronJob, ReplicationController and DaemonSet
 //! ([`super::podsets`]) and StatefulSet ([`super::workloads`]) controllers here do the same
 //! through these three functions, which go through [`super::verbs`] (defaults, validation,
 //! generated names), the path a client's request takes.
