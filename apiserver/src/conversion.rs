@@ -809,7 +809,7 @@ fn compare_and_swap(
                             .unwrap_or(to_store.clone()),
                     )
                 } else {
-                    Ok((*st.write(&def.storage, to_store.clone())).clone())
+                    Ok(st.write(&def.storage, to_store.clone()).value().clone())
                 }
             }
         }

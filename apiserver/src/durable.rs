@@ -50,7 +50,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use redb::{Database, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
 
-use super::store::{Change, ChangeType, key_of};
+use super::store::{Change, ChangeType, Stored, key_of};
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const HISTORY: TableDefinition<u64, &[u8]> = TableDefinition::new("history");
@@ -144,12 +144,14 @@ fn decode_change(rv: u64, bytes: &[u8]) -> Result<Change, String> {
             .as_str()
             .and_then(kind_from)
             .ok_or_else(|| bad("kind"))?,
-        object: Arc::new(v.get("object").cloned().ok_or_else(|| bad("object"))?),
+        object: Arc::new(Stored::new(
+            v.get("object").cloned().ok_or_else(|| bad("object"))?,
+        )),
         prev: v
             .get("prev")
             .filter(|p| !p.is_null())
             .cloned()
-            .map(Arc::new),
+            .map(|p| Arc::new(Stored::new(p))),
         at_ms: v["at"].as_u64().ok_or_else(|| bad("at"))?,
         served: Default::default(),
         size: Default::default(),
@@ -341,7 +343,7 @@ impl Disk {
                         objects.remove(key.as_str()).map_err(|x| e(&x))?;
                     }
                     ChangeType::Added | ChangeType::Modified => {
-                        let bytes = serde_json::to_vec(&c.object).map_err(|x| e(&x))?;
+                        let bytes = c.object.to_json();
                         objects
                             .insert(key.as_str(), bytes.as_slice())
                             .map_err(|x| e(&x))?;
@@ -374,8 +376,8 @@ mod tests {
             rv,
             storage: "core/configmaps".into(),
             kind,
-            object: Arc::new(obj.clone()),
-            prev: (kind != ChangeType::Added).then(|| Arc::new(obj.clone())),
+            object: Arc::new(Stored::new(obj.clone())),
+            prev: (kind != ChangeType::Added).then(|| Arc::new(Stored::new(obj.clone()))),
             at_ms: 1000 + rv,
             served: Default::default(),
             size: Default::default(),

@@ -83,7 +83,7 @@ use tokio_util::task::TaskTracker;
 use super::background::{Batch, ChangeFeed};
 use super::meta::{finalizers_of, meta_str};
 use super::registry::ResourceDef;
-use super::store::{ChangeType, State, Store};
+use super::store::{ChangeType, State, Store, Stored};
 use super::strategy;
 use super::verbs::{self, DeleteOptions, Target};
 
@@ -112,7 +112,12 @@ async fn run(store: Arc<Store>, shutdown: CancellationToken) {
                 Batch::Changes(changes) if changes.is_empty() => break,
                 Batch::Changes(changes) => {
                     for c in changes {
-                        gc.observe(&c.storage, c.kind, &c.object, c.prev.as_deref());
+                        gc.observe(
+                            &c.storage,
+                            c.kind,
+                            &c.object,
+                            c.prev.as_deref().map(Stored::value),
+                        );
                     }
                 }
                 Batch::Resync => gc.resync(),

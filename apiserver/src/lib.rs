@@ -249,6 +249,7 @@ pub mod spdy;
 pub mod standalone;
 pub mod status;
 pub mod store;
+pub mod stored;
 pub mod strategy;
 pub mod table;
 pub mod tls;
@@ -785,6 +786,7 @@ impl ApiServerBuilder {
         if let Some(release) = self.memory_release {
             tracker.spawn(memory::release_after_bursts(release, shutdown.clone()));
         }
+        tracker.spawn(memory::shed_rested(store.clone(), shutdown.clone()));
         // Debug: the `apiserver` command prints the URL on stdout itself, once.
         tracing::debug!(%url, "embedded API server listening");
         let node = self.spawn_controllers(

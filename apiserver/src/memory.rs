@@ -10,6 +10,11 @@
 //! since the last check, runs the release function (glibc's `malloc_trim(0)`) on a blocking
 //! thread. A quiet server never trims; a busy one trims at most once per interval. Connection
 //! floods are covered separately by [`apimachinery::serving`].
+//!
+//! Stored objects are the other half: [`shed_rested`] lets the objects nobody read for a
+//! while rest as JSON bytes instead of trees ([`super::stored`]), every
+//! [`SHED_INTERVAL`](super::stored::SHED_INTERVAL), and counts the trees it drops as handled
+//! bytes, so the release above follows a burst of writes too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -40,6 +45,28 @@ pub async fn release_after_bursts(release: fn(), stop: CancellationToken) {
         }
         if HANDLED.swap(0, Ordering::Relaxed) > RELEASE_AFTER_BYTES {
             let _ = tokio::task::spawn_blocking(release).await;
+        }
+    }
+}
+
+/// Sheds the trees of rested objects every [`SHED_INTERVAL`](super::stored::SHED_INTERVAL)
+/// until `stop` (see the module docs). Runs on a blocking thread: a pass encodes the objects it
+/// sheds.
+pub async fn shed_rested(store: std::sync::Arc<super::store::Store>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(super::stored::SHED_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let store = store.clone();
+        if let Ok(freed) = tokio::task::spawn_blocking(move || store.shed()).await
+            && freed > 0
+        {
+            tracing::debug!(freed_bytes = freed, "stored objects rested as JSON bytes");
+            handled(freed);
         }
     }
 }

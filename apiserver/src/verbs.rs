@@ -23,7 +23,7 @@ use super::meta::{self, finalizers_of, meta_str};
 use super::query::{ListOptions, Query, RvMatch};
 use super::registry::ResourceDef;
 use super::status::{ApiError, success_status};
-use super::store::{Key, State, rv_of};
+use super::store::{Key, State, Stored, rv_of};
 use super::strategy::{self, Endpoint, intake, present};
 
 /// The resource, namespace, name and subresource a request URL names.
@@ -113,6 +113,11 @@ impl Selection {
         Ok(Selection { label, field })
     }
 
+    /// Whether both selectors match everything (then no object needs reading to match).
+    pub fn is_everything(&self) -> bool {
+        self.label.is_empty() && self.field.is_empty()
+    }
+
     /// Whether a stored object matches both selectors.
     pub fn matches(&self, obj: &Value) -> bool {
         self.label.matches(&meta::labels_of(obj)) && self.field.matches(obj)
@@ -157,7 +162,7 @@ pub struct ListResult {
     /// Matching objects as stored: shared with the store, not copied. [`ListResult::served`]
     /// gives them as served (the served `apiVersion` and `kind` set), [`ListJson`] serializes
     /// them that way without copying.
-    pub items: Vec<Arc<Value>>,
+    pub items: Vec<Arc<Stored>>,
     /// The list's resourceVersion.
     pub resource_version: u64,
     /// Continue token for the next page, if any.
@@ -311,10 +316,12 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
     let mut keys = snapshot.range(ns_filter, start_after.as_ref());
-    let mut items: Vec<Arc<Value>> = vec![];
+    let mut items: Vec<Arc<Stored>> = vec![];
     let mut last: Option<&Key> = None;
+    let everything = sel.is_everything();
     for (key, obj) in keys.by_ref() {
-        if sel.matches(obj) {
+        // Without selectors a rested object is not decoded here (see `Items` below).
+        if everything || sel.matches(obj) {
             items.push(Arc::clone(obj));
             last = Some(key);
             if items.len() == limit {
@@ -424,10 +431,19 @@ impl<'a> ListJson<'a> {
 impl serde::Serialize for ListJson<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        struct Items<'a>(&'a ResourceDef, &'a [Arc<Value>]);
+        struct Items<'a>(&'a ResourceDef, &'a [Arc<Stored>]);
         impl serde::Serialize for Items<'_> {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_seq(self.1.iter().map(|o| strategy::Presented::new(self.0, o)))
+                // A rested object is decoded for its item and dropped again (a LIST of every
+                // object keeps no tree of its own; `stored`).
+                struct Item<'a>(&'a ResourceDef, &'a Stored);
+                impl serde::Serialize for Item<'_> {
+                    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                        self.1
+                            .with_value(|v| strategy::Presented::new(self.0, v).serialize(s))
+                    }
+                }
+                s.collect_seq(self.1.iter().map(|o| Item(self.0, o)))
             }
         }
         // Go's order for built-in lists; sorted (unstructured) for custom resources.
@@ -1196,7 +1212,13 @@ pub fn patch(
     }
     let current = st.get_shared(&def.storage, t.ns_key(), t.name());
     if ty == PatchType::Apply {
-        return server_side_apply(st, t, current.as_deref().cloned(), body, q);
+        return server_side_apply(
+            st,
+            t,
+            current.as_deref().map(|c| c.value().clone()),
+            body,
+            q,
+        );
     }
     let Some(old) = current else {
         return Err(t.not_found());
@@ -1706,7 +1728,11 @@ mod tests {
         for def in [&pods, &events] {
             for (items, continue_token, remaining) in &pages {
                 let result = ListResult {
-                    items: items.iter().cloned().map(Arc::new).collect(),
+                    items: items
+                        .iter()
+                        .cloned()
+                        .map(|v| Arc::new(Stored::new(v)))
+                        .collect(),
                     resource_version: 42,
                     continue_token: continue_token.clone(),
                     remaining: *remaining,

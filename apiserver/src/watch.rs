@@ -81,7 +81,7 @@ use super::query::ListOptions;
 use super::registry::ResourceDef;
 use super::registry::View;
 use super::status::ApiError;
-use super::store::{Change, ChangeType, Store};
+use super::store::{Change, ChangeType, Store, Stored};
 use super::strategy::present;
 use super::verbs::{Selection, Target};
 
@@ -193,7 +193,7 @@ impl WatchState {
     fn queue_start(
         &mut self,
         start: Start,
-        initial: &[Arc<Value>],
+        initial: &[Arc<Stored>],
         send_initial: bool,
         opts: &ListOptions,
     ) {
@@ -333,7 +333,11 @@ impl WatchState {
                     (false, true) => self.push_change("ADDED", &c),
                     (true, false) => {
                         // Leaving the selector: the last matching content, at the new revision.
-                        let mut last = c.prev.as_deref().cloned().unwrap_or_default();
+                        let mut last = c
+                            .prev
+                            .as_deref()
+                            .map(|p| p.value().clone())
+                            .unwrap_or_default();
                         last["metadata"]["resourceVersion"] = json!(c.rv.to_string());
                         self.push_object("DELETED", &last);
                     }
@@ -501,7 +505,7 @@ fn snapshot(
     t: &Target,
     requested: Option<u64>,
     send_initial: bool,
-) -> (Vec<Arc<Value>>, Start, tokio_watch::Receiver<u64>) {
+) -> (Vec<Arc<Stored>>, Start, tokio_watch::Receiver<u64>) {
     // Snapshot and subscription under one lock: no change can fall between them.
     store.read(|s| {
         let rx = store_subscribe(store);
@@ -515,7 +519,7 @@ fn snapshot(
             _ => Start::From(current),
         };
         // Shared, not copied: the initial events are serialized from the stored objects.
-        let initial: Vec<Arc<Value>> = if send_initial {
+        let initial: Vec<Arc<Stored>> = if send_initial {
             s.list_shared(&t.def.storage, None)
                 .into_iter()
                 .cloned()
