@@ -36,7 +36,7 @@
 //!
 //! Measured with the release binary (`hack/bench-hostile.sh`, last line: 10,000 Ats of 660 bytes
 //! created by ten clients, then 60 s without writes): the RSS grows by about 5 times the live
-//! JSON (32 MiB for 6.3 MiB), against 15 times (97 MiB) when every object stayed a tree; the
+//! JSON (30 MiB for 6.3 MiB), against 15 times (97 MiB) when every object stayed a tree; the
 //! heap then holds 19 MB in use, of which the JSON is a third and the garbage collector's graph
 //! a quarter.
 
