@@ -302,6 +302,40 @@ fn stamp(obj: &mut Value, rv: u64) {
     }
 }
 
+/// Hashes the address of a stored object (the shedding pass's sets and maps key on them): an
+/// address is already unique, so SipHash's work per lookup would be wasted.
+#[derive(Clone, Copy, Default)]
+struct PtrHash;
+
+impl std::hash::BuildHasher for PtrHash {
+    type Hasher = PtrHasher;
+
+    fn build_hasher(&self) -> PtrHasher {
+        PtrHasher(0)
+    }
+}
+
+/// See [`PtrHash`].
+struct PtrHasher(u64);
+
+impl std::hash::Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        // Allocations are 16-byte aligned; the multiplication spreads the rest over the bits
+        // hashbrown reads (its top seven and its low ones).
+        (self.0 >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = n as u64;
+    }
+}
+
 /// The objects of one storage key, ordered by `(namespace, name)`, with a count per namespace.
 #[derive(Debug, Default)]
 struct Bucket {
@@ -601,7 +635,7 @@ impl State {
     /// previous pass that still hold a tree. Each allocation is looked at once, however many
     /// places share it.
     fn shed_candidates(&self) -> Vec<Arc<Stored>> {
-        let mut seen = std::collections::HashSet::new();
+        let mut seen: std::collections::HashSet<*const Stored, PtrHash> = Default::default();
         let mut out = Vec::new();
         let mut visit = |s: &Arc<Stored>| {
             if s.is_decoded() && seen.insert(Arc::as_ptr(s)) && s.age() {
@@ -633,8 +667,11 @@ impl State {
     fn rest(&mut self) -> Vec<Arc<Stored>> {
         let mut replaced = Vec::new();
         // The live object and the history entries that share it share its rested copy too.
-        let mut copies: HashMap<*const Stored, Arc<Stored>> = HashMap::new();
+        let mut copies: HashMap<*const Stored, Arc<Stored>, PtrHash> = HashMap::default();
         let mut rest = |obj: &Arc<Stored>, replaced: &mut Vec<Arc<Stored>>| {
+            if !obj.can_rest() {
+                return None;
+            }
             if let Some(copy) = copies.get(&Arc::as_ptr(obj)) {
                 replaced.push(obj.clone());
                 return Some(copy.clone());
@@ -669,6 +706,9 @@ impl State {
                 .collect();
         }
         for change in self.history.iter_mut() {
+            if !change.object.can_rest() && !change.prev.as_ref().is_some_and(|p| p.can_rest()) {
+                continue;
+            }
             let object = rest(&change.object, &mut replaced);
             let prev = change.prev.as_ref().and_then(|p| rest(p, &mut replaced));
             if object.is_none() && prev.is_none() {
@@ -1016,13 +1056,13 @@ impl Store {
         let replaced = self.lock().rest();
         // An object shared by the live map and the history was replaced in both: it is freed
         // when every reference to it is in `replaced` (a watch may still hold one).
-        let mut refs: HashMap<*const Stored, (usize, &Arc<Stored>)> = HashMap::new();
+        let mut refs: HashMap<*const Stored, (usize, &Arc<Stored>), PtrHash> = HashMap::default();
         for s in &replaced {
             refs.entry(Arc::as_ptr(s)).or_insert((0, s)).0 += 1;
         }
         refs.values()
             .filter(|(n, s)| Arc::strong_count(s) == *n)
-            .map(|(_, s)| s.bytes())
+            .map(|(_, s)| s.tree_estimate())
             .sum()
     }
 

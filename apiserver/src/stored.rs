@@ -16,9 +16,11 @@
 //! * the **bytes**, the object's compact JSON, encoded when the object has rested.
 //!
 //! A write stores the tree it was given (the writer, the watches and the garbage collector read
-//! it at once). Every read marks the object as used. [`Store::shed`](super::store::Store::shed),
-//! run by the server every [`SHED_INTERVAL`], ages the objects: one not read since the previous
-//! pass has its bytes encoded (outside the store's lock) and its tree dropped, in the live
+//! it at once). Every read marks the object as used. With
+//! [`ApiServerBuilder::rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects)
+//! (`--rest-unread-objects`; off by default, see the trade-off below),
+//! [`Store::shed`](super::store::Store::shed), run by the server every [`SHED_INTERVAL`], ages
+//! the objects: one not read for [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the store's lock) and its tree dropped, in the live
 //! objects and in the history alike (both then share one bytes-only copy). A hot object (a
 //! pod the node reads on every sync) keeps its tree; a cold one costs its JSON plus about 150
 //! bytes. The next read of a cold object decodes it again (microseconds for a typical object);
@@ -36,13 +38,20 @@
 //!
 //! Measured with the release binary (`hack/bench-hostile.sh`, last line: 10,000 Ats of 660 bytes
 //! created by ten clients, then 60 s without writes): the RSS grows by about 5 times the live
-//! JSON (30 MiB for 6.3 MiB), against 15 times (97 MiB) when every object stayed a tree; the
+//! JSON (30 MiB for 6.3 MiB), against 15 times (97 MiB) when every object stays a tree; the
 //! heap then holds 19 MB in use, of which the JSON is a third and the garbage collector's graph
 //! a quarter.
+//!
+//! The price is CPU under heavy writes, which is why it is off by default: with it, the At
+//! benchmark's server (`../shared/bench/at-vs-kube-rs.sh 10000`, project side) took 54 s of CPU
+//! instead of 29 s and the run 49 s instead of 32 s (every version of every object is encoded
+//! once, its tree freed early, and objects read again are decoded again; with a threshold of
+//! four 1-second passes, 42 s and 39 s, and no memory gained after a burst, since then the
+//! trees of a burst live long enough to fragment the heap as before).
 
 use std::ops::Deref;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -55,13 +64,17 @@ use serde_json::Value;
 /// a flag on each; it encodes and frees outside it.
 pub const SHED_INTERVAL: Duration = Duration::from_millis(250);
 
+/// How many passes an object must go unread before it rests.
+pub const REST_AFTER_PASSES: u8 = 2;
+
 /// One stored object (see the module docs). Read it through `Deref` (`&*stored` is the
 /// `&Value`) or [`Stored::value`].
 pub struct Stored {
     tree: OnceLock<Value>,
     json: OnceLock<Bytes>,
     /// Set by every read, cleared by each shedding pass.
-    used: AtomicBool,
+    /// Shedding passes since the last read (0 = read since the last pass); saturates.
+    idle: AtomicU8,
 }
 
 impl Stored {
@@ -70,7 +83,7 @@ impl Stored {
         Stored {
             tree: OnceLock::from(value),
             json: OnceLock::new(),
-            used: AtomicBool::new(false),
+            idle: AtomicU8::new(0),
         }
     }
 
@@ -79,14 +92,14 @@ impl Stored {
         Stored {
             tree: OnceLock::new(),
             json: OnceLock::from(json),
-            used: AtomicBool::new(false),
+            idle: AtomicU8::new(0),
         }
     }
 
     /// The object, decoding it if it rests as bytes; marks it as used.
     pub fn value(&self) -> &Value {
-        if !self.used.load(Ordering::Relaxed) {
-            self.used.store(true, Ordering::Relaxed);
+        if self.idle.load(Ordering::Relaxed) != 0 {
+            self.idle.store(0, Ordering::Relaxed);
         }
         self.tree.get_or_init(|| match self.json.get() {
             Some(json) => decode(json),
@@ -135,15 +148,26 @@ impl Stored {
         }
     }
 
+    /// A cheap estimate of what this object's tree holds (to decide when to hand memory back
+    /// to the system): ten times its JSON, about what a tree of small maps costs.
+    pub(crate) fn tree_estimate(&self) -> usize {
+        self.json.get().map_or(0, |j| j.len() * 10)
+    }
+
     /// Whether the object holds a tree (it has been written or read since it last rested).
     pub fn is_decoded(&self) -> bool {
         self.tree.get().is_some()
     }
 
-    /// First half of a shedding pass: whether this object rests now. A used one is kept one
-    /// more interval (and its mark cleared); an unused one with a tree is a candidate.
+    /// First half of a shedding pass: counts one more pass without a read, and answers
+    /// whether the object has now gone [`REST_AFTER_PASSES`] passes unread with a tree.
     pub(crate) fn age(&self) -> bool {
-        self.tree.get().is_some() && !self.used.swap(false, Ordering::Relaxed)
+        if self.tree.get().is_none() {
+            return false;
+        }
+        let idle = self.idle.load(Ordering::Relaxed).saturating_add(1);
+        self.idle.store(idle, Ordering::Relaxed);
+        idle >= REST_AFTER_PASSES
     }
 
     /// Second half, outside the lock: encodes the bytes of a candidate.
@@ -171,7 +195,7 @@ impl Stored {
 
     /// Whether [`Stored::rested`] would replace this object (unused, decoded, encoded).
     pub(crate) fn can_rest(&self) -> bool {
-        !self.used.load(Ordering::Relaxed)
+        self.idle.load(Ordering::Relaxed) >= REST_AFTER_PASSES
             && self.tree.get().is_some()
             && self.json.get().is_some_and(|j| !j.is_empty())
     }
@@ -212,7 +236,7 @@ impl Clone for Stored {
         let c = Stored {
             tree: OnceLock::new(),
             json: OnceLock::new(),
-            used: AtomicBool::new(false),
+            idle: AtomicU8::new(0),
         };
         if let Some(t) = self.tree.get() {
             let _ = c.tree.set(t.clone());
@@ -264,10 +288,15 @@ mod tests {
         s.rested()
     }
 
+    /// Passes until the object rests, or `None` if it did not after [`REST_AFTER_PASSES`].
+    fn rest(s: &Stored) -> Option<Stored> {
+        (0..REST_AFTER_PASSES).find_map(|_| pass(s))
+    }
+
     #[test]
     fn an_unread_object_rests_as_bytes_and_reads_back_the_same() {
         let s = Stored::new(at());
-        let rested = pass(&s).expect("never read: it rests");
+        let rested = rest(&s).expect("never read: it rests");
         assert!(!rested.is_decoded());
         assert!(rested.bytes() < 400, "{}", rested.bytes());
         assert_eq!(*rested, at(), "numbers, nesting and order survive");
@@ -275,17 +304,24 @@ mod tests {
     }
 
     #[test]
-    fn a_read_object_keeps_its_tree_for_one_more_pass() {
+    fn a_read_starts_the_count_of_unread_passes_again() {
         let s = Stored::new(at());
+        for _ in 1..REST_AFTER_PASSES {
+            assert!(pass(&s).is_none());
+        }
         let _ = s.value();
-        assert!(pass(&s).is_none(), "read since the last pass");
-        assert!(pass(&s).is_some(), "not read since");
+        for _ in 1..REST_AFTER_PASSES {
+            assert!(pass(&s).is_none(), "read since");
+        }
+        assert!(pass(&s).is_some(), "not read for REST_AFTER_PASSES passes");
     }
 
     #[test]
     fn a_read_between_encoding_and_replacing_keeps_the_tree() {
         let s = Stored::new(at());
-        assert!(s.age());
+        for _ in 0..REST_AFTER_PASSES {
+            s.age();
+        }
         s.encode();
         let _ = s.value();
         assert!(s.rested().is_none());
@@ -297,7 +333,7 @@ mod tests {
         let b = a.clone();
         assert_eq!(Stored::into_value(a), at());
         assert_eq!(Stored::into_value(b), at());
-        let rested = Arc::new(pass(&Stored::new(at())).expect("rests"));
+        let rested = Arc::new(rest(&Stored::new(at())).expect("rests"));
         assert_eq!(Stored::into_value(rested), at());
     }
 }

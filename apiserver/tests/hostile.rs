@@ -729,3 +729,75 @@ async fn owner_references_added_by_a_patch_are_refused_as_cheaply() {
     );
     s.shutdown().await;
 }
+
+/// Row 9: with `rest_unread_objects`, objects nobody reads come to rest as their JSON bytes
+/// (no tree) in the live map, and every read (a GET, a LIST, a write on top) answers exactly
+/// what was written.
+#[tokio::test]
+async fn unread_objects_rest_as_bytes_and_read_back_the_same() {
+    let s = ApiServer::builder()
+        .plain_http(true)
+        .rest_unread_objects(true)
+        .start()
+        .await
+        .expect("server starts");
+    let c = Plain::new(&s, false);
+    let mut written = vec![];
+    for i in 0..20 {
+        let (code, body) = c
+            .json(
+                "POST",
+                CMS,
+                "application/json",
+                &configmap(&format!("cm-{i:02}"), json!({"i": i.to_string(), "n": "x"})),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+        written.push(body);
+    }
+    let decoded = || {
+        s.store().read(|st| {
+            (0..20)
+                .filter(|i| {
+                    st.get_shared("core/configmaps", "default", &format!("cm-{i:02}"))
+                        .is_some_and(|o| o.is_decoded())
+                })
+                .count()
+        })
+    };
+    // Passes run every quarter second; give them up to 20 s on a busy machine.
+    let mut left = decoded();
+    for _ in 0..200 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        left = decoded();
+    }
+    assert_eq!(left, 0, "every unread object rests");
+    let (code, list) = c.get(CMS).await;
+    assert_eq!(code, 200);
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 20);
+    for (got, want) in items.iter().zip(&written) {
+        assert_eq!(got, want);
+    }
+    assert_eq!(
+        decoded(),
+        0,
+        "a LIST decodes a rested object for its item alone"
+    );
+    let (code, got) = c.get(&format!("{CMS}/cm-07")).await;
+    assert_eq!((code, &got), (200, &written[7]));
+    let mut changed = written[7].clone();
+    changed["data"]["n"] = json!("y");
+    let (code, body) = c
+        .json("PUT", &format!("{CMS}/cm-07"), "application/json", &changed)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["data"], json!({"i": "7", "n": "y"}));
+    assert_ne!(
+        body["metadata"]["resourceVersion"],
+        written[7]["metadata"]["resourceVersion"]
+    );
+}
