@@ -11,8 +11,10 @@
 //! thread. A quiet server never trims; a busy one trims at most once per interval. Connection
 //! floods are covered separately by [`apimachinery::serving`].
 //!
-//! Stored objects are the other half: [`shed_rested`] lets the objects nobody read for a
-//! while rest as JSON bytes instead of trees ([`super::stored`]), every
+//! Stored objects are the other half, when the server is built with
+//! [`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects) (off by default, for
+//! its CPU): [`shed_rested`] lets the objects nobody read for a while rest as JSON bytes
+//! instead of trees ([`super::stored`]), every
 //! [`SHED_INTERVAL`](super::stored::SHED_INTERVAL), and counts the trees it drops as handled
 //! bytes, so the release above follows a burst of writes too.
 
