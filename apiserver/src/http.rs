@@ -844,6 +844,7 @@ async fn serve_read(
             shutdown: shared.faults.watch_token(),
             renderer,
             bookmark_type: partial.as_ref().map(super::partial::bookmark_type),
+            unresponsive: shared.watch_unresponsive,
             converter: super::conversion::webhook_of(def).map(|_| {
                 let shared = shared.clone();
                 let def = def.clone();

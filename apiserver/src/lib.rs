@@ -295,6 +295,8 @@ pub struct Shared {
     pub unauthenticated_user: Option<String>,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
+    /// When a watch whose client stopped reading is closed.
+    pub watch_unresponsive: watch::Unresponsive,
     /// Answer `sendInitialEvents` with 422.
     pub reject_send_initial_events: bool,
     /// Cancelled at shutdown; ends watches and connections.
@@ -384,6 +386,7 @@ pub struct ApiServerBuilder {
     data_dir: Option<PathBuf>,
     cert_dir: Option<PathBuf>,
     bookmark_interval: Duration,
+    watch_unresponsive: watch::Unresponsive,
     kubeconfig_path: Option<PathBuf>,
     kubeconfig_client_cert: Option<(String, Option<String>)>,
     reject_send_initial_events: bool,
@@ -419,6 +422,7 @@ impl Default for ApiServerBuilder {
             data_dir: None,
             cert_dir: None,
             bookmark_interval: Duration::from_secs(60),
+            watch_unresponsive: watch::Unresponsive::default(),
             kubeconfig_path: None,
             kubeconfig_client_cert: None,
             reject_send_initial_events: false,
@@ -544,6 +548,14 @@ impl ApiServerBuilder {
     /// Interval of watch bookmarks (default 60 s).
     pub fn bookmark_interval(mut self, d: Duration) -> Self {
         self.bookmark_interval = d;
+        self
+    }
+
+    /// Close a watch as unresponsive when its client leaves a frame untaken for `after` while
+    /// `backlog` events wait for it (default 5 s and 1,000 events; see [`watch`], "Watchers
+    /// that do not read").
+    pub fn watch_unresponsive(mut self, after: Duration, backlog: usize) -> Self {
+        self.watch_unresponsive = watch::Unresponsive { after, backlog };
         self
     }
 
@@ -773,6 +785,7 @@ impl ApiServerBuilder {
             tokens: self.token_table(&token),
             unauthenticated_user: self.plain_http.then(|| rbac::ADMIN_USER.to_owned()),
             bookmark_interval: self.bookmark_interval,
+            watch_unresponsive: self.watch_unresponsive,
             reject_send_initial_events: self.reject_send_initial_events,
             shutdown: shutdown.clone(),
             server_address: addr.to_string(),

@@ -599,11 +599,25 @@ impl State {
     /// The changes with a revision above `rv`, oldest first; `Err(compacted)` when some of them
     /// have been compacted away.
     pub fn changes_since(&self, rv: u64) -> Result<Vec<Arc<Change>>, u64> {
+        self.changes_after(rv, usize::MAX)
+    }
+
+    /// [`Self::changes_since`], at most the first `max` of them.
+    pub fn changes_after(&self, rv: u64, max: usize) -> Result<Vec<Arc<Change>>, u64> {
         if rv < self.compacted {
             return Err(self.compacted);
         }
         let start = self.history.partition_point(|c| c.rv <= rv);
-        Ok(self.history.range(start..).cloned().collect())
+        Ok(self.history.range(start..).take(max).cloned().collect())
+    }
+
+    /// How many changes of `storage` the history holds after revision `rv`.
+    pub fn count_changes_after(&self, rv: u64, storage: &str) -> usize {
+        let start = self.history.partition_point(|c| c.rv <= rv);
+        self.history
+            .range(start..)
+            .filter(|c| c.storage == storage)
+            .count()
     }
 
     /// A resource as it was at revision `rv` (the current revision or older), without copying
@@ -867,6 +881,8 @@ pub struct Store {
     state: Mutex<State>,
     rv_tx: watch::Sender<u64>,
     disk: Option<Disk>,
+    /// Watchers closed as unresponsive, by (group, resource): see [`super::watch`].
+    terminated_watchers: Mutex<BTreeMap<(String, String), u64>>,
 }
 
 impl Store {
@@ -887,6 +903,7 @@ impl Store {
             state: Mutex::new(state),
             rv_tx,
             disk,
+            terminated_watchers: Mutex::default(),
         }
     }
 
@@ -1013,8 +1030,9 @@ impl Store {
 
     /// The store's gauges in the Prometheus text format: `apiserver_storage_history_bytes`,
     /// `apiserver_storage_history_changes`, `apiserver_storage_history_limit_bytes`,
-    /// `apiserver_storage_history_early_compactions_total` and
-    /// `apiserver_storage_compacted_revision`.
+    /// `apiserver_storage_history_early_compactions_total`,
+    /// `apiserver_storage_compacted_revision`, and the counter
+    /// `apiserver_terminated_watchers_total{group,resource}`.
     pub fn prometheus_text(&self) -> String {
         let (bytes, len, limit, early, compacted) = self.read(|s| {
             (
@@ -1025,7 +1043,7 @@ impl Store {
                 s.compacted,
             )
         });
-        format!(
+        let mut text = format!(
             "# HELP apiserver_storage_history_bytes Bytes held by the watch and continue history.\n\
              # TYPE apiserver_storage_history_bytes gauge\napiserver_storage_history_bytes {bytes}\n\
              # HELP apiserver_storage_history_changes Changes held by the watch and continue history.\n\
@@ -1036,7 +1054,32 @@ impl Store {
              # TYPE apiserver_storage_history_early_compactions_total counter\napiserver_storage_history_early_compactions_total {early}\n\
              # HELP apiserver_storage_compacted_revision The oldest revision a watch or continue token may start from.\n\
              # TYPE apiserver_storage_compacted_revision gauge\napiserver_storage_compacted_revision {compacted}\n"
-        )
+        );
+        text.push_str(
+            "# HELP apiserver_terminated_watchers_total Counter of watchers closed due to unresponsiveness broken by resource type.\n\
+             # TYPE apiserver_terminated_watchers_total counter\n",
+        );
+        let terminated = self
+            .terminated_watchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for ((group, resource), n) in terminated.iter() {
+            text.push_str(&format!(
+                "apiserver_terminated_watchers_total{{group=\"{group}\",resource=\"{resource}\"}} {n}\n"
+            ));
+        }
+        text
+    }
+
+    /// Counts a watcher closed because its client did not read (the cacher's
+    /// `apiserver_terminated_watchers_total`).
+    pub fn count_terminated_watcher(&self, group: &str, resource: &str) {
+        let mut m = self
+            .terminated_watchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *m.entry((group.to_owned(), resource.to_owned()))
+            .or_default() += 1;
     }
 
     /// Lets objects nobody has read for a while rest as JSON bytes ([`super::stored`]): under

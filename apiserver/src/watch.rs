@@ -51,6 +51,25 @@
 //! Each watch is a stream owned by its HTTP response: when the client disconnects, hyper drops
 //! the body and the watch ends with it; when the server shuts down, every watch ends cleanly.
 //!
+//! ## Watchers that do not read
+//!
+//! A watch here has no channel of its own: its stream reads the shared history when the
+//! connection asks for the next frame, so a client that stops reading holds up nobody and costs
+//! what its socket buffers hold. It takes at most [`CATCH_UP_CHANGES`] changes or
+//! [`CATCH_UP_BYTES`] of events from the history at a time, so a watch that fell far behind
+//! catches up in steps instead of queueing its whole lag. kube-apiserver's cacher gives each
+//! watcher a channel of 10 to 1,000 events; when it stays full for the dispatcher's budget
+//! (about 100 ms) it logs "Forcing watcher close due to unresponsiveness", counts
+//! `apiserver_terminated_watchers_total{group,resource}` and ends the watch with no ERROR
+//! event; the client watches again from the last revision it got. This server does the same
+//! when the connection takes the next frame [`Unresponsive::after`] (5 s) or more after it was
+//! handed the last one while [`Unresponsive::backlog`] (1,000) or more events wait: the client
+//! reads what its buffers held, then the end of the stream. A client that never reads again
+//! holds only its connection and what the socket buffers hold, as with Go's server, whose
+//! handler returns while the write of its last bytes waits for the client.
+//! [`ApiServerBuilder::watch_unresponsive`](super::ApiServerBuilder::watch_unresponsive)
+//! changes both figures.
+//!
 //! ## How events become writes
 //!
 //! The real server writes each event into the response and flushes only when no further event
@@ -95,6 +114,36 @@ pub const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
 /// buffers 4 KiB, `handlerChunkWriteSize`); see the module doc, "How events become writes".
 pub const WATCH_WRITE_CHUNK: usize = 4 * 1024;
 
+/// The most history changes one look at the history turns into events for a watch, and the
+/// most bytes of events it queues: a watch that has fallen behind catches up in steps, so what
+/// it holds at once is bounded whatever its lag (the cacher's per-watcher channel, whose size
+/// `suggestedWatchChannelSize` caps at 1,000 events).
+pub const CATCH_UP_CHANGES: usize = 256;
+
+/// See [`CATCH_UP_CHANGES`].
+pub const CATCH_UP_BYTES: usize = 1 << 20;
+
+/// When a watch is closed as unresponsive (see the module doc, "Watchers that do not read").
+#[derive(Clone, Copy, Debug)]
+pub struct Unresponsive {
+    /// How long the client may leave the last frame it was handed untaken...
+    pub after: Duration,
+    /// ... while at least this many events wait for it.
+    pub backlog: usize,
+}
+
+impl Default for Unresponsive {
+    /// Five seconds and 1,000 events: the largest channel the cacher gives a watcher, and far
+    /// more patience than its dispatch budget (about 100 ms), since here a slow watcher holds
+    /// nobody else up.
+    fn default() -> Self {
+        Unresponsive {
+            after: Duration::from_secs(5),
+            backlog: 1000,
+        }
+    }
+}
+
 /// Turns a served object into what goes on the wire (a Table row, for `kubectl get -w`).
 pub type Renderer = Arc<dyn Fn(&Value, bool) -> Value + Send + Sync>;
 
@@ -126,6 +175,8 @@ pub struct WatchSettings {
     pub bookmark_type: Option<(String, String)>,
     /// Conversion of objects stored in another version than the watched one.
     pub converter: Option<Converter>,
+    /// When a client that stopped reading has its watch closed.
+    pub unresponsive: Unresponsive,
 }
 
 enum Start {
@@ -158,6 +209,11 @@ struct WatchState {
     done: bool,
     /// `apiVersion/kind` this watch serves (the tag of a shared encoding it may reuse).
     served_as: String,
+    /// The last look at the history stopped short of its end (see [`CATCH_UP_CHANGES`]).
+    behind: bool,
+    /// When the last frame was handed to the connection (cleared when it asks for the next).
+    handed_at: Option<Instant>,
+    unresponsive: Unresponsive,
 }
 
 /// One event line, `{"type":TYPE,"object":OBJECT}\n`, from the object's JSON bytes: written
@@ -303,9 +359,14 @@ impl WatchState {
         self.done = true;
     }
 
-    /// Reads every change after `last_rv` and queues the ones this watcher sees.
+    /// Reads the changes after `last_rv` and queues the ones this watcher sees: up to
+    /// [`CATCH_UP_CHANGES`] changes or [`CATCH_UP_BYTES`] of events, leaving `behind` set when
+    /// there are more.
     fn catch_up(&mut self) {
-        let changes = self.store.read(|s| s.changes_since(self.last_rv));
+        self.behind = false;
+        let changes = self
+            .store
+            .read(|s| s.changes_after(self.last_rv, CATCH_UP_CHANGES));
         let changes = match changes {
             Ok(c) => c,
             Err(compacted) => {
@@ -318,7 +379,14 @@ impl WatchState {
             }
         };
         let had_changes = !changes.is_empty();
+        self.behind = changes.len() == CATCH_UP_CHANGES;
+        let mut queued_bytes = 0;
         for c in changes {
+            if queued_bytes >= CATCH_UP_BYTES {
+                self.behind = true;
+                break;
+            }
+            let queued = self.pending.len();
             self.last_rv = c.rv;
             if c.storage != self.def.storage {
                 continue;
@@ -345,6 +413,14 @@ impl WatchState {
                 },
                 _ => {}
             }
+            queued_bytes += self
+                .pending
+                .range(queued..)
+                .map(|p| match p {
+                    Pending::Ready(b) => b.len(),
+                    Pending::Convert(..) => 0,
+                })
+                .sum::<usize>();
         }
         // A custom resource whose CRD was deleted is no longer served: like the real server,
         // end its watches (after the DELETED events of its objects).
@@ -377,7 +453,34 @@ impl WatchState {
         joined.freeze()
     }
 
+    /// Events waiting for this watch: queued, and still in the history after `last_rv`.
+    fn backlog(&self) -> usize {
+        let storage = &self.def.storage;
+        self.pending.len()
+            + self
+                .store
+                .read(|s| s.count_changes_after(self.last_rv, storage))
+    }
+
+    /// Whether the client left the last frame untaken for [`Unresponsive::after`] while
+    /// [`Unresponsive::backlog`] events waited (called when the connection asks for the next
+    /// frame).
+    fn unresponsive(&mut self) -> bool {
+        let Some(at) = self.handed_at.take() else {
+            return false;
+        };
+        at.elapsed() >= self.unresponsive.after && self.backlog() >= self.unresponsive.backlog
+    }
+
     async fn next_batch(&mut self) {
+        if self.behind {
+            if self.shutdown.is_cancelled() {
+                self.done = true;
+            } else {
+                self.catch_up();
+            }
+            return;
+        }
         if let Some((target, until)) = self.waiting_for {
             tokio::select! {
                 _ = self.shutdown.cancelled() => self.done = true,
@@ -480,6 +583,9 @@ pub fn start(
         rendered_once: false,
         done: false,
         served_as: format!("{}/{}", t.def.api_version(), t.def.kind),
+        behind: false,
+        handed_at: None,
+        unresponsive: settings.unresponsive,
     };
     state.queue_start(start, &initial, send_initial, opts);
     Ok(StreamBody::new(frames(state)))
@@ -537,10 +643,24 @@ fn frames(
     state: WatchState,
 ) -> impl Stream<Item = Result<Frame<Bytes>, Infallible>> + Send + use<> {
     futures_util::stream::unfold(state, |mut st| async move {
+        if st.unresponsive() {
+            // The cacher's "Forcing watcher close due to unresponsiveness": the stream ends
+            // (no ERROR event); the client watches again from the last revision it got.
+            tracing::warn!(
+                group = %st.def.group,
+                resource = %st.def.plural,
+                last_sent = st.last_rv,
+                "forcing watcher close due to unresponsiveness"
+            );
+            st.store
+                .count_terminated_watcher(&st.def.group, &st.def.plural);
+            return None;
+        }
         loop {
             match st.pending.pop_front() {
                 Some(Pending::Ready(b)) => {
                     let frame = st.join_waiting(b);
+                    st.handed_at = Some(Instant::now());
                     return Some((Ok(Frame::data(frame)), st));
                 }
                 Some(Pending::Convert(ty, obj)) => {
@@ -553,6 +673,7 @@ fn frames(
                     match converted {
                         Ok(served) => {
                             let line = st.render(ty, served);
+                            st.handed_at = Some(Instant::now());
                             return Some((Ok(Frame::data(line)), st));
                         }
                         Err(e) => {

@@ -801,3 +801,177 @@ async fn unread_objects_rest_as_bytes_and_read_back_the_same() {
         written[7]["metadata"]["resourceVersion"]
     );
 }
+
+/// Row 12: a watcher whose client stops reading is closed as kube-apiserver's cacher closes it
+/// ("Forcing watcher close due to unresponsiveness"): once its client takes the next frame
+/// long after the last while events pile up, the stream ends after what its buffers held, and
+/// `apiserver_terminated_watchers_total` counts it. A watcher that keeps reading gets every
+/// event and is not closed.
+#[tokio::test]
+async fn a_watcher_that_stops_reading_is_closed_and_a_reading_one_is_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const N: usize = 300;
+    let s = ApiServer::builder()
+        .plain_http(true)
+        .watch_unresponsive(std::time::Duration::from_millis(200), 20)
+        .start()
+        .await
+        .expect("server starts");
+    let addr: std::net::SocketAddr = s.url().trim_start_matches("http://").parse().unwrap();
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let mut silent = sock.connect(addr).await.expect("connect");
+    silent
+        .write_all(format!("GET {CMS}?watch=true HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let c = Plain::new(&s, false);
+    let req = hyper::Request::builder()
+        .uri(format!("{}{CMS}?watch=true", s.url()))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let mut body = c.client.request(req).await.expect("watch").into_body();
+    let reader = tokio::spawn(async move {
+        let (mut seen, mut tail) = (0, Vec::new());
+        while seen < N {
+            let Some(frame) = body.frame().await else {
+                break;
+            };
+            let Ok(data) = frame.expect("frame").into_data() else {
+                continue;
+            };
+            tail.extend_from_slice(&data);
+            while let Some(nl) = tail.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = tail.drain(..=nl).collect();
+                let ev: Value = serde_json::from_slice(&line).expect("event");
+                assert_eq!(ev["type"], "ADDED", "{}", ev["type"]);
+                seen += 1;
+            }
+        }
+        seen
+    });
+    // N objects of 64 KiB: 19 MiB of events, more than the silent client's socket and the
+    // server's write buffers hold.
+    let big = "x".repeat(64 * 1024);
+    for i in 0..N {
+        let (code, body) = c
+            .json(
+                "POST",
+                CMS,
+                "application/json",
+                &configmap(&format!("big-{i}"), json!({"a": big})),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    assert_eq!(
+        reader.await.unwrap(),
+        N,
+        "the reading watcher gets every event"
+    );
+    // The silent client has left its last frame untaken for longer than the 200 ms allowed.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    // When it reads again it gets what its buffers held, then the end of the stream (the
+    // chunked body's last chunk).
+    let mut received = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            let n = silent.read(&mut buf).await.expect("read");
+            received.extend_from_slice(&buf[..n]);
+            if n == 0 || received.ends_with(b"\r\n0\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the silent watcher's stream ends");
+    let events = received
+        .windows(br#""type":"ADDED""#.len())
+        .filter(|w| *w == br#""type":"ADDED""#)
+        .count();
+    assert!(
+        events > 0 && events < N,
+        "{events} of {N} events reached the silent watcher"
+    );
+    let (code, metrics) = c.get("/metrics").await;
+    assert_eq!(code, 200);
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    assert!(
+        metrics.contains(
+            "apiserver_terminated_watchers_total{group=\"\",resource=\"configmaps\"} 1\n"
+        ),
+        "{metrics}"
+    );
+    // The server goes on serving.
+    let (code, _) = c.get(&format!("{CMS}/big-0")).await;
+    assert_eq!(code, 200);
+    s.shutdown().await;
+}
+
+/// A watch that starts far behind (more changes than it takes from the history at a time)
+/// catches up in steps and gets every change once, in order.
+#[tokio::test]
+async fn a_watch_far_behind_gets_every_change_once_in_order() {
+    const N: usize = 700;
+    let s = start().await;
+    let c = Plain::new(&s, false);
+    let (code, list) = c.get(CMS).await;
+    assert_eq!(code, 200);
+    let from = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("list revision")
+        .to_owned();
+    for i in 0..N {
+        let (code, body) = c
+            .json(
+                "POST",
+                CMS,
+                "application/json",
+                &configmap(&format!("cm-{i}"), json!({"i": i.to_string()})),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let req = hyper::Request::builder()
+        .uri(format!(
+            "{}{CMS}?watch=true&resourceVersion={from}",
+            s.url()
+        ))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let mut body = c.client.request(req).await.expect("watch").into_body();
+    let (mut names, mut tail) = (Vec::new(), Vec::new());
+    let mut last_rv = 0u64;
+    while names.len() < N {
+        let frame = body
+            .frame()
+            .await
+            .expect("the watch goes on")
+            .expect("frame");
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        tail.extend_from_slice(&data);
+        while let Some(nl) = tail.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = tail.drain(..=nl).collect();
+            let ev: Value = serde_json::from_slice(&line).expect("event");
+            assert_eq!(ev["type"], "ADDED", "{ev}");
+            let rv: u64 = ev["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .expect("revision");
+            assert!(rv > last_rv, "revisions rise: {rv} after {last_rv}");
+            last_rv = rv;
+            names.push(
+                ev["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned(),
+            );
+        }
+    }
+    let expected: Vec<String> = (0..N).map(|i| format!("cm-{i}")).collect();
+    assert_eq!(names, expected);
+    s.shutdown().await;
+}
