@@ -614,7 +614,7 @@ impl ApiServerBuilder {
 
     /// Lets objects nobody has read for half a second rest as their JSON bytes
     /// ([`stored`]; `--rest-unread-objects`; off by default). After 10,000 Ats created at once
-    /// and a minute idle, the RSS grew by 4.8 times their JSON with it against 15 times without;
+    /// and a minute idle, the RSS grew by 3.7 times their JSON with it against 14.3 times without;
     /// under the At benchmark's write load the server spent about twice the CPU with it (every
     /// version of every object is encoded once and freed early, and read again from bytes).
     pub fn rest_unread_objects(mut self, on: bool) -> Self {
