@@ -189,7 +189,7 @@ fn sync(st: &mut State, ns: &str, name: &str) {
         return;
     }
     let uid = meta_str(&job, "uid").to_owned();
-    let pods = owned_pods(st, ns, &uid);
+    let pods = owned::controlled_pods(st, ns, &uid);
     let PodCounts {
         succeeded,
         failed,
@@ -278,22 +278,6 @@ fn sync(st: &mut State, ns: &str, name: &str) {
     let mut updated = job.clone();
     updated["status"] = status;
     st.update(JOBS, updated);
-}
-
-/// The pods in `ns` whose controller is the Job with this UID.
-fn owned_pods(st: &State, ns: &str, uid: &str) -> Vec<Value> {
-    st.list(PODS, Some(ns))
-        .into_iter()
-        .filter(|p| {
-            p["metadata"]["ownerReferences"]
-                .as_array()
-                .is_some_and(|refs| {
-                    refs.iter()
-                        .any(|r| r["uid"] == uid && r["controller"] == true)
-                })
-        })
-        .cloned()
-        .collect()
 }
 
 /// A Job's pods counted the way its status reports them.

@@ -7,8 +7,9 @@
 //! controller adopts it; and they delete with a UID precondition, so a newer object that took
 //! the same name is never removed by mistake. The Job, CronJob, ReplicationController and DaemonSet
 //! ([`super::podsets`]) and StatefulSet ([`super::workloads`]) controllers here do the same
-//! through these three functions, which go through [`super::verbs`] (defaults, validation,
-//! generated names), the path a client's request takes.
+//! through [`controller_ref`], [`create`] and [`delete`], which go through [`super::verbs`]
+//! (defaults, validation, generated names), the path a client's request takes, and find the
+//! pods they control with [`controlled_pods`].
 
 use std::sync::Arc;
 
@@ -27,6 +28,23 @@ pub fn controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
         "apiVersion": api_version, "kind": kind, "name": meta_str(owner, "name"),
         "uid": meta_str(owner, "uid"), "controller": true, "blockOwnerDeletion": true,
     })
+}
+
+/// The pods in `namespace` whose controller (the `ownerReferences` entry with
+/// `controller: true`) has this UID, copied out of the store.
+pub fn controlled_pods(st: &State, namespace: &str, uid: &str) -> Vec<Value> {
+    st.list("core/pods", Some(namespace))
+        .into_iter()
+        .filter(|p| {
+            p["metadata"]["ownerReferences"]
+                .as_array()
+                .is_some_and(|refs| {
+                    refs.iter()
+                        .any(|r| r["uid"] == uid && r["controller"] == true)
+                })
+        })
+        .cloned()
+        .collect()
 }
 
 /// Creates `obj` of the resource `def` in `namespace`, as a POST would; the stored object.

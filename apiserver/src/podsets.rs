@@ -166,19 +166,7 @@ fn controller_of(pod: &Value) -> Option<(&'static str, String)> {
 
 /// The pods in the owner's namespace that it controls (by UID).
 fn owned_pods(st: &State, owner: &Value) -> Vec<Value> {
-    let uid = meta_str(owner, "uid");
-    st.list(PODS, Some(meta_str(owner, "namespace")))
-        .into_iter()
-        .filter(|p| {
-            p["metadata"]["ownerReferences"]
-                .as_array()
-                .is_some_and(|refs| {
-                    refs.iter()
-                        .any(|r| r["uid"] == uid && r["controller"] == true)
-                })
-        })
-        .cloned()
-        .collect()
+    owned::controlled_pods(st, meta_str(owner, "namespace"), meta_str(owner, "uid"))
 }
 
 /// Not finished and not being deleted (`controller.IsPodActive`).

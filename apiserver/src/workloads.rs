@@ -472,20 +472,15 @@ fn controller_of(obj: &Value, kind: &str) -> Option<String> {
 
 /// Pods in `ns` whose controller reference has `uid`, with their ordinals.
 fn owned_pods(st: &State, ns: &str, uid: &str) -> Vec<(i64, Value)> {
-    st.list(PODS, Some(ns))
+    owned::controlled_pods(st, ns, uid)
         .into_iter()
-        .filter(|p| {
-            p["metadata"]["ownerReferences"]
-                .as_array()
-                .is_some_and(|refs| {
-                    refs.iter()
-                        .any(|r| r["uid"] == uid && r["controller"] == true)
-                })
-        })
         .filter_map(|p| {
-            let name = meta_str(p, "name");
-            let ord = name.rsplit_once('-')?.1.parse::<i64>().ok()?;
-            Some((ord, p.clone()))
+            let ord = meta_str(&p, "name")
+                .rsplit_once('-')?
+                .1
+                .parse::<i64>()
+                .ok()?;
+            Some((ord, p))
         })
         .collect()
 }
