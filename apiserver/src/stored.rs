@@ -53,7 +53,11 @@
 //! instead of 29 s and the run 49 s instead of 32 s (every version of every object is encoded
 //! once, its tree freed early, and objects read again are decoded again; with a threshold of
 //! four 1-second passes, 42 s and 39 s, and no memory gained after a burst, since then the
-//! trees of a burst live long enough to fragment the heap as before).
+//! trees of a burst live long enough to fragment the heap as before). `perf` on the server,
+//! with and without it (33,500 and 16,500 samples at 499 Hz): of the extra samples, about half
+//! are glibc's `malloc`, `free`, `malloc_consolidate` and `unlink_chunk` (the shedding thread
+//! frees trees the request threads allocated, taking their arenas' locks, and leaves free lists
+//! that later allocations search), a sixth encoding JSON, a tenth the passes' own walks.
 
 use std::ops::Deref;
 use std::sync::OnceLock;
