@@ -66,6 +66,45 @@ fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
 }
 
+/// Creates ConfigMaps `{prefix}-0` .. `{prefix}-{n-1}`, each with `data(i)`.
+async fn create_configmaps(c: &Plain, n: usize, prefix: &str, data: impl Fn(usize) -> Value) {
+    for i in 0..n {
+        let (code, body) = c
+            .json(
+                "POST",
+                CMS,
+                "application/json",
+                &configmap(&format!("{prefix}-{i}"), data(i)),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+}
+
+/// Opens a watch of ConfigMaps with the query `query` (after `watch=true&`).
+async fn watch_configmaps(c: &Plain, query: &str) -> hyper::body::Incoming {
+    let req = hyper::Request::builder()
+        .uri(format!("{}{CMS}?watch=true&{query}", c.base))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    c.client.request(req).await.expect("watch").into_body()
+}
+
+/// The events completed by the watch's next frame (`tail` keeps a line cut across frames);
+/// `None` when the stream has ended.
+async fn next_events(body: &mut hyper::body::Incoming, tail: &mut Vec<u8>) -> Option<Vec<Value>> {
+    let frame = body.frame().await?.expect("frame");
+    if let Ok(data) = frame.into_data() {
+        tail.extend_from_slice(&data);
+    }
+    let mut events = Vec::new();
+    while let Some(nl) = tail.iter().position(|&b| b == b'\n') {
+        let line: Vec<u8> = tail.drain(..=nl).collect();
+        events.push(serde_json::from_slice(&line).expect("event"));
+    }
+    Some(events)
+}
+
 /// Row 1: twenty `copy` operations that each double the object would make it a gigabyte; the
 /// copy budget (3 MiB) stops the patch with kube-apiserver's 422, with and without dryRun, and
 /// the object is unchanged.
@@ -826,24 +865,14 @@ async fn a_watcher_that_stops_reading_is_closed_and_a_reading_one_is_not() {
         .await
         .unwrap();
     let c = Plain::new(&s, false);
-    let req = hyper::Request::builder()
-        .uri(format!("{}{CMS}?watch=true", s.url()))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let mut body = c.client.request(req).await.expect("watch").into_body();
+    let mut body = watch_configmaps(&c, "").await;
     let reader = tokio::spawn(async move {
         let (mut seen, mut tail) = (0, Vec::new());
         while seen < N {
-            let Some(frame) = body.frame().await else {
+            let Some(events) = next_events(&mut body, &mut tail).await else {
                 break;
             };
-            let Ok(data) = frame.expect("frame").into_data() else {
-                continue;
-            };
-            tail.extend_from_slice(&data);
-            while let Some(nl) = tail.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = tail.drain(..=nl).collect();
-                let ev: Value = serde_json::from_slice(&line).expect("event");
+            for ev in events {
                 assert_eq!(ev["type"], "ADDED", "{}", ev["type"]);
                 seen += 1;
             }
@@ -853,17 +882,7 @@ async fn a_watcher_that_stops_reading_is_closed_and_a_reading_one_is_not() {
     // N objects of 64 KiB: 19 MiB of events, more than the silent client's socket and the
     // server's write buffers hold.
     let big = "x".repeat(64 * 1024);
-    for i in 0..N {
-        let (code, body) = c
-            .json(
-                "POST",
-                CMS,
-                "application/json",
-                &configmap(&format!("big-{i}"), json!({"a": big})),
-            )
-            .await;
-        assert_eq!(code, 201, "{body}");
-    }
+    create_configmaps(&c, N, "big", |_| json!({"a": big})).await;
     assert_eq!(
         reader.await.unwrap(),
         N,
@@ -922,40 +941,15 @@ async fn a_watch_far_behind_gets_every_change_once_in_order() {
         .as_str()
         .expect("list revision")
         .to_owned();
-    for i in 0..N {
-        let (code, body) = c
-            .json(
-                "POST",
-                CMS,
-                "application/json",
-                &configmap(&format!("cm-{i}"), json!({"i": i.to_string()})),
-            )
-            .await;
-        assert_eq!(code, 201, "{body}");
-    }
-    let req = hyper::Request::builder()
-        .uri(format!(
-            "{}{CMS}?watch=true&resourceVersion={from}",
-            s.url()
-        ))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let mut body = c.client.request(req).await.expect("watch").into_body();
+    create_configmaps(&c, N, "cm", |i| json!({"i": i.to_string()})).await;
+    let mut body = watch_configmaps(&c, &format!("resourceVersion={from}")).await;
     let (mut names, mut tail) = (Vec::new(), Vec::new());
     let mut last_rv = 0u64;
     while names.len() < N {
-        let frame = body
-            .frame()
+        let events = next_events(&mut body, &mut tail)
             .await
-            .expect("the watch goes on")
-            .expect("frame");
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        tail.extend_from_slice(&data);
-        while let Some(nl) = tail.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = tail.drain(..=nl).collect();
-            let ev: Value = serde_json::from_slice(&line).expect("event");
+            .expect("the watch goes on");
+        for ev in events {
             assert_eq!(ev["type"], "ADDED", "{ev}");
             let rv: u64 = ev["object"]["metadata"]["resourceVersion"]
                 .as_str()
