@@ -163,7 +163,7 @@ echo "idle RSS after the run: $(awk '/VmRSS/ {printf "%.1f MiB", $2/1024}' "/pro
 # without a write. Prints the RSS before the burst, the RSS after the idle minute, and the live
 # data: the bytes of the objects as a LIST serves them. The figure to watch is the RSS growth
 # against the live data. Run twice: as the server runs by default, and with
-# --rest-unread-objects (objects unread for half a second kept as JSON bytes).
+# --rest-unread-objects (objects unread for two to three seconds kept as JSON bytes).
 burst() { # extra flags of the apiserver command
 stop_server
 start_server "$@"

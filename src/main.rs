@@ -74,6 +74,7 @@ fn main() -> ExitCode {
             })
         }
         Command::Apiserver(args) => {
+            apimachinery::malloc::tune_for_server();
             logging::init(
                 LogFormat::Text,
                 &logging::filter_directives(0, tracing::Level::INFO),
@@ -99,6 +100,7 @@ fn with_runtime(f: impl FnOnce(&tokio::runtime::Runtime) -> ExitCode) -> ExitCod
     apimachinery::serving::set_memory_release(apimachinery::malloc::release_freed_memory);
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(apimachinery::malloc::on_thread_park)
         .build()
     {
         Ok(runtime) => f(&runtime),

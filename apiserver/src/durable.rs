@@ -136,10 +136,7 @@ fn decode_change(rv: u64, bytes: &[u8]) -> Result<Change, String> {
     let bad = |what: &str| format!("history entry {rv}: missing or invalid {what}");
     Ok(Change {
         rv,
-        storage: v["storage"]
-            .as_str()
-            .ok_or_else(|| bad("storage"))?
-            .to_owned(),
+        storage: v["storage"].as_str().ok_or_else(|| bad("storage"))?.into(),
         kind: v["kind"]
             .as_str()
             .and_then(kind_from)

@@ -612,11 +612,12 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Lets objects nobody has read for half a second rest as their JSON bytes
+    /// Lets objects nobody has read for two to three seconds rest as their JSON bytes
     /// ([`stored`]; `--rest-unread-objects`; off by default). After 10,000 Ats created at once
-    /// and a minute idle, the RSS grew by 3.7 times their JSON with it against 14.3 times without;
-    /// under the At benchmark's write load the server spent about twice the CPU with it (every
-    /// version of every object is encoded once and freed early, and read again from bytes).
+    /// and a minute idle, the standalone server's RSS grew by 1.6 times their JSON with it
+    /// against 14.1 times without; under the At benchmark's write load the server spent about
+    /// 30 % more CPU with it (versions unread for a few seconds are encoded once, and read
+    /// again from bytes). Runs a thread of its own (`apiserver-shed`) while the server runs.
     pub fn rest_unread_objects(mut self, on: bool) -> Self {
         self.rest_unread_objects = on;
         self

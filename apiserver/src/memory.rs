@@ -6,17 +6,21 @@
 //! keeps freed memory in its arenas instead: after a burst of large bodies the server sat at
 //! hundreds of MiB it no longer used. The HTTP layer counts the bytes of every request body it
 //! reads and every JSON response it encodes ([`handled`]); [`release_after_bursts`] checks the
-//! count every [`CHECK_INTERVAL`] and, when more than [`RELEASE_AFTER_BYTES`] went through
-//! since the last check, runs the release function (glibc's `malloc_trim(0)`) on a blocking
-//! thread. A quiet server never trims; a busy one trims at most once per interval. Connection
+//! count every [`CHECK_INTERVAL`] and runs the release function (glibc's `malloc_trim(0)`) on
+//! a blocking thread when more than [`RELEASE_AFTER_BYTES`] went through since the last
+//! release, and once more when an interval passes with nothing handled after one that had
+//! some (the end of a burst: what its last requests freed is given back too). A quiet server
+//! never trims; a busy one trims at most once per interval. Connection
 //! floods are covered separately by [`apimachinery::serving`].
 //!
 //! Stored objects are the other half, when the server is built with
 //! [`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects) (off by default, for
 //! its CPU): [`shed_rested`] lets the objects nobody read for a while rest as JSON bytes
 //! instead of trees ([`super::stored`]), every
-//! [`SHED_INTERVAL`](super::stored::SHED_INTERVAL), and counts the trees it drops as handled
-//! bytes, so the release above follows a burst of writes too.
+//! [`SHED_INTERVAL`](super::stored::SHED_INTERVAL), on a thread of its own whose arena holds
+//! only the rested copies; it hands what they replace to a runtime thread to drop (see
+//! [`Garbage`](super::store::Garbage) for why), and counts the trees dropped as handled bytes,
+//! so the release above follows a burst of writes too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -40,35 +44,66 @@ pub fn handled(bytes: usize) {
 pub async fn release_after_bursts(release: fn(), stop: CancellationToken) {
     let mut tick = tokio::time::interval(CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Bytes handled since the last release, and in the previous interval.
+    let (mut since_release, mut previous) = (0u64, 0u64);
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        if HANDLED.swap(0, Ordering::Relaxed) > RELEASE_AFTER_BYTES {
+        let now = HANDLED.swap(0, Ordering::Relaxed);
+        since_release += now;
+        let burst_ended = now == 0 && previous > 0;
+        previous = now;
+        if since_release > RELEASE_AFTER_BYTES || burst_ended {
+            tracing::debug!(
+                handled_bytes = since_release,
+                burst_ended,
+                "handing freed memory back to the system"
+            );
+            since_release = 0;
             let _ = tokio::task::spawn_blocking(release).await;
         }
     }
 }
 
 /// Sheds the trees of rested objects every [`SHED_INTERVAL`](super::stored::SHED_INTERVAL)
-/// until `stop` (see the module docs). Runs on a blocking thread: a pass encodes the objects it
-/// sheds.
+/// until `stop` (see the module docs), on a thread of its own (a pass encodes the objects it
+/// sheds), dropping what each pass replaced here, on the runtime.
 pub async fn shed_rested(store: std::sync::Arc<super::store::Store>, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(super::stored::SHED_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<super::store::Garbage>();
+    let thread_stop = stop.clone();
+    let spawned = std::thread::Builder::new()
+        .name("apiserver-shed".into())
+        .spawn(move || {
+            // Ends with the server, or with the task below (a runtime shut down without
+            // cancelling the server drops it).
+            while !thread_stop.is_cancelled() && !tx.is_closed() {
+                std::thread::sleep(super::stored::SHED_INTERVAL);
+                let garbage = store.shed();
+                if !garbage.is_empty() && tx.send(garbage).is_err() {
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the thread that rests unread objects");
+        return;
+    }
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let store = store.clone();
-        if let Ok(freed) = tokio::task::spawn_blocking(move || store.shed()).await
-            && freed > 0
-        {
-            tracing::debug!(freed_bytes = freed, "stored objects rested as JSON bytes");
-            handled(freed);
+            garbage = rx.recv() => match garbage {
+                Some(garbage) => {
+                    let freed = garbage.tree_bytes();
+                    // Dropped here, on a request thread, not on the shedding thread (see
+                    // `store::Garbage`).
+                    drop(garbage);
+                    tracing::debug!(tree_bytes = freed, "stored objects rested as JSON bytes");
+                    handled(freed);
+                }
+                None => return,
+            },
         }
     }
 }
@@ -93,13 +128,31 @@ mod tests {
         HANDLED.store(0, Ordering::Relaxed);
         handled(RELEASE_AFTER_BYTES as usize + 1);
         tokio::time::sleep(CHECK_INTERVAL).await;
-        assert_eq!(RELEASES.load(Ordering::Relaxed), 1);
-        tokio::time::sleep(CHECK_INTERVAL * 3).await;
         assert_eq!(
             RELEASES.load(Ordering::Relaxed),
             1,
+            "a burst: released at once"
+        );
+        tokio::time::sleep(CHECK_INTERVAL).await;
+        assert_eq!(
+            RELEASES.load(Ordering::Relaxed),
+            2,
+            "and once more when it has ended (what it freed last)"
+        );
+        tokio::time::sleep(CHECK_INTERVAL * 3).await;
+        assert_eq!(
+            RELEASES.load(Ordering::Relaxed),
+            2,
             "a quiet server never trims"
         );
+        // A little traffic, then none: one release at the end of it.
+        handled(1000);
+        tokio::time::sleep(CHECK_INTERVAL).await;
+        assert_eq!(RELEASES.load(Ordering::Relaxed), 2, "not while it goes on");
+        tokio::time::sleep(CHECK_INTERVAL).await;
+        assert_eq!(RELEASES.load(Ordering::Relaxed), 3, "once it has ended");
+        tokio::time::sleep(CHECK_INTERVAL * 3).await;
+        assert_eq!(RELEASES.load(Ordering::Relaxed), 3, "and not again");
         stop.cancel();
         let _ = task.await;
     }

@@ -96,9 +96,9 @@ pub struct ApiServerArgs {
     /// Bytes of output kept per container for `kubectl logs` (the oldest lines go first).
     #[arg(long, default_value_t = super::logs::DEFAULT_LOG_BYTES)]
     pub pod_log_bytes: usize,
-    /// Keep objects nobody has read for half a second as their JSON bytes instead of decoded
-    /// trees: after a burst of writes the RSS grows by about 4 times the live JSON instead of
-    /// 14, for more CPU under heavy writes (see `embedded_apiserver::stored`).
+    /// Keep objects nobody has read for two to three seconds as their JSON bytes instead of
+    /// decoded trees: after a burst of writes the RSS grows by about 1.6 times the live JSON
+    /// instead of 14, for more CPU under heavy writes (see `embedded_apiserver::stored`).
     #[arg(long)]
     pub rest_unread_objects: bool,
     /// How long a simulated one-shot container runs (`1s`, `250ms`, `0s`).

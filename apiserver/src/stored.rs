@@ -7,7 +7,9 @@
 //! of it the small maps of `managedFields`), so 10,000 Ats written in a burst held the server
 //! at 15 times their JSON for as long as they lived. kube-apiserver keeps objects as bytes in
 //! etcd and decodes them into its watch cache, whose Go structs are compact; here the compact
-//! form is the JSON itself.
+//! form is the JSON itself. (serde_json's `preserve_order`, an `IndexMap` per object, was
+//! measured too: 6,989 bytes asked of malloc for that At's tree instead of 7,581, and every
+//! object's keys in arrival order rather than sorted as kube-apiserver serves a custom object.)
 //!
 //! So a [`Stored`] holds either or both:
 //!
@@ -18,70 +20,79 @@
 //! A write stores the tree it was given (the writer, the watches and the garbage collector read
 //! it at once). Every read marks the object as used. With
 //! [`ApiServerBuilder::rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects)
-//! (`--rest-unread-objects`; off by default, see the trade-off below),
-//! [`Store::shed`](super::store::Store::shed), run by the server every [`SHED_INTERVAL`], ages
-//! the objects: one not read for [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the store's lock) and its tree dropped, in the live
-//! objects and in the history alike (both then share one bytes-only copy). A hot object (a
-//! pod the node reads on every sync) keeps its tree; a cold one costs its JSON plus about 150
-//! bytes. The next read of a cold object decodes it again (microseconds for a typical object);
-//! a LIST without selectors serializes a cold object from a tree decoded for that item alone
-//! ([`Stored::with_value`]), so listing everything does not bring every tree back.
+//! (`--rest-unread-objects`; off by default, see the trade-off below), a thread of its own
+//! (`apiserver-shed`) runs [`Store::shed`](super::store::Store::shed) every [`SHED_INTERVAL`]:
+//! an object not read for [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the
+//! store's lock) and its tree dropped, in the live objects and in the history alike (both then
+//! share one bytes-only copy). A hot object (a pod the node reads on every sync) keeps its
+//! tree; a cold one costs its JSON plus about 150 bytes. The next read of a cold object decodes
+//! it again (microseconds for a typical object); a LIST without selectors serializes a cold
+//! object from a tree decoded for that item alone ([`Stored::with_value`]), so listing
+//! everything does not bring every tree back.
 //!
-//! The interval is short on purpose. glibc's malloc can only give back pages that are wholly
-//! free, and the long-lived allocations of a write (keys, history entries, the garbage
-//! collector's graph) land among the tree's own: when 10,000 trees stayed until a pass 10 s
-//! later, freeing them left 118 MB of heap holding 25 MB. With trees shed within half a second,
-//! only the last moments' trees are alive during a burst, and the heap reuses their memory for
-//! the next ones. [`Store::shed`](super::store::Store::shed) also copies what surrounds a rested
-//! object (its key, the map nodes, its history entry) on the shedding thread, so the pages the
-//! trees leave are more often free as a whole.
+//! Where each allocation is made decides whether memory comes back after a burst. glibc's
+//! malloc gives a thread's allocations from that thread's arena, and can only return pages that
+//! are wholly free. The trees are allocated by request threads; the rested copies (the JSON,
+//! the bytes-only `Stored`, the history entries and, once writes of new keys pause, the keys
+//! and map nodes of the resource) are made on the shedding thread, in its own arena, packed
+//! one after the other; and what they replace is dropped back on a request thread
+//! ([`Garbage`](super::store::Garbage)). Were the shedding thread to free the trees itself,
+//! its per-thread cache would hand their chunks straight back to its next copies, and the
+//! copies would land among the dead trees in the request threads' arenas (measured so: every
+//! rested object's JSON was found there, with most of those pages held by a few live bytes).
+//! With the copies apart, the request threads' arenas empty out after a burst and the server's
+//! release step hands them back (`apimachinery::malloc::release_freed_memory`, which also
+//! collects the runtime threads' cached chunks first; the standalone server fixes glibc's trim
+//! and mmap thresholds so that an arena's top is given back too).
 //!
-//! Measured with the release binary (`hack/bench-hostile.sh`, last line: 10,000 Ats of 660 bytes
-//! created by ten clients, then 60 s without writes): the RSS grows by 3.7 times the live JSON
-//! (24 MiB for 6.3 MiB), against 14.3 times (90 MiB) when every object stays a tree.
-//!
-//! Resting objects only once writes pause (no CPU under load) gives nothing back after a
-//! burst: measured so, the heap held 13 MB in use in 107 MB of system memory. glibc serves a
-//! request's thread from that thread's arena, and the shedding thread (from tokio's blocking
-//! pool) may be given one of the same arenas; its copies, made while or after the trees die,
-//! land one or two to each hole the trees leave (glibc takes the best-fitting free chunk), so
-//! almost every page keeps a few live bytes and none can be returned. Copying everything a
-//! second time after the trees were freed did not change that.
+//! Measured with the release binary (`hack/bench-hostile.sh`, last lines: 10,000 Ats of 660
+//! bytes created by ten clients, then 60 s without writes; five runs): the RSS grows by 1.60 to
+//! 1.65 times the live JSON (about 10.3 MiB for 6.3 MiB: 1,030 bytes an object, of which 688
+//! the JSON, 112 the history entry, 96 the `Stored`, 64 the key and about 60 the map), against
+//! 14.1 times (89 MiB) when every object stays a tree.
 //!
 //! The price is CPU under heavy writes, which is why it is off by default: with it, the At
-//! benchmark's server (`../shared/bench/at-vs-kube-rs.sh 10000`, project side) took 54 s of CPU
-//! instead of 29 s and the run 49 s instead of 32 s (every version of every object is encoded
-//! once, its tree freed early, and objects read again are decoded again; with a threshold of
-//! four 1-second passes, 42 s and 39 s, and no memory gained after a burst, since then the
-//! trees of a burst live long enough to fragment the heap as before). `perf` on the server,
-//! with and without it (33,500 and 16,500 samples at 499 Hz): of the extra samples, about half
-//! are glibc's `malloc`, `free`, `malloc_consolidate` and `unlink_chunk` (the shedding thread
-//! frees trees the request threads allocated, taking their arenas' locks, and leaves free lists
-//! that later allocations search), a sixth encoding JSON, a tenth the passes' own walks.
+//! benchmark's server (`ONLY=project ../shared/bench/at-vs-kube-rs.sh 10000`, alternated runs)
+//! took 32 to 35 s of CPU instead of 23 to 29 s, and the run 32 s instead of 26 to 32 s (every
+//! version of an object unread for a few seconds is encoded once, and objects read again are
+//! decoded again). A pass every 250 ms that rested objects after half a second cost 43 to
+//! 54 s; it had been chosen short to keep a burst's trees from fragmenting the heap, which the
+//! separate arena now does, so the passes run once a second and rest what has gone unread for
+//! two to three of them. `perf` on that earlier setting (33,500 samples at 499 Hz against 16,500
+//! without resting): of the extra samples, about half were glibc's `malloc`, `free`,
+//! `malloc_consolidate` and `unlink_chunk`, a sixth encoding JSON, a tenth the passes' own
+//! walks.
 
 use std::ops::Deref;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::Value;
+use std::sync::Arc;
 
-/// How often the server sheds the trees of objects nobody read since the previous pass: an
-/// object unread for between one and two intervals is kept as JSON bytes only (see the module
-/// docs for why it is short). A pass walks the objects twice under the store's lock, checking
-/// a flag on each; it encodes and frees outside it.
-pub const SHED_INTERVAL: Duration = Duration::from_millis(250);
+/// How often the server sheds the trees of objects nobody read for [`REST_AFTER_PASSES`]
+/// passes (see the module docs). A pass walks the objects twice under the store's lock,
+/// checking a flag on each; it encodes outside it, and the trees are freed on another thread.
+pub const SHED_INTERVAL: Duration = Duration::from_millis(1000);
 
-/// How many passes an object must go unread before it rests.
-pub const REST_AFTER_PASSES: u8 = 2;
+/// How many passes an object must go unread before it rests: two to three seconds.
+pub const REST_AFTER_PASSES: u8 = 3;
+
+// The encoding buffer of [`Stored::encode`], per thread.
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The largest encoding buffer a thread keeps between objects.
+const SCRATCH_KEPT: usize = 64 << 10;
 
 /// One stored object (see the module docs). Read it through `Deref` (`&*stored` is the
 /// `&Value`) or [`Stored::value`].
 pub struct Stored {
     tree: OnceLock<Value>,
-    json: OnceLock<Bytes>,
+    json: OnceLock<Arc<[u8]>>,
     /// Set by every read, cleared by each shedding pass.
     /// Shedding passes since the last read (0 = read since the last pass); saturates.
     idle: AtomicU8,
@@ -98,7 +109,7 @@ impl Stored {
     }
 
     /// An object as its JSON bytes only, decoded on first read.
-    fn from_json(json: Bytes) -> Self {
+    fn from_json(json: Arc<[u8]>) -> Self {
         Stored {
             tree: OnceLock::new(),
             json: OnceLock::from(json),
@@ -183,15 +194,23 @@ impl Stored {
     /// Second half, outside the lock: encodes the bytes of a candidate.
     pub(crate) fn encode(&self) {
         if let Some(tree) = self.tree.get() {
-            self.json
-                // Boxed to its length: `to_vec` leaves up to half of its buffer unused.
-                .get_or_init(|| {
-                    Bytes::from(
-                        serde_json::to_vec(tree)
-                            .unwrap_or_default()
-                            .into_boxed_slice(),
-                    )
-                });
+            self.json.get_or_init(|| {
+                // Encoded into a buffer this thread keeps, then copied out at its length: one
+                // allocation of the right size, made here (see `store::Garbage` for why where
+                // matters), where `to_vec` would grow a buffer step by step and leave up to
+                // half of it unused.
+                SCRATCH.with_borrow_mut(|scratch| {
+                    scratch.clear();
+                    if serde_json::to_writer(&mut *scratch, tree).is_err() {
+                        scratch.clear();
+                    }
+                    let json = Arc::<[u8]>::from(scratch.as_slice());
+                    if scratch.capacity() > SCRATCH_KEPT {
+                        *scratch = Vec::new();
+                    }
+                    json
+                })
+            });
         }
     }
 

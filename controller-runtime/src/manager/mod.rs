@@ -1022,6 +1022,7 @@ pub fn main(
     apimachinery::serving::set_memory_release(apimachinery::malloc::release_freed_memory);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(apimachinery::malloc::on_thread_park)
         .build()
     {
         Ok(rt) => rt,
