@@ -2,8 +2,9 @@
 //! library crates that calls into C, so the one place `unsafe` is allowed).
 //!
 //! Both binaries (`sample-controller` and the image's `controller-manager`) install the first as
-//! the servers' release hook, and call the second before the manager's runtime starts (`run`
-//! only), and `sample-controller apiserver` the third (the demo keeps glibc's defaults). On any other C library (the
+//! the servers' release hook and call the second before the manager's runtime starts (`run`
+//! only); `sample-controller apiserver` calls the third (the demo keeps glibc's defaults). On
+//! any other C library (the
 //! container image is static musl, whose mallocng has no per-thread arenas and returns freed
 //! memory by itself) both do nothing.
 //!
@@ -52,9 +53,9 @@
 /// cache's chunks come from wherever that thread last freed, so after a burst a few hundred
 /// of them sit one to a page across the arenas and keep those pages resident: measured after
 /// 10,000 Ats had rested in the embedded API server, the two runtime workers' arenas held
-/// 2.3 MB of resident memory each around 0.23 MB of cached chunks. Each thread
-/// that parks takes its cached chunks out (by allocating them), and a short-lived thread frees
-/// them all and exits, so they reach the arenas' free lists before the trim. Called from
+/// 2.3 MB of resident memory each around 0.23 MB of cached chunks. Each thread that parks
+/// takes its cached chunks out (by allocating them), and a short-lived thread frees them all
+/// and exits, so they reach the arenas' free lists before the trim. Called from
 /// within a runtime (the servers call it on a blocking thread), it wakes idle workers with a
 /// few empty tasks so that they park again; a thread that is busy and does not park within
 /// [`CACHE_HANDOVER_WAIT`] keeps its cache this time.
@@ -107,6 +108,9 @@ mod thread_caches {
     /// for as 24 to 1,032), seven chunks each.
     const CLASSES: usize = 64;
     const PER_CLASS: usize = 7;
+    /// Threads whose chunks wait for one release at most (a release that never comes to take
+    /// them does not let them pile up).
+    const MAX_THREADS: usize = 64;
 
     /// Releases that asked; threads that have parked since the latest one remember it.
     static ASKED: AtomicU64 = AtomicU64::new(0);
@@ -130,8 +134,7 @@ mod thread_caches {
             .flat_map(|class| (0..PER_CLASS).map(move |_| Vec::with_capacity(24 + 16 * class)))
             .collect();
         let mut handed = HANDED.lock().unwrap_or_else(|e| e.into_inner());
-        // Bounded: a release that never came to take them does not let them pile up.
-        if handed.len() < 64 * CLASSES * PER_CLASS {
+        if handed.len() < MAX_THREADS * CLASSES * PER_CLASS {
             handed.extend(taken);
         }
     }

@@ -10,8 +10,8 @@
 //! a blocking thread when more than [`RELEASE_AFTER_BYTES`] went through since the last
 //! release, and once more when an interval passes with nothing handled after one that had
 //! some (the end of a burst: what its last requests freed is given back too). A quiet server
-//! never trims; a busy one trims at most once per interval. Connection
-//! floods are covered separately by [`apimachinery::serving`].
+//! never trims; a busy one trims at most once per interval. Connection floods are covered
+//! separately by [`apimachinery::serving`].
 //!
 //! Stored objects are the other half, when the server is built with
 //! [`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects) (off by default, for
@@ -96,7 +96,7 @@ pub async fn shed_rested(store: std::sync::Arc<super::store::Store>, stop: Cance
             garbage = rx.recv() => match garbage {
                 Some(garbage) => {
                     let freed = garbage.tree_bytes();
-                    // Dropped here, on a request thread, not on the shedding thread (see
+                    // Dropped here, on a runtime thread, not on the shedding thread (see
                     // `store::Garbage`).
                     drop(garbage);
                     tracing::debug!(tree_bytes = freed, "stored objects rested as JSON bytes");

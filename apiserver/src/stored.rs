@@ -25,10 +25,10 @@
 //! an object not read for [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the
 //! store's lock) and its tree dropped, in the live objects and in the history alike (both then
 //! share one bytes-only copy). A hot object (a pod the node reads on every sync) keeps its
-//! tree; a cold one costs its JSON plus about 150 bytes. The next read of a cold object decodes
-//! it again (microseconds for a typical object); a LIST without selectors serializes a cold
-//! object from a tree decoded for that item alone ([`Stored::with_value`]), so listing
-//! everything does not bring every tree back.
+//! tree; a cold one costs its JSON plus about 350 bytes (figures below). The next read of a
+//! cold object decodes it again (microseconds for a typical object); a LIST without selectors
+//! serializes a cold object from a tree decoded for that item alone ([`Stored::with_value`]),
+//! so listing everything does not bring every tree back.
 //!
 //! Where each allocation is made decides whether memory comes back after a burst. glibc's
 //! malloc gives a thread's allocations from that thread's arena, and can only return pages that
