@@ -402,6 +402,7 @@ pub struct ApiServerBuilder {
     node_runtime: runtime::NodeRuntime,
     pod_log_bytes: usize,
     rest_unread_objects: bool,
+    rest_unread_after: Duration,
     node_runtime_max_pods: usize,
     node_runtime_timeout: Option<Duration>,
     serving: ServingLimits,
@@ -437,7 +438,8 @@ impl Default for ApiServerBuilder {
             flow_control: flowcontrol::Settings::default(),
             node_runtime: runtime::NodeRuntime::Simulated,
             pod_log_bytes: logs::DEFAULT_LOG_BYTES,
-            rest_unread_objects: false,
+            rest_unread_objects: true,
+            rest_unread_after: stored::DEFAULT_REST_AFTER,
             node_runtime_max_pods: runtime::DEFAULT_MAX_PODS,
             node_runtime_timeout: None,
             serving: ServingLimits::default(),
@@ -612,14 +614,25 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Lets objects nobody has read for two to three seconds rest as their JSON bytes
-    /// ([`stored`]; `--rest-unread-objects`; off by default). After 10,000 Ats created at once
-    /// and a minute idle, the standalone server's RSS grew by 1.6 times their JSON with it
-    /// against 14.1 times without; under the At benchmark's write load the server spent about
-    /// 30 % more CPU with it (versions unread for a few seconds are encoded once, and read
-    /// again from bytes). Runs a thread of its own (`apiserver-shed`) while the server runs.
+    /// Whether objects nobody has read for a while ([`ApiServerBuilder::rest_unread_after`])
+    /// rest as their JSON bytes ([`stored`]; `--rest-unread-objects`; on by default). After
+    /// 10,000 Ats created at once and a minute idle, the standalone server's RSS grew by about
+    /// 1.5 times their JSON with it, against 14 times without. Runs a thread of its own
+    /// (`apiserver-shed`) while the server runs.
     pub fn rest_unread_objects(mut self, on: bool) -> Self {
         self.rest_unread_objects = on;
+        self
+    }
+
+    /// How long an object goes unread before it rests (default
+    /// [`stored::DEFAULT_REST_AFTER`], 30 s; `--rest-unread-after`): it rests between two and
+    /// three thirds of this after its last read. Shorter saves memory sooner and costs CPU
+    /// under writes: every version of an object that outlives it is encoded once, and decoded
+    /// again when read. Under the At benchmark (10,000 Ats written four times each in about 30
+    /// s) the server spent about 6 % more CPU with 30 s than without resting, and about 40 %
+    /// more with 3 s (`stored`'s module docs).
+    pub fn rest_unread_after(mut self, d: Duration) -> Self {
+        self.rest_unread_after = d;
         self
     }
 
@@ -813,7 +826,11 @@ impl ApiServerBuilder {
             tracker.spawn(memory::release_after_bursts(release, shutdown.clone()));
         }
         if self.rest_unread_objects {
-            tracker.spawn(memory::shed_rested(store.clone(), shutdown.clone()));
+            tracker.spawn(memory::shed_rested(
+                store.clone(),
+                stored::shed_interval(self.rest_unread_after),
+                shutdown.clone(),
+            ));
         }
         // Debug: the `apiserver` command prints the URL on stdout itself, once.
         tracing::debug!(%url, "embedded API server listening");

@@ -13,12 +13,11 @@
 //! never trims; a busy one trims at most once per interval. Connection floods are covered
 //! separately by [`apimachinery::serving`].
 //!
-//! Stored objects are the other half, when the server is built with
-//! [`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects) (off by default, for
-//! its CPU): [`shed_rested`] lets the objects nobody read for a while rest as JSON bytes
-//! instead of trees ([`super::stored`]), every
-//! [`SHED_INTERVAL`](super::stored::SHED_INTERVAL), on a thread of its own whose arena holds
-//! only the rested copies; it hands what they replace to a runtime thread to drop (see
+//! Stored objects are the other half ([`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects),
+//! on by default): [`shed_rested`] lets the objects nobody read for a while
+//! ([`rest_unread_after`](super::ApiServerBuilder::rest_unread_after), 30 s by default) rest as
+//! JSON bytes instead of trees ([`super::stored`]), in passes every third of that, on a thread
+//! of its own whose arena holds only the rested copies; it hands what they replace to a runtime thread to drop (see
 //! [`Garbage`](super::store::Garbage) for why), and counts the trees dropped as handled bytes,
 //! so the release above follows a burst of writes too.
 
@@ -67,32 +66,41 @@ pub async fn release_after_bursts(release: fn(), stop: CancellationToken) {
     }
 }
 
-/// Sheds the trees of rested objects every [`SHED_INTERVAL`](super::stored::SHED_INTERVAL)
-/// until `stop` (see the module docs), on a thread of its own (a pass encodes the objects it
-/// sheds), dropping what each pass replaced here, on the runtime.
-pub async fn shed_rested(store: std::sync::Arc<super::store::Store>, stop: CancellationToken) {
+/// Sheds the trees of rested objects every `interval`
+/// ([`shed_interval`](super::stored::shed_interval)) until `stop` (see the module docs), on a
+/// thread of its own (a pass encodes the objects it sheds), dropping what each pass replaced
+/// here, on the runtime.
+pub async fn shed_rested(
+    store: std::sync::Arc<super::store::Store>,
+    interval: Duration,
+    stop: CancellationToken,
+) {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<super::store::Garbage>();
-    let thread_stop = stop.clone();
+    // Nothing is ever sent: dropping the sender wakes the thread at once to end it.
+    let (wake, woken) = std::sync::mpsc::channel::<()>();
     let spawned = std::thread::Builder::new()
         .name("apiserver-shed".into())
         .spawn(move || {
-            // Ends with the server, or with the task below (a runtime shut down without
-            // cancelling the server drops it).
-            while !thread_stop.is_cancelled() && !tx.is_closed() {
-                std::thread::sleep(super::stored::SHED_INTERVAL);
+            // Ends when the task below drops `wake`: when the server stops, or when a runtime
+            // shut down without stopping it drops the task.
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = woken.recv_timeout(interval)
+            {
                 let garbage = store.shed();
                 if !garbage.is_empty() && tx.send(garbage).is_err() {
                     return;
                 }
             }
         });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the thread that rests unread objects");
-        return;
-    }
+    let thread = match spawned {
+        Ok(thread) => thread,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the thread that rests unread objects");
+            return;
+        }
+    };
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => break,
             garbage = rx.recv() => match garbage {
                 Some(garbage) => {
                     let freed = garbage.tree_bytes();
@@ -102,10 +110,15 @@ pub async fn shed_rested(store: std::sync::Arc<super::store::Store>, stop: Cance
                     tracing::debug!(tree_bytes = freed, "stored objects rested as JSON bytes");
                     handled(freed);
                 }
-                None => return,
+                None => break,
             },
         }
     }
+    // The thread holds the store (and a `--data-dir`'s open database): the server's shutdown
+    // waits for it to let go, so that a server started next on the same directory can open it.
+    drop(wake);
+    drop(rx);
+    let _ = tokio::task::spawn_blocking(move || thread.join()).await;
 }
 
 #[cfg(test)]

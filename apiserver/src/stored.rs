@@ -18,12 +18,12 @@
 //! * the **bytes**, the object's compact JSON, encoded when the object has rested.
 //!
 //! A write stores the tree it was given (the writer, the watches and the garbage collector read
-//! it at once). Every read marks the object as used. With
-//! [`ApiServerBuilder::rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects)
-//! (`--rest-unread-objects`; off by default, see the trade-off below), a thread of its own
-//! (`apiserver-shed`) runs [`Store::shed`](super::store::Store::shed) every [`SHED_INTERVAL`]:
-//! an object not read for [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the
-//! store's lock) and its tree dropped, in the live objects and in the history alike (both then
+//! it at once). Every read marks the object as used. A thread of its own (`apiserver-shed`)
+//! runs [`Store::shed`](super::store::Store::shed) every third of
+//! [`ApiServerBuilder::rest_unread_after`](super::ApiServerBuilder::rest_unread_after)
+//! ([`DEFAULT_REST_AFTER`], 30 s; `--rest-unread-after`): an object not read for
+//! [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the store's lock) and its tree
+//! dropped, in the live objects and in the history alike (both then
 //! share one bytes-only copy). A hot object (a pod the node reads on every sync) keeps its
 //! tree; a cold one costs its JSON plus about 350 bytes (figures below). The next read of a
 //! cold object decodes it again (microseconds for a typical object); a LIST without selectors
@@ -46,22 +46,26 @@
 //! and mmap thresholds so that an arena's top is given back too).
 //!
 //! Measured with the release binary (`hack/bench-hostile.sh`, last lines: 10,000 Ats of 660
-//! bytes created by ten clients, then 60 s without writes; five runs): the RSS grows by 1.60 to
-//! 1.65 times the live JSON (about 10.3 MiB for 6.3 MiB: 1,030 bytes an object, of which 688
-//! the JSON, 112 the history entry, 96 the `Stored`, 64 the key and about 60 the map), against
-//! 14.1 times (89 MiB) when every object stays a tree.
+//! bytes created by ten clients, then 60 s without writes): the RSS grows by about 1.5 times
+//! the live JSON (1.54 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
+//! three seconds: about 1,030 bytes an object, of which 688 the JSON, 112 the history entry,
+//! 96 the `Stored`, 64 the key and about 60 the map), against 14.1 times (89 MiB) when every
+//! object stays a tree (`--rest-unread-objects=false`,
+//! [`ApiServerBuilder::rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects)).
 //!
-//! The price is CPU under heavy writes, which is why it is off by default: with it, the At
-//! benchmark's server (`ONLY=project ../shared/bench/at-vs-kube-rs.sh 10000`, alternated runs)
-//! took 32 to 35 s of CPU instead of 23 to 29 s, and the run 32 s instead of 26 to 32 s (every
-//! version of an object unread for a few seconds is encoded once, and objects read again are
-//! decoded again). A pass every 250 ms that rested objects after half a second cost 43 to
-//! 54 s; it had been chosen short to keep a burst's trees from fragmenting the heap, which the
-//! separate arena now does, so the passes run once a second and rest what has gone unread for
-//! two to three of them. `perf` on that earlier setting (33,500 samples at 499 Hz against 16,500
-//! without resting): of the extra samples, about half were glibc's `malloc`, `free`,
-//! `malloc_consolidate` and `unlink_chunk`, a sixth encoding JSON, a tenth the passes' own
-//! walks.
+//! The price is CPU, and the delay decides it. Every version of an object that outlives the
+//! delay unread is encoded once, and an object read again after resting is decoded again.
+//! Under the At benchmark (`ONLY=project ../shared/bench/at-vs-kube-rs.sh 10000`: 10,000 Ats
+//! written about four times each in about 30 s; three runs each, alternated) the server took
+//! 28.3 to 30.4 s of CPU with the default delay (objects rest 20 to 30 s after their last
+//! read), 25.1 to 28.6 s without resting, and 36.6 to 41.6 s with a delay of two to three
+//! seconds: with a short delay most versions rest while the controller still works on them. `perf` on a delay of half a second
+//! (33,500 samples at 499 Hz against 16,500 without resting): of the extra samples, about half
+//! were glibc's `malloc`, `free`, `malloc_consolidate` and `unlink_chunk`, a sixth encoding
+//! JSON, a tenth the passes' own walks. A pass holds the store's lock for two walks over the
+//! objects and the history, checking a counter on each; the burst's trees are freed where
+//! they were allocated whenever they rest, so the delay does not change the RSS once they
+//! have.
 
 use std::ops::Deref;
 use std::sync::OnceLock;
@@ -72,13 +76,20 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
 
-/// How often the server sheds the trees of objects nobody read for [`REST_AFTER_PASSES`]
-/// passes (see the module docs). A pass walks the objects twice under the store's lock,
-/// checking a flag on each; it encodes outside it, and the trees are freed on another thread.
-pub const SHED_INTERVAL: Duration = Duration::from_millis(1000);
+/// How long an object goes unread before it rests, by default
+/// ([`ApiServerBuilder::rest_unread_after`](super::ApiServerBuilder::rest_unread_after)):
+/// passes run every third of it, so an object rests between two and three thirds of it after
+/// its last read.
+pub const DEFAULT_REST_AFTER: Duration = Duration::from_secs(30);
 
-/// How many passes an object must go unread before it rests: two to three seconds.
+/// How many passes an object must go unread before it rests.
 pub const REST_AFTER_PASSES: u8 = 3;
+
+/// The time between two shedding passes for objects to rest `rest_after` after their last
+/// read (at least a millisecond).
+pub fn shed_interval(rest_after: Duration) -> Duration {
+    (rest_after / u32::from(REST_AFTER_PASSES)).max(Duration::from_millis(1))
+}
 
 // The encoding buffer of [`Stored::encode`], per thread.
 thread_local! {
@@ -300,6 +311,16 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::sync::Arc;
+
+    #[test]
+    fn passes_run_every_third_of_the_rest_delay() {
+        assert_eq!(shed_interval(DEFAULT_REST_AFTER), Duration::from_secs(10));
+        assert_eq!(
+            shed_interval(Duration::from_millis(300)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(shed_interval(Duration::ZERO), Duration::from_millis(1));
+    }
 
     fn at() -> Value {
         json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
