@@ -438,7 +438,7 @@ impl Default for ApiServerBuilder {
             flow_control: flowcontrol::Settings::default(),
             node_runtime: runtime::NodeRuntime::Simulated,
             pod_log_bytes: logs::DEFAULT_LOG_BYTES,
-            rest_unread_objects: true,
+            rest_unread_objects: false,
             rest_unread_after: stored::DEFAULT_REST_AFTER,
             node_runtime_max_pods: runtime::DEFAULT_MAX_PODS,
             node_runtime_timeout: None,
@@ -615,10 +615,10 @@ impl ApiServerBuilder {
     }
 
     /// Whether objects nobody has read for a while ([`ApiServerBuilder::rest_unread_after`])
-    /// rest as their JSON bytes ([`stored`]; `--rest-unread-objects`; on by default). After
-    /// 10,000 Ats created at once and a minute idle, the standalone server's RSS grew by about
-    /// 1.5 times their JSON with it, against 14 times without. Runs a thread of its own
-    /// (`apiserver-shed`) while the server runs.
+    /// rest as their JSON bytes ([`stored`]; `--rest-unread-objects`; off by default, see
+    /// [`stored`] for why). After 10,000 Ats created at once and a minute idle, the standalone
+    /// server's RSS grew by about 1.5 times their JSON with it, against 14 times without. Runs a
+    /// thread of its own (`apiserver-shed`) while the server runs.
     pub fn rest_unread_objects(mut self, on: bool) -> Self {
         self.rest_unread_objects = on;
         self

@@ -14,7 +14,7 @@
 //! separately by [`apimachinery::serving`].
 //!
 //! Stored objects are the other half ([`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects),
-//! on by default): [`shed_rested`] lets the objects nobody read for a while
+//! off by default): [`shed_rested`] lets the objects nobody read for a while
 //! ([`rest_unread_after`](super::ApiServerBuilder::rest_unread_after), 30 s by default) rest as
 //! JSON bytes instead of trees ([`super::stored`]), in passes every third of that, on a thread
 //! of its own whose arena holds only the rested copies; it hands what they replace to a runtime thread to drop (see

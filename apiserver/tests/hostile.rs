@@ -769,12 +769,13 @@ async fn owner_references_added_by_a_patch_are_refused_as_cheaply() {
     s.shutdown().await;
 }
 
-/// Row 9: objects nobody reads come to rest as their JSON bytes (no tree) in the live map, and
+/// Row 9: with `rest_unread_objects`, objects nobody reads come to rest as their JSON bytes (no tree) in the live map, and
 /// every read (a GET, a LIST, a write on top) answers exactly what was written.
 #[tokio::test]
 async fn unread_objects_rest_as_bytes_and_read_back_the_same() {
     let s = ApiServer::builder()
         .plain_http(true)
+        .rest_unread_objects(true)
         .rest_unread_after(std::time::Duration::from_millis(300))
         .start()
         .await
@@ -848,6 +849,7 @@ async fn a_watch_and_a_paged_list_read_rested_history_as_written() {
     const N: usize = 30;
     let s = ApiServer::builder()
         .plain_http(true)
+        .rest_unread_objects(true)
         .rest_unread_after(std::time::Duration::from_millis(300))
         .start()
         .await
