@@ -769,17 +769,48 @@ async fn owner_references_added_by_a_patch_are_refused_as_cheaply() {
     s.shutdown().await;
 }
 
-/// Row 9: with `rest_unread_objects`, objects nobody reads come to rest as their JSON bytes (no tree) in the live map, and
-/// every read (a GET, a LIST, a write on top) answers exactly what was written.
-#[tokio::test]
-async fn unread_objects_rest_as_bytes_and_read_back_the_same() {
-    let s = ApiServer::builder()
+/// A server whose objects rest after 300 ms unread (passes every tenth of a second).
+async fn resting_server() -> ApiServerHandle {
+    ApiServer::builder()
         .plain_http(true)
         .rest_unread_objects(true)
         .rest_unread_after(std::time::Duration::from_millis(300))
         .start()
         .await
-        .expect("server starts");
+        .expect("server starts")
+}
+
+/// How many of the ConfigMaps `cm-00` .. `cm-{n-1}` hold a decoded tree.
+fn still_decoded(s: &ApiServerHandle, n: usize) -> usize {
+    s.store().read(|st| {
+        (0..n)
+            .filter(|i| {
+                st.get_shared("core/configmaps", "default", &format!("cm-{i:02}"))
+                    .is_some_and(|o| o.is_decoded())
+            })
+            .count()
+    })
+}
+
+/// Waits until none of `cm-00` .. `cm-{n-1}` holds a tree (up to 20 s on a busy machine), then
+/// half a second more, for the history entries the last pass found.
+async fn wait_until_rested(s: &ApiServerHandle, n: usize) {
+    for _ in 0..200 {
+        if still_decoded(s, n) == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(still_decoded(s, n), 0, "every unread object rests");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+}
+
+/// Row 9: with `rest_unread_objects`, objects nobody reads come to rest as their JSON bytes
+/// (no tree) in the live map, and every read (a GET, a LIST, a write on top) answers exactly
+/// what was written.
+#[tokio::test]
+async fn unread_objects_rest_as_bytes_and_read_back_the_same() {
+    let s = resting_server().await;
     let c = Plain::new(&s, false);
     let mut written = vec![];
     for i in 0..20 {
@@ -794,26 +825,7 @@ async fn unread_objects_rest_as_bytes_and_read_back_the_same() {
         assert_eq!(code, 201, "{body}");
         written.push(body);
     }
-    let decoded = || {
-        s.store().read(|st| {
-            (0..20)
-                .filter(|i| {
-                    st.get_shared("core/configmaps", "default", &format!("cm-{i:02}"))
-                        .is_some_and(|o| o.is_decoded())
-                })
-                .count()
-        })
-    };
-    // Passes run every tenth of a second; give them up to 20 s on a busy machine.
-    let mut left = decoded();
-    for _ in 0..200 {
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        left = decoded();
-    }
-    assert_eq!(left, 0, "every unread object rests");
+    wait_until_rested(&s, 20).await;
     let (code, list) = c.get(CMS).await;
     assert_eq!(code, 200);
     let items = list["items"].as_array().expect("items");
@@ -822,7 +834,7 @@ async fn unread_objects_rest_as_bytes_and_read_back_the_same() {
         assert_eq!(got, want);
     }
     assert_eq!(
-        decoded(),
+        still_decoded(&s, 20),
         0,
         "a LIST decodes a rested object for its item alone"
     );
@@ -847,13 +859,7 @@ async fn unread_objects_rest_as_bytes_and_read_back_the_same() {
 #[tokio::test]
 async fn a_watch_and_a_paged_list_read_rested_history_as_written() {
     const N: usize = 30;
-    let s = ApiServer::builder()
-        .plain_http(true)
-        .rest_unread_objects(true)
-        .rest_unread_after(std::time::Duration::from_millis(300))
-        .start()
-        .await
-        .expect("server starts");
+    let s = resting_server().await;
     let c = Plain::new(&s, false);
     let (_, list) = c.get(CMS).await;
     let from = list["metadata"]["resourceVersion"]
@@ -904,26 +910,8 @@ async fn a_watch_and_a_paged_list_read_rested_history_as_written() {
         .await;
     assert_eq!(code, 200, "{body}");
     events.push(("MODIFIED", body));
-    // Every object and every change rests (passes every tenth of a second; up to 20 s on a
-    // busy machine), then the rest of the pages and the watch read them.
-    let decoded = || {
-        s.store().read(|st| {
-            (0..N)
-                .filter(|i| {
-                    st.get_shared("core/configmaps", "default", &format!("cm-{i:02}"))
-                        .is_some_and(|o| o.is_decoded())
-                })
-                .count()
-        })
-    };
-    for _ in 0..200 {
-        if decoded() == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert_eq!(decoded(), 0, "every unread object rests");
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Every object and every change rests, then the rest of the pages and the watch read them.
+    wait_until_rested(&s, N).await;
     while !token.is_empty() {
         let (code, page) = c.get(&format!("{CMS}?limit=7&continue={token}")).await;
         assert_eq!(code, 200, "{page}");
