@@ -13,12 +13,13 @@
 //! never trims; a busy one trims at most once per interval. Connection floods are covered
 //! separately by [`apimachinery::serving`].
 //!
-//! Stored objects are the other half ([`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects),
-//! off by default): [`shed_rested`] lets the objects nobody read for a while
+//! Stored objects are the other half
+//! ([`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects), off by default):
+//! [`shed_rested`] lets the objects nobody read for a while
 //! ([`rest_unread_after`](super::ApiServerBuilder::rest_unread_after), 30 s by default) rest as
 //! JSON bytes instead of trees ([`super::stored`]), in passes every third of that, on a thread
-//! of its own whose arena holds only the rested copies; it hands what they replace to a runtime thread to drop (see
-//! [`Garbage`](super::store::Garbage) for why), and counts the trees dropped as handled bytes,
+//! of its own whose arena holds only the rested copies; it hands what they replace to a
+//! runtime thread to drop (see [`Garbage`](super::store::Garbage) for why), and counts the trees dropped as handled bytes,
 //! so the release above follows a burst of writes too.
 
 use std::sync::atomic::{AtomicU64, Ordering};

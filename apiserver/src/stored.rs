@@ -20,13 +20,13 @@
 //! A write stores the tree it was given (the writer, the watches and the garbage collector read
 //! it at once). Every read marks the object as used. With
 //! [`ApiServerBuilder::rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects)
-//! (`--rest-unread-objects`; off by default, see the last section), a thread of its own (`apiserver-shed`)
-//! runs [`Store::shed`](super::store::Store::shed) every third of
+//! (`--rest-unread-objects`; off by default, see the last section), a thread of its own
+//! (`apiserver-shed`) runs [`Store::shed`](super::store::Store::shed) every third of
 //! [`ApiServerBuilder::rest_unread_after`](super::ApiServerBuilder::rest_unread_after)
 //! ([`DEFAULT_REST_AFTER`], 30 s; `--rest-unread-after`): an object not read for
 //! [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the store's lock) and its tree
-//! dropped, in the live objects and in the history alike (both then
-//! share one bytes-only copy). A hot object (a pod the node reads on every sync) keeps its
+//! dropped, in the live objects and in the history alike (both then share one bytes-only
+//! copy). A hot object (a pod the node reads on every sync) keeps its
 //! tree; a cold one costs its JSON plus about 350 bytes (figures below). The next read of a
 //! cold object decodes it again (microseconds for a typical object); a LIST without selectors
 //! serializes a cold object from a tree decoded for that item alone ([`Stored::with_value`]),
@@ -48,8 +48,8 @@
 //! and mmap thresholds so that an arena's top is given back too).
 //!
 //! Measured with the release binary (`hack/bench-hostile.sh`, last lines: 10,000 Ats of 660
-//! bytes created by ten clients, then 60 s without writes): the RSS grows by about 1.5 times
-//! the live JSON (1.54 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
+//! bytes created by ten clients, then 60 s without writes), resting, the RSS grows by about 1.5 times
+//! the live JSON (1.52 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
 //! three seconds: about 1,030 bytes an object, of which 688 the JSON, 112 the history entry,
 //! 96 the `Stored`, 64 the key and about 60 the map), against 14.1 times (89 MiB) when every
 //! object stays a tree (the default).
@@ -60,9 +60,9 @@
 //! written about four times each in about 30 s; three runs each, alternated) the server took
 //! 28.3 to 30.4 s of CPU with the default delay (objects rest 20 to 30 s after their last
 //! read), 25.1 to 28.6 s without resting, and 36.6 to 41.6 s with a delay of two to three
-//! seconds: with a short delay most versions rest while the controller still works on them. `perf` on a delay of half a second
-//! (33,500 samples at 499 Hz against 16,500 without resting): of the extra samples, about half
-//! were glibc's `malloc`, `free`, `malloc_consolidate` and `unlink_chunk`, a sixth encoding
+//! seconds: with a short delay most versions rest while the controller still works on them.
+//! `perf` on a delay of half a second (33,500 samples at 499 Hz against 16,500 without
+//! resting): of the extra samples, about half were glibc's `malloc`, `free`, `malloc_consolidate` and `unlink_chunk`, a sixth encoding
 //! JSON, a tenth the passes' own walks. A pass holds the store's lock for two walks over the
 //! objects and the history, checking a counter on each; the burst's trees are freed where
 //! they were allocated whenever they rest, so the delay does not change the RSS once they
