@@ -48,8 +48,8 @@
 //! and mmap thresholds so that an arena's top is given back too).
 //!
 //! Measured with the release binary (`hack/bench-hostile.sh`, last lines: 10,000 Ats of 660
-//! bytes created by ten clients, then 60 s without writes), resting, the RSS grows by about 1.5 times
-//! the live JSON (1.52 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
+//! bytes created by ten clients, then 60 s without writes), with resting the RSS grows by
+//! about 1.5 times the live JSON (1.52 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
 //! three seconds: about 1,030 bytes an object, of which 688 the JSON, 112 the history entry,
 //! 96 the `Stored`, 64 the key and about 60 the map), against 14.1 times (89 MiB) when every
 //! object stays a tree (the default).
