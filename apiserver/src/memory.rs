@@ -18,9 +18,9 @@
 //! [`shed_rested`] lets the objects nobody read for a while
 //! ([`rest_unread_after`](super::ApiServerBuilder::rest_unread_after), 30 s by default) rest as
 //! JSON bytes instead of trees ([`super::stored`]), in passes every third of that, on a thread
-//! of its own whose arena holds only the rested copies; it hands what they replace to a
-//! runtime thread to drop (see [`Garbage`](super::store::Garbage) for why), and counts the trees dropped as handled bytes,
-//! so the release above follows a burst of writes too.
+//! of its own whose arena holds only the rested copies; it hands what they replace to a runtime
+//! thread to drop (see [`Garbage`](super::store::Garbage) for why), and counts the trees
+//! dropped as handled bytes, so the release above follows a burst of writes too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

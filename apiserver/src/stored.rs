@@ -47,26 +47,26 @@
 //! collects the runtime threads' cached chunks first; the standalone server fixes glibc's trim
 //! and mmap thresholds so that an arena's top is given back too).
 //!
-//! Measured with the release binary (`hack/bench-hostile.sh`, last lines: 10,000 Ats of 660
-//! bytes created by ten clients, then 60 s without writes), with resting the RSS grows by
-//! about 1.5 times the live JSON (1.52 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
-//! three seconds: about 1,030 bytes an object, of which 688 the JSON, 112 the history entry,
-//! 96 the `Stored`, 64 the key and about 60 the map), against 14.1 times (89 MiB) when every
-//! object stays a tree (the default).
+//! Measured with the release binary (`hack/bench-hostile.sh`, last lines: 10,000 Ats of 660 bytes
+//! created by ten clients, then 60 s without writes), with resting the RSS grows by about 1.5 times
+//! the live JSON (1.52 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
+//! three seconds: about 1,030 bytes an object, of which 688 the JSON, 112 the history entry, 96 the
+//! `Stored`, 64 the key and about 60 the map), against 14.1 times (89 MiB) when every object stays
+//! a tree (the default).
 //!
 //! The price is CPU, and the delay decides it. Every version of an object that outlives the
-//! delay unread is encoded once, and an object read again after resting is decoded again.
-//! Under the At benchmark (`ONLY=project ../shared/bench/at-vs-kube-rs.sh 10000`: 10,000 Ats
-//! written about four times each in about 30 s; three runs each, alternated) the server took
-//! 28.3 to 30.4 s of CPU with the default delay (objects rest 20 to 30 s after their last
-//! read), 25.1 to 28.6 s without resting, and 36.6 to 41.6 s with a delay of two to three
-//! seconds: with a short delay most versions rest while the controller still works on them.
-//! `perf` on a delay of half a second (33,500 samples at 499 Hz against 16,500 without
-//! resting): of the extra samples, about half were glibc's `malloc`, `free`, `malloc_consolidate` and `unlink_chunk`, a sixth encoding
-//! JSON, a tenth the passes' own walks. A pass holds the store's lock for two walks over the
-//! objects and the history, checking a counter on each; the burst's trees are freed where
-//! they were allocated whenever they rest, so the delay does not change the RSS once they
-//! have.
+//! delay unread is encoded once, and an object read again after resting is decoded again. Under
+//! the At benchmark (`ONLY=project ../shared/bench/at-vs-kube-rs.sh 10000`: 10,000 Ats written
+//! about four times each in about 30 s; three runs each, alternated) the server took 28.3 to
+//! 30.4 s of CPU with the default delay (objects rest 20 to 30 s after their last read), 25.1
+//! to 28.6 s without resting, and 36.6 to 41.6 s with a delay of two to three seconds: with a
+//! short delay most versions rest while the controller still works on them. `perf` on a delay
+//! of half a second (33,500 samples at 499 Hz against 16,500 without resting): of the extra
+//! samples, about half were glibc's `malloc`, `free`, `malloc_consolidate` and `unlink_chunk`,
+//! a sixth encoding JSON, a tenth the passes' own walks. A pass holds the store's lock for two
+//! walks over the objects and the history, checking a counter on each; the burst's trees are
+//! freed where they were allocated whenever they rest, so the delay does not change the RSS
+//! once they have.
 //!
 //! ## Why it is off by default
 //!
