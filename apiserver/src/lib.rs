@@ -615,10 +615,12 @@ impl ApiServerBuilder {
     }
 
     /// Whether objects nobody has read for a while ([`ApiServerBuilder::rest_unread_after`])
-    /// rest as their JSON bytes ([`stored`]; `--rest-unread-objects`; off by default, see
-    /// [`stored`] for why). After 10,000 Ats created at once and a minute idle, the standalone
-    /// server's RSS grew by about 1.5 times their JSON with it, against 14 times without. Runs a
-    /// thread of its own (`apiserver-shed`) while the server runs.
+    /// rest as their JSON bytes ([`stored`]; `--rest-unread-objects`). After 10,000 Ats created
+    /// at once and a minute idle, the standalone server's RSS grew by about 1.5 times their JSON
+    /// with it, against 14 times without. Runs a thread of its own (`apiserver-shed`) while the
+    /// server runs. Off by default here, on by default in the standalone server
+    /// ([`standalone`]): a server a test starts lives for seconds, less than an object takes to
+    /// rest, and without the thread nothing changes under a test but what it does itself.
     pub fn rest_unread_objects(mut self, on: bool) -> Self {
         self.rest_unread_objects = on;
         self

@@ -14,7 +14,8 @@
 //! separately by [`apimachinery::serving`].
 //!
 //! Stored objects are the other half
-//! ([`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects), off by default):
+//! ([`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects), on in the standalone
+//! server):
 //! [`shed_rested`] lets the objects nobody read for a while
 //! ([`rest_unread_after`](super::ApiServerBuilder::rest_unread_after), 30 s by default) rest as
 //! JSON bytes instead of trees ([`super::stored`]), in passes every third of that, on a thread

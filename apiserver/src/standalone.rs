@@ -98,8 +98,9 @@ pub struct ApiServerArgs {
     pub pod_log_bytes: usize,
     /// Keep objects nobody has read for `--rest-unread-after` as their JSON bytes instead of
     /// decoded trees: after a burst of writes the RSS grows by about 1.5 times the live JSON
-    /// instead of 14 (see `embedded_apiserver::stored`; off by default).
-    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    /// instead of 14 (see `embedded_apiserver::stored`; on by default for this long-running
+    /// server, `--rest-unread-objects=false` keeps every object a tree).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub rest_unread_objects: bool,
     /// How long an object goes unread before it rests (`30s`, `5m`): it rests between two and
     /// three thirds of this after its last read. Shorter saves memory sooner for more CPU
@@ -364,9 +365,9 @@ mod tests {
     }
 
     #[test]
-    fn unread_objects_rest_only_when_asked_after_thirty_seconds_by_default() {
+    fn unread_objects_rest_after_thirty_seconds_by_default() {
         let a = args(&[]);
-        assert!(!a.rest_unread_objects);
+        assert!(a.rest_unread_objects);
         assert_eq!(a.rest_unread_after, Duration::from_secs(30));
         assert!(args(&["--rest-unread-objects"]).rest_unread_objects);
         assert!(!args(&["--rest-unread-objects=false"]).rest_unread_objects);

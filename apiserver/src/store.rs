@@ -25,8 +25,10 @@
 //! * **time** ([`HistoryLimits::max_age`], default 5 minutes): a change is dropped once it is
 //!   older than that, and not before unless the byte bound forces it;
 //! * **bytes** ([`HistoryLimits::max_bytes`], default 256 MiB): the history's size (the JSON
-//!   objects it holds, before and after each change, estimated by [`value_bytes`]) never stays
-//!   above the bound, so 3,000 patches of a 500 KB ConfigMap cost at most the bound, not 3 GB.
+//!   objects it holds, before and after each change, estimated by [`value_bytes`]; an object
+//!   that has rested as bytes, see [`super::stored`], is charged its JSON and the change is
+//!   measured again when it rests) never stays above the bound, so 3,000 patches of a 500 KB
+//!   ConfigMap cost at most the bound, not 3 GB.
 //!   When the byte bound drops a change younger than `max_age`, the
 //!   `apiserver_storage_history_early_compactions_total` counter says so (the time guarantee
 //!   was broken to keep memory bounded);
@@ -876,8 +878,11 @@ impl State {
                 at_ms: change.at_ms,
                 // A watch that still needs this change's encoding makes it again.
                 served: SharedEncoding::default(),
-                size: change.size.clone(),
+                // Measured again: the byte bound charges what the history holds, and a rested
+                // object holds its JSON (see the module docs, "The history window").
+                size: Default::default(),
             });
+            self.history_bytes = self.history_bytes - change.bytes() + fresh.bytes();
             garbage.changes.push(std::mem::replace(change, fresh));
         }
         garbage.objects = replaced;
@@ -1566,6 +1571,7 @@ mod tests {
             4 + 4,
             "written objects hold their trees"
         );
+        let as_trees = store.read(|s| s.history_bytes());
         // The passes before the last mark; `hot` is read before the last, so only it keeps a
         // tree.
         for _ in 1..super::super::stored::REST_AFTER_PASSES {
@@ -1598,12 +1604,18 @@ mod tests {
             assert_eq!(then.get(&a).unwrap()["data"]["v"], "1");
             assert_eq!(then.count(None), 1);
         });
-        // A write after resting works as before, and the history's accounting is unchanged.
-        let bytes = store.read(|s| s.history_bytes());
+        // The history's byte bound now charges the rested changes their JSON: less than their
+        // trees, and still the sum over the changes it holds.
+        let rested = store.read(|s| s.history_bytes());
+        assert!(0 < rested && rested < as_trees, "{rested} of {as_trees}");
+        let sum = |s: &State| s.history.iter().map(|c| c.bytes()).sum::<usize>();
+        assert_eq!(store.read(sum), rested);
+        // A write after resting works as before and is charged on top.
         let next = store.write(|s| s.update("core/configmaps", cm("a", "3")));
         assert_eq!(rv_of(&next), rv_of(&first) + 4);
+        assert!(store.read(|s| s.history_bytes()) > rested);
+        assert_eq!(store.read(sum), store.read(|s| s.history_bytes()));
         store.write(|s| s.compact());
-        assert!(bytes > 0);
         assert_eq!(store.read(|s| s.history_bytes()), 0);
     }
 
