@@ -715,12 +715,13 @@ async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_r
     sharder_task.await.unwrap().unwrap();
 }
 
-/// 3 shards and the sharder, 600 Ats due over 6 s (`hack/bench-shards.sh` runs 3,000 over 30 s). Every At is DONE with
+/// 3 shards and the sharder, 150 Ats due over 1.5 s (`hack/bench-shards.sh` runs 3,000 over 30 s:
+/// scale is the benchmark's, this test is about correctness). Every At is DONE with
 /// exactly one pod, each shard holds about a third, and every pod carries its At's shard. Each
 /// shard's caches (its `store_objects` gauges on `/metrics`) hold only its Ats and their pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn six_hundred_ats_over_six_seconds_on_three_shards() {
-    const N: usize = 600;
+async fn a_hundred_and_fifty_ats_over_a_second_and_a_half_on_three_shards() {
+    const N: usize = 150;
     let (server, client) = server().await;
     let labels = RingLabels::new(RING).unwrap();
     let sharder = Sharder::new(
@@ -749,7 +750,7 @@ async fn six_hundred_ats_over_six_seconds_on_three_shards() {
     })
     .await;
 
-    // Due one every 10 ms, from 5 s on: 600 over 6 s.
+    // Due one every 10 ms, from 5 s on: 150 over 1.5 s.
     let clock = Clock::new();
     let start = clock.now();
     for i in 0..N {
@@ -806,7 +807,7 @@ async fn six_hundred_ats_over_six_seconds_on_three_shards() {
     assert_eq!(pod_shards, assigned, "every pod carries its At's shard");
 
     // Each shard's caches, as its /metrics reports them (`store_objects`), hold exactly the
-    // Ats labelled for it and their pods: the three partition the 600, about a third each.
+    // Ats labelled for it and their pods: the three partition the N, about a third each.
     for (id, addr) in &metrics {
         let want = count(&assigned, id);
         wait_until(
