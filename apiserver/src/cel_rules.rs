@@ -198,6 +198,53 @@ struct Node {
 pub struct Validator {
     schema: Value,
     root: Node,
+    /// Whether a rule is nested deeper than [`SHALLOW_DEPTH`]: its evaluation then runs on a
+    /// stack of its own ([`on_a_large_stack`]).
+    deep: bool,
+}
+
+/// The deepest expression evaluated on the caller's stack; deeper ones (up to
+/// [`MAX_EXPRESSION_DEPTH`]) run on a thread with [`LARGE_STACK`] bytes of stack. An
+/// unoptimised `cel` takes tens of kilobytes of stack a level (the workspace's dev profile
+/// builds it at opt-level 0, where 32 levels overflow 2 MiB), an optimised one a few (245
+/// levels fit in 2 MiB at opt-level 1), so a build with debug assertions, the dev profile's
+/// mark, keeps fewer on the caller's stack.
+const SHALLOW_DEPTH: usize = if cfg!(debug_assertions) { 12 } else { 64 };
+
+/// The longest source parsed on the caller's stack (an expression of this length nests at most
+/// half as deep), for the same reason smaller with debug assertions.
+const SHORT_SOURCE: usize = if cfg!(debug_assertions) { 32 } else { 256 };
+
+/// The stack of the thread that parses a long source or evaluates a deep rule. The interpreter
+/// and the parser recurse once or more per level of the expression; how many bytes a level takes
+/// depends on how the `cel` crate was compiled (at opt-level 0 the deepest accepted rule
+/// overflows a 2 MiB stack, tokio's and a test thread's). Reserved, not committed: the pages a
+/// run does not touch cost nothing.
+const LARGE_STACK: usize = 64 << 20;
+
+/// Runs `f` on a scoped thread with [`LARGE_STACK`] bytes of stack, so that a deep expression
+/// does not depend on the caller's stack (a tokio worker's or a test's 2 MiB, or the build's
+/// optimisation level). If the thread cannot be started, `f` runs on the caller's stack.
+fn on_a_large_stack<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let mut f = Some(f);
+    let ran = std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("cel-deep".into())
+            .stack_size(LARGE_STACK)
+            .spawn_scoped(scope, || f.take().map(|f| f()));
+        match spawned {
+            Ok(handle) => match handle.join() {
+                Ok(r) => r,
+                Err(panic) => std::panic::resume_unwind(panic),
+            },
+            Err(_) => None,
+        }
+    });
+    match (ran, f) {
+        (Some(r), _) => r,
+        (None, Some(f)) => f(),
+        (None, None) => unreachable!("the closure ran or is still here"),
+    }
 }
 
 impl std::fmt::Debug for Validator {
@@ -458,9 +505,15 @@ fn parse(source: &str) -> Result<Program, String> {
         ));
     }
     // cel-go indents the snippet lines of its issues by one space more than the crate does.
-    let program = ENV
-        .compile(source)
-        .map_err(|e| e.to_string().replace("\n| ", "\n | "))?;
+    let compile = || {
+        ENV.compile(source)
+            .map_err(|e| e.to_string().replace("\n| ", "\n | "))
+    };
+    let program = if source.len() > SHORT_SOURCE {
+        on_a_large_stack(compile)?
+    } else {
+        compile()?
+    };
     if depth(program.expression()) > MAX_EXPRESSION_DEPTH {
         return Err(format!(
             "ERROR: <input>:1:1: expression recursion limit exceeded: {MAX_EXPRESSION_DEPTH}"
@@ -587,9 +640,13 @@ pub fn compile(schema: &Value, base: &str) -> Result<Option<Validator>, Vec<Caus
     if !c.causes.is_empty() {
         return Err(c.causes);
     }
-    Ok(root.map(|root| Validator {
-        schema: schema.clone(),
-        root,
+    Ok(root.map(|root| {
+        let deep = deepest(&root) > SHALLOW_DEPTH;
+        Validator {
+            schema: schema.clone(),
+            root,
+            deep,
+        }
     }))
 }
 
@@ -1276,14 +1333,41 @@ impl Validator {
         old: Option<&Value>,
         budget: u64,
     ) -> Vec<FieldError> {
-        let mut run = Run {
-            budget,
-            errors: vec![],
-            stopped: false,
+        let run = || {
+            let mut run = Run {
+                budget,
+                errors: vec![],
+                stopped: false,
+            };
+            validate_node(&self.root, "", obj, old, &mut run);
+            run.errors
         };
-        validate_node(&self.root, "", obj, old, &mut run);
-        run.errors
+        if self.deep {
+            on_a_large_stack(run)
+        } else {
+            run()
+        }
     }
+}
+
+/// The depth of the deepest rule or message expression below `node`.
+fn deepest(node: &Node) -> usize {
+    let own = node.rules.iter().flat_map(|r| {
+        std::iter::once(depth(r.program.expression())).chain(
+            r.message_expression
+                .as_ref()
+                .map(|(_, p)| depth(p.expression())),
+        )
+    });
+    own.chain(node.properties.values().map(deepest))
+        .chain(
+            node.items
+                .iter()
+                .chain(&node.additional)
+                .map(|c| deepest(c)),
+        )
+        .max()
+        .unwrap_or(0)
 }
 
 fn validate_node(node: &Node, path: &str, v: &Value, old: Option<&Value>, run: &mut Run) {
@@ -2031,6 +2115,32 @@ mod tests {
             .expect("thread")
             .join()
             .expect("evaluation finished");
+        assert!(errs.is_empty(), "{errs:?}");
+    }
+
+    #[test]
+    fn the_largest_expressions_run_on_the_callers_stack_fit_a_small_one() {
+        // The deepest rule evaluated on the caller's stack, and the longest source parsed
+        // there (nested as deep as its length allows), compiled and evaluated on a thread
+        // with tokio's default worker stack (2 MiB).
+        let chain = format!("self.n{} > 0", " + 1".repeat(SHALLOW_DEPTH - 5));
+        // (At most 40 parentheses: the crate's parser stops at 96 levels of recursion.)
+        let parens = ((SHORT_SOURCE - "self.n > 0".len()) / 2).min(40);
+        let nested = format!("{}self.n{} > 0", "(".repeat(parens), ")".repeat(parens));
+        assert!(nested.len() <= SHORT_SOURCE);
+        let errs = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || {
+                let v = compiled(&spec_rules(
+                    json!({"n": {"type": "integer"}}),
+                    json!([{"rule": chain}, {"rule": nested}]),
+                ));
+                assert!(!v.deep, "{v:?}");
+                v.validate(&obj(json!({"n": 1})), None)
+            })
+            .expect("thread")
+            .join()
+            .expect("compiled and evaluated");
         assert!(errs.is_empty(), "{errs:?}");
     }
 
