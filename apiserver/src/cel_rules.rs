@@ -205,10 +205,10 @@ pub struct Validator {
 
 /// The deepest expression evaluated on the caller's stack; deeper ones (up to
 /// [`MAX_EXPRESSION_DEPTH`]) run on a thread with [`LARGE_STACK`] bytes of stack. An
-/// unoptimised `cel` takes tens of kilobytes of stack a level (the workspace's dev profile
-/// builds it at opt-level 0, where 32 levels overflow 2 MiB), an optimised one a few (245
-/// levels fit in 2 MiB at opt-level 1), so a build with debug assertions, the dev profile's
-/// mark, keeps fewer on the caller's stack.
+/// unoptimised `cel` takes tens of kilobytes of stack a level (at opt-level 0, 32 levels
+/// overflow 2 MiB; a project's dev profile builds its dependencies so unless it says
+/// otherwise), an optimised one a few (245 levels fit in 2 MiB at opt-level 1), so a build
+/// with debug assertions, the dev profile's mark, keeps fewer on the caller's stack.
 const SHALLOW_DEPTH: usize = if cfg!(debug_assertions) { 12 } else { 64 };
 
 /// The longest source parsed on the caller's stack (an expression of this length nests at most
