@@ -93,7 +93,10 @@
 //!
 //! * **source**: a rule or `messageExpression` over [`MAX_RULE_LENGTH`] characters is refused, and
 //!   so is an expression nested deeper than [`MAX_EXPRESSION_DEPTH`] (the crate's parser also
-//!   stops at 96 levels of recursion); together they bound the interpreter's recursion.
+//!   stops at 96 levels of recursion); together they bound the interpreter's recursion. How
+//!   much stack a level takes depends on how `cel` was compiled (tens of kilobytes unoptimised),
+//!   so a long source is parsed, and a schema with a deeply nested rule evaluated, on a thread
+//!   with a large stack of its own (`on_a_large_stack`), never on a request's 2 MiB.
 //! * **static estimate** (CRD write): [`estimate_cost`] walks the AST; selections resolve to
 //!   schema nodes (`self.spec.items` → its `maxItems`), comprehensions multiply the cost of their
 //!   body by the size of their range, string functions cost a tenth of the characters they scan
