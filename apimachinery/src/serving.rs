@@ -269,6 +269,10 @@ pub async fn accept_connections<F>(
                 }
             }
         };
+        // As Go's net package does on every TCP connection: a response written in pieces
+        // (headers, then body, each a TLS record) goes out at once rather than after the
+        // client's delayed ACK (about 40 ms on Linux).
+        let _ = stream.set_nodelay(true);
         let Some(slot) = gate.try_admit() else {
             tracing::debug!(server = name, %peer, "connection limit reached; closing new connection");
             drop(stream);

@@ -607,11 +607,16 @@ impl Exporter {
             .map_err(|e| format!("OTLP endpoint {}: {e}", config.endpoint))?;
         let tls = sample_client_go::client::transport::rustls_client_config(&Default::default())
             .map_err(|e| format!("OTLP exporter TLS: {e}"))?;
+        // TCP_NODELAY, as Go's net package sets on every connection: a POST's headers and body
+        // go out at once, not the body after the collector's delayed ACK.
+        let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
+        tcp.set_nodelay(true);
+        tcp.enforce_http(false);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(tcp);
         let client =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .pool_idle_timeout(Duration::from_secs(90))

@@ -126,6 +126,7 @@ async fn hook_server_with(
                 _ = stop2.cancelled() => return,
                 r = listener.accept() => match r { Ok((t, _)) => t, Err(_) => continue },
             };
+            let _ = tcp.set_nodelay(true);
             let (acceptor, seen, handler) = (acceptor.clone(), seen2.clone(), handler.clone());
             tokio::spawn(async move {
                 let Ok(tls) = acceptor.accept(tcp).await else {

@@ -154,6 +154,7 @@ async fn hook() -> Hook {
                 _ = stop2.cancelled() => return,
                 r = listener.accept() => match r { Ok((t, _)) => t, Err(_) => continue },
             };
+            let _ = tcp.set_nodelay(true);
             let (acceptor, seen, mode) = (acceptor.clone(), seen2.clone(), mode2.clone());
             let stop = stop2.clone();
             tokio::spawn(async move {

@@ -176,7 +176,7 @@ impl Raw {
             .with_tls_config(tls)
             .https_only()
             .enable_all_versions()
-            .build();
+            .wrap_connector(crate::net_support::http_connector());
         Raw {
             base: base.to_owned(),
             client: Client::builder(TokioExecutor::new()).build(connector),

@@ -456,7 +456,7 @@ fn cert_client(
         .with_tls_config(tls)
         .https_only()
         .enable_http1()
-        .build();
+        .wrap_connector(crate::net_support::http_connector());
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https)
 }
 

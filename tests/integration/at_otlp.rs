@@ -43,6 +43,7 @@ impl Receiver {
                 let Ok((stream, _)) = listener.accept().await else {
                     return;
                 };
+                let _ = stream.set_nodelay(true);
                 let r = r.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<hyper::body::Incoming>| {

@@ -75,7 +75,7 @@ impl Proxy {
             faults: Arc::clone(&faults),
         };
         let client: HyperClient<HttpConnector, Incoming> =
-            HyperClient::builder(TokioExecutor::new()).build(HttpConnector::new());
+            HyperClient::builder(TokioExecutor::new()).build(crate::net_support::http_connector());
         let upstream = upstream.to_owned();
         tokio::spawn(async move {
             loop {
@@ -83,6 +83,7 @@ impl Proxy {
                     _ = stop.cancelled() => return,
                     a = listener.accept() => match a { Ok(a) => a, Err(_) => return },
                 };
+                let _ = tcp.set_nodelay(true);
                 let (client, upstream, faults) =
                     (client.clone(), upstream.clone(), Arc::clone(&faults));
                 tokio::spawn(async move {

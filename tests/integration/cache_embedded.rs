@@ -899,14 +899,13 @@ impl Gate {
             async move {
                 let mut conns = tokio::task::JoinSet::new();
                 loop {
-                    let (mut inbound, _) = tokio::select! {
+                    let (inbound, _) = tokio::select! {
                         _ = stop.cancelled() => break,
                         a = listener.accept() => match a { Ok(a) => a, Err(_) => break },
                     };
                     conns.spawn(async move {
-                        if let Ok(mut outbound) = TcpStream::connect(upstream).await {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        if let Ok(outbound) = TcpStream::connect(upstream).await {
+                            crate::net_support::splice(inbound, outbound).await;
                         }
                     });
                 }

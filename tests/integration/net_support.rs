@@ -9,17 +9,42 @@
 //! port up front and letting the server bind it later is a race: under nextest another test
 //! process may take the port in between.
 //!
+//!
+//! Every socket a test opens to a server sets `TCP_NODELAY` ([`http_connector`], the
+//! forwarders), as Go's `net` package does on every TCP connection. Without it, a request
+//! written in two pieces (hyper's headers, then its body, each a TLS record) waits for the peer's
+//! delayed ACK: about 40 ms a request on Linux loopback, which made 250 sequential creates take
+//! 11 s instead of a fraction of one.
+//!
 //! [`ServerHandle::local_addr`]: sample_controller_runtime::health::ServerHandle::local_addr
 //! [`ListenersHandle`]: sample_controller_runtime::manager::ListenersHandle
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStderr;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// The TCP connector of the tests' HTTP clients: `TCP_NODELAY` (see the module docs), and
+/// `https://` URLs allowed (the TLS layer wraps it, `HttpsConnectorBuilder::wrap_connector`).
+pub(crate) fn http_connector() -> HttpConnector {
+    let mut http = HttpConnector::new();
+    http.set_nodelay(true);
+    http.enforce_http(false);
+    http
+}
+
+/// Copies both ways between two connections of a proxy, with `TCP_NODELAY` on both (see the
+/// module docs), until either side closes.
+pub(crate) async fn splice(mut a: tokio::net::TcpStream, mut b: tokio::net::TcpStream) {
+    let _ = a.set_nodelay(true);
+    let _ = b.set_nodelay(true);
+    let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+}
 
 /// Listens on a port of its own and forwards each connection to the current target.
 pub(crate) struct Forwarder {
@@ -50,7 +75,7 @@ impl Forwarder {
         let (rx, until) = (target.subscribe(), stop.clone());
         tokio::spawn(async move {
             loop {
-                let mut inbound = tokio::select! {
+                let inbound = tokio::select! {
                     _ = until.cancelled() => return,
                     r = listener.accept() => match r {
                         Ok((c, _)) => c,
@@ -62,8 +87,8 @@ impl Forwarder {
                     let Ok(Some(to)) = rx.wait_for(Option::is_some).await.map(|t| *t) else {
                         return;
                     };
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(to).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    if let Ok(outbound) = tokio::net::TcpStream::connect(to).await {
+                        splice(inbound, outbound).await;
                     }
                 });
             }

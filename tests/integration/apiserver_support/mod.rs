@@ -62,9 +62,11 @@ impl TestClient {
             .with_tls_config(tls)
             .https_or_http();
         let connector = if http2_only {
-            b.enable_http2().build()
+            b.enable_http2()
+                .wrap_connector(crate::net_support::http_connector())
         } else {
-            b.enable_all_versions().build()
+            b.enable_all_versions()
+                .wrap_connector(crate::net_support::http_connector())
         };
         let mut cb = Client::builder(TokioExecutor::new());
         if http2_only {

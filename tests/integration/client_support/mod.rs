@@ -178,6 +178,7 @@ pub async fn serve(handler: Handler, pki: Option<Arc<Pki>>) -> TestServer {
                 _ = stop2.cancelled() => return,
                 r = listener.accept() => match r { Ok(x) => x, Err(_) => return },
             };
+            let _ = tcp.set_nodelay(true);
             let (handler, log, acceptor, stop) = (
                 handler.clone(),
                 log2.clone(),
@@ -315,10 +316,12 @@ pub async fn connect_proxy() -> (SocketAddr, Arc<Mutex<Vec<String>>>, Cancellati
                     return;
                 };
                 seen.lock().unwrap().push(target.clone());
+                let _ = tcp.set_nodelay(true);
                 let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else {
                     let _ = tcp.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
                     return;
                 };
+                let _ = upstream.set_nodelay(true);
                 let _ = tcp
                     .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                     .await;
