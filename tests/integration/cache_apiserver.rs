@@ -25,7 +25,6 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use sample_client_go::cache::informer::InformerOptions;
-use sample_client_go::cache::reflector::BackoffConfig;
 use sample_client_go::cache::{
     Deleted, EventHandlerFns, InformerScope, ReflectorConfig, SharedIndexInformer,
     SharedInformerFactory, key_of,
@@ -302,23 +301,16 @@ async fn converges(inf: &SharedIndexInformer<Pod>, api: &Api<Pod>, what: &str) {
 #[derive(Clone, Default)]
 struct Tombstones(Arc<Mutex<Vec<(String, String)>>>);
 
-/// An informer of the default namespace's pods whose reflector backs off from 50 ms doubling
-/// to at most 400 ms. client-go's schedule (800 ms doubling to 30 s, with full jitter, reset
-/// only after 2 min; `cache_reflector` checks it) made the faults below wait 10-20 s on the real
-/// clock, for the same recoveries.
+/// An informer of the default namespace's pods whose reflector backs off fast
+/// ([`fast_backoff`](crate::client_support::fast_backoff)): the faults below recover in
+/// fractions of a second rather than client-go's 10-20 s.
 fn informer(client: &Client) -> SharedIndexInformer<Pod> {
     SharedIndexInformer::new(
         Api::<Pod>::namespaced(client.clone(), "default"),
         InformerOptions {
             default_resync: Duration::ZERO,
             reflector: ReflectorConfig {
-                backoff: BackoffConfig {
-                    initial: Duration::from_millis(50),
-                    factor: 2.0,
-                    cap: Duration::from_millis(400),
-                    jitter: 0.5,
-                    reset_after: Duration::from_secs(120),
-                },
+                backoff: crate::client_support::fast_backoff(),
                 ..ReflectorConfig::default()
             },
         },

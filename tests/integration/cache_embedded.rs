@@ -35,7 +35,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
 use sample_client_go::cache::informer::{InformerOptions, wait_for_cache_sync};
-use sample_client_go::cache::reflector::{BackoffConfig, is_connection_refused};
+use sample_client_go::cache::reflector::is_connection_refused;
 use sample_client_go::cache::{
     Deleted, ListerWatcher, ReflectorConfig, ResourceEventHandler, SharedIndexInformer, key_of,
 };
@@ -154,18 +154,11 @@ fn cache_view(inf: &SharedIndexInformer<Pod>) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A reflector configuration with a fast backoff (50 ms doubling to at most 400 ms), so
-/// recoveries take fractions of a second on the real clock.
+/// A reflector configuration with a fast backoff ([`fast_backoff`](crate::client_support::fast_backoff)).
 fn fast(streaming_list: bool) -> ReflectorConfig {
     ReflectorConfig {
         streaming_list,
-        backoff: BackoffConfig {
-            initial: Duration::from_millis(50),
-            factor: 2.0,
-            cap: Duration::from_millis(400),
-            jitter: 0.5,
-            reset_after: Duration::from_secs(120),
-        },
+        backoff: crate::client_support::fast_backoff(),
         ..Default::default()
     }
 }

@@ -48,6 +48,20 @@ pub type Body = BoxBody<Bytes, Infallible>;
 pub type Reply = Response<Body>;
 pub type Handler = Arc<dyn Fn(&Logged) -> Reply + Send + Sync>;
 
+/// A reflector backoff of 50 ms doubling to at most 400 ms, so recoveries take fractions of a
+/// second on the real clock. client-go's schedule (800 ms doubling to 30 s, with full jitter,
+/// reset only after 2 min; `cache_reflector` checks it) would make a test that injects a few
+/// faults wait 10-20 s for the same recoveries.
+pub fn fast_backoff() -> sample_client_go::cache::reflector::BackoffConfig {
+    sample_client_go::cache::reflector::BackoffConfig {
+        initial: std::time::Duration::from_millis(50),
+        factor: 2.0,
+        cap: std::time::Duration::from_millis(400),
+        jitter: 0.5,
+        reset_after: std::time::Duration::from_secs(120),
+    }
+}
+
 pub fn full(b: impl Into<Bytes>) -> Body {
     Full::new(b.into()).boxed()
 }
