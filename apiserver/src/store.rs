@@ -25,10 +25,11 @@
 //! * **time** ([`HistoryLimits::max_age`], default 5 minutes): a change is dropped once it is
 //!   older than that, and not before unless the byte bound forces it;
 //! * **bytes** ([`HistoryLimits::max_bytes`], default 256 MiB): the history's size (the JSON
-//!   objects it holds, before and after each change, estimated by [`value_bytes`]; an object
-//!   that has rested as bytes, see [`super::stored`], is charged its JSON and the change is
-//!   measured again when it rests) never stays above the bound, so 3,000 patches of a 500 KB
-//!   ConfigMap cost at most the bound, not 3 GB.
+//!   object each change wrote, estimated by [`value_bytes`], each version once: the object
+//!   before a change is the previous change's object, one allocation, see [`Change::bytes`];
+//!   an object that has rested as bytes, see [`super::stored`], is charged its JSON and the
+//!   change is measured again when it rests) never stays above the bound, so 3,000 patches of a
+//!   500 KB ConfigMap cost at most the bound (and one version more), not 3 GB.
 //!   When the byte bound drops a change younger than `max_age`, the
 //!   `apiserver_storage_history_early_compactions_total` counter says so (the time guarantee
 //!   was broken to keep memory bounded);
@@ -310,14 +311,17 @@ impl std::fmt::Debug for SharedEncoding {
 }
 
 impl Change {
-    /// The bytes this change holds in the history (object and previous object), see
-    /// [`value_bytes`].
+    /// The bytes this change is charged in the history: its object (see [`value_bytes`]).
+    ///
+    /// Its previous object is not charged again: it is the same allocation as the object of
+    /// the key's change before this one ([`State::write`] records the object it stores, and the
+    /// next write's `prev` is that object), charged there. Only the oldest change of a key in
+    /// the window holds a previous object that no change in the window is charged for: at most
+    /// one version of each object beyond what the bound counts.
     pub fn bytes(&self) -> usize {
-        *self.size.get_or_init(|| {
-            64 + self.storage.len()
-                + self.object.bytes()
-                + self.prev.as_deref().map(Stored::bytes).unwrap_or(0)
-        })
+        *self
+            .size
+            .get_or_init(|| 64 + self.storage.len() + self.object.bytes())
     }
 }
 
@@ -1067,11 +1071,33 @@ impl Store {
                 bucket_mut(&mut state.objects, &storage)
                     .insert(key_of(&obj), Arc::new(Stored::new(obj)));
             }
+            // Each version is one allocation again, as before the restart: a change's previous
+            // object is the object of the key's change before it, and the newest change's
+            // object is the live one ([`Change::bytes`] charges each version once).
+            let mut newest: HashMap<(String, Key), Arc<Stored>> = HashMap::new();
             for mut change in loaded.history {
                 // One shared key per resource, as for changes written since.
                 if let Some(bucket) = state.objects.get(change.storage.as_str()) {
                     change.storage = bucket.name.clone();
                 }
+                let key = (
+                    change.storage.as_str().to_owned(),
+                    key_of(change.object.value()),
+                );
+                let before = newest.get(&key);
+                if let (Some(prev), Some(before)) = (&mut change.prev, before)
+                    && prev.value() == before.value()
+                {
+                    *prev = before.clone();
+                }
+                let live = state
+                    .objects
+                    .get(change.storage.as_str())
+                    .and_then(|b| b.objects.get(&key.1));
+                if let Some(live) = live.filter(|l| l.value() == change.object.value()) {
+                    change.object = live.clone();
+                }
+                newest.insert(key, change.object.clone());
                 state.history_bytes += change.bytes();
                 state.history.push_back(Arc::new(change));
             }
@@ -1318,8 +1344,9 @@ mod tests {
             store.read(|s| assert!(s.history_bytes() <= limit, "{}", s.history_bytes()));
         }
         store.read(|s| {
-            // Each change holds the object before and after (~1 MB): about 8 of them fit.
-            assert!((6..=8).contains(&s.history_len()), "{}", s.history_len());
+            // Each change is charged its object (~500 KB; the object before it is the previous
+            // change's): about 16 of them fit.
+            assert!((15..=16).contains(&s.history_len()), "{}", s.history_len());
             assert!(s.early_compactions() > 0);
             let sum: usize = s.history.iter().map(|c| c.bytes()).sum();
             assert_eq!(sum, s.history_bytes());
@@ -1335,17 +1362,31 @@ mod tests {
     #[test]
     fn a_durable_store_reopens_with_the_same_objects_revision_and_history() {
         let dir = tempfile::tempdir().unwrap();
-        let (rv, a_rv) = {
+        let (rv, a_rv, bytes) = {
             let store = Store::open(HistoryLimits::default(), dir.path()).unwrap();
             let a = store.write(|s| s.create("core/configmaps", cm("a", "1")));
             store.write(|s| s.create("core/configmaps", cm("b", "1")));
             store.write(|s| s.update("core/configmaps", cm("a", "2")));
             store.write(|s| s.delete("core/configmaps", "default", "b"));
-            (store.resource_version(), rv_of(&a))
+            let bytes = store.read(|s| s.history_bytes());
+            (store.resource_version(), rv_of(&a), bytes)
         };
         let store = Store::open(HistoryLimits::default(), dir.path()).unwrap();
         assert_eq!(store.resource_version(), rv);
         store.read(|s| {
+            // Each version is one allocation again: a's update holds a's creation as its
+            // previous object, and the live object is the newest change's.
+            assert_eq!(s.history_bytes(), bytes);
+            let a_changes: Vec<_> = s
+                .history
+                .iter()
+                .filter(|c| key_of(c.object.value()).1 == "a")
+                .collect();
+            assert_eq!(a_changes.len(), 2);
+            let prev = a_changes[1].prev.as_ref().unwrap();
+            assert!(Arc::ptr_eq(prev, &a_changes[0].object));
+            let live = &s.objects["core/configmaps"].objects[&("default".into(), "a".into())];
+            assert!(Arc::ptr_eq(live, &a_changes[1].object));
             assert_eq!(
                 s.get("core/configmaps", "default", "a").unwrap()["data"]["v"],
                 "2"

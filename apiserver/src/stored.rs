@@ -87,8 +87,9 @@
 //! controller reconciles the Ats of the new list from its store before that list replaces
 //! the store, sees `PENDING` where the server has `RUNNING`, patches what is already there
 //! (no change, so no event) and waits for a change that never comes. That comes from the
-//! history's compaction, not from resting: without resting, with `--history-max-bytes 48Mi`,
-//! the peer left 1,674 and 2,023 Ats `RUNNING` without a pod in two of three runs (every At
+//! history's compaction, not from resting: without resting, with the history bounded to 48 MiB
+//! as it was then counted (each change charged its object and the one before; about 24 MiB
+//! as [`Change::bytes`](crate::store::Change::bytes) counts now), the peer left 1,674 and 2,023 Ats `RUNNING` without a pod in two of three runs (every At
 //! `DONE` in the third), where this project's controller finished all 10,000 in two of two.
 
 use std::ops::Deref;
