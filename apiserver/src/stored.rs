@@ -89,8 +89,9 @@
 //! (no change, so no event) and waits for a change that never comes. That comes from the
 //! history's compaction, not from resting: without resting, with the history bounded to 48 MiB
 //! as it was then counted (each change charged its object and the one before; about 24 MiB
-//! as [`Change::bytes`](crate::store::Change::bytes) counts now), the peer left 1,674 and 2,023 Ats `RUNNING` without a pod in two of three runs (every At
-//! `DONE` in the third), where this project's controller finished all 10,000 in two of two.
+//! as [`Change::bytes`](crate::store::Change::bytes) counts now), the peer left 1,674 and
+//! 2,023 Ats `RUNNING` without a pod in two of three runs (every At `DONE` in the third),
+//! where this project's controller finished all 10,000 in two of two.
 
 use std::ops::Deref;
 use std::sync::OnceLock;
