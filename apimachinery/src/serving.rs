@@ -11,7 +11,7 @@
 //! * [`ConnectionGate`]: at most `max_connections` connections at once. A connection accepted
 //!   beyond that is closed at once (its file descriptor is freed immediately, so a flood can
 //!   never exhaust the process's descriptors and make `accept` itself fail).
-//!   [`accept_connections`] is the accept loop every server runs around it.
+//!   [`accept_connections`] is the accept loop the manager's servers run around it.
 //! * [`Activity`]: per-connection bookkeeping of requests in flight and the time of the last
 //!   one, from which [`Activity::expired`] decides that a connection has gone idle: no request
 //!   within [`ServingLimits::header_read_timeout`] of opening (a client that connects and sends
@@ -231,10 +231,12 @@ pub const ACCEPT_RETRY_MIN: Duration = Duration::from_millis(5);
 /// The longest pause after failed `accept`s in a row.
 pub const ACCEPT_RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// The accept loop of every server in the workspace (the embedded API server, the manager's
-/// probe, metrics and webhook servers): accepts connections on `listener` until `stop`
-/// completes, and hands each one `gate` admits to `admitted` with its [`Slot`] (which the
-/// connection's task holds until it ends). A connection over the limit is closed at once. An
+/// The accept loop of the manager's probe, metrics and webhook servers (the embedded API
+/// server runs one of its own that does the same and, at its limit, sheds the oldest silent
+/// connection for a newcomer): accepts connections on `listener` until `stop` completes, sets
+/// `TCP_NODELAY` on each as Go does, and hands each one `gate` admits to `admitted` with its
+/// [`Slot`] (which the connection's task holds until it ends). A connection over the limit is
+/// closed at once. An
 /// `accept` that fails (out of file descriptors, a connection reset before it was accepted) is
 /// logged and retried after a pause that doubles while the failures last, as Go's
 /// `net/http.Server` does, so a persistent failure is neither a hot loop nor fatal. `name`
