@@ -24,7 +24,7 @@
 //!   the cache itself: reflector, transform, indexer (namespace and owner-uid indexes; the
 //!   bench adds the owner index, which the informers no longer build in) and one
 //!   handler's notifications.
-//! * `embedded` starts the embedded API server (`ApiServer::builder().plain_http(true)`, no
+//! * `embedded` starts the embedded API server (`Cluster::builder().plain_http(true)`, no
 //!   simulated node) in the measuring process, creates the pods through its HTTP API with the
 //!   project's client (eight concurrent tasks, client throttle off, the same pods as `memory`
 //!   minus the server-owned fields: uid, resourceVersion, creationTimestamp, managedFields and
@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use futures_util::stream;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, Pod, PodCondition, PodSpec, PodStatus,
@@ -271,9 +271,9 @@ struct Row {
 
 /// Starts the embedded API server and creates `n` pods (the [`make_pod`] pods without the
 /// fields the server owns) through its HTTP API, eight requests at a time.
-async fn seed_embedded(n: usize) -> std::result::Result<(ApiServerHandle, Api<Pod>), String> {
+async fn seed_embedded(n: usize) -> std::result::Result<(ClusterHandle, Api<Pod>), String> {
     use k8s_openapi::api::core::v1::Namespace;
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .plain_http(true)
         .start()
         .await

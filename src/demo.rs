@@ -5,7 +5,7 @@
 //!
 //! 1. the **embedded API server** ([`embedded_apiserver`]) over HTTPS on 127.0.0.1 with a
 //!    generated CA and a token, with its node on the **process runtime**
-//!    ([`embedded_apiserver::runtime`]): each pod's command really runs as a child process of
+//!    ([`embedded_cluster::node::runtime`]): each pod's command really runs as a child process of
 //!    the demo, its output is what `kubectl logs` prints, and its exit code decides the pod's
 //!    phase. It writes a kubeconfig so you can watch from another terminal with `kubectl`;
 //! 2. installs the **At CRD** generated from [`sample_operators::apis::At`]: `v1` stored,
@@ -65,7 +65,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use apimachinery::duration::{format as format_duration, parse as parse_go_duration};
-use embedded_apiserver::ApiServer;
+use embedded_cluster::Cluster;
 use sample_client_go::cache::{EventHandlerFns, SharedInformerFactory};
 use sample_client_go::client::{self, Api, Client, Config, PostParams};
 use sample_controller_runtime::manager::{ClientSource, LogFormat, ManagerConfig};
@@ -203,9 +203,9 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     } else {
         None
     };
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .simulate(true)
-        .node_runtime(embedded_apiserver::runtime::NodeRuntime::Process)
+        .node_runtime(embedded_cluster::NodeRuntime::Process)
         .start()
         .await
         .map_err(|e| DemoError::Server(e.to_string()))?;
@@ -320,7 +320,7 @@ async fn install_at_crd(
 /// registered.
 async fn register_admission(
     h: &webhooks::DemoWebhooks,
-    server: &embedded_apiserver::ApiServerHandle,
+    server: &embedded_cluster::ClusterHandle,
     listeners: &sample_controller_runtime::manager::ListenersHandle,
     client: &Client,
     started: Instant,
@@ -727,7 +727,7 @@ pub fn check_runs(pod_creations: u64, runs: &[MeasuredRun]) -> Result<Vec<String
 /// Measures each runnable At's pod and the server's pod creations, then [`check_runs`].
 async fn check_each_ran_once(
     client: &Client,
-    server: &embedded_apiserver::ApiServerHandle,
+    server: &embedded_cluster::ClusterHandle,
     schedule: jiff::Timestamp,
 ) -> Result<Vec<String>, DemoError> {
     let ats = Api::<At>::namespaced(client.clone(), DEMO_NAMESPACE);

@@ -42,7 +42,7 @@ enum Command {
     /// TDSet and a RedisCluster.
     Demo(DemoOptions),
     /// Run the embedded Kubernetes API server until SIGINT/SIGTERM.
-    Apiserver(Box<embedded_apiserver::standalone::ApiServerArgs>),
+    Apiserver(Box<embedded_cluster::command::ApiServerArgs>),
 }
 
 fn main() -> ExitCode {
@@ -80,15 +80,15 @@ fn main() -> ExitCode {
                 &logging::filter_directives(0, tracing::Level::INFO),
                 false,
             );
-            with_runtime(|runtime| {
-                match runtime.block_on(embedded_apiserver::standalone::run(*args)) {
+            with_runtime(
+                |runtime| match runtime.block_on(embedded_cluster::command::run(*args)) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("sample-controller: error: {e}");
                         ExitCode::FAILURE
                     }
-                }
-            })
+                },
+            )
         }
     }
 }

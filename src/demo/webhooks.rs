@@ -10,7 +10,7 @@
 //!                 (the manager's --webhook-cert-dir)
 //! the Service   → once the manager's webhook server has bound 127.0.0.1:0, the server maps
 //!                 sample-controller/sample-controller-webhook to the port it got
-//!                 (`ApiServerHandle::set_service_endpoint`)
+//!                 (`ClusterHandle::set_service_endpoint`)
 //! the CA injector → [`DemoWebhooks::install_at_crd`] installs the At CRD with
 //!                 `conversion: Webhook` (the overlay's crd-conversion-patch.yaml) and
 //!                 [`DemoWebhooks::install_admission`] applies the overlay's webhooks.yaml, each

@@ -581,7 +581,7 @@ async fn a_service_reference_is_dialled_through_the_service_endpoints() {
         )
     })
     .await;
-    let server = embedded_apiserver::ApiServer::builder()
+    let server = embedded_cluster::Cluster::builder()
         .service_endpoint("test/hook", &format!("127.0.0.1:{}", hooks.addr.port()))
         .start()
         .await
@@ -635,7 +635,7 @@ async fn a_service_reference_is_dialled_through_the_service_endpoints() {
 }
 
 /// A webhook server started after the API server, on port 0, is wired in once it knows its
-/// port (`ApiServerHandle::set_service_endpoint`): before, the Service is a DNS miss; after,
+/// port (`ClusterHandle::set_service_endpoint`): before, the Service is a DNS miss; after,
 /// the same configuration reaches it, through the client already pooled for its CA bundle.
 #[tokio::test]
 async fn a_service_endpoint_set_while_the_server_runs_is_dialled_from_then_on() {
@@ -646,10 +646,7 @@ async fn a_service_endpoint_set_while_the_server_runs_is_dialled_from_then_on() 
         )
     })
     .await;
-    let server = embedded_apiserver::ApiServer::builder()
-        .start()
-        .await
-        .unwrap();
+    let server = embedded_cluster::Cluster::builder().start().await.unwrap();
     let api = TestClient::new(&server);
     let cc = json!({"service": {"namespace": "test", "name": "hook", "path": "/svc"},
                     "caBundle": hooks.ca_bundle()});

@@ -8,7 +8,7 @@ use crate::apiserver_support as support;
 use crate::cluster_support as cluster;
 
 use cluster::{Kubectl, kubectl_bin};
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
 use support::{Answer, TestClient};
 
@@ -81,8 +81,8 @@ subjects:
 - {kind: Group, name: auditors, apiGroup: rbac.authorization.k8s.io}
 "#;
 
-async fn server(enforce: bool) -> ApiServerHandle {
-    let h = ApiServer::builder()
+async fn server(enforce: bool) -> ClusterHandle {
+    let h = Cluster::builder()
         .enforce_rbac(enforce)
         .extra_token("alice-token", "alice")
         .extra_token("dora-token", "dora")
@@ -97,7 +97,7 @@ async fn server(enforce: bool) -> ApiServerHandle {
     h
 }
 
-fn client(h: &ApiServerHandle, token: &str) -> TestClient {
+fn client(h: &ClusterHandle, token: &str) -> TestClient {
     TestClient::from_parts(h.url(), token, h.ca_pem(), false)
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use embedded_apiserver::ApiServer;
+use embedded_cluster::Cluster;
 use serde_json::{Value, json};
 
 use crate::apiserver_support::TestClient;
@@ -26,7 +26,7 @@ fn deployment(name: &str, replicas: Value) -> Value {
 
 #[tokio::test]
 async fn replicas_must_be_a_non_negative_int32() {
-    let s = ApiServer::builder().start().await.unwrap();
+    let s = Cluster::builder().start().await.unwrap();
     let c = TestClient::new(&s);
     let neg = c.post(DEPLOYS, &deployment("neg", json!(-1))).await;
     assert_eq!(neg.code, 422, "{:?}", neg.body);
@@ -76,7 +76,7 @@ async fn replicas_must_be_a_non_negative_int32() {
 /// server keeps answering.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statefulset_of_two_billion_replicas_does_not_freeze_the_server() {
-    let s = ApiServer::builder().simulate(true).start().await.unwrap();
+    let s = Cluster::builder().simulate(true).start().await.unwrap();
     let c = TestClient::new(&s);
     let sts = json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -118,7 +118,7 @@ async fn a_statefulset_of_two_billion_replicas_does_not_freeze_the_server() {
 /// request log and `/metrics` grow by a handful of keys, not by one per path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distinct_unrouted_paths_keep_metrics_small() {
-    let s = ApiServer::builder().start().await.unwrap();
+    let s = Cluster::builder().start().await.unwrap();
     let c = std::sync::Arc::new(TestClient::with_http2(&s, true));
     const TOTAL: usize = 12_000;
     const TASKS: usize = 32;
@@ -168,7 +168,7 @@ async fn closed_by_server(s: &mut tokio::net::TcpStream) -> bool {
 /// real request from being served, and the server closes them once the header timeout passes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_do_not_block_real_requests_and_are_closed() {
-    let s = ApiServer::builder()
+    let s = Cluster::builder()
         .serving_limits(embedded_apiserver::ServingLimits {
             max_connections: 5_000,
             header_read_timeout: Duration::from_secs(2),
@@ -201,7 +201,7 @@ async fn idle_connections_do_not_block_real_requests_and_are_closed() {
 /// newcomer, so silent connections cannot lock clients out.
 #[tokio::test]
 async fn connections_beyond_the_limit_shed_the_oldest_silent_one() {
-    let s = ApiServer::builder()
+    let s = Cluster::builder()
         .plain_http(true)
         .serving_limits(embedded_apiserver::ServingLimits {
             max_connections: 10,

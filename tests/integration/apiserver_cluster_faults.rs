@@ -9,8 +9,8 @@ use crate::apiserver_support as support;
 use std::time::Duration;
 
 use cluster::Kubectl;
-use embedded_apiserver::ApiServer;
 use embedded_apiserver::faults::Fault;
+use embedded_cluster::Cluster;
 use serde_json::json;
 use support::{TestClient, cm};
 
@@ -18,7 +18,7 @@ const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
 #[tokio::test]
 async fn dropping_watches_ends_open_streams_and_new_watches_work() {
-    let h = ApiServer::builder().start().await.unwrap();
+    let h = Cluster::builder().start().await.unwrap();
     let c = TestClient::new(&h);
     let mut w = c.watch(&format!("{CMS}?watch=true")).await;
     assert_eq!(c.post(CMS, &cm("a", json!({}))).await.code, 201);
@@ -38,7 +38,7 @@ async fn dropping_watches_ends_open_streams_and_new_watches_work() {
 
 #[tokio::test]
 async fn compaction_makes_a_watch_from_an_old_revision_get_410() {
-    let h = ApiServer::builder().start().await.unwrap();
+    let h = Cluster::builder().start().await.unwrap();
     let c = TestClient::new(&h);
     let old = c.post(CMS, &cm("a", json!({}))).await.body["metadata"]["resourceVersion"]
         .as_str()
@@ -59,7 +59,7 @@ async fn compaction_makes_a_watch_from_an_old_revision_get_410() {
 
 #[tokio::test]
 async fn failures_answer_with_status_bodies_for_the_matching_requests_only() {
-    let h = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let h = Cluster::builder().plain_http(true).start().await.unwrap();
     let c = TestClient::new(&h);
     assert_eq!(c.post(CMS, &cm("a", json!({}))).await.code, 201);
     let f = h.faults();
@@ -137,7 +137,7 @@ async fn failures_answer_with_status_bodies_for_the_matching_requests_only() {
 
 #[tokio::test]
 async fn forced_conflicts_bump_the_object_so_a_reread_and_retry_succeeds() {
-    let h = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let h = Cluster::builder().plain_http(true).start().await.unwrap();
     let c = TestClient::new(&h);
     let created = c.post(CMS, &cm("a", json!({}))).await.body;
     h.faults().conflict_next_updates("configmaps", 1);
@@ -162,7 +162,7 @@ async fn forced_conflicts_bump_the_object_so_a_reread_and_retry_succeeds() {
 
 #[tokio::test(start_paused = true)]
 async fn latency_delays_matching_requests_in_virtual_time() {
-    let h = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let h = Cluster::builder().plain_http(true).start().await.unwrap();
     let c = TestClient::new(&h);
     h.faults().inject(
         Fault::latency(Duration::from_secs(3600))
@@ -181,7 +181,7 @@ async fn latency_delays_matching_requests_in_virtual_time() {
 
 #[tokio::test]
 async fn the_admin_endpoint_needs_the_bootstrap_token() {
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .plain_http(true)
         .extra_token("alice-token", "alice")
         .start()
@@ -226,7 +226,7 @@ async fn the_admin_endpoint_needs_the_bootstrap_token() {
 
 #[tokio::test]
 async fn kubectl_retries_429_with_retry_after_and_reports_500_and_conflicts() {
-    let h = ApiServer::builder().start().await.unwrap();
+    let h = Cluster::builder().start().await.unwrap();
     let Some(k) = Kubectl::new(&h) else {
         h.shutdown().await;
         return;
@@ -278,7 +278,7 @@ async fn kubectl_retries_429_with_retry_after_and_reports_500_and_conflicts() {
 
 #[tokio::test]
 async fn plain_text_429_is_what_the_overload_filters_send() {
-    let h = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let h = Cluster::builder().plain_http(true).start().await.unwrap();
     let c = TestClient::new(&h);
     h.faults().inject(
         Fault::fail(429)

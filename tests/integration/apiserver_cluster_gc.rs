@@ -7,14 +7,14 @@ use crate::cluster_support as cluster;
 use crate::apiserver_support as support;
 
 use cluster::*;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
 use support::TestClient;
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
-async fn server() -> (ApiServerHandle, TestClient) {
-    let h = ApiServer::builder().plain_http(true).start().await.unwrap();
+async fn server() -> (ClusterHandle, TestClient) {
+    let h = Cluster::builder().plain_http(true).start().await.unwrap();
     let c = TestClient::new(&h);
     (h, c)
 }
@@ -45,19 +45,19 @@ async fn make(c: &TestClient, body: Value) -> Value {
     r.body
 }
 
-async fn gone(h: &ApiServerHandle, name: &str) {
+async fn gone(h: &ClusterHandle, name: &str) {
     wait_until(h, &format!("configmap {name} gone"), |s| {
         s.get("core/configmaps", "default", name).is_none()
     })
     .await;
 }
 
-fn cm_now(h: &ApiServerHandle, name: &str) -> Option<Value> {
+fn cm_now(h: &ClusterHandle, name: &str) -> Option<Value> {
     get(h, "core/configmaps", "default", name)
 }
 
 /// The revision at which `name` was deleted, from the store's history.
-fn deleted_at(h: &ApiServerHandle, name: &str) -> u64 {
+fn deleted_at(h: &ClusterHandle, name: &str) -> u64 {
     h.store().read(|s| {
         s.changes_since(1)
             .unwrap()
@@ -214,7 +214,7 @@ async fn dependents_of_missing_or_other_namespace_owners_are_collected() {
 
 #[tokio::test]
 async fn deleting_a_namespace_removes_everything_in_it_then_the_namespace() {
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .plain_http(true)
         .simulate(true)
         .start()
@@ -274,7 +274,7 @@ async fn deleting_a_namespace_removes_everything_in_it_then_the_namespace() {
 #[tokio::test]
 async fn kubectl_cascade_flags_map_to_propagation_policies() {
     // kubectl sends its token only over HTTPS.
-    let h = ApiServer::builder().start().await.unwrap();
+    let h = Cluster::builder().start().await.unwrap();
     let c = TestClient::new(&h);
     let Some(k) = Kubectl::new(&h) else {
         h.shutdown().await;
@@ -340,7 +340,7 @@ async fn background_deletion_marks_a_dependent_with_a_finalizer_and_waits_for_it
 
 #[tokio::test]
 async fn a_running_pod_of_a_deleted_owner_is_stopped_and_removed() {
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .plain_http(true)
         .simulate(true)
         .start()
@@ -396,7 +396,7 @@ async fn the_collector_rebuilds_its_graph_after_the_history_is_compacted() {
 
 #[tokio::test]
 async fn kubectl_delete_namespace_waits_until_it_is_gone() {
-    let h = ApiServer::builder().simulate(true).start().await.unwrap();
+    let h = Cluster::builder().simulate(true).start().await.unwrap();
     let Some(k) = Kubectl::new(&h) else {
         h.shutdown().await;
         return;

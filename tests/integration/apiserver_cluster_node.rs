@@ -9,12 +9,12 @@ use crate::apiserver_support as support;
 use std::time::Duration;
 
 use cluster::*;
-use embedded_apiserver::kubelet::NODE_NAME;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::node::NODE_NAME;
+use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
 
-async fn server(run_time: Duration) -> ApiServerHandle {
-    ApiServer::builder()
+async fn server(run_time: Duration) -> ClusterHandle {
+    Cluster::builder()
         .plain_http(true)
         .simulate(true)
         .pod_run_time(run_time)
@@ -24,7 +24,7 @@ async fn server(run_time: Duration) -> ApiServerHandle {
 }
 
 /// The phases a pod went through, from the store's history (what a watch would have seen).
-fn phases(h: &ApiServerHandle, name: &str) -> Vec<String> {
+fn phases(h: &ClusterHandle, name: &str) -> Vec<String> {
     let mut out: Vec<String> = vec![];
     h.store().read(|s| {
         for c in s.changes_since(1).unwrap() {
@@ -253,7 +253,7 @@ async fn deleting_a_running_pod_finishes_on_the_node() {
 
 #[tokio::test]
 async fn kubectl_waits_for_the_simulated_outcome() {
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .simulate(true)
         .pod_run_time(Duration::from_millis(200))
         .start()

@@ -13,15 +13,15 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use cluster::*;
-use embedded_apiserver::runtime::NodeRuntime;
-use embedded_apiserver::{ApiServer, ApiServerHandle, StartError};
+use embedded_cluster::NodeRuntime;
+use embedded_cluster::{Cluster, ClusterHandle, StartError};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use support::TestClient;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-async fn server() -> ApiServerHandle {
-    ApiServer::builder()
+async fn server() -> ClusterHandle {
+    Cluster::builder()
         .simulate(true)
         .node_runtime(NodeRuntime::Process)
         .start()
@@ -50,7 +50,7 @@ fn terminated(pod: &Value) -> &Value {
 }
 
 /// The PID of a running container (`containerID: process://<pid>`).
-async fn running_pid(h: &ApiServerHandle, name: &str) -> u32 {
+async fn running_pid(h: &ClusterHandle, name: &str) -> u32 {
     wait_until(h, &format!("pod {name}'s container running"), |s| {
         s.get("core/pods", "default", name)
             .is_some_and(|p| p["status"]["containerStatuses"][0]["state"]["running"].is_object())
@@ -69,7 +69,7 @@ fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
-fn event_reasons(h: &ApiServerHandle, pod: &str) -> Vec<String> {
+fn event_reasons(h: &ClusterHandle, pod: &str) -> Vec<String> {
     h.store().read(|s| {
         s.list("core/events", Some("default"))
             .iter()
@@ -314,7 +314,7 @@ async fn env_values_and_working_dir_reach_the_process() {
 
 #[tokio::test]
 async fn the_process_runtime_refuses_a_public_address_without_rbac() {
-    let err = ApiServer::builder()
+    let err = Cluster::builder()
         .simulate(true)
         .node_runtime(NodeRuntime::Process)
         .listen(SocketAddr::from(([0, 0, 0, 0], 0)))
@@ -324,7 +324,7 @@ async fn the_process_runtime_refuses_a_public_address_without_rbac() {
     assert!(matches!(err, StartError::UnsafeRuntime { .. }), "{err}");
     assert!(err.to_string().contains("RBAC"), "{err}");
     // With RBAC enforced it starts.
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .simulate(true)
         .node_runtime(NodeRuntime::Process)
         .enforce_rbac(true)
@@ -337,7 +337,7 @@ async fn the_process_runtime_refuses_a_public_address_without_rbac() {
 
 #[tokio::test]
 async fn the_simulated_node_logs_what_it_decided() {
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .simulate(true)
         .pod_run_time(Duration::ZERO)
         .start()

@@ -7,7 +7,7 @@ use crate::cluster_support as cluster;
 use crate::apiserver_support as support;
 
 use cluster::Kubectl;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::json;
 use support::{TestClient, cm};
 
@@ -73,8 +73,8 @@ rules:
   verbs: ["*"]
 "#;
 
-async fn server() -> ApiServerHandle {
-    let h = ApiServer::builder()
+async fn server() -> ClusterHandle {
+    let h = Cluster::builder()
         .enforce_rbac(true)
         .service_account_token("bot-token", "team", "bot")
         .extra_token("carol-token", "carol")
@@ -89,7 +89,7 @@ async fn server() -> ApiServerHandle {
     h
 }
 
-fn as_user(h: &ApiServerHandle, token: &str) -> TestClient {
+fn as_user(h: &ClusterHandle, token: &str) -> TestClient {
     let mut c = TestClient::new(h);
     c.token = token.into();
     c
@@ -322,7 +322,7 @@ subjects: [{kind: User, name: dave}]
 
 #[tokio::test]
 async fn without_enforcement_every_token_may_do_anything() {
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .extra_token("dave-token", "dave")
         .start()
         .await

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use cluster::*;
 use embedded_apiserver::store::ChangeType;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
 
-async fn server(delay: Duration) -> ApiServerHandle {
-    ApiServer::builder()
+async fn server(delay: Duration) -> ClusterHandle {
+    Cluster::builder()
         .plain_http(true)
         .simulate(true)
         .workload_delay(delay)
@@ -42,7 +42,7 @@ fn sts(name: &str, replicas: i64, policy: Option<&str>) -> Value {
 }
 
 /// Pod names in order of their creation (ADDED) or deletion (DELETED) in the history.
-fn pod_events(h: &ApiServerHandle, kind: ChangeType) -> Vec<String> {
+fn pod_events(h: &ClusterHandle, kind: ChangeType) -> Vec<String> {
     h.store().read(|s| {
         s.changes_since(1)
             .unwrap()
@@ -53,7 +53,7 @@ fn pod_events(h: &ApiServerHandle, kind: ChangeType) -> Vec<String> {
     })
 }
 
-async fn wait_sts_ready(h: &ApiServerHandle, name: &str, n: i64) {
+async fn wait_sts_ready(h: &ClusterHandle, name: &str, n: i64) {
     wait_until(h, &format!("statefulset {name} with {n} ready"), |s| {
         let Some(o) = s.get("apps/statefulsets", "default", name) else {
             return false;
@@ -263,7 +263,7 @@ async fn deployment_status_follows_spec_replicas_after_the_delay() {
 
 #[tokio::test]
 async fn kubectl_rollout_status_and_scale() {
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .simulate(true)
         .workload_delay(Duration::from_millis(50))
         .start()
@@ -321,7 +321,7 @@ async fn kubectl_rollout_status_and_scale() {
     h.shutdown().await;
 }
 
-fn owned_by(h: &ApiServerHandle, kind: &str, name: &str) -> Vec<Value> {
+fn owned_by(h: &ClusterHandle, kind: &str, name: &str) -> Vec<Value> {
     h.store().read(|s| {
         s.list("core/pods", Some("default"))
             .into_iter()
@@ -434,7 +434,7 @@ async fn a_daemon_set_runs_one_pod_on_the_node() {
     h.shutdown().await;
 }
 
-fn cronjob_jobs(h: &ApiServerHandle) -> Vec<Value> {
+fn cronjob_jobs(h: &ClusterHandle) -> Vec<Value> {
     h.store().read(|s| {
         s.list("batch/jobs", Some("default"))
             .into_iter()

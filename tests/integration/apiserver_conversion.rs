@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
@@ -267,7 +267,7 @@ fn crd(storage: &str, client_config: Value) -> Value {
     })
 }
 
-async fn setup(storage: &str) -> (Hook, ApiServerHandle, TestClient) {
+async fn setup(storage: &str) -> (Hook, ClusterHandle, TestClient) {
     let h = hook().await;
     let server = start().await;
     let api = TestClient::new(&server);
@@ -629,7 +629,7 @@ async fn an_admission_webhook_on_the_other_version_sees_the_object_converted() {
 #[tokio::test]
 async fn a_service_reference_is_dialled_through_the_service_endpoints() {
     let hook = hook().await;
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .service_endpoint("default/conv", &format!("127.0.0.1:{}", hook.addr.port()))
         .start()
         .await
@@ -661,7 +661,7 @@ async fn a_service_reference_is_dialled_through_the_service_endpoints() {
 #[tokio::test]
 async fn a_slow_webhook_times_out() {
     let hook = hook().await;
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .conversion_webhook_timeout(Duration::from_secs(1))
         .start()
         .await

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use embedded_apiserver::ApiServer;
+use embedded_cluster::Cluster;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -111,7 +111,7 @@ async fn a_continue_token_stays_valid_through_a_burst_of_20000_writes() {
 #[tokio::test]
 async fn merge_patches_of_a_large_configmap_keep_the_history_under_its_byte_bound() {
     const LIMIT: u64 = 4 << 20;
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .history_max_bytes(LIMIT as usize)
         .start()
         .await

@@ -719,11 +719,11 @@ async fn a_client_that_vanishes_mid_exec_leaves_no_process_behind() {
 
 #[tokio::test]
 async fn a_websocket_exec_needs_create_on_pods_exec_and_a_process_node() {
-    use embedded_apiserver::ApiServer;
-    use embedded_apiserver::runtime::NodeRuntime;
+    use embedded_cluster::Cluster;
+    use embedded_cluster::NodeRuntime;
 
     // The simulated node runs nothing: a clear refusal, before any upgrade.
-    let sim = ApiServer::builder()
+    let sim = Cluster::builder()
         .simulate(true)
         .plain_http(true)
         .start()
@@ -757,7 +757,7 @@ async fn a_websocket_exec_needs_create_on_pods_exec_and_a_process_node() {
     assert!(head.starts_with("HTTP/1.1 400"), "{head}");
 
     // RBAC: `get` on pods/exec is not enough for a WebSocket exec; `create` is needed too.
-    let h = ApiServer::builder()
+    let h = Cluster::builder()
         .simulate(true)
         .node_runtime(NodeRuntime::Process)
         .plain_http(true)

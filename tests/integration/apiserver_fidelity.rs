@@ -253,7 +253,7 @@ async fn a_new_cluster_has_the_kubernetes_service_and_the_bootstrap_policy() {
 
 #[tokio::test]
 async fn every_namespace_gets_a_default_service_account_and_the_root_ca() {
-    let s = embedded_apiserver::ApiServer::builder()
+    let s = embedded_cluster::Cluster::builder()
         .root_ca_publisher(true)
         .start()
         .await
@@ -432,7 +432,7 @@ async fn metadata_only_answers_for_get_list_patch_and_watch() {
 
 /// An HTTPS client presenting a client certificate.
 fn cert_client(
-    s: &embedded_apiserver::ApiServerHandle,
+    s: &embedded_cluster::ClusterHandle,
     cert_pem: &str,
     key_pem: &str,
 ) -> hyper_util::client::legacy::Client<
@@ -479,7 +479,7 @@ async fn get_with(
 
 #[tokio::test]
 async fn client_certificates_authenticate_as_their_common_name_in_their_organizations() {
-    let s = embedded_apiserver::ApiServer::builder()
+    let s = embedded_cluster::Cluster::builder()
         .enforce_rbac(true)
         .start()
         .await
@@ -516,10 +516,7 @@ async fn client_certificates_authenticate_as_their_common_name_in_their_organiza
     assert_eq!(code, 200, "{body}");
 
     // A certificate from another CA is refused at the handshake's verification: no user.
-    let other = embedded_apiserver::ApiServer::builder()
-        .start()
-        .await
-        .unwrap();
+    let other = embedded_cluster::Cluster::builder().start().await.unwrap();
     let (cert, key) = other
         .client_certificate("mallory", Some("system:masters"))
         .unwrap()
@@ -569,7 +566,7 @@ async fn watch_until(w: &mut WatchReader, done: impl Fn(&Value) -> bool) -> Valu
 
 #[tokio::test]
 async fn a_job_runs_its_pods_to_completion_or_to_its_backoff_limit() {
-    let s = embedded_apiserver::ApiServer::builder()
+    let s = embedded_cluster::Cluster::builder()
         .simulate(true)
         .pod_run_time(std::time::Duration::ZERO)
         .start()
@@ -637,7 +634,7 @@ async fn a_job_runs_its_pods_to_completion_or_to_its_backoff_limit() {
 
 #[tokio::test]
 async fn token_requests_evictions_and_the_other_kinds_clients_expect() {
-    let s = embedded_apiserver::ApiServer::builder()
+    let s = embedded_cluster::Cluster::builder()
         .enforce_rbac(true)
         .start()
         .await
@@ -811,7 +808,7 @@ async fn component_statuses_are_computed_read_only_and_deprecated() {
 /// containers running.
 #[tokio::test]
 async fn ephemeral_containers_are_added_through_their_subresource_only() {
-    let s = embedded_apiserver::ApiServer::builder()
+    let s = embedded_cluster::Cluster::builder()
         .simulate(true)
         .start()
         .await

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use embedded_apiserver::ApiServer;
 use embedded_apiserver::faults::Fault;
+use embedded_cluster::Cluster;
 use serde_json::json;
 
 use crate::apiserver_support::{TestClient, read_answer};
@@ -20,7 +20,7 @@ const PL_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
 
 #[tokio::test]
 async fn defaults_are_served_and_every_response_names_its_flow() {
-    let s = ApiServer::builder()
+    let s = Cluster::builder()
         .extra_token("alice-token", "alice")
         .start()
         .await
@@ -118,7 +118,7 @@ async fn defaults_are_served_and_every_response_names_its_flow() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_greedy_user_gets_429_while_another_is_still_served() {
     // 2 + 1 = 3 seats in all; global-default gets ceil(3 × 20 / 245) = 1.
-    let s = ApiServer::builder()
+    let s = Cluster::builder()
         .plain_http(true)
         .extra_token("greedy-token", "greedy")
         .extra_token("polite-token", "polite")
@@ -209,7 +209,7 @@ async fn a_greedy_user_gets_429_while_another_is_still_served() {
 /// seat.
 #[tokio::test]
 async fn open_watches_hold_no_seat() {
-    let s = ApiServer::builder()
+    let s = Cluster::builder()
         .extra_token("alice-token", "alice")
         .max_requests_inflight(2)
         .max_mutating_requests_inflight(1)
@@ -248,7 +248,7 @@ async fn open_watches_hold_no_seat() {
 /// level of its own.
 #[tokio::test]
 async fn a_new_flow_schema_takes_effect() {
-    let s = ApiServer::builder()
+    let s = Cluster::builder()
         .extra_token("bob-token", "bob")
         .start()
         .await
@@ -313,7 +313,7 @@ fn global_default_gauge(metrics: &str, name: &str) -> usize {
 #[tokio::test]
 async fn large_lists_occupy_seats_by_their_size() {
     // 100 + 50 = 150 seats; global-default gets ceil(150 × 20 / 245) = 13.
-    let s = ApiServer::builder()
+    let s = Cluster::builder()
         .extra_token("greedy-token", "greedy")
         .extra_token("polite-token", "polite")
         .max_requests_inflight(100)

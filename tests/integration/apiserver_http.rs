@@ -372,7 +372,7 @@ async fn limit_and_continue_page_through_a_consistent_snapshot() {
 #[tokio::test]
 async fn a_list_from_a_future_revision_waits_for_it_without_blocking_others() {
     // No ServiceAccount controller: the revisions are this test's writes alone.
-    let s = embedded_apiserver::ApiServer::builder()
+    let s = embedded_cluster::Cluster::builder()
         .service_account_controller(false)
         .start()
         .await

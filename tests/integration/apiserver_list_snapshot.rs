@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use embedded_apiserver::ApiServer;
+use embedded_cluster::Cluster;
 use serde_json::{Value, json};
 use support::*;
 
@@ -71,7 +71,7 @@ fn items(a: &Answer) -> Vec<Value> {
 /// Writes from another client until stopped: creates, updates and deletes all over the key
 /// range, counted.
 fn spawn_writer(
-    server: &embedded_apiserver::ApiServerHandle,
+    server: &embedded_cluster::ClusterHandle,
     stop: Arc<AtomicBool>,
     writes: Arc<AtomicUsize>,
 ) -> tokio::task::JoinHandle<()> {
@@ -319,11 +319,7 @@ async fn selector_pages_resume_in_the_snapshot_and_may_end_empty() {
 
 #[tokio::test]
 async fn a_compacted_snapshot_is_410_for_tokens_and_exact_lists() {
-    let server = ApiServer::builder()
-        .history_window(50)
-        .start()
-        .await
-        .unwrap();
+    let server = Cluster::builder().history_window(50).start().await.unwrap();
     let c = TestClient::new(&server);
     create_many(&c, 30).await;
     let first = c.get(&format!("{CMS}?limit=10")).await;

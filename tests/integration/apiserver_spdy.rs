@@ -386,15 +386,15 @@ mod own_client {
     use crate::cluster_support as cluster;
 
     use bytes::{Bytes, BytesMut};
-    use embedded_apiserver::runtime::NodeRuntime;
-    use embedded_apiserver::spdy::{Frame, FrameEncoder, FrameReader};
-    use embedded_apiserver::{ApiServer, ApiServerHandle};
+    use embedded_cluster::NodeRuntime;
+    use embedded_cluster::node::spdy::{Frame, FrameEncoder, FrameReader};
+    use embedded_cluster::{Cluster, ClusterHandle};
     use serde_json::json;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 
-    async fn running_sleeper() -> ApiServerHandle {
-        let h = ApiServer::builder()
+    async fn running_sleeper() -> ClusterHandle {
+        let h = Cluster::builder()
             .simulate(true)
             .node_runtime(NodeRuntime::Process)
             .plain_http(true)
@@ -413,7 +413,7 @@ mod own_client {
     }
 
     /// Sends an upgrade request; returns the status line with the headers, and the connection.
-    async fn upgrade(h: &ApiServerHandle, path: &str, protocols: &[&str]) -> (String, TcpStream) {
+    async fn upgrade(h: &ClusterHandle, path: &str, protocols: &[&str]) -> (String, TcpStream) {
         let addr = h.url().trim_start_matches("http://").to_owned();
         let mut conn = TcpStream::connect(addr).await.unwrap();
         let mut request = format!(
@@ -459,7 +459,7 @@ mod own_client {
     /// (closing its half of the error stream at once), then sends `then`, and reads until the
     /// server closes the connection.
     async fn exec(
-        h: &ApiServerHandle,
+        h: &ClusterHandle,
         query: &str,
         streams: &[(u32, &str)],
         then: Vec<Frame>,

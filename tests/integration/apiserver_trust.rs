@@ -5,7 +5,7 @@
 
 use crate::apiserver_support as support;
 
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
 use support::TestClient;
 
@@ -242,8 +242,8 @@ subjects:
 - {kind: User, name: mallory, apiGroup: rbac.authorization.k8s.io}
 "#;
 
-async fn rbac_server() -> ApiServerHandle {
-    let h = ApiServer::builder()
+async fn rbac_server() -> ClusterHandle {
+    let h = Cluster::builder()
         .enforce_rbac(true)
         .extra_token("mallory-token", "mallory")
         .start()

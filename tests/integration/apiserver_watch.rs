@@ -5,7 +5,7 @@ use crate::apiserver_support as support;
 
 use std::time::Duration;
 
-use embedded_apiserver::ApiServer;
+use embedded_cluster::Cluster;
 use serde_json::json;
 use support::*;
 
@@ -153,11 +153,7 @@ async fn a_compacted_revision_gets_200_then_one_410_error_event() {
 
 #[tokio::test]
 async fn the_history_window_bounds_how_far_back_a_watch_can_start() {
-    let s = ApiServer::builder()
-        .history_window(3)
-        .start()
-        .await
-        .unwrap();
+    let s = Cluster::builder().history_window(3).start().await.unwrap();
     let c = TestClient::new(&s);
     let first = c.post(CMS, &cm("a", json!({}))).await;
     for i in 0..5 {
@@ -188,7 +184,7 @@ async fn the_history_window_bounds_how_far_back_a_watch_can_start() {
 
 #[tokio::test]
 async fn bookmarks_carry_the_current_revision_and_one_precedes_the_timeout() {
-    let s = ApiServer::builder()
+    let s = Cluster::builder()
         .bookmark_interval(Duration::from_millis(200))
         .start()
         .await
@@ -268,7 +264,7 @@ async fn send_initial_events_ends_the_initial_list_with_an_annotated_bookmark() 
     assert_eq!(bad.code, 422);
     s.shutdown().await;
 
-    let old = ApiServer::builder()
+    let old = Cluster::builder()
         .reject_send_initial_events(true)
         .start()
         .await

@@ -272,11 +272,11 @@ async fn a_foreign_pod_with_the_same_name_is_reported_and_left_alone() {
 /// Real time: the command sleeps for a minute, the deadline is one second, the TTL one second.
 #[tokio::test]
 async fn a_deadline_ends_the_at_deadline_exceeded_and_the_ttl_deletes_its_pod() {
-    use embedded_apiserver::ApiServer;
-    use embedded_apiserver::runtime::NodeRuntime;
+    use embedded_cluster::Cluster;
+    use embedded_cluster::NodeRuntime;
     sample_client_go::install_crypto_provider();
     init_tracing();
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .simulate(true)
         .node_runtime(NodeRuntime::Process)
         .start()

@@ -131,7 +131,7 @@ struct Running {
 /// A manager exporting to `endpoint` through `queue`, the layer installed on this thread's
 /// subscriber (the test runtime is single-threaded, so every span is seen).
 async fn start_exporting(
-    server: &embedded_apiserver::ApiServerHandle,
+    server: &embedded_cluster::ClusterHandle,
     endpoint: &str,
     queue: &SpanQueue,
 ) -> (Running, tracing::subscriber::DefaultGuard) {

@@ -10,7 +10,7 @@ use crate::at_support;
 use std::time::Duration;
 
 use at_support::*;
-use embedded_apiserver::ApiServerHandle;
+use embedded_cluster::ClusterHandle;
 use sample_controller_runtime::controller::Clock;
 use sample_operators::apis::AtPhase;
 
@@ -63,7 +63,7 @@ struct Counts {
     event_writes: u64,
 }
 
-fn counts(server: &ApiServerHandle) -> Counts {
+fn counts(server: &ClusterHandle) -> Counts {
     let log = server.request_log();
     Counts {
         log: log

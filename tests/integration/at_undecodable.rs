@@ -11,7 +11,7 @@ use crate::at_support;
 use std::time::Duration;
 
 use at_support::*;
-use embedded_apiserver::ApiServer;
+use embedded_cluster::Cluster;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
@@ -23,10 +23,10 @@ const BAD: &str = "older-operators-at";
 
 /// An embedded API server whose simulated node runs every pod to success at once, with the At
 /// CRD installed and then loosened.
-async fn loosened_server() -> (embedded_apiserver::ApiServerHandle, Client) {
+async fn loosened_server() -> (embedded_cluster::ClusterHandle, Client) {
     sample_client_go::install_crypto_provider();
     init_tracing();
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .simulate(true)
         .pod_run_time(Duration::ZERO)
         .start()

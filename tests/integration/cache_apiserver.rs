@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use futures_util::StreamExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -189,7 +189,7 @@ async fn forward(
 // ----- helpers -----
 
 struct Env {
-    server: ApiServerHandle,
+    server: ClusterHandle,
     proxy: Proxy,
     /// Through the fault-injecting proxy (what informers use).
     client: Client,
@@ -200,7 +200,7 @@ struct Env {
 
 async fn env(reject_streaming: bool) -> Env {
     sample_client_go::install_crypto_provider();
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .plain_http(true)
         .reject_send_initial_events(reject_streaming)
         .start()

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use embedded_apiserver::faults::Fault;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use proptest::prelude::*;
@@ -53,12 +53,12 @@ const NS: &str = "default";
 
 // ----- the server and its clients -----
 
-async fn server() -> ApiServerHandle {
+async fn server() -> ClusterHandle {
     sample_client_go::install_crypto_provider();
-    ApiServer::builder().plain_http(true).start().await.unwrap()
+    Cluster::builder().plain_http(true).start().await.unwrap()
 }
 
-fn client_at(server: &ApiServerHandle, url: &str, max_retries: u32) -> Client {
+fn client_at(server: &ClusterHandle, url: &str, max_retries: u32) -> Client {
     let mut config = Config::new(url.parse().unwrap());
     config.max_retries = max_retries;
     config.auth = Auth::Bearer {
@@ -69,7 +69,7 @@ fn client_at(server: &ApiServerHandle, url: &str, max_retries: u32) -> Client {
     Client::new(config).unwrap()
 }
 
-fn client(server: &ApiServerHandle) -> Client {
+fn client(server: &ClusterHandle) -> Client {
     client_at(
         server,
         server.url(),
@@ -442,7 +442,7 @@ fn op() -> impl Strategy<Value = Op> {
 
 /// Holds every LIST (503) and WATCH (429, which the reflector answers by re-watching from
 /// its last RV, never by relisting) of pods back until `Faults::clear`.
-fn block_list_and_watch(server: &ApiServerHandle) {
+fn block_list_and_watch(server: &ClusterHandle) {
     for (verb, code) in [("list", 503), ("watch", 429)] {
         server.faults().inject(
             Fault::fail(code)
@@ -685,7 +685,7 @@ async fn resync_period_delivers_updates_with_unchanged_resource_versions() {
 /// Cuts the informer off (see [`block_list_and_watch`]), runs `changes` on
 /// the server, compacts the history, and lets the informer back in: its re-watch from the
 /// last RV gets `410 Expired` and only a relist can tell it what happened.
-async fn while_cut_off<F: Future<Output = ()>>(server: &ApiServerHandle, changes: F) {
+async fn while_cut_off<F: Future<Output = ()>>(server: &ClusterHandle, changes: F) {
     block_list_and_watch(server);
     server.faults().drop_watches();
     changes.await;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -17,16 +17,16 @@ use sample_client_go::client::{
 use sample_operators::apis::At;
 use serde_json::json;
 
-async fn https_server() -> (ApiServerHandle, Client) {
-    let server = ApiServer::builder().start().await.unwrap();
+async fn https_server() -> (ClusterHandle, Client) {
+    let server = Cluster::builder().start().await.unwrap();
     let mut cfg = Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap();
     cfg.qps = 0.0;
     let client = Client::new(cfg).unwrap();
     (server, client)
 }
 
-async fn http_server() -> (ApiServerHandle, Client) {
-    let server = ApiServer::builder().plain_http(true).start().await.unwrap();
+async fn http_server() -> (ClusterHandle, Client) {
+    let server = Cluster::builder().plain_http(true).start().await.unwrap();
     // clientcmd drops a kubeconfig's credentials for http:// servers; set the token directly.
     let mut cfg = Config::new(Config::parse_server(server.url()).unwrap());
     cfg.auth = Auth::Bearer {
@@ -56,7 +56,7 @@ fn pod(name: &str) -> Pod {
     .unwrap()
 }
 
-async fn every_verb(server: &ApiServerHandle, client: Client) {
+async fn every_verb(server: &ClusterHandle, client: Client) {
     let pods: Api<Pod> = Api::default_namespaced(client.clone());
     assert_eq!(pods.namespace(), Some("default"));
     let pp = PostParams::default();
@@ -235,7 +235,7 @@ async fn every_verb_over_plain_http() {
 
 #[tokio::test]
 async fn a_wrong_token_is_unauthorized() {
-    let server = ApiServer::builder().start().await.unwrap();
+    let server = Cluster::builder().start().await.unwrap();
     let yaml = server
         .kubeconfig_yaml()
         .replace(server.token(), "wrong-token");
@@ -255,7 +255,7 @@ async fn a_plain_http_servers_own_kubeconfig_works_and_a_wrong_token_is_still_re
     // clientcmd (and this crate's loader) send no credentials to an http:// server, so the
     // kubeconfig a plain-HTTP server writes carries a token nobody sends: the server serves
     // token-less requests as its bootstrap user, like kube-apiserver's old insecure port.
-    let server = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let server = Cluster::builder().plain_http(true).start().await.unwrap();
     let client =
         Client::new(Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap())
             .unwrap();
@@ -443,7 +443,7 @@ async fn streaming_list_ends_with_the_initial_events_bookmark() {
 
 #[tokio::test(start_paused = true)]
 async fn throttle_caps_the_rate_against_the_server() {
-    let server = ApiServer::builder().plain_http(true).start().await.unwrap();
+    let server = Cluster::builder().plain_http(true).start().await.unwrap();
     let mut cfg = Config::new(Config::parse_server(server.url()).unwrap());
     cfg.auth = Auth::Bearer {
         token: Some(Secret::new(server.token())),

@@ -37,10 +37,7 @@ async fn run_to_end(args: &[&str]) -> (i32, String) {
 }
 
 /// `run --kubeconfig <server's> <extra>` without listeners, to its end: exit code and stderr.
-async fn run_against(
-    server: &embedded_apiserver::ApiServerHandle,
-    extra: &[&str],
-) -> (i32, String) {
+async fn run_against(server: &embedded_cluster::ClusterHandle, extra: &[&str]) -> (i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
@@ -136,10 +133,7 @@ async fn an_unreachable_cluster_is_one_clear_line_and_exit_code_1() {
 #[tokio::test]
 async fn a_cluster_without_the_crd_says_how_to_install_it() {
     sample_client_go::install_crypto_provider();
-    let server = embedded_apiserver::ApiServer::builder()
-        .start()
-        .await
-        .unwrap();
+    let server = embedded_cluster::Cluster::builder().start().await.unwrap();
     let (code, stderr) = run_against(&server, &[]).await;
     assert_eq!(code, 1);
     let line = one_line(&stderr);
@@ -317,16 +311,9 @@ fn colour_only_on_a_terminal_without_no_color_and_events_are_one_line() {
 
 /// An embedded API server without the CRDs (the manager talks to it, logs, and exits 1 saying
 /// how to install them) and a kubeconfig for it.
-async fn crd_less_cluster() -> (
-    embedded_apiserver::ApiServerHandle,
-    tempfile::TempDir,
-    String,
-) {
+async fn crd_less_cluster() -> (embedded_cluster::ClusterHandle, tempfile::TempDir, String) {
     sample_client_go::install_crypto_provider();
-    let server = embedded_apiserver::ApiServer::builder()
-        .start()
-        .await
-        .unwrap();
+    let server = embedded_cluster::Cluster::builder().start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();

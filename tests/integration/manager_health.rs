@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use embedded_apiserver::faults::Fault;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
@@ -108,10 +108,10 @@ fn spawn_manager(client: &Client, config: ManagerConfig, identity: &str) -> Runn
 /// An RBAC-enforcing server with the At CRD and `artifacts/deploy/` loaded (all of it, or all
 /// but the ClusterRoleBinding), an admin client, and a client authenticating as the
 /// controller's service account.
-async fn rbac_server(with_binding: bool) -> (ApiServerHandle, Client, Client) {
+async fn rbac_server(with_binding: bool) -> (ClusterHandle, Client, Client) {
     init_tracing();
     sample_client_go::install_crypto_provider();
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .enforce_rbac(true)
         .service_account_token("controller-token", "sample-controller", "sample-controller")
         .start()

@@ -199,7 +199,7 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
     let _ticker = Ticker::start();
     init_tracing();
     sample_client_go::install_crypto_provider();
-    let server = embedded_apiserver::ApiServer::builder()
+    let server = embedded_cluster::Cluster::builder()
         .enforce_rbac(true)
         .service_account_token("controller-token", "sample-controller", "sample-controller")
         .start()

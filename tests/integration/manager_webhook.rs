@@ -3,7 +3,7 @@
 //!
 //! The server maps the webhook Service of `artifacts/deploy/webhook/webhooks.yaml`
 //! (`sample-controller/sample-controller-webhook`) to the manager's webhook port with
-//! [`ApiServerBuilder::service_endpoint`](embedded_apiserver::ApiServerBuilder::service_endpoint);
+//! [`ClusterBuilder::service_endpoint`](embedded_cluster::ClusterBuilder::service_endpoint);
 //! the test plays cert-manager: it mints a CA and a serving certificate for
 //! `sample-controller-webhook.sample-controller.svc`, writes `tls.crt` / `tls.key` into the
 //! manager's `--webhook-cert-dir`, and injects the CA into both configurations' `caBundle`.
@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use sample_controller_runtime::manager::{ListenersHandle, ManagerError};
 use sample_controller_runtime::webhook::WebhookServerConfig;
 use serde_json::{Value, json};
@@ -55,7 +55,7 @@ pub(crate) const ANY_PORT: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
 
 pub(crate) struct Setup {
-    pub(crate) server: ApiServerHandle,
+    pub(crate) server: ClusterHandle,
     pub(crate) api: TestClient,
     pub(crate) certs: tempfile::TempDir,
     /// The CA (PEM) that signed the serving certificate.
@@ -109,7 +109,7 @@ pub(crate) async fn setup() -> Setup {
     sample_client_go::install_crypto_provider();
     let webhook = Forwarder::start().await;
     let webhook_addr = webhook.addr;
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .service_endpoint(SERVICE, &webhook_addr.to_string())
         .start()
         .await

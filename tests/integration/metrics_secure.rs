@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use http_body_util::BodyExt;
 use sample_client_go::client::{Client, Config};
 use sample_controller_runtime::manager::{ManagerConfig, SecureServing};
@@ -34,9 +34,9 @@ subjects:
 
 /// An RBAC-enforcing server with the deploy's RBAC, the At CRD and three tokens: the
 /// controller's service account, `prometheus` (bound to metrics-reader) and `eve` (nothing).
-async fn server() -> ApiServerHandle {
+async fn server() -> ClusterHandle {
     sample_client_go::install_crypto_provider();
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .enforce_rbac(true)
         .service_account_token(SA_TOKEN, "sample-controller", "sample-controller")
         .extra_token(PROM_TOKEN, "prometheus")
@@ -112,7 +112,7 @@ async fn scrape(c: &TestClient, with_token: bool) -> Scrape {
 
 /// Starts the manager as the service account, `/metrics` secured, on a port of its choosing;
 /// returns its stop token and the address `/metrics` bound.
-async fn start(server: &ApiServerHandle, secure: SecureServing) -> (CancellationToken, SocketAddr) {
+async fn start(server: &ClusterHandle, secure: SecureServing) -> (CancellationToken, SocketAddr) {
     let config =
         Config::from_kubeconfig_yaml(&server.kubeconfig_yaml_for_token(SA_TOKEN), None).unwrap();
     let sa_client = Client::new(config).unwrap();

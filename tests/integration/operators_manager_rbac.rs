@@ -7,7 +7,7 @@ use crate::at_support;
 use crate::operators_support;
 
 use at_support::*;
-use embedded_apiserver::ApiServer;
+use embedded_cluster::Cluster;
 use k8s_openapi::api::core::v1::Secret;
 use operators_support::*;
 use sample_client_go::client::{Api, Client, Config, DeleteParams, ListParams, PostParams};
@@ -32,12 +32,13 @@ fn meta(name: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMet
 #[tokio::test(start_paused = true)]
 async fn five_controllers_in_one_manager_need_nothing_beyond_the_cluster_role() {
     let _ticker = Ticker::start();
-    let (server, client) = server_with(
-        ApiServer::builder()
-            .enforce_rbac(true)
-            .service_account_token(SA_TOKEN, "sample-controller", "sample-controller"),
-    )
-    .await;
+    let (server, client) =
+        server_with(Cluster::builder().enforce_rbac(true).service_account_token(
+            SA_TOKEN,
+            "sample-controller",
+            "sample-controller",
+        ))
+        .await;
     // The RBAC of artifacts/deploy/, namespace first (the directory loads alphabetically).
     let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/artifacts/deploy/base");
     let mut loaded = Vec::new();
@@ -180,7 +181,7 @@ async fn the_deploy_directory_loads_in_one_go_namespace_first() {
     // `sample-controller apiserver --manifests artifacts/deploy/` loads the directory as a whole:
     // its files sort alphabetically (deployment.yaml before namespace.yaml), so Namespaces and
     // CRDs from every file are created before anything else.
-    let server = ApiServer::builder().simulate(false).start().await.unwrap();
+    let server = Cluster::builder().simulate(false).start().await.unwrap();
     let deploy = concat!(env!("CARGO_MANIFEST_DIR"), "/artifacts/deploy/base");
     let loaded = server.load_manifest_path(deploy).unwrap();
     assert_eq!(

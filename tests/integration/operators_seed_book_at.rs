@@ -13,8 +13,8 @@ use crate::at_support::NS;
 use crate::cluster_support::kubectl_bin;
 use crate::seeds_support::{Walkthrough, row_of};
 
-use embedded_apiserver::ApiServer;
-use embedded_apiserver::runtime::NodeRuntime;
+use embedded_cluster::Cluster;
+use embedded_cluster::NodeRuntime;
 use futures_util::StreamExt;
 use sample_client_go::client::{Api, WatchEvent, WatchParams};
 use sample_controller_runtime::controller::Clock;
@@ -58,7 +58,7 @@ async fn get_json(w: &Walkthrough, resource: &str, name: &str) -> Value {
 
 #[tokio::test]
 async fn chapter_6_the_books_example_runs_on_a_plain_crd_install() {
-    let builder = ApiServer::builder()
+    let builder = Cluster::builder()
         .simulate(true)
         .node_runtime(NodeRuntime::Process);
     let Some(w) = Walkthrough::start_with("the book's chapter 6", builder).await else {

@@ -65,7 +65,7 @@ fn sync_counts(manager: &RunningManager) -> (u64, u64) {
         .fold((0, 0), |(s, e), st| (s + st.syncs, e + st.errors))
 }
 
-fn deployment_writes(server: &embedded_apiserver::ApiServerHandle) -> u64 {
+fn deployment_writes(server: &embedded_cluster::ClusterHandle) -> u64 {
     server
         .request_log()
         .count_where(|k| k.resource == "deployments" && k.verb == "update")
@@ -166,7 +166,7 @@ async fn a_simulated_day(zone: Option<&str>) {
 
 /// A server, the tdset controller on a clock at 10:00 UTC (5 replicas by the example's
 /// windows), and the hello-world TDSet created.
-async fn hello_world_at_ten() -> (embedded_apiserver::ApiServerHandle, Client, RunningManager) {
+async fn hello_world_at_ten() -> (embedded_cluster::ClusterHandle, Client, RunningManager) {
     let (server, client) = operator_server().await;
     let clock = Clock::starting_at("2030-06-03T10:00:00Z".parse().unwrap());
     let manager = start_manager(&manager_client(&server), config_for(&["tdset"]), clock).await;

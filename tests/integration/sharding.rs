@@ -24,13 +24,13 @@ use tokio_util::sync::CancellationToken;
 const RING: &str = "ats";
 
 /// A shard of ring [`RING`] named `id`, running the At controller in a task.
-async fn start_shard(server: &embedded_apiserver::ApiServerHandle, id: &str) -> RunningManager {
+async fn start_shard(server: &embedded_cluster::ClusterHandle, id: &str) -> RunningManager {
     start_shard_with(server, id, Duration::from_secs(15)).await
 }
 
 /// The same with a Lease of `lease` (renew deadline 2/3 of it, retry period 1/6).
 async fn start_shard_with(
-    server: &embedded_apiserver::ApiServerHandle,
+    server: &embedded_cluster::ClusterHandle,
     id: &str,
     lease: Duration,
 ) -> RunningManager {
@@ -39,7 +39,7 @@ async fn start_shard_with(
 
 /// A shard that is also a candidate for the ring's sharder when `sharder`.
 async fn start_shard_full(
-    server: &embedded_apiserver::ApiServerHandle,
+    server: &embedded_cluster::ClusterHandle,
     id: &str,
     lease: Duration,
     sharder: bool,
@@ -581,7 +581,7 @@ async fn scrape(metrics: SocketAddr) -> String {
 /// pods follow: every call was allowed (no 403 on any process's client).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_refused() {
-    use embedded_apiserver::ApiServer;
+    use embedded_cluster::Cluster;
     use sample_client_go::client::Config;
     let sharded = sample_operators::registry::known().sharded;
     const SHARD_TOKEN: &str = "shard-sa-token";
@@ -590,7 +590,7 @@ async fn the_sharded_deploy_rbac_allows_assign_drain_and_follow_and_nothing_is_r
     const N: usize = 45;
     sample_client_go::install_crypto_provider();
     at_support::init_tracing();
-    let server = ApiServer::builder()
+    let server = Cluster::builder()
         .enforce_rbac(true)
         .service_account_token(SHARD_TOKEN, LEASES, "sample-controller")
         .service_account_token(SHARDER_TOKEN, LEASES, "sample-controller-sharder")

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
@@ -34,16 +34,16 @@ pub struct Answer {
     pub body: Value,
 }
 
-pub async fn start() -> ApiServerHandle {
-    ApiServer::builder().start().await.unwrap()
+pub async fn start() -> ClusterHandle {
+    Cluster::builder().start().await.unwrap()
 }
 
 impl TestClient {
-    pub fn new(h: &ApiServerHandle) -> Self {
+    pub fn new(h: &ClusterHandle) -> Self {
         Self::with_http2(h, false)
     }
 
-    pub fn with_http2(h: &ApiServerHandle, http2_only: bool) -> Self {
+    pub fn with_http2(h: &ClusterHandle, http2_only: bool) -> Self {
         Self::from_parts(h.url(), h.token(), h.ca_pem(), http2_only)
     }
 

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sample_client_go::client::{Api, Client, Config, ListParams, Patch, PatchParams, PostParams};
@@ -22,10 +22,10 @@ use tokio_util::sync::CancellationToken;
 pub const NS: &str = "default";
 
 /// An embedded API server with the At CRD installed, and an admin client for it.
-pub async fn server() -> (ApiServerHandle, Client) {
+pub async fn server() -> (ClusterHandle, Client) {
     sample_client_go::install_crypto_provider();
     init_tracing();
-    let server = ApiServer::builder().start().await.expect("server starts");
+    let server = Cluster::builder().start().await.expect("server starts");
     let client = client_for(&server);
     sample_operators::apis::crds::install::<sample_operators::apis::At>(&client)
         .await
@@ -46,7 +46,7 @@ pub fn init_tracing() {
 /// The test's own client (admin, unthrottled): it observes and plays the kubelet. The
 /// manager gets a client of its own ([`manager_client`]), so the test's polling never competes
 /// with the controller for the client-side rate limit.
-pub fn client_for(server: &ApiServerHandle) -> Client {
+pub fn client_for(server: &ClusterHandle) -> Client {
     let mut config = Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap();
     config.qps = 0.0;
     Client::new(config).unwrap()
@@ -54,13 +54,13 @@ pub fn client_for(server: &ApiServerHandle) -> Client {
 
 /// A client for a manager: the server's admin credentials with the default client-side
 /// throttle (QPS 20, burst 30), as `sample-controller run` would have.
-pub fn manager_client(server: &ApiServerHandle) -> Client {
+pub fn manager_client(server: &ClusterHandle) -> Client {
     let config = Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap();
     Client::new(config).unwrap()
 }
 
 /// A manager client with another throttle (`qps` 0 turns it off).
-pub fn manager_client_with_qps(server: &ApiServerHandle, qps: f32, burst: u32) -> Client {
+pub fn manager_client_with_qps(server: &ClusterHandle, qps: f32, burst: u32) -> Client {
     let mut config = Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap();
     config.qps = qps;
     config.burst = burst;

@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use embedded_apiserver::ApiServerHandle;
 use embedded_apiserver::query::Query;
 use embedded_apiserver::verbs::{self, Target};
+use embedded_cluster::ClusterHandle;
 use serde_json::{Value, json};
 
 /// The target of a resource in the server's registry.
-pub fn target(h: &ApiServerHandle, group: &str, version: &str, plural: &str, ns: &str) -> Target {
+pub fn target(h: &ClusterHandle, group: &str, version: &str, plural: &str, ns: &str) -> Target {
     let def = h
         .store()
         .read(|s| s.registry.lookup(group, version, plural))
@@ -28,7 +28,7 @@ pub fn target(h: &ApiServerHandle, group: &str, version: &str, plural: &str, ns:
 }
 
 /// Creates an object in-process (the same code path as a POST).
-pub fn create(h: &ApiServerHandle, group: &str, plural: &str, ns: &str, body: Value) -> Value {
+pub fn create(h: &ClusterHandle, group: &str, plural: &str, ns: &str, body: Value) -> Value {
     // Every built-in resource this crate serves is at version v1.
     let t = target(h, group, "v1", plural, ns);
     let (code, obj) = h
@@ -40,12 +40,12 @@ pub fn create(h: &ApiServerHandle, group: &str, plural: &str, ns: &str, body: Va
 }
 
 /// The stored object, if any (`group/plural` storage key, e.g. `core/pods`).
-pub fn get(h: &ApiServerHandle, storage: &str, ns: &str, name: &str) -> Option<Value> {
+pub fn get(h: &ClusterHandle, storage: &str, ns: &str, name: &str) -> Option<Value> {
     h.store().read(|s| s.get(storage, ns, name).cloned())
 }
 
 /// Names of the stored objects of a resource in a namespace.
-pub fn names(h: &ApiServerHandle, storage: &str, ns: &str) -> Vec<String> {
+pub fn names(h: &ClusterHandle, storage: &str, ns: &str) -> Vec<String> {
     h.store().read(|s| {
         s.list(storage, Some(ns))
             .iter()
@@ -61,7 +61,7 @@ pub fn names(h: &ApiServerHandle, storage: &str, ns: &str) -> Vec<String> {
 
 /// Waits (on the store's revision channel, no polling) until `pred` holds for the state; panics
 /// after 30 s of wall-clock or virtual time so a missing transition fails instead of hanging.
-pub async fn wait_until<F>(h: &ApiServerHandle, what: &str, mut pred: F)
+pub async fn wait_until<F>(h: &ClusterHandle, what: &str, mut pred: F)
 where
     F: FnMut(&embedded_apiserver::store::State) -> bool,
 {
@@ -86,7 +86,7 @@ where
 }
 
 /// Waits until the pod reaches `phase`.
-pub async fn wait_phase(h: &ApiServerHandle, ns: &str, name: &str, phase: &str) -> Value {
+pub async fn wait_phase(h: &ClusterHandle, ns: &str, name: &str, phase: &str) -> Value {
     wait_until(h, &format!("pod {ns}/{name} {phase}"), |s| {
         s.get("core/pods", ns, name)
             .is_some_and(|p| p["status"]["phase"] == phase)
@@ -144,7 +144,7 @@ pub struct Out {
 
 impl Kubectl {
     /// `None` (after printing why) when kubectl is not installed.
-    pub fn new(server: &ApiServerHandle) -> Option<Self> {
+    pub fn new(server: &ClusterHandle) -> Option<Self> {
         let Some(bin) = kubectl_bin(None) else {
             eprintln!("kubectl not found on PATH: skipping the kubectl part of this test");
             return None;
@@ -153,7 +153,7 @@ impl Kubectl {
     }
 
     /// The kubectl at `bin`, talking to `server`.
-    pub fn with_bin(bin: PathBuf, server: &ApiServerHandle) -> Self {
+    pub fn with_bin(bin: PathBuf, server: &ClusterHandle) -> Self {
         let home = tempfile::tempdir().unwrap();
         let kubeconfig = home.path().join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
@@ -165,7 +165,7 @@ impl Kubectl {
     }
 
     /// Same as [`Kubectl::new`], but authenticating with `token`.
-    pub fn with_token(server: &ApiServerHandle, token: &str) -> Option<Self> {
+    pub fn with_token(server: &ClusterHandle, token: &str) -> Option<Self> {
         let k = Self::new(server)?;
         let yaml = server.kubeconfig_yaml_for_token(token);
         std::fs::write(&k.kubeconfig, yaml).unwrap();
@@ -238,7 +238,7 @@ impl Kubectl {
 
 /// Merge-patches an object in-process (the same code path as a PATCH).
 pub fn merge_patch(
-    h: &ApiServerHandle,
+    h: &ClusterHandle,
     group: &str,
     plural: &str,
     ns: &str,

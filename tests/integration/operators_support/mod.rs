@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use embedded_apiserver::{ApiServer, ApiServerBuilder, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterBuilder, ClusterHandle};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -21,12 +21,12 @@ use crate::at_support::{NS, client_for, init_tracing, manager_config, wait_until
 
 /// A simulating API server (node, Deployment and StatefulSet controllers, GC) with the CRDs of
 /// all five operators, and an admin client.
-pub async fn operator_server() -> (ApiServerHandle, Client) {
-    server_with(ApiServer::builder()).await
+pub async fn operator_server() -> (ClusterHandle, Client) {
+    server_with(Cluster::builder()).await
 }
 
 /// [`operator_server`] from a customised builder (simulation is switched on here).
-pub async fn server_with(builder: ApiServerBuilder) -> (ApiServerHandle, Client) {
+pub async fn server_with(builder: ClusterBuilder) -> (ClusterHandle, Client) {
     sample_client_go::install_crypto_provider();
     init_tracing();
     let server = builder.simulate(true).start().await.expect("server starts");

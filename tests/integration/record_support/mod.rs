@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -16,12 +16,12 @@ use sample_client_go::client::{Api, Client, Config, PostParams};
 use sample_operators::apis::crds;
 use sample_operators::apis::{At, AtSpec};
 
-pub async fn server() -> ApiServerHandle {
+pub async fn server() -> ClusterHandle {
     sample_client_go::install_crypto_provider();
-    ApiServer::builder().start().await.unwrap()
+    Cluster::builder().start().await.unwrap()
 }
 
-pub fn client(server: &ApiServerHandle) -> Client {
+pub fn client(server: &ClusterHandle) -> Client {
     let mut config = Config::from_kubeconfig_yaml(&server.kubeconfig_yaml(), None).unwrap();
     config.qps = 1000.0;
     config.burst = 1000;
@@ -75,7 +75,7 @@ pub fn kubectl() -> Option<PathBuf> {
 /// Runs kubectl against `server`; returns (success, stdout, stderr).
 pub async fn run_kubectl(
     bin: &PathBuf,
-    server: &ApiServerHandle,
+    server: &ClusterHandle,
     args: &[&str],
 ) -> (bool, String, String) {
     let home = tempfile::tempdir().unwrap();

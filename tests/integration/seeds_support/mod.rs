@@ -13,7 +13,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use embedded_apiserver::{ApiServer, ApiServerHandle};
+use embedded_cluster::{Cluster, ClusterHandle};
 use k8s_openapi::api::core::v1::Event;
 use sample_client_go::client::{Api, Client, ListParams};
 use sample_controller_runtime::controller::Clock;
@@ -32,7 +32,7 @@ const TRIES: u32 = 2_400;
 /// One walkthrough's cluster: the server, an admin client for the test's own reads, and
 /// kubectl configured for the server.
 pub struct Walkthrough {
-    pub server: ApiServerHandle,
+    pub server: ClusterHandle,
     pub client: Client,
     kubectl: Kubectl,
 }
@@ -41,15 +41,12 @@ impl Walkthrough {
     /// Starts the cluster and applies `artifacts/crds/` with kubectl; `None` (after printing
     /// why) when kubectl is not installed.
     pub async fn start(seed: &str) -> Option<Self> {
-        Self::start_with(seed, ApiServer::builder().simulate(true)).await
+        Self::start_with(seed, Cluster::builder().simulate(true)).await
     }
 
     /// [`Walkthrough::start`] with a server of the caller's (the book's At needs the process
     /// runtime, whose pods really run their commands and have logs).
-    pub async fn start_with(
-        seed: &str,
-        builder: embedded_apiserver::ApiServerBuilder,
-    ) -> Option<Self> {
+    pub async fn start_with(seed: &str, builder: embedded_cluster::ClusterBuilder) -> Option<Self> {
         let Some(bin) = kubectl_bin(None) else {
             eprintln!(
                 "SKIPPED: {seed}: kubectl not found on PATH (the walkthrough runs the real kubectl)"

@@ -1,0 +1,1047 @@
+//! The simulated node: a pretend kubelet (and scheduler) that runs pods without containers.
+//!
+//! ## What a kubelet does in a real cluster
+//!
+//! A pod object is only a wish. The **scheduler** picks a node for it and writes the choice into
+//! `spec.nodeName` (a *binding*). The **kubelet** on that node watches for pods bound to it,
+//! pulls images, starts the containers through the container runtime, and reports what happens
+//! in the pod's `status`: `phase` (`Pending` → `Running` → `Succeeded` or `Failed`), `startTime`,
+//! `hostIP`/`podIP`, the conditions (`PodScheduled`, `Initialized`, `ContainersReady`, `Ready`,
+//! ...) and one `containerStatuses` entry per container whose `state` is `waiting`, `running`
+//! (with `startedAt`) or `terminated` (with `exitCode`, `reason` `Completed` or `Error`,
+//! `startedAt`, `finishedAt`). What happens when a container exits depends on the pod's
+//! `restartPolicy`: `Never` lets the pod end; `OnFailure` restarts a failed container (with an
+//! exponential back-off, the `CrashLoopBackOff` you see in `kubectl get pods`) and lets the pod
+//! end once every container succeeded; `Always` restarts every container forever. The kubelet
+//! also finishes graceful deletion: a deleted pod on a node keeps its `deletionTimestamp` until
+//! the kubelet has stopped its containers and deletes it for good with grace period 0.
+//!
+//! ## What the simulation keeps
+//!
+//! The background task started by [`spawn`] (owned by the server handle, stopped at shutdown)
+//! follows the store's changes and, for every pod:
+//!
+//! * **binds** a pod without `spec.nodeName` to the node [`NODE_NAME`] (`embedded-node`, which
+//!   it registers as a `Ready` Node object) and writes `Pending` with `PodScheduled=True` and
+//!   every container `waiting` in `ContainerCreating`;
+//! * **starts** it at once: `Running`, `startTime`, `hostIP`, `podIP`, every condition `True`,
+//!   every container `running` and `ready`;
+//! * **ends** it after the run time ([`super::ApiServerBuilder::pod_run_time`], default 1 s,
+//!   zero allowed) according to each container's command ([`exit_code_of`]): a `/bin/sh -c`
+//!   (or `sh -c`, `bash -c`) script that is exactly `exit N` exits with `N`, a script `false`
+//!   (or a bare `false` command) with 1, anything else with 0. Then, by `restartPolicy`:
+//!   - `Never`: the pod ends `Succeeded` when every container exited 0, else `Failed`; the
+//!     containers are `terminated` with their exit codes and reasons;
+//!   - `OnFailure`: every container that exited 0 stays `terminated`/`Completed`; a failed one
+//!     gets `restartCount + 1`, its exit in `lastState`, and waits in `CrashLoopBackOff` for the
+//!     kubelet's back-off (10 s, doubling, at most 5 min) before it runs again; the pod stays
+//!     `Running` and ends `Succeeded` once all containers succeeded;
+//!   - `Always`, or no `restartPolicy` (Kubernetes defaults it to `Always`): **long-running**.
+//!     A container whose command fails (`exit N`, `false`) crash-loops as under `OnFailure`;
+//!     every other container runs on, so the pod stays `Running` (and `Ready`, unless a
+//!     container crash-loops) until deleted. This is how the pods of Deployments and
+//!     StatefulSets behave. (A real kubelet would also restart a container that exits 0; the
+//!     simulation cannot tell a finished `echo` from a server, so it treats success as
+//!     "still serving".)
+//! * **finishes deletion** of a pod on its node: a pod with a `deletionTimestamp` is deleted with
+//!   grace period 0 at once, even while the node is paused (its finalizers, if any, still hold
+//!   it until they are removed).
+//!
+//! [`NodeControl::pause`] freezes the clock of every pod: pods are still bound and started, but
+//! none ends (or restarts) until [`NodeControl::resume`], so a test can hold a pod in `Running`
+//! for as long as it wants. On resume, pods whose run time elapsed while paused end at once.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use embedded_apiserver::ApiServer;
+//! use serde_json::json;
+//!
+//! let server = ApiServer::builder()
+//!     .simulate(true) // the node and the workload controllers
+//!     .pod_run_time(Duration::ZERO)
+//!     .start()
+//!     .await?;
+//! let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "once"},
+//!     "spec": {"restartPolicy": "Never",
+//!              "containers": [{"name": "c", "image": "busybox",
+//!                              "command": ["/bin/sh", "-c", "exit 3"]}]}});
+//! server.load_manifests(&serde_yaml_ng::to_string(&pod)?)?;
+//! // Wait for the node to finish the pod (a test would watch; here we follow the store).
+//! let store = server.store();
+//! let mut changes = store.subscribe();
+//! while store.read(|s| s.get("core/pods", "default", "once").unwrap()["status"]["phase"] != "Failed") {
+//!     changes.changed().await?;
+//! }
+//! let pod = store.read(|s| s.get("core/pods", "default", "once").cloned()).unwrap();
+//! assert_eq!(pod["spec"]["nodeName"], "embedded-node");
+//! assert_eq!(pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! ## What it leaves out
+//!
+//! No images, processes, probes, resources, volumes, init-container ordering (init containers
+//! are reported `terminated`/`Completed` when the pod starts; ephemeral containers added to a
+//! running pod, [`embedded_apiserver::ephemeral`], are reported `running` and stay so), evictions,
+//! node pressure or pod networking beyond made-up addresses. No Events are emitted (a real
+//! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`; the
+//! process runtime, [`super::runtime`], does). Each container's log ([`super::logs`], what
+//! `kubectl logs` reads) holds what the simulation decided for it, not a command's output:
+//! for that, run the process runtime. Pods bound to another node are left alone. The one node
+//! is always `Ready`.
+//!
+//! Timestamps come from the server's [`VirtualClock`], so with a paused tokio clock `finishedAt`
+//! is exactly `startedAt` plus the run time.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::background::{ChangeFeed, VirtualClock};
+use super::logs::LogStore;
+use embedded_apiserver::meta::{self, meta_str};
+use embedded_apiserver::store::{Key, State, Store};
+use embedded_apiserver::verbs::{self, DeleteOptions, Target};
+
+/// The name of the simulated node.
+pub const NODE_NAME: &str = "embedded-node";
+
+/// The node's `InternalIP` and every pod's `hostIP`.
+pub const HOST_IP: &str = "10.0.0.10";
+
+const PODS: &str = "core/pods";
+
+/// Pauses and resumes the simulated node (see the module docs). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct NodeControl {
+    paused: Arc<watch::Sender<bool>>,
+}
+
+impl Default for NodeControl {
+    fn default() -> Self {
+        NodeControl {
+            paused: Arc::new(watch::channel(false).0),
+        }
+    }
+}
+
+impl NodeControl {
+    /// Holds every pod where it is: pods are still bound and started, but none ends.
+    pub fn pause(&self) {
+        self.paused.send_replace(true);
+    }
+
+    /// Lets pods end again; those whose run time elapsed while paused end at once.
+    pub fn resume(&self) {
+        self.paused.send_replace(false);
+    }
+
+    /// Whether the node is paused.
+    pub fn is_paused(&self) -> bool {
+        *self.paused.borrow()
+    }
+}
+
+/// Settings of the simulated node.
+#[derive(Clone, Debug)]
+pub struct KubeletConfig {
+    /// How long a one-shot container runs before it exits.
+    pub run_time: Duration,
+    /// Source of the timestamps written into pod status.
+    pub clock: VirtualClock,
+    /// Where each container's log goes (what the node decided, one line per decision).
+    pub logs: Arc<LogStore>,
+}
+
+/// Starts the simulated node on `tracker`; it stops when `shutdown` is cancelled.
+pub fn spawn(
+    store: Arc<Store>,
+    config: KubeletConfig,
+    control: NodeControl,
+    shutdown: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    tracker.spawn(run(store, config, control, shutdown));
+}
+
+/// The exit code the simulated container `c` (a `core/v1` Container) ends with.
+///
+/// The command is `command` followed by `args`. A shell invocation (`sh`, `/bin/sh`, `bash`,
+/// `/bin/bash` followed by `-c`) is judged by its script — the remaining words joined by
+/// spaces, so `["/bin/sh", "-c", "exit", "3"]` counts as `exit 3` too — which exits with `N` if
+/// it is exactly `exit N` (taken modulo 256 like a shell does) and with 1 if it is exactly
+/// `false`. A bare `false` or `/bin/false` command exits with 1. Everything else exits with 0.
+pub fn exit_code_of(c: &Value) -> i32 {
+    let words: Vec<&str> = ["command", "args"]
+        .iter()
+        .filter_map(|f| c[*f].as_array())
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    match words.as_slice() {
+        [shell, "-c", script @ ..] if matches!(*shell, "sh" | "/bin/sh" | "bash" | "/bin/bash") => {
+            script_exit_code(&script.join(" "))
+        }
+        ["false" | "/bin/false"] => 1,
+        _ => 0,
+    }
+}
+
+fn script_exit_code(script: &str) -> i32 {
+    let script = script.trim();
+    if script == "false" {
+        return 1;
+    }
+    let mut parts = script.split_whitespace();
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some("exit"), Some(n), None) => n
+            .parse::<i64>()
+            .map(|n| n.rem_euclid(256) as i32)
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// What `restartPolicy` makes of an exited container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Restart {
+    Never,
+    OnFailure,
+    Always,
+}
+
+pub(crate) fn restart_policy(pod: &Value) -> Restart {
+    match pod["spec"]["restartPolicy"].as_str() {
+        Some("Never") => Restart::Never,
+        Some("OnFailure") => Restart::OnFailure,
+        _ => Restart::Always,
+    }
+}
+
+/// Whether the pod's containers ever exit in the simulation: always for `Never` and
+/// `OnFailure`; for `Always`, only when some container's command fails (it then crash-loops).
+fn ever_exits(pod: &Value) -> bool {
+    restart_policy(pod) != Restart::Always
+        || containers(pod, "containers")
+            .iter()
+            .any(|c| exit_code_of(c) != 0)
+}
+
+/// The kubelet's crash-loop back-off: 10 s, doubling per restart, at most 5 minutes.
+pub(crate) fn back_off(restarts: u32) -> Duration {
+    let secs = 10u64.saturating_mul(1u64 << restarts.saturating_sub(1).min(5));
+    Duration::from_secs(secs.min(300))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Containers run; at `due` the one-shot ones exit.
+    Running,
+    /// Failed containers wait in CrashLoopBackOff; at `due` they run again.
+    BackOff,
+}
+
+#[derive(Debug)]
+struct Track {
+    uid: String,
+    stage: Stage,
+    /// When the stage ends; `None` for long-running pods.
+    due: Option<Instant>,
+    restarts: u32,
+}
+
+struct Kubelet {
+    store: Arc<Store>,
+    config: KubeletConfig,
+    tracks: HashMap<Key, Track>,
+    next_ip: u32,
+}
+
+async fn run(
+    store: Arc<Store>,
+    config: KubeletConfig,
+    control: NodeControl,
+    shutdown: CancellationToken,
+) {
+    let mut paused_rx = control.paused.subscribe();
+    let mut k = Kubelet {
+        store: store.clone(),
+        config,
+        tracks: HashMap::new(),
+        next_ip: 0,
+    };
+    k.register_node();
+    let mut feed = ChangeFeed::new(store);
+    k.resync();
+    tracing::debug!(node = NODE_NAME, "simulated node started");
+    loop {
+        if !*paused_rx.borrow_and_update() {
+            k.fire_due();
+        }
+        let deadline = if *paused_rx.borrow() {
+            None
+        } else {
+            k.next_deadline()
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = feed.changed() => match feed.poll().changed_keys(PODS) {
+                Some(keys) => keys.iter().for_each(|key| k.sync(key)),
+                None => k.resync(),
+            },
+            r = paused_rx.changed() => {
+                if r.is_err() {
+                    // `control` keeps the sender alive, so this cannot happen; stop cleanly anyway.
+                    break;
+                }
+            }
+            _ = sleep_until_opt(deadline) => {}
+        }
+    }
+    tracing::debug!(node = NODE_NAME, "simulated node stopped");
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Kubelet {
+    fn now(&self) -> String {
+        self.config.clock.now_time()
+    }
+
+    fn register_node(&self) {
+        register_node(&self.store, &self.now());
+    }
+
+    fn resync(&mut self) {
+        let keys: Vec<Key> = self.store.read(|st| {
+            st.list(PODS, None)
+                .into_iter()
+                .map(embedded_apiserver::store::key_of)
+                .collect()
+        });
+        let present: std::collections::HashSet<&Key> = keys.iter().collect();
+        self.tracks.retain(|k, _| present.contains(k));
+        self.config.logs.retain_existing(&self.store);
+        for key in keys {
+            self.sync(&key);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.tracks.values().filter_map(|t| t.due).min()
+    }
+
+    fn alloc_ip(&mut self) -> String {
+        let n = self.next_ip;
+        self.next_ip = self.next_ip.wrapping_add(1);
+        format!("10.244.{}.{}", (n / 250) % 256, n % 250 + 2)
+    }
+
+    /// Brings one pod in line with what the node should be doing with it.
+    fn sync(&mut self, key: &Key) {
+        let Some(pod) = self.store.read(|st| st.get(PODS, &key.0, &key.1).cloned()) else {
+            self.tracks.remove(key);
+            self.config.logs.remove(&key.0, &key.1);
+            return;
+        };
+        let uid = meta_str(&pod, "uid").to_owned();
+        if self.tracks.get(key).is_some_and(|t| t.uid != uid) {
+            self.tracks.remove(key);
+        }
+        let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+        let deleting = !meta_str(&pod, "deletionTimestamp").is_empty();
+        if !node.is_empty() && node != NODE_NAME {
+            self.tracks.remove(key);
+            return;
+        }
+        if deleting {
+            self.tracks.remove(key);
+            if node == NODE_NAME {
+                self.kill(key, &uid);
+            }
+            return;
+        }
+        match pod["status"]["phase"].as_str().unwrap_or_default() {
+            "Succeeded" | "Failed" => {
+                self.tracks.remove(key);
+            }
+            "Running" if node == NODE_NAME => {
+                // Adopt a pod that was already running (a resync, or a test that seeded it).
+                if !self.tracks.contains_key(key) {
+                    let statuses = pod["status"]["containerStatuses"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    let restarts = statuses
+                        .iter()
+                        .filter_map(|s| s["restartCount"].as_u64())
+                        .max()
+                        .unwrap_or(0);
+                    let restarts = u32::try_from(restarts).unwrap_or(u32::MAX);
+                    let backing_off = statuses.iter().any(|s| s["state"]["waiting"].is_object());
+                    let (stage, due) = if backing_off {
+                        (Stage::BackOff, Some(Instant::now() + back_off(restarts)))
+                    } else {
+                        let due = ever_exits(&pod).then(|| Instant::now() + self.config.run_time);
+                        (Stage::Running, due)
+                    };
+                    self.tracks.insert(
+                        key.clone(),
+                        Track {
+                            uid: uid.clone(),
+                            stage,
+                            due,
+                            restarts,
+                        },
+                    );
+                }
+                if pod["spec"]["ephemeralContainers"].is_array() {
+                    self.report_ephemeral(key, &uid);
+                }
+            }
+            _ => self.start(key, &uid),
+        }
+    }
+
+    /// Ephemeral containers added to a running pod ([`embedded_apiserver::ephemeral`]) are reported
+    /// `running` at once (the simulation runs nothing, and they never end on their own).
+    fn report_ephemeral(&self, key: &Key, uid: &str) {
+        let now = self.now();
+        self.store.write(|st| {
+            if let Some(mut pod) = current(st, key, uid)
+                && add_ephemeral_statuses(&mut pod, &now)
+            {
+                st.write(PODS, pod);
+            }
+        });
+    }
+
+    /// Binds (if needed) and starts a pod: `Pending` then `Running`, two writes.
+    fn start(&mut self, key: &Key, uid: &str) {
+        let now = self.now();
+        let ip = self.alloc_ip();
+        let started = self.store.write(|st| {
+            let mut pod = current(st, key, uid)?;
+            if pod["spec"]["nodeName"]
+                .as_str()
+                .unwrap_or_default()
+                .is_empty()
+            {
+                bind_to_node(&mut pod, &now);
+                pod = st.update(PODS, pod);
+            }
+            let running: Vec<Value> = containers(&pod, "containers")
+                .iter()
+                .map(|c| container_status(c, true, 0, json!({"running": {"startedAt": now}})))
+                .collect();
+            let inits: Vec<Value> = containers(&pod, "initContainers")
+                .iter()
+                .map(|c| {
+                    container_status(
+                        c,
+                        false,
+                        0,
+                        json!({"terminated": {"exitCode": 0, "reason": "Completed",
+                                              "startedAt": now, "finishedAt": now}}),
+                    )
+                })
+                .collect();
+            with_status(&mut pod, |status| {
+                status.insert("phase".into(), json!("Running"));
+                status.insert("hostIP".into(), json!(HOST_IP));
+                status.insert("hostIPs".into(), json!([{"ip": HOST_IP}]));
+                status.insert("podIP".into(), json!(ip));
+                status.insert("podIPs".into(), json!([{"ip": ip}]));
+                status.insert("startTime".into(), json!(now));
+                status.insert("qosClass".into(), json!("BestEffort"));
+                status.insert(
+                    "conditions".into(),
+                    json!([
+                        condition("PodReadyToStartContainers", "True", &now),
+                        condition("Initialized", "True", &now),
+                        condition("Ready", "True", &now),
+                        condition("ContainersReady", "True", &now),
+                        condition("PodScheduled", "True", &now),
+                    ]),
+                );
+                status.insert("containerStatuses".into(), json!(running));
+                if !inits.is_empty() {
+                    status.insert("initContainerStatuses".into(), json!(inits));
+                }
+            });
+            let exits = ever_exits(&pod);
+            let specs = containers(&pod, "containers");
+            st.write(PODS, pod);
+            Some((exits, specs))
+        });
+        let Some((exits, specs)) = started else {
+            return;
+        };
+        for c in &specs {
+            self.log_start(key, uid, c);
+        }
+        tracing::debug!(namespace = %key.0, pod = %key.1, node = NODE_NAME, "pod started");
+        let due = exits.then(|| Instant::now() + self.config.run_time);
+        self.tracks.insert(
+            key.clone(),
+            Track {
+                uid: uid.to_owned(),
+                stage: Stage::Running,
+                due,
+                restarts: 0,
+            },
+        );
+    }
+
+    /// Ends or restarts the containers of every pod whose stage is over.
+    fn fire_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<Key> = self
+            .tracks
+            .iter()
+            .filter(|(_, t)| t.due.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            let Some(track) = self.tracks.remove(&key) else {
+                continue;
+            };
+            match track.stage {
+                Stage::Running => self.containers_exit(&key, track),
+                Stage::BackOff => self.containers_restart(&key, track),
+            }
+        }
+    }
+
+    /// The run time is over: one-shot containers exit with their command's exit code.
+    fn containers_exit(&mut self, key: &Key, track: Track) {
+        let now = self.now();
+        let outcome = self.store.write(|st| {
+            let mut pod = current(st, key, &track.uid)?;
+            let policy = restart_policy(&pod);
+            let specs = containers(&pod, "containers");
+            let old_statuses = pod["status"]["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let mut any_failed = false;
+            let mut all_ok = true;
+            let mut statuses = vec![];
+            for c in &specs {
+                let name = c["name"].as_str().unwrap_or_default();
+                let old = old_statuses
+                    .iter()
+                    .find(|s| s["name"] == name)
+                    .cloned()
+                    .unwrap_or_else(|| container_status(c, false, 0, json!({})));
+                let restarts = old["restartCount"].as_u64().unwrap_or(0);
+                let Some(started_at) = old["state"]["running"]["startedAt"].as_str() else {
+                    // Already terminated (a container that succeeded under OnFailure).
+                    statuses.push(old);
+                    continue;
+                };
+                let code = exit_code_of(c);
+                if code == 0 && policy == Restart::Always {
+                    // Under Always only a failing command ends; the others run on.
+                    statuses.push(old);
+                    continue;
+                }
+                self.log_exit(key, &track.uid, name, code);
+                let terminated = json!({
+                    "exitCode": code,
+                    "reason": if code == 0 { "Completed" } else { "Error" },
+                    "startedAt": started_at,
+                    "finishedAt": now,
+                    "containerID": old["containerID"],
+                });
+                let mut s = old.clone();
+                s["ready"] = json!(false);
+                s["started"] = json!(false);
+                if code != 0 && policy != Restart::Never {
+                    any_failed = true;
+                    all_ok = false;
+                    s["restartCount"] = json!(restarts + 1);
+                    s["lastState"] = json!({"terminated": terminated});
+                    s["state"] = json!({"waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": format!(
+                            "back-off {}s restarting failed container={name} pod={}_{}({})",
+                            back_off(track.restarts + 1).as_secs(), key.1, key.0, track.uid
+                        ),
+                    }});
+                } else {
+                    if code != 0 {
+                        all_ok = false;
+                    }
+                    s["state"] = json!({"terminated": terminated});
+                }
+                statuses.push(s);
+            }
+            let phase = after_exit(&mut pod, statuses, any_failed, all_ok, policy, &now);
+            st.write(PODS, pod);
+            Some(phase)
+        });
+        match outcome {
+            Some("Running") => {
+                tracing::debug!(namespace = %key.0, pod = %key.1, "container failed; backing off");
+                let restarts = track.restarts + 1;
+                self.tracks.insert(
+                    key.clone(),
+                    Track {
+                        stage: Stage::BackOff,
+                        due: Some(Instant::now() + back_off(restarts)),
+                        restarts,
+                        ..track
+                    },
+                );
+            }
+            Some(phase) => {
+                tracing::debug!(namespace = %key.0, pod = %key.1, phase, "pod finished");
+            }
+            None => {}
+        }
+    }
+
+    /// Ends a container's log with the line the simulated node writes when it exits.
+    fn log_exit(&self, key: &Key, uid: &str, name: &str, code: i32) {
+        if let Some(buf) = self.config.logs.get(&key.0, &key.1, uid, name, false) {
+            buf.append_text(
+                self.config.clock.now(),
+                &format!("simulated node: the container exited with code {code}\n"),
+            );
+            buf.close();
+        }
+    }
+
+    /// The crash-loop back-off is over: failed containers run again.
+    fn containers_restart(&mut self, key: &Key, track: Track) {
+        let now = self.now();
+        let restarted = self.store.write(|st| {
+            let mut pod = current(st, key, &track.uid)?;
+            let mut statuses = pod["status"]["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let specs = containers(&pod, "containers");
+            let mut restarted = vec![];
+            for s in statuses.iter_mut() {
+                if s["state"]["waiting"].is_object() {
+                    if let Some(c) = specs.iter().find(|c| c["name"] == s["name"]) {
+                        restarted.push(c.clone());
+                    }
+                    s["state"] = json!({"running": {"startedAt": now}});
+                    s["ready"] = json!(true);
+                    s["started"] = json!(true);
+                }
+            }
+            let all_ready = statuses.iter().all(|s| s["ready"] == true);
+            with_status(&mut pod, |status| {
+                status.insert("containerStatuses".into(), json!(statuses));
+                if all_ready {
+                    set_condition(status, "Ready", "True", "", "", &now);
+                    set_condition(status, "ContainersReady", "True", "", "", &now);
+                }
+            });
+            st.write(PODS, pod);
+            Some(restarted)
+        });
+        if let Some(restarted) = restarted {
+            for c in &restarted {
+                self.log_start(key, &track.uid, c);
+            }
+            self.tracks.insert(
+                key.clone(),
+                Track {
+                    stage: Stage::Running,
+                    due: Some(Instant::now() + self.config.run_time),
+                    ..track
+                },
+            );
+        }
+    }
+
+    /// Finishes the graceful deletion of a pod on this node (grace period 0 now).
+    fn kill(&mut self, key: &Key, uid: &str) {
+        finish_deletion(&self.store, key, uid);
+    }
+
+    /// Starts a log instance for container `c` and writes what the simulation decided for it.
+    fn log_start(&self, key: &Key, uid: &str, c: &Value) {
+        let name = c["name"].as_str().unwrap_or_default();
+        let buf = self.config.logs.start_instance(&key.0, &key.1, uid, name);
+        let words: Vec<&str> = ["command", "args"]
+            .iter()
+            .filter_map(|f| c[*f].as_array())
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let code = exit_code_of(c);
+        let pod_exits = self
+            .store
+            .read(|st| {
+                st.get(PODS, &key.0, &key.1)
+                    .map(|p| restart_policy(p) != Restart::Always)
+            })
+            .unwrap_or(false);
+        let what = if code != 0 || pod_exits {
+            format!("it exits with code {code} after {:?}", self.config.run_time)
+        } else {
+            "it runs until the pod is deleted".to_owned()
+        };
+        buf.append_text(
+            self.config.clock.now(),
+            &format!("simulated node: the command {words:?} is not run; {what}\n"),
+        );
+    }
+}
+
+/// Registers the node object [`NODE_NAME`] (once) with `runtime` as its container runtime.
+pub(crate) fn register_node_as(store: &Store, now: &str, runtime: &str) {
+    let now = now.to_owned();
+    store.write(|st| {
+        if st.get("core/nodes", "", NODE_NAME).is_some() {
+            return;
+        }
+        let ready = |ty: &str, status: &str, reason: &str, msg: &str| {
+            json!({"type": ty, "status": status, "reason": reason, "message": msg,
+                   "lastHeartbeatTime": now, "lastTransitionTime": now})
+        };
+        st.create(
+            "core/nodes",
+            json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {
+                    "name": NODE_NAME, "uid": meta::new_uid(), "creationTimestamp": now,
+                    "labels": {
+                        "kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                        "beta.kubernetes.io/arch": "amd64",
+                        "node-role.kubernetes.io/control-plane": ""
+                    }
+                },
+                "spec": {"podCIDR": "10.244.0.0/16", "podCIDRs": ["10.244.0.0/16"]},
+                "status": {
+                    "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+                    "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
+                    "conditions": [
+                        ready("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                        ready("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                        ready("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                        ready("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+                    ],
+                    "addresses": [
+                        {"type": "InternalIP", "address": HOST_IP},
+                        {"type": "Hostname", "address": NODE_NAME}
+                    ],
+                    "nodeInfo": {
+                        "kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0",
+                        "containerRuntimeVersion": runtime, "operatingSystem": "linux",
+                        "architecture": "amd64", "osImage": "embedded simulated node",
+                        "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": ""
+                    }
+                }
+            }),
+        );
+    });
+}
+
+/// Registers the node object [`NODE_NAME`] (once) for the simulated runtime.
+fn register_node(store: &Store, now: &str) {
+    register_node_as(store, now, "simulated://1.0");
+}
+
+/// Finishes the graceful deletion of pod `key` (if it still has `uid`): deletes it with grace
+/// period 0, as a kubelet does once the pod's containers have stopped.
+pub(crate) fn finish_deletion(store: &Store, key: &Key, uid: &str) {
+    store.write(|st| {
+        if current(st, key, uid).is_none() {
+            return;
+        }
+        let Some(def) = st.registry.lookup("", "v1", "pods") else {
+            return;
+        };
+        let held = st
+            .get(PODS, &key.0, &key.1)
+            .and_then(|p| p["metadata"]["deletionGracePeriodSeconds"].as_i64())
+            == Some(0);
+        if held {
+            // Already at grace 0 and held by finalizers: nothing left for the kubelet to do.
+            return;
+        }
+        let target = Target {
+            def,
+            namespace: Some(key.0.clone()),
+            name: Some(key.1.clone()),
+            subresource: None,
+        };
+        let opts = DeleteOptions {
+            grace_period: Some(0),
+            precondition_uid: Some(uid.to_owned()),
+            ..Default::default()
+        };
+        if let Err(e) = verbs::delete_one(st, &target, &opts) {
+            tracing::debug!(namespace = %key.0, pod = %key.1, error = %e.message, "finishing pod deletion failed");
+        }
+    });
+}
+
+/// The stored pod at `key` if it still has `uid`.
+pub(crate) fn current(st: &State, key: &Key, uid: &str) -> Option<Value> {
+    st.get(PODS, &key.0, &key.1)
+        .filter(|p| meta_str(p, "uid") == uid)
+        .cloned()
+}
+
+pub(crate) fn containers(pod: &Value, field: &str) -> Vec<Value> {
+    pod["spec"][field].as_array().cloned().unwrap_or_default()
+}
+
+/// The pod's side of its containers exiting: its phase (Running while containers still run or
+/// restart, else Succeeded when all exited 0, else Failed) and its readiness conditions, now
+/// false. Takes the containers' new statuses and returns the phase.
+fn after_exit(
+    pod: &mut Value,
+    statuses: Vec<Value>,
+    any_failed: bool,
+    all_ok: bool,
+    policy: Restart,
+    now: &str,
+) -> &'static str {
+    let ended = !any_failed && policy != Restart::Always;
+    let phase = match (ended, all_ok) {
+        (false, _) => "Running",
+        (true, true) => "Succeeded",
+        (true, false) => "Failed",
+    };
+    let unready: Vec<&str> = statuses
+        .iter()
+        .filter(|s| s["ready"] != true)
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    let (reason, message) = if phase == "Succeeded" {
+        ("PodCompleted", String::new())
+    } else {
+        (
+            "ContainersNotReady",
+            format!("containers with unready status: [{}]", unready.join(" ")),
+        )
+    };
+    with_status(pod, |status| {
+        status.insert("phase".into(), json!(phase));
+        status.insert("containerStatuses".into(), json!(statuses));
+        set_condition(status, "Ready", "False", reason, &message, now);
+        set_condition(status, "ContainersReady", "False", reason, &message, now);
+        if ended {
+            set_condition(status, "PodReadyToStartContainers", "False", "", "", now);
+        }
+    });
+    phase
+}
+
+/// Runs `f` on the pod's `status` map (created if missing).
+pub(crate) fn with_status(pod: &mut Value, f: impl FnOnce(&mut serde_json::Map<String, Value>)) {
+    let mut status = match pod.get_mut("status").map(Value::take) {
+        Some(Value::Object(m)) => m,
+        _ => serde_json::Map::new(),
+    };
+    f(&mut status);
+    pod["status"] = Value::Object(status);
+}
+
+pub(crate) fn random_hex(n: usize) -> String {
+    (0..n)
+        .map(|_| char::from_digit(fastrand::u32(..16), 16).unwrap_or('0'))
+        .collect()
+}
+
+/// Adds a `running` entry to `status.ephemeralContainerStatuses` for each ephemeral container
+/// that has none; `true` when something was added. Ephemeral containers are never `ready`
+/// (they have no probes and do not count for the pod's readiness).
+pub(crate) fn add_ephemeral_statuses(pod: &mut Value, now: &str) -> bool {
+    let mut statuses = pod["status"]["ephemeralContainerStatuses"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut added = false;
+    for c in containers(pod, "ephemeralContainers") {
+        if statuses.iter().any(|s| s["name"] == c["name"]) {
+            continue;
+        }
+        let mut s = container_status(&c, false, 0, json!({"running": {"startedAt": now}}));
+        s["started"] = json!(true);
+        statuses.push(s);
+        added = true;
+    }
+    if added {
+        with_status(pod, |status| {
+            status.insert("ephemeralContainerStatuses".into(), json!(statuses));
+        });
+    }
+    added
+}
+
+pub(crate) fn container_status(c: &Value, ready: bool, restarts: u64, state: Value) -> Value {
+    let image = c["image"].as_str().unwrap_or_default();
+    let mut s = json!({
+        "name": c["name"],
+        "image": image,
+        "imageID": format!("{image}@sha256:{}", random_hex(64)),
+        "ready": ready,
+        "started": ready,
+        "restartCount": restarts,
+        "state": state,
+        "lastState": {},
+    });
+    if state_is_started(&s["state"]) {
+        s["containerID"] = json!(format!("containerd://{}", random_hex(64)));
+    }
+    s
+}
+
+fn state_is_started(state: &Value) -> bool {
+    state["running"].is_object() || state["terminated"].is_object()
+}
+
+pub(crate) fn condition(ty: &str, status: &str, now: &str) -> Value {
+    json!({"type": ty, "status": status, "lastProbeTime": null, "lastTransitionTime": now})
+}
+
+pub(crate) fn set_condition(
+    status: &mut serde_json::Map<String, Value>,
+    ty: &str,
+    value: &str,
+    reason: &str,
+    message: &str,
+    now: &str,
+) {
+    let mut conds = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut c = condition(ty, value, now);
+    if !reason.is_empty() {
+        c["reason"] = json!(reason);
+    }
+    if !message.is_empty() {
+        c["message"] = json!(message);
+    }
+    match conds.iter_mut().find(|x| x["type"] == ty) {
+        Some(existing) if existing["status"] == value => {
+            c["lastTransitionTime"] = existing["lastTransitionTime"].clone();
+            *existing = c;
+        }
+        Some(existing) => *existing = c,
+        None => conds.push(c),
+    }
+    status.insert("conditions".into(), json!(conds));
+}
+
+/// The scheduler's part of a pod's start, shared by both runtimes: bound to this node,
+/// `Pending`, `PodScheduled`, every container waiting in `ContainerCreating`.
+pub(crate) fn bind_to_node(pod: &mut Value, now: &str) {
+    pod["spec"]["nodeName"] = json!(NODE_NAME);
+    let waiting: Vec<Value> = containers(pod, "containers")
+        .iter()
+        .map(|c| {
+            container_status(
+                c,
+                false,
+                0,
+                json!({"waiting": {"reason": "ContainerCreating"}}),
+            )
+        })
+        .collect();
+    with_status(pod, |status| {
+        status.insert("phase".into(), json!("Pending"));
+        status.insert(
+            "conditions".into(),
+            json!([condition("PodScheduled", "True", now)]),
+        );
+        status.insert("containerStatuses".into(), json!(waiting));
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(command: Value, args: Value) -> Value {
+        json!({"name": "c", "image": "busybox", "command": command, "args": args})
+    }
+
+    #[test]
+    fn shell_exit_scripts_decide_the_exit_code() {
+        assert_eq!(
+            exit_code_of(&c(json!(["/bin/sh", "-c", "exit 3"]), json!(null))),
+            3
+        );
+        assert_eq!(
+            exit_code_of(&c(json!(["sh", "-c"]), json!(["exit 42"]))),
+            42
+        );
+        assert_eq!(
+            exit_code_of(&c(json!(["/bin/sh", "-c", "exit", "7"]), json!(null))),
+            7
+        );
+        assert_eq!(
+            exit_code_of(&c(json!(["/bin/sh", "-c", " false "]), json!(null))),
+            1
+        );
+        assert_eq!(
+            exit_code_of(&c(json!(["/bin/sh", "-c", "exit 0"]), json!(null))),
+            0
+        );
+        assert_eq!(
+            exit_code_of(&c(json!(["/bin/sh", "-c", "exit 257"]), json!(null))),
+            1
+        );
+        assert_eq!(exit_code_of(&c(json!(["false"]), json!(null))), 1);
+    }
+
+    #[test]
+    fn anything_else_succeeds() {
+        assert_eq!(
+            exit_code_of(&c(json!(["/bin/sh", "-c", "echo hi; exit 3"]), json!(null))),
+            0
+        );
+        assert_eq!(exit_code_of(&c(json!(["echo", "exit 3"]), json!(null))), 0);
+        assert_eq!(exit_code_of(&c(json!(null), json!(null))), 0);
+        assert_eq!(
+            exit_code_of(&c(json!(["/bin/sh", "-c", "exit x"]), json!(null))),
+            0
+        );
+    }
+
+    #[test]
+    fn crash_loop_back_off_doubles_up_to_five_minutes() {
+        assert_eq!(back_off(1), Duration::from_secs(10));
+        assert_eq!(back_off(2), Duration::from_secs(20));
+        assert_eq!(back_off(5), Duration::from_secs(160));
+        assert_eq!(back_off(6), Duration::from_secs(300));
+        assert_eq!(back_off(60), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn restart_policy_defaults_to_always() {
+        assert_eq!(restart_policy(&json!({"spec": {}})), Restart::Always);
+        assert_eq!(
+            restart_policy(&json!({"spec": {"restartPolicy": "Never"}})),
+            Restart::Never
+        );
+    }
+}

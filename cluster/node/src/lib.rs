@@ -1,0 +1,243 @@
+//! # The embedded cluster's node
+//!
+//! A Kubernetes node runs the kubelet: it watches the API server for the pods bound to it, runs
+//! their containers, reports their status, keeps their logs, and serves the streams the API
+//! server hands it for `kubectl logs`, `exec`, `attach` and `port-forward`. This crate is that
+//! node for the embedded cluster, started beside an [`embedded_apiserver`] server:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use embedded_apiserver::ApiServer;
+//! use embedded_node::{Node, NodeRuntime};
+//!
+//! let server = ApiServer::builder().start().await?;
+//! let node = Node::builder().runtime(NodeRuntime::Simulated).start(&server);
+//! // pods created on `server` are now bound to `embedded-node`, run and reported
+//! node.control().pause(); // hold every pod where it is
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! Two runtimes run the pods ([`NodeRuntime`]): the **simulated** one ([`kubelet`]) decides
+//! each container's outcome from its command's text and runs nothing; the **process** one
+//! ([`runtime`]) runs each container's command as a child process of this process, with the
+//! pod's environment and volumes ([`volumes`]), so `kubectl logs` shows what it printed and
+//! `kubectl exec`, `attach` and `port-forward` work ([`remotecommand`], over SPDY ([`spdy`]) or
+//! WebSocket ([`wsstream`] on [`websocket`])).
+//!
+//! The node registers its kubelet with the server under [`kubelet::NODE_NAME`]
+//! ([`embedded_apiserver::ApiServerHandle::register_kubelet`]): the server checks a log or
+//! stream request as kube-apiserver does and hands it to [`KubeletServer`], the kubelet's own
+//! endpoints.
+
+#![forbid(unsafe_code)]
+
+pub mod background;
+pub mod kubelet;
+pub mod logs;
+pub mod process_exec;
+pub mod remotecommand;
+pub mod runtime;
+pub mod spdy;
+pub mod volumes;
+pub mod websocket;
+pub mod wsstream;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use embedded_apiserver::ApiServerHandle;
+use embedded_apiserver::http::Body;
+use embedded_apiserver::kubelet::{Kubelet, LogsRequest, StreamRequest};
+use embedded_apiserver::status::ApiError;
+use http::Response;
+use tokio_util::sync::CancellationToken;
+
+pub use kubelet::{NODE_NAME, NodeControl};
+pub use runtime::NodeRuntime;
+
+/// The entry point: `Node::builder()...start(&server)`.
+#[derive(Debug)]
+pub struct Node;
+
+impl Node {
+    /// A builder with the documented defaults.
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder::default()
+    }
+}
+
+/// Configures a node. Defaults: the simulated runtime, one-shot containers run 1 s, at most
+/// [`runtime::DEFAULT_MAX_PODS`] process pods at once and no time limit, 1 MiB of log per
+/// container instance.
+#[derive(Clone, Debug)]
+pub struct NodeBuilder {
+    runtime: NodeRuntime,
+    pod_run_time: Duration,
+    max_pods: usize,
+    timeout: Option<Duration>,
+    pod_log_bytes: usize,
+}
+
+impl Default for NodeBuilder {
+    fn default() -> Self {
+        NodeBuilder {
+            runtime: NodeRuntime::Simulated,
+            pod_run_time: Duration::from_secs(1),
+            max_pods: runtime::DEFAULT_MAX_PODS,
+            timeout: None,
+            pod_log_bytes: logs::DEFAULT_LOG_BYTES,
+        }
+    }
+}
+
+impl NodeBuilder {
+    /// Which runtime runs the pods (default [`NodeRuntime::Simulated`]).
+    /// [`NodeRuntime::Process`] runs each container's command as a child process of this
+    /// process ([`runtime`], with its safety rules).
+    pub fn runtime(mut self, runtime: NodeRuntime) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
+    /// How long a simulated one-shot container runs (default 1 s; zero allowed).
+    pub fn pod_run_time(mut self, d: Duration) -> Self {
+        self.pod_run_time = d;
+        self
+    }
+
+    /// How many pods the process runtime runs at once (default
+    /// [`runtime::DEFAULT_MAX_PODS`]; at least 1).
+    pub fn max_pods(mut self, n: usize) -> Self {
+        self.max_pods = n.max(1);
+        self
+    }
+
+    /// The longest any process pod may run (default: no limit).
+    pub fn timeout(mut self, d: Option<Duration>) -> Self {
+        self.timeout = d;
+        self
+    }
+
+    /// How much log the node keeps per container instance (default
+    /// [`logs::DEFAULT_LOG_BYTES`]); the oldest lines go first.
+    pub fn pod_log_bytes(mut self, n: usize) -> Self {
+        self.pod_log_bytes = n.max(1);
+        self
+    }
+
+    /// Starts the node against `server`: registers its kubelet and runs pods until the server
+    /// shuts down (its tasks run on the server's tracker, so the server's shutdown waits for
+    /// them and every child process is gone when it returns).
+    pub fn start(self, server: &ApiServerHandle) -> NodeHandle {
+        let shutdown = server.shutdown_token();
+        let tracker = server.tracker().clone();
+        let store = server.store();
+        let clock = background::VirtualClock::new();
+        let logs = Arc::new(logs::LogStore::new(self.pod_log_bytes));
+        let control = NodeControl::default();
+        let process = (self.runtime == NodeRuntime::Process).then(|| {
+            runtime::NodeHandle::new(
+                shutdown.clone(),
+                tracker.clone(),
+                runtime::DEFAULT_MAX_SESSIONS,
+            )
+        });
+        match &process {
+            Some(handle) => runtime::spawn(
+                store,
+                runtime::ProcessConfig {
+                    clock,
+                    max_pods: self.max_pods,
+                    timeout: self.timeout,
+                    logs: logs.clone(),
+                },
+                handle.clone(),
+                shutdown.clone(),
+                &tracker,
+            ),
+            None => kubelet::spawn(
+                store,
+                kubelet::KubeletConfig {
+                    run_time: self.pod_run_time,
+                    clock,
+                    logs: logs.clone(),
+                },
+                control.clone(),
+                shutdown.clone(),
+                &tracker,
+            ),
+        }
+        server.register_kubelet(
+            NODE_NAME,
+            Arc::new(KubeletServer {
+                logs: logs.clone(),
+                process,
+                shutdown,
+            }),
+        );
+        NodeHandle { control, logs }
+    }
+}
+
+/// A running node.
+#[derive(Clone, Debug)]
+pub struct NodeHandle {
+    control: NodeControl,
+    logs: Arc<logs::LogStore>,
+}
+
+impl NodeHandle {
+    /// Pauses and resumes the simulated node ([`NodeControl`]).
+    pub fn control(&self) -> &NodeControl {
+        &self.control
+    }
+
+    /// The container logs the node has written (what `kubectl logs` reads).
+    pub fn logs(&self) -> Arc<logs::LogStore> {
+        self.logs.clone()
+    }
+}
+
+/// The kubelet's endpoints for the API server: container logs, and the exec, attach and
+/// port-forward streams (only the process runtime has processes to stream).
+pub struct KubeletServer {
+    logs: Arc<logs::LogStore>,
+    process: Option<runtime::NodeHandle>,
+    shutdown: CancellationToken,
+}
+
+impl Kubelet for KubeletServer {
+    fn container_logs(&self, request: LogsRequest) -> Result<Response<Body>, ApiError> {
+        logs::serve(&self.logs, request, self.shutdown.clone())
+    }
+
+    fn stream(&self, request: StreamRequest) -> Result<Response<Body>, ApiError> {
+        let session = remotecommand::Session::open(self.process.as_ref(), &request)?;
+        let StreamRequest {
+            method,
+            headers,
+            on_upgrade,
+            ..
+        } = request;
+        let is_websocket = websocket::is_upgrade_request(&headers);
+        let is_spdy = headers
+            .get(http::header::UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.to_ascii_lowercase().starts_with("spdy/"));
+        let (Some(on_upgrade), true) = (on_upgrade, is_websocket || is_spdy) else {
+            return Err(websocket::upgrade_required());
+        };
+        let up = remotecommand::UpgradeRequest {
+            headers,
+            on_upgrade,
+            session,
+        };
+        if is_websocket {
+            // kubectl 1.31+ tunnels port-forward's SPDY inside the WebSocket.
+            wsstream::serve(&method, up, Some(spdy::tunnel))
+        } else {
+            Ok(spdy::serve(up))
+        }
+    }
+}
