@@ -41,7 +41,7 @@ mod merge_patch;
 mod strategic;
 
 pub use apply::{ApplyError, apply, apply_patch};
-pub use json_patch::{JsonPatchError, json_patch, json_patch_limited, parse_pointer};
+pub use json_patch::{JsonPatchError, json_patch, json_patch_limited};
 pub use lists::{ListStrategy, list_strategy};
 pub use managed_fields::{field_owners, managed_fields_of, record_update};
 pub use merge_patch::merge_patch;
