@@ -104,7 +104,7 @@ pub fn json_patch(target: &mut Value, ops: &Value) -> Result<(), String> {
     json_patch_limited(target, ops).map_err(|e| e.to_string())
 }
 
-/// [`json_patch`] with its errors typed, so the caller can answer each as kube-apiserver does:
+/// [`json_patch()`] with its errors typed, so the caller can answer each as kube-apiserver does:
 /// too many operations (`413`), too much copied (`422`), or an operation that failed (`422`).
 pub fn json_patch_limited(target: &mut Value, ops: &Value) -> Result<(), JsonPatchError> {
     let Value::Array(ops) = ops else {
