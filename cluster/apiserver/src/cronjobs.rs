@@ -30,6 +30,19 @@
 //! `CRON_TZ=`/`TZ=` prefixes (such a CronJob is left alone, as are schedules that do not
 //! parse: the real server's validation would refuse them at create), the warnings about too
 //! many missed start times, and events.
+//!
+//! ## The schedule grammar
+//!
+//! kube-apiserver validates `spec.schedule` with `cron.ParseStandard` of `robfig/cron/v3`, and
+//! the controller computes due times with the same parser; [`Schedule`] reads that grammar:
+//! exactly five fields, `*` and `?` alike, lists, ranges, steps, `N/step` meaning `N-max/step`,
+//! three-letter month and day names in any case, and the lower-case `@hourly`-style
+//! descriptors. It is written here rather than taken from a cron crate because neither fits
+//! that grammar (measured; see the workspace `Cargo.toml`): `croner` refuses `5/15`, `?` in the
+//! minute field and the `TZ=` prefix and accepts what robfig refuses (`L`, `W`, `#`, `@DAILY`),
+//! and `cron` wants six fields with Sunday as 1. Left out of robfig's grammar: `@every
+//! <duration>` and the `TZ=`/`CRON_TZ=` prefixes (such schedules do not parse, so their
+//! CronJobs are left alone); and `7` is read as Sunday where robfig refuses it.
 
 use jiff::Timestamp;
 use jiff::civil::DateTime;
@@ -270,6 +283,34 @@ mod tests {
             "x * * * *",
         ] {
             assert!(Schedule::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The places where robfig's grammar (kube-apiserver's) differs from the cron crates'.
+    #[test]
+    fn schedules_read_robfigs_grammar_where_cron_crates_differ() {
+        // `N/step` runs from N to the end of the range.
+        assert_eq!(
+            Schedule::parse("5/15 * * * *").unwrap().minutes,
+            (1 << 5) | (1 << 20) | (1 << 35) | (1 << 50)
+        );
+        // `?` is `*` in every field.
+        assert_eq!(Schedule::parse("? ? ? ? ?"), Schedule::parse("* * * * *"));
+        // Names in any case; descriptors in lower case only.
+        assert_eq!(
+            Schedule::parse("0 0 * Jan SUN"),
+            Schedule::parse("0 0 * 1 0")
+        );
+        for refused in [
+            "0 0 L * *",
+            "0 0 15W * *",
+            "0 0 * * 1#2",
+            "0 0 * * 5L",
+            "0 0 0 * * *",
+            "@DAILY",
+            "@every 1h",
+        ] {
+            assert!(Schedule::parse(refused).is_err(), "{refused}");
         }
     }
 

@@ -129,10 +129,11 @@
 //!   `Healthy`), get and list only ([`pod_actions`]).
 //!
 //! * **`pods/exec`, `pods/attach`, `pods/portforward`** over WebSocket (`v5`, `v4` and the
-//!   older channel subprotocols, [`wsstream`] on [`websocket`]) against the process node
-//!   ([`remotecommand`], [`process_exec`]), with `configMap`, `secret` and `emptyDir` volumes
-//!   ([`volumes`]); and over SPDY/3.1 ([`spdy`]), what kubectl 1.29 and older speak, what later
-//!   ones fall back to, and what kubectl 1.31+ port-forward tunnels inside a WebSocket.
+//!   older channel subprotocols, [`wsstream`] on [`websocket`], frames by `tungstenite`)
+//!   against the process node ([`remotecommand`], [`process_exec`]), with `configMap`,
+//!   `secret` and `emptyDir` volumes ([`volumes`]); and over SPDY/3.1 ([`spdy`]), what kubectl
+//!   1.29 and older speak, what later ones fall back to, and what kubectl 1.31+ port-forward
+//!   tunnels inside a WebSocket.
 //!
 //! Not served: kubectl's protobuf bodies are decoded for the kinds it sent before (the new
 //! kinds take JSON, which every client but kubectl ≥ 1.32's typed `create` sends). A DELETE on

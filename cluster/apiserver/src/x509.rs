@@ -299,6 +299,33 @@ mod tests {
         assert_eq!(subject(&[]), None);
     }
 
+    /// Malformed certificates are `None`, never a panic: every truncation, every single-byte
+    /// change, and lengths that claim more than there is or do not fit the reader.
+    #[test]
+    fn malformed_certificates_are_refused_without_panicking() {
+        let der = cert("carol", &["devs"], false);
+        for n in 0..der.len() {
+            assert_eq!(subject(&der[..n]), None, "cut at {n}");
+            assert_eq!(validity(&der[..n]), None, "cut at {n}");
+        }
+        for i in 0..der.len() {
+            for flip in [0x01, 0x80, 0xff] {
+                let mut bad = der.clone();
+                bad[i] ^= flip;
+                // Whatever it answers, it answers.
+                let _ = (subject(&bad), validity(&bad));
+            }
+        }
+        // A length of five bytes, and one of 2^32 - 1 bytes over a short input.
+        assert_eq!(tlv(&[0x30, 0x85, 1, 0, 0, 0, 0]), None);
+        assert_eq!(tlv(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff, 0]), None);
+        assert_eq!(subject(&[0x30, 0x84, 0xff, 0xff, 0xff, 0xff]), None);
+        // A certificate that is not a SEQUENCE.
+        let mut bad = der.clone();
+        bad[0] = 0x31;
+        assert_eq!(subject(&bad), None);
+    }
+
     #[test]
     fn validity_reads_both_time_forms() {
         let der = cert("x", &[], true);

@@ -1,4 +1,5 @@
-//! A WebSocket server (RFC 6455): the upgrade handshake, frames and messages.
+//! WebSocket connections (RFC 6455): the upgrade handshake here, the frames and messages in
+//! `tungstenite`.
 //!
 //! ## What a WebSocket is
 //!
@@ -9,46 +10,51 @@
 //! answers `101 Switching Protocols` with `Sec-WebSocket-Accept` (base64 of the SHA-1 of the
 //! key followed by the fixed GUID `258EAFA5-E914-47DA-95CA-C5AB0DC85B11`, proof that it
 //! understood the handshake) and the one subprotocol it chose. From then on both sides send
-//! **frames**:
+//! **frames**: text, binary, continuation (the fragments of a long message), close, ping and
+//! pong; every frame from the client is masked; control frames carry at most 125 bytes.
 //!
-//! ```text
-//!  0               1               2               3
-//!  FIN RSV1-3 opcode(4) | MASK len(7) | [len16 | len64] | [mask key(4)] | payload
-//! ```
+//! ## Who does what
 //!
-//! * opcodes: `0` continuation, `1` text (UTF-8), `2` binary, `8` close, `9` ping, `10` pong;
-//! * a **message** is one frame with `FIN` set, or a text/binary frame without `FIN` followed
-//!   by continuation frames, the last with `FIN` (fragmentation); control frames (close,
-//!   ping, pong) carry at most 125 bytes, are never fragmented, and may come between the
-//!   fragments of a message;
-//! * every frame **from the client is masked** (XORed with the 4-byte key it carries); frames
-//!   from the server are not;
-//! * a ping is answered with a pong carrying the same payload; a close is answered with a
-//!   close (echoing the status code), after which the TCP connection ends.
+//! The upgrade is an HTTP exchange, so it is answered here, through hyper: [`handshake`]
+//! checks a request as Go's `golang.org/x/net/websocket` server does for kube-apiserver and the
+//! kubelet (method `GET`, version 13, a key that is 16 bytes of base64; else `400`, `405`) and
+//! picks the subprotocol: the client's first that the server supports; none supported is
+//! `403 Forbidden`, as the kubelet's `wsstream` handshake answers.
 //!
-//! ## What this module does
+//! The frames are `tokio-tungstenite`'s: [`accept`] wraps hyper's upgraded connection in a
+//! server-side [`WebSocket`] (no second handshake), which reads frames, unmasks and
+//! reassembles them into [`Message`]s, answers pings with pongs and a client's close with a
+//! close, and writes the server's messages. Its bounds are the server's, set by [`config`]: a
+//! frame whose declared length is above [`MAX_FRAME`] is refused from its header, before any of
+//! its payload is read, and so is a message whose fragments add up past [`MAX_MESSAGE`].
+//! A read that fails tells why ([`close_for`]); the owner of the connection then closes it with
+//! the RFC's code: 1009 *message too big* for those two bounds, 1007 for a text message that
+//! is not UTF-8, 1002 *protocol error* for the rest (an unmasked frame, a reserved bit or
+//! opcode, a fragmented or oversized control frame, a continuation with nothing to continue, a
+//! new message inside a fragmented one).
 //!
-//! [`handshake`] checks an upgrade request as Go's `golang.org/x/net/websocket` server does
-//! for kube-apiserver and the kubelet (method `GET`, version 13, a key that is 16 bytes of
-//! base64; else `400`, `405`) and picks the subprotocol: the client's first that the server
-//! supports; none supported is `403 Forbidden`, as the kubelet's `wsstream` handshake
-//! answers. [`Receiver`] reads frames with bounded sizes (a frame's declared length above
-//! [`MAX_FRAME`] or a message above [`MAX_MESSAGE`] closes the connection with 1009 *message
-//! too big*; an unmasked frame, a reserved bit or opcode, a fragmented or oversized control
-//! frame, a continuation with nothing to continue closes it with 1002 *protocol error*, a
-//! text message that is not UTF-8 with 1007), answers nothing itself but hands pings and
-//! closes to its owner. [`Sender`] writes unmasked frames. [`byte_stream`] presents the binary
-//! messages of a connection as one byte stream (`AsyncRead + AsyncWrite`), for protocols
-//! that tunnel a byte stream through a WebSocket (kubectl 1.33 tunnels SPDY this way for
-//! port-forward). The Kubernetes channel protocols on top are [`super::wsstream`].
+//! [`byte_stream`] presents the binary messages of a connection as one byte stream
+//! (`AsyncRead + AsyncWrite`), for protocols that tunnel a byte stream through a WebSocket
+//! (kubectl 1.33 tunnels SPDY this way for port-forward). The Kubernetes channel protocols on
+//! top are [`super::wsstream`].
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::error::{Error as WsError, ProtocolError};
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+
+pub use tokio_tungstenite::tungstenite::Message;
+pub use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use embedded_apiserver::http::Body;
 use embedded_apiserver::status::ApiError;
+
+/// A server-side WebSocket on an upgraded connection `S`.
+pub type WebSocket<S> = WebSocketStream<S>;
 
 /// Largest frame payload accepted from a client: 1 MiB.
 pub const MAX_FRAME: usize = 1024 * 1024;
@@ -58,66 +64,6 @@ pub const MAX_MESSAGE: usize = 4 * 1024 * 1024;
 
 /// The GUID RFC 6455 appends to the client's key.
 const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-
-/// Close status codes (RFC 6455 §7.4.1).
-pub mod close_code {
-    /// Normal closure.
-    pub const NORMAL: u16 = 1000;
-    /// The endpoint is going away (the server shuts down).
-    pub const GOING_AWAY: u16 = 1001;
-    /// Protocol error.
-    pub const PROTOCOL: u16 = 1002;
-    /// A text message that is not UTF-8.
-    pub const INVALID_DATA: u16 = 1007;
-    /// A frame or message too big to process.
-    pub const TOO_BIG: u16 = 1009;
-}
-
-/// Frame opcodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Opcode {
-    /// A continuation of a fragmented message.
-    Continuation,
-    /// A text (UTF-8) message or its first fragment.
-    Text,
-    /// A binary message or its first fragment.
-    Binary,
-    /// Close.
-    Close,
-    /// Ping.
-    Ping,
-    /// Pong.
-    Pong,
-}
-
-impl Opcode {
-    fn from_u8(b: u8) -> Option<Self> {
-        Some(match b {
-            0 => Opcode::Continuation,
-            1 => Opcode::Text,
-            2 => Opcode::Binary,
-            8 => Opcode::Close,
-            9 => Opcode::Ping,
-            10 => Opcode::Pong,
-            _ => return None,
-        })
-    }
-
-    fn as_u8(self) -> u8 {
-        match self {
-            Opcode::Continuation => 0,
-            Opcode::Text => 1,
-            Opcode::Binary => 2,
-            Opcode::Close => 8,
-            Opcode::Ping => 9,
-            Opcode::Pong => 10,
-        }
-    }
-
-    fn is_control(self) -> bool {
-        matches!(self, Opcode::Close | Opcode::Ping | Opcode::Pong)
-    }
-}
 
 /// Whether a request asks for a WebSocket: `Connection` has the `upgrade` token and
 /// `Upgrade` is `websocket` (case-insensitive), as Go's `wsstream.IsWebSocketRequest`.
@@ -248,274 +194,48 @@ pub fn upgrade_required() -> ApiError {
     ApiError::bad_request("Upgrade request required")
 }
 
-/// A complete message (or control frame) from the client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Message {
-    /// A text message (valid UTF-8).
-    Text(Bytes),
-    /// A binary message.
-    Binary(Bytes),
-    /// A ping: answer with a pong carrying the same bytes.
-    Ping(Bytes),
-    /// A pong (an answer to a ping, or unsolicited).
-    Pong(Bytes),
-    /// A close, with its status code and reason when it has one.
-    Close(Option<u16>, String),
+/// The server's bounds on what a client sends: [`MAX_FRAME`], [`MAX_MESSAGE`], and masked
+/// frames only (RFC 6455 §5.1).
+pub fn config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_frame_size(Some(MAX_FRAME))
+        .max_message_size(Some(MAX_MESSAGE))
+        .accept_unmasked_frames(false)
 }
 
-/// Why reading from a client stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The connection failed or ended without a close frame.
-    #[error("reading the WebSocket: {0}")]
-    Io(#[from] std::io::Error),
-    /// The client broke the protocol; the connection must be closed with this code.
-    #[error("WebSocket protocol error ({code}): {reason}")]
-    Protocol {
-        /// The close code to send.
-        code: u16,
-        /// What was wrong.
-        reason: &'static str,
-    },
+/// The server's side of a WebSocket on `io`, a connection whose upgrade was answered by
+/// [`handshake`].
+pub async fn accept<S>(io: S) -> WebSocket<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    WebSocketStream::from_raw_socket(io, Role::Server, Some(config())).await
 }
 
-fn protocol(reason: &'static str) -> Error {
-    Error::Protocol {
-        code: close_code::PROTOCOL,
-        reason,
-    }
-}
-
-/// Reads client frames and assembles messages, within [`MAX_FRAME`] and [`MAX_MESSAGE`].
-pub struct Receiver<R> {
-    io: R,
-    buf: BytesMut,
-    /// A fragmented message being assembled: its opcode and bytes so far.
-    partial: Option<(Opcode, BytesMut)>,
-    max_frame: usize,
-    max_message: usize,
-}
-
-impl<R: AsyncRead + Unpin> Receiver<R> {
-    /// Reads from `io` with the default bounds.
-    pub fn new(io: R) -> Self {
-        Self::with_limits(io, MAX_FRAME, MAX_MESSAGE)
-    }
-
-    /// Reads from `io` with other bounds (for tests).
-    pub fn with_limits(io: R, max_frame: usize, max_message: usize) -> Self {
-        Receiver {
-            io,
-            buf: BytesMut::with_capacity(8192),
-            partial: None,
-            max_frame,
-            max_message,
-        }
-    }
-
-    /// Ensures `n` bytes are buffered; `false` at a clean end of the stream before any byte.
-    async fn fill(&mut self, n: usize) -> Result<bool, Error> {
-        while self.buf.len() < n {
-            let start_empty = self.buf.is_empty();
-            let got = self.io.read_buf(&mut self.buf).await?;
-            if got == 0 {
-                if start_empty {
-                    return Ok(false);
-                }
-                return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
-            }
-        }
-        Ok(true)
-    }
-
-    /// The next frame: FIN, opcode, unmasked payload. `None` at the end of the stream.
-    async fn frame(&mut self) -> Result<Option<(bool, Opcode, Bytes)>, Error> {
-        if !self.fill(2).await? {
-            return Ok(None);
-        }
-        let b0 = self.buf[0];
-        let b1 = self.buf[1];
-        let fin = b0 & 0x80 != 0;
-        if b0 & 0x70 != 0 {
-            return Err(protocol("reserved bits set without a negotiated extension"));
-        }
-        let opcode = Opcode::from_u8(b0 & 0x0f).ok_or_else(|| protocol("reserved opcode"))?;
-        if b1 & 0x80 == 0 {
-            return Err(protocol("client frames must be masked"));
-        }
-        let (len, header) = match b1 & 0x7f {
-            126 => {
-                self.fill(4).await?;
-                (u64::from(u16::from_be_bytes([self.buf[2], self.buf[3]])), 4)
-            }
-            127 => {
-                self.fill(10).await?;
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&self.buf[2..10]);
-                (u64::from_be_bytes(b), 10)
-            }
-            n => (u64::from(n), 2),
-        };
-        if opcode.is_control() && (len > 125 || !fin) {
-            return Err(protocol(
-                "control frames carry at most 125 bytes, unfragmented",
-            ));
-        }
-        if len > self.max_frame as u64 {
-            return Err(Error::Protocol {
-                code: close_code::TOO_BIG,
-                reason: "frame too big",
-            });
-        }
-        let len = len as usize;
-        self.fill(header + 4 + len).await?;
-        self.buf.advance(header);
-        let mask = [self.buf[0], self.buf[1], self.buf[2], self.buf[3]];
-        self.buf.advance(4);
-        let mut payload = self.buf.split_to(len);
-        for (i, b) in payload.iter_mut().enumerate() {
-            *b ^= mask[i % 4];
-        }
-        Ok(Some((fin, opcode, payload.freeze())))
-    }
-
-    /// The next message or control frame; `None` when the stream ends without a close frame
-    /// between messages.
-    pub async fn recv(&mut self) -> Result<Option<Message>, Error> {
-        loop {
-            let Some((fin, opcode, payload)) = self.frame().await? else {
-                if self.partial.is_some() {
-                    return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
-                }
-                return Ok(None);
-            };
-            match opcode {
-                Opcode::Ping => return Ok(Some(Message::Ping(payload))),
-                Opcode::Pong => return Ok(Some(Message::Pong(payload))),
-                Opcode::Close => return close_message(payload).map(Some),
-                Opcode::Text | Opcode::Binary => {
-                    if self.partial.is_some() {
-                        return Err(protocol("a new message began inside a fragmented one"));
-                    }
-                    if fin {
-                        return finish(opcode, payload);
-                    }
-                    if payload.len() > self.max_message {
-                        return Err(too_big());
-                    }
-                    self.partial = Some((opcode, BytesMut::from(&payload[..])));
-                }
-                Opcode::Continuation => {
-                    let Some((first, mut acc)) = self.partial.take() else {
-                        return Err(protocol("a continuation frame with nothing to continue"));
-                    };
-                    if acc.len() + payload.len() > self.max_message {
-                        return Err(too_big());
-                    }
-                    acc.extend_from_slice(&payload);
-                    if fin {
-                        return finish(first, acc.freeze());
-                    }
-                    self.partial = Some((first, acc));
-                }
-            }
-        }
-    }
-}
-
-fn too_big() -> Error {
-    Error::Protocol {
-        code: close_code::TOO_BIG,
-        reason: "message too big",
-    }
-}
-
-fn finish(opcode: Opcode, payload: Bytes) -> Result<Option<Message>, Error> {
-    if opcode == Opcode::Text {
-        if std::str::from_utf8(&payload).is_err() {
-            return Err(Error::Protocol {
-                code: close_code::INVALID_DATA,
-                reason: "a text message that is not UTF-8",
-            });
-        }
-        return Ok(Some(Message::Text(payload)));
-    }
-    Ok(Some(Message::Binary(payload)))
-}
-
-fn close_message(payload: Bytes) -> Result<Message, Error> {
-    match payload.len() {
-        0 => Ok(Message::Close(None, String::new())),
-        1 => Err(protocol("a close frame with a one-byte body")),
-        _ => {
-            let code = u16::from_be_bytes([payload[0], payload[1]]);
-            let reason = std::str::from_utf8(&payload[2..])
-                .map_err(|_| Error::Protocol {
-                    code: close_code::INVALID_DATA,
-                    reason: "a close reason that is not UTF-8",
-                })?
-                .to_owned();
-            Ok(Message::Close(Some(code), reason))
-        }
-    }
-}
-
-/// Encodes one unmasked server frame with `FIN` set.
-pub fn encode_frame(opcode: Opcode, payload: &[u8]) -> Bytes {
-    let mut out = BytesMut::with_capacity(payload.len() + 10);
-    out.extend_from_slice(&[0x80 | opcode.as_u8()]);
-    match payload.len() {
-        n if n < 126 => out.extend_from_slice(&[n as u8]),
-        n if n <= usize::from(u16::MAX) => {
-            out.extend_from_slice(&[126]);
-            out.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            out.extend_from_slice(&[127]);
-            out.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    out.extend_from_slice(payload);
-    out.freeze()
-}
-
-/// The payload of a close frame: the code, then the reason (cut to fit 125 bytes).
-pub fn close_payload(code: u16, reason: &str) -> Vec<u8> {
-    let mut p = code.to_be_bytes().to_vec();
+/// A close message with `code` and `reason` (cut to fit a control frame's 125 bytes).
+pub fn close(code: CloseCode, reason: &str) -> Message {
     let mut end = reason.len().min(123);
     while !reason.is_char_boundary(end) {
         end -= 1;
     }
-    p.extend_from_slice(&reason.as_bytes()[..end]);
-    p
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason[..end].into(),
+    }))
 }
 
-/// Writes server frames.
-pub struct Sender<W> {
-    io: W,
-}
-
-impl<W: AsyncWrite + Unpin> Sender<W> {
-    /// Writes to `io`.
-    pub fn new(io: W) -> Self {
-        Sender { io }
-    }
-
-    /// Sends one frame (a whole message) and flushes it.
-    pub async fn send(&mut self, opcode: Opcode, payload: &[u8]) -> std::io::Result<()> {
-        self.io.write_all(&encode_frame(opcode, payload)).await?;
-        self.io.flush().await
-    }
-
-    /// Sends a close frame with `code` and `reason`.
-    pub async fn close(&mut self, code: u16, reason: &str) -> std::io::Result<()> {
-        self.send(Opcode::Close, &close_payload(code, reason)).await
-    }
-
-    /// Ends the TCP connection's writing side.
-    pub async fn shutdown(&mut self) -> std::io::Result<()> {
-        self.io.shutdown().await
-    }
+/// The close message a failed read calls for: 1009 for a frame or message over the bounds,
+/// 1007 for text that is not UTF-8, 1002 for a broken protocol; `None` when there is no one
+/// left to tell (the connection failed, or ended without a close frame).
+pub fn close_for(error: &WsError) -> Option<Message> {
+    let code = match error {
+        WsError::Capacity(_) => CloseCode::Size,
+        WsError::Utf8(_) => CloseCode::Invalid,
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => return None,
+        WsError::Protocol(_) => CloseCode::Protocol,
+        _ => return None,
+    };
+    Some(close(code, &error.to_string()))
 }
 
 /// The bytes a [`byte_stream`] buffers in each direction.
@@ -539,17 +259,13 @@ where
 {
     let (user, inner) = tokio::io::duplex(BYTE_STREAM_BUFFER);
     let pump = async move {
-        let (ws_read, ws_write) = tokio::io::split(io);
+        let (mut sink, mut stream) = accept(io).await.split();
         let (inner_read, mut inner_write) = tokio::io::split(inner);
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<(Opcode, Bytes)>(16);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Message>(16);
         let writer = async move {
-            let mut sender = Sender::new(ws_write);
-            while let Some((op, payload)) = rx.recv().await {
-                if sender.send(op, &payload).await.is_err() {
-                    return;
-                }
-                if op == Opcode::Close {
-                    let _ = sender.shutdown().await;
+            while let Some(msg) = rx.recv().await {
+                let last = msg.is_close();
+                if sink.send(msg).await.is_err() || last {
                     return;
                 }
             }
@@ -563,47 +279,40 @@ where
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         let chunk = Bytes::copy_from_slice(&buf[..n]);
-                        if out_tx.send((Opcode::Binary, chunk)).await.is_err() {
+                        if out_tx.send(Message::Binary(chunk)).await.is_err() {
                             return;
                         }
                     }
                 }
             }
-            let close = close_payload(close_code::NORMAL, "");
-            let _ = out_tx.send((Opcode::Close, Bytes::from(close))).await;
+            let _ = out_tx.send(close(CloseCode::Normal, "")).await;
         };
         let incoming = async move {
-            let mut receiver = Receiver::new(ws_read);
             loop {
-                match receiver.recv().await {
-                    Ok(Some(Message::Binary(b))) => {
+                match stream.next().await {
+                    Some(Ok(Message::Binary(b))) => {
                         if inner_write.write_all(&b).await.is_err() {
                             break;
                         }
                     }
-                    Ok(Some(Message::Ping(p))) => {
-                        if tx.send((Opcode::Pong, p)).await.is_err() {
-                            break;
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                    Some(Ok(Message::Text(_))) => {
+                        let reason = "text message on a byte stream";
+                        let _ = tx.send(close(CloseCode::Protocol, reason)).await;
+                        break;
+                    }
+                    Some(Ok(Message::Close(_))) | None => break,
+                    Some(Err(e)) => {
+                        if let Some(close) = close_for(&e) {
+                            let _ = tx.send(close).await;
                         }
-                    }
-                    Ok(Some(Message::Pong(_))) => {}
-                    Ok(Some(Message::Text(_))) => {
-                        let close =
-                            close_payload(close_code::PROTOCOL, "text message on a byte stream");
-                        let _ = tx.send((Opcode::Close, Bytes::from(close))).await;
                         break;
                     }
-                    Ok(Some(Message::Close(..)) | None) => break,
-                    Err(Error::Protocol { code, reason }) => {
-                        let _ = tx
-                            .send((Opcode::Close, Bytes::from(close_payload(code, reason))))
-                            .await;
-                        break;
-                    }
-                    Err(Error::Io(_)) => break,
                 }
             }
             let _ = inner_write.shutdown().await;
+            // Sends the answer to a client's close, which tungstenite queued.
+            while let Some(Ok(_)) = stream.next().await {}
         };
         tokio::join!(writer, outgoing, incoming);
     };
@@ -615,7 +324,7 @@ mod tests {
     use super::*;
 
     /// A masked client frame.
-    pub(crate) fn client_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    fn client_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
         let mask = [0x37, 0xfa, 0x21, 0x3d];
         let mut out = vec![if fin { 0x80 } else { 0 } | opcode];
         match payload.len() {
@@ -634,19 +343,51 @@ mod tests {
         out
     }
 
-    async fn read_all(bytes: Vec<u8>) -> Vec<Result<Option<Message>, String>> {
-        let mut r = Receiver::with_limits(&bytes[..], 1024, 2048);
-        let mut out = vec![];
+    /// A close frame's payload: the code, then the reason.
+    fn close_payload(code: u16, reason: &str) -> Vec<u8> {
+        let mut p = code.to_be_bytes().to_vec();
+        p.extend_from_slice(reason.as_bytes());
+        p
+    }
+
+    /// An unmasked server frame, as the server must write it.
+    fn server_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![0x80 | opcode];
+        match payload.len() {
+            n if n < 126 => out.push(n as u8),
+            n if n <= 65535 => {
+                out.push(126);
+                out.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                out.push(127);
+                out.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// What the server reads from `bytes` (the client's side of a connection that then ends):
+    /// its messages, then how the reading ended (`Ok(None)` for the end of the connection, or
+    /// the close the server owes the client).
+    async fn read_all(bytes: Vec<u8>) -> (Vec<Message>, Result<(), (u16, String)>) {
+        let (mut client, server) = tokio::io::duplex(16 << 20);
+        client.write_all(&bytes).await.unwrap();
+        // The end of what the client sends; it stays open for what the server answers.
+        client.shutdown().await.unwrap();
+        let mut ws = accept(server).await;
+        let mut got = vec![];
         loop {
-            match r.recv().await {
-                Ok(Some(m)) => out.push(Ok(Some(m))),
-                Ok(None) => {
-                    out.push(Ok(None));
-                    return out;
-                }
-                Err(e) => {
-                    out.push(Err(e.to_string()));
-                    return out;
+            match ws.next().await {
+                Some(Ok(m)) => got.push(m),
+                None => return (got, Ok(())),
+                Some(Err(e)) => {
+                    let end = match close_for(&e) {
+                        Some(Message::Close(Some(f))) => Err((f.code.into(), f.reason.to_string())),
+                        _ => Ok(()),
+                    };
+                    return (got, end);
                 }
             }
         }
@@ -668,88 +409,124 @@ mod tests {
         bytes.extend(client_frame(false, 0, b"men"));
         bytes.extend(client_frame(true, 0, b"ted"));
         bytes.extend(client_frame(true, 8, &close_payload(1000, "bye")));
-        let got = read_all(bytes).await;
+        let (got, end) = read_all(bytes).await;
         assert_eq!(
             got,
             vec![
-                Ok(Some(Message::Binary(Bytes::from_static(b"\x01hello")))),
-                Ok(Some(Message::Ping(Bytes::from_static(b"p")))),
-                Ok(Some(Message::Text(Bytes::from_static(b"fragmented")))),
-                Ok(Some(Message::Close(Some(1000), "bye".into()))),
-                Ok(None),
+                Message::Binary(Bytes::from_static(b"\x01hello")),
+                Message::Ping(Bytes::from_static(b"p")),
+                Message::Text("fragmented".into()),
+                Message::Close(Some(CloseFrame {
+                    code: CloseCode::Normal,
+                    reason: "bye".into()
+                })),
             ]
         );
+        assert_eq!(end, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_text_message_split_inside_a_character_is_reassembled() {
+        // "é" is two bytes: the first fragment ends in the middle of it.
+        let mut bytes = client_frame(false, 1, b"caf\xc3");
+        bytes.extend(client_frame(true, 0, b"\xa9"));
+        bytes.extend(client_frame(true, 8, &close_payload(1000, "")));
+        let (got, _) = read_all(bytes).await;
+        assert_eq!(got[0], Message::Text("café".into()));
     }
 
     #[tokio::test]
     async fn a_16_bit_length_frame_is_read() {
         let payload = vec![7u8; 300];
-        let got = read_all(client_frame(true, 2, &payload)).await;
-        assert_eq!(got[0], Ok(Some(Message::Binary(Bytes::from(payload)))));
+        let (got, _) = read_all(client_frame(true, 2, &payload)).await;
+        assert_eq!(got[0], Message::Binary(Bytes::from(payload)));
     }
 
     #[tokio::test]
     async fn malformed_frames_are_protocol_errors() {
+        let code = |end: Result<(), (u16, String)>| end.err().map(|(c, _)| c);
         // Unmasked.
-        let got = read_all(vec![0x82, 0x01, 0x00]).await;
-        assert!(matches!(&got[0], Err(e) if e.contains("masked")), "{got:?}");
+        assert_eq!(code(read_all(vec![0x82, 0x01, 0x00]).await.1), Some(1002));
         // Reserved bit.
         let mut f = client_frame(true, 2, b"x");
         f[0] |= 0x40;
-        assert!(matches!(&read_all(f).await[0], Err(e) if e.contains("reserved bits")));
+        assert_eq!(code(read_all(f).await.1), Some(1002));
         // Reserved opcode.
-        assert!(
-            matches!(&read_all(client_frame(true, 3, b"x")).await[0], Err(e) if e.contains("opcode"))
+        assert_eq!(
+            code(read_all(client_frame(true, 3, b"x")).await.1),
+            Some(1002)
         );
         // Fragmented ping.
-        assert!(
-            matches!(&read_all(client_frame(false, 9, b"x")).await[0], Err(e) if e.contains("control"))
+        assert_eq!(
+            code(read_all(client_frame(false, 9, b"x")).await.1),
+            Some(1002)
+        );
+        // A ping over 125 bytes.
+        assert_eq!(
+            code(read_all(client_frame(true, 9, &[0; 126])).await.1),
+            Some(1002)
         );
         // Continuation of nothing.
-        assert!(
-            matches!(&read_all(client_frame(true, 0, b"x")).await[0], Err(e) if e.contains("continuation"))
+        assert_eq!(
+            code(read_all(client_frame(true, 0, b"x")).await.1),
+            Some(1002)
         );
         // Text that is not UTF-8.
-        assert!(
-            matches!(&read_all(client_frame(true, 1, &[0xff, 0xfe])).await[0], Err(e) if e.contains("(1007)"))
+        assert_eq!(
+            code(read_all(client_frame(true, 1, &[0xff, 0xfe])).await.1),
+            Some(1007)
         );
         // A new message inside a fragmented one.
         let mut f = client_frame(false, 2, b"a");
         f.extend(client_frame(true, 2, b"b"));
-        assert!(matches!(&read_all(f).await[0], Err(e) if e.contains("inside")));
-        // Cut short.
+        assert_eq!(code(read_all(f).await.1), Some(1002));
+        // A close frame with a one-byte body.
+        assert_eq!(
+            code(read_all(client_frame(true, 8, &[3])).await.1),
+            Some(1002)
+        );
+        // Cut short: the connection ended, there is no one to tell.
         let mut f = client_frame(true, 2, b"abcdef");
         f.truncate(5);
-        assert!(matches!(&read_all(f).await[0], Err(e) if e.contains("reading")));
+        assert_eq!(read_all(f).await, (vec![], Ok(())));
     }
 
     #[tokio::test]
-    async fn oversized_frames_and_messages_are_refused_before_being_read() {
+    async fn oversized_frames_and_messages_are_refused_with_1009() {
         // The declared length alone is refused: no payload follows.
         let mut f = vec![0x82, 0x80 | 127];
         f.extend_from_slice(&(u64::MAX).to_be_bytes());
         f.extend_from_slice(&[0, 0, 0, 0]);
-        assert!(matches!(&read_all(f).await[0], Err(e) if e.contains("(1009)")));
-        // Fragments that add up past the message bound.
+        let (got, end) = read_all(f).await;
+        assert!(got.is_empty());
+        assert_eq!(end.err().map(|(c, _)| c), Some(1009));
+        // One byte over the frame bound, declared.
+        let mut f = vec![0x82, 0x80 | 127];
+        f.extend_from_slice(&(MAX_FRAME as u64 + 1).to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0]);
+        assert_eq!(read_all(f).await.1.err().map(|(c, _)| c), Some(1009));
+        // A frame of exactly the bound is read.
+        let (got, end) = read_all(client_frame(true, 2, &vec![1; MAX_FRAME])).await;
+        assert_eq!((got[0].len(), end), (MAX_FRAME, Ok(())));
+        // Fragments within the frame bound that add up past the message bound.
         let mut f = vec![];
-        f.extend(client_frame(false, 2, &[0; 1000]));
-        f.extend(client_frame(false, 0, &[0; 1000]));
-        f.extend(client_frame(true, 0, &[0; 1000]));
-        assert!(matches!(&read_all(f).await[0], Err(e) if e.contains("(1009)")));
+        f.extend(client_frame(false, 2, &vec![0; MAX_FRAME]));
+        for _ in 0..3 {
+            f.extend(client_frame(false, 0, &vec![0; MAX_FRAME]));
+        }
+        f.extend(client_frame(true, 0, &[0]));
+        let (got, end) = read_all(f).await;
+        assert!(got.is_empty());
+        assert_eq!(end.err().map(|(c, _)| c), Some(1009));
     }
 
     #[test]
-    fn server_frames_are_unmasked_with_the_right_length_form() {
-        assert_eq!(
-            &encode_frame(Opcode::Binary, b"ab")[..],
-            &[0x82, 2, b'a', b'b']
-        );
-        let f = encode_frame(Opcode::Text, &[0; 200]);
-        assert_eq!(&f[..4], &[0x81, 126, 0, 200]);
-        let f = encode_frame(Opcode::Binary, &[0; 70000]);
-        assert_eq!(&f[..2], &[0x82, 127]);
-        assert_eq!(f.len(), 70000 + 10);
-        assert_eq!(close_payload(1000, "").as_slice(), &[3, 232]);
+    fn a_close_reason_is_cut_to_fit_a_control_frame() {
+        let Message::Close(Some(f)) = close(CloseCode::Protocol, &"é".repeat(100)) else {
+            panic!("not a close");
+        };
+        assert_eq!(f.reason.len(), 122);
+        assert_eq!(u16::from(f.code), 1002);
     }
 
     #[test]
@@ -829,20 +606,69 @@ mod tests {
         assert_eq!(&got, b"hello world");
         stream.write_all(b"back").await.unwrap();
         stream.shutdown().await.unwrap();
+        let mut client_read = client_read;
+        // The server's frames: the pong, the data, its close (read before the client answers).
+        let mut expected = server_frame(10, b"ping");
+        expected.extend_from_slice(&server_frame(2, b"back"));
+        expected.extend_from_slice(&server_frame(8, &[3, 232]));
+        let mut from_server = vec![0u8; expected.len()];
+        client_read.read_exact(&mut from_server).await.unwrap();
+        assert_eq!(from_server, expected);
         client_write
             .write_all(&client_frame(true, 8, &close_payload(1000, "")))
             .await
             .unwrap();
-        let mut from_server = vec![];
-        let mut client_read = client_read;
-        client_read.read_to_end(&mut from_server).await.unwrap();
-        let mut expected = encode_frame(Opcode::Pong, b"ping").to_vec();
-        expected.extend_from_slice(&encode_frame(Opcode::Binary, b"back"));
-        expected.extend_from_slice(&encode_frame(Opcode::Close, &[3, 232]));
-        assert_eq!(from_server, expected);
+        // Then the connection ends.
+        let mut rest = vec![];
+        client_read.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty(), "{rest:?}");
         let mut rest = vec![];
         stream.read_to_end(&mut rest).await.unwrap();
         assert!(rest.is_empty());
+        pump.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_byte_stream_answers_a_broken_client_with_a_close_code() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (stream, pump) = byte_stream(server);
+        let pump = tokio::spawn(pump);
+        // An oversized frame, declared.
+        let mut f = vec![0x82, 0x80 | 127];
+        f.extend_from_slice(&(MAX_FRAME as u64 + 1).to_be_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0]);
+        client.write_all(&f).await.unwrap();
+        let mut head = [0u8; 4];
+        client.read_exact(&mut head).await.unwrap();
+        assert_eq!(head[0], 0x88, "a close frame");
+        assert_eq!(u16::from_be_bytes([head[2], head[3]]), 1009);
+        // The user of the stream sees its end, and lets it go.
+        let mut stream = stream;
+        let mut rest = vec![];
+        stream.read_to_end(&mut rest).await.unwrap();
+        drop((stream, client));
+        pump.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_client_close_is_answered_and_ends_the_byte_stream() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (mut stream, pump) = byte_stream(server);
+        let pump = tokio::spawn(pump);
+        let (mut client_read, mut client_write) = tokio::io::split(client);
+        client_write
+            .write_all(&client_frame(true, 8, &close_payload(1001, "leaving")))
+            .await
+            .unwrap();
+        let mut rest = vec![];
+        stream.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        // The close is answered with the client's code.
+        let answer = server_frame(8, &close_payload(1001, "leaving"));
+        let mut got = vec![0u8; answer.len()];
+        client_read.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, answer);
+        drop(stream);
         pump.await.unwrap();
     }
 }

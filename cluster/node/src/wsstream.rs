@@ -44,7 +44,7 @@
 //!
 //! ## Bounds
 //!
-//! Frames and messages are bounded by [`super::websocket`]; each stream is copied through a
+//! Frames and messages are bounded by [`super::websocket::config`]; each stream is copied through a
 //! 64 KiB buffer, and at most 32 messages wait to be written, so a client that stops reading
 //! stops the command's output (the process blocks on its pipe) instead of filling memory. A
 //! connection that sends nothing for [`IDLE_TIMEOUT`] (the kubelet's default
@@ -55,6 +55,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
 use http::Response;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
@@ -65,7 +67,7 @@ use super::remotecommand::{
     self, Action, Reader, Session, SessionKind, StreamOptions, Streams, Target, UpgradeRequest,
     Writer,
 };
-use super::websocket::{self, Message, Opcode, close_code};
+use super::websocket::{self, CloseCode, Message, WebSocket};
 use embedded_apiserver::http::Body;
 use embedded_apiserver::status::ApiError;
 
@@ -136,18 +138,18 @@ fn framing(protocol: &str) -> Framing {
 }
 
 /// One message on `channel` in `framing`.
-fn encode(framing: Framing, channel: u8, data: &[u8]) -> (Opcode, Bytes) {
+fn encode(framing: Framing, channel: u8, data: &[u8]) -> Message {
     if framing.base64 {
         use base64::Engine;
         let mut text = String::with_capacity(1 + data.len().div_ceil(3) * 4);
         text.push(char::from(b'0' + channel % 10));
         base64::engine::general_purpose::STANDARD.encode_string(data, &mut text);
-        return (Opcode::Text, Bytes::from(text));
+        return Message::Text(text.into());
     }
     let mut out = BytesMut::with_capacity(data.len() + 1);
     out.extend_from_slice(&[channel]);
     out.extend_from_slice(data);
-    (Opcode::Binary, out.freeze())
+    Message::Binary(out.freeze())
 }
 
 /// The channel and data of a client message in `framing`; `None` for a message that carries
@@ -155,15 +157,18 @@ fn encode(framing: Framing, channel: u8, data: &[u8]) -> (Opcode, Bytes) {
 /// In the binary framings a text message counts as bytes too: Go's `websocket.Message`
 /// receives either, and the Python client sends `str` input as text frames.
 fn decode(framing: Framing, msg: &Message) -> Option<(u8, Bytes)> {
+    let bytes = match msg {
+        Message::Binary(b) => b.clone(),
+        Message::Text(t) => Bytes::from(t.clone()),
+        _ => return None,
+    };
     match (msg, framing.base64) {
-        (Message::Binary(b) | Message::Text(b), false) if !b.is_empty() => {
-            Some((b[0], b.slice(1..)))
-        }
-        (Message::Text(t), true) if !t.is_empty() => {
+        (_, false) if !bytes.is_empty() => Some((bytes[0], bytes.slice(1..))),
+        (Message::Text(_), true) if !bytes.is_empty() => {
             use base64::Engine;
-            let channel = t[0].checked_sub(b'0')?;
+            let channel = bytes[0].checked_sub(b'0')?;
             let data = base64::engine::general_purpose::STANDARD
-                .decode(&t[1..])
+                .decode(&bytes[1..])
                 .ok()?;
             Some((channel, Bytes::from(data)))
         }
@@ -231,6 +236,7 @@ pub fn serve(
             return;
         }
         let framing = framing(&protocol);
+        let io = websocket::accept(io).await;
         match kind {
             SessionKind::Exec { command, opts } => {
                 remote_command(io, framing, target, Action::Exec { command }, opts).await;
@@ -244,25 +250,22 @@ pub fn serve(
     Ok(resp)
 }
 
-/// The writing side of a connection: one task writes the queued messages in order.
-fn frame_writer<W>(
-    io: W,
+/// The writing side of a connection: one task writes the queued messages in order, each
+/// flushed, up to and including a close.
+fn frame_writer<S>(
+    mut sink: SplitSink<WebSocket<S>, Message>,
 ) -> (
-    mpsc::Sender<(Opcode, Bytes)>,
+    mpsc::Sender<Message>,
     impl std::future::Future<Output = ()> + Send,
 )
 where
-    W: AsyncWrite + Send + Unpin,
+    S: AsyncRead + AsyncWrite + Send + Unpin,
 {
-    let (tx, mut rx) = mpsc::channel::<(Opcode, Bytes)>(QUEUE);
+    let (tx, mut rx) = mpsc::channel::<Message>(QUEUE);
     let task = async move {
-        let mut sender = websocket::Sender::new(io);
-        while let Some((op, payload)) = rx.recv().await {
-            if sender.send(op, &payload).await.is_err() {
-                return;
-            }
-            if op == Opcode::Close {
-                let _ = sender.shutdown().await;
+        while let Some(msg) = rx.recv().await {
+            let last = msg.is_close();
+            if sink.send(msg).await.is_err() || last {
                 return;
             }
         }
@@ -270,43 +273,41 @@ where
     (tx, task)
 }
 
-/// Reads the client's messages, answers pings, and passes each channel message to `events`
-/// (`Some(data)`; a v5 close signal is `None`) until the client closes, the connection ends,
-/// the client breaks the protocol (answered with a close) or it is idle for
-/// [`IDLE_TIMEOUT`]. Returns when the client is gone.
-async fn read_client<R>(
-    io: R,
+/// Reads the client's messages and passes each channel message to `events` (`Some(data)`; a
+/// v5 close signal is `None`) until the client closes (answered by tungstenite, which also
+/// answers pings), the connection ends, the client breaks the protocol (answered with a
+/// close) or it is idle for [`IDLE_TIMEOUT`]. Returns when the client is gone.
+async fn read_client<S>(
+    mut stream: SplitStream<WebSocket<S>>,
     framing: Framing,
-    tx: mpsc::Sender<(Opcode, Bytes)>,
+    tx: mpsc::Sender<Message>,
     events: mpsc::Sender<(u8, Option<Bytes>)>,
 ) where
-    R: AsyncRead + Unpin,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut receiver = websocket::Receiver::new(io);
     loop {
-        let msg = match tokio::time::timeout(IDLE_TIMEOUT, receiver.recv()).await {
+        let msg = match tokio::time::timeout(IDLE_TIMEOUT, stream.next()).await {
             Err(_) => {
-                let close = websocket::close_payload(close_code::NORMAL, "idle timeout");
-                let _ = tx.send((Opcode::Close, Bytes::from(close))).await;
+                let _ = tx
+                    .send(websocket::close(CloseCode::Normal, "idle timeout"))
+                    .await;
                 return;
             }
-            Ok(Ok(Some(m))) => m,
-            Ok(Ok(None)) | Ok(Err(websocket::Error::Io(_))) => return,
-            Ok(Err(websocket::Error::Protocol { code, reason })) => {
-                tracing::debug!(code, reason, "WebSocket client broke the protocol");
-                let close = websocket::close_payload(code, reason);
-                let _ = tx.send((Opcode::Close, Bytes::from(close))).await;
+            Ok(Some(Ok(m))) => m,
+            Ok(None) => return,
+            Ok(Some(Err(e))) => {
+                if let Some(close) = websocket::close_for(&e) {
+                    tracing::debug!(error = %e, "WebSocket client broke the protocol");
+                    let _ = tx.send(close).await;
+                }
                 return;
             }
         };
         match &msg {
-            Message::Ping(p) => {
-                let _ = tx.send((Opcode::Pong, p.clone())).await;
-            }
-            Message::Pong(_) => {}
-            Message::Close(code, _) => {
-                let echo = websocket::close_payload(code.unwrap_or(close_code::NORMAL), "");
-                let _ = tx.send((Opcode::Close, Bytes::from(echo))).await;
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+            Message::Close(_) => {
+                // Reading on writes the answer tungstenite queued, then ends.
+                while let Some(Ok(_)) = stream.next().await {}
                 return;
             }
             Message::Binary(b) if framing.close_signal && b.len() == 2 && b[0] == CLOSE_SIGNAL => {
@@ -323,7 +324,7 @@ async fn read_client<R>(
 
 /// An exec or attach over the channel protocol (see the module doc).
 async fn remote_command<S>(
-    io: S,
+    io: WebSocket<S>,
     framing: Framing,
     target: Target,
     action: Action,
@@ -331,7 +332,7 @@ async fn remote_command<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin,
 {
-    let (read, write) = tokio::io::split(io);
+    let (write, read) = io.split();
     let (tx, writer) = frame_writer(write);
     let mut writer = std::pin::pin!(writer);
     let pair = || tokio::io::duplex(STREAM_BUFFER);
@@ -406,8 +407,7 @@ async fn remote_command<S>(
     if let Some(bytes) = error_channel_bytes(framing, &status) {
         let _ = tx.send(encode(framing, 3, &bytes)).await;
     }
-    let close = websocket::close_payload(close_code::NORMAL, "");
-    let _ = tx.send((Opcode::Close, Bytes::from(close))).await;
+    let _ = tx.send(websocket::close(CloseCode::Normal, "")).await;
     drop(tx);
     // Write everything queued, then give the client a moment to answer the close.
     let _ = tokio::time::timeout(CLOSE_WAIT, async {
@@ -445,7 +445,7 @@ async fn drain_to_channel(
     from: Option<DuplexStream>,
     framing: Framing,
     channel: u8,
-    tx: mpsc::Sender<(Opcode, Bytes)>,
+    tx: mpsc::Sender<Message>,
 ) {
     let Some(mut from) = from else {
         return;
@@ -464,11 +464,11 @@ async fn drain_to_channel(
 }
 
 /// A port-forward over the channel protocol (see the module doc).
-async fn port_forward<S>(io: S, framing: Framing, target: Target, ports: Vec<u16>)
+async fn port_forward<S>(io: WebSocket<S>, framing: Framing, target: Target, ports: Vec<u16>)
 where
     S: AsyncRead + AsyncWrite + Send + Unpin,
 {
-    let (read, write) = tokio::io::split(io);
+    let (write, read) = io.split();
     let (tx, writer) = frame_writer(write);
     let mut writer = std::pin::pin!(writer);
     let mut feeds: Vec<mpsc::Sender<Bytes>> = vec![];
@@ -516,8 +516,7 @@ where
         }
         () = &mut writer => return,
     }
-    let close = websocket::close_payload(close_code::NORMAL, "");
-    let _ = tx.send((Opcode::Close, Bytes::from(close))).await;
+    let _ = tx.send(websocket::close(CloseCode::Normal, "")).await;
     drop(tx);
     let _ = tokio::time::timeout(CLOSE_WAIT, async {
         writer.await;
@@ -535,7 +534,7 @@ async fn forward_port(
     data: u8,
     error: u8,
     mut from_client: mpsc::Receiver<Bytes>,
-    tx: mpsc::Sender<(Opcode, Bytes)>,
+    tx: mpsc::Sender<Message>,
 ) {
     let conn = match remotecommand::dial(target, port).await {
         Ok(c) => c,
@@ -584,15 +583,12 @@ mod tests {
         let v4 = framing(V4_BINARY);
         assert_eq!(
             encode(v4, 1, b"hi"),
-            (Opcode::Binary, Bytes::from_static(b"\x01hi"))
+            Message::Binary(Bytes::from_static(b"\x01hi"))
         );
         let b64 = framing(V4_BASE64);
+        assert_eq!(encode(b64, 1, b"hi"), Message::Text("1aGk=".into()));
         assert_eq!(
-            encode(b64, 1, b"hi"),
-            (Opcode::Text, Bytes::from_static(b"1aGk="))
-        );
-        assert_eq!(
-            decode(b64, &Message::Text(Bytes::from_static(b"0aGk="))),
+            decode(b64, &Message::Text("0aGk=".into())),
             Some((0, Bytes::from_static(b"hi")))
         );
         assert_eq!(
@@ -601,7 +597,7 @@ mod tests {
         );
         assert_eq!(decode(v4, &Message::Binary(Bytes::new())), None);
         assert_eq!(
-            decode(v4, &Message::Text(Bytes::from_static(b"\x00x"))),
+            decode(v4, &Message::Text("\x00x".into())),
             Some((0, Bytes::from_static(b"x")))
         );
         assert_eq!(

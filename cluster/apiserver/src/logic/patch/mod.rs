@@ -12,7 +12,7 @@
 //! | Content-Type | function | file | idea |
 //! |---|---|---|---|
 //! | `application/merge-patch+json` | [`merge_patch`] | `merge_patch.rs` | RFC 7386: the patch looks like the object; maps merge recursively, `null` deletes a key, **lists are replaced whole** |
-//! | `application/json-patch+json` | [`json_patch`] | `json_patch.rs` | RFC 6902: a list of operations (`add`, `remove`, `replace`, `move`, `copy`, `test`) addressed by JSON pointers; all or nothing |
+//! | `application/json-patch+json` | [`json_patch()`] | `json_patch.rs` | RFC 6902: a list of operations (`add`, `remove`, `replace`, `move`, `copy`, `test`) addressed by JSON pointers; all or nothing (the `json-patch` crate, within kube-apiserver's limits) |
 //! | `application/strategic-merge-patch+json` | [`strategic_merge_patch`] | `strategic.rs` | like merge patch, but lists the Kubernetes types mark as "merge" lists are merged **element by element by a key** (containers by `name`, conditions by `type`, …), plus `$patch` directives |
 //! | `application/apply-patch+yaml` | [`apply_patch`] | `apply.rs` | server-side apply: the client sends the fields it *owns*; the server merges them in and records ownership in `metadata.managedFields` |
 //!
@@ -41,7 +41,7 @@ mod merge_patch;
 mod strategic;
 
 pub use apply::{ApplyError, apply, apply_patch};
-pub use json_patch::{JsonPatchError, json_patch, json_patch_limited, parse_pointer};
+pub use json_patch::{JsonPatchError, json_patch, json_patch_limited};
 pub use lists::{ListStrategy, list_strategy};
 pub use managed_fields::{field_owners, managed_fields_of, record_update};
 pub use merge_patch::merge_patch;
