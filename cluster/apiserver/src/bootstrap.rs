@@ -16,17 +16,21 @@
 //!   Every one carries the label `kubernetes.io/bootstrapping: rbac-defaults` and the annotation
 //!   `rbac.authorization.kubernetes.io/autoupdate: "true"`. Like the hook, a start creates the
 //!   missing ones and leaves existing ones alone (their rules are not re-reconciled). The
-//!   `system:controller:*` roles of kube-controller-manager's own controllers and the node and
-//!   kube-proxy roles are not created: no such component talks to this server. The rules are
-//!   those of the real policy restricted to nothing: they name resources this server does not
-//!   serve (cronjobs, ingresses, ...) exactly as the real ones do;
-//! * a **`default` ServiceAccount** in every namespace ([`spawn_service_accounts`]; the
+//!   rules are those of the real policy restricted to nothing: they name resources this server
+//!   does not serve exactly as the real ones do;
+//! * the roles of the embedded cluster's own components, which reach the server through the
+//!   loopback interface ([`super::loopback`]) as identified users: `system:kube-controller-manager`
+//!   (bound to that user; every verb on every resource, the union of the `system:controller:*`
+//!   roles kube-controller-manager's controllers use with `--use-service-account-credentials`,
+//!   which the garbage collector's `*/*` already spans) and `system:node` (bound to the group
+//!   `system:nodes`; see [`node_rules`]);
+//! * a **`default` ServiceAccount** in every namespace (the controller manager's; the
 //!   `serviceaccount-controller` of kube-controller-manager), created when the namespace
 //!   appears and again if it is deleted, never in a namespace being deleted, and the
 //!   **`kube-root-ca.crt` ConfigMap** (the `root-ca-cert-publisher`) holding the server's CA
 //!   (`ca.crt`) when it serves HTTPS, kept at that content. The ServiceAccount controller is on
 //!   by default; the publisher is on in the standalone server and opt-in for the library
-//!   ([`super::ApiServerBuilder::root_ca_publisher`]), so that a test's ConfigMaps are its own.
+//!   (`ClusterBuilder::root_ca_publisher` of the embedded cluster), so that a test's ConfigMaps are its own.
 
 use serde_json::{Value, json};
 
@@ -363,6 +367,56 @@ pub fn cluster_roles() -> Vec<Value> {
             view,
             json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"}),
         ),
+        cluster_role(
+            KUBE_CONTROLLER_MANAGER,
+            vec![json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})],
+            json!({}),
+        ),
+        cluster_role("system:node", node_rules(), json!({})),
+    ]
+}
+
+/// The user the embedded controller manager acts as (kube-controller-manager's
+/// `system:kube-controller-manager`).
+pub const KUBE_CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+
+/// The group of the embedded nodes' users (`system:node:<name>`), as of the kubelets'.
+pub const NODES_GROUP: &str = "system:nodes";
+
+/// What a node's kubelet (and, in the embedded cluster, the scheduler it stands in for) may
+/// do: bootstrappolicy's `NodeRules` (nodes and their status, pods and their status,
+/// evictions, events, the ConfigMaps, Secrets and Services a pod uses, service account
+/// tokens, Leases) plus `pods/binding`, the scheduler's. kube-apiserver's Node authorizer
+/// narrows these to the node's own pods; this server grants them to the `system:nodes` group
+/// through the `system:node` binding, as clusters did before the Node authorizer.
+pub fn node_rules() -> Vec<Value> {
+    vec![
+        rule(
+            &[
+                "create", "get", "list", "watch", "update", "patch", "delete",
+            ],
+            "",
+            &["nodes"],
+        ),
+        rule(&["update", "patch"], "", &["nodes/status", "pods/status"]),
+        rule(&["get", "list", "watch", "create", "delete"], "", &["pods"]),
+        rule(
+            &["create"],
+            "",
+            &["pods/eviction", "pods/binding", "serviceaccounts/token"],
+        ),
+        rule(
+            &["get", "list", "watch"],
+            "",
+            &["configmaps", "secrets", "services", "endpoints"],
+        ),
+        rule(&["create", "update", "patch"], "", &["events"]),
+        rule(&["create", "update", "patch"], "events.k8s.io", &["events"]),
+        rule(
+            &["get", "create", "update", "patch", "delete"],
+            "coordination.k8s.io",
+            &["leases"],
+        ),
     ]
 }
 
@@ -391,7 +445,20 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             "system:public-info-viewer",
             &["system:authenticated", "system:unauthenticated"],
         ),
+        user_binding(KUBE_CONTROLLER_MANAGER, KUBE_CONTROLLER_MANAGER),
+        binding("system:node", &[NODES_GROUP]),
     ]
+}
+
+/// A ClusterRoleBinding of the ClusterRole `name` to one user.
+fn user_binding(name: &str, user: &str) -> Value {
+    labelled(
+        json!({"apiVersion": format!("{RBAC}/v1"), "kind": "ClusterRoleBinding",
+               "metadata": {"name": name},
+               "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": name},
+               "subjects": [{"kind": "User", "apiGroup": RBAC, "name": user}]}),
+        json!({}),
+    )
 }
 
 /// Creates the bootstrap roles and bindings that are missing (existing ones are kept).
