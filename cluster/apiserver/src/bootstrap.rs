@@ -5,7 +5,7 @@
 //!
 //! * the **`kubernetes` Service** in `default` (the `kubernetesservice` bootstrap controller):
 //!   port 443 `https`, target port the server's own, cluster IP `10.96.0.1`
-//!   ([`super::services::kubernetes_service`]), seeded in [`super::ApiServerBuilder::start`];
+//!   ([`crate::services::kubernetes_service`]), seeded in [`crate::ApiServerBuilder::start`];
 //! * the **bootstrap RBAC policy** (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy`, written by
 //!   the `rbac/bootstrap-roles` post-start hook): the user-facing ClusterRoles `cluster-admin`,
 //!   `admin`, `edit` and `view` (the last three aggregated from `system:aggregate-to-*`, whose
@@ -19,7 +19,7 @@
 //!   rules are those of the real policy restricted to nothing: they name resources this server
 //!   does not serve exactly as the real ones do;
 //! * the roles of the embedded cluster's own components, which reach the server through the
-//!   loopback interface ([`super::loopback`]) as identified users: `system:kube-controller-manager`
+//!   loopback interface ([`crate::loopback`]) as identified users: `system:kube-controller-manager`
 //!   (bound to that user; every verb on every resource, the union of the `system:controller:*`
 //!   roles kube-controller-manager's controllers use with `--use-service-account-credentials`,
 //!   which the garbage collector's `*/*` already spans) and `system:node` (bound to the group
@@ -34,8 +34,8 @@
 
 use serde_json::{Value, json};
 
-use super::meta;
-use super::store::State;
+use crate::meta;
+use crate::store::State;
 
 const RBAC: &str = "rbac.authorization.k8s.io";
 

@@ -122,8 +122,8 @@ use cel::objects::{Key, Map, OptionalValue};
 use cel::{Context, Env, ExecutionError, Program, Value as Cel};
 use serde_json::Value;
 
-use super::logic::schema::{FieldError, FieldErrorKind};
-use super::status::Cause;
+use crate::logic::schema::{FieldError, FieldErrorKind};
+use crate::status::Cause;
 
 /// `celconfig.PerCallLimit`: the most one evaluation of one expression may cost.
 pub const PER_CALL_LIMIT: u64 = 1_000_000;

@@ -12,10 +12,10 @@
 //!
 //! Each served version becomes one [`ResourceDef`] sharing the storage `<group>/<plural>`
 //! (conversion strategy `None`: versions differ only in `apiVersion`; `Webhook`: objects are
-//! converted between versions by the CRD's webhook, see [`super::conversion`]). The definition carries the
+//! converted between versions by the CRD's webhook, see [`crate::conversion`]). The definition carries the
 //! version's schema (for validation and pruning), its printer columns (for `kubectl get`), its
 //! `status` / `scale` subresources, its `selectableFields` and its CEL validation rules, compiled
-//! here once per CRD write ([`super::cel_rules`]; a rule that does not compile makes the CRD
+//! here once per CRD write ([`crate::cel_rules`]; a rule that does not compile makes the CRD
 //! invalid). A version marked `deprecated: true` answers every request with a
 //! `Warning: 299 - "<deprecationWarning>"` header (default `<group>/<version> <Kind> is
 //! deprecated`, as `customresource_handler.go` words it), which kubectl prints as
@@ -30,10 +30,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::meta::{self, meta_str};
-use super::registry::{CustomInfo, ResourceDef, ScaleSpec, View};
-use super::status::{ApiError, Cause};
-use super::store::State;
+use crate::meta::{self, meta_str};
+use crate::registry::{CustomInfo, ResourceDef, ScaleSpec, View};
+use crate::status::{ApiError, Cause};
+use crate::store::State;
 
 const CRD_KIND: &str = "CustomResourceDefinition";
 const CRD_GROUP: &str = "apiextensions.k8s.io";
@@ -50,7 +50,7 @@ fn required(field: &str) -> Cause {
 /// per served version, the storage version first (discovery lists the preferred first).
 pub fn definitions(crd: &Value) -> Result<Vec<ResourceDef>, ApiError> {
     let mut crd = crd.clone();
-    super::conversion::set_defaults(&mut crd);
+    crate::conversion::set_defaults(&mut crd);
     let crd = &crd;
     let name = meta_str(crd, "name").to_owned();
     let causes = spec_causes(crd, &name);
@@ -66,7 +66,7 @@ pub fn definitions(crd: &Value) -> Result<Vec<ResourceDef>, ApiError> {
         .filter(|v| v["served"].as_bool() != Some(false))
         .collect();
     ordered.sort_by_key(|v| v["storage"].as_bool() != Some(true));
-    let conversion = super::conversion::WebhookConversion::of_crd(crd).map(Arc::new);
+    let conversion = crate::conversion::WebhookConversion::of_crd(crd).map(Arc::new);
     let storage_version = ordered
         .first()
         .filter(|v| v["storage"].as_bool() == Some(true))
@@ -127,7 +127,7 @@ fn spec_causes(crd: &Value, name: &str) -> Vec<Cause> {
     if versions.is_empty() {
         causes.push(required("spec.versions"));
     }
-    causes.extend(super::conversion::validate(spec));
+    causes.extend(crate::conversion::validate(spec));
     let storage_count = versions
         .iter()
         .filter(|v| v["storage"].as_bool() == Some(true))
@@ -147,7 +147,7 @@ fn spec_causes(crd: &Value, name: &str) -> Vec<Cause> {
             causes.push(required(&format!("spec.versions[{i}].name")));
         }
         if let Some(schema) = v["schema"].get("openAPIV3Schema")
-            && let Err(errs) = super::logic::schema::check_structural(schema)
+            && let Err(errs) = crate::logic::schema::check_structural(schema)
         {
             for e in errs {
                 let (path, message) = e.split_once(": ").unwrap_or(("", e.as_str()));
@@ -182,7 +182,7 @@ fn rule_causes(versions: &[Value]) -> Vec<Cause> {
         } else {
             format!("spec.versions[{i}].schema.openAPIV3Schema")
         };
-        if let Err(errs) = super::cel_rules::compile(schema, &base) {
+        if let Err(errs) = crate::cel_rules::compile(schema, &base) {
             causes.extend(errs);
         }
         if shared {
@@ -289,7 +289,7 @@ fn version_definition(crd: &Value, crd_name: &str, v: &Value) -> ResourceDef {
             // do not compile, so an error cannot occur for a CRD that got this far.
             validation_rules: v["schema"]
                 .get("openAPIV3Schema")
-                .and_then(|s| super::cel_rules::compile(s, "").ok().flatten())
+                .and_then(|s| crate::cel_rules::compile(s, "").ok().flatten())
                 .map(Arc::new),
         }),
     }
@@ -392,7 +392,7 @@ pub fn establish(st: &mut State, crd: &mut Value, dry_run: bool) -> Result<(), A
     if let Some(o) = crd.as_object_mut() {
         o.insert("status".into(), status);
     }
-    super::conversion::set_defaults(crd);
+    crate::conversion::set_defaults(crd);
     if !dry_run {
         st.registry.remove_crd(&name);
         for d in defs {

@@ -22,9 +22,9 @@
 //! * deletes the oldest finished Jobs beyond the history limits (their pods go with them);
 //! * wakes up again at the schedule's next time.
 //!
-//! ## What the simulation keeps (with [`super::ApiServerBuilder::simulate`])
+//! ## What the simulation keeps (with [`crate::ApiServerBuilder::simulate`])
 //!
-//! All of the above, with the Job controller ([`super::jobs`]) running the Jobs. Times come
+//! All of the above, with the Job controller ([`crate::jobs`]) running the Jobs. Times come
 //! from the server's virtual clock, so a test with a paused tokio clock can run a schedule an
 //! hour ahead in a millisecond. Left out: `timeZone` other than `UTC`/`Etc/UTC` and the
 //! `CRON_TZ=`/`TZ=` prefixes (such a CronJob is left alone, as are schedules that do not
@@ -48,7 +48,7 @@ use jiff::Timestamp;
 use jiff::civil::DateTime;
 use serde_json::{Value, json};
 
-use super::registry::ResourceDef;
+use crate::registry::ResourceDef;
 
 /// How far ahead (and back) a schedule is searched: a schedule that never falls due within it
 /// (`0 0 30 2 *`, February 30th) is treated as never due.

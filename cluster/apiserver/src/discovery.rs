@@ -15,8 +15,8 @@
 //!   `g`/`v`/`as` parameters, or client-go falls back to the legacy documents.
 //!
 //! Besides the registry's resources, discovery lists the create-only token reviews of
-//! `authentication.k8s.io/v1` ([`super::tokenreview`]) and access reviews of
-//! `authorization.k8s.io/v1` ([`super::review`]), in that order, after the built-in groups and
+//! `authentication.k8s.io/v1` ([`crate::tokenreview`]) and access reviews of
+//! `authorization.k8s.io/v1` ([`crate::review`]), in that order, after the built-in groups and
 //! before the custom resources' groups; `kubectl auth can-i` finds the access reviews there.
 //!
 //! The meta types (`APIVersions`, `APIGroupList`, `APIResourceList`) serialise with
@@ -24,9 +24,9 @@
 
 use serde_json::{Value, json};
 
-use super::registry::{Registry, ResourceDef};
-use super::review;
-use super::tokenreview;
+use crate::registry::{Registry, ResourceDef};
+use crate::review;
+use crate::tokenreview;
 
 /// The `/version` document (a Kubernetes 1.33 server).
 pub fn version() -> Value {
@@ -181,7 +181,7 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
     }))
 }
 
-/// The streaming subresources of pods ([`super::remotecommand`]) and the kinds of their
+/// The streaming subresources of pods ([`crate::remotecommand`]) and the kinds of their
 /// options, in the real server's (alphabetical) order; each takes `create` and `get`.
 const POD_STREAMS: [(&str, &str); 3] = [
     ("attach", "PodAttachOptions"),

@@ -1,7 +1,7 @@
 //! The on-disk copy of the store behind `--data-dir`: objects, the revision counter and the
 //! watch history window, in a [redb](https://www.redb.org) database (`DIR/store.redb`).
 //!
-//! kube-apiserver keeps all of this in etcd; this server keeps it in memory ([`super::store`])
+//! kube-apiserver keeps all of this in etcd; this server keeps it in memory ([`crate::store`])
 //! and, when asked to, mirrors every write here so that a restart (even after `kill -9`) resumes
 //! where it stopped: the same objects with the same `resourceVersion`s, the revision counter
 //! continuing from the last acknowledged write, and the history window, so a watch from a
@@ -32,7 +32,7 @@
 //! **read-only**: the failed batch goes back to the head of the queue, the database is closed
 //! (redb refuses every operation after an I/O error until it is reopened), and
 //! [`Disk::failure`] holds the error. Requests that write are then answered `500`
-//! `etcdserver: mvcc: database space exceeded` ([`super::store::Store::write_checked`]),
+//! `etcdserver: mvcc: database space exceeded` ([`crate::store::Store::write_checked`]),
 //! before they change anything; reads and watches go on. The write whose commit failed was
 //! already applied in memory: its client gets the same error (its outcome is unknown to it, as
 //! with an etcd timeout: it must read again), and it is committed with everything queued after
@@ -50,7 +50,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use redb::{Database, ReadableTable, TableDefinition};
 use serde_json::{Value, json};
 
-use super::store::{Change, ChangeType, Stored, key_of};
+use crate::store::{Change, ChangeType, Stored, key_of};
 
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 const HISTORY: TableDefinition<u64, &[u8]> = TableDefinition::new("history");
@@ -132,7 +132,7 @@ fn encode_change(c: &Change) -> Vec<u8> {
 
 fn decode_change(rv: u64, bytes: &[u8]) -> Result<Change, String> {
     let v: Value =
-        super::limits::json_from_slice(bytes).map_err(|e| format!("history entry {rv}: {e}"))?;
+        crate::limits::json_from_slice(bytes).map_err(|e| format!("history entry {rv}: {e}"))?;
     let bad = |what: &str| format!("history entry {rv}: missing or invalid {what}");
     Ok(Change {
         rv,
@@ -195,7 +195,7 @@ impl Disk {
             let (k, v) = entry.map_err(|e| fail(&e))?;
             let key = k.value();
             let storage = key.split('\0').next().unwrap_or_default().to_owned();
-            let obj: Value = super::limits::json_from_slice(v.value())
+            let obj: Value = crate::limits::json_from_slice(v.value())
                 .map_err(|e| fail(&format!("object {}: {e}", key.replace('\0', "/"))))?;
             loaded.objects.push((storage, obj));
         }

@@ -35,18 +35,18 @@
 //! ## What this server does
 //!
 //! The same, with the checks above ([`merge`], [`validate_update`], called by the update path
-//! of [`super::verbs`] for this subresource). Differences: the `may not be changed` message
+//! of [`crate::verbs`] for this subresource). Differences: the `may not be changed` message
 //! ends with a short list of the fields that differ, not Go's `cmp.Diff` text; there is no
 //! defaulting of built-in kinds, so the stored containers are compared as they were sent; and
 //! the pod's own endpoint does not refuse a change of `spec.ephemeralContainers` as the real
 //! `ValidatePodUpdate` does (this server checks no immutability of a pod's spec).
-//! The simulated node reports each added container `running` ([`super::kubelet`]); the
+//! The simulated node reports each added container `running` ([`crate::kubelet`]); the
 //! process runtime runs its command like any other container's, once, and reports its exit
-//! ([`super::runtime`]).
+//! ([`crate::runtime`]).
 //!
 //! The real bootstrap RBAC policy grants `pods/ephemeralcontainers` to no role but
 //! `cluster-admin` (its wildcard): `edit` and `admin` may exec into pods but not add
-//! containers to them, and so it is here ([`super::bootstrap`]).
+//! containers to them, and so it is here ([`crate::bootstrap`]).
 
 use apimachinery::validation::{self as v, FieldError};
 use serde_json::Value;

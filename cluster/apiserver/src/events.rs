@@ -26,7 +26,7 @@
 
 use serde_json::{Map, Value};
 
-use super::status::Cause;
+use crate::status::Cause;
 
 fn required(field: &str) -> Cause {
     Cause::new("FieldValueRequired", field, "Required value")

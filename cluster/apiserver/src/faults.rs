@@ -5,7 +5,7 @@
 //! overloaded server answers `429 Too Many Requests` with `Retry-After` or `503`, a write
 //! races with another writer and gets `409 Conflict`, a request is slow. A test cannot wait for
 //! those to happen; here it asks for them. Every fault is available on the handle
-//! ([`super::ApiServerHandle::faults`]) and, for a standalone server, over HTTP at
+//! ([`crate::ApiServerHandle::faults`]) and, for a standalone server, over HTTP at
 //! `/admin/faults` (see [`admin`]):
 //!
 //! | fault | what the client sees | client-go reaction it exercises |
@@ -37,11 +37,11 @@
 //! which may be `*`. Failures and conflicts are consumed one per matching request; latency
 //! applies to every match until [`Faults::clear`] (or for `count` requests if given). Every
 //! fault that fires is counted in the request log
-//! ([`super::RequestLog::fault_count`]), and the failed request itself is counted as usual
+//! ([`crate::RequestLog::fault_count`]), and the failed request itself is counted as usual
 //! with its status code.
 //!
-//! Faults apply to HTTP requests only: the in-process simulated controllers ([`super::gc`],
-//! [`super::kubelet`], [`super::workloads`]) write to the store directly and never see them.
+//! Faults apply to HTTP requests only: the in-process simulated controllers ([`crate::gc`],
+//! [`crate::kubelet`], [`crate::workloads`]) write to the store directly and never see them.
 //!
 //! Nothing like this exists in a real API server; the closest are chaos tools that kill
 //! connections or pods. Faults are checked after authentication and authorization, where an
@@ -53,10 +53,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::request_log::RequestLog;
-use super::status::ApiError;
-use super::store::Store;
-use super::verbs::Target;
+use crate::request_log::RequestLog;
+use crate::status::ApiError;
+use crate::store::Store;
+use crate::verbs::Target;
 
 /// What an injected fault does.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,17 +2,17 @@
 //!
 //! A request goes through the same stages as in kube-apiserver's handler chain, in order:
 //!
-//! 1. **Authentication** ([`super::auth`]): a known bearer token, or `401` with a Status body;
-//!    then **impersonation** ([`super::impersonation`]): `Impersonate-User` and friends, if
+//! 1. **Authentication** ([`crate::auth`]): a known bearer token, or `401` with a Status body;
+//!    then **impersonation** ([`crate::impersonation`]): `Impersonate-User` and friends, if
 //!    the authenticated user may, replace the user the rest of the request acts as.
 //!    The body is then read, at most [`MAX_BODY`] bytes; a larger one (by its `Content-Length`
 //!    or as it streams in) is refused with `413 RequestEntityTooLarge`, as the real server's
 //!    `limitedReadBody` does.
-//!    Then **API Priority and Fairness** ([`super::flowcontrol`]) classifies the request by
+//!    Then **API Priority and Fairness** ([`crate::flowcontrol`]) classifies the request by
 //!    user and URL and admits it, queues it, or answers `429` with `Retry-After`; every
 //!    response carries the `X-Kubernetes-PF-FlowSchema-UID` / `-PriorityLevel-UID` headers.
 //! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), the
-//!    access reviews of `authorization.k8s.io/v1` ([`super::review`]), then resource paths,
+//!    access reviews of `authorization.k8s.io/v1` ([`crate::review`]), then resource paths,
 //!    parsed into a [`Target`] (group, version, resource, namespace, name,
 //!    subresource) and a Kubernetes verb from the method (`GET` on an object → `get`, on a
 //!    collection → `list` or `watch`, `POST` → `create`, `PUT` → `update`, `PATCH` → `patch`,
@@ -21,14 +21,14 @@
 //!    handler.
 //! 3. **Decoding**: JSON, YAML, or (for built-in kinds) the Kubernetes protobuf envelope that
 //!    kubectl ≥ 1.32 sends for typed writes; patches by their media type. Anything else is `415`.
-//! 4. **Authorization and faults**: when RBAC is enforced, [`super::rbac`] checks the user's
+//! 4. **Authorization and faults**: when RBAC is enforced, [`crate::rbac`] checks the user's
 //!    roles (`403` with the real server's message); then any injected fault for the verb and
-//!    resource ([`super::faults`]) delays or fails the request.
-//! 5. **The verb** ([`super::verbs`], [`super::watch`]), under the store lock.
+//!    resource ([`crate::faults`]) delays or fails the request.
+//! 5. **The verb** ([`crate::verbs`], [`crate::watch`]), under the store lock.
 //! 6. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
 //!    `as=Table` (what `kubectl get` does), and the request is counted in the
-//!    [`super::request_log`]. JSON has kube-apiserver's byte layout: Go's field order for
-//!    built-in objects, lists and Status ([`super::json_order`]) and a `\n` after each body.
+//!    [`crate::request_log`]. JSON has kube-apiserver's byte layout: Go's field order for
+//!    built-in objects, lists and Status ([`crate::json_order`]) and a `\n` after each body.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -39,22 +39,22 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::Value;
 
-use super::Shared;
-use super::admission::Write;
-use super::discovery;
-use super::json_order::GoOrdered;
-use super::query::{ListOptions, Query};
-use super::registry::ResourceDef;
-use super::request_log::RequestKey;
-use super::status::ApiError;
-use super::verbs::{self, DeleteOptions, PatchType, Target};
-use super::watch::{self, WatchSettings};
+use crate::Shared;
+use crate::admission::Write;
+use crate::discovery;
+use crate::json_order::GoOrdered;
+use crate::query::{ListOptions, Query};
+use crate::registry::ResourceDef;
+use crate::request_log::RequestKey;
+use crate::status::ApiError;
+use crate::verbs::{self, DeleteOptions, PatchType, Target};
+use crate::watch::{self, WatchSettings};
 
 /// The response body type of every answer (JSON documents and watch streams alike).
 pub type Body = BoxBody<Bytes, Infallible>;
 
 /// Largest request body accepted: kube-apiserver's `MaxRequestBodyBytes`, 3 MiB (see
-/// [`super::limits`] for the other bounds).
+/// [`crate::limits`] for the other bounds).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The `413 RequestEntityTooLarge` Status the real server sends (`limitedReadBody` in the
@@ -85,7 +85,7 @@ async fn read_body(
         .collect()
         .await
         .map(http_body_util::Collected::to_bytes)
-        .inspect(|b| super::memory::handled(b.len()))
+        .inspect(|b| crate::memory::handled(b.len()))
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
                 too_large()
@@ -107,7 +107,7 @@ pub fn json_response<T: serde::Serialize + ?Sized>(
     // `json.Encoder` ends each document with a newline, and so does kube-apiserver's body.
     let mut bytes = serde_json::to_vec(body).unwrap_or_default();
     bytes.push(b'\n');
-    super::memory::handled(bytes.len());
+    crate::memory::handled(bytes.len());
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -171,8 +171,8 @@ struct Classified {
     resource: String,
     subresource: String,
     namespace: String,
-    /// `X-Kubernetes-PF-*` header values ([`super::flowcontrol`]).
-    pf: super::flowcontrol::PfUids,
+    /// `X-Kubernetes-PF-*` header values ([`crate::flowcontrol`]).
+    pf: crate::flowcontrol::PfUids,
 }
 
 /// Serves one request; never fails (errors become Status responses).
@@ -191,11 +191,11 @@ pub async fn handle(
     };
     for (name, value) in [
         (
-            super::flowcontrol::FLOW_SCHEMA_UID_HEADER,
+            crate::flowcontrol::FLOW_SCHEMA_UID_HEADER,
             &class.pf.flow_schema,
         ),
         (
-            super::flowcontrol::PRIORITY_LEVEL_UID_HEADER,
+            crate::flowcontrol::PRIORITY_LEVEL_UID_HEADER,
             &class.pf.priority_level,
         ),
     ] {
@@ -273,7 +273,7 @@ async fn serve(
     let cert = req.extensions().get::<Arc<ClientCertIdentity>>().cloned();
     let user = authenticate(shared, &path, req.headers(), cert.as_deref())?;
     let query = if shared.rbac.enforced() {
-        query.with_requester(super::rbac::Requester {
+        query.with_requester(crate::rbac::Requester {
             authorizer: shared.rbac.clone(),
             user: user.clone(),
         })
@@ -283,7 +283,7 @@ async fn serve(
     // API Priority and Fairness: classified by user and URL, then admitted, queued or
     // refused with 429. The seat is held until this function returns (for a watch: once its
     // initial events are built and the stream is handed to hyper).
-    let mut digest = super::flowcontrol::RequestDigest::new(
+    let mut digest = crate::flowcontrol::RequestDigest::new(
         req.method(),
         &path,
         query.flag("watch").unwrap_or(false),
@@ -293,7 +293,7 @@ async fn serve(
         // A LIST occupies seats by the objects it will process (see `flowcontrol::list_width`).
         let opts = ListOptions::parse(&query, false).ok();
         let stored = stored_count(shared, &path, &digest.api_group, &digest.resource);
-        digest.width = super::flowcontrol::list_width(stored, opts.as_ref());
+        digest.width = crate::flowcontrol::list_width(stored, opts.as_ref());
     }
     let _ticket = shared.flowcontrol.admit(&digest, &mut class.pf).await?;
     let (mut parts, body) = req.into_parts();
@@ -324,10 +324,10 @@ async fn serve(
     if let Some(resp) = serve_non_resource(shared, &request)? {
         return Ok(resp);
     }
-    if super::review::owns(&request.segs) {
+    if crate::review::owns(&request.segs) {
         return serve_review(shared, &request.segs, &parts, &bytes, &request.user, class);
     }
-    if super::tokenreview::owns(&request.segs) {
+    if crate::tokenreview::owns(&request.segs) {
         return serve_token_review(shared, &request.segs, &parts, &bytes, &request.user, class);
     }
     serve_resource(shared, &request, class).await
@@ -350,13 +350,13 @@ struct Incoming<'a> {
     /// The query parameters (with the requester attached when RBAC is enforced).
     query: Query,
     /// The user the request acts as, after impersonation.
-    user: super::rbac::UserInfo,
+    user: crate::rbac::UserInfo,
     /// The connection after a `101 Switching Protocols` answer, for a request that asks to
     /// upgrade (taken by [`serve_stream`]).
     upgrade: std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
 
-/// The user of a connection's verified client certificate ([`super::tls`]): the subject's
+/// The user of a connection's verified client certificate ([`crate::tls`]): the subject's
 /// common name, in its organizations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientCertIdentity {
@@ -379,15 +379,15 @@ fn authenticate(
     path: &str,
     headers: &http::HeaderMap,
     cert: Option<&ClientCertIdentity>,
-) -> Result<super::rbac::UserInfo, ApiError> {
+) -> Result<crate::rbac::UserInfo, ApiError> {
     if let Some(id) = cert.filter(|id| !id.name.is_empty()) {
         let user = shared.rbac.certificate_user(&id.name, &id.groups);
-        return super::impersonation::resolve(&shared.rbac, &shared.store, user, headers);
+        return crate::impersonation::resolve(&shared.rbac, &shared.store, user, headers);
     }
     let header = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if !super::auth::is_public_path(path) {
+    if !crate::auth::is_public_path(path) {
         let anonymous_allowed = header.is_none() && shared.unauthenticated_user.is_some();
         if !anonymous_allowed && shared.tokens.authenticate(header).is_none() {
             return Err(ApiError::unauthorized());
@@ -398,7 +398,7 @@ fn authenticate(
         None => shared.unauthenticated_user.clone(),
     };
     match authenticated {
-        Some(name) => super::impersonation::resolve(
+        Some(name) => crate::impersonation::resolve(
             &shared.rbac,
             &shared.store,
             shared.rbac.user(&name),
@@ -447,7 +447,7 @@ fn serve_non_resource(
             text_response("ok", "text/plain; charset=utf-8")
         }
         (&Method::GET, ["metrics"]) => {
-            let attrs = super::rbac::Attributes {
+            let attrs = crate::rbac::Attributes {
                 verb: "get".into(),
                 path: (*path).to_owned(),
                 ..Default::default()
@@ -460,15 +460,15 @@ fn serve_non_resource(
         }
         (method, ["admin", "faults"]) => {
             // Fault injection over HTTP (see `faults::admin`): `system:masters` only.
-            if !user.groups.iter().any(|g| g == super::rbac::MASTERS_GROUP) {
-                let attrs = super::rbac::Attributes {
+            if !user.groups.iter().any(|g| g == crate::rbac::MASTERS_GROUP) {
+                let attrs = crate::rbac::Attributes {
                     verb: method.as_str().to_ascii_lowercase(),
                     path: (*path).to_owned(),
                     ..Default::default()
                 };
-                return Err(super::rbac::forbidden(user, &attrs, ""));
+                return Err(crate::rbac::forbidden(user, &attrs, ""));
             }
-            let body = super::faults::admin(&shared.faults, method, request.bytes)?;
+            let body = crate::faults::admin(&shared.faults, method, request.bytes)?;
             json_response(200, &body, "application/json")
         }
         (&Method::GET, ["version"]) => {
@@ -510,9 +510,9 @@ fn serve_non_resource(
                     .read(|s| discovery::api_resource_list(&s.registry, "", "v1")),
             );
         }
-        (&Method::GET, ["openapi", "v2"]) => super::openapi::serve_v2(shared, accept),
+        (&Method::GET, ["openapi", "v2"]) => crate::openapi::serve_v2(shared, accept),
         (&Method::GET, ["openapi", "v3", rest @ ..]) => {
-            super::openapi::serve(shared, rest, &request.query)?
+            crate::openapi::serve(shared, rest, &request.query)?
         }
         (&Method::GET, ["apis", group, version]) => {
             return found(
@@ -537,7 +537,7 @@ fn text_response(text: impl Into<Bytes>, content_type: &'static str) -> Response
 /// A resource request: resolve the URL to a [`Target`], name its verb, authorize it (RBAC),
 /// apply any injected fault, then hand it to the reader ([`serve_read`]), the writers
 /// ([`serve_write`]) or the deleter ([`serve_delete`]). Pod logs are text, not objects, and go
-/// to [`super::logs`].
+/// to [`crate::logs`].
 async fn serve_resource(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
@@ -550,7 +550,7 @@ async fn serve_resource(
     class.resource = target.def.plural.clone();
     class.subresource = target.subresource.clone().unwrap_or_default();
     class.namespace = target.namespace.clone().unwrap_or_default();
-    let verb = super::faults::verb_of(
+    let verb = crate::faults::verb_of(
         &parts.method,
         target.name.is_some(),
         query.flag("watch").unwrap_or(false),
@@ -559,7 +559,7 @@ async fn serve_resource(
     shared.rbac.check(
         &shared.store,
         user,
-        &super::rbac::Attributes::for_request(verb, &target, query.non_empty("fieldSelector")),
+        &crate::rbac::Attributes::for_request(verb, &target, query.non_empty("fieldSelector")),
     )?;
     shared.faults.before(verb, &target).await?;
     if target.subresource.as_deref() == Some("log") {
@@ -629,7 +629,7 @@ async fn serve_resource(
 }
 
 /// `pods/log`, read with `GET` only: the pod, then the API server's checks and the node's
-/// kubelet ([`super::kubelet::serve_logs`]).
+/// kubelet ([`crate::kubelet::serve_logs`]).
 fn serve_log(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
@@ -644,7 +644,7 @@ fn serve_log(
         ));
     }
     let pod = stored_pod(shared, target)?;
-    super::kubelet::serve_logs(&shared.kubelets, pod, query)
+    crate::kubelet::serve_logs(&shared.kubelets, pod, query)
 }
 
 /// The pod a `pods/NAME/<subresource>` request names, or `404`.
@@ -664,7 +664,7 @@ fn stored_pod(shared: &Shared, target: &Target) -> Result<serde_json::Value, Api
 }
 
 /// `pods/exec`, `pods/attach` and `pods/portforward`: `GET` or `POST`, checked by the API
-/// server ([`super::kubelet::serve_stream`]: the options, the container, the node), then
+/// server ([`crate::kubelet::serve_stream`]: the options, the container, the node), then
 /// handed, with the connection to upgrade, to the kubelet of the pod's node, which answers the
 /// upgrade (WebSocket or SPDY) and serves the session.
 ///
@@ -693,7 +693,7 @@ fn serve_stream(
         shared.rbac.check(
             &shared.store,
             user,
-            &super::rbac::Attributes::for_request("create", target, None),
+            &crate::rbac::Attributes::for_request("create", target, None),
         )?;
     }
     class.verb = if parts.method == Method::GET {
@@ -708,7 +708,7 @@ fn serve_stream(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .take();
-    super::kubelet::serve_stream(
+    crate::kubelet::serve_stream(
         &shared.kubelets,
         pod,
         subresource,
@@ -727,7 +727,7 @@ fn serve_component_status(
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming { parts, query, .. } = request;
-    // Computed on each read, never stored ([`super::pod_actions`]).
+    // Computed on each read, never stored ([`crate::pod_actions`]).
     let watch = query.flag("watch").unwrap_or(false);
     if parts.method != Method::GET || watch || target.subresource.is_some() {
         return Err(ApiError::method_not_allowed(
@@ -737,20 +737,20 @@ fn serve_component_status(
         ));
     }
     class.verb = if target.name.is_some() { "get" } else { "list" }.into();
-    let answer = super::pod_actions::component_status_answer(target.name.as_deref())?;
+    let answer = crate::pod_actions::component_status_answer(target.name.as_deref())?;
     let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
     let mut resp = if wants_table {
-        let include = super::table::include_object(query)?;
+        let include = crate::table::include_object(query)?;
         let items = match answer["items"].as_array() {
             Some(items) => items.clone(),
             None => vec![answer.clone()],
         };
-        let table = super::table::render(&target.def, &items, "", None, include);
-        json_response(200, &GoOrdered::new(&table), super::table::CONTENT_TYPE)
+        let table = crate::table::render(&target.def, &items, "", None, include);
+        json_response(200, &GoOrdered::new(&table), crate::table::CONTENT_TYPE)
     } else {
         json_response(200, &GoOrdered::new(&answer), "application/json")
     };
-    let text = apimachinery::validation::go_quote(super::pod_actions::COMPONENT_STATUS_WARNING);
+    let text = apimachinery::validation::go_quote(crate::pod_actions::COMPONENT_STATUS_WARNING);
     if let Ok(v) = HeaderValue::from_bytes(format!("299 - {text}").as_bytes()) {
         resp.headers_mut().append(header::WARNING, v);
     }
@@ -766,7 +766,7 @@ fn serve_pod_action(
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming { parts, .. } = request;
-    // Actions, not objects ([`super::pod_actions`]): create only.
+    // Actions, not objects ([`crate::pod_actions`]): create only.
     class.verb = "create".into();
     if parts.method != Method::POST {
         return Err(ApiError::method_not_allowed(
@@ -781,11 +781,11 @@ fn serve_pod_action(
     let (code, answer) = if target.subresource.as_deref() == Some("token") {
         shared
             .store
-            .read(|st| super::pod_actions::token_request(st, &shared.tokens, &ns, &name, &body))?
+            .read(|st| crate::pod_actions::token_request(st, &shared.tokens, &ns, &name, &body))?
     } else {
         shared
             .store
-            .write_checked(|st| super::pod_actions::evict(st, target, &body))?
+            .write_checked(|st| crate::pod_actions::evict(st, target, &body))?
     };
     Ok(json_response(
         code,
@@ -806,15 +806,15 @@ async fn serve_read(
     let query = &request.query;
     let def = &target.def;
     let wants_table = request.accept.split(',').any(|a| a.contains("as=Table"));
-    let partial = super::partial::negotiate(&request.accept).filter(|_| !wants_table);
+    let partial = crate::partial::negotiate(&request.accept).filter(|_| !wants_table);
     if query.flag("watch")? {
         class.verb = "watch".into();
         let opts = ListOptions::parse(query, true)?;
         let renderer = if wants_table {
-            let include = super::table::include_object(query)?;
-            Some(super::table::renderer(def.clone(), include))
+            let include = crate::table::include_object(query)?;
+            Some(crate::table::renderer(def.clone(), include))
         } else if let Some(w) = &partial {
-            Some(super::partial::watch_renderer(def, w)?)
+            Some(crate::partial::watch_renderer(def, w)?)
         } else {
             None
         };
@@ -823,16 +823,16 @@ async fn serve_read(
             reject_send_initial_events: shared.reject_send_initial_events,
             shutdown: shared.faults.watch_token(),
             renderer,
-            bookmark_type: partial.as_ref().map(super::partial::bookmark_type),
+            bookmark_type: partial.as_ref().map(crate::partial::bookmark_type),
             unresponsive: shared.watch_unresponsive,
-            converter: super::conversion::webhook_of(def).map(|_| {
+            converter: crate::conversion::webhook_of(def).map(|_| {
                 let shared = shared.clone();
                 let def = def.clone();
                 let convert: watch::Converter = Arc::new(move |obj| {
                     let shared = shared.clone();
                     let def = def.clone();
                     tokio::spawn(
-                        async move { super::conversion::to_served(&shared, &def, obj).await },
+                        async move { crate::conversion::to_served(&shared, &def, obj).await },
                     )
                 });
                 convert
@@ -849,21 +849,21 @@ async fn serve_read(
     if target.name.is_some() {
         class.verb = "get".into();
         let (code, obj) = shared.store.read(|s| verbs::get(s, target, query))?;
-        let obj = super::conversion::answer_to_served(shared, def, obj).await?;
+        let obj = crate::conversion::answer_to_served(shared, def, obj).await?;
         if wants_table && target.subresource.is_none() {
             let rv = obj["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
-            let include = super::table::include_object(query)?;
-            let table = super::table::render(def, &[obj], &rv, None, include);
+            let include = crate::table::include_object(query)?;
+            let table = crate::table::render(def, &[obj], &rv, None, include);
             return Ok(json_response(
                 code,
                 &GoOrdered::new(&table),
-                super::table::CONTENT_TYPE,
+                crate::table::CONTENT_TYPE,
             ));
         }
-        let obj = super::partial::object(def, partial.as_ref(), obj)?;
+        let obj = crate::partial::object(def, partial.as_ref(), obj)?;
         return Ok(json_response(
             code,
             &GoOrdered::served(def, &obj),
@@ -877,11 +877,11 @@ async fn serve_read(
         // then list; still too large after the wait is the 504 `verbs::list` answers.
         shared
             .store
-            .wait_for_revision(rv, super::watch::TOO_LARGE_WAIT)
+            .wait_for_revision(rv, crate::watch::TOO_LARGE_WAIT)
             .await;
     }
     let result = shared.store.read(|s| verbs::list(s, target, &opts))?;
-    let converted = super::conversion::webhook_of(def).is_some();
+    let converted = crate::conversion::webhook_of(def).is_some();
     if !wants_table && !converted && partial.is_none() {
         // The common case, serialized from the stored objects without copying them.
         return Ok(json_response(
@@ -890,10 +890,10 @@ async fn serve_read(
             "application/json",
         ));
     }
-    let items = super::conversion::items_to_served(shared, def, result.served(def)).await?;
+    let items = crate::conversion::items_to_served(shared, def, result.served(def)).await?;
     if wants_table {
-        let include = super::table::include_object(query)?;
-        let table = super::table::render(
+        let include = crate::table::include_object(query)?;
+        let table = crate::table::render(
             def,
             &items,
             &result.resource_version.to_string(),
@@ -903,12 +903,12 @@ async fn serve_read(
         return Ok(json_response(
             200,
             &GoOrdered::new(&table),
-            super::table::CONTENT_TYPE,
+            crate::table::CONTENT_TYPE,
         ));
     }
     let mut list = verbs::list_json(def, &result, items);
     if let Some(w) = &partial {
-        list = super::partial::list(def, w, &list)?;
+        list = crate::partial::list(def, w, &list)?;
     }
     Ok(json_response(
         200,
@@ -920,7 +920,7 @@ async fn serve_read(
 /// `POST` on a collection (`create`), `PUT` on an object (`update`) or `PATCH` on an object
 /// (`patch`, by the patch type its media type names): decode the body, refuse duplicate JSON
 /// fields as the real server's strict decoding does, pass it through admission (the webhooks,
-/// [`super::admission::write`]) into the store, and answer
+/// [`crate::admission::write`]) into the store, and answer
 /// with the write's warnings as headers.
 async fn serve_write(
     shared: &Arc<Shared>,
@@ -944,24 +944,24 @@ async fn serve_write(
         let body = if ty == PatchType::Apply {
             parse_yaml(bytes)?
         } else {
-            super::validation::parse_json_body(bytes, query)?
+            crate::validation::parse_json_body(bytes, query)?
         };
-        super::admission::write(shared, target, user, Write::Patch(ty, body), query).await?
+        crate::admission::write(shared, target, user, Write::Patch(ty, body), query).await?
     } else {
         let creating = parts.method == Method::POST;
         class.verb = if creating { "create" } else { "update" }.into();
         let body = decode_object(&target.def, content_type, bytes, query)?;
         // Huge metadata collections are judged here, before the store lock is taken.
-        super::limits::precheck_metadata(&target.def, &body)?;
+        crate::limits::precheck_metadata(&target.def, &body)?;
         let write = if creating {
             Write::Create(body)
         } else {
             Write::Update(body)
         };
-        super::admission::write(shared, target, user, write, query).await?
+        crate::admission::write(shared, target, user, write, query).await?
     };
-    let partial = super::partial::negotiate(&request.accept);
-    let obj = super::partial::object(&target.def, partial.as_ref(), obj)?;
+    let partial = crate::partial::negotiate(&request.accept);
+    let obj = crate::partial::object(&target.def, partial.as_ref(), obj)?;
     Ok(with_warnings(
         json_response(
             code,
@@ -991,7 +991,7 @@ async fn serve_delete(
     let body = if bytes.is_empty() {
         None
     } else if content_type == PROTOBUF {
-        Some(super::logic::protobuf::decode_body(bytes).map_err(|e| {
+        Some(crate::logic::protobuf::decode_body(bytes).map_err(|e| {
             ApiError::bad_request(format!("error decoding protobuf DeleteOptions: {e}"))
         })?)
     } else {
@@ -1001,9 +1001,9 @@ async fn serve_delete(
     if target.name.is_some() {
         class.verb = "delete".into();
         let (code, obj) =
-            super::admission::write(shared, target, user, Write::Delete(opts), query).await?;
-        let partial = super::partial::negotiate(&request.accept);
-        let obj = super::partial::object(&target.def, partial.as_ref(), obj)?;
+            crate::admission::write(shared, target, user, Write::Delete(opts), query).await?;
+        let partial = crate::partial::negotiate(&request.accept);
+        let obj = crate::partial::object(&target.def, partial.as_ref(), obj)?;
         return Ok(with_warnings(
             json_response(
                 code,
@@ -1018,7 +1018,7 @@ async fn serve_delete(
     let (code, obj) = shared
         .store
         .write_checked(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
-    let obj = super::conversion::answer_to_served(shared, &target.def, obj).await?;
+    let obj = crate::conversion::answer_to_served(shared, &target.def, obj).await?;
     Ok(json_response(
         code,
         &GoOrdered::served(&target.def, &obj),
@@ -1027,16 +1027,16 @@ async fn serve_delete(
 }
 
 /// `POST /apis/authorization.k8s.io/v1/...reviews`: an access or rules review, authorized like
-/// any create and answered `201` with the review's status filled in ([`super::review`]).
+/// any create and answered `201` with the review's status filled in ([`crate::review`]).
 fn serve_review(
     shared: &Arc<Shared>,
     segs: &[&str],
     parts: &http::request::Parts,
     bytes: &[u8],
-    user: &super::rbac::UserInfo,
+    user: &crate::rbac::UserInfo,
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
-    let target = super::review::route(segs).ok_or_else(ApiError::page_not_found)?;
+    let target = crate::review::route(segs).ok_or_else(ApiError::page_not_found)?;
     class.resource = target.kind.plural().to_owned();
     class.namespace = target.namespace.clone().unwrap_or_default();
     class.verb = parts.method.as_str().to_ascii_lowercase();
@@ -1055,7 +1055,7 @@ fn serve_review(
     let body = decode_review(parts, bytes)?;
     let answer = shared
         .store
-        .read(|st| super::review::create(&shared.rbac, st, user, &target, body))?;
+        .read(|st| crate::review::create(&shared.rbac, st, user, &target, body))?;
     tracing::debug!(
         review = target.kind.kind(),
         user = %user.name,
@@ -1075,7 +1075,7 @@ fn decode_review(parts: &http::request::Parts, bytes: &[u8]) -> Result<Value, Ap
     match content_type.as_str() {
         "" | "application/json" => parse_json(bytes),
         "application/yaml" => parse_yaml(bytes),
-        PROTOBUF => super::logic::protobuf::decode_body(bytes).map_err(|e| {
+        PROTOBUF => crate::logic::protobuf::decode_body(bytes).map_err(|e| {
             ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
         }),
         _ => Err(ApiError::unsupported_media_type(&[
@@ -1088,19 +1088,19 @@ fn decode_review(parts: &http::request::Parts, bytes: &[u8]) -> Result<Value, Ap
 
 /// `POST /apis/authentication.k8s.io/v1/tokenreviews`: who a bearer token belongs to,
 /// authorized like any create and answered `201` with the review's status filled in
-/// ([`super::tokenreview`]).
+/// ([`crate::tokenreview`]).
 fn serve_token_review(
     shared: &Arc<Shared>,
     segs: &[&str],
     parts: &http::request::Parts,
     bytes: &[u8],
-    user: &super::rbac::UserInfo,
+    user: &crate::rbac::UserInfo,
     class: &mut Classified,
 ) -> Result<Response<Body>, ApiError> {
-    if !super::tokenreview::is_collection(segs) {
+    if !crate::tokenreview::is_collection(segs) {
         return Err(ApiError::page_not_found());
     }
-    class.resource = super::tokenreview::PLURAL.to_owned();
+    class.resource = crate::tokenreview::PLURAL.to_owned();
     class.verb = parts.method.as_str().to_ascii_lowercase();
     if parts.method != Method::POST {
         return Err(ApiError::new(
@@ -1113,10 +1113,10 @@ fn serve_token_review(
     shared.rbac.check(
         &shared.store,
         user,
-        &super::tokenreview::create_attributes(),
+        &crate::tokenreview::create_attributes(),
     )?;
     let body = decode_review(parts, bytes)?;
-    let answer = super::tokenreview::create(
+    let answer = crate::tokenreview::create(
         &shared.rbac,
         |token| shared.tokens.authenticate(Some(&format!("Bearer {token}"))),
         body,
@@ -1177,7 +1177,7 @@ fn decode_object_any(content_type: &str, bytes: &[u8]) -> Result<Value, ApiError
         "application/yaml" => parse_yaml(bytes),
         "" | "application/json" | "*/*" => parse_json(bytes),
         // kubectl >= 1.32 sends a TokenRequest (`kubectl create token`) as protobuf.
-        PROTOBUF => super::logic::protobuf::decode_body(bytes).map_err(|e| {
+        PROTOBUF => crate::logic::protobuf::decode_body(bytes).map_err(|e| {
             ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
         }),
         other => Err(ApiError::unsupported_media_type(&[
@@ -1192,12 +1192,12 @@ fn decode_object_any(content_type: &str, bytes: &[u8]) -> Result<Value, ApiError
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    super::limits::json_from_slice(bytes)
+    crate::limits::json_from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding JSON request body: {e}")))
 }
 
 fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
-    super::limits::parse_yaml(bytes)
+    crate::limits::parse_yaml(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
 }
 
@@ -1212,11 +1212,11 @@ fn decode_object(
     query: &Query,
 ) -> Result<Value, ApiError> {
     match content_type {
-        "" | "application/json" => super::validation::parse_json_body(bytes, query),
+        "" | "application/json" => crate::validation::parse_json_body(bytes, query),
         "application/yaml" => parse_yaml(bytes),
         // Custom resources have no protobuf form; built-ins do (kubectl >= 1.32 typed writes).
         PROTOBUF if def.custom.is_none() => {
-            super::logic::protobuf::decode_body(bytes).map_err(|e| {
+            crate::logic::protobuf::decode_body(bytes).map_err(|e| {
                 ApiError::bad_request(format!("error decoding protobuf request body: {e}"))
             })
         }

@@ -29,9 +29,9 @@
 
 use http::HeaderMap;
 
-use super::rbac::{Attributes, Authorizer, UserInfo};
-use super::status::ApiError;
-use super::store::Store;
+use crate::rbac::{Attributes, Authorizer, UserInfo};
+use crate::status::ApiError;
+use crate::store::Store;
 
 const USER: &str = "impersonate-user";
 const GROUP: &str = "impersonate-group";

@@ -2,7 +2,7 @@
 //!
 //! kube-apiserver encodes typed Go structs, so a response's keys come in struct order
 //! (`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":...}`),
-//! and `json.Encoder` ends each body with `\n` (added by [`super::http::json_response`]).
+//! and `json.Encoder` ends each body with `\n` (added by [`crate::http::json_response`]).
 //! This server keeps objects as `serde_json::Value`s, whose maps are sorted; [`GoOrdered`]
 //! writes them in Go's order where it is known:
 //!
@@ -193,7 +193,7 @@ impl<'a> GoOrdered<'a> {
 
     /// An object or list of `def` as served: sorted for custom resources (unstructured, as on
     /// a real server) unless it is a Status or a Table, in Go order otherwise.
-    pub fn served(def: &super::registry::ResourceDef, value: &'a Value) -> Self {
+    pub fn served(def: &crate::registry::ResourceDef, value: &'a Value) -> Self {
         let sorted =
             def.custom.is_some() && !matches!(value["kind"].as_str(), Some("Status" | "Table"));
         GoOrdered {

@@ -7,8 +7,8 @@
 //!
 //! | bound | kube-apiserver / etcd | here | answer |
 //! |---|---|---|---|
-//! | request body | `MaxRequestBodyBytes` 3 MiB (`limitedReadBody`) | [`super::http::MAX_BODY`] | `413 RequestEntityTooLarge`, `Request entity too large: limit is 3145728` |
-//! | JSON patch operations | `maxJSONPatchOperations` 10,000 | [`super::logic::patch::json_patch_limited`] | `413`, `Request entity too large: The allowed maximum operations in a JSON patch is 10000, got N` |
+//! | request body | `MaxRequestBodyBytes` 3 MiB (`limitedReadBody`) | [`crate::http::MAX_BODY`] | `413 RequestEntityTooLarge`, `Request entity too large: limit is 3145728` |
+//! | JSON patch operations | `maxJSONPatchOperations` 10,000 | [`crate::logic::patch::json_patch_limited`] | `413`, `Request entity too large: The allowed maximum operations in a JSON patch is 10000, got N` |
 //! | bytes added by JSON patch `copy` | `JSONPatchMaxCopyBytes` 3 MiB | the same | `422 Invalid` |
 //! | JSON depth | `encoding/json`'s `maxNestingDepth` (`sigs.k8s.io/json`, `staging/src/k8s.io/apimachinery/pkg/util/json`), 10,000 | [`json_too_deep`] before parsing, 512 ([`MAX_JSON_DEPTH`]; serde_json's own limit of 128 lifted) | `400`, `error decoding JSON request body: exceeded max depth of 512` |
 //! | YAML depth | go-yaml's `max_flow_level` / `max_indents`, 10,000 | [`parse_yaml`], 1,000 ([`MAX_YAML_DEPTH`]) | `400`, `yaml: line N: exceeded max depth of 1000` |
@@ -34,7 +34,7 @@ use apimachinery::validation::{self as v, FieldError};
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
-use super::status::ApiError;
+use crate::status::ApiError;
 
 /// etcd's default `--max-request-bytes`: a write whose object is larger is refused.
 pub const MAX_OBJECT_BYTES: u64 = 1_572_864;
@@ -397,7 +397,7 @@ pub fn bounded_meta_errors(meta: &Value) -> Vec<FieldError> {
 /// the later steps (typed decoding, which turns each empty `{}` of a million `ownerReferences`
 /// into a full `OwnerReference`, and everything else done under the lock) never see it. Bodies
 /// with ordinary metadata go on unchanged, so the real server's order of checks holds for them.
-pub fn precheck_metadata(def: &super::registry::ResourceDef, body: &Value) -> Result<(), ApiError> {
+pub fn precheck_metadata(def: &crate::registry::ResourceDef, body: &Value) -> Result<(), ApiError> {
     let meta = &body["metadata"];
     let large = ["ownerReferences", "finalizers"]
         .iter()
@@ -417,7 +417,7 @@ pub fn precheck_metadata(def: &super::registry::ResourceDef, body: &Value) -> Re
         &def.kind,
         &def.group,
         name,
-        super::validation::to_causes(errs),
+        crate::validation::to_causes(errs),
     ))
 }
 

@@ -14,13 +14,13 @@
 //! separately by [`apimachinery::serving`].
 //!
 //! Stored objects are the other half
-//! ([`rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects), on in the standalone
+//! ([`rest_unread_objects`](crate::ApiServerBuilder::rest_unread_objects), on in the standalone
 //! server):
 //! [`shed_rested`] lets the objects nobody read for a while
-//! ([`rest_unread_after`](super::ApiServerBuilder::rest_unread_after), 30 s by default) rest as
-//! JSON bytes instead of trees ([`super::stored`]), in passes every third of that, on a thread
+//! ([`rest_unread_after`](crate::ApiServerBuilder::rest_unread_after), 30 s by default) rest as
+//! JSON bytes instead of trees ([`crate::stored`]), in passes every third of that, on a thread
 //! of its own whose arena holds only the rested copies; it hands what they replace to a runtime
-//! thread to drop (see [`Garbage`](super::store::Garbage) for why), and counts the trees
+//! thread to drop (see [`Garbage`](crate::store::Garbage) for why), and counts the trees
 //! dropped as handled bytes, so the release above follows a burst of writes too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,15 +69,15 @@ pub async fn release_after_bursts(release: fn(), stop: CancellationToken) {
 }
 
 /// Sheds the trees of rested objects every `interval`
-/// ([`shed_interval`](super::stored::shed_interval)) until `stop` (see the module docs), on a
+/// ([`shed_interval`](crate::stored::shed_interval)) until `stop` (see the module docs), on a
 /// thread of its own (a pass encodes the objects it sheds), dropping what each pass replaced
 /// here, on the runtime.
 pub async fn shed_rested(
-    store: std::sync::Arc<super::store::Store>,
+    store: std::sync::Arc<crate::store::Store>,
     interval: Duration,
     stop: CancellationToken,
 ) {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<super::store::Garbage>();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<crate::store::Garbage>();
     // Nothing is ever sent: dropping the sender wakes the thread at once to end it.
     let (wake, woken) = std::sync::mpsc::channel::<()>();
     let spawned = std::thread::Builder::new()

@@ -3,14 +3,14 @@
 //! On create the real server fills `metadata.uid` (a fresh UUID), `creationTimestamp` (now,
 //! second precision, UTC) and, for kinds that track it, `generation: 1`; it turns
 //! `generateName` into a name by appending five random characters, and validates the name
-//! (see [`super::validation`]). On update those fields are copied from the stored object whatever the request
+//! (see [`crate::validation`]). On update those fields are copied from the stored object whatever the request
 //! says, and `generation` moves by one whenever the object's *spec* (everything outside
 //! `metadata` and, with a status subresource, `status`) changes. These helpers are the rules;
 //! the handlers apply them.
 
 use serde_json::{Value, json};
 
-use super::registry::ResourceDef;
+use crate::registry::ResourceDef;
 
 /// Now as a `metav1.Time` (RFC 3339, seconds, UTC).
 pub fn now_time() -> String {

@@ -4,11 +4,11 @@
 //! the OpenAPI v3 document of the object's group-version that the server accepts the
 //! `fieldValidation` parameter; if so it leaves validation to the server. Without these
 //! documents those commands fail with `failed to download openapi`. The documents themselves
-//! are built by [`super::logic::openapi_docs`]; this module serves them from the live resource table,
+//! are built by [`crate::logic::openapi_docs`]; this module serves them from the live resource table,
 //! so a new CRD's group-version appears in the index (with a new hash, which invalidates
 //! clients' caches) as soon as the CRD exists.
 //!
-//! `/openapi/v2` serves the Swagger 2.0 document of [`super::logic::openapi_v2_docs`], in protobuf
+//! `/openapi/v2` serves the Swagger 2.0 document of [`crate::logic::openapi_v2_docs`], in protobuf
 //! (what kubectl asks for) or JSON: kubectl up to 1.28 downloads it unconditionally before
 //! validating a manifest, fails without it, and finds there the same `fieldValidation`
 //! parameter that sends it to server-side validation.
@@ -18,13 +18,13 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::Shared;
-use super::http::{Body, json_response};
-use super::logic::openapi_docs::{OpenApiKind, gv_document, v3_index};
-use super::logic::openapi_v2_docs;
-use super::query::Query;
-use super::registry::Registry;
-use super::status::ApiError;
+use crate::Shared;
+use crate::http::{Body, json_response};
+use crate::logic::openapi_docs::{OpenApiKind, gv_document, v3_index};
+use crate::logic::openapi_v2_docs;
+use crate::query::Query;
+use crate::registry::Registry;
+use crate::status::ApiError;
 
 fn group_versions(reg: &Registry) -> Vec<String> {
     let mut out: Vec<String> = vec![];
@@ -38,7 +38,7 @@ fn group_versions(reg: &Registry) -> Vec<String> {
 }
 
 /// The OpenAPI description of every served kind.
-fn kinds(defs: &[Arc<super::registry::ResourceDef>]) -> Vec<OpenApiKind> {
+fn kinds(defs: &[Arc<crate::registry::ResourceDef>]) -> Vec<OpenApiKind> {
     defs.iter()
         .map(|d| {
             let mut subresources = vec![];

@@ -16,12 +16,12 @@
 //! decides: a protobuf clause is skipped (responses are JSON here), a JSON (or `*/*`) clause
 //! without `as` means the full object, one with `as=PartialObjectMetadata[List]`, `g=meta.k8s.io`
 //! and `v=v1` or `v1beta1` means metadata only. (`as=Table` keeps its own handling in
-//! [`super::http`].)
+//! [`crate::http`].)
 
 use serde_json::{Value, json};
 
-use super::registry::ResourceDef;
-use super::status::ApiError;
+use crate::registry::ResourceDef;
+use crate::status::ApiError;
 
 /// What the client asked the answer to be.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,7 +145,7 @@ pub fn list(def: &ResourceDef, wanted: &Wanted, list: &Value) -> Result<Value, A
 pub fn watch_renderer(
     def: &ResourceDef,
     wanted: &Wanted,
-) -> Result<super::watch::Renderer, ApiError> {
+) -> Result<crate::watch::Renderer, ApiError> {
     match wanted {
         Wanted::Object(_) => {
             let api_version = wanted.api_version();

@@ -6,7 +6,7 @@
 //!   the request, its `spec` defaulted (`expirationSeconds: 3600`; audiences the server's,
 //!   `https://kubernetes.default.svc.cluster.local`) and `status.token` and
 //!   `status.expirationTimestamp` filled in. The token authenticates as
-//!   `system:serviceaccount:<namespace>:<name>` until it expires ([`super::auth::TokenTable`]).
+//!   `system:serviceaccount:<namespace>:<name>` until it expires ([`crate::auth::TokenTable`]).
 //!   It is an opaque random string, not a signed JWT: this server has no service account
 //!   signing key, and clients treat the token as opaque. `expirationSeconds` below 600 is
 //!   `422` (`may not specify a duration less than 10 minutes`), above 2^32 too.
@@ -28,11 +28,11 @@
 
 use serde_json::{Value, json};
 
-use super::auth::TokenTable;
-use super::meta::meta_str;
-use super::status::{ApiError, Cause};
-use super::store::State;
-use super::verbs::{self, DeleteOptions, Target};
+use crate::auth::TokenTable;
+use crate::meta::meta_str;
+use crate::status::{ApiError, Cause};
+use crate::store::State;
+use crate::verbs::{self, DeleteOptions, Target};
 
 /// The audience of this server's tokens (kube-apiserver's default `--api-audiences`).
 pub const AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
@@ -99,7 +99,7 @@ fn selects(selector: &Value, labels: &Value) -> bool {
     if selector.is_null() {
         return false;
     }
-    super::logic::selectors::LabelSelector::from_json(selector)
+    crate::logic::selectors::LabelSelector::from_json(selector)
         .is_ok_and(|s| s.matches_object(&json!({"metadata": {"labels": labels}})))
 }
 
@@ -173,7 +173,7 @@ pub fn evict(st: &mut State, pods: &Target, body: &Value) -> Result<(u16, Value)
             }
         }
     }
-    let opts = DeleteOptions::parse(body.get("deleteOptions"), &super::query::Query::parse(None))?;
+    let opts = DeleteOptions::parse(body.get("deleteOptions"), &crate::query::Query::parse(None))?;
     verbs::delete_one(st, pods, &opts)?;
     Ok((
         201,

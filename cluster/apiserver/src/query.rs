@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::status::ApiError;
+use crate::status::ApiError;
 
 /// Decoded query parameters (the last value wins for repeated keys), plus the request's
 /// `User-Agent`, from which the server names the field manager of a write that does not give
@@ -31,7 +31,7 @@ pub struct Query {
     pairs: Vec<(String, String)>,
     user_agent: String,
     warnings: Arc<Mutex<Vec<String>>>,
-    requester: Option<Arc<super::rbac::Requester>>,
+    requester: Option<Arc<crate::rbac::Requester>>,
 }
 
 /// `fieldValidation`: what a write does with unknown and duplicate fields.
@@ -118,13 +118,13 @@ impl Query {
     }
 
     /// The same parameters, remembering who writes (for RBAC's escalation checks).
-    pub fn with_requester(mut self, requester: super::rbac::Requester) -> Self {
+    pub fn with_requester(mut self, requester: crate::rbac::Requester) -> Self {
         self.requester = Some(Arc::new(requester));
         self
     }
 
     /// Who writes, when RBAC is enforced.
-    pub fn requester(&self) -> Option<Arc<super::rbac::Requester>> {
+    pub fn requester(&self) -> Option<Arc<crate::rbac::Requester>> {
         self.requester.clone()
     }
 
@@ -219,7 +219,7 @@ impl Query {
             options_kind,
             "meta.k8s.io",
             "",
-            super::validation::to_causes(errs),
+            crate::validation::to_causes(errs),
         ))
     }
 

@@ -34,19 +34,19 @@
 //!
 //! ## What this server does
 //!
-//! Every token maps to a user ([`super::ApiServerBuilder::extra_token`],
-//! [`super::ApiServerBuilder::service_account_token`], [`super::ApiServerBuilder::user_groups`]);
+//! Every token maps to a user ([`crate::ApiServerBuilder::extra_token`],
+//! [`crate::ApiServerBuilder::service_account_token`], [`crate::ApiServerBuilder::user_groups`]);
 //! the bootstrap token is the user `admin` in `system:masters`, all-powerful. With
-//! [`super::ApiServerBuilder::enforce_rbac`] (default off, as in a server started with
+//! [`crate::ApiServerBuilder::enforce_rbac`] (default off, as in a server started with
 //! `--authorization-mode=AlwaysAllow`) every resource request and `/metrics` is authorized
 //! against the RBAC objects stored at that moment, with the real matching rules above
 //! ([`authorize`]), as the user the request acts as after impersonation
-//! ([`super::impersonation`]). Discovery, OpenAPI, `/version` and health checks are open to
+//! ([`crate::impersonation`]). Discovery, OpenAPI, `/version` and health checks are open to
 //! every authenticated user.
 //!
 //! A real cluster starts with bootstrap roles and bindings, and so does this server: a start
 //! stores `cluster-admin`, `admin`, `edit`, `view`, the `system:aggregate-to-*` roles and the
-//! discovery roles with their bindings ([`super::bootstrap`]), so `admin`, `edit` and `view`
+//! discovery roles with their bindings ([`crate::bootstrap`]), so `admin`, `edit` and `view`
 //! can be bound as on a cluster. Four bootstrap ClusterRoleBindings are also built in, for
 //! stores seeded without them (a test's own [`Store`]): `cluster-admin` (everything, for
 //! `system:masters`), `system:basic-user` (create `selfsubjectaccessreviews` and
@@ -56,7 +56,7 @@
 //! built-in one. The `system:controller:*` roles are not created.
 //!
 //! The same decisions answer `kubectl auth can-i`: [`Authorizer::decide`] serves access
-//! reviews and [`Authorizer::rules_for`] rules reviews ([`super::review`]). An allowed decision
+//! reviews and [`Authorizer::rules_for`] rules reviews ([`crate::review`]). An allowed decision
 //! carries the real reason, `RBAC: allowed by ClusterRoleBinding "x" of ClusterRole "y" to
 //! User "alice"` (`RoleBinding "x/ns" of Role "y" to ServiceAccount "cnat/cnat"` for a
 //! namespaced grant); members of `system:masters` are allowed with an empty reason by the
@@ -125,10 +125,10 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use super::query::Query;
-use super::status::ApiError;
-use super::store::{State, Store};
-use super::verbs::{self, Target};
+use crate::query::Query;
+use crate::status::ApiError;
+use crate::store::{State, Store};
+use crate::verbs::{self, Target};
 
 const GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -207,9 +207,9 @@ impl Attributes {
 /// `RequestInfoFactory`, a selector that does not parse names nothing (the list itself then
 /// fails with `400`).
 ///
-/// [`FieldSelector`]: super::logic::selectors::FieldSelector
+/// [`FieldSelector`]: crate::logic::selectors::FieldSelector
 fn exact_name(selector: &str) -> Option<String> {
-    super::logic::selectors::FieldSelector::parse(selector)
+    crate::logic::selectors::FieldSelector::parse(selector)
         .ok()?
         .required_name()
         .filter(|n| !n.is_empty())

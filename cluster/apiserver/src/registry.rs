@@ -59,7 +59,7 @@ pub struct CustomInfo {
     /// (its `deprecationWarning`, or `<group>/<version> <Kind> is deprecated`).
     pub deprecation_warning: Option<String>,
     /// The schema's `x-kubernetes-validations`, compiled once per CRD generation.
-    pub validation_rules: Option<std::sync::Arc<super::cel_rules::Validator>>,
+    pub validation_rules: Option<std::sync::Arc<crate::cel_rules::Validator>>,
 }
 
 /// Everything the server needs to know to serve one resource in one version.
@@ -130,7 +130,7 @@ impl ResourceDef {
     }
 
     /// Whether this is core/v1 `componentstatuses`, computed on each read and never stored
-    /// ([`super::http`] answers it).
+    /// ([`crate::http`] answers it).
     pub fn is_component_status(&self) -> bool {
         self.group.is_empty() && self.plural == "componentstatuses" && self.custom.is_none()
     }

@@ -15,7 +15,7 @@
 //! # }
 //! ```
 //!
-//! Injected faults ([`super::faults`]) are counted too, separately ([`RequestLog::fault_count`]):
+//! Injected faults ([`crate::faults`]) are counted too, separately ([`RequestLog::fault_count`]):
 //! the request a fault failed also appears among the requests, with the code it got.
 //!
 //! The same counts are served at `/metrics` in the Prometheus text format, named like the real
@@ -62,7 +62,7 @@ pub struct RequestLog {
     faults: Arc<Mutex<BTreeMap<FaultKey, u64>>>,
 }
 
-/// One kind of injected fault that fired (see [`super::faults`]).
+/// One kind of injected fault that fired (see [`crate::faults`]).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FaultKey {
     /// `fail-<code>`, `latency`, `conflict`, `drop-watches` or `compact`.

@@ -46,13 +46,13 @@
 //!
 //! ## Who is "self"
 //!
-//! The requesting user after authentication and impersonation ([`super::impersonation`]), so
+//! The requesting user after authentication and impersonation ([`crate::impersonation`]), so
 //! `kubectl auth can-i ... --as=system:serviceaccount:cnat:cnat` answers for the service account
 //! exactly as a request made with its token would be answered.
 //!
 //! ## Decisions
 //!
-//! Answers come from the same authorizer that guards every request ([`super::rbac`]): with RBAC
+//! Answers come from the same authorizer that guards every request ([`crate::rbac`]): with RBAC
 //! enforced, members of `system:masters` are allowed with an empty reason (the privileged-group
 //! authorizer), everyone else by the stored Roles and bindings plus the built-in bootstrap
 //! bindings; with RBAC not enforced (the default, like `--authorization-mode=AlwaysAllow`) every
@@ -64,9 +64,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::rbac::{Attributes, Authorizer, UserInfo};
-use super::status::{ApiError, Cause};
-use super::store::State;
+use crate::rbac::{Attributes, Authorizer, UserInfo};
+use crate::status::{ApiError, Cause};
+use crate::store::State;
 
 /// The API group of the reviews.
 pub const GROUP: &str = "authorization.k8s.io";
@@ -257,7 +257,7 @@ fn intake(kind: ReviewKind, body: Value) -> Result<Map<String, Value>, ApiError>
 }
 
 /// The envelope check of every review kind (SubjectAccessReview and its kin here,
-/// TokenReview in [`super::tokenreview`]): an object whose `apiVersion` and `kind`, when
+/// TokenReview in [`crate::tokenreview`]): an object whose `apiVersion` and `kind`, when
 /// given, are `api_version` and `kind`, and whose `metadata`, `spec` and `status` are objects;
 /// returned with `apiVersion` and `kind` filled in. The messages are the Go decoder's.
 pub(crate) fn review_envelope(

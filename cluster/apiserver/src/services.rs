@@ -28,7 +28,7 @@
 //! * **status**: `status` is reset on create, and a Service always carries
 //!   `status.loadBalancer` (`{}` when empty), as Go's non-`omitempty` field serializes it;
 //! * **DELETE** answers with the deleted Service, not a Status (`ReturnDeletedObject`; see
-//!   the [`super::registry`] entry).
+//!   the [`crate::registry`] entry).
 //!
 //! Allocations are not a separate bitmap: the addresses and ports in use are those of the
 //! stored Services, read under the same lock as the write, so they are released by deleting
@@ -38,9 +38,9 @@ use std::net::Ipv4Addr;
 
 use serde_json::{Value, json};
 
-use super::status::ApiError;
-use super::store::State;
-use super::validation::to_causes;
+use crate::status::ApiError;
+use crate::store::State;
+use crate::validation::to_causes;
 use apimachinery::validation::FieldError;
 
 /// The service CIDR: base address and prefix length (`10.96.0.0/12`).
@@ -88,7 +88,7 @@ fn static_band() -> u32 {
     (range_size() / 16).clamp(16, 256)
 }
 
-fn is_service(def: &super::registry::ResourceDef) -> bool {
+fn is_service(def: &crate::registry::ResourceDef) -> bool {
     def.group.is_empty() && def.plural == "services" && def.custom.is_none()
 }
 
@@ -257,7 +257,7 @@ fn init_ip_families(obj: &mut Value, old: Option<&Value>, errs: &mut Vec<FieldEr
 fn used_ips(st: &State, skip: Option<(&str, &str)>) -> std::collections::HashSet<u32> {
     let mut used = std::collections::HashSet::new();
     for svc in st.list(STORAGE, None) {
-        let key = super::store::key_of(svc);
+        let key = crate::store::key_of(svc);
         if skip.is_some_and(|(ns, n)| key.0 == ns && key.1 == n) {
             continue;
         }
@@ -282,7 +282,7 @@ fn used_ips(st: &State, skip: Option<(&str, &str)>) -> std::collections::HashSet
 fn used_node_ports(st: &State, skip: Option<(&str, &str)>) -> std::collections::HashSet<i64> {
     let mut used = std::collections::HashSet::new();
     for svc in st.list(STORAGE, None) {
-        let key = super::store::key_of(svc);
+        let key = crate::store::key_of(svc);
         if skip.is_some_and(|(ns, n)| key.0 == ns && key.1 == n) {
             continue;
         }
@@ -478,14 +478,14 @@ fn fail(name: &str, errs: Vec<FieldError>) -> Result<(), ApiError> {
 /// A no-op for other resources.
 pub fn prepare_create(
     st: &State,
-    def: &super::registry::ResourceDef,
+    def: &crate::registry::ResourceDef,
     obj: &mut Value,
 ) -> Result<(), ApiError> {
     if !is_service(def) {
         return Ok(());
     }
     set_defaults(obj);
-    let name = super::meta::meta_str(obj, "name").to_owned();
+    let name = crate::meta::meta_str(obj, "name").to_owned();
     let mut errs = vec![];
     init_ip_families(obj, None, &mut errs);
     fail(&name, std::mem::take(&mut errs))?;
@@ -502,7 +502,7 @@ pub fn prepare_create(
 /// immutability of the cluster IP, allocations for new ports or a new type.
 pub fn prepare_update(
     st: &State,
-    def: &super::registry::ResourceDef,
+    def: &crate::registry::ResourceDef,
     old: &Value,
     new: &mut Value,
 ) -> Result<(), ApiError> {
@@ -510,7 +510,7 @@ pub fn prepare_update(
         return Ok(());
     }
     set_defaults(new);
-    let (ns, name) = super::store::key_of(new);
+    let (ns, name) = crate::store::key_of(new);
     let mut errs = vec![];
     let old_spec = &old["spec"];
     let new_type = str_at(&new["spec"], "type").to_owned();

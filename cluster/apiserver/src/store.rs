@@ -27,7 +27,7 @@
 //! * **bytes** ([`HistoryLimits::max_bytes`], default 256 MiB): the history's size (the JSON
 //!   object each change wrote, estimated by [`value_bytes`], each version once: the object
 //!   before a change is the previous change's object, one allocation, see [`Change::bytes`];
-//!   an object that has rested as bytes, see [`super::stored`], is charged its JSON and the
+//!   an object that has rested as bytes, see [`crate::stored`], is charged its JSON and the
 //!   change is measured again when it rests) never stays above the bound, so 3,000 patches of a
 //!   500 KB ConfigMap cost at most the bound (and one version more), not 3 GB.
 //!   When the byte bound drops a change younger than `max_age`, the
@@ -46,7 +46,7 @@
 //! ## Durability
 //!
 //! By default everything lives in memory. [`Store::open`] (the server's `--data-dir`) adds a
-//! crash-safe copy on disk ([`super::durable`]): every write's changes are committed there,
+//! crash-safe copy on disk ([`crate::durable`]): every write's changes are committed there,
 //! objects, the revision counter and the history window, *before* [`Store::write`] returns, so a
 //! response is only sent for a write that survives `kill -9`. Writers that arrive while a commit
 //! is running are committed together in the next one (group commit), which keeps throughput
@@ -96,9 +96,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::durable::{Disk, DiskError};
-use super::registry::Registry;
-pub use super::stored::Stored;
+use crate::durable::{Disk, DiskError};
+use crate::registry::Registry;
+pub use crate::stored::Stored;
 
 /// Where CustomResourceDefinitions are stored (re-registered when a data directory is loaded).
 const CRD_STORAGE: &str = "apiextensions.k8s.io/customresourcedefinitions";
@@ -1025,13 +1025,13 @@ impl<'s, 'a: 's, C: Iterator<Item = (&'a Key, &'a Arc<Stored>)>> Iterator for Me
 }
 
 /// The shared store: [`State`] behind a mutex plus the revision broadcast, and, when durable,
-/// the on-disk copy ([`super::durable`]).
+/// the on-disk copy ([`crate::durable`]).
 #[derive(Debug)]
 pub struct Store {
     state: Mutex<State>,
     rv_tx: watch::Sender<u64>,
     disk: Option<Disk>,
-    /// Watchers closed as unresponsive, by (group, resource): see [`super::watch`].
+    /// Watchers closed as unresponsive, by (group, resource): see [`crate::watch`].
     terminated_watchers: Mutex<BTreeMap<(String, String), u64>>,
 }
 
@@ -1104,7 +1104,7 @@ impl Store {
             state.trim((state.clock)());
             let crds: Vec<Value> = state.list(CRD_STORAGE, None).into_iter().cloned().collect();
             for mut crd in crds {
-                if let Err(e) = super::crd::establish(&mut state, &mut crd, false) {
+                if let Err(e) = crate::crd::establish(&mut state, &mut crd, false) {
                     tracing::warn!(crd = %key_of(&crd).1, error = ?e, "stored CustomResourceDefinition not served");
                 }
             }
@@ -1170,15 +1170,15 @@ impl Store {
     }
 
     /// [`Store::write`] for a client's request: while the data directory cannot take commits
-    /// (etcd's `NOSPACE`, see [`super::durable`]) the write is refused before it runs, after
+    /// (etcd's `NOSPACE`, see [`crate::durable`]) the write is refused before it runs, after
     /// one attempt to recover, with `500` `etcdserver: mvcc: database space exceeded`; a write
     /// whose own commit fails gets the same answer. Reads are never refused.
-    pub fn write_checked<T, E: From<super::status::ApiError>>(
+    pub fn write_checked<T, E: From<crate::status::ApiError>>(
         &self,
         f: impl FnOnce(&mut State) -> Result<T, E>,
     ) -> Result<T, E> {
         let nospace =
-            || super::status::ApiError::new(500, "", "etcdserver: mvcc: database space exceeded");
+            || crate::status::ApiError::new(500, "", "etcdserver: mvcc: database space exceeded");
         if let Some(disk) = &self.disk
             && disk.failure().is_some()
             && disk.recover().is_err()
@@ -1255,7 +1255,7 @@ impl Store {
             .or_default() += 1;
     }
 
-    /// Lets objects nobody has read for a while rest as JSON bytes ([`super::stored`]): under
+    /// Lets objects nobody has read for a while rest as JSON bytes ([`crate::stored`]): under
     /// the lock, finds the objects unread since the previous call; outside it, encodes them;
     /// under the lock again, replaces those still unread by their bytes. Returns what was
     /// replaced, for the caller to drop on another thread ([`Garbage`]). Holds the lock for two
@@ -1285,7 +1285,7 @@ impl Store {
 
     /// Waits until the revision reaches `rv` or `timeout` passes, whichever comes first, and
     /// answers whether it was reached. Holds no lock while it waits (the watch cache's
-    /// `waitUntilFreshAndBlock`, see [`TOO_LARGE_WAIT`](super::watch::TOO_LARGE_WAIT)).
+    /// `waitUntilFreshAndBlock`, see [`TOO_LARGE_WAIT`](crate::watch::TOO_LARGE_WAIT)).
     pub async fn wait_for_revision(&self, rv: u64, timeout: std::time::Duration) -> bool {
         let mut rx = self.subscribe();
         tokio::time::timeout(timeout, rx.wait_for(|current| *current >= rv))

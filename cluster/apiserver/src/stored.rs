@@ -19,11 +19,11 @@
 //!
 //! A write stores the tree it was given (the writer, the watches and the garbage collector read
 //! it at once). Every read marks the object as used. With
-//! [`ApiServerBuilder::rest_unread_objects`](super::ApiServerBuilder::rest_unread_objects)
+//! [`ApiServerBuilder::rest_unread_objects`](crate::ApiServerBuilder::rest_unread_objects)
 //! (`--rest-unread-objects`; on in the standalone server, off for a test's server, see the last
 //! section), a thread of its own
-//! (`apiserver-shed`) runs [`Store::shed`](super::store::Store::shed) every third of
-//! [`ApiServerBuilder::rest_unread_after`](super::ApiServerBuilder::rest_unread_after)
+//! (`apiserver-shed`) runs [`Store::shed`](crate::store::Store::shed) every third of
+//! [`ApiServerBuilder::rest_unread_after`](crate::ApiServerBuilder::rest_unread_after)
 //! ([`DEFAULT_REST_AFTER`], 30 s; `--rest-unread-after`): an object not read for
 //! [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the store's lock) and its tree
 //! dropped, in the live objects and in the history alike (both then share one bytes-only
@@ -39,7 +39,7 @@
 //! the bytes-only `Stored`, the history entries and, once writes of new keys pause, the keys
 //! and map nodes of the resource) are made on the shedding thread, in its own arena, packed
 //! one after the other; and what they replace is dropped back on a request thread
-//! ([`Garbage`](super::store::Garbage)). Were the shedding thread to free the trees itself,
+//! ([`Garbage`](crate::store::Garbage)). Were the shedding thread to free the trees itself,
 //! its per-thread cache would hand their chunks straight back to its next copies, and the
 //! copies would land among the dead trees in the request threads' arenas (measured so: every
 //! rested object's JSON was found there, with most of those pages held by a few live bytes).
@@ -73,13 +73,13 @@
 //!
 //! The standalone server (`sample-controller apiserver`) rests objects by default
 //! (`--rest-unread-objects=false` turns it off): it is the server that lives through bursts.
-//! [`ApiServerBuilder`](super::ApiServerBuilder) leaves it off: a server a test starts lives
+//! [`ApiServerBuilder`](crate::ApiServerBuilder) leaves it off: a server a test starts lives
 //! for seconds, less than an object takes to rest, and without the thread nothing changes
 //! under a test but what the test does itself.
 //!
-//! A rested change loses its shared watch encoding ([`super::store::SharedEncoding`]), so a
+//! A rested change loses its shared watch encoding ([`crate::store::SharedEncoding`]), so a
 //! watch that replays it encodes it again, and the history's byte bound charges it its JSON
-//! rather than its tree ([`super::store`], "The history window"), so more of the five-minute
+//! rather than its tree ([`crate::store`], "The history window"), so more of the five-minute
 //! window fits in the bound. A client closed as unresponsive that watches again through rested
 //! changes reads what was written (`tests/hostile.rs`,
 //! `a_watch_and_a_paged_list_read_rested_history_as_written`). The At benchmark's kube-rs peer
@@ -103,7 +103,7 @@ use serde_json::Value;
 use std::sync::Arc;
 
 /// How long an object goes unread before it rests, by default
-/// ([`ApiServerBuilder::rest_unread_after`](super::ApiServerBuilder::rest_unread_after)):
+/// ([`ApiServerBuilder::rest_unread_after`](crate::ApiServerBuilder::rest_unread_after)):
 /// passes run every third of it, so an object rests between two and three thirds of it after
 /// its last read.
 pub const DEFAULT_REST_AFTER: Duration = Duration::from_secs(30);
@@ -188,10 +188,10 @@ impl Stored {
     }
 
     /// An estimate of the memory the object holds now (the history's byte accounting): its
-    /// tree's size ([`super::store::value_bytes`]) when decoded, else its JSON's length.
+    /// tree's size ([`crate::store::value_bytes`]) when decoded, else its JSON's length.
     pub fn bytes(&self) -> usize {
         match (self.tree.get(), self.json.get()) {
-            (Some(tree), _) => super::store::value_bytes(tree),
+            (Some(tree), _) => crate::store::value_bytes(tree),
             (None, Some(json)) => json.len(),
             (None, None) => 0,
         }

@@ -19,11 +19,11 @@
 
 use serde_json::{Value, json};
 
-use super::events;
-use super::meta::{self, finalizers_of, meta_str};
-use super::registry::{ResourceDef, View};
-use super::status::{ApiError, Cause};
-use super::store::{State, rv_of};
+use crate::events;
+use crate::meta::{self, finalizers_of, meta_str};
+use crate::registry::{ResourceDef, View};
+use crate::status::{ApiError, Cause};
+use crate::store::{State, rv_of};
 
 /// Which endpoint a write came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub enum Endpoint {
     /// `/status`.
     Status,
     /// `pods/NAME/ephemeralcontainers`: only `spec.ephemeralContainers` is taken from the
-    /// request ([`super::ephemeral`]).
+    /// request ([`crate::ephemeral`]).
     EphemeralContainers,
 }
 
@@ -74,9 +74,9 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
             }
         }
     }
-    // Fields of the wrong JSON type fail the real server's typed decoding ([`super::typed`]).
-    if let Some(e) = super::typed::decode_error(def, &body) {
-        return Err(super::typed::body_error(def, &e));
+    // Fields of the wrong JSON type fail the real server's typed decoding ([`crate::typed`]).
+    if let Some(e) = crate::typed::decode_error(def, &body) {
+        return Err(crate::typed::body_error(def, &e));
     }
     let mut obj = match def.view {
         View::EventsV1 => events::from_events_v1(&body),
@@ -93,8 +93,8 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         m.insert("apiVersion".into(), Value::String(def.api_version()));
         m.insert("kind".into(), Value::String(def.kind.clone()));
     }
-    if def.group == super::admission::config::GROUP {
-        super::admission::config::set_defaults(&def.plural, &mut obj);
+    if def.group == crate::admission::config::GROUP {
+        crate::admission::config::set_defaults(&def.plural, &mut obj);
     }
     if def.group.is_empty() && def.plural == "pods" {
         default_pod_security_context(&mut obj);
@@ -129,7 +129,7 @@ pub fn present(def: &ResourceDef, stored: &Value) -> Value {
     match def.view {
         View::EventsV1 => events::to_events_v1(stored),
         // A CRD with a conversion webhook: the object keeps the version it is stored in, and
-        // is converted to the served one on its way out ([`super::conversion`]).
+        // is converted to the served one on its way out ([`crate::conversion`]).
         View::Native if def.custom.as_ref().is_some_and(|c| c.conversion.is_some()) => {
             stored.clone()
         }
@@ -146,7 +146,7 @@ pub fn present(def: &ResourceDef, stored: &Value) -> Value {
 
 /// A stored object as [`present`] serves it, serialized straight from the stored value: the
 /// same bytes as `serde_json::to_vec(&GoOrdered::served(def, &present(def, stored)))` (the
-/// byte layout of [`super::json_order`]) without first copying the object to set `apiVersion`
+/// byte layout of [`crate::json_order`]) without first copying the object to set `apiVersion`
 /// and `kind`. Watch events encode every change this way once, for all their watchers.
 pub struct Presented<'a> {
     def: &'a ResourceDef,
@@ -167,7 +167,7 @@ impl serde::Serialize for Presented<'_> {
         let Some(fields) = self.stored.as_object().filter(|_| plain_native) else {
             let served = present(self.def, self.stored);
             return serde::Serialize::serialize(
-                &super::json_order::GoOrdered::served(self.def, &served),
+                &crate::json_order::GoOrdered::served(self.def, &served),
                 s,
             );
         };
@@ -177,7 +177,7 @@ impl serde::Serialize for Presented<'_> {
         if self.def.custom.is_some() {
             return sorted_with(s, fields, &overrides);
         }
-        super::json_order::object(s, fields, &overrides)
+        crate::json_order::object(s, fields, &overrides)
     }
 }
 
@@ -274,7 +274,7 @@ pub fn prepare_create(
     } else {
         name
     };
-    super::validation::check(def, &name, super::validation::validate_name(def, &name))?;
+    crate::validation::check(def, &name, crate::validation::validate_name(def, &name))?;
     if !meta_str(&obj, "resourceVersion").is_empty() {
         return Err(ApiError::internal(
             "resourceVersion should not be set on objects to be created",
@@ -299,7 +299,7 @@ pub fn prepare_create(
                 }
                 e.message = format!(
                     "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                    super::status::qualified(&def.plural, &def.group)
+                    crate::status::qualified(&def.plural, &def.group)
                 );
                 return Err(e);
             }
@@ -437,7 +437,7 @@ pub fn prepare_update(
             }
             r
         }
-        Endpoint::EphemeralContainers => super::ephemeral::merge(old, &new),
+        Endpoint::EphemeralContainers => crate::ephemeral::merge(old, &new),
         Endpoint::Main => {
             let mut r = new;
             if def.status_subresource

@@ -6,7 +6,7 @@
 //! shows: for a custom resource, `Name` plus the CRD version's `additionalPrinterColumns`; for
 //! a built-in kind with a printer, the real server's columns (pods: the familiar `NAME READY
 //! STATUS RESTARTS AGE`, deployments: `NAME READY UP-TO-DATE AVAILABLE AGE`, ...); for any other
-//! kind the default `Name` / `Created At`. The cell logic lives in [`super::logic::printers`]; this module picks the
+//! kind the default `Name` / `Created At`. The cell logic lives in [`crate::logic::printers`]; this module picks the
 //! columns for a resource and applies them to gets, lists and watch events. In a watch, only the
 //! first event's Table carries `columnDefinitions` (the real server sets `NoHeaders` after it).
 
@@ -14,11 +14,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::logic::printers::{self as cells, ColumnDef, IncludeObject};
-use super::query::Query;
-use super::registry::ResourceDef;
-use super::status::ApiError;
-use super::watch::Renderer;
+use crate::logic::printers::{self as cells, ColumnDef, IncludeObject};
+use crate::query::Query;
+use crate::registry::ResourceDef;
+use crate::status::ApiError;
+use crate::watch::Renderer;
 
 /// The response `Content-Type` of a Table.
 pub const CONTENT_TYPE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";

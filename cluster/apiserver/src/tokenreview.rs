@@ -4,7 +4,7 @@
 //! server, the kubelet) does not know the cluster's tokens. It hands the token it was given to
 //! the API server in a `TokenReview` (`authentication.k8s.io/v1`) and gets back the user the
 //! token authenticates as, which it can then ask about in a `SubjectAccessReview`
-//! ([`super::review`]). This is what client-go's delegating authenticator (and
+//! ([`crate::review`]). This is what client-go's delegating authenticator (and
 //! controller-runtime's `filters.WithAuthenticationAndAuthorization`) does, as does
 //! kube-apiserver's `--authentication-token-webhook` on the other side.
 //!
@@ -20,8 +20,8 @@
 //! ```
 //!
 //! * The token is checked by the same authenticator that guards every request
-//!   ([`super::auth::TokenTable`]), and the user gets the same groups a request with that token
-//!   would have ([`super::rbac::Authorizer::user`]).
+//!   ([`crate::auth::TokenTable`]), and the user gets the same groups a request with that token
+//!   would have ([`crate::rbac::Authorizer::user`]).
 //! * An unknown token is not an error of the review: it answers `201` with
 //!   `{"authenticated": false, "user": {}, "error": "invalid bearer token"}` (the message of
 //!   the real server's bearer-token authenticator).
@@ -38,8 +38,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::rbac::{Attributes, Authorizer};
-use super::status::ApiError;
+use crate::rbac::{Attributes, Authorizer};
+use crate::status::ApiError;
 
 /// The API group of token reviews.
 pub const GROUP: &str = "authentication.k8s.io";
@@ -100,9 +100,9 @@ pub fn group_discovery() -> Value {
 }
 
 /// Checks the envelope and returns the body with `apiVersion` and `kind` filled in (the
-/// check every review kind shares: [`super::review::review_envelope`]).
+/// check every review kind shares: [`crate::review::review_envelope`]).
 fn intake(body: Value) -> Result<Map<String, Value>, ApiError> {
-    super::review::review_envelope(body, API_VERSION, KIND)
+    crate::review::review_envelope(body, API_VERSION, KIND)
 }
 
 /// Answers a token review: `authenticate` maps a token to the user name it stands for (the
@@ -124,7 +124,7 @@ pub fn create(
         Some(other) => {
             return Err(ApiError::bad_request(format!(
                 "json: cannot unmarshal {} into Go struct field TokenReviewSpec.spec.token of type string",
-                super::review::json_type(other)
+                crate::review::json_type(other)
             )));
         }
     };

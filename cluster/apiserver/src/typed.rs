@@ -29,8 +29,8 @@
 
 use serde_json::Value;
 
-use super::registry::ResourceDef;
-use super::status::{ApiError, Cause};
+use crate::registry::ResourceDef;
+use crate::status::{ApiError, Cause};
 
 /// Go's word for a JSON value's type in an `UnmarshalTypeError`.
 fn what(v: &Value) -> String {

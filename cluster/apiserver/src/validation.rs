@@ -11,7 +11,7 @@
 //!
 //! | kind | checks |
 //! |---|---|
-//! | Pod (and workload templates) | at least one container; container names DNS-1123 labels, unique; `image` required; `terminationGracePeriodSeconds >= 0`; `restartPolicy` one of `Always`, `OnFailure`, `Never`; ephemeral containers by [`super::ephemeral`] |
+//! | Pod (and workload templates) | at least one container; container names DNS-1123 labels, unique; `image` required; `terminationGracePeriodSeconds >= 0`; `restartPolicy` one of `Always`, `OnFailure`, `Never`; ephemeral containers by [`crate::ephemeral`] |
 //! | Deployment, ReplicaSet, StatefulSet | `spec.selector` required and non-empty; its `matchLabels` valid labels; the template's labels match it |
 //! | Service | ports required unless headless or `ExternalName`; port and `targetPort` in 1..=65535; names required (several ports) and unique; protocol `TCP`/`UDP`/`SCTP` |
 //! | Role, ClusterRole | each rule has verbs; resource rules have apiGroups and resources; non-resource URLs not mixed with resources nor in a Role |
@@ -20,14 +20,14 @@
 //! | Lease | `leaseDurationSeconds > 0`, `leaseTransitions >= 0` |
 //!
 //! Custom resources meet their CRD's schema and its CEL rules instead
-//! ([`super::verbs::validate_custom`], [`super::cel_rules`]) plus the shared metadata rules. Names are checked per kind by [`validate_name`]: DNS-1123 subdomain
+//! ([`crate::verbs::validate_custom`], [`crate::cel_rules`]) plus the shared metadata rules. Names are checked per kind by [`validate_name`]: DNS-1123 subdomain
 //! (most kinds), DNS-1123 label (namespaces), DNS-1035 label (services), path segment (RBAC).
 
 use apimachinery::validation::{self as v, FieldError};
 use serde_json::Value;
 
-use super::registry::ResourceDef;
-use super::status::{ApiError, Cause};
+use crate::registry::ResourceDef;
+use crate::status::{ApiError, Cause};
 
 /// Field errors as Status causes.
 pub fn to_causes(errs: Vec<FieldError>) -> Vec<Cause> {
@@ -104,11 +104,11 @@ pub fn validate_name(def: &ResourceDef, name: &str) -> Vec<FieldError> {
 /// Every rule for an object about to be stored: the shared metadata rules, then the kind's.
 pub fn validate_object(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     // The shared metadata rules, bounded for huge collections (`limits`).
-    let mut errs = super::limits::bounded_meta_errors(&obj["metadata"]);
+    let mut errs = crate::limits::bounded_meta_errors(&obj["metadata"]);
     if def.custom.is_some() {
         return errs;
     }
-    errs.extend(super::limits::validate_data_size(
+    errs.extend(crate::limits::validate_data_size(
         &def.group, &def.kind, obj,
     ));
     let spec = &obj["spec"];
@@ -129,8 +129,8 @@ pub fn validate_object(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         }
         ("", "events") => validate_core_event(obj, &mut errs),
         ("coordination.k8s.io", "leases") => validate_lease(spec, &mut errs),
-        (super::admission::config::GROUP, plural) => {
-            errs.extend(super::admission::config::validate(plural, obj))
+        (crate::admission::config::GROUP, plural) => {
+            errs.extend(crate::admission::config::validate(plural, obj))
         }
         _ => {}
     }
@@ -189,7 +189,7 @@ pub fn validate_pod_spec(spec: &Value, path: &str, errs: &mut Vec<FieldError>) {
         ));
     }
     if path == "spec" {
-        super::ephemeral::validate_containers(spec, path, errs);
+        crate::ephemeral::validate_containers(spec, path, errs);
     }
 }
 
@@ -538,9 +538,9 @@ fn strip_unknown(body: &mut Value, typed: &Value, prefix: &str, out: &mut Vec<St
 pub fn check_unknown_fields(
     def: &ResourceDef,
     body: &mut Value,
-    q: &super::query::Query,
+    q: &crate::query::Query,
 ) -> Result<(), ApiError> {
-    use super::query::FieldValidation;
+    use crate::query::FieldValidation;
     let Some(typed) = typed_roundtrip(def, body) else {
         return Ok(());
     };
@@ -620,7 +620,7 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
     }
     let mut out = vec![];
     // A body that does not parse (or nests too deep) is reported by the decoder proper.
-    if let Ok(mut de) = super::limits::json_deserializer(bytes) {
+    if let Ok(mut de) = crate::limits::json_deserializer(bytes) {
         let _ = Walk(&mut out).deserialize(&mut de);
     }
     out
@@ -628,7 +628,7 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
 
 /// `fieldValidation` for duplicate keys of a JSON body: `Strict` refuses (400 `strict decoding
 /// error: duplicate field "x"`), `Warn` warns, `Ignore` keeps the last value silently.
-pub fn check_duplicate_fields(bytes: &[u8], q: &super::query::Query) -> Result<(), ApiError> {
+pub fn check_duplicate_fields(bytes: &[u8], q: &crate::query::Query) -> Result<(), ApiError> {
     report_duplicate_fields(&duplicate_json_keys(bytes), q)
 }
 
@@ -636,7 +636,7 @@ pub fn check_duplicate_fields(bytes: &[u8], q: &super::query::Query) -> Result<(
 /// pass over the text: what `serde_json::from_slice` followed by [`check_duplicate_fields`]
 /// does, without parsing the body twice. Errors: 400 `error decoding JSON request body: ...`
 /// for a body that does not parse, then the duplicate-field outcome.
-pub fn parse_json_body(bytes: &[u8], q: &super::query::Query) -> Result<Value, ApiError> {
+pub fn parse_json_body(bytes: &[u8], q: &crate::query::Query) -> Result<Value, ApiError> {
     let (value, dups) = parse_json_noting_duplicates(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding JSON request body: {e}")))?;
     report_duplicate_fields(&dups, q)?;
@@ -703,15 +703,15 @@ pub fn parse_json_noting_duplicates(
         }
     }
     let mut dups = vec![];
-    let mut de = super::limits::json_deserializer(bytes)?;
+    let mut de = crate::limits::json_deserializer(bytes)?;
     let value = Build(&mut dups).deserialize(&mut de)?;
     de.end()?;
     Ok((value, dups))
 }
 
 /// `fieldValidation` applied to the duplicate keys found in a JSON body.
-fn report_duplicate_fields(dups: &[String], q: &super::query::Query) -> Result<(), ApiError> {
-    use super::query::FieldValidation;
+fn report_duplicate_fields(dups: &[String], q: &crate::query::Query) -> Result<(), ApiError> {
+    use crate::query::FieldValidation;
     if dups.is_empty() {
         return Ok(());
     }

@@ -3,7 +3,7 @@
 //! Each function here is the body of one of kube-apiserver's `endpoints/handlers`
 //! (`get.go`, `create.go`, `update.go`, `patch.go`, `delete.go`) fused with the generic
 //! registry store behind it. They run synchronously under the store lock (see
-//! [`super::store`]), so a read-validate-write sequence is atomic exactly like etcd's
+//! [`crate::store`]), so a read-validate-write sequence is atomic exactly like etcd's
 //! compare-and-swap: two clients updating the same object with the same `resourceVersion`
 //! cannot both win; the second gets 409 Conflict.
 //!
@@ -17,14 +17,14 @@ use std::sync::Arc;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::crd;
-use super::logic::selectors::{FieldSelector, LabelSelector};
-use super::meta::{self, finalizers_of, meta_str};
-use super::query::{ListOptions, Query, RvMatch};
-use super::registry::ResourceDef;
-use super::status::{ApiError, success_status};
-use super::store::{Key, State, Stored, rv_of};
-use super::strategy::{self, Endpoint, intake, present};
+use crate::crd;
+use crate::logic::selectors::{FieldSelector, LabelSelector};
+use crate::meta::{self, finalizers_of, meta_str};
+use crate::query::{ListOptions, Query, RvMatch};
+use crate::registry::ResourceDef;
+use crate::status::{ApiError, success_status};
+use crate::store::{Key, State, Stored, rv_of};
+use crate::strategy::{self, Endpoint, intake, present};
 
 /// The resource, namespace, name and subresource a request URL names.
 #[derive(Clone, Debug)]
@@ -216,7 +216,7 @@ fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
 /// LIST: selectors, namespaces, `limit`/`continue` over a consistent snapshot, and the
 /// `resourceVersion` / `resourceVersionMatch` table of the API concepts page.
 ///
-/// Every list reads a [`Snapshot`](super::store::Snapshot): at the current revision it is the
+/// Every list reads a [`Snapshot`](crate::store::Snapshot): at the current revision it is the
 /// stored objects themselves, at an older one (an exact `resourceVersion`, or the first page's
 /// revision carried by a `continue` token) the stored objects with the writes since undone. A
 /// page starts at the token's key in the ordered map and stops after `limit` matching objects,
@@ -246,7 +246,7 @@ fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
 /// `waitUntilFreshAndBlock` does
 /// (`staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`): the HTTP layer waits up
 /// to `blockTimeout`, 3 s ([`awaited_revision`],
-/// [`Store::wait_for_revision`](super::store::Store::wait_for_revision)), holding no store lock,
+/// [`Store::wait_for_revision`](crate::store::Store::wait_for_revision)), holding no store lock,
 /// and lists as soon as a write reaches the revision. Past the wait, `list` answers what
 /// `storage.NewTooLargeResourceVersionError` (`staging/src/k8s.io/apiserver/pkg/storage/errors.go`)
 /// builds: 504 `Timeout`, "Timeout: Too large resource version: N, current: M", cause
@@ -356,7 +356,7 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
 }
 
 /// The revision a list asks for by its `resourceVersion` (minimum or exact, not `0`, not a
-/// `continue`), which the caller waits for up to [`TOO_LARGE_WAIT`](super::watch::TOO_LARGE_WAIT)
+/// `continue`), which the caller waits for up to [`TOO_LARGE_WAIT`](crate::watch::TOO_LARGE_WAIT)
 /// before listing, as the watch cache does (see [`list`]). `None` for a list that needs no
 /// revision, or whose `resourceVersion` does not parse (`list` answers the 400).
 pub fn awaited_revision(opts: &ListOptions) -> Option<u64> {
@@ -412,7 +412,7 @@ pub fn list_json(def: &ResourceDef, r: &ListResult, items: Vec<Value>) -> Value 
 
 /// A list as `<Kind>List` JSON, serialized straight from the stored objects: the same bytes
 /// as `serde_json::to_vec(&GoOrdered::served(def, &list_json(def, r, r.served(def))))` (the
-/// byte layout of [`super::json_order`], each item through [`strategy::Presented`]) without
+/// byte layout of [`crate::json_order`], each item through [`strategy::Presented`]) without
 /// copying a single object. This is what
 /// serves `kubectl get -o json` of a large resource, or a controller's relist: at 10,000 Ats,
 /// copying each one first was a tenth of the API server's CPU while a client polled the list.
@@ -457,7 +457,7 @@ impl serde::Serialize for ListJson<'_> {
         } else {
             map.serialize_entry("kind", &self.def.list_kind)?;
             map.serialize_entry("apiVersion", &self.def.api_version())?;
-            map.serialize_entry("metadata", &super::json_order::GoOrdered::meta(&meta))?;
+            map.serialize_entry("metadata", &crate::json_order::GoOrdered::meta(&meta))?;
             map.serialize_entry("items", &Items(self.def, &self.result.items))?;
         }
         map.end()
@@ -479,7 +479,7 @@ pub struct WriteOptions {
     /// Record an `operation: Update` entry (false for server-side apply, which records its own).
     pub record: bool,
     /// Who writes (RBAC enforced): roles and bindings then pass the escalation checks.
-    pub requester: Option<Arc<super::rbac::Requester>>,
+    pub requester: Option<Arc<crate::rbac::Requester>>,
 }
 
 impl WriteOptions {
@@ -598,7 +598,7 @@ fn dropped_fields(before: &Value, after: &Value, prefix: &str, out: &mut Vec<Str
 /// `default`s fill missing fields, unknown fields are dropped, and failures are a 422 Invalid with
 /// one cause per failing field. With `fieldValidation=Strict` (what
 /// kubectl sends by default) an unknown field is a 400 `strict decoding error` instead, as on
-/// the real server. Then the CRD's CEL rules run ([`super::cel_rules`]) with `old`, the stored
+/// the real server. Then the CRD's CEL rules run ([`crate::cel_rules`]) with `old`, the stored
 /// object on update; their failures join the schema's in the same 422.
 pub fn validate_custom(
     def: &ResourceDef,
@@ -618,7 +618,7 @@ pub fn validate_custom(
     }
     if opts.strict {
         let mut pruned = body.clone();
-        super::logic::schema::prune(schema, &mut pruned);
+        crate::logic::schema::prune(schema, &mut pruned);
         let mut dropped = vec![];
         dropped_fields(&body, &pruned, "", &mut dropped);
         if !dropped.is_empty() {
@@ -632,16 +632,16 @@ pub fn validate_custom(
             )));
         }
     }
-    super::logic::schema::apply_defaults(schema, &mut body);
-    super::logic::schema::prune(schema, &mut body);
-    let mut errors = super::logic::schema::validate(schema, &body);
+    crate::logic::schema::apply_defaults(schema, &mut body);
+    crate::logic::schema::prune(schema, &mut body);
+    let mut errors = crate::logic::schema::validate(schema, &body);
     if let Some(rules) = def
         .custom
         .as_ref()
         .and_then(|c| c.validation_rules.as_ref())
     {
-        if super::cel_rules::has_blocking_error(&errors) {
-            errors.push(super::cel_rules::rules_not_checked());
+        if crate::cel_rules::has_blocking_error(&errors) {
+            errors.push(crate::cel_rules::rules_not_checked());
         } else {
             let mut whole = body.clone();
             for key in ["metadata", "apiVersion", "kind"] {
@@ -657,7 +657,7 @@ pub fn validate_custom(
             .iter()
             .map(|e| {
                 let c = e.to_cause();
-                super::status::Cause::new(
+                crate::status::Cause::new(
                     c.reason.as_deref().unwrap_or("FieldValueInvalid"),
                     c.field.as_deref().unwrap_or_default(),
                     c.message.unwrap_or_default(),
@@ -722,10 +722,10 @@ fn create_prepared(
     // The name is the server's to choose only when the client sent `generateName` and no name.
     let generated = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
-    super::services::prepare_create(st, def, &mut obj)?;
-    super::jobs::prepare_create(def, &mut obj);
-    super::cronjobs::prepare_create(def, &mut obj);
-    super::workloads::validate_replicas(def, &obj)?;
+    crate::services::prepare_create(st, def, &mut obj)?;
+    crate::jobs::prepare_create(def, &mut obj);
+    crate::cronjobs::prepare_create(def, &mut obj);
+    crate::workloads::validate_replicas(def, &obj)?;
     validate_custom(def, &mut obj, None, &opts)?;
     if generated {
         // KEP-4420: a generated name that collides is generated again, as the real registry
@@ -743,16 +743,16 @@ fn create_prepared(
             obj["metadata"]["name"] = json!(name);
         }
     }
-    super::validation::check(
+    crate::validation::check(
         def,
         meta_str(&obj, "name"),
-        super::validation::validate_object(def, &obj),
+        crate::validation::validate_object(def, &obj),
     )?;
     if opts.record {
         let sub = t.subresource.as_deref();
-        super::logic::patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
+        crate::logic::patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
     }
-    let (ns, name) = super::store::key_of(&obj);
+    let (ns, name) = crate::store::key_of(&obj);
     if let Some(existing) = st.get(&def.storage, &ns, &name) {
         let mut e = if generated {
             ApiError::generate_name_conflict(&def.plural, &def.group, &name)
@@ -767,7 +767,7 @@ fn create_prepared(
     if let Some(req) = &opts.requester
         && def.group == "rbac.authorization.k8s.io"
     {
-        super::rbac::confirm_no_escalation(st, req, &def.plural, &ns, &obj)?;
+        crate::rbac::confirm_no_escalation(st, req, &def.plural, &ns, &obj)?;
     }
     if is_crd(def) {
         crd::establish(st, &mut obj, dry_run)?;
@@ -775,7 +775,7 @@ fn create_prepared(
     if dry_run {
         return Ok((201, present(def, &obj)));
     }
-    super::limits::check_stored_size(&obj)?;
+    crate::limits::check_stored_size(&obj)?;
     let stored = st.write(&def.storage, obj);
     Ok((201, present(def, &stored)))
 }
@@ -790,8 +790,8 @@ pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
             &t.def.group,
         ));
     }
-    if t.def.view == super::registry::View::EventsV1 {
-        let causes = super::events::validate_v1_create(&body);
+    if t.def.view == crate::registry::View::EventsV1 {
+        let causes = crate::events::validate_v1_create(&body);
         if !causes.is_empty() {
             return Err(ApiError::invalid(
                 &t.def.kind,
@@ -802,7 +802,7 @@ pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
         }
     }
     let mut body = body;
-    super::validation::check_unknown_fields(&t.def, &mut body, q)?;
+    crate::validation::check_unknown_fields(&t.def, &mut body, q)?;
     let obj = intake(&t.def, body)?;
     create_prepared(st, t, obj, WriteOptions::from_query(q))
 }
@@ -829,27 +829,27 @@ fn update_stored(
         t.name(),
         t.endpoint(),
     )?;
-    super::services::prepare_update(st, def, old, &mut result)?;
+    crate::services::prepare_update(st, def, old, &mut result)?;
     if t.endpoint() == Endpoint::EphemeralContainers {
-        super::validation::check(
+        crate::validation::check(
             def,
             t.name(),
-            super::ephemeral::validate_update(&result, old),
+            crate::ephemeral::validate_update(&result, old),
         )?;
     }
-    super::workloads::validate_replicas(def, &result)?;
+    crate::workloads::validate_replicas(def, &result)?;
     validate_custom(def, &mut result, Some(old), &opts)?;
-    super::validation::check(
+    crate::validation::check(
         def,
         t.name(),
-        super::validation::validate_object(def, &result),
+        crate::validation::validate_object(def, &result),
     )?;
     if let Some(req) = &opts.requester
         && def.group == "rbac.authorization.k8s.io"
         && !only_gc_fields_changed(old, &result)
     {
         let ns = meta_str(&result, "namespace").to_owned();
-        super::rbac::confirm_no_escalation(st, req, &def.plural, &ns, &result)?;
+        crate::rbac::confirm_no_escalation(st, req, &def.plural, &ns, &result)?;
     }
     if is_crd(def) {
         crd::establish(st, &mut result, dry_run)?;
@@ -860,7 +860,7 @@ fn update_stored(
     }
     if opts.record {
         let sub = t.subresource.as_deref();
-        super::logic::patch::record_update(
+        crate::logic::patch::record_update(
             Some(old),
             &mut result,
             &opts.manager,
@@ -876,11 +876,11 @@ fn update_stored(
     }
     if strategy::should_delete(def, &result) {
         // The last finalizer went away: the object is gone, and the caller sees its final state.
-        let (ns, name) = super::store::key_of(&result);
+        let (ns, name) = crate::store::key_of(&result);
         let removed = remove_object(st, def, &ns, &name, Some(result.clone())).unwrap_or(result);
         return Ok((200, present(def, &removed)));
     }
-    super::limits::check_stored_size(&result)?;
+    crate::limits::check_stored_size(&result)?;
     let stored = st.write(&def.storage, result);
     Ok((200, present(def, &stored)))
 }
@@ -896,7 +896,7 @@ pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
         return finalize_namespace(st, t, body, WriteOptions::from_query(q));
     }
     let mut body = body;
-    super::validation::check_unknown_fields(&def, &mut body, q)?;
+    crate::validation::check_unknown_fields(&def, &mut body, q)?;
     let new = intake(&def, body)?;
     let Some(old) = st.get_shared(&def.storage, t.ns_key(), t.name()) else {
         if def.create_on_update && t.subresource.is_none() {
@@ -920,7 +920,7 @@ pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
 
 /// PUT computed against `old` (the current object, already in the target's version) rather
 /// than the stored object: the update of a resource whose stored objects are in another
-/// version ([`super::conversion`]). Not found is the caller's to decide.
+/// version ([`crate::conversion`]). Not found is the caller's to decide.
 pub fn update_against(
     st: &mut State,
     t: &Target,
@@ -930,7 +930,7 @@ pub fn update_against(
 ) -> Result<Answer, ApiError> {
     q.check_write_options("UpdateOptions")?;
     let mut body = body;
-    super::validation::check_unknown_fields(&t.def, &mut body, q)?;
+    crate::validation::check_unknown_fields(&t.def, &mut body, q)?;
     let new = intake(&t.def, body)?;
     update_stored(st, t, old, new, WriteOptions::from_query(q))
 }
@@ -956,13 +956,13 @@ pub fn patch_against(
     }
     let mut view = present(&def, old);
     apply_patch_body(ty, &mut view, &body)?;
-    if let Some(e) = super::typed::decode_error(&def, &view) {
-        return Err(super::typed::patch_error(&view, &e));
+    if let Some(e) = crate::typed::decode_error(&def, &view) {
+        return Err(crate::typed::patch_error(&view, &e));
     }
     // A patch can grow metadata too (`copy`): huge collections are judged before the typed
     // round trip of `check_unknown_fields` expands them.
-    super::limits::precheck_metadata(&def, &view)?;
-    super::validation::check_unknown_fields(&def, &mut view, q)?;
+    crate::limits::precheck_metadata(&def, &view)?;
+    crate::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, old, new, WriteOptions::from_query(q))
 }
@@ -1077,7 +1077,7 @@ fn update_scale(
             "Scale",
             "autoscaling",
             t.name(),
-            vec![super::status::Cause::new(
+            vec![crate::status::Cause::new(
                 "FieldValueRequired",
                 "spec.replicas",
                 "Required value",
@@ -1089,7 +1089,7 @@ fn update_scale(
             "Scale",
             "autoscaling",
             t.name(),
-            vec![super::status::Cause::new(
+            vec![crate::status::Cause::new(
                 "FieldValueInvalid",
                 "spec.replicas",
                 format!("Invalid value: {replicas}: must be greater than or equal to 0"),
@@ -1151,7 +1151,7 @@ impl PatchType {
 
 /// Applies a JSON, merge or strategic merge patch to `base` (the object as served).
 pub fn apply_patch_body(ty: PatchType, base: &mut Value, patch: &Value) -> Result<(), ApiError> {
-    use super::logic::patch as p;
+    use crate::logic::patch as p;
     let invalid = |e: String| ApiError::new(422, "Invalid", e);
     match ty {
         PatchType::Json => p::json_patch_limited(base, patch).map_err(|e| match e {
@@ -1230,13 +1230,13 @@ pub fn patch(
     }
     let mut view = present(&def, &old);
     apply_patch_body(ty, &mut view, &body)?;
-    if let Some(e) = super::typed::decode_error(&def, &view) {
-        return Err(super::typed::patch_error(&view, &e));
+    if let Some(e) = crate::typed::decode_error(&def, &view) {
+        return Err(crate::typed::patch_error(&view, &e));
     }
     // A patch can grow metadata too (`copy`): huge collections are judged before the typed
     // round trip of `check_unknown_fields` expands them.
-    super::limits::precheck_metadata(&def, &view)?;
-    super::validation::check_unknown_fields(&def, &mut view, q)?;
+    crate::limits::precheck_metadata(&def, &view)?;
+    crate::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, &old, new, WriteOptions::from_query(q))
 }
@@ -1254,7 +1254,7 @@ fn server_side_apply(
             "PatchOptions",
             "meta.k8s.io",
             "",
-            vec![super::status::Cause::new(
+            vec![crate::status::Cause::new(
                 "FieldValueRequired",
                 "fieldManager",
                 "Required value: is required for apply patch",
@@ -1263,10 +1263,10 @@ fn server_side_apply(
     };
     let force = q.flag("force")?;
     let mut body = body;
-    super::validation::check_unknown_fields(&def, &mut body, q)?;
+    crate::validation::check_unknown_fields(&def, &mut body, q)?;
     let applied = intake(&def, body)?;
     let current_view = current.as_ref().map(|c| present(&def, c));
-    use super::logic::patch::{ApplyError, apply};
+    use crate::logic::patch::{ApplyError, apply};
     let merged = apply(
         current_view.as_ref(),
         &present(&def, &applied),
@@ -1380,7 +1380,7 @@ impl DeleteOptions {
                 "DeleteOptions",
                 "meta.k8s.io",
                 "",
-                vec![super::status::Cause::new(
+                vec![crate::status::Cause::new(
                     "FieldValueNotSupported",
                     "propagationPolicy",
                     format!(

@@ -24,7 +24,7 @@
 //!
 //! ## The history window and 410
 //!
-//! History is finite (see [`super::store`]). A watch from a revision that has been compacted
+//! History is finite (see [`crate::store`]). A watch from a revision that has been compacted
 //! away still gets `200 OK` — by then the server has committed to streaming — followed by one
 //! `ERROR` event carrying a `410 Expired` Status (`too old resource version: 5 (1200)`), and the
 //! stream ends. client-go's reflector reacts by listing again. A revision *newer* than the
@@ -67,7 +67,7 @@
 //! reads what its buffers held, then the end of the stream. A client that never reads again
 //! holds only its connection and what the socket buffers hold, as with Go's server, whose
 //! handler returns while the write of its last bytes waits for the client.
-//! [`ApiServerBuilder::watch_unresponsive`](super::ApiServerBuilder::watch_unresponsive)
+//! [`ApiServerBuilder::watch_unresponsive`](crate::ApiServerBuilder::watch_unresponsive)
 //! changes both figures.
 //!
 //! ## How events become writes
@@ -96,13 +96,13 @@ use tokio::sync::watch as tokio_watch;
 use tokio::time::{Instant, Interval};
 use tokio_util::sync::CancellationToken;
 
-use super::query::ListOptions;
-use super::registry::ResourceDef;
-use super::registry::View;
-use super::status::ApiError;
-use super::store::{Change, ChangeType, Store, Stored};
-use super::strategy::present;
-use super::verbs::{Selection, Target};
+use crate::query::ListOptions;
+use crate::registry::ResourceDef;
+use crate::registry::View;
+use crate::status::ApiError;
+use crate::store::{Change, ChangeType, Store, Stored};
+use crate::strategy::present;
+use crate::verbs::{Selection, Target};
 
 /// How long a watch or a list from a future revision waits for it before the 504 (an ERROR
 /// event for a watch): the watch cache's `blockTimeout`
@@ -148,7 +148,7 @@ impl Default for Unresponsive {
 pub type Renderer = Arc<dyn Fn(&Value, bool) -> Value + Send + Sync>;
 
 /// Converts a stored object to the watched version (a CRD's conversion webhook,
-/// [`super::conversion`]) in a task of its own (the response body must be `Sync`, a webhook
+/// [`crate::conversion`]) in a task of its own (the response body must be `Sync`, a webhook
 /// call is not); an error ends the watch.
 pub type Converter =
     Arc<dyn Fn(Value) -> tokio::task::JoinHandle<Result<Value, ApiError>> + Send + Sync>;
@@ -171,7 +171,7 @@ pub struct WatchSettings {
     /// Optional rendering of event objects (Tables, `PartialObjectMetadata`).
     pub renderer: Option<Renderer>,
     /// `kind` and `apiVersion` of bookmark objects when they are not the resource's own
-    /// (`PartialObjectMetadata`, [`super::partial`]).
+    /// (`PartialObjectMetadata`, [`crate::partial`]).
     pub bookmark_type: Option<(String, String)>,
     /// Conversion of objects stored in another version than the watched one.
     pub converter: Option<Converter>,
@@ -217,7 +217,7 @@ struct WatchState {
 }
 
 /// One event line, `{"type":TYPE,"object":OBJECT}\n`, from the object's JSON bytes: written
-/// around them, so an object encoded once ([`super::store::SharedEncoding`]) is copied, not
+/// around them, so an object encoded once ([`crate::store::SharedEncoding`]) is copied, not
 /// re-encoded, into every watch's stream.
 fn frame_bytes(ty: &str, object: &[u8]) -> Bytes {
     let mut line = Vec::with_capacity(object.len() + ty.len() + 24);
@@ -229,9 +229,9 @@ fn frame_bytes(ty: &str, object: &[u8]) -> Bytes {
     Bytes::from(line)
 }
 
-/// [`frame_bytes`] of an object in the byte layout of `def`'s answers ([`super::json_order`]).
+/// [`frame_bytes`] of an object in the byte layout of `def`'s answers ([`crate::json_order`]).
 fn frame(ty: &str, def: &ResourceDef, object: &Value) -> Bytes {
-    let ordered = super::json_order::GoOrdered::served(def, object);
+    let ordered = crate::json_order::GoOrdered::served(def, object);
     frame_bytes(ty, &serde_json::to_vec(&ordered).unwrap_or_default())
 }
 
@@ -293,7 +293,7 @@ impl WatchState {
         }
         if self.renderer.is_none() {
             // Serialized from the stored object, as `present` would serve it, without a copy.
-            let bytes = serde_json::to_vec(&super::strategy::Presented::new(&self.def, stored))
+            let bytes = serde_json::to_vec(&crate::strategy::Presented::new(&self.def, stored))
                 .unwrap_or_default();
             self.pending
                 .push_back(Pending::Ready(frame_bytes(ty, &bytes)));
@@ -331,7 +331,7 @@ impl WatchState {
         let def = &self.def;
         let bytes = change.served.get_or_encode(&self.served_as, || {
             Bytes::from(
-                serde_json::to_vec(&super::strategy::Presented::new(def, &change.object))
+                serde_json::to_vec(&crate::strategy::Presented::new(def, &change.object))
                     .unwrap_or_default(),
             )
         });

@@ -25,9 +25,9 @@
 //! ## What the simulation keeps and leaves out
 //!
 //! One background task (owned by the server handle, on with
-//! [`super::ApiServerBuilder::simulate`]) follows the store's change feed. Whenever a
+//! [`crate::ApiServerBuilder::simulate`]) follows the store's change feed. Whenever a
 //! Deployment or StatefulSet changes, or a pod one of them owns does, it schedules a *sync* of
-//! that object after the workload delay ([`super::ApiServerBuilder::workload_delay`], default
+//! that object after the workload delay ([`crate::ApiServerBuilder::workload_delay`], default
 //! 500 ms, zero allowed; measured with `tokio::time`, so paused-clock tests control it).
 //!
 //! * **StatefulSets** are simulated faithfully as far as pods go: each sync takes one
@@ -52,9 +52,9 @@
 
 use serde_json::Value;
 
-use super::meta::meta_str;
-use super::registry::ResourceDef;
-use super::status::{ApiError, Cause};
+use crate::meta::meta_str;
+use crate::registry::ResourceDef;
+use crate::status::{ApiError, Cause};
 
 /// The real API server's checks of `spec.replicas` on Deployments, ReplicaSets and
 /// StatefulSets (and their `/scale`, checked in `verbs`): the field is an `int32`, so a

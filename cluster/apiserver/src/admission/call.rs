@@ -47,7 +47,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
 use serde_json::{Value, json};
 
-use super::config::{Endpoint, Webhook};
+use crate::admission::config::{Endpoint, Webhook};
 use crate::status::ApiError;
 
 /// The most bytes of a webhook's response that are read (16 MiB).
@@ -457,7 +457,7 @@ fn verify(hook: &Webhook, answer: &Value, uid: &str) -> Result<Result<Verdict, A
     if !patch.is_empty() && patch_type.is_empty() {
         return Err("webhook returned response.patch but not response.patchType".into());
     }
-    if !patch_type.is_empty() && hook.kind == super::config::Kind::Validating {
+    if !patch_type.is_empty() && hook.kind == crate::admission::config::Kind::Validating {
         return Err("validating webhook may not return response.patchType".into());
     }
     if !patch_type.is_empty() && patch_type != "JSONPatch" {

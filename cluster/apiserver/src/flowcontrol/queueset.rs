@@ -16,7 +16,7 @@
 //!   queueset measures each request's cost by its actual execution time times its seat width;
 //!   here a request costs its width, which keeps the turn-taking but not weighting by duration.)
 //! * **Width**: a request occupies `width` seats while it executes (a LIST of many objects more
-//!   than one, see [`super::list_width`]), clamped to the level's seats. It starts only when that
+//!   than one, see [`crate::flowcontrol::list_width`]), clamped to the level's seats. It starts only when that
 //!   many seats are free, and dispatching stops at a head of queue that does not fit, as the
 //!   real queueset's `dispatchLocked` does (`canAccommodateSeatsLocked`), so a wide request is
 //!   not starved by narrow ones behind it.

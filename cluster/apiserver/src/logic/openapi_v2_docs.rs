@@ -26,7 +26,7 @@
 use prost::Message;
 use serde_json::{Map, Value, json};
 
-use super::openapi_docs::{OpenApiKind, gv_path};
+use crate::logic::openapi_docs::{OpenApiKind, gv_path};
 
 /// The media type kubectl asks for.
 pub const PROTOBUF_CONTENT_TYPE: &str =

@@ -703,7 +703,7 @@ fn age_column() -> ColumnDef {
 
 fn selector_string(selector: Option<&Value>) -> String {
     match selector {
-        Some(sel) => match super::selectors::LabelSelector::from_json(sel) {
+        Some(sel) => match crate::logic::selectors::LabelSelector::from_json(sel) {
             Ok(s) if !s.is_empty() => s.to_string(),
             Ok(_) => "<none>".into(),
             Err(_) => "<invalid>".into(),

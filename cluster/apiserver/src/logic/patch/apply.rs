@@ -3,8 +3,8 @@
 //! With server-side apply the client sends the fields it *owns* (its configuration file, as
 //! `kubectl apply --server-side` does) rather than a change. [`apply`] merges the applied
 //! configuration onto the live object (maps recursively, lists by the same keys as strategic
-//! merge patch, [`super::list_strategy`], other lists replaced), then records the applying
-//! manager's field set in `metadata.managedFields` ([`super::managed_fields`]). Because it
+//! merge patch, [`crate::logic::patch::list_strategy`], other lists replaced), then records the applying
+//! manager's field set in `metadata.managedFields` ([`crate::logic::patch::managed_fields`]). Because it
 //! remembers what each manager applied, it can also do the two things users notice:
 //!
 //! - a field the same manager applied before but omits now is **removed** (unless another
@@ -26,8 +26,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use super::lists::{ListStrategy, list_strategy};
-use super::managed_fields::{
+use crate::logic::patch::lists::{ListStrategy, list_strategy};
+use crate::logic::patch::managed_fields::{
     FieldPath, PathElem, fields_v1, parse_fields_v1, paths_of, remove_at, render_path, value_at,
 };
 

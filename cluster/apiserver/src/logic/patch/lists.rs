@@ -1,8 +1,8 @@
 //! How the merge-style patches treat a list: the part strategic merge patch and server-side
 //! apply share.
 //!
-//! A merge patch replaces lists whole. Strategic merge patch ([`super::strategic`]) and
-//! server-side apply ([`super::apply`]) know better for the lists of the built-in types: a
+//! A merge patch replaces lists whole. Strategic merge patch ([`crate::logic::patch::strategic`]) and
+//! server-side apply ([`crate::logic::patch::apply`]) know better for the lists of the built-in types: a
 //! pod's `containers` is a map in disguise, keyed by `name`, and an apply that names one
 //! container must not delete the others. The real server reads that knowledge from the Go
 //! struct tags of the built-in types (`patchStrategy:"merge" patchMergeKey:"name"`) or from the

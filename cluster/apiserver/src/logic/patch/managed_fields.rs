@@ -4,7 +4,7 @@
 //! Every write records *who set which fields*: one entry per (manager, operation, subresource)
 //! in `metadata.managedFields`, each with a field set in the real `FieldsV1` format
 //! (`{"f:spec":{"f:replicas":{}}}`; list elements as `k:{"name":"web"}`, set members as
-//! `v:"x"`, a node itself as `"."`). Server-side apply ([`super::apply`]) reads these sets to
+//! `v:"x"`, a node itself as `"."`). Server-side apply ([`crate::logic::patch::apply`]) reads these sets to
 //! find conflicts and to remove what a manager stopped applying; ordinary writes
 //! ([`record_update`]) add an `operation: Update` entry with the fields they set or changed,
 //! taking them away from other managers, as the real field manager does for creates, PUTs and
@@ -17,14 +17,14 @@
 //!
 //! Left out: field sets are computed without the OpenAPI schema, so the `"."` self-marker is
 //! written only for list elements and for `labels`/`annotations`, and list keys come from
-//! [`super::list_strategy`] rather than from `x-kubernetes-list-map-keys`; there is no
+//! [`crate::logic::patch::list_strategy`] rather than from `x-kubernetes-list-map-keys`; there is no
 //! per-version conversion of field sets.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
-use super::lists::{ListStrategy, list_strategy};
+use crate::logic::patch::lists::{ListStrategy, list_strategy};
 
 /// One element of a managed field path.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -376,7 +376,7 @@ pub fn record_update(
     }
 }
 
-/// The path set of an applied configuration in `FieldsV1` form (what [`super::apply()`] records).
+/// The path set of an applied configuration in `FieldsV1` form (what [`crate::logic::patch::apply()`] records).
 pub fn managed_fields_of(applied: &Value) -> Value {
     fields_v1(&paths_of(applied))
 }

@@ -3,7 +3,7 @@
 //! The patch looks like the object it changes. Maps merge key by key and recursively; `null`
 //! deletes a key; everything else, **lists included**, replaces the stored value whole. So a merge
 //! patch cannot add one container to a pod's list: it has to send the whole list (which is what
-//! [`super::strategic`] fixes for built-in kinds). It is what `kubectl patch --type=merge` sends,
+//! [`crate::logic::patch::strategic`] fixes for built-in kinds). It is what `kubectl patch --type=merge` sends,
 //! and the only merge-style patch custom resources accept.
 //!
 //! Data in: the stored object and the patch, both JSON. Data out: the object, changed in place.

@@ -1,9 +1,9 @@
 //! Strategic merge patch (`application/strategic-merge-patch+json`): a merge patch that knows
 //! the built-in lists.
 //!
-//! Like a merge patch ([`super::merge_patch`]), the patch looks like the object: maps merge
+//! Like a merge patch ([`crate::logic::patch::merge_patch`]), the patch looks like the object: maps merge
 //! recursively and `null` deletes a key. Unlike it, the lists the built-in types mark as
-//! "merge" lists ([`super::list_strategy`]: containers by `name`, conditions by `type`,
+//! "merge" lists ([`crate::logic::patch::list_strategy`]: containers by `name`, conditions by `type`,
 //! finalizers as a set, ...) are merged **element by element by their key**, so `kubectl patch`
 //! (whose default type this is) can change one container's image by sending only that
 //! container. The directives kubectl and client-go send are understood:
@@ -29,7 +29,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::lists::{ListStrategy, list_strategy};
+use crate::logic::patch::lists::{ListStrategy, list_strategy};
 
 const DIRECTIVE: &str = "$patch";
 const RETAIN_KEYS: &str = "$retainKeys";
