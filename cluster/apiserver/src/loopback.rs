@@ -24,7 +24,7 @@
 //! What a loopback request skips, and why: API Priority and Fairness (a loopback user is
 //! exempt, as kube-apiserver's `system:masters` loopback is), the request log and `/metrics`
 //! (they count what came over the network, which is what tests and benchmarks measure of the
-//! clients they drive), and injected faults ([`crate::faults`]: they are aimed at the client
+//! clients they drive), and injected faults ([`crate::filters::faults`]: they are aimed at the client
 //! under test, not at the cluster's own components).
 //!
 //! ## Watching
@@ -51,12 +51,12 @@ use tokio::sync::watch;
 
 use crate::Shared;
 use crate::admission::{self, Write};
-use crate::query::{ListOptions, Query};
-use crate::rbac::{Attributes, UserInfo};
-use crate::registry::ResourceDef;
-use crate::status::ApiError;
-use crate::store::{Change, ChangeType, Stored};
-use crate::verbs::{self, DeleteOptions, PatchType, Target};
+use crate::api::query::{ListOptions, Query};
+use crate::api::status::ApiError;
+use crate::auth::rbac::{Attributes, UserInfo};
+use crate::registry::generic::{self as verbs, DeleteOptions, PatchType, Target};
+use crate::registry::resources::ResourceDef;
+use crate::storage::store::{Change, ChangeType, Stored};
 
 /// A resource as a loopback request names it: API group (`""` for core), version and plural
 /// (`apps`, `v1`, `deployments`), kube's `GroupVersionResource`.
@@ -365,7 +365,7 @@ impl Loopback {
             .shared
             .store
             .read(|st| verbs::get(st, &target, &query))?;
-        crate::conversion::answer_to_served(&self.shared, &target.def, obj).await
+        crate::apiextensions::conversion::answer_to_served(&self.shared, &target.def, obj).await
     }
 
     /// LIST of a resource, in one namespace (`Some`) or all of them (`None`, or a
@@ -593,7 +593,7 @@ impl Loopback {
         self.authorize(verb, target)?;
         let mut query = Query::parse(None).with_user_agent(&self.field_manager);
         if self.shared.rbac.enforced() {
-            query = query.with_requester(crate::rbac::Requester {
+            query = query.with_requester(crate::auth::rbac::Requester {
                 authorizer: self.shared.rbac.clone(),
                 user: self.user.clone(),
             });
@@ -611,7 +611,10 @@ fn resource_of(def: &ResourceDef) -> Resource {
 /// The resource a storage key is served as in its storage version: the definition whose
 /// objects are stored in that version (a CRD's storage version; the first view of a shared
 /// storage such as events).
-fn storage_resource(registry: &crate::registry::Registry, storage: &str) -> Option<Resource> {
+fn storage_resource(
+    registry: &crate::registry::resources::Registry,
+    storage: &str,
+) -> Option<Resource> {
     let defs = registry.by_storage(storage);
     defs.iter()
         .find(|d| {
@@ -694,7 +697,7 @@ impl Watch {
     fn event(
         &self,
         c: &Change,
-        registry: Option<&crate::registry::Registry>,
+        registry: Option<&crate::registry::resources::Registry>,
     ) -> Option<WatchEvent> {
         let resource = match (&self.filter, registry) {
             (Some(f), _) => {
@@ -702,7 +705,7 @@ impl Watch {
                     return None;
                 }
                 if let Some(ns) = &f.namespace
-                    && crate::meta::meta_str(&c.object, "namespace") != ns
+                    && crate::api::object_meta::meta_str(&c.object, "namespace") != ns
                 {
                     return None;
                 }

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use apimachinery::validation::FieldError;
 use serde_json::{Value, json};
 
-use crate::logic::selectors::LabelSelector;
+use crate::api::selectors::LabelSelector;
 
 /// Which of the two configuration kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -519,7 +519,9 @@ impl Webhook {
         if sel.is_empty() {
             return Ok(true);
         }
-        let hit = |o: Option<&Value>| o.is_some_and(|o| sel.matches(&crate::meta::labels_of(o)));
+        let hit = |o: Option<&Value>| {
+            o.is_some_and(|o| sel.matches(&crate::api::object_meta::labels_of(o)))
+        };
         Ok(hit(object) || hit(old_object))
     }
 

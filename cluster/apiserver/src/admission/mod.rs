@@ -25,7 +25,7 @@
 //!      resourceVersion the webhooks saw, retried on a conflict as the real server retries)
 //! ```
 //!
-//! Requests no webhook matches take the plain path ([`crate::verbs`]) untouched.
+//! Requests no webhook matches take the plain path ([`crate::registry::generic`]) untouched.
 //!
 //! ## The rules the real server follows, and so does this one
 //!
@@ -67,8 +67,6 @@
 //! annotations, and the in-tree admission plugins. A server-side apply whose object a mutating
 //! webhook changes is stored as an update of the mutated object, so its managed fields record
 //! that update under the request's field manager.
-
-pub mod call;
 pub mod config;
 
 use std::collections::BTreeMap;
@@ -78,16 +76,17 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::Shared;
-use crate::meta;
-use crate::query::Query;
-use crate::rbac::UserInfo;
-use crate::registry::ResourceDef;
-use crate::status::ApiError;
-use crate::store::State;
-use crate::strategy;
-use crate::verbs::{self, Answer, DeleteOptions, PatchType, Target};
+use crate::api::object_meta as meta;
+use crate::api::query::Query;
+use crate::api::status::ApiError;
+use crate::auth::rbac::UserInfo;
+use crate::registry::generic::{self as verbs, Answer, DeleteOptions, PatchType, Target};
+use crate::registry::resources::ResourceDef;
+use crate::registry::strategy;
+use crate::storage::store::State;
 
-pub use call::{CallError, ClientManager};
+use crate::webhook::client as call;
+pub use crate::webhook::client::{CallError, ClientManager};
 pub use config::{Kind, Webhook};
 
 /// A write about to be admitted.
@@ -281,7 +280,7 @@ impl Request<'_> {
 pub struct Admission {
     /// Service endpoints and pooled clients.
     pub clients: ClientManager,
-    /// How long a CRD conversion webhook call may take ([`crate::conversion`]).
+    /// How long a CRD conversion webhook call may take ([`crate::apiextensions::conversion`]).
     pub conversion_timeout: std::time::Duration,
 }
 
@@ -291,7 +290,7 @@ impl Admission {
     pub fn new(endpoints: HashMap<String, String>) -> Self {
         Admission {
             clients: ClientManager::new(endpoints),
-            conversion_timeout: crate::conversion::DEFAULT_TIMEOUT,
+            conversion_timeout: crate::apiextensions::conversion::DEFAULT_TIMEOUT,
         }
     }
 
@@ -424,12 +423,14 @@ async fn admit_once(
     };
     let (old, mutating, validating) = shared.store.read(|st| candidates(st, target, write));
     if mutating.is_empty() && validating.is_empty() {
-        return Ok(crate::conversion::run(shared, target, write, query, false).await?);
+        return Ok(
+            crate::apiextensions::conversion::run(shared, target, write, query, false).await?,
+        );
     }
     // The current object in the request's version (stored objects of a CRD with a conversion
     // webhook may be in another).
     let old = match old {
-        Some(o) => Some(crate::conversion::to_served(shared, &target.def, o).await?),
+        Some(o) => Some(crate::apiextensions::conversion::to_served(shared, &target.def, o).await?),
         None => None,
     };
     let operation = operation(write, old.is_some());
@@ -445,7 +446,9 @@ async fn admit_once(
         && old.is_none()
     {
         // Not found: the plain verb answers 404.
-        return Ok(crate::conversion::run(shared, target, write, query, false).await?);
+        return Ok(
+            crate::apiextensions::conversion::run(shared, target, write, query, false).await?,
+        );
     }
     // The object as the client asked for it, before the server's own preparation.
     let mut object = requested_object(shared, target, write, query, old.as_ref()).await?;
@@ -474,7 +477,7 @@ async fn admit_once(
         }
     };
     // 3. Defaults and validation, as a dry run: the object validating webhooks see.
-    let dry = crate::conversion::run(shared, target, &effective, query, true)
+    let dry = crate::apiextensions::conversion::run(shared, target, &effective, query, true)
         .await
         .map_err(conflict)?;
     // 4. Validating webhooks, in parallel.
@@ -498,7 +501,7 @@ async fn admit_once(
     if dry_run {
         return Ok(dry);
     }
-    crate::conversion::run(shared, target, &effective, query, false)
+    crate::apiextensions::conversion::run(shared, target, &effective, query, false)
         .await
         .map_err(conflict)
 }
@@ -547,7 +550,7 @@ async fn requested_object(
             Some(b)
         }
         Write::Patch(PatchType::Apply, _) => Some(
-            crate::conversion::run(shared, target, write, query, true)
+            crate::apiextensions::conversion::run(shared, target, write, query, true)
                 .await?
                 .1,
         ),
@@ -714,7 +717,7 @@ fn converts_for(target: &Target, chosen: &Chosen) -> bool {
     !Arc::ptr_eq(&chosen.def, &target.def)
         && *chosen.def != *target.def
         && target.subresource.as_deref() != Some("scale")
-        && crate::conversion::webhook_of(&target.def).is_some()
+        && crate::apiextensions::conversion::webhook_of(&target.def).is_some()
 }
 
 /// An object (in the request's version) as `chosen` is shown it: converted through the CRD's
@@ -728,7 +731,7 @@ async fn hook_view(
 ) -> Result<Option<Value>, ApiError> {
     match object {
         Some(o) if converts_for(target, chosen) => {
-            let mut out = crate::conversion::convert_all(
+            let mut out = crate::apiextensions::conversion::convert_all(
                 shared,
                 &target.def,
                 vec![o.clone()],
@@ -763,13 +766,13 @@ async fn apply_verdict_seen(
     let (Some(patch), Some(mut shown), Some(obj)) = (v.patch, seen, object.as_mut()) else {
         return Ok(false);
     };
-    crate::logic::patch::json_patch(&mut shown, &patch).map_err(|e| {
+    crate::registry::patch::json_patch(&mut shown, &patch).map_err(|e| {
         ApiError::internal(format!(
             "admission webhook {:?} returned a patch that cannot be applied: {e}",
             chosen.hook.name
         ))
     })?;
-    let back = crate::conversion::convert_all(
+    let back = crate::apiextensions::conversion::convert_all(
         shared,
         &target.def,
         vec![shown],
@@ -809,7 +812,7 @@ fn apply_verdict(
     } else {
         obj.clone()
     };
-    crate::logic::patch::json_patch(&mut shown, &patch).map_err(|e| {
+    crate::registry::patch::json_patch(&mut shown, &patch).map_err(|e| {
         ApiError::internal(format!(
             "admission webhook {:?} returned a patch that cannot be applied: {e}",
             hook.name

@@ -1,0 +1,6 @@
+//! api
+
+pub mod object_meta;
+pub mod query;
+pub mod selectors;
+pub mod status;

@@ -1,0 +1,6 @@
+//! apiextensions
+
+pub mod cel_rules;
+pub mod conversion;
+pub mod crd;
+pub mod schema;

@@ -1,0 +1,4 @@
+//! auth
+
+pub mod rbac;
+pub mod tokens;

@@ -1,0 +1,4 @@
+//! batch
+
+pub mod cronjobs;
+pub mod jobs;

@@ -1,0 +1,458 @@
+//! Field ownership: `metadata.managedFields` and its `FieldsV1` sets, the field manager's half
+//! of server-side apply.
+//!
+//! Every write records *who set which fields*: one entry per (manager, operation, subresource)
+//! in `metadata.managedFields`, each with a field set in the real `FieldsV1` format
+//! (`{"f:spec":{"f:replicas":{}}}`; list elements as `k:{"name":"web"}`, set members as
+//! `v:"x"`, a node itself as `"."`). Server-side apply ([`crate::registry::patch::apply`]) reads these sets to
+//! find conflicts and to remove what a manager stopped applying; ordinary writes
+//! ([`record_update`]) add an `operation: Update` entry with the fields they set or changed,
+//! taking them away from other managers, as the real field manager does for creates, PUTs and
+//! non-apply PATCHes.
+//!
+//! Inside, a field set is a set of paths ([`FieldPath`]: `f:`, `k:`, `v:` and `.` elements);
+//! this module computes the set of an object, renders and parses `FieldsV1`, reads and removes
+//! the value a path addresses, and renders a path the way the real server's conflict messages
+//! do (`.spec.containers[name="web"].image`).
+//!
+//! Left out: field sets are computed without the OpenAPI schema, so the `"."` self-marker is
+//! written only for list elements and for `labels`/`annotations`, and list keys come from
+//! [`crate::registry::patch::list_strategy`] rather than from `x-kubernetes-list-map-keys`; there is no
+//! per-version conversion of field sets.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value, json};
+
+use crate::registry::patch::lists::{ListStrategy, list_strategy};
+
+/// One element of a managed field path.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum PathElem {
+    /// `f:<name>` — a map key.
+    Field(String),
+    /// `k:{...}` — a merge-list element, by its key (JSON-encoded map).
+    Key(String),
+    /// `v:<json>` — a member of a set list.
+    Val(String),
+    /// `.` — the node itself.
+    Itself,
+}
+
+pub(super) type FieldPath = Vec<PathElem>;
+
+/// Fields never recorded in field sets (as the real field manager strips them).
+fn is_stripped(path: &[PathElem]) -> bool {
+    match path {
+        [PathElem::Field(f)] => f == "apiVersion" || f == "kind",
+        [PathElem::Field(m), PathElem::Field(f)] if m == "metadata" => matches!(
+            f.as_str(),
+            "name"
+                | "namespace"
+                | "uid"
+                | "resourceVersion"
+                | "generation"
+                | "creationTimestamp"
+                | "selfLink"
+                | "managedFields"
+                | "deletionTimestamp"
+                | "deletionGracePeriodSeconds"
+                | "generateName"
+        ),
+        _ => false,
+    }
+}
+
+/// Collects the leaf paths (and list-element / map self markers) of an applied configuration.
+fn collect_paths(
+    value: &Value,
+    path: &mut FieldPath,
+    field: Option<&str>,
+    out: &mut BTreeSet<FieldPath>,
+) {
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            if matches!(field, Some("labels" | "annotations")) {
+                let mut p = path.clone();
+                p.push(PathElem::Itself);
+                out.insert(p);
+            }
+            for (k, v) in map {
+                path.push(PathElem::Field(k.clone()));
+                if !is_stripped(path) {
+                    collect_paths(v, path, Some(k), out);
+                }
+                path.pop();
+            }
+        }
+        Value::Array(items) if field.is_some() => {
+            let name = field.unwrap_or_default();
+            let sample: Vec<&Value> = items.iter().collect();
+            match list_strategy(name, &sample) {
+                ListStrategy::MergeByKey(key) => {
+                    for item in items {
+                        let Some(id) = item.get(key) else { continue };
+                        path.push(PathElem::Key(json!({ key: id }).to_string()));
+                        let mut itself = path.clone();
+                        itself.push(PathElem::Itself);
+                        out.insert(itself);
+                        collect_paths(item, path, None, out);
+                        path.pop();
+                    }
+                }
+                ListStrategy::PrimitiveSet => {
+                    for item in items {
+                        let mut p = path.clone();
+                        p.push(PathElem::Val(item.to_string()));
+                        out.insert(p);
+                    }
+                }
+                ListStrategy::Replace => {
+                    out.insert(path.clone());
+                }
+            }
+        }
+        _ => {
+            if !path.is_empty() {
+                out.insert(path.clone());
+            }
+        }
+    }
+}
+
+pub(super) fn paths_of(applied: &Value) -> BTreeSet<FieldPath> {
+    let mut out = BTreeSet::new();
+    collect_paths(applied, &mut Vec::new(), None, &mut out);
+    out
+}
+
+/// Renders a path set in the `FieldsV1` format.
+pub(super) fn fields_v1(paths: &BTreeSet<FieldPath>) -> Value {
+    let mut root = Map::new();
+    for path in paths {
+        let mut node = &mut root;
+        for elem in path {
+            let key = match elem {
+                PathElem::Field(f) => format!("f:{f}"),
+                PathElem::Key(k) => format!("k:{k}"),
+                PathElem::Val(v) => format!("v:{v}"),
+                PathElem::Itself => ".".to_string(),
+            };
+            let entry = node.entry(key).or_insert_with(|| Value::Object(Map::new()));
+            let Value::Object(next) = entry else { break };
+            node = next;
+        }
+    }
+    Value::Object(root)
+}
+
+/// Parses a `FieldsV1` value back into a path set.
+pub(super) fn parse_fields_v1(value: &Value) -> BTreeSet<FieldPath> {
+    fn walk(node: &Map<String, Value>, path: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
+        if node.is_empty() && !path.is_empty() {
+            out.insert(path.clone());
+        }
+        for (k, v) in node {
+            let elem = if k == "." {
+                PathElem::Itself
+            } else if let Some(f) = k.strip_prefix("f:") {
+                PathElem::Field(f.to_string())
+            } else if let Some(f) = k.strip_prefix("k:") {
+                PathElem::Key(f.to_string())
+            } else if let Some(f) = k.strip_prefix("v:") {
+                PathElem::Val(f.to_string())
+            } else {
+                continue;
+            };
+            path.push(elem);
+            match v {
+                Value::Object(m) => walk(m, path, out),
+                _ => {
+                    out.insert(path.clone());
+                }
+            }
+            path.pop();
+        }
+    }
+    let mut out = BTreeSet::new();
+    if let Value::Object(m) = value {
+        walk(m, &mut Vec::new(), &mut out);
+    }
+    out
+}
+
+/// Renders a path like the API server's conflict messages: `.spec.containers[name="web"].image`.
+pub(super) fn render_path(path: &[PathElem]) -> String {
+    let mut out = String::new();
+    for elem in path {
+        match elem {
+            PathElem::Field(f) => {
+                out.push('.');
+                out.push_str(f);
+            }
+            PathElem::Key(k) => {
+                let inner = serde_json::from_str::<Map<String, Value>>(k)
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .unwrap_or_else(|_| k.clone());
+                out.push_str(&format!("[{inner}]"));
+            }
+            PathElem::Val(v) => out.push_str(&format!("[={v}]")),
+            PathElem::Itself => {}
+        }
+    }
+    out
+}
+
+/// Reads the value a path addresses (`None` when absent).
+pub(super) fn value_at<'a>(obj: &'a Value, path: &[PathElem]) -> Option<&'a Value> {
+    let mut cur = obj;
+    for elem in path {
+        match elem {
+            PathElem::Field(f) => cur = cur.get(f)?,
+            PathElem::Key(k) => {
+                let want: Map<String, Value> = serde_json::from_str(k).ok()?;
+                let items = cur.as_array()?;
+                cur = items
+                    .iter()
+                    .find(|i| want.iter().all(|(wk, wv)| i.get(wk) == Some(wv)))?;
+            }
+            PathElem::Val(v) => {
+                let want: Value = serde_json::from_str(v).ok()?;
+                cur = cur.as_array()?.iter().find(|i| **i == want)?;
+            }
+            PathElem::Itself => {}
+        }
+    }
+    Some(cur)
+}
+
+/// Removes the value a path addresses, if present.
+pub(super) fn remove_at(obj: &mut Value, path: &[PathElem]) {
+    let path: Vec<&PathElem> = path.iter().filter(|e| **e != PathElem::Itself).collect();
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    let mut cur = obj;
+    for elem in parents {
+        let next = match elem {
+            PathElem::Field(f) => cur.get_mut(f.as_str()),
+            PathElem::Key(k) => {
+                let Ok(want) = serde_json::from_str::<Map<String, Value>>(k) else {
+                    return;
+                };
+                cur.as_array_mut().and_then(|items| {
+                    items
+                        .iter_mut()
+                        .find(|i| want.iter().all(|(wk, wv)| i.get(wk) == Some(wv)))
+                })
+            }
+            PathElem::Val(_) | PathElem::Itself => None,
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match last {
+        PathElem::Field(f) => {
+            if let Value::Object(m) = cur {
+                m.remove(f.as_str());
+            }
+        }
+        PathElem::Key(k) => {
+            let Ok(want) = serde_json::from_str::<Map<String, Value>>(k) else {
+                return;
+            };
+            if let Value::Array(items) = cur {
+                items.retain(|i| !want.iter().all(|(wk, wv)| i.get(wk) == Some(wv)));
+            }
+        }
+        PathElem::Val(v) => {
+            let Ok(want) = serde_json::from_str::<Value>(v) else {
+                return;
+            };
+            if let Value::Array(items) = cur {
+                items.retain(|i| *i != want);
+            }
+        }
+        PathElem::Itself => {}
+    }
+}
+
+/// Records an ordinary write (create, PUT, non-apply PATCH) in `metadata.managedFields`, as the
+/// API server's field manager does for `operation: Update`: the fields this write set or changed
+/// (all of them for a create, `old == None`) are added to the entry of (`manager`, `Update`,
+/// `subresource`) and taken away from every other manager (an update never conflicts, it takes
+/// ownership); fields that no longer exist leave every set; entries left empty disappear.
+/// `time` is `now`; `apiVersion` is the object's.
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    subresource: Option<&str>,
+    now: &str,
+) {
+    // The entries are taken out of the object (not copied), so that `new` itself is the body
+    // whose fields are tracked; they go back in at the end.
+    let taken = new
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|meta| meta.remove("managedFields"));
+    let mut entries: Vec<Value> = match taken {
+        Some(Value::Array(entries)) => entries,
+        _ => old
+            .and_then(|o| o.pointer("/metadata/managedFields"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    };
+    let body: &Value = new;
+    let new_paths = paths_of(body);
+    let changed: BTreeSet<FieldPath> = match old {
+        None => new_paths.clone(),
+        Some(old) => new_paths
+            .iter()
+            .filter(|p| {
+                p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(body, p)
+            })
+            .cloned()
+            .collect(),
+    };
+    let is_mine = |e: &Value| {
+        e.get("manager").and_then(Value::as_str) == Some(manager)
+            && e.get("operation").and_then(Value::as_str) == Some("Update")
+            && e.get("subresource").and_then(Value::as_str) == subresource
+    };
+    let mut mine_found = false;
+    for e in &mut entries {
+        let mut set = e.get("fieldsV1").map(parse_fields_v1).unwrap_or_default();
+        if is_mine(e) {
+            mine_found = true;
+            set.extend(changed.iter().cloned());
+            e["time"] = Value::String(now.to_string());
+            if let Some(v) = body.get("apiVersion") {
+                e["apiVersion"] = v.clone();
+            }
+        } else {
+            set.retain(|p| !changed.contains(p));
+        }
+        // Fields that no longer exist are owned by nobody.
+        set.retain(|p| value_at(body, p).is_some());
+        e["fieldsV1"] = fields_v1(&set);
+    }
+    if !mine_found && !changed.is_empty() {
+        let mut entry = json!({
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": body.get("apiVersion").cloned().unwrap_or(Value::Null),
+            "time": now,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields_v1(&changed),
+        });
+        if let Some(sub) = subresource {
+            entry["subresource"] = Value::String(sub.to_string());
+        }
+        entries.push(entry);
+    }
+    entries.retain(|e| {
+        e.get("fieldsV1")
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty())
+    });
+    if !new.get("metadata").is_some_and(Value::is_object) {
+        new["metadata"] = json!({});
+    }
+    if entries.is_empty() {
+        if let Some(Value::Object(meta)) = new.get_mut("metadata") {
+            meta.remove("managedFields");
+        }
+    } else {
+        new["metadata"]["managedFields"] = Value::Array(entries);
+    }
+}
+
+/// The path set of an applied configuration in `FieldsV1` form (what [`crate::registry::patch::apply()`] records).
+pub fn managed_fields_of(applied: &Value) -> Value {
+    fields_v1(&paths_of(applied))
+}
+
+/// Merges the managed-field sets of several entries into one map from rendered path
+/// (`.spec.replicas`) to owning managers; handy for explaining ownership in docs and tests.
+pub fn field_owners(obj: &Value) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let entries = obj
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for e in entries {
+        let manager = e
+            .get("manager")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let set = e.get("fieldsV1").map(parse_fields_v1).unwrap_or_default();
+        for p in set {
+            if p.last() == Some(&PathElem::Itself) {
+                continue;
+            }
+            out.entry(render_path(&p))
+                .or_default()
+                .push(manager.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm(data: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d"}, "data": data})
+    }
+
+    #[test]
+    fn updates_record_and_transfer_ownership() {
+        let mut created = cm(json!({"a": "1", "b": "2"}));
+        record_update(None, &mut created, "kubectl-create", None, "t1");
+        assert_eq!(
+            created["metadata"]["managedFields"],
+            json!([{"manager": "kubectl-create", "operation": "Update", "apiVersion": "v1", "time": "t1",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}])
+        );
+        // A controller changes b and adds c: it owns them now; a stays with the creator.
+        let mut next = created.clone();
+        next["data"]["b"] = json!("20");
+        next["data"]["c"] = json!("3");
+        record_update(Some(&created), &mut next, "controller", None, "t2");
+        let owners = field_owners(&next);
+        assert_eq!(owners[".data.a"], vec!["kubectl-create"]);
+        assert_eq!(owners[".data.b"], vec!["controller"]);
+        assert_eq!(owners[".data.c"], vec!["controller"]);
+        // Status writes are recorded per subresource; removed fields leave every set.
+        let mut status = next.clone();
+        status["data"].as_object_mut().unwrap().remove("a");
+        status["status"] = json!({"phase": "DONE"});
+        record_update(Some(&next), &mut status, "controller", Some("status"), "t3");
+        let entries = status["metadata"]["managedFields"].as_array().unwrap();
+        assert!(
+            entries.iter().all(|e| e["manager"] != "kubectl-create"),
+            "creator owned only the removed field"
+        );
+        assert!(entries.iter().any(|e| e["subresource"] == "status"
+            && e["fieldsV1"] == json!({"f:status": {"f:phase": {}}})));
+        // An unchanged write adds nothing.
+        let mut same = status.clone();
+        record_update(Some(&status), &mut same, "other", None, "t4");
+        assert_eq!(
+            same["metadata"]["managedFields"],
+            status["metadata"]["managedFields"]
+        );
+    }
+}

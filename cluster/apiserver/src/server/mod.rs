@@ -1,0 +1,6 @@
+//! server
+
+pub mod bootstrap;
+pub mod connections;
+pub mod tls;
+pub mod x509;

@@ -1,0 +1,415 @@
+//! A stored object: a JSON tree while it is in use, its JSON bytes once it has rested.
+//!
+//! The handlers, the watch streams and the simulated controllers all read stored objects as
+//! `serde_json::Value` trees, and a tree is large: every non-empty JSON object is a `BTreeMap`
+//! whose first node holds room for eleven entries (about 630 bytes), and every key and string
+//! is a heap allocation of its own. An At of 660 bytes of JSON is a tree of about 9 KB (half
+//! of it the small maps of `managedFields`), so 10,000 Ats written in a burst held the server
+//! at 15 times their JSON for as long as they lived. kube-apiserver keeps objects as bytes in
+//! etcd and decodes them into its watch cache, whose Go structs are compact; here the compact
+//! form is the JSON itself. (serde_json's `preserve_order`, an `IndexMap` per object, was
+//! measured too: 6,989 bytes asked of malloc for that At's tree instead of 7,581, and every
+//! object's keys in arrival order rather than sorted as kube-apiserver serves a custom object.)
+//!
+//! So a [`Stored`] holds either or both:
+//!
+//! * the **tree**, decoded on first use ([`Stored::value`], or `Deref`) and kept while it is
+//!   used;
+//! * the **bytes**, the object's compact JSON, encoded when the object has rested.
+//!
+//! A write stores the tree it was given (the writer, the watches and the garbage collector read
+//! it at once). Every read marks the object as used. With
+//! [`ApiServerBuilder::rest_unread_objects`](crate::ApiServerBuilder::rest_unread_objects)
+//! (`--rest-unread-objects`; on in the standalone server, off for a test's server, see the last
+//! section), a thread of its own
+//! (`apiserver-shed`) runs [`Store::shed`](crate::storage::store::Store::shed) every third of
+//! [`ApiServerBuilder::rest_unread_after`](crate::ApiServerBuilder::rest_unread_after)
+//! ([`DEFAULT_REST_AFTER`], 30 s; `--rest-unread-after`): an object not read for
+//! [`REST_AFTER_PASSES`] passes has its bytes encoded (outside the store's lock) and its tree
+//! dropped, in the live objects and in the history alike (both then share one bytes-only
+//! copy). A hot object (a pod the node reads on every sync) keeps its
+//! tree; a cold one costs its JSON plus about 350 bytes (figures below). The next read of a
+//! cold object decodes it again (microseconds for a typical object); a LIST without selectors
+//! serializes a cold object from a tree decoded for that item alone ([`Stored::with_value`]),
+//! so listing everything does not bring every tree back.
+//!
+//! Where each allocation is made decides whether memory comes back after a burst. glibc's
+//! malloc gives a thread's allocations from that thread's arena, and can only return pages that
+//! are wholly free. The trees are allocated by request threads; the rested copies (the JSON,
+//! the bytes-only `Stored`, the history entries and, once writes of new keys pause, the keys
+//! and map nodes of the resource) are made on the shedding thread, in its own arena, packed
+//! one after the other; and what they replace is dropped back on a request thread
+//! ([`Garbage`](crate::storage::store::Garbage)). Were the shedding thread to free the trees itself,
+//! its per-thread cache would hand their chunks straight back to its next copies, and the
+//! copies would land among the dead trees in the request threads' arenas (measured so: every
+//! rested object's JSON was found there, with most of those pages held by a few live bytes).
+//! With the copies apart, the request threads' arenas empty out after a burst and the server's
+//! release step hands them back (`apimachinery::malloc::release_freed_memory`, which also
+//! collects the runtime threads' cached chunks first; the standalone server fixes glibc's trim
+//! and mmap thresholds so that an arena's top is given back too).
+//!
+//! Measured with the release binary (`hack/bench-hostile.sh`, last lines: 10,000 Ats of 660 bytes
+//! created by ten clients, then 60 s without writes), with resting the RSS grows by about 1.5 times
+//! the live JSON (1.52 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
+//! three seconds: about 1,030 bytes an object, of which 688 the JSON, 112 the history entry, 96 the
+//! `Stored`, 64 the key and about 60 the map), against 14.1 times (89 MiB) when every object stays
+//! a tree (the default).
+//!
+//! The price is CPU, and the delay decides it. Every version of an object that outlives the
+//! delay unread is encoded once, and an object read again after resting is decoded again. Under
+//! the At benchmark (`ONLY=project ../shared/bench/at-vs-kube-rs.sh 10000`: 10,000 Ats written
+//! about four times each in about 30 s; three runs each, alternated) the server took 28.3 to
+//! 30.4 s of CPU with the default delay (objects rest 20 to 30 s after their last read), 25.1
+//! to 28.6 s without resting, and 36.6 to 41.6 s with a delay of two to three seconds: with a
+//! short delay most versions rest while the controller still works on them. `perf` on a delay
+//! of half a second (33,500 samples at 499 Hz against 16,500 without resting): of the extra
+//! samples, about half were glibc's `malloc`, `free`, `malloc_consolidate` and `unlink_chunk`,
+//! a sixth encoding JSON, a tenth the passes' own walks. A pass holds the store's lock for two
+//! walks over the objects and the history, checking a counter on each; the burst's trees are
+//! freed where they were allocated whenever they rest, so the delay does not change the RSS
+//! once they have.
+//!
+//! ## Where it is on
+//!
+//! The standalone server (`sample-controller apiserver`) rests objects by default
+//! (`--rest-unread-objects=false` turns it off): it is the server that lives through bursts.
+//! [`ApiServerBuilder`](crate::ApiServerBuilder) leaves it off: a server a test starts lives
+//! for seconds, less than an object takes to rest, and without the thread nothing changes
+//! under a test but what the test does itself.
+//!
+//! A rested change loses its shared watch encoding ([`crate::storage::store::SharedEncoding`]), so a
+//! watch that replays it encodes it again, and the history's byte bound charges it its JSON
+//! rather than its tree ([`crate::storage::store`], "The history window"), so more of the five-minute
+//! window fits in the bound. A client closed as unresponsive that watches again through rested
+//! changes reads what was written (`tests/hostile.rs`,
+//! `a_watch_and_a_paged_list_read_rested_history_as_written`). The At benchmark's kube-rs peer
+//! sometimes stops taking Ats after its watch of Ats gets 410 and it lists again: kube-rs's
+//! controller reconciles the Ats of the new list from its store before that list replaces
+//! the store, sees `PENDING` where the server has `RUNNING`, patches what is already there
+//! (no change, so no event) and waits for a change that never comes. That comes from the
+//! history's compaction, not from resting: without resting, with the history bounded to 48 MiB
+//! as it was then counted (each change charged its object and the one before; about 24 MiB
+//! as [`Change::bytes`](crate::storage::store::Change::bytes) counts now), the peer left 1,674 and
+//! 2,023 Ats `RUNNING` without a pod in two of three runs (every At `DONE` in the third),
+//! where this project's controller finished all 10,000 in two of two.
+
+use std::ops::Deref;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// How long an object goes unread before it rests, by default
+/// ([`ApiServerBuilder::rest_unread_after`](crate::ApiServerBuilder::rest_unread_after)):
+/// passes run every third of it, so an object rests between two and three thirds of it after
+/// its last read.
+pub const DEFAULT_REST_AFTER: Duration = Duration::from_secs(30);
+
+/// How many passes an object must go unread before it rests.
+pub const REST_AFTER_PASSES: u8 = 3;
+
+/// The time between two shedding passes for objects to rest `rest_after` after their last
+/// read (at least a millisecond).
+pub fn shed_interval(rest_after: Duration) -> Duration {
+    (rest_after / u32::from(REST_AFTER_PASSES)).max(Duration::from_millis(1))
+}
+
+// The encoding buffer of [`Stored::encode`], per thread.
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The largest encoding buffer a thread keeps between objects.
+const SCRATCH_KEPT: usize = 64 << 10;
+
+/// One stored object (see the module docs). Read it through `Deref` (`&*stored` is the
+/// `&Value`) or [`Stored::value`].
+pub struct Stored {
+    tree: OnceLock<Value>,
+    json: OnceLock<Arc<[u8]>>,
+    /// Set by every read, cleared by each shedding pass.
+    /// Shedding passes since the last read (0 = read since the last pass); saturates.
+    idle: AtomicU8,
+}
+
+impl Stored {
+    /// An object as a tree (a write: it is read at once).
+    pub fn new(value: Value) -> Self {
+        Stored {
+            tree: OnceLock::from(value),
+            json: OnceLock::new(),
+            idle: AtomicU8::new(0),
+        }
+    }
+
+    /// An object as its JSON bytes only, decoded on first read.
+    fn from_json(json: Arc<[u8]>) -> Self {
+        Stored {
+            tree: OnceLock::new(),
+            json: OnceLock::from(json),
+            idle: AtomicU8::new(0),
+        }
+    }
+
+    /// The object, decoding it if it rests as bytes; marks it as used.
+    pub fn value(&self) -> &Value {
+        if self.idle.load(Ordering::Relaxed) != 0 {
+            self.idle.store(0, Ordering::Relaxed);
+        }
+        self.tree.get_or_init(|| match self.json.get() {
+            Some(json) => decode(json),
+            None => Value::Null,
+        })
+    }
+
+    /// Runs `f` on the object without keeping a tree it did not have: a rested object is
+    /// decoded for `f` and dropped after (a LIST serializing every object, which would
+    /// otherwise hold them all decoded until the next shedding pass). Does not mark it used.
+    pub fn with_value<R>(&self, f: impl FnOnce(&Value) -> R) -> R {
+        match (self.tree.get(), self.json.get()) {
+            (Some(tree), _) => f(tree),
+            (None, Some(json)) => f(&decode(json)),
+            (None, None) => f(&Value::Null),
+        }
+    }
+
+    /// The object as an owned tree: moved out when this is the only reference, else copied.
+    pub fn into_value(this: std::sync::Arc<Self>) -> Value {
+        match std::sync::Arc::try_unwrap(this) {
+            Ok(mut stored) => match stored.tree.take() {
+                Some(v) => v,
+                None => stored.value().clone(),
+            },
+            Err(shared) => shared.value().clone(),
+        }
+    }
+
+    /// An estimate of the memory the object holds now (the history's byte accounting): its
+    /// tree's size ([`crate::storage::store::value_bytes`]) when decoded, else its JSON's length.
+    pub fn bytes(&self) -> usize {
+        match (self.tree.get(), self.json.get()) {
+            (Some(tree), _) => crate::storage::store::value_bytes(tree),
+            (None, Some(json)) => json.len(),
+            (None, None) => 0,
+        }
+    }
+
+    /// The object's JSON: the bytes it rests as, or encoded from its tree.
+    pub fn to_json(&self) -> Vec<u8> {
+        match (self.json.get(), self.tree.get()) {
+            (Some(json), _) => json.to_vec(),
+            (None, Some(tree)) => serde_json::to_vec(tree).unwrap_or_default(),
+            (None, None) => b"null".to_vec(),
+        }
+    }
+
+    /// A cheap estimate of what this object's tree holds (to decide when to hand memory back
+    /// to the system): ten times its JSON, about what a tree of small maps costs.
+    pub(crate) fn tree_estimate(&self) -> usize {
+        self.json.get().map_or(0, |j| j.len() * 10)
+    }
+
+    /// Whether the object holds a tree (it has been written or read since it last rested).
+    pub fn is_decoded(&self) -> bool {
+        self.tree.get().is_some()
+    }
+
+    /// First half of a shedding pass: counts one more pass without a read, and answers
+    /// whether the object has now gone [`REST_AFTER_PASSES`] passes unread with a tree.
+    pub(crate) fn age(&self) -> bool {
+        if self.tree.get().is_none() {
+            return false;
+        }
+        let idle = self.idle.load(Ordering::Relaxed).saturating_add(1);
+        self.idle.store(idle, Ordering::Relaxed);
+        idle >= REST_AFTER_PASSES
+    }
+
+    /// Second half, outside the lock: encodes the bytes of a candidate.
+    pub(crate) fn encode(&self) {
+        if let Some(tree) = self.tree.get() {
+            self.json.get_or_init(|| {
+                // Encoded into a buffer this thread keeps, then copied out at its length: one
+                // allocation of the right size, made here (see `store::Garbage` for why where
+                // matters), where `to_vec` would grow a buffer step by step and leave up to
+                // half of it unused.
+                SCRATCH.with_borrow_mut(|scratch| {
+                    scratch.clear();
+                    if serde_json::to_writer(&mut *scratch, tree).is_err() {
+                        scratch.clear();
+                    }
+                    let json = Arc::<[u8]>::from(scratch.as_slice());
+                    if scratch.capacity() > SCRATCH_KEPT {
+                        *scratch = Vec::new();
+                    }
+                    json
+                })
+            });
+        }
+    }
+
+    /// Third half, under the lock again: the bytes-only copy that replaces a candidate still
+    /// unused and encoded, or `None` to keep it.
+    pub(crate) fn rested(&self) -> Option<Stored> {
+        self.can_rest()
+            .then(|| self.json.get().map(|j| Stored::from_json(j.clone())))
+            .flatten()
+    }
+
+    /// Whether [`Stored::rested`] would replace this object (unused, decoded, encoded).
+    pub(crate) fn can_rest(&self) -> bool {
+        self.idle.load(Ordering::Relaxed) >= REST_AFTER_PASSES
+            && self.tree.get().is_some()
+            && self.json.get().is_some_and(|j| !j.is_empty())
+    }
+}
+
+/// Decodes bytes this module encoded from a tree (so no depth or size bound applies: they
+/// were checked when the object was written). Cannot fail for such bytes; if it ever did, the
+/// error is logged and the object reads as `null` rather than taking the server down.
+fn decode(json: &[u8]) -> Value {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    de.disable_recursion_limit();
+    match Value::deserialize(&mut de) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::error!(error = %e, "a stored object's JSON does not decode");
+            Value::Null
+        }
+    }
+}
+
+impl Deref for Stored {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        self.value()
+    }
+}
+
+impl From<Value> for Stored {
+    fn from(value: Value) -> Self {
+        Stored::new(value)
+    }
+}
+
+impl Clone for Stored {
+    /// A copy with the same content (tree or bytes), unused.
+    fn clone(&self) -> Self {
+        let c = Stored {
+            tree: OnceLock::new(),
+            json: OnceLock::new(),
+            idle: AtomicU8::new(0),
+        };
+        if let Some(t) = self.tree.get() {
+            let _ = c.tree.set(t.clone());
+        }
+        if let Some(j) = self.json.get() {
+            let _ = c.json.set(j.clone());
+        }
+        c
+    }
+}
+
+impl serde::Serialize for Stored {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(self.value(), s)
+    }
+}
+
+impl PartialEq for Stored {
+    fn eq(&self, other: &Self) -> bool {
+        self.value() == other.value()
+    }
+}
+
+impl std::fmt::Debug for Stored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.value(), f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+
+    #[test]
+    fn passes_run_every_third_of_the_rest_delay() {
+        assert_eq!(shed_interval(DEFAULT_REST_AFTER), Duration::from_secs(10));
+        assert_eq!(
+            shed_interval(Duration::from_millis(300)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(shed_interval(Duration::ZERO), Duration::from_millis(1));
+    }
+
+    fn at() -> Value {
+        json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
+               "metadata": {"name": "a", "namespace": "default", "labels": {"x": "1"},
+                            "managedFields": [{"fieldsV1": {"f:spec": {"f:schedule": {}}}}]},
+               "spec": {"schedule": "2030-01-01T00:00:00Z", "n": 1.5, "big": u64::MAX}})
+    }
+
+    /// One pass of [`Store::shed`](super::super::store::Store::shed) on a single object.
+    fn pass(s: &Stored) -> Option<Stored> {
+        if !s.age() {
+            return None;
+        }
+        s.encode();
+        s.rested()
+    }
+
+    /// Passes until the object rests, or `None` if it did not after [`REST_AFTER_PASSES`].
+    fn rest(s: &Stored) -> Option<Stored> {
+        (0..REST_AFTER_PASSES).find_map(|_| pass(s))
+    }
+
+    #[test]
+    fn an_unread_object_rests_as_bytes_and_reads_back_the_same() {
+        let s = Stored::new(at());
+        let rested = rest(&s).expect("never read: it rests");
+        assert!(!rested.is_decoded());
+        assert!(rested.bytes() < 400, "{}", rested.bytes());
+        assert_eq!(*rested, at(), "numbers, nesting and order survive");
+        assert!(rested.is_decoded(), "a read decodes it");
+    }
+
+    #[test]
+    fn a_read_starts_the_count_of_unread_passes_again() {
+        let s = Stored::new(at());
+        for _ in 1..REST_AFTER_PASSES {
+            assert!(pass(&s).is_none());
+        }
+        let _ = s.value();
+        for _ in 1..REST_AFTER_PASSES {
+            assert!(pass(&s).is_none(), "read since");
+        }
+        assert!(pass(&s).is_some(), "not read for REST_AFTER_PASSES passes");
+    }
+
+    #[test]
+    fn a_read_between_encoding_and_replacing_keeps_the_tree() {
+        let s = Stored::new(at());
+        for _ in 0..REST_AFTER_PASSES {
+            s.age();
+        }
+        s.encode();
+        let _ = s.value();
+        assert!(s.rested().is_none());
+    }
+
+    #[test]
+    fn into_value_moves_a_unique_tree_and_copies_a_shared_one() {
+        let a = Arc::new(Stored::new(at()));
+        let b = a.clone();
+        assert_eq!(Stored::into_value(a), at());
+        assert_eq!(Stored::into_value(b), at());
+        let rested = Arc::new(rest(&Stored::new(at())).expect("rests"));
+        assert_eq!(Stored::into_value(rested), at());
+    }
+}

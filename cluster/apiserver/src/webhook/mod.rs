@@ -1,0 +1,3 @@
+//! webhook
+
+pub mod client;
