@@ -290,7 +290,7 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
             message,
         };
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-        for t in embedded_apiserver::rbac::parse_token_auth_file(&text).map_err(bad)? {
+        for t in embedded_apiserver::parse_token_auth_file(&text).map_err(bad)? {
             let groups: Vec<&str> = t.groups.iter().map(String::as_str).collect();
             builder = builder
                 .extra_token(t.token, t.user.clone())

@@ -27,9 +27,9 @@ use std::sync::{Arc, RwLock};
 use http::{HeaderMap, Method, Response};
 use serde_json::Value;
 
+use crate::api::Body;
 use crate::api::query::Query;
 use crate::api::status::{ApiError, Cause};
-use crate::endpoints::handlers::Body;
 
 /// A node's kubelet, as the API server reaches it (see the module docs).
 pub trait Kubelet: Send + Sync + 'static {

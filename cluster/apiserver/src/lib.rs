@@ -222,10 +222,11 @@ pub mod webhook;
 use apiextensions::conversion;
 use filters::{flowcontrol, request_log};
 
+use auth::x509;
 /// Fault injection for tests: drop watches, compact, fail or delay requests.
 pub use filters::faults;
 use registry::core::services;
-use server::{bootstrap, connections, x509};
+use server::{bootstrap, connections};
 use storage::{durable, memory};
 
 // Transitional re-exports of the paths the controller manager, the node and the tests used
@@ -263,6 +264,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use apimachinery::serving::ServingLimits;
+/// kube-apiserver's `--token-auth-file` format, for commands that take one.
+pub use auth::tokens::{StaticToken, parse_token_auth_file};
 pub use request_log::{RequestKey, RequestLog};
 pub use store::Store;
 
@@ -326,7 +329,7 @@ pub enum StartError {
     },
     /// Manifests to preload (standalone `--manifests`) were refused.
     #[error(transparent)]
-    Manifests(#[from] rbac::ManifestError),
+    Manifests(#[from] crate::server::manifests::ManifestError),
     /// The configuration would be unsafe (standalone: anonymous admin on a network address).
     #[error("{0}")]
     Unsafe(String),
@@ -1268,8 +1271,11 @@ impl ApiServerHandle {
     /// Creates (or replaces) every object of a multi-document YAML string, in-process and
     /// without authorization: RBAC objects, service accounts, namespaces, CRDs, ...
     /// Returns `Kind/name` of each object.
-    pub fn load_manifests(&self, yaml: &str) -> Result<Vec<String>, rbac::ManifestError> {
-        rbac::load_manifests(&self.shared.store, yaml, "<string>")
+    pub fn load_manifests(
+        &self,
+        yaml: &str,
+    ) -> Result<Vec<String>, crate::server::manifests::ManifestError> {
+        crate::server::manifests::load_manifests(&self.shared.store, yaml, "<string>")
     }
 
     /// [`Self::load_manifests`] for a YAML file or every YAML file of a directory (such as
@@ -1277,8 +1283,8 @@ impl ApiServerHandle {
     pub fn load_manifest_path(
         &self,
         path: impl AsRef<Path>,
-    ) -> Result<Vec<String>, rbac::ManifestError> {
-        rbac::load_manifest_path(&self.shared.store, path.as_ref())
+    ) -> Result<Vec<String>, crate::server::manifests::ManifestError> {
+        crate::server::manifests::load_manifest_path(&self.shared.store, path.as_ref())
     }
 
     /// Stops accepting, ends every watch and connection, and waits for them.

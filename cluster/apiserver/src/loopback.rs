@@ -585,7 +585,7 @@ impl Loopback {
         self.shared.rbac.check(
             &self.shared.store,
             &self.user,
-            &Attributes::for_request(verb, target, None),
+            &target.attributes(verb, None),
         )
     }
 

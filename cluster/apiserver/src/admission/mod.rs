@@ -85,8 +85,10 @@ use crate::registry::resources::ResourceDef;
 use crate::registry::strategy;
 use crate::storage::store::State;
 
-use crate::webhook::client as call;
-pub use crate::webhook::client::{CallError, ClientManager};
+pub mod call;
+
+pub use crate::webhook::client::ClientManager;
+pub use call::CallError;
 pub use config::{Kind, Webhook};
 
 /// A write about to be admitted.
@@ -310,7 +312,7 @@ impl Admission {
         }
         let (uid, request) = req.to_json(chosen, object, old);
         let review = call::review(&hook.review_version, &request);
-        self.clients.call(hook, &review, &uid).await
+        call::call(&self.clients, hook, &review, &uid).await
     }
 }
 

@@ -10,8 +10,6 @@
 
 use serde_json::{Value, json};
 
-use crate::registry::resources::ResourceDef;
-
 /// Now as a `metav1.Time` (RFC 3339, seconds, UTC).
 pub fn now_time() -> String {
     metav1_time(jiff::Timestamp::now())
@@ -55,21 +53,6 @@ pub fn generate_name(base: &str) -> String {
         .map(|_| ALPHABET[fastrand::usize(..ALPHABET.len())] as char)
         .collect();
     format!("{base}{suffix}")
-}
-
-/// The part of an object whose change bumps `generation`: everything but `metadata` and, when
-/// the resource has a status subresource, `status`.
-pub fn spec_part(def: &ResourceDef, obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.as_object_mut() {
-        m.remove("metadata");
-        m.remove("kind");
-        m.remove("apiVersion");
-        if def.status_subresource {
-            m.remove("status");
-        }
-    }
-    o
 }
 
 /// Reads a dotted JSON path (`.spec.replicas`) out of an object.

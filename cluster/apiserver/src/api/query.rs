@@ -219,7 +219,7 @@ impl Query {
             options_kind,
             "meta.k8s.io",
             "",
-            crate::registry::validation::to_causes(errs),
+            crate::api::status::to_causes(errs),
         ))
     }
 

@@ -387,6 +387,13 @@ pub fn success_status(name: &str, group: &str, resource: &str, uid: &str) -> Val
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": d})
 }
 
+/// Field errors as Status causes.
+pub fn to_causes(errs: Vec<apimachinery::validation::FieldError>) -> Vec<Cause> {
+    errs.into_iter()
+        .map(|e| Cause::new(e.reason, &e.field, e.message))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

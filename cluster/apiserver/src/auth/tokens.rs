@@ -90,6 +90,55 @@ pub fn random_token() -> String {
         .collect()
 }
 
+/// One line of a kube-apiserver `--token-auth-file`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaticToken {
+    /// The bearer token.
+    pub token: String,
+    /// The user it authenticates as.
+    pub user: String,
+    /// Extra groups.
+    pub groups: Vec<String>,
+}
+
+/// Parses kube-apiserver's `--token-auth-file` format: one `token,user,uid[,"group1,group2"]`
+/// per line (the uid is read and ignored; empty lines and `#` comments are skipped).
+pub fn parse_token_auth_file(text: &str) -> Result<Vec<StaticToken>, String> {
+    let mut out = vec![];
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut parts = line.splitn(4, ',');
+        let token = parts.next().unwrap_or_default().trim();
+        let user = parts.next().unwrap_or_default().trim();
+        let _uid = parts.next();
+        let groups: Vec<String> = parts
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .trim_matches('"')
+            .split(',')
+            .map(str::trim)
+            .filter(|g| !g.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if token.is_empty() || user.is_empty() {
+            return Err(format!(
+                "line {}: expected token,user,uid[,\"groups\"], got {line:?}",
+                i + 1
+            ));
+        }
+        out.push(StaticToken {
+            token: token.to_owned(),
+            user: user.to_owned(),
+            groups,
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +163,19 @@ mod tests {
         );
         let expired = t.issue("x", unix_now() - 1).unwrap();
         assert_eq!(t.authenticate(Some(&format!("Bearer {expired}"))), None);
+    }
+
+    #[test]
+    fn token_files_follow_the_kube_apiserver_format() {
+        let t = parse_token_auth_file(
+            "# comment\nabc,alice,1\n\ndef,system:serviceaccount:cnat:cnat,2,\"devs,ops\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].user, "alice");
+        assert!(t[0].groups.is_empty());
+        assert_eq!(t[1].groups, ["devs", "ops"]);
+        let e = parse_token_auth_file("ok,bob,1\njusttoken").unwrap_err();
+        assert!(e.starts_with("line 2:"), "{e}");
     }
 }

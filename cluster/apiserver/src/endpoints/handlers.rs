@@ -28,33 +28,31 @@
 //! 6. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
 //!    `as=Table` (what `kubectl get` does), and the request is counted in the
 //!    [`crate::filters::request_log`]. JSON has kube-apiserver's byte layout: Go's field order for
-//!    built-in objects, lists and Status ([`crate::endpoints::json_order`]) and a `\n` after each body.
+//!    built-in objects, lists and Status ([`crate::api::json_order`]) and a `\n` after each body.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::Value;
 
 use crate::Shared;
 use crate::admission::Write;
+use crate::api::json_order::GoOrdered;
 use crate::api::query::{ListOptions, Query};
 use crate::api::status::ApiError;
 use crate::endpoints::discovery;
-use crate::endpoints::json_order::GoOrdered;
 use crate::endpoints::watch::{self, WatchSettings};
 use crate::filters::request_log::RequestKey;
 use crate::registry::generic::{self as verbs, DeleteOptions, PatchType, Target};
 use crate::registry::resources::ResourceDef;
 
-/// The response body type of every answer (JSON documents and watch streams alike).
-pub type Body = BoxBody<Bytes, Infallible>;
+pub use crate::api::Body;
 
 /// Largest request body accepted: kube-apiserver's `MaxRequestBodyBytes`, 3 MiB (see
-/// [`crate::registry::limits`] for the other bounds).
+/// [`crate::api::limits`] for the other bounds).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The `413 RequestEntityTooLarge` Status the real server sends (`limitedReadBody` in the
@@ -563,11 +561,7 @@ async fn serve_resource(
     shared.rbac.check(
         &shared.store,
         user,
-        &crate::auth::rbac::Attributes::for_request(
-            verb,
-            &target,
-            query.non_empty("fieldSelector"),
-        ),
+        &target.attributes(verb, query.non_empty("fieldSelector")),
     )?;
     shared.faults.before(verb, &target).await?;
     if target.subresource.as_deref() == Some("log") {
@@ -698,11 +692,9 @@ fn serve_stream(
         ));
     }
     if parts.method == Method::GET {
-        shared.rbac.check(
-            &shared.store,
-            user,
-            &crate::auth::rbac::Attributes::for_request("create", target, None),
-        )?;
+        shared
+            .rbac
+            .check(&shared.store, user, &target.attributes("create", None))?;
     }
     class.verb = if parts.method == Method::GET {
         "get"
@@ -881,11 +873,7 @@ async fn serve_read(
             ));
         }
         let obj = crate::endpoints::partial::object(def, partial.as_ref(), obj)?;
-        return Ok(json_response(
-            code,
-            &GoOrdered::served(def, &obj),
-            "application/json",
-        ));
+        return Ok(json_response(code, &def.ordered(&obj), "application/json"));
     }
     class.verb = "list".into();
     let opts = ListOptions::parse(query, false)?;
@@ -928,11 +916,7 @@ async fn serve_read(
     if let Some(w) = &partial {
         list = crate::endpoints::partial::list(def, w, &list)?;
     }
-    Ok(json_response(
-        200,
-        &GoOrdered::served(def, &list),
-        "application/json",
-    ))
+    Ok(json_response(200, &def.ordered(&list), "application/json"))
 }
 
 /// `POST` on a collection (`create`), `PUT` on an object (`update`) or `PATCH` on an object
@@ -970,7 +954,7 @@ async fn serve_write(
         class.verb = if creating { "create" } else { "update" }.into();
         let body = decode_object(&target.def, content_type, bytes, query)?;
         // Huge metadata collections are judged here, before the store lock is taken.
-        crate::registry::limits::precheck_metadata(&target.def, &body)?;
+        crate::api::limits::precheck_metadata(&target.def.kind, &target.def.group, &body)?;
         let write = if creating {
             Write::Create(body)
         } else {
@@ -981,11 +965,7 @@ async fn serve_write(
     let partial = crate::endpoints::partial::negotiate(&request.accept);
     let obj = crate::endpoints::partial::object(&target.def, partial.as_ref(), obj)?;
     Ok(with_warnings(
-        json_response(
-            code,
-            &GoOrdered::served(&target.def, &obj),
-            "application/json",
-        ),
+        json_response(code, &target.def.ordered(&obj), "application/json"),
         query,
     ))
 }
@@ -1023,11 +1003,7 @@ async fn serve_delete(
         let partial = crate::endpoints::partial::negotiate(&request.accept);
         let obj = crate::endpoints::partial::object(&target.def, partial.as_ref(), obj)?;
         return Ok(with_warnings(
-            json_response(
-                code,
-                &GoOrdered::served(&target.def, &obj),
-                "application/json",
-            ),
+            json_response(code, &target.def.ordered(&obj), "application/json"),
             query,
         ));
     }
@@ -1039,7 +1015,7 @@ async fn serve_delete(
     let obj = crate::apiextensions::conversion::answer_to_served(shared, &target.def, obj).await?;
     Ok(json_response(
         code,
-        &GoOrdered::served(&target.def, &obj),
+        &target.def.ordered(&obj),
         "application/json",
     ))
 }
@@ -1211,12 +1187,12 @@ fn decode_object_any(content_type: &str, bytes: &[u8]) -> Result<Value, ApiError
 }
 
 fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
-    crate::registry::limits::json_from_slice(bytes)
+    crate::api::limits::json_from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding JSON request body: {e}")))
 }
 
 fn parse_yaml(bytes: &[u8]) -> Result<Value, ApiError> {
-    crate::registry::limits::parse_yaml(bytes)
+    crate::api::limits::parse_yaml(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML request body: {e}")))
 }
 

@@ -3,7 +3,6 @@
 pub mod access_review;
 pub mod discovery;
 pub mod handlers;
-pub mod json_order;
 pub mod openapi;
 pub mod openapi_docs;
 pub mod openapi_v2_docs;

@@ -229,9 +229,9 @@ fn frame_bytes(ty: &str, object: &[u8]) -> Bytes {
     Bytes::from(line)
 }
 
-/// [`frame_bytes`] of an object in the byte layout of `def`'s answers ([`crate::endpoints::json_order`]).
+/// [`frame_bytes`] of an object in the byte layout of `def`'s answers ([`crate::api::json_order`]).
 fn frame(ty: &str, def: &ResourceDef, object: &Value) -> Bytes {
-    let ordered = crate::endpoints::json_order::GoOrdered::served(def, object);
+    let ordered = def.ordered(object);
     frame_bytes(ty, &serde_json::to_vec(&ordered).unwrap_or_default())
 }
 

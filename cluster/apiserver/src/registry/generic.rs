@@ -22,6 +22,7 @@ use crate::api::query::{ListOptions, Query, RvMatch};
 use crate::api::selectors::{FieldSelector, LabelSelector};
 use crate::api::status::{ApiError, success_status};
 use crate::apiextensions::crd;
+use crate::auth::rbac::Attributes;
 use crate::registry::resources::ResourceDef;
 use crate::registry::strategy::{self, Endpoint, intake, present};
 use crate::storage::store::{Key, State, Stored, rv_of};
@@ -40,6 +41,33 @@ pub struct Target {
 }
 
 impl Target {
+    /// The authorization attributes of `verb` on this target (kube's `RequestInfoFactory`). A
+    /// list or watch whose field selector requires an exact `metadata.name` carries that
+    /// name, so `resourceNames` rules can allow watching one object.
+    pub fn attributes(&self, verb: &str, field_selector: Option<&str>) -> Attributes {
+        let mut name = self.name.clone().unwrap_or_default();
+        if name.is_empty()
+            && matches!(verb, "list" | "watch")
+            && let Some(exact) = field_selector.and_then(crate::auth::rbac::exact_name)
+        {
+            name = exact;
+        }
+        Attributes {
+            verb: verb.to_owned(),
+            group: self.def.group.clone(),
+            resource: self.def.plural.clone(),
+            subresource: self.subresource.clone().unwrap_or_default(),
+            namespace: if self.def.namespaced {
+                self.namespace.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
+            name,
+            path: String::new(),
+            resource_request: true,
+        }
+    }
+
     fn name(&self) -> &str {
         self.name.as_deref().unwrap_or_default()
     }
@@ -411,8 +439,8 @@ pub fn list_json(def: &ResourceDef, r: &ListResult, items: Vec<Value>) -> Value 
 }
 
 /// A list as `<Kind>List` JSON, serialized straight from the stored objects: the same bytes
-/// as `serde_json::to_vec(&GoOrdered::served(def, &list_json(def, r, r.served(def))))` (the
-/// byte layout of [`crate::endpoints::json_order`], each item through [`strategy::Presented`]) without
+/// as `serde_json::to_vec(&def.ordered(&list_json(def, r, r.served(def))))` (the
+/// byte layout of [`crate::api::json_order`], each item through [`strategy::Presented`]) without
 /// copying a single object. This is what
 /// serves `kubectl get -o json` of a large resource, or a controller's relist: at 10,000 Ats,
 /// copying each one first was a tenth of the API server's CPU while a client polled the list.
@@ -457,10 +485,7 @@ impl serde::Serialize for ListJson<'_> {
         } else {
             map.serialize_entry("kind", &self.def.list_kind)?;
             map.serialize_entry("apiVersion", &self.def.api_version())?;
-            map.serialize_entry(
-                "metadata",
-                &crate::endpoints::json_order::GoOrdered::meta(&meta),
-            )?;
+            map.serialize_entry("metadata", &crate::api::json_order::GoOrdered::meta(&meta))?;
             map.serialize_entry("items", &Items(self.def, &self.result.items))?;
         }
         map.end()
@@ -776,7 +801,7 @@ fn create_prepared(
     if let Some(req) = &opts.requester
         && def.group == "rbac.authorization.k8s.io"
     {
-        crate::auth::rbac::confirm_no_escalation(st, req, &def.plural, &ns, &obj)?;
+        crate::auth::escalation::confirm_no_escalation(st, req, &def.plural, &ns, &obj)?;
     }
     if is_crd(def) {
         crd::establish(st, &mut obj, dry_run)?;
@@ -784,7 +809,7 @@ fn create_prepared(
     if dry_run {
         return Ok((201, present(def, &obj)));
     }
-    crate::registry::limits::check_stored_size(&obj)?;
+    crate::api::limits::check_stored_size(&obj)?;
     let stored = st.write(&def.storage, obj);
     Ok((201, present(def, &stored)))
 }
@@ -858,7 +883,7 @@ fn update_stored(
         && !only_gc_fields_changed(old, &result)
     {
         let ns = meta_str(&result, "namespace").to_owned();
-        crate::auth::rbac::confirm_no_escalation(st, req, &def.plural, &ns, &result)?;
+        crate::auth::escalation::confirm_no_escalation(st, req, &def.plural, &ns, &result)?;
     }
     if is_crd(def) {
         crd::establish(st, &mut result, dry_run)?;
@@ -889,7 +914,7 @@ fn update_stored(
         let removed = remove_object(st, def, &ns, &name, Some(result.clone())).unwrap_or(result);
         return Ok((200, present(def, &removed)));
     }
-    crate::registry::limits::check_stored_size(&result)?;
+    crate::api::limits::check_stored_size(&result)?;
     let stored = st.write(&def.storage, result);
     Ok((200, present(def, &stored)))
 }
@@ -970,7 +995,7 @@ pub fn patch_against(
     }
     // A patch can grow metadata too (`copy`): huge collections are judged before the typed
     // round trip of `check_unknown_fields` expands them.
-    crate::registry::limits::precheck_metadata(&def, &view)?;
+    crate::api::limits::precheck_metadata(&def.kind, &def.group, &view)?;
     crate::registry::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, old, new, WriteOptions::from_query(q))
@@ -1244,7 +1269,7 @@ pub fn patch(
     }
     // A patch can grow metadata too (`copy`): huge collections are judged before the typed
     // round trip of `check_unknown_fields` expands them.
-    crate::registry::limits::precheck_metadata(&def, &view)?;
+    crate::api::limits::precheck_metadata(&def.kind, &def.group, &view)?;
     crate::registry::validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, &old, new, WriteOptions::from_query(q))
@@ -1749,10 +1774,7 @@ mod tests {
                 let copied = list_json(def, &result, result.served(def));
                 assert_eq!(
                     serde_json::to_string(&ListJson::new(def, &result)).unwrap(),
-                    serde_json::to_string(&crate::endpoints::json_order::GoOrdered::served(
-                        def, &copied
-                    ))
-                    .unwrap(),
+                    serde_json::to_string(&def.ordered(&copied)).unwrap(),
                     "{} {continue_token:?}",
                     def.kind
                 );

@@ -4,7 +4,6 @@ pub mod apps;
 pub mod batch;
 pub mod core;
 pub mod generic;
-pub mod limits;
 pub mod patch;
 pub mod resources;
 pub mod strategy;

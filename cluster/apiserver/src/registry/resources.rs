@@ -108,6 +108,18 @@ pub struct ResourceDef {
 }
 
 impl ResourceDef {
+    /// `value` (an object or list of this resource) serialized as it is served: sorted for
+    /// custom resources (unstructured, as on a real server) unless it is a Status or a Table,
+    /// in Go's field order otherwise.
+    pub fn ordered<'a>(&self, value: &'a Value) -> crate::api::json_order::GoOrdered<'a> {
+        use crate::api::json_order::GoOrdered;
+        if self.custom.is_some() && !matches!(value["kind"].as_str(), Some("Status" | "Table")) {
+            GoOrdered::sorted(value)
+        } else {
+            GoOrdered::new(value)
+        }
+    }
+
     /// `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

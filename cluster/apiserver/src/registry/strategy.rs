@@ -145,8 +145,8 @@ pub fn present(def: &ResourceDef, stored: &Value) -> Value {
 }
 
 /// A stored object as [`present`] serves it, serialized straight from the stored value: the
-/// same bytes as `serde_json::to_vec(&GoOrdered::served(def, &present(def, stored)))` (the
-/// byte layout of [`crate::endpoints::json_order`]) without first copying the object to set `apiVersion`
+/// same bytes as `serde_json::to_vec(&def.ordered(&present(def, stored)))` (the
+/// byte layout of [`crate::api::json_order`]) without first copying the object to set `apiVersion`
 /// and `kind`. Watch events encode every change this way once, for all their watchers.
 pub struct Presented<'a> {
     def: &'a ResourceDef,
@@ -166,10 +166,7 @@ impl serde::Serialize for Presented<'_> {
         let plain_native = self.def.view == View::Native && converted != Some(true);
         let Some(fields) = self.stored.as_object().filter(|_| plain_native) else {
             let served = present(self.def, self.stored);
-            return serde::Serialize::serialize(
-                &crate::endpoints::json_order::GoOrdered::served(self.def, &served),
-                s,
-            );
+            return serde::Serialize::serialize(&self.def.ordered(&served), s);
         };
         let api_version = Value::String(self.def.api_version());
         let kind = Value::String(self.def.kind.clone());
@@ -177,7 +174,7 @@ impl serde::Serialize for Presented<'_> {
         if self.def.custom.is_some() {
             return sorted_with(s, fields, &overrides);
         }
-        crate::endpoints::json_order::object(s, fields, &overrides)
+        crate::api::json_order::object(s, fields, &overrides)
     }
 }
 
@@ -493,7 +490,7 @@ pub fn prepare_update(
         m.insert("managedFields".into(), mf.clone());
     }
     if (def.tracks_generation || def.custom.is_some())
-        && meta::spec_part(def, old) != meta::spec_part(def, &result)
+        && spec_part(def, old) != spec_part(def, &result)
     {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         result["metadata"]["generation"] = json!(g);
@@ -520,6 +517,21 @@ pub fn should_delete(def: &ResourceDef, obj: &Value) -> bool {
             == 0;
     }
     true
+}
+
+/// The part of an object whose change bumps `generation`: everything but `metadata` and, when
+/// the resource has a status subresource, `status`.
+pub fn spec_part(def: &ResourceDef, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("kind");
+        m.remove("apiVersion");
+        if def.status_subresource {
+            m.remove("status");
+        }
+    }
+    o
 }
 
 #[cfg(test)]
@@ -550,11 +562,7 @@ mod tests {
             for stored in &objects {
                 assert_eq!(
                     serde_json::to_string(&Presented::new(def, stored)).unwrap(),
-                    serde_json::to_string(&crate::endpoints::json_order::GoOrdered::served(
-                        def,
-                        &present(def, stored)
-                    ))
-                    .unwrap(),
+                    serde_json::to_string(&def.ordered(&present(def, stored))).unwrap(),
                     "{} {stored}",
                     def.kind
                 );

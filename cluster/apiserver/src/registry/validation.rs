@@ -26,15 +26,10 @@
 use apimachinery::validation::{self as v, FieldError};
 use serde_json::Value;
 
-use crate::api::status::{ApiError, Cause};
+use crate::api::status::ApiError;
 use crate::registry::resources::ResourceDef;
 
-/// Field errors as Status causes.
-pub fn to_causes(errs: Vec<FieldError>) -> Vec<Cause> {
-    errs.into_iter()
-        .map(|e| Cause::new(e.reason, &e.field, e.message))
-        .collect()
-}
+pub use crate::api::status::to_causes;
 
 /// A 422 `Invalid` for these errors, or `Ok` when there are none.
 pub fn check(def: &ResourceDef, name: &str, errs: Vec<FieldError>) -> Result<(), ApiError> {
@@ -104,11 +99,11 @@ pub fn validate_name(def: &ResourceDef, name: &str) -> Vec<FieldError> {
 /// Every rule for an object about to be stored: the shared metadata rules, then the kind's.
 pub fn validate_object(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     // The shared metadata rules, bounded for huge collections (`limits`).
-    let mut errs = crate::registry::limits::bounded_meta_errors(&obj["metadata"]);
+    let mut errs = crate::api::limits::bounded_meta_errors(&obj["metadata"]);
     if def.custom.is_some() {
         return errs;
     }
-    errs.extend(crate::registry::limits::validate_data_size(
+    errs.extend(crate::api::limits::validate_data_size(
         &def.group, &def.kind, obj,
     ));
     let spec = &obj["spec"];
@@ -620,7 +615,7 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
     }
     let mut out = vec![];
     // A body that does not parse (or nests too deep) is reported by the decoder proper.
-    if let Ok(mut de) = crate::registry::limits::json_deserializer(bytes) {
+    if let Ok(mut de) = crate::api::limits::json_deserializer(bytes) {
         let _ = Walk(&mut out).deserialize(&mut de);
     }
     out
@@ -703,7 +698,7 @@ pub fn parse_json_noting_duplicates(
         }
     }
     let mut dups = vec![];
-    let mut de = crate::registry::limits::json_deserializer(bytes)?;
+    let mut de = crate::api::limits::json_deserializer(bytes)?;
     let value = Build(&mut dups).deserialize(&mut de)?;
     de.end()?;
     Ok((value, dups))

@@ -2,5 +2,5 @@
 
 pub mod bootstrap;
 pub mod connections;
+pub mod manifests;
 pub mod tls;
-pub mod x509;

@@ -29,7 +29,7 @@
 //! `client-ca.crt` and `client-ca.key`, mode 0600, so certificates it issued stay valid across
 //! restarts), plus any extra CA the builder is given
 //! ([`crate::ApiServerBuilder::client_ca_pem`], `--client-ca-file`). The user is the
-//! certificate's common name and its groups the organizations ([`crate::server::x509::subject`]).
+//! certificate's common name and its groups the organizations ([`crate::auth::x509::subject`]).
 //! [`ClientCa::issue`] mints such certificates, for kubeconfigs that authenticate like kind's
 //! (`kubernetes-admin` in `system:masters`).
 

@@ -131,7 +131,7 @@ fn encode_change(c: &Change) -> Vec<u8> {
 }
 
 fn decode_change(rv: u64, bytes: &[u8]) -> Result<Change, String> {
-    let v: Value = crate::registry::limits::json_from_slice(bytes)
+    let v: Value = crate::api::limits::json_from_slice(bytes)
         .map_err(|e| format!("history entry {rv}: {e}"))?;
     let bad = |what: &str| format!("history entry {rv}: missing or invalid {what}");
     Ok(Change {
@@ -195,7 +195,7 @@ impl Disk {
             let (k, v) = entry.map_err(|e| fail(&e))?;
             let key = k.value();
             let storage = key.split('\0').next().unwrap_or_default().to_owned();
-            let obj: Value = crate::registry::limits::json_from_slice(v.value())
+            let obj: Value = crate::api::limits::json_from_slice(v.value())
                 .map_err(|e| fail(&format!("object {}: {e}", key.replace('\0', "/"))))?;
             loaded.objects.push((storage, obj));
         }

@@ -1,3 +1,4 @@
 //! webhook
 
 pub mod client;
+pub mod endpoint;

@@ -23,7 +23,7 @@
 //! or a client comparing bodies byte for byte could tell, and both look at the envelope.
 //! Custom resources (and their lists) are served by kube-apiserver from unstructured maps,
 //! which Go's encoder writes with every level's keys sorted, so they stay sorted here
-//! ([`GoOrdered::served`]); a Status is typed whatever the resource.
+//! ([`crate::registry::resources::ResourceDef::ordered`]); a Status is typed whatever the resource.
 
 use serde::Serialize;
 use serde::ser::SerializeMap;
@@ -191,14 +191,13 @@ impl<'a> GoOrdered<'a> {
         }
     }
 
-    /// An object or list of `def` as served: sorted for custom resources (unstructured, as on
-    /// a real server) unless it is a Status or a Table, in Go order otherwise.
-    pub fn served(def: &crate::registry::resources::ResourceDef, value: &'a Value) -> Self {
-        let sorted =
-            def.custom.is_some() && !matches!(value["kind"].as_str(), Some("Status" | "Table"));
+    /// An object or list in sorted key order (an unstructured custom resource, as a real
+    /// server serves one); [`crate::registry::resources::ResourceDef::ordered`] picks this or
+    /// [`GoOrdered::new`] for a resource.
+    pub fn sorted(value: &'a Value) -> Self {
         GoOrdered {
             value,
-            ctx: if sorted { Ctx::Plain } else { Ctx::Object },
+            ctx: Ctx::Plain,
         }
     }
 }

@@ -397,10 +397,7 @@ pub fn bounded_meta_errors(meta: &Value) -> Vec<FieldError> {
 /// the later steps (typed decoding, which turns each empty `{}` of a million `ownerReferences`
 /// into a full `OwnerReference`, and everything else done under the lock) never see it. Bodies
 /// with ordinary metadata go on unchanged, so the real server's order of checks holds for them.
-pub fn precheck_metadata(
-    def: &crate::registry::resources::ResourceDef,
-    body: &Value,
-) -> Result<(), ApiError> {
+pub fn precheck_metadata(kind: &str, group: &str, body: &Value) -> Result<(), ApiError> {
     let meta = &body["metadata"];
     let large = ["ownerReferences", "finalizers"]
         .iter()
@@ -417,10 +414,10 @@ pub fn precheck_metadata(
     }
     let name = meta["name"].as_str().unwrap_or_default();
     Err(ApiError::invalid(
-        &def.kind,
-        &def.group,
+        kind,
+        group,
         name,
-        crate::registry::validation::to_causes(errs),
+        crate::api::status::to_causes(errs),
     ))
 }
 
