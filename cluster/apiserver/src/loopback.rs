@@ -593,10 +593,7 @@ impl Loopback {
         self.authorize(verb, target)?;
         let mut query = Query::parse(None).with_user_agent(&self.field_manager);
         if self.shared.rbac.enforced() {
-            query = query.with_requester(crate::auth::rbac::Requester {
-                authorizer: self.shared.rbac.clone(),
-                user: self.user.clone(),
-            });
+            query = query.with_requester(self.user.clone());
         }
         let (_, answer) = admission::write(&self.shared, target, &self.user, write, &query).await?;
         Ok(answer)

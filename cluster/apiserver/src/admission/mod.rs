@@ -80,58 +80,17 @@ use crate::api::object_meta as meta;
 use crate::api::query::Query;
 use crate::api::status::ApiError;
 use crate::auth::rbac::UserInfo;
-use crate::registry::generic::{self as verbs, Answer, DeleteOptions, PatchType, Target};
+use crate::registry::generic::{self as verbs, Answer, PatchType, Target};
 use crate::registry::resources::ResourceDef;
 use crate::registry::strategy;
 use crate::storage::store::State;
 
 pub mod call;
 
+pub use crate::registry::generic::Write;
 pub use crate::webhook::client::ClientManager;
 pub use call::CallError;
 pub use config::{Kind, Webhook};
-
-/// A write about to be admitted.
-#[derive(Clone, Debug)]
-pub enum Write {
-    /// POST of an object.
-    Create(Value),
-    /// PUT of an object.
-    Update(Value),
-    /// PATCH with a patch document.
-    Patch(PatchType, Value),
-    /// DELETE of one object.
-    Delete(DeleteOptions),
-}
-
-impl Write {
-    /// Runs the write on the store, unadmitted.
-    pub(crate) fn run(&self, st: &mut State, t: &Target, q: &Query) -> Result<Answer, ApiError> {
-        match self {
-            Write::Create(b) => verbs::create(st, t, b.clone(), q),
-            Write::Update(b) => verbs::update(st, t, b.clone(), q),
-            Write::Patch(ty, b) => verbs::patch(st, t, *ty, b.clone(), q),
-            Write::Delete(o) => verbs::delete_one(st, t, o),
-        }
-    }
-
-    /// Runs the write on the store as a dry run.
-    pub(crate) fn run_dry(
-        &self,
-        st: &mut State,
-        t: &Target,
-        q: &Query,
-    ) -> Result<Answer, ApiError> {
-        match self {
-            Write::Delete(o) => {
-                let mut o = o.clone();
-                o.dry_run = true;
-                verbs::delete_one(st, t, &o)
-            }
-            _ => self.run(st, t, &q.for_dry_run()),
-        }
-    }
-}
 
 /// Every webhook of one kind, configurations in name order (the store keeps keys sorted).
 pub fn load(st: &State, kind: Kind) -> Vec<Webhook> {

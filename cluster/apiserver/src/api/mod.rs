@@ -6,6 +6,7 @@ pub mod object_meta;
 pub mod query;
 pub mod selectors;
 pub mod status;
+pub mod user;
 
 /// The response body type of every answer (JSON documents, watch streams, logs and the
 /// streams' upgrade answers alike).

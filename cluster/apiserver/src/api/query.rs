@@ -31,7 +31,7 @@ pub struct Query {
     pairs: Vec<(String, String)>,
     user_agent: String,
     warnings: Arc<Mutex<Vec<String>>>,
-    requester: Option<Arc<crate::auth::rbac::Requester>>,
+    requester: Option<Arc<crate::api::user::UserInfo>>,
 }
 
 /// `fieldValidation`: what a write does with unknown and duplicate fields.
@@ -118,13 +118,13 @@ impl Query {
     }
 
     /// The same parameters, remembering who writes (for RBAC's escalation checks).
-    pub fn with_requester(mut self, requester: crate::auth::rbac::Requester) -> Self {
+    pub fn with_requester(mut self, requester: crate::api::user::UserInfo) -> Self {
         self.requester = Some(Arc::new(requester));
         self
     }
 
     /// Who writes, when RBAC is enforced.
-    pub fn requester(&self) -> Option<Arc<crate::auth::rbac::Requester>> {
+    pub fn requester(&self) -> Option<Arc<crate::api::user::UserInfo>> {
         self.requester.clone()
     }
 

@@ -115,11 +115,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::Shared;
-use crate::admission::Write;
 use crate::admission::config::{self as hookconfig, Endpoint};
 use crate::api::object_meta::{self as meta, meta_str};
 use crate::api::query::Query;
 use crate::api::status::{ApiError, Cause};
+use crate::registry::generic::Write;
 use crate::registry::generic::{self as verbs, Answer, Target};
 use crate::registry::resources::ResourceDef;
 use crate::registry::strategy;
@@ -238,7 +238,7 @@ pub fn validate(spec: &Value) -> Vec<Cause> {
                     format!("{p}.webhookClientConfig"),
                     "required when strategy is set to Webhook",
                 )),
-                Some(cc) => hookconfig::validate_client_config(
+                Some(cc) => crate::webhook::endpoint::validate_client_config(
                     cc,
                     &format!("{p}.webhookClientConfig"),
                     &mut errs,

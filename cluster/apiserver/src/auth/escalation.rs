@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 use crate::api::status::ApiError;
-use crate::auth::rbac::{Attributes, MASTERS_GROUP, Requester, authorize, rules_for, strings};
+use crate::auth::rbac::{Attributes, MASTERS_GROUP, UserInfo, authorize, rules_for, strings};
 use crate::storage::store::State;
 
 fn has(set: &[&str], x: &str) -> bool {
@@ -178,13 +178,13 @@ fn role_reference_rules(
 /// `Ok` for every other resource.
 pub fn confirm_no_escalation(
     st: &State,
-    req: &Requester,
+    user: &UserInfo,
     plural: &str,
     namespace: &str,
     obj: &Value,
 ) -> Result<(), ApiError> {
     const GROUP: &str = "rbac.authorization.k8s.io";
-    if !req.authorizer.enforced() || req.user.groups.iter().any(|g| g == MASTERS_GROUP) {
+    if user.groups.iter().any(|g| g == MASTERS_GROUP) {
         return Ok(());
     }
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
@@ -199,7 +199,7 @@ pub fn confirm_no_escalation(
     };
     let rules = match plural {
         "roles" | "clusterroles" => {
-            if authorize(st, &req.user, &attrs("escalate", plural, name)).0 {
+            if authorize(st, &user, &attrs("escalate", plural, name)).0 {
                 return Ok(());
             }
             if plural == "clusterroles" && obj["aggregationRule"].is_object() {
@@ -208,7 +208,7 @@ pub fn confirm_no_escalation(
                     json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
                     json!({"verbs": ["*"], "nonResourceURLs": ["*"]}),
                 ];
-                let held = rules_for(st, &req.user, namespace);
+                let held = rules_for(st, &user, namespace);
                 if !covers(&held.rules, &full).0 {
                     return Err(ApiError::forbidden(
                         plural,
@@ -228,7 +228,7 @@ pub fn confirm_no_escalation(
                 "clusterroles"
             };
             let ref_name = role_ref["name"].as_str().unwrap_or_default();
-            if authorize(st, &req.user, &attrs("bind", ref_resource, ref_name)).0 {
+            if authorize(st, &user, &attrs("bind", ref_resource, ref_name)).0 {
                 return Ok(());
             }
             role_reference_rules(st, role_ref, namespace)
@@ -236,7 +236,7 @@ pub fn confirm_no_escalation(
         }
         _ => return Ok(()),
     };
-    let held = rules_for(st, &req.user, namespace);
+    let held = rules_for(st, &user, namespace);
     let (ok, missing) = covers(&held.rules, &rules);
     if ok {
         return Ok(());
@@ -244,10 +244,10 @@ pub fn confirm_no_escalation(
     let mut lines: Vec<String> = compact(missing).iter().map(compact_string).collect();
     lines.sort();
     lines.dedup();
-    let groups: Vec<&str> = req.user.groups.iter().map(String::as_str).collect();
+    let groups: Vec<&str> = user.groups.iter().map(String::as_str).collect();
     let mut msg = format!(
         "user {} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
-        apimachinery::validation::go_quote(&req.user.name),
+        apimachinery::validation::go_quote(&user.name),
         go_string_list(&groups),
         lines.join("\n")
     );

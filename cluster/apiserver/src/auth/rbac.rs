@@ -135,14 +135,7 @@ pub const ADMIN_USER: &str = "admin";
 /// The group that bypasses authorization.
 pub const MASTERS_GROUP: &str = "system:masters";
 
-/// An authenticated user.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UserInfo {
-    /// User name (`alice`, `system:serviceaccount:cnat:cnat`).
-    pub name: String,
-    /// Groups, including the derived ones.
-    pub groups: Vec<String>,
-}
+pub use crate::api::user::UserInfo;
 
 /// What a request asks to do.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -607,16 +600,6 @@ pub fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
     }
     let names = strings(&rule["resourceNames"]);
     names.is_empty() || names.iter().any(|n| *n == attrs.name)
-}
-
-/// Who is writing, for the escalation checks of RBAC writes (set by the HTTP layer only when
-/// RBAC is enforced).
-#[derive(Clone, Debug)]
-pub struct Requester {
-    /// The authorizer (for the `escalate` and `bind` checks).
-    pub authorizer: Authorizer,
-    /// The user the request acts as.
-    pub user: UserInfo,
 }
 
 /// The 403 of `responsewriters.Forbidden`.

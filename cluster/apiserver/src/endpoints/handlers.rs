@@ -271,10 +271,7 @@ async fn serve(
     let cert = req.extensions().get::<Arc<ClientCertIdentity>>().cloned();
     let user = authenticate(shared, &path, req.headers(), cert.as_deref())?;
     let query = if shared.rbac.enforced() {
-        query.with_requester(crate::auth::rbac::Requester {
-            authorizer: shared.rbac.clone(),
-            user: user.clone(),
-        })
+        query.with_requester(user.clone())
     } else {
         query
     };

@@ -507,7 +507,7 @@ pub struct WriteOptions {
     /// Record an `operation: Update` entry (false for server-side apply, which records its own).
     pub record: bool,
     /// Who writes (RBAC enforced): roles and bindings then pass the escalation checks.
-    pub requester: Option<Arc<crate::auth::rbac::Requester>>,
+    pub requester: Option<Arc<crate::api::user::UserInfo>>,
 }
 
 impl WriteOptions {
@@ -1735,6 +1735,48 @@ pub fn delete_collection(
             "items": affected,
         }),
     ))
+}
+
+/// A write about to be admitted.
+#[derive(Clone, Debug)]
+pub enum Write {
+    /// POST of an object.
+    Create(Value),
+    /// PUT of an object.
+    Update(Value),
+    /// PATCH with a patch document.
+    Patch(PatchType, Value),
+    /// DELETE of one object.
+    Delete(DeleteOptions),
+}
+
+impl Write {
+    /// Runs the write on the store, unadmitted.
+    pub(crate) fn run(&self, st: &mut State, t: &Target, q: &Query) -> Result<Answer, ApiError> {
+        match self {
+            Write::Create(b) => create(st, t, b.clone(), q),
+            Write::Update(b) => update(st, t, b.clone(), q),
+            Write::Patch(ty, b) => patch(st, t, *ty, b.clone(), q),
+            Write::Delete(o) => delete_one(st, t, o),
+        }
+    }
+
+    /// Runs the write on the store as a dry run.
+    pub(crate) fn run_dry(
+        &self,
+        st: &mut State,
+        t: &Target,
+        q: &Query,
+    ) -> Result<Answer, ApiError> {
+        match self {
+            Write::Delete(o) => {
+                let mut o = o.clone();
+                o.dry_run = true;
+                delete_one(st, t, &o)
+            }
+            _ => self.run(st, t, &q.for_dry_run()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! registry
 
+pub mod admissionregistration;
 pub mod apps;
 pub mod batch;
 pub mod core;

@@ -93,8 +93,8 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         m.insert("apiVersion".into(), Value::String(def.api_version()));
         m.insert("kind".into(), Value::String(def.kind.clone()));
     }
-    if def.group == crate::admission::config::GROUP {
-        crate::admission::config::set_defaults(&def.plural, &mut obj);
+    if def.group == crate::registry::admissionregistration::GROUP {
+        crate::registry::admissionregistration::set_defaults(&def.plural, &mut obj);
     }
     if def.group.is_empty() && def.plural == "pods" {
         default_pod_security_context(&mut obj);

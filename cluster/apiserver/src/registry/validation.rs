@@ -124,9 +124,9 @@ pub fn validate_object(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         }
         ("", "events") => validate_core_event(obj, &mut errs),
         ("coordination.k8s.io", "leases") => validate_lease(spec, &mut errs),
-        (crate::admission::config::GROUP, plural) => {
-            errs.extend(crate::admission::config::validate(plural, obj))
-        }
+        (crate::registry::admissionregistration::GROUP, plural) => errs.extend(
+            crate::registry::admissionregistration::validate(plural, obj),
+        ),
         _ => {}
     }
     errs
