@@ -241,7 +241,12 @@ pub use endpoints::{handlers as http, watch};
 #[doc(hidden)]
 pub use registry::{batch::cronjobs, generic as verbs, strategy};
 #[doc(hidden)]
-pub use storage::{store, stored};
+pub use storage::stored;
+#[doc(hidden)]
+pub mod store {
+    pub use crate::registry::{State, Store};
+    pub use crate::storage::store::*;
+}
 #[doc(hidden)]
 pub use {auth::rbac, server::tls};
 #[doc(hidden)]
@@ -263,11 +268,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use crate::registry::Store;
 pub use apimachinery::serving::ServingLimits;
 /// kube-apiserver's `--token-auth-file` format, for commands that take one.
 pub use auth::tokens::{StaticToken, parse_token_auth_file};
 pub use request_log::{RequestKey, RequestLog};
-pub use store::Store;
 
 /// State shared by every request of one server.
 pub struct Shared {
@@ -665,7 +670,7 @@ impl ApiServerBuilder {
         };
         let token = self.admin_token()?;
         let store = Arc::new(match &self.data_dir {
-            Some(dir) => Store::open(self.history, dir)?,
+            Some(dir) => Store::open(self.history, dir, apiextensions::crd::serve_stored)?,
             None => Store::with_limits(self.history),
         });
         seed(&store, addr.port());

@@ -80,10 +80,10 @@ use crate::api::object_meta as meta;
 use crate::api::query::Query;
 use crate::api::status::ApiError;
 use crate::auth::rbac::UserInfo;
+use crate::registry::State;
 use crate::registry::generic::{self as verbs, Answer, PatchType, Target};
 use crate::registry::resources::ResourceDef;
 use crate::registry::strategy;
-use crate::storage::store::State;
 
 pub mod call;
 

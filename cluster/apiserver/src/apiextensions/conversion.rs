@@ -115,7 +115,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::Shared;
-use crate::admission::config::{self as hookconfig, Endpoint};
 use crate::api::object_meta::{self as meta, meta_str};
 use crate::api::query::Query;
 use crate::api::status::{ApiError, Cause};
@@ -125,6 +124,7 @@ use crate::registry::resources::ResourceDef;
 use crate::registry::strategy;
 use crate::storage::store::rv_of;
 use crate::webhook::client::{ClientManager, PostError};
+use crate::webhook::endpoint::{self as hookconfig, Endpoint};
 use apimachinery::validation::FieldError;
 
 /// The timeout of a conversion call unless configured (`webhook.defaultRequestTimeout`).
@@ -671,7 +671,7 @@ pub async fn run(
     // all along.
     let trial = dry;
     let dry = dry || query.dry_run();
-    let plain = |st: &mut crate::storage::store::State| {
+    let plain = |st: &mut crate::registry::State| {
         if trial {
             write.run_dry(st, target, query)
         } else {

@@ -32,8 +32,8 @@ use serde_json::{Value, json};
 
 use crate::api::object_meta::{self as meta, meta_str};
 use crate::api::status::{ApiError, Cause};
+use crate::registry::State;
 use crate::registry::resources::{CustomInfo, ResourceDef, ScaleSpec, View};
-use crate::storage::store::State;
 
 const CRD_KIND: &str = "CustomResourceDefinition";
 const CRD_GROUP: &str = "apiextensions.k8s.io";
@@ -415,3 +415,18 @@ pub fn remove(st: &mut State, crd: &Value) {
     st.delete_all(&format!("{group}/{plural}"));
     st.registry.remove_crd(&name);
 }
+
+/// Serves the CustomResourceDefinitions a data directory held again (the store calls this when
+/// it opens one): each is established as if it had just been created; one that no longer
+/// validates is logged and left unserved.
+pub fn serve_stored(state: &mut State) {
+    let crds: Vec<Value> = state.list(CRD_STORAGE, None).into_iter().cloned().collect();
+    for mut crd in crds {
+        if let Err(e) = establish(state, &mut crd, false) {
+            tracing::warn!(crd = %crate::storage::store::key_of(&crd).1, error = ?e, "stored CustomResourceDefinition not served");
+        }
+    }
+}
+
+/// Where CustomResourceDefinitions are stored.
+const CRD_STORAGE: &str = "apiextensions.k8s.io/customresourcedefinitions";

@@ -155,8 +155,8 @@ fn compact_string(r: &Value) -> String {
 }
 
 /// The rules of a binding's `roleRef` in `namespace` (`GetRoleReferenceRules`).
-fn role_reference_rules(
-    st: &State,
+fn role_reference_rules<Reg>(
+    st: &State<Reg>,
     role_ref: &Value,
     namespace: &str,
 ) -> Result<Vec<Value>, String> {
@@ -176,8 +176,8 @@ fn role_reference_rules(
 /// `ConfirmNoEscalation` plus the `escalate` / `bind` exemptions, for a create or update of a
 /// role or binding (`plural` in `rbac.authorization.k8s.io`) named `name` in `namespace`.
 /// `Ok` for every other resource.
-pub fn confirm_no_escalation(
-    st: &State,
+pub fn confirm_no_escalation<Reg>(
+    st: &State<Reg>,
     user: &UserInfo,
     plural: &str,
     namespace: &str,

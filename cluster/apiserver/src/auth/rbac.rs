@@ -231,9 +231,9 @@ impl Authorizer {
     }
 
     /// `Ok` if `user` may do `attrs` (or enforcement is off), else the 403 a real server sends.
-    pub fn check(
+    pub fn check<Reg>(
         &self,
-        store: &Store,
+        store: &Store<Reg>,
         user: &UserInfo,
         attrs: &Attributes,
     ) -> Result<(), ApiError> {
@@ -251,7 +251,7 @@ impl Authorizer {
     /// The decision for `user` doing `attrs`, as an access review reports it: with enforcement
     /// off every request is allowed with no reason (the `AlwaysAllow` authorizer), otherwise
     /// [`authorize`] decides.
-    pub fn decide(&self, st: &State, user: &UserInfo, attrs: &Attributes) -> Decision {
+    pub fn decide<Reg>(&self, st: &State<Reg>, user: &UserInfo, attrs: &Attributes) -> Decision {
         if !self.enforce {
             return Decision {
                 allowed: true,
@@ -265,7 +265,7 @@ impl Authorizer {
     /// Every rule that applies to `user` in `namespace`, as a rules review reports them: with
     /// enforcement off, `*` for every resource and every path (what `AlwaysAllow` reports),
     /// otherwise [`rules_for`].
-    pub fn rules_for(&self, st: &State, user: &UserInfo, namespace: &str) -> Rules {
+    pub fn rules_for<Reg>(&self, st: &State<Reg>, user: &UserInfo, namespace: &str) -> Rules {
         if !self.enforce {
             return Rules {
                 rules: vec![
@@ -387,8 +387,8 @@ fn describe_subject(subject: &Value, binding_ns: &str) -> String {
 /// bindings not overridden by a stored one of the same name), then the namespace's
 /// RoleBindings. `visit(source, rule)` returns `false` to stop; a binding whose role is missing
 /// adds a message to `errors` instead.
-fn visit_rules(
-    st: &State,
+fn visit_rules<Reg>(
+    st: &State<Reg>,
     user: &UserInfo,
     namespace: &str,
     errors: &mut Vec<String>,
@@ -434,8 +434,8 @@ fn visit_rules(
 
 /// One binding of [`visit_rules`]: nothing when `user` is not among its subjects, an error
 /// when its role is missing, else each rule of the role. Returns `false` when `visit` stopped.
-fn visit_binding(
-    st: &State,
+fn visit_binding<Reg>(
+    st: &State<Reg>,
     user: &UserInfo,
     b: &Value,
     binding_ns: &str,
@@ -489,7 +489,7 @@ fn visit_binding(
 /// Every rule that applies to `user` in `namespace` (`RulesFor` of the RBAC rule resolver):
 /// the rules of every matching ClusterRoleBinding, then of every matching RoleBinding in
 /// `namespace`, plus the missing roles as errors.
-pub fn rules_for(st: &State, user: &UserInfo, namespace: &str) -> Rules {
+pub fn rules_for<Reg>(st: &State<Reg>, user: &UserInfo, namespace: &str) -> Rules {
     let mut out = Rules::default();
     let mut rules = vec![];
     visit_rules(st, user, namespace, &mut out.errors, &mut |_, rule| {
@@ -505,7 +505,7 @@ pub fn rules_for(st: &State, user: &UserInfo, namespace: &str) -> Rules {
 /// authorizer that runs before RBAC); otherwise the first rule that allows gives the reason
 /// `RBAC: allowed by ClusterRoleBinding "b" of ClusterRole "r" to User "u"`, and a denial's
 /// reason lists the bindings whose roles are missing (empty when none are).
-pub fn authorize(st: &State, user: &UserInfo, attrs: &Attributes) -> (bool, String) {
+pub fn authorize<Reg>(st: &State<Reg>, user: &UserInfo, attrs: &Attributes) -> (bool, String) {
     if user.groups.iter().any(|g| g == MASTERS_GROUP) {
         return (true, String::new());
     }
@@ -770,8 +770,8 @@ mod tests {
         assert_eq!(e.to_status()["details"]["kind"], "ats");
     }
 
-    fn policy_store() -> Store {
-        let store = Store::new(100);
+    fn policy_store() -> crate::registry::Store {
+        let store = crate::registry::Store::new(100);
         store.write(|st| {
             st.update(
                 &format!("{GROUP}/clusterroles"),

@@ -66,7 +66,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::status::{ApiError, Cause};
 use crate::auth::rbac::{Attributes, Authorizer, UserInfo};
-use crate::storage::store::State;
+use crate::registry::State;
 
 /// The API group of the reviews.
 pub const GROUP: &str = "authorization.k8s.io";

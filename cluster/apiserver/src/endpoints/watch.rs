@@ -98,11 +98,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::query::ListOptions;
 use crate::api::status::ApiError;
+use crate::registry::Store;
 use crate::registry::generic::{Selection, Target};
 use crate::registry::resources::ResourceDef;
 use crate::registry::resources::View;
 use crate::registry::strategy::present;
-use crate::storage::store::{Change, ChangeType, Store, Stored};
+use crate::storage::store::{Change, ChangeType, Stored};
 
 /// How long a watch or a list from a future revision waits for it before the 504 (an ERROR
 /// event for a watch): the watch cache's `blockTimeout`

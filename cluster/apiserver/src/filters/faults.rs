@@ -55,8 +55,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::status::ApiError;
 use crate::filters::request_log::RequestLog;
+use crate::registry::Store;
 use crate::registry::generic::Target;
-use crate::storage::store::Store;
 
 /// What an injected fault does.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -31,7 +31,7 @@ use http::HeaderMap;
 
 use crate::api::status::ApiError;
 use crate::auth::rbac::{Attributes, Authorizer, UserInfo};
-use crate::storage::store::Store;
+use crate::registry::Store;
 
 const USER: &str = "impersonate-user";
 const GROUP: &str = "impersonate-group";

@@ -23,9 +23,10 @@ use crate::api::selectors::{FieldSelector, LabelSelector};
 use crate::api::status::{ApiError, success_status};
 use crate::apiextensions::crd;
 use crate::auth::rbac::Attributes;
+use crate::registry::State;
 use crate::registry::resources::ResourceDef;
 use crate::registry::strategy::{self, Endpoint, intake, present};
-use crate::storage::store::{Key, State, Stored, rv_of};
+use crate::storage::store::{Key, Stored, rv_of};
 
 /// The resource, namespace, name and subresource a request URL names.
 #[derive(Clone, Debug)]
@@ -274,7 +275,7 @@ fn decode_continue(token: &str) -> Result<ContinueToken, ApiError> {
 /// `waitUntilFreshAndBlock` does
 /// (`staging/src/k8s.io/apiserver/pkg/storage/cacher/watch_cache.go`): the HTTP layer waits up
 /// to `blockTimeout`, 3 s ([`awaited_revision`],
-/// [`Store::wait_for_revision`](crate::storage::store::Store::wait_for_revision)), holding no store lock,
+/// [`Store::wait_for_revision`](crate::registry::Store::wait_for_revision)), holding no store lock,
 /// and lists as soon as a write reaches the revision. Past the wait, `list` answers what
 /// `storage.NewTooLargeResourceVersionError` (`staging/src/k8s.io/apiserver/pkg/storage/errors.go`)
 /// builds: 504 `Timeout`, "Timeout: Too large resource version: N, current: M", cause

@@ -12,3 +12,9 @@ pub mod typed;
 pub mod validation;
 #[doc(hidden)]
 pub use resources::{CustomInfo, Registry, ResourceDef, ScaleSpec, View};
+
+/// The store of this server: its objects, their history, and the resource table.
+pub type Store = crate::storage::store::Store<resources::Registry>;
+
+/// What [`Store::read`] and [`Store::write`] hand over: the objects and the resource table.
+pub type State = crate::storage::store::State<resources::Registry>;

@@ -262,10 +262,17 @@ const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
-/// The resource table.
-#[derive(Clone, Debug, Default)]
+/// The resource table. Its default is the built-in resources ([`Registry::builtins`]).
+#[derive(Clone, Debug)]
 pub struct Registry {
     defs: Vec<Arc<ResourceDef>>,
+}
+
+impl Default for Registry {
+    /// The built-in resources ([`Registry::builtins`]).
+    fn default() -> Self {
+        Registry::builtins()
+    }
 }
 
 impl Registry {

@@ -21,9 +21,10 @@ use serde_json::{Value, json};
 
 use crate::api::object_meta::{self as meta, finalizers_of, meta_str};
 use crate::api::status::{ApiError, Cause};
+use crate::registry::State;
 use crate::registry::core::events;
 use crate::registry::resources::{ResourceDef, View};
-use crate::storage::store::{State, rv_of};
+use crate::storage::store::rv_of;
 
 /// Which endpoint a write came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

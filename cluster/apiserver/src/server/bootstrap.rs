@@ -35,7 +35,7 @@
 use serde_json::{Value, json};
 
 use crate::api::object_meta as meta;
-use crate::storage::store::State;
+use crate::registry::State;
 
 const RBAC: &str = "rbac.authorization.k8s.io";
 
@@ -486,7 +486,7 @@ pub fn seed_rbac(st: &mut State) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::store::Store;
+    use crate::registry::Store;
 
     #[test]
     fn aggregated_roles_hold_what_they_aggregate() {

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::api::query::Query;
 use crate::api::status::ApiError;
+use crate::registry::Store;
 use crate::registry::generic::{self as verbs, Target};
-use crate::storage::store::Store;
 
 /// Why manifests could not be loaded.
 #[derive(Debug, thiserror::Error)]

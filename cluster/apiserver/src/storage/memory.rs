@@ -72,8 +72,8 @@ pub async fn release_after_bursts(release: fn(), stop: CancellationToken) {
 /// ([`shed_interval`](crate::storage::stored::shed_interval)) until `stop` (see the module docs), on a
 /// thread of its own (a pass encodes the objects it sheds), dropping what each pass replaced
 /// here, on the runtime.
-pub async fn shed_rested(
-    store: std::sync::Arc<crate::storage::store::Store>,
+pub async fn shed_rested<Reg: Send + Sync + 'static>(
+    store: std::sync::Arc<crate::storage::store::Store<Reg>>,
     interval: Duration,
     stop: CancellationToken,
 ) {

@@ -96,12 +96,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::registry::resources::Registry;
 use crate::storage::durable::{Disk, DiskError};
 pub use crate::storage::stored::Stored;
-
-/// Where CustomResourceDefinitions are stored (re-registered when a data directory is loaded).
-const CRD_STORAGE: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
 /// `(namespace, name)`; namespace is `""` for cluster-scoped objects.
 pub type Key = (String, String);
@@ -507,7 +503,7 @@ fn bucket_mut<'a>(objects: &'a mut HashMap<String, Bucket>, storage: &str) -> &'
 
 /// Everything stored, plus the resource table. Reached through [`Store::read`] / [`Store::write`].
 #[derive(Debug)]
-pub struct State {
+pub struct State<Reg> {
     rv: u64,
     objects: HashMap<String, Bucket>,
     history: VecDeque<Arc<Change>>,
@@ -522,12 +518,16 @@ pub struct State {
     retired: Vec<Arc<Change>>,
     /// Changes not yet handed to the disk (only when the store is durable).
     journal: Option<Vec<Arc<Change>>>,
-    /// The resources served; CRD registration edits it under the same lock as the objects.
-    pub registry: Registry,
+    /// The resources served (the API server's resource table, a type this module does not
+    /// know); CRD registration edits it under the same lock as the objects.
+    pub registry: Reg,
 }
 
-impl State {
-    fn new(limits: HistoryLimits) -> Self {
+impl<Reg> State<Reg> {
+    fn new(limits: HistoryLimits) -> Self
+    where
+        Reg: Default,
+    {
         State {
             rv: 1,
             objects: HashMap::new(),
@@ -539,7 +539,7 @@ impl State {
             clock: system_now_ms,
             retired: Vec::new(),
             journal: None,
-            registry: Registry::builtins(),
+            registry: Reg::default(),
         }
     }
 
@@ -1027,15 +1027,15 @@ impl<'s, 'a: 's, C: Iterator<Item = (&'a Key, &'a Arc<Stored>)>> Iterator for Me
 /// The shared store: [`State`] behind a mutex plus the revision broadcast, and, when durable,
 /// the on-disk copy ([`crate::storage::durable`]).
 #[derive(Debug)]
-pub struct Store {
-    state: Mutex<State>,
+pub struct Store<Reg> {
+    state: Mutex<State<Reg>>,
     rv_tx: watch::Sender<u64>,
     disk: Option<Disk>,
     /// Watchers closed as unresponsive, by (group, resource): see [`crate::endpoints::watch`].
     terminated_watchers: Mutex<BTreeMap<(String, String), u64>>,
 }
 
-impl Store {
+impl<Reg: Default> Store<Reg> {
     /// An in-memory store keeping at most `window` changes of history (and the default age
     /// and byte bounds).
     pub fn new(window: usize) -> Self {
@@ -1047,7 +1047,7 @@ impl Store {
         Store::from_state(State::new(limits), None)
     }
 
-    fn from_state(state: State, disk: Option<Disk>) -> Self {
+    fn from_state(state: State<Reg>, disk: Option<Disk>) -> Self {
         let (rv_tx, _) = watch::channel(state.rv);
         Store {
             state: Mutex::new(state),
@@ -1061,7 +1061,11 @@ impl Store {
     /// history written there before, and commits every later write before it returns.
     /// CustomResourceDefinitions found there are registered again, so their resources are
     /// served. The history is trimmed to `limits` at once.
-    pub fn open(limits: HistoryLimits, dir: &Path) -> Result<Self, DiskError> {
+    pub fn open(
+        limits: HistoryLimits,
+        dir: &Path,
+        on_load: impl FnOnce(&mut State<Reg>),
+    ) -> Result<Self, DiskError> {
         let (disk, loaded) = Disk::open(dir)?;
         let mut state = State::new(limits);
         if loaded.rv > 0 {
@@ -1102,35 +1106,32 @@ impl Store {
                 state.history.push_back(Arc::new(change));
             }
             state.trim((state.clock)());
-            let crds: Vec<Value> = state.list(CRD_STORAGE, None).into_iter().cloned().collect();
-            for mut crd in crds {
-                if let Err(e) = crate::apiextensions::crd::establish(&mut state, &mut crd, false) {
-                    tracing::warn!(crd = %key_of(&crd).1, error = ?e, "stored CustomResourceDefinition not served");
-                }
-            }
+            on_load(&mut state);
         }
         state.journal = Some(Vec::new());
         Ok(Store::from_state(state, Some(disk)))
     }
+}
 
+impl<Reg> Store<Reg> {
     /// Whether writes are committed to disk (`--data-dir`).
     pub fn is_durable(&self) -> bool {
         self.disk.is_some()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<Reg>> {
         // A panic while holding the lock cannot leave a half-written object (every write is a
         // single map insert), so a poisoned lock is safe to keep using.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs `f` with shared access to the state.
-    pub fn read<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+    pub fn read<R>(&self, f: impl FnOnce(&State<Reg>) -> R) -> R {
         f(&self.lock())
     }
 
     /// The write, and whether its commit succeeded.
-    fn write_inner<R>(&self, f: impl FnOnce(&mut State) -> R) -> (R, Result<(), String>) {
+    fn write_inner<R>(&self, f: impl FnOnce(&mut State<Reg>) -> R) -> (R, Result<(), String>) {
         let (out, before, after, ticket, retired) = {
             let mut st = self.lock();
             let before = st.rv;
@@ -1165,7 +1166,7 @@ impl Store {
     /// this write is on disk (group commit, see the module docs). A write that cannot be
     /// committed (a full disk) stays in memory and queued; see [`Store::write_checked`] for
     /// the writes that must answer a client.
-    pub fn write<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+    pub fn write<R>(&self, f: impl FnOnce(&mut State<Reg>) -> R) -> R {
         self.write_inner(f).0
     }
 
@@ -1175,7 +1176,7 @@ impl Store {
     /// whose own commit fails gets the same answer. Reads are never refused.
     pub fn write_checked<T, E: From<crate::api::status::ApiError>>(
         &self,
-        f: impl FnOnce(&mut State) -> Result<T, E>,
+        f: impl FnOnce(&mut State<Reg>) -> Result<T, E>,
     ) -> Result<T, E> {
         let nospace = || {
             crate::api::status::ApiError::new(500, "", "etcdserver: mvcc: database space exceeded")
@@ -1262,7 +1263,7 @@ impl Store {
     /// replaced, for the caller to drop on another thread ([`Garbage`]). Holds the lock for two
     /// walks over the objects and the history, never while encoding or freeing.
     pub fn shed(&self) -> Garbage {
-        let candidates = self.read(State::shed_candidates);
+        let candidates = self.read(State::<Reg>::shed_candidates);
         if candidates.is_empty() {
             return Garbage::default();
         }
@@ -1298,6 +1299,9 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    type Store = super::Store<()>;
+    type State = super::State<()>;
     use serde_json::json;
 
     fn cm(name: &str, v: &str) -> Value {
@@ -1364,7 +1368,7 @@ mod tests {
     fn a_durable_store_reopens_with_the_same_objects_revision_and_history() {
         let dir = tempfile::tempdir().unwrap();
         let (rv, a_rv, bytes) = {
-            let store = Store::open(HistoryLimits::default(), dir.path()).unwrap();
+            let store = Store::open(HistoryLimits::default(), dir.path(), |_| {}).unwrap();
             let a = store.write(|s| s.create("core/configmaps", cm("a", "1")));
             store.write(|s| s.create("core/configmaps", cm("b", "1")));
             store.write(|s| s.update("core/configmaps", cm("a", "2")));
@@ -1372,7 +1376,7 @@ mod tests {
             let bytes = store.read(|s| s.history_bytes());
             (store.resource_version(), rv_of(&a), bytes)
         };
-        let store = Store::open(HistoryLimits::default(), dir.path()).unwrap();
+        let store = Store::open(HistoryLimits::default(), dir.path(), |_| {}).unwrap();
         assert_eq!(store.resource_version(), rv);
         store.read(|s| {
             // Each version is one allocation again: a's update holds a's creation as its
@@ -1408,7 +1412,7 @@ mod tests {
         // A compaction is durable too.
         store.write(|s| s.compact());
         drop(store);
-        let store = Store::open(HistoryLimits::default(), dir.path()).unwrap();
+        let store = Store::open(HistoryLimits::default(), dir.path(), |_| {}).unwrap();
         store.read(|s| {
             assert_eq!(s.compacted_revision(), rv + 1);
             assert_eq!(s.history_len(), 0);

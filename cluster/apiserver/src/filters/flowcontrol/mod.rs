@@ -79,7 +79,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::status::ApiError;
 use crate::auth::rbac::UserInfo;
-use crate::storage::store::Store;
+use crate::registry::Store;
 use queueset::{Admission, QueueSet, QueueSetConfig, Rejection, Seat};
 
 /// The most seats one request may occupy (`maximumSeats` of kube-apiserver's

@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 use crate::api::object_meta::meta_str;
 use crate::api::status::{ApiError, Cause};
 use crate::auth::tokens::TokenTable;
+use crate::registry::State;
 use crate::registry::generic::{self as verbs, DeleteOptions, Target};
-use crate::storage::store::State;
 
 /// The audience of this server's tokens (kube-apiserver's default `--api-audiences`).
 pub const AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";

@@ -39,8 +39,8 @@ use std::net::Ipv4Addr;
 use serde_json::{Value, json};
 
 use crate::api::status::ApiError;
+use crate::registry::State;
 use crate::registry::validation::to_causes;
-use crate::storage::store::State;
 use apimachinery::validation::FieldError;
 
 /// The service CIDR: base address and prefix length (`10.96.0.0/12`).
