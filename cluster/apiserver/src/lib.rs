@@ -670,8 +670,15 @@ impl ApiServerBuilder {
         };
         let token = self.admin_token()?;
         let store = Arc::new(match &self.data_dir {
-            Some(dir) => Store::open(self.history, dir, apiextensions::crd::serve_stored)?,
-            None => Store::with_limits(self.history),
+            Some(dir) => Store::open(self.history, dir, |state| {
+                apiextensions::crd::install(&mut state.registry);
+                apiextensions::crd::serve_stored(state);
+            })?,
+            None => {
+                let store = Store::with_limits(self.history);
+                store.write(|state| apiextensions::crd::install(&mut state.registry));
+                store
+            }
         });
         seed(&store, addr.port());
         flowcontrol::FlowControl::seed(&store);

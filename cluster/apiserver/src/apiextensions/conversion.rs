@@ -121,6 +121,7 @@ use crate::api::status::{ApiError, Cause};
 use crate::registry::generic::Write;
 use crate::registry::generic::{self as verbs, Answer, Target};
 use crate::registry::resources::ResourceDef;
+pub use crate::registry::resources::WebhookConversion;
 use crate::registry::strategy;
 use crate::storage::store::rv_of;
 use crate::webhook::client::{ClientManager, PostError};
@@ -136,20 +137,6 @@ pub const CONFLICT_RETRIES: usize = 5;
 
 /// The `ConversionReview` versions this server speaks, in the order it prefers them.
 const REVIEW_VERSIONS: [&str; 2] = ["v1", "v1beta1"];
-
-/// A CRD's conversion webhook (`spec.conversion.webhook` of a `strategy: Webhook` CRD).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WebhookConversion {
-    /// The CRD's name (`<plural>.<group>`).
-    pub crd_name: String,
-    /// Where the webhook is called.
-    pub endpoint: Endpoint,
-    /// `clientConfig.caBundle`, decoded (PEM); empty means the system roots.
-    pub ca_bundle: Vec<u8>,
-    /// The `ConversionReview` version sent: the first of `conversionReviewVersions` this
-    /// server speaks.
-    pub review_version: String,
-}
 
 impl WebhookConversion {
     /// The webhook of a (valid) CRD, if its strategy is `Webhook`.

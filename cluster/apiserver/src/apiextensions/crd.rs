@@ -32,8 +32,11 @@ use serde_json::{Value, json};
 
 use crate::api::object_meta::{self as meta, meta_str};
 use crate::api::status::{ApiError, Cause};
+use crate::apiextensions::custom_resources::CustomResourceStrategy;
 use crate::registry::State;
+use crate::registry::resources::StrategyRef;
 use crate::registry::resources::{CustomInfo, ResourceDef, ScaleSpec, View};
+use crate::registry::strategy::Strategy;
 
 const CRD_KIND: &str = "CustomResourceDefinition";
 const CRD_GROUP: &str = "apiextensions.k8s.io";
@@ -285,9 +288,11 @@ fn version_definition(crd: &Value, crd_name: &str, v: &Value) -> ResourceDef {
                         )
                     })
             }),
-            // Compiled once here, per CRD generation; `spec_causes` already refused rules that
-            // do not compile, so an error cannot occur for a CRD that got this far.
-            validation_rules: v["schema"]
+        }),
+        // Compiled once here, per CRD generation; `spec_causes` already refused rules that
+        // do not compile, so an error cannot occur for a CRD that got this far.
+        strategy: StrategyRef(Some(Arc::new(CustomResourceStrategy {
+            rules: v["schema"]
                 .get("openAPIV3Schema")
                 .and_then(|s| {
                     crate::apiextensions::cel_rules::compile(s, "")
@@ -295,7 +300,7 @@ fn version_definition(crd: &Value, crd_name: &str, v: &Value) -> ResourceDef {
                         .flatten()
                 })
                 .map(Arc::new),
-        }),
+        }))),
     }
 }
 
@@ -430,3 +435,29 @@ pub fn serve_stored(state: &mut State) {
 
 /// Where CustomResourceDefinitions are stored.
 const CRD_STORAGE: &str = "apiextensions.k8s.io/customresourcedefinitions";
+
+/// The strategy of `customresourcedefinitions` themselves: a CRD is established (validated
+/// and its resources served) before it is stored, and its custom resources go when it goes.
+#[derive(Debug, Default)]
+pub struct CrdStrategy;
+
+impl Strategy for CrdStrategy {
+    fn before_store(&self, st: &mut State, obj: &mut Value, dry_run: bool) -> Result<(), ApiError> {
+        establish(st, obj, dry_run)
+    }
+
+    fn after_remove(&self, st: &mut State, removed: &Value) {
+        remove(st, removed);
+    }
+}
+
+/// Plugs apiextensions into a resource table: CustomResourceDefinitions get [`CrdStrategy`]
+/// (the table of built-ins serves them with the generic store's rules alone).
+pub fn install(registry: &mut crate::registry::resources::Registry) {
+    let strategy: Arc<dyn Strategy> = Arc::new(CrdStrategy);
+    registry.set_strategy(
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        strategy,
+    );
+}

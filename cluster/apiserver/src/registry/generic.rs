@@ -21,7 +21,6 @@ use crate::api::object_meta::{self as meta, finalizers_of, meta_str};
 use crate::api::query::{ListOptions, Query, RvMatch};
 use crate::api::selectors::{FieldSelector, LabelSelector};
 use crate::api::status::{ApiError, success_status};
-use crate::apiextensions::crd;
 use crate::auth::rbac::Attributes;
 use crate::registry::State;
 use crate::registry::resources::ResourceDef;
@@ -599,7 +598,7 @@ fn same_map_without(
 }
 
 /// Paths present in `before` but not in `after` (what pruning removed), as `spec.x`.
-fn dropped_fields(before: &Value, after: &Value, prefix: &str, out: &mut Vec<String>) {
+pub(crate) fn dropped_fields(before: &Value, after: &Value, prefix: &str, out: &mut Vec<String>) {
     match (before, after) {
         (Value::Object(b), Value::Object(a)) => {
             for (k, bv) in b {
@@ -621,94 +620,6 @@ fn dropped_fields(before: &Value, after: &Value, prefix: &str, out: &mut Vec<Str
         }
         _ => {}
     }
-}
-
-/// Defaults, prunes and validates a custom resource against its CRD's structural schema: schema
-/// `default`s fill missing fields, unknown fields are dropped, and failures are a 422 Invalid with
-/// one cause per failing field. With `fieldValidation=Strict` (what
-/// kubectl sends by default) an unknown field is a 400 `strict decoding error` instead, as on
-/// the real server. Then the CRD's CEL rules run ([`crate::apiextensions::cel_rules`]) with `old`, the stored
-/// object on update; their failures join the schema's in the same 422.
-pub fn validate_custom(
-    def: &ResourceDef,
-    obj: &mut Value,
-    old: Option<&Value>,
-    opts: &WriteOptions,
-) -> Result<(), ApiError> {
-    let Some(schema) = def.custom.as_ref().and_then(|c| c.schema.as_ref()) else {
-        return Ok(());
-    };
-    // apiVersion, kind and metadata are the server's, not the schema's.
-    let mut body = obj.clone();
-    if let Some(m) = body.as_object_mut() {
-        m.remove("metadata");
-        m.remove("apiVersion");
-        m.remove("kind");
-    }
-    if opts.strict {
-        let mut pruned = body.clone();
-        crate::apiextensions::schema::prune(schema, &mut pruned);
-        let mut dropped = vec![];
-        dropped_fields(&body, &pruned, "", &mut dropped);
-        if !dropped.is_empty() {
-            let list: Vec<String> = dropped
-                .iter()
-                .map(|f| format!("unknown field \"{f}\""))
-                .collect();
-            return Err(ApiError::bad_request(format!(
-                "strict decoding error: {}",
-                list.join(", ")
-            )));
-        }
-    }
-    crate::apiextensions::schema::apply_defaults(schema, &mut body);
-    crate::apiextensions::schema::prune(schema, &mut body);
-    let mut errors = crate::apiextensions::schema::validate(schema, &body);
-    if let Some(rules) = def
-        .custom
-        .as_ref()
-        .and_then(|c| c.validation_rules.as_ref())
-    {
-        if crate::apiextensions::cel_rules::has_blocking_error(&errors) {
-            errors.push(crate::apiextensions::cel_rules::rules_not_checked());
-        } else {
-            let mut whole = body.clone();
-            for key in ["metadata", "apiVersion", "kind"] {
-                if let (Some(w), Some(v)) = (whole.as_object_mut(), obj.get(key)) {
-                    w.insert(key.to_owned(), v.clone());
-                }
-            }
-            errors.extend(rules.validate(&whole, old));
-        }
-    }
-    if !errors.is_empty() {
-        let causes = errors
-            .iter()
-            .map(|e| {
-                let c = e.to_cause();
-                crate::api::status::Cause::new(
-                    c.reason.as_deref().unwrap_or("FieldValueInvalid"),
-                    c.field.as_deref().unwrap_or_default(),
-                    c.message.unwrap_or_default(),
-                )
-            })
-            .collect();
-        return Err(ApiError::invalid(
-            &def.kind,
-            &def.group,
-            meta_str(obj, "name"),
-            causes,
-        ));
-    }
-    if let (Some(pruned), Some(o)) = (body.as_object_mut(), obj.as_object_mut()) {
-        for key in ["metadata", "apiVersion", "kind"] {
-            if let Some(v) = o.remove(key) {
-                pruned.insert(key.to_owned(), v);
-            }
-        }
-        *o = std::mem::take(pruned);
-    }
-    Ok(())
 }
 
 /// How many names the server generates for one create before answering 409 (the real
@@ -734,10 +645,6 @@ fn pick_generated_name(
     None
 }
 
-fn is_crd(def: &ResourceDef) -> bool {
-    def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions"
-}
-
 /// Prepares, validates and stores a new object; the shared tail of POST, create-on-PUT and
 /// server-side apply on a missing object.
 fn create_prepared(
@@ -755,7 +662,9 @@ fn create_prepared(
     crate::registry::batch::jobs::prepare_create(def, &mut obj);
     crate::registry::batch::cronjobs::prepare_create(def, &mut obj);
     crate::registry::apps::replicas::validate_replicas(def, &obj)?;
-    validate_custom(def, &mut obj, None, &opts)?;
+    if let Some(strategy) = def.strategy.get() {
+        strategy.validate(def, &mut obj, None, opts.strict)?;
+    }
     if generated {
         // KEP-4420: a generated name that collides is generated again, as the real registry
         // does (`maxNameGenerationCreateAttempts`), before giving up with 409.
@@ -804,8 +713,8 @@ fn create_prepared(
     {
         crate::auth::escalation::confirm_no_escalation(st, req, &def.plural, &ns, &obj)?;
     }
-    if is_crd(def) {
-        crd::establish(st, &mut obj, dry_run)?;
+    if let Some(strategy) = def.strategy.get() {
+        strategy.before_store(st, &mut obj, dry_run)?;
     }
     if dry_run {
         return Ok((201, present(def, &obj)));
@@ -873,7 +782,9 @@ fn update_stored(
         )?;
     }
     crate::registry::apps::replicas::validate_replicas(def, &result)?;
-    validate_custom(def, &mut result, Some(old), &opts)?;
+    if let Some(strategy) = def.strategy.get() {
+        strategy.validate(def, &mut result, Some(old), opts.strict)?;
+    }
     crate::registry::validation::check(
         def,
         t.name(),
@@ -886,8 +797,8 @@ fn update_stored(
         let ns = meta_str(&result, "namespace").to_owned();
         crate::auth::escalation::confirm_no_escalation(st, req, &def.plural, &ns, &result)?;
     }
-    if is_crd(def) {
-        crd::establish(st, &mut result, dry_run)?;
+    if let Some(strategy) = def.strategy.get() {
+        strategy.before_store(st, &mut result, dry_run)?;
     }
     if same_except_managed_times(&result, old) {
         // A no-op write changes nothing: same resourceVersion, no watch event.
@@ -1440,8 +1351,8 @@ pub fn remove_object(
     last: Option<Value>,
 ) -> Option<Value> {
     let removed = st.delete_as(&def.storage, ns, name, last)?;
-    if is_crd(def) {
-        crd::remove(st, &removed);
+    if let Some(strategy) = def.strategy.get() {
+        strategy.after_remove(st, &removed);
     }
     if def.namespaced && !ns.is_empty() {
         finish_namespace_if_empty(st, ns);

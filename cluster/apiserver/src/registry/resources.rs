@@ -20,6 +20,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::registry::strategy::Strategy;
+
 /// Which schema a definition presents its stored objects through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum View {
@@ -54,12 +56,24 @@ pub struct CustomInfo {
     /// The CRD's storage version (objects are converted to it before they are stored).
     pub storage_version: String,
     /// The CRD's conversion webhook (`strategy: Webhook`); `None` for `strategy: None`.
-    pub conversion: Option<Arc<crate::apiextensions::conversion::WebhookConversion>>,
+    pub conversion: Option<Arc<WebhookConversion>>,
     /// `deprecated: true` on the served version: the `Warning` every request to it carries
     /// (its `deprecationWarning`, or `<group>/<version> <Kind> is deprecated`).
     pub deprecation_warning: Option<String>,
-    /// The schema's `x-kubernetes-validations`, compiled once per CRD generation.
-    pub validation_rules: Option<std::sync::Arc<crate::apiextensions::cel_rules::Validator>>,
+}
+
+/// A CRD's conversion webhook (`spec.conversion.webhook` of a `strategy: Webhook` CRD).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookConversion {
+    /// The CRD's name (`<plural>.<group>`).
+    pub crd_name: String,
+    /// Where the webhook is called.
+    pub endpoint: crate::webhook::endpoint::Endpoint,
+    /// `clientConfig.caBundle`, decoded (PEM); empty means the system roots.
+    pub ca_bundle: Vec<u8>,
+    /// The `ConversionReview` version sent: the first of `conversionReviewVersions` this
+    /// server speaks.
+    pub review_version: String,
 }
 
 /// Everything the server needs to know to serve one resource in one version.
@@ -105,6 +119,31 @@ pub struct ResourceDef {
     pub view: View,
     /// Custom resources only.
     pub custom: Option<CustomInfo>,
+    /// What this resource adds to the generic store's writes, if anything (see
+    /// [`crate::registry::strategy::Strategy`]).
+    pub strategy: StrategyRef,
+}
+
+/// A resource's [`Strategy`], if it has one. Definitions compare equal when they share the same
+/// strategy object.
+#[derive(Clone, Debug, Default)]
+pub struct StrategyRef(pub Option<Arc<dyn Strategy>>);
+
+impl PartialEq for StrategyRef {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl StrategyRef {
+    /// The strategy, if any.
+    pub fn get(&self) -> Option<&dyn Strategy> {
+        self.0.as_deref()
+    }
 }
 
 impl ResourceDef {
@@ -196,6 +235,7 @@ impl B {
             storage,
             view: View::Native,
             custom: None,
+            strategy: StrategyRef::default(),
         })
     }
     fn short(mut self, names: &[&str]) -> Self {
@@ -564,6 +604,18 @@ impl Registry {
             .filter(|d| d.storage == storage)
             .cloned()
             .collect()
+    }
+
+    /// Gives every version of `group`/`plural` the strategy `strategy` (how a layer above the
+    /// generic store plugs in: [`Strategy`]).
+    pub fn set_strategy(&mut self, group: &str, plural: &str, strategy: Arc<dyn Strategy>) {
+        for d in self.defs.iter_mut() {
+            if d.group == group && d.plural == plural {
+                let mut def = (**d).clone();
+                def.strategy = StrategyRef(Some(strategy.clone()));
+                *d = Arc::new(def);
+            }
+        }
     }
 
     /// Adds (or replaces, by group/version/plural) definitions.

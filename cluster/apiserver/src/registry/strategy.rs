@@ -26,6 +26,41 @@ use crate::registry::core::events;
 use crate::registry::resources::{ResourceDef, View};
 use crate::storage::store::rv_of;
 
+/// What one resource adds to the generic store's create, update and delete, beyond the rules
+/// every resource shares (the rest of this module): kube's `RESTCreateStrategy`,
+/// `RESTUpdateStrategy` and the store's `AfterCreate`/`AfterDelete` hooks. A resource's
+/// definition carries its strategy ([`crate::registry::resources::ResourceDef::strategy`]); a
+/// strategy is how a layer above the generic store (apiextensions: CRDs and their custom
+/// resources) plugs in without the store knowing it. Every hook does nothing by default.
+pub trait Strategy: Send + Sync + std::fmt::Debug {
+    /// Validates (and, as a custom resource's schema does, defaults and prunes) an object
+    /// about to be created (`old` is `None`) or updated; `strict` is `fieldValidation=Strict`.
+    fn validate(
+        &self,
+        _def: &ResourceDef,
+        _obj: &mut Value,
+        _old: Option<&Value>,
+        _strict: bool,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// Runs under the store's lock once a create or update has been decided, before it is
+    /// stored (or, with `dry_run`, instead of storing it): a CRD is established here.
+    fn before_store(
+        &self,
+        _st: &mut State,
+        _obj: &mut Value,
+        _dry_run: bool,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// Runs under the store's lock after an object was removed: a CRD's custom resources go
+    /// with it.
+    fn after_remove(&self, _st: &mut State, _removed: &Value) {}
+}
+
 /// Which endpoint a write came through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {

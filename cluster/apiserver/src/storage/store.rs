@@ -1059,8 +1059,8 @@ impl<Reg: Default> Store<Reg> {
 
     /// A durable store in `dir` (created if missing): loads the objects, the revision and the
     /// history written there before, and commits every later write before it returns.
-    /// CustomResourceDefinitions found there are registered again, so their resources are
-    /// served. The history is trimmed to `limits` at once.
+    /// `on_load` then sees the loaded state (the server serves the CustomResourceDefinitions found
+    /// there again). The history is trimmed to `limits` at once.
     pub fn open(
         limits: HistoryLimits,
         dir: &Path,
@@ -1106,8 +1106,9 @@ impl<Reg: Default> Store<Reg> {
                 state.history.push_back(Arc::new(change));
             }
             state.trim((state.clock)());
-            on_load(&mut state);
         }
+        // Before the journal starts: whatever `on_load` changes is not written back.
+        on_load(&mut state);
         state.journal = Some(Vec::new());
         Ok(Store::from_state(state, Some(disk)))
     }
