@@ -272,42 +272,8 @@ pub use crate::registry::Store;
 pub use apimachinery::serving::ServingLimits;
 /// kube-apiserver's `--token-auth-file` format, for commands that take one.
 pub use auth::tokens::{StaticToken, parse_token_auth_file};
+use endpoints::Shared;
 pub use request_log::{RequestKey, RequestLog};
-
-/// State shared by every request of one server.
-pub struct Shared {
-    /// Objects, history, resource table.
-    pub store: Arc<Store>,
-    /// Request counts.
-    pub log: RequestLog,
-    /// Accepted bearer tokens.
-    pub tokens: auth::tokens::TokenTable,
-    /// Who a request without an `Authorization` header is: `None` (401) over HTTPS; the
-    /// bootstrap user over plain HTTP, as kube-apiserver's old insecure port served everyone
-    /// (clients such as kubectl send no credentials to an `http://` server).
-    pub unauthenticated_user: Option<String>,
-    /// Interval between watch bookmarks.
-    pub bookmark_interval: Duration,
-    /// When a watch whose client stopped reading is closed.
-    pub watch_unresponsive: watch::Unresponsive,
-    /// Answer `sendInitialEvents` with 422.
-    pub reject_send_initial_events: bool,
-    /// Cancelled at shutdown; ends watches and connections.
-    pub shutdown: CancellationToken,
-    /// `host:port` for `/api`'s `serverAddressByClientCIDRs`.
-    pub server_address: String,
-    /// Injected faults (checked on every resource request; ends watches on demand).
-    pub faults: faults::Faults,
-    /// Users' groups and RBAC enforcement.
-    pub rbac: rbac::Authorizer,
-    /// API Priority and Fairness (or the max-in-flight limits): seats, queues, 429s.
-    pub flowcontrol: Arc<flowcontrol::FlowControl>,
-    /// Admission webhooks: service endpoints and pooled webhook clients ([`admission`]).
-    pub admission: admission::Admission,
-    /// The kubelets of the nodes that registered: logs, exec, attach and port-forward
-    /// ([`kubelet`]).
-    pub kubelets: kubelet::Kubelets,
-}
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -700,9 +666,12 @@ impl ApiServerBuilder {
             shutdown: shutdown.clone(),
             server_address: addr.to_string(),
             flowcontrol: flow_control.clone(),
-            admission: admission::Admission {
-                conversion_timeout: self.conversion_timeout,
-                ..admission::Admission::new(self.service_endpoints.clone())
+            backend: registry::Backend {
+                store: store.clone(),
+                webhooks: Arc::new(webhook::Webhooks {
+                    conversion_timeout: self.conversion_timeout,
+                    ..webhook::Webhooks::new(self.service_endpoints.clone())
+                }),
             },
         });
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -1222,7 +1191,8 @@ impl ApiServerHandle {
     /// does this). Calls already under way keep the address they dialled.
     pub fn set_service_endpoint(&self, namespace_name: &str, host_port: &str) {
         self.shared
-            .admission
+            .backend
+            .webhooks
             .clients
             .set_endpoint(namespace_name, host_port);
     }

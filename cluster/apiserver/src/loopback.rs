@@ -49,11 +49,11 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::Shared;
 use crate::admission::{self, Write};
 use crate::api::query::{ListOptions, Query};
 use crate::api::status::ApiError;
 use crate::auth::rbac::{Attributes, UserInfo};
+use crate::endpoints::Shared;
 use crate::registry::generic::{self as verbs, DeleteOptions, PatchType, Target};
 use crate::registry::resources::ResourceDef;
 use crate::storage::store::{Change, ChangeType, Stored};
@@ -365,7 +365,8 @@ impl Loopback {
             .shared
             .store
             .read(|st| verbs::get(st, &target, &query))?;
-        crate::apiextensions::conversion::answer_to_served(&self.shared, &target.def, obj).await
+        crate::apiextensions::conversion::answer_to_served(&self.shared.backend, &target.def, obj)
+            .await
     }
 
     /// LIST of a resource, in one namespace (`Some`) or all of them (`None`, or a
@@ -595,7 +596,8 @@ impl Loopback {
         if self.shared.rbac.enforced() {
             query = query.with_requester(self.user.clone());
         }
-        let (_, answer) = admission::write(&self.shared, target, &self.user, write, &query).await?;
+        let (_, answer) =
+            admission::write(&self.shared.backend, target, &self.user, write, &query).await?;
         Ok(answer)
     }
 }

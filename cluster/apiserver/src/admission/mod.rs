@@ -70,20 +70,20 @@
 pub mod config;
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::Shared;
 use crate::api::object_meta as meta;
 use crate::api::query::Query;
 use crate::api::status::ApiError;
 use crate::auth::rbac::UserInfo;
+use crate::registry::Backend;
 use crate::registry::State;
 use crate::registry::generic::{self as verbs, Answer, PatchType, Target};
 use crate::registry::resources::ResourceDef;
 use crate::registry::strategy;
+use crate::webhook::Webhooks;
 
 pub mod call;
 
@@ -236,43 +236,23 @@ impl Request<'_> {
     }
 }
 
-/// The admission state of a server: the webhook clients.
-#[derive(Debug, Default)]
-pub struct Admission {
-    /// Service endpoints and pooled clients.
-    pub clients: ClientManager,
-    /// How long a CRD conversion webhook call may take ([`crate::apiextensions::conversion`]).
-    pub conversion_timeout: std::time::Duration,
-}
-
-impl Admission {
-    /// Admission resolving `clientConfig.service` through `endpoints`
-    /// (`NAMESPACE/NAME` → `HOST:PORT`).
-    pub fn new(endpoints: HashMap<String, String>) -> Self {
-        Admission {
-            clients: ClientManager::new(endpoints),
-            conversion_timeout: crate::apiextensions::conversion::DEFAULT_TIMEOUT,
-        }
+async fn call_webhook(
+    webhooks: &Webhooks,
+    req: &Request<'_>,
+    chosen: &Chosen,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<call::Verdict, CallError> {
+    let hook = &chosen.hook;
+    if req.dry_run && hook.side_effects != "None" && hook.side_effects != "NoneOnDryRun" {
+        return Err(CallError::Rejected(ApiError::bad_request(format!(
+            "admission webhook {:?} does not support dry run",
+            hook.name
+        ))));
     }
-
-    async fn call(
-        &self,
-        req: &Request<'_>,
-        chosen: &Chosen,
-        object: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<call::Verdict, CallError> {
-        let hook = &chosen.hook;
-        if req.dry_run && hook.side_effects != "None" && hook.side_effects != "NoneOnDryRun" {
-            return Err(CallError::Rejected(ApiError::bad_request(format!(
-                "admission webhook {:?} does not support dry run",
-                hook.name
-            ))));
-        }
-        let (uid, request) = req.to_json(chosen, object, old);
-        let review = call::review(&hook.review_version, &request);
-        call::call(&self.clients, hook, &review, &uid).await
-    }
+    let (uid, request) = req.to_json(chosen, object, old);
+    let review = call::review(&hook.review_version, &request);
+    call::call(&webhooks.clients, hook, &review, &uid).await
 }
 
 /// Whether a call's outcome stops the write: `Ok(Some(verdict))` when the webhook allowed it,
@@ -335,7 +315,7 @@ const CONFLICT_RETRIES: usize = 5;
 /// Runs `write` on `target` through admission: mutating webhooks, validation, validating
 /// webhooks, then the store. Without any matching webhook this is the plain verb.
 pub async fn write(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     target: &Target,
     user: &UserInfo,
     write: Write,
@@ -343,7 +323,7 @@ pub async fn write(
 ) -> Result<Answer, ApiError> {
     let mut attempt = 0;
     loop {
-        match admit_once(shared, target, user, &write, query).await {
+        match admit_once(backend, target, user, &write, query).await {
             Err(Retry::Conflict(e)) => {
                 attempt += 1;
                 if attempt > CONFLICT_RETRIES {
@@ -372,7 +352,7 @@ impl From<ApiError> for Retry {
 /// One attempt at a write through admission: the webhooks that apply, the object they are
 /// shown, the mutating webhooks, a dry run, the validating webhooks, then the write itself.
 async fn admit_once(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     target: &Target,
     user: &UserInfo,
     write: &Write,
@@ -382,16 +362,18 @@ async fn admit_once(
         Write::Delete(o) => o.dry_run,
         _ => query.dry_run(),
     };
-    let (old, mutating, validating) = shared.store.read(|st| candidates(st, target, write));
+    let (old, mutating, validating) = backend.store.read(|st| candidates(st, target, write));
     if mutating.is_empty() && validating.is_empty() {
         return Ok(
-            crate::apiextensions::conversion::run(shared, target, write, query, false).await?,
+            crate::apiextensions::conversion::run(backend, target, write, query, false).await?,
         );
     }
     // The current object in the request's version (stored objects of a CRD with a conversion
     // webhook may be in another).
     let old = match old {
-        Some(o) => Some(crate::apiextensions::conversion::to_served(shared, &target.def, o).await?),
+        Some(o) => {
+            Some(crate::apiextensions::conversion::to_served(backend, &target.def, o).await?)
+        }
         None => None,
     };
     let operation = operation(write, old.is_some());
@@ -408,18 +390,18 @@ async fn admit_once(
     {
         // Not found: the plain verb answers 404.
         return Ok(
-            crate::apiextensions::conversion::run(shared, target, write, query, false).await?,
+            crate::apiextensions::conversion::run(backend, target, write, query, false).await?,
         );
     }
     // The object as the client asked for it, before the server's own preparation.
-    let mut object = requested_object(shared, target, write, query, old.as_ref()).await?;
+    let mut object = requested_object(backend, target, write, query, old.as_ref()).await?;
     // 2. Mutating webhooks, in order; then the IfNeeded ones again if a later one changed the
     // object they saw.
     let before = object.clone();
-    let mutating = shared
+    let mutating = backend
         .store
         .read(|st| selected(st, mutating, target, object.as_ref(), old.as_ref()))?;
-    run_mutating(shared, &req, &mutating, &mut object, old.as_ref(), query).await?;
+    run_mutating(backend, &req, &mutating, &mut object, old.as_ref(), query).await?;
     // What is written: the request as sent, or, if a webhook changed the object, the object
     // itself, conditional on the version the webhooks were shown.
     let mutated = object != before;
@@ -438,7 +420,7 @@ async fn admit_once(
         }
     };
     // 3. Defaults and validation, as a dry run: the object validating webhooks see.
-    let dry = crate::apiextensions::conversion::run(shared, target, &effective, query, true)
+    let dry = crate::apiextensions::conversion::run(backend, target, &effective, query, true)
         .await
         .map_err(conflict)?;
     // 4. Validating webhooks, in parallel.
@@ -446,11 +428,11 @@ async fn admit_once(
         Write::Delete(_) => None,
         _ => Some(dry.1.clone()),
     };
-    let validating = shared
+    let validating = backend
         .store
         .read(|st| selected(st, validating, target, shown.as_ref(), old.as_ref()))?;
     run_validating(
-        shared,
+        backend,
         &req,
         &validating,
         shown.as_ref(),
@@ -462,7 +444,7 @@ async fn admit_once(
     if dry_run {
         return Ok(dry);
     }
-    crate::apiextensions::conversion::run(shared, target, &effective, query, false)
+    crate::apiextensions::conversion::run(backend, target, &effective, query, false)
         .await
         .map_err(conflict)
 }
@@ -490,7 +472,7 @@ fn candidates(
 /// preparation): the body of a create or update (with the URL's namespace), the result of a
 /// server-side apply as a dry run, the old object with a patch applied; none for a delete.
 async fn requested_object(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     target: &Target,
     write: &Write,
     query: &Query,
@@ -511,7 +493,7 @@ async fn requested_object(
             Some(b)
         }
         Write::Patch(PatchType::Apply, _) => Some(
-            crate::apiextensions::conversion::run(shared, target, write, query, true)
+            crate::apiextensions::conversion::run(backend, target, write, query, true)
                 .await?
                 .1,
         ),
@@ -558,7 +540,7 @@ fn request_options(write: &Write, operation: &str, query: &Query, dry_run: bool)
 /// Step 2: the mutating webhooks, in order, each shown the object as the previous ones left it;
 /// then, once, those with `reinvocationPolicy: IfNeeded` whose view a later webhook changed.
 async fn run_mutating(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     req: &Request<'_>,
     mutating: &[Chosen],
     object: &mut Option<Value>,
@@ -569,10 +551,10 @@ async fn run_mutating(
     let mut changes = 0usize;
     let mut seen_at: Vec<Option<usize>> = vec![];
     for c in mutating {
-        let (verdict, seen_object) = call_mutating(shared, req, c, object.as_ref(), old).await?;
+        let (verdict, seen_object) = call_mutating(backend, req, c, object.as_ref(), old).await?;
         seen_at.push(verdict.is_some().then_some(changes));
         if let Some(v) = verdict
-            && apply_verdict_seen(shared, c, target, v, object, seen_object, query).await?
+            && apply_verdict_seen(backend, c, target, v, object, seen_object, query).await?
         {
             changes += 1;
         }
@@ -580,9 +562,9 @@ async fn run_mutating(
     for (c, seen) in mutating.iter().zip(seen_at) {
         if c.hook.reinvoke_if_needed && seen.is_some_and(|s| s < changes) {
             let (verdict, seen_object) =
-                call_mutating(shared, req, c, object.as_ref(), old).await?;
+                call_mutating(backend, req, c, object.as_ref(), old).await?;
             if let Some(v) = verdict {
-                apply_verdict_seen(shared, c, target, v, object, seen_object, query).await?;
+                apply_verdict_seen(backend, c, target, v, object, seen_object, query).await?;
             }
         }
     }
@@ -593,18 +575,22 @@ async fn run_mutating(
 /// version it asked for). Returns its verdict (`None` when a failure was ignored under
 /// `failurePolicy: Ignore`) and the object it was shown, which its patch applies to.
 async fn call_mutating(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     req: &Request<'_>,
     c: &Chosen,
     object: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<(Option<call::Verdict>, Option<Value>), Retry> {
-    let seen_object = hook_view(shared, req.target, c, object).await?;
-    let seen_old = hook_view(shared, req.target, c, old).await?;
-    let answer = shared
-        .admission
-        .call(req, c, seen_object.as_ref(), seen_old.as_ref())
-        .await;
+    let seen_object = hook_view(backend, req.target, c, object).await?;
+    let seen_old = hook_view(backend, req.target, c, old).await?;
+    let answer = call_webhook(
+        &backend.webhooks,
+        req,
+        c,
+        seen_object.as_ref(),
+        seen_old.as_ref(),
+    )
+    .await;
     Ok((settle(&c.hook, answer)?, seen_object))
 }
 
@@ -629,7 +615,7 @@ fn mutated_write(write: &Write, mut obj: Value, old: Option<&Value>) -> Write {
 /// Step 4: the validating webhooks, called in parallel on the object as it would be stored;
 /// any refusal is the answer, and their warnings go to the response.
 async fn run_validating(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     req: &Request<'_>,
     validating: &[Chosen],
     shown: Option<&Value>,
@@ -640,17 +626,15 @@ async fn run_validating(
     let mut views = Vec::with_capacity(validating.len());
     for c in validating {
         views.push((
-            hook_view(shared, target, c, shown).await?,
-            hook_view(shared, target, c, old).await?,
+            hook_view(backend, target, c, shown).await?,
+            hook_view(backend, target, c, old).await?,
         ));
     }
-    let results = futures_util::future::join_all(
-        validating
-            .iter()
-            .zip(&views)
-            .map(|(c, (o, old))| shared.admission.call(req, c, o.as_ref(), old.as_ref())),
-    )
-    .await;
+    let results =
+        futures_util::future::join_all(validating.iter().zip(&views).map(|(c, (o, old))| {
+            call_webhook(&backend.webhooks, req, c, o.as_ref(), old.as_ref())
+        }))
+        .await;
     for (c, r) in validating.iter().zip(results) {
         if let Some(v) = settle(&c.hook, r)? {
             for w in v.warnings {
@@ -685,7 +669,7 @@ fn converts_for(target: &Target, chosen: &Chosen) -> bool {
 /// conversion webhook when the webhook watches another version, else as is (other views are
 /// rendered by [`Request::to_json`]).
 async fn hook_view(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     target: &Target,
     chosen: &Chosen,
     object: Option<&Value>,
@@ -693,7 +677,7 @@ async fn hook_view(
     match object {
         Some(o) if converts_for(target, chosen) => {
             let mut out = crate::apiextensions::conversion::convert_all(
-                shared,
+                backend,
                 &target.def,
                 vec![o.clone()],
                 &chosen.def.api_version(),
@@ -710,7 +694,7 @@ async fn hook_view(
 /// version when [`converts_for`]): the patch is applied to what it saw, and the result is
 /// converted back to the request's version.
 async fn apply_verdict_seen(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     chosen: &Chosen,
     target: &Target,
     v: call::Verdict,
@@ -734,7 +718,7 @@ async fn apply_verdict_seen(
         ))
     })?;
     let back = crate::apiextensions::conversion::convert_all(
-        shared,
+        backend,
         &target.def,
         vec![shown],
         &target.def.api_version(),

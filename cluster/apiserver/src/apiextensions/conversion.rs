@@ -109,15 +109,14 @@
 //! by this webhook, and a mutating webhook's patch is applied there and converted back
 //! ([`crate::admission`]), as the real dispatcher does.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::Shared;
 use crate::api::object_meta::{self as meta, meta_str};
 use crate::api::query::Query;
 use crate::api::status::{ApiError, Cause};
+use crate::registry::Backend;
 use crate::registry::generic::Write;
 use crate::registry::generic::{self as verbs, Answer, Target};
 use crate::registry::resources::ResourceDef;
@@ -129,7 +128,7 @@ use crate::webhook::endpoint::{self as hookconfig, Endpoint};
 use apimachinery::validation::FieldError;
 
 /// The timeout of a conversion call unless configured (`webhook.defaultRequestTimeout`).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_TIMEOUT: Duration = crate::webhook::DEFAULT_CONVERSION_TIMEOUT;
 
 /// How many times a write is computed again after another writer changed the object while the
 /// webhook was converting it.
@@ -560,7 +559,7 @@ fn go_type(v: &Value) -> &'static str {
 /// Converts objects of `def`'s resource to `desired` through its webhook (in one review; `list`:
 /// they are a list's items); objects are returned as they are when the CRD has no webhook.
 pub async fn convert_all(
-    shared: &Shared,
+    backend: &Backend,
     def: &ResourceDef,
     objects: Vec<Value>,
     desired: &str,
@@ -578,9 +577,9 @@ pub async fn convert_all(
         def.kind.clone()
     };
     let gvk = format!("{}, Kind={kind}", api_version_of(first));
-    let timeout = shared.admission.conversion_timeout;
+    let timeout = backend.webhooks.conversion_timeout;
     convert(
-        &shared.admission.clients,
+        &backend.webhooks.clients,
         hook,
         timeout,
         objects,
@@ -593,31 +592,35 @@ pub async fn convert_all(
 
 /// One stored object of `def`'s resource as `def` serves it (converted when it is stored in
 /// another version).
-pub async fn to_served(shared: &Shared, def: &ResourceDef, obj: Value) -> Result<Value, ApiError> {
+pub async fn to_served(
+    backend: &Backend,
+    def: &ResourceDef,
+    obj: Value,
+) -> Result<Value, ApiError> {
     if webhook_of(def).is_none() || api_version_of(&obj) == def.api_version() {
         return Ok(obj);
     }
-    let mut out = convert_all(shared, def, vec![obj], &def.api_version(), false).await?;
+    let mut out = convert_all(backend, def, vec![obj], &def.api_version(), false).await?;
     out.pop()
         .ok_or_else(|| failure("conversion webhook returned no object".into()))
 }
 
 /// Stored objects of `def`'s resource as `def` serves them, in one review.
 pub async fn items_to_served(
-    shared: &Shared,
+    backend: &Backend,
     def: &ResourceDef,
     items: Vec<Value>,
 ) -> Result<Vec<Value>, ApiError> {
     if webhook_of(def).is_none() {
         return Ok(items);
     }
-    convert_all(shared, def, items, &def.api_version(), true).await
+    convert_all(backend, def, items, &def.api_version(), true).await
 }
 
 /// An answer body as `def` serves it: an object of its kind converted, a list's items
 /// converted, anything else (a Status) unchanged.
 pub async fn answer_to_served(
-    shared: &Shared,
+    backend: &Backend,
     def: &ResourceDef,
     body: Value,
 ) -> Result<Value, ApiError> {
@@ -626,13 +629,13 @@ pub async fn answer_to_served(
     }
     let kind = body["kind"].as_str().unwrap_or_default();
     if kind == def.kind {
-        return to_served(shared, def, body).await;
+        return to_served(backend, def, body).await;
     }
     if kind == def.list_kind
         && let Some(items) = body["items"].as_array().cloned()
     {
         let mut body = body;
-        body["items"] = Value::Array(items_to_served(shared, def, items).await?);
+        body["items"] = Value::Array(items_to_served(backend, def, items).await?);
         return Ok(body);
     }
     Ok(body)
@@ -648,7 +651,7 @@ pub async fn answer_to_served(
 /// validated) there, the result converted to the storage version and stored with a
 /// compare-and-swap, and the stored object converted back for the answer.
 pub async fn run(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     target: &Target,
     write: &Write,
     query: &Query,
@@ -672,11 +675,11 @@ pub async fn run(
         .filter(|c| c.conversion.is_some())
         .map(|c| c.storage_version.clone())
     else {
-        return shared.store.write_checked(plain);
+        return backend.store.write_checked(plain);
     };
     if matches!(write, Write::Delete(_)) || target.subresource.as_deref() == Some("scale") {
-        let (code, body) = shared.store.write_checked(plain)?;
-        return Ok((code, answer_to_served(shared, &target.def, body).await?));
+        let (code, body) = backend.store.write_checked(plain)?;
+        return Ok((code, answer_to_served(backend, &target.def, body).await?));
     }
     let def = &target.def;
     let storage_api_version = format!("{}/{storage_version}", def.group);
@@ -688,7 +691,7 @@ pub async fn run(
     let mut attempt = 0;
     loop {
         // 1. The current object, in the request's version.
-        let (old_rv, old_view) = old_in_request_version(shared, target, write, &ns).await?;
+        let (old_rv, old_view) = old_in_request_version(backend, target, write, &ns).await?;
         // 2. The write computed in the request's version, as a dry run (defaults, schema,
         // update rules).
         let dry_query = if trial {
@@ -696,7 +699,7 @@ pub async fn run(
         } else {
             query.as_dry_run()
         };
-        let (code, computed) = shared.store.write_checked(|st| match (write, &old_view) {
+        let (code, computed) = backend.store.write_checked(|st| match (write, &old_view) {
             (Write::Update(b), Some(old)) => {
                 verbs::update_against(st, target, old, b.clone(), &dry_query)
             }
@@ -716,18 +719,18 @@ pub async fn run(
         }
         // 3. The result in the storage version.
         let mut converted =
-            convert_all(shared, def, vec![computed], &storage_api_version, false).await?;
+            convert_all(backend, def, vec![computed], &storage_api_version, false).await?;
         let to_store = converted
             .pop()
             .ok_or_else(|| failure("conversion webhook returned no object".into()))?;
         // 4. Compare-and-swap.
         let name = meta_str(&to_store, "name").to_owned();
-        let stored = compare_and_swap(shared, def, &ns, &name, old_rv, to_store);
+        let stored = compare_and_swap(backend, def, &ns, &name, old_rv, to_store);
         match stored {
             Ok(obj) => {
                 return Ok((
                     code,
-                    to_served(shared, def, strategy::present(def, &obj)).await?,
+                    to_served(backend, def, strategy::present(def, &obj)).await?,
                 ));
             }
             Err(Swap::Lost(e)) => return Err(e),
@@ -744,21 +747,21 @@ pub async fn run(
 /// Step 1 of a converted write: for an update or a patch, the object as stored now, its
 /// resourceVersion and its view in the request's version (converted by the webhook).
 async fn old_in_request_version(
-    shared: &Arc<Shared>,
+    backend: &Backend,
     target: &Target,
     write: &Write,
     ns: &str,
 ) -> Result<(Option<u64>, Option<Value>), ApiError> {
     let def = &target.def;
     let old_raw: Option<Value> = match (&target.name, write) {
-        (Some(name), Write::Update(_) | Write::Patch(..)) => shared
+        (Some(name), Write::Update(_) | Write::Patch(..)) => backend
             .store
             .read(|st| st.get(&def.storage, ns, name).cloned()),
         _ => None,
     };
     let old_rv = old_raw.as_ref().map(rv_of);
     let old_view = match &old_raw {
-        Some(o) => Some(to_served(shared, def, strategy::present(def, o)).await?),
+        Some(o) => Some(to_served(backend, def, strategy::present(def, o)).await?),
         None => None,
     };
     Ok((old_rv, old_view))
@@ -768,14 +771,14 @@ async fn old_in_request_version(
 /// and nothing holds it any more), but only if the stored one is still the one the write was
 /// computed from (`old_rv`; `None`: there was none).
 fn compare_and_swap(
-    shared: &Shared,
+    backend: &Backend,
     def: &ResourceDef,
     ns: &str,
     name: &str,
     old_rv: Option<u64>,
     to_store: Value,
 ) -> Result<Value, Swap> {
-    shared.store.write_checked(|st| {
+    backend.store.write_checked(|st| {
         let current = st.get(&def.storage, ns, name).map(rv_of);
         match (old_rv, current) {
             (None, Some(_)) => Err(Swap::Lost(ApiError::already_exists(

@@ -38,11 +38,11 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use serde_json::Value;
 
-use crate::Shared;
 use crate::admission::Write;
 use crate::api::json_order::GoOrdered;
 use crate::api::query::{ListOptions, Query};
 use crate::api::status::ApiError;
+use crate::endpoints::Shared;
 use crate::endpoints::discovery;
 use crate::endpoints::watch::{self, WatchSettings};
 use crate::filters::request_log::RequestKey;
@@ -838,7 +838,8 @@ async fn serve_read(
                     let shared = shared.clone();
                     let def = def.clone();
                     tokio::spawn(async move {
-                        crate::apiextensions::conversion::to_served(&shared, &def, obj).await
+                        crate::apiextensions::conversion::to_served(&shared.backend, &def, obj)
+                            .await
                     })
                 });
                 convert
@@ -855,7 +856,8 @@ async fn serve_read(
     if target.name.is_some() {
         class.verb = "get".into();
         let (code, obj) = shared.store.read(|s| verbs::get(s, target, query))?;
-        let obj = crate::apiextensions::conversion::answer_to_served(shared, def, obj).await?;
+        let obj =
+            crate::apiextensions::conversion::answer_to_served(&shared.backend, def, obj).await?;
         if wants_table && target.subresource.is_none() {
             let rv = obj["metadata"]["resourceVersion"]
                 .as_str()
@@ -893,7 +895,8 @@ async fn serve_read(
         ));
     }
     let items =
-        crate::apiextensions::conversion::items_to_served(shared, def, result.served(def)).await?;
+        crate::apiextensions::conversion::items_to_served(&shared.backend, def, result.served(def))
+            .await?;
     if wants_table {
         let include = crate::endpoints::table::include_object(query)?;
         let table = crate::endpoints::table::render(
@@ -945,7 +948,8 @@ async fn serve_write(
         } else {
             crate::registry::validation::parse_json_body(bytes, query)?
         };
-        crate::admission::write(shared, target, user, Write::Patch(ty, body), query).await?
+        crate::admission::write(&shared.backend, target, user, Write::Patch(ty, body), query)
+            .await?
     } else {
         let creating = parts.method == Method::POST;
         class.verb = if creating { "create" } else { "update" }.into();
@@ -957,7 +961,7 @@ async fn serve_write(
         } else {
             Write::Update(body)
         };
-        crate::admission::write(shared, target, user, write, query).await?
+        crate::admission::write(&shared.backend, target, user, write, query).await?
     };
     let partial = crate::endpoints::partial::negotiate(&request.accept);
     let obj = crate::endpoints::partial::object(&target.def, partial.as_ref(), obj)?;
@@ -996,7 +1000,8 @@ async fn serve_delete(
     if target.name.is_some() {
         class.verb = "delete".into();
         let (code, obj) =
-            crate::admission::write(shared, target, user, Write::Delete(opts), query).await?;
+            crate::admission::write(&shared.backend, target, user, Write::Delete(opts), query)
+                .await?;
         let partial = crate::endpoints::partial::negotiate(&request.accept);
         let obj = crate::endpoints::partial::object(&target.def, partial.as_ref(), obj)?;
         return Ok(with_warnings(
@@ -1009,7 +1014,8 @@ async fn serve_delete(
     let (code, obj) = shared
         .store
         .write_checked(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
-    let obj = crate::apiextensions::conversion::answer_to_served(shared, &target.def, obj).await?;
+    let obj = crate::apiextensions::conversion::answer_to_served(&shared.backend, &target.def, obj)
+        .await?;
     Ok(json_response(
         code,
         &target.def.ordered(&obj),

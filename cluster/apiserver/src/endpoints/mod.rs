@@ -12,3 +12,51 @@ pub mod protobuf;
 pub mod table;
 pub mod token_review;
 pub mod watch;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::rbac;
+use crate::auth::tokens::TokenTable;
+use crate::filters::request_log::RequestLog;
+use crate::filters::{faults, flowcontrol};
+use crate::kubelet;
+use crate::registry::{self, Store};
+
+/// State shared by every request of one server.
+pub struct Shared {
+    /// Objects, history, resource table.
+    pub store: Arc<Store>,
+    /// Request counts.
+    pub log: RequestLog,
+    /// Accepted bearer tokens.
+    pub tokens: TokenTable,
+    /// Who a request without an `Authorization` header is: `None` (401) over HTTPS; the
+    /// bootstrap user over plain HTTP, as kube-apiserver's old insecure port served everyone
+    /// (clients such as kubectl send no credentials to an `http://` server).
+    pub unauthenticated_user: Option<String>,
+    /// Interval between watch bookmarks.
+    pub bookmark_interval: Duration,
+    /// When a watch whose client stopped reading is closed.
+    pub watch_unresponsive: watch::Unresponsive,
+    /// Answer `sendInitialEvents` with 422.
+    pub reject_send_initial_events: bool,
+    /// Cancelled at shutdown; ends watches and connections.
+    pub shutdown: CancellationToken,
+    /// `host:port` for `/api`'s `serverAddressByClientCIDRs`.
+    pub server_address: String,
+    /// Injected faults (checked on every resource request; ends watches on demand).
+    pub faults: faults::Faults,
+    /// Users' groups and RBAC enforcement.
+    pub rbac: rbac::Authorizer,
+    /// API Priority and Fairness (or the max-in-flight limits): seats, queues, 429s.
+    pub flowcontrol: Arc<flowcontrol::FlowControl>,
+    /// The store and the webhook clients, for the write path ([`admission`],
+    /// [`apiextensions`]'s conversion).
+    pub backend: registry::Backend,
+    /// The kubelets of the nodes that registered: logs, exec, attach and port-forward
+    /// ([`kubelet`]).
+    pub kubelets: kubelet::Kubelets,
+}

@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::Shared;
 use crate::api::query::Query;
 use crate::api::status::ApiError;
+use crate::endpoints::Shared;
 use crate::endpoints::handlers::{Body, json_response};
 use crate::endpoints::openapi_docs::{OpenApiKind, gv_document, v3_index};
 use crate::endpoints::openapi_v2_docs;

@@ -18,3 +18,13 @@ pub type Store = crate::storage::store::Store<resources::Registry>;
 
 /// What [`Store::read`] and [`Store::write`] hand over: the objects and the resource table.
 pub type State = crate::storage::store::State<resources::Registry>;
+
+/// What the write path below the handlers needs: the store and the webhook clients
+/// (admission and CRD conversion call webhooks). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Backend {
+    /// The objects, their history and the resource table.
+    pub store: std::sync::Arc<Store>,
+    /// The webhook clients.
+    pub webhooks: std::sync::Arc<crate::webhook::Webhooks>,
+}
