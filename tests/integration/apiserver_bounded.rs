@@ -146,7 +146,7 @@ async fn distinct_unrouted_paths_keep_metrics_small() {
     assert!(keys.len() < 20, "request log keys: {keys:?}");
     assert_eq!(
         s.request_log()
-            .count_where(|k| k.resource == embedded_apiserver::http::UNROUTED),
+            .count_where(|k| k.resource == embedded_apiserver::UNROUTED),
         TOTAL as u64
     );
     let metrics = c.get("/metrics").await;

@@ -273,7 +273,7 @@ pub use apimachinery::serving::ServingLimits;
 /// kube-apiserver's `--token-auth-file` format, for commands that take one.
 pub use auth::tokens::{StaticToken, parse_token_auth_file};
 use endpoints::Shared;
-pub use request_log::{RequestKey, RequestLog};
+pub use request_log::{RequestKey, RequestLog, UNROUTED};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -658,8 +658,10 @@ impl ApiServerBuilder {
             rbac: rbac::Authorizer::new(self.enforce_rbac, std::mem::take(&mut self.user_groups)),
             store: store.clone(),
             log,
-            tokens: self.token_table(&token),
-            unauthenticated_user: self.plain_http.then(|| rbac::ADMIN_USER.to_owned()),
+            authn: filters::authentication::Authenticator {
+                tokens: self.token_table(&token),
+                unauthenticated_user: self.plain_http.then(|| rbac::ADMIN_USER.to_owned()),
+            },
             bookmark_interval: self.bookmark_interval,
             watch_unresponsive: self.watch_unresponsive,
             reject_send_initial_events: self.reject_send_initial_events,
@@ -969,7 +971,9 @@ async fn serve_accepted(
                 .peer_certificates()
                 .and_then(|certs| certs.first())
                 .and_then(|leaf| x509::subject(leaf.as_ref()))
-                .map(|(name, groups)| Arc::new(http::ClientCertIdentity { name, groups }));
+                .map(|(name, groups)| {
+                    Arc::new(filters::authentication::ClientCertIdentity { name, groups })
+                });
             serve_connection_as(TokioIo::new(stream), shared, limits, identity, state, close).await
         }
         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
@@ -984,7 +988,7 @@ async fn serve_connection_as<I>(
     io: I,
     shared: Arc<Shared>,
     limits: &ServingLimits,
-    identity: Option<Arc<http::ClientCertIdentity>>,
+    identity: Option<Arc<filters::authentication::ClientCertIdentity>>,
     state: Arc<connections::State>,
     close: CancellationToken,
 ) where
@@ -1014,7 +1018,7 @@ async fn serve_connection_as<I>(
         // In flight until the response body (a watch stream, say) is finished or dropped.
         let in_flight = (svc_activity.begin(), svc_state.begin());
         async move {
-            let resp = http::handle(shared, req).await?;
+            let resp = server::chain::handle(shared, req).await?;
             Ok::<_, std::convert::Infallible>(resp.map(|body| {
                 body.map_frame(move |frame| {
                     let _ = &in_flight;

@@ -1,41 +1,31 @@
-//! The HTTP front: authentication, URL routing, body decoding, content negotiation.
+//! Routing and the handlers: what a request does once the handler chain
+//! ([`crate::server::chain`]) has authenticated it, admitted it and read its body.
 //!
-//! A request goes through the same stages as in kube-apiserver's handler chain, in order:
-//!
-//! 1. **Authentication** ([`crate::auth::tokens`]): a known bearer token, or `401` with a Status body;
-//!    then **impersonation** ([`crate::filters::impersonation`]): `Impersonate-User` and friends, if
-//!    the authenticated user may, replace the user the rest of the request acts as.
-//!    The body is then read, at most [`MAX_BODY`] bytes; a larger one (by its `Content-Length`
-//!    or as it streams in) is refused with `413 RequestEntityTooLarge`, as the real server's
-//!    `limitedReadBody` does.
-//!    Then **API Priority and Fairness** ([`crate::filters::flowcontrol`]) classifies the request by
-//!    user and URL and admits it, queues it, or answers `429` with `Retry-After`; every
-//!    response carries the `X-Kubernetes-PF-FlowSchema-UID` / `-PriorityLevel-UID` headers.
-//! 2. **Routing**: non-resource paths (`/version`, `/healthz`, discovery, OpenAPI), the
-//!    access reviews of `authorization.k8s.io/v1` ([`crate::endpoints::access_review`]), then resource paths,
-//!    parsed into a [`Target`] (group, version, resource, namespace, name,
-//!    subresource) and a Kubernetes verb from the method (`GET` on an object → `get`, on a
-//!    collection → `list` or `watch`, `POST` → `create`, `PUT` → `update`, `PATCH` → `patch`,
-//!    `DELETE` → `delete` or `deletecollection`). An unknown group, version, resource or
-//!    subresource gets the plain-text `404 page not found`, like the real server's not-found
-//!    handler.
+//! 1. **Routing**: non-resource paths (`/version`, `/healthz`, `/metrics`, discovery, OpenAPI),
+//!    the access and token reviews ([`crate::endpoints::access_review`],
+//!    [`crate::endpoints::token_review`]), then resource paths, parsed into a [`Target`] (group,
+//!    version, resource, namespace, name, subresource) and a Kubernetes verb from the method
+//!    (`GET` on an object → `get`, on a collection → `list` or `watch`, `POST` → `create`, `PUT`
+//!    → `update`, `PATCH` → `patch`, `DELETE` → `delete` or `deletecollection`). An unknown
+//!    group, version, resource or subresource gets the plain-text `404 page not found`, like the
+//!    real server's not-found handler.
+//! 2. **Authorization and faults** ([`crate::filters::authorization`],
+//!    [`crate::filters::faults`]) once the target is known.
 //! 3. **Decoding**: JSON, YAML, or (for built-in kinds) the Kubernetes protobuf envelope that
 //!    kubectl ≥ 1.32 sends for typed writes; patches by their media type. Anything else is `415`.
-//! 4. **Authorization and faults**: when RBAC is enforced, [`crate::auth::rbac`] checks the user's
-//!    roles (`403` with the real server's message); then any injected fault for the verb and
-//!    resource ([`crate::filters::faults`]) delays or fails the request.
-//! 5. **The verb** ([`crate::registry::generic`], [`crate::endpoints::watch`]), under the store lock.
-//! 6. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
-//!    `as=Table` (what `kubectl get` does), and the request is counted in the
-//!    [`crate::filters::request_log`]. JSON has kube-apiserver's byte layout: Go's field order for
-//!    built-in objects, lists and Status ([`crate::api::json_order`]) and a `\n` after each body.
+//! 4. **The verb**: reads from the store ([`crate::registry::generic`]), watches
+//!    ([`crate::endpoints::watch`]), writes through admission ([`crate::admission`]), and the
+//!    subresources a node serves (`log`, `exec`, `attach`, `portforward`: [`crate::kubelet`]).
+//! 5. **Encoding**: JSON, or a `meta.k8s.io/v1` Table when the client's `Accept` asks for
+//!    `as=Table` (what `kubectl get` does). JSON has kube-apiserver's byte layout: Go's field
+//!    order for built-in objects, lists and Status ([`crate::api::json_order`]) and a `\n`
+//!    after each body.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderValue, Method, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 
 use crate::admission::Write;
@@ -45,53 +35,13 @@ use crate::api::status::ApiError;
 use crate::endpoints::Shared;
 use crate::endpoints::discovery;
 use crate::endpoints::watch::{self, WatchSettings};
-use crate::filters::request_log::RequestKey;
+use crate::filters::authorization::{authorize_path, authorize_resource};
+use crate::filters::request_log::RequestLabel;
 use crate::registry::generic::{self as verbs, DeleteOptions, PatchType, Target};
 use crate::registry::resources::ResourceDef;
 
 pub use crate::api::Body;
-
-/// Largest request body accepted: kube-apiserver's `MaxRequestBodyBytes`, 3 MiB (see
-/// [`crate::api::limits`] for the other bounds).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
-
-/// The `413 RequestEntityTooLarge` Status the real server sends (`limitedReadBody` in the
-/// apiserver's `handlers/rest.go`): message `Request entity too large: limit is N`.
-fn too_large() -> ApiError {
-    ApiError::new(
-        413,
-        "RequestEntityTooLarge",
-        format!("Request entity too large: limit is {MAX_BODY}"),
-    )
-}
-
-/// Reads a request body of at most [`MAX_BODY`] bytes. A declared `Content-Length` above the
-/// limit is refused before a byte is read; a body without one (chunked, HTTP/2 streams) is cut
-/// off as soon as it passes the limit. Either way the answer is a `413` Status.
-async fn read_body(
-    headers: &http::HeaderMap,
-    body: hyper::body::Incoming,
-) -> Result<Bytes, ApiError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        return Err(too_large());
-    }
-    Limited::new(body, MAX_BODY)
-        .collect()
-        .await
-        .map(http_body_util::Collected::to_bytes)
-        .inspect(|b| crate::storage::memory::handled(b.len()))
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                too_large()
-            } else {
-                ApiError::bad_request(format!("error reading request body: {e}"))
-            }
-        })
-}
+pub use crate::filters::body_limit::MAX_BODY;
 
 fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()
@@ -125,34 +75,11 @@ fn with_warnings(mut resp: Response<Body>, q: &Query) -> Response<Body> {
     resp
 }
 
-fn error_response(e: &ApiError) -> Response<Body> {
-    if e.plain_text {
-        let mut resp = Response::new(full(format!("{}\n", e.message)));
-        *resp.status_mut() = StatusCode::from_u16(e.code).unwrap_or(StatusCode::NOT_FOUND);
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        if let Some(secs) = e.retry_after {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        return resp;
-    }
-    let status = e.to_status();
-    let mut resp = json_response(e.code, &GoOrdered::new(&status), "application/json");
-    if let Some(secs) = e.retry_after {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    }
-    resp
-}
-
 /// Media type without parameters, lower-cased. A header that is not text (so cannot name a media
 /// type) becomes `unparseable/unparseable`, which nothing accepts (415); a missing one is empty,
 /// which writes read as JSON like the real server (`NegotiateInputSerializer` takes the first
 /// supported type).
-fn media_type(v: Option<&HeaderValue>) -> String {
+pub(crate) fn media_type(v: Option<&HeaderValue>) -> String {
     v.map(|v| v.to_str().unwrap_or("unparseable/unparseable"))
         .unwrap_or_default()
         .split(';')
@@ -162,260 +89,61 @@ fn media_type(v: Option<&HeaderValue>) -> String {
         .to_ascii_lowercase()
 }
 
-/// What a request was, for the request log.
-#[derive(Default)]
-struct Classified {
-    verb: String,
-    resource: String,
-    subresource: String,
-    namespace: String,
-    /// `X-Kubernetes-PF-*` header values ([`crate::filters::flowcontrol`]).
-    pf: crate::filters::flowcontrol::PfUids,
+/// An authenticated, admitted request whose body has been read: what the routing stages need.
+pub(crate) struct Incoming<'a> {
+    /// The URL path, as sent.
+    pub(crate) path: &'a str,
+    /// The path's non-empty segments.
+    pub(crate) segs: Vec<&'a str>,
+    /// Method, URI and headers.
+    pub(crate) parts: &'a http::request::Parts,
+    /// The body, at most [`MAX_BODY`] bytes.
+    pub(crate) bytes: &'a Bytes,
+    /// The `Accept` header (empty when absent or not text).
+    pub(crate) accept: String,
+    /// The body's media type, without parameters ([`media_type`]).
+    pub(crate) content_type: String,
+    /// The query parameters (with the requester attached when RBAC is enforced).
+    pub(crate) query: Query,
+    /// The user the request acts as, after impersonation.
+    pub(crate) user: crate::auth::rbac::UserInfo,
+    /// The connection after a `101 Switching Protocols` answer, for a request that asks to
+    /// upgrade (taken by [`serve_stream`]).
+    pub(crate) upgrade: std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
 }
 
-/// Serves one request; never fails (errors become Status responses).
-pub async fn handle(
-    shared: Arc<Shared>,
-    req: Request<hyper::body::Incoming>,
-) -> Result<Response<Body>, Infallible> {
-    let mut class = Classified {
-        verb: req.method().as_str().to_ascii_lowercase(),
-        resource: req.uri().path().to_owned(),
-        ..Default::default()
-    };
-    let mut resp = match serve(&shared, req, &mut class).await {
-        Ok(r) => r,
-        Err(e) => error_response(&e),
-    };
-    for (name, value) in [
-        (
-            crate::filters::flowcontrol::FLOW_SCHEMA_UID_HEADER,
-            &class.pf.flow_schema,
-        ),
-        (
-            crate::filters::flowcontrol::PRIORITY_LEVEL_UID_HEADER,
-            &class.pf.priority_level,
-        ),
-    ] {
-        if !value.is_empty()
-            && let Ok(v) = HeaderValue::from_str(value)
-        {
-            resp.headers_mut().insert(name, v);
-        }
-    }
-    if class.resource.starts_with('/') {
-        // Not resolved to a resource: label it with its route, never with the raw path.
-        class.resource = non_resource_label(&class.resource).to_owned();
-    }
-    tracing::debug!(
-        verb = %class.verb,
-        resource = %class.resource,
-        subresource = %class.subresource,
-        namespace = %class.namespace,
-        code = resp.status().as_u16(),
-        "request served"
-    );
-    shared.log.record(RequestKey {
-        verb: class.verb,
-        resource: class.resource,
-        subresource: class.subresource,
-        namespace: class.namespace,
-        code: resp.status().as_u16(),
-    });
-    Ok(resp)
-}
-
-/// Request-log label of a request not resolved to a resource: one of a fixed set of routes
-/// (`/version`, `/healthz`, `/apis/{group}`, ...), or [`UNROUTED`] for every other path, so the
-/// log and `/metrics` stay bounded whatever paths clients send.
-fn non_resource_label(path: &str) -> &'static str {
-    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-    match segs.as_slice() {
-        ["healthz"] => "/healthz",
-        ["livez"] => "/livez",
-        ["readyz"] => "/readyz",
-        ["metrics"] => "/metrics",
-        ["version"] => "/version",
-        ["admin", "faults"] => "/admin/faults",
-        ["api"] => "/api",
-        ["api", "v1"] => "/api/v1",
-        ["apis"] => "/apis",
-        ["apis", _] => "/apis/{group}",
-        ["apis", _, _] => "/apis/{group}/{version}",
-        ["openapi", "v2"] => "/openapi/v2",
-        ["openapi", "v3", ..] => "/openapi/v3",
-        _ => UNROUTED,
-    }
-}
-
-/// Request-log resource label of every request whose path matched no route (and of requests
-/// refused before routing, such as `401`s).
-pub const UNROUTED: &str = "<unrouted>";
-
-/// Serves one request through the stages of the module doc, in order: authenticate (and
-/// impersonate), admit under API Priority and Fairness, read the body, then route to a
-/// non-resource endpoint, an access review, or a resource verb.
-async fn serve(
+/// Routing (the tail of the handler chain, [`crate::server::chain`]): a non-resource endpoint,
+/// an access or token review, or a resource verb.
+pub(crate) async fn route(
     shared: &Arc<Shared>,
-    req: Request<hyper::body::Incoming>,
-    class: &mut Classified,
+    request: &Incoming<'_>,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
-    let path = req.uri().path().to_owned();
-    let user_agent = req
-        .headers()
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_owned();
-    let query = Query::parse(req.uri().query()).with_user_agent(&user_agent);
-    let cert = req.extensions().get::<Arc<ClientCertIdentity>>().cloned();
-    let user = authenticate(shared, &path, req.headers(), cert.as_deref())?;
-    let query = if shared.rbac.enforced() {
-        query.with_requester(user.clone())
-    } else {
-        query
-    };
-    // API Priority and Fairness: classified by user and URL, then admitted, queued or
-    // refused with 429. The seat is held until this function returns (for a watch: once its
-    // initial events are built and the stream is handed to hyper).
-    let mut digest = crate::filters::flowcontrol::RequestDigest::new(
-        req.method(),
-        &path,
-        query.flag("watch").unwrap_or(false),
-        &user,
-    );
-    if digest.verb == "list" {
-        // A LIST occupies seats by the objects it will process (see `flowcontrol::list_width`).
-        let opts = ListOptions::parse(&query, false).ok();
-        let stored = stored_count(shared, &path, &digest.api_group, &digest.resource);
-        digest.width = crate::filters::flowcontrol::list_width(stored, opts.as_ref());
-    }
-    let _ticket = shared.flowcontrol.admit(&digest, &mut class.pf).await?;
-    let (mut parts, body) = req.into_parts();
-    // Taken out before the body is read: an exec, attach or port-forward upgrades the
-    // connection once the answer has been sent ([`serve_stream`]).
-    let on_upgrade = parts
-        .extensions
-        .remove::<hyper::upgrade::OnUpgrade>()
-        .filter(|_| parts.headers.contains_key(header::UPGRADE));
-    let bytes = read_body(&parts.headers, body).await?;
-    let request = Incoming {
-        path: &path,
-        segs: path.split('/').filter(|s| !s.is_empty()).collect(),
-        parts: &parts,
-        bytes: &bytes,
-        accept: parts
-            .headers
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned(),
-        content_type: media_type(parts.headers.get(header::CONTENT_TYPE)),
-        query,
-        user,
-        upgrade: std::sync::Mutex::new(on_upgrade),
-    };
     class.verb = "get".into();
     if let Some(resp) = serve_non_resource(shared, &request)? {
         return Ok(resp);
     }
     if crate::endpoints::access_review::owns(&request.segs) {
-        return serve_review(shared, &request.segs, &parts, &bytes, &request.user, class);
+        return serve_review(
+            shared,
+            &request.segs,
+            request.parts,
+            request.bytes,
+            &request.user,
+            class,
+        );
     }
     if crate::endpoints::token_review::owns(&request.segs) {
-        return serve_token_review(shared, &request.segs, &parts, &bytes, &request.user, class);
+        return serve_token_review(
+            shared,
+            &request.segs,
+            request.parts,
+            request.bytes,
+            &request.user,
+            class,
+        );
     }
     serve_resource(shared, &request, class).await
-}
-
-/// An authenticated, admitted request whose body has been read: what the routing stages need.
-struct Incoming<'a> {
-    /// The URL path, as sent.
-    path: &'a str,
-    /// The path's non-empty segments.
-    segs: Vec<&'a str>,
-    /// Method, URI and headers.
-    parts: &'a http::request::Parts,
-    /// The body, at most [`MAX_BODY`] bytes.
-    bytes: &'a Bytes,
-    /// The `Accept` header (empty when absent or not text).
-    accept: String,
-    /// The body's media type, without parameters ([`media_type`]).
-    content_type: String,
-    /// The query parameters (with the requester attached when RBAC is enforced).
-    query: Query,
-    /// The user the request acts as, after impersonation.
-    user: crate::auth::rbac::UserInfo,
-    /// The connection after a `101 Switching Protocols` answer, for a request that asks to
-    /// upgrade (taken by [`serve_stream`]).
-    upgrade: std::sync::Mutex<Option<hyper::upgrade::OnUpgrade>>,
-}
-
-/// The user of a connection's verified client certificate ([`crate::server::tls`]): the subject's
-/// common name, in its organizations.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClientCertIdentity {
-    /// The common name.
-    pub name: String,
-    /// The organizations.
-    pub groups: Vec<String>,
-}
-
-/// Authentication, then impersonation: the user the request acts as.
-///
-/// A verified client certificate authenticates first (kube-apiserver's x509 authenticator
-/// comes before the token ones in its union): the user is its common name, in its
-/// organizations plus `system:authenticated`. Otherwise, outside the public paths a request
-/// needs a known bearer token, or no `Authorization` header at all when the server has an
-/// unauthenticated user; anything else is `401`. Impersonation applies to authenticated
-/// requests; a public path asked for without a token is answered as the empty user.
-fn authenticate(
-    shared: &Shared,
-    path: &str,
-    headers: &http::HeaderMap,
-    cert: Option<&ClientCertIdentity>,
-) -> Result<crate::auth::rbac::UserInfo, ApiError> {
-    if let Some(id) = cert.filter(|id| !id.name.is_empty()) {
-        let user = shared.rbac.certificate_user(&id.name, &id.groups);
-        return crate::filters::impersonation::resolve(&shared.rbac, &shared.store, user, headers);
-    }
-    let header = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    if !crate::auth::tokens::is_public_path(path) {
-        let anonymous_allowed = header.is_none() && shared.unauthenticated_user.is_some();
-        if !anonymous_allowed && shared.tokens.authenticate(header).is_none() {
-            return Err(ApiError::unauthorized());
-        }
-    }
-    let authenticated = match header {
-        Some(h) => shared.tokens.authenticate(Some(h)),
-        None => shared.unauthenticated_user.clone(),
-    };
-    match authenticated {
-        Some(name) => crate::filters::impersonation::resolve(
-            &shared.rbac,
-            &shared.store,
-            shared.rbac.user(&name),
-            headers,
-        ),
-        None => Ok(shared.rbac.user("")),
-    }
-}
-
-/// How many objects the resource a collection URL names stores (all namespaces), `None` when
-/// the URL names no served resource.
-fn stored_count(shared: &Shared, path: &str, group: &str, resource: &str) -> Option<u64> {
-    let mut segs = path.split('/').filter(|s| !s.is_empty());
-    let version = match (segs.next(), segs.next(), segs.next()) {
-        (Some("api"), Some(v), _) => v,
-        (Some("apis"), Some(_), Some(v)) => v,
-        _ => return None,
-    };
-    shared.store.read(|s| {
-        let def = s.registry.lookup(group, version, resource)?;
-        Some(s.count(&def.storage) as u64)
-    })
 }
 
 /// The non-resource endpoints: health probes, `/metrics`, the fault-injection admin route,
@@ -442,12 +170,7 @@ fn serve_non_resource(
             text_response("ok", "text/plain; charset=utf-8")
         }
         (&Method::GET, ["metrics"]) => {
-            let attrs = crate::auth::rbac::Attributes {
-                verb: "get".into(),
-                path: (*path).to_owned(),
-                ..Default::default()
-            };
-            shared.rbac.check(&shared.store, user, &attrs)?;
+            authorize_path(&shared.rbac, &shared.store, user, "get", path)?;
             let mut text = shared.log.prometheus_text();
             text.push_str(&shared.flowcontrol.prometheus_text());
             text.push_str(&shared.store.prometheus_text());
@@ -540,7 +263,7 @@ fn text_response(text: impl Into<Bytes>, content_type: &'static str) -> Response
 async fn serve_resource(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming {
         parts, query, user, ..
@@ -555,10 +278,13 @@ async fn serve_resource(
         query.flag("watch").unwrap_or(false),
     );
     class.verb = verb.to_owned();
-    shared.rbac.check(
+    authorize_resource(
+        &shared.rbac,
         &shared.store,
         user,
-        &target.attributes(verb, query.non_empty("fieldSelector")),
+        &target,
+        verb,
+        query.non_empty("fieldSelector"),
     )?;
     shared.faults.before(verb, &target).await?;
     if target.subresource.as_deref() == Some("log") {
@@ -675,7 +401,7 @@ fn serve_stream(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
     target: &Target,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming {
         parts, query, user, ..
@@ -721,7 +447,7 @@ fn serve_stream(
 fn serve_component_status(
     request: &Incoming<'_>,
     target: &Target,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming { parts, query, .. } = request;
     // Computed on each read, never stored ([`crate::registry::core::pod_actions`]).
@@ -767,7 +493,7 @@ fn serve_pod_action(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
     target: &Target,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming { parts, .. } = request;
     // Actions, not objects ([`crate::registry::core::pod_actions`]): create only.
@@ -784,7 +510,13 @@ fn serve_pod_action(
     let name = target.name.clone().unwrap_or_default();
     let (code, answer) = if target.subresource.as_deref() == Some("token") {
         shared.store.read(|st| {
-            crate::registry::core::pod_actions::token_request(st, &shared.tokens, &ns, &name, &body)
+            crate::registry::core::pod_actions::token_request(
+                st,
+                &shared.authn.tokens,
+                &ns,
+                &name,
+                &body,
+            )
         })?
     } else {
         shared
@@ -805,7 +537,7 @@ async fn serve_read(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
     target: &Target,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     let query = &request.query;
     let def = &target.def;
@@ -928,7 +660,7 @@ async fn serve_write(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
     target: &Target,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming {
         parts,
@@ -978,7 +710,7 @@ async fn serve_delete(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
     target: &Target,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     let Incoming {
         bytes,
@@ -1031,7 +763,7 @@ fn serve_review(
     parts: &http::request::Parts,
     bytes: &[u8],
     user: &crate::auth::rbac::UserInfo,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     let target =
         crate::endpoints::access_review::route(segs).ok_or_else(ApiError::page_not_found)?;
@@ -1093,7 +825,7 @@ fn serve_token_review(
     parts: &http::request::Parts,
     bytes: &[u8],
     user: &crate::auth::rbac::UserInfo,
-    class: &mut Classified,
+    class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     if !crate::endpoints::token_review::is_collection(segs) {
         return Err(ApiError::page_not_found());
@@ -1116,7 +848,12 @@ fn serve_token_review(
     let body = decode_review(parts, bytes)?;
     let answer = crate::endpoints::token_review::create(
         &shared.rbac,
-        |token| shared.tokens.authenticate(Some(&format!("Bearer {token}"))),
+        |token| {
+            shared
+                .authn
+                .tokens
+                .authenticate(Some(&format!("Bearer {token}")))
+        },
         body,
     )?;
     tracing::debug!(

@@ -19,7 +19,6 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::rbac;
-use crate::auth::tokens::TokenTable;
 use crate::filters::request_log::RequestLog;
 use crate::filters::{faults, flowcontrol};
 use crate::kubelet;
@@ -31,12 +30,8 @@ pub struct Shared {
     pub store: Arc<Store>,
     /// Request counts.
     pub log: RequestLog,
-    /// Accepted bearer tokens.
-    pub tokens: TokenTable,
-    /// Who a request without an `Authorization` header is: `None` (401) over HTTPS; the
-    /// bootstrap user over plain HTTP, as kube-apiserver's old insecure port served everyone
-    /// (clients such as kubectl send no credentials to an `http://` server).
-    pub unauthenticated_user: Option<String>,
+    /// Bearer tokens and the user of a request without credentials.
+    pub authn: crate::filters::authentication::Authenticator,
     /// Interval between watch bookmarks.
     pub bookmark_interval: Duration,
     /// When a watch whose client stopped reading is closed.

@@ -1,5 +1,8 @@
 //! filters
 
+pub mod authentication;
+pub mod authorization;
+pub mod body_limit;
 pub mod faults;
 pub mod flowcontrol;
 pub mod impersonation;

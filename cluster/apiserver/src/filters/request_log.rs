@@ -186,6 +186,45 @@ impl RequestLog {
     }
 }
 
+/// What a request was, for the request log: filled in as the chain learns it (the verb and
+/// resource once routing resolved the URL), recorded when the answer is sent.
+#[derive(Default)]
+pub struct RequestLabel {
+    pub verb: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    /// `X-Kubernetes-PF-*` header values ([`crate::filters::flowcontrol`]).
+    pub pf: crate::filters::flowcontrol::PfUids,
+}
+
+/// Request-log label of a request not resolved to a resource: one of a fixed set of routes
+/// (`/version`, `/healthz`, `/apis/{group}`, ...), or [`UNROUTED`] for every other path, so the
+/// log and `/metrics` stay bounded whatever paths clients send.
+pub fn non_resource_label(path: &str) -> &'static str {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["healthz"] => "/healthz",
+        ["livez"] => "/livez",
+        ["readyz"] => "/readyz",
+        ["metrics"] => "/metrics",
+        ["version"] => "/version",
+        ["admin", "faults"] => "/admin/faults",
+        ["api"] => "/api",
+        ["api", "v1"] => "/api/v1",
+        ["apis"] => "/apis",
+        ["apis", _] => "/apis/{group}",
+        ["apis", _, _] => "/apis/{group}/{version}",
+        ["openapi", "v2"] => "/openapi/v2",
+        ["openapi", "v3", ..] => "/openapi/v3",
+        _ => UNROUTED,
+    }
+}
+
+/// Request-log resource label of every request whose path matched no route (and of requests
+/// refused before routing, such as `401`s).
+pub const UNROUTED: &str = "<unrouted>";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! server
 
 pub mod bootstrap;
+pub mod chain;
 pub mod connections;
 pub mod manifests;
 pub mod tls;
