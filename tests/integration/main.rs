@@ -96,3 +96,4 @@ mod workqueue_metrics;
 mod workqueue_queue;
 mod workqueue_rate_limiting;
 mod workqueue_tasks;
+mod workspace_modules;
