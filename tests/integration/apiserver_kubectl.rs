@@ -359,3 +359,112 @@ async fn kubectl_scale_works_on_the_custom_resources_with_a_replica_count() {
     }
     server.shutdown().await;
 }
+
+/// Server-side apply conflicts with every manager, `Update` ones included, as kube-apiserver's
+/// field manager reports them: after `kubectl create` (manager `kubectl-create`) and a merge
+/// patch (`kubectl-patch`), an apply that changes their fields is refused with a 409 naming
+/// each manager and its API version, and `--force-conflicts` moves the ownership.
+#[tokio::test]
+async fn server_side_apply_conflicts_with_update_managers() {
+    let Some(bin) = kubectl_bin(None) else {
+        eprintln!("SKIPPED: kubectl not found on PATH");
+        return;
+    };
+    let server = start().await;
+    let api = TestClient::new(&server);
+    let k = Kubectl::with_bin(bin, &server);
+    k.ok(&["create", "configmap", "x", "--from-literal=k=1"])
+        .await;
+    k.ok(&[
+        "patch",
+        "configmap",
+        "x",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"m":"1"}}"#,
+    ])
+    .await;
+    let applied = k.home().join("x.yaml");
+    std::fs::write(
+        &applied,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  k: \"2\"\n",
+    )
+    .unwrap();
+    let file = applied.to_str().unwrap();
+    let out = k
+        .run(&[
+            "apply",
+            "--server-side",
+            "--field-manager=ssa-test",
+            "-f",
+            file,
+        ])
+        .await;
+    assert!(
+        !out.ok,
+        "the apply changed kubectl-create's field without --force-conflicts"
+    );
+    assert!(
+        out.stderr
+            .contains(r#"conflict with "kubectl-create" using v1: .data.k"#),
+        "{}",
+        out.stderr
+    );
+    // The same value is no conflict: both managers own the field.
+    std::fs::write(
+        &applied,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  k: \"1\"\n  m: \"2\"\n",
+    )
+    .unwrap();
+    let out = k
+        .run(&[
+            "apply",
+            "--server-side",
+            "--field-manager=ssa-test",
+            "-f",
+            file,
+        ])
+        .await;
+    assert!(!out.ok, "the apply changed kubectl-patch's field");
+    assert!(
+        out.stderr
+            .contains(r#"conflict with "kubectl-patch" using v1: .data.m"#),
+        "{}",
+        out.stderr
+    );
+    let out = k
+        .ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=ssa-test",
+            "--force-conflicts",
+            "-f",
+            file,
+        ])
+        .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let cm = api.get("/api/v1/namespaces/default/configmaps/x").await;
+    assert_eq!(cm.body["data"], json!({"k": "1", "m": "2"}));
+    let entries = cm.body["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let fields_of = |manager: &str, operation: &str| {
+        entries
+            .iter()
+            .find(|e| e["manager"] == manager && e["operation"] == operation)
+            .map(|e| e["fieldsV1"]["f:data"].clone())
+    };
+    // The applier owns both fields; the patcher lost `m`, so its entry is gone; kubectl-create
+    // keeps `k`, which the apply set to the value it already had.
+    assert_eq!(
+        fields_of("ssa-test", "Apply"),
+        Some(json!({"f:k": {}, "f:m": {}}))
+    );
+    assert_eq!(fields_of("kubectl-patch", "Update"), None);
+    assert_eq!(
+        fields_of("kubectl-create", "Update"),
+        Some(json!({"f:k": {}}))
+    );
+    server.shutdown().await;
+}

@@ -1213,12 +1213,20 @@ fn server_side_apply(
     let applied = intake(&def, body)?;
     let current_view = current.as_ref().map(|c| present(&def, c));
     use crate::registry::patch::{ApplyError, apply};
+    // Through the main endpoint, a kind with a status subresource resets `status`: it is not
+    // applied (kube's reset-fields filter), so it neither conflicts nor is recorded.
+    let reset: &[&str] = if def.status_subresource && t.subresource.is_none() {
+        &["status"]
+    } else {
+        &[]
+    };
     let merged = apply(
         current_view.as_ref(),
         &present(&def, &applied),
         manager,
         force,
         &meta::now_time(),
+        reset,
     )
     .map_err(|e| match e {
         ApplyError::Invalid(m) => ApiError::bad_request(m),
@@ -1228,7 +1236,7 @@ fn server_side_apply(
                 .iter()
                 .map(|(manager, field)| {
                     json!({"reason": "FieldManagerConflict",
-                           "message": format!("conflict with {manager:?}"), "field": field})
+                           "message": format!("conflict with {manager}"), "field": field})
                 })
                 .collect();
             let mut err = ApiError::new(409, "Conflict", message);

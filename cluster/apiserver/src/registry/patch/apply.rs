@@ -10,17 +10,21 @@
 //! - a field the same manager applied before but omits now is **removed** (unless another
 //!   manager also owns it), which is how `kubectl apply --server-side` deletes a field you took
 //!   out of the file;
-//! - a field another *applier* owns and this apply sets to a different value is a **conflict**
+//! - a field another manager owns and this apply sets to a different value is a **conflict**
 //!   (409, `Apply failed with 1 conflict: conflict with "other": .spec.x`), unless `force` is
-//!   set, in which case ownership moves to this manager.
+//!   set, in which case ownership moves to this manager. The other manager may be an applier
+//!   or an `Update` manager (a `kubectl create`, an edit, a controller's PUT), named as the real
+//!   server names it: `conflict with "kubectl-create" using v1: .data.k`, or `"kubelet" with
+//!   subresource "status" using v1` for a subresource's writer (kube's `printManager`, whose
+//!   manager identifier carries no time).
 //!
 //! An apply runs as a sequence of steps: check the configuration, read the managers' field sets
 //! from the live object, find conflicts, remove what this manager dropped, merge, restore the
 //! server-owned metadata, move forced fields, and write this manager's entry.
 //!
-//! What it leaves out: fields owned by `Update` managers never conflict with an apply (the real
-//! server reports those conflicts too, so an apply that changes a value a controller wrote
-//! succeeds here where a real server would ask for `force`).
+//! Fields the endpoint resets are not applied: through the main endpoint of a kind with a
+//! status subresource, `status` is left out of the applied configuration before anything is
+//! computed (kube's reset-fields filter), so it neither conflicts nor is recorded.
 
 use std::collections::BTreeSet;
 
@@ -36,8 +40,9 @@ use crate::registry::patch::managed_fields::{
 pub enum ApplyError {
     /// The applied configuration is unusable (not an object, wrong kind, ...): a 400/422.
     Invalid(String),
-    /// Fields owned by other appliers would change: a 409 Conflict. `conflicts` holds
-    /// `(manager, field)` pairs, the field rendered like `.spec.replicas`.
+    /// Fields owned by other managers would change: a 409 Conflict. `conflicts` holds
+    /// `(manager, field)` pairs, the manager as the message names it (`"alice"`,
+    /// `"kubectl-create" using v1`), the field rendered like `.spec.replicas`.
     Conflict {
         /// `Apply failed with N conflict(s): ...`, the real server's message.
         message: String,
@@ -68,7 +73,7 @@ pub fn apply_patch(
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    apply(current, applied, manager, force, &now).map_err(|e| e.to_string())
+    apply(current, applied, manager, force, &now, &[]).map_err(|e| e.to_string())
 }
 
 /// Merges an applied configuration onto a live value: maps recursively, merge lists by key,
@@ -138,8 +143,11 @@ fn apply_merge(target: &mut Value, applied: &Value, field: Option<&str>) {
 ///   exists, the kinds must agree.
 /// - Fields this manager applied last time but omits now are removed unless another manager
 ///   owns them too.
-/// - A field owned by another `Apply` manager whose value would change is a conflict; with
-///   `force` the field is taken over instead (removed from the other manager's set).
+/// - A field owned by another manager (an applier, or an `Update` manager) whose value would
+///   change is a conflict; with `force` the field is taken over instead (removed from the
+///   other manager's set).
+/// - `reset` names top-level fields this endpoint does not apply (`status` through the main
+///   endpoint of a kind with a status subresource): they are dropped from the configuration.
 /// - Server-owned metadata (`uid`, `resourceVersion`, `creationTimestamp`, `generation`, ...)
 ///   of `current` is kept whatever the configuration says; the caller fills it for a create.
 pub fn apply(
@@ -148,11 +156,17 @@ pub fn apply(
     manager: &str,
     force: bool,
     now: &str,
+    reset: &[&str],
 ) -> Result<Value, ApplyError> {
     let api_version = check_configuration(current, applied)?;
     let mut applied_clean = applied.clone();
     if let Some(Value::Object(meta)) = applied_clean.get_mut("metadata") {
         meta.remove("managedFields");
+    }
+    if let Value::Object(top) = &mut applied_clean {
+        for field in reset {
+            top.remove(*field);
+        }
     }
     let new_paths = paths_of(&applied_clean);
 
@@ -255,15 +269,16 @@ fn is_apply_entry_of(entry: &Value, manager: &str) -> bool {
 type OtherSets = Vec<(usize, BTreeSet<FieldPath>)>;
 
 /// The other managers' field sets (by entry index), and the conflicts: each field that another
-/// *applier* owns and this configuration sets to a value different from `base`'s, as
-/// `(manager, rendered field)`. Fields owned by `Update` managers never conflict here.
+/// manager (an applier or an `Update` manager) owns and this configuration sets to a value
+/// different from `base`'s, as `(manager, rendered field)`, the manager named as
+/// [`print_manager`] names it.
 fn find_conflicts(
     entries: &[Value],
     manager: &str,
     base: &Value,
     applied: &Value,
     new_paths: &BTreeSet<FieldPath>,
-) -> (Vec<(String, String)>, OtherSets) {
+) -> (Vec<Conflict>, OtherSets) {
     let mut conflicts = Vec::new();
     let mut other_sets = Vec::new();
     for (i, e) in entries.iter().enumerate() {
@@ -271,19 +286,16 @@ fn find_conflicts(
             continue;
         }
         let set = e.get("fieldsV1").map(parse_fields_v1).unwrap_or_default();
-        if e.get("operation").and_then(Value::as_str) == Some("Apply") {
-            let owner = e
-                .get("manager")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            for p in set.intersection(new_paths) {
-                if p.last() == Some(&PathElem::Itself) {
-                    continue;
-                }
-                if value_at(base, p) != value_at(applied, p) {
-                    conflicts.push((owner.clone(), render_path(p)));
-                }
+        for p in set.intersection(new_paths) {
+            if p.last() == Some(&PathElem::Itself) {
+                continue;
+            }
+            if value_at(base, p) != value_at(applied, p) {
+                conflicts.push(Conflict {
+                    order: identity_order(e),
+                    manager: print_manager(e),
+                    field: render_path(p),
+                });
             }
         }
         other_sets.push((i, set));
@@ -291,20 +303,77 @@ fn find_conflicts(
     (conflicts, other_sets)
 }
 
-/// The real server's `409` for an apply that meets conflicts:
-/// `Apply failed with N conflict(s): conflict with "manager": .field`.
-fn conflict_error(conflicts: Vec<(String, String)>) -> ApplyError {
-    let n = conflicts.len();
-    let list = conflicts
-        .iter()
-        .map(|(m, f)| format!("conflict with {m:?}: {f}"))
-        .collect::<Vec<_>>();
-    let message = if n == 1 {
-        format!("Apply failed with 1 conflict: {}", list[0])
-    } else {
-        format!("Apply failed with {n} conflicts: {}", list.join("\n"))
+/// One field another manager owns.
+struct Conflict {
+    /// Sorts managers as kube sorts their identifiers (the entry's JSON without time or
+    /// fields: manager, operation, apiVersion, subresource).
+    order: (String, String, String, String),
+    manager: String,
+    field: String,
+}
+
+fn identity_order(entry: &Value) -> (String, String, String, String) {
+    let s = |k: &str| {
+        entry
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
     };
-    ApplyError::Conflict { message, conflicts }
+    (
+        s("manager"),
+        s("operation"),
+        s("apiVersion"),
+        s("subresource"),
+    )
+}
+
+/// A manager as kube's conflict messages name it (`printManager` of its identifier, which has
+/// no time): `"alice"` for an applier, `"kubectl-create" using v1` for an `Update` manager,
+/// with ` with subresource "status"` after the name for a subresource's writer.
+fn print_manager(entry: &Value) -> String {
+    let s = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or_default();
+    let mut out = format!("{:?}", s("manager"));
+    if !s("subresource").is_empty() {
+        out.push_str(&format!(" with subresource {:?}", s("subresource")));
+    }
+    if s("operation") == "Update" {
+        out.push_str(&format!(" using {}", s("apiVersion")));
+    }
+    out
+}
+
+/// The real server's `409` for an apply that meets conflicts (`NewConflictError`): one
+/// conflict is `Apply failed with 1 conflict: conflict with "m": .field`; several are grouped
+/// by manager, managers sorted, `Apply failed with N conflicts: conflicts with "m":` then one
+/// `- .field` line per field.
+fn conflict_error(mut conflicts: Vec<Conflict>) -> ApplyError {
+    let n = conflicts.len();
+    let message = if n == 1 {
+        format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            conflicts[0].manager, conflicts[0].field
+        )
+    } else {
+        conflicts.sort_by(|a, b| a.order.cmp(&b.order));
+        let mut lines: Vec<String> = vec![];
+        let mut last: Option<&(String, String, String, String)> = None;
+        for c in &conflicts {
+            if last != Some(&c.order) {
+                lines.push(format!("conflicts with {}:", c.manager));
+                last = Some(&c.order);
+            }
+            lines.push(format!("- {}", c.field));
+        }
+        format!("Apply failed with {n} conflicts: {}", lines.join("\n"))
+    };
+    ApplyError::Conflict {
+        message,
+        conflicts: conflicts
+            .into_iter()
+            .map(|c| (c.manager, c.field))
+            .collect(),
+    }
 }
 
 /// Removes from `result` what this manager applied before (`old_paths`) and no longer applies
@@ -403,6 +472,7 @@ mod tests {
             "kubectl",
             false,
             "2024-01-01T00:00:00Z",
+            &[],
         )
         .unwrap();
         assert_eq!(obj["data"], json!({"a": "1"}));
@@ -423,13 +493,22 @@ mod tests {
             "kubectl",
             false,
             "t",
+            &[],
         )
         .unwrap();
         let mut live = live;
         live["metadata"]["uid"] = json!("u1");
         live["metadata"]["resourceVersion"] = json!("5");
         live["data"]["other"] = json!("kept"); // written by someone else through an update
-        let next = apply(Some(&live), &cm(json!({"a": "9"})), "kubectl", false, "t2").unwrap();
+        let next = apply(
+            Some(&live),
+            &cm(json!({"a": "9"})),
+            "kubectl",
+            false,
+            "t2",
+            &[],
+        )
+        .unwrap();
         assert_eq!(next["data"], json!({"a": "9", "other": "kept"}));
         assert_eq!(next["metadata"]["uid"], "u1");
         assert_eq!(next["metadata"]["resourceVersion"], "5");
@@ -441,12 +520,12 @@ mod tests {
 
     #[test]
     fn apply_conflicts_between_managers_and_force() {
-        let live = apply(None, &cm(json!({"a": "1"})), "alice", false, "t").unwrap();
+        let live = apply(None, &cm(json!({"a": "1"})), "alice", false, "t", &[]).unwrap();
         // Same value: shared ownership, no conflict.
-        let shared = apply(Some(&live), &cm(json!({"a": "1"})), "bob", false, "t").unwrap();
+        let shared = apply(Some(&live), &cm(json!({"a": "1"})), "bob", false, "t", &[]).unwrap();
         assert_eq!(field_owners(&shared)[".data.a"], vec!["alice", "bob"]);
         // Different value: conflict.
-        let err = apply(Some(&live), &cm(json!({"a": "2"})), "bob", false, "t").unwrap_err();
+        let err = apply(Some(&live), &cm(json!({"a": "2"})), "bob", false, "t", &[]).unwrap_err();
         match &err {
             ApplyError::Conflict { message, conflicts } => {
                 assert_eq!(
@@ -455,7 +534,7 @@ mod tests {
                 );
                 assert_eq!(
                     conflicts,
-                    &vec![("alice".to_string(), ".data.a".to_string())]
+                    &vec![("\"alice\"".to_string(), ".data.a".to_string())]
                 );
             }
             other => panic!("expected a conflict, got {other:?}"),
@@ -466,7 +545,7 @@ mod tests {
                 .starts_with("Apply failed")
         );
         // Forced: bob takes the field over, alice's now-empty entry disappears.
-        let forced = apply(Some(&live), &cm(json!({"a": "2"})), "bob", true, "t").unwrap();
+        let forced = apply(Some(&live), &cm(json!({"a": "2"})), "bob", true, "t", &[]).unwrap();
         assert_eq!(forced["data"]["a"], "2");
         assert_eq!(field_owners(&forced)[".data.a"], vec!["bob"]);
         assert_eq!(
@@ -489,11 +568,11 @@ mod tests {
                    "f:spec": {"f:template": {"f:spec": {"f:containers": {
                        "k:{\"name\":\"web\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}})
         );
-        let mut live = apply(None, &deploy, "kubectl", false, "t").unwrap();
+        let mut live = apply(None, &deploy, "kubectl", false, "t", &[]).unwrap();
         live["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = json!("Always");
         let mut again = deploy.clone();
         again["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:2");
-        let next = apply(Some(&live), &again, "kubectl", false, "t").unwrap();
+        let next = apply(Some(&live), &again, "kubectl", false, "t", &[]).unwrap();
         let c = &next["spec"]["template"]["spec"]["containers"][0];
         assert_eq!(c["image"], "nginx:2");
         assert_eq!(
@@ -505,15 +584,15 @@ mod tests {
     #[test]
     fn apply_rejects_bad_configurations() {
         assert!(matches!(
-            apply(None, &json!([1]), "m", false, "t"),
+            apply(None, &json!([1]), "m", false, "t", &[]),
             Err(ApplyError::Invalid(_))
         ));
-        let err = apply(None, &json!({"kind": "ConfigMap"}), "m", false, "t").unwrap_err();
+        let err = apply(None, &json!({"kind": "ConfigMap"}), "m", false, "t", &[]).unwrap_err();
         assert!(err.to_string().contains("apiVersion"), "{err}");
         let live = cm(json!({}));
         let mut secret = cm(json!({}));
         secret["kind"] = json!("Secret");
-        let err = apply(Some(&live), &secret, "m", false, "t").unwrap_err();
+        let err = apply(Some(&live), &secret, "m", false, "t", &[]).unwrap_err();
         assert!(err.to_string().contains("\"Secret\""), "{err}");
     }
 
@@ -531,6 +610,7 @@ mod tests {
             "kubectl",
             false,
             "t",
+            &[],
         )
         .unwrap();
         // A controller adds a field to the "log" container through an ordinary update.
@@ -544,6 +624,7 @@ mod tests {
             "kubectl",
             false,
             "t3",
+            &[],
         )
         .unwrap();
         let names: Vec<&str> = next["spec"]["template"]["spec"]["containers"]
@@ -570,6 +651,7 @@ mod tests {
             "kubectl",
             false,
             "t3",
+            &[],
         )
         .unwrap();
         assert_eq!(
@@ -578,6 +660,88 @@ mod tests {
                 .unwrap()
                 .len(),
             1
+        );
+    }
+
+    #[test]
+    fn update_managers_conflict_too_and_several_conflicts_are_grouped_by_manager() {
+        // `kubectl create cm x --from-literal=k=1`: an Update by kubectl-create.
+        let mut live = cm(json!({"k": "1", "j": "1"}));
+        record_update(None, &mut live, "kubectl-create", None, "t");
+        let err = apply(
+            Some(&live),
+            &cm(json!({"k": "2"})),
+            "ssa-test",
+            false,
+            "t",
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"kubectl-create\" using v1: .data.k"
+        );
+        // The same value is shared ownership, not a conflict.
+        assert!(
+            apply(
+                Some(&live),
+                &cm(json!({"k": "1"})),
+                "ssa-test",
+                false,
+                "t",
+                &[]
+            )
+            .is_ok()
+        );
+        // Two fields of two managers: grouped by manager, managers sorted.
+        let both = apply(
+            Some(&live),
+            &cm(json!({"z": "1"})),
+            "alice",
+            false,
+            "t",
+            &[],
+        )
+        .unwrap();
+        let err = apply(
+            Some(&both),
+            &cm(json!({"k": "2", "j": "2", "z": "2"})),
+            "bob",
+            false,
+            "t",
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 3 conflicts: conflicts with \"alice\":\n- .data.z\nconflicts with \"kubectl-create\" using v1:\n- .data.j\n- .data.k"
+        );
+        // Forced, the applier owns the fields and the Update manager keeps what it still has.
+        let forced = apply(
+            Some(&live),
+            &cm(json!({"k": "2"})),
+            "ssa-test",
+            true,
+            "t",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(field_owners(&forced)[".data.k"], vec!["ssa-test"]);
+        assert_eq!(field_owners(&forced)[".data.j"], vec!["kubectl-create"]);
+    }
+
+    #[test]
+    fn a_reset_field_is_neither_applied_nor_conflicting() {
+        let mut live = cm(json!({"k": "1"}));
+        live["status"] = json!({"phase": "Old"});
+        record_update(None, &mut live, "kubelet", None, "t");
+        let mut applied = cm(json!({"k": "1"}));
+        applied["status"] = json!({"phase": "New"});
+        let out = apply(Some(&live), &applied, "ssa-test", false, "t", &["status"]).unwrap();
+        assert_eq!(out["status"]["phase"], "Old");
+        assert!(
+            !field_owners(&out).contains_key(".status.phase")
+                || field_owners(&out)[".status.phase"] == vec!["kubelet"]
         );
     }
 }
