@@ -102,7 +102,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::health::ServerHandle;
+use crate::health::{ServerHandle, serve_http1_connection};
 use crate::metrics::{CONTENT_TYPE, encode_registry};
 use sample_client_go::client::{self, Client};
 
@@ -643,10 +643,8 @@ pub async fn serve_metrics_secure(
                         Ok::<_, Infallible>(resp)
                     }
                 });
-                crate::health::serve_http1_connection(
-                    tls_stream, service, &activity, &limits, &stop_conn, peer,
-                )
-                .await;
+                serve_http1_connection(tls_stream, service, &activity, &limits, &stop_conn, peer)
+                    .await;
             });
         })
         .await;

@@ -68,6 +68,7 @@ use super::lister::Lister;
 use super::lister_watcher::BoxListerWatcher;
 use super::reflector::WatchObservers;
 use super::reflector::{ReflectorConfig, ReflectorStatus};
+use crate::client::{Api, Client};
 
 /// Which slice of a type an informer watches.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -100,16 +101,14 @@ pub trait ListerWatcherSource: Send + Sync + 'static {
     fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K>;
 }
 
-/// The client's [`Client`](crate::client::Client) makes [`crate::client::Api`]s: namespaced
+/// The client's [`Client`] makes [`crate::client::Api`]s: namespaced
 /// when the scope names a namespace, all namespaces otherwise (which is also the right URL for
 /// cluster-scoped types).
-impl ListerWatcherSource for crate::client::Client {
+impl ListerWatcherSource for Client {
     fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K> {
         match scope.namespace.as_deref() {
-            Some(ns) => {
-                BoxListerWatcher::new(crate::client::Api::<K>::namespaced(self.clone(), ns))
-            }
-            None => BoxListerWatcher::new(crate::client::Api::<K>::all(self.clone())),
+            Some(ns) => BoxListerWatcher::new(Api::<K>::namespaced(self.clone(), ns)),
+            None => BoxListerWatcher::new(Api::<K>::all(self.clone())),
         }
     }
 }

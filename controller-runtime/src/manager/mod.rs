@@ -58,11 +58,14 @@ mod options;
 mod preflight;
 mod registration;
 
+/// The log flags' types live with the log subscriber ([`crate::logging`]); the manager's
+/// flags and the binaries use them from here too.
+pub use crate::logging::{LogFormat, verbosity_level};
 pub use events::EventApiSink;
 pub use options::{
-    DEFAULT_LEASE_NAME, FlagError, IN_CLUSTER_NAMESPACE_FILE, LeaderElectionConfig, LogFormat,
-    ManagerConfig, ManagerOptions, SHARDER_CONTROLLER, parse_bind_address,
-    read_in_cluster_namespace, resolve_controllers, sharder_enabled, verbosity_level,
+    DEFAULT_LEASE_NAME, FlagError, IN_CLUSTER_NAMESPACE_FILE, LeaderElectionConfig, ManagerConfig,
+    ManagerOptions, SHARDER_CONTROLLER, parse_bind_address, read_in_cluster_namespace,
+    resolve_controllers, sharder_enabled,
 };
 pub use preflight::PREFLIGHT_TIMEOUT;
 pub use registration::{
@@ -79,10 +82,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Clock, Controller};
 use crate::health::{HealthState, ServerHandle, serve_health_with};
+use crate::logging;
 use crate::metrics::{Metrics, serve_metrics_with};
 pub use crate::metrics_auth::SecureServing;
 use crate::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure};
 use crate::otlp::{Exporter, ExporterHandle, SpanQueue};
+use crate::sharding::sharder::DEFAULT_SYNC_PERIOD;
+use crate::sharding::{ShardConfig, Sharder, SharderConfig, SharderElection, SharderMetrics};
+use crate::webhook::{self, WebhookServerConfig};
 /// The factory's lister-watchers from a [`Client`]; it lives in [`sample_client_go::cache::api_source`].
 pub use sample_client_go::cache::ClientSource;
 use sample_client_go::cache::SharedInformerFactory;
@@ -166,9 +173,9 @@ pub struct Manager {
     identity: String,
     controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
     secure_metrics: Option<SecureServing>,
-    webhook: Option<crate::webhook::WebhookServerConfig>,
-    sharding: Option<crate::sharding::ShardConfig>,
-    sharder: Option<crate::sharding::SharderElection>,
+    webhook: Option<WebhookServerConfig>,
+    sharding: Option<ShardConfig>,
+    sharder: Option<SharderElection>,
     span_queue: SpanQueue,
     registrations: Vec<Registration>,
     bound: tokio::sync::watch::Sender<Option<BoundAddrs>>,
@@ -241,8 +248,8 @@ impl Manager {
     }
 
     /// The webhook server's paths: the built-in ones and every registered controller's.
-    fn webhook_routes(&self) -> crate::webhook::Routes {
-        let mut routes = crate::webhook::BUILTIN_ROUTES.to_vec();
+    fn webhook_routes(&self) -> webhook::Routes {
+        let mut routes = webhook::BUILTIN_ROUTES.to_vec();
         for r in &self.registrations {
             routes.extend(r.webhooks.iter().copied());
         }
@@ -277,10 +284,7 @@ impl Manager {
 
     /// Serves the admission webhooks ([`crate::webhook`]) as configured, alongside the
     /// controllers (default: no webhook server).
-    pub fn with_webhook_server(
-        mut self,
-        config: Option<crate::webhook::WebhookServerConfig>,
-    ) -> Self {
+    pub fn with_webhook_server(mut self, config: Option<WebhookServerConfig>) -> Self {
         self.webhook = config;
         self
     }
@@ -288,7 +292,7 @@ impl Manager {
     /// Runs this process as one shard of a ring (`--shard-mode=sharded`, see
     /// [`crate::sharding::shard`]): a Lease of its own instead of leader election, caches
     /// narrowed to the objects labelled for the shard. `None` (the default): leader mode.
-    pub fn with_sharding(mut self, shard: Option<crate::sharding::ShardConfig>) -> Self {
+    pub fn with_sharding(mut self, shard: Option<ShardConfig>) -> Self {
         self.sharding = shard;
         self
     }
@@ -298,7 +302,7 @@ impl Manager {
     /// identity, over the kinds of `config.controllers` (which no worker reconciles here); the
     /// webhook server, when configured, answers `/mutate-shard` from its ring. `None` (the
     /// default): the operators run.
-    pub fn with_sharder(mut self, election: Option<crate::sharding::SharderElection>) -> Self {
+    pub fn with_sharder(mut self, election: Option<SharderElection>) -> Self {
         self.sharder = election;
         self
     }
@@ -533,9 +537,9 @@ impl Manager {
             webhook: None,
         };
         if let Some(wh) = &self.webhook {
-            let wm = crate::webhook::WebhookMetrics::default();
+            let wm = webhook::WebhookMetrics::default();
             metrics.with_registry(|r| wm.register(r));
-            let h = crate::webhook::serve(wh, self.webhook_routes(), wm, stop.clone())
+            let h = webhook::serve(wh, self.webhook_routes(), wm, stop.clone())
                 .await
                 .map_err(|e| ManagerError::Webhook(e.to_string()))?;
             tracing::info!(addr = %h.local_addr(), cert_dir = %wh.cert_dir.display(), "serving admission webhooks");
@@ -710,14 +714,11 @@ impl Manager {
     /// check (`sharder-election`), as a leader's is.
     fn spawn_sharder(
         &self,
-        (shard, identity, health): (&crate::sharding::SharderElection, String, &HealthState),
+        (shard, identity, health): (&SharderElection, String, &HealthState),
         metrics: &Metrics,
         broadcaster: &EventBroadcaster,
         shutdown: CancellationToken,
     ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
-        use crate::sharding::{
-            Sharder, SharderConfig, SharderMetrics, sharder::DEFAULT_SYNC_PERIOD,
-        };
         let sharder_metrics = SharderMetrics::default();
         metrics.with_registry(|r| sharder_metrics.register(r));
         let stop = shutdown.child_token();
@@ -1031,9 +1032,9 @@ pub fn main(
             return ExitCode::FAILURE;
         }
     };
-    crate::logging::init(
+    logging::init(
         options.log_format,
-        &crate::logging::filter_directives(options.verbosity, verbosity_level(options.verbosity)),
+        &logging::filter_directives(options.verbosity, verbosity_level(options.verbosity)),
         options
             .otlp_endpoint
             .as_deref()

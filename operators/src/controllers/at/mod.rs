@@ -128,7 +128,7 @@
 //! (metadata, phase, reason, message, conditions, containers' terminated states): see
 //! [`crate::slim`]. A pod of ours created before that label existed is invisible to the
 //! cache, so the create answers 409 AlreadyExists: one GET finds it
-//! ([`crate::slim::get_existing`]), labels it if its controller ownerReference is this At's,
+//! ([`crate::controllers::get_existing`]), labels it if its controller ownerReference is this At's,
 //! and the sync carries on with it (a pod that is not ours gives `ErrResourceExists`, as a
 //! cached one would).
 
@@ -143,7 +143,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
-use crate::slim::{self, AtSummary, PodSummary, slim_done_status};
+use crate::controllers::get_existing;
+use crate::slim::{AtSummary, PodSummary, slim_done_status};
 use sample_client_go::cache::{
     Deleted, EventHandlerFns, Lister, ListerWatcherSource, ObjectMetaAccess, OwnerRef,
     SharedInformerFactory, SmallString, UidString, key_of, split_key,
@@ -155,7 +156,9 @@ use sample_controller_runtime::controller::QueueKey;
 use sample_controller_runtime::controller::{
     Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers,
 };
-use sample_controller_runtime::owned::{self, LABEL_MANAGED_BY, controller_ref_of, owner_handlers};
+use sample_controller_runtime::ownership::{
+    self, LABEL_MANAGED_BY, controller_ref_of, owner_handlers,
+};
 
 /// The recorder's source component and the field manager of every write.
 pub const CONTROLLER_NAME: &str = "at-controller";
@@ -250,7 +253,7 @@ impl AtController {
         // of kind At in our group (the book checked the kind alone). A pod add also settles
         // the expectation recorded when the pod was created. Deletions (final state or a
         // tombstone from a relist) enqueue too: a RUNNING At whose pod vanished must act.
-        // The same handler every owning operator uses (`owned::owner_handlers`), so a pod whose
+        // The same handler every owning operator uses (`ownership::owner_handlers`), so a pod whose
         // controller reference moves to another At also wakes the At it left.
         let pod_handler = owner_handlers::<At, PodSummary>(&queue, Some(Arc::clone(&expectations)));
         let pod_synced = pod_informer
@@ -278,7 +281,7 @@ impl AtController {
 
 impl AtController {
     /// Creates the At's pod (step 2 of a due At, after `RUNNING` was written). A name taken
-    /// already is looked up once ([`slim::get_existing`]): ours from before the managed-by
+    /// already is looked up once ([`get_existing`]): ours from before the managed-by
     /// label is adopted and decided on again; someone else's becomes a status. `Ok(None)`: the
     /// status write found the At gone, so the sync is over.
     async fn launch_pod(
@@ -309,19 +312,15 @@ impl AtController {
                 self.expectations.creation_observed(key);
                 // The rare path: its state (a GET, a PATCH, the pod) is boxed, not kept
                 // inline in every sync's future.
-                let existing = Box::pin(slim::get_existing(
-                    &pods,
-                    at.as_ref(),
-                    &pod_name,
-                    CONTROLLER_NAME,
-                ))
-                .await
-                .map(Box::new)
-                .map_err(|source| SyncError::CreatePod {
-                    namespace: namespace.clone(),
-                    pod: pod_name.clone(),
-                    source,
-                })?;
+                let existing =
+                    Box::pin(get_existing(&pods, at.as_ref(), &pod_name, CONTROLLER_NAME))
+                        .await
+                        .map(Box::new)
+                        .map_err(|source| SyncError::CreatePod {
+                            namespace: namespace.clone(),
+                            pod: pod_name.clone(),
+                            source,
+                        })?;
                 // The At as just written (the cache may not show it yet).
                 let now_at = stored.unwrap_or_else(|| at.as_ref().clone());
                 let mut again = self::plan(&now_at, PodState::Present(&existing), self.clock.now());

@@ -21,6 +21,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use sample_client_go::cache::{ObjectMetaAccess, OwnerRef, SmallString, UidString};
 use serde::{Deserialize, Serialize};
 
+use crate::apis::API_VERSIONS;
+
 /// The accessors of the five fields `ObjectMeta` and [`MetaSummary`] hold alike (same names,
 /// types that read as `Option<&str>`); the rest differ in where the summary keeps them.
 macro_rules! plain_field_accessors {
@@ -115,7 +117,7 @@ fn known_api_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SmallStri
             f.write_str("an apiVersion string")
         }
         fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SmallString, E> {
-            Ok(SmallString::known(v, &crate::apis::API_VERSIONS))
+            Ok(SmallString::known(v, &API_VERSIONS))
         }
     }
     d.deserialize_str(Known)
@@ -125,7 +127,7 @@ impl OwnerRefSummary {
     /// The summary of a whole `OwnerReference`.
     pub fn from_reference(r: &OwnerReference) -> Self {
         OwnerRefSummary {
-            api_version: SmallString::known(&r.api_version, &crate::apis::API_VERSIONS),
+            api_version: SmallString::known(&r.api_version, &API_VERSIONS),
             kind: r.kind.as_str().into(),
             name: r.name.as_str().into(),
             uid: r.uid.as_str().into(),
