@@ -54,8 +54,10 @@
 
 pub mod cache;
 pub mod client;
+pub mod keytrace;
 pub mod leaderelection;
 pub mod record;
+pub mod small_string;
 pub mod workqueue;
 
 /// Installs rustls' process-wide crypto provider (ring) if none is installed yet; see

@@ -281,4 +281,8 @@ impl<K: CacheObject, R: Reconciler<K>> Controller for Built<K, R> {
     fn stats(&self) -> Arc<SyncStats> {
         Arc::clone(self.workers.stats())
     }
+
+    fn queue(&self) -> Option<&RateLimitingQueue<QueueKey>> {
+        Some(self.workers.queue())
+    }
 }

@@ -25,6 +25,7 @@
 //! | 6 | [`logging`], [`otlp`] | klog's `-v` levels, JSON logs; spans over OTLP/HTTP | `pkg/log`, an OpenTelemetry SDK |
 //! | 7 | [`webhook`] | the admission and conversion webhook server | `pkg/webhook` |
 //! | 8 | [`sharding`] | a ring of shards instead of one leader | kubernetes-controller-sharding |
+//! | 9 | [`machinery`] | `/trace` (one key's hops, live, as JSON lines) and `/machinery` (the book's diagram with live counts) beside `/metrics` | (none: see `sample_client_go::keytrace`) |
 //!
 //! ## Use it
 //!
@@ -45,6 +46,7 @@ pub mod controller;
 pub mod expectations;
 pub mod health;
 pub mod logging;
+pub mod machinery;
 pub mod manager;
 pub mod metrics;
 pub mod metrics_auth;

@@ -122,7 +122,9 @@ pub mod lister;
 pub mod lister_watcher;
 pub mod meta_access;
 pub mod reflector;
-pub mod small_string;
+/// Strings that stay inline when short (keys, names, resourceVersions): [`crate::small_string`],
+/// re-exported where the cache's readers have always found them.
+pub use crate::small_string;
 /// Label selectors: `apimachinery::labels`, the same parser and matcher the embedded API server
 /// uses, re-exported where a reader of client-go's `tools/cache` looks for them.
 pub use apimachinery::labels as selector;
@@ -144,7 +146,7 @@ pub use reflector::{
     Reflector, ReflectorConfig, ReflectorStats, ReflectorStatus, WatchObserver, WatchObservers,
 };
 pub use selector::{Selector, SelectorError};
-pub use small_string::{InlineString, SmallString, UidString};
+pub use crate::small_string::{InlineString, SmallString, UidString};
 pub use store::{IndexError, Indexer, NAMESPACE_INDEX, OWNER_UID_INDEX, Store, owner_uid_index};
 
 use k8s_openapi::Metadata;

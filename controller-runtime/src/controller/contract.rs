@@ -110,6 +110,11 @@ pub trait Controller: Send + Sync + 'static {
     fn shut_down_queue(&self) -> BoxFuture<'static, ()>;
     /// The worker loop's counters.
     fn stats(&self) -> Arc<SyncStats>;
+    /// The controller's work queue, for counts (`/machinery/counts`); `None` when it has none
+    /// to show.
+    fn queue(&self) -> Option<&RateLimitingQueue<QueueKey>> {
+        None
+    }
 }
 
 /// What the shared [`run`](super::run) drives for one controller: the queue its event handlers fill, the

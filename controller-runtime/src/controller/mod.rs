@@ -40,7 +40,7 @@
 //!
 //! | span | level | parent | fields |
 //! |---|---|---|---|
-//! | `sync` | debug | none (a root: one trace per sync) | `controller` (`at`, `tdset`, ...), `key` (`ns/name`), `result` (`success`, `requeue_after`, `error`: the `controller_runtime_reconcile_total` label), `requeue` (the key went back on the queue: after a time or rate-limited), `requeue_after_ms` (with `requeue_after`) |
+//! | `sync` | debug | none (a root: one trace per sync) | `controller` (`at`, `tdset`, ...), `key` (`ns/name`), `triggers` (why it runs: see below), `links` (the `traceparent`s of its triggers' objects: span links over OTLP, see [`crate::otlp`]), `result` (`success`, `requeue_after`, `error`: the `controller_runtime_reconcile_total` label), `requeue` (the key went back on the queue: after a time or rate-limited), `requeue_after_ms` (with `requeue_after`) |
 //! | `request` | debug | the current span (a `sync`'s) | `verb` (HTTP method), `resource` (plural), `subresource` (`status`, `scale` or empty), `code` (the HTTP status of the final answer, retries included), `error` (when no answer came) |
 //!
 //! They are `debug` spans: at `-v 0` no subscriber enables them and they cost a disabled-span
@@ -48,6 +48,27 @@
 //! (`sync{controller="at" key="default/example-at"}:request{verb=PUT ...}`). Watches are not
 //! spanned (they outlive any sync). With `--otlp-endpoint` both are exported over OTLP/HTTP
 //! ([`crate::otlp`]), whatever `-v`.
+//!
+//! ## Why a sync runs
+//!
+//! The queue hands each key to a worker with its triggers (see [`sample_client_go::keytrace`]):
+//! the informer events whose handlers added it (`MODIFIED Pod default/x-pod rv 42`, an owned
+//! object naming itself while the key is its owner), an `add_after` that came due, a
+//! rate-limited retry (`rate-limited retry 2 after: <the error>`), a resync, the initial list.
+//! The worker
+//!
+//! * counts each distinct trigger in `controller_reconcile_triggers_total{controller,trigger}`
+//!   (`trigger`: `added`, `modified`, `deleted`, `resync`, `initial_list`, `relist`, `timer`,
+//!   `retry`, `direct`);
+//! * records them in the `sync` span's `triggers` field, so every log line written inside the
+//!   sync carries them from `-v 1` on;
+//! * runs `sync_handler` with them as its context: no operator signature changes, and a
+//!   handler that wants them reads [`current_triggers`]; [`note`] adds what the sync decided to
+//!   a trace of its key (the At's plan), at no cost when no one traces.
+//!
+//! With a reader on the manager's `/trace` ([`crate::machinery`]), the worker also records the
+//! hops `get` (how long the key waited), `sync_handler` start and end (its result, and what the
+//! queue does with the key), and the client records each write of the sync.
 //!
 //! ## What an operator writes, and what it gets
 //!
@@ -106,3 +127,6 @@ pub use contract::{
 pub use drain_gate::{DrainGate, DrainedOr, Draining};
 pub use stats::{SyncOutcome, SyncStats, SyncStatsSnapshot};
 pub use worker::{process_next_work_item, run, run_controller, run_worker, run_workers};
+/// Why the sync this task runs was started, and a way to say what it decided in a trace: see
+/// "Why a sync runs" above.
+pub use sample_client_go::keytrace::{Trigger, Triggers, current_triggers, note};

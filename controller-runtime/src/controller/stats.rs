@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::metrics::{ControllerMetrics, ReconcileResult};
+use sample_client_go::keytrace::Triggers;
 
 /// Counters of one controller's worker loop. Cheap to read from tests; with
 /// [`SyncStats::with_metrics`] every sync is also exported as `controller_sync_*` on `/metrics`.
@@ -36,6 +37,16 @@ impl SyncStats {
         self.syncs.fetch_add(1, Ordering::Relaxed);
         if let Some(m) = &self.metrics {
             m.observe_reconcile(controller, took, result);
+        }
+    }
+
+    /// Counts why one sync of `controller` runs: each of its distinct triggers
+    /// (`controller_reconcile_triggers_total{controller,trigger}`).
+    pub(super) fn observe_triggers(&self, controller: &str, triggers: &Triggers) {
+        if let Some(m) = &self.metrics {
+            for t in triggers.iter() {
+                m.observe_trigger(controller, t.trigger.label());
+            }
         }
     }
 

@@ -15,6 +15,7 @@ use super::contract::{Controller, Operator, QueueKey, RunError, SyncHandler, Wor
 use super::drain_gate::Draining;
 use super::stats::{SyncOutcome, SyncStats};
 use crate::metrics::ReconcileResult;
+use sample_client_go::keytrace::{self, Hop, Stage, SyncContext, Triggers, millis, seconds};
 use sample_client_go::workqueue::RateLimitingQueue;
 
 /// How often [`run`] checks whether the informers have synced (client-go's
@@ -105,11 +106,16 @@ impl<O: Operator> Controller for O {
     fn stats(&self) -> Arc<SyncStats> {
         Arc::clone(self.workers().stats())
     }
+
+    fn queue(&self) -> Option<&RateLimitingQueue<QueueKey>> {
+        Some(self.workers().queue())
+    }
 }
 
-/// The book's `processNextWorkItem`: takes one key, runs `sync_handler` on it under a deadline
-/// and a panic guard, and settles the key with the queue. Returns `None` once the queue is shut
-/// down and empty (the worker should end), else the key and how its sync ended.
+/// The book's `processNextWorkItem`: takes one key (with what put it on the queue: its
+/// triggers), runs `sync_handler` on it under a deadline and a panic guard, and settles the key
+/// with the queue. Returns `None` once the queue is shut down and empty (the worker should
+/// end), else the key and how its sync ended.
 pub async fn process_next_work_item<H: SyncHandler>(
     controller: &'static str,
     queue: &RateLimitingQueue<QueueKey>,
@@ -117,12 +123,25 @@ pub async fn process_next_work_item<H: SyncHandler>(
     sync_timeout: Duration,
     stats: &SyncStats,
 ) -> Option<(QueueKey, SyncOutcome)> {
-    let key = queue.get().await?;
+    let (key, triggers) = queue.get_with_triggers().await?;
+    Some(process_item(controller, queue, handler, key, triggers, sync_timeout, stats).await)
+}
+
+/// Everything after the `get`: sync the key, then always `done`.
+async fn process_item<H: SyncHandler>(
+    controller: &'static str,
+    queue: &RateLimitingQueue<QueueKey>,
+    handler: &H,
+    key: QueueKey,
+    triggers: Triggers,
+    sync_timeout: Duration,
+    stats: &SyncStats,
+) -> (QueueKey, SyncOutcome) {
     let _active = ActiveWorker::new(controller, stats);
-    let outcome = sync_one(controller, queue, handler, &key, sync_timeout, stats).await;
+    let outcome = sync_one(controller, queue, handler, &key, triggers, sync_timeout, stats).await;
     // Always: the key may now be handed to a worker again (at once if an event came meanwhile).
     queue.done(&key);
-    Some((key, outcome))
+    (key, outcome)
 }
 
 /// `controller_runtime_active_workers` + 1 while a worker holds a key (minus 1 on drop, also
@@ -154,32 +173,98 @@ async fn sync_one<H: SyncHandler>(
     queue: &RateLimitingQueue<QueueKey>,
     handler: &H,
     queued: &QueueKey,
+    triggers: Triggers,
     sync_timeout: Duration,
     stats: &SyncStats,
 ) -> SyncOutcome {
     let key = queued.as_str();
     let started = tokio::time::Instant::now();
+    // Why this sync runs, counted (`controller_reconcile_triggers_total`).
+    stats.observe_triggers(controller, &triggers);
     // The sync's span (see the module docs, "Traces"): a root span, parent of the spans of the
     // API requests the handler makes.
     let span = tracing::debug_span!(
         "sync",
         controller,
         key,
+        triggers = tracing::field::Empty,
+        links = tracing::field::Empty,
         result = tracing::field::Empty,
         requeue = tracing::field::Empty,
         requeue_after_ms = tracing::field::Empty,
     );
+    // Formatted only when someone records the span (-v 1 and up, or OTLP export).
+    if !span.is_disabled() {
+        span.record("triggers", tracing::field::display(&triggers));
+        let links: Vec<&str> = triggers.traceparents().collect();
+        if !links.is_empty() {
+            span.record("links", links.join(",").as_str());
+        }
+    }
+    // The hops of a traced key (see `sample_client_go::keytrace`): decided once, here.
+    let tracer = queue
+        .key_tracer()
+        .filter(|t| t.wants(key, Some(controller)))
+        .cloned();
+    if let Some(t) = &tracer {
+        t.emit(
+            Hop::new(
+                key,
+                Some(controller),
+                Stage::Sync,
+                format!("sync_handler({key}) starts"),
+            )
+            .with("action", "start"),
+        );
+    }
+    let context = SyncContext {
+        controller,
+        key: queued.clone(),
+        triggers,
+        tracer: tracer.clone(),
+    };
     // The handler's future is boxed: a sync's state (an At handler's is 4.7 KiB) then exists
     // only while the sync runs, and an idle worker (32 per controller, most of them idle most
     // of the time) holds a pointer.
-    let guarded = AssertUnwindSafe(tokio::time::timeout(
-        sync_timeout,
-        Box::pin(handler.sync_handler(key)),
+    let guarded = AssertUnwindSafe(keytrace::in_sync(
+        context,
+        tokio::time::timeout(sync_timeout, Box::pin(handler.sync_handler(key))),
     ))
     .catch_unwind()
     .instrument(span.clone())
     .await;
     let took = started.elapsed();
+    if let Some(t) = &tracer {
+        let (text, result) = match &guarded {
+            Ok(Ok(Ok(None))) => ("Ok(None): done until the next event; forget".to_owned(), "success".to_owned()),
+            Ok(Ok(Ok(Some(after)))) => (
+                format!(
+                    "Ok(Some({})): forget, then add_after({0})",
+                    seconds(*after)
+                ),
+                "requeue_after".to_owned(),
+            ),
+            Ok(Ok(Err(e))) => (format!("Err: {e}; add_rate_limited"), "error".to_owned()),
+            Ok(Err(_)) => ("past its deadline; add_rate_limited".to_owned(), "timeout".to_owned()),
+            Err(_) => ("panicked; add_rate_limited".to_owned(), "panic".to_owned()),
+        };
+        let mut hop = Hop::new(
+            key,
+            Some(controller),
+            Stage::Sync,
+            format!("sync_handler ends after {}: {text}", seconds(took)),
+        )
+        .with("action", "end")
+        .with("result", result)
+        .with("tookMs", millis(took));
+        if let Ok(Ok(Ok(Some(after)))) = &guarded {
+            hop = hop.with("afterMs", millis(*after));
+        }
+        if let Ok(Ok(Err(e))) = &guarded {
+            hop = hop.with("error", e.to_string());
+        }
+        t.emit(hop);
+    }
     let result = match &guarded {
         Ok(Ok(Ok(None))) => ReconcileResult::Success,
         Ok(Ok(Ok(Some(_)))) => ReconcileResult::RequeueAfter,
@@ -216,7 +301,7 @@ async fn sync_one<H: SyncHandler>(
         Ok(Ok(Err(err))) => {
             stats.errors.fetch_add(1, Ordering::Relaxed);
             let message = err.to_string();
-            queue.add_rate_limited(queued.clone());
+            queue.add_rate_limited_because(queued.clone(), Some(message.as_str()));
             let retries = queue.num_requeues(queued);
             if H::is_conflict(&err) {
                 tracing::info!(
@@ -240,7 +325,10 @@ async fn sync_one<H: SyncHandler>(
         }
         Ok(Err(_elapsed)) => {
             stats.timeouts.fetch_add(1, Ordering::Relaxed);
-            queue.add_rate_limited(queued.clone());
+            queue.add_rate_limited_because(
+                queued.clone(),
+                Some(format!("sync exceeded its {} deadline", seconds(sync_timeout))),
+            );
             tracing::error!(
                 controller,
                 key,
@@ -252,7 +340,7 @@ async fn sync_one<H: SyncHandler>(
         Err(panic) => {
             stats.panics.fetch_add(1, Ordering::Relaxed);
             let message = panic_message(panic.as_ref());
-            queue.add_rate_limited(queued.clone());
+            queue.add_rate_limited_because(queued.clone(), Some(format!("panic: {message}")));
             tracing::error!(
                 controller,
                 key,
@@ -286,14 +374,13 @@ pub async fn run_worker<H: SyncHandler>(
     stop: &CancellationToken,
 ) {
     loop {
-        let key = tokio::select! {
+        let next = tokio::select! {
             biased;
             _ = stop.cancelled() => break,
-            key = queue.get() => key,
+            next = queue.get_with_triggers() => next,
         };
-        let Some(key) = key else { break };
-        sync_one(controller, queue, handler, &key, sync_timeout, stats).await;
-        queue.done(&key);
+        let Some((key, triggers)) = next else { break };
+        process_item(controller, queue, handler, key, triggers, sync_timeout, stats).await;
     }
     tracing::debug!(controller, "worker stopped");
 }

@@ -83,9 +83,10 @@ use tokio_util::sync::CancellationToken;
 use crate::controller::{Clock, Controller};
 use crate::health::{HealthState, ServerHandle, serve_health_with};
 use crate::logging;
-use crate::metrics::{Metrics, serve_metrics_with};
+use crate::machinery::{self, CountsFn, Machinery};
+use crate::metrics::{Metrics, serve_metrics_and_machinery};
 pub use crate::metrics_auth::SecureServing;
-use crate::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure};
+use crate::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure_and_machinery};
 use crate::otlp::{Exporter, ExporterHandle, SpanQueue};
 use crate::sharding::sharder::DEFAULT_SYNC_PERIOD;
 use crate::sharding::{ShardConfig, Sharder, SharderConfig, SharderElection, SharderMetrics};
@@ -94,6 +95,7 @@ use crate::webhook::{self, WebhookServerConfig};
 pub use sample_client_go::cache::ClientSource;
 use sample_client_go::cache::SharedInformerFactory;
 use sample_client_go::client::{self, Client, Config, ConfigOptions, ThrottleDecision};
+use sample_client_go::keytrace::KeyTracer;
 use sample_client_go::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig as ElectionConfig, LeaderElector, LeaseLock,
 };
@@ -177,6 +179,7 @@ pub struct Manager {
     sharding: Option<ShardConfig>,
     sharder: Option<SharderElection>,
     span_queue: SpanQueue,
+    key_tracer: KeyTracer,
     registrations: Vec<Registration>,
     bound: tokio::sync::watch::Sender<Option<BoundAddrs>>,
 }
@@ -222,6 +225,7 @@ impl Manager {
             sharding: None,
             sharder: None,
             span_queue: SpanQueue::global().clone(),
+            key_tracer: KeyTracer::new(),
             registrations: Vec::new(),
             bound: tokio::sync::watch::Sender::new(None),
         }
@@ -324,6 +328,13 @@ impl Manager {
         &self.identity
     }
 
+    /// The tracer of this manager's keys ([`sample_client_go::keytrace`]): what its metrics
+    /// server's `/trace` endpoint reads, and what an in-process reader (the demo's `--trace`)
+    /// subscribes to.
+    pub fn key_tracer(&self) -> KeyTracer {
+        self.key_tracer.clone()
+    }
+
     /// A handle on the controllers once [`Manager::run`] has built them (for tests and the
     /// demo: sync counters, `has_synced`).
     pub fn controllers_handle(&self) -> ControllersHandle {
@@ -399,7 +410,18 @@ impl Manager {
 
         let servers = CancellationToken::new();
         let _stop_servers_on_drop = servers.clone().drop_guard();
-        let listeners = self.start_listeners(&metrics, &health, &servers).await?;
+        let machinery = Machinery::new(
+            self.key_tracer.clone(),
+            machinery_counts(
+                Arc::clone(&factory),
+                self.controllers_handle(),
+                self.client.clone(),
+            ),
+            servers.clone(),
+        );
+        let listeners = self
+            .start_listeners(&metrics, &health, machinery, &servers)
+            .await?;
 
         // The ring's sharder, elected among its candidates: this process alone
         // (`--controllers=sharder`, under the manager's identity), or a shard that hosts it.
@@ -501,7 +523,8 @@ impl Manager {
         let mut factory =
             SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period)
                 .with_watch_health(health.watch_observers())
-                .with_undecodable_handler(on_undecodable);
+                .with_undecodable_handler(on_undecodable)
+                .with_key_tracer(self.key_tracer.clone());
         if let Some(ns) = &cfg.namespace {
             factory = factory.with_namespace(ns.clone());
         }
@@ -525,10 +548,12 @@ impl Manager {
         &self,
         metrics: &Metrics,
         health: &HealthState,
+        machinery: Machinery,
         stop: &CancellationToken,
     ) -> Result<Vec<ServerHandle>, ManagerError> {
         let secure = self.secure_metrics.as_ref().map(|s| (s, &self.client));
-        let mut listeners = serve_http(&self.config, metrics, health, secure, stop).await?;
+        let mut listeners =
+            serve_http(&self.config, metrics, health, machinery, secure, stop).await?;
         // serve_http starts metrics, then probes, each when configured.
         let mut http = listeners.iter().map(ServerHandle::local_addr);
         let mut bound = BoundAddrs {
@@ -656,6 +681,7 @@ impl Manager {
             queue_metrics: &queue_metrics,
             controller_metrics: metrics.controller(),
             clock: self.clock.unwrap_or_default(),
+            key_tracer: &self.key_tracer,
         };
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
         for name in &self.config.controllers {
@@ -858,6 +884,7 @@ async fn serve_http(
     cfg: &ManagerConfig,
     metrics: &Metrics,
     health: &HealthState,
+    machinery: Machinery,
     secure: Option<(&SecureServing, &Client)>,
     stop: &CancellationToken,
 ) -> Result<Vec<ServerHandle>, ManagerError> {
@@ -869,16 +896,23 @@ async fn serve_http(
             source,
         };
         let h = match secure {
-            None => serve_metrics_with(addr, metrics.registry(), stop.clone(), cfg.serving.clone())
-                .await
-                .map_err(bind_error)?,
+            None => serve_metrics_and_machinery(
+                addr,
+                metrics.registry(),
+                Some(machinery),
+                stop.clone(),
+                cfg.serving.clone(),
+            )
+            .await
+            .map_err(bind_error)?,
             Some((serving, client)) => {
                 let tls = metrics_tls_config(serving.cert_dir.as_deref())
                     .map_err(|e| ManagerError::MetricsTls(e.to_string()))?;
                 let auth = Arc::new(DelegatingAuth::new(client.clone()));
-                serve_metrics_secure(
+                serve_metrics_secure_and_machinery(
                     addr,
                     metrics.registry(),
+                    Some(machinery),
                     tls,
                     auth,
                     stop.clone(),
@@ -889,7 +923,7 @@ async fn serve_http(
             }
         };
         let scheme = if secure.is_some() { "https" } else { "http" };
-        tracing::info!(addr = %h.local_addr(), scheme, "serving /metrics");
+        tracing::info!(addr = %h.local_addr(), scheme, "serving /metrics, /trace and /machinery");
         listeners.push(h);
     }
     if let Some(addr) = cfg.health_addr {
@@ -904,6 +938,54 @@ async fn serve_http(
         listeners.push(h);
     }
     Ok(listeners)
+}
+
+/// The counts of `/machinery/counts` ([`crate::machinery::counts`]): every informer of
+/// `factory`, every controller of `controllers`, and `client`'s writes by method.
+fn machinery_counts(
+    factory: Arc<SharedInformerFactory<ClientSource>>,
+    controllers: ControllersHandle,
+    client: Client,
+) -> CountsFn {
+    Arc::new(move || {
+        let informers = factory
+            .informers()
+            .iter()
+            .map(|i| {
+                let s = i.status().snapshot();
+                serde_json::json!({
+                    "name": i.name,
+                    "events": s.events,
+                    "lists": s.lists,
+                    "cached": i.store_len(),
+                    "synced": s.synced,
+                })
+            })
+            .collect();
+        let controllers = controllers
+            .controllers()
+            .iter()
+            .map(|c| {
+                let st = c.stats().snapshot();
+                let q = c.queue();
+                serde_json::json!({
+                    "name": c.name(),
+                    "queued": q.map_or(0, |q| q.len()),
+                    "waiting": q.map_or(0, |q| q.waiting_len()),
+                    "processing": q.map_or(0, |q| q.processing_len()),
+                    "syncs": st.syncs,
+                    "errors": st.errors,
+                    "retries": st.errors + st.panics + st.timeouts,
+                })
+            })
+            .collect();
+        let snapshot = client.metrics().snapshot();
+        let writes: serde_json::Map<String, serde_json::Value> = ["POST", "PUT", "PATCH", "DELETE"]
+            .iter()
+            .map(|m| ((*m).to_owned(), snapshot.count_method(m).into()))
+            .collect();
+        machinery::counts(informers, controllers, writes.into())
+    })
 }
 
 /// Runs every controller's workers until `stop` is cancelled (or one controller fails), then
