@@ -102,8 +102,8 @@ use tracing::{debug, error, warn};
 
 use super::keys::{Deleted, key_of};
 use crate::keytrace::{
-    EventType, Hop, KeyTracer, NotifyTimes, Notifying, Stage, TRACEPARENT_ANNOTATION, Trigger,
-    millis, notifying, seconds,
+    EventType, KeyTracer, NotifyTimes, Notifying, SeenEvent, TRACEPARENT_ANNOTATION, Trigger,
+    echo_hop, millis, notifying,
 };
 use crate::small_string::SmallString;
 use super::lister::Lister;
@@ -493,38 +493,28 @@ impl<K: CacheObject> Core<K> {
             .then(Instant::now)
     }
 
-    /// A watch event that is the echo of a traced sync's write: an echo hop of that sync's key.
-    fn echo(&self, event: EventType, obj: &K, received: Option<Instant>) {
-        let Some(tracer) = self.tracer.as_ref().filter(|t| t.awaits_echoes()) else {
+    /// While someone reads: a watch event that is the echo of a traced sync's write is an echo
+    /// hop of that sync's key; any other is remembered a while, for a write whose answer has
+    /// not come back yet.
+    fn echo(&self, event: EventType, obj: &K, stored: Option<Instant>) {
+        let (Some(tracer), Some(stored)) = (self.tracer.as_ref(), stored) else {
             return;
         };
         let meta = obj.metadata();
-        let object = object_key(meta);
-        let rv = meta.resource_version().unwrap_or_default();
-        let Some(write) = tracer.take_echo(K::KIND, &object, rv) else {
-            return;
+        let seen = SeenEvent {
+            event: event.as_str(),
+            kind: K::KIND,
+            object: object_key(meta),
+            resource_version: meta.resource_version().unwrap_or_default().into(),
+            stored,
         };
-        let at = received.unwrap_or_else(Instant::now);
-        let lag = at.saturating_duration_since(write.written);
-        tracer.emit(
-            Hop::new(
-                &write.key,
-                write.controller,
-                Stage::Echo,
-                format!(
-                    "{} {} {object} rv {rv}: the write's echo, back in the cache {} after it",
-                    event.as_str(),
-                    K::KIND,
-                    seconds(lag)
-                ),
-            )
-            .with("event", event.as_str())
-            .with("kind", K::KIND)
-            .with("object", object.as_str())
-            .with("resourceVersion", rv)
-            .with("echoMs", millis(lag))
-            .at(at),
-        );
+        match tracer.take_echo(K::KIND, &seen.object, &seen.resource_version) {
+            Some(write) => {
+                let lag = millis(stored.saturating_duration_since(write.written));
+                tracer.emit(echo_hop(&write.key, write.controller, &seen, lag));
+            }
+            None => tracer.saw(seen),
+        }
     }
 }
 
@@ -578,7 +568,7 @@ impl<K: CacheObject> ReflectorStore<K> for Arc<Core<K>> {
                 EventType::Added
             },
             &obj,
-            received,
+            times.map(|(_, stored)| stored),
         );
         match old {
             Some(old) => p.distribute_update(old, obj, Origin::Watch, times),
@@ -599,7 +589,7 @@ impl<K: CacheObject> ReflectorStore<K> for Arc<Core<K>> {
         let p = self.processor();
         if self.indexer.remove(&key_of(obj.as_ref())).is_some() {
             let times = received.map(|r| (r, Instant::now()));
-            self.echo(EventType::Deleted, &obj, received);
+            self.echo(EventType::Deleted, &obj, times.map(|(_, stored)| stored));
             p.distribute(
                 Notification::Delete(Deleted::Final(obj)),
                 Origin::Watch,

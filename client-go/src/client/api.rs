@@ -392,9 +392,10 @@ where
     /// Sends a write and decodes the object it answers with; when the sync this task runs is
     /// traced, the write is recorded as a hop of its key ([`crate::keytrace::record_write`]).
     async fn write(&self, req: Request<Bytes>, verb: &str, subresource: Option<&str>) -> Result<K> {
+        let sent = keytrace::is_traced().then(tokio::time::Instant::now);
         let body = self.send(req).await?;
-        if keytrace::is_traced() {
-            record_written::<K>(&body, verb, subresource);
+        if let Some(sent) = sent {
+            record_written::<K>(&body, verb, subresource, sent);
         }
         Self::decode(&body, verb)
     }
@@ -533,9 +534,10 @@ where
             self.item_path(name)?,
             Self::delete_body(dp)?,
         )?;
+        let sent = keytrace::is_traced().then(tokio::time::Instant::now);
         let body = self.send(req).await?;
-        if keytrace::is_traced() {
-            record_written::<K>(&body, "delete", None);
+        if let Some(sent) = sent {
+            record_written::<K>(&body, "delete", None, sent);
         }
         Self::object_or_status(&body)
     }
@@ -568,7 +570,12 @@ where
 
 /// Records a finished write of a traced sync: the object's kind, `namespace/name` and the
 /// resourceVersion the server answered with, read from the answer (only while traced).
-fn record_written<K: k8s_openapi::Resource>(body: &[u8], verb: &str, subresource: Option<&str>) {
+fn record_written<K: k8s_openapi::Resource>(
+    body: &[u8],
+    verb: &str,
+    subresource: Option<&str>,
+    sent: tokio::time::Instant,
+) {
     #[derive(serde::Deserialize)]
     struct Answer<'a> {
         #[serde(borrow, default)]
@@ -599,7 +606,7 @@ fn record_written<K: k8s_openapi::Resource>(body: &[u8], verb: &str, subresource
     let rv = (answer.kind != Some("Status"))
         .then(|| meta.and_then(|m| m.resource_version))
         .flatten();
-    keytrace::record_write(verb, K::KIND, &object, subresource, rv);
+    keytrace::record_write(verb, K::KIND, &object, subresource, rv, sent);
 }
 
 #[cfg(test)]

@@ -54,6 +54,12 @@
 //! notification with two clock reads (they cannot know yet which key a pod's event will map
 //! to), and the other sites check the key against the readers' ([`KeyTracer::wants`]).
 //!
+//! **In order.** Hops are recorded by the tasks that make them, and a notification's watch,
+//! store and handler hops only when its handler adds a key (an informer cannot know before
+//! which key a pod's event maps to), stamped with the earlier moments they stand for. A reader
+//! that wants them in the order they happened reads [`Subscription::next_in_order`], which
+//! holds each hop for [`REORDER_WINDOW`]; the manager's `/trace` stream does.
+//!
 //! **Bounded.** At most [`MAX_READERS`] readers at once; each has a buffer of
 //! [`READER_BUFFER`] hops, and a hop that finds it full is dropped and counted
 //! ([`Subscription::lost`]): a slow reader loses hops, never slows a controller. Writes whose
@@ -79,12 +85,13 @@ mod tracer;
 mod trigger;
 
 pub use scope::{
-    NotifyTimes, Notifying, SyncContext, current_trigger, current_triggers, in_sync, is_traced,
-    note, notifying, record_write, with_notification, with_sync,
+    NotifyTimes, Notifying, SyncContext, current_trigger, current_triggers, echo_hop, in_sync,
+    is_traced, note, notifying, record_write, with_notification, with_sync,
 };
 pub use tracer::{
     ECHO_WAIT, Hop, KeyTracer, MAX_PENDING_ECHOES, MAX_READERS, PendingEcho, READER_BUFFER,
-    Stage, Subscription, TooManyReaders, TraceFilter, millis,
+    RECENT_EVENTS, REORDER_WINDOW, SeenEvent, Stage, Subscription, TooManyReaders, TraceFilter,
+    millis,
 };
 pub use trigger::{
     Counted, EventType, MAX_TRIGGERS_PER_KEY, TRACEPARENT_ANNOTATION, Trigger, Triggers, seconds,

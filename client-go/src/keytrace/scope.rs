@@ -5,11 +5,12 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::tracer::{Hop, KeyTracer, PendingEcho, Stage};
-use super::trigger::{Trigger, Triggers};
+use super::tracer::{Hop, KeyTracer, PendingEcho, SeenEvent, Stage, millis};
+use super::trigger::{Trigger, Triggers, seconds};
 use crate::small_string::SmallString;
 
 /// The notification an informer is handing to one event handler, while that handler runs.
@@ -123,14 +124,17 @@ pub fn note(text: impl FnOnce() -> String) {
 
 /// A write the client finished (see `client::Api`): recorded as a [`Stage::Write`] hop of the
 /// sync this task runs, when its key is traced, and the write's resourceVersion awaited as an
-/// echo in the informers. `object` is `namespace/name`; `resource_version` what the server
-/// answered with (none for a delete that answered a Status).
+/// echo in the informers (or, when its watch event came back before the answer, that event
+/// recorded as the echo at once). `object` is `namespace/name`; `resource_version` what the
+/// server answered with (none for a delete that answered a Status); `sent`: when the request
+/// went out.
 pub fn record_write(
     verb: &str,
     kind: &'static str,
     object: &str,
     subresource: Option<&str>,
     resource_version: Option<&str>,
+    sent: Instant,
 ) {
     with_sync(|cx| {
         let Some(tracer) = &cx.tracer else {
@@ -140,30 +144,76 @@ pub fn record_write(
             Some(sub) => format!("{kind} {object} ({sub})"),
             None => format!("{kind} {object}"),
         };
+        let answered = Instant::now();
+        let took = answered.saturating_duration_since(sent);
         let text = match resource_version {
-            Some(rv) => format!("{verb} {what} → rv {rv}"),
-            None => format!("{verb} {what}"),
+            Some(rv) => format!("{verb} {what} → rv {rv} (answered in {})", seconds(took)),
+            None => format!("{verb} {what} (answered in {})", seconds(took)),
         };
         let mut hop = Hop::new(&cx.key, Some(cx.controller), Stage::Write, text)
             .with("verb", verb)
             .with("kind", kind)
-            .with("object", object);
+            .with("object", object)
+            .with("tookMs", millis(took))
+            .at(sent);
         if let Some(sub) = subresource {
             hop = hop.with("subresource", sub);
         }
-        if let Some(rv) = resource_version {
-            hop = hop.with("resourceVersion", rv);
-            tracer.expect_echo(PendingEcho {
+        let Some(rv) = resource_version else {
+            tracer.emit(hop);
+            return;
+        };
+        hop = hop.with("resourceVersion", rv);
+        tracer.emit(hop);
+        match tracer.take_seen(kind, object, rv) {
+            // The watch event beat the answer: the cache held the write before the sync knew.
+            Some(seen) => tracer.emit(echo_hop(
+                &cx.key,
+                Some(cx.controller),
+                &seen,
+                -millis(answered.saturating_duration_since(seen.stored)),
+            )),
+            None => tracer.expect_echo(PendingEcho {
                 kind,
                 object: object.into(),
                 resource_version: rv.into(),
                 key: cx.key.clone(),
                 controller: Some(cx.controller),
-                written: Instant::now(),
-            });
+                written: answered,
+            }),
         }
-        tracer.emit(hop);
     });
+}
+
+/// The hop of a write's watch echo: `seen` reached the store `lag_ms` after the write's answer
+/// (negative: before it).
+pub fn echo_hop(
+    key: &str,
+    controller: Option<&'static str>,
+    seen: &SeenEvent,
+    lag_ms: f64,
+) -> Hop {
+    let lag = seconds(Duration::from_secs_f64(lag_ms.abs() / 1000.0));
+    let when = if lag_ms >= 0.0 {
+        format!("{lag} after the write's answer")
+    } else {
+        format!("{lag} before the write's answer came back")
+    };
+    Hop::new(
+        key,
+        controller,
+        Stage::Echo,
+        format!(
+            "{} {} {} rv {}: the write's echo, in the cache {when}",
+            seen.event, seen.kind, seen.object, seen.resource_version
+        ),
+    )
+    .with("event", seen.event)
+    .with("kind", seen.kind)
+    .with("object", seen.object.as_str())
+    .with("resourceVersion", seen.resource_version.as_str())
+    .with("echoMs", lag_ms)
+    .at(seen.stored)
 }
 
 #[cfg(test)]
@@ -206,12 +256,12 @@ mod tests {
         in_sync(cx, async {
             assert_eq!(current_triggers().to_string(), "added directly");
             note(|| "PENDING, due in 5s".into());
-            record_write("PUT", "At", "ns/a", Some("status"), Some("8"));
+            record_write("PUT", "At", "ns/a", Some("status"), Some("8"), Instant::now());
         })
         .await;
         assert_eq!(reader.next().await.unwrap().text, "PENDING, due in 5s");
         let w = reader.next().await.unwrap();
-        assert_eq!(w.text, "PUT At ns/a (status) → rv 8");
+        assert!(w.text.starts_with("PUT At ns/a (status) → rv 8 (answered in "), "{}", w.text);
         assert!(tracer.take_echo("At", "ns/a", "8").is_some());
         // Outside a sync nothing is recorded.
         note(|| unreachable!("not called outside a sync"));

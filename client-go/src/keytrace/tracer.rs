@@ -21,6 +21,12 @@ pub const READER_BUFFER: usize = 1024;
 pub const MAX_PENDING_ECHOES: usize = 64;
 /// How long a write's echo is awaited before it is forgotten.
 pub const ECHO_WAIT: Duration = Duration::from_secs(60);
+/// The watch events remembered while someone reads (kind, object, resourceVersion, when), so
+/// that a write whose echo came back before its own answer still finds it.
+pub const RECENT_EVENTS: usize = 256;
+/// How long [`Subscription::next_in_order`] holds a hop back so that hops recorded by other
+/// tasks a moment later, but stamped earlier, come out before it.
+pub const REORDER_WINDOW: Duration = Duration::from_millis(100);
 
 /// Where in the machinery a hop happened: the boxes of the book's diagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,6 +52,22 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// Where the stage sits along the pipeline: hops stamped at the same moment come out in
+    /// this order.
+    fn rank(self) -> u8 {
+        match self {
+            Stage::Watch => 0,
+            Stage::Store => 1,
+            Stage::Echo => 2,
+            Stage::Handler => 3,
+            Stage::Queue => 4,
+            Stage::Worker => 5,
+            Stage::Sync => 6,
+            Stage::Note => 7,
+            Stage::Write => 8,
+        }
+    }
+
     /// The stage's name in the JSON stream and in the printed trace.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -215,6 +237,21 @@ pub struct PendingEcho {
     pub written: Instant,
 }
 
+/// A watch event an informer delivered while someone read (see [`RECENT_EVENTS`]).
+#[derive(Clone, Debug)]
+pub struct SeenEvent {
+    /// `ADDED`, `MODIFIED` or `DELETED`.
+    pub event: &'static str,
+    /// The object's kind.
+    pub kind: &'static str,
+    /// The object's `namespace/name`.
+    pub object: SmallString,
+    /// Its resourceVersion.
+    pub resource_version: SmallString,
+    /// When the store held it.
+    pub stored: Instant,
+}
+
 struct Shared {
     readers: RwLock<Vec<Reader>>,
     /// `readers.len()`, read without the lock: the whole cost of tracing when no one reads.
@@ -224,6 +261,7 @@ struct Shared {
     echoes: Mutex<VecDeque<PendingEcho>>,
     /// `echoes.len()`, read without the lock on every watch event while someone reads.
     pending_echoes: AtomicUsize,
+    recent: Mutex<VecDeque<SeenEvent>>,
 }
 
 /// The hop recorder of one manager: every piece of the machinery (reflector, store, handlers,
@@ -262,6 +300,7 @@ impl KeyTracer {
             seq: AtomicU64::new(1),
             echoes: Mutex::new(VecDeque::new()),
             pending_echoes: AtomicUsize::new(0),
+            recent: Mutex::new(VecDeque::new()),
         }))
     }
 
@@ -331,6 +370,7 @@ impl KeyTracer {
             lost,
             since: Instant::now(),
             tracer: Arc::downgrade(&self.0),
+            held: std::collections::BTreeMap::new(),
         })
     }
 
@@ -378,6 +418,31 @@ impl KeyTracer {
         found
     }
 
+    /// An informer delivered `seen` while someone reads: remembered (the last
+    /// [`RECENT_EVENTS`]) for a write whose answer comes after its echo.
+    pub fn saw(&self, seen: SeenEvent) {
+        let mut recent = lock(&self.0.recent);
+        if recent.len() >= RECENT_EVENTS {
+            recent.pop_front();
+        }
+        recent.push_back(seen);
+    }
+
+    /// The remembered watch event of `kind` `object` at `resource_version`, if one came
+    /// already (removed).
+    pub fn take_seen(
+        &self,
+        kind: &str,
+        object: &str,
+        resource_version: &str,
+    ) -> Option<SeenEvent> {
+        let mut recent = lock(&self.0.recent);
+        let at = recent.iter().position(|e| {
+            e.kind == kind && e.object == object && e.resource_version == resource_version
+        })?;
+        recent.remove(at)
+    }
+
     fn unsubscribe(shared: &Shared, id: u64) {
         let mut readers = shared.readers.write().unwrap_or_else(|p| p.into_inner());
         readers.retain(|r| r.id != id);
@@ -385,6 +450,7 @@ impl KeyTracer {
         if readers.is_empty() {
             lock(&shared.echoes).clear();
             shared.pending_echoes.store(0, Ordering::Relaxed);
+            lock(&shared.recent).clear();
         }
     }
 }
@@ -397,6 +463,8 @@ pub struct Subscription {
     lost: Arc<AtomicU64>,
     since: Instant,
     tracer: Weak<Shared>,
+    /// Hops held back by [`Subscription::next_in_order`], by (time, stage, sequence).
+    held: std::collections::BTreeMap<(Instant, u8, u64), Hop>,
 }
 
 impl fmt::Debug for Subscription {
@@ -417,6 +485,41 @@ impl Subscription {
     /// The next hop if one is waiting.
     pub fn try_next(&mut self) -> Option<Hop> {
         self.rx.try_recv().ok()
+    }
+
+    /// The next hop in the order the hops happened. Hops are recorded by the tasks that make
+    /// them (the informer's handler task, the workers, the queue's timer), and a notification's
+    /// watch, store and handler hops are recorded when its handler adds the key, with the
+    /// earlier moments they stand for: so each hop is held [`REORDER_WINDOW`] before it is
+    /// returned, and hops are returned by time (then by their place in the pipeline, then by
+    /// sequence). `None` once the tracer is gone and nothing is held.
+    pub async fn next_in_order(&mut self) -> Option<Hop> {
+        loop {
+            let due = self
+                .held
+                .keys()
+                .next()
+                .map(|(at, _, _)| *at + REORDER_WINDOW);
+            if let Some(due) = due
+                && due <= Instant::now()
+            {
+                return self.held.pop_first().map(|(_, h)| h);
+            }
+            let next = match due {
+                Some(due) => tokio::select! {
+                    hop = self.rx.recv() => hop,
+                    () = tokio::time::sleep_until(due) => continue,
+                },
+                None => self.rx.recv().await,
+            };
+            match next {
+                Some(hop) => {
+                    self.held
+                        .insert((hop.at, hop.stage.rank(), hop.seq), hop);
+                }
+                None => return self.held.pop_first().map(|(_, h)| h),
+            }
+        }
     }
 
     /// The hops this reader lost because its buffer was full.
@@ -489,6 +592,27 @@ mod tests {
         assert_eq!(slow.next().await.unwrap().text, "0");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn hops_come_out_in_the_order_they_happened() {
+        let t = KeyTracer::new();
+        let mut r = t.subscribe(TraceFilter::key("k")).unwrap();
+        let t0 = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        // The worker's hop is recorded first; the watch hop a moment later, stamped earlier.
+        t.emit(Hop::new("k", None, Stage::Worker, "get".into()));
+        t.emit(Hop::new("k", None, Stage::Store, "stored".into()).at(t0));
+        t.emit(Hop::new("k", None, Stage::Watch, "ADDED".into()).at(t0));
+        let texts: Vec<String> = [
+            r.next_in_order().await.unwrap(),
+            r.next_in_order().await.unwrap(),
+            r.next_in_order().await.unwrap(),
+        ]
+        .into_iter()
+        .map(|h| h.text)
+        .collect();
+        assert_eq!(texts, ["ADDED", "stored", "get"]);
+    }
+
     #[tokio::test]
     async fn an_echo_is_found_once_and_the_wait_is_bounded() {
         let t = KeyTracer::new();
@@ -508,5 +632,24 @@ mod tests {
         assert!(t.take_echo("At", "ns/a", "1").is_some());
         assert!(t.take_echo("At", "ns/a", "1").is_none(), "found once");
         assert!(t.take_echo("Pod", "ns/a", "2").is_none(), "kind matters");
+    }
+}
+
+#[cfg(test)]
+mod order_gap_tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn hops_after_a_quiet_spell_still_come() {
+        let t = KeyTracer::new();
+        let mut r = t.subscribe(TraceFilter::key("k")).unwrap();
+        t.emit(Hop::new("k", None, Stage::Queue, "one".into()));
+        assert_eq!(r.next_in_order().await.unwrap().text, "one");
+        let t2 = t.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            t2.emit(Hop::new("k", None, Stage::Queue, "two".into()));
+        });
+        assert_eq!(r.next_in_order().await.unwrap().text, "two");
     }
 }

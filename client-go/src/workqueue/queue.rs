@@ -289,31 +289,31 @@ where
 
     pub(crate) fn add_triggers(&self, item: T, triggers: Triggers) {
         let traced = self.trace().and_then(|t| t.traced(&item).map(|k| (t, k.to_owned())));
-        let added = {
+        let (added, depth) = {
             let mut st = self.inner.lock();
-            if st.shutting_down {
+            let added = if st.shutting_down {
                 Added::Ignored
             } else {
                 self.add_locked(&mut st, item, triggers, traced.is_some())
-            }
+            };
+            (added, st.fifo.len())
         };
         if added == Added::Queued {
             self.inner.item_ready.notify_one();
         }
         if let Some((trace, key)) = traced {
-            self.record_add(trace, &key, added);
+            Self::record_add(trace, &key, added, depth);
         }
     }
 
     /// The hops of an add of a traced key: the notification that led to it (watch event, store,
     /// handler), then what the add did.
-    fn record_add(&self, trace: &QueueTrace<T>, key: &str, added: Added) {
+    fn record_add(trace: &QueueTrace<T>, key: &str, added: Added, depth: usize) {
         with_notification(|n| {
             if let Some(n) = n {
                 notification_hops(trace, key, n);
             }
         });
-        let depth = self.len();
         let text = match added {
             Added::Queued => format!("add: queued (depth {depth})"),
             Added::Collapsed => {

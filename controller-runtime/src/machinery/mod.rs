@@ -245,7 +245,7 @@ fn trace_body(sub: Subscription, stop: CancellationToken) -> ServeBody {
         let next = tokio::select! {
             biased;
             _ = st.stop.cancelled() => return None,
-            hop = st.sub.next() => hop,
+            hop = st.sub.next_in_order() => hop,
             _ = tokio::time::sleep(HEARTBEAT) => {
                 let v = json!({"stage": "heartbeat"});
                 return Some((line(&v), st));

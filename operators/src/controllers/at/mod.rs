@@ -152,7 +152,7 @@ use sample_client_go::cache::{
 use sample_client_go::client::{self, Api, Client, DeleteParams, PostParams, Preconditions};
 use sample_client_go::record::{EventRecorder, EventType};
 use sample_client_go::workqueue::RateLimitingQueue;
-use sample_controller_runtime::controller::QueueKey;
+use sample_controller_runtime::controller::{QueueKey, note};
 use sample_controller_runtime::controller::{
     Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers,
 };
@@ -444,6 +444,48 @@ impl AtController {
     }
 }
 
+/// The plan in one line, for a trace of the At's key: the phase it is in and what the pod
+/// lister said, then what it writes, creates, deletes, and when it looks again.
+fn describe(at: &At, pod: PodState<'_>, plan: &Plan) -> String {
+    let seen = match pod {
+        PodState::Absent => "no pod".to_owned(),
+        PodState::Expected => "pod created, not yet in the cache".to_owned(),
+        PodState::Present(p) => format!(
+            "pod {}",
+            p.status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("without a phase")
+        ),
+    };
+    let mut doing = Vec::new();
+    if let Some(status) = &plan.status {
+        let phase = status.phase.unwrap_or_default();
+        match &status.message {
+            Some(m) if phase != AtPhase::Done => doing.push(format!("write {phase} ({m})")),
+            _ => doing.push(format!("write {phase}")),
+        }
+    }
+    if let Some(p) = &plan.create_pod {
+        doing.push(format!(
+            "create pod {}",
+            p.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
+    if let Some((name, _)) = &plan.delete_pod {
+        doing.push(format!("delete pod {name}"));
+    }
+    match plan.requeue_after {
+        Some(d) => doing.push(format!(
+            "look again in {}",
+            sample_client_go::keytrace::seconds(d)
+        )),
+        None if doing.is_empty() => doing.push("nothing to do".to_owned()),
+        None => {}
+    }
+    format!("plan: {} with {seen} → {}", at.phase(), doing.join(", "))
+}
+
 /// The book's `Run` is the shared [`sample_controller_runtime::controller::run`]: it waits for both caches (a worker must never
 /// act on a partial view: "no pod in the cache" would mean "create one"), then starts the
 /// workers, and returns when every worker has finished its item.
@@ -492,6 +534,8 @@ impl SyncHandler for AtController {
             None => PodState::Absent,
         };
         let mut plan = plan(&at, state, self.clock.now());
+        // What it decided, in a trace of this key (only built when someone traces it).
+        note(|| describe(&at, state, &plan));
 
         // The status first, then the pod: a due At is written RUNNING before its pod is
         // created (the book's order), so a watcher sees RUNNING before DONE however fast the
