@@ -436,7 +436,10 @@ async fn announce_machinery(
     let Some(addr) = listeners.bound().await.and_then(|b| b.metrics) else {
         return;
     };
-    let key = format!("{DEMO_NAMESPACE}/{}", trace.as_deref().unwrap_or("example-at"));
+    let key = format!(
+        "{DEMO_NAMESPACE}/{}",
+        trace.as_deref().unwrap_or("example-at")
+    );
     say_in(
         started,
         "demo",

@@ -21,9 +21,9 @@ mod demo;
 mod trace;
 
 use demo::DemoOptions;
-use trace::TraceOptions;
 use sample_controller_runtime::logging;
 use sample_controller_runtime::manager::{LogFormat, ManagerCommand, verbosity_level};
+use trace::TraceOptions;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -236,7 +236,8 @@ pub fn parse_traceparent(value: &str) -> Option<([u8; 16], [u8; 8])> {
         Some(out)
     }
     let mut parts = value.trim().split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let version: [u8; 1] = hex_bytes(version)?;
     if version[0] == 0xff || (version[0] == 0 && parts.next().is_some()) {
         return None;

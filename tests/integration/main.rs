@@ -74,6 +74,7 @@ mod manager_conversion;
 mod manager_health;
 mod manager_leader_election;
 mod manager_rbac;
+mod manager_trace;
 mod manager_webhook;
 mod metrics_secure;
 mod metrics_server;

@@ -68,8 +68,8 @@ use super::lister::Lister;
 use super::lister_watcher::BoxListerWatcher;
 use super::reflector::WatchObservers;
 use super::reflector::{ReflectorConfig, ReflectorStatus};
-use crate::keytrace::KeyTracer;
 use crate::client::{Api, Client};
+use crate::keytrace::KeyTracer;
 
 /// Which slice of a type an informer watches.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -101,16 +101,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
 use super::keys::{Deleted, key_of};
-use crate::keytrace::{
-    EventType, KeyTracer, NotifyTimes, Notifying, SeenEvent, TRACEPARENT_ANNOTATION, Trigger,
-    echo_hop, millis, notifying,
-};
-use crate::small_string::SmallString;
 use super::lister::Lister;
 use super::lister_watcher::{BoxListerWatcher, ListerWatcher};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStatus, ReflectorStore, rv_of};
 use super::store::{Change, IndexError, Indexer};
 use super::{CacheObject, ObjectMetaAccess};
+use crate::keytrace::{
+    EventType, KeyTracer, NotifyTimes, Notifying, SeenEvent, TRACEPARENT_ANNOTATION, Trigger,
+    echo_hop, millis, notifying,
+};
+use crate::small_string::SmallString;
 
 /// The smallest resync period a handler may ask for.
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -544,7 +544,9 @@ impl<K: CacheObject> ReflectorStore<K> for Arc<Core<K>> {
         let times = received.map(|r| (r, Instant::now()));
         for change in changes {
             match change {
-                Change::Added(o) => p.distribute(Notification::Add(o, initial), Origin::List, times),
+                Change::Added(o) => {
+                    p.distribute(Notification::Add(o, initial), Origin::List, times)
+                }
                 Change::Updated { old, new } => p.distribute_update(old, new, Origin::List, times),
                 Change::Deleted { key, last_known } => p.distribute(
                     Notification::Delete(Deleted::Tombstone { key, last_known }),

@@ -131,6 +131,7 @@ pub use apimachinery::labels as selector;
 pub mod store;
 pub mod testing;
 
+pub use crate::small_string::{InlineString, SmallString, UidString};
 pub use api_source::ClientSource;
 pub use factory::{InformerInfo, InformerScope, ListerWatcherSource, SharedInformerFactory};
 pub use informer::{
@@ -146,7 +147,6 @@ pub use reflector::{
     Reflector, ReflectorConfig, ReflectorStats, ReflectorStatus, WatchObserver, WatchObservers,
 };
 pub use selector::{Selector, SelectorError};
-pub use crate::small_string::{InlineString, SmallString, UidString};
 pub use store::{IndexError, Indexer, NAMESPACE_INDEX, OWNER_UID_INDEX, Store, owner_uid_index};
 
 use k8s_openapi::Metadata;

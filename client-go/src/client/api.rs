@@ -34,8 +34,8 @@
 
 use std::marker::PhantomData;
 
-use bytes::Bytes;
 use crate::keytrace;
+use bytes::Bytes;
 use http::{Method, Request};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde::Serialize;

@@ -187,12 +187,7 @@ pub fn record_write(
 
 /// The hop of a write's watch echo: `seen` reached the store `lag_ms` after the write's answer
 /// (negative: before it).
-pub fn echo_hop(
-    key: &str,
-    controller: Option<&'static str>,
-    seen: &SeenEvent,
-    lag_ms: f64,
-) -> Hop {
+pub fn echo_hop(key: &str, controller: Option<&'static str>, seen: &SeenEvent, lag_ms: f64) -> Hop {
     let lag = seconds(Duration::from_secs_f64(lag_ms.abs() / 1000.0));
     let when = if lag_ms >= 0.0 {
         format!("{lag} after the write's answer")
@@ -256,12 +251,24 @@ mod tests {
         in_sync(cx, async {
             assert_eq!(current_triggers().to_string(), "added directly");
             note(|| "PENDING, due in 5s".into());
-            record_write("PUT", "At", "ns/a", Some("status"), Some("8"), Instant::now());
+            record_write(
+                "PUT",
+                "At",
+                "ns/a",
+                Some("status"),
+                Some("8"),
+                Instant::now(),
+            );
         })
         .await;
         assert_eq!(reader.next().await.unwrap().text, "PENDING, due in 5s");
         let w = reader.next().await.unwrap();
-        assert!(w.text.starts_with("PUT At ns/a (status) → rv 8 (answered in "), "{}", w.text);
+        assert!(
+            w.text
+                .starts_with("PUT At ns/a (status) → rv 8 (answered in "),
+            "{}",
+            w.text
+        );
         assert!(tracer.take_echo("At", "ns/a", "8").is_some());
         // Outside a sync nothing is recorded.
         note(|| unreachable!("not called outside a sync"));

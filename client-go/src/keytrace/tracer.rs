@@ -338,9 +338,7 @@ impl KeyTracer {
         hop.seq = self.0.seq.fetch_add(1, Ordering::Relaxed);
         let readers = self.0.readers.read().unwrap_or_else(|p| p.into_inner());
         for r in readers.iter() {
-            if r.filter.matches(&hop.key, hop.controller)
-                && r.tx.try_send(hop.clone()).is_err()
-            {
+            if r.filter.matches(&hop.key, hop.controller) && r.tx.try_send(hop.clone()).is_err() {
                 r.lost.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -430,12 +428,7 @@ impl KeyTracer {
 
     /// The remembered watch event of `kind` `object` at `resource_version`, if one came
     /// already (removed).
-    pub fn take_seen(
-        &self,
-        kind: &str,
-        object: &str,
-        resource_version: &str,
-    ) -> Option<SeenEvent> {
+    pub fn take_seen(&self, kind: &str, object: &str, resource_version: &str) -> Option<SeenEvent> {
         let mut recent = lock(&self.0.recent);
         let at = recent.iter().position(|e| {
             e.kind == kind && e.object == object && e.resource_version == resource_version
@@ -514,8 +507,7 @@ impl Subscription {
             };
             match next {
                 Some(hop) => {
-                    self.held
-                        .insert((hop.at, hop.stage.rank(), hop.seq), hop);
+                    self.held.insert((hop.at, hop.stage.rank(), hop.seq), hop);
                 }
                 None => return self.held.pop_first().map(|(_, h)| h),
             }
@@ -562,7 +554,12 @@ mod tests {
             })
             .unwrap();
         assert!(t.wants("ns/a", Some("tdset")) && !t.wants("ns/b", None));
-        t.emit(Hop::new("ns/a", Some("tdset"), Stage::Queue, "added".into()));
+        t.emit(Hop::new(
+            "ns/a",
+            Some("tdset"),
+            Stage::Queue,
+            "added".into(),
+        ));
         t.emit(Hop::new("ns/b", Some("at"), Stage::Queue, "added".into()));
         t.emit(Hop::new("ns/a", Some("at"), Stage::Sync, "start".into()).with("x", 1));
         assert_eq!(a.next().await.unwrap().controller, Some("tdset"));
@@ -582,7 +579,10 @@ mod tests {
         let subs: Vec<_> = (0..MAX_READERS)
             .map(|_| t.subscribe(TraceFilter::key("k")).unwrap())
             .collect();
-        assert_eq!(t.subscribe(TraceFilter::key("k")).unwrap_err(), TooManyReaders);
+        assert_eq!(
+            t.subscribe(TraceFilter::key("k")).unwrap_err(),
+            TooManyReaders
+        );
         drop(subs);
         let mut slow = t.subscribe(TraceFilter::key("k")).unwrap();
         for i in 0..READER_BUFFER + 10 {
@@ -628,7 +628,10 @@ mod tests {
         for i in 0..MAX_PENDING_ECHOES + 1 {
             t.expect_echo(echo(&i.to_string()));
         }
-        assert!(t.take_echo("At", "ns/a", "0").is_none(), "the oldest made room");
+        assert!(
+            t.take_echo("At", "ns/a", "0").is_none(),
+            "the oldest made room"
+        );
         assert!(t.take_echo("At", "ns/a", "1").is_some());
         assert!(t.take_echo("At", "ns/a", "1").is_none(), "found once");
         assert!(t.take_echo("Pod", "ns/a", "2").is_none(), "kind matters");

@@ -141,7 +141,11 @@ impl fmt::Display for Trigger {
                 object,
                 resource_version,
                 ..
-            } => write!(f, "{} {kind} {object} rv {resource_version}", event.as_str()),
+            } => write!(
+                f,
+                "{} {kind} {object} rv {resource_version}",
+                event.as_str()
+            ),
             Trigger::Timer { after } => write!(f, "add_after({}) came due", seconds(*after)),
             Trigger::Retry {
                 attempt,
@@ -230,9 +234,12 @@ impl Triggers {
                 e.count = e.count.saturating_add(c.count);
                 // A later retry report without an error keeps the error already known.
                 let keep_error = match (&e.trigger, &c.trigger) {
-                    (Trigger::Retry { error: Some(old), .. }, Trigger::Retry { error: None, .. }) => {
-                        Some(old.clone())
-                    }
+                    (
+                        Trigger::Retry {
+                            error: Some(old), ..
+                        },
+                        Trigger::Retry { error: None, .. },
+                    ) => Some(old.clone()),
                     _ => None,
                 };
                 e.trigger = c.trigger;

@@ -138,9 +138,7 @@ impl<T> QueueTrace<T> {
             return None;
         }
         let key = (self.key)(item);
-        self.tracer
-            .wants(key, Some(self.controller))
-            .then_some(key)
+        self.tracer.wants(key, Some(self.controller)).then_some(key)
     }
 
     /// Records a hop of `key`.
@@ -288,7 +286,9 @@ where
     }
 
     pub(crate) fn add_triggers(&self, item: T, triggers: Triggers) {
-        let traced = self.trace().and_then(|t| t.traced(&item).map(|k| (t, k.to_owned())));
+        let traced = self
+            .trace()
+            .and_then(|t| t.traced(&item).map(|k| (t, k.to_owned())));
         let (added, depth) = {
             let mut st = self.inner.lock();
             let added = if st.shutting_down {

@@ -378,7 +378,11 @@ mod trigger_tests {
     async fn a_key_keeps_a_bounded_number_of_triggers() {
         let q = Q::with_default_controller_rate_limiter();
         for i in 0..50 {
-            handler_add(&q, "ns/a", event(EventType::Modified, &format!("ns/p{i}"), "1"));
+            handler_add(
+                &q,
+                "ns/a",
+                event(EventType::Modified, &format!("ns/p{i}"), "1"),
+            );
         }
         let (_, why) = q.get_with_triggers().await.unwrap();
         assert_eq!(why.len(), MAX_TRIGGERS_PER_KEY);
@@ -413,7 +417,11 @@ mod trigger_tests {
         // report joins it too (the limiter is not asked again).
         handler_add(&q, "ns/a", event(EventType::Modified, "ns/a-pod", "3"));
         q.add_rate_limited(key.clone());
-        assert_eq!((q.len(), q.num_requeues(&key)), (0, 1), "nothing runs early");
+        assert_eq!(
+            (q.len(), q.num_requeues(&key)),
+            (0, 1),
+            "nothing runs early"
+        );
         let t0 = tokio::time::Instant::now();
         let (_, why) = q.get_with_triggers().await.unwrap();
         assert_eq!(t0.elapsed(), Duration::from_millis(5), "the first backoff");
@@ -444,10 +452,17 @@ mod trigger_tests {
         q.add_after("ns/a".to_owned(), Duration::from_millis(10));
         let t0 = tokio::time::Instant::now();
         let (_, why) = q.get_with_triggers().await.unwrap();
-        assert_eq!(t0.elapsed(), Duration::from_millis(10), "the earlier deadline wins");
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_millis(10),
+            "the earlier deadline wins"
+        );
         assert_eq!(
             texts(&why),
-            ["add_after(10.0ms) came due", "rate-limited retry 5 after: boom"]
+            [
+                "add_after(10.0ms) came due",
+                "rate-limited retry 5 after: boom"
+            ]
         );
     }
 
@@ -475,7 +490,13 @@ mod trigger_tests {
         let stages: Vec<Stage> = seen.iter().map(|(s, _)| *s).collect();
         assert_eq!(
             stages,
-            [Stage::Queue, Stage::Queue, Stage::Worker, Stage::Queue, Stage::Queue],
+            [
+                Stage::Queue,
+                Stage::Queue,
+                Stage::Worker,
+                Stage::Queue,
+                Stage::Queue
+            ],
             "{seen:?}"
         );
         assert!(seen[0].1.starts_with("add: queued"), "{seen:?}");

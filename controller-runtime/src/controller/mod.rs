@@ -125,8 +125,8 @@ pub use contract::{
     SyncHandler, Workers, object_to_sync, record_reconcile_error,
 };
 pub use drain_gate::{DrainGate, DrainedOr, Draining};
-pub use stats::{SyncOutcome, SyncStats, SyncStatsSnapshot};
-pub use worker::{process_next_work_item, run, run_controller, run_worker, run_workers};
 /// Why the sync this task runs was started, and a way to say what it decided in a trace: see
 /// "Why a sync runs" above.
 pub use sample_client_go::keytrace::{Trigger, Triggers, current_triggers, note};
+pub use stats::{SyncOutcome, SyncStats, SyncStatsSnapshot};
+pub use worker::{process_next_work_item, run, run_controller, run_worker, run_workers};

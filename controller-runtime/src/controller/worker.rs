@@ -124,7 +124,18 @@ pub async fn process_next_work_item<H: SyncHandler>(
     stats: &SyncStats,
 ) -> Option<(QueueKey, SyncOutcome)> {
     let (key, triggers) = queue.get_with_triggers().await?;
-    Some(process_item(controller, queue, handler, key, triggers, sync_timeout, stats).await)
+    Some(
+        process_item(
+            controller,
+            queue,
+            handler,
+            key,
+            triggers,
+            sync_timeout,
+            stats,
+        )
+        .await,
+    )
 }
 
 /// Everything after the `get`: sync the key, then always `done`.
@@ -138,7 +149,16 @@ async fn process_item<H: SyncHandler>(
     stats: &SyncStats,
 ) -> (QueueKey, SyncOutcome) {
     let _active = ActiveWorker::new(controller, stats);
-    let outcome = sync_one(controller, queue, handler, &key, triggers, sync_timeout, stats).await;
+    let outcome = sync_one(
+        controller,
+        queue,
+        handler,
+        &key,
+        triggers,
+        sync_timeout,
+        stats,
+    )
+    .await;
     // Always: the key may now be handed to a worker again (at once if an event came meanwhile).
     queue.done(&key);
     (key, outcome)
@@ -183,7 +203,10 @@ async fn sync_one<H: SyncHandler>(
     stats.observe_triggers(controller, &triggers);
     // The sync's span (see the module docs, "Traces"): a root span, parent of the spans of the
     // API requests the handler makes.
+    // Its target is the module's (`sample_controller_runtime::controller`), whatever file of
+    // the module makes it: the OTLP layer selects `sync` spans by it (`otlp::span_filter`).
     let span = tracing::debug_span!(
+        target: "sample_controller_runtime::controller",
         "sync",
         controller,
         key,
@@ -236,16 +259,19 @@ async fn sync_one<H: SyncHandler>(
     let took = started.elapsed();
     if let Some(t) = &tracer {
         let (text, result) = match &guarded {
-            Ok(Ok(Ok(None))) => ("Ok(None): done until the next event; forget".to_owned(), "success".to_owned()),
+            Ok(Ok(Ok(None))) => (
+                "Ok(None): done until the next event; forget".to_owned(),
+                "success".to_owned(),
+            ),
             Ok(Ok(Ok(Some(after)))) => (
-                format!(
-                    "Ok(Some({})): forget, then add_after({0})",
-                    seconds(*after)
-                ),
+                format!("Ok(Some({})): forget, then add_after({0})", seconds(*after)),
                 "requeue_after".to_owned(),
             ),
             Ok(Ok(Err(e))) => (format!("Err: {e}; add_rate_limited"), "error".to_owned()),
-            Ok(Err(_)) => ("past its deadline; add_rate_limited".to_owned(), "timeout".to_owned()),
+            Ok(Err(_)) => (
+                "past its deadline; add_rate_limited".to_owned(),
+                "timeout".to_owned(),
+            ),
             Err(_) => ("panicked; add_rate_limited".to_owned(), "panic".to_owned()),
         };
         let mut hop = Hop::new(
@@ -327,7 +353,10 @@ async fn sync_one<H: SyncHandler>(
             stats.timeouts.fetch_add(1, Ordering::Relaxed);
             queue.add_rate_limited_because(
                 queued.clone(),
-                Some(format!("sync exceeded its {} deadline", seconds(sync_timeout))),
+                Some(format!(
+                    "sync exceeded its {} deadline",
+                    seconds(sync_timeout)
+                )),
             );
             tracing::error!(
                 controller,
@@ -380,7 +409,16 @@ pub async fn run_worker<H: SyncHandler>(
             next = queue.get_with_triggers() => next,
         };
         let Some((key, triggers)) = next else { break };
-        process_item(controller, queue, handler, key, triggers, sync_timeout, stats).await;
+        process_item(
+            controller,
+            queue,
+            handler,
+            key,
+            triggers,
+            sync_timeout,
+            stats,
+        )
+        .await;
     }
     tracing::debug!(controller, "worker stopped");
 }

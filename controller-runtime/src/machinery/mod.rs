@@ -166,8 +166,9 @@ pub fn trace_filter(query: &str) -> Result<TraceFilter, String> {
     let mut controller = None;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value)
-            .ok_or_else(|| format!("query parameter {name:?} is not valid percent-encoded UTF-8"))?;
+        let value = percent_decode(value).ok_or_else(|| {
+            format!("query parameter {name:?} is not valid percent-encoded UTF-8")
+        })?;
         match name {
             "key" => key = Some(value),
             "controller" => controller = Some(value).filter(|c| !c.is_empty()),
@@ -178,10 +179,7 @@ pub fn trace_filter(query: &str) -> Result<TraceFilter, String> {
         .filter(|k| !k.is_empty())
         .ok_or("a trace needs ?key=NAMESPACE/NAME (the work queue's key)")?;
     if key.len() > MAX_KEY_LEN {
-        return Err(format!(
-            "key is {} bytes; at most {MAX_KEY_LEN}",
-            key.len()
-        ));
+        return Err(format!("key is {} bytes; at most {MAX_KEY_LEN}", key.len()));
     }
     Ok(TraceFilter {
         key: key.as_str().into(),
@@ -300,7 +298,10 @@ mod tests {
         let f = trace_filter("key=default%2Fexample-at&controller=at").unwrap();
         assert_eq!(f.key, "default/example-at");
         assert_eq!(f.controller.as_deref(), Some("at"));
-        assert_eq!(trace_filter("key=ns/a&controller=").unwrap().controller, None);
+        assert_eq!(
+            trace_filter("key=ns/a&controller=").unwrap().controller,
+            None
+        );
         let e = trace_filter("controller=at").unwrap_err();
         assert!(e.contains("?key=NAMESPACE/NAME"), "{e}");
         let e = trace_filter(&format!("key={}", "a".repeat(MAX_KEY_LEN + 1))).unwrap_err();
@@ -327,9 +328,15 @@ mod tests {
         tracer.emit(Hop::new("ns/a", Some("at"), Stage::Queue, "add".into()));
         let hop = body.frame().await.unwrap().unwrap().into_data().unwrap();
         let v: Value = serde_json::from_slice(&hop).unwrap();
-        assert_eq!((v["stage"].as_str(), v["text"].as_str()), (Some("queue"), Some("add")));
+        assert_eq!(
+            (v["stage"].as_str(), v["text"].as_str()),
+            (Some("queue"), Some("add"))
+        );
         stop.cancel();
-        assert!(body.frame().await.is_none(), "the stream ends with the server");
+        assert!(
+            body.frame().await.is_none(),
+            "the stream ends with the server"
+        );
         drop(body);
         assert_eq!(tracer.readers(), 0, "and the reader is gone");
         let bad = m.route(TRACE_PATH, None).unwrap();

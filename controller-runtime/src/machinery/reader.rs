@@ -68,9 +68,8 @@ impl TraceReader {
                 "the key {key:?} must be 1 to {MAX_KEY_LEN} bytes (NAMESPACE/NAME)"
             )));
         }
-        let server = Config::parse_server(address).map_err(|e| {
-            TraceReaderError::Invalid(format!("--address {address:?}: {e}"))
-        })?;
+        let server = Config::parse_server(address)
+            .map_err(|e| TraceReaderError::Invalid(format!("--address {address:?}: {e}")))?;
         let mut config = Config::new(server);
         // One long request: no client-side throttle, no request timeout (a stream), no retries.
         config.qps = -1.0;

@@ -457,7 +457,10 @@ mod tests {
             None
         );
         let back = serde_json::to_value(&summary).unwrap();
-        assert_eq!(back["annotations"], serde_json::json!({TRACEPARENT_ANNOTATION: tp}));
+        assert_eq!(
+            back["annotations"],
+            serde_json::json!({TRACEPARENT_ANNOTATION: tp})
+        );
         assert_eq!(summary, MetaSummary::from_meta(&summary.to_meta()));
         let plain: MetaSummary = serde_json::from_value(serde_json::json!({
             "name": "b", "annotations": {"x": "y"}

@@ -152,10 +152,10 @@ use sample_client_go::cache::{
 use sample_client_go::client::{self, Api, Client, DeleteParams, PostParams, Preconditions};
 use sample_client_go::record::{EventRecorder, EventType};
 use sample_client_go::workqueue::RateLimitingQueue;
-use sample_controller_runtime::controller::{QueueKey, note};
 use sample_controller_runtime::controller::{
     Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers,
 };
+use sample_controller_runtime::controller::{QueueKey, note};
 use sample_controller_runtime::ownership::{
     self, LABEL_MANAGED_BY, controller_ref_of, owner_handlers,
 };
