@@ -583,10 +583,10 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for OtlpLayer {
         // The `links` field is not an attribute: it becomes the span's links.
         let mut attributes = b.attributes;
         let mut links = Vec::new();
-        if let Some(at) = attributes.iter().position(|(k, _)| k == "links") {
-            if let (_, AttrValue::Str(list)) = attributes.remove(at) {
-                links = list.split(',').filter_map(parse_traceparent).collect();
-            }
+        if let Some(at) = attributes.iter().position(|(k, _)| k == "links")
+            && let (_, AttrValue::Str(list)) = attributes.remove(at)
+        {
+            links = list.split(',').filter_map(parse_traceparent).collect();
         }
         self.queue.push(FinishedSpan {
             name: name.to_owned(),

@@ -73,6 +73,7 @@ mod manager_cli;
 mod manager_conversion;
 mod manager_health;
 mod manager_leader_election;
+mod manager_page;
 mod manager_rbac;
 mod manager_trace;
 mod manager_webhook;

@@ -75,7 +75,7 @@
 //! the first list and the replay to a late handler, `relist` for what a later list found new
 //! or changed, and `resync`.
 //!
-//! With a [`KeyTracer`](crate::keytrace::KeyTracer) ([`InformerOptions::key_tracer`]), while
+//! With a [`KeyTracer`] ([`InformerOptions::key_tracer`]), while
 //! anyone reads a trace the informer stamps every notification with the moment it reached the
 //! store and the moment the store held it (two clock reads: it cannot know yet which key a
 //! handler will map a pod to), and it recognises the watch echo of a traced sync's own write

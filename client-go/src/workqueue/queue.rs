@@ -50,7 +50,7 @@
 //! ## Why each item is here: triggers
 //!
 //! Beyond client-go, the queue keeps beside each dirty item what put it there
-//! ([`Triggers`](crate::keytrace::Triggers)): an [`add`](Queue::add) inside an informer's event
+//! ([`Triggers`]): an [`add`](Queue::add) inside an informer's event
 //! handler records that notification (type, kind, object, resourceVersion; see
 //! [`crate::keytrace`]), an add elsewhere records itself as direct, and
 //! [`add_with`](Queue::add_with) says explicitly. Triggers collapse with the item: a second
@@ -60,7 +60,7 @@
 //! while the item is processing belong to its next round. Memory: one pointer per known item,
 //! and one allocation per dirty item.
 //!
-//! With a [`KeyTracer`](crate::keytrace::KeyTracer) attached ([`Queue::set_key_tracer`]), the
+//! With a [`KeyTracer`] attached ([`Queue::set_key_tracer`]), the
 //! queue also records the hops of traced keys: the notification that led to an add (its watch
 //! event, store update and handler), the add, the worker's get (how long the item waited, and
 //! why), and `done`.

@@ -5,8 +5,8 @@
 //!
 //! | path | what | content type |
 //! |---|---|---|
-//! | `/trace?key=NAMESPACE/NAME[&controller=NAME]` | that key's hops, live, one JSON object per line ([`sample_client_go::keytrace::Hop::to_json`]) until the reader leaves | `application/x-ndjson` |
-//! | `/machinery[?key=NAMESPACE/NAME]` | a page drawing the diagram (API server → reflector → store → handlers → queue → workers → `sync_handler` → API server) with live counts on each box and the traced key's hops moving along it | `text/html` |
+//! | `/trace?key=NAMESPACE/NAME[&controller=NAME][&timeoutSeconds=N]` | that key's hops, live, one JSON object per line ([`sample_client_go::keytrace::Hop::to_json`]) until the reader leaves (or `timeoutSeconds` pass, as a watch's) | `application/x-ndjson` |
+//! | `/machinery[?key=NAMESPACE/NAME][&timeoutSeconds=N]` | a page drawing the diagram (API server → reflector → store → handlers → queue → workers → `sync_handler` → API server) with live counts on each box and the traced key's hops moving along it | `text/html` |
 //! | `/machinery/counts` | the counts the page shows, as one JSON object ([`counts`]) | `application/json` |
 //!
 //! They are served wherever `/metrics` is and secured like it: with `--metrics-secure` every
@@ -126,12 +126,26 @@ impl Machinery {
     }
 
     fn trace(&self, query: Option<&str>) -> Response<ServeBody> {
-        let filter = match trace_filter(query.unwrap_or_default()) {
+        let query = query.unwrap_or_default();
+        let (filter, timeout) = match trace_filter(query).and_then(|f| Ok((f, timeout(query)?))) {
             Ok(f) => f,
             Err(message) => return plain(StatusCode::BAD_REQUEST, &message),
         };
         match self.tracer.subscribe(filter) {
-            Ok(sub) => respond(StatusCode::OK, NDJSON, trace_body(sub, self.stop.clone())),
+            Ok(sub) => {
+                // The stream ends with the server, or after `timeoutSeconds`.
+                let stop = self.stop.child_token();
+                if let Some(t) = timeout {
+                    let stop = stop.clone();
+                    tokio::spawn(async move {
+                        tokio::select! {
+                            () = tokio::time::sleep(t) => stop.cancel(),
+                            () = stop.cancelled() => {}
+                        }
+                    });
+                }
+                respond(StatusCode::OK, NDJSON, trace_body(sub, stop))
+            }
             Err(e) => plain(StatusCode::TOO_MANY_REQUESTS, &e.to_string()),
         }
     }
@@ -185,6 +199,26 @@ pub fn trace_filter(query: &str) -> Result<TraceFilter, String> {
         key: key.as_str().into(),
         controller,
     })
+}
+
+/// The longest `timeoutSeconds` a trace request may ask for.
+pub const MAX_TIMEOUT_SECONDS: u64 = 24 * 3600;
+
+/// `timeoutSeconds=N` of a trace request (as a watch's: the stream ends after that long), if
+/// given.
+fn timeout(query: &str) -> Result<Option<Duration>, String> {
+    let Some(value) = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("timeoutSeconds="))
+    else {
+        return Ok(None);
+    };
+    match value.parse::<u64>() {
+        Ok(n) if (1..=MAX_TIMEOUT_SECONDS).contains(&n) => Ok(Some(Duration::from_secs(n))),
+        _ => Err(format!(
+            "timeoutSeconds={value:?}: expected a whole number of seconds, 1 to {MAX_TIMEOUT_SECONDS}"
+        )),
+    }
 }
 
 /// `%2F` → `/`, `+` → space; `None` for a bad escape or bytes that are not UTF-8.
@@ -306,6 +340,13 @@ mod tests {
         assert!(e.contains("?key=NAMESPACE/NAME"), "{e}");
         let e = trace_filter(&format!("key={}", "a".repeat(MAX_KEY_LEN + 1))).unwrap_err();
         assert!(e.contains("at most 512"), "{e}");
+        assert_eq!(
+            timeout("key=a&timeoutSeconds=30"),
+            Ok(Some(Duration::from_secs(30)))
+        );
+        assert_eq!(timeout("key=a"), Ok(None));
+        let e = timeout("timeoutSeconds=0").unwrap_err();
+        assert!(e.contains("1 to 86400"), "{e}");
         let e = trace_filter("key=%zz").unwrap_err();
         assert!(e.contains("percent-encoded"), "{e}");
         assert_eq!(percent_decode("a%20b+c").as_deref(), Some("a b c"));
