@@ -289,26 +289,28 @@ where
         let traced = self
             .trace()
             .and_then(|t| t.traced(&item).map(|k| (t, k.to_owned())));
-        let (added, depth) = {
+        let (added, depth, at) = {
             let mut st = self.inner.lock();
             let added = if st.shutting_down {
                 Added::Ignored
             } else {
                 self.add_locked(&mut st, item, triggers, traced.is_some())
             };
-            (added, st.fifo.len())
+            // A traced add's moment, taken before a worker can get the item.
+            let at = traced.as_ref().map(|_| Instant::now());
+            (added, st.fifo.len(), at)
         };
         if added == Added::Queued {
             self.inner.item_ready.notify_one();
         }
-        if let Some((trace, key)) = traced {
-            Self::record_add(trace, &key, added, depth);
+        if let (Some((trace, key)), Some(at)) = (traced, at) {
+            Self::record_add(trace, &key, added, depth, at);
         }
     }
 
     /// The hops of an add of a traced key: the notification that led to it (watch event, store,
     /// handler), then what the add did.
-    fn record_add(trace: &QueueTrace<T>, key: &str, added: Added, depth: usize) {
+    fn record_add(trace: &QueueTrace<T>, key: &str, added: Added, depth: usize, at: Instant) {
         with_notification(|n| {
             if let Some(n) = n {
                 notification_hops(trace, key, n);
@@ -335,7 +337,8 @@ where
                 .hop(key, Stage::Queue, text)
                 .with("action", "add")
                 .with("outcome", outcome)
-                .with("depth", depth),
+                .with("depth", depth)
+                .at(at),
         );
     }
 
@@ -374,7 +377,12 @@ where
                 let s = e.get_mut();
                 s.triggers.merge(triggers);
                 if s.dirty {
-                    return Added::Collapsed;
+                    // Waiting in the FIFO, or marked to go back there at `done`.
+                    return if s.processing {
+                        Added::WhileProcessing
+                    } else {
+                        Added::Collapsed
+                    };
                 }
                 // Known but not dirty: it is processing. Mark it; `done` will queue it.
                 s.dirty = true;
