@@ -548,14 +548,21 @@ impl Collector for Caches {
             return Ok(());
         }
         rows.sort_by(|a, b| a.0.cmp(&b.0));
-        let counters: [(&str, &str, ReadCounter); 4] = [
-            ("reflector_lists", "LIST requests made by reflectors", |s| {
-                s.lists
-            }),
+        let counters: [(&str, &str, ReadCounter); 5] = [
+            (
+                "reflector_lists",
+                "LIST requests made by reflectors (a streaming list is a WATCH: reflector_watches)",
+                |s| s.lists,
+            ),
             (
                 "reflector_watches",
-                "WATCH requests opened by reflectors",
+                "WATCH requests opened by reflectors, streaming lists included",
                 |s| s.watches,
+            ),
+            (
+                "reflector_watch_events",
+                "Watch events received by reflectors, bookmarks included",
+                |s| s.events,
             ),
             (
                 "reflector_gone",
