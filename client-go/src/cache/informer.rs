@@ -294,19 +294,24 @@ enum Origin {
 }
 
 /// A notification on its way to one handler: what, from where, and (while someone traces)
-/// when it reached the store and when the store held it.
+/// when it reached the store and when the store held it. The times are shared and behind a
+/// pointer: a handler's buffer holds one `Delivery` per notification waiting, and with no one
+/// tracing they are `None`, eight bytes.
 struct Delivery<K> {
     notification: Notification<K>,
     origin: Origin,
-    times: Option<(Instant, Instant)>,
+    times: Stamps,
 }
+
+/// When a notification reached the store and when the store held it (while someone traces).
+type Stamps = Option<Arc<(Instant, Instant)>>;
 
 impl<K> Clone for Delivery<K> {
     fn clone(&self) -> Self {
         Delivery {
             notification: self.notification.clone(),
             origin: self.origin,
-            times: self.times,
+            times: self.times.clone(),
         }
     }
 }
@@ -396,7 +401,7 @@ impl<K: CacheObject> Listener<K> {
                 let current = Notifying {
                     trigger,
                     handler: handler_fn,
-                    times: d.times.map(|(received, stored)| NotifyTimes {
+                    times: d.times.as_deref().map(|&(received, stored)| NotifyTimes {
                         received,
                         stored,
                         handled: Instant::now(),
@@ -433,7 +438,7 @@ impl<K: CacheObject> Processor<K> {
         let d = Delivery {
             notification: n,
             origin,
-            times,
+            times: times.map(Arc::new),
         };
         for l in &self.listeners {
             l.send(d.clone());
@@ -447,13 +452,14 @@ impl<K: CacheObject> Processor<K> {
         origin: Origin,
         times: Option<(Instant, Instant)>,
     ) {
+        let times = times.map(Arc::new);
         let is_sync = rv_of(old.as_ref()) == rv_of(new.as_ref());
         for l in &self.listeners {
             if !is_sync || l.syncing {
                 l.send(Delivery {
                     notification: Notification::Update(Arc::clone(&old), Arc::clone(&new)),
                     origin,
-                    times,
+                    times: times.clone(),
                 });
             }
         }
@@ -626,13 +632,13 @@ impl<K: CacheObject> ReflectorStore<K> for Arc<Core<K>> {
     fn resync(&self) {
         let p = self.processor();
         let objs = self.indexer.list();
-        let times = self.stamp().map(|t| (t, t));
+        let times = self.stamp().map(|t| Arc::new((t, t)));
         for l in p.listeners.iter().filter(|l| l.syncing) {
             for o in &objs {
                 l.send(Delivery {
                     notification: Notification::Update(Arc::clone(o), Arc::clone(o)),
                     origin: Origin::Resync,
-                    times,
+                    times: times.clone(),
                 });
             }
         }
