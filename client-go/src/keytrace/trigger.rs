@@ -248,7 +248,13 @@ impl Triggers {
                     *error = Some(old);
                 }
             }
-            None if kept < MAX_TRIGGERS_PER_KEY => list.rest.push(c),
+            None if kept < MAX_TRIGGERS_PER_KEY => {
+                // Room for exactly one more: a `Vec` would reserve four of these 96-byte
+                // entries at its first push, and a burst of owners with a second trigger
+                // each (an owned pod's events) would pay for three they never use.
+                list.rest.reserve_exact(1);
+                list.rest.push(c);
+            }
             None => list.dropped = list.dropped.saturating_add(c.count),
         }
     }

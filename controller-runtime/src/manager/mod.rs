@@ -10,7 +10,8 @@
 //!   ├─ client::Config (kubeconfig / --master / in-cluster) ──> Client (QPS / burst throttle)
 //!   ├─ one SharedInformerFactory (namespace, resync period): informers shared by controllers
 //!   ├─ EventBroadcaster ──> EventRecorder per controller (source component = its name)
-//!   ├─ metrics (:8080) and probes (:8081: /healthz, /readyz) on their own listeners
+//!   ├─ metrics (:8080; with /trace and /machinery, see crate::machinery) and probes
+//!   │   (:8081: /healthz, /readyz) on their own listeners; one KeyTracer for /trace
 //!   ├─ leader election (optional): informers start at once (a standby keeps warm caches),
 //!   │   the controllers' workers run only while this process leads
 //!   └─ SIGINT / SIGTERM: stop taking new work, drain the queues within a deadline,
