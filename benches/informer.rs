@@ -359,6 +359,7 @@ async fn measure<L: ListerWatcher<Pod>>(
                 streaming_list: streaming,
                 ..Default::default()
             },
+            ..InformerOptions::default()
         },
     );
     if keep_managed_fields {

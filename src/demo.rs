@@ -68,7 +68,10 @@ use apimachinery::duration::{format as format_duration, parse as parse_go_durati
 use embedded_cluster::Cluster;
 use sample_client_go::cache::{EventHandlerFns, SharedInformerFactory};
 use sample_client_go::client::{self, Api, Client, Config, PostParams};
-use sample_controller_runtime::manager::{ClientSource, LogFormat, ManagerConfig};
+use sample_client_go::keytrace::{KeyTracer, TraceFilter};
+use sample_controller_runtime::manager::{
+    ClientSource, LogFormat, ManagerConfig, parse_bind_address,
+};
 use sample_controller_runtime::webhook::WebhookServerConfig;
 use sample_operators::apis::at::conversion;
 use sample_operators::apis::at::v1alpha1::At as AtV1alpha1;
@@ -121,6 +124,16 @@ pub struct DemoOptions {
         value_name = "LIST"
     )]
     pub operators: Vec<String>,
+
+    /// Follow one of the story's Ats (example-at, failing-at) hop by hop, inline: the trace
+    /// `sample-controller trace` reads from a running manager.
+    #[arg(long, value_name = "NAME")]
+    pub trace: Option<String>,
+
+    /// Where the manager serves /metrics, /trace and the /machinery page, as `run` takes it
+    /// ("0": off; ":8080" or "127.0.0.1:8080"; port 0: one the system picks, printed).
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR")]
+    pub metrics_bind_address: String,
 }
 
 impl Default for DemoOptions {
@@ -135,6 +148,8 @@ impl Default for DemoOptions {
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),
+            trace: None,
+            metrics_bind_address: "127.0.0.1:0".to_string(),
         }
     }
 }
@@ -168,6 +183,9 @@ pub enum DemoError {
     /// The At controller did not run each command exactly once, at its schedule.
     #[error("the At controller did not run each command exactly once at its schedule: {0}")]
     NotExactlyOnce(String),
+    /// `--metrics-bind-address` is not an address.
+    #[error("{0}")]
+    Flag(String),
     /// `--operators` named something that is not an operator.
     #[error(
         "--operators: {0:?} is not an operator (known: {known})",
@@ -196,6 +214,8 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     apimachinery::crypto::install_provider();
     let operators = operators::resolve(&opts.operators)?;
     let with_at = operators.contains(&"at");
+    let metrics_addr = parse_bind_address("--metrics-bind-address", &opts.metrics_bind_address)
+        .map_err(|e| DemoError::Flag(e.to_string()))?;
     let started = Instant::now();
     // The manager's webhooks (conversion and admission of Ats), wired in as a cluster would.
     let hooks = if with_at {
@@ -231,7 +251,7 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
     let printer_stop = CancellationToken::new();
     printer.start(&printer_stop);
 
-    let manager_cfg = manager_config(&operators, opts.verbosity);
+    let manager_cfg = manager_config(&operators, opts.verbosity, metrics_addr);
     let manager_stop = CancellationToken::new();
     let manager = sample_operators::registry::manager(manager_cfg, client.clone())
         .with_webhook_server(hooks.as_ref().map(|h| WebhookServerConfig {
@@ -239,7 +259,17 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
             cert_dir: h.cert_dir.clone(),
         }));
     let listeners = manager.listeners_handle();
+    // `--trace NAME`: subscribed before any At exists, so the first hop is its ADDED.
+    let tracing = match &opts.trace {
+        Some(name) => Some(spawn_trace(&manager.key_tracer(), name, started)?),
+        None => None,
+    };
     let manager = tokio::spawn(manager.run(manager_stop.clone()));
+    tokio::spawn(announce_machinery(
+        listeners.clone(),
+        opts.trace.clone(),
+        started,
+    ));
     if let Some(h) = &hooks {
         register_admission(h, &server, &listeners, &client, started).await?;
     }
@@ -288,6 +318,11 @@ pub async fn run(opts: DemoOptions) -> Result<(), DemoError> {
         }
     }
 
+    if let Some(t) = tracing {
+        // The trace holds each hop a moment to print them in order: let the last ones out.
+        tokio::time::sleep(2 * sample_client_go::keytrace::REORDER_WINDOW).await;
+        t.abort();
+    }
     manager_stop.cancel();
     match manager.await {
         Ok(Ok(())) => {}
@@ -367,9 +402,61 @@ fn print_banner(operators: &[&'static str], server_url: &str, path: &str, serve:
     println!();
 }
 
-/// The controller manager, exactly as `sample-controller run` builds it (no HTTP listeners,
-/// no leader election: one process, one manager).
-fn manager_config(operators: &[&'static str], verbosity: u8) -> ManagerConfig {
+/// `--trace NAME`: prints every hop of the At `NAME`'s key as the manager records it, as lines
+/// of the story `trace`, each with its time since the first hop. Ends when aborted.
+fn spawn_trace(
+    tracer: &KeyTracer,
+    name: &str,
+    started: Instant,
+) -> Result<tokio::task::JoinHandle<()>, DemoError> {
+    let key = format!("{DEMO_NAMESPACE}/{name}");
+    let mut sub = tracer
+        .subscribe(TraceFilter::key(&key))
+        .map_err(|e| DemoError::Flag(format!("--trace: {e}")))?;
+    say_in(
+        started,
+        "trace",
+        &format!("following {key}: every hop, from its watch event to each sync's end"),
+    );
+    Ok(tokio::spawn(async move {
+        let mut first = None;
+        while let Some(hop) = sub.next_in_order().await {
+            let zero = *first.get_or_insert(hop.at);
+            say_in(started, "trace", &hop.line(zero));
+        }
+    }))
+}
+
+/// Once the manager's metrics server listens: where its `/trace` and `/machinery` page are.
+async fn announce_machinery(
+    listeners: sample_controller_runtime::manager::ListenersHandle,
+    trace: Option<String>,
+    started: Instant,
+) {
+    let Some(addr) = listeners.bound().await.and_then(|b| b.metrics) else {
+        return;
+    };
+    let key = format!(
+        "{DEMO_NAMESPACE}/{}",
+        trace.as_deref().unwrap_or("example-at")
+    );
+    say_in(
+        started,
+        "demo",
+        &format!(
+            "the manager serves http://{addr}/metrics, the page http://{addr}/machinery?key={key} and sample-controller trace --address http://{addr} {key}"
+        ),
+    );
+}
+
+/// The controller manager, exactly as `sample-controller run` builds it (metrics, `/trace`
+/// and `/machinery` at `metrics_addr`; no probes, no leader election: one process, one
+/// manager).
+fn manager_config(
+    operators: &[&'static str],
+    verbosity: u8,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> ManagerConfig {
     ManagerConfig {
         kubeconfig: None,
         master: None,
@@ -382,7 +469,7 @@ fn manager_config(operators: &[&'static str], verbosity: u8) -> ManagerConfig {
         burst: 100,
         throttle_follows_server: false,
         leader_election: None,
-        metrics_addr: None,
+        metrics_addr,
         health_addr: None,
         serving: sample_controller_runtime::health::probe_serving_limits(),
         shutdown_timeout: Duration::from_secs(10),

@@ -8,6 +8,8 @@
 //! * `sample-controller run`: the controller manager against a real cluster (see
 //!   `sample_controller_runtime::manager` for the flags).
 //! * `sample-controller apiserver`: the embedded API server alone, for `kubectl` experiments.
+//! * `sample-controller trace KEY`: one key's journey, live, from a running manager's `/trace`
+//!   (see `src/trace.rs`).
 //!
 //! Exit codes: 0 on success or a clean shutdown, 1 when the work failed (an unreachable
 //! cluster, a missing CRD, a demo that did not finish), 2 for a bad flag.
@@ -16,10 +18,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 mod demo;
+mod trace;
 
 use demo::DemoOptions;
 use sample_controller_runtime::logging;
 use sample_controller_runtime::manager::{LogFormat, ManagerCommand, verbosity_level};
+use trace::TraceOptions;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,6 +47,9 @@ enum Command {
     Demo(DemoOptions),
     /// Run the embedded Kubernetes API server until SIGINT/SIGTERM.
     Apiserver(Box<embedded_cluster::command::ApiServerArgs>),
+    /// Follow one key through a running manager, live: every hop from the watch event to the
+    /// end of its sync (read from the manager's /trace, beside /metrics).
+    Trace(TraceOptions),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +80,13 @@ fn main() -> ExitCode {
                 }
             })
         }
+        Command::Trace(opts) => with_runtime(|runtime| match runtime.block_on(trace::run(opts)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("sample-controller: trace: {e}");
+                ExitCode::FAILURE
+            }
+        }),
         Command::Apiserver(args) => {
             apimachinery::malloc::tune_for_server();
             logging::init(

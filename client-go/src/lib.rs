@@ -18,6 +18,8 @@
 //! | 3 | [`workqueue`] | dedup, delay, rate-limited retry of keys | `util/workqueue` |
 //! | 4 | [`record`] | events, correlated and written without blocking the work | `tools/record` |
 //! | 5 | [`leaderelection`] | one active replica, through a Lease | `tools/leaderelection` |
+//! | 6 | [`keytrace`] | why each key was queued (its triggers), and the hops of a followed key through all of the above | (none) |
+//! | | [`small_string`] | the inline strings of keys, names and resourceVersions (re-exported by [`cache`]) | |
 //!
 //! The worker loop, the manager, metrics and probes are the next layer up, the
 //! `sample-controller-runtime` crate (controller-runtime's place); the operators of *Programming
@@ -54,8 +56,10 @@
 
 pub mod cache;
 pub mod client;
+pub mod keytrace;
 pub mod leaderelection;
 pub mod record;
+pub mod small_string;
 pub mod workqueue;
 
 /// Installs rustls' process-wide crypto provider (ring) if none is installed yet; see

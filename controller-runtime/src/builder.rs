@@ -55,7 +55,7 @@ use crate::controller::{
 };
 use crate::expectations::Expectations;
 use crate::manager::{BuildContext, Registration};
-use crate::owned::owner_handlers;
+use crate::ownership::owner_handlers;
 
 /// What a [`Builder`]'s controller does with one object: controller-runtime's `Reconciler`.
 pub trait Reconciler<K: CacheObject>: Send + Sync + 'static {
@@ -130,7 +130,7 @@ impl<K: CacheObject> Builder<K> {
     }
 
     /// The controller creates objects of kind `O` and sets itself as their controller owner
-    /// ([`crate::owned::controller_reference`]): any change to one enqueues its owner, so a
+    /// ([`crate::ownership::controller_reference`]): any change to one enqueues its owner, so a
     /// ConfigMap edited or deleted by hand is put back.
     pub fn owns<O: CacheObject>(mut self) -> Self {
         let name = self.name;
@@ -280,5 +280,9 @@ impl<K: CacheObject, R: Reconciler<K>> Controller for Built<K, R> {
 
     fn stats(&self) -> Arc<SyncStats> {
         Arc::clone(self.workers.stats())
+    }
+
+    fn queue(&self) -> Option<&RateLimitingQueue<QueueKey>> {
+        Some(self.workers.queue())
     }
 }

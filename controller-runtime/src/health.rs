@@ -94,10 +94,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use apimachinery::serving::{Activity, ConnectionGate, ServingLimits, accept_connections};
+use apimachinery::serving::{
+    Activity, ConnectionGate, InFlight, ServingLimits, accept_connections,
+};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -106,6 +107,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::machinery::{ServeBody, full};
 
 /// Default probe address, as controller-runtime's (`:8081`).
 pub const DEFAULT_PROBE_ADDR: &str = "0.0.0.0:8081";
@@ -585,7 +588,7 @@ pub async fn serve_health_with(
     cancel: CancellationToken,
     limits: ServingLimits,
 ) -> std::io::Result<ServerHandle> {
-    serve_routes_with(addr, cancel, limits, move |path| {
+    serve_routes_with(addr, cancel, limits, move |path, _query| {
         let (status, body) = match path {
             "/healthz" | "/livez" => report("healthz", &health.liveness()),
             "/readyz" => report("readyz", &health.readiness()),
@@ -595,7 +598,7 @@ pub async fn serve_health_with(
             Response::builder()
                 .status(status)
                 .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-                .body(Full::new(Bytes::from(body))),
+                .body(full(body)),
         )
     })
     .await
@@ -645,7 +648,44 @@ impl ServerHandle {
     }
 }
 
-type Routed = Option<Result<Response<Full<Bytes>>, http::Error>>;
+/// A route's answer: `None` is 404.
+pub(crate) type Routed = Option<Result<Response<ServeBody>, http::Error>>;
+
+/// A response body that keeps its request counted as in flight until it is dropped, so a
+/// streaming answer (a `/trace` stream) is never closed as idle.
+pub(crate) struct InFlightBody {
+    body: ServeBody,
+    _in_flight: InFlight,
+}
+
+impl InFlightBody {
+    pub(crate) fn new(body: ServeBody, in_flight: InFlight) -> Self {
+        InFlightBody {
+            body,
+            _in_flight: in_flight,
+        }
+    }
+}
+
+impl hyper::body::Body for InFlightBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
 
 /// Connection limits of the metrics and probe servers: at most 1,024 connections (more are
 /// closed on accept), 10 s to send the request headers, 90 s idle keep-alive, a 64 KiB read
@@ -722,7 +762,7 @@ pub(crate) async fn serve_routes_with<F>(
     route: F,
 ) -> std::io::Result<ServerHandle>
 where
-    F: Fn(&str) -> Routed + Send + Sync + 'static,
+    F: Fn(&str, Option<&str>) -> Routed + Send + Sync + 'static,
 {
     let limits = Arc::new(limits);
     let gate = ConnectionGate::new(limits.max_connections);
@@ -748,8 +788,7 @@ where
                     let in_flight = svc_activity.begin();
                     async move {
                         let resp = answer(&req, route.as_ref());
-                        drop(in_flight);
-                        Ok::<_, Infallible>(resp)
+                        Ok::<_, Infallible>(resp.map(|b| InFlightBody::new(b, in_flight)))
                     }
                 });
                 serve_http1_connection(stream, service, &activity, &limits, &stop_conn, peer).await;
@@ -766,19 +805,19 @@ where
     })
 }
 
-fn answer<F>(req: &Request<Incoming>, route: &F) -> Response<Full<Bytes>>
+fn answer<F>(req: &Request<Incoming>, route: &F) -> Response<ServeBody>
 where
-    F: Fn(&str) -> Routed,
+    F: Fn(&str, Option<&str>) -> Routed,
 {
     let plain = |status: StatusCode, body: &'static str| {
-        let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+        let mut r = Response::new(full(Bytes::from_static(body.as_bytes())));
         *r.status_mut() = status;
         r
     };
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n");
     }
-    match route(req.uri().path()) {
+    match route(req.uri().path(), req.uri().query()) {
         Some(Ok(resp)) => resp,
         Some(Err(e)) => {
             tracing::error!(error = %e, "building a response failed");
@@ -974,9 +1013,7 @@ mod connection_limit_tests {
             "127.0.0.1:0".parse().unwrap(),
             CancellationToken::new(),
             limits,
-            |path| {
-                (path == "/healthz").then(|| Response::builder().body(Full::new(Bytes::from("ok"))))
-            },
+            |path, _| (path == "/healthz").then(|| Response::builder().body(full("ok"))),
         )
         .await
         .unwrap();

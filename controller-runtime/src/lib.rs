@@ -19,12 +19,13 @@
 //! |---|---|---|---|
 //! | 1 | [`controller`], [`builder`] | the `SyncHandler` contract and the worker loop; [`builder::Builder`] (`For` / `Owns` / `Complete`) | `pkg/controller`, `pkg/builder`, `pkg/reconcile` |
 //! | 2 | [`resource`] | custom resources as Rust types ([`custom_resource!`]) | kubebuilder's types, kube-rs' `CustomResource` |
-//! | 3 | [`expectations`], [`owned`] | "I created this", owner references, adoption, status writes | `controllerutil`, kube-controller-manager's expectations |
+//! | 3 | [`expectations`], [`ownership`] | "I created this", owner references, adoption, status writes | `controllerutil`, kube-controller-manager's expectations |
 //! | 4 | [`manager`] | flags, wiring, leader election, graceful shutdown; [`manager::Manager::register`] takes any controller | `pkg/manager` |
 //! | 5 | [`metrics`], [`metrics_auth`], [`health`] | `/metrics` (optionally HTTPS with TokenReview / SubjectAccessReview), `/healthz`, `/readyz` | `pkg/metrics`, `metrics/filters`, `pkg/healthz` |
 //! | 6 | [`logging`], [`otlp`] | klog's `-v` levels, JSON logs; spans over OTLP/HTTP | `pkg/log`, an OpenTelemetry SDK |
 //! | 7 | [`webhook`] | the admission and conversion webhook server | `pkg/webhook` |
 //! | 8 | [`sharding`] | a ring of shards instead of one leader | kubernetes-controller-sharding |
+//! | 9 | [`machinery`] | `/trace` (one key's hops, live, as JSON lines) and `/machinery` (the book's diagram with live counts) beside `/metrics` | (none: see `sample_client_go::keytrace`) |
 //!
 //! ## Use it
 //!
@@ -45,11 +46,12 @@ pub mod controller;
 pub mod expectations;
 pub mod health;
 pub mod logging;
+pub mod machinery;
 pub mod manager;
 pub mod metrics;
 pub mod metrics_auth;
 pub mod otlp;
-pub mod owned;
+pub mod ownership;
 pub mod resource;
 pub mod sharding;
 pub mod webhook;

@@ -8,7 +8,7 @@
 //! * **Verbosity** ([`filter_directives`]). klog has one `-v` for everything; its levels say what
 //!   appears: 0–1 the steady-state story, 2–4 more detail and debugging, 5 tracing, 6 the
 //!   requested resources, 7 HTTP headers, 8–9 request and response bodies. Here the project's
-//!   own crates ([`OWN_TARGETS`]) follow [`crate::manager::verbosity_level`] (0 info, 1–4
+//!   own crates ([`OWN_TARGETS`]) follow [`verbosity_level`] (0 info, 1–4
 //!   debug, 5+ trace), while the dependencies (hyper, h2, rustls, tower, ...) stay at info
 //!   until `-v 6`, where the wire starts to matter: debug from 6, trace from 9. Without this,
 //!   `-v 1` buried the controller's own lines under hundreds of HTTP/2 frame logs.
@@ -23,6 +23,37 @@
 
 use std::ffi::OsStr;
 use std::io::Write;
+
+use crate::otlp::{SpanQueue, layer as otlp_layer};
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
+impl LogFormat {
+    /// The flag value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+/// The `tracing` level a klog-style `-v` maps to.
+pub fn verbosity_level(v: u8) -> tracing::Level {
+    match v {
+        0 => tracing::Level::INFO,
+        1..=4 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    }
+}
 
 /// The `tracing` targets (crate names) of this project, which `-v` raises first.
 pub const OWN_TARGETS: &[&str] = &[
@@ -46,7 +77,7 @@ pub fn dependency_level(v: u8) -> tracing::Level {
 
 /// `EnvFilter` directives for `-v v`: the dependencies' level as the default, and
 /// `own` for each of [`OWN_TARGETS`]. The manager passes
-/// [`crate::manager::verbosity_level`]`(v)` as `own`; the demo passes `WARN` at `-v 0`
+/// [`verbosity_level`]`(v)` as `own`; the demo passes `WARN` at `-v 0`
 /// (its story is on stdout), which also quiets the dependencies to warnings.
 pub fn filter_directives(v: u8, own: tracing::Level) -> String {
     let deps = dependency_level(v).min(own);
@@ -122,7 +153,7 @@ impl Drop for OneLineWriter {
 /// own filter (the `sync` and `request` spans, at any `-v`), so the logs are the same with or
 /// without it. A second call (a subscriber is already set) is reported on stderr and changes
 /// nothing.
-pub fn init(format: crate::manager::LogFormat, directives: &str, otlp: bool) {
+pub fn init(format: LogFormat, directives: &str, otlp: bool) {
     use std::io::IsTerminal;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -136,12 +167,10 @@ pub fn init(format: crate::manager::LogFormat, directives: &str, otlp: bool) {
         .with_ansi(colour)
         .with_writer(OneLineWriter::new);
     let logs: Box<dyn Layer<Registry> + Send + Sync> = match format {
-        crate::manager::LogFormat::Text => fmt.with_target(false).with_filter(filter).boxed(),
-        crate::manager::LogFormat::Json => {
-            fmt.json().flatten_event(true).with_filter(filter).boxed()
-        }
+        LogFormat::Text => fmt.with_target(false).with_filter(filter).boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_filter(filter).boxed(),
     };
-    let spans = otlp.then(|| crate::otlp::layer(crate::otlp::SpanQueue::global().clone()));
+    let spans = otlp.then(|| otlp_layer(SpanQueue::global().clone()));
     let result = tracing_subscriber::registry()
         .with(logs)
         .with(spans)

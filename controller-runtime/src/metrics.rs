@@ -117,9 +117,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Response, StatusCode};
-use http_body_util::Full;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -132,6 +130,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::health::{ServerHandle, probe_serving_limits, serve_routes_with};
+use crate::machinery::{Machinery, full};
 use sample_client_go::cache::{CacheObject, ReflectorStats, ReflectorStatus, SharedIndexInformer};
 use sample_client_go::client::transport::LatencyHistogram;
 use sample_client_go::client::{Client, ClientMetrics};
@@ -212,6 +211,7 @@ pub struct ControllerMetrics {
     cr_time: Family<Labels, Histogram, fn() -> Histogram>,
     cr_max_concurrent: Family<Labels, Gauge>,
     cr_active_workers: Family<Labels, Gauge>,
+    triggers: Family<Labels, Counter>,
 }
 
 impl ControllerMetrics {
@@ -227,6 +227,7 @@ impl ControllerMetrics {
             cr_time: Family::new_with_constructor(reconcile_histogram),
             cr_max_concurrent: Family::default(),
             cr_active_workers: Family::default(),
+            triggers: Family::default(),
         }
     }
 
@@ -281,6 +282,20 @@ impl ControllerMetrics {
             "Number of currently used workers per controller",
             self.cr_active_workers.clone(),
         );
+        registry.register(
+            "controller_reconcile_triggers",
+            "Why reconciles ran: each distinct trigger of a reconcile (an informer event by type, a timer, a retry, a direct add), by controller",
+            self.triggers.clone(),
+        );
+    }
+
+    /// One reconcile of `controller` started for a trigger labelled `trigger`
+    /// (`controller_reconcile_triggers_total{controller,trigger}`; see
+    /// [`sample_client_go::keytrace::Trigger::label`]).
+    pub fn observe_trigger(&self, controller: &str, trigger: &str) {
+        self.triggers
+            .get_or_create(&labels(&[("controller", controller), ("trigger", trigger)]))
+            .inc();
     }
 
     /// Records one `sync_handler` call of `controller` that took `took` and failed or not
@@ -533,14 +548,21 @@ impl Collector for Caches {
             return Ok(());
         }
         rows.sort_by(|a, b| a.0.cmp(&b.0));
-        let counters: [(&str, &str, ReadCounter); 4] = [
-            ("reflector_lists", "LIST requests made by reflectors", |s| {
-                s.lists
-            }),
+        let counters: [(&str, &str, ReadCounter); 5] = [
+            (
+                "reflector_lists",
+                "LIST requests made by reflectors (a streaming list is a WATCH: reflector_watches)",
+                |s| s.lists,
+            ),
             (
                 "reflector_watches",
-                "WATCH requests opened by reflectors",
+                "WATCH requests opened by reflectors, streaming lists included",
                 |s| s.watches,
+            ),
+            (
+                "reflector_watch_events",
+                "Watch events received by reflectors, bookmarks included",
+                |s| s.events,
             ),
             (
                 "reflector_gone",
@@ -830,16 +852,28 @@ pub async fn serve_metrics_with(
     cancel: CancellationToken,
     limits: apimachinery::serving::ServingLimits,
 ) -> std::io::Result<ServerHandle> {
-    serve_routes_with(addr, cancel, limits, move |path| {
+    serve_metrics_and_machinery(addr, registry, None, cancel, limits).await
+}
+
+/// [`serve_metrics_with`], and with `machinery` also `/trace`, `/machinery` and
+/// `/machinery/counts` (see [`crate::machinery`]): what the manager serves.
+pub async fn serve_metrics_and_machinery(
+    addr: SocketAddr,
+    registry: Arc<Mutex<Registry>>,
+    machinery: Option<Machinery>,
+    cancel: CancellationToken,
+    limits: apimachinery::serving::ServingLimits,
+) -> std::io::Result<ServerHandle> {
+    serve_routes_with(addr, cancel, limits, move |path, query| {
         if path != "/metrics" {
-            return None;
+            return machinery.as_ref()?.route(path, query).map(Ok);
         }
         let body = encode_registry(&registry);
         Some(
             Response::builder()
                 .status(StatusCode::OK)
                 .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
-                .body(Full::new(Bytes::from(body))),
+                .body(full(body)),
         )
     })
     .await

@@ -87,7 +87,6 @@ use std::time::Duration;
 use apimachinery::serving::{Activity, ConnectionGate, accept_connections};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -102,7 +101,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::health::ServerHandle;
+use crate::health::{InFlightBody, ServerHandle, serve_http1_connection};
+use crate::machinery::{Machinery, ServeBody, full};
 use crate::metrics::{CONTENT_TYPE, encode_registry};
 use sample_client_go::client::{self, Client};
 
@@ -532,8 +532,8 @@ pub fn bearer_token(authorization: Option<&str>) -> Option<&str> {
 // the listener
 
 /// Go's `http.Error`: the message and a newline as plain text.
-fn plain(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(format!("{message}\n"))));
+fn plain(status: StatusCode, message: &str) -> Response<ServeBody> {
+    let mut r = Response::new(full(format!("{message}\n")));
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -549,8 +549,9 @@ fn plain(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
 async fn answer(
     req: &Request<Incoming>,
     registry: &Mutex<Registry>,
+    machinery: Option<&Machinery>,
     auth: &DelegatingAuth,
-) -> Response<Full<Bytes>> {
+) -> Response<ServeBody> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed");
     }
@@ -575,6 +576,11 @@ async fn answer(
         Decision::Failed(msg) => return plain(StatusCode::INTERNAL_SERVER_ERROR, &msg),
     }
     if req.uri().path() != "/metrics" {
+        if req.method() == Method::GET
+            && let Some(r) = machinery.and_then(|m| m.route(req.uri().path(), req.uri().query()))
+        {
+            return r;
+        }
         return plain(StatusCode::NOT_FOUND, "404 page not found");
     }
     let body = if req.method() == Method::HEAD {
@@ -582,7 +588,7 @@ async fn answer(
     } else {
         encode_registry(registry)
     };
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(full(body));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static(CONTENT_TYPE),
@@ -603,6 +609,21 @@ pub async fn serve_metrics_secure(
     cancel: CancellationToken,
     limits: apimachinery::serving::ServingLimits,
 ) -> std::io::Result<ServerHandle> {
+    serve_metrics_secure_and_machinery(addr, registry, None, tls, auth, cancel, limits).await
+}
+
+/// [`serve_metrics_secure`], and with `machinery` also `/trace`, `/machinery` and
+/// `/machinery/counts` ([`crate::machinery`]) behind the same authentication and
+/// authorization (a reader needs `get` on the path as a non-resource URL).
+pub async fn serve_metrics_secure_and_machinery(
+    addr: SocketAddr,
+    registry: Arc<Mutex<Registry>>,
+    machinery: Option<Machinery>,
+    tls: Arc<rustls::ServerConfig>,
+    auth: Arc<DelegatingAuth>,
+    cancel: CancellationToken,
+    limits: apimachinery::serving::ServingLimits,
+) -> std::io::Result<ServerHandle> {
     let limits = Arc::new(limits);
     let gate = ConnectionGate::new(limits.max_connections);
     let listener = TcpListener::bind(addr).await?;
@@ -616,6 +637,7 @@ pub async fn serve_metrics_secure(
         let stop = stop_task.cancelled();
         accept_connections(&name, &listener, &gate, stop, |stream, peer, slot| {
             let (registry, auth, limits) = (registry.clone(), auth.clone(), limits.clone());
+            let machinery = machinery.clone();
             let (acceptor, stop_conn) = (acceptor.clone(), stop_task.clone());
             conns.spawn(async move {
                 let _slot = slot;
@@ -636,17 +658,15 @@ pub async fn serve_metrics_secure(
                 let svc_activity = activity.clone();
                 let service = service_fn(move |req: Request<Incoming>| {
                     let (registry, auth) = (registry.clone(), auth.clone());
+                    let machinery = machinery.clone();
                     let in_flight = svc_activity.begin();
                     async move {
-                        let resp = answer(&req, &registry, &auth).await;
-                        drop(in_flight);
-                        Ok::<_, Infallible>(resp)
+                        let resp = answer(&req, &registry, machinery.as_ref(), &auth).await;
+                        Ok::<_, Infallible>(resp.map(|b| InFlightBody::new(b, in_flight)))
                     }
                 });
-                crate::health::serve_http1_connection(
-                    tls_stream, service, &activity, &limits, &stop_conn, peer,
-                )
-                .await;
+                serve_http1_connection(tls_stream, service, &activity, &limits, &stop_conn, peer)
+                    .await;
             });
         })
         .await;

@@ -41,6 +41,16 @@
 //! * **Shutdown**: when the manager stops, the exporter detaches from the queue and sends
 //!   what is queued, within [`SHUTDOWN_FLUSH_DEADLINE`]; what is left then is dropped.
 //!
+//! ## Span links
+//!
+//! A `sync` span links to the spans of the writes that caused it, when the objects of its
+//! triggers carry a W3C `traceparent` in the `tracing.k8s.io/traceparent` annotation (KEP-5915's
+//! proposal; see [`sample_client_go::keytrace::TRACEPARENT_ANNOTATION`]): the worker records
+//! them in the span's `links` field (comma-separated), and this layer turns that field into the
+//! span's `links` (`traceId`, `spanId`) instead of an attribute. The sync stays a root span (a
+//! trace of its own, as KEP-5915 says a reconcile is), so Jaeger or Tempo shows the cause,
+//! linked to the reconcile and its writes.
+//!
 //! ## The wire format
 //!
 //! The body is the official JSON encoding of `ExportTraceServiceRequest`
@@ -207,6 +217,35 @@ pub struct FinishedSpan {
     pub attributes: Vec<(String, AttrValue)>,
     /// Error, with a message, or unset.
     pub status: (SpanStatus, String),
+    /// The spans this one links to (trace id, span id): for a `sync`, the writes that caused
+    /// it, from the `traceparent` annotations of its triggers (see "Span links" above).
+    pub links: Vec<([u8; 16], [u8; 8])>,
+}
+
+/// The trace id and span id of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`); `None`
+/// for anything else, or an all-zero id (invalid by the W3C Trace Context specification).
+pub fn parse_traceparent(value: &str) -> Option<([u8; 16], [u8; 8])> {
+    fn hex_bytes<const N: usize>(s: &str) -> Option<[u8; N]> {
+        if s.len() != 2 * N {
+            return None;
+        }
+        let mut out = [0u8; N];
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(out)
+    }
+    let mut parts = value.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let version: [u8; 1] = hex_bytes(version)?;
+    if version[0] == 0xff || (version[0] == 0 && parts.next().is_some()) {
+        return None;
+    }
+    let _flags: [u8; 1] = hex_bytes(flags)?;
+    let trace: [u8; 16] = hex_bytes(trace)?;
+    let span: [u8; 8] = hex_bytes(span)?;
+    (trace != [0; 16] && span != [0; 8]).then_some((trace, span))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -235,6 +274,13 @@ fn span_json(span: &FinishedSpan) -> Value {
     });
     if let Some(parent) = &span.parent_span_id {
         v["parentSpanId"] = json!(hex(parent));
+    }
+    if !span.links.is_empty() {
+        v["links"] = span
+            .links
+            .iter()
+            .map(|(t, s)| json!({ "traceId": hex(t), "spanId": hex(s) }))
+            .collect();
     }
     if !span.status.1.is_empty() {
         v["status"]["message"] = json!(span.status.1);
@@ -534,6 +580,14 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for OtlpLayer {
             SpanKind::Client
         };
         let status = status_of(name, &b.attributes);
+        // The `links` field is not an attribute: it becomes the span's links.
+        let mut attributes = b.attributes;
+        let mut links = Vec::new();
+        if let Some(at) = attributes.iter().position(|(k, _)| k == "links")
+            && let (_, AttrValue::Str(list)) = attributes.remove(at)
+        {
+            links = list.split(',').filter_map(parse_traceparent).collect();
+        }
         self.queue.push(FinishedSpan {
             name: name.to_owned(),
             trace_id: b.trace_id,
@@ -542,8 +596,9 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for OtlpLayer {
             kind,
             start_unix_nano: b.start_unix_nano,
             end_unix_nano: unix_nanos_now().max(b.start_unix_nano),
-            attributes: b.attributes,
+            attributes,
             status,
+            links,
         });
     }
 }
@@ -781,7 +836,33 @@ mod tests {
                 ("requeue".into(), AttrValue::Bool(false)),
             ],
             status: (SpanStatus::Unset, String::new()),
+            links: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_traceparent_is_read_as_the_w3c_specification_says() {
+        let (t, s) =
+            parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(hex(&t), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(hex(&s), "00f067aa0ba902b7");
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "not a traceparent",
+        ] {
+            assert_eq!(parse_traceparent(bad), None, "{bad}");
+        }
+        let mut linked = span(None);
+        linked.links.push((t, s));
+        let v = span_json(&linked);
+        assert_eq!(
+            v["links"],
+            json!([{"traceId": "4bf92f3577b34da6a3ce929d0e0e4736", "spanId": "00f067aa0ba902b7"}])
+        );
     }
 
     #[test]

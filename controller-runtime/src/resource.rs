@@ -15,7 +15,7 @@
 //!
 //! [`CustomResourceExt`] adds what a CRD says beyond the URL (singular, short names, printer
 //! columns, the scale subresource); [`HasStatus`] lets generic code write a new status
-//! ([`crate::owned::write_status_if_changed`]).
+//! ([`crate::ownership::write_status_if_changed`]).
 
 /// Printer column of a CRD (`additionalPrinterColumns`): what `kubectl get` shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +68,7 @@ pub const AGE_COLUMN: PrinterColumn = PrinterColumn {
 /// A custom resource with a `status` (every kind declared with this module's
 /// `custom_resource!` macro, e.g. `At`): what a
 /// controller needs to write a new status through the `/status` subresource without knowing the
-/// concrete kind (see [`crate::owned::write_status_if_changed`]).
+/// concrete kind (see [`crate::ownership::write_status_if_changed`]).
 pub trait HasStatus: Clone {
     /// The kind's status type.
     type Status;

@@ -281,3 +281,65 @@ async fn a_dead_endpoint_blocks_no_sync_and_its_spans_are_dropped_and_counted() 
     manager.task.await.unwrap().unwrap();
     server.shutdown().await;
 }
+
+/// KEP-5915's hand-off: an object written with a W3C `traceparent` in the
+/// `tracing.k8s.io/traceparent` annotation makes the reconcile it causes link its `sync` span
+/// to that write's span, so the cause and the reconcile (with its writes) meet in one view.
+#[tokio::test]
+async fn a_reconcile_links_to_the_write_that_caused_it() {
+    let (rx, endpoint) = Receiver::start(vec![]).await;
+    let (server, client) = server().await;
+    let queue = SpanQueue::new(otlp::DEFAULT_MAX_QUEUE_SIZE);
+    let (manager, _guard) = start_exporting(&server, &endpoint, &queue).await;
+
+    let (trace_id, span_id) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let mut linked = at(
+        "linked",
+        &in_the_future(&Clock::new(), Duration::from_secs(3600)),
+        "echo hi",
+    );
+    linked.metadata.annotations = Some(
+        [(
+            sample_client_go::keytrace::TRACEPARENT_ANNOTATION.to_string(),
+            format!("00-{trace_id}-{span_id}-01"),
+        )]
+        .into(),
+    );
+    create_at(&client, &linked).await;
+    let links = |s: &Value| s["links"].as_array().cloned().unwrap_or_default();
+    wait_until("the sync span of the linked At", || async {
+        rx.spans()
+            .iter()
+            .any(|(_, s)| s["name"] == "sync" && !links(s).is_empty())
+    })
+    .await;
+    let spans = rx.spans();
+    let (_, sync) = spans
+        .iter()
+        .find(|(_, s)| s["name"] == "sync" && !links(s).is_empty())
+        .unwrap();
+    assert_eq!(
+        attr(sync, "key").unwrap()["stringValue"],
+        format!("{NS}/linked")
+    );
+    assert_eq!(
+        links(sync),
+        [serde_json::json!({"traceId": trace_id, "spanId": span_id})]
+    );
+    assert_ne!(
+        sync["traceId"], trace_id,
+        "a reconcile is a trace of its own, linked"
+    );
+    assert!(
+        attr(sync, "links").is_none(),
+        "links are not an attribute: {sync}"
+    );
+    let why = attr(sync, "triggers").unwrap()["stringValue"]
+        .as_str()
+        .unwrap();
+    assert!(why.starts_with("ADDED At default/linked rv "), "{why}");
+
+    manager.stop.cancel();
+    manager.task.await.unwrap().unwrap();
+    server.shutdown().await;
+}

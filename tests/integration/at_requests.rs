@@ -145,7 +145,7 @@ async fn an_at_due_later_costs_seven_writes_and_no_get() {
 fn unlabelled_pod_of(at: &sample_operators::apis::At) -> k8s_openapi::api::core::v1::Pod {
     let mut pod = sample_operators::controllers::at::new_pod(at);
     if let Some(labels) = pod.metadata.labels.as_mut() {
-        labels.remove(sample_controller_runtime::owned::LABEL_MANAGED_BY);
+        labels.remove(sample_controller_runtime::ownership::LABEL_MANAGED_BY);
     }
     pod
 }

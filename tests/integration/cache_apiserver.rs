@@ -313,6 +313,7 @@ fn informer(client: &Client) -> SharedIndexInformer<Pod> {
                 backoff: crate::client_support::fast_backoff(),
                 ..ReflectorConfig::default()
             },
+            ..InformerOptions::default()
         },
     )
 }

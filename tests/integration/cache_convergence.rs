@@ -149,6 +149,7 @@ fn run_case(ops: Vec<Op>, streaming: bool, server_streams: bool) -> Result<(), T
                     streaming_list: streaming,
                     ..Default::default()
                 },
+                ..InformerOptions::default()
             },
         );
         let early = Checker::default();

@@ -179,6 +179,7 @@ fn informer_with_resync(
         InformerOptions {
             default_resync: resync,
             reflector: config,
+            ..InformerOptions::default()
         },
     )
 }
@@ -1017,6 +1018,7 @@ async fn lister_get_of_a_missing_object_is_not_found_with_the_qualified_singular
         InformerOptions {
             default_resync: Duration::ZERO,
             reflector: fast(true),
+            ..InformerOptions::default()
         },
     );
     let (cancel, task) = run(&inf);

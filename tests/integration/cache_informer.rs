@@ -72,6 +72,7 @@ fn informer(fake: &FakeListerWatcher<Pod>, resync: Duration) -> SharedIndexInfor
         InformerOptions {
             default_resync: resync,
             reflector: ReflectorConfig::default(),
+            ..InformerOptions::default()
         },
     )
 }

@@ -122,3 +122,57 @@ async fn the_demo_reaches_every_end_state_and_exits_0() {
         assert_eq!(mode & 0o077, 0, "kubeconfig mode {mode:o}");
     }
 }
+
+/// `demo --trace example-at`: the demo's story with the example's every hop inline, from its
+/// watch event to the sync that writes DONE; and the manager's page and stream announced.
+#[tokio::test]
+async fn the_demo_traces_one_at_inline() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("demo.kubeconfig");
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        Command::new(bin())
+            .args([
+                "demo",
+                "--operators=at",
+                "--delay=2s",
+                "--timeout=60s",
+                "--trace=example-at",
+                "--kubeconfig-out",
+                kubeconfig.to_str().unwrap(),
+            ])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the demo ends within its bound")
+    .expect("the demo starts");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let trace: Vec<&str> = stdout.lines().filter(|l| l.contains("] trace ")).collect();
+    let mut from = 0;
+    for want in [
+        "following default/example-at",
+        "watch    ADDED At default/example-at",
+        "worker   get: a worker took it",
+        "note     plan: PENDING with no pod → write PENDING",
+        "queue    came due: add_after(",
+        "write    create Pod default/example-at-pod",
+        "mapped to its owner → add(default/example-at)",
+        "note     plan: RUNNING with pod Succeeded → write DONE",
+    ] {
+        let at = trace[from..]
+            .iter()
+            .position(|l| l.contains(want))
+            .unwrap_or_else(|| panic!("no trace line {want:?} after line {from}:\n{stdout}"));
+        from += at + 1;
+    }
+    assert!(
+        trace.iter().all(|l| !l.contains("default/failing-at")),
+        "only the traced At: {stdout}"
+    );
+    assert!(
+        stdout.contains("/machinery?key=default/example-at"),
+        "the page is announced: {stdout}"
+    );
+}

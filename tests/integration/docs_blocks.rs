@@ -48,6 +48,7 @@ const FILES: &[&str] = &[
     "docs/11-sharding.md",
     "docs/12-observability.md",
     "docs/13-performance.md",
+    "docs/14-follow-one-key.md",
     "docs/flags.md",
 ];
 
@@ -408,6 +409,7 @@ file_tests! {
     docs_11_sharding => "docs/11-sharding.md",
     docs_12_observability => "docs/12-observability.md",
     docs_13_performance => "docs/13-performance.md",
+    docs_14_follow_one_key => "docs/14-follow-one-key.md",
     docs_flags => "docs/flags.md",
 }
 

@@ -245,7 +245,7 @@ async fn the_manager_runs_under_its_own_service_account_with_rbac_enforced() {
     let old = create_at(&client, &at("old", &old_due, "echo YAY")).await;
     let mut old_pod = sample_operators::controllers::at::new_pod(&old);
     if let Some(labels) = old_pod.metadata.labels.as_mut() {
-        labels.remove(sample_controller_runtime::owned::LABEL_MANAGED_BY);
+        labels.remove(sample_controller_runtime::ownership::LABEL_MANAGED_BY);
     }
     pods(&client)
         .create(&PostParams::default(), &old_pod)

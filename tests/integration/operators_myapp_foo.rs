@@ -324,7 +324,7 @@ async fn myapp_brings_a_deployment_of_an_earlier_version_to_the_track_s_shape() 
     use k8s_openapi::api::apps::v1::DeploymentSpec;
     use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-    use sample_controller_runtime::owned::{dependent_metadata, standard_labels};
+    use sample_controller_runtime::ownership::{dependent_metadata, standard_labels};
 
     let _ticker = Ticker::start();
     let (server, client) = operator_server().await;

@@ -68,6 +68,8 @@ use super::lister::Lister;
 use super::lister_watcher::BoxListerWatcher;
 use super::reflector::WatchObservers;
 use super::reflector::{ReflectorConfig, ReflectorStatus};
+use crate::client::{Api, Client};
+use crate::keytrace::KeyTracer;
 
 /// Which slice of a type an informer watches.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -100,16 +102,14 @@ pub trait ListerWatcherSource: Send + Sync + 'static {
     fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K>;
 }
 
-/// The client's [`Client`](crate::client::Client) makes [`crate::client::Api`]s: namespaced
+/// The client's [`Client`] makes [`crate::client::Api`]s: namespaced
 /// when the scope names a namespace, all namespaces otherwise (which is also the right URL for
 /// cluster-scoped types).
-impl ListerWatcherSource for crate::client::Client {
+impl ListerWatcherSource for Client {
     fn lister_watcher<K: CacheObject>(&self, scope: &InformerScope) -> BoxListerWatcher<K> {
         match scope.namespace.as_deref() {
-            Some(ns) => {
-                BoxListerWatcher::new(crate::client::Api::<K>::namespaced(self.clone(), ns))
-            }
-            None => BoxListerWatcher::new(crate::client::Api::<K>::all(self.clone())),
+            Some(ns) => BoxListerWatcher::new(Api::<K>::namespaced(self.clone(), ns)),
+            None => BoxListerWatcher::new(Api::<K>::all(self.clone())),
         }
     }
 }
@@ -222,6 +222,7 @@ pub struct SharedInformerFactory<S> {
     reflector: ReflectorConfig,
     health: Option<WatchObservers>,
     on_undecodable: Option<super::reflector::UndecodableHandler>,
+    key_tracer: Option<KeyTracer>,
     state: Mutex<State>,
 }
 
@@ -239,6 +240,7 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
             reflector: ReflectorConfig::default(),
             health: None,
             on_undecodable: None,
+            key_tracer: None,
             state: Mutex::new(State::default()),
         }
     }
@@ -318,6 +320,14 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
         self
     }
 
+    /// Every informer created from now on stamps its notifications and finds write echoes for
+    /// `tracer`'s readers (see [`super::informer`], "Why, and when"). The manager passes its
+    /// own tracer, the one its `/trace` endpoint reads.
+    pub fn with_key_tracer(mut self, tracer: KeyTracer) -> Self {
+        self.key_tracer = Some(tracer);
+        self
+    }
+
     /// Every informer created from now on calls `handler` once for each object (and
     /// resourceVersion of it) that does not decode as its type and is left out of its cache
     /// (the manager counts it in a metric and records a Warning event on the object).
@@ -386,6 +396,7 @@ impl<S: ListerWatcherSource> SharedInformerFactory<S> {
                     field_selector: scope.field_selector.clone(),
                     ..self.reflector.clone()
                 },
+                key_tracer: self.key_tracer.clone(),
             },
         );
         if let Some(t) = self

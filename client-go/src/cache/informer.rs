@@ -65,6 +65,23 @@
 //! text before decoding ([`crate::client::skip_managed_fields`]), so the transform's clearing is
 //! then for other sources (tests, a hand-built lister-watcher).
 //!
+//! ## Why, and when: triggers and hops
+//!
+//! Each handler call runs inside [`crate::keytrace::notifying`]: for the length of that call
+//! the notification (its type, the object's kind, `namespace/name`, resourceVersion, and its
+//! `tracing.k8s.io/traceparent` annotation) is the thread's current one, so a work queue `add`
+//! made by the handler records it as the key's trigger. The types are `ADDED`, `MODIFIED` and
+//! `DELETED` for watch events (a relist's tombstone is a `DELETED` too), `initial list` for
+//! the first list and the replay to a late handler, `relist` for what a later list found new
+//! or changed, and `resync`.
+//!
+//! With a [`KeyTracer`] ([`InformerOptions::key_tracer`]), while
+//! anyone reads a trace the informer stamps every notification with the moment it reached the
+//! store and the moment the store held it (two clock reads: it cannot know yet which key a
+//! handler will map a pod to), and it recognises the watch echo of a traced sync's own write
+//! (the resourceVersion the write produced) and records how long it took to come back. With no
+//! reader it does neither: one atomic load per notification.
+//!
 //! ## Differences from client-go
 //!
 //! There is no DeltaFIFO between the reflector and the cache: the reflector applies each event
@@ -89,6 +106,11 @@ use super::lister_watcher::{BoxListerWatcher, ListerWatcher};
 use super::reflector::{Reflector, ReflectorConfig, ReflectorStatus, ReflectorStore, rv_of};
 use super::store::{Change, IndexError, Indexer};
 use super::{CacheObject, ObjectMetaAccess};
+use crate::keytrace::{
+    EventType, KeyTracer, NotifyTimes, Notifying, SeenEvent, TRACEPARENT_ANNOTATION, Trigger,
+    echo_hop, millis, notifying,
+};
+use crate::small_string::SmallString;
 
 /// The smallest resync period a handler may ask for.
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -258,10 +280,94 @@ impl<K> Clone for Notification<K> {
     }
 }
 
+/// Where a notification came from: what the trigger of an add it causes says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// A watch event.
+    Watch,
+    /// A list (the first, or a relist).
+    List,
+    /// A periodic resync.
+    Resync,
+    /// The replay of the cache to a handler added late.
+    Replay,
+}
+
+/// A notification on its way to one handler: what, from where, and (while someone traces)
+/// when it reached the store and when the store held it. The times are shared and behind a
+/// pointer: a handler's buffer holds one `Delivery` per notification waiting, and with no one
+/// tracing they are `None`, eight bytes.
+struct Delivery<K> {
+    notification: Notification<K>,
+    origin: Origin,
+    times: Stamps,
+}
+
+/// When a notification reached the store and when the store held it (while someone traces).
+type Stamps = Option<Arc<(Instant, Instant)>>;
+
+impl<K> Clone for Delivery<K> {
+    fn clone(&self) -> Self {
+        Delivery {
+            notification: self.notification.clone(),
+            origin: self.origin,
+            times: self.times.clone(),
+        }
+    }
+}
+
+/// `namespace/name` of `meta`, inline when short.
+fn object_key(meta: &impl ObjectMetaAccess) -> SmallString {
+    let name = meta.name().unwrap_or_default();
+    match meta.namespace().filter(|ns| !ns.is_empty()) {
+        Some(ns) => SmallString::joined(ns, '/', name),
+        None => SmallString::from(name),
+    }
+}
+
+/// The trigger an add made while `d`'s handler runs records (see the module doc, "Why, and
+/// when"), and the handler function's name.
+fn trigger_of<K: CacheObject>(d: &Delivery<K>) -> (Trigger, &'static str) {
+    let event = |event: EventType, obj: &K| {
+        let meta = obj.metadata();
+        Trigger::Event {
+            event,
+            kind: K::KIND,
+            object: object_key(meta),
+            resource_version: meta.resource_version().unwrap_or_default().into(),
+            traceparent: meta.annotation(TRACEPARENT_ANNOTATION).map(Into::into),
+        }
+    };
+    match &d.notification {
+        Notification::Add(o, initial) => {
+            let ty = match d.origin {
+                Origin::Watch => EventType::Added,
+                Origin::Replay => EventType::InitialList,
+                _ if *initial => EventType::InitialList,
+                _ => EventType::Relist,
+            };
+            (event(ty, o), "on_add")
+        }
+        Notification::Update(old, new) => {
+            let ty = match d.origin {
+                Origin::Resync => EventType::Resync,
+                _ if rv_of(old.as_ref()) == rv_of(new.as_ref()) => EventType::Resync,
+                Origin::List => EventType::Relist,
+                _ => EventType::Modified,
+            };
+            (event(ty, new), "on_update")
+        }
+        Notification::Delete(Deleted::Final(o)) => (event(EventType::Deleted, o), "on_delete"),
+        Notification::Delete(Deleted::Tombstone { last_known, .. }) => {
+            (event(EventType::Deleted, last_known), "on_delete")
+        }
+    }
+}
+
 struct Listener<K> {
     id: u64,
-    tx: mpsc::UnboundedSender<Notification<K>>,
-    rx: Option<mpsc::UnboundedReceiver<Notification<K>>>,
+    tx: mpsc::UnboundedSender<Delivery<K>>,
+    rx: Option<mpsc::UnboundedReceiver<Delivery<K>>>,
     handler: Arc<dyn ResourceEventHandler<K>>,
     requested_resync: Duration,
     resync_period: Duration,
@@ -271,9 +377,9 @@ struct Listener<K> {
     task: Option<JoinHandle<()>>,
 }
 
-impl<K: Send + Sync + 'static> Listener<K> {
-    fn send(&self, n: Notification<K>) {
-        if matches!(n, Notification::Add(_, true)) {
+impl<K: CacheObject> Listener<K> {
+    fn send(&self, n: Delivery<K>) {
+        if matches!(n.notification, Notification::Add(_, true)) {
             self.pending_initial.fetch_add(1, Ordering::SeqCst);
         }
         // The receiver lives as long as the listener task, which only ends after the sender
@@ -289,12 +395,24 @@ impl<K: Send + Sync + 'static> Listener<K> {
         let pending = Arc::clone(&self.pending_initial);
         let (id, name) = (self.id, name.to_owned());
         self.task = Some(runtime.spawn(async move {
-            while let Some(n) = rx.recv().await {
-                let initial = matches!(n, Notification::Add(_, true));
-                let result = std::panic::catch_unwind(AssertUnwindSafe(|| match n {
-                    Notification::Add(o, i) => handler.on_add(o, i),
-                    Notification::Update(a, b) => handler.on_update(a, b),
-                    Notification::Delete(d) => handler.on_delete(d),
+            while let Some(d) = rx.recv().await {
+                let initial = matches!(d.notification, Notification::Add(_, true));
+                let (trigger, handler_fn) = trigger_of(&d);
+                let current = Notifying {
+                    trigger,
+                    handler: handler_fn,
+                    times: d.times.as_deref().map(|&(received, stored)| NotifyTimes {
+                        received,
+                        stored,
+                        handled: Instant::now(),
+                    }),
+                };
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    notifying(current, || match d.notification {
+                        Notification::Add(o, i) => handler.on_add(o, i),
+                        Notification::Update(a, b) => handler.on_update(a, b),
+                        Notification::Delete(d) => handler.on_delete(d),
+                    })
                 }));
                 if result.is_err() {
                     error!(informer = %name, handler = id, "event handler panicked; continuing with the next notification");
@@ -315,21 +433,34 @@ struct Processor<K> {
     resync_check_period: Duration,
 }
 
-impl<K: Send + Sync + 'static> Processor<K> {
-    fn distribute(&self, n: Notification<K>) {
+impl<K: CacheObject> Processor<K> {
+    fn distribute(&self, n: Notification<K>, origin: Origin, times: Option<(Instant, Instant)>) {
+        let d = Delivery {
+            notification: n,
+            origin,
+            times: times.map(Arc::new),
+        };
         for l in &self.listeners {
-            l.send(n.clone());
+            l.send(d.clone());
         }
     }
 
-    fn distribute_update(&self, old: Arc<K>, new: Arc<K>)
-    where
-        K: CacheObject,
-    {
+    fn distribute_update(
+        &self,
+        old: Arc<K>,
+        new: Arc<K>,
+        origin: Origin,
+        times: Option<(Instant, Instant)>,
+    ) {
+        let times = times.map(Arc::new);
         let is_sync = rv_of(old.as_ref()) == rv_of(new.as_ref());
         for l in &self.listeners {
             if !is_sync || l.syncing {
-                l.send(Notification::Update(Arc::clone(&old), Arc::clone(&new)));
+                l.send(Delivery {
+                    notification: Notification::Update(Arc::clone(&old), Arc::clone(&new)),
+                    origin,
+                    times: times.clone(),
+                });
             }
         }
     }
@@ -352,11 +483,44 @@ struct Core<K> {
     started: AtomicBool,
     default_resync: Duration,
     next_id: AtomicU64,
+    tracer: Option<KeyTracer>,
 }
 
 impl<K: CacheObject> Core<K> {
     fn processor(&self) -> MutexGuard<'_, Processor<K>> {
         self.processor.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The moment a notification reaches the store, while someone traces.
+    fn stamp(&self) -> Option<Instant> {
+        self.tracer
+            .as_ref()
+            .is_some_and(KeyTracer::is_active)
+            .then(Instant::now)
+    }
+
+    /// While someone reads: a watch event that is the echo of a traced sync's write is an echo
+    /// hop of that sync's key; any other is remembered a while, for a write whose answer has
+    /// not come back yet.
+    fn echo(&self, event: EventType, obj: &K, stored: Option<Instant>) {
+        let (Some(tracer), Some(stored)) = (self.tracer.as_ref(), stored) else {
+            return;
+        };
+        let meta = obj.metadata();
+        let seen = SeenEvent {
+            event: event.as_str(),
+            kind: K::KIND,
+            object: object_key(meta),
+            resource_version: meta.resource_version().unwrap_or_default().into(),
+            stored,
+        };
+        match tracer.take_echo(K::KIND, &seen.object, &seen.resource_version) {
+            Some(write) => {
+                let lag = millis(stored.saturating_duration_since(write.written));
+                tracer.emit(echo_hop(&write.key, write.controller, &seen, lag));
+            }
+            None => tracer.saw(seen),
+        }
     }
 }
 
@@ -380,24 +544,47 @@ impl<K: CacheObject> ReflectorStore<K> for Arc<Core<K>> {
 
     fn replace(&self, objs: Vec<Arc<K>>, _resource_version: &str) {
         let p = self.processor();
+        let received = self.stamp();
         let initial = !self.synced.load(Ordering::SeqCst);
-        for change in self.indexer.replace(objs) {
+        let changes = self.indexer.replace(objs);
+        let times = received.map(|r| (r, Instant::now()));
+        for change in changes {
             match change {
-                Change::Added(o) => p.distribute(Notification::Add(o, initial)),
-                Change::Updated { old, new } => p.distribute_update(old, new),
-                Change::Deleted { key, last_known } => {
-                    p.distribute(Notification::Delete(Deleted::Tombstone { key, last_known }))
+                Change::Added(o) => {
+                    p.distribute(Notification::Add(o, initial), Origin::List, times)
                 }
+                Change::Updated { old, new } => p.distribute_update(old, new, Origin::List, times),
+                Change::Deleted { key, last_known } => p.distribute(
+                    Notification::Delete(Deleted::Tombstone { key, last_known }),
+                    Origin::List,
+                    times,
+                ),
             }
         }
         self.synced.store(true, Ordering::SeqCst);
     }
 
     fn add(&self, obj: Arc<K>) {
+        let received = self.stamp();
         let p = self.processor();
-        match self.indexer.insert(Arc::clone(&obj)) {
-            Some(old) => p.distribute_update(old, obj),
-            None => p.distribute(Notification::Add(obj, !self.synced.load(Ordering::SeqCst))),
+        let old = self.indexer.insert(Arc::clone(&obj));
+        let times = received.map(|r| (r, Instant::now()));
+        self.echo(
+            if old.is_some() {
+                EventType::Modified
+            } else {
+                EventType::Added
+            },
+            &obj,
+            times.map(|(_, stored)| stored),
+        );
+        match old {
+            Some(old) => p.distribute_update(old, obj, Origin::Watch, times),
+            None => p.distribute(
+                Notification::Add(obj, !self.synced.load(Ordering::SeqCst)),
+                Origin::Watch,
+                times,
+            ),
         }
     }
 
@@ -406,9 +593,16 @@ impl<K: CacheObject> ReflectorStore<K> for Arc<Core<K>> {
     }
 
     fn delete(&self, obj: Arc<K>) {
+        let received = self.stamp();
         let p = self.processor();
         if self.indexer.remove(&key_of(obj.as_ref())).is_some() {
-            p.distribute(Notification::Delete(Deleted::Final(obj)));
+            let times = received.map(|r| (r, Instant::now()));
+            self.echo(EventType::Deleted, &obj, times.map(|(_, stored)| stored));
+            p.distribute(
+                Notification::Delete(Deleted::Final(obj)),
+                Origin::Watch,
+                times,
+            );
         }
     }
 
@@ -438,9 +632,14 @@ impl<K: CacheObject> ReflectorStore<K> for Arc<Core<K>> {
     fn resync(&self) {
         let p = self.processor();
         let objs = self.indexer.list();
+        let times = self.stamp().map(|t| Arc::new((t, t)));
         for l in p.listeners.iter().filter(|l| l.syncing) {
             for o in &objs {
-                l.send(Notification::Update(Arc::clone(o), Arc::clone(o)));
+                l.send(Delivery {
+                    notification: Notification::Update(Arc::clone(o), Arc::clone(o)),
+                    origin: Origin::Resync,
+                    times: times.clone(),
+                });
             }
         }
     }
@@ -454,6 +653,9 @@ pub struct InformerOptions {
     pub default_resync: Duration,
     /// How the reflector lists and watches (selectors, paging, streaming lists, backoff).
     pub reflector: ReflectorConfig,
+    /// The tracer whose readers this informer stamps notifications and finds write echoes for
+    /// (see the module doc, "Why, and when"); `None`: none.
+    pub key_tracer: Option<KeyTracer>,
 }
 
 /// A handle on a registered handler.
@@ -543,6 +745,7 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             started: AtomicBool::new(false),
             default_resync: options.default_resync,
             next_id: AtomicU64::new(1),
+            tracer: options.key_tracer,
         });
         let reflector = Arc::new(Reflector::new(
             BoxListerWatcher::new(lw),
@@ -611,7 +814,11 @@ impl<K: CacheObject> SharedIndexInformer<K> {
             // Holding the processor lock blocks deltas: the replay and live events cannot
             // interleave.
             for obj in self.core.indexer.list() {
-                listener.send(Notification::Add(obj, true));
+                listener.send(Delivery {
+                    notification: Notification::Add(obj, true),
+                    origin: Origin::Replay,
+                    times: None,
+                });
             }
         }
         p.listeners.push(listener);

@@ -23,7 +23,7 @@
 //!
 //! Read the files in this order:
 //!
-//! 1. [`keys`]: how objects are named in the cache (`"ns/name"`), and tombstones; [`meta`]:
+//! 1. [`keys`]: how objects are named in the cache (`"ns/name"`), and tombstones; [`meta_access`]:
 //!    the metadata accessor the cache reads objects through (client-go's `meta.Accessor`).
 //! 2. [`store`]: the [`Indexer`], a thread-safe map of `Arc<K>` with indexes.
 //! 3. [`lister_watcher`]: [`ListerWatcher`], the two calls (list, watch) a reflector makes,
@@ -120,15 +120,18 @@ pub mod informer;
 pub mod keys;
 pub mod lister;
 pub mod lister_watcher;
-pub mod meta;
+pub mod meta_access;
 pub mod reflector;
-pub mod small_string;
+/// Strings that stay inline when short (keys, names, resourceVersions): [`crate::small_string`],
+/// re-exported where the cache's readers have always found them.
+pub use crate::small_string;
 /// Label selectors: `apimachinery::labels`, the same parser and matcher the embedded API server
 /// uses, re-exported where a reader of client-go's `tools/cache` looks for them.
 pub use apimachinery::labels as selector;
 pub mod store;
 pub mod testing;
 
+pub use crate::small_string::{InlineString, SmallString, UidString};
 pub use api_source::ClientSource;
 pub use factory::{InformerInfo, InformerScope, ListerWatcherSource, SharedInformerFactory};
 pub use informer::{
@@ -139,12 +142,11 @@ pub use informer::{
 pub use keys::{Deleted, ObjectKey, key_of, split_key};
 pub use lister::{Lister, NamespaceLister};
 pub use lister_watcher::{BoxListerWatcher, ListerWatcher};
-pub use meta::{ObjectMetaAccess, OwnerRef};
+pub use meta_access::{ObjectMetaAccess, OwnerRef};
 pub use reflector::{
     Reflector, ReflectorConfig, ReflectorStats, ReflectorStatus, WatchObserver, WatchObservers,
 };
 pub use selector::{Selector, SelectorError};
-pub use small_string::{InlineString, SmallString, UidString};
 pub use store::{IndexError, Indexer, NAMESPACE_INDEX, OWNER_UID_INDEX, Store, owner_uid_index};
 
 use k8s_openapi::Metadata;

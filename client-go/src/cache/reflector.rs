@@ -380,6 +380,8 @@ pub struct ReflectorStats {
     pub expired: u64,
     /// Cycles that ended with an error (410s included).
     pub errors: u64,
+    /// Watch events received (bookmarks included; what a list brings is not counted).
+    pub events: u64,
     /// When the last watch event (bookmarks included) arrived.
     pub last_event: Option<Instant>,
     /// True once the first list or streaming list has been stored.
@@ -1158,7 +1160,10 @@ where
                 Some(Ok(ev)) => ev,
             };
             events += 1;
-            self.status.with(|s| s.last_event = Some(Instant::now()));
+            self.status.with(|s| {
+                s.events += 1;
+                s.last_event = Some(Instant::now());
+            });
             if !matches!(event, WatchEvent::Error(_)) {
                 self.report(|h| h.progress());
             }

@@ -31,7 +31,8 @@ use super::keys::key_of;
 use super::lister_watcher::{BoxListerWatcher, ListerWatcher};
 use super::{CacheObject, ObjectMetaAccess};
 use crate::client::{
-    Bookmark, Error, ListParams, ObjectList, Result, WatchEvent, WatchParams, WatchStream,
+    Bookmark, Error, ListParams, ObjectList, Result, UndecodableObject, WatchEvent, WatchParams,
+    WatchStream,
 };
 
 /// A request the fake received.
@@ -59,7 +60,7 @@ struct State<K> {
     next_token: u64,
     streaming: bool,
     /// Named in every list's first page as objects that do not decode.
-    undecodable: Vec<crate::client::UndecodableObject>,
+    undecodable: Vec<UndecodableObject>,
     requests: Vec<(Instant, Request)>,
 }
 
@@ -264,7 +265,7 @@ impl<K: CacheObject> FakeListerWatcher<K> {
     /// an earlier one of the same key), and every
     /// open watch is sent it as a `MODIFIED` event that does not decode (the stream goes on), as
     /// the client reports an object of the wrong shape.
-    pub fn add_undecodable(&self, object: crate::client::UndecodableObject) {
+    pub fn add_undecodable(&self, object: UndecodableObject) {
         let mut s = self.state();
         s.undecodable.retain(|u| u.key() != object.key());
         s.undecodable.push(object.clone());

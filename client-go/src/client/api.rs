@@ -34,6 +34,7 @@
 
 use std::marker::PhantomData;
 
+use crate::keytrace;
 use bytes::Bytes;
 use http::{Method, Request};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
@@ -385,7 +386,18 @@ where
             Self::post_query(pp)
         );
         let req = Self::request(Method::POST, uri, body)?;
-        self.json(req, "create").await
+        self.write(req, "create", None).await
+    }
+
+    /// Sends a write and decodes the object it answers with; when the sync this task runs is
+    /// traced, the write is recorded as a hop of its key ([`crate::keytrace::record_write`]).
+    async fn write(&self, req: Request<Bytes>, verb: &str, subresource: Option<&str>) -> Result<K> {
+        let sent = keytrace::is_traced().then(tokio::time::Instant::now);
+        let body = self.send(req).await?;
+        if let Some(sent) = sent {
+            record_written::<K>(&body, verb, subresource, sent);
+        }
+        Self::decode(&body, verb)
     }
 
     async fn put(&self, pp: &PostParams, obj: &K, subresource: &str) -> Result<K> {
@@ -404,7 +416,8 @@ where
             Self::post_query(pp)
         );
         let req = Self::request(Method::PUT, uri, body)?;
-        self.json(req, "update").await
+        let sub = subresource.strip_prefix('/').filter(|s| !s.is_empty());
+        self.write(req, "update", sub).await
     }
 
     /// PUT the whole object (its `metadata.resourceVersion` guards against lost updates).
@@ -455,7 +468,8 @@ where
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static(patch.content_type()),
         );
-        self.json(req, "patch").await
+        let sub = subresource.strip_prefix('/').filter(|s| !s.is_empty());
+        self.write(req, "patch", sub).await
     }
 
     /// PATCH the object.
@@ -520,7 +534,11 @@ where
             self.item_path(name)?,
             Self::delete_body(dp)?,
         )?;
+        let sent = keytrace::is_traced().then(tokio::time::Instant::now);
         let body = self.send(req).await?;
+        if let Some(sent) = sent {
+            record_written::<K>(&body, "delete", None, sent);
+        }
         Self::object_or_status(&body)
     }
 
@@ -548,6 +566,47 @@ where
         }
         self.client.request_stream_with(req, decoder).await
     }
+}
+
+/// Records a finished write of a traced sync: the object's kind, `namespace/name` and the
+/// resourceVersion the server answered with, read from the answer (only while traced).
+fn record_written<K: k8s_openapi::Resource>(
+    body: &[u8],
+    verb: &str,
+    subresource: Option<&str>,
+    sent: tokio::time::Instant,
+) {
+    #[derive(serde::Deserialize)]
+    struct Answer<'a> {
+        #[serde(borrow, default)]
+        kind: Option<&'a str>,
+        #[serde(borrow, default)]
+        metadata: Option<AnswerMeta<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct AnswerMeta<'a> {
+        #[serde(borrow, default)]
+        name: Option<&'a str>,
+        #[serde(borrow, default)]
+        namespace: Option<&'a str>,
+        #[serde(borrow, default)]
+        resource_version: Option<&'a str>,
+    }
+    let Ok(answer) = serde_json::from_slice::<Answer<'_>>(body) else {
+        return;
+    };
+    let meta = answer.metadata.as_ref();
+    let name = meta.and_then(|m| m.name).unwrap_or_default();
+    let object = match meta.and_then(|m| m.namespace).filter(|n| !n.is_empty()) {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
+    };
+    // A delete answered with a Status names no object version.
+    let rv = (answer.kind != Some("Status"))
+        .then(|| meta.and_then(|m| m.resource_version))
+        .flatten();
+    keytrace::record_write(verb, K::KIND, &object, subresource, rv, sent);
 }
 
 #[cfg(test)]

@@ -61,6 +61,7 @@ use tokio::time::Instant;
 
 use super::recorder::event_name;
 use crate::cache::SmallString;
+use crate::client::throttle::{TokioClock, quota};
 
 /// Prefix of a combined (aggregated) event's message, as in client-go.
 pub const COMBINED_MESSAGE_PREFIX: &str = "(combined from similar events): ";
@@ -116,11 +117,8 @@ pub struct EventCorrelator {
 }
 
 /// One object's spam bucket: a [`governor`] GCRA limiter on tokio's clock.
-type SpamLimiter = governor::RateLimiter<
-    governor::state::NotKeyed,
-    governor::state::InMemoryState,
-    crate::client::throttle::TokioClock,
->;
+type SpamLimiter =
+    governor::RateLimiter<governor::state::NotKeyed, governor::state::InMemoryState, TokioClock>;
 
 #[derive(Clone, Debug)]
 struct AggregateRecord {
@@ -145,7 +143,7 @@ impl EventCorrelator {
     /// A correlator with the given numbers.
     pub fn new(options: CorrelatorOptions) -> Self {
         let size = options.lru_size.max(1);
-        let spam_quota = crate::client::throttle::quota(options.spam_qps, options.spam_burst);
+        let spam_quota = quota(options.spam_qps, options.spam_burst);
         EventCorrelator {
             options,
             aggregates: Lru::new(size),
@@ -262,10 +260,7 @@ impl EventCorrelator {
         if let Some(limiter) = self.spam.get(&key) {
             return limiter.check().is_ok();
         }
-        let limiter = SpamLimiter::direct_with_clock(
-            self.spam_quota,
-            crate::client::throttle::TokioClock::default(),
-        );
+        let limiter = SpamLimiter::direct_with_clock(self.spam_quota, TokioClock::default());
         let allowed = limiter.check().is_ok();
         self.spam.put(key, limiter);
         allowed

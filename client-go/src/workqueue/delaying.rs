@@ -41,9 +41,16 @@
 //! - Each waiting entry remembers whether it is a failure backoff (created by
 //!   `RateLimitingQueue::add_rate_limited`); the rate-limiting queue uses that to let events for
 //!   a backing-off item join its pending retry (see [`super::rate_limiting`]).
+//! - Each waiting entry also remembers why it waits, for the item's triggers (see
+//!   [`crate::keytrace`]): a timer fires as `add_after(d) came due`, a backoff as the retry that
+//!   created it, and the events that joined a backoff follow it, in order. When an earlier
+//!   request replaces a waiting one, the entry says what the earlier one was; a later request
+//!   that does not move the deadline adds its trigger only if it is not a plain timer (a retry
+//!   or an event that joined).
 
 use super::metrics::QueueMetrics;
 use super::queue::Queue;
+use crate::keytrace::{Stage, Trigger, Triggers, millis, seconds};
 use apimachinery::shrink::ShrinkAfterBurst;
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeMap, HashMap};
@@ -103,11 +110,28 @@ struct Waiting<T> {
     stopped: bool,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct Slot {
     at: Instant,
     seq: u64,
     backoff: bool,
+    /// The delay a timer entry was asked for (its trigger when it fires).
+    after: Duration,
+    /// A backoff's retry, and what joined the entry while it waited.
+    joined: Triggers,
+}
+
+impl Slot {
+    /// Why the item is queued when this entry fires.
+    fn triggers(self) -> Triggers {
+        if self.backoff {
+            self.joined
+        } else {
+            let mut t = Triggers::one(Trigger::Timer { after: self.after });
+            t.merge(self.joined);
+            t
+        }
+    }
 }
 
 impl<T> Shared<T> {
@@ -195,7 +219,9 @@ where
     /// Adds `item` once `delay` has passed; at once if `delay` is zero. Ignored after shutdown.
     ///
     /// If the item is already waiting, the earlier deadline wins. Counts one retry in the
-    /// metrics either way, as client-go does.
+    /// metrics either way, as client-go does (`workqueue_retries_total` therefore counts
+    /// every `add_after`, not only failures). The item's trigger when it comes due is
+    /// `add_after(delay) came due`.
     pub fn add_after(&self, item: T, delay: Duration) {
         if self.queue.shutting_down() {
             return;
@@ -203,16 +229,38 @@ where
         if let Some(m) = self.queue.metric_handles() {
             m.retries.inc();
         }
+        if let Some(trace) = self.queue.trace()
+            && let Some(key) = trace.traced(&item)
+        {
+            trace.tracer.emit(
+                trace
+                    .hop(
+                        key,
+                        Stage::Queue,
+                        format!("add_after({}): look again then", seconds(delay)),
+                    )
+                    .with("action", "add_after")
+                    .with("afterMs", millis(delay)),
+            );
+        }
         if delay.is_zero() {
-            self.queue.add(item);
+            self.queue.add_with(item, Trigger::Timer { after: delay });
             return;
         }
-        self.insert_waiting(item, Instant::now() + delay, false);
+        self.insert_waiting(item, Instant::now() + delay, delay, None);
     }
 
-    /// Puts `item` in the waiting set with deadline `at`; earliest wins. `backoff` marks a failure
-    /// backoff (see the rate-limiting queue).
-    pub(crate) fn insert_waiting(&self, item: T, at: Instant, backoff: bool) {
+    /// Puts `item` in the waiting set with deadline `at`; earliest wins. `retry`, when given,
+    /// makes it a failure backoff with that trigger (see the rate-limiting queue); otherwise it
+    /// is a timer asked for `after`.
+    pub(crate) fn insert_waiting(
+        &self,
+        item: T,
+        at: Instant,
+        after: Duration,
+        retry: Option<Trigger>,
+    ) {
+        let backoff = retry.is_some();
         let earliest = {
             let mut w = self.shared.lock();
             if w.stopped {
@@ -223,7 +271,11 @@ where
                 MapEntry::Occupied(mut e) => {
                     let slot = e.get_mut();
                     if at >= slot.at {
-                        // A later request never delays an earlier one.
+                        // A later request never delays an earlier one; a retry still says
+                        // why the item will run (a plain timer says nothing new).
+                        if let Some(r) = retry {
+                            slot.joined.push(r);
+                        }
                         return;
                     }
                     let Some(it) = w.by_deadline.remove(&(slot.at, slot.seq)) else {
@@ -236,6 +288,18 @@ where
                             self.shared.backoffs.fetch_sub(1, Ordering::Relaxed);
                         }
                     }
+                    match retry {
+                        Some(r) => {
+                            // The backoff's retry comes first; what the entry was, after it.
+                            let mut joined = Triggers::one(r);
+                            if !slot.backoff {
+                                joined.push(Trigger::Timer { after: slot.after });
+                            }
+                            joined.merge(std::mem::take(&mut slot.joined));
+                            slot.joined = joined;
+                        }
+                        None => slot.after = after,
+                    }
                     slot.at = at;
                     slot.backoff = backoff;
                     let key = (at, slot.seq);
@@ -246,7 +310,13 @@ where
                     let seq = w.next_seq;
                     w.next_seq += 1;
                     w.by_deadline.insert((at, seq), v.key().clone());
-                    v.insert(Slot { at, seq, backoff });
+                    v.insert(Slot {
+                        at,
+                        seq,
+                        backoff,
+                        after,
+                        joined: retry.map(Triggers::one).unwrap_or_default(),
+                    });
                     if backoff {
                         self.shared.backoffs.fetch_add(1, Ordering::Relaxed);
                     }
@@ -259,8 +329,26 @@ where
         }
     }
 
+    /// If `item` is waiting out a failure backoff, `trigger` joins that entry (it will run
+    /// when the backoff ends) and the deadline is returned; otherwise `None` and nothing
+    /// changes.
+    pub(crate) fn join_backoff(&self, item: &T, trigger: Trigger) -> Option<Instant> {
+        if self.shared.backoffs.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut w = self.shared.lock();
+        let slot = w.by_item.get_mut(item).filter(|s| s.backoff)?;
+        slot.joined.push(trigger);
+        Some(slot.at)
+    }
+
     pub(crate) fn metric_handles(&self) -> Option<&super::metrics::QueueMetricHandles> {
         self.queue.metric_handles()
+    }
+
+    /// The underlying queue (for its tracer).
+    pub(crate) fn queue(&self) -> &Queue<T> {
+        &self.queue
     }
 
     /// Whether `item` is waiting out a failure backoff (set by `add_rate_limited`).
@@ -290,9 +378,19 @@ where
         self.queue.add(item);
     }
 
+    /// See [`Queue::add_with`].
+    pub fn add_with(&self, item: T, trigger: Trigger) {
+        self.queue.add_with(item, trigger);
+    }
+
     /// See [`Queue::get`].
     pub async fn get(&self) -> Option<T> {
         self.queue.get().await
+    }
+
+    /// See [`Queue::get_with_triggers`].
+    pub async fn get_with_triggers(&self) -> Option<(T, Triggers)> {
+        self.queue.get_with_triggers().await
     }
 
     /// See [`Queue::done`].
@@ -341,7 +439,7 @@ async fn timer_loop<T>(shared: Arc<Shared<T>>, queue: Queue<T>)
 where
     T: Clone + Eq + Hash + Send + Sync + 'static,
 {
-    let mut due: Vec<T> = Vec::new();
+    let mut due: Vec<(T, Triggers)> = Vec::new();
     loop {
         let mut woken = pin!(shared.wake.notified());
         woken.as_mut().enable();
@@ -359,18 +457,33 @@ where
                     break;
                 }
                 let item = entry.remove();
-                if let Some(slot) = w.by_item.remove(&item)
-                    && slot.backoff
-                {
-                    shared.backoffs.fetch_sub(1, Ordering::Relaxed);
-                }
-                due.push(item);
+                let triggers = match w.by_item.remove(&item) {
+                    Some(slot) => {
+                        if slot.backoff {
+                            shared.backoffs.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        slot.triggers()
+                    }
+                    None => Triggers::new(),
+                };
+                due.push((item, triggers));
             }
             w.by_item.shrink_after_burst();
             let next = w.by_deadline.first_key_value().map(|(k, _)| k.0);
             (next, next.is_some_and(|at| at <= now))
         };
         if !due.is_empty() {
+            if let Some(trace) = queue.trace() {
+                for (item, triggers) in &due {
+                    if let Some(key) = trace.traced(item) {
+                        trace.tracer.emit(
+                            trace
+                                .hop(key, Stage::Queue, format!("came due: {triggers}"))
+                                .with("action", "fired"),
+                        );
+                    }
+                }
+            }
             queue.add_batch(due.drain(..));
         }
         if more {

@@ -46,15 +46,37 @@
 //!   timestamps), so each operation hashes the item once.
 //! - client-go's pluggable FIFO and its `Touch` hook are left out: the default FIFO ignores
 //!   `Touch` anyway.
+//!
+//! ## Why each item is here: triggers
+//!
+//! Beyond client-go, the queue keeps beside each dirty item what put it there
+//! ([`Triggers`]): an [`add`](Queue::add) inside an informer's event
+//! handler records that notification (type, kind, object, resourceVersion; see
+//! [`crate::keytrace`]), an add elsewhere records itself as direct, and
+//! [`add_with`](Queue::add_with) says explicitly. Triggers collapse with the item: a second
+//! add of a waiting item adds its trigger to the item's (the same notification of the same
+//! object collapses into one entry with a count), and they are bounded per item. A worker takes
+//! them with the item ([`get_with_triggers`](Queue::get_with_triggers)); adds that arrive
+//! while the item is processing belong to its next round. Memory: one pointer per known item,
+//! and one allocation per dirty item.
+//!
+//! With a [`KeyTracer`] attached ([`Queue::set_key_tracer`]), the
+//! queue also records the hops of traced keys: the notification that led to an add (its watch
+//! event, store update and handler), the add, the worker's get (how long the item waited, and
+//! why), and `done`.
 
 use super::metrics::{QueueMetricHandles, QueueMetrics};
+use crate::keytrace::{
+    Hop, KeyTracer, Notifying, Stage, Trigger, Triggers, current_trigger, millis, seconds,
+    with_notification,
+};
 use apimachinery::shrink::ShrinkAfterBurst;
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -98,6 +120,31 @@ struct Inner<T> {
     metrics: Option<QueueMetricHandles>,
     /// Mirrors `State::shutting_down` (written under the lock) for lock-free reads.
     shut: AtomicBool,
+    /// The tracer traced keys report to, once attached ([`Queue::set_key_tracer`]).
+    trace: OnceLock<QueueTrace<T>>,
+}
+
+/// A queue's tracer: the controller its hops belong to, and how to read an item as a key.
+pub(crate) struct QueueTrace<T> {
+    pub(crate) tracer: KeyTracer,
+    pub(crate) controller: &'static str,
+    key: fn(&T) -> &str,
+}
+
+impl<T> QueueTrace<T> {
+    /// The item as a key, when a reader traces it.
+    pub(crate) fn traced<'a>(&self, item: &'a T) -> Option<&'a str> {
+        if !self.tracer.is_active() {
+            return None;
+        }
+        let key = (self.key)(item);
+        self.tracer.wants(key, Some(self.controller)).then_some(key)
+    }
+
+    /// Records a hop of `key`.
+    pub(crate) fn hop(&self, key: &str, stage: Stage, text: String) -> Hop {
+        Hop::new(key, Some(self.controller), stage, text)
+    }
 }
 
 struct State<T> {
@@ -113,16 +160,32 @@ struct State<T> {
     epoch: Instant,
 }
 
-/// An item's flags and metric timestamps: 24 bytes, where two `Option<Instant>`s made it 40
-/// (a burst holds one per queued key: 10,000 Ats, 16,384 slots of a hash table).
-#[derive(Debug, Clone, Copy, Default)]
+/// An item's flags, metric timestamps and triggers: 32 bytes, where two `Option<Instant>`s
+/// made the flags and stamps alone 40 (a burst holds one per queued key: 10,000 Ats, 16,384
+/// slots of a hash table).
+#[derive(Debug, Clone, Default)]
 struct ItemState {
     dirty: bool,
     processing: bool,
-    /// First not-deduplicated add (metrics only).
+    /// First not-deduplicated add (metrics, and traced keys).
     added_at: Option<Stamp>,
     /// When a worker got it (metrics only).
     started_at: Option<Stamp>,
+    /// What put it here since it was last handed out (see the module doc).
+    triggers: Triggers,
+}
+
+/// What an add did to the item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Added {
+    /// Queued now (it was not dirty).
+    Queued,
+    /// Already waiting: the add joined it.
+    Collapsed,
+    /// Being processed: marked dirty, queued again at `done`.
+    WhileProcessing,
+    /// Shut down: ignored.
+    Ignored,
 }
 
 /// An instant as nanoseconds after the queue's epoch, plus one (so `Option<Stamp>` is 8 bytes).
@@ -198,6 +261,7 @@ where
                 drained: Notify::new(),
                 metrics,
                 shut: AtomicBool::new(false),
+                trace: OnceLock::new(),
             }),
         }
     }
@@ -208,32 +272,88 @@ where
 
     /// Marks `item` as needing processing.
     ///
-    /// Ignored after shutdown. A no-op if the item is already dirty. If it is being processed it
-    /// is only marked dirty, and queued again when the worker calls [`done`](Self::done).
+    /// Ignored after shutdown. A no-op if the item is already dirty (its triggers gain this
+    /// add's). If it is being processed it is only marked dirty, and queued again when the
+    /// worker calls [`done`](Self::done). The trigger is the informer notification whose
+    /// handler is calling, if any (see the module doc), else [`Trigger::Direct`].
     pub fn add(&self, item: T) {
-        let pushed = {
+        self.add_with(item, current_trigger());
+    }
+
+    /// [`add`](Self::add), saying why.
+    pub fn add_with(&self, item: T, trigger: Trigger) {
+        self.add_triggers(item, Triggers::one(trigger));
+    }
+
+    pub(crate) fn add_triggers(&self, item: T, triggers: Triggers) {
+        let traced = self
+            .trace()
+            .and_then(|t| t.traced(&item).map(|k| (t, k.to_owned())));
+        let (added, depth, at) = {
             let mut st = self.inner.lock();
-            if st.shutting_down {
-                return;
-            }
-            self.add_locked(&mut st, item)
+            let added = if st.shutting_down {
+                Added::Ignored
+            } else {
+                self.add_locked(&mut st, item, triggers, traced.is_some())
+            };
+            // A traced add's moment, taken before a worker can get the item.
+            let at = traced.as_ref().map(|_| Instant::now());
+            (added, st.fifo.len(), at)
         };
-        if pushed {
+        if added == Added::Queued {
             self.inner.item_ready.notify_one();
         }
+        if let (Some((trace, key)), Some(at)) = (traced, at) {
+            Self::record_add(trace, &key, added, depth, at);
+        }
+    }
+
+    /// The hops of an add of a traced key: the notification that led to it (watch event, store,
+    /// handler), then what the add did.
+    fn record_add(trace: &QueueTrace<T>, key: &str, added: Added, depth: usize, at: Instant) {
+        with_notification(|n| {
+            if let Some(n) = n {
+                notification_hops(trace, key, n);
+            }
+        });
+        let text = match added {
+            Added::Queued => format!("add: queued (depth {depth})"),
+            Added::Collapsed => {
+                format!("add: already waiting; collapsed into that add (depth {depth})")
+            }
+            Added::WhileProcessing => {
+                "add: being processed; marked dirty, queued again at done".to_owned()
+            }
+            Added::Ignored => "add: ignored (shutting down)".to_owned(),
+        };
+        let outcome = match added {
+            Added::Queued => "queued",
+            Added::Collapsed => "collapsed",
+            Added::WhileProcessing => "dirty",
+            Added::Ignored => "ignored",
+        };
+        trace.tracer.emit(
+            trace
+                .hop(key, Stage::Queue, text)
+                .with("action", "add")
+                .with("outcome", outcome)
+                .with("depth", depth)
+                .at(at),
+        );
     }
 
     /// Adds many items under one lock (the delaying queue's timer uses this when a batch of
     /// deadlines passes at once).
-    pub(crate) fn add_batch(&self, items: impl IntoIterator<Item = T>) {
+    pub(crate) fn add_batch(&self, items: impl IntoIterator<Item = (T, Triggers)>) {
         let mut pushed = 0usize;
         {
             let mut st = self.inner.lock();
             if st.shutting_down {
                 return;
             }
-            for item in items {
-                if self.add_locked(&mut st, item) {
+            for (item, triggers) in items {
+                let traced = self.trace().is_some_and(|t| t.traced(&item).is_some());
+                if self.add_locked(&mut st, item, triggers, traced) == Added::Queued {
                     pushed += 1;
                 }
             }
@@ -247,40 +367,52 @@ where
         }
     }
 
-    /// Returns whether the item was pushed onto the FIFO (and a worker should be woken).
-    fn add_locked(&self, st: &mut State<T>, item: T) -> bool {
+    /// What the add did (a [`Added::Queued`] item wants a worker woken). `stamp`: record
+    /// when it was added even without metrics (a traced key's wait is reported).
+    fn add_locked(&self, st: &mut State<T>, item: T, triggers: Triggers, stamp: bool) -> Added {
         let metrics = self.inner.metrics.as_ref();
         let epoch = st.epoch;
         match st.items.entry(item) {
             MapEntry::Occupied(mut e) => {
                 let s = e.get_mut();
+                s.triggers.merge(triggers);
                 if s.dirty {
-                    return false;
+                    // Waiting in the FIFO, or marked to go back there at `done`.
+                    return if s.processing {
+                        Added::WhileProcessing
+                    } else {
+                        Added::Collapsed
+                    };
                 }
                 // Known but not dirty: it is processing. Mark it; `done` will queue it.
                 s.dirty = true;
                 if let Some(m) = metrics {
                     m.adds.inc();
                     m.depth.inc();
+                }
+                if metrics.is_some() || stamp {
                     s.added_at
                         .get_or_insert_with(|| Stamp::at(epoch, Instant::now()));
                 }
-                false
+                Added::WhileProcessing
             }
             MapEntry::Vacant(v) => {
                 let key = v.key().clone();
                 let mut s = ItemState {
                     dirty: true,
+                    triggers,
                     ..ItemState::default()
                 };
                 if let Some(m) = metrics {
                     m.adds.inc();
                     m.depth.inc();
+                }
+                if metrics.is_some() || stamp {
                     s.added_at = Some(Stamp::at(epoch, Instant::now()));
                 }
                 v.insert(s);
                 st.fifo.push_back(key);
-                true
+                Added::Queued
             }
         }
     }
@@ -291,6 +423,11 @@ where
     /// The caller must call [`done`](Self::done) with the item when it has finished with it.
     /// Cancel-safe: dropping the future before it completes loses no item.
     pub async fn get(&self) -> Option<T> {
+        self.get_with_triggers().await.map(|(item, _)| item)
+    }
+
+    /// [`get`](Self::get), with what put the item here since it was last handed out.
+    pub async fn get_with_triggers(&self) -> Option<(T, Triggers)> {
         // Fast path: an item is ready, no need to register as a waiter.
         if let Some(ready) = self.try_get() {
             return ready;
@@ -308,7 +445,7 @@ where
     }
 
     /// `Some(Some(item))`: got one; `Some(None)`: shut down and empty; `None`: must wait.
-    fn try_get(&self) -> Option<Option<T>> {
+    fn try_get(&self) -> Option<Option<(T, Triggers)>> {
         let mut st = self.inner.lock();
         let Some(item) = st.fifo.pop_front() else {
             return if st.shutting_down { Some(None) } else { None };
@@ -316,13 +453,17 @@ where
         st.fifo.shrink_after_burst();
         st.processing += 1;
         let epoch = st.epoch;
+        let mut triggers = Triggers::new();
+        let mut waited = None;
         if let Some(s) = st.items.get_mut(&item) {
             s.dirty = false;
             s.processing = true;
+            triggers = std::mem::take(&mut s.triggers);
+            let added = s.added_at.take();
             if let Some(m) = &self.inner.metrics {
                 let now = Instant::now();
                 m.depth.dec();
-                if let Some(added) = s.added_at.take() {
+                if let Some(added) = added {
                     m.queue_duration.observe(
                         now.saturating_duration_since(added.instant(epoch))
                             .as_secs_f64(),
@@ -330,8 +471,34 @@ where
                 }
                 s.started_at = Some(Stamp::at(epoch, now));
             }
+            waited = added.map(|a| Instant::now().saturating_duration_since(a.instant(epoch)));
         }
-        Some(Some(item))
+        drop(st);
+        if let Some(trace) = self.trace()
+            && let Some(key) = trace.traced(&item)
+        {
+            let waited_text = waited.map_or_else(String::new, |w| format!(" after {}", seconds(w)));
+            let mut hop = trace
+                .hop(
+                    key,
+                    Stage::Worker,
+                    format!("get: a worker took it{waited_text} in the queue; why: {triggers}"),
+                )
+                .with("action", "get")
+                .with(
+                    "triggers",
+                    triggers
+                        .iter()
+                        .map(|c| c.trigger.to_string())
+                        .collect::<Vec<_>>(),
+                )
+                .with("adds", triggers.total());
+            if let Some(w) = waited {
+                hop = hop.with("waitedMs", millis(w));
+            }
+            trace.tracer.emit(hop);
+        }
+        Some(Some((item, triggers)))
     }
 
     /// Marks `item` as finished. If it was added again while being processed, it goes back to
@@ -371,6 +538,21 @@ where
         }
         if requeued {
             self.inner.item_ready.notify_one();
+        }
+        if let Some(trace) = self.trace()
+            && let Some(key) = trace.traced(item)
+        {
+            let text = if requeued {
+                "done: an add came while it was processed; queued again now"
+            } else {
+                "done"
+            };
+            trace.tracer.emit(
+                trace
+                    .hop(key, Stage::Queue, text.to_owned())
+                    .with("action", "done")
+                    .with("requeued", requeued),
+            );
         }
         if drained {
             self.inner.drained.notify_waiters();
@@ -429,6 +611,11 @@ where
         self.inner.shut.load(Ordering::Acquire)
     }
 
+    /// The tracer this queue reports traced keys' hops to, once attached.
+    pub(crate) fn trace(&self) -> Option<&QueueTrace<T>> {
+        self.inner.trace.get()
+    }
+
     /// Whether nothing is queued and nothing is being processed, read in one consistent snapshot
     /// (useful to wait for a controller to settle in tests).
     pub fn is_idle(&self) -> bool {
@@ -467,6 +654,78 @@ where
     }
 }
 
+impl<T> Queue<T>
+where
+    T: AsRef<str> + Clone + Eq + Hash + Send + Sync + 'static,
+{
+    /// Reports the hops of traced keys to `tracer` as `controller`'s (see the module doc). Set
+    /// once; a second call changes nothing.
+    pub fn set_key_tracer(&self, tracer: KeyTracer, controller: &'static str) {
+        let _ = self.inner.trace.set(QueueTrace {
+            tracer,
+            controller,
+            key: <T as AsRef<str>>::as_ref,
+        });
+    }
+}
+
+/// The hops of the notification that led to an add of `key`: the watch event (or listed
+/// object, or resync), the store update and the handler, each at its own time, when the
+/// informer stamped them.
+fn notification_hops<T>(trace: &QueueTrace<T>, key: &str, n: &Notifying) {
+    let Trigger::Event {
+        event,
+        kind,
+        object,
+        resource_version,
+        ..
+    } = &n.trigger
+    else {
+        return;
+    };
+    let Some(times) = n.times else {
+        return;
+    };
+    let watch = trace
+        .hop(
+            key,
+            Stage::Watch,
+            format!("{} {kind} {object} rv {resource_version}", event.as_str()),
+        )
+        .with("event", event.as_str())
+        .with("kind", *kind)
+        .with("object", object.as_str())
+        .with("resourceVersion", resource_version.as_str())
+        .at(times.received);
+    let store = trace
+        .hop(
+            key,
+            Stage::Store,
+            format!(
+                "stored {} after the event",
+                seconds(times.stored.saturating_duration_since(times.received))
+            ),
+        )
+        .with("object", object.as_str())
+        .at(times.stored);
+    let mapped = if object.as_str() == key {
+        format!("{} → add({key})", n.handler)
+    } else {
+        format!(
+            "{} {kind} {object} → mapped to its owner → add({key})",
+            n.handler
+        )
+    };
+    let handler = trace
+        .hop(key, Stage::Handler, mapped)
+        .with("handler", n.handler)
+        .with("mappedToOwner", object.as_str() != key)
+        .at(times.handled);
+    for hop in [watch, store, handler] {
+        trace.tracer.emit(hop);
+    }
+}
+
 /// Refreshes a named queue's unfinished-work gauges every 500 ms. Holds only a weak reference,
 /// so the queue (its owner) ends it by being dropped or shut down.
 async fn update_unfinished_work_loop<T>(queue: Weak<Inner<T>>)
@@ -494,7 +753,7 @@ mod tests {
 
     #[test]
     fn an_item_state_is_small_and_its_stamps_keep_nanoseconds() {
-        assert_eq!(std::mem::size_of::<ItemState>(), 24);
+        assert_eq!(std::mem::size_of::<ItemState>(), 32);
         let epoch = Instant::now();
         let later = epoch + Duration::from_nanos(1_234_567_891);
         assert_eq!(Stamp::at(epoch, later).instant(epoch), later);

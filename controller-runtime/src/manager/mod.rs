@@ -10,7 +10,8 @@
 //!   ├─ client::Config (kubeconfig / --master / in-cluster) ──> Client (QPS / burst throttle)
 //!   ├─ one SharedInformerFactory (namespace, resync period): informers shared by controllers
 //!   ├─ EventBroadcaster ──> EventRecorder per controller (source component = its name)
-//!   ├─ metrics (:8080) and probes (:8081: /healthz, /readyz) on their own listeners
+//!   ├─ metrics (:8080; with /trace and /machinery, see crate::machinery) and probes
+//!   │   (:8081: /healthz, /readyz) on their own listeners; one KeyTracer for /trace
 //!   ├─ leader election (optional): informers start at once (a standby keeps warm caches),
 //!   │   the controllers' workers run only while this process leads
 //!   └─ SIGINT / SIGTERM: stop taking new work, drain the queues within a deadline,
@@ -58,11 +59,14 @@ mod options;
 mod preflight;
 mod registration;
 
+/// The log flags' types live with the log subscriber ([`crate::logging`]); the manager's
+/// flags and the binaries use them from here too.
+pub use crate::logging::{LogFormat, verbosity_level};
 pub use events::EventApiSink;
 pub use options::{
-    DEFAULT_LEASE_NAME, FlagError, IN_CLUSTER_NAMESPACE_FILE, LeaderElectionConfig, LogFormat,
-    ManagerConfig, ManagerOptions, SHARDER_CONTROLLER, parse_bind_address,
-    read_in_cluster_namespace, resolve_controllers, sharder_enabled, verbosity_level,
+    DEFAULT_LEASE_NAME, FlagError, IN_CLUSTER_NAMESPACE_FILE, LeaderElectionConfig, ManagerConfig,
+    ManagerOptions, SHARDER_CONTROLLER, parse_bind_address, read_in_cluster_namespace,
+    resolve_controllers, sharder_enabled,
 };
 pub use preflight::PREFLIGHT_TIMEOUT;
 pub use registration::{
@@ -79,14 +83,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::controller::{Clock, Controller};
 use crate::health::{HealthState, ServerHandle, serve_health_with};
-use crate::metrics::{Metrics, serve_metrics_with};
+use crate::logging;
+use crate::machinery::{self, CountsFn, Machinery};
+use crate::metrics::{Metrics, serve_metrics_and_machinery};
 pub use crate::metrics_auth::SecureServing;
-use crate::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure};
+use crate::metrics_auth::{DelegatingAuth, metrics_tls_config, serve_metrics_secure_and_machinery};
 use crate::otlp::{Exporter, ExporterHandle, SpanQueue};
+use crate::sharding::sharder::DEFAULT_SYNC_PERIOD;
+use crate::sharding::{ShardConfig, Sharder, SharderConfig, SharderElection, SharderMetrics};
+use crate::webhook::{self, WebhookServerConfig};
 /// The factory's lister-watchers from a [`Client`]; it lives in [`sample_client_go::cache::api_source`].
 pub use sample_client_go::cache::ClientSource;
 use sample_client_go::cache::SharedInformerFactory;
 use sample_client_go::client::{self, Client, Config, ConfigOptions, ThrottleDecision};
+use sample_client_go::keytrace::KeyTracer;
 use sample_client_go::leaderelection::{
     LeaderCallbacks, LeaderElectionConfig as ElectionConfig, LeaderElector, LeaseLock,
 };
@@ -166,10 +176,11 @@ pub struct Manager {
     identity: String,
     controllers: Arc<std::sync::Mutex<Vec<Arc<dyn Controller>>>>,
     secure_metrics: Option<SecureServing>,
-    webhook: Option<crate::webhook::WebhookServerConfig>,
-    sharding: Option<crate::sharding::ShardConfig>,
-    sharder: Option<crate::sharding::SharderElection>,
+    webhook: Option<WebhookServerConfig>,
+    sharding: Option<ShardConfig>,
+    sharder: Option<SharderElection>,
     span_queue: SpanQueue,
+    key_tracer: KeyTracer,
     registrations: Vec<Registration>,
     bound: tokio::sync::watch::Sender<Option<BoundAddrs>>,
 }
@@ -215,6 +226,7 @@ impl Manager {
             sharding: None,
             sharder: None,
             span_queue: SpanQueue::global().clone(),
+            key_tracer: KeyTracer::new(),
             registrations: Vec::new(),
             bound: tokio::sync::watch::Sender::new(None),
         }
@@ -241,8 +253,8 @@ impl Manager {
     }
 
     /// The webhook server's paths: the built-in ones and every registered controller's.
-    fn webhook_routes(&self) -> crate::webhook::Routes {
-        let mut routes = crate::webhook::BUILTIN_ROUTES.to_vec();
+    fn webhook_routes(&self) -> webhook::Routes {
+        let mut routes = webhook::BUILTIN_ROUTES.to_vec();
         for r in &self.registrations {
             routes.extend(r.webhooks.iter().copied());
         }
@@ -277,10 +289,7 @@ impl Manager {
 
     /// Serves the admission webhooks ([`crate::webhook`]) as configured, alongside the
     /// controllers (default: no webhook server).
-    pub fn with_webhook_server(
-        mut self,
-        config: Option<crate::webhook::WebhookServerConfig>,
-    ) -> Self {
+    pub fn with_webhook_server(mut self, config: Option<WebhookServerConfig>) -> Self {
         self.webhook = config;
         self
     }
@@ -288,7 +297,7 @@ impl Manager {
     /// Runs this process as one shard of a ring (`--shard-mode=sharded`, see
     /// [`crate::sharding::shard`]): a Lease of its own instead of leader election, caches
     /// narrowed to the objects labelled for the shard. `None` (the default): leader mode.
-    pub fn with_sharding(mut self, shard: Option<crate::sharding::ShardConfig>) -> Self {
+    pub fn with_sharding(mut self, shard: Option<ShardConfig>) -> Self {
         self.sharding = shard;
         self
     }
@@ -298,7 +307,7 @@ impl Manager {
     /// identity, over the kinds of `config.controllers` (which no worker reconciles here); the
     /// webhook server, when configured, answers `/mutate-shard` from its ring. `None` (the
     /// default): the operators run.
-    pub fn with_sharder(mut self, election: Option<crate::sharding::SharderElection>) -> Self {
+    pub fn with_sharder(mut self, election: Option<SharderElection>) -> Self {
         self.sharder = election;
         self
     }
@@ -318,6 +327,13 @@ impl Manager {
     /// The leader-election identity.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// The tracer of this manager's keys ([`sample_client_go::keytrace`]): what its metrics
+    /// server's `/trace` endpoint reads, and what an in-process reader (the demo's `--trace`)
+    /// subscribes to.
+    pub fn key_tracer(&self) -> KeyTracer {
+        self.key_tracer.clone()
     }
 
     /// A handle on the controllers once [`Manager::run`] has built them (for tests and the
@@ -395,7 +411,18 @@ impl Manager {
 
         let servers = CancellationToken::new();
         let _stop_servers_on_drop = servers.clone().drop_guard();
-        let listeners = self.start_listeners(&metrics, &health, &servers).await?;
+        let machinery = Machinery::new(
+            self.key_tracer.clone(),
+            machinery_counts(
+                Arc::clone(&factory),
+                self.controllers_handle(),
+                self.client.clone(),
+            ),
+            servers.clone(),
+        );
+        let listeners = self
+            .start_listeners(&metrics, &health, machinery, &servers)
+            .await?;
 
         // The ring's sharder, elected among its candidates: this process alone
         // (`--controllers=sharder`, under the manager's identity), or a shard that hosts it.
@@ -497,7 +524,8 @@ impl Manager {
         let mut factory =
             SharedInformerFactory::new(ClientSource(self.client.clone()), cfg.resync_period)
                 .with_watch_health(health.watch_observers())
-                .with_undecodable_handler(on_undecodable);
+                .with_undecodable_handler(on_undecodable)
+                .with_key_tracer(self.key_tracer.clone());
         if let Some(ns) = &cfg.namespace {
             factory = factory.with_namespace(ns.clone());
         }
@@ -521,10 +549,12 @@ impl Manager {
         &self,
         metrics: &Metrics,
         health: &HealthState,
+        machinery: Machinery,
         stop: &CancellationToken,
     ) -> Result<Vec<ServerHandle>, ManagerError> {
         let secure = self.secure_metrics.as_ref().map(|s| (s, &self.client));
-        let mut listeners = serve_http(&self.config, metrics, health, secure, stop).await?;
+        let mut listeners =
+            serve_http(&self.config, metrics, health, machinery, secure, stop).await?;
         // serve_http starts metrics, then probes, each when configured.
         let mut http = listeners.iter().map(ServerHandle::local_addr);
         let mut bound = BoundAddrs {
@@ -533,9 +563,9 @@ impl Manager {
             webhook: None,
         };
         if let Some(wh) = &self.webhook {
-            let wm = crate::webhook::WebhookMetrics::default();
+            let wm = webhook::WebhookMetrics::default();
             metrics.with_registry(|r| wm.register(r));
-            let h = crate::webhook::serve(wh, self.webhook_routes(), wm, stop.clone())
+            let h = webhook::serve(wh, self.webhook_routes(), wm, stop.clone())
                 .await
                 .map_err(|e| ManagerError::Webhook(e.to_string()))?;
             tracing::info!(addr = %h.local_addr(), cert_dir = %wh.cert_dir.display(), "serving admission webhooks");
@@ -652,6 +682,7 @@ impl Manager {
             queue_metrics: &queue_metrics,
             controller_metrics: metrics.controller(),
             clock: self.clock.unwrap_or_default(),
+            key_tracer: &self.key_tracer,
         };
         let mut controllers: Vec<Arc<dyn Controller>> = Vec::new();
         for name in &self.config.controllers {
@@ -710,14 +741,11 @@ impl Manager {
     /// check (`sharder-election`), as a leader's is.
     fn spawn_sharder(
         &self,
-        (shard, identity, health): (&crate::sharding::SharderElection, String, &HealthState),
+        (shard, identity, health): (&SharderElection, String, &HealthState),
         metrics: &Metrics,
         broadcaster: &EventBroadcaster,
         shutdown: CancellationToken,
     ) -> (CancellationToken, tokio::task::JoinHandle<()>) {
-        use crate::sharding::{
-            Sharder, SharderConfig, SharderMetrics, sharder::DEFAULT_SYNC_PERIOD,
-        };
         let sharder_metrics = SharderMetrics::default();
         metrics.with_registry(|r| sharder_metrics.register(r));
         let stop = shutdown.child_token();
@@ -857,6 +885,7 @@ async fn serve_http(
     cfg: &ManagerConfig,
     metrics: &Metrics,
     health: &HealthState,
+    machinery: Machinery,
     secure: Option<(&SecureServing, &Client)>,
     stop: &CancellationToken,
 ) -> Result<Vec<ServerHandle>, ManagerError> {
@@ -868,16 +897,23 @@ async fn serve_http(
             source,
         };
         let h = match secure {
-            None => serve_metrics_with(addr, metrics.registry(), stop.clone(), cfg.serving.clone())
-                .await
-                .map_err(bind_error)?,
+            None => serve_metrics_and_machinery(
+                addr,
+                metrics.registry(),
+                Some(machinery),
+                stop.clone(),
+                cfg.serving.clone(),
+            )
+            .await
+            .map_err(bind_error)?,
             Some((serving, client)) => {
                 let tls = metrics_tls_config(serving.cert_dir.as_deref())
                     .map_err(|e| ManagerError::MetricsTls(e.to_string()))?;
                 let auth = Arc::new(DelegatingAuth::new(client.clone()));
-                serve_metrics_secure(
+                serve_metrics_secure_and_machinery(
                     addr,
                     metrics.registry(),
+                    Some(machinery),
                     tls,
                     auth,
                     stop.clone(),
@@ -888,7 +924,7 @@ async fn serve_http(
             }
         };
         let scheme = if secure.is_some() { "https" } else { "http" };
-        tracing::info!(addr = %h.local_addr(), scheme, "serving /metrics");
+        tracing::info!(addr = %h.local_addr(), scheme, "serving /metrics, /trace and /machinery");
         listeners.push(h);
     }
     if let Some(addr) = cfg.health_addr {
@@ -903,6 +939,54 @@ async fn serve_http(
         listeners.push(h);
     }
     Ok(listeners)
+}
+
+/// The counts of `/machinery/counts` ([`crate::machinery::counts`]): every informer of
+/// `factory`, every controller of `controllers`, and `client`'s writes by method.
+fn machinery_counts(
+    factory: Arc<SharedInformerFactory<ClientSource>>,
+    controllers: ControllersHandle,
+    client: Client,
+) -> CountsFn {
+    Arc::new(move || {
+        let informers = factory
+            .informers()
+            .iter()
+            .map(|i| {
+                let s = i.status().snapshot();
+                serde_json::json!({
+                    "name": i.name,
+                    "events": s.events,
+                    "lists": s.lists,
+                    "cached": i.store_len(),
+                    "synced": s.synced,
+                })
+            })
+            .collect();
+        let controllers = controllers
+            .controllers()
+            .iter()
+            .map(|c| {
+                let st = c.stats().snapshot();
+                let q = c.queue();
+                serde_json::json!({
+                    "name": c.name(),
+                    "queued": q.map_or(0, |q| q.len()),
+                    "waiting": q.map_or(0, |q| q.waiting_len()),
+                    "processing": q.map_or(0, |q| q.processing_len()),
+                    "syncs": st.syncs,
+                    "errors": st.errors,
+                    "retries": st.errors + st.panics + st.timeouts,
+                })
+            })
+            .collect();
+        let snapshot = client.metrics().snapshot();
+        let writes: serde_json::Map<String, serde_json::Value> = ["POST", "PUT", "PATCH", "DELETE"]
+            .iter()
+            .map(|m| ((*m).to_owned(), snapshot.count_method(m).into()))
+            .collect();
+        machinery::counts(informers, controllers, writes.into())
+    })
 }
 
 /// Runs every controller's workers until `stop` is cancelled (or one controller fails), then
@@ -1031,9 +1115,9 @@ pub fn main(
             return ExitCode::FAILURE;
         }
     };
-    crate::logging::init(
+    logging::init(
         options.log_format,
-        &crate::logging::filter_directives(options.verbosity, verbosity_level(options.verbosity)),
+        &logging::filter_directives(options.verbosity, verbosity_level(options.verbosity)),
         options
             .otlp_endpoint
             .as_deref()

@@ -13,11 +13,18 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use super::KnownControllers;
+use crate::health::probe_serving_limits;
+use crate::logging::LogFormat;
 use crate::metrics_auth::SecureServing;
-use crate::otlp::OtlpConfig;
+use crate::otlp::{DEFAULT_SERVICE_NAME, OtlpConfig, parse_endpoint};
+use crate::sharding::{ShardConfig, ShardFlags, ShardMode, SharderElection};
+use crate::webhook::{
+    DEFAULT_BIND_ADDRESS as DEFAULT_WEBHOOK_BIND_ADDRESS,
+    DEFAULT_CERT_DIR as DEFAULT_WEBHOOK_CERT_DIR, WebhookServerConfig,
+};
 use sample_client_go::client;
 
 /// `--controllers=sharder`: run the ring's sharder ([`crate::sharding::sharder`]) instead of
@@ -148,7 +155,7 @@ pub struct ManagerOptions {
     pub otlp_endpoint: Option<String>,
 
     /// The exported spans' `service.name`.
-    #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME", default_value = crate::otlp::DEFAULT_SERVICE_NAME)]
+    #[arg(long, value_name = "NAME", env = "OTEL_SERVICE_NAME", default_value = DEFAULT_SERVICE_NAME)]
     pub otlp_service_name: String,
 
     /// Log output format.
@@ -160,45 +167,16 @@ pub struct ManagerOptions {
     pub verbosity: u8,
 
     /// The webhook server's address (HTTPS: /validate-at, /mutate-at, /convert); 0 turns it off.
-    #[arg(long, default_value = crate::webhook::DEFAULT_BIND_ADDRESS, value_name = "ADDR")]
+    #[arg(long, default_value = DEFAULT_WEBHOOK_BIND_ADDRESS, value_name = "ADDR")]
     pub webhook_bind_address: String,
 
     /// Directory holding the webhook server's tls.crt and tls.key (reloaded when they change).
-    #[arg(long, default_value = crate::webhook::DEFAULT_CERT_DIR, value_name = "DIR")]
+    #[arg(long, default_value = DEFAULT_WEBHOOK_CERT_DIR, value_name = "DIR")]
     pub webhook_cert_dir: PathBuf,
     /// `--shard-mode`, `--shard-id`, `--shard-ring`, `--shard-lease-namespace`
     /// ([`crate::sharding::shard`]).
     #[command(flatten)]
-    pub sharding: crate::sharding::ShardFlags,
-}
-
-/// `--log-format`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
-}
-
-impl LogFormat {
-    /// The flag value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
-        }
-    }
-}
-
-/// The `tracing` level a klog-style `-v` maps to.
-pub fn verbosity_level(v: u8) -> tracing::Level {
-    match v {
-        0 => tracing::Level::INFO,
-        1..=4 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
-    }
+    pub sharding: ShardFlags,
 }
 
 /// Leader election settings, present only with `--leader-elect`.
@@ -309,12 +287,12 @@ impl Default for ManagerOptions {
             serving: apimachinery::serving::ServingFlags::default(),
             graceful_shutdown_timeout: Duration::from_secs(30),
             otlp_endpoint: None,
-            otlp_service_name: crate::otlp::DEFAULT_SERVICE_NAME.to_string(),
+            otlp_service_name: DEFAULT_SERVICE_NAME.to_string(),
             log_format: LogFormat::Text,
             verbosity: 0,
-            webhook_bind_address: crate::webhook::DEFAULT_BIND_ADDRESS.to_string(),
-            webhook_cert_dir: PathBuf::from(crate::webhook::DEFAULT_CERT_DIR),
-            sharding: crate::sharding::ShardFlags::default(),
+            webhook_bind_address: DEFAULT_WEBHOOK_BIND_ADDRESS.to_string(),
+            webhook_cert_dir: PathBuf::from(DEFAULT_WEBHOOK_CERT_DIR),
+            sharding: ShardFlags::default(),
         }
     }
 }
@@ -326,17 +304,16 @@ impl ManagerOptions {
     /// certificates then runs without webhooks; [`super::run`] says so in the log once the
     /// cluster answered). A cert dir given explicitly must hold the pair; the server refuses
     /// to start otherwise.
-    pub fn webhook_config(&self) -> Result<Option<crate::webhook::WebhookServerConfig>, FlagError> {
+    pub fn webhook_config(&self) -> Result<Option<WebhookServerConfig>, FlagError> {
         let Some(addr) = parse_bind_address("webhook-bind-address", &self.webhook_bind_address)?
         else {
             return Ok(None);
         };
-        let default_dir =
-            self.webhook_cert_dir == std::path::Path::new(crate::webhook::DEFAULT_CERT_DIR);
+        let default_dir = self.webhook_cert_dir == std::path::Path::new(DEFAULT_WEBHOOK_CERT_DIR);
         if default_dir && !self.webhook_cert_dir.join("tls.crt").exists() {
             return Ok(None);
         }
-        Ok(Some(crate::webhook::WebhookServerConfig {
+        Ok(Some(WebhookServerConfig {
             addr,
             cert_dir: self.webhook_cert_dir.clone(),
         }))
@@ -438,7 +415,7 @@ impl ManagerOptions {
             leader_election,
             metrics_addr,
             health_addr,
-            serving: self.serving.apply(crate::health::probe_serving_limits()),
+            serving: self.serving.apply(probe_serving_limits()),
             shutdown_timeout: self.graceful_shutdown_timeout,
             log_format: self.log_format,
             verbosity: self.verbosity,
@@ -455,10 +432,10 @@ impl ManagerOptions {
         if endpoint.is_empty() {
             return Ok(None);
         }
-        let uri = crate::otlp::parse_endpoint(endpoint)
+        let uri = parse_endpoint(endpoint)
             .map_err(|reason| FlagError::new("otlp-endpoint", endpoint, reason))?;
         let service = match self.otlp_service_name.trim() {
-            "" => crate::otlp::DEFAULT_SERVICE_NAME,
+            "" => DEFAULT_SERVICE_NAME,
             s => s,
         };
         Ok(Some(OtlpConfig::new(uri, service)))
@@ -507,8 +484,8 @@ impl ManagerOptions {
     pub fn shard_config(
         &self,
         in_cluster_namespace: Option<&str>,
-    ) -> Result<Option<crate::sharding::ShardConfig>, FlagError> {
-        if self.sharding.shard_mode == crate::sharding::ShardMode::Leader {
+    ) -> Result<Option<ShardConfig>, FlagError> {
+        if self.sharding.shard_mode == ShardMode::Leader {
             return Ok(None);
         }
         if self.leader_elect {
@@ -540,11 +517,11 @@ impl ManagerOptions {
     pub fn sharder_config(
         &self,
         in_cluster_namespace: Option<&str>,
-    ) -> Result<Option<crate::sharding::SharderElection>, FlagError> {
+    ) -> Result<Option<SharderElection>, FlagError> {
         if !sharder_enabled(&self.controllers) {
             return Ok(None);
         }
-        if self.sharding.shard_mode == crate::sharding::ShardMode::Sharded {
+        if self.sharding.shard_mode == ShardMode::Sharded {
             return Err(FlagError::new(
                 "controllers",
                 self.controllers.join(","),
@@ -776,6 +753,7 @@ fn first_error(errors: Vec<String>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logging::verbosity_level;
     use clap::Parser;
 
     /// The operators of `sample-operators`, as its registry declares them (all five shard).

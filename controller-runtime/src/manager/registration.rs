@@ -24,6 +24,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use sample_client_go::cache::{CacheObject, ClientSource, SharedInformerFactory};
 use sample_client_go::client::{self, Api, Client, ListParams};
+use sample_client_go::keytrace::KeyTracer;
 use sample_client_go::record::EventBroadcaster;
 use sample_client_go::workqueue::{QueueMetrics, RateLimitingQueue};
 
@@ -34,7 +35,7 @@ use crate::sharding::Sharder;
 use crate::webhook::Route;
 
 /// What every controller is built from: the shared client, informer factory, event broadcaster,
-/// queue metrics and clock of one manager.
+/// queue metrics, key tracer and clock of one manager.
 pub struct BuildContext<'a> {
     /// The client the controller writes with.
     pub client: &'a Client,
@@ -48,6 +49,9 @@ pub struct BuildContext<'a> {
     pub controller_metrics: ControllerMetrics,
     /// Wall-clock time (virtual in tests).
     pub clock: Clock,
+    /// The manager's key tracer, which its `/trace` endpoint reads; every queue made here
+    /// reports the hops of traced keys to it.
+    pub key_tracer: &'a KeyTracer,
 }
 
 impl BuildContext<'_> {
@@ -56,9 +60,13 @@ impl BuildContext<'_> {
         self.named_queue(O::NAME)
     }
 
-    /// A rate-limited queue named `name`, with client-go's default controller rate limiter.
-    pub fn named_queue(&self, name: &str) -> RateLimitingQueue<QueueKey> {
-        RateLimitingQueue::named_with_default_controller_rate_limiter(name, self.queue_metrics)
+    /// A rate-limited queue named `name` (the controller's name), with client-go's default
+    /// controller rate limiter, reporting traced keys' hops to the manager's tracer as `name`'s.
+    pub fn named_queue(&self, name: &'static str) -> RateLimitingQueue<QueueKey> {
+        let queue =
+            RateLimitingQueue::named_with_default_controller_rate_limiter(name, self.queue_metrics);
+        queue.set_key_tracer(self.key_tracer.clone(), name);
+        queue
     }
 
     /// Sync counters that also feed the `controller_sync_*` metrics.

@@ -46,7 +46,7 @@ use sample_client_go::client::{self, Api, PostParams};
 use sample_client_go::record::EventType;
 use sample_controller_runtime::builder::{Builder, Context, Reconciler};
 use sample_controller_runtime::manager::Registration;
-use sample_controller_runtime::owned::{controller_reference, is_controlled_by};
+use sample_controller_runtime::ownership::{controller_reference, is_controlled_by};
 use sample_controller_runtime::resource::{CustomResourceExt, PrinterColumn};
 use serde::{Deserialize, Serialize};
 

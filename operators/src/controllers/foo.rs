@@ -49,8 +49,8 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
+use super::get_existing;
 use crate::apis::{Foo, FooStatus};
-use crate::slim::get_existing;
 use sample_client_go::cache::{
     Deleted, EventHandlerFns, Lister, ListerWatcherSource, Selector, SharedInformerFactory, key_of,
     split_key,
@@ -62,7 +62,7 @@ use sample_controller_runtime::controller::QueueKey;
 use sample_controller_runtime::controller::{
     Expectations, Operator, RunError, SyncHandler, SyncStats, Workers, object_to_sync,
 };
-use sample_controller_runtime::owned::{
+use sample_controller_runtime::ownership::{
     LABEL_MANAGED_BY, SyncError, controller_reference, deployment_drift, is_controlled_by,
     owner_key,
 };

@@ -57,10 +57,11 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
+use super::get_existing;
 use crate::apis::conditions::{Condition, ConditionStatus, set_condition};
 use crate::apis::rediscluster::{DEFAULT_IMAGE, FINALIZER};
 use crate::apis::{RedisCluster, RedisClusterSpec, RedisClusterStatus};
-use crate::slim::{PodSummary, get_existing};
+use crate::slim::PodSummary;
 use sample_client_go::cache::{
     Deleted, EventHandlerFns, Lister, ListerWatcherSource, ObjectMetaAccess, Selector,
     SharedInformerFactory, key_of, split_key,
@@ -72,7 +73,7 @@ use sample_controller_runtime::controller::QueueKey;
 use sample_controller_runtime::controller::{
     Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers, object_to_sync,
 };
-use sample_controller_runtime::owned::{
+use sample_controller_runtime::ownership::{
     LABEL_INSTANCE, SyncError, controller_ref_of, dependent_metadata, is_controlled_by,
     owner_handlers, standard_labels, write_status_if_changed,
 };

@@ -70,7 +70,7 @@ use sample_controller_runtime::controller::QueueKey;
 use sample_controller_runtime::controller::{
     Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers, object_to_sync,
 };
-use sample_controller_runtime::owned::{
+use sample_controller_runtime::ownership::{
     SyncError, dependent_metadata, deployment_drift, is_controlled_by, owner_handlers,
     standard_labels, write_status_if_changed,
 };

@@ -4,12 +4,12 @@
 //! of the At controller holds every pod of the cluster, ours or not, at ~6.5 KB each: a
 //! cluster with a few thousand pods is enough to run the manager out of a 30 MiB limit. This
 //! module narrows the caches of the objects the operators *create* in two ways, both applied by
-//! [`scope_owned_caches`] to the manager's [`SharedInformerFactory`]:
+//! [`scope_owned_caches`](crate::registry::scope_owned_caches) to the manager's [`SharedInformerFactory`](sample_client_go::cache::SharedInformerFactory):
 //!
 //! 1. **A server-side `labelSelector` per type** (controller-runtime's `cache.Options.ByObject`
 //!    with a `Label`; client-go's `WithTweakListOptions`, here per type through
-//!    [`SharedInformerFactory::with_label_selector_for`]). Pods, Deployments, StatefulSets and
-//!    Services are watched with [`managed_by_selector`]:
+//!    [`SharedInformerFactory::with_label_selector_for`](sample_client_go::cache::SharedInformerFactory::with_label_selector_for)). Pods, Deployments, StatefulSets and
+//!    Services are watched with [`managed_by_selector`](crate::controllers::managed_by_selector):
 //!
 //!    ```text
 //!    app.kubernetes.io/managed-by in (at-controller,myapp-controller,rediscluster-controller,
@@ -18,7 +18,7 @@
 //!
 //!    *Why this label.* `app.kubernetes.io/managed-by` is the recommended Kubernetes label for
 //!    "the tool managing this object", and TDSet, MyApp and RedisCluster already set it (through
-//!    [`sample_controller_runtime::owned::standard_labels`]; TDSet's and RedisCluster's pod templates too, so
+//!    [`sample_controller_runtime::ownership::standard_labels`]; TDSet's and RedisCluster's pod templates too, so
 //!    RedisCluster's StatefulSet pods carry it; MyApp's pods carry the track's `app` and
 //!    `version` only, and no operator reads them). One key with each operator's own value keeps the objects of different
 //!    operators apart for `kubectl get -l`, while one set-based selector lets all operators share
@@ -32,7 +32,7 @@
 //!
 //!    *Objects made before this label.* An At pod or a Foo Deployment created by an older
 //!    version carries no label, so the cache never sees it and the operator tries to create it
-//!    again: the create answers 409 AlreadyExists. [`get_existing`] resolves that with one GET:
+//!    again: the create answers 409 AlreadyExists. [`get_existing`](crate::controllers::get_existing) resolves that with one GET:
 //!    an object whose controller ownerReference is the owner's is *ours*: it gets the label (one
 //!    merge PATCH; the watch then delivers it as ADDED, since the API server turns an update that
 //!    starts matching a selector into ADDED) and the sync goes on with it; any other object is
@@ -54,9 +54,9 @@
 //!    typed (`Lister<PodSummary>`), and [`PodSummary::to_pod`] rebuilds the few-field `Pod`
 //!    the At's pure decision function takes, for one sync at a time. Its transform
 //!    ([`ObjectMetaAccess::trim_for_cache`], [`keep_labels`], [`keep_conditions`]) drops every
-//!    label but those in [`POD_LABELS_READ`] (a lister label selector over the pod cache sees
+//!    label but those in [`POD_LABELS_READ`](crate::registry::POD_LABELS_READ) (a lister label selector over the pod cache sees
 //!    only those: select on the server instead) and every condition but `Ready` (that one too
-//!    when no controller of [`POD_CONDITIONS_READERS`] runs); the lists it
+//!    when no controller of [`POD_CONDITIONS_READERS`](crate::registry::POD_CONDITIONS_READERS) runs); the lists it
 //!    keeps are shrunk to their length (a decoder grows a list by doubling, from room for
 //!    four).
 //!
@@ -82,84 +82,21 @@
 //! See docs/13-performance.md, "Memory: what the manager caches" (`../shared/bench/at-vs-kube-rs.sh`, peak RSS of
 //! the manager for 10,000 Ats due at once, with and without 50,000 foreign pods).
 
-pub mod meta;
+pub mod meta_summary;
 
-pub use meta::{MetaSummary, OwnerRefSummary};
+pub use meta_summary::{MetaSummary, OwnerRefSummary};
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition, PodStatus,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ListableResource, Metadata, Resource};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::apis::At;
 use crate::apis::at::v1::{AtPhase, AtSpec, AtStatus};
-use sample_client_go::cache::{
-    CacheObject, ListerWatcherSource, ObjectMetaAccess, SharedInformerFactory, SmallString,
-};
-use sample_client_go::client::{self, Api, Patch, PatchParams};
-use sample_controller_runtime::owned::{self, LABEL_MANAGED_BY};
-
-/// The `app.kubernetes.io/managed-by` values of this crate's operators, sorted.
-pub const MANAGERS: [&str; 5] = [
-    crate::controllers::at::CONTROLLER_NAME,
-    crate::controllers::myapp::CONTROLLER_NAME,
-    crate::controllers::rediscluster::CONTROLLER_NAME,
-    crate::controllers::foo::CONTROLLER_NAME,
-    crate::controllers::tdset::CONTROLLER_NAME,
-];
-
-/// `app.kubernetes.io/managed-by in (<every operator's manager name>)`: the server-side
-/// selector of the informers of what the operators create.
-pub fn managed_by_selector() -> String {
-    format!("{LABEL_MANAGED_BY} in ({})", MANAGERS.join(","))
-}
-
-/// Narrows `factory`'s caches of owned kinds (see the module doc): the label selector for
-/// [`PodSummary`], Deployments, StatefulSets and Services, the slim pod metadata, and the At
-/// transform. `enabled` names the controllers this process runs (the registry's names, as
-/// `--controllers` resolved them): the pods' conditions are kept only when one that reads them
-/// runs ([`POD_CONDITIONS_READERS`]).
-pub fn scope_owned_caches<S: ListerWatcherSource>(
-    factory: SharedInformerFactory<S>,
-    enabled: &[&str],
-) -> SharedInformerFactory<S> {
-    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-    use k8s_openapi::api::core::v1::Service;
-    let selector = managed_by_selector();
-    let conditions: &'static [&'static str] = if POD_CONDITIONS_READERS
-        .iter()
-        .any(|reader| enabled.contains(reader))
-    {
-        &POD_CONDITIONS_READ
-    } else {
-        &[]
-    };
-    factory
-        .with_label_selector_for::<PodSummary>(selector.clone())
-        .with_label_selector_for::<Deployment>(selector.clone())
-        .with_label_selector_for::<StatefulSet>(selector.clone())
-        .with_label_selector_for::<Service>(selector)
-        .with_transform_for::<PodSummary>(|p: &mut PodSummary| {
-            p.metadata.trim_for_cache();
-            let mut labels = p.metadata.take_labels();
-            keep_labels(&mut labels, &POD_LABELS_READ);
-            p.metadata.set_labels(labels);
-            keep_conditions(p, conditions);
-            if let Some(statuses) = p
-                .status
-                .as_mut()
-                .and_then(|s| s.container_statuses.as_mut())
-            {
-                statuses.shrink_to_fit();
-            }
-        })
-        .with_transform_for::<AtSummary>(slim_at)
-}
+use sample_client_go::cache::{ObjectMetaAccess, SmallString};
 
 /// The At cache's transform: the informer's default one (which it replaces) and a `DONE` At
 /// slimmed ([`slim_done_status`], [`slim_done_spec`]: no decision reads
@@ -174,24 +111,6 @@ pub fn slim_at(at: &mut AtSummary) {
         status.conditions.shrink_to_fit();
     }
 }
-
-/// The pod labels a handler or sync reads from the pod cache: RedisCluster's
-/// [`LABEL_CLUSTER`](crate::controllers::rediscluster::LABEL_CLUSTER), which maps a pod to its cluster. The
-/// rest (the At's `app`, the `managed-by` label every cached pod carries since the server
-/// selected on it, a StatefulSet's `controller-revision-hash`, ...) is dropped from the cache.
-pub const POD_LABELS_READ: [&str; 1] = [crate::controllers::rediscluster::LABEL_CLUSTER];
-
-/// The pod conditions a sync reads: `Ready` (RedisCluster counts its ready nodes). The kubelet
-/// reports four or five (`PodScheduled`, `Initialized`, `ContainersReady`,
-/// `PodReadyToStartContainers`, `Ready`), two strings each: about 400 bytes a pod that nothing
-/// reads, 4 MB at 10,000 At pods.
-pub const POD_CONDITIONS_READ: [&str; 1] = ["Ready"];
-
-/// The controllers (registry names) that read [`POD_CONDITIONS_READ`]. When none of them runs
-/// (`--controllers at`, or a shard of Ats), the pod cache keeps no condition at all: the one
-/// `Ready` condition of a finished At pod still cost a 64-byte allocation, 0.6 MB at 10,000.
-pub const POD_CONDITIONS_READERS: [&str; 1] =
-    [<crate::controllers::rediscluster::RedisClusterController as sample_controller_runtime::controller::Operator>::NAME];
 
 /// Keeps only the conditions whose type is named in `keep` (and no list when none is left).
 pub fn keep_conditions(pod: &mut PodSummary, keep: &[&str]) {
@@ -538,65 +457,12 @@ impl PodSummary {
     }
 }
 
-/// After a create of `name` answered 409 AlreadyExists: one GET of the object that is in the
-/// way. If its controller ownerReference is `owner`'s and it lacks the `managed-by` label (it
-/// was made before the label existed, so the cache cannot see it), the label `manager` is added
-/// with one merge PATCH and the patched object returned; otherwise the object is returned as it
-/// is, and the caller decides (a foreign object is reported, never taken over).
-pub async fn get_existing<O, D>(
-    api: &Api<D>,
-    owner: &O,
-    name: &str,
-    manager: &str,
-) -> Result<D, client::Error>
-where
-    O: Resource + Metadata<Ty = ObjectMeta>,
-    D: CacheObject,
-{
-    let existing = api.get(name).await?;
-    let meta = existing.metadata();
-    let current = meta.labels().cloned().unwrap_or_default();
-    let labelled = current
-        .get(LABEL_MANAGED_BY)
-        .is_some_and(|v| MANAGERS.contains(&v.as_str()));
-    // In a shard, an object whose owner moved here still carries the old shard's label (or
-    // none): this shard's cache sees it only once it carries the owner's.
-    let mut labels: BTreeMap<String, String> =
-        sample_controller_runtime::sharding::shard_labels(owner.metadata())
-            .into_iter()
-            .filter(|(k, v)| current.get(k) != Some(v))
-            .collect();
-    if !labelled {
-        labels.insert(LABEL_MANAGED_BY.to_string(), manager.to_string());
-    }
-    if labels.is_empty() || !owned::is_controlled_by(meta, owner) {
-        return Ok(existing);
-    }
-    let pp = PatchParams {
-        field_manager: Some(manager.to_string()),
-        ..PatchParams::default()
-    };
-    tracing::info!(
-        kind = D::KIND,
-        name,
-        manager,
-        ?labels,
-        "adopting an object of ours the cache does not show: adding the managed-by / shard labels"
-    );
-    api.patch(
-        name,
-        &pp,
-        &Patch::Merge(json!({"metadata": {"labels": labels}})),
-    )
-    .await
-}
-
 /// Forgets what no decision reads once an At is `DONE`: `status.message`, `status.conditions`
 /// and `status.podName` (its most allocated parts: the `Ready` condition alone is four strings
 /// and a list). Kept: phase, result, exit code, start and completion time, observed
 /// generation. (The spec's counterpart is [`slim_done_spec`].)
 ///
-/// The manager's At cache applies it ([`crate::slim::scope_owned_caches`]), and so do the
+/// The manager's At cache applies it ([`crate::registry::scope_owned_caches`]), and so do the
 /// [`WrittenStatuses`](crate::controllers::at::WrittenStatuses) records: at the end of a burst every cached At is `DONE`, and these
 /// parts were ~320 bytes an At, ~3 MB of the heap at 10,000 Ats. It is safe because `DONE` is
 /// final: [`plan`](crate::controllers::at::plan) never writes the status of a `DONE` At (its `DONE` rows only
@@ -629,24 +495,8 @@ pub fn slim_done_spec(spec: &mut AtSpec) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_selector_names_every_operator_once() {
-        let s = managed_by_selector();
-        assert!(s.starts_with("app.kubernetes.io/managed-by in ("));
-        for m in MANAGERS {
-            assert_eq!(
-                s.matches(&format!("{m},")).count() + s.matches(&format!("{m})")).count(),
-                1,
-                "{m}"
-            );
-        }
-        let parsed = apimachinery::labels::Selector::parse(&s).expect("a valid selector");
-        let labels = BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "at-controller".to_string())]);
-        assert!(parsed.matches(&labels));
-        let other = BTreeMap::from([(LABEL_MANAGED_BY.to_string(), "helm".to_string())]);
-        assert!(!parsed.matches(&other));
-    }
+    use crate::registry::POD_CONDITIONS_READ;
+    use serde_json::json;
 
     #[test]
     fn the_at_cache_keeps_an_ats_spec_status_and_summary_and_slims_a_done_at_only() {
@@ -709,92 +559,6 @@ mod tests {
         slim_at(&mut cached);
         assert_eq!(cached.status, running.status, "only DONE is slimmed");
         assert_eq!(cached.spec, running.spec, "only DONE is slimmed");
-    }
-
-    #[test]
-    fn the_pod_transform_keeps_only_the_labels_a_sync_reads() {
-        let mut meta = ObjectMeta {
-            labels: Some(BTreeMap::from([
-                ("app".to_string(), "a".to_string()),
-                (LABEL_MANAGED_BY.to_string(), "at-controller".to_string()),
-            ])),
-            ..Default::default()
-        };
-        keep_labels(&mut meta.labels, &POD_LABELS_READ);
-        assert_eq!(meta.labels, None, "an At's pod keeps no label map at all");
-
-        let cluster = crate::controllers::rediscluster::LABEL_CLUSTER;
-        let mut meta = ObjectMeta {
-            labels: Some(BTreeMap::from([
-                (cluster.to_string(), "c1".to_string()),
-                (
-                    LABEL_MANAGED_BY.to_string(),
-                    "rediscluster-controller".to_string(),
-                ),
-                ("controller-revision-hash".to_string(), "c1-5d4".to_string()),
-            ])),
-            ..Default::default()
-        };
-        keep_labels(&mut meta.labels, &POD_LABELS_READ);
-        assert_eq!(
-            meta.labels,
-            Some(BTreeMap::from([(cluster.to_string(), "c1".to_string())]))
-        );
-    }
-
-    /// The manager's pod cache keeps `Ready` while RedisCluster (its one reader) runs, and no
-    /// condition at all without it; the pod's phase and metadata stay either way.
-    #[tokio::test]
-    async fn pod_conditions_are_cached_only_for_a_controller_that_reads_them() {
-        use sample_client_go::cache::testing::{FakeSource, meta};
-        use std::time::Duration;
-        use tokio::time::Instant;
-        use tokio_util::sync::CancellationToken;
-        for (enabled, want) in [
-            (&["at"][..], None),
-            (&["at", "tdset", "myapp", "foo"][..], None),
-            (&["at", "rediscluster"][..], Some(vec!["Ready"])),
-        ] {
-            let source = FakeSource::new();
-            let factory = scope_owned_caches(
-                SharedInformerFactory::new(source.clone(), Duration::ZERO),
-                enabled,
-            );
-            let pods = factory.informer::<PodSummary>();
-            let fake = source.fake::<PodSummary>(&factory.scope_for::<PodSummary>());
-            let m = meta("ns", "p", &[(LABEL_MANAGED_BY, "at-controller")]);
-            fake.upsert(PodSummary {
-                metadata: MetaSummary::from_meta(&m),
-                status: Some(PodSummaryStatus {
-                    phase: Some("Succeeded".into()),
-                    conditions: Some(
-                        ["Initialized", "Ready", "PodScheduled"]
-                            .into_iter()
-                            .map(|t| ConditionSummary {
-                                type_: t.into(),
-                                status: "False".into(),
-                            })
-                            .collect(),
-                    ),
-                    ..Default::default()
-                }),
-            });
-            let cancel = CancellationToken::new();
-            factory.start(&cancel);
-            let synced = factory
-                .wait_for_cache_sync(Instant::now() + Duration::from_secs(10))
-                .await;
-            assert!(synced.values().all(|s| *s), "{synced:?}");
-            let cached = pods.lister().namespace("ns").get("p").expect("cached");
-            let status = cached.status.as_ref().expect("a status");
-            assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{enabled:?}");
-            let kept = status
-                .conditions
-                .as_ref()
-                .map(|cs| cs.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>());
-            assert_eq!(kept, want, "{enabled:?}");
-            cancel.cancel();
-        }
     }
 
     /// An evicted pod's reason and message come through the pods endpoint's JSON and go back

@@ -128,7 +128,7 @@
 //! (metadata, phase, reason, message, conditions, containers' terminated states): see
 //! [`crate::slim`]. A pod of ours created before that label existed is invisible to the
 //! cache, so the create answers 409 AlreadyExists: one GET finds it
-//! ([`crate::slim::get_existing`]), labels it if its controller ownerReference is this At's,
+//! ([`crate::controllers::get_existing`]), labels it if its controller ownerReference is this At's,
 //! and the sync carries on with it (a pod that is not ours gives `ErrResourceExists`, as a
 //! cached one would).
 
@@ -143,7 +143,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use crate::apis::conditions::{Condition, ConditionStatus, remove_condition, set_condition};
 use crate::apis::{At, AtPhase, AtResult, AtSpec, AtStatus};
-use crate::slim::{self, AtSummary, PodSummary, slim_done_status};
+use crate::controllers::get_existing;
+use crate::slim::{AtSummary, PodSummary, slim_done_status};
 use sample_client_go::cache::{
     Deleted, EventHandlerFns, Lister, ListerWatcherSource, ObjectMetaAccess, OwnerRef,
     SharedInformerFactory, SmallString, UidString, key_of, split_key,
@@ -151,11 +152,13 @@ use sample_client_go::cache::{
 use sample_client_go::client::{self, Api, Client, DeleteParams, PostParams, Preconditions};
 use sample_client_go::record::{EventRecorder, EventType};
 use sample_client_go::workqueue::RateLimitingQueue;
-use sample_controller_runtime::controller::QueueKey;
 use sample_controller_runtime::controller::{
     Clock, Expectations, Operator, RunError, SyncHandler, SyncStats, Workers,
 };
-use sample_controller_runtime::owned::{self, LABEL_MANAGED_BY, controller_ref_of, owner_handlers};
+use sample_controller_runtime::controller::{QueueKey, note};
+use sample_controller_runtime::ownership::{
+    self, LABEL_MANAGED_BY, controller_ref_of, owner_handlers,
+};
 
 /// The recorder's source component and the field manager of every write.
 pub const CONTROLLER_NAME: &str = "at-controller";
@@ -250,7 +253,7 @@ impl AtController {
         // of kind At in our group (the book checked the kind alone). A pod add also settles
         // the expectation recorded when the pod was created. Deletions (final state or a
         // tombstone from a relist) enqueue too: a RUNNING At whose pod vanished must act.
-        // The same handler every owning operator uses (`owned::owner_handlers`), so a pod whose
+        // The same handler every owning operator uses (`ownership::owner_handlers`), so a pod whose
         // controller reference moves to another At also wakes the At it left.
         let pod_handler = owner_handlers::<At, PodSummary>(&queue, Some(Arc::clone(&expectations)));
         let pod_synced = pod_informer
@@ -278,7 +281,7 @@ impl AtController {
 
 impl AtController {
     /// Creates the At's pod (step 2 of a due At, after `RUNNING` was written). A name taken
-    /// already is looked up once ([`slim::get_existing`]): ours from before the managed-by
+    /// already is looked up once ([`get_existing`]): ours from before the managed-by
     /// label is adopted and decided on again; someone else's becomes a status. `Ok(None)`: the
     /// status write found the At gone, so the sync is over.
     async fn launch_pod(
@@ -309,19 +312,15 @@ impl AtController {
                 self.expectations.creation_observed(key);
                 // The rare path: its state (a GET, a PATCH, the pod) is boxed, not kept
                 // inline in every sync's future.
-                let existing = Box::pin(slim::get_existing(
-                    &pods,
-                    at.as_ref(),
-                    &pod_name,
-                    CONTROLLER_NAME,
-                ))
-                .await
-                .map(Box::new)
-                .map_err(|source| SyncError::CreatePod {
-                    namespace: namespace.clone(),
-                    pod: pod_name.clone(),
-                    source,
-                })?;
+                let existing =
+                    Box::pin(get_existing(&pods, at.as_ref(), &pod_name, CONTROLLER_NAME))
+                        .await
+                        .map(Box::new)
+                        .map_err(|source| SyncError::CreatePod {
+                            namespace: namespace.clone(),
+                            pod: pod_name.clone(),
+                            source,
+                        })?;
                 // The At as just written (the cache may not show it yet).
                 let now_at = stored.unwrap_or_else(|| at.as_ref().clone());
                 let mut again = self::plan(&now_at, PodState::Present(&existing), self.clock.now());
@@ -445,6 +444,48 @@ impl AtController {
     }
 }
 
+/// The plan in one line, for a trace of the At's key: the phase it is in and what the pod
+/// lister said, then what it writes, creates, deletes, and when it looks again.
+fn describe(at: &At, pod: PodState<'_>, plan: &Plan) -> String {
+    let seen = match pod {
+        PodState::Absent => "no pod".to_owned(),
+        PodState::Expected => "pod created, not yet in the cache".to_owned(),
+        PodState::Present(p) => format!(
+            "pod {}",
+            p.status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .unwrap_or("without a phase")
+        ),
+    };
+    let mut doing = Vec::new();
+    if let Some(status) = &plan.status {
+        let phase = status.phase.unwrap_or_default();
+        match &status.message {
+            Some(m) if phase != AtPhase::Done => doing.push(format!("write {phase} ({m})")),
+            _ => doing.push(format!("write {phase}")),
+        }
+    }
+    if let Some(p) = &plan.create_pod {
+        doing.push(format!(
+            "create pod {}",
+            p.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
+    if let Some((name, _)) = &plan.delete_pod {
+        doing.push(format!("delete pod {name}"));
+    }
+    match plan.requeue_after {
+        Some(d) => doing.push(format!(
+            "look again in {}",
+            sample_client_go::keytrace::seconds(d)
+        )),
+        None if doing.is_empty() => doing.push("nothing to do".to_owned()),
+        None => {}
+    }
+    format!("plan: {} with {seen} → {}", at.phase(), doing.join(", "))
+}
+
 /// The book's `Run` is the shared [`sample_controller_runtime::controller::run`]: it waits for both caches (a worker must never
 /// act on a partial view: "no pod in the cache" would mean "create one"), then starts the
 /// workers, and returns when every worker has finished its item.
@@ -493,6 +534,8 @@ impl SyncHandler for AtController {
             None => PodState::Absent,
         };
         let mut plan = plan(&at, state, self.clock.now());
+        // What it decided, in a trace of this key (only built when someone traces it).
+        note(|| describe(&at, state, &plan));
 
         // The status first, then the pod: a due At is written RUNNING before its pod is
         // created (the book's order), so a watcher sees RUNNING before DONE however fast the

@@ -2,10 +2,12 @@
 //! to do (a status, a pod to create or delete, events, when to look again).
 
 use super::*;
+use crate::apis::at::DEFAULT_IMAGE;
+use crate::apis::conditions::truncate_to_seconds;
 
 /// The image the At's pod runs when `spec.run.image` is unset. Pinned (a `:latest` tag would
 /// make every start pull).
-pub const POD_IMAGE: &str = crate::apis::at::DEFAULT_IMAGE;
+pub const POD_IMAGE: &str = DEFAULT_IMAGE;
 
 /// The container name inside the At's pod (the book's).
 pub const POD_CONTAINER_NAME: &str = "busybox";
@@ -556,7 +558,7 @@ fn started_event(pod_name: &str, command: &str) -> PlannedEvent {
 /// `metav1.Time` has whole seconds on the wire; keeping the same precision in memory makes a
 /// status read back from the server compare equal to the one that was written.
 fn truncate(t: Timestamp) -> Timestamp {
-    crate::apis::conditions::truncate_to_seconds(t)
+    truncate_to_seconds(t)
 }
 
 fn changed(current: &AtStatus, new: AtStatus) -> Option<AtStatus> {

@@ -60,12 +60,12 @@ pub fn controller_ref(at: &At) -> OwnerReference {
 }
 
 /// The pod's controller ownerReference if it points at an At of our API group (any version):
-/// [`owned::controller_ref_of`].
+/// [`ownership::controller_ref_of`].
 pub fn at_controller_of(pod: &Pod) -> Option<OwnerRef<'_>> {
     controller_ref_of::<At>(&pod.metadata)
 }
 
 /// `metav1.IsControlledBy`: the pod's controller ownerReference carries this At's UID.
 pub fn is_controlled_by(pod: &Pod, at: &At) -> bool {
-    owned::is_controlled_by(&pod.metadata, at)
+    ownership::is_controlled_by(&pod.metadata, at)
 }

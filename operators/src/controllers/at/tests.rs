@@ -733,12 +733,12 @@ fn pod_events_route_to_the_controlling_at_only() {
     let a = at("2030-06-01T11:00:00Z", "true", None);
     let pod = new_pod(&a);
     assert_eq!(
-        owned::owner_key::<At>(&pod.metadata).as_deref(),
+        ownership::owner_key::<At>(&pod.metadata).as_deref(),
         Some("cnat/example-at")
     );
     let mut orphan = pod.clone();
     orphan.metadata.owner_references = None;
-    assert_eq!(owned::owner_key::<At>(&orphan.metadata), None);
+    assert_eq!(ownership::owner_key::<At>(&orphan.metadata), None);
 }
 
 #[test]
@@ -761,7 +761,7 @@ fn controller_of_checks_kind_and_group() {
 
 /// A pod whose controller reference moves from one At to another wakes both: the At it left
 /// must notice its pod is gone, the new one must adopt it (the drift the shared
-/// `owned::owner_handlers` fixed for the At controller).
+/// `ownership::owner_handlers` fixed for the At controller).
 #[tokio::test]
 async fn a_moved_controller_reference_enqueues_the_old_and_the_new_at() {
     use sample_client_go::cache::ResourceEventHandler;

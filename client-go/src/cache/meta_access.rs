@@ -49,6 +49,13 @@ pub trait ObjectMetaAccess: Send + Sync {
     fn owner_references(&self) -> impl Iterator<Item = OwnerRef<'_>>;
     /// `metadata.deletionTimestamp`: set once the object is being deleted.
     fn deletion_timestamp(&self) -> Option<&Time>;
+    /// `metadata.annotations[key]`. A metadata type made for a cache may keep only the
+    /// annotations a controller reads; the default keeps none. The informer reads one,
+    /// [`crate::keytrace::TRACEPARENT_ANNOTATION`], for the triggers of a queue.
+    fn annotation(&self, key: &str) -> Option<&str> {
+        let _ = key;
+        None
+    }
     /// Sets `metadata.resourceVersion` (what a server does on every write; the in-memory
     /// server of [`super::testing`] uses it).
     fn set_resource_version(&mut self, rv: String);
@@ -96,6 +103,9 @@ impl ObjectMetaAccess for ObjectMeta {
     }
     fn deletion_timestamp(&self) -> Option<&Time> {
         self.deletion_timestamp.as_ref()
+    }
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
     }
     fn set_resource_version(&mut self, rv: String) {
         self.resource_version = Some(rv);

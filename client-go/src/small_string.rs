@@ -97,6 +97,24 @@ impl<const N: usize> InlineString<N> {
         }
     }
 
+    /// `a`, `sep` and `b` in one string (`namespace/name`), built in place when it fits inline,
+    /// so a short key takes no allocation at all (not even a temporary `String`).
+    pub fn joined(a: &str, sep: char, b: &str) -> Self {
+        let len = a.len() + sep.len_utf8() + b.len();
+        if len > N {
+            return InlineString(Repr::Heap(format!("{a}{sep}{b}").into_boxed_str()));
+        }
+        let mut bytes = [0; N];
+        bytes[..a.len()].copy_from_slice(a.as_bytes());
+        let rest = &mut bytes[a.len()..];
+        let sep_len = sep.encode_utf8(rest).len();
+        rest[sep_len..sep_len + b.len()].copy_from_slice(b.as_bytes());
+        InlineString(Repr::Inline {
+            len: len as u8,
+            bytes,
+        })
+    }
+
     /// Whether the text takes no allocation of its own (inline, or a known string).
     pub fn is_inline(&self) -> bool {
         !matches!(self.0, Repr::Heap(_))

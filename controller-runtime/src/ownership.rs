@@ -44,6 +44,7 @@ use serde::de::DeserializeOwned;
 use crate::controller::QueueKey;
 use crate::expectations::Expectations;
 use crate::resource::HasStatus;
+use crate::sharding::shard_labels;
 use sample_client_go::cache::{Deleted, EventHandlerFns, ObjectMetaAccess, OwnerRef, key_of};
 use sample_client_go::client::{self, Api, Client, PostParams};
 use sample_client_go::workqueue::RateLimitingQueue;
@@ -218,7 +219,7 @@ where
         labels: Some(
             labels
                 .into_iter()
-                .chain(crate::sharding::shard_labels(owner.metadata()))
+                .chain(shard_labels(owner.metadata()))
                 .collect(),
         ),
         owner_references: Some(vec![controller_reference(owner)?]),

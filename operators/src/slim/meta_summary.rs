@@ -19,7 +19,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use sample_client_go::cache::{ObjectMetaAccess, OwnerRef, SmallString, UidString};
+use sample_client_go::keytrace::TRACEPARENT_ANNOTATION;
 use serde::{Deserialize, Serialize};
+
+use crate::apis::API_VERSIONS;
 
 /// The accessors of the five fields `ObjectMeta` and [`MetaSummary`] hold alike (same names,
 /// types that read as `Option<&str>`); the rest differ in where the summary keeps them.
@@ -55,7 +58,8 @@ macro_rules! plain_field_accessors {
 /// they would cost 80 bytes an object; here they cost 8 bytes (an empty box) until one is set.
 ///
 /// Deserialized from an object's `metadata` JSON (the other fields are skipped while parsing,
-/// so `managedFields` and annotations cost nothing); serialized in the same shape. It is 184
+/// so `managedFields` and annotations cost nothing, but for the one annotation kept: the W3C
+/// `tracing.k8s.io/traceparent`, rare, in the boxed fields); serialized in the same shape. It is 184
 /// bytes where `ObjectMeta` is 360 (see the module documentation).
 ///
 /// [`labels`]: ObjectMetaAccess::labels
@@ -115,7 +119,7 @@ fn known_api_version<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SmallStri
             f.write_str("an apiVersion string")
         }
         fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SmallString, E> {
-            Ok(SmallString::known(v, &crate::apis::API_VERSIONS))
+            Ok(SmallString::known(v, &API_VERSIONS))
         }
     }
     d.deserialize_str(Known)
@@ -125,7 +129,7 @@ impl OwnerRefSummary {
     /// The summary of a whole `OwnerReference`.
     pub fn from_reference(r: &OwnerReference) -> Self {
         OwnerRefSummary {
-            api_version: SmallString::known(&r.api_version, &crate::apis::API_VERSIONS),
+            api_version: SmallString::known(&r.api_version, &API_VERSIONS),
             kind: r.kind.as_str().into(),
             name: r.name.as_str().into(),
             uid: r.uid.as_str().into(),
@@ -164,11 +168,62 @@ struct RareMeta {
     labels: Option<BTreeMap<String, String>>,
     deletion_timestamp: Option<Time>,
     finalizers: Option<Vec<String>>,
+    /// The one annotation kept: [`TRACEPARENT_ANNOTATION`], the W3C trace context of the write
+    /// that made this version (read for the span link of the reconcile it causes).
+    traceparent: Option<String>,
 }
 
 impl RareMeta {
     fn is_empty(&self) -> bool {
-        self.labels.is_none() && self.deletion_timestamp.is_none() && self.finalizers.is_none()
+        self.labels.is_none()
+            && self.deletion_timestamp.is_none()
+            && self.finalizers.is_none()
+            && self.traceparent.is_none()
+    }
+}
+
+/// `metadata.annotations` as the summary reads it: only [`TRACEPARENT_ANNOTATION`] is kept;
+/// every other value is skipped while parsing, never copied.
+#[derive(Clone, Default)]
+struct KeptAnnotations {
+    traceparent: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for KeptAnnotations {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = KeptAnnotations;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of annotations")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<KeptAnnotations, A::Error> {
+                let mut kept = KeptAnnotations::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if key == TRACEPARENT_ANNOTATION {
+                        kept.traceparent = Some(map.next_value()?);
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(kept)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+impl Serialize for KeptAnnotations {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(usize::from(self.traceparent.is_some())))?;
+        if let Some(t) = &self.traceparent {
+            map.serialize_entry(TRACEPARENT_ANNOTATION, t)?;
+        }
+        map.end()
     }
 }
 
@@ -196,6 +251,8 @@ struct MetaWire {
     deletion_timestamp: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     finalizers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    annotations: Option<KeptAnnotations>,
 }
 
 impl From<MetaWire> for MetaSummary {
@@ -204,6 +261,7 @@ impl From<MetaWire> for MetaSummary {
             labels: w.labels,
             deletion_timestamp: w.deletion_timestamp,
             finalizers: w.finalizers,
+            traceparent: w.annotations.and_then(|a| a.traceparent),
         };
         MetaSummary {
             name: w.name,
@@ -232,6 +290,9 @@ impl From<MetaSummary> for MetaWire {
             creation_timestamp: m.creation_timestamp,
             deletion_timestamp: rare.deletion_timestamp,
             finalizers: rare.finalizers,
+            annotations: rare.traceparent.map(|t| KeptAnnotations {
+                traceparent: Some(t),
+            }),
         }
     }
 }
@@ -253,6 +314,13 @@ impl MetaSummary {
             creation_timestamp: meta.creation_timestamp.clone(),
             deletion_timestamp: meta.deletion_timestamp.clone(),
             finalizers: meta.finalizers.clone(),
+            annotations: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(TRACEPARENT_ANNOTATION))
+                .map(|t| KeptAnnotations {
+                    traceparent: Some(t.clone()),
+                }),
         }
         .into()
     }
@@ -274,6 +342,9 @@ impl MetaSummary {
             creation_timestamp: self.creation_timestamp.clone(),
             deletion_timestamp: rare.and_then(|r| r.deletion_timestamp.clone()),
             finalizers: rare.and_then(|r| r.finalizers.clone()),
+            annotations: rare
+                .and_then(|r| r.traceparent.clone())
+                .map(|t| BTreeMap::from([(TRACEPARENT_ANNOTATION.to_owned(), t)])),
             ..ObjectMeta::default()
         }
     }
@@ -317,6 +388,12 @@ impl MetaSummary {
 
 impl ObjectMetaAccess for MetaSummary {
     plain_field_accessors!();
+    /// Only [`TRACEPARENT_ANNOTATION`] is kept (see [`MetaSummary`]).
+    fn annotation(&self, key: &str) -> Option<&str> {
+        (key == TRACEPARENT_ANNOTATION)
+            .then(|| self.rare.as_deref()?.traceparent.as_deref())
+            .flatten()
+    }
     fn labels(&self) -> Option<&BTreeMap<String, String>> {
         self.rare.as_deref().and_then(|r| r.labels.as_ref())
     }
@@ -361,6 +438,36 @@ mod tests {
             "finalizers": ["example.com/keep"],
             "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
         })
+    }
+
+    #[test]
+    fn only_the_traceparent_annotation_is_kept() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let summary: MetaSummary = serde_json::from_value(serde_json::json!({
+            "name": "a",
+            "annotations": {
+                "kubectl.kubernetes.io/last-applied-configuration": "{\"spec\":{}}",
+                TRACEPARENT_ANNOTATION: tp,
+            },
+        }))
+        .expect("MetaSummary");
+        assert_eq!(summary.annotation(TRACEPARENT_ANNOTATION), Some(tp));
+        assert_eq!(
+            summary.annotation("kubectl.kubernetes.io/last-applied-configuration"),
+            None
+        );
+        let back = serde_json::to_value(&summary).unwrap();
+        assert_eq!(
+            back["annotations"],
+            serde_json::json!({TRACEPARENT_ANNOTATION: tp})
+        );
+        assert_eq!(summary, MetaSummary::from_meta(&summary.to_meta()));
+        let plain: MetaSummary = serde_json::from_value(serde_json::json!({
+            "name": "b", "annotations": {"x": "y"}
+        }))
+        .unwrap();
+        assert_eq!(plain.annotation(TRACEPARENT_ANNOTATION), None);
+        assert!(plain.rare.is_none(), "no box for what is not kept");
     }
 
     #[test]

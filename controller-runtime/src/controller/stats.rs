@@ -1,0 +1,101 @@
+//! The worker loop's counters, and how one `sync_handler` call ended.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::metrics::{ControllerMetrics, ReconcileResult};
+use sample_client_go::keytrace::Triggers;
+
+/// Counters of one controller's worker loop. Cheap to read from tests; with
+/// [`SyncStats::with_metrics`] every sync is also exported as `controller_sync_*` on `/metrics`.
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    /// Where syncs are exported, if anywhere.
+    pub(super) metrics: Option<ControllerMetrics>,
+    /// Every finished `sync_handler` call, whatever its outcome.
+    pub syncs: AtomicU64,
+    /// Calls that returned `Err`.
+    pub errors: AtomicU64,
+    /// Calls that panicked (caught, retried).
+    pub panics: AtomicU64,
+    /// Calls that ran past the deadline (dropped, retried).
+    pub timeouts: AtomicU64,
+    /// Calls that asked to be looked at again later (`Ok(Some(_))`).
+    pub requeues_after: AtomicU64,
+}
+
+impl SyncStats {
+    /// Counters that also feed the manager's Prometheus families.
+    pub fn with_metrics(metrics: ControllerMetrics) -> Self {
+        SyncStats {
+            metrics: Some(metrics),
+            ..SyncStats::default()
+        }
+    }
+
+    pub(super) fn observe(&self, controller: &str, took: Duration, result: ReconcileResult) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        if let Some(m) = &self.metrics {
+            m.observe_reconcile(controller, took, result);
+        }
+    }
+
+    /// Counts why one sync of `controller` runs: each of its distinct triggers
+    /// (`controller_reconcile_triggers_total{controller,trigger}`).
+    pub(super) fn observe_triggers(&self, controller: &str, triggers: &Triggers) {
+        if let Some(m) = &self.metrics {
+            for t in triggers.iter() {
+                m.observe_trigger(controller, t.trigger.label());
+            }
+        }
+    }
+
+    /// The workers of `controller` start: its `controller_runtime_*` series are created
+    /// (controller-runtime's `initMetrics`) and `max_concurrent_reconciles` set to `workers`.
+    pub fn start_workers(&self, controller: &str, workers: usize) {
+        if let Some(m) = &self.metrics {
+            m.start_controller(controller, workers);
+        }
+    }
+
+    /// A snapshot of the counters: (syncs, errors, panics, timeouts, requeues_after).
+    pub fn snapshot(&self) -> SyncStatsSnapshot {
+        SyncStatsSnapshot {
+            syncs: self.syncs.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            panics: self.panics.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            requeues_after: self.requeues_after.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A point-in-time copy of [`SyncStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncStatsSnapshot {
+    /// See [`SyncStats::syncs`].
+    pub syncs: u64,
+    /// See [`SyncStats::errors`].
+    pub errors: u64,
+    /// See [`SyncStats::panics`].
+    pub panics: u64,
+    /// See [`SyncStats::timeouts`].
+    pub timeouts: u64,
+    /// See [`SyncStats::requeues_after`].
+    pub requeues_after: u64,
+}
+
+/// How one `sync_handler` call ended, as the worker loop saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// `Ok(None)`: forgotten.
+    Synced,
+    /// `Ok(Some(d))`: forgotten, then re-added after `d`.
+    RequeuedAfter(Duration),
+    /// `Err`: re-added with backoff. Carries the error's message.
+    Failed(String),
+    /// A panic: re-added with backoff. Carries the panic's message when it had one.
+    Panicked(String),
+    /// Past the deadline: dropped and re-added with backoff.
+    TimedOut,
+}
