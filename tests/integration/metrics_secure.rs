@@ -22,7 +22,8 @@ const SA_TOKEN: &str = "controller-token";
 const PROM_TOKEN: &str = "prom-token";
 const EVE_TOKEN: &str = "eve-token";
 
-/// Binds the scraper `prometheus` to the deploy's metrics-reader role.
+/// Binds the scraper `prometheus` to the deploy's metrics-reader role and `eve` to its
+/// trace-reader role.
 const PROMETHEUS_BINDING: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -30,10 +31,18 @@ metadata: {name: prometheus-reads-metrics}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sample-controller-metrics-reader}
 subjects:
 - {kind: User, name: prometheus, apiGroup: rbac.authorization.k8s.io}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: eve-traces}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sample-controller-trace-reader}
+subjects:
+- {kind: User, name: eve, apiGroup: rbac.authorization.k8s.io}
 "#;
 
 /// An RBAC-enforcing server with the deploy's RBAC, the At CRD and three tokens: the
-/// controller's service account, `prometheus` (bound to metrics-reader) and `eve` (nothing).
+/// controller's service account, `prometheus` (bound to metrics-reader) and `eve` (bound to
+/// trace-reader only).
 async fn server() -> ClusterHandle {
     sample_client_go::install_crypto_provider();
     let server = Cluster::builder()
@@ -54,6 +63,7 @@ async fn server() -> ClusterHandle {
         "clusterrole.yaml",
         "clusterrolebinding.yaml",
         "metrics-reader-clusterrole.yaml",
+        "trace-reader-clusterrole.yaml",
     ] {
         let path = format!(
             "{}/artifacts/deploy/base/{file}",
@@ -193,6 +203,22 @@ async fn only_a_scraper_bound_to_metrics_reader_reads_metrics() {
     assert_eq!(other.status(), 401);
     let other = prometheus.raw("GET", "/debug", &[], vec![], true).await;
     assert_eq!(other.status(), 403, "metrics-reader grants /metrics only");
+    // The trace-reader role: eve (bound to it) reads the machinery's counts, prometheus
+    // (bound to metrics-reader alone) does not.
+    let counts = eve.raw("GET", "/machinery/counts", &[], vec![], true).await;
+    assert_eq!(
+        counts.status(),
+        200,
+        "trace-reader grants /machinery/counts"
+    );
+    let counts = prometheus
+        .raw("GET", "/machinery/counts", &[], vec![], true)
+        .await;
+    assert_eq!(
+        counts.status(),
+        403,
+        "metrics-reader does not grant /machinery/counts"
+    );
 
     // The reviews went to the API server as the controller's service account, and repeated
     // scrapes are answered from the caches (one TokenReview per token, one
