@@ -660,3 +660,76 @@ async fn kubectl_auth_can_i() {
 async fn kubectl_1_28_auth_can_i() {
     can_i_scenario(Some("1.28")).await;
 }
+
+/// `kubectl auth whoami` (a `SelfSubjectReview`) prints the user the request authenticated as:
+/// a token's user with its groups, an impersonated user (`--as`, `--as-group`), and a client
+/// certificate's subject in its organizations. RBAC is enforced: every authenticated user may
+/// ask (`system:basic-user`).
+#[tokio::test]
+async fn kubectl_auth_whoami_names_the_token_the_impersonated_and_the_certificate_user() {
+    let h = server(true).await;
+    // Over HTTP first: the review's shape.
+    let dora = client(&h, "dora-token");
+    let answer = dora
+        .post(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+        )
+        .await;
+    assert_eq!(answer.code, 201, "{}", answer.body);
+    assert_eq!(
+        answer.body["status"]["userInfo"],
+        json!({"username": "dora", "groups": ["auditors", "system:authenticated"]})
+    );
+    let Some(k) = Kubectl::with_token(&h, "alice-token") else {
+        return;
+    };
+    let (code, out, err) = kubectl(&k, &["auth", "whoami"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("alice"), "{out}");
+    assert!(out.contains("[system:authenticated]"), "{out}");
+    let Some(admin) = Kubectl::new(&h) else {
+        return;
+    };
+    let (code, out, err) = kubectl(
+        &admin,
+        &[
+            "auth",
+            "whoami",
+            "--as",
+            "bob",
+            "--as-group",
+            "team-a",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let review: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(review["status"]["userInfo"]["username"], "bob");
+    assert_eq!(
+        review["status"]["userInfo"]["groups"],
+        json!(["team-a", "system:authenticated"])
+    );
+    let yaml = h
+        .kubeconfig_yaml_for_client_cert("carol", Some("ops"))
+        .expect("HTTPS")
+        .unwrap();
+    std::fs::write(admin.home().join("cert-kubeconfig"), yaml).unwrap();
+    let cert_kubeconfig = admin.home().join("cert-kubeconfig");
+    let (code, out, err) = kubectl(
+        &admin,
+        &[
+            "--kubeconfig",
+            cert_kubeconfig.to_str().unwrap(),
+            "auth",
+            "whoami",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("carol"), "{out}");
+    assert!(out.contains("ops"), "{out}");
+    h.shutdown().await;
+}

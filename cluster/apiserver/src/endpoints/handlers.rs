@@ -827,10 +827,10 @@ fn serve_token_review(
     user: &crate::auth::rbac::UserInfo,
     class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
-    if !crate::endpoints::token_review::is_collection(segs) {
+    let Some(resource) = crate::endpoints::token_review::collection(segs) else {
         return Err(ApiError::page_not_found());
-    }
-    class.resource = crate::endpoints::token_review::PLURAL.to_owned();
+    };
+    class.resource = resource.to_owned();
     class.verb = parts.method.as_str().to_ascii_lowercase();
     if parts.method != Method::POST {
         return Err(ApiError::new(
@@ -843,8 +843,17 @@ fn serve_token_review(
     shared.rbac.check(
         &shared.store,
         user,
-        &crate::endpoints::token_review::create_attributes(),
+        &crate::endpoints::token_review::create_attributes(resource),
     )?;
+    if resource == crate::endpoints::token_review::SELF_PLURAL {
+        let body = decode_review(parts, bytes)?;
+        let answer = crate::endpoints::token_review::create_self(user, body)?;
+        return Ok(json_response(
+            201,
+            &GoOrdered::new(&answer),
+            "application/json",
+        ));
+    }
     let body = decode_review(parts, bytes)?;
     let answer = crate::endpoints::token_review::create(
         &shared.rbac,

@@ -46,7 +46,8 @@
 //! Kinds decoded: core/v1 Namespace, ConfigMap, Secret, Event, Pod, Service, ServiceAccount;
 //! apps/v1 Deployment, StatefulSet, ReplicaSet, DaemonSet; core/v1 ReplicationController;
 //! batch/v1 Job and CronJob (`kubectl create job|cronjob`); policy/v1 PodDisruptionBudget and
-//! Eviction; authentication.k8s.io/v1 TokenRequest (`kubectl create token`); rbac.authorization.k8s.io/v1 Role, ClusterRole,
+//! Eviction; authentication.k8s.io/v1 TokenRequest (`kubectl create token`) and SelfSubjectReview
+//! (`kubectl auth whoami`); rbac.authorization.k8s.io/v1 Role, ClusterRole,
 //! RoleBinding, ClusterRoleBinding (what `kubectl create role|clusterrole|rolebinding|
 //! clusterrolebinding` send); apiextensions.k8s.io/v1 CustomResourceDefinition (schemas
 //! included: `default`/`example`/`enum` values are the raw JSON they carry, `items` a schema or a
@@ -1000,6 +1001,19 @@ message!(authentication::BoundObjectReference {
 message!(authentication::TokenRequestStatus {
     "token" => token, "expirationTimestamp" => expiration_timestamp,
 });
+message!(authentication::SelfSubjectReview { "metadata" => metadata, "status" => status });
+message!(authentication::SelfSubjectReviewStatus { "userInfo" => user_info });
+message!(authentication::UserInfo {
+    "username" => username, "uid" => uid, "groups" => groups, "extra" => extra,
+});
+
+impl ToJson for authentication::ExtraValue {
+    fn to_json(self) -> Result<Value, String> {
+        Ok(Value::Array(
+            self.items.into_iter().map(Value::String).collect(),
+        ))
+    }
+}
 
 // ---- rbac.authorization.k8s.io/v1 ----------------------------------------------------------
 
@@ -1230,6 +1244,7 @@ pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("policy/v1", "PodDisruptionBudget"),
     ("policy/v1", "Eviction"),
     ("authentication.k8s.io/v1", "TokenRequest"),
+    ("authentication.k8s.io/v1", "SelfSubjectReview"),
     ("rbac.authorization.k8s.io/v1", "Role"),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
@@ -1295,6 +1310,9 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
         ("policy/v1", "Eviction") => decode_as::<policy::Eviction>(&raw, &api_version, &kind),
         ("authentication.k8s.io/v1", "TokenRequest") => {
             decode_as::<authentication::TokenRequest>(&raw, &api_version, &kind)
+        }
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => {
+            decode_as::<authentication::SelfSubjectReview>(&raw, &api_version, &kind)
         }
         ("rbac.authorization.k8s.io/v1", "Role") => {
             decode_as::<rbac::Role>(&raw, &api_version, &kind)

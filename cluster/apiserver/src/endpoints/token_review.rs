@@ -34,11 +34,21 @@
 //!   grants nobody by default (the real server's `system:auth-delegator` ClusterRole holds it,
 //!   unbound); a controller that authenticates its scrapers is given it by its ClusterRole.
 //!
-//! Not served: `selfsubjectreviews` (`kubectl auth whoami`) and the `v1beta1` version.
+//! ## SelfSubjectReview: who am I?
+//!
+//! `POST /apis/authentication.k8s.io/v1/selfsubjectreviews` (what `kubectl auth whoami` sends,
+//! GA since 1.28; kube-apiserver's `pkg/registry/authentication/selfsubjectreview`) answers
+//! `201` with the requester's own user in `status.userInfo`: the token's user, a client
+//! certificate's subject, or the impersonated user, with its groups. Any authenticated user may
+//! ask (`system:basic-user` grants `create` on it). The body's `metadata` is echoed; there is no
+//! `spec`.
+//!
+//! Not served: the `v1beta1` and `v1alpha1` versions.
 
 use serde_json::{Map, Value, json};
 
 use crate::api::status::ApiError;
+use crate::api::user::UserInfo;
 use crate::auth::rbac::{Attributes, Authorizer};
 
 /// The API group of token reviews.
@@ -56,6 +66,12 @@ pub const PLURAL: &str = "tokenreviews";
 /// The Kind.
 pub const KIND: &str = "TokenReview";
 
+/// The resource name of the self-review (`kubectl auth whoami`).
+pub const SELF_PLURAL: &str = "selfsubjectreviews";
+
+/// Its Kind.
+pub const SELF_KIND: &str = "SelfSubjectReview";
+
 /// The `status.error` of a review whose token authenticates nobody.
 pub const INVALID_TOKEN: &str = "invalid bearer token";
 
@@ -64,17 +80,22 @@ pub fn owns(segs: &[&str]) -> bool {
     matches!(segs, ["apis", GROUP, VERSION, _, ..])
 }
 
-/// Whether a path is the one collection served, `/apis/authentication.k8s.io/v1/tokenreviews`.
-pub fn is_collection(segs: &[&str]) -> bool {
-    matches!(segs, ["apis", GROUP, VERSION, PLURAL])
+/// The resource a path names if it is one of the two collections served
+/// (`/apis/authentication.k8s.io/v1/tokenreviews` or `.../selfsubjectreviews`).
+pub fn collection(segs: &[&str]) -> Option<&'static str> {
+    match segs {
+        ["apis", GROUP, VERSION, PLURAL] => Some(PLURAL),
+        ["apis", GROUP, VERSION, SELF_PLURAL] => Some(SELF_PLURAL),
+        _ => None,
+    }
 }
 
-/// The attributes of creating a token review, which the requester must be allowed.
-pub fn create_attributes() -> Attributes {
+/// The attributes of creating a review of `resource`, which the requester must be allowed.
+pub fn create_attributes(resource: &str) -> Attributes {
     Attributes {
         verb: "create".into(),
         group: GROUP.into(),
-        resource: PLURAL.into(),
+        resource: resource.into(),
         resource_request: true,
         ..Default::default()
     }
@@ -83,7 +104,9 @@ pub fn create_attributes() -> Attributes {
 /// The `APIResourceList` of `authentication.k8s.io/v1` (legacy discovery).
 pub fn api_resource_list() -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": API_VERSION,
-           "resources": [{"name": PLURAL, "singularName": "tokenreview", "namespaced": false,
+           "resources": [{"name": SELF_PLURAL, "singularName": "selfsubjectreview",
+                          "namespaced": false, "kind": SELF_KIND, "verbs": ["create"]},
+                         {"name": PLURAL, "singularName": "tokenreview", "namespaced": false,
                           "kind": KIND, "verbs": ["create"]}]})
 }
 
@@ -91,6 +114,12 @@ pub fn api_resource_list() -> Value {
 pub fn group_discovery() -> Value {
     json!({"metadata": {"name": GROUP},
     "versions": [{"version": VERSION, "freshness": "Current", "resources": [{
+        "resource": SELF_PLURAL,
+        "responseKind": {"group": GROUP, "version": VERSION, "kind": SELF_KIND},
+        "scope": "Cluster",
+        "singularResource": "selfsubjectreview",
+        "verbs": ["create"],
+    }, {
         "resource": PLURAL,
         "responseKind": {"group": GROUP, "version": VERSION, "kind": KIND},
         "scope": "Cluster",
@@ -165,6 +194,21 @@ pub fn create(
     Ok(Value::Object(obj))
 }
 
+/// Answers a self-review for `user` (the request's, after impersonation): the body's
+/// envelope checked, `status.userInfo` filled in.
+pub fn create_self(user: &UserInfo, body: Value) -> Result<Value, ApiError> {
+    let mut obj = crate::endpoints::access_review::review_envelope(body, API_VERSION, SELF_KIND)?;
+    let meta = obj.entry("metadata").or_insert_with(|| json!({}));
+    if let Some(m) = meta.as_object_mut() {
+        m.entry("creationTimestamp").or_insert(Value::Null);
+    }
+    obj.insert(
+        "status".into(),
+        json!({"userInfo": {"username": user.name, "groups": user.groups}}),
+    );
+    Ok(Value::Object(obj))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,18 +272,36 @@ mod tests {
     }
 
     #[test]
-    fn routes_and_discovery_name_one_create_only_resource() {
-        assert!(is_collection(&["apis", GROUP, VERSION, PLURAL]));
-        assert!(!is_collection(&["apis", GROUP, VERSION, PLURAL, "x"]));
+    fn routes_and_discovery_name_two_create_only_resources() {
+        assert_eq!(collection(&["apis", GROUP, VERSION, PLURAL]), Some(PLURAL));
+        assert_eq!(
+            collection(&["apis", GROUP, VERSION, SELF_PLURAL]),
+            Some(SELF_PLURAL)
+        );
+        assert_eq!(collection(&["apis", GROUP, VERSION, PLURAL, "x"]), None);
         assert!(owns(&["apis", GROUP, VERSION, "selfsubjectreviews"]));
         assert!(!owns(&["apis", "authorization.k8s.io", VERSION, PLURAL]));
+        for r in api_resource_list()["resources"].as_array().unwrap() {
+            assert_eq!(r["verbs"], json!(["create"]));
+        }
         assert_eq!(
-            api_resource_list()["resources"][0]["verbs"],
-            json!(["create"])
-        );
-        assert_eq!(
-            group_discovery()["versions"][0]["resources"][0]["scope"],
+            group_discovery()["versions"][0]["resources"][1]["scope"],
             "Cluster"
         );
+    }
+
+    #[test]
+    fn a_self_review_names_the_requester() {
+        let user = UserInfo {
+            name: "alice".into(),
+            groups: vec!["devs".into(), "system:authenticated".into()],
+        };
+        let answer =
+            create_self(&user, json!({"apiVersion": API_VERSION, "kind": SELF_KIND})).unwrap();
+        assert_eq!(
+            answer["status"]["userInfo"],
+            json!({"username": "alice", "groups": ["devs", "system:authenticated"]})
+        );
+        assert!(create_self(&user, json!({"apiVersion": API_VERSION, "kind": KIND})).is_err());
     }
 }
