@@ -326,7 +326,7 @@ async fn kubectl_creates_a_token_review() {
     let answer: Value = serde_json::from_str(&out.stdout).unwrap();
     assert_eq!(answer["status"]["error"], "invalid bearer token");
     assert!(answer["status"].get("authenticated").is_none());
-    // Discovery lists the resource; the controller's service account may create reviews
+    // Discovery lists the resources (and `kubectl auth whoami`'s); the controller's service account may create reviews
     // (artifacts/deploy/base/clusterrole.yaml), eve may not.
     let out = kubectl
         .ok(&[
@@ -336,7 +336,10 @@ async fn kubectl_creates_a_token_review() {
             "name",
         ])
         .await;
-    assert_eq!(out.trim(), "tokenreviews.authentication.k8s.io");
+    assert_eq!(
+        out.trim(),
+        "selfsubjectreviews.authentication.k8s.io\ntokenreviews.authentication.k8s.io"
+    );
     let sa = "system:serviceaccount:sample-controller:sample-controller";
     let can = kubectl
         .run(&[
