@@ -151,6 +151,43 @@ async fn a_compacted_revision_gets_200_then_one_410_error_event() {
     s.shutdown().await;
 }
 
+/// The history's age bound holds without writes: etcd and the watch cache compact on time, so a
+/// client that comes back after the age has passed gets `410` whether or not anyone wrote in
+/// between (the server compacts every tenth of the age, at least every second).
+#[tokio::test]
+async fn the_age_bound_compacts_without_writes() {
+    let s = Cluster::builder()
+        .history_max_age(Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    let c = TestClient::new(&s);
+    let a = c.post(CMS, &cm("a", json!({}))).await;
+    c.post(CMS, &cm("b", json!({}))).await;
+    let old = rv(&a.body);
+    // No write from here on: only time passes. Each attempt asks for the same old revision;
+    // the first ones may still resume (the age has not passed), then the server has compacted.
+    let mut answers = vec![];
+    for _ in 0..100 {
+        let mut w = c
+            .watch(&format!(
+                "{CMS}?watch=true&resourceVersion={old}&timeoutSeconds=1"
+            ))
+            .await;
+        let first = w.next().await;
+        let gone = first
+            .as_ref()
+            .is_some_and(|e| e["type"] == "ERROR" && e["object"]["code"] == 410);
+        answers.push(first.map(|e| e["type"].clone()));
+        if gone {
+            s.shutdown().await;
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("a revision older than the age bound still resumed a watch after 10 s: {answers:?}");
+}
+
 #[tokio::test]
 async fn the_history_window_bounds_how_far_back_a_watch_can_start() {
     let s = Cluster::builder().history_window(3).start().await.unwrap();

@@ -685,6 +685,10 @@ impl ApiServerBuilder {
             Arc::new(self.serving.clone()),
         ));
         flow_control.spawn_config_watch(store.clone(), shutdown.clone(), &tracker);
+        tracker.spawn(storage::store::compact_on_time(
+            store.clone(),
+            shutdown.clone(),
+        ));
         if let Some(release) = self.memory_release {
             tracker.spawn(memory::release_after_bursts(release, shutdown.clone()));
         }

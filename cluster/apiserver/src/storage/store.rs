@@ -1115,6 +1115,24 @@ impl<Reg: Default> Store<Reg> {
 }
 
 impl<Reg> Store<Reg> {
+    /// Drops the changes older than the history's age bound now, whether or not anyone writes
+    /// (etcd compacts on a timer, and kube-apiserver's watch cache lets old events go with it):
+    /// a client that comes back with a revision older than the window gets `410 Gone` and
+    /// lists again. Writes trim the history too; this is for the quiet times in between.
+    pub fn compact_expired(&self) {
+        self.write(|st| {
+            let now = (st.clock)();
+            st.trim(now);
+        });
+    }
+
+    /// How often [`Store::compact_expired`] runs: a tenth of the age bound, between 50 ms and
+    /// 1 s, so a revision outlives the bound by at most that much.
+    pub fn compaction_interval(&self) -> Duration {
+        let age = self.read(|st| st.limits.max_age);
+        (age / 10).clamp(Duration::from_millis(50), Duration::from_secs(1))
+    }
+
     /// Whether writes are committed to disk (`--data-dir`).
     pub fn is_durable(&self) -> bool {
         self.disk.is_some()
@@ -1294,6 +1312,21 @@ impl<Reg> Store<Reg> {
         tokio::time::timeout(timeout, rx.wait_for(|current| *current >= rv))
             .await
             .is_ok_and(|r| r.is_ok())
+    }
+}
+
+/// Runs [`Store::compact_expired`] every [`Store::compaction_interval`] until `stop`.
+pub async fn compact_on_time<Reg>(
+    store: Arc<Store<Reg>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(store.compaction_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => store.compact_expired(),
+        }
     }
 }
 
