@@ -251,11 +251,45 @@ pub fn object<S: serde::Serializer>(
     })
 }
 
+/// A built-in object as an item of a list: Go's order for an object of `kind` in
+/// `api_version`, without the object's own `kind` and `apiVersion` (a typed list's items
+/// leave their `TypeMeta` out, so kube-apiserver writes none).
+pub fn list_item<S: serde::Serializer>(
+    s: S,
+    fields: &Map<String, Value>,
+    kind: &str,
+    api_version: &str,
+) -> Result<S::Ok, S::Error> {
+    let order = top_order(kind, api_version, false);
+    ordered_without(
+        s,
+        fields,
+        order,
+        &[],
+        &["kind", "apiVersion"],
+        |k| match k {
+            "metadata" => Ctx::Meta,
+            _ => Ctx::Plain,
+        },
+    )
+}
+
 fn ordered<S: serde::Serializer>(
     s: S,
     fields: &Map<String, Value>,
     order: &[&str],
     overrides: &[(&str, &Value)],
+    ctx: impl Fn(&str) -> Ctx,
+) -> Result<S::Ok, S::Error> {
+    ordered_without(s, fields, order, overrides, &[], ctx)
+}
+
+fn ordered_without<S: serde::Serializer>(
+    s: S,
+    fields: &Map<String, Value>,
+    order: &[&str],
+    overrides: &[(&str, &Value)],
+    omit: &[&str],
     ctx: impl Fn(&str) -> Ctx,
 ) -> Result<S::Ok, S::Error> {
     let lookup = |k: &str| -> Option<&Value> {
@@ -269,8 +303,12 @@ fn ordered<S: serde::Serializer>(
         .iter()
         .filter(|(k, _)| !fields.contains_key(*k))
         .count();
-    let mut map = s.serialize_map(Some(fields.len() + extra))?;
+    let omitted = omit.iter().filter(|k| fields.contains_key(**k)).count();
+    let mut map = s.serialize_map(Some(fields.len() + extra - omitted))?;
     for key in order {
+        if omit.contains(key) {
+            continue;
+        }
         if let Some(v) = lookup(key) {
             if *key == "items" {
                 map.serialize_entry(key, &Items(v))?;
@@ -286,7 +324,10 @@ fn ordered<S: serde::Serializer>(
         }
     }
     for (k, v) in fields {
-        if order.contains(&k.as_str()) || overrides.iter().any(|(o, _)| o == k) {
+        if order.contains(&k.as_str())
+            || overrides.iter().any(|(o, _)| o == k)
+            || omit.contains(&k.as_str())
+        {
             continue;
         }
         map.serialize_entry(k, &Nested(v, ctx(k)))?;

@@ -428,7 +428,16 @@ impl ListResult {
 
 /// A list as `<Kind>List` JSON, with `items` already in their served form (converted by a
 /// webhook, say).
-pub fn list_json(def: &ResourceDef, r: &ListResult, items: Vec<Value>) -> Value {
+pub fn list_json(def: &ResourceDef, r: &ListResult, mut items: Vec<Value>) -> Value {
+    if def.custom.is_none() {
+        // A typed list's items leave their TypeMeta out (custom resources' items keep it).
+        for item in &mut items {
+            if let Some(o) = item.as_object_mut() {
+                o.remove("kind");
+                o.remove("apiVersion");
+            }
+        }
+    }
     let mut list = json!({
         "kind": def.list_kind,
         "apiVersion": def.api_version(),
@@ -468,7 +477,7 @@ impl serde::Serialize for ListJson<'_> {
                 impl serde::Serialize for Item<'_> {
                     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                         self.1
-                            .with_value(|v| strategy::Presented::new(self.0, v).serialize(s))
+                            .with_value(|v| strategy::Presented::list_item(self.0, v).serialize(s))
                     }
                 }
                 s.collect_seq(self.1.iter().map(|o| Item(self.0, o)))

@@ -187,12 +187,28 @@ pub fn present(def: &ResourceDef, stored: &Value) -> Value {
 pub struct Presented<'a> {
     def: &'a ResourceDef,
     stored: &'a Value,
+    list_item: bool,
 }
 
 impl<'a> Presented<'a> {
     /// The stored object `stored` of `def`, for serializing.
     pub fn new(def: &'a ResourceDef, stored: &'a Value) -> Self {
-        Presented { def, stored }
+        Presented {
+            def,
+            stored,
+            list_item: false,
+        }
+    }
+
+    /// The same object as an item of a list: a built-in kind's item carries no `kind` and
+    /// `apiVersion` (a typed list's items leave their `TypeMeta` out, as kube-apiserver writes
+    /// them); a custom resource's item keeps both (unstructured items are whole objects).
+    pub fn list_item(def: &'a ResourceDef, stored: &'a Value) -> Self {
+        Presented {
+            def,
+            stored,
+            list_item: true,
+        }
     }
 }
 
@@ -200,10 +216,23 @@ impl serde::Serialize for Presented<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let converted = self.def.custom.as_ref().map(|c| c.conversion.is_some());
         let plain_native = self.def.view == View::Native && converted != Some(true);
+        let untyped_item = self.list_item && self.def.custom.is_none();
         let Some(fields) = self.stored.as_object().filter(|_| plain_native) else {
             let served = present(self.def, self.stored);
+            if untyped_item && let Some(o) = served.as_object() {
+                let (kind, api_version) = (&self.def.kind, self.def.api_version());
+                return crate::api::json_order::list_item(s, o, kind, &api_version);
+            }
             return serde::Serialize::serialize(&self.def.ordered(&served), s);
         };
+        if untyped_item {
+            return crate::api::json_order::list_item(
+                s,
+                fields,
+                &self.def.kind,
+                &self.def.api_version(),
+            );
+        }
         let api_version = Value::String(self.def.api_version());
         let kind = Value::String(self.def.kind.clone());
         let overrides = [("apiVersion", &api_version), ("kind", &kind)];
