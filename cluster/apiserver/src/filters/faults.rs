@@ -41,7 +41,7 @@
 //! with its status code.
 //!
 //! Faults apply to HTTP requests only: the in-process simulated controllers ([`crate::gc`],
-//! [`crate::kubelet`], the workload controllers) write to the store directly and never see them.
+//! [`crate::kubelet`], [`crate::registry::apps::replicas`]) write to the store directly and never see them.
 //!
 //! Nothing like this exists in a real API server; the closest are chaos tools that kill
 //! connections or pods. Faults are checked after authentication and authorization, where an

@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use crate::api::json_order::GoOrdered;
 use crate::registry::admissionregistration::{Kind as WebhookKind, WebhookConfigurationStrategy};
-use crate::registry::apps::workloads::WorkloadStrategy;
+use crate::registry::apps::replicas::ReplicasStrategy;
 use crate::registry::batch::cronjobs::CronJobStrategy;
 use crate::registry::batch::jobs::JobStrategy;
 use crate::registry::certificates::CertificateSigningRequestStrategy;
@@ -414,7 +414,7 @@ impl Registry {
                 .status()
                 .scale()
                 .generation()
-                .strategy(WorkloadStrategy)
+                .strategy(ReplicasStrategy)
                 .done(),
             B::new("apps", "v1", "statefulsets", "StatefulSet", true)
                 .short(&["sts"])
@@ -422,7 +422,7 @@ impl Registry {
                 .status()
                 .scale()
                 .generation()
-                .strategy(WorkloadStrategy)
+                .strategy(ReplicasStrategy)
                 .done(),
             B::new("apps", "v1", "replicasets", "ReplicaSet", true)
                 .short(&["rs"])
@@ -430,7 +430,7 @@ impl Registry {
                 .status()
                 .scale()
                 .generation()
-                .strategy(WorkloadStrategy)
+                .strategy(ReplicasStrategy)
                 .done(),
             B::new("apps", "v1", "daemonsets", "DaemonSet", true)
                 .short(&["ds"])

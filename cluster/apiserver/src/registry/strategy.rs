@@ -8,7 +8,7 @@
 //! resource shares (below) and the [`Strategy`] trait, whose hooks the generic store
 //! ([`crate::registry::generic`]) calls. A resource's definition in the table
 //! ([`crate::registry::resources`]) carries its strategy; the built-in ones live one file per
-//! resource under `registry/<group>/` (`core/pods.rs`, `apps/workloads.rs`, `rbac/roles.rs`,
+//! resource under `registry/<group>/` (`core/pods.rs`, `apps/replicas.rs`, `rbac/roles.rs`,
 //! ...), custom resources' and CRDs' in [`crate::apiextensions`]. Every hook does nothing by
 //! default, so a resource without a strategy gets the shared rules alone.
 //!

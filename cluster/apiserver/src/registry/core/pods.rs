@@ -10,7 +10,7 @@
 //!   least one container; container names DNS-1123 labels, unique; `image` required;
 //!   `terminationGracePeriodSeconds >= 0`; `restartPolicy` one of `Always`, `OnFailure`,
 //!   `Never`; ephemeral containers by [`crate::registry::core::ephemeral_containers`]. The
-//!   workloads' pod templates meet the same rules ([`crate::registry::apps::workloads`]);
+//!   workloads' pod templates meet the same rules ([`crate::registry::apps::replicas`]);
 //! * **`pods/NAME/ephemeralcontainers`** (`podEphemeralContainersStrategy`): only
 //!   `spec.ephemeralContainers` is taken from the request, and the new list is checked against
 //!   the stored one ([`crate::registry::core::ephemeral_containers`]);

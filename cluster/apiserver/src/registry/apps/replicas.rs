@@ -1,7 +1,8 @@
-//! apps/v1 Deployments, ReplicaSets and StatefulSets: what their strategies add to the generic
-//! store, as kube-apiserver's `pkg/registry/apps/deployment/strategy.go`,
-//! `replicaset/strategy.go` and `statefulset/strategy.go` do. Their rules here are the same for
-//! the three kinds, so one [`WorkloadStrategy`] serves them:
+//! apps/v1 Deployments, ReplicaSets and StatefulSets, the workloads that keep `spec.replicas`
+//! copies of a pod template: what their strategies add to the generic store, as
+//! kube-apiserver's `pkg/registry/apps/deployment/strategy.go`, `replicaset/strategy.go` and
+//! `statefulset/strategy.go` do. Their rules here are the same for the three kinds, so one
+//! [`ReplicasStrategy`] serves them:
 //!
 //! * **`spec.replicas`** ([`validate_replicas`]): an `int32`, so a fraction, a string or a
 //!   number outside `-2^31..2^31` fails Go's decoding with `400 BadRequest`, and a negative count
@@ -28,9 +29,9 @@ use crate::registry::validation::str_at;
 
 /// The strategy of `deployments`, `replicasets` and `statefulsets` (see the module docs).
 #[derive(Debug, Default)]
-pub struct WorkloadStrategy;
+pub struct ReplicasStrategy;
 
-impl Strategy for WorkloadStrategy {
+impl Strategy for ReplicasStrategy {
     fn validate(
         &self,
         def: &ResourceDef,
