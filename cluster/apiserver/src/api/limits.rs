@@ -13,7 +13,7 @@
 //! | JSON depth | `encoding/json`'s `maxNestingDepth` (`sigs.k8s.io/json`, `staging/src/k8s.io/apimachinery/pkg/util/json`), 10,000 | [`json_too_deep`] before parsing, 512 ([`MAX_JSON_DEPTH`]; serde_json's own limit of 128 lifted) | `400`, `error decoding JSON request body: exceeded max depth of 512` |
 //! | YAML depth | go-yaml's `max_flow_level` / `max_indents`, 10,000 | [`parse_yaml`], 1,000 ([`MAX_YAML_DEPTH`]) | `400`, `yaml: line N: exceeded max depth of 1000` |
 //! | YAML aliases expanding | go-yaml's "excessive aliasing" check | [`parse_yaml`] | `400`, `yaml: document contains excessive aliasing` |
-//! | ConfigMap `data` + `binaryData`, Secret `data` | `core.MaxSecretSize` 1 MiB (`ValidateConfigMap`, `ValidateSecret`) | [`validate_data_size`] | `422`, `: Too long: may not be more than 1048576 bytes` (ConfigMap), `data: Too long: ...` (Secret) |
+//! | ConfigMap `data` + `binaryData`, Secret `data` | `core.MaxSecretSize` 1 MiB (`ValidateConfigMap`, `ValidateSecret`) | [`MAX_SECRET_SIZE`], checked by [`crate::registry::core::configmaps`] and [`crate::registry::core::secrets`] | `422`, `: Too long: may not be more than 1048576 bytes` (ConfigMap), `data: Too long: ...` (Secret) |
 //! | a stored object | etcd `--max-request-bytes` 1.5 MiB | [`check_stored_size`] | `500`, `etcdserver: request is too large` (no reason: the real server passes etcd's error through) |
 //! | field errors of one object | none (Go builds them all) | [`bounded_meta_errors`] | `422` with at most [`MAX_FIELD_ERRORS`] distinct causes |
 //!
@@ -153,54 +153,6 @@ pub fn check_stored_size(obj: &Value) -> Result<(), ApiError> {
         return Err(ApiError::new(500, "", "etcdserver: request is too large"));
     }
     Ok(())
-}
-
-/// Bytes a base64 string decodes to (Go's `[]byte` fields arrive base64-encoded).
-fn decoded_len(s: &str) -> usize {
-    let pad = s.bytes().rev().take_while(|b| *b == b'=').count();
-    (s.len() / 4 * 3 + (s.len() % 4) * 3 / 4).saturating_sub(pad.min(2))
-}
-
-/// `ValidateConfigMap` / `ValidateSecret`'s size rule: the values of a ConfigMap's `data` and
-/// `binaryData`, or of a Secret's `data` (after `stringData` is merged into it, as the real
-/// server's conversion does), may total at most [`MAX_SECRET_SIZE`] bytes.
-pub fn validate_data_size(group: &str, kind: &str, obj: &Value) -> Vec<FieldError> {
-    let strings = |field: &str| -> Vec<(&str, &str)> {
-        obj[field]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str().unwrap_or_default()))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    match (group, kind) {
-        ("", "ConfigMap") => {
-            let total: usize = strings("data").iter().map(|(_, v)| v.len()).sum::<usize>()
-                + strings("binaryData")
-                    .iter()
-                    .map(|(_, v)| decoded_len(v))
-                    .sum::<usize>();
-            if total > MAX_SECRET_SIZE {
-                return vec![FieldError::too_long_bytes("", MAX_SECRET_SIZE)];
-            }
-        }
-        ("", "Secret") => {
-            let plain = strings("stringData");
-            let total: usize = strings("data")
-                .iter()
-                .filter(|(k, _)| !plain.iter().any(|(p, _)| p == k))
-                .map(|(_, v)| decoded_len(v))
-                .sum::<usize>()
-                + plain.iter().map(|(_, v)| v.len()).sum::<usize>();
-            if total > MAX_SECRET_SIZE {
-                return vec![FieldError::too_long_bytes("data", MAX_SECRET_SIZE)];
-            }
-        }
-        _ => {}
-    }
-    vec![]
 }
 
 /// Keeps the distinct errors, in order, at most [`MAX_FIELD_ERRORS`] of them.
@@ -693,25 +645,6 @@ mod tests {
             err.contains("excessive aliasing") || err.contains("repetition limit"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn data_sizes_follow_configmap_and_secret_rules() {
-        let big = "x".repeat(MAX_SECRET_SIZE);
-        let cm = json!({"data": {"a": big, "b": "y"}});
-        let errs = validate_data_size("", "ConfigMap", &cm);
-        assert_eq!(errs.len(), 1);
-        assert_eq!(errs[0].field, "");
-        assert_eq!(
-            errs[0].message,
-            "Too long: may not be more than 1048576 bytes"
-        );
-        assert!(validate_data_size("", "ConfigMap", &json!({"data": {"a": "x"}})).is_empty());
-        let secret = json!({"stringData": {"a": big, "b": "y"}});
-        assert_eq!(validate_data_size("", "Secret", &secret)[0].field, "data");
-        assert_eq!(decoded_len("YWJj"), 3);
-        assert_eq!(decoded_len("YWI="), 2);
-        assert_eq!(decoded_len("YQ=="), 1);
     }
 
     #[test]

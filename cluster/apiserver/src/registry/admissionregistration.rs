@@ -1,16 +1,39 @@
 //! admissionregistration.k8s.io/v1 `ValidatingWebhookConfiguration` and
-//! `MutatingWebhookConfiguration`: their defaults (`SetDefaults_*Webhook`) and validation
-//! (`ValidateValidatingWebhookConfiguration`, ...) when they are written. What the webhooks
-//! do to other writes is [`crate::admission`]'s.
+//! `MutatingWebhookConfiguration`: their defaults (`SetDefaults_*Webhook`, on every write) and
+//! validation (`ValidateValidatingWebhookConfiguration`, ...) when they are written, the
+//! [`WebhookConfigurationStrategy`] of kube-apiserver's
+//! `pkg/registry/admissionregistration/{validating,mutating}webhookconfiguration/strategy.go`.
+//! What the webhooks do to other writes is [`crate::admission`]'s.
 
 use apimachinery::validation::FieldError;
 use serde_json::{Value, json};
 
 use crate::api::selectors::LabelSelector;
+use crate::registry::resources::ResourceDef;
+use crate::registry::strategy::Strategy;
 use crate::webhook::endpoint::validate_client_config;
 
 /// The API group of the webhook configurations.
 pub const GROUP: &str = "admissionregistration.k8s.io";
+
+/// The strategy of one of the two configuration kinds (see the module docs).
+#[derive(Debug)]
+pub struct WebhookConfigurationStrategy(pub Kind);
+
+impl Strategy for WebhookConfigurationStrategy {
+    fn set_defaults(&self, obj: &mut Value) {
+        set_defaults(self.0.plural(), obj);
+    }
+
+    fn field_errors(
+        &self,
+        _def: &ResourceDef,
+        obj: &Value,
+        _old: Option<&Value>,
+    ) -> Vec<FieldError> {
+        validate(self.0.plural(), obj)
+    }
+}
 
 fn str_list(v: &Value) -> Vec<&str> {
     v.as_array()

@@ -2,10 +2,23 @@
 //!
 //! Each function here is the body of one of kube-apiserver's `endpoints/handlers`
 //! (`get.go`, `create.go`, `update.go`, `patch.go`, `delete.go`) fused with the generic
-//! registry store behind it. They run synchronously under the store lock (see
-//! [`crate::storage::store`]), so a read-validate-write sequence is atomic exactly like etcd's
-//! compare-and-swap: two clients updating the same object with the same `resourceVersion`
-//! cannot both win; the second gets 409 Conflict.
+//! registry store behind it (`staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go`).
+//! They run synchronously under the store lock (see [`crate::storage::store`]), so a
+//! read-validate-write sequence is atomic exactly like etcd's compare-and-swap: two clients
+//! updating the same object with the same `resourceVersion` cannot both win; the second gets
+//! 409 Conflict.
+//!
+//! The store knows no resource by name. What one resource does differently (its defaults, its
+//! validation, its status on create, a Service's allocations, a pod's grace period, a
+//! namespace's finalization, the subresources it serves itself) is its
+//! [`Strategy`](crate::registry::strategy::Strategy), whose hooks the verbs call at the points
+//! [`crate::registry::strategy`] lists; the resource table's flags
+//! ([`crate::registry::resources::ResourceDef`]) answer the rest (status and scale
+//! subresources, `generation`, unconditional updates, create on PUT, the answer to DELETE).
+//! `/scale` is served here for every resource that has one, from the paths its definition
+//! names ([`to_scale`]). The one thing that crosses resources is the namespace controller's last
+//! step: removing a namespaced object may let its terminating namespace go
+//! ([`crate::registry::core::namespaces::finish_if_empty`]).
 //!
 //! Answers follow the real server's status codes: 201 for create (and for a PUT or apply that
 //! creates), 200 otherwise; DELETE answers with the deleted object for kinds whose store sets
@@ -17,15 +30,22 @@ use std::sync::Arc;
 use base64::Engine;
 use serde_json::{Value, json};
 
+use crate::api::json_order::GoOrdered;
+use crate::api::limits;
 use crate::api::object_meta::{self as meta, finalizers_of, meta_str};
 use crate::api::query::{ListOptions, Query, RvMatch};
 use crate::api::selectors::{FieldSelector, LabelSelector};
-use crate::api::status::{ApiError, success_status};
-use crate::auth::rbac::Attributes;
+use crate::api::status::{ApiError, Cause, success_status};
+use crate::api::user::UserInfo;
+use crate::auth::rbac::{Attributes, exact_name};
 use crate::registry::State;
+use crate::registry::core::namespaces;
+use crate::registry::patch::{self, ApplyError, JsonPatchError, apply};
 use crate::registry::resources::ResourceDef;
-use crate::registry::strategy::{self, Endpoint, intake, present};
-use crate::storage::store::{Key, Stored, rv_of};
+use crate::registry::strategy::{self, Presented, intake, present};
+use crate::registry::typed;
+use crate::registry::validation;
+use crate::storage::store::{Key, Stored, key_of, rv_of};
 
 /// The resource, namespace, name and subresource a request URL names.
 #[derive(Clone, Debug)]
@@ -48,7 +68,7 @@ impl Target {
         let mut name = self.name.clone().unwrap_or_default();
         if name.is_empty()
             && matches!(verb, "list" | "watch")
-            && let Some(exact) = field_selector.and_then(crate::auth::rbac::exact_name)
+            && let Some(exact) = field_selector.and_then(exact_name)
         {
             name = exact;
         }
@@ -68,33 +88,26 @@ impl Target {
         }
     }
 
-    fn name(&self) -> &str {
+    /// The object's name from the URL (`""` for a collection).
+    pub(crate) fn name(&self) -> &str {
         self.name.as_deref().unwrap_or_default()
     }
-    fn ns_key(&self) -> &str {
+    /// The namespace part of the object's storage key (`""` when cluster-scoped).
+    pub(crate) fn ns_key(&self) -> &str {
         if self.def.namespaced {
             self.namespace.as_deref().unwrap_or_default()
         } else {
             ""
         }
     }
-    fn not_found(&self) -> ApiError {
+    /// The 404 for the object the target names.
+    pub(crate) fn not_found(&self) -> ApiError {
         ApiError::not_found(&self.def.plural, &self.def.group, self.name())
     }
     /// The stored object the target names, if any (borrowed, as stored).
     pub(crate) fn stored<'s>(&self, st: &'s State) -> Option<&'s Value> {
         self.name.as_ref()?;
         st.get(&self.def.storage, self.ns_key(), self.name())
-    }
-    fn endpoint(&self) -> Endpoint {
-        // A CSR's `/approval` writes its status (its approval conditions), as `/status` does.
-        if matches!(self.subresource.as_deref(), Some("status" | "approval")) {
-            Endpoint::Status
-        } else if self.subresource.as_deref() == Some("ephemeralcontainers") {
-            Endpoint::EphemeralContainers
-        } else {
-            Endpoint::Main
-        }
     }
 }
 
@@ -477,7 +490,7 @@ impl serde::Serialize for ListJson<'_> {
                 impl serde::Serialize for Item<'_> {
                     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                         self.1
-                            .with_value(|v| strategy::Presented::list_item(self.0, v).serialize(s))
+                            .with_value(|v| Presented::list_item(self.0, v).serialize(s))
                     }
                 }
                 s.collect_seq(self.1.iter().map(|o| Item(self.0, o)))
@@ -494,7 +507,7 @@ impl serde::Serialize for ListJson<'_> {
         } else {
             map.serialize_entry("kind", &self.def.list_kind)?;
             map.serialize_entry("apiVersion", &self.def.api_version())?;
-            map.serialize_entry("metadata", &crate::api::json_order::GoOrdered::meta(&meta))?;
+            map.serialize_entry("metadata", &GoOrdered::meta(&meta))?;
             map.serialize_entry("items", &Items(self.def, &self.result.items))?;
         }
         map.end()
@@ -516,7 +529,7 @@ pub struct WriteOptions {
     /// Record an `operation: Update` entry (false for server-side apply, which records its own).
     pub record: bool,
     /// Who writes (RBAC enforced): roles and bindings then pass the escalation checks.
-    pub requester: Option<Arc<crate::api::user::UserInfo>>,
+    pub requester: Option<Arc<UserInfo>>,
 }
 
 impl WriteOptions {
@@ -530,26 +543,6 @@ impl WriteOptions {
             requester: q.requester(),
         }
     }
-}
-
-/// `IsOnlyMutatingGCFields`: an update that changes nothing but `ownerReferences` and
-/// `finalizers` (what the garbage collector writes) needs no escalation check.
-fn only_gc_fields_changed(old: &Value, new: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v["metadata"].as_object_mut() {
-            for f in [
-                "ownerReferences",
-                "finalizers",
-                "managedFields",
-                "resourceVersion",
-            ] {
-                m.remove(f);
-            }
-        }
-        v
-    };
-    strip(old) == strip(new)
 }
 
 /// Whether two objects are equal once the timestamps of their managed-field entries are
@@ -666,14 +659,10 @@ fn create_prepared(
     let def = &t.def;
     // The name is the server's to choose only when the client sent `generateName` and no name.
     let generated = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
+    let strategy = def.strategy.get();
     let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
-    crate::registry::core::services::prepare_create(st, def, &mut obj)?;
-    crate::registry::batch::jobs::prepare_create(def, &mut obj);
-    crate::registry::batch::cronjobs::prepare_create(def, &mut obj);
-    crate::registry::apps::replicas::validate_replicas(def, &obj)?;
-    if let Some(strategy) = def.strategy.get() {
-        strategy.validate(def, &mut obj, None, opts.strict)?;
-    }
+    strategy.begin_create(st, &mut obj)?;
+    strategy.validate(def, &mut obj, None, opts.strict)?;
     if generated {
         // KEP-4420: a generated name that collides is generated again, as the real registry
         // does (`maxNameGenerationCreateAttempts`), before giving up with 409.
@@ -690,22 +679,16 @@ fn create_prepared(
             obj["metadata"]["name"] = json!(name);
         }
     }
-    crate::registry::validation::check(
+    validation::check(
         def,
         meta_str(&obj, "name"),
-        crate::registry::validation::validate_object(def, &obj),
+        validation::validate_object(def, &obj, None),
     )?;
     if opts.record {
         let sub = t.subresource.as_deref();
-        crate::registry::patch::record_update(
-            None,
-            &mut obj,
-            &opts.manager,
-            sub,
-            &meta::now_time(),
-        );
+        patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
     }
-    let (ns, name) = crate::storage::store::key_of(&obj);
+    let (ns, name) = key_of(&obj);
     if let Some(existing) = st.get(&def.storage, &ns, &name) {
         let mut e = if generated {
             ApiError::generate_name_conflict(&def.plural, &def.group, &name)
@@ -717,18 +700,14 @@ fn create_prepared(
         }
         return Err(e);
     }
-    if let Some(req) = &opts.requester
-        && def.group == "rbac.authorization.k8s.io"
-    {
-        crate::auth::escalation::confirm_no_escalation(st, req, &def.plural, &ns, &obj)?;
+    if let Some(user) = &opts.requester {
+        strategy.authorize_write(st, def, user, &obj, None)?;
     }
-    if let Some(strategy) = def.strategy.get() {
-        strategy.before_store(st, &mut obj, dry_run)?;
-    }
+    strategy.before_store(st, &mut obj, dry_run)?;
     if dry_run {
         return Ok((201, present(def, &obj)));
     }
-    crate::api::limits::check_stored_size(&obj)?;
+    limits::check_stored_size(&obj)?;
     let stored = st.write(&def.storage, obj);
     Ok((201, present(def, &stored)))
 }
@@ -743,19 +722,12 @@ pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
             &t.def.group,
         ));
     }
-    if t.def.view == crate::registry::resources::View::EventsV1 {
-        let causes = crate::registry::core::events::validate_v1_create(&body);
-        if !causes.is_empty() {
-            return Err(ApiError::invalid(
-                &t.def.kind,
-                &t.def.group,
-                body["metadata"]["name"].as_str().unwrap_or_default(),
-                causes,
-            ));
-        }
-    }
+    t.def
+        .strategy
+        .get()
+        .validate_create_request(&t.def, &body)?;
     let mut body = body;
-    crate::registry::validation::check_unknown_fields(&t.def, &mut body, q)?;
+    validation::check_unknown_fields(&t.def, &mut body, q)?;
     let obj = intake(&t.def, body)?;
     create_prepared(st, t, obj, WriteOptions::from_query(q))
 }
@@ -774,48 +746,40 @@ fn update_stored(
 ) -> Result<Answer, ApiError> {
     let dry_run = opts.dry_run;
     let def = &t.def;
+    let strategy = def.strategy.get();
     let mut result = strategy::prepare_update(
         def,
         old,
         new,
         t.namespace.as_deref().filter(|_| def.namespaced),
         t.name(),
-        t.endpoint(),
+        t.subresource.as_deref(),
     )?;
-    crate::registry::core::services::prepare_update(st, def, old, &mut result)?;
-    if t.endpoint() == Endpoint::EphemeralContainers {
-        crate::registry::validation::check(
+    strategy.begin_update(st, old, &mut result)?;
+    if let Some(sub) = t.subresource.as_deref() {
+        validation::check(
             def,
             t.name(),
-            crate::registry::core::ephemeral_containers::validate_update(&result, old),
+            strategy.validate_subresource_update(sub, &result, old),
         )?;
     }
-    crate::registry::apps::replicas::validate_replicas(def, &result)?;
-    if let Some(strategy) = def.strategy.get() {
-        strategy.validate(def, &mut result, Some(old), opts.strict)?;
-    }
-    crate::registry::validation::check(
+    strategy.validate(def, &mut result, Some(old), opts.strict)?;
+    validation::check(
         def,
         t.name(),
-        crate::registry::validation::validate_object(def, &result),
+        validation::validate_object(def, &result, Some(old)),
     )?;
-    if let Some(req) = &opts.requester
-        && def.group == "rbac.authorization.k8s.io"
-        && !only_gc_fields_changed(old, &result)
-    {
-        let ns = meta_str(&result, "namespace").to_owned();
-        crate::auth::escalation::confirm_no_escalation(st, req, &def.plural, &ns, &result)?;
+    if let Some(user) = &opts.requester {
+        strategy.authorize_write(st, def, user, &result, Some(old))?;
     }
-    if let Some(strategy) = def.strategy.get() {
-        strategy.before_store(st, &mut result, dry_run)?;
-    }
+    strategy.before_store(st, &mut result, dry_run)?;
     if same_except_managed_times(&result, old) {
         // A no-op write changes nothing: same resourceVersion, no watch event.
         return Ok((200, present(def, old)));
     }
     if opts.record {
         let sub = t.subresource.as_deref();
-        crate::registry::patch::record_update(
+        patch::record_update(
             Some(old),
             &mut result,
             &opts.manager,
@@ -831,11 +795,11 @@ fn update_stored(
     }
     if strategy::should_delete(def, &result) {
         // The last finalizer went away: the object is gone, and the caller sees its final state.
-        let (ns, name) = crate::storage::store::key_of(&result);
+        let (ns, name) = key_of(&result);
         let removed = remove_object(st, def, &ns, &name, Some(result.clone())).unwrap_or(result);
         return Ok((200, present(def, &removed)));
     }
-    crate::api::limits::check_stored_size(&result)?;
+    limits::check_stored_size(&result)?;
     let stored = st.write(&def.storage, result);
     Ok((200, present(def, &stored)))
 }
@@ -847,11 +811,16 @@ pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
     if t.subresource.as_deref() == Some("scale") {
         return update_scale(st, t, body, WriteOptions::from_query(q));
     }
-    if t.subresource.as_deref() == Some("finalize") {
-        return finalize_namespace(st, t, body, WriteOptions::from_query(q));
+    if let Some(sub) = t.subresource.as_deref()
+        && let Some(answer) =
+            def.strategy
+                .get()
+                .update_subresource(st, t, sub, &body, &WriteOptions::from_query(q))
+    {
+        return answer;
     }
     let mut body = body;
-    crate::registry::validation::check_unknown_fields(&def, &mut body, q)?;
+    validation::check_unknown_fields(&def, &mut body, q)?;
     let new = intake(&def, body)?;
     let Some(old) = st.get_shared(&def.storage, t.ns_key(), t.name()) else {
         if def.create_on_update && t.subresource.is_none() {
@@ -885,7 +854,7 @@ pub fn update_against(
 ) -> Result<Answer, ApiError> {
     q.check_write_options("UpdateOptions")?;
     let mut body = body;
-    crate::registry::validation::check_unknown_fields(&t.def, &mut body, q)?;
+    validation::check_unknown_fields(&t.def, &mut body, q)?;
     let new = intake(&t.def, body)?;
     update_stored(st, t, old, new, WriteOptions::from_query(q))
 }
@@ -911,51 +880,15 @@ pub fn patch_against(
     }
     let mut view = present(&def, old);
     apply_patch_body(ty, &mut view, &body)?;
-    if let Some(e) = crate::registry::typed::decode_error(&def, &view) {
-        return Err(crate::registry::typed::patch_error(&view, &e));
+    if let Some(e) = typed::decode_error(&def, &view) {
+        return Err(typed::patch_error(&view, &e));
     }
     // A patch can grow metadata too (`copy`): huge collections are judged before the typed
     // round trip of `check_unknown_fields` expands them.
-    crate::api::limits::precheck_metadata(&def.kind, &def.group, &view)?;
-    crate::registry::validation::check_unknown_fields(&def, &mut view, q)?;
+    limits::precheck_metadata(&def.kind, &def.group, &view)?;
+    validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, old, new, WriteOptions::from_query(q))
-}
-
-/// `PUT /api/v1/namespaces/{name}/finalize`: the namespace controller's way of removing its
-/// `kubernetes` entry from `spec.finalizers` (nothing else of the body is used). A terminating
-/// namespace left with no finalizers disappears.
-fn finalize_namespace(
-    st: &mut State,
-    t: &Target,
-    body: Value,
-    opts: WriteOptions,
-) -> Result<Answer, ApiError> {
-    let def = t.def.clone();
-    let body = intake(&def, body)?;
-    let old = st
-        .get(&def.storage, "", t.name())
-        .cloned()
-        .ok_or_else(|| t.not_found())?;
-    let sent_rv = meta_str(&body, "resourceVersion");
-    if !sent_rv.is_empty() && sent_rv.parse::<u64>().ok() != Some(rv_of(&old)) {
-        return Err(ApiError::conflict(&def.plural, &def.group, t.name()));
-    }
-    let mut new = old.clone();
-    let finalizers = body["spec"]["finalizers"]
-        .as_array()
-        .map(|a| Value::Array(a.clone()))
-        .unwrap_or_else(|| json!([]));
-    meta::set_path(&mut new, ".spec.finalizers", finalizers);
-    if new == old || opts.dry_run {
-        return Ok((200, present(&def, &new)));
-    }
-    if strategy::should_delete(&def, &new) {
-        let removed = remove_object(st, &def, "", t.name(), Some(new.clone())).unwrap_or(new);
-        return Ok((200, present(&def, &removed)));
-    }
-    let stored = st.write(&def.storage, new);
-    Ok((200, present(&def, &stored)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1032,7 +965,7 @@ fn update_scale(
             "Scale",
             "autoscaling",
             t.name(),
-            vec![crate::api::status::Cause::new(
+            vec![Cause::new(
                 "FieldValueRequired",
                 "spec.replicas",
                 "Required value",
@@ -1044,7 +977,7 @@ fn update_scale(
             "Scale",
             "autoscaling",
             t.name(),
-            vec![crate::api::status::Cause::new(
+            vec![Cause::new(
                 "FieldValueInvalid",
                 "spec.replicas",
                 format!("Invalid value: {replicas}: must be greater than or equal to 0"),
@@ -1106,30 +1039,29 @@ impl PatchType {
 
 /// Applies a JSON, merge or strategic merge patch to `base` (the object as served).
 pub fn apply_patch_body(ty: PatchType, base: &mut Value, patch: &Value) -> Result<(), ApiError> {
-    use crate::registry::patch as p;
     let invalid = |e: String| ApiError::new(422, "Invalid", e);
     match ty {
-        PatchType::Json => p::json_patch_limited(base, patch).map_err(|e| match e {
-            p::JsonPatchError::TooManyOperations(_) => ApiError::new(
+        PatchType::Json => patch::json_patch_limited(base, patch).map_err(|e| match e {
+            JsonPatchError::TooManyOperations(_) => ApiError::new(
                 413,
                 "RequestEntityTooLarge",
                 format!("Request entity too large: {e}"),
             ),
             // kube-apiserver answers the copy limit with a generic 422 (`NewGenericServerResponse`):
             // its message is the fixed text below; json-patch's own words are kept as the cause.
-            p::JsonPatchError::CopyTooLarge { .. } => ApiError::new(
+            JsonPatchError::CopyTooLarge { .. } => ApiError::new(
                 422,
                 "Invalid",
                 "the server rejected our request due to an error in our request",
             )
             .with_cause_message(e.to_string()),
-            p::JsonPatchError::Failed(m) => invalid(m),
+            JsonPatchError::Failed(m) => invalid(m),
         }),
         PatchType::Merge => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request("merge patch must be a JSON object"));
             }
-            p::merge_patch(base, patch);
+            patch::merge_patch(base, patch);
             Ok(())
         }
         PatchType::Strategic => {
@@ -1138,7 +1070,7 @@ pub fn apply_patch_body(ty: PatchType, base: &mut Value, patch: &Value) -> Resul
                     "strategic merge patch must be a JSON object",
                 ));
             }
-            p::strategic_merge_patch(base, patch).map_err(invalid)
+            patch::strategic_merge_patch(base, patch).map_err(invalid)
         }
         PatchType::Apply => Err(ApiError::internal("apply is handled separately")),
     }
@@ -1185,13 +1117,13 @@ pub fn patch(
     }
     let mut view = present(&def, &old);
     apply_patch_body(ty, &mut view, &body)?;
-    if let Some(e) = crate::registry::typed::decode_error(&def, &view) {
-        return Err(crate::registry::typed::patch_error(&view, &e));
+    if let Some(e) = typed::decode_error(&def, &view) {
+        return Err(typed::patch_error(&view, &e));
     }
     // A patch can grow metadata too (`copy`): huge collections are judged before the typed
     // round trip of `check_unknown_fields` expands them.
-    crate::api::limits::precheck_metadata(&def.kind, &def.group, &view)?;
-    crate::registry::validation::check_unknown_fields(&def, &mut view, q)?;
+    limits::precheck_metadata(&def.kind, &def.group, &view)?;
+    validation::check_unknown_fields(&def, &mut view, q)?;
     let new = intake(&def, view)?;
     update_stored(st, t, &old, new, WriteOptions::from_query(q))
 }
@@ -1209,7 +1141,7 @@ fn server_side_apply(
             "PatchOptions",
             "meta.k8s.io",
             "",
-            vec![crate::api::status::Cause::new(
+            vec![Cause::new(
                 "FieldValueRequired",
                 "fieldManager",
                 "Required value: is required for apply patch",
@@ -1218,10 +1150,9 @@ fn server_side_apply(
     };
     let force = q.flag("force")?;
     let mut body = body;
-    crate::registry::validation::check_unknown_fields(&def, &mut body, q)?;
+    validation::check_unknown_fields(&def, &mut body, q)?;
     let applied = intake(&def, body)?;
     let current_view = current.as_ref().map(|c| present(&def, c));
-    use crate::registry::patch::{ApplyError, apply};
     // Through the main endpoint, a kind with a status subresource resets `status`: it is not
     // applied (kube's reset-fields filter), so it neither conflicts nor is recorded.
     let reset: &[&str] = if def.status_subresource && t.subresource.is_none() {
@@ -1343,7 +1274,7 @@ impl DeleteOptions {
                 "DeleteOptions",
                 "meta.k8s.io",
                 "",
-                vec![crate::api::status::Cause::new(
+                vec![Cause::new(
                     "FieldValueNotSupported",
                     "propagationPolicy",
                     format!(
@@ -1356,8 +1287,6 @@ impl DeleteOptions {
     }
 }
 
-const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
-
 /// Removes a stored object and runs what its disappearance triggers: a CRD takes its custom
 /// resources with it, and the last object leaving a terminating namespace lets the namespace go.
 pub fn remove_object(
@@ -1368,86 +1297,11 @@ pub fn remove_object(
     last: Option<Value>,
 ) -> Option<Value> {
     let removed = st.delete_as(&def.storage, ns, name, last)?;
-    if let Some(strategy) = def.strategy.get() {
-        strategy.after_remove(st, &removed);
-    }
+    def.strategy.get().after_remove(st, &removed);
     if def.namespaced && !ns.is_empty() {
-        finish_namespace_if_empty(st, ns);
+        namespaces::finish_if_empty(st, ns);
     }
     Some(removed)
-}
-
-fn namespace_is_empty(st: &State, ns: &str) -> bool {
-    let storages: Vec<String> = st
-        .registry
-        .all()
-        .iter()
-        .filter(|d| d.namespaced)
-        .map(|d| d.storage.clone())
-        .collect();
-    storages.iter().all(|s| st.list(s, Some(ns)).is_empty())
-}
-
-/// The namespace controller's last step: once a terminating namespace is empty, its
-/// `kubernetes` finalizer is removed and, with no other finalizers (in `spec` or `metadata`),
-/// the namespace disappears. Other `spec.finalizers` keep it until released through
-/// `PUT .../finalize`.
-fn finish_namespace_if_empty(st: &mut State, ns: &str) {
-    let Some(nsobj) = st.get("core/namespaces", "", ns).cloned() else {
-        return;
-    };
-    if meta_str(&nsobj, "deletionTimestamp").is_empty() || !namespace_is_empty(st, ns) {
-        return;
-    }
-    let mut done = nsobj.clone();
-    let remaining: Vec<Value> = nsobj["spec"]["finalizers"]
-        .as_array()
-        .map(|a| a.iter().filter(|f| *f != "kubernetes").cloned().collect())
-        .unwrap_or_default();
-    let released = remaining.is_empty();
-    meta::set_path(&mut done, ".spec.finalizers", Value::Array(remaining));
-    if released && finalizers_of(&done).is_empty() {
-        st.write("core/namespaces", done);
-        st.delete("core/namespaces", "", ns);
-    } else if done != nsobj {
-        st.write("core/namespaces", done);
-    }
-}
-
-/// Deletes everything in a namespace that is being terminated (the namespace controller's job,
-/// done synchronously here). Objects with finalizers are marked and stay until released.
-fn empty_namespace(st: &mut State, ns: &str) {
-    let defs: Vec<Arc<ResourceDef>> = {
-        let mut seen = std::collections::HashSet::new();
-        st.registry
-            .all()
-            .iter()
-            .filter(|d| d.namespaced && seen.insert(d.storage.clone()))
-            .cloned()
-            .collect()
-    };
-    for def in defs {
-        let names: Vec<String> = st
-            .list(&def.storage, Some(ns))
-            .iter()
-            .map(|o| meta_str(o, "name").to_owned())
-            .collect();
-        for name in names {
-            let t = Target {
-                def: def.clone(),
-                namespace: Some(ns.to_owned()),
-                name: Some(name),
-                subresource: None,
-            };
-            let opts = DeleteOptions {
-                grace_period: Some(0),
-                ..Default::default()
-            };
-            // Errors cannot happen without preconditions; an object that vanished meanwhile is fine.
-            let _ = delete_one(st, &t, &opts);
-        }
-    }
-    finish_namespace_if_empty(st, ns);
 }
 
 fn add_finalizer(obj: &mut Value, f: &str) {
@@ -1477,8 +1331,8 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
         .get(&def.storage, t.ns_key(), &name)
         .cloned()
         .ok_or_else(|| t.not_found())?;
+    let strategy = def.strategy.get();
     check_delete_preconditions(&def, &name, &old, opts)?;
-    let is_namespace = def.group.is_empty() && def.plural == "namespaces";
     let deleted_answer = |obj: &Value| -> Value {
         if def.return_deleted_object {
             present(&def, obj)
@@ -1491,17 +1345,8 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
     if !already_deleting {
         apply_propagation(&mut obj, opts.propagation.as_deref());
     }
-    let is_pod = def.group.is_empty() && def.plural == "pods";
-    let grace = if is_pod {
-        pod_grace_period(&obj, opts)
-    } else {
-        0
-    };
-    let holds = !finalizers_of(&obj).is_empty()
-        || (is_namespace
-            && obj["spec"]["finalizers"]
-                .as_array()
-                .is_some_and(|a| !a.is_empty()));
+    let grace = strategy.graceful_delete_period(&obj, opts.grace_period);
+    let holds = !finalizers_of(&obj).is_empty() || strategy.holds_deletion(&obj);
     if holds || grace > 0 {
         if already_deleting {
             let current_grace = obj["metadata"]["deletionGracePeriodSeconds"]
@@ -1526,21 +1371,17 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
         {
             obj["metadata"]["generation"] = json!(g + 1);
         }
-        if is_namespace {
-            meta::set_path(&mut obj, ".status.phase", json!("Terminating"));
-        }
+        strategy.prepare_for_delete(&mut obj);
         if opts.dry_run {
             return Ok((200, present(&def, &obj)));
         }
         let stored = st.write(&def.storage, obj);
-        if is_namespace {
-            empty_namespace(st, &name);
-            if let Some(now) = st.get(&def.storage, "", &name) {
-                return Ok((200, present(&def, now)));
-            }
-            return Ok((200, present(&def, &stored)));
-        }
-        return Ok((200, present(&def, &stored)));
+        strategy.after_delete_marked(st, &stored);
+        // The hook may have changed the object, or let it go.
+        return Ok(match st.get(&def.storage, t.ns_key(), &name) {
+            Some(now) => (200, present(&def, now)),
+            None => (200, present(&def, &stored)),
+        });
     }
     if opts.dry_run {
         return Ok((200, deleted_answer(&old)));
@@ -1550,7 +1391,7 @@ pub fn delete_one(st: &mut State, t: &Target, opts: &DeleteOptions) -> Result<An
 }
 
 /// The checks before a DELETE touches anything: the preconditions on UID and
-/// resourceVersion the client sent, and the namespaces that may never be deleted.
+/// resourceVersion the client sent, then the kind's own ([`Strategy::check_delete`]).
 fn check_delete_preconditions(
     def: &ResourceDef,
     name: &str,
@@ -1583,16 +1424,7 @@ fn check_delete_preconditions(
             ),
         ));
     }
-    let is_namespace = def.group.is_empty() && def.plural == "namespaces";
-    if is_namespace && IMMORTAL_NAMESPACES.contains(&name) {
-        return Err(ApiError::forbidden(
-            &def.plural,
-            &def.group,
-            name,
-            "this namespace may not be deleted",
-        ));
-    }
-    Ok(())
+    def.strategy.get().check_delete(def, name, old)
 }
 
 /// Applies the propagation policy to an object about to be deleted: `Orphan` and
@@ -1608,27 +1440,6 @@ fn apply_propagation(obj: &mut Value, propagation: Option<&str>) {
             add_finalizer(obj, "foregroundDeletion");
         }
         _ => {}
-    }
-}
-
-/// A pod's grace period: the one asked for, else its `terminationGracePeriodSeconds`, else
-/// 30 s; 0 for a pod that never ran or has finished, and 1 for a negative one.
-fn pod_grace_period(obj: &Value, opts: &DeleteOptions) -> i64 {
-    let g = opts
-        .grace_period
-        .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
-        .unwrap_or(30);
-    let phase = obj["status"]["phase"].as_str().unwrap_or_default();
-    let unscheduled = obj["spec"]["nodeName"]
-        .as_str()
-        .unwrap_or_default()
-        .is_empty();
-    if unscheduled || phase == "Succeeded" || phase == "Failed" {
-        0
-    } else if g < 0 {
-        1
-    } else {
-        g
     }
 }
 
@@ -1711,13 +1522,14 @@ impl Write {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::resources::Registry;
 
     /// [`ListJson`] writes exactly the bytes of the `<Kind>List` built from copies of the
     /// served items, with and without `continue` and `remainingItemCount`, empty or not, and
     /// for a view it does not present itself (events.k8s.io/v1).
     #[test]
     fn a_list_serialized_from_the_stored_objects_matches_the_copied_one() {
-        let registry = crate::registry::resources::Registry::builtins();
+        let registry = Registry::builtins();
         let pods = registry.lookup("", "v1", "pods").unwrap();
         let events = registry.lookup("events.k8s.io", "v1", "events").unwrap();
         let stored = [

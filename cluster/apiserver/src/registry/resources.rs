@@ -9,6 +9,13 @@
 //! [`Registry`] is the list of definitions: the built-ins from [`Registry::builtins`] plus one
 //! entry per served version of every registered CustomResourceDefinition.
 //!
+//! What a resource does beyond those answers (defaults, validation, status on create,
+//! allocations, graceful deletion, subresources of its own) is its [`Strategy`], which its
+//! definition carries: the built-ins' are attached here, one per resource file under
+//! `registry/<group>/` ([`crate::registry::core`], [`crate::registry::apps`],
+//! [`crate::registry::batch`], [`crate::registry::rbac`], ...); CRDs get theirs from
+//! [`crate::apiextensions`] ([`Registry::set_strategy`]), custom resources from their CRD.
+//!
 //! Two definitions may share one *storage*: `events` in `v1` and `events` in `events.k8s.io/v1`
 //! are one set of stored objects seen through two schemas ([`View::EventsV1`]), exactly as the
 //! real server stores events once.
@@ -20,7 +27,24 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::registry::strategy::Strategy;
+use crate::api::json_order::GoOrdered;
+use crate::registry::admissionregistration::{Kind as WebhookKind, WebhookConfigurationStrategy};
+use crate::registry::apps::replicas::ReplicasStrategy;
+use crate::registry::batch::cronjobs::CronJobStrategy;
+use crate::registry::batch::jobs::JobStrategy;
+use crate::registry::certificates::CertificateSigningRequestStrategy;
+use crate::registry::coordination::LeaseStrategy;
+use crate::registry::core::configmaps::ConfigMapStrategy;
+use crate::registry::core::events::{CoreEventStrategy, EventsV1Strategy};
+use crate::registry::core::namespaces::NamespaceStrategy;
+use crate::registry::core::nodes::NodeStrategy;
+use crate::registry::core::pods::PodStrategy;
+use crate::registry::core::secrets::SecretStrategy;
+use crate::registry::core::services::ServiceStrategy;
+use crate::registry::rbac::bindings::BindingStrategy;
+use crate::registry::rbac::roles::RoleStrategy;
+use crate::registry::strategy::{GenericStrategy, Strategy};
+use crate::webhook::endpoint::Endpoint;
 
 /// Which schema a definition presents its stored objects through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +92,7 @@ pub struct WebhookConversion {
     /// The CRD's name (`<plural>.<group>`).
     pub crd_name: String,
     /// Where the webhook is called.
-    pub endpoint: crate::webhook::endpoint::Endpoint,
+    pub endpoint: Endpoint,
     /// `clientConfig.caBundle`, decoded (PEM); empty means the system roots.
     pub ca_bundle: Vec<u8>,
     /// The `ConversionReview` version sent: the first of `conversionReviewVersions` this
@@ -124,8 +148,8 @@ pub struct ResourceDef {
     pub strategy: StrategyRef,
 }
 
-/// A resource's [`Strategy`], if it has one. Definitions compare equal when they share the same
-/// strategy object.
+/// A resource's [`Strategy`], if it has one ([`GenericStrategy`], every hook's default, if not).
+/// Definitions compare equal when they share the same strategy object.
 #[derive(Clone, Debug, Default)]
 pub struct StrategyRef(pub Option<Arc<dyn Strategy>>);
 
@@ -140,9 +164,9 @@ impl PartialEq for StrategyRef {
 }
 
 impl StrategyRef {
-    /// The strategy, if any.
-    pub fn get(&self) -> Option<&dyn Strategy> {
-        self.0.as_deref()
+    /// The strategy ([`GenericStrategy`] when the resource has none of its own).
+    pub fn get(&self) -> &dyn Strategy {
+        self.0.as_deref().unwrap_or(&GenericStrategy)
     }
 }
 
@@ -150,8 +174,7 @@ impl ResourceDef {
     /// `value` (an object or list of this resource) serialized as it is served: sorted for
     /// custom resources (unstructured, as on a real server) unless it is a Status or a Table,
     /// in Go's field order otherwise.
-    pub fn ordered<'a>(&self, value: &'a Value) -> crate::api::json_order::GoOrdered<'a> {
-        use crate::api::json_order::GoOrdered;
+    pub fn ordered<'a>(&self, value: &'a Value) -> GoOrdered<'a> {
         if self.custom.is_some() && !matches!(value["kind"].as_str(), Some("Status" | "Table")) {
             GoOrdered::sorted(value)
         } else {
@@ -282,6 +305,10 @@ impl B {
         self.0.field_labels = f.iter().map(|s| s.to_string()).collect();
         self
     }
+    fn strategy(mut self, s: impl Strategy + 'static) -> Self {
+        self.0.strategy = StrategyRef(Some(Arc::new(s)));
+        self
+    }
     fn done(self) -> Arc<ResourceDef> {
         Arc::new(self.0)
     }
@@ -321,6 +348,7 @@ impl Registry {
         let mut events_v1 = B::new("events.k8s.io", "v1", "events", "Event", true)
             .short(&["ev"])
             .fields(EVENT_FIELDS)
+            .strategy(EventsV1Strategy)
             .0;
         events_v1.storage = "core/events".into();
         events_v1.view = View::EventsV1;
@@ -329,6 +357,7 @@ impl Registry {
                 .short(&["ns"])
                 .status()
                 .fields(&["status.phase", "name"])
+                .strategy(NamespaceStrategy)
                 .done(),
             B::new("", "v1", "pods", "Pod", true)
                 .short(&["po"])
@@ -345,10 +374,12 @@ impl Registry {
                     "status.podIP",
                     "status.nominatedNodeName",
                 ])
+                .strategy(PodStrategy)
                 .done(),
             B::new("", "v1", "events", "Event", true)
                 .short(&["ev"])
                 .fields(EVENT_FIELDS)
+                .strategy(CoreEventStrategy)
                 .done(),
             // `ReturnDeletedObject`: the Service REST storage answers DELETE with the Service.
             B::new("", "v1", "services", "Service", true)
@@ -356,12 +387,15 @@ impl Registry {
                 .all()
                 .status()
                 .returns_deleted()
+                .strategy(ServiceStrategy)
                 .done(),
             B::new("", "v1", "configmaps", "ConfigMap", true)
                 .short(&["cm"])
+                .strategy(ConfigMapStrategy)
                 .done(),
             B::new("", "v1", "secrets", "Secret", true)
                 .fields(&["type"])
+                .strategy(SecretStrategy)
                 .done(),
             B::new("", "v1", "serviceaccounts", "ServiceAccount", true)
                 .short(&["sa"])
@@ -372,6 +406,7 @@ impl Registry {
                 .status()
                 .returns_deleted()
                 .fields(&["spec.unschedulable"])
+                .strategy(NodeStrategy)
                 .done(),
             B::new("apps", "v1", "deployments", "Deployment", true)
                 .short(&["deploy"])
@@ -379,6 +414,7 @@ impl Registry {
                 .status()
                 .scale()
                 .generation()
+                .strategy(ReplicasStrategy)
                 .done(),
             B::new("apps", "v1", "statefulsets", "StatefulSet", true)
                 .short(&["sts"])
@@ -386,6 +422,7 @@ impl Registry {
                 .status()
                 .scale()
                 .generation()
+                .strategy(ReplicasStrategy)
                 .done(),
             B::new("apps", "v1", "replicasets", "ReplicaSet", true)
                 .short(&["rs"])
@@ -393,6 +430,7 @@ impl Registry {
                 .status()
                 .scale()
                 .generation()
+                .strategy(ReplicasStrategy)
                 .done(),
             B::new("apps", "v1", "daemonsets", "DaemonSet", true)
                 .short(&["ds"])
@@ -420,12 +458,14 @@ impl Registry {
                 .all()
                 .status()
                 .generation()
+                .strategy(JobStrategy)
                 .done(),
             B::new("batch", "v1", "cronjobs", "CronJob", true)
                 .short(&["cj"])
                 .all()
                 .status()
                 .generation()
+                .strategy(CronJobStrategy)
                 .done(),
             B::new(
                 "policy",
@@ -448,7 +488,6 @@ impl Registry {
             .categories(&["api-extensions"])
             .status()
             .done(),
-            // `/approval` is served like `/status` (see `verbs::Target::endpoint`).
             B::new(
                 "certificates.k8s.io",
                 "v1",
@@ -459,10 +498,12 @@ impl Registry {
             .short(&["csr"])
             .status()
             .fields(&["spec.signerName"])
+            .strategy(CertificateSigningRequestStrategy)
             .done(),
             B::new("coordination.k8s.io", "v1", "leases", "Lease", true)
                 .conditional()
                 .create_on_update()
+                .strategy(LeaseStrategy)
                 .done(),
             Arc::new(events_v1),
             B::new(
@@ -506,6 +547,7 @@ impl Registry {
             )
             .categories(&["api-extensions"])
             .generation()
+            .strategy(WebhookConfigurationStrategy(WebhookKind::Validating))
             .done(),
             B::new(
                 "admissionregistration.k8s.io",
@@ -516,8 +558,11 @@ impl Registry {
             )
             .categories(&["api-extensions"])
             .generation()
+            .strategy(WebhookConfigurationStrategy(WebhookKind::Mutating))
             .done(),
-            B::new("rbac.authorization.k8s.io", "v1", "roles", "Role", true).done(),
+            B::new("rbac.authorization.k8s.io", "v1", "roles", "Role", true)
+                .strategy(RoleStrategy)
+                .done(),
             B::new(
                 "rbac.authorization.k8s.io",
                 "v1",
@@ -525,6 +570,7 @@ impl Registry {
                 "ClusterRole",
                 false,
             )
+            .strategy(RoleStrategy)
             .done(),
             B::new(
                 "rbac.authorization.k8s.io",
@@ -533,6 +579,7 @@ impl Registry {
                 "RoleBinding",
                 true,
             )
+            .strategy(BindingStrategy)
             .done(),
             B::new(
                 "rbac.authorization.k8s.io",
@@ -541,6 +588,7 @@ impl Registry {
                 "ClusterRoleBinding",
                 false,
             )
+            .strategy(BindingStrategy)
             .done(),
         ];
         Registry { defs }

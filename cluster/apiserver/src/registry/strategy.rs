@@ -1,46 +1,201 @@
-//! Per-resource write rules: what create and update do to an object before it is stored.
+//! The generic store's write rules, and the [`Strategy`] through which each resource adds its own.
 //!
-//! In kube-apiserver these are the `PrepareForCreate` / `PrepareForUpdate` / `Validate` methods
-//! of each resource's *strategy*, run by the generic registry store. The ones reproduced here:
+//! kube-apiserver serves every resource with one generic store
+//! (`staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go`) and gives it, per
+//! resource, a *strategy* (`pkg/registry/<group>/<resource>/strategy.go`: "podStrategy implements
+//! behavior for Pods") whose `PrepareForCreate`, `PrepareForUpdate`, `Validate`, ... the store
+//! calls at fixed points of a write. This module is both halves' meeting point: the rules every
+//! resource shares (below) and the [`Strategy`] trait, whose hooks the generic store
+//! ([`crate::registry::generic`]) calls. A resource's definition in the table
+//! ([`crate::registry::resources`]) carries its strategy; the built-in ones live one file per
+//! resource under `registry/<group>/` (`core/pods.rs`, `apps/replicas.rs`, `rbac/roles.rs`,
+//! ...), custom resources' and CRDs' in [`crate::apiextensions`]. Every hook does nothing by
+//! default, so a resource without a strategy gets the shared rules alone.
 //!
-//! * **create** — name from `generateName`, DNS-1123 name validation (422), namespace filled from
-//!   the URL (400 on mismatch) and required to exist (404) and not be terminating (403), `uid`,
-//!   `creationTimestamp`, `generation: 1` for kinds that track it, and the status reset of kinds
-//!   with a status subresource (a client cannot create an object with a made-up status: pods start
-//!   `Pending`, namespaces `Active`, everything else empty).
+//! The shared rules:
+//!
+//! * **create** — name from `generateName`, the name rule of the kind (422,
+//!   [`Strategy::validate_name`]), namespace filled from the URL (400 on mismatch) and required
+//!   to exist (404) and not be terminating (403), `uid`, `creationTimestamp`, `generation: 1` for
+//!   kinds that track it, then the kind's [`Strategy::prepare_for_create`] (by default the status
+//!   reset of kinds with a status subresource: a client cannot create an object with a made-up
+//!   status).
 //! * **update** — identity (`uid`, `creationTimestamp`, `generation`, `deletionTimestamp`) copied
 //!   from the stored object; optimistic concurrency (409 on a stale `resourceVersion`, 422 when a
 //!   kind demands one and none was sent); the **status subresource split**: the main endpoint
 //!   keeps the stored `.status` and takes everything else from the request, while `/status` keeps
-//!   everything *but* `.status` from the stored object; and the `generation` bump whenever the
-//!   spec part changed.
+//!   everything *but* `.status` from the stored object (a subresource of the kind's own is merged
+//!   by [`Strategy::prepare_subresource_update`]); and the `generation` bump whenever the spec
+//!   part changed.
 //! * **finalizers** — no new finalizer may be added once an object is being deleted; an update
-//!   that removes the last finalizer of an object with a `deletionTimestamp` deletes it.
+//!   that removes the last finalizer of an object with a `deletionTimestamp` deletes it
+//!   ([`should_delete`]).
+//!
+//! The order in which the generic store calls the hooks, for a create (POST, a PUT that
+//! creates, an apply on a missing object):
+//!
+//! ```text
+//! validate_create_request → decode (set_defaults) → shared create rules (validate_name,
+//! prepare_for_create) → begin_create → validate → field_errors (with the metadata rules)
+//! → authorize_write → before_store → stored
+//! ```
+//!
+//! for an update (PUT, PATCH, apply, `/status`, `/scale`):
+//!
+//! ```text
+//! update_subresource? → decode (set_defaults) → shared update rules
+//! (prepare_subresource_update) → begin_update → validate_subresource_update → validate
+//! → field_errors → authorize_write → before_store → stored (or removed: should_delete)
+//! ```
+//!
+//! and for a DELETE:
+//!
+//! ```text
+//! preconditions → check_delete → graceful_delete_period, holds_deletion → either removed
+//! (after_remove) or marked (prepare_for_delete, stored, after_delete_marked)
+//! ```
 
+use apimachinery::validation::{self as v, FieldError};
 use serde_json::{Value, json};
 
+use crate::api::json_order;
 use crate::api::object_meta::{self as meta, finalizers_of, meta_str};
-use crate::api::status::{ApiError, Cause};
+use crate::api::status::{self, ApiError, Cause};
+use crate::api::user::UserInfo;
 use crate::registry::State;
 use crate::registry::core::events;
+use crate::registry::generic::{Answer, Target, WriteOptions};
 use crate::registry::resources::{ResourceDef, View};
+use crate::registry::typed;
+use crate::registry::validation;
 use crate::storage::store::rv_of;
 
 /// What one resource adds to the generic store's create, update and delete, beyond the rules
 /// every resource shares (the rest of this module): kube's `RESTCreateStrategy`,
-/// `RESTUpdateStrategy` and the store's `AfterCreate`/`AfterDelete` hooks. A resource's
-/// definition carries its strategy ([`crate::registry::resources::ResourceDef::strategy`]); a
-/// strategy is how a layer above the generic store (apiextensions: CRDs and their custom
-/// resources) plugs in without the store knowing it. Every hook does nothing by default.
+/// `RESTUpdateStrategy`, `RESTDeleteStrategy`, `RESTGracefulDeleteStrategy` and the store's
+/// `BeginCreate`/`BeginUpdate`/`AfterDelete` hooks. A resource's definition carries its strategy
+/// ([`crate::registry::resources::ResourceDef::strategy`]); a strategy is also how a layer above
+/// the generic store (apiextensions: CRDs and their custom resources) plugs in without the store
+/// knowing it. Every hook does nothing by default (the default [`Strategy::validate_name`] and
+/// [`Strategy::prepare_for_create`] are the rules most kinds share); the module docs show when
+/// each one runs.
 pub trait Strategy: Send + Sync + std::fmt::Debug {
+    /// Fills the kind's defaults into a decoded body, on every create, update, patch and apply:
+    /// the `SetDefaults_<Kind>` functions kube-apiserver's scheme runs whenever it decodes a
+    /// body (`pkg/apis/<group>/v1/defaults.go`).
+    fn set_defaults(&self, _obj: &mut Value) {}
+
+    /// Checks a create's body in the version it was sent in, before it is decoded into the
+    /// stored shape: events.k8s.io/v1's stricter `ValidateEventCreate` (kube's event strategy
+    /// validates by the request's group version).
+    fn validate_create_request(&self, _def: &ResourceDef, _body: &Value) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// The name rule of the kind, as the messages of `ValidateObjectMeta`'s name function:
+    /// DNS-1123 subdomain unless the kind says otherwise (`ValidateNamespaceName`,
+    /// `ValidateServiceName`, `ValidateRBACName`, ...).
+    fn validate_name(&self, name: &str) -> Vec<String> {
+        v::is_dns1123_subdomain(name)
+    }
+
+    /// `PrepareForCreate`: what the server sets or clears on a new object once its name,
+    /// `uid` and `creationTimestamp` are known. By default a kind with a status subresource
+    /// starts with no status ([`clear_status`]), as most kube strategies' `PrepareForCreate`
+    /// do; a strategy that overrides this decides its status itself.
+    fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
+        clear_status(def, obj);
+    }
+
+    /// The store's `BeginCreate`: runs under the store's lock with the stored objects at hand,
+    /// after [`Strategy::prepare_for_create`] (a Service's cluster IP and node ports are
+    /// allocated here, from the addresses the stored Services hold).
+    fn begin_create(&self, _st: &State, _obj: &mut Value) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// A PUT on a subresource the resource serves with a REST storage of its own rather than
+    /// the generic update (the namespace's `FinalizeREST`): its answer, or `None` when the
+    /// resource has no such subresource by that name.
+    fn update_subresource(
+        &self,
+        _st: &mut State,
+        _target: &Target,
+        _subresource: &str,
+        _body: &Value,
+        _opts: &WriteOptions,
+    ) -> Option<Result<Answer, ApiError>> {
+        None
+    }
+
+    /// The `PrepareForUpdate` of a subresource strategy of the kind's own: what an update
+    /// through `subresource` takes from the request (`new`) and what it keeps of the stored
+    /// object (`old`), as `podEphemeralContainersStrategy` or `csrApprovalStrategy` do. `None`:
+    /// not one of the kind's subresources, the main endpoint's rules apply (`/status` is the
+    /// shared rule's).
+    fn prepare_subresource_update(
+        &self,
+        _subresource: &str,
+        _old: &Value,
+        _new: &Value,
+    ) -> Option<Value> {
+        None
+    }
+
+    /// The store's `BeginUpdate`: runs under the store's lock after the shared update rules
+    /// (a Service keeps the cluster IP and node ports the client left out, and gets new ones
+    /// for new ports or a new type).
+    fn begin_update(&self, _st: &State, _old: &Value, _obj: &mut Value) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// The `ValidateUpdate` of a subresource strategy of the kind's own (see
+    /// [`Strategy::prepare_subresource_update`]), reported as one 422 of its own.
+    fn validate_subresource_update(
+        &self,
+        _subresource: &str,
+        _new: &Value,
+        _old: &Value,
+    ) -> Vec<FieldError> {
+        vec![]
+    }
+
     /// Validates (and, as a custom resource's schema does, defaults and prunes) an object
     /// about to be created (`old` is `None`) or updated; `strict` is `fieldValidation=Strict`.
+    /// Its error is the answer as it stands (a 400 for a field Go's decoding refuses, or a 422
+    /// of the kind's own), before the metadata rules are checked.
     fn validate(
         &self,
         _def: &ResourceDef,
         _obj: &mut Value,
         _old: Option<&Value>,
         _strict: bool,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// `Validate` (`old` is `None`) and `ValidateUpdate`: the kind's own field rules
+    /// (`pkg/apis/<group>/validation`), reported in one 422 after the metadata rules every
+    /// object shares ([`crate::registry::validation::validate_object`]).
+    fn field_errors(
+        &self,
+        _def: &ResourceDef,
+        _obj: &Value,
+        _old: Option<&Value>,
+    ) -> Vec<FieldError> {
+        vec![]
+    }
+
+    /// Checks a write by an identified user (RBAC enforced) beyond the authorizer's verb
+    /// check, under the store's lock: RBAC's roles and bindings may only grant what the user
+    /// holds (`pkg/registry/rbac/*/policybased/storage.go`, `ConfirmNoEscalation`).
+    fn authorize_write(
+        &self,
+        _st: &State,
+        _def: &ResourceDef,
+        _user: &UserInfo,
+        _obj: &Value,
+        _old: Option<&Value>,
     ) -> Result<(), ApiError> {
         Ok(())
     }
@@ -56,21 +211,76 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// Refuses a DELETE before anything changes (after the client's preconditions): the
+    /// namespaces that may never go (kube's `NamespaceLifecycle` admission).
+    fn check_delete(&self, _def: &ResourceDef, _name: &str, _obj: &Value) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// `CheckGracefulDelete`: the grace period of a DELETE (`requested` is the client's
+    /// `gracePeriodSeconds`); 0 deletes at once unless finalizers hold the object.
+    fn graceful_delete_period(&self, _obj: &Value, _requested: Option<i64>) -> i64 {
+        0
+    }
+
+    /// Whether something other than `metadata.finalizers` holds a deleted object: a
+    /// namespace's `spec.finalizers`.
+    fn holds_deletion(&self, _obj: &Value) -> bool {
+        false
+    }
+
+    /// Whether a deleted object's grace period has run out ([`should_delete`]): a pod waits
+    /// for its kubelet unless the period is zero.
+    fn grace_period_over(&self, _obj: &Value) -> bool {
+        true
+    }
+
+    /// What marking an object for deletion (setting its `deletionTimestamp`) changes besides:
+    /// a namespace turns `Terminating`.
+    fn prepare_for_delete(&self, _obj: &mut Value) {}
+
+    /// Runs under the store's lock once an object marked for deletion is stored: a
+    /// terminating namespace's contents are deleted (the namespace controller's work, done at
+    /// once here). The DELETE answers with the object as it then is, or as marked if it went.
+    fn after_delete_marked(&self, _st: &mut State, _obj: &Value) {}
+
     /// Runs under the store's lock after an object was removed: a CRD's custom resources go
     /// with it.
     fn after_remove(&self, _st: &mut State, _removed: &Value) {}
 }
 
-/// Which endpoint a write came through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Endpoint {
-    /// The object itself.
-    Main,
-    /// `/status`.
-    Status,
-    /// `pods/NAME/ephemeralcontainers`: only `spec.ephemeralContainers` is taken from the
-    /// request ([`crate::registry::core::ephemeral_containers`]).
-    EphemeralContainers,
+/// The strategy of a resource that has none of its own: every hook's default.
+#[derive(Debug, Default)]
+pub struct GenericStrategy;
+
+impl Strategy for GenericStrategy {}
+
+/// The [`Strategy::prepare_for_create`] most kinds share: a kind with a status subresource
+/// starts with no `.status`.
+pub fn clear_status(def: &ResourceDef, obj: &mut Value) {
+    if def.status_subresource
+        && let Some(o) = obj.as_object_mut()
+    {
+        o.remove("status");
+    }
+}
+
+/// The stored object with the request's `.status` and nothing else of it: what an update
+/// through `/status` keeps (a subresource that writes status, such as a CSR's `/approval`, uses
+/// it too).
+pub fn take_status(old: &Value, new: &Value) -> Value {
+    let mut r = old.clone();
+    if let Some(o) = r.as_object_mut() {
+        match new.get("status") {
+            Some(s) => {
+                o.insert("status".into(), s.clone());
+            }
+            None => {
+                o.remove("status");
+            }
+        }
+    }
+    r
 }
 
 /// A request body as the storage shape (events.k8s.io/v1 bodies are renamed to core/v1),
@@ -111,8 +321,8 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         }
     }
     // Fields of the wrong JSON type fail the real server's typed decoding ([`crate::registry::typed`]).
-    if let Some(e) = crate::registry::typed::decode_error(def, &body) {
-        return Err(crate::registry::typed::body_error(def, &e));
+    if let Some(e) = typed::decode_error(def, &body) {
+        return Err(typed::body_error(def, &e));
     }
     let mut obj = match def.view {
         View::EventsV1 => events::from_events_v1(&body),
@@ -129,24 +339,8 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         m.insert("apiVersion".into(), Value::String(def.api_version()));
         m.insert("kind".into(), Value::String(def.kind.clone()));
     }
-    if def.group == crate::registry::admissionregistration::GROUP {
-        crate::registry::admissionregistration::set_defaults(&def.plural, &mut obj);
-    }
-    if def.group.is_empty() && def.plural == "pods" {
-        default_pod_security_context(&mut obj);
-    }
+    def.strategy.get().set_defaults(&mut obj);
     Ok(obj)
-}
-
-/// `SetDefaults_PodSpec`'s `securityContext: {}`: every pod a real server answers with has one,
-/// and clients dereference it (`kubectl debug` reads `spec.securityContext.runAsNonRoot`). The
-/// pod's other defaults (`dnsPolicy`, `schedulerName`, ...) are not filled.
-fn default_pod_security_context(pod: &mut Value) {
-    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut)
-        && spec.get("securityContext").is_none_or(Value::is_null)
-    {
-        spec.insert("securityContext".into(), json!({}));
-    }
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -239,7 +433,7 @@ impl serde::Serialize for Presented<'_> {
         if self.def.custom.is_some() {
             return sorted_with(s, fields, &overrides);
         }
-        crate::api::json_order::object(s, fields, &overrides)
+        json_order::object(s, fields, &overrides)
     }
 }
 
@@ -336,11 +530,7 @@ pub fn prepare_create(
     } else {
         name
     };
-    crate::registry::validation::check(
-        def,
-        &name,
-        crate::registry::validation::validate_name(def, &name),
-    )?;
+    validation::check(def, &name, validation::validate_name(def, &name))?;
     if !meta_str(&obj, "resourceVersion").is_empty() {
         return Err(ApiError::internal(
             "resourceVersion should not be set on objects to be created",
@@ -365,7 +555,7 @@ pub fn prepare_create(
                 }
                 e.message = format!(
                     "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                    crate::api::status::qualified(&def.plural, &def.group)
+                    status::qualified(&def.plural, &def.group)
                 );
                 return Err(e);
             }
@@ -390,30 +580,8 @@ pub fn prepare_create(
     } else {
         m.remove("generation");
     }
-    reset_status_on_create(def, &mut obj);
+    def.strategy.get().prepare_for_create(def, &mut obj);
     Ok(obj)
-}
-
-fn reset_status_on_create(def: &ResourceDef, obj: &mut Value) {
-    let Some(o) = obj.as_object_mut() else {
-        return;
-    };
-    match (def.group.as_str(), def.plural.as_str()) {
-        ("", "namespaces") => {
-            o.insert("status".into(), json!({"phase": "Active"}));
-            if o.get("spec").and_then(|s| s.get("finalizers")).is_none() {
-                meta::set_path(obj, ".spec.finalizers", json!(["kubernetes"]));
-            }
-        }
-        ("", "pods") => {
-            o.insert("status".into(), json!({"phase": "Pending"}));
-        }
-        ("", "nodes") => {}
-        _ if def.status_subresource => {
-            o.remove("status");
-        }
-        _ => {}
-    }
 }
 
 fn check_finalizers(def: &ResourceDef, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
@@ -442,14 +610,15 @@ fn check_finalizers(def: &ResourceDef, new: &Value, old: Option<&Value>) -> Resu
 }
 
 /// Merges a requested update with the stored object (see the module docs) and checks
-/// optimistic concurrency. Returns the object to store.
+/// optimistic concurrency. `subresource` is the one the update came through (`None` for the
+/// object itself). Returns the object to store.
 pub fn prepare_update(
     def: &ResourceDef,
     old: &Value,
     mut new: Value,
     url_ns: Option<&str>,
     url_name: &str,
-    endpoint: Endpoint,
+    subresource: Option<&str>,
 ) -> Result<Value, ApiError> {
     let body_name = meta_str(&new, "name").to_owned();
     if body_name != url_name {
@@ -488,25 +657,18 @@ pub fn prepare_update(
             )],
         ));
     }
-    let mut result = match endpoint {
-        Endpoint::Status => {
-            let mut r = old.clone();
-            if let Some(o) = r.as_object_mut() {
-                match new.get("status") {
-                    Some(s) => {
-                        o.insert("status".into(), s.clone());
-                    }
-                    None => {
-                        o.remove("status");
-                    }
-                }
-            }
-            r
-        }
-        Endpoint::EphemeralContainers => {
-            crate::registry::core::ephemeral_containers::merge(old, &new)
-        }
-        Endpoint::Main => {
+    // The main endpoint's rules, unless `/status` or a subresource of the kind's own writes.
+    let merged = match subresource {
+        Some("status") => Some(take_status(old, &new)),
+        Some(sub) => def
+            .strategy
+            .get()
+            .prepare_subresource_update(sub, old, &new),
+        None => None,
+    };
+    let mut result = match merged {
+        Some(r) => r,
+        None => {
             let mut r = new;
             if def.status_subresource
                 && let Some(o) = r.as_object_mut()
@@ -520,12 +682,10 @@ pub fn prepare_update(
                     }
                 }
             }
+            check_finalizers(def, &r, Some(old))?;
             r
         }
     };
-    if endpoint == Endpoint::Main {
-        check_finalizers(def, &result, Some(old))?;
-    }
     let old_meta = old["metadata"].as_object().cloned().unwrap_or_default();
     let m = meta_mut(&mut result)?;
     for f in [
@@ -563,25 +723,15 @@ pub fn prepare_update(
     Ok(result)
 }
 
-/// True when a stored object should disappear: it is being deleted and nothing holds it.
+/// True when a stored object should disappear: it is being deleted, no finalizer holds it
+/// ([`Strategy::holds_deletion`] for the kind's own) and its grace period has run out
+/// ([`Strategy::grace_period_over`]).
 pub fn should_delete(def: &ResourceDef, obj: &Value) -> bool {
     if meta_str(obj, "deletionTimestamp").is_empty() || !finalizers_of(obj).is_empty() {
         return false;
     }
-    if def.group.is_empty() && def.plural == "namespaces" {
-        let spec_fins = obj["spec"]["finalizers"]
-            .as_array()
-            .is_some_and(|a| !a.is_empty());
-        return !spec_fins;
-    }
-    if def.group.is_empty() && def.plural == "pods" {
-        // A pod with a grace period waits for its kubelet unless the period is zero.
-        return obj["metadata"]["deletionGracePeriodSeconds"]
-            .as_i64()
-            .unwrap_or(0)
-            == 0;
-    }
-    true
+    let strategy = def.strategy.get();
+    !strategy.holds_deletion(obj) && strategy.grace_period_over(obj)
 }
 
 /// The part of an object whose change bumps `generation`: everything but `metadata` and, when

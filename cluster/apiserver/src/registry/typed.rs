@@ -19,6 +19,14 @@
 //! | ConfigMap `data` / `binaryData`, Secret `stringData` / `data` | `map[string]string` / `map[string][]uint8` |
 //! | ConfigMap and Secret `immutable` | `bool`; Secret `type`: `v1.SecretType` |
 //!
+//! Which Go type a built-in kind decodes into is the *scheme*'s to know: kube-apiserver's
+//! `runtime.Scheme`, where each group's `install` package registers its kinds' Go structs, and
+//! which is not part of any resource's strategy. Here [`SCHEME`] is that table: per kind, the
+//! [`k8s_openapi`] struct standing in for the Go one (a body round-tripped through it keeps the
+//! fields the kind has: [`roundtrip`], for `fieldValidation`) and the kind's own fields checked
+//! above. Kinds not in it (Jobs, CronJobs, ...) keep every field sent and get the `ObjectMeta`
+//! checks alone.
+//!
 //! The error is Go's, `json: cannot unmarshal <what> into Go struct field <Struct>.<path> of type
 //! <type>` (`<what>` is `number`, `string`, `bool`, `array` or `object`; a fraction or an
 //! out-of-range number into an integer is `number 1.5`), and `null` is accepted anywhere (Go
@@ -27,10 +35,116 @@
 //! result does not decode answers `422 Invalid` with the cause `patch: Invalid value: "<the
 //! patched object>": <error>`, as the real patch handler does.
 
+use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coord, core::v1 as core};
+use k8s_openapi::api::{events::v1 as events, rbac::v1 as rbac};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::api::status::{ApiError, Cause};
 use crate::registry::resources::ResourceDef;
+
+/// A built-in kind as the scheme knows it (see the module docs).
+pub struct GoKind {
+    /// API group, `""` for core.
+    pub group: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// A body decoded into the kind's struct and encoded again (`None` when it does not
+    /// decode).
+    roundtrip: fn(&Value) -> Option<Value>,
+    /// The kind's own top-level fields whose Go types are checked, beyond `ObjectMeta`.
+    fields: &'static [(&'static str, Ty)],
+}
+
+/// A body decoded into `T` and encoded again.
+fn rt<T: DeserializeOwned + Serialize>(b: &Value) -> Option<Value> {
+    // Decoded from the borrowed tree: the body is not copied first.
+    let t = T::deserialize(b).ok()?;
+    serde_json::to_value(t).ok()
+}
+
+const fn go_kind(
+    group: &'static str,
+    kind: &'static str,
+    roundtrip: fn(&Value) -> Option<Value>,
+) -> GoKind {
+    GoKind {
+        group,
+        kind,
+        roundtrip,
+        fields: &[],
+    }
+}
+
+/// The built-in kinds whose Go types this server knows.
+pub const SCHEME: &[GoKind] = &[
+    go_kind("", "Namespace", rt::<core::Namespace>),
+    go_kind("", "Pod", rt::<core::Pod>),
+    go_kind("", "Event", rt::<core::Event>),
+    go_kind("events.k8s.io", "Event", rt::<events::Event>),
+    go_kind("", "Service", rt::<core::Service>),
+    GoKind {
+        fields: &[
+            ("data", Ty::StrMap),
+            ("binaryData", Ty::BytesMap),
+            ("immutable", Ty::Bool),
+        ],
+        ..go_kind("", "ConfigMap", rt::<core::ConfigMap>)
+    },
+    GoKind {
+        fields: &[
+            ("data", Ty::BytesMap),
+            ("stringData", Ty::StrMap),
+            ("type", Ty::Str("v1.SecretType")),
+            ("immutable", Ty::Bool),
+        ],
+        ..go_kind("", "Secret", rt::<core::Secret>)
+    },
+    go_kind("", "ServiceAccount", rt::<core::ServiceAccount>),
+    go_kind("", "Node", rt::<core::Node>),
+    go_kind("apps", "Deployment", rt::<apps::Deployment>),
+    go_kind("apps", "StatefulSet", rt::<apps::StatefulSet>),
+    go_kind("apps", "ReplicaSet", rt::<apps::ReplicaSet>),
+    go_kind("coordination.k8s.io", "Lease", rt::<coord::Lease>),
+    go_kind(
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        rt::<ext::CustomResourceDefinition>,
+    ),
+    go_kind("rbac.authorization.k8s.io", "Role", rt::<rbac::Role>),
+    go_kind(
+        "rbac.authorization.k8s.io",
+        "ClusterRole",
+        rt::<rbac::ClusterRole>,
+    ),
+    go_kind(
+        "rbac.authorization.k8s.io",
+        "RoleBinding",
+        rt::<rbac::RoleBinding>,
+    ),
+    go_kind(
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        rt::<rbac::ClusterRoleBinding>,
+    ),
+];
+
+/// The scheme's entry for a built-in kind, if it has one.
+fn lookup(group: &str, kind: &str) -> Option<&'static GoKind> {
+    SCHEME.iter().find(|k| k.group == group && k.kind == kind)
+}
+
+/// The built-in kind's typed form round-tripped (decode, encode): what the real server keeps of
+/// a body, as its typed decoder drops every field the Go struct lacks. `None` for kinds without
+/// a Go type here (custom resources among them) or bodies that do not decode.
+pub fn roundtrip(def: &ResourceDef, body: &Value) -> Option<Value> {
+    if def.custom.is_some() {
+        return None;
+    }
+    (lookup(&def.group, &def.kind)?.roundtrip)(body)
+}
 
 /// Go's word for a JSON value's type in an `UnmarshalTypeError`.
 fn what(v: &Value) -> String {
@@ -170,19 +284,9 @@ fn check_fields(group: &str, kind: &str, obj: &Value) -> Result<(), String> {
             }
         }
     }
-    match (group, kind) {
-        ("", "ConfigMap") => {
-            check(obj.get("data"), kind, "data", Ty::StrMap)?;
-            check(obj.get("binaryData"), kind, "binaryData", Ty::BytesMap)?;
-            check(obj.get("immutable"), kind, "immutable", Ty::Bool)?;
-        }
-        ("", "Secret") => {
-            check(obj.get("data"), kind, "data", Ty::BytesMap)?;
-            check(obj.get("stringData"), kind, "stringData", Ty::StrMap)?;
-            check(obj.get("type"), kind, "type", Ty::Str("v1.SecretType"))?;
-            check(obj.get("immutable"), kind, "immutable", Ty::Bool)?;
-        }
-        _ => {}
+    let fields = lookup(group, kind).map_or(&[][..], |k| k.fields);
+    for (field, ty) in fields {
+        check(obj.get(*field), kind, field, *ty)?;
     }
     Ok(())
 }

@@ -1,33 +1,39 @@
-//! Validation of objects on create and update: the `Validate` / `ValidateUpdate` step of each
-//! resource's strategy.
+//! Validation of objects on create and update: the rules every resource shares, and the
+//! helpers the resources' own rules use.
 //!
 //! kube-apiserver validates every built-in object twice over: the metadata rules every kind
 //! shares (`ValidateObjectMeta`: name, labels, annotations, finalizers, ownerReferences; here
-//! [`apimachinery::validation`]) and the rules of the kind (`pkg/apis/<group>/validation`). A
+//! [`apimachinery::validation`], bounded by [`crate::api::limits::bounded_meta_errors`]) and the
+//! rules of the kind (`pkg/apis/<group>/validation`), which its strategy's `Validate` runs.
+//! Here [`validate_object`] is the first and asks the resource's
+//! [`Strategy::field_errors`](crate::registry::strategy::Strategy::field_errors) for the second; the kinds' rules live with their strategies, one
+//! file per resource under `registry/<group>/` (pods, services, workloads, events, leases,
+//! roles and bindings, webhook configurations, the data size of ConfigMaps and Secrets). A
 //! failure is a `422 Invalid` Status listing one cause per failing field, in the order the real
 //! validators find them, with their exact messages (`spec.containers: Required value`).
 //!
-//! Kind rules reproduced (the ones clients and controllers rely on):
+//! Names are checked per kind by [`validate_name`], with the kind's rule
+//! ([`Strategy::validate_name`](crate::registry::strategy::Strategy::validate_name)): DNS-1123 subdomain (most kinds), DNS-1123 label
+//! (namespaces), DNS-1035 label (services), path segment (RBAC). Custom resources meet their
+//! CRD's schema and CEL rules (their strategy, [`crate::apiextensions::custom_resources`]) plus
+//! the shared metadata rules.
 //!
-//! | kind | checks |
-//! |---|---|
-//! | Pod (and workload templates) | at least one container; container names DNS-1123 labels, unique; `image` required; `terminationGracePeriodSeconds >= 0`; `restartPolicy` one of `Always`, `OnFailure`, `Never`; ephemeral containers by [`crate::registry::core::ephemeral_containers`] |
-//! | Deployment, ReplicaSet, StatefulSet | `spec.selector` required and non-empty; its `matchLabels` valid labels; the template's labels match it |
-//! | Service | ports required unless headless or `ExternalName`; port and `targetPort` in 1..=65535; names required (several ports) and unique; protocol `TCP`/`UDP`/`SCTP` |
-//! | Role, ClusterRole | each rule has verbs; resource rules have apiGroups and resources; non-resource URLs not mixed with resources nor in a Role |
-//! | RoleBinding, ClusterRoleBinding | `roleRef` kind, name and apiGroup; subjects' kind and name |
-//! | Event (core/v1) | `involvedObject.namespace` agrees with the event's namespace |
-//! | Lease | `leaseDurationSeconds > 0`, `leaseTransitions >= 0` |
-//!
-//! Custom resources meet their CRD's schema and its CEL rules instead
-//! ([`crate::registry::generic::validate_custom`], [`crate::apiextensions::cel_rules`]) plus the shared metadata rules. Names are checked per kind by [`validate_name`]: DNS-1123 subdomain
-//! (most kinds), DNS-1123 label (namespaces), DNS-1035 label (services), path segment (RBAC).
+//! Also here: what `fieldValidation` does with the fields a built-in kind's Go type lacks
+//! ([`check_unknown_fields`]) and with duplicate JSON keys ([`check_duplicate_fields`],
+//! [`parse_json_body`]).
+
+use std::collections::HashSet;
+use std::fmt;
 
 use apimachinery::validation::{self as v, FieldError};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
+use crate::api::limits::{bounded_meta_errors, json_deserializer};
+use crate::api::query::{FieldValidation, Query};
 use crate::api::status::ApiError;
 use crate::registry::resources::ResourceDef;
+use crate::registry::typed;
 
 pub use crate::api::status::to_causes;
 
@@ -80,414 +86,41 @@ pub fn is_valid_path_segment_name(name: &str) -> Vec<String> {
         .collect()
 }
 
-/// The name rule of this resource, as field errors on `metadata.name`.
+/// The name rule of this resource ([`Strategy::validate_name`](crate::registry::strategy::Strategy::validate_name)), as field errors on
+/// `metadata.name`.
 pub fn validate_name(def: &ResourceDef, name: &str) -> Vec<FieldError> {
-    let msgs = if def.group.is_empty() && def.plural == "namespaces" {
-        v::is_dns1123_label(name)
-    } else if def.group.is_empty() && def.plural == "services" {
-        is_dns1035_label(name)
-    } else if def.group == "rbac.authorization.k8s.io" {
-        is_valid_path_segment_name(name)
-    } else {
-        v::is_dns1123_subdomain(name)
-    };
-    msgs.iter()
+    def.strategy
+        .get()
+        .validate_name(name)
+        .iter()
         .map(|m| FieldError::invalid("metadata.name", name, m))
         .collect()
 }
 
-/// Every rule for an object about to be stored: the shared metadata rules, then the kind's.
-pub fn validate_object(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+/// Every rule for an object about to be created (`old` is `None`) or updated: the shared
+/// metadata rules, then the kind's ([`Strategy::field_errors`](crate::registry::strategy::Strategy::field_errors)).
+pub fn validate_object(def: &ResourceDef, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     // The shared metadata rules, bounded for huge collections (`limits`).
-    let mut errs = crate::api::limits::bounded_meta_errors(&obj["metadata"]);
-    if def.custom.is_some() {
-        return errs;
-    }
-    errs.extend(crate::api::limits::validate_data_size(
-        &def.group, &def.kind, obj,
-    ));
-    let spec = &obj["spec"];
-    match (def.group.as_str(), def.plural.as_str()) {
-        ("", "pods") => validate_pod_spec(spec, "spec", &mut errs),
-        ("apps", "deployments" | "replicasets" | "statefulsets") => {
-            validate_workload(&def.kind, spec, &mut errs)
-        }
-        ("", "services") => validate_service(spec, &mut errs),
-        ("rbac.authorization.k8s.io", "roles") => validate_rules(&obj["rules"], true, &mut errs),
-        ("rbac.authorization.k8s.io", "clusterroles") => {
-            // Aggregated cluster roles have their rules filled in by the controller.
-            validate_rules(&obj["rules"], false, &mut errs)
-        }
-        ("rbac.authorization.k8s.io", "rolebindings") => validate_binding(obj, true, &mut errs),
-        ("rbac.authorization.k8s.io", "clusterrolebindings") => {
-            validate_binding(obj, false, &mut errs)
-        }
-        ("", "events") => validate_core_event(obj, &mut errs),
-        ("coordination.k8s.io", "leases") => validate_lease(spec, &mut errs),
-        (crate::registry::admissionregistration::GROUP, plural) => errs.extend(
-            crate::registry::admissionregistration::validate(plural, obj),
-        ),
-        _ => {}
-    }
+    let mut errs = bounded_meta_errors(&obj["metadata"]);
+    errs.extend(def.strategy.get().field_errors(def, obj, old));
     errs
 }
 
-fn str_at<'a>(v: &'a Value, k: &str) -> &'a str {
+/// A string field of `v` (`""` when absent or not a string).
+pub fn str_at<'a>(v: &'a Value, k: &str) -> &'a str {
     v[k].as_str().unwrap_or_default()
 }
 
-/// `ValidatePodSpec`, the parts clients rely on. `path` is `spec` or `spec.template.spec`.
-pub fn validate_pod_spec(spec: &Value, path: &str, errs: &mut Vec<FieldError>) {
-    let containers = spec["containers"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    if containers.is_empty() {
-        errs.push(FieldError::required(format!("{path}.containers"), ""));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for (i, c) in containers.iter().enumerate() {
-        let p = format!("{path}.containers[{i}]");
-        let name = str_at(c, "name");
-        if name.is_empty() {
-            errs.push(FieldError::required(format!("{p}.name"), ""));
-        } else {
-            for m in v::is_dns1123_label(name) {
-                errs.push(FieldError::invalid(format!("{p}.name"), name, &m));
-            }
-            if !seen.insert(name) {
-                errs.push(FieldError::duplicate(
-                    format!("{p}.name"),
-                    &Value::String(name.to_owned()),
-                ));
-            }
-        }
-        if str_at(c, "image").trim().is_empty() {
-            errs.push(FieldError::required(format!("{p}.image"), ""));
-        }
-    }
-    if let Some(g) = spec["terminationGracePeriodSeconds"].as_i64()
-        && g < 0
-    {
-        errs.push(FieldError::invalid_value(
-            format!("{path}.terminationGracePeriodSeconds"),
-            &Value::from(g),
-            "must be greater than or equal to 0",
-        ));
-    }
-    let policy = str_at(spec, "restartPolicy");
-    if !policy.is_empty() && !matches!(policy, "Always" | "OnFailure" | "Never") {
-        errs.push(FieldError::not_supported(
-            format!("{path}.restartPolicy"),
-            policy,
-            &["Always", "OnFailure", "Never"],
-        ));
-    }
-    if path == "spec" {
-        crate::registry::core::ephemeral_containers::validate_containers(spec, path, errs);
-    }
-}
-
-fn validate_workload(kind: &str, spec: &Value, errs: &mut Vec<FieldError>) {
-    let selector = &spec["selector"];
-    if !selector.is_object() {
-        errs.push(FieldError::required("spec.selector", ""));
-    } else {
-        let match_labels = selector["matchLabels"].as_object();
-        let exprs = selector["matchExpressions"].as_array();
-        if match_labels.is_none_or(|m| m.is_empty()) && exprs.is_none_or(|e| e.is_empty()) {
-            errs.push(FieldError::invalid_value(
-                "spec.selector",
-                selector,
-                &format!(
-                    "empty selector is invalid for {}",
-                    kind.to_ascii_lowercase()
-                ),
-            ));
-        }
-        errs.extend(v::validate_labels(
-            &selector["matchLabels"],
-            "spec.selector.matchLabels",
-        ));
-        let template_labels = &spec["template"]["metadata"]["labels"];
-        if !selector_matches(selector, template_labels) {
-            errs.push(FieldError::invalid_value(
-                "spec.template.metadata.labels",
-                template_labels,
-                "`selector` does not match template `labels`",
-            ));
-        }
-    }
-    errs.extend(v::validate_labels(
-        &spec["template"]["metadata"]["labels"],
-        "spec.template.metadata.labels",
-    ));
-    validate_pod_spec(&spec["template"]["spec"], "spec.template.spec", errs);
-}
-
-/// A `metav1.LabelSelector` (matchLabels and the four operators) against a label map.
-fn selector_matches(selector: &Value, labels: &Value) -> bool {
-    let get = |k: &str| labels.get(k).and_then(Value::as_str);
-    if let Some(m) = selector["matchLabels"].as_object()
-        && !m.iter().all(|(k, want)| get(k) == want.as_str())
-    {
-        return false;
-    }
-    let exprs = selector["matchExpressions"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    exprs.iter().all(|e| {
-        let key = str_at(e, "key");
-        let values: Vec<&str> = e["values"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        match str_at(e, "operator") {
-            "In" => get(key).is_some_and(|x| values.contains(&x)),
-            "NotIn" => get(key).is_none_or(|x| !values.contains(&x)),
-            "Exists" => get(key).is_some(),
-            "DoesNotExist" => get(key).is_none(),
-            _ => false,
-        }
-    })
-}
-
-fn validate_port_number(v: &Value, field: String, errs: &mut Vec<FieldError>) {
-    if let Some(n) = v.as_i64()
-        && !(1..=65535).contains(&n)
-    {
-        errs.push(FieldError::invalid_value(
-            field,
-            v,
-            "must be between 1 and 65535, inclusive",
-        ));
-    }
-}
-
-fn validate_service(spec: &Value, errs: &mut Vec<FieldError>) {
-    let ports = spec["ports"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    let headless = str_at(spec, "clusterIP") == "None";
-    let ty = str_at(spec, "type");
-    if ports.is_empty() && !headless && ty != "ExternalName" {
-        errs.push(FieldError::required("spec.ports", ""));
-    }
-    let mut names = std::collections::HashSet::new();
-    for (i, p) in ports.iter().enumerate() {
-        let path = format!("spec.ports[{i}]");
-        let name = str_at(p, "name");
-        if ports.len() > 1 && name.is_empty() {
-            errs.push(FieldError::required(format!("{path}.name"), ""));
-        } else if !name.is_empty() {
-            for m in v::is_dns1123_label(name) {
-                errs.push(FieldError::invalid(format!("{path}.name"), name, &m));
-            }
-            if !names.insert(name) {
-                errs.push(FieldError::duplicate(
-                    format!("{path}.name"),
-                    &Value::String(name.to_owned()),
-                ));
-            }
-        }
-        if p["port"].is_null() {
-            errs.push(FieldError::invalid_value(
-                format!("{path}.port"),
-                &Value::from(0),
-                "must be between 1 and 65535, inclusive",
-            ));
-        } else {
-            validate_port_number(&p["port"], format!("{path}.port"), errs);
-        }
-        validate_port_number(&p["targetPort"], format!("{path}.targetPort"), errs);
-        let proto = str_at(p, "protocol");
-        if !proto.is_empty() && !matches!(proto, "TCP" | "UDP" | "SCTP") {
-            errs.push(FieldError::not_supported(
-                format!("{path}.protocol"),
-                proto,
-                &["SCTP", "TCP", "UDP"],
-            ));
-        }
-    }
-}
-
-/// `ValidatePolicyRule` for each rule.
-fn validate_rules(rules: &Value, namespaced: bool, errs: &mut Vec<FieldError>) {
-    let rules = rules.as_array().map(Vec::as_slice).unwrap_or(&[]);
-    let non_empty = |r: &Value, k: &str| r[k].as_array().is_some_and(|a| !a.is_empty());
-    for (i, r) in rules.iter().enumerate() {
-        let p = format!("rules[{i}]");
-        if !non_empty(r, "verbs") {
-            errs.push(FieldError::required(
-                format!("{p}.verbs"),
-                "verbs must contain at least one value",
-            ));
-        }
-        if non_empty(r, "nonResourceURLs") {
-            if namespaced {
-                errs.push(FieldError::invalid_value(
-                    format!("{p}.nonResourceURLs"),
-                    &r["nonResourceURLs"],
-                    "namespaced rules cannot apply to non-resource URLs",
-                ));
-            }
-            if non_empty(r, "apiGroups")
-                || non_empty(r, "resources")
-                || non_empty(r, "resourceNames")
-            {
-                errs.push(FieldError::invalid_value(
-                    format!("{p}.nonResourceURLs"),
-                    &r["nonResourceURLs"],
-                    "rules cannot apply to both regular resources and non-resource URLs",
-                ));
-            }
-            continue;
-        }
-        if !non_empty(r, "apiGroups") {
-            errs.push(FieldError::required(
-                format!("{p}.apiGroups"),
-                "resource rules must supply at least one api group",
-            ));
-        }
-        if !non_empty(r, "resources") {
-            errs.push(FieldError::required(
-                format!("{p}.resources"),
-                "resource rules must supply at least one resource",
-            ));
-        }
-    }
-}
-
-fn validate_binding(obj: &Value, namespaced: bool, errs: &mut Vec<FieldError>) {
-    let rr = &obj["roleRef"];
-    let group = str_at(rr, "apiGroup");
-    if group != "rbac.authorization.k8s.io" {
-        errs.push(FieldError::not_supported(
-            "roleRef.apiGroup",
-            group,
-            &["rbac.authorization.k8s.io"],
-        ));
-    }
-    let kind = str_at(rr, "kind");
-    if namespaced {
-        if !matches!(kind, "Role" | "ClusterRole") {
-            errs.push(FieldError::not_supported(
-                "roleRef.kind",
-                kind,
-                &["Role", "ClusterRole"],
-            ));
-        }
-    } else if kind != "ClusterRole" {
-        errs.push(FieldError::not_supported(
-            "roleRef.kind",
-            kind,
-            &["ClusterRole"],
-        ));
-    }
-    let name = str_at(rr, "name");
-    if name.is_empty() {
-        errs.push(FieldError::required("roleRef.name", ""));
-    } else {
-        for m in is_valid_path_segment_name(name) {
-            errs.push(FieldError::invalid("roleRef.name", name, &m));
-        }
-    }
-    let subjects = obj["subjects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    for (i, s) in subjects.iter().enumerate() {
-        let p = format!("subjects[{i}]");
-        if str_at(s, "name").is_empty() {
-            errs.push(FieldError::required(format!("{p}.name"), ""));
-        }
-        let kind = str_at(s, "kind");
-        if !matches!(kind, "ServiceAccount" | "User" | "Group") {
-            errs.push(FieldError::not_supported(
-                format!("{p}.kind"),
-                kind,
-                &["ServiceAccount", "User", "Group"],
-            ));
-        }
-    }
-}
-
-/// The core/v1 event rule (`legacyValidateEvent`): the involved object's namespace agrees with
-/// the event's. An old-style event (no `eventTime`) about a cluster-scoped object lives in
-/// `default` (or no namespace); a new-style one in `default` or `kube-system`.
-fn validate_core_event(obj: &Value, errs: &mut Vec<FieldError>) {
-    let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
-    let involved = str_at(&obj["involvedObject"], "namespace");
-    let old_style = str_at(obj, "eventTime").is_empty();
-    let ok = match (old_style, involved.is_empty()) {
-        (true, true) => ns.is_empty() || ns == "default",
-        (false, true) => ns == "default" || ns == "kube-system",
-        (_, false) => ns == involved,
-    };
-    if !ok {
-        errs.push(FieldError::invalid(
-            "involvedObject.namespace",
-            involved,
-            "does not match event.namespace",
-        ));
-    }
-}
-
-fn validate_lease(spec: &Value, errs: &mut Vec<FieldError>) {
-    if let Some(d) = spec["leaseDurationSeconds"].as_i64()
-        && d <= 0
-    {
-        errs.push(FieldError::invalid_value(
-            "spec.leaseDurationSeconds",
-            &Value::from(d),
-            "must be greater than 0",
-        ));
-    }
-    if let Some(t) = spec["leaseTransitions"].as_i64()
-        && t < 0
-    {
-        errs.push(FieldError::invalid_value(
-            "spec.leaseTransitions",
-            &Value::from(t),
-            "must be greater than or equal to 0",
-        ));
-    }
-}
-
-/// The built-in kind's typed form round-tripped (decode, encode): what the real server keeps of a
-/// body, as its typed decoder drops every field the Go struct lacks. `None` for kinds without a
-/// typed model here (custom resources) or bodies that do not decode.
-fn typed_roundtrip(def: &ResourceDef, body: &Value) -> Option<Value> {
-    use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coord, core::v1 as core};
-    use k8s_openapi::api::{events::v1 as events, rbac::v1 as rbac};
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
-    fn rt<T: serde::de::DeserializeOwned + serde::Serialize>(b: &Value) -> Option<Value> {
-        // Decoded from the borrowed tree: the body is not copied first.
-        let t = T::deserialize(b).ok()?;
-        serde_json::to_value(t).ok()
-    }
-    if def.custom.is_some() {
-        return None;
-    }
-    match (def.group.as_str(), def.kind.as_str()) {
-        ("", "Namespace") => rt::<core::Namespace>(body),
-        ("", "Pod") => rt::<core::Pod>(body),
-        ("", "Event") => rt::<core::Event>(body),
-        ("events.k8s.io", "Event") => rt::<events::Event>(body),
-        ("", "Service") => rt::<core::Service>(body),
-        ("", "ConfigMap") => rt::<core::ConfigMap>(body),
-        ("", "Secret") => rt::<core::Secret>(body),
-        ("", "ServiceAccount") => rt::<core::ServiceAccount>(body),
-        ("", "Node") => rt::<core::Node>(body),
-        ("apps", "Deployment") => rt::<apps::Deployment>(body),
-        ("apps", "StatefulSet") => rt::<apps::StatefulSet>(body),
-        ("apps", "ReplicaSet") => rt::<apps::ReplicaSet>(body),
-        ("coordination.k8s.io", "Lease") => rt::<coord::Lease>(body),
-        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-            rt::<ext::CustomResourceDefinition>(body)
-        }
-        ("rbac.authorization.k8s.io", "Role") => rt::<rbac::Role>(body),
-        ("rbac.authorization.k8s.io", "ClusterRole") => rt::<rbac::ClusterRole>(body),
-        ("rbac.authorization.k8s.io", "RoleBinding") => rt::<rbac::RoleBinding>(body),
-        ("rbac.authorization.k8s.io", "ClusterRoleBinding") => rt::<rbac::ClusterRoleBinding>(body),
-        _ => None,
-    }
+/// The kind rules' errors for `obj` as an object of the built-in `group`/`plural` (tests of the
+/// resources' rules).
+#[cfg(test)]
+pub(crate) fn kind_errors(group: &str, plural: &str, obj: Value) -> Vec<FieldError> {
+    use crate::registry::resources::Registry;
+    let registry = Registry::builtins();
+    let def = registry
+        .lookup(group, "v1", plural)
+        .expect("a built-in resource");
+    validate_object(&def, &obj, None)
 }
 
 /// Removes from `body` every (non-null) field that `typed` lacks, recording its path
@@ -533,10 +166,9 @@ fn strip_unknown(body: &mut Value, typed: &Value, prefix: &str, out: &mut Vec<St
 pub fn check_unknown_fields(
     def: &ResourceDef,
     body: &mut Value,
-    q: &crate::api::query::Query,
+    q: &Query,
 ) -> Result<(), ApiError> {
-    use crate::api::query::FieldValidation;
-    let Some(typed) = typed_roundtrip(def, body) else {
+    let Some(typed) = typed::roundtrip(def, body) else {
         return Ok(());
     };
     let mut unknown = vec![];
@@ -567,7 +199,6 @@ pub fn check_unknown_fields(
 /// serde_json keeps the last of duplicate keys silently; this walks the text once more and
 /// records them, bounded by the body limit the HTTP layer already enforced.
 pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
-    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
     struct Walk<'a>(&'a mut Vec<String>);
     impl<'de> DeserializeSeed<'de> for Walk<'_> {
         type Value = ();
@@ -577,7 +208,7 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
     }
     impl<'de> Visitor<'de> for Walk<'_> {
         type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("any JSON value")
         }
         fn visit_bool<E>(self, _: bool) -> Result<(), E> {
@@ -603,7 +234,7 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
             Ok(())
         }
         fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<(), A::Error> {
-            let mut seen = std::collections::HashSet::new();
+            let mut seen = HashSet::new();
             while let Some(k) = a.next_key::<String>()? {
                 if !seen.insert(k.clone()) {
                     self.0.push(k);
@@ -615,7 +246,7 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
     }
     let mut out = vec![];
     // A body that does not parse (or nests too deep) is reported by the decoder proper.
-    if let Ok(mut de) = crate::api::limits::json_deserializer(bytes) {
+    if let Ok(mut de) = json_deserializer(bytes) {
         let _ = Walk(&mut out).deserialize(&mut de);
     }
     out
@@ -623,7 +254,7 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
 
 /// `fieldValidation` for duplicate keys of a JSON body: `Strict` refuses (400 `strict decoding
 /// error: duplicate field "x"`), `Warn` warns, `Ignore` keeps the last value silently.
-pub fn check_duplicate_fields(bytes: &[u8], q: &crate::api::query::Query) -> Result<(), ApiError> {
+pub fn check_duplicate_fields(bytes: &[u8], q: &Query) -> Result<(), ApiError> {
     report_duplicate_fields(&duplicate_json_keys(bytes), q)
 }
 
@@ -631,7 +262,7 @@ pub fn check_duplicate_fields(bytes: &[u8], q: &crate::api::query::Query) -> Res
 /// pass over the text: what `serde_json::from_slice` followed by [`check_duplicate_fields`]
 /// does, without parsing the body twice. Errors: 400 `error decoding JSON request body: ...`
 /// for a body that does not parse, then the duplicate-field outcome.
-pub fn parse_json_body(bytes: &[u8], q: &crate::api::query::Query) -> Result<Value, ApiError> {
+pub fn parse_json_body(bytes: &[u8], q: &Query) -> Result<Value, ApiError> {
     let (value, dups) = parse_json_noting_duplicates(bytes)
         .map_err(|e| ApiError::bad_request(format!("error decoding JSON request body: {e}")))?;
     report_duplicate_fields(&dups, q)?;
@@ -643,7 +274,6 @@ pub fn parse_json_body(bytes: &[u8], q: &crate::api::query::Query) -> Result<Val
 pub fn parse_json_noting_duplicates(
     bytes: &[u8],
 ) -> Result<(Value, Vec<String>), serde_json::Error> {
-    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
     struct Build<'a>(&'a mut Vec<String>);
     impl<'de> DeserializeSeed<'de> for Build<'_> {
         type Value = Value;
@@ -653,7 +283,7 @@ pub fn parse_json_noting_duplicates(
     }
     impl<'de> Visitor<'de> for Build<'_> {
         type Value = Value;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("any valid JSON value")
         }
         fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
@@ -698,15 +328,14 @@ pub fn parse_json_noting_duplicates(
         }
     }
     let mut dups = vec![];
-    let mut de = crate::api::limits::json_deserializer(bytes)?;
+    let mut de = json_deserializer(bytes)?;
     let value = Build(&mut dups).deserialize(&mut de)?;
     de.end()?;
     Ok((value, dups))
 }
 
 /// `fieldValidation` applied to the duplicate keys found in a JSON body.
-fn report_duplicate_fields(dups: &[String], q: &crate::api::query::Query) -> Result<(), ApiError> {
-    use crate::api::query::FieldValidation;
+fn report_duplicate_fields(dups: &[String], q: &Query) -> Result<(), ApiError> {
     if dups.is_empty() {
         return Ok(());
     }
@@ -735,12 +364,6 @@ mod tests {
     use crate::registry::resources::Registry;
     use serde_json::json;
 
-    fn errs(plural: &str, group: &str, obj: Value) -> Vec<FieldError> {
-        let r = Registry::builtins();
-        let def = r.lookup(group, "v1", plural).unwrap();
-        validate_object(&def, &obj)
-    }
-
     #[test]
     fn one_pass_parsing_matches_serde_json_and_the_duplicate_walk() {
         for text in [
@@ -762,7 +385,6 @@ mod tests {
 
     #[test]
     fn unknown_and_duplicate_fields_follow_field_validation() {
-        use crate::api::query::Query;
         let r = Registry::builtins();
         let deploy = r.lookup("apps", "v1", "deployments").unwrap();
         let body = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
@@ -823,123 +445,6 @@ mod tests {
                 "Invalid value: \"a/b%\": may not contain '/'",
                 "Invalid value: \"a/b%\": may not contain '%'"
             ]
-        );
-    }
-
-    #[test]
-    fn pods_need_containers_and_a_sane_grace_period() {
-        let e = errs(
-            "pods",
-            "",
-            json!({"metadata": {}, "spec": {"containers": []}}),
-        );
-        assert_eq!(e, vec![FieldError::required("spec.containers", "")]);
-        assert_eq!(e[0].message, "Required value");
-        let e = errs(
-            "pods",
-            "",
-            json!({"spec": {"containers": [{"name": "c", "image": "i"}], "terminationGracePeriodSeconds": -5, "restartPolicy": "Sometimes"}}),
-        );
-        assert_eq!(e.len(), 2);
-        assert_eq!(
-            e[0].full(),
-            "spec.terminationGracePeriodSeconds: Invalid value: -5: must be greater than or equal to 0"
-        );
-        assert_eq!(
-            e[1].full(),
-            "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
-        );
-        let e = errs(
-            "pods",
-            "",
-            json!({"spec": {"containers": [{"name": "C", "image": "i"}, {"name": "C"}]}}),
-        );
-        let fields: Vec<&str> = e.iter().map(|e| e.field.as_str()).collect();
-        assert_eq!(
-            fields,
-            vec![
-                "spec.containers[0].name",
-                "spec.containers[1].name",
-                "spec.containers[1].name",
-                "spec.containers[1].image"
-            ]
-        );
-    }
-
-    #[test]
-    fn workload_selectors_must_match_their_template() {
-        let ok = json!({"spec": {"selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web", "x": "y"}},
-                         "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-        assert!(errs("deployments", "apps", ok).is_empty());
-        let bad = json!({"spec": {"selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "db"}},
-                         "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-        let e = errs("replicasets", "apps", bad);
-        assert_eq!(e.len(), 1);
-        assert_eq!(
-            e[0].full(),
-            "spec.template.metadata.labels: Invalid value: {\"app\":\"db\"}: `selector` does not match template `labels`"
-        );
-        let none =
-            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-        assert_eq!(
-            errs("statefulsets", "apps", none)[0].full(),
-            "spec.selector: Required value"
-        );
-    }
-
-    #[test]
-    fn services_rules_bindings_events_and_leases() {
-        let e = errs(
-            "services",
-            "",
-            json!({"spec": {"ports": [{"port": 70000}]}}),
-        );
-        assert_eq!(
-            e[0].full(),
-            "spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive"
-        );
-        assert!(errs("services", "", json!({"spec": {"clusterIP": "None"}})).is_empty());
-        assert_eq!(
-            errs("services", "", json!({"spec": {}}))[0].full(),
-            "spec.ports: Required value"
-        );
-        let e = errs(
-            "clusterroles",
-            "rbac.authorization.k8s.io",
-            json!({"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": []}]}),
-        );
-        assert_eq!(
-            e[0].full(),
-            "rules[0].verbs: Required value: verbs must contain at least one value"
-        );
-        let e = errs(
-            "clusterrolebindings",
-            "rbac.authorization.k8s.io",
-            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "x"}}),
-        );
-        assert_eq!(
-            e[0].full(),
-            "roleRef.kind: Unsupported value: \"Role\": supported values: \"ClusterRole\""
-        );
-        let e = errs(
-            "events",
-            "",
-            json!({"metadata": {"namespace": "a"}, "involvedObject": {"kind": "Pod", "namespace": "b"}}),
-        );
-        assert_eq!(
-            e[0].full(),
-            "involvedObject.namespace: Invalid value: \"b\": does not match event.namespace"
-        );
-        let e = errs(
-            "leases",
-            "coordination.k8s.io",
-            json!({"spec": {"leaseDurationSeconds": 0}}),
-        );
-        assert_eq!(
-            e[0].full(),
-            "spec.leaseDurationSeconds: Invalid value: 0: must be greater than 0"
         );
     }
 }

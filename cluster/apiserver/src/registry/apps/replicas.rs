@@ -1,77 +1,65 @@
-//! Simulated workload controllers: Deployments, ReplicaSets and StatefulSets.
+//! apps/v1 Deployments, ReplicaSets and StatefulSets, the workloads that keep `spec.replicas`
+//! copies of a pod template: what their strategies add to the generic store, as
+//! kube-apiserver's `pkg/registry/apps/deployment/strategy.go`, `replicaset/strategy.go` and
+//! `statefulset/strategy.go` do. Their rules here are the same for the three kinds, so one
+//! [`ReplicasStrategy`] serves them:
 //!
-//! ## What these controllers do in a real cluster
+//! * **`spec.replicas`** ([`validate_replicas`]): an `int32`, so a fraction, a string or a
+//!   number outside `-2^31..2^31` fails Go's decoding with `400 BadRequest`, and a negative count
+//!   fails validation with `422 Invalid`; checked on its own, before the metadata rules;
+//! * **validation** (the parts of `ValidateDeploymentSpec`, `ValidateReplicaSetSpec` and
+//!   `ValidateStatefulSetSpec` clients rely on): `spec.selector` required and non-empty; its
+//!   `matchLabels` valid labels; the template's labels match it; the template's pod spec meets
+//!   the pod rules ([`validate_pod_spec`]).
 //!
-//! A Deployment or StatefulSet is, like an `At`, a wish: "keep N copies of this pod template
-//! running". Controllers in kube-controller-manager make it so and report progress in the
-//! object's `status`:
-//!
-//! * The **Deployment controller** creates a ReplicaSet per template revision and scales them
-//!   (rolling updates move replicas from the old one to the new one); the **ReplicaSet
-//!   controller** creates and deletes the pods. The Deployment's status counts what it sees:
-//!   `replicas`, `updatedReplicas` (on the newest template), `readyReplicas`,
-//!   `availableReplicas` (ready for `minReadySeconds`), the conditions `Available` and
-//!   `Progressing`, and `observedGeneration`, the `metadata.generation` of the spec that status
-//!   describes. `kubectl rollout status` waits until `observedGeneration` caught up and the
-//!   counts equal `spec.replicas`.
-//! * The **StatefulSet controller** gives every pod a stable identity: pods are named
-//!   `<name>-<ordinal>` (0, 1, 2, ...), carry a controller `ownerReference` to the set and the
-//!   labels `statefulset.kubernetes.io/pod-name` and `apps.kubernetes.io/pod-index`. With the
-//!   default `podManagementPolicy: OrderedReady` it creates them one at a time in ordinal
-//!   order, each only once the ones before it are Running and Ready, and scales down from the
-//!   highest ordinal, one at a time; with `Parallel` it creates and deletes them all at once.
-//!   A pod that disappears is recreated with the same name.
-//!
-//! ## What the simulation keeps and leaves out
-//!
-//! One background task (owned by the server handle, on with
-//! [`crate::ApiServerBuilder::simulate`]) follows the store's change feed. Whenever a
-//! Deployment or StatefulSet changes, or a pod one of them owns does, it schedules a *sync* of
-//! that object after the workload delay ([`crate::ApiServerBuilder::workload_delay`], default
-//! 500 ms, zero allowed; measured with `tokio::time`, so paused-clock tests control it).
-//!
-//! * **StatefulSets** are simulated faithfully as far as pods go: each sync takes one
-//!   `OrderedReady` step (create the lowest missing ordinal once all lower ones are Running and
-//!   Ready, or delete the highest extra ordinal once no pod is terminating) or, with
-//!   `Parallel`, creates and deletes everything at once; a pod that ended `Failed` or
-//!   `Succeeded` is deleted and recreated under its name; then it writes `status` from the pods
-//!   that exist (`replicas` counts pods that are not terminating, `readyReplicas` and
-//!   `availableReplicas` those Running with `Ready=True`, `currentReplicas`/`updatedReplicas`,
-//!   `currentRevision`/`updateRevision`, `observedGeneration`). The simulated node runs the pods
-//!   and keeps them Running and Ready (their `restartPolicy` is `Always`).
-//! * **Deployments** get only their status: after the delay every count equals `spec.replicas`
-//!   (default 1), `observedGeneration` catches up, and `Available`/`Progressing` are `True`.
-//!   No ReplicaSets or pods are created, so a test of a controller that owns Deployments sees
-//!   them "roll out" without the cost of pods. **ReplicaSets** created directly get their
-//!   status the same way (`replicas`, `fullyLabeledReplicas`, `readyReplicas`,
-//!   `availableReplicas`, `observedGeneration`), without pods either. Rolling updates, `maxSurge`/`maxUnavailable`,
-//!   `minReadySeconds`, paused deployments and rollbacks are left out.
-//!
-//! Updates of a StatefulSet's template do not roll existing pods (the real controller replaces
-//! them in reverse ordinal order); PersistentVolumeClaim templates are ignored.
+//! Their status subresource, `/scale` (`.spec.replicas`, `.status.replicas`, `.spec.selector`)
+//! and `generation` tracking are properties of the resource table
+//! ([`crate::registry::resources`]); DaemonSets have no rules beyond those. What makes them roll
+//! out is the controller manager's.
 
+use apimachinery::validation::{self as v, FieldError};
 use serde_json::Value;
 
 use crate::api::object_meta::meta_str;
 use crate::api::status::{ApiError, Cause};
+use crate::registry::core::pods::validate_pod_spec;
 use crate::registry::resources::ResourceDef;
+use crate::registry::strategy::Strategy;
+use crate::registry::validation::str_at;
+
+/// The strategy of `deployments`, `replicasets` and `statefulsets` (see the module docs).
+#[derive(Debug, Default)]
+pub struct ReplicasStrategy;
+
+impl Strategy for ReplicasStrategy {
+    fn validate(
+        &self,
+        def: &ResourceDef,
+        obj: &mut Value,
+        _old: Option<&Value>,
+        _strict: bool,
+    ) -> Result<(), ApiError> {
+        validate_replicas(def, obj)
+    }
+
+    fn field_errors(
+        &self,
+        def: &ResourceDef,
+        obj: &Value,
+        _old: Option<&Value>,
+    ) -> Vec<FieldError> {
+        validate_workload(&def.kind, &obj["spec"])
+    }
+}
 
 /// The real API server's checks of `spec.replicas` on Deployments, ReplicaSets and
-/// StatefulSets (and their `/scale`, checked in `verbs`): the field is an `int32`, so a
-/// fraction, a string or a number outside `-2^31..2^31` fails decoding with `400 BadRequest`
-/// (`json: cannot unmarshal number 1.5 into Go struct field DeploymentSpec.spec.replicas of
-/// type int32`), and a negative count fails validation with `422 Invalid`
-/// (`spec.replicas: Invalid value: -1: must be greater than or equal to 0`).
+/// StatefulSets (their `/scale` has its own, in [`crate::registry::generic`]): the field is an
+/// `int32`, so a fraction, a string or a number outside `-2^31..2^31` fails decoding with
+/// `400 BadRequest` (`json: cannot unmarshal number 1.5 into Go struct field
+/// DeploymentSpec.spec.replicas of type int32`), and a negative count fails validation with
+/// `422 Invalid` (`spec.replicas: Invalid value: -1: must be greater than or equal to 0`).
 pub fn validate_replicas(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
-    if def.group != "apps" || def.custom.is_some() {
-        return Ok(());
-    }
-    let kind = match def.plural.as_str() {
-        "deployments" => "Deployment",
-        "replicasets" => "ReplicaSet",
-        "statefulsets" => "StatefulSet",
-        _ => return Ok(()),
-    };
+    let kind = def.kind.as_str();
     let Some(v) = obj.get("spec").and_then(|s| s.get("replicas")) else {
         return Ok(());
     };
@@ -96,7 +84,7 @@ pub fn validate_replicas(def: &ResourceDef, obj: &Value) -> Result<(), ApiError>
     if n < 0 {
         return Err(ApiError::invalid(
             kind,
-            "apps",
+            &def.group,
             meta_str(obj, "name"),
             vec![Cause::new(
                 "FieldValueInvalid",
@@ -106,4 +94,101 @@ pub fn validate_replicas(def: &ResourceDef, obj: &Value) -> Result<(), ApiError>
         ));
     }
     Ok(())
+}
+
+/// The workload rules (see the module docs).
+fn validate_workload(kind: &str, spec: &Value) -> Vec<FieldError> {
+    let mut errs = vec![];
+    let selector = &spec["selector"];
+    if !selector.is_object() {
+        errs.push(FieldError::required("spec.selector", ""));
+    } else {
+        let match_labels = selector["matchLabels"].as_object();
+        let exprs = selector["matchExpressions"].as_array();
+        if match_labels.is_none_or(|m| m.is_empty()) && exprs.is_none_or(|e| e.is_empty()) {
+            errs.push(FieldError::invalid_value(
+                "spec.selector",
+                selector,
+                &format!(
+                    "empty selector is invalid for {}",
+                    kind.to_ascii_lowercase()
+                ),
+            ));
+        }
+        errs.extend(v::validate_labels(
+            &selector["matchLabels"],
+            "spec.selector.matchLabels",
+        ));
+        let template_labels = &spec["template"]["metadata"]["labels"];
+        if !selector_matches(selector, template_labels) {
+            errs.push(FieldError::invalid_value(
+                "spec.template.metadata.labels",
+                template_labels,
+                "`selector` does not match template `labels`",
+            ));
+        }
+    }
+    errs.extend(v::validate_labels(
+        &spec["template"]["metadata"]["labels"],
+        "spec.template.metadata.labels",
+    ));
+    validate_pod_spec(&spec["template"]["spec"], "spec.template.spec", &mut errs);
+    errs
+}
+
+/// A `metav1.LabelSelector` (matchLabels and the four operators) against a label map.
+fn selector_matches(selector: &Value, labels: &Value) -> bool {
+    let get = |k: &str| labels.get(k).and_then(Value::as_str);
+    if let Some(m) = selector["matchLabels"].as_object()
+        && !m.iter().all(|(k, want)| get(k) == want.as_str())
+    {
+        return false;
+    }
+    let exprs = selector["matchExpressions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    exprs.iter().all(|e| {
+        let key = str_at(e, "key");
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        match str_at(e, "operator") {
+            "In" => get(key).is_some_and(|x| values.contains(&x)),
+            "NotIn" => get(key).is_none_or(|x| !values.contains(&x)),
+            "Exists" => get(key).is_some(),
+            "DoesNotExist" => get(key).is_none(),
+            _ => false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::registry::validation::kind_errors;
+    use serde_json::json;
+
+    #[test]
+    fn workload_selectors_must_match_their_template() {
+        let ok = json!({"spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web", "x": "y"}},
+                         "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        assert!(kind_errors("apps", "deployments", ok).is_empty());
+        let bad = json!({"spec": {"selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "db"}},
+                         "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let e = kind_errors("apps", "replicasets", bad);
+        assert_eq!(e.len(), 1);
+        assert_eq!(
+            e[0].full(),
+            "spec.template.metadata.labels: Invalid value: {\"app\":\"db\"}: `selector` does not match template `labels`"
+        );
+        let none =
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        assert_eq!(
+            kind_errors("apps", "statefulsets", none)[0].full(),
+            "spec.selector: Required value"
+        );
+    }
 }

@@ -1,35 +1,11 @@
-//! batch/v1 CronJobs: their defaults at create, and a simulated CronJob controller.
+//! batch/v1 CronJobs: what their strategy adds to the generic store, as kube-apiserver's
+//! `pkg/registry/batch/cronjob/strategy.go` does, and the schedule grammar.
 //!
-//! ## What kube-controller-manager does
-//!
-//! `SetDefaults_CronJob` (`pkg/apis/batch/v1/defaults.go`) fills `concurrencyPolicy: Allow`,
-//! `suspend: false`, `successfulJobsHistoryLimit: 3` and `failedJobsHistoryLimit: 1`. The
-//! CronJob controller (`pkg/controller/cronjob/cronjob_controllerv2.go`) then, for each
-//! CronJob:
-//!
-//! * keeps `status.active` (references to its Jobs that have not finished) and
-//!   `status.lastSuccessfulTime` (the latest `completionTime` of a Job that completed);
-//! * unless `suspend` is set, finds the most recent time the `schedule` (standard cron: minute,
-//!   hour, day of month, month, day of week, with `*`, lists, ranges, steps, month and day
-//!   names, and the `@hourly`-style macros) fell due since `status.lastScheduleTime` (or the
-//!   CronJob's creation); a time older than `startingDeadlineSeconds` is missed;
-//! * applies `concurrencyPolicy`: `Allow` starts the Job, `Forbid` skips the time while a Job
-//!   is still active, `Replace` deletes the active Jobs and starts the new one;
-//! * creates the Job `<cronjob>-<scheduled time in minutes since the epoch>` from
-//!   `jobTemplate` (its labels and annotations, the annotation
-//!   `batch.kubernetes.io/cronjob-scheduled-timestamp`, a controlling `ownerReference`),
-//!   records it in `status.active` and sets `status.lastScheduleTime`;
-//! * deletes the oldest finished Jobs beyond the history limits (their pods go with them);
-//! * wakes up again at the schedule's next time.
-//!
-//! ## What the simulation keeps (with [`crate::ApiServerBuilder::simulate`])
-//!
-//! All of the above, with the Job controller ([`crate::registry::batch::jobs`]) running the Jobs. Times come
-//! from the server's virtual clock, so a test with a paused tokio clock can run a schedule an
-//! hour ahead in a millisecond. Left out: `timeZone` other than `UTC`/`Etc/UTC` and the
-//! `CRON_TZ=`/`TZ=` prefixes (such a CronJob is left alone, as are schedules that do not
-//! parse: the real server's validation would refuse them at create), the warnings about too
-//! many missed start times, and events.
+//! On create the status is cleared and `SetDefaults_CronJob` (`pkg/apis/batch/v1/defaults.go`;
+//! the real server applies it whenever it decodes a CronJob) fills `concurrencyPolicy: Allow`,
+//! `suspend: false`, `successfulJobsHistoryLimit: 3` and `failedJobsHistoryLimit: 1`.
+//! `spec.schedule` is not validated at create (a schedule that does not parse is left alone by
+//! the controller manager's CronJob controller, which computes due times with [`Schedule`]).
 //!
 //! ## The schedule grammar
 //!
@@ -49,16 +25,25 @@ use jiff::civil::DateTime;
 use serde_json::{Value, json};
 
 use crate::registry::resources::ResourceDef;
+use crate::registry::strategy::{Strategy, clear_status};
 
 /// How far ahead (and back) a schedule is searched: a schedule that never falls due within it
 /// (`0 0 30 2 *`, February 30th) is treated as never due.
 const SEARCH_DAYS: i64 = 5 * 366;
 
-/// Defaults of a new CronJob (see the module docs).
-pub fn prepare_create(def: &ResourceDef, obj: &mut Value) {
-    if def.group != "batch" || def.plural != "cronjobs" || def.custom.is_some() {
-        return;
+/// The strategy of `cronjobs` (see the module docs).
+#[derive(Debug, Default)]
+pub struct CronJobStrategy;
+
+impl Strategy for CronJobStrategy {
+    fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
+        clear_status(def, obj);
+        set_defaults(obj);
     }
+}
+
+/// `SetDefaults_CronJob` (see the module docs).
+fn set_defaults(obj: &mut Value) {
     let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };

@@ -1,44 +1,39 @@
-//! batch/v1 Jobs: their defaults and selector at create, and a simulated Job controller.
+//! batch/v1 Jobs: what their strategy adds to the generic store, as kube-apiserver's
+//! `pkg/registry/batch/job/strategy.go` does.
 //!
-//! ## Create (the Job REST strategy and `SetDefaults_Job`)
+//! On create (`jobStrategy.PrepareForCreate`, with `SetDefaults_Job` applied at the same time:
+//! the real server applies it whenever it decodes a Job) the status is cleared and:
 //!
-//! `parallelism` and `completions` default to 1 (both, when neither is set; `parallelism`
-//! alone otherwise), `backoffLimit` to 6, `completionMode` to `NonIndexed`, `suspend` to
-//! `false`, `podReplacementPolicy` to `TerminatingOrFailed`, `manualSelector` stays unset.
-//! Without `manualSelector: true` the selector is generated (`generateSelector`): the labels
-//! `batch.kubernetes.io/controller-uid` and `controller-uid` (the Job's uid),
-//! `batch.kubernetes.io/job-name` and `job-name` go into the pod template, and `spec.selector`
-//! becomes `matchLabels: {batch.kubernetes.io/controller-uid: <uid>}`.
+//! * `parallelism` and `completions` default to 1 (both, when neither is set; `parallelism`
+//!   alone otherwise), `backoffLimit` to 6, `completionMode` to `NonIndexed`, `suspend` to
+//!   `false`, `podReplacementPolicy` to `TerminatingOrFailed` (without a `podFailurePolicy`),
+//!   `manualSelector` stays unset;
+//! * without `manualSelector: true` the selector is generated (`generateSelector`): the labels
+//!   `batch.kubernetes.io/controller-uid` and `controller-uid` (the Job's uid),
+//!   `batch.kubernetes.io/job-name` and `job-name` go into the pod template, and
+//!   `spec.selector` becomes `matchLabels: {batch.kubernetes.io/controller-uid: <uid>}`.
 //!
-//! ## The controller (with [`crate::ApiServerBuilder::simulate`])
-//!
-//! Like kube-controller-manager's Job controller, for each Job that is neither suspended nor
-//! finished: it counts the pods it controls (`Succeeded`, `Failed`, active), creates pods named
-//! `<job>-<random>` from the template (with the controller labels and a controlling
-//! `ownerReference`) until `min(parallelism, completions - succeeded)` are active, and writes
-//! `status` (`startTime`, `active`, `ready`, `succeeded`, `failed`, `terminating`,
-//! `uncountedTerminatedPods`). Once `succeeded` reaches `completions` the Job gets the
-//! conditions `SuccessCriteriaMet` and `Complete` (reason `CompletionsReached`) and a
-//! `completionTime`; once more than `backoffLimit` pods failed, `FailureTarget` and `Failed`
-//! (reason `BackoffLimitExceeded`, `Job has reached the specified backoff limit`) and its active
-//! pods are deleted. The simulated node ([`crate::kubelet`], [`crate::runtime`]) runs the pods.
-//! Left out: indexed completion mode, pod failure policies, `activeDeadlineSeconds`,
-//! `ttlSecondsAfterFinished`, the job-tracking finalizer and backoff delays between retries.
+//! Running the Job's pods is the Job controller's, in the controller manager.
 
 use serde_json::{Value, json};
 
 use crate::api::object_meta::meta_str;
 use crate::registry::resources::ResourceDef;
+use crate::registry::strategy::{Strategy, clear_status};
 
-fn is_job(def: &ResourceDef) -> bool {
-    def.group == "batch" && def.plural == "jobs" && def.custom.is_none()
+/// The strategy of `jobs` (see the module docs).
+#[derive(Debug, Default)]
+pub struct JobStrategy;
+
+impl Strategy for JobStrategy {
+    fn prepare_for_create(&self, def: &ResourceDef, obj: &mut Value) {
+        clear_status(def, obj);
+        set_defaults_and_selector(obj);
+    }
 }
 
 /// Defaults and the generated selector of a new Job (see the module docs).
-pub fn prepare_create(def: &ResourceDef, obj: &mut Value) {
-    if !is_job(def) {
-        return;
-    }
+fn set_defaults_and_selector(obj: &mut Value) {
     if !obj["spec"].is_object() {
         obj["spec"] = json!({});
     }

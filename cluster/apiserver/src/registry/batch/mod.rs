@@ -1,4 +1,4 @@
-//! batch
+//! The `batch` group's resources: [`jobs`] and [`cronjobs`].
 
 pub mod cronjobs;
 pub mod jobs;

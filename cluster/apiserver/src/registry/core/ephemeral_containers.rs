@@ -34,15 +34,14 @@
 //!
 //! ## What this server does
 //!
-//! The same, with the checks above ([`merge`], [`validate_update`], called by the update path
-//! of [`crate::registry::generic`] for this subresource). Differences: the `may not be changed` message
+//! The same, with the checks above ([`merge`], [`validate_update`], the pods' strategy's hooks
+//! for this subresource: [`crate::registry::core::pods`]). Differences: the `may not be changed` message
 //! ends with a short list of the fields that differ, not Go's `cmp.Diff` text; there is no
 //! defaulting of built-in kinds, so the stored containers are compared as they were sent; and
 //! the pod's own endpoint does not refuse a change of `spec.ephemeralContainers` as the real
 //! `ValidatePodUpdate` does (this server checks no immutability of a pod's spec).
-//! The simulated node reports each added container `running` ([`crate::kubelet`]); the
-//! process runtime runs its command like any other container's, once, and reports its exit
-//! ([`crate::runtime`]).
+//! The simulated node reports each added container `running`; the node's process runtime runs
+//! its command like any other container's, once, and reports its exit.
 //!
 //! The real bootstrap RBAC policy grants `pods/ephemeralcontainers` to no role but
 //! `cluster-admin` (its wildcard): `edit` and `admin` may exec into pods but not add

@@ -1,4 +1,5 @@
-//! Events stored once, served through two schemas.
+//! Events stored once, served through two schemas, each with its strategy
+//! (`pkg/registry/core/event/strategy.go`).
 //!
 //! `core/v1` Events (what `kubectl describe` reads and client-go's `record` package writes) and
 //! `events.k8s.io/v1` Events (what client-go's `tools/events` and kube-rs' recorder write) are
@@ -22,11 +23,74 @@
 //! Creating through events.k8s.io/v1 is stricter than through core/v1 (the new API's
 //! `ValidateEventCreate`): `eventTime`, `reportingController`, `reportingInstance`, `action` and
 //! `reason` are required, `type` must be `Normal` or `Warning`, the deprecated fields must be
-//! unset, and a `series` needs `count >= 2` ([`validate_v1_create`]).
+//! unset, and a `series` needs `count >= 2` ([`validate_v1_create`], [`EventsV1Strategy`]).
+//! Creating or updating through core/v1 checks only that the involved object's namespace
+//! agrees with the event's (`legacyValidateEvent`, [`CoreEventStrategy`]): an old-style event
+//! (no `eventTime`) about a cluster-scoped object lives in `default` (or no namespace), a
+//! new-style one in `default` or `kube-system`.
 
+use apimachinery::validation::FieldError;
 use serde_json::{Map, Value};
 
-use crate::api::status::Cause;
+use crate::api::status::{ApiError, Cause};
+use crate::registry::resources::ResourceDef;
+use crate::registry::strategy::Strategy;
+use crate::registry::validation::str_at;
+
+/// The strategy of core/v1 `events` (see the module docs).
+#[derive(Debug, Default)]
+pub struct CoreEventStrategy;
+
+impl Strategy for CoreEventStrategy {
+    fn field_errors(
+        &self,
+        _def: &ResourceDef,
+        obj: &Value,
+        _old: Option<&Value>,
+    ) -> Vec<FieldError> {
+        validate_core_event(obj)
+    }
+}
+
+/// The strategy of events.k8s.io/v1 `events` (see the module docs).
+#[derive(Debug, Default)]
+pub struct EventsV1Strategy;
+
+impl Strategy for EventsV1Strategy {
+    fn validate_create_request(&self, def: &ResourceDef, body: &Value) -> Result<(), ApiError> {
+        let causes = validate_v1_create(body);
+        if causes.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::invalid(
+            &def.kind,
+            &def.group,
+            body["metadata"]["name"].as_str().unwrap_or_default(),
+            causes,
+        ))
+    }
+}
+
+/// The core/v1 event rule (`legacyValidateEvent`): the involved object's namespace agrees with
+/// the event's (see the module docs).
+fn validate_core_event(obj: &Value) -> Vec<FieldError> {
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+    let involved = str_at(&obj["involvedObject"], "namespace");
+    let old_style = str_at(obj, "eventTime").is_empty();
+    let ok = match (old_style, involved.is_empty()) {
+        (true, true) => ns.is_empty() || ns == "default",
+        (false, true) => ns == "default" || ns == "kube-system",
+        (_, false) => ns == involved,
+    };
+    if ok {
+        return vec![];
+    }
+    vec![FieldError::invalid(
+        "involvedObject.namespace",
+        involved,
+        "does not match event.namespace",
+    )]
+}
 
 fn required(field: &str) -> Cause {
     Cause::new("FieldValueRequired", field, "Required value")
@@ -156,6 +220,7 @@ pub fn from_events_v1(v1: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::validation::kind_errors;
     use serde_json::json;
 
     #[test]
@@ -172,6 +237,19 @@ mod tests {
             .map(|c| c.field)
             .collect();
         assert_eq!(fields, ["eventTime", "type", "count"]);
+    }
+
+    #[test]
+    fn core_events_live_in_the_namespace_of_their_object() {
+        let e = kind_errors(
+            "",
+            "events",
+            json!({"metadata": {"namespace": "a"}, "involvedObject": {"kind": "Pod", "namespace": "b"}}),
+        );
+        assert_eq!(
+            e[0].full(),
+            "involvedObject.namespace: Invalid value: \"b\": does not match event.namespace"
+        );
     }
 
     #[test]

@@ -1,9 +1,12 @@
-//! Services: what kube-apiserver's Service REST storage adds to the generic store.
+//! core/v1 Services: what kube-apiserver's Service strategy and REST storage add to the generic
+//! store.
 //!
-//! A Service is not stored as sent. `pkg/registry/core/service/storage/storage.go` and
-//! `alloc.go` (and `SetDefaults_Service` in `pkg/apis/core/v1/defaults.go`) do, and so does
-//! this module, under the store's lock:
+//! A Service is not stored as sent. `pkg/registry/core/service/strategy.go`,
+//! `storage/storage.go` (its `beginCreate` and `beginUpdate`) and `storage/alloc.go` (and
+//! `SetDefaults_Service` in `pkg/apis/core/v1/defaults.go`) do, and so does this module's
+//! [`ServiceStrategy`], under the store's lock:
 //!
+//! * **names** are DNS-1035 labels (`ValidateServiceName`: they start with a letter);
 //! * **defaults** on every write: `type: ClusterIP`, `sessionAffinity: None` (and, for
 //!   `ClientIP`, `sessionAffinityConfig.clientIP.timeoutSeconds: 10800`), each port's
 //!   `protocol: TCP` and `targetPort` = `port`, `internalTrafficPolicy: Cluster` (ClusterIP,
@@ -27,6 +30,9 @@
 //!   `ExternalName` releases them;
 //! * **status**: `status` is reset on create, and a Service always carries
 //!   `status.loadBalancer` (`{}` when empty), as Go's non-`omitempty` field serializes it;
+//! * **validation** (the parts of `ValidateService` clients rely on): ports required unless
+//!   headless or `ExternalName`; port and `targetPort` in 1..=65535; names required (several
+//!   ports) and unique; protocol `TCP`/`UDP`/`SCTP`;
 //! * **DELETE** answers with the deleted Service, not a Status (`ReturnDeletedObject`; see
 //!   the [`crate::registry::resources`] entry).
 //!
@@ -34,20 +40,26 @@
 //! stored Services, read under the same lock as the write, so they are released by deleting
 //! the Service and survive a restart with `--data-dir`.
 
+use std::collections::HashSet;
 use std::net::Ipv4Addr;
+use std::ops::RangeInclusive;
 
+use apimachinery::validation::{self as v, FieldError};
 use serde_json::{Value, json};
 
+use crate::api::object_meta::meta_str;
 use crate::api::status::ApiError;
 use crate::registry::State;
-use crate::registry::validation::to_causes;
-use apimachinery::validation::FieldError;
+use crate::registry::resources::ResourceDef;
+use crate::registry::strategy::Strategy;
+use crate::registry::validation::{is_dns1035_label, str_at, to_causes};
+use crate::storage::store::key_of;
 
 /// The service CIDR: base address and prefix length (`10.96.0.0/12`).
 pub const SERVICE_CIDR: (Ipv4Addr, u32) = (Ipv4Addr::new(10, 96, 0, 0), 12);
 
 /// The node port range (`--service-node-port-range`, default `30000-32767`).
-pub const NODE_PORTS: std::ops::RangeInclusive<i64> = 30000..=32767;
+pub const NODE_PORTS: RangeInclusive<i64> = 30000..=32767;
 
 /// The storage key of Services.
 const STORAGE: &str = "core/services";
@@ -88,12 +100,31 @@ fn static_band() -> u32 {
     (range_size() / 16).clamp(16, 256)
 }
 
-fn is_service(def: &crate::registry::resources::ResourceDef) -> bool {
-    def.group.is_empty() && def.plural == "services" && def.custom.is_none()
-}
+/// The strategy of `services` (see the module docs).
+#[derive(Debug, Default)]
+pub struct ServiceStrategy;
 
-fn str_at<'a>(v: &'a Value, k: &str) -> &'a str {
-    v[k].as_str().unwrap_or_default()
+impl Strategy for ServiceStrategy {
+    fn validate_name(&self, name: &str) -> Vec<String> {
+        is_dns1035_label(name)
+    }
+
+    fn begin_create(&self, st: &State, obj: &mut Value) -> Result<(), ApiError> {
+        begin_create(st, obj)
+    }
+
+    fn begin_update(&self, st: &State, old: &Value, obj: &mut Value) -> Result<(), ApiError> {
+        begin_update(st, old, obj)
+    }
+
+    fn field_errors(
+        &self,
+        _def: &ResourceDef,
+        obj: &Value,
+        _old: Option<&Value>,
+    ) -> Vec<FieldError> {
+        validate_service(&obj["spec"])
+    }
 }
 
 /// `SetDefaults_Service`.
@@ -257,7 +288,7 @@ fn init_ip_families(obj: &mut Value, old: Option<&Value>, errs: &mut Vec<FieldEr
 fn used_ips(st: &State, skip: Option<(&str, &str)>) -> std::collections::HashSet<u32> {
     let mut used = std::collections::HashSet::new();
     for svc in st.list(STORAGE, None) {
-        let key = crate::storage::store::key_of(svc);
+        let key = key_of(svc);
         if skip.is_some_and(|(ns, n)| key.0 == ns && key.1 == n) {
             continue;
         }
@@ -282,7 +313,7 @@ fn used_ips(st: &State, skip: Option<(&str, &str)>) -> std::collections::HashSet
 fn used_node_ports(st: &State, skip: Option<(&str, &str)>) -> std::collections::HashSet<i64> {
     let mut used = std::collections::HashSet::new();
     for svc in st.list(STORAGE, None) {
-        let key = crate::storage::store::key_of(svc);
+        let key = key_of(svc);
         if skip.is_some_and(|(ns, n)| key.0 == ns && key.1 == n) {
             continue;
         }
@@ -475,17 +506,9 @@ fn fail(name: &str, errs: Vec<FieldError>) -> Result<(), ApiError> {
 }
 
 /// Defaults, IP families, cluster IP and node ports of a new Service, and its empty status.
-/// A no-op for other resources.
-pub fn prepare_create(
-    st: &State,
-    def: &crate::registry::resources::ResourceDef,
-    obj: &mut Value,
-) -> Result<(), ApiError> {
-    if !is_service(def) {
-        return Ok(());
-    }
+fn begin_create(st: &State, obj: &mut Value) -> Result<(), ApiError> {
     set_defaults(obj);
-    let name = crate::api::object_meta::meta_str(obj, "name").to_owned();
+    let name = meta_str(obj, "name").to_owned();
     let mut errs = vec![];
     init_ip_families(obj, None, &mut errs);
     fail(&name, std::mem::take(&mut errs))?;
@@ -500,17 +523,9 @@ pub fn prepare_create(
 
 /// An update of a stored Service: defaults, the allocated values the client left out, the
 /// immutability of the cluster IP, allocations for new ports or a new type.
-pub fn prepare_update(
-    st: &State,
-    def: &crate::registry::resources::ResourceDef,
-    old: &Value,
-    new: &mut Value,
-) -> Result<(), ApiError> {
-    if !is_service(def) {
-        return Ok(());
-    }
+fn begin_update(st: &State, old: &Value, new: &mut Value) -> Result<(), ApiError> {
     set_defaults(new);
-    let (ns, name) = crate::storage::store::key_of(new);
+    let (ns, name) = key_of(new);
     let mut errs = vec![];
     let old_spec = &old["spec"];
     let new_type = str_at(&new["spec"], "type").to_owned();
@@ -589,6 +604,66 @@ pub fn prepare_update(
     Ok(())
 }
 
+fn validate_port_number(v: &Value, field: String, errs: &mut Vec<FieldError>) {
+    if let Some(n) = v.as_i64()
+        && !(1..=65535).contains(&n)
+    {
+        errs.push(FieldError::invalid_value(
+            field,
+            v,
+            "must be between 1 and 65535, inclusive",
+        ));
+    }
+}
+
+/// `ValidateService`, the parts clients rely on (see the module docs).
+fn validate_service(spec: &Value) -> Vec<FieldError> {
+    let mut errs = vec![];
+    let ports = spec["ports"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let headless = str_at(spec, "clusterIP") == "None";
+    let ty = str_at(spec, "type");
+    if ports.is_empty() && !headless && ty != "ExternalName" {
+        errs.push(FieldError::required("spec.ports", ""));
+    }
+    let mut names = HashSet::new();
+    for (i, p) in ports.iter().enumerate() {
+        let path = format!("spec.ports[{i}]");
+        let name = str_at(p, "name");
+        if ports.len() > 1 && name.is_empty() {
+            errs.push(FieldError::required(format!("{path}.name"), ""));
+        } else if !name.is_empty() {
+            for m in v::is_dns1123_label(name) {
+                errs.push(FieldError::invalid(format!("{path}.name"), name, &m));
+            }
+            if !names.insert(name) {
+                errs.push(FieldError::duplicate(
+                    format!("{path}.name"),
+                    &Value::String(name.to_owned()),
+                ));
+            }
+        }
+        if p["port"].is_null() {
+            errs.push(FieldError::invalid_value(
+                format!("{path}.port"),
+                &Value::from(0),
+                "must be between 1 and 65535, inclusive",
+            ));
+        } else {
+            validate_port_number(&p["port"], format!("{path}.port"), &mut errs);
+        }
+        validate_port_number(&p["targetPort"], format!("{path}.targetPort"), &mut errs);
+        let proto = str_at(p, "protocol");
+        if !proto.is_empty() && !matches!(proto, "TCP" | "UDP" | "SCTP") {
+            errs.push(FieldError::not_supported(
+                format!("{path}.protocol"),
+                proto,
+                &["SCTP", "TCP", "UDP"],
+            ));
+        }
+    }
+    errs
+}
+
 /// The `kubernetes` Service of the `default` namespace, as kube-apiserver's bootstrap
 /// controller (`pkg/controlplane/controller/kubernetesservice`) keeps it: port 443 `https` to
 /// the server's own port, the first address of the service CIDR.
@@ -610,6 +685,7 @@ pub fn kubernetes_service(port: u16) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::validation::kind_errors;
 
     #[test]
     fn the_range_is_kube_apiservers_default() {
@@ -649,6 +725,21 @@ mod tests {
         let mut ext = json!({"spec": {"type": "ExternalName", "externalName": "example.com"}});
         set_defaults(&mut ext);
         assert!(ext["spec"]["internalTrafficPolicy"].is_null());
+    }
+
+    #[test]
+    fn ports_are_required_in_range() {
+        let errs = |obj| kind_errors("", "services", obj);
+        let e = errs(json!({"spec": {"ports": [{"port": 70000}]}}));
+        assert_eq!(
+            e[0].full(),
+            "spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive"
+        );
+        assert!(errs(json!({"spec": {"clusterIP": "None"}})).is_empty());
+        assert_eq!(
+            errs(json!({"spec": {}}))[0].full(),
+            "spec.ports: Required value"
+        );
     }
 
     #[test]
