@@ -199,7 +199,7 @@ pub fn confirm_no_escalation<Reg>(
     };
     let rules = match plural {
         "roles" | "clusterroles" => {
-            if authorize(st, &user, &attrs("escalate", plural, name)).0 {
+            if authorize(st, user, &attrs("escalate", plural, name)).0 {
                 return Ok(());
             }
             if plural == "clusterroles" && obj["aggregationRule"].is_object() {
@@ -208,7 +208,7 @@ pub fn confirm_no_escalation<Reg>(
                     json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}),
                     json!({"verbs": ["*"], "nonResourceURLs": ["*"]}),
                 ];
-                let held = rules_for(st, &user, namespace);
+                let held = rules_for(st, user, namespace);
                 if !covers(&held.rules, &full).0 {
                     return Err(ApiError::forbidden(
                         plural,
@@ -228,7 +228,7 @@ pub fn confirm_no_escalation<Reg>(
                 "clusterroles"
             };
             let ref_name = role_ref["name"].as_str().unwrap_or_default();
-            if authorize(st, &user, &attrs("bind", ref_resource, ref_name)).0 {
+            if authorize(st, user, &attrs("bind", ref_resource, ref_name)).0 {
                 return Ok(());
             }
             role_reference_rules(st, role_ref, namespace)
@@ -236,7 +236,7 @@ pub fn confirm_no_escalation<Reg>(
         }
         _ => return Ok(()),
     };
-    let held = rules_for(st, &user, namespace);
+    let held = rules_for(st, user, namespace);
     let (ok, missing) = covers(&held.rules, &rules);
     if ok {
         return Ok(());

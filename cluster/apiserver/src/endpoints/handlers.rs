@@ -120,7 +120,7 @@ pub(crate) async fn route(
     class: &mut RequestLabel,
 ) -> Result<Response<Body>, ApiError> {
     class.verb = "get".into();
-    if let Some(resp) = serve_non_resource(shared, &request)? {
+    if let Some(resp) = serve_non_resource(shared, request)? {
         return Ok(resp);
     }
     if crate::endpoints::access_review::owns(&request.segs) {
@@ -143,7 +143,7 @@ pub(crate) async fn route(
             class,
         );
     }
-    serve_resource(shared, &request, class).await
+    serve_resource(shared, request, class).await
 }
 
 /// The non-resource endpoints: health probes, `/metrics`, the fault-injection admin route,

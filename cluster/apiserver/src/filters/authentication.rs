@@ -54,7 +54,7 @@ pub fn authenticate(
 ) -> Result<UserInfo, ApiError> {
     if let Some(id) = cert.filter(|id| !id.name.is_empty()) {
         let user = rbac.certificate_user(&id.name, &id.groups);
-        return impersonation::resolve(&rbac, store, user, headers);
+        return impersonation::resolve(rbac, store, user, headers);
     }
     let header = headers
         .get(header::AUTHORIZATION)
@@ -70,7 +70,7 @@ pub fn authenticate(
         None => authn.unauthenticated_user.clone(),
     };
     match authenticated {
-        Some(name) => impersonation::resolve(&rbac, store, rbac.user(&name), headers),
+        Some(name) => impersonation::resolve(rbac, store, rbac.user(&name), headers),
         None => Ok(rbac.user("")),
     }
 }

@@ -483,6 +483,44 @@ pub fn seed_rbac(st: &mut State) {
     }
 }
 
+/// The objects of a fresh cluster: the namespaces `default`, `kube-system` and `kube-public`,
+/// the bootstrap RBAC policy ([`seed_rbac`]) and the `kubernetes` Service in `default` pointing
+/// at this server's port (kube-apiserver's bootstrap controllers; an existing one, loaded from
+/// the data directory, gets its port reconciled as the real `kubernetesservice` controller
+/// does).
+pub fn seed(store: &crate::registry::Store, port: u16) {
+    store.write(|st| {
+        for ns in ["default", "kube-system", "kube-public"] {
+            if st.get("core/namespaces", "", ns).is_some() {
+                continue; // loaded from the data directory
+            }
+            let obj = json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "uid": meta::new_uid(), "creationTimestamp": meta::now_time(),
+                             "labels": {"kubernetes.io/metadata.name": ns}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"}
+            });
+            st.create("core/namespaces", obj);
+        }
+        seed_rbac(st);
+        let mut svc = crate::registry::core::services::kubernetes_service(port);
+        match st.get("core/services", "default", "kubernetes") {
+            Some(old) if old["spec"]["ports"] == svc["spec"]["ports"] => {}
+            Some(old) => {
+                let mut updated = old.clone();
+                updated["spec"]["ports"] = svc["spec"]["ports"].clone();
+                st.update("core/services", updated);
+            }
+            None => {
+                svc["metadata"]["uid"] = json!(meta::new_uid());
+                svc["metadata"]["creationTimestamp"] = json!(meta::now_time());
+                st.create("core/services", svc);
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,42 +577,4 @@ mod tests {
             );
         });
     }
-}
-
-/// The objects of a fresh cluster: the namespaces `default`, `kube-system` and `kube-public`,
-/// the bootstrap RBAC policy ([`seed_rbac`]) and the `kubernetes` Service in `default` pointing
-/// at this server's port (kube-apiserver's bootstrap controllers; an existing one, loaded from
-/// the data directory, gets its port reconciled as the real `kubernetesservice` controller
-/// does).
-pub fn seed(store: &crate::registry::Store, port: u16) {
-    store.write(|st| {
-        for ns in ["default", "kube-system", "kube-public"] {
-            if st.get("core/namespaces", "", ns).is_some() {
-                continue; // loaded from the data directory
-            }
-            let obj = json!({
-                "apiVersion": "v1", "kind": "Namespace",
-                "metadata": {"name": ns, "uid": meta::new_uid(), "creationTimestamp": meta::now_time(),
-                             "labels": {"kubernetes.io/metadata.name": ns}},
-                "spec": {"finalizers": ["kubernetes"]},
-                "status": {"phase": "Active"}
-            });
-            st.create("core/namespaces", obj);
-        }
-        seed_rbac(st);
-        let mut svc = crate::registry::core::services::kubernetes_service(port);
-        match st.get("core/services", "default", "kubernetes") {
-            Some(old) if old["spec"]["ports"] == svc["spec"]["ports"] => {}
-            Some(old) => {
-                let mut updated = old.clone();
-                updated["spec"]["ports"] = svc["spec"]["ports"].clone();
-                st.update("core/services", updated);
-            }
-            None => {
-                svc["metadata"]["uid"] = json!(meta::new_uid());
-                svc["metadata"]["creationTimestamp"] = json!(meta::now_time());
-                st.create("core/services", svc);
-            }
-        }
-    });
 }
