@@ -156,11 +156,13 @@ pub struct ApiServerArgs {
     #[arg(long, default_value_t = 200)]
     pub max_mutating_requests_inflight: usize,
     /// Keep objects, resourceVersions and the watch history in this directory, so a restart
-    /// resumes where it stopped (default: memory only).
+    /// resumes where it stopped, and the server's identity (CA, certificates, admin token)
+    /// unless --cert-dir is given, so kubeconfigs keep working (default: memory only).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Keep the CA and serving certificate in this directory (kube-apiserver's flag), so
-    /// clients keep verifying the server across restarts (default: a new CA every start).
+    /// clients keep verifying the server across restarts (default: the --data-dir when given,
+    /// else a new CA every start).
     #[arg(long)]
     pub cert_dir: Option<PathBuf>,
     /// How long a resourceVersion stays usable for watches and continue tokens (etcd's

@@ -522,3 +522,55 @@ async fn a_manager_carries_on_across_a_kill_9_and_restart_of_a_durable_server() 
     }
     manager.stop().await.unwrap();
 }
+
+/// `--data-dir` alone keeps the server's identity with its data: a restart with the same data
+/// directory (and no certificate directory) serves the same CA, the same admin token and the
+/// same client CA, so a kubeconfig written before the restart (its CA, its token, a client
+/// certificate it issued) works after it, and the objects are there.
+#[tokio::test]
+async fn a_restart_with_the_data_directory_alone_keeps_every_kubeconfig_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = Cluster::builder()
+        .data_dir(dir.path())
+        .start()
+        .await
+        .unwrap();
+    let before = TestClient::new(&first);
+    assert_eq!(
+        before.post(CMS, &support::cm("kept", json!({}))).await.code,
+        201
+    );
+    let (ca, token) = (
+        first.ca_pem().expect("HTTPS").to_owned(),
+        first.token().to_owned(),
+    );
+    let (cert, key) = first
+        .client_certificate("carol", Some("ops"))
+        .expect("a client CA")
+        .unwrap();
+    first.shutdown().await;
+    drop(first);
+
+    let second = Cluster::builder()
+        .data_dir(dir.path())
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(second.ca_pem(), Some(ca.as_str()), "the same CA");
+    assert_eq!(second.token(), token, "the same admin token");
+    // The old kubeconfig's CA and token, against the restarted server.
+    let old = TestClient::from_parts(second.url(), &token, Some(&ca), false);
+    let got = old.get(&format!("{CMS}/kept")).await;
+    assert_eq!(got.code, 200, "{}", got.body);
+    // A client certificate issued before the restart still authenticates.
+    let with_cert = TestClient::with_client_cert(second.url(), &ca, &cert, &key);
+    let who = with_cert
+        .post(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}),
+        )
+        .await;
+    assert_eq!(who.code, 201, "{}", who.body);
+    assert_eq!(who.body["status"]["userInfo"]["username"], "carol");
+    second.shutdown().await;
+}

@@ -310,6 +310,11 @@ impl Error {
         match classify(err) {
             Some(Classified::Timeout) => Error::Timeout(format!("{context}: {detail}")),
             Some(Classified::Transport(kind)) => {
+                let detail = if kind == TransportKind::Tls && untrusted_issuer(err) {
+                    format!("{detail}; {UNTRUSTED_ISSUER_HINT}")
+                } else {
+                    detail
+                };
                 Error::Transport(TransportError::new(kind, context, detail))
             }
             None => Error::Transport(TransportError::new(TransportKind::Io, context, detail)),
@@ -424,6 +429,32 @@ impl Error {
     }
 }
 
+/// What a certificate signed by an unknown CA usually means, added to the error's text: the
+/// server's identity changed (a new server, or its CA was rotated) and this client still trusts
+/// the old one. Retrying does not help; a new kubeconfig does.
+pub const UNTRUSTED_ISSUER_HINT: &str = "the server's certificate is not signed by the CA this client trusts (the kubeconfig's certificate-authority): if the server's CA changed (a new server, or a rotated certificate directory), use the kubeconfig it writes now";
+
+/// Whether the chain holds rustls' verdict on a certificate signed by a CA it does not trust
+/// (`UnknownIssuer`, or `BadSignature` when the issuer's name matches but its key does not).
+fn untrusted_issuer(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        let rustls_error = e.downcast_ref::<rustls::Error>().or_else(|| {
+            e.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::UnknownIssuer | rustls::CertificateError::BadSignature,
+        )) = rustls_error
+        {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,6 +520,17 @@ mod tests {
         let e = Error::transport("GET https://example/api", &Wrapper(tls));
         assert!(e.is_tls(), "{e:?}");
         assert!(e.to_string().contains("TLS handshake failed"), "{e}");
+        assert!(e.to_string().contains(UNTRUSTED_ISSUER_HINT), "{e}");
+        // Another TLS failure (a wrong host name) gets no such hint.
+        let wrong_name = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName),
+        );
+        let e = Error::transport("GET https://example/api", &Wrapper(wrong_name));
+        assert!(
+            e.is_tls() && !e.to_string().contains(UNTRUSTED_ISSUER_HINT),
+            "{e}"
+        );
 
         let timed_out = io::Error::from(io::ErrorKind::TimedOut);
         assert!(Error::transport("connecting", &timed_out).is_timeout());

@@ -466,8 +466,11 @@ impl ApiServerBuilder {
     }
 
     /// Keep objects, the revision counter and the watch history in `dir` (kube-apiserver keeps
-    /// them in etcd): a restart resumes with the same objects and revisions. Default: memory
-    /// only. See [`durable`].
+    /// them in etcd): a restart resumes with the same objects and revisions. The server's
+    /// identity lives there too unless [`Self::cert_dir`] names another directory: its CA,
+    /// serving certificate and client CA ([`tls`]) and the admin token ([`ADMIN_TOKEN_FILE`]),
+    /// so a kubeconfig written before a restart works after it. Default: memory only. See
+    /// [`durable`].
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
@@ -475,7 +478,8 @@ impl ApiServerBuilder {
 
     /// Keep the CA and the serving certificate in `dir` (kube-apiserver's `--cert-dir`): made
     /// on the first start, reused after, so clients keep verifying the server across
-    /// restarts. Default: a new CA at every start. See [`tls`].
+    /// restarts. Default: the data directory ([`Self::data_dir`]) when there is one, else a new
+    /// CA at every start. See [`tls`].
     pub fn cert_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cert_dir = Some(dir.into());
         self
@@ -625,7 +629,10 @@ impl ApiServerBuilder {
 
     async fn bind_and_serve(mut self) -> Result<ApiServerHandle, StartError> {
         let (listener, addr) = self.bind().await?;
-        let tls = match (&self.cert_dir, self.plain_http) {
+        // The identity is as durable as the data: with a data directory and no certificate
+        // directory, the certificates live with the data.
+        let cert_dir = self.cert_dir.as_ref().or(self.data_dir.as_ref());
+        let tls = match (cert_dir, self.plain_http) {
             (_, true) => None,
             (Some(dir), false) => Some(tls::load_or_generate(dir, &self.client_ca_pems)?),
             (None, false) => Some(tls::generate(&self.client_ca_pems)?),

@@ -47,6 +47,33 @@ impl TestClient {
         Self::from_parts(h.url(), h.token(), h.ca_pem(), http2_only)
     }
 
+    /// A client of `url` that trusts `ca_pem` and authenticates with a client certificate
+    /// (`cert_pem`, `key_pem`) and no token.
+    pub fn with_client_cert(url: &str, ca_pem: &str, cert_pem: &str, key_pem: &str) -> Self {
+        use rustls::pki_types::PrivateKeyDer;
+        sample_client_go::install_crypto_provider();
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+            .unwrap();
+        let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+        let tls = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .unwrap();
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_only()
+            .enable_all_versions()
+            .wrap_connector(crate::net_support::http_connector());
+        TestClient {
+            base: url.to_owned(),
+            token: String::new(),
+            client: Client::builder(TokioExecutor::new()).build(connector),
+        }
+    }
+
     pub fn from_parts(url: &str, token: &str, ca_pem: Option<&str>, http2_only: bool) -> Self {
         sample_client_go::install_crypto_provider();
         let mut roots = rustls::RootCertStore::empty();
@@ -90,7 +117,7 @@ impl TestClient {
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("{}{}", self.base, path));
-        if with_token {
+        if with_token && !self.token.is_empty() {
             req = req.header("authorization", format!("Bearer {}", self.token));
         }
         for (k, v) in headers {

@@ -7,7 +7,7 @@
 //! client that reads the kubeconfig verifies the server without `--insecure-skip-tls-verify`.
 //! Both keys live only in memory and are never logged.
 //!
-//! ## `--cert-dir`: certificates that survive a restart
+//! ## `--cert-dir` (or `--data-dir`): certificates that survive a restart
 //!
 //! A new CA at every start means every client that trusted the old one fails for ever with
 //! `invalid peer certificate: BadSignature` after a restart. With a certificate directory
@@ -16,7 +16,17 @@
 //! `apiserver.key` (mode 0600), and later starts load them, so clients keep verifying. The CA's
 //! private key is not kept anywhere: once the serving certificate is signed it is not needed
 //! (delete the directory to mint a new pair). Files that exist but cannot be parsed are an error
-//! naming the file, never silently replaced.
+//! naming the file, never silently replaced. Without a certificate directory, a server with a
+//! data directory keeps its certificates there: a user who asked for durability gets a server
+//! whose clients survive its restarts, as kube-apiserver's `--cert-dir` (default
+//! `/var/run/kubernetes`) gives its clients.
+//!
+//! **Rotating the identity**: stop the server, delete `ca.crt`, `apiserver.crt` and
+//! `apiserver.key` (and `client-ca.crt`/`client-ca.key` to invalidate issued client
+//! certificates), start it again, and hand out the kubeconfig it writes. Clients that still
+//! trust the old CA then fail verification with a clear error (client-go's transport reports
+//! `invalid peer certificate`; this project's manager turns `/readyz` unready and logs it on
+//! every retry, with backoff).
 //!
 //! The rustls server configuration advertises ALPN `h2` and `http/1.1`; hyper-util's "auto"
 //! connection builder then speaks whichever the client picked.
