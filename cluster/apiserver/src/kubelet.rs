@@ -9,7 +9,7 @@
 //!
 //! The embedded cluster keeps the same seam. A node registers its [`Kubelet`] with the server
 //! ([`crate::ApiServerHandle::register_kubelet`]) under its node name; for those subresources
-//! the server does the API server's half here ([`logs_request`], [`stream_request`]: the same
+//! the server does the API server's half here (`serve_logs` and `serve_stream` here: the same
 //! checks and errors as kube-apiserver's `LogLocation` and `streamLocation`) and calls the
 //! kubelet of `spec.nodeName` with the result. The node does the kubelet's half: finds the
 //! running container, and for a stream answers the upgrade and speaks the streaming protocol

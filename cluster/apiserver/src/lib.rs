@@ -1,11 +1,11 @@
 //! # The embedded Kubernetes API server
 //!
 //! An in-process Kubernetes API server that speaks the real wire protocol over real HTTP(S):
-//! kubectl, client-go, kube-rs and this crate's own client cannot tell it from a
-//! kube-apiserver for everything a controller does. It is the test backbone of the crate and
-//! the zero-setup default of the demo, and you can use it in your own tests the way Go users use
-//! envtest — except that it starts in milliseconds, needs no binaries, and many can run in one
-//! test process:
+//! kubectl, client-go, kube-rs and this project's own client cannot tell it from a
+//! kube-apiserver for everything a controller does. It is the test backbone of the project
+//! and, with the rest of the embedded cluster, the zero-setup default of the demo. Use it in
+//! your own tests the way Go users use envtest — except that it starts in milliseconds, needs
+//! no binaries, and many can run in one test process:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -19,16 +19,75 @@
 //! # Ok(()) }
 //! ```
 //!
+//! This crate is the API server alone, as envtest's is: nothing runs pods or collects
+//! garbage. The `embedded-cluster` crate starts it together with the two other programs of a
+//! cluster, each a crate of its own that reaches this server only through the interfaces
+//! below, as kube-controller-manager and the kubelet reach kube-apiserver only through its
+//! API:
+//!
+//! ```text
+//!  kubectl, client-go, kube-rs ──HTTPS──▶ ┌───────────────────────────────────────┐
+//!                                         │ embedded-apiserver (this crate)       │
+//!  embedded-controller-manager ─loopback─▶│   handler chain ─▶ registry ─▶ storage │
+//!  embedded-node (its kubelet) ─loopback─▶│                                       │
+//!        ▲                                └──────────────┬────────────────────────┘
+//!        └──────────── Kubelet trait: pods/log, exec, attach, portforward
+//! ```
+//!
+//! * [`loopback::Loopback`] ([`ApiServerHandle::loopback`]): the API's verbs in process, as an
+//!   identified user (`system:kube-controller-manager`, `system:node:<name>`), through
+//!   authorization, admission and validation like any client's request.
+//! * [`kubelet::Kubelet`] ([`ApiServerHandle::register_kubelet`]): what the server asks of a
+//!   node for the subresources it cannot answer from storage, after its own checks.
+//!
+//! ## The public surface
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`ApiServer`], [`ApiServerBuilder`] | starting a server: address, TLS or plain HTTP, tokens, RBAC, history bounds, data and certificate directories, APF, connection limits, webhooks' service endpoints |
+//! | [`ApiServerHandle`] | a running server: URL, token, CA, kubeconfigs (token or client certificate), the request log, faults, manifests, the two interfaces, shutdown |
+//! | [`StartError`] | why a server could not start |
+//! | [`loopback`] | the in-process client of the controller manager and the node |
+//! | [`kubelet`] | the interface a node implements for logs and streams |
+//! | [`faults`] | fault injection for tests (also `POST /admin/faults`) |
+//! | [`RequestLog`], [`RequestKey`], [`UNROUTED`] | counts of the requests served (also at `/metrics`) |
+//! | [`ApiError`] | an API error as a `metav1.Status` (what the interfaces return) |
+//! | [`apiextensions`] | checking a CRD's schema and CEL rules offline, as the server will |
+//! | [`ServingLimits`], [`parse_token_auth_file`], [`StaticToken`], [`ADMIN_TOKEN_FILE`] | the options a command line needs |
+//!
+//! ## Module map
+//!
+//! The modules are layered: each uses only the ones above it in this table, and no two of them
+//! form a cycle (`tests/integration/workspace_modules.rs` checks it). They follow
+//! kube-apiserver's packages.
+//!
+//! | module | kube-apiserver | what lives there |
+//! |---|---|---|
+//! | `api` | `apimachinery/pkg/api`, `apis/meta/v1` | the wire-level types every layer shares: Status errors, query and list options, object metadata rules, selectors, users, Go's JSON field order, request and object size limits |
+//! | `storage` | etcd and the watch cache's history | objects, the revision counter, the watch history and its bounds, durability (`--data-dir`), resting unread objects as bytes |
+//! | `auth` | `pkg/authentication`, `plugin/pkg/auth/authorizer/rbac`, `pkg/registry/rbac/validation` | tokens and client certificates, the RBAC authorizer, escalation checks |
+//! | `webhook` | `pkg/util/webhook` | the one HTTPS client every webhook call goes through (admission and conversion) |
+//! | `registry` | `pkg/registry`, `registry/generic/registry.Store` | the resource table, the generic store (get, list, create, update, patch, apply, delete), a `Strategy` per resource under `registry/<group>/` |
+//! | [`apiextensions`] | `apiextensions-apiserver` | CRDs: structural schemas, CEL rules, the custom resources' strategy, conversion webhooks |
+//! | `admission` | `pkg/admission/plugin/webhook` | mutating and validating admission webhooks around every write |
+//! | `filters` | `pkg/server/filters`, `endpoints/filters` | one filter per file: authentication, impersonation, priority and fairness, body limit, authorization, faults, the request log |
+//! | [`kubelet`] | `pkg/kubelet/client` | what the server asks of a node |
+//! | `endpoints` | `pkg/endpoints/handlers`, discovery, OpenAPI | routing and the handlers, watch, discovery, OpenAPI, Tables and printers, partial metadata, protobuf bodies, the reviews |
+//! | [`loopback`] | the loopback client | the in-process client of the cluster's own components |
+//! | `server` | `pkg/server`, `cmd/kube-apiserver` | the handler chain (`DefaultBuildHandlerChain`), serving connections, TLS, a fresh cluster's objects, manifests |
+//!
 //! ## How a request flows
 //!
 //! ```text
-//! TCP ─ TLS (rustls, ALPN h2/http1.1) ─ hyper ─ http::handle
-//!         auth (bearer token) → impersonation (Impersonate-User, ...)
-//!         → priority and fairness (seat, fair queue, or 429) → read body (≤ 3 MiB, else 413; [`limits`])
-//!         → route (discovery | OpenAPI | resource URL) → RBAC (if enforced) → faults
-//!         → decode (JSON | YAML | protobuf | patch types)
-//!         → verbs::{get,list,create,update,patch,delete} under the store lock   ──┐
-//!         → watch::start (a stream that follows the store's revision channel)  ◄─┘ changes
+//! TCP ─ TLS (rustls, ALPN h2/http1.1) ─ hyper ─ server::chain
+//!         filters: authentication → impersonation → priority and fairness (seat, fair queue,
+//!                  or 429) → body limit (≤ 3 MiB, else 413)
+//!         endpoints: route (discovery | OpenAPI | reviews | resource URL)
+//!                  → authorization (RBAC, if enforced) → faults
+//!                  → decode (JSON | YAML | protobuf | patch types)
+//!         writes:  admission (webhooks) → registry: the generic store and the resource's
+//!                  strategy, under the store lock                         ──┐
+//!         reads:   registry (get, list) │ watch (follows the revision) ◄──┘ changes
 //!         → encode (JSON | Table) → request log
 //! ```
 //!
@@ -40,7 +99,7 @@
 //! based on; if someone wrote in between, the versions differ and the update fails with `409
 //! Conflict`, and the controller re-reads and retries instead of silently overwriting. **Resuming
 //! streams**: a client that has seen everything up to version N can ask for "everything after N"
-//! (a watch from N) and miss nothing. Details in [`store`].
+//! (a watch from N) and miss nothing. Details in [`storage`].
 //!
 //! ## Watch, the history window and 410
 //!
@@ -50,7 +109,7 @@
 //! [`ApiServerBuilder::history_max_age`], [`ApiServerBuilder::history_max_bytes`]).
 //! A client that asks for a version older than the window gets an `ERROR` event holding a `410
 //! Expired` Status: it has missed changes the server no longer remembers, so it must list again
-//! from scratch. That is the *relist* every informer knows how to do. Details in [`watch`].
+//! from scratch. That is the *relist* every informer knows how to do. Details in [`endpoints`] (its `watch`).
 //!
 //! ## Status subresources
 //!
@@ -60,23 +119,23 @@
 //! observed) is written through `.../status`, whose writes keep everything else. So a user's
 //! `kubectl apply` can never clobber what the controller reported and vice versa, and
 //! `metadata.generation` — bumped only by spec changes — lets a controller publish
-//! `status.observedGeneration` to say which spec its status describes. Details in [`strategy`].
+//! `status.observedGeneration` to say which spec its status describes. Details in [`registry`].
 //!
 //! ## What is served
 //!
-//! core/v1 namespaces, pods (+status, +log: [`logs`], +exec, +attach, +portforward:
-//! [`remotecommand`]), services ([`services`]) and nodes (each +status), events, configmaps, secrets,
+//! core/v1 namespaces, pods (+status, +log: [`kubelet`], +exec, +attach, +portforward:
+//! [`kubelet`]), services (`registry/core/services`) and nodes (each +status), events, configmaps, secrets,
 //! serviceaccounts; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
 //! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); authorization.k8s.io/v1
-//! access reviews answered by the same authorizer, for `kubectl auth can-i` ([`review`]);
+//! access reviews answered by the same authorizer, for `kubectl auth can-i` (`endpoints/access_review`);
 //! authentication.k8s.io/v1 token reviews, for components that authenticate their own callers
-//! ([`tokenreview`]); and impersonation (`kubectl --as`, [`impersonation`]); apiextensions.k8s.io/v1
+//! (`endpoints/token_review`); and impersonation (`kubectl --as`, `filters/impersonation`); apiextensions.k8s.io/v1
 //! CustomResourceDefinitions, each of which serves its custom resources the moment it is
-//! created ([`crd`]), in every served version, converted by the CRD's conversion webhook when
-//! it has one ([`conversion`]); admissionregistration.k8s.io/v1 ValidatingWebhookConfigurations and
-//! MutatingWebhookConfigurations, whose webhooks every write goes through ([`admission`]); flowcontrol.apiserver.k8s.io/v1 FlowSchemas and
-//! PriorityLevelConfigurations, which configure API Priority and Fairness ([`flowcontrol`]). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
+//! created ([`apiextensions`]), in every served version, converted by the CRD's conversion webhook when
+//! it has one ([`apiextensions`]); admissionregistration.k8s.io/v1 ValidatingWebhookConfigurations and
+//! MutatingWebhookConfigurations, whose webhooks every write goes through (`admission`); flowcontrol.apiserver.k8s.io/v1 FlowSchemas and
+//! PriorityLevelConfigurations, which configure API Priority and Fairness (`filters/flowcontrol`). Plus discovery (legacy and aggregated), `/openapi/v3` and `/openapi/v2`,
 //! Table output for `kubectl get`, protobuf request bodies for built-in kinds, the request log
 //! (also at `/metrics`) and fault injection ([`faults`], also at `/admin/faults`).
 //!
@@ -91,47 +150,47 @@
 //! a `python` executable and a startup probe (with `python3` and a 3 s wait in its place it
 //! passes). Each item names where it is done:
 //!
-//! * **Services** ([`services`]): defaulted as `SetDefaults_Service` does, given a cluster IP
+//! * **Services** (`registry/core/services`): defaulted as `SetDefaults_Service` does, given a cluster IP
 //!   from `10.96.0.0/12` (node ports from `30000-32767`), `status: {loadBalancer: {}}`, and a
 //!   DELETE answers with the Service;
-//! * **a new cluster's objects** ([`bootstrap`]): the `kubernetes` Service (`10.96.0.1:443`),
+//! * **a new cluster's objects** (`server/bootstrap`): the `kubernetes` Service (`10.96.0.1:443`),
 //!   the bootstrap ClusterRoles and bindings (`cluster-admin`, `admin`, `edit`, `view`,
 //!   `system:discovery`, ...), a `default` ServiceAccount in every namespace, and in the
 //!   standalone server each namespace's `kube-root-ca.crt`;
-//! * **JSON bytes** ([`json_order`]): Go's field order for built-in objects, lists and Status
+//! * **JSON bytes** (`api/json_order`): Go's field order for built-in objects, lists and Status
 //!   (custom resources sorted, as unstructured), each body ending in `\n`;
-//! * **`as=PartialObjectMetadata`** and `as=PartialObjectMetadataList` ([`partial`]) on GET,
+//! * **`as=PartialObjectMetadata`** and `as=PartialObjectMetadataList` (`endpoints/partial`) on GET,
 //!   LIST, writes and WATCH;
 //! * **field selectors** read an absent Go boolean as `false` (`spec.unschedulable==false`,
-//!   [`logic::selectors::field_value`]);
-//! * **x509 client certificates** ([`tls`], [`x509`]): user = CN, groups = O, signed by the
+//!   `api/selectors`);
+//! * **x509 client certificates** (`server/tls`, `auth/x509`): user = CN, groups = O, signed by the
 //!   server's client CA or `--client-ca-file`; `--kubeconfig-client-cert` writes a kind-like
 //!   kubeconfig;
-//! * **webhook TLS** ([`x509::GoServerVerifier`]): a self-signed `CA:TRUE` certificate that is
+//! * **webhook TLS** (`auth/x509`): a self-signed `CA:TRUE` certificate that is
 //!   its own `caBundle` is trusted, as Go's TLS trusts it.
 //!
 //! * **more kinds** stored and served: batch/v1 Jobs (run to completion by a simulated Job
-//!   controller, [`jobs`]) and CronJobs (a Job per schedule time, [`cronjobs`]), apps/v1
-//!   DaemonSets and v1 ReplicationControllers (+scale) with their pods ([`podsets`]),
+//!   controller of the controller manager) and CronJobs (a Job per schedule time), apps/v1
+//!   DaemonSets and v1 ReplicationControllers (+scale) with their pods (the controller manager's),
 //!   policy/v1 PodDisruptionBudgets, apiregistration.k8s.io/v1 APIServices,
 //!   certificates.k8s.io/v1 CertificateSigningRequests (+status, +approval).
 //!
-//! * **`pods/NAME/ephemeralcontainers`** ([`ephemeral`]): GET, PUT and PATCH as
+//! * **`pods/NAME/ephemeralcontainers`** (`registry/core/pods`): GET, PUT and PATCH as
 //!   `EphemeralContainersREST` (only `spec.ephemeralContainers` changes; containers are added,
 //!   never removed or changed, with the real validation messages), in discovery; the node
 //!   runs and reports them (`status.ephemeralContainerStatuses`).
 //!
-//! * **action subresources** ([`pod_actions`]): `serviceaccounts/<name>/token` (TokenRequest:
+//! * **action subresources** (`registry/core/pod_actions`): `serviceaccounts/<name>/token` (TokenRequest:
 //!   an opaque token that authenticates as the service account until it expires) and
 //!   `pods/<name>/eviction` (PodDisruptionBudgets honoured).
 //!
 //! * **ComponentStatuses**, computed (`scheduler`, `controller-manager`, `etcd-0`, all
-//!   `Healthy`), get and list only ([`pod_actions`]).
+//!   `Healthy`), get and list only (`registry/core/pod_actions`).
 //!
 //! * **`pods/exec`, `pods/attach`, `pods/portforward`** over WebSocket (`v5`, `v4` and the
-//!   older channel subprotocols, [`wsstream`] on [`websocket`], frames by `tungstenite`)
-//!   against the process node ([`remotecommand`], [`process_exec`]), with `configMap`,
-//!   `secret` and `emptyDir` volumes ([`volumes`]); and over SPDY/3.1 ([`spdy`]), what kubectl
+//!   older channel subprotocols, the node's, frames by `tungstenite`)
+//!   against the process node (through [`kubelet`]), with `configMap`,
+//!   `secret` and `emptyDir` volumes (volumes); and over SPDY/3.1, what kubectl
 //!   1.29 and older speak, what later ones fall back to, and what kubectl 1.31+ port-forward
 //!   tunnels inside a WebSocket.
 //!
@@ -148,21 +207,21 @@
 //! `--kubeconfig-client-cert`) `custom_client_openssl_tls_configuration` gets 401, as on any
 //! cluster: it builds a client without the token. Its e2e `job` binary (a Job whose container
 //! has no command) passes: the process runtime ends such a container of a Job at once
-//! ([`runtime`]) instead of keeping it running.
+//! (the node's process runtime) instead of keeping it running.
 //!
 //! ## Hostile input: no single request takes the server down
 //!
 //! Every bound kube-apiserver and etcd put on a request is kept, with their answers
-//! ([`limits`]): 3 MiB bodies (`413`, also over HTTP/2), JSON patches of at most 10,000
+//! (`api/limits`): 3 MiB bodies (`413`, also over HTTP/2), JSON patches of at most 10,000
 //! operations whose `copy`s add at most 3 MiB, YAML depth-limited and alias-bounded before it is
 //! parsed, ConfigMap and Secret data of at most 1 MiB, objects of at most etcd's 1.5 MiB
 //! (`etcdserver: request is too large`), validation errors de-duplicated and bounded (a million
 //! empty `ownerReferences` is four causes), built-in fields typed as Go decodes them
-//! ([`typed`]); CRD `pattern`s have RE2's meaning, are compiled once and are refused at CRD
-//! create when RE2 would refuse them ([`logic::schema`]). A full server sheds its oldest silent
-//! connections for new clients rather than locking them out ([`connections`]); a data directory
-//! that cannot commit turns the store read-only as etcd's `NOSPACE` does ([`durable`]); memory
-//! is handed back after bursts ([`memory`], the `apiserver` command: idle RSS 37 MiB after
+//! (`registry/typed`); CRD `pattern`s have RE2's meaning, are compiled once and are refused at CRD
+//! create when RE2 would refuse them ([`apiextensions`]). A full server sheds its oldest silent
+//! connections for new clients rather than locking them out (`server/connections`); a data directory
+//! that cannot commit turns the store read-only as etcd's `NOSPACE` does (`storage/durable`); memory
+//! is handed back after bursts (`storage/memory`, the `apiserver` command: idle RSS 37 MiB after
 //! `hack/bench-hostile.sh`'s payloads, whose peak was 67 MiB). The same script prints each
 //! payload's time, peak RSS and the latency a fresh client saw meanwhile.
 //!
@@ -171,37 +230,36 @@
 //! A few of a cluster's controllers are simulated in-process, each in its own module that
 //! explains what the real one does and what the simulation keeps:
 //!
-//! * the **garbage collector** ([`gc`], on by default): deleting an owner deletes or orphans its
+//! * the **garbage collector** (the controller manager's, on by default): deleting an owner deletes or orphans its
 //!   dependents by `ownerReferences` and `propagationPolicy`, and releases the `orphan` /
 //!   `foregroundDeletion` finalizers. Without it (`.garbage_collector(false)`) dependents stay
 //!   and those finalizers stay until something removes them;
-//! * the **scheduler and kubelet** ([`kubelet`], with [`ApiServerBuilder::simulate`]): pods are
+//! * the **scheduler and kubelet** (the node, with the cluster's `simulate`): pods are
 //!   bound to `embedded-node`, run, end `Succeeded` or `Failed` by their command, and a bound
 //!   pod deleted with a grace period is finished. Without it pods stay `Pending` unless a test
 //!   moves them, and a pod deleted with a grace period after a test bound it to a node waits
-//!   for a kubelet that never comes. With [`ApiServerBuilder::node_runtime`] set to
-//!   [`runtime::NodeRuntime::Process`] the node instead runs each container's command as a
-//!   child process of the server ([`runtime`], opt-in, with its safety rules), and
+//!   for a kubelet that never comes. With the cluster's `node_runtime` set to
+//!   `NodeRuntime::Process` the node instead runs each container's command as a
+//!   child process of the server (the node's process runtime, opt-in, with its safety rules), and
 //!   `kubectl logs` shows what it printed;
-//! * the **Deployment, ReplicaSet and StatefulSet controllers** ([`workloads`], also with
+//! * the **Deployment, ReplicaSet and StatefulSet controllers** (the controller manager's, also with
 //!   `simulate`): status follows `spec.replicas`; StatefulSets create and delete their pods
 //!   `<name>-<ordinal>`;
-//! * the **Job, CronJob, ReplicationController and DaemonSet controllers** ([`jobs`],
-//!   [`cronjobs`], [`podsets`], also with `simulate`): Jobs run pods to completion, CronJobs
+//! * the **Job, CronJob, ReplicationController and DaemonSet controllers** (the controller manager's, also with `simulate`): Jobs run pods to completion, CronJobs
 //!   create Jobs on their schedule, ReplicationControllers keep `spec.replicas` pods and
 //!   DaemonSets one pod on each node.
 //!
 //! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer
 //! released, the namespace removed once empty), and deleting a CRD removes its custom resources
 //! at once. The watch history is one window shared by all resources (etcd's, not the
-//! per-resource watch cache's). No in-tree admission plugins (admission webhooks are called: [`admission`]); RBAC enforced only on request ([`rbac`]; without
+//! per-resource watch cache's). No in-tree admission plugins (admission webhooks are called: [`admission`]); RBAC enforced only on request (`auth/rbac`; without
 //! it every request and every `kubectl auth can-i` is allowed, as with
 //! `--authorization-mode=AlwaysAllow`); no defaulting of built-in kinds (but Services, Jobs, CronJobs and a pod's `securityContext: {}`), no conversion
 //! webhooks; built-in kinds get the real metadata validation and their kinds' main rules
-//! ([`validation`]), and RBAC writes the escalation checks; server-side apply tracks managers but is simpler than the real structured-merge-diff.
+//! (`registry/validation`), and RBAC writes the escalation checks; server-side apply tracks managers but is simpler than the real structured-merge-diff.
 //! Tables for built-in kinds follow the real printers for pods, namespaces, configmaps,
 //! secrets, serviceaccounts, services, events, deployments, statefulsets, replicasets, nodes,
-//! role bindings and leases ([`logic::printers::builtin_columns`]); roles, cluster roles and CRDs
+//! role bindings and leases (`endpoints/printers`); roles, cluster roles and CRDs
 //! get the `Name` / `Created At` columns, as on a real server.
 
 #![forbid(unsafe_code)]
@@ -265,6 +323,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::registry::Store;
+/// An API error as a `metav1.Status`: what the server answers, and what the interfaces return.
+pub use api::status::ApiError;
 pub use apimachinery::serving::ServingLimits;
 /// kube-apiserver's `--token-auth-file` format, for commands that take one.
 pub use auth::tokens::{StaticToken, parse_token_auth_file};
@@ -521,11 +581,11 @@ impl ApiServerBuilder {
     }
 
     /// Whether objects nobody has read for a while ([`ApiServerBuilder::rest_unread_after`])
-    /// rest as their JSON bytes ([`stored`]; `--rest-unread-objects`). After 10,000 Ats created
+    /// rest as their JSON bytes (`storage/stored`; `--rest-unread-objects`). After 10,000 Ats created
     /// at once and a minute idle, the standalone server's RSS grew by about 1.5 times their JSON
     /// with it, against 14 times without. Runs a thread of its own (`apiserver-shed`) while the
     /// server runs. Off by default here, on by default in the standalone server
-    /// ([`standalone`]): a server a test starts lives for seconds, less than an object takes to
+    /// (the `sample-controller apiserver` command): a server a test starts lives for seconds, less than an object takes to
     /// rest, and without the thread nothing changes under a test but what it does itself.
     pub fn rest_unread_objects(mut self, on: bool) -> Self {
         self.rest_unread_objects = on;

@@ -1,14 +1,14 @@
 //! `ValidatingWebhookConfiguration` and `MutatingWebhookConfiguration`: defaults, validation and
 //! the question "should this webhook see this request?".
 //!
-//! The objects are stored as sent (after [`set_defaults`]), like any other kind; this module reads
+//! The objects are stored as sent (after [`crate::registry::admissionregistration::set_defaults`]), like any other kind; this module reads
 //! them as plain JSON into [`Webhook`]s when a write needs them. What mirrors what:
 //!
-//! * [`set_defaults`] is `admissionregistration/v1`'s `SetDefaults_*`: `failurePolicy: Fail`,
+//! * [`crate::registry::admissionregistration::set_defaults`] is `admissionregistration/v1`'s `SetDefaults_*`: `failurePolicy: Fail`,
 //!   `matchPolicy: Equivalent`, `namespaceSelector: {}`, `objectSelector: {}`,
 //!   `timeoutSeconds: 10`, `reinvocationPolicy: Never` (mutating), `rules[].scope: "*"` and
 //!   `clientConfig.service.port: 443`.
-//! * [`validate`] is `ValidateValidatingWebhookConfiguration` / `...Mutating...` of
+//! * [`crate::registry::admissionregistration::validate`] is `ValidateValidatingWebhookConfiguration` / `...Mutating...` of
 //!   `pkg/apis/admissionregistration/validation`, with its messages: a name of at least three
 //!   dot-separated segments, unique in the configuration; exactly one of `url` or `service`;
 //!   an `https` URL without query, fragment or user; rules with operations, groups, versions,

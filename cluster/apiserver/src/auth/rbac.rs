@@ -66,7 +66,7 @@
 //! ## Privilege escalation prevention
 //!
 //! As in kube-apiserver's `registry/rbac` and `rbac/validation`, with RBAC enforced a user can
-//! only hand out what it holds ([`confirm_no_escalation`], run on every create and update of a
+//! only hand out what it holds ([`crate::auth::escalation::confirm_no_escalation`], run on every create and update of a
 //! role or binding):
 //!
 //! * writing a **Role/ClusterRole** needs every rule it grants to be *covered* by the writer's
@@ -89,7 +89,7 @@
 //! as on the real server. Left out: the aggregation itself (the controller that fills in the
 //! aggregated rules).
 //!
-//! [`load_manifests`] reads RBAC (or any other) objects from YAML files such as
+//! [`crate::server::manifests::load_manifests`] reads RBAC (or any other) objects from YAML files such as
 //! `artifacts/deploy/`, so a test can run a controller under its real ClusterRole and prove
 //! the manifests are least privilege.
 //!

@@ -48,8 +48,8 @@ pub struct Shared {
     pub rbac: rbac::Authorizer,
     /// API Priority and Fairness (or the max-in-flight limits): seats, queues, 429s.
     pub flowcontrol: Arc<flowcontrol::FlowControl>,
-    /// The store and the webhook clients, for the write path ([`admission`],
-    /// [`apiextensions`]'s conversion).
+    /// The store and the webhook clients, for the write path ([`crate::admission`],
+    /// [`crate::apiextensions`]'s conversion).
     pub backend: registry::Backend,
     /// The kubelets of the nodes that registered: logs, exec, attach and port-forward
     /// ([`kubelet`]).

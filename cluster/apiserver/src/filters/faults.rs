@@ -40,8 +40,9 @@
 //! ([`crate::RequestLog::fault_count`]), and the failed request itself is counted as usual
 //! with its status code.
 //!
-//! Faults apply to HTTP requests only: the in-process simulated controllers ([`crate::gc`],
-//! [`crate::kubelet`], [`crate::registry::apps::replicas`]) write to the store directly and never see them.
+//! Faults apply to HTTP requests only: the cluster's own components (the controller manager and
+//! the node, reaching the server through [`crate::loopback`]) never see them, so a fault aimed
+//! at the client under test does not also stop the pods it creates from running.
 //!
 //! Nothing like this exists in a real API server; the closest are chaos tools that kill
 //! connections or pods. Faults are checked after authentication and authorization, where an

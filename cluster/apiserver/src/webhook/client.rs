@@ -26,7 +26,7 @@
 //!   Each failure is a *calling* failure (`received invalid webhook response: ...`), which
 //!   `failurePolicy` decides about, not a denial.
 //!
-//! Errors read as the real server's: [`CallError::Calling`] renders as
+//! Errors read as the real server's: [`crate::admission::CallError::Calling`] renders as
 //! `failed calling webhook "NAME": failed to call webhook: Post "URL?timeout=10s": REASON`, where
 //! REASON is Go's text for the common cases (`dial tcp ADDR: connect: connection refused`,
 //! `tls: failed to verify certificate: x509: certificate signed by unknown authority`,
