@@ -22,7 +22,7 @@
 //! * deletes the oldest finished Jobs beyond the history limits (their pods go with them);
 //! * wakes up again at the schedule's next time.
 //!
-//! ## What the simulation keeps (with [`super::ApiServerBuilder::simulate`])
+//! ## What the simulation keeps (with `ClusterBuilder::simulate` (crate `embedded-cluster`))
 //!
 //! All of the above, with the Job controller ([`super::jobs`]) running the Jobs. Times come
 //! from the server's virtual clock, so a test with a paused tokio clock can run a schedule an

@@ -57,7 +57,7 @@
 //! This module keeps the algorithm of the real `attemptToDeleteItem`,
 //! `processDeletingDependentsItem` and `orphanDependents` above, run by a background task
 //! owned by the server handle (always on unless
-//! [`super::ApiServerBuilder::garbage_collector`] turns it off). Instead of informers over
+//! `ClusterBuilder::garbage_collector` (crate `embedded-cluster`) turns it off). Instead of informers over
 //! HTTP it follows the store's change feed ([`super::background`]) and keeps its graph as three
 //! maps (object → uid and owners, uid → object, owner uid → dependents), rebuilt from scratch
 //! whenever the feed reports a compaction. Unlike the real graph, which holds a node for every

@@ -10,7 +10,7 @@
 //! `batch.kubernetes.io/job-name` and `job-name` go into the pod template, and `spec.selector`
 //! becomes `matchLabels: {batch.kubernetes.io/controller-uid: <uid>}`.
 //!
-//! ## The controller (with [`super::ApiServerBuilder::simulate`])
+//! ## The controller (with `ClusterBuilder::simulate` (crate `embedded-cluster`))
 //!
 //! Like kube-controller-manager's Job controller, for each Job that is neither suspended nor
 //! finished: it counts the pods it controls (`Succeeded`, `Failed`, active), creates pods named
@@ -21,7 +21,7 @@
 //! conditions `SuccessCriteriaMet` and `Complete` (reason `CompletionsReached`) and a
 //! `completionTime`; once more than `backoffLimit` pods failed, `FailureTarget` and `Failed`
 //! (reason `BackoffLimitExceeded`, `Job has reached the specified backoff limit`) and its active
-//! pods are deleted. The simulated node ([`super::kubelet`], [`super::runtime`]) runs the pods.
+//! pods are deleted. The simulated node (the node's `kubelet` module (crate `embedded-node`), the node's `runtime` module (crate `embedded-node`)) runs the pods.
 //! Left out: indexed completion mode, pod failure policies, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, the job-tracking finalizer and backoff delays between retries.
 

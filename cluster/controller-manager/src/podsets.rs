@@ -22,7 +22,7 @@
 //!   `controller-revision-hash` and `pod-template-generation`, and a node affinity on
 //!   `metadata.name` that the scheduler honours.
 //!
-//! ## What the simulation keeps (with [`super::ApiServerBuilder::simulate`])
+//! ## What the simulation keeps (with `ClusterBuilder::simulate` (crate `embedded-cluster`))
 //!
 //! One background task follows the store's change feed, like the Job controller
 //! ([`super::jobs`]), and syncs a ReplicationController or DaemonSet whenever it, one of its

@@ -5,7 +5,7 @@
 //!
 //! * the **`kubernetes` Service** in `default` (the `kubernetesservice` bootstrap controller):
 //!   port 443 `https`, target port the server's own, cluster IP `10.96.0.1`
-//!   ([`embedded_apiserver::services::kubernetes_service`]), seeded in [`super::ApiServerBuilder::start`];
+//!   (`registry::core::services::kubernetes_service` in the API server), seeded in `ClusterBuilder::start` (crate `embedded-cluster`);
 //! * the **bootstrap RBAC policy** (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy`, written by
 //!   the `rbac/bootstrap-roles` post-start hook): the user-facing ClusterRoles `cluster-admin`,
 //!   `admin`, `edit` and `view` (the last three aggregated from `system:aggregate-to-*`, whose
@@ -26,7 +26,7 @@
 //!   **`kube-root-ca.crt` ConfigMap** (the `root-ca-cert-publisher`) holding the server's CA
 //!   (`ca.crt`) when it serves HTTPS, kept at that content. The ServiceAccount controller is on
 //!   by default; the publisher is on in the standalone server and opt-in for the library
-//!   ([`super::ApiServerBuilder::root_ca_publisher`]), so that a test's ConfigMaps are its own.
+//!   (`ClusterBuilder::root_ca_publisher` (crate `embedded-cluster`)), so that a test's ConfigMaps are its own.
 
 use std::sync::Arc;
 

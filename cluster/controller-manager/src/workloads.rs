@@ -25,9 +25,9 @@
 //! ## What the simulation keeps and leaves out
 //!
 //! One background task (owned by the server handle, on with
-//! [`super::ApiServerBuilder::simulate`]) follows the store's change feed. Whenever a
+//! `ClusterBuilder::simulate` (crate `embedded-cluster`)) follows the store's change feed. Whenever a
 //! Deployment or StatefulSet changes, or a pod one of them owns does, it schedules a *sync* of
-//! that object after the workload delay ([`super::ApiServerBuilder::workload_delay`], default
+//! that object after the workload delay (`ClusterBuilder::workload_delay` (crate `embedded-cluster`), default
 //! 500 ms, zero allowed; measured with `tokio::time`, so paused-clock tests control it).
 //!
 //! * **StatefulSets** are simulated faithfully as far as pods go: each sync takes one

@@ -26,7 +26,7 @@
 //!   every container `waiting` in `ContainerCreating`;
 //! * **starts** it at once: `Running`, `startTime`, `hostIP`, `podIP`, every condition `True`,
 //!   every container `running` and `ready`;
-//! * **ends** it after the run time ([`super::ApiServerBuilder::pod_run_time`], default 1 s,
+//! * **ends** it after the run time (`ClusterBuilder::pod_run_time` (crate `embedded-cluster`), default 1 s,
 //!   zero allowed) according to each container's command ([`exit_code_of`]): a `/bin/sh -c`
 //!   (or `sh -c`, `bash -c`) script that is exactly `exit N` exits with `N`, a script `false`
 //!   (or a bare `false` command) with 1, anything else with 0. Then, by `restartPolicy`:
@@ -85,10 +85,10 @@
 //!
 //! No images, processes, probes, resources, volumes, init-container ordering (init containers
 //! are reported `terminated`/`Completed` when the pod starts; ephemeral containers added to a
-//! running pod, [`embedded_apiserver::ephemeral`], are reported `running` and stay so), evictions,
+//! running pod, the API server's `ephemeral_containers` strategy, are reported `running` and stay so), evictions,
 //! node pressure or pod networking beyond made-up addresses. No Events are emitted (a real
 //! scheduler and kubelet report `Scheduled`, `Pulled`, `Created`, `Started`, `BackOff`; the
-//! process runtime, [`super::runtime`], does). Each container's log ([`super::logs`], what
+//! process runtime, [`crate::runtime`], does). Each container's log ([`super::logs`], what
 //! `kubectl logs` reads) holds what the simulation decided for it, not a command's output:
 //! for that, run the process runtime. Pods bound to another node are left alone. The one node
 //! is always `Ready`.
@@ -417,7 +417,7 @@ impl Kubelet {
         }
     }
 
-    /// Ephemeral containers added to a running pod ([`embedded_apiserver::ephemeral`]) are reported
+    /// Ephemeral containers added to a running pod (the API server's `ephemeral_containers` strategy) are reported
     /// `running` at once (the simulation runs nothing, and they never end on their own).
     fn report_ephemeral(&self, key: &Key, uid: &str) {
         let now = self.now();

@@ -35,7 +35,6 @@
 pub mod background;
 pub mod kubelet;
 pub mod logs;
-pub mod process_exec;
 pub mod remotecommand;
 pub mod runtime;
 pub mod spdy;

@@ -23,10 +23,10 @@
 //!
 //! ## What this module keeps
 //!
-//! The node ([`super::kubelet`] and [`super::runtime`]) writes each container *instance* (one
+//! The node ([`crate::kubelet`] and [`crate::runtime`]) writes each container *instance* (one
 //! run of the container; a restart starts a new instance) into a [`LogBuffer`]: a queue of
 //! timestamped lines holding at most a configured number of bytes
-//! ([`super::ApiServerBuilder::pod_log_bytes`], default [`DEFAULT_LOG_BYTES`]). When a write
+//! (`ClusterBuilder::pod_log_bytes` (crate `embedded-cluster`), default [`DEFAULT_LOG_BYTES`]). When a write
 //! passes the cap, the **oldest lines go first**; a single line larger than the whole cap keeps
 //! only its last bytes. The [`LogStore`] keeps, per pod (and pod uid) and container, the current
 //! instance and the previous one, which is what `previous=true` reads. The logs of a pod go

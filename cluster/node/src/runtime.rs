@@ -2,9 +2,9 @@
 //!
 //! ## Why
 //!
-//! The simulated node ([`super::kubelet`]) decides a pod's outcome from its command's text and
+//! The simulated node ([`crate::kubelet`]) decides a pod's outcome from its command's text and
 //! never runs anything, so nothing a pod prints exists. With
-//! [`super::ApiServerBuilder::node_runtime`]`(`[`NodeRuntime::Process`]`)` (standalone:
+//! `ClusterBuilder::node_runtime` (crate `embedded-cluster`)`(`[`NodeRuntime::Process`]`)` (standalone:
 //! `sample-controller apiserver --node-runtime process`) the node really runs each container's
 //! command on the host, captures its output into the pod's log ([`super::logs`], served at
 //! `GET .../pods/NAME/log`, what `kubectl logs` reads) and reports the real exit code.
@@ -42,7 +42,7 @@
 //!   back-off (10 s, doubling, at most 5 min), with a Warning `BackOff` event and `waiting:
 //!   CrashLoopBackOff` meanwhile. The exit goes to `lastState`, `restartCount` counts the
 //!   restarts, and the previous run's output stays readable with `previous=true`;
-//! * **ephemeral containers** added to a running pod ([`embedded_apiserver::ephemeral`]) start as they
+//! * **ephemeral containers** added to a running pod (the API server's `ephemeral_containers` strategy) start as they
 //!   appear, run once (never restarted), are reported in `status.ephemeralContainerStatuses`
 //!   (never ready, no say in the pod's phase), and are killed when the pod's containers end;
 //! * **activeDeadlineSeconds**: counted from the pod's `startTime`; when it passes, the
@@ -61,7 +61,7 @@
 //!
 //! * the runtime is **opt-in**: [`NodeRuntime::Simulated`] is the default everywhere;
 //! * the server **refuses to start** with the process runtime on an address that is not
-//!   loopback unless RBAC is enforced ([`embedded_apiserver::StartError::UnsafeRuntime`]), so only users
+//!   loopback unless RBAC is enforced (`StartError::UnsafeRuntime` of `embedded-cluster`), so only users
 //!   the RBAC rules allow to create pods can run commands;
 //! * every child runs in **its own process group** (`process_group(0)`), so a signal reaches
 //!   everything the command started (a shell and its children), and processes **never outlive
@@ -87,7 +87,7 @@
 //! server's user, on the host), resources, probes, volumes other than `configMap`, `secret`
 //! and `emptyDir` (those are directories on the host, found through rewritten paths:
 //! [`super::volumes`]), init-container ordering, pod networking (the addresses are made up,
-//! as in the simulation; a pod's ports are the host's, see [`super::process_exec`]),
+//! as in the simulation; a pod's ports are the host's, see [`super::remotecommand::process_exec`]),
 //! `valueFrom`/`envFrom`, and the node pause of the simulated node
 //! ([`super::kubelet::NodeControl`] has no effect).
 //!
@@ -95,7 +95,7 @@
 //!
 //! The node registers each running container in its [`NodeHandle`] (the container's spec,
 //! its stdin pipe when it has `stdin: true`, its live output), which
-//! [`super::remotecommand`] and [`super::process_exec`] use for `kubectl exec`, `attach` and
+//! [`super::remotecommand`] and [`super::remotecommand::process_exec`] use for `kubectl exec`, `attach` and
 //! `port-forward`. An exec'd process follows the same rules as a container's: its own
 //! process group, killed (and reaped) when its client goes or the server shuts down, and at
 //! most [`DEFAULT_MAX_SESSIONS`] sessions at once.
@@ -791,7 +791,7 @@ fn start_pod(ctx: &Ctx, key: &Key, uid: &str, ip: &str) -> Option<Value> {
 /// records a Warning `DeadlineExceeded` event); which one it was is returned, `None` when the
 /// containers ended on their own.
 ///
-/// Ephemeral containers added meanwhile ([`embedded_apiserver::ephemeral`]) are started as they appear, each
+/// Ephemeral containers added meanwhile (the API server's `ephemeral_containers` strategy) are started as they appear, each
 /// once (the kubelet never restarts them); they end with the pod's containers, being killed if
 /// still running then, and never decide the pod's phase.
 async fn run_containers(

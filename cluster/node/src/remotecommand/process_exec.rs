@@ -25,7 +25,7 @@
 //!   output, and resize events are read and discarded. Programs that check `isatty` behave as
 //!   without a terminal (a shell prints no prompt);
 //! * the command's **end**: its exit code (128 + the signal for a killed one) becomes the
-//!   Status of [`super::remotecommand`]. What is left of its process group is killed, and
+//!   Status of [`super`]. What is left of its process group is killed, and
 //!   the output it had written is sent (at most `runtime::DRAIN_TIMEOUT`, 2 s, of
 //!   draining). A command that cannot start (not found, not executable) ends the session with
 //!   an `InternalError` Status naming the error, as the kubelet reports a runtime error;
@@ -53,10 +53,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use tokio_util::task::TaskTracker;
 
-use super::remotecommand::{
-    Reader, StreamOptions, Streams, Writer, exit_failure, internal_error, success,
-};
-use super::runtime::{DRAIN_TIMEOUT, NodeHandle, RunningContainer, process_command, signal_group};
+use super::{Reader, StreamOptions, Streams, Writer, exit_failure, internal_error, success};
+use crate::runtime::{DRAIN_TIMEOUT, NodeHandle, RunningContainer, process_command, signal_group};
 use embedded_apiserver::store::Key;
 
 /// The buffer each output and input copy uses.

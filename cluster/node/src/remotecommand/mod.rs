@@ -35,13 +35,13 @@
 //!
 //! ## What this layer does
 //!
-//! There is no kubelet here: the process node ([`super::runtime`]) runs the pods' containers
+//! There is no kubelet here: the process node ([`crate::runtime`]) runs the pods' containers
 //! as host processes, and this module reaches into it. A transport:
 //!
-//! 1. calls [`Session::resolve`] before it upgrades the connection: the pod, the container,
+//! 1. calls `Session::resolve` before it upgrades the connection: the pod, the container,
 //!    the options and the command, with the real server's errors (a transport answers them
 //!    as an HTTP error instead of upgrading), and a session slot (at most
-//!    [`super::runtime::DEFAULT_MAX_SESSIONS`] sessions are open at once; more get `429`);
+//!    [`crate::runtime::DEFAULT_MAX_SESSIONS`] sessions are open at once; more get `429`);
 //! 2. upgrades, then runs the session with its streams as tokio byte streams: [`run`] for
 //!    exec and attach, which returns the Status to write on the error stream, or [`dial`] for
 //!    each forwarded port, whose TCP stream it copies bytes to and from;
@@ -49,12 +49,12 @@
 //!    never outlives the server.
 //!
 //! A transport that sees its client vanish **drops the [`run`] future**: the process it
-//! started is then killed (its whole process group, as [`super::runtime`] kills a
+//! started is then killed (its whole process group, as [`crate::runtime`] kills a
 //! container's), and nothing is left running. A failed write to stdout or stderr (the client
 //! went away) does the same from inside.
 //!
 //! The process side (how a command gets the container's environment, how attach reaches a
-//! running container's stdin and output) is in [`super::process_exec`]; the host-network
+//! running container's stdin and output) is in [`process_exec`]; the host-network
 //! note for port-forward is there too.
 
 use std::sync::Arc;
@@ -69,7 +69,9 @@ pub use embedded_apiserver::kubelet::{
 };
 use embedded_apiserver::status::ApiError;
 
-use super::runtime::{NodeHandle, RunningContainer};
+use crate::runtime::{NodeHandle, RunningContainer};
+
+pub mod process_exec;
 
 /// The reading half of one stream of a session (the client's stdin, resize events).
 pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
@@ -88,7 +90,7 @@ pub struct Streams {
     /// Where standard error goes.
     pub stderr: Option<Writer>,
     /// [`TerminalSize`] JSON objects, one after another. Read and discarded: the process node
-    /// gives no terminal (see [`super::process_exec`]).
+    /// gives no terminal (see [`process_exec`]).
     pub resize: Option<Reader>,
 }
 
@@ -270,9 +272,9 @@ pub async fn run(target: Target, action: Action, opts: StreamOptions, streams: S
     let key = (target.namespace.clone(), target.pod.clone());
     match action {
         Action::Exec { command } => {
-            super::process_exec::exec(&target.node, &key, &running, &command, opts, streams).await
+            process_exec::exec(&target.node, &key, &running, &command, opts, streams).await
         }
-        Action::Attach => super::process_exec::attach(&running, opts, streams).await,
+        Action::Attach => process_exec::attach(&running, opts, streams).await,
     }
 }
 
@@ -281,7 +283,7 @@ pub async fn run(target: Target, action: Action, opts: StreamOptions, streams: S
 /// IPv6, as containerd dials `localhost` in the pod's network namespace).
 pub async fn dial(target: &Target, port: u16) -> std::io::Result<tokio::net::TcpStream> {
     let _ = target;
-    super::process_exec::dial(port).await
+    process_exec::dial(port).await
 }
 
 /// `{"metadata":{},"status":"Success"}`: the command exited 0 (or the attach ended).
