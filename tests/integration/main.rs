@@ -71,6 +71,7 @@ mod leaderelection_apiserver;
 mod leaderelection_elector;
 mod manager_cli;
 mod manager_conversion;
+mod manager_handles;
 mod manager_health;
 mod manager_leader_election;
 mod manager_page;

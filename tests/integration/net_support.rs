@@ -52,6 +52,8 @@ pub(crate) struct Forwarder {
     pub(crate) addr: SocketAddr,
     target: Arc<watch::Sender<Option<SocketAddr>>>,
     stop: CancellationToken,
+    /// Bumped by [`Forwarder::cut`]: every connection accepted before ends.
+    epoch: Arc<watch::Sender<u64>>,
 }
 
 /// Sets a [`Forwarder`]'s target from another task.
@@ -72,7 +74,8 @@ impl Forwarder {
         let addr = listener.local_addr().unwrap();
         let target = Arc::new(watch::Sender::new(None::<SocketAddr>));
         let stop = CancellationToken::new();
-        let (rx, until) = (target.subscribe(), stop.clone());
+        let epoch = Arc::new(watch::Sender::new(0u64));
+        let (rx, until, epochs) = (target.subscribe(), stop.clone(), epoch.subscribe());
         tokio::spawn(async move {
             loop {
                 let inbound = tokio::select! {
@@ -83,17 +86,28 @@ impl Forwarder {
                     },
                 };
                 let mut rx = rx.clone();
+                let mut epochs = epochs.clone();
+                epochs.mark_unchanged();
                 tokio::spawn(async move {
                     let Ok(Some(to)) = rx.wait_for(Option::is_some).await.map(|t| *t) else {
                         return;
                     };
                     if let Ok(outbound) = tokio::net::TcpStream::connect(to).await {
-                        splice(inbound, outbound).await;
+                        tokio::select! {
+                            _ = splice(inbound, outbound) => {}
+                            // Cut: both sockets close when the future is dropped.
+                            _ = epochs.changed() => {}
+                        }
                     }
                 });
             }
         });
-        Forwarder { addr, target, stop }
+        Forwarder {
+            addr,
+            target,
+            stop,
+            epoch,
+        }
     }
 
     /// Forwards new connections to `to`.
@@ -114,6 +128,12 @@ impl Forwarder {
             .await
             .expect("the forwarder owns the sender");
         to.expect("waited for a target")
+    }
+
+    /// Ends every connection accepted so far (both sides see the TCP connection close, as
+    /// when a load balancer or NAT drops it); new connections are forwarded as before.
+    pub(crate) fn cut(&self) {
+        self.epoch.send_modify(|e| *e += 1);
     }
 
     /// Stops listening: connections to `addr` are refused from now on.
