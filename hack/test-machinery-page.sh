@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The /machinery page in a real browser: installs Debian's chromium when no Chromium is on the
 # PATH (apt-get, as root; otherwise it says how and the test skips), then runs the browser test
-# (tests/integration/manager_page.rs): headless Chromium loads the page from a running manager
+# (tests/integration/controller_runtime/manager_page.rs): headless Chromium loads the page from a running manager
 # while the book's example At goes PENDING -> RUNNING -> DONE, and the test checks the diagram,
 # its live counts and the traced key's hops in the DOM the page built.
 #
@@ -28,4 +28,4 @@ if ! have_chromium; then
 fi
 
 cargo nextest run -p sample-controller --no-fail-fast --success-output immediate \
-  -E 'test(/^manager_page::/)'
+  -E 'test(/^controller_runtime::manager_page::/)'

@@ -36,7 +36,7 @@ WAIT_CEILING = 180.0
 
 
 def sample_controller_binary() -> Path:
-    """The `sample-controller` binary: $SAMPLE_CONTROLLER_BIN (tests/integration/helm_chart.rs
+    """The `sample-controller` binary: $SAMPLE_CONTROLLER_BIN (tests/integration/sample_controller/helm_chart.rs
     sets it), else the one `cargo build --bin sample-controller` builds (cargo says where)."""
     env = os.environ.get("SAMPLE_CONTROLLER_BIN")
     if env:

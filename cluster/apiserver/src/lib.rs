@@ -58,7 +58,7 @@
 //! ## Module map
 //!
 //! The modules are layered: each uses only the ones above it in this table, and no two of them
-//! form a cycle (`tests/integration/workspace_modules.rs` checks it). They follow
+//! form a cycle (`tests/integration/sample_controller/workspace_modules.rs` checks it). They follow
 //! kube-apiserver's packages.
 //!
 //! | module | kube-apiserver | what lives there |

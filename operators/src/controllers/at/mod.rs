@@ -53,7 +53,7 @@
 //!
 //! ## Requests per At
 //!
-//! Counted by the embedded API server's request log (`tests/integration/at_requests.rs`), with
+//! Counted by the embedded API server's request log (`tests/integration/operators/at_requests.rs`), with
 //! the pod going straight from Pending to Succeeded:
 //!
 //! | At | requests | which |

@@ -1,0 +1,18 @@
+//! Tests of the API server (crate `embedded-apiserver`): requests, storage, admission, CRDs, auth, watch, faults.
+
+mod admission;
+mod auth_review;
+mod bounded;
+mod cel;
+mod conversion;
+mod durable;
+mod faults;
+mod fidelity;
+mod flowcontrol;
+mod http;
+mod kubectl;
+mod kubectl_compat;
+mod list_snapshot;
+mod rbac;
+mod trust;
+mod watch;

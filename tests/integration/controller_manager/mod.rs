@@ -1,0 +1,4 @@
+//! Tests of the simulated controller manager (crate `embedded-controller-manager`).
+
+mod gc;
+mod workloads;
