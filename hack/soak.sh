@@ -27,6 +27,12 @@ done
 if [ -z "$out" ]; then
   out=$(mktemp -d "${TMPDIR:-/tmp}/soak-XXXXXX")
   args+=(--out "$out")
+else
+  # The driver runs in benches/ (cargo bench's directory): hand it an absolute path.
+  out=$(realpath -m "$out")
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    [ "${args[$i]}" = --out ] && args[$((i + 1))]=$out
+  done
 fi
 status=0
 cargo bench --quiet -p benches --bench soak -- "${args[@]}" || status=$?
