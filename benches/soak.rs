@@ -554,6 +554,9 @@ async fn poll(client: &Client, book: &Mutex<Book>, deadline: Duration) -> BoxRes
     Ok(())
 }
 
+/// One column of the summary table: its name and how to read it from a sample.
+type Figure = (&'static str, fn(&Sample) -> Option<f64>);
+
 /// One row of `samples.csv` per process.
 #[derive(Debug, Default)]
 struct Sample {
@@ -999,7 +1002,7 @@ async fn report(r: &mut Run, leftovers: &str) -> bool {
         let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
             continue;
         };
-        let figures: [(&str, fn(&Sample) -> Option<f64>); 6] = [
+        let figures: [Figure; 6] = [
             ("RSS MiB", |s| Some(s.stats.rss_kib as f64 / 1024.0)),
             ("anon MiB", |s| Some(s.stats.anon_kib as f64 / 1024.0)),
             ("fds", |s| Some(s.stats.fds as f64)),
