@@ -201,11 +201,9 @@ fn build<K: CacheObject, R: Reconciler<K>>(
     }
     let lister = informer.lister();
     let expectations = Arc::new(Expectations::default());
-    let workers = Workers::new(queue, cx.stats(), synced).release_drained(
-        &lister,
-        cx.client,
-        Some(Arc::clone(&expectations)),
-    );
+    let workers = Workers::new(queue, cx.stats(), synced)
+        .release_drained(&lister, cx.client, Some(Arc::clone(&expectations)))
+        .replay_from(&lister);
     Ok(Arc::new(Built {
         name,
         reconciler,
@@ -284,5 +282,9 @@ impl<K: CacheObject, R: Reconciler<K>> Controller for Built<K, R> {
 
     fn queue(&self) -> Option<&RateLimitingQueue<QueueKey>> {
         Some(self.workers.queue())
+    }
+
+    fn hold_until_started(&self) {
+        self.workers.hold_until_started();
     }
 }

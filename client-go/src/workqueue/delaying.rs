@@ -408,6 +408,21 @@ where
         self.queue.is_empty()
     }
 
+    /// See [`Queue::hold`].
+    pub fn hold(&self) {
+        self.queue.hold();
+    }
+
+    /// See [`Queue::is_held`].
+    pub fn is_held(&self) -> bool {
+        self.queue.is_held()
+    }
+
+    /// See [`Queue::release`].
+    pub fn release(&self) {
+        self.queue.release();
+    }
+
     /// Shuts the queue down (see [`Queue::shut_down`]), stops the timer task and drops every item
     /// still waiting for its deadline.
     pub fn shut_down(&self) {

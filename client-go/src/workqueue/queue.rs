@@ -155,6 +155,8 @@ struct State<T> {
     /// How many entries of `items` are processing.
     processing: usize,
     shutting_down: bool,
+    /// Adds are dropped while held (see [`Queue::hold`]).
+    held: bool,
     drain: bool,
     /// What the items' [`Stamp`]s count from: the queue's creation.
     epoch: Instant,
@@ -254,6 +256,7 @@ where
                     items: HashMap::new(),
                     processing: 0,
                     shutting_down: false,
+                    held: false,
                     drain: false,
                     epoch: Instant::now(),
                 }),
@@ -291,7 +294,7 @@ where
             .and_then(|t| t.traced(&item).map(|k| (t, k.to_owned())));
         let (added, depth, at) = {
             let mut st = self.inner.lock();
-            let added = if st.shutting_down {
+            let added = if st.shutting_down || st.held {
                 Added::Ignored
             } else {
                 self.add_locked(&mut st, item, triggers, traced.is_some())
@@ -557,6 +560,27 @@ where
         if drained {
             self.inner.drained.notify_waiters();
         }
+    }
+
+    /// Drops every add from now on, until [`release`](Self::release). For a queue no worker
+    /// will drain for a while, whose owner can list what it would have been told again: the
+    /// manager's controllers on a standby replica, which keep warm caches but do not keep
+    /// keys (a key per object ever changed, deleted ones included, would grow without bound
+    /// until the replica leads), and enqueue every cached object when they start, as
+    /// controller-runtime's sources replay their informer to a controller that starts.
+    /// Not in client-go's queue, which is not built before its controller starts.
+    pub fn hold(&self) {
+        self.inner.lock().held = true;
+    }
+
+    /// Whether adds are dropped ([`hold`](Self::hold)).
+    pub fn is_held(&self) -> bool {
+        self.inner.lock().held
+    }
+
+    /// Takes adds again after [`hold`](Self::hold).
+    pub fn release(&self) {
+        self.inner.lock().held = false;
     }
 
     /// The number of items waiting for a worker (processing items are not counted).

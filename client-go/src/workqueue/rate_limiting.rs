@@ -271,6 +271,21 @@ where
         self.queue.is_empty()
     }
 
+    /// See [`DelayingQueue::hold`].
+    pub fn hold(&self) {
+        self.queue.hold();
+    }
+
+    /// See [`DelayingQueue::is_held`].
+    pub fn is_held(&self) -> bool {
+        self.queue.is_held()
+    }
+
+    /// See [`DelayingQueue::release`].
+    pub fn release(&self) {
+        self.queue.release();
+    }
+
     /// See [`DelayingQueue::shut_down`].
     pub fn shut_down(&self) {
         self.queue.shut_down();

@@ -14,7 +14,7 @@ use super::drain_gate::{DrainGate, ListerDrain};
 use super::stats::SyncStats;
 use crate::expectations::Expectations;
 use sample_client_go::cache::{
-    CacheObject, HandlerRegistration, InformerError, Lister, SmallString,
+    CacheObject, HandlerRegistration, InformerError, Lister, SmallString, key_of,
 };
 use sample_client_go::client::Client;
 use sample_client_go::record::{EventRecorder, EventType};
@@ -115,6 +115,9 @@ pub trait Controller: Send + Sync + 'static {
     fn queue(&self) -> Option<&RateLimitingQueue<QueueKey>> {
         None
     }
+    /// Keeps no keys until the workers start ([`Workers::hold_until_started`]); the manager
+    /// calls it on a replica that may wait for a Lease.
+    fn hold_until_started(&self) {}
 }
 
 /// What the shared [`run`](super::run) drives for one controller: the queue its event handlers fill, the
@@ -129,7 +132,12 @@ pub struct Workers {
     stats: Arc<SyncStats>,
     synced: Vec<HandlerRegistration>,
     pub(super) drain: Option<Arc<dyn DrainGate>>,
+    /// The keys of every cached object of the controller's kind ([`Workers::replay_from`]).
+    pub(super) replay: Option<ReplayKeys>,
 }
+
+/// Lists the keys of a controller's cached objects.
+pub(super) type ReplayKeys = Arc<dyn Fn() -> Vec<QueueKey> + Send + Sync>;
 
 impl Workers {
     /// `queue`: the controller's queue. `stats`: its counters. `synced`: one registration per
@@ -144,7 +152,29 @@ impl Workers {
             stats: Arc::new(stats),
             synced,
             drain: None,
+            replay: None,
         }
+    }
+
+    /// What the controller enqueues when its workers start after its queue was held
+    /// ([`RateLimitingQueue::hold`]): every object of `lister`, its own kind, once. The
+    /// manager holds the queues of a replica that may have to wait for a Lease (leader
+    /// election, sharding), so a standby keeps warm caches and empty queues instead of a key
+    /// per object changed while it waited, deleted ones included, which would grow without
+    /// bound until it leads. This is how controller-runtime starts a controller: its sources
+    /// are attached when it starts, under leadership, and the informer replays what it holds
+    /// as adds. Events of owned objects need no replay: their owners are among the objects
+    /// enqueued.
+    pub fn replay_from<K: CacheObject>(mut self, lister: &Lister<K>) -> Self {
+        let lister = lister.clone();
+        self.replay = Some(Arc::new(move || {
+            lister
+                .list(&Default::default())
+                .iter()
+                .map(|o| QueueKey::from(key_of(o.as_ref()).as_str()))
+                .collect()
+        }));
+        self
     }
 
     /// Before each sync, releases the object its key names to the ring's sharder when the
@@ -164,6 +194,15 @@ impl Workers {
             expectations,
         }));
         self
+    }
+
+    /// Holds the queue ([`RateLimitingQueue::hold`]) until the workers start, if the controller
+    /// can replay its objects then ([`Workers::replay_from`]); otherwise does nothing, since a
+    /// dropped add could not be recovered.
+    pub fn hold_until_started(&self) {
+        if self.replay.is_some() {
+            self.queue.hold();
+        }
     }
 
     /// The queue the controller's event handlers fill and its workers drain.

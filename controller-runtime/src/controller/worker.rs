@@ -60,6 +60,20 @@ pub async fn run_controller<H: SyncHandler>(
     let queue = w.queue().clone();
     let stats = Arc::clone(w.stats());
     let gate = w.drain.clone();
+    if let Some(replay) = w.replay.as_ref().filter(|_| queue.is_held()) {
+        // Release first: a change after this line is enqueued by its handler, and one
+        // before it is in the cache the replay lists.
+        queue.release();
+        let keys = replay();
+        tracing::info!(
+            controller,
+            objects = keys.len(),
+            "enqueueing every cached object"
+        );
+        for key in keys {
+            queue.add(key);
+        }
+    }
     stats.start_workers(controller, workers);
     let handler = Arc::new(Draining {
         inner: handler,
@@ -109,6 +123,10 @@ impl<O: Operator> Controller for O {
 
     fn queue(&self) -> Option<&RateLimitingQueue<QueueKey>> {
         Some(self.workers().queue())
+    }
+
+    fn hold_until_started(&self) {
+        self.workers().hold_until_started();
     }
 }
 

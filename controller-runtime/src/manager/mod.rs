@@ -12,8 +12,9 @@
 //!   ├─ EventBroadcaster ──> EventRecorder per controller (source component = its name)
 //!   ├─ metrics (:8080; with /trace and /machinery, see crate::machinery) and probes
 //!   │   (:8081: /healthz, /readyz) on their own listeners; one KeyTracer for /trace
-//!   ├─ leader election (optional): informers start at once (a standby keeps warm caches),
-//!   │   the controllers' workers run only while this process leads
+//!   ├─ leader election (optional): informers start at once (a standby keeps warm caches
+//!   │   and empty queues), the controllers' workers run only while this process leads and
+//!   │   start by enqueueing every cached object (Workers::replay_from)
 //!   └─ SIGINT / SIGTERM: stop taking new work, drain the queues within a deadline,
 //!       release the Lease, exit 0
 //! ```
@@ -396,6 +397,13 @@ impl Manager {
         } else {
             self.build_controllers(&factory, &broadcaster, &metrics)?
         };
+        // A replica that may wait for a Lease keeps no keys until its workers start (see
+        // `Workers::replay_from`); one that starts its workers at once needs no hold.
+        if cfg.leader_election.is_some() || self.sharding.is_some() {
+            for controller in &controllers {
+                controller.hold_until_started();
+            }
+        }
 
         // Informers run on every replica, leader or not: a standby keeps warm caches.
         let informers = CancellationToken::new();

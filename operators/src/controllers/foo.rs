@@ -166,7 +166,8 @@ impl FooController {
             .map_err(RunError::informer::<Self>)?;
 
         let workers = Workers::new(queue, stats, vec![foos_synced, deployments_synced])
-            .release_drained(&foo_lister, &client, Some(Arc::clone(&expectations)));
+            .release_drained(&foo_lister, &client, Some(Arc::clone(&expectations)))
+            .replay_from(&foo_lister);
         Ok(Arc::new(FooController {
             client,
             foo_lister,

@@ -152,7 +152,8 @@ impl MyAppController {
 
         let myapp_lister = myapp_informer.lister();
         let workers = Workers::new(queue, stats, vec![myapp_synced, deployment_synced])
-            .release_drained(&myapp_lister, &client, Some(Arc::clone(&expectations)));
+            .release_drained(&myapp_lister, &client, Some(Arc::clone(&expectations)))
+            .replay_from(&myapp_lister);
         Ok(Arc::new(MyAppController {
             client,
             myapp_lister,

@@ -232,11 +232,9 @@ impl RedisClusterController {
         );
 
         let cluster_lister = cluster_informer.lister();
-        let workers = Workers::new(queue, stats, synced).release_drained(
-            &cluster_lister,
-            &client,
-            Some(Arc::clone(&expectations)),
-        );
+        let workers = Workers::new(queue, stats, synced)
+            .release_drained(&cluster_lister, &client, Some(Arc::clone(&expectations)))
+            .replay_from(&cluster_lister);
         Ok(Arc::new(RedisClusterController {
             client,
             cluster_lister,

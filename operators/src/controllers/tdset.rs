@@ -303,7 +303,8 @@ impl TDSetController {
             stats,
             vec![tdset_synced, deployment_synced, service_synced],
         )
-        .release_drained(&tdset_lister, &client, Some(Arc::clone(&expectations)));
+        .release_drained(&tdset_lister, &client, Some(Arc::clone(&expectations)))
+        .replay_from(&tdset_lister);
         Ok(Arc::new(TDSetController {
             client,
             tdset_lister,

@@ -71,6 +71,28 @@ async fn only_the_leader_works_and_the_standby_takes_over_when_it_dies() {
         0,
         "the standby never ran a sync, so it never wrote"
     );
+    // Churn the standby sees in its warm caches but keeps no keys for: Ats created and deleted
+    // while it waits would otherwise stay in its queue until it leads (one per object ever
+    // changed, without bound).
+    for i in 0..20 {
+        let name = format!("churn-{i}");
+        create_at(&client, &at(&name, "2099-01-01T00:00:00Z", "true")).await;
+        ats(&client)
+            .delete(&name, &Default::default())
+            .await
+            .unwrap();
+    }
+    wait_until("the standby's cache to see the churn", || async {
+        b.controllers.has_synced() && a.syncs() > 20
+    })
+    .await;
+    let waiting: usize = b
+        .controllers
+        .controllers()
+        .iter()
+        .filter_map(|c| c.queue().map(|q| q.len()))
+        .sum();
+    assert_eq!(waiting, 0, "a standby's queues hold no keys");
 
     // The leader dies without a goodbye: its Lease is not released and must expire.
     a.task.abort();

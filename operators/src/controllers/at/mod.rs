@@ -261,11 +261,9 @@ impl AtController {
             .map_err(RunError::informer::<Self>)?;
 
         let at_lister = at_informer.lister();
-        let workers = Workers::new(queue, stats, vec![at_synced, pod_synced]).release_drained(
-            &at_lister,
-            &client,
-            Some(Arc::clone(&expectations)),
-        );
+        let workers = Workers::new(queue, stats, vec![at_synced, pod_synced])
+            .release_drained(&at_lister, &client, Some(Arc::clone(&expectations)))
+            .replay_from(&at_lister);
         Ok(Arc::new(AtController {
             client,
             at_lister,
