@@ -13,6 +13,7 @@ mod http;
 mod kubectl;
 mod kubectl_compat;
 mod list_snapshot;
+mod networking;
 mod rbac;
 mod trust;
 mod watch;

@@ -20,6 +20,7 @@
 //! | [`apps`] | deployments, replicasets, statefulsets | `pkg/registry/apps/*` |
 //! | [`batch`] | jobs, cronjobs (and the cron schedule grammar) | `pkg/registry/batch/*` |
 //! | [`rbac`] | roles, cluster roles and their bindings, with the escalation check | `pkg/registry/rbac/*` |
+//! | [`networking`] | ingresses, ingress classes, network policies | `pkg/registry/networking/*` |
 //! | [`coordination`] | leases | `pkg/registry/coordination/lease` |
 //! | [`certificates`] | certificate signing requests' `/approval` | `pkg/registry/certificates/certificates` |
 //! | [`admissionregistration`] | webhook configurations | `pkg/registry/admissionregistration/*` |
@@ -40,6 +41,7 @@ pub mod certificates;
 pub mod coordination;
 pub mod core;
 pub mod generic;
+pub mod networking;
 pub mod patch;
 pub mod rbac;
 pub mod resources;
