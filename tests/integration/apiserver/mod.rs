@@ -14,6 +14,7 @@ mod kubectl;
 mod kubectl_compat;
 mod list_snapshot;
 mod networking;
+mod quota;
 mod rbac;
 mod trust;
 mod watch;

@@ -15,7 +15,8 @@
 //!   phase, init containers show `Init:1/2`, a deleted pod is `Terminating`, restarts read
 //!   `2 (5m ago)`.
 //! - [`builtin_columns`]: the real printers of the other served built-ins — namespaces
-//!   (`STATUS`), configmaps (`DATA`), secrets (`TYPE DATA`), serviceaccounts (`SECRETS`),
+//!   (`STATUS`), configmaps (`DATA`), secrets (`TYPE DATA`), resourcequotas (`AGE REQUEST
+//!   LIMIT`), serviceaccounts (`SECRETS`),
 //!   services (`TYPE CLUSTER-IP EXTERNAL-IP PORT(S)`), events (`LAST SEEN TYPE REASON OBJECT
 //!   MESSAGE`), deployments (`READY UP-TO-DATE AVAILABLE`), statefulsets (`READY`),
 //!   replicasets (`DESIRED CURRENT READY`), daemonsets (`DESIRED CURRENT READY UP-TO-DATE
@@ -929,6 +930,7 @@ const BUILTIN_PRINTERS: &[(&str, &str, Printer)] = &[
     ("",                             "namespaces",                  namespace_columns),
     ("",                             "configmaps",                  configmap_columns),
     ("",                             "secrets",                     secret_columns),
+    ("",                             "resourcequotas",              resourcequota_columns),
     ("",                             "serviceaccounts",             serviceaccount_columns),
     ("",                             "services",                    service_columns),
     ("",                             "events",                      event_columns),
@@ -1027,6 +1029,54 @@ fn secret_columns() -> Vec<ColumnDef> {
         })
         .with_type("integer"),
         age_column(),
+    ]
+}
+
+/// The real server's printer columns for resource quotas (`printResourceQuota`): `Age`, then
+/// `Request` and `Limit`, each `<name>: <used>/<hard>` for the quota's `spec.hard` names in
+/// name order (`limits.*` names under `Limit`, every other under `Request`), joined by `, `.
+fn resourcequota_columns() -> Vec<ColumnDef> {
+    fn usage(o: &Value, limits: bool) -> Value {
+        let mut names: Vec<&String> = o
+            .pointer("/spec/hard")
+            .and_then(Value::as_object)
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        names.sort();
+        let cells: Vec<String> = names
+            .into_iter()
+            .filter(|n| {
+                let is_limit = n.split('.').count() > 1 && n.split('.').next() == Some("limits");
+                is_limit == limits
+            })
+            .map(|n| {
+                let at = |part: &str| {
+                    o.pointer(&format!("/status/{part}"))
+                        .and_then(|m| m.get(n.as_str()))
+                        .and_then(Value::as_str)
+                        .unwrap_or("0")
+                        .to_owned()
+                };
+                format!("{n}: {}/{}", at("used"), at("hard"))
+            })
+            .collect();
+        Value::String(cells.join(", "))
+    }
+    vec![
+        name_column(),
+        age_column(),
+        ColumnDef::computed(
+            "Request",
+            "Request represents a minimum amount of cpu/memory that a container may consume.",
+            0,
+            |o, _| usage(o, false),
+        ),
+        ColumnDef::computed(
+            "Limit",
+            "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node.",
+            0,
+            |o, _| usage(o, true),
+        ),
     ]
 }
 

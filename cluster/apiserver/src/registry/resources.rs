@@ -39,6 +39,7 @@ use crate::registry::core::events::{CoreEventStrategy, EventsV1Strategy};
 use crate::registry::core::namespaces::NamespaceStrategy;
 use crate::registry::core::nodes::NodeStrategy;
 use crate::registry::core::pods::PodStrategy;
+use crate::registry::core::resourcequotas::ResourceQuotaStrategy;
 use crate::registry::core::secrets::SecretStrategy;
 use crate::registry::core::services::ServiceStrategy;
 use crate::registry::networking::ingressclasses::IngressClassStrategy;
@@ -399,6 +400,11 @@ impl Registry {
             B::new("", "v1", "secrets", "Secret", true)
                 .fields(&["type"])
                 .strategy(SecretStrategy)
+                .done(),
+            B::new("", "v1", "resourcequotas", "ResourceQuota", true)
+                .short(&["quota"])
+                .status()
+                .strategy(ResourceQuotaStrategy)
                 .done(),
             B::new("", "v1", "serviceaccounts", "ServiceAccount", true)
                 .short(&["sa"])

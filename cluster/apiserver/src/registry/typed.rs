@@ -103,6 +103,7 @@ pub const SCHEME: &[GoKind] = &[
         ..go_kind("", "Secret", rt::<core::Secret>)
     },
     go_kind("", "ServiceAccount", rt::<core::ServiceAccount>),
+    go_kind("", "ResourceQuota", rt::<core::ResourceQuota>),
     go_kind("", "Node", rt::<core::Node>),
     go_kind("apps", "Deployment", rt::<apps::Deployment>),
     go_kind("apps", "StatefulSet", rt::<apps::StatefulSet>),

@@ -11,5 +11,6 @@ pub mod namespaces;
 pub mod nodes;
 pub mod pod_actions;
 pub mod pods;
+pub mod resourcequotas;
 pub mod secrets;
 pub mod services;
