@@ -16,7 +16,7 @@
 //! | [`validation`] | the rules every object shares, `fieldValidation` | `ValidateObjectMeta`, the decoder's strict mode |
 //! | [`typed`] | the built-in kinds' Go types: wrongly typed fields, unknown fields | `runtime.Scheme` |
 //! | [`patch`] | JSON, merge and strategic merge patch, server-side apply, managed fields | `endpoints/handlers/patch.go`, `structured-merge-diff` |
-//! | [`core`] | namespaces, pods (and ephemeral containers), services, nodes, events, configmaps, secrets; TokenRequest, Eviction, ComponentStatus | `pkg/registry/core/*` |
+//! | [`core`] | namespaces, pods (and ephemeral containers), services, nodes, events, configmaps, secrets, resource quotas (with quota admission); TokenRequest, Eviction, ComponentStatus | `pkg/registry/core/*` |
 //! | [`apps`] | deployments, replicasets, statefulsets | `pkg/registry/apps/*` |
 //! | [`batch`] | jobs, cronjobs (and the cron schedule grammar) | `pkg/registry/batch/*` |
 //! | [`rbac`] | roles, cluster roles and their bindings, with the escalation check | `pkg/registry/rbac/*` |

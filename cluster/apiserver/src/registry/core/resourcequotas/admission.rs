@@ -61,9 +61,7 @@ fn pod_in_scope(pod: &Value, scope: &str, values: Option<(&str, &[Value])>) -> b
         "Terminating" => pod["spec"]["activeDeadlineSeconds"]
             .as_i64()
             .is_some_and(|s| s >= 0),
-        "NotTerminating" => !pod["spec"]["activeDeadlineSeconds"]
-            .as_i64()
-            .is_some_and(|s| s >= 0),
+        "NotTerminating" => !pod_in_scope(pod, "Terminating", None),
         "BestEffort" => best_effort,
         "NotBestEffort" => !best_effort,
         "PriorityClass" => {
