@@ -4,7 +4,7 @@
 //! A quantity is a number with an optional suffix: a binary one (`Ki`, `Mi`, `Gi`, `Ti`, `Pi`,
 //! `Ei`, powers of 1024), a decimal SI one (`n`, `u`, `m`, `k`, `M`, `G`, `T`, `P`, `E`), or a
 //! decimal exponent (`1e3`, `2E-3`). Its *format* is the family of the suffix it was written
-//! with, and it is printed back in that family in canonical form ([`Quantity::to_string`], Go's
+//! with, and it is printed back in that family in canonical form (its `Display`, Go's
 //! `Quantity.String()`): the largest suffix that keeps an integer mantissa, so `1000m` prints
 //! `1`, `1536Mi` stays `1536Mi`, `1.5Gi` prints `1536Mi`, `0.5` prints `500m`. A binary value
 //! that is not a whole number or lies strictly between -1024 and 1024 prints in decimal SI
