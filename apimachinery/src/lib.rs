@@ -13,6 +13,7 @@
 //! | [`duration`] | Go's `time.ParseDuration` and `Duration.String`, as every component's flags use them |
 //! | [`labels`] | `pkg/labels`: label selectors, parsed and matched |
 //! | [`malloc`] | (none: Go's runtime returns memory by itself; glibc's malloc is tuned and trimmed here) |
+//! | [`quantity`] | `pkg/api/resource`: quantities (`500m`, `64Mi`) parsed, added, compared and printed canonically |
 //! | [`serving`] | Go's `http.Server` limits: connections, header-read and idle timeouts, HTTP/2 streams |
 //! | [`shrink`] | (none: Go's maps never shrink either) collections that give back a burst's room once drained |
 //! | [`signals`] | sample-controller's `pkg/signals`: SIGINT/SIGTERM, twice to exit |
@@ -31,6 +32,7 @@ pub mod crypto;
 pub mod duration;
 pub mod labels;
 pub mod malloc;
+pub mod quantity;
 pub mod serving;
 pub mod shrink;
 pub mod signals;

@@ -125,8 +125,11 @@
 //!
 //! core/v1 namespaces, pods (+status, +log: [`kubelet`], +exec, +attach, +portforward:
 //! [`kubelet`]), services (`registry/core/services`) and nodes (each +status), events, configmaps, secrets,
-//! serviceaccounts; apps/v1 deployments, statefulsets, replicasets (+status, +scale);
-//! coordination.k8s.io/v1 leases; events.k8s.io/v1 events (the same stored events); RBAC
+//! serviceaccounts, resourcequotas (+status: `status.used` kept current by the registry, and
+//! quota admission refusing creates that would exceed them, `registry/core/resourcequotas`); apps/v1 deployments, statefulsets, replicasets (+status, +scale);
+//! coordination.k8s.io/v1 leases; networking.k8s.io/v1 ingresses (+status), ingress classes and
+//! network policies, validated and defaulted as kube does (`registry/networking`, nothing
+//! routes or filters traffic); events.k8s.io/v1 events (the same stored events); RBAC
 //! objects (stored; enforced with [`ApiServerBuilder::enforce_rbac`]); authorization.k8s.io/v1
 //! access reviews answered by the same authorizer, for `kubectl auth can-i` (`endpoints/access_review`);
 //! authentication.k8s.io/v1 token reviews, for components that authenticate their own callers

@@ -13,6 +13,8 @@ mod http;
 mod kubectl;
 mod kubectl_compat;
 mod list_snapshot;
+mod networking;
+mod quota;
 mod rbac;
 mod trust;
 mod watch;

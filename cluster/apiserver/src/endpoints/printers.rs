@@ -15,13 +15,15 @@
 //!   phase, init containers show `Init:1/2`, a deleted pod is `Terminating`, restarts read
 //!   `2 (5m ago)`.
 //! - [`builtin_columns`]: the real printers of the other served built-ins — namespaces
-//!   (`STATUS`), configmaps (`DATA`), secrets (`TYPE DATA`), serviceaccounts (`SECRETS`),
+//!   (`STATUS`), configmaps (`DATA`), secrets (`TYPE DATA`), resourcequotas (`AGE REQUEST
+//!   LIMIT`), serviceaccounts (`SECRETS`),
 //!   services (`TYPE CLUSTER-IP EXTERNAL-IP PORT(S)`), events (`LAST SEEN TYPE REASON OBJECT
 //!   MESSAGE`), deployments (`READY UP-TO-DATE AVAILABLE`), statefulsets (`READY`),
 //!   replicasets (`DESIRED CURRENT READY`), daemonsets (`DESIRED CURRENT READY UP-TO-DATE
 //!   AVAILABLE NODE SELECTOR`), jobs (`STATUS COMPLETIONS DURATION`), cronjobs (`SCHEDULE
 //!   TIMEZONE SUSPEND ACTIVE LAST SCHEDULE`), rolebindings and clusterrolebindings (`ROLE`),
-//!   nodes (`STATUS ROLES AGE VERSION`), leases (`HOLDER`), each with its `-o wide` extras
+//!   nodes (`STATUS ROLES AGE VERSION`), leases (`HOLDER`), ingresses (`CLASS HOSTS ADDRESS
+//!   PORTS`), ingress classes (`CONTROLLER PARAMETERS`), network policies (`POD-SELECTOR`), each with its `-o wide` extras
 //!   (the server always fills them in, as the real one does with `GenerateOptions{Wide: true}`).
 //! - [`default_columns`]: `Name` and `Created At` (an RFC 3339 timestamp, type `date`), for
 //!   built-in kinds without a printer (`rest.DefaultTableConvertor`). Roles, cluster roles and
@@ -928,6 +930,7 @@ const BUILTIN_PRINTERS: &[(&str, &str, Printer)] = &[
     ("",                             "namespaces",                  namespace_columns),
     ("",                             "configmaps",                  configmap_columns),
     ("",                             "secrets",                     secret_columns),
+    ("",                             "resourcequotas",              resourcequota_columns),
     ("",                             "serviceaccounts",             serviceaccount_columns),
     ("",                             "services",                    service_columns),
     ("",                             "events",                      event_columns),
@@ -945,6 +948,9 @@ const BUILTIN_PRINTERS: &[(&str, &str, Printer)] = &[
     ("",                             "nodes",                       node_columns),
     ("",                             "componentstatuses",           componentstatus_columns),
     ("coordination.k8s.io",          "leases",                      lease_columns),
+    ("networking.k8s.io",            "ingresses",                   ingress_columns),
+    ("networking.k8s.io",            "ingressclasses",              ingressclass_columns),
+    ("networking.k8s.io",            "networkpolicies",             networkpolicy_columns),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations", webhookconfiguration_columns),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations",   webhookconfiguration_columns),
 ];
@@ -1023,6 +1029,54 @@ fn secret_columns() -> Vec<ColumnDef> {
         })
         .with_type("integer"),
         age_column(),
+    ]
+}
+
+/// The real server's printer columns for resource quotas (`printResourceQuota`): `Age`, then
+/// `Request` and `Limit`, each `<name>: <used>/<hard>` for the quota's `spec.hard` names in
+/// name order (`limits.*` names under `Limit`, every other under `Request`), joined by `, `.
+fn resourcequota_columns() -> Vec<ColumnDef> {
+    fn usage(o: &Value, limits: bool) -> Value {
+        let mut names: Vec<&String> = o
+            .pointer("/spec/hard")
+            .and_then(Value::as_object)
+            .map(|m| m.keys().collect())
+            .unwrap_or_default();
+        names.sort();
+        let cells: Vec<String> = names
+            .into_iter()
+            .filter(|n| {
+                let is_limit = n.split('.').count() > 1 && n.split('.').next() == Some("limits");
+                is_limit == limits
+            })
+            .map(|n| {
+                let at = |part: &str| {
+                    o.pointer(&format!("/status/{part}"))
+                        .and_then(|m| m.get(n.as_str()))
+                        .and_then(Value::as_str)
+                        .unwrap_or("0")
+                        .to_owned()
+                };
+                format!("{n}: {}/{}", at("used"), at("hard"))
+            })
+            .collect();
+        Value::String(cells.join(", "))
+    }
+    vec![
+        name_column(),
+        age_column(),
+        ColumnDef::computed(
+            "Request",
+            "Request represents a minimum amount of cpu/memory that a container may consume.",
+            0,
+            |o, _| usage(o, false),
+        ),
+        ColumnDef::computed(
+            "Limit",
+            "Limits control the maximum amount of cpu/memory that a container may use independent of contention on the node.",
+            0,
+            |o, _| usage(o, true),
+        ),
     ]
 }
 
@@ -1655,6 +1709,130 @@ fn lease_columns() -> Vec<ColumnDef> {
         ColumnDef::computed("Holder", "The holder of the lease", 0, |o, _| {
             Value::String(text(o, "/spec/holderIdentity"))
         }),
+        age_column(),
+    ]
+}
+
+/// The real server's printer columns for ingresses (`printIngress`): `Class` (`<none>`
+/// without `ingressClassName`), `Hosts` (the first three rules' hosts, `*` when none names
+/// one, `+ N more...` past three), `Address` (the load balancer's IPs or hostnames, sorted and
+/// deduplicated), `Ports` (`80`, or `80, 443` with TLS).
+fn ingress_columns() -> Vec<ColumnDef> {
+    fn hosts(o: &Value) -> String {
+        let rules = o["spec"]["rules"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let mut list: Vec<&str> = vec![];
+        let mut more = false;
+        for rule in rules {
+            if list.len() == 3 {
+                more = true;
+            }
+            let host = rule["host"].as_str().unwrap_or_default();
+            if !more && !host.is_empty() {
+                list.push(host);
+            }
+        }
+        if list.is_empty() {
+            return "*".into();
+        }
+        let joined = list.join(",");
+        if more {
+            return format!("{joined} + {} more...", rules.len() - 3);
+        }
+        joined
+    }
+    fn address(o: &Value) -> String {
+        let mut set = std::collections::BTreeSet::new();
+        for ing in o
+            .pointer("/status/loadBalancer/ingress")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+        {
+            match (ing["ip"].as_str(), ing["hostname"].as_str()) {
+                (Some(ip), _) if !ip.is_empty() => set.insert(ip.to_owned()),
+                (_, Some(h)) if !h.is_empty() => set.insert(h.to_owned()),
+                _ => false,
+            };
+        }
+        set.into_iter().collect::<Vec<_>>().join(",")
+    }
+    vec![
+        name_column(),
+        ColumnDef::computed(
+            "Class",
+            "The name of the IngressClass resource that should be used for additional configuration",
+            0,
+            |o, _| none_if_empty(o.pointer("/spec/ingressClassName")),
+        ),
+        ColumnDef::computed(
+            "Hosts",
+            "Hosts that incoming requests are matched against before the ingress rule",
+            0,
+            |o, _| Value::String(hosts(o)),
+        ),
+        ColumnDef::computed(
+            "Address",
+            "Address is a list containing ingress points for the load-balancer",
+            0,
+            |o, _| Value::String(address(o)),
+        ),
+        ColumnDef::computed(
+            "Ports",
+            "Ports of TLS configurations that open",
+            0,
+            |o, _| {
+                let tls = len_of(o, "/spec/tls") > 0;
+                Value::String(if tls { "80, 443" } else { "80" }.into())
+            },
+        ),
+        age_column(),
+    ]
+}
+
+/// The real server's printer columns for ingress classes (`printIngressClass`): `Controller`,
+/// `Parameters` (`<Kind>[.<apiGroup>]/<name>`, `<none>` without parameters).
+fn ingressclass_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed(
+            "Controller",
+            "Controller that is responsible for handling this class",
+            0,
+            |o, _| Value::String(text(o, "/spec/controller")),
+        ),
+        ColumnDef::computed(
+            "Parameters",
+            "A reference to a resource with additional parameters",
+            0,
+            |o, _| {
+                let Some(p) = o.pointer("/spec/parameters").filter(|p| p.is_object()) else {
+                    return Value::String("<none>".into());
+                };
+                let mut s = text(p, "/kind");
+                if let Some(group) = p["apiGroup"].as_str() {
+                    s = format!("{s}.{group}");
+                }
+                Value::String(format!("{s}/{}", text(p, "/name")))
+            },
+        ),
+        age_column(),
+    ]
+}
+
+/// The real server's printer columns for network policies (`printNetworkPolicy`):
+/// `Pod-Selector` (`<none>` for the empty selector, which selects every pod).
+fn networkpolicy_columns() -> Vec<ColumnDef> {
+    vec![
+        name_column(),
+        ColumnDef::computed(
+            "Pod-Selector",
+            "Selects the pods to which this NetworkPolicy object applies. The array of ingress rules is applied to any pods selected by this field. Multiple network policies can select the same set of pods. In this case, the ingress rules for each are combined additively. This field is NOT optional and follows standard label selector semantics. An empty podSelector matches all pods in this namespace.",
+            0,
+            |o, _| Value::String(selector_string(o.pointer("/spec/podSelector"))),
+        ),
         age_column(),
     ]
 }

@@ -52,12 +52,13 @@
 //! clusterrolebinding` send); apiextensions.k8s.io/v1 CustomResourceDefinition (schemas
 //! included: `default`/`example`/`enum` values are the raw JSON they carry, `items` a schema or a
 //! list, `additionalProperties` a schema or a boolean); coordination.k8s.io/v1 Lease;
-//! events.k8s.io/v1 Event; autoscaling/v1 Scale (the `/scale` subresource); the four access
+//! events.k8s.io/v1 Event; networking.k8s.io/v1 Ingress, IngressClass and NetworkPolicy
+//! (`kubectl create ingress`); core/v1 ResourceQuota (`kubectl create quota`); autoscaling/v1 Scale (the `/scale` subresource); the four access
 //! reviews of authorization.k8s.io/v1 (`kubectl auth can-i`); and `DeleteOptions` (typed clients
 //! send the options of a DELETE as a protobuf body too). Of the served kinds only core/v1 Node is
 //! not decoded (nodes are registered by the in-process kubelet, not by clients).
-//! Namespace, ConfigMap, Secret, both Events, Lease, ServiceAccount, the RBAC kinds, the CRD and
-//! the reviews are complete; Pod (and pod templates) covers containers, init containers, env,
+//! Namespace, ConfigMap, Secret, both Events, Lease, ServiceAccount, the RBAC kinds, the CRD, the
+//! networking kinds, ResourceQuota and the reviews are complete; Pod (and pod templates) covers containers, init containers, env,
 //! ports, resources, volume mounts,
 //! probes, security contexts, tolerations and the common volume types; StatefulSet volume claim
 //! templates are not decoded.
@@ -73,6 +74,7 @@ use k8s_pb::api::batch::v1 as batch;
 use k8s_pb::api::coordination::v1 as coordination;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::events::v1 as events;
+use k8s_pb::api::networking::v1 as networking;
 use k8s_pb::api::policy::v1 as policy;
 use k8s_pb::api::rbac::v1 as rbac;
 use k8s_pb::apiextensions_apiserver::pkg::apis::apiextensions::v1 as crd;
@@ -1206,6 +1208,67 @@ message!(events::EventSeries {
     "count" => count,
 });
 
+// ---- networking.k8s.io/v1 and core/v1 ResourceQuota ----------------------------------------
+
+message!(networking::Ingress { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(networking::IngressSpec {
+    "ingressClassName" => ingress_class_name, "defaultBackend" => default_backend,
+    "tls" => tls, "rules" => rules,
+});
+message!(networking::IngressBackend { "service" => service, "resource" => resource });
+message!(core::TypedLocalObjectReference {
+    "apiGroup" => api_group, "kind" => kind, "name" => name,
+});
+message!(networking::IngressServiceBackend { "name" => name, "port" => port });
+message!(networking::ServiceBackendPort { "name" => name, "number" => number });
+message!(networking::IngressTls { "hosts" => hosts, "secretName" => secret_name });
+message!(networking::IngressRule { "host" => host } inline ingress_rule_value);
+message!(networking::IngressRuleValue { "http" => http });
+message!(networking::HttpIngressRuleValue { "paths" => paths });
+message!(networking::HttpIngressPath {
+    "path" => path, "pathType" => path_type, "backend" => backend,
+});
+message!(networking::IngressStatus { "loadBalancer" => load_balancer });
+message!(networking::IngressLoadBalancerStatus { "ingress" => ingress });
+message!(networking::IngressLoadBalancerIngress {
+    "ip" => ip, "hostname" => hostname, "ports" => ports,
+});
+message!(networking::IngressPortStatus { "protocol" => protocol, "error" => error, } keep { "port" => port, });
+message!(networking::IngressClass { "metadata" => metadata, "spec" => spec });
+message!(networking::IngressClassSpec { "controller" => controller, "parameters" => parameters });
+message!(networking::IngressClassParametersReference {
+    "apiGroup" => a_pi_group, "kind" => kind, "name" => name, "scope" => scope,
+    "namespace" => namespace,
+});
+// `podSelector` has no `omitempty`: an empty selector is kept as `{}`.
+message!(networking::NetworkPolicy { "metadata" => metadata, "spec" => spec });
+message!(networking::NetworkPolicySpec {
+    "ingress" => ingress, "egress" => egress, "policyTypes" => policy_types,
+} keep {
+    "podSelector" => pod_selector,
+});
+message!(networking::NetworkPolicyIngressRule { "ports" => ports, "from" => from });
+message!(networking::NetworkPolicyEgressRule { "ports" => ports, "to" => to });
+message!(networking::NetworkPolicyPeer {
+    "podSelector" => pod_selector, "namespaceSelector" => namespace_selector,
+    "ipBlock" => ip_block,
+});
+message!(networking::NetworkPolicyPort {
+    "protocol" => protocol, "port" => port,
+} keep {
+    "endPort" => end_port,
+});
+message!(networking::IpBlock { "cidr" => cidr, "except" => except });
+message!(core::ResourceQuota { "metadata" => metadata, "spec" => spec, "status" => status });
+message!(core::ResourceQuotaSpec {
+    "hard" => hard, "scopes" => scopes, "scopeSelector" => scope_selector,
+});
+message!(core::ScopeSelector { "matchExpressions" => match_expressions });
+message!(core::ScopedResourceSelectorRequirement {
+    "scopeName" => scope_name, "operator" => operator, "values" => values,
+});
+message!(core::ResourceQuotaStatus { "hard" => hard, "used" => used });
+
 fn decode_as<T: Message + Default + ToJson>(
     raw: &[u8],
     api_version: &str,
@@ -1252,6 +1315,10 @@ pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("coordination.k8s.io/v1", "Lease"),
     ("events.k8s.io/v1", "Event"),
+    ("networking.k8s.io/v1", "Ingress"),
+    ("networking.k8s.io/v1", "IngressClass"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("v1", "ResourceQuota"),
     ("autoscaling/v1", "Scale"),
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
     ("authorization.k8s.io/v1", "SelfSubjectRulesReview"),
@@ -1333,6 +1400,16 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
             decode_as::<coordination::Lease>(&raw, &api_version, &kind)
         }
         ("events.k8s.io/v1", "Event") => decode_as::<events::Event>(&raw, &api_version, &kind),
+        ("networking.k8s.io/v1", "Ingress") => {
+            decode_as::<networking::Ingress>(&raw, &api_version, &kind)
+        }
+        ("networking.k8s.io/v1", "IngressClass") => {
+            decode_as::<networking::IngressClass>(&raw, &api_version, &kind)
+        }
+        ("networking.k8s.io/v1", "NetworkPolicy") => {
+            decode_as::<networking::NetworkPolicy>(&raw, &api_version, &kind)
+        }
+        ("v1", "ResourceQuota") => decode_as::<core::ResourceQuota>(&raw, &api_version, &kind),
         ("autoscaling/v1", "Scale") => decode_as::<autoscaling::Scale>(&raw, &api_version, &kind),
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
             decode_as::<authorization::SelfSubjectAccessReview>(&raw, &api_version, &kind)

@@ -16,9 +16,13 @@
 //! ([`crate::registry::resources::ResourceDef`]) answer the rest (status and scale
 //! subresources, `generation`, unconditional updates, create on PUT, the answer to DELETE).
 //! `/scale` is served here for every resource that has one, from the paths its definition
-//! names ([`to_scale`]). The one thing that crosses resources is the namespace controller's last
-//! step: removing a namespaced object may let its terminating namespace go
-//! ([`crate::registry::core::namespaces::finish_if_empty`]).
+//! names ([`to_scale`]). Two things cross resources: the namespace controller's last
+//! step (removing a namespaced object may let its terminating namespace go,
+//! [`crate::registry::core::namespaces::finish_if_empty`]) and resource quotas (a create is
+//! checked against its namespace's quotas before it is stored,
+//! [`crate::registry::core::resourcequotas::admission`], and every write or removal of a
+//! namespaced object brings their `status.used` up to date,
+//! [`crate::registry::core::resourcequotas::refresh`]).
 //!
 //! Answers follow the real server's status codes: 201 for create (and for a PUT or apply that
 //! creates), 200 otherwise; DELETE answers with the deleted object for kinds whose store sets
@@ -40,6 +44,7 @@ use crate::api::user::UserInfo;
 use crate::auth::rbac::{Attributes, exact_name};
 use crate::registry::State;
 use crate::registry::core::namespaces;
+use crate::registry::core::resourcequotas::{self, admission as quota_admission};
 use crate::registry::patch::{self, ApplyError, JsonPatchError, apply};
 use crate::registry::resources::ResourceDef;
 use crate::registry::strategy::{self, Presented, intake, present};
@@ -684,6 +689,9 @@ fn create_prepared(
         meta_str(&obj, "name"),
         validation::validate_object(def, &obj, None),
     )?;
+    // Quota admission, the last admission plugin: a create that would exceed a quota of its
+    // namespace is refused before anything is stored.
+    quota_admission::admit_create(st, def, &obj)?;
     if opts.record {
         let sub = t.subresource.as_deref();
         patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
@@ -709,6 +717,9 @@ fn create_prepared(
     }
     limits::check_stored_size(&obj)?;
     let stored = st.write(&def.storage, obj);
+    if def.namespaced {
+        resourcequotas::refresh(st, &ns);
+    }
     Ok((201, present(def, &stored)))
 }
 
@@ -800,7 +811,11 @@ fn update_stored(
         return Ok((200, present(def, &removed)));
     }
     limits::check_stored_size(&result)?;
+    let ns = meta_str(&result, "namespace").to_owned();
     let stored = st.write(&def.storage, result);
+    if def.namespaced {
+        resourcequotas::refresh(st, &ns);
+    }
     Ok((200, present(def, &stored)))
 }
 
@@ -1299,6 +1314,7 @@ pub fn remove_object(
     let removed = st.delete_as(&def.storage, ns, name, last)?;
     def.strategy.get().after_remove(st, &removed);
     if def.namespaced && !ns.is_empty() {
+        resourcequotas::refresh(st, ns);
         namespaces::finish_if_empty(st, ns);
     }
     Some(removed)

@@ -16,10 +16,11 @@
 //! | [`validation`] | the rules every object shares, `fieldValidation` | `ValidateObjectMeta`, the decoder's strict mode |
 //! | [`typed`] | the built-in kinds' Go types: wrongly typed fields, unknown fields | `runtime.Scheme` |
 //! | [`patch`] | JSON, merge and strategic merge patch, server-side apply, managed fields | `endpoints/handlers/patch.go`, `structured-merge-diff` |
-//! | [`core`] | namespaces, pods (and ephemeral containers), services, nodes, events, configmaps, secrets; TokenRequest, Eviction, ComponentStatus | `pkg/registry/core/*` |
+//! | [`core`] | namespaces, pods (and ephemeral containers), services, nodes, events, configmaps, secrets, resource quotas (with quota admission); TokenRequest, Eviction, ComponentStatus | `pkg/registry/core/*` |
 //! | [`apps`] | deployments, replicasets, statefulsets | `pkg/registry/apps/*` |
 //! | [`batch`] | jobs, cronjobs (and the cron schedule grammar) | `pkg/registry/batch/*` |
 //! | [`rbac`] | roles, cluster roles and their bindings, with the escalation check | `pkg/registry/rbac/*` |
+//! | [`networking`] | ingresses, ingress classes, network policies | `pkg/registry/networking/*` |
 //! | [`coordination`] | leases | `pkg/registry/coordination/lease` |
 //! | [`certificates`] | certificate signing requests' `/approval` | `pkg/registry/certificates/certificates` |
 //! | [`admissionregistration`] | webhook configurations | `pkg/registry/admissionregistration/*` |
@@ -40,6 +41,7 @@ pub mod certificates;
 pub mod coordination;
 pub mod core;
 pub mod generic;
+pub mod networking;
 pub mod patch;
 pub mod rbac;
 pub mod resources;

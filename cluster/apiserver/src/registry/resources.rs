@@ -13,7 +13,7 @@
 //! allocations, graceful deletion, subresources of its own) is its [`Strategy`], which its
 //! definition carries: the built-ins' are attached here, one per resource file under
 //! `registry/<group>/` ([`crate::registry::core`], [`crate::registry::apps`],
-//! [`crate::registry::batch`], [`crate::registry::rbac`], ...); CRDs get theirs from
+//! [`crate::registry::batch`], [`crate::registry::networking`], [`crate::registry::rbac`], ...); CRDs get theirs from
 //! [`crate::apiextensions`] ([`Registry::set_strategy`]), custom resources from their CRD.
 //!
 //! Two definitions may share one *storage*: `events` in `v1` and `events` in `events.k8s.io/v1`
@@ -39,8 +39,12 @@ use crate::registry::core::events::{CoreEventStrategy, EventsV1Strategy};
 use crate::registry::core::namespaces::NamespaceStrategy;
 use crate::registry::core::nodes::NodeStrategy;
 use crate::registry::core::pods::PodStrategy;
+use crate::registry::core::resourcequotas::ResourceQuotaStrategy;
 use crate::registry::core::secrets::SecretStrategy;
 use crate::registry::core::services::ServiceStrategy;
+use crate::registry::networking::ingressclasses::IngressClassStrategy;
+use crate::registry::networking::ingresses::IngressStrategy;
+use crate::registry::networking::networkpolicies::NetworkPolicyStrategy;
 use crate::registry::rbac::bindings::BindingStrategy;
 use crate::registry::rbac::roles::RoleStrategy;
 use crate::registry::strategy::{GenericStrategy, Strategy};
@@ -397,6 +401,11 @@ impl Registry {
                 .fields(&["type"])
                 .strategy(SecretStrategy)
                 .done(),
+            B::new("", "v1", "resourcequotas", "ResourceQuota", true)
+                .short(&["quota"])
+                .status()
+                .strategy(ResourceQuotaStrategy)
+                .done(),
             B::new("", "v1", "serviceaccounts", "ServiceAccount", true)
                 .short(&["sa"])
                 .returns_deleted()
@@ -477,6 +486,33 @@ impl Registry {
             .short(&["pdb"])
             .status()
             .generation()
+            .done(),
+            B::new("networking.k8s.io", "v1", "ingresses", "Ingress", true)
+                .short(&["ing"])
+                .status()
+                .generation()
+                .strategy(IngressStrategy)
+                .done(),
+            B::new(
+                "networking.k8s.io",
+                "v1",
+                "ingressclasses",
+                "IngressClass",
+                false,
+            )
+            .generation()
+            .strategy(IngressClassStrategy)
+            .done(),
+            B::new(
+                "networking.k8s.io",
+                "v1",
+                "networkpolicies",
+                "NetworkPolicy",
+                true,
+            )
+            .short(&["netpol"])
+            .generation()
+            .strategy(NetworkPolicyStrategy)
             .done(),
             B::new(
                 "apiregistration.k8s.io",

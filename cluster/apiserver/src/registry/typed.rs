@@ -36,7 +36,7 @@
 //! patched object>": <error>`, as the real patch handler does.
 
 use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coord, core::v1 as core};
-use k8s_openapi::api::{events::v1 as events, rbac::v1 as rbac};
+use k8s_openapi::api::{events::v1 as events, networking::v1 as net, rbac::v1 as rbac};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -103,11 +103,19 @@ pub const SCHEME: &[GoKind] = &[
         ..go_kind("", "Secret", rt::<core::Secret>)
     },
     go_kind("", "ServiceAccount", rt::<core::ServiceAccount>),
+    go_kind("", "ResourceQuota", rt::<core::ResourceQuota>),
     go_kind("", "Node", rt::<core::Node>),
     go_kind("apps", "Deployment", rt::<apps::Deployment>),
     go_kind("apps", "StatefulSet", rt::<apps::StatefulSet>),
     go_kind("apps", "ReplicaSet", rt::<apps::ReplicaSet>),
     go_kind("coordination.k8s.io", "Lease", rt::<coord::Lease>),
+    go_kind("networking.k8s.io", "Ingress", rt::<net::Ingress>),
+    go_kind("networking.k8s.io", "IngressClass", rt::<net::IngressClass>),
+    go_kind(
+        "networking.k8s.io",
+        "NetworkPolicy",
+        rt::<net::NetworkPolicy>,
+    ),
     go_kind(
         "apiextensions.k8s.io",
         "CustomResourceDefinition",

@@ -106,6 +106,98 @@ pub fn validate_object(def: &ResourceDef, obj: &Value, old: Option<&Value>) -> V
     errs
 }
 
+/// `validation.IsValidPortNum`: a port number is 1 to 65535.
+pub fn is_valid_port_num(port: i64) -> Vec<String> {
+    if (1..=65535).contains(&port) {
+        return vec![];
+    }
+    vec!["must be between 1 and 65535, inclusive".to_owned()]
+}
+
+/// `validation.IsValidPortName`: an IANA service name (at most 15 characters of `a-z`, `0-9`
+/// and `-`, at least one letter, no `--`, no hyphen at either end).
+pub fn is_valid_port_name(port: &str) -> Vec<String> {
+    let mut errs = vec![];
+    if port.len() > 15 {
+        errs.push(v::max_len_error(15));
+    }
+    let b = port.as_bytes();
+    if b.is_empty()
+        || !b
+            .iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    {
+        errs.push(
+            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_owned(),
+        );
+    }
+    if !b.iter().any(u8::is_ascii_lowercase) {
+        errs.push("must contain at least one letter (a-z)".to_owned());
+    }
+    if port.contains("--") {
+        errs.push("must not contain consecutive hyphens".to_owned());
+    }
+    if b.first() == Some(&b'-') || b.last() == Some(&b'-') {
+        errs.push("must not begin or end with a hyphen".to_owned());
+    }
+    errs
+}
+
+/// `metav1validation.ValidateLabelSelector`: `matchLabels` keys are qualified names and
+/// values label values; each `matchExpressions` entry has a qualified-name `key`, an operator
+/// of `In`, `NotIn`, `Exists`, `DoesNotExist`, and values exactly when the operator needs them.
+pub fn validate_label_selector(selector: &Value, path: &str) -> Vec<FieldError> {
+    let mut errs = vec![];
+    if let Some(labels) = selector.get("matchLabels").filter(|l| !l.is_null()) {
+        errs.extend(v::validate_labels(labels, &format!("{path}.matchLabels")));
+    }
+    let exprs = selector["matchExpressions"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    for (i, e) in exprs.iter().enumerate() {
+        let at = format!("{path}.matchExpressions[{i}]");
+        let values = e["values"].as_array().map_or(0, Vec::len);
+        match str_at(e, "operator") {
+            "In" | "NotIn" if values == 0 => errs.push(FieldError::required(
+                format!("{at}.values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if values > 0 => errs.push(FieldError::forbidden(
+                format!("{at}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => errs.push(FieldError::invalid(
+                format!("{at}.operator"),
+                other,
+                "not a valid selector operator",
+            )),
+        }
+        let key = str_at(e, "key");
+        for m in v::is_qualified_name(key) {
+            errs.push(FieldError::invalid(format!("{at}.key"), key, &m));
+        }
+    }
+    errs
+}
+
+/// A list of strings as Go's `%#v` prints a slice of a named string type
+/// (`[]networking.PolicyType{"Ingress", "Egress"}`, `[]core.ResourceQuotaScope(nil)`): how
+/// `field.Invalid` shows a slice value.
+pub fn go_string_slice(type_name: &str, items: Option<&Vec<Value>>) -> String {
+    match items {
+        None => format!("[]{type_name}(nil)"),
+        Some(items) => {
+            let shown: Vec<String> = items
+                .iter()
+                .map(|i| v::go_quote(i.as_str().unwrap_or_default()))
+                .collect();
+            format!("[]{type_name}{{{}}}", shown.join(", "))
+        }
+    }
+}
+
 /// A string field of `v` (`""` when absent or not a string).
 pub fn str_at<'a>(v: &'a Value, k: &str) -> &'a str {
     v[k].as_str().unwrap_or_default()

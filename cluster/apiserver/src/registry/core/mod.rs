@@ -2,7 +2,8 @@
 //! [`Strategy`](crate::registry::strategy::Strategy)), as kube-apiserver's
 //! `pkg/registry/core/<resource>/` packages. Service accounts, replication controllers and
 //! component statuses have none beyond the resource table's flags; the actions that are not
-//! objects (TokenRequest, Eviction, ComponentStatus) are in [`pod_actions`].
+//! objects (TokenRequest, Eviction, ComponentStatus) are in [`pod_actions`]. Resource quotas are a
+//! folder ([`resourcequotas`]): their strategy, the usage evaluators and the quota admission plugin.
 
 pub mod configmaps;
 pub mod ephemeral_containers;
@@ -11,5 +12,6 @@ pub mod namespaces;
 pub mod nodes;
 pub mod pod_actions;
 pub mod pods;
+pub mod resourcequotas;
 pub mod secrets;
 pub mod services;
