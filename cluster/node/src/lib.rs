@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod background;
+pub mod client;
 pub mod kubelet;
 pub mod logs;
 pub mod remotecommand;
@@ -45,10 +46,10 @@ pub mod wsstream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use embedded_apiserver::ApiError;
 use embedded_apiserver::ApiServerHandle;
-use embedded_apiserver::http::Body;
+use embedded_apiserver::api::Body;
 use embedded_apiserver::kubelet::{Kubelet, LogsRequest, StreamRequest};
-use embedded_apiserver::status::ApiError;
 use http::Response;
 use tokio_util::sync::CancellationToken;
 
@@ -131,7 +132,7 @@ impl NodeBuilder {
     pub fn start(self, server: &ApiServerHandle) -> NodeHandle {
         let shutdown = server.shutdown_token();
         let tracker = server.tracker().clone();
-        let store = server.store();
+        let api = client::NodeApi::new(server, NODE_NAME);
         let clock = background::VirtualClock::new();
         let logs = Arc::new(logs::LogStore::new(self.pod_log_bytes));
         let control = NodeControl::default();
@@ -144,7 +145,7 @@ impl NodeBuilder {
         });
         match &process {
             Some(handle) => runtime::spawn(
-                store,
+                api,
                 runtime::ProcessConfig {
                     clock,
                     max_pods: self.max_pods,
@@ -156,7 +157,7 @@ impl NodeBuilder {
                 &tracker,
             ),
             None => kubelet::spawn(
-                store,
+                api,
                 kubelet::KubeletConfig {
                     run_time: self.pod_run_time,
                     clock,

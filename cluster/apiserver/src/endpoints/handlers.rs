@@ -299,7 +299,10 @@ async fn serve_resource(
     if target.def.is_component_status() {
         return serve_component_status(request, &target, class);
     }
-    if matches!(target.subresource.as_deref(), Some("token" | "eviction")) {
+    if matches!(
+        target.subresource.as_deref(),
+        Some("token" | "eviction" | "binding")
+    ) {
         return serve_pod_action(shared, request, &target, class);
     }
     let def = &target.def;
@@ -487,8 +490,8 @@ fn serve_component_status(
     Ok(resp)
 }
 
-/// The actions `serviceaccounts/token` and `pods/eviction`: a `POST` that does something and
-/// answers with its result.
+/// The actions `serviceaccounts/token`, `pods/eviction` and `pods/binding`: a `POST` that does
+/// something and answers with its result.
 fn serve_pod_action(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
@@ -519,15 +522,33 @@ fn serve_pod_action(
             )
         })?
     } else {
-        shared
-            .store
-            .write_checked(|st| crate::registry::core::pod_actions::evict(st, target, &body))?
+        pod_action(shared, target, &body)?
     };
     Ok(json_response(
         code,
         &GoOrdered::new(&answer),
         "application/json",
     ))
+}
+
+/// `pods/eviction` or `pods/binding` on the store (the HTTP handler's and the loopback
+/// interface's shared path).
+pub(crate) fn pod_action(
+    shared: &Shared,
+    target: &Target,
+    body: &Value,
+) -> Result<(u16, Value), ApiError> {
+    use crate::registry::core::pod_actions;
+    if target.subresource.as_deref() == Some("binding") {
+        let now = crate::api::object_meta::now_time();
+        shared
+            .store
+            .write_checked(|st| pod_actions::bind(st, target, body, &now))
+    } else {
+        shared
+            .store
+            .write_checked(|st| pod_actions::evict(st, target, body))
+    }
 }
 
 /// `GET` on a resource: `watch` (a stream, as Table rows when asked), `get` of one object or
@@ -1018,8 +1039,9 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         }
         Some("token")
             if def.group.is_empty() && def.plural == "serviceaccounts" && name.is_some() => {}
-        Some("eviction" | "exec" | "attach" | "portforward" | "ephemeralcontainers")
-            if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
+        Some(
+            "eviction" | "binding" | "exec" | "attach" | "portforward" | "ephemeralcontainers",
+        ) if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {

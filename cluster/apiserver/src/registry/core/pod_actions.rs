@@ -1,5 +1,5 @@
-//! Two subresources that are actions, not objects: `serviceaccounts/<name>/token`
-//! (TokenRequest) and `pods/<name>/eviction` (Eviction).
+//! Three subresources that are actions, not objects: `serviceaccounts/<name>/token`
+//! (TokenRequest), `pods/<name>/eviction` (Eviction) and `pods/<name>/binding` (Binding).
 //!
 //! * **TokenRequest** (`pkg/registry/core/serviceaccount/storage/token.go`): a `POST` of an
 //!   `authentication.k8s.io/v1` TokenRequest for an existing ServiceAccount answers `201` with
@@ -19,6 +19,14 @@
 //!   Succeeded, Failed) is evicted whatever the budget says. A refusal is `429
 //!   TooManyRequests` `Cannot evict pod as it would violate the pod's disruption budget.` with
 //!   the cause `DisruptionBudget`; two budgets on one pod are `500`.
+//! * **Binding** (`pkg/registry/core/pod/storage/storage.go`, `BindingREST`): a `POST` of a
+//!   core/v1 Binding (`target: {kind: Node, name: <node>}`) is how a scheduler assigns a pod:
+//!   it sets `spec.nodeName`, merges the Binding's annotations into the pod's, sets the
+//!   `PodScheduled` condition `True`, and answers `201` with a `Success` Status. `target.name`
+//!   is required and `target.kind` must be `Node` (or empty); a Binding carrying
+//!   `metadata.uid` or `metadata.resourceVersion` binds only that incarnation or version. A
+//!   pod already assigned (`pod X is already assigned to node "Y"`) or being deleted (`pod X
+//!   is being deleted, cannot be assigned to a host`) is `409 Conflict`.
 //!
 //! ComponentStatuses ([`component_statuses`]) are answered here too: like kube-apiserver's
 //! `componentstatus` REST storage they are computed on each read, never stored, and only
@@ -178,6 +186,95 @@ pub fn evict(st: &mut State, pods: &Target, body: &Value) -> Result<(u16, Value)
         &crate::api::query::Query::parse(None),
     )?;
     verbs::delete_one(st, pods, &opts)?;
+    Ok((
+        201,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
+/// `POST pods/<name>/binding`: assigns the pod to `target.name` (see the module docs);
+/// `now` is the `lastTransitionTime` of the `PodScheduled` condition.
+pub fn bind(
+    st: &mut State,
+    pods: &Target,
+    body: &Value,
+    now: &str,
+) -> Result<(u16, Value), ApiError> {
+    let ns = pods.namespace.clone().unwrap_or_default();
+    let name = pods.name.clone().unwrap_or_default();
+    let node = body["target"]["name"].as_str().unwrap_or_default();
+    let kind = body["target"]["kind"].as_str().unwrap_or_default();
+    let mut causes = vec![];
+    if node.is_empty() {
+        causes.push(Cause::new(
+            "FieldValueRequired",
+            "target.name",
+            "Required value",
+        ));
+    }
+    if !kind.is_empty() && kind != "Node" {
+        causes.push(Cause::new(
+            "FieldValueNotSupported",
+            "target.kind",
+            format!("Unsupported value: {kind:?}: supported values: \"Node\""),
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid("Binding", "", &name, causes));
+    }
+    let Some(mut pod) = st.get("core/pods", &ns, &name).cloned() else {
+        return Err(ApiError::not_found("pods", "", &name));
+    };
+    let uid = meta_str(body, "uid");
+    let rv = meta_str(body, "resourceVersion");
+    if (!uid.is_empty() && uid != meta_str(&pod, "uid"))
+        || (!rv.is_empty() && rv != meta_str(&pod, "resourceVersion"))
+    {
+        return Err(ApiError::conflict("pods", "", &name));
+    }
+    if !meta_str(&pod, "deletionTimestamp").is_empty() {
+        return Err(ApiError::conflict_because(
+            "pods",
+            "",
+            &name,
+            &format!("pod {name} is being deleted, cannot be assigned to a host"),
+        ));
+    }
+    let assigned = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    if !assigned.is_empty() {
+        return Err(ApiError::conflict_because(
+            "pods",
+            "",
+            &name,
+            &format!("pod {name} is already assigned to node {assigned:?}"),
+        ));
+    }
+    pod["spec"]["nodeName"] = json!(node);
+    if let Some(extra) = body["metadata"]["annotations"].as_object() {
+        let meta = &mut pod["metadata"];
+        if !meta["annotations"].is_object() {
+            meta["annotations"] = json!({});
+        }
+        for (k, v) in extra {
+            meta["annotations"][k] = v.clone();
+        }
+    }
+    let mut conditions = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let scheduled = json!({"type": "PodScheduled", "status": "True",
+                           "lastProbeTime": null, "lastTransitionTime": now});
+    match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
+        Some(c) if c["status"] == "True" => {}
+        Some(c) => *c = scheduled,
+        None => conditions.push(scheduled),
+    }
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    pod["status"]["conditions"] = json!(conditions);
+    st.write("core/pods", pod);
     Ok((
         201,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
