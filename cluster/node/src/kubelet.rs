@@ -109,6 +109,7 @@ use tokio_util::task::TaskTracker;
 use super::background::VirtualClock;
 use super::client::{Key, NodeApi, PodInformer, meta_str};
 use super::logs::LogStore;
+use super::machine;
 
 /// The name of the simulated node.
 pub const NODE_NAME: &str = "embedded-node";
@@ -277,7 +278,13 @@ async fn run(
         tracks: HashMap::new(),
         next_ip: 0,
     };
-    register_node_as(&k.api, &k.now(), "simulated://1.0", &simulated_capacity()).await;
+    register_node_as(
+        &k.api,
+        &k.now(),
+        "simulated://1.0",
+        &machine::simulated_capacity(),
+    )
+    .await;
     tracing::debug!(node = NODE_NAME, "simulated node started");
     loop {
         if !*paused_rx.borrow_and_update() {
@@ -702,13 +709,6 @@ impl Kubelet {
             &format!("simulated node: the command {words:?} is not run; {what}\n"),
         );
     }
-}
-
-/// The simulated node's fixed size: 8 CPUs, 16 GiB of memory, 110 pods, 100 GiB of
-/// ephemeral storage (it runs nothing, so any size is as true as another; this one is a
-/// typical worker's).
-pub(crate) fn simulated_capacity() -> Value {
-    json!({"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"})
 }
 
 /// The Node object [`NODE_NAME`] a kubelet registers: labels, `Ready` and no pressure,

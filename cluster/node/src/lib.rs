@@ -36,6 +36,7 @@ pub mod background;
 pub mod client;
 pub mod kubelet;
 pub mod logs;
+pub mod machine;
 pub mod remotecommand;
 pub mod runtime;
 pub mod spdy;

@@ -120,6 +120,7 @@ use super::kubelet::{
     set_condition, with_status,
 };
 use super::logs::{LineSplitter, LogBuffer, LogStore};
+use super::machine;
 
 /// Default limit of pods running at once under the process runtime.
 pub const DEFAULT_MAX_PODS: usize = 16;
@@ -335,7 +336,7 @@ impl Node {
             &self.ctx.api,
             &self.ctx.now(),
             "process://1.0",
-            &kubelet::simulated_capacity(),
+            &machine::process_capacity(),
         )
         .await;
         tracing::debug!(node = NODE_NAME, "process node started");
