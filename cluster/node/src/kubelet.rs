@@ -757,7 +757,7 @@ pub(crate) fn node_object(now: &str, runtime: &str, capacity: &Value) -> Value {
 
 /// The kubelet's port as the Node reports it (`status.daemonEndpoints`); the embedded node
 /// listens on no port: the API server reaches it in process.
-const KUBELET_PORT: u16 = 10250;
+pub(crate) const KUBELET_PORT: u16 = 10250;
 
 /// Registers the Node object [`NODE_NAME`] through the API (kept if it exists) with `runtime`
 /// as its container runtime and `capacity` as its size.

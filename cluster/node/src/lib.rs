@@ -34,6 +34,7 @@
 
 pub mod background;
 pub mod client;
+pub mod endpoints;
 pub mod kubelet;
 pub mod logs;
 pub mod machine;
@@ -50,7 +51,8 @@ use std::time::Duration;
 use embedded_apiserver::ApiError;
 use embedded_apiserver::ApiServerHandle;
 use embedded_apiserver::api::Body;
-use embedded_apiserver::kubelet::{Kubelet, LogsRequest, StreamRequest};
+use embedded_apiserver::kubelet::{Kubelet, LogsRequest, ProxyRequest, StreamRequest};
+use futures_util::future::BoxFuture;
 use http::Response;
 use tokio_util::sync::CancellationToken;
 
@@ -134,6 +136,7 @@ impl NodeBuilder {
         let shutdown = server.shutdown_token();
         let tracker = server.tracker().clone();
         let api = client::NodeApi::new(server, NODE_NAME);
+        let api_for_server = api.clone();
         let clock = background::VirtualClock::new();
         let logs = Arc::new(logs::LogStore::new(self.pod_log_bytes));
         let control = NodeControl::default();
@@ -172,6 +175,16 @@ impl NodeBuilder {
         server.register_kubelet(
             NODE_NAME,
             Arc::new(KubeletServer {
+                api: api_for_server,
+                settings: endpoints::KubeletSettings {
+                    runtime: self.runtime,
+                    max_pods: if self.runtime == NodeRuntime::Process {
+                        self.max_pods
+                    } else {
+                        SIMULATED_MAX_PODS
+                    },
+                    pod_run_time: self.pod_run_time,
+                },
                 logs: logs.clone(),
                 process,
                 shutdown,
@@ -203,12 +216,23 @@ impl NodeHandle {
 /// The kubelet's endpoints for the API server: container logs, and the exec, attach and
 /// port-forward streams (only the process runtime has processes to stream).
 pub struct KubeletServer {
+    api: client::NodeApi,
+    settings: endpoints::KubeletSettings,
     logs: Arc<logs::LogStore>,
     process: Option<runtime::NodeHandle>,
     shutdown: CancellationToken,
 }
 
+/// The kubelet's `maxPods` the simulated node reports (its Node's `pods` capacity).
+const SIMULATED_MAX_PODS: usize = 110;
+
 impl Kubelet for KubeletServer {
+    fn proxy(&self, request: ProxyRequest) -> BoxFuture<'static, Response<Body>> {
+        let api = self.api.clone();
+        let settings = self.settings.clone();
+        Box::pin(async move { endpoints::serve(&api, &settings, request).await })
+    }
+
     fn container_logs(&self, request: LogsRequest) -> Result<Response<Body>, ApiError> {
         logs::serve(&self.logs, request, self.shutdown.clone())
     }

@@ -4,4 +4,5 @@ mod exec;
 mod node_status;
 mod pods;
 mod process_runtime;
+mod proxy;
 mod spdy;

@@ -143,7 +143,57 @@ pub(crate) async fn route(
             class,
         );
     }
+    if let ["api", "v1", "nodes", name, "proxy", rest @ ..] = request.segs.as_slice() {
+        return serve_node_proxy(shared, request, name, rest, class).await;
+    }
     serve_resource(shared, request, class).await
+}
+
+/// `/api/v1/nodes/NAME/proxy/PATH`: authorized as `nodes/proxy` with the verb of the HTTP
+/// method, then handed to the node's kubelet ([`crate::kubelet`]).
+async fn serve_node_proxy(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    name: &str,
+    rest: &[&str],
+    class: &mut RequestLabel,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming { parts, user, .. } = request;
+    let verb = match parts.method {
+        Method::GET | Method::HEAD => "get".to_owned(),
+        Method::POST => "create".to_owned(),
+        Method::PUT => "update".to_owned(),
+        Method::PATCH => "patch".to_owned(),
+        Method::DELETE => "delete".to_owned(),
+        ref other => other.as_str().to_ascii_lowercase(),
+    };
+    class.verb = verb.clone();
+    class.resource = "nodes".into();
+    class.subresource = "proxy".into();
+    let def = shared
+        .store
+        .read(|s| s.registry.lookup("", "v1", "nodes"))
+        .ok_or_else(ApiError::page_not_found)?;
+    let target = Target {
+        def,
+        namespace: None,
+        name: Some(name.to_owned()),
+        subresource: Some("proxy".into()),
+    };
+    authorize_resource(&shared.rbac, &shared.store, user, &target, &verb, None)?;
+    let mut path = format!("/{}", rest.join("/"));
+    if !rest.is_empty() && request.path.ends_with('/') {
+        path.push('/');
+    }
+    let node = shared
+        .store
+        .read(|st| st.get("core/nodes", "", name).cloned());
+    let proxied = crate::kubelet::ProxyRequest {
+        method: parts.method.clone(),
+        path,
+        query: parts.uri.query().unwrap_or_default().to_owned(),
+    };
+    crate::kubelet::serve_node_proxy(&shared.kubelets, name, node, proxied).await
 }
 
 /// The non-resource endpoints: health probes, `/metrics`, the fault-injection admin route,

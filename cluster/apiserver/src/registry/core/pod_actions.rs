@@ -312,3 +312,72 @@ pub fn component_status_answer(name: Option<&str>) -> Result<Value, ApiError> {
                           "metadata": {}, "items": all})),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Store;
+
+    fn pods_target(store: &Store, name: &str) -> Target {
+        Target {
+            def: store
+                .read(|s| s.registry.lookup("", "v1", "pods"))
+                .expect("pods are served"),
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            subresource: Some("binding".into()),
+        }
+    }
+
+    fn binding(node: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+               "target": {"kind": "Node", "name": node}})
+    }
+
+    #[test]
+    fn a_binding_assigns_an_unassigned_pod_once() {
+        let store = Store::new(100);
+        store.write(|s| {
+            s.create(
+                "core/pods",
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+                       "spec": {"containers": [{"name": "c", "image": "i"}]},
+                       "status": {"phase": "Pending"}}),
+            )
+        });
+        let t = pods_target(&store, "p");
+        let (code, _) = store
+            .write(|s| bind(s, &t, &binding("n1"), "2024-01-01T00:00:00Z"))
+            .unwrap();
+        assert_eq!(code, 201);
+        let pod = store
+            .read(|s| s.get("core/pods", "default", "p").cloned())
+            .unwrap();
+        assert_eq!(pod["spec"]["nodeName"], "n1");
+        assert_eq!(pod["status"]["conditions"][0]["type"], "PodScheduled");
+        assert_eq!(pod["status"]["conditions"][0]["status"], "True");
+
+        let again = store
+            .write(|s| bind(s, &t, &binding("n2"), "2024-01-01T00:00:00Z"))
+            .unwrap_err();
+        assert_eq!(again.code, 409);
+        assert!(
+            again.message.contains("already assigned to node \"n1\""),
+            "{}",
+            again.message
+        );
+
+        let mut wrong_uid = binding("n1");
+        wrong_uid["metadata"]["uid"] = json!("other");
+        let e = store.write(|s| bind(s, &t, &wrong_uid, "")).unwrap_err();
+        assert_eq!(e.code, 409);
+        let e = store.write(|s| bind(s, &t, &binding(""), "")).unwrap_err();
+        assert_eq!(e.code, 422);
+        let missing = pods_target(&store, "q");
+        let e = store
+            .write(|s| bind(s, &missing, &binding("n1"), ""))
+            .unwrap_err();
+        assert_eq!(e.code, 404);
+    }
+}
