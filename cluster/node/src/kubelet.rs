@@ -18,12 +18,14 @@
 //!
 //! ## What the simulation keeps
 //!
-//! The background task started by [`spawn`] (owned by the server handle, stopped at shutdown)
-//! follows the store's changes and, for every pod:
+//! The background task started by [`spawn`] (on the server's tracker, stopped at shutdown)
+//! follows the pods through the API as `system:node:embedded-node` ([`crate::client`]: a pod
+//! informer, status writes through `pods/NAME/status` redone on conflict) and, for every pod:
 //!
 //! * **binds** a pod without `spec.nodeName` to the node [`NODE_NAME`] (`embedded-node`, which
-//!   it registers as a `Ready` Node object) and writes `Pending` with `PodScheduled=True` and
-//!   every container `waiting` in `ContainerCreating`;
+//!   it registers as a `Ready` Node object of a fixed size, [`crate::machine`]) through
+//!   `pods/NAME/binding`, the scheduler's write (the pod stays `Pending`, now with
+//!   `PodScheduled=True`);
 //! * **starts** it at once: `Running`, `startTime`, `hostIP`, `podIP`, every condition `True`,
 //!   every container `running` and `ready`;
 //! * **ends** it after the run time (`ClusterBuilder::pod_run_time` (crate `embedded-cluster`), default 1 s,
@@ -56,25 +58,29 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use embedded_apiserver::ApiServer;
+//! use embedded_apiserver::loopback::Resource;
+//! use embedded_node::Node;
 //! use serde_json::json;
 //!
-//! let server = ApiServer::builder()
-//!     .simulate(true) // the node and the workload controllers
-//!     .pod_run_time(Duration::ZERO)
-//!     .start()
-//!     .await?;
+//! let server = ApiServer::builder().start().await?;
+//! Node::builder().pod_run_time(Duration::ZERO).start(&server);
+//! let admin = server.loopback("admin", &["system:masters"], "example");
+//! let pods = Resource::core("pods");
 //! let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "once"},
 //!     "spec": {"restartPolicy": "Never",
 //!              "containers": [{"name": "c", "image": "busybox",
 //!                              "command": ["/bin/sh", "-c", "exit 3"]}]}});
-//! server.load_manifests(&serde_yaml_ng::to_string(&pod)?)?;
-//! // Wait for the node to finish the pod (a test would watch; here we follow the store).
-//! let store = server.store();
-//! let mut changes = store.subscribe();
-//! while store.read(|s| s.get("core/pods", "default", "once").unwrap()["status"]["phase"] != "Failed") {
-//!     changes.changed().await?;
-//! }
-//! let pod = store.read(|s| s.get("core/pods", "default", "once").cloned()).unwrap();
+//! let created = admin.create(&pods, "default", pod).await?;
+//! // Watch the pod until the node has finished it.
+//! let since: u64 = created["metadata"]["resourceVersion"].as_str().unwrap_or("0").parse()?;
+//! let mut watch = admin.watch(&pods, Some("default"), since)?;
+//! let pod = 'done: loop {
+//!     for ev in watch.next().await? {
+//!         if ev.object["status"]["phase"] == "Failed" {
+//!             break 'done ev.object.to_value();
+//!         }
+//!     }
+//! };
 //! assert_eq!(pod["spec"]["nodeName"], "embedded-node");
 //! assert_eq!(pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
 //! server.shutdown().await;

@@ -25,10 +25,50 @@
 //! `kubectl exec`, `attach` and `port-forward` work ([`remotecommand`], over SPDY ([`spdy`]) or
 //! WebSocket ([`wsstream`] on [`websocket`])).
 //!
-//! The node registers its kubelet with the server under [`kubelet::NODE_NAME`]
-//! ([`embedded_apiserver::ApiServerHandle::register_kubelet`]): the server checks a log or
-//! stream request as kube-apiserver does and hands it to [`KubeletServer`], the kubelet's own
-//! endpoints.
+//! ## The seam with the server
+//!
+//! The node and the API server meet where a kubelet and kube-apiserver meet, in both
+//! directions:
+//!
+//! ```text
+//!  embedded-node ──── loopback interface, as system:node:embedded-node ────▶ API server
+//!  (client)           (group system:nodes; RBAC, admission, validation)
+//!                     LIST/WATCH pods · PUT pods/NAME/status · POST pods/NAME/binding ·
+//!                     DELETE pods (grace 0) · POST nodes, events · GET configmaps, secrets
+//!
+//!  API server ─────── Kubelet trait (the kubelet's own endpoints) ─────────▶ KubeletServer
+//!                     pods/log · pods/exec, attach, portforward (upgraded streams) ·
+//!                     nodes/NAME/proxy/PATH (/healthz, /pods, /configz)
+//! ```
+//!
+//! * **node → server**: everything the node knows of the cluster it learns through
+//!   [`embedded_apiserver::loopback::Loopback`], made for the user `system:node:<node>` in
+//!   the group `system:nodes` ([`client::NodeApi`]), whose rights are the bootstrap
+//!   `system:node` ClusterRole. It never reads or writes the server's storage directly:
+//!   its pods come from an informer ([`client::PodInformer`]: LIST, WATCH from the list's
+//!   resourceVersion, LIST again on `410 Gone`), its reports are conditional writes redone on
+//!   `409 Conflict`, so the node's writes meet the same authorization, admission webhooks and
+//!   validation as any client's;
+//! * **server → node**: the node registers its kubelet under [`kubelet::NODE_NAME`]
+//!   ([`embedded_apiserver::ApiServerHandle::register_kubelet`]); the server checks a log,
+//!   stream or node-proxy request as kube-apiserver does and hands it to [`KubeletServer`],
+//!   the kubelet's own endpoints ([`embedded_apiserver::kubelet::Kubelet`]).
+//!
+//! ## Module map
+//!
+//! | module | kubelet analogue | what lives there |
+//! |---|---|---|
+//! | [`client`] | the kubelet's clientset, pod config source, status manager | the loopback client as `system:node:<node>`, the pod informer, status writes, binding, deletion, Node registration, events |
+//! | [`kubelet`] | the scheduler + kubelet, without containers | the simulated runtime: pod lifecycle decided from each command's text, crash-loop back-off, pause |
+//! | [`runtime`] | `pod_workers.go`, `kuberuntime_manager.go` | the process runtime: each container a child process, restarts, deadlines, graceful deletion, events |
+//! | [`machine`] | cAdvisor's `MachineInfo` | the Node's capacity: this machine's CPUs and memory, or the simulated node's fixed size |
+//! | [`volumes`] | the volume manager | `configMap`, `secret` and `emptyDir` volumes as host directories; path rewriting |
+//! | [`logs`] | the CRI's container logs, `/containerLogs` | per-container bounded logs, `kubectl logs` (follow, tail, since, previous) |
+//! | [`endpoints`] | `pkg/kubelet/server` | what the node proxy reaches: `/healthz`, `/pods`, `/configz` |
+//! | [`remotecommand`] | `pkg/kubelet/cri/streaming` | exec, attach and port-forward sessions on the process runtime |
+//! | [`spdy`] | `httpstream/spdy` | SPDY/3.1 streams (kubectl up to 1.29) |
+//! | [`websocket`], [`wsstream`] | `wsstream`, the v5 channel protocol | WebSocket frames and channels (kubectl 1.30+), port-forward's SPDY tunnel |
+//! | [`background`] | — | the virtual clock the node's timestamps come from |
 
 #![forbid(unsafe_code)]
 
@@ -213,8 +253,9 @@ impl NodeHandle {
     }
 }
 
-/// The kubelet's endpoints for the API server: container logs, and the exec, attach and
-/// port-forward streams (only the process runtime has processes to stream).
+/// The kubelet's endpoints for the API server: container logs, the exec, attach and
+/// port-forward streams (only the process runtime has processes to stream), and the paths
+/// the node proxy reaches ([`endpoints`]).
 pub struct KubeletServer {
     api: client::NodeApi,
     settings: endpoints::KubeletSettings,

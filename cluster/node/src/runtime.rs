@@ -14,9 +14,16 @@
 //! The kubelet's pod workers (`pkg/kubelet/pod_workers.go`, `kuberuntime_manager.go`), with
 //! the scheduler's binding in front:
 //!
-//! * **binding**: a pod without `spec.nodeName` is bound to [`NODE_NAME`] (`Pending`,
-//!   `PodScheduled=True`, containers `waiting` in `ContainerCreating`) and a `Scheduled` event
-//!   is recorded (`Successfully assigned ns/pod to embedded-node`, from `default-scheduler`);
+//! * **binding**: a pod without `spec.nodeName` is bound to [`NODE_NAME`] through
+//!   `pods/NAME/binding` (`PodScheduled=True`) and a `Scheduled` event is recorded
+//!   (`Successfully assigned ns/pod to embedded-node`, from `default-scheduler`); once bound
+//!   it is `Pending` with its containers `waiting` in `ContainerCreating` until they start;
+//! * **the API**: everything the node reads and writes goes through the API as
+//!   `system:node:embedded-node` ([`crate::client`]): the pods by informer, each container's
+//!   report as a `pods/NAME/status` write (the pod's containers report concurrently, so a
+//!   write that meets `409 Conflict` reads the pod again and is redone), events, the
+//!   ConfigMaps and Secrets of volumes. The Node it registers reports this machine's CPUs and
+//!   memory ([`crate::machine`]);
 //! * **starting**: each container of `spec.containers` starts at once (init containers are
 //!   reported `Completed` without running). For each run the node records `Pulled` (the image
 //!   is **not** pulled: the event and the container status's `imageID` say so), `Created` and
