@@ -20,10 +20,24 @@
 //! The request types carry what the kubelet's URL and query would: [`LogOptions`] (parsed and
 //! validated here, as `PodLogOptions` is by the API server), [`SessionKind`] with its
 //! [`StreamOptions`].
+//!
+//! ## The node proxy
+//!
+//! `/api/v1/nodes/NAME/proxy/PATH` is kube-apiserver's proxy to the kubelet of node `NAME`
+//! (`pkg/registry/core/node/rest/proxy.go`): the request goes to `https://<node>:10250/PATH`
+//! with its method and query, and the kubelet's answer comes back as it is — `/healthz`
+//! (`ok`), `/pods` (a PodList of the pods it runs), `/configz`, `/metrics`, ... It is
+//! authorized as the subresource `nodes/proxy` with the verb of the HTTP method (`get` for
+//! GET, `create` for POST, `update` for PUT, `patch` for PATCH, `delete` for DELETE), so
+//! `kubectl get --raw /api/v1/nodes/NAME/proxy/healthz` needs `get` on `nodes/proxy`, which the
+//! bootstrap roles grant to no one but `cluster-admin`. A node that does not exist is `404`,
+//! one without a kubelet the server can reach `503`. The embedded server hands the request
+//! to the node's [`Kubelet::proxy`] (`serve_node_proxy` here), in process.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use futures_util::future::BoxFuture;
 use http::{HeaderMap, Method, Response};
 use serde_json::Value;
 
@@ -40,6 +54,67 @@ pub trait Kubelet: Send + Sync + 'static {
     /// `/exec`, `/attach` or `/portForward`: answer the upgrade (or refuse it with an error)
     /// and serve the session on the upgraded connection.
     fn stream(&self, request: StreamRequest) -> Result<Response<Body>, ApiError>;
+
+    /// Any other path of the kubelet's server, reached through `nodes/NAME/proxy/PATH` (see
+    /// the module docs): the kubelet's answer, relayed as it is. The default serves nothing
+    /// (`404 page not found`, as the kubelet's mux answers an unknown path).
+    fn proxy(&self, request: ProxyRequest) -> BoxFuture<'static, Response<Body>> {
+        let _ = request;
+        Box::pin(async { not_found_text() })
+    }
+}
+
+/// A request through the node proxy, as the kubelet's server receives it.
+#[derive(Clone, Debug)]
+pub struct ProxyRequest {
+    /// The HTTP method.
+    pub method: Method,
+    /// The path on the kubelet, starting with `/` (`/healthz`, `/pods`).
+    pub path: String,
+    /// The raw query string (without `?`; empty when none).
+    pub query: String,
+}
+
+/// Go's `http.NotFound`: `404`, `text/plain`, `404 page not found`.
+pub fn not_found_text() -> Response<Body> {
+    text(404, "404 page not found\n")
+}
+
+/// A plain-text answer with `code`.
+pub fn text(code: u16, body: impl Into<bytes::Bytes>) -> Response<Body> {
+    use http_body_util::BodyExt;
+    let mut r = Response::new(
+        http_body_util::Full::new(body.into())
+            .map_err(|e| match e {})
+            .boxed(),
+    );
+    *r.status_mut() = http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::OK);
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// `nodes/NAME/proxy/PATH` (see the module docs): the node must exist (`node` is the stored
+/// Node, `None` for `404`) and have a kubelet registered (`503` otherwise).
+pub(crate) async fn serve_node_proxy(
+    kubelets: &Kubelets,
+    name: &str,
+    node: Option<Value>,
+    request: ProxyRequest,
+) -> Result<Response<Body>, ApiError> {
+    if node.is_none() {
+        return Err(ApiError::not_found("nodes", "", name));
+    }
+    let kubelet = kubelets.of_node(name).ok_or_else(|| {
+        ApiError::new(
+            503,
+            "ServiceUnavailable",
+            format!("no kubelet is reachable for node {name:?}"),
+        )
+    })?;
+    Ok(kubelet.proxy(request).await)
 }
 
 /// A log request, checked by the API server.
@@ -91,6 +166,15 @@ impl Kubelets {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(node);
+    }
+
+    /// The kubelet registered for `node`, if any.
+    fn of_node(&self, node: &str) -> Option<Arc<dyn Kubelet>> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(node)
+            .cloned()
     }
 
     /// The kubelet of the node `pod` is bound to, or the error a client gets: 400 when the pod

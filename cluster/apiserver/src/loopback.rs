@@ -452,7 +452,10 @@ impl Loopback {
         self.write("create", &target, Write::Create(object)).await
     }
 
-    /// POST to a subresource of an object (`pods/NAME/binding`, `pods/NAME/eviction`).
+    /// POST to a subresource of an object: the actions `pods/NAME/binding` (a scheduler's
+    /// assignment: a core/v1 Binding whose `target.name` is the node) and
+    /// `pods/NAME/eviction` (a policy/v1 Eviction), answered as over HTTP (a `Success`
+    /// Status); other subresources are not created (405).
     pub async fn create_subresource(
         &self,
         resource: &Resource,
@@ -462,6 +465,15 @@ impl Loopback {
         object: Value,
     ) -> Result<Value, ApiError> {
         let target = self.target(resource, namespace, Some(name), Some(subresource))?;
+        let is_pod_action = target.def.group.is_empty()
+            && target.def.plural == "pods"
+            && matches!(subresource, "binding" | "eviction");
+        if is_pod_action {
+            self.authorize("create", &target)?;
+            let (_, answer) =
+                crate::endpoints::handlers::pod_action(&self.shared, &target, &object)?;
+            return Ok(answer);
+        }
         self.write("create", &target, Write::Create(object)).await
     }
 

@@ -18,12 +18,14 @@
 //!
 //! ## What the simulation keeps
 //!
-//! The background task started by [`spawn`] (owned by the server handle, stopped at shutdown)
-//! follows the store's changes and, for every pod:
+//! The background task started by [`spawn`] (on the server's tracker, stopped at shutdown)
+//! follows the pods through the API as `system:node:embedded-node` ([`crate::client`]: a pod
+//! informer, status writes through `pods/NAME/status` redone on conflict) and, for every pod:
 //!
 //! * **binds** a pod without `spec.nodeName` to the node [`NODE_NAME`] (`embedded-node`, which
-//!   it registers as a `Ready` Node object) and writes `Pending` with `PodScheduled=True` and
-//!   every container `waiting` in `ContainerCreating`;
+//!   it registers as a `Ready` Node object of a fixed size, [`crate::machine`]) through
+//!   `pods/NAME/binding`, the scheduler's write (the pod stays `Pending`, now with
+//!   `PodScheduled=True`);
 //! * **starts** it at once: `Running`, `startTime`, `hostIP`, `podIP`, every condition `True`,
 //!   every container `running` and `ready`;
 //! * **ends** it after the run time (`ClusterBuilder::pod_run_time` (crate `embedded-cluster`), default 1 s,
@@ -56,25 +58,29 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use embedded_apiserver::ApiServer;
+//! use embedded_apiserver::loopback::Resource;
+//! use embedded_node::Node;
 //! use serde_json::json;
 //!
-//! let server = ApiServer::builder()
-//!     .simulate(true) // the node and the workload controllers
-//!     .pod_run_time(Duration::ZERO)
-//!     .start()
-//!     .await?;
+//! let server = ApiServer::builder().start().await?;
+//! Node::builder().pod_run_time(Duration::ZERO).start(&server);
+//! let admin = server.loopback("admin", &["system:masters"], "example");
+//! let pods = Resource::core("pods");
 //! let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "once"},
 //!     "spec": {"restartPolicy": "Never",
 //!              "containers": [{"name": "c", "image": "busybox",
 //!                              "command": ["/bin/sh", "-c", "exit 3"]}]}});
-//! server.load_manifests(&serde_yaml_ng::to_string(&pod)?)?;
-//! // Wait for the node to finish the pod (a test would watch; here we follow the store).
-//! let store = server.store();
-//! let mut changes = store.subscribe();
-//! while store.read(|s| s.get("core/pods", "default", "once").unwrap()["status"]["phase"] != "Failed") {
-//!     changes.changed().await?;
-//! }
-//! let pod = store.read(|s| s.get("core/pods", "default", "once").cloned()).unwrap();
+//! let created = admin.create(&pods, "default", pod).await?;
+//! // Watch the pod until the node has finished it.
+//! let since: u64 = created["metadata"]["resourceVersion"].as_str().unwrap_or("0").parse()?;
+//! let mut watch = admin.watch(&pods, Some("default"), since)?;
+//! let pod = 'done: loop {
+//!     for ev in watch.next().await? {
+//!         if ev.object["status"]["phase"] == "Failed" {
+//!             break 'done ev.object.to_value();
+//!         }
+//!     }
+//! };
 //! assert_eq!(pod["spec"]["nodeName"], "embedded-node");
 //! assert_eq!(pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3);
 //! server.shutdown().await;
@@ -106,19 +112,16 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::background::{ChangeFeed, VirtualClock};
+use super::background::VirtualClock;
+use super::client::{Key, NodeApi, PodInformer, meta_str};
 use super::logs::LogStore;
-use embedded_apiserver::meta::{self, meta_str};
-use embedded_apiserver::store::{Key, State, Store};
-use embedded_apiserver::verbs::{self, DeleteOptions, Target};
+use super::machine;
 
 /// The name of the simulated node.
 pub const NODE_NAME: &str = "embedded-node";
 
 /// The node's `InternalIP` and every pod's `hostIP`.
 pub const HOST_IP: &str = "10.0.0.10";
-
-const PODS: &str = "core/pods";
 
 /// Pauses and resumes the simulated node (see the module docs). Cheap to clone.
 #[derive(Clone, Debug)]
@@ -164,13 +167,13 @@ pub struct KubeletConfig {
 
 /// Starts the simulated node on `tracker`; it stops when `shutdown` is cancelled.
 pub fn spawn(
-    store: Arc<Store>,
+    api: NodeApi,
     config: KubeletConfig,
     control: NodeControl,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) {
-    tracker.spawn(run(store, config, control, shutdown));
+    tracker.spawn(run(api, config, control, shutdown));
 }
 
 /// The exit code the simulated container `c` (a `core/v1` Container) ends with.
@@ -260,32 +263,38 @@ struct Track {
 }
 
 struct Kubelet {
-    store: Arc<Store>,
+    api: NodeApi,
+    pods: PodInformer,
     config: KubeletConfig,
     tracks: HashMap<Key, Track>,
     next_ip: u32,
 }
 
 async fn run(
-    store: Arc<Store>,
+    api: NodeApi,
     config: KubeletConfig,
     control: NodeControl,
     shutdown: CancellationToken,
 ) {
     let mut paused_rx = control.paused.subscribe();
     let mut k = Kubelet {
-        store: store.clone(),
+        pods: PodInformer::new(api.clone()),
+        api,
         config,
         tracks: HashMap::new(),
         next_ip: 0,
     };
-    k.register_node();
-    let mut feed = ChangeFeed::new(store);
-    k.resync();
+    register_node_as(
+        &k.api,
+        &k.now(),
+        "simulated://1.0",
+        &machine::simulated_capacity(),
+    )
+    .await;
     tracing::debug!(node = NODE_NAME, "simulated node started");
     loop {
         if !*paused_rx.borrow_and_update() {
-            k.fire_due();
+            k.fire_due().await;
         }
         let deadline = if *paused_rx.borrow() {
             None
@@ -294,9 +303,14 @@ async fn run(
         };
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = feed.changed() => match feed.poll().changed_keys(PODS) {
-                Some(keys) => keys.iter().for_each(|key| k.sync(key)),
-                None => k.resync(),
+            keys = k.pods.next() => match keys {
+                Some(keys) => {
+                    k.config.logs.retain_existing(&k.pods.alive());
+                    for key in &keys {
+                        k.sync(key).await;
+                    }
+                }
+                None => break,
             },
             r = paused_rx.changed() => {
                 if r.is_err() {
@@ -322,25 +336,6 @@ impl Kubelet {
         self.config.clock.now_time()
     }
 
-    fn register_node(&self) {
-        register_node(&self.store, &self.now());
-    }
-
-    fn resync(&mut self) {
-        let keys: Vec<Key> = self.store.read(|st| {
-            st.list(PODS, None)
-                .into_iter()
-                .map(embedded_apiserver::store::key_of)
-                .collect()
-        });
-        let present: std::collections::HashSet<&Key> = keys.iter().collect();
-        self.tracks.retain(|k, _| present.contains(k));
-        self.config.logs.retain_existing(&self.store);
-        for key in keys {
-            self.sync(&key);
-        }
-    }
-
     fn next_deadline(&self) -> Option<Instant> {
         self.tracks.values().filter_map(|t| t.due).min()
     }
@@ -351,9 +346,23 @@ impl Kubelet {
         format!("10.244.{}.{}", (n / 250) % 256, n % 250 + 2)
     }
 
+    /// Writes the status of pod `key` through the API (see [`NodeApi::update_pod_status`]),
+    /// starting from the informer's copy, and keeps the answer in the informer.
+    async fn update_status<R>(
+        &mut self,
+        key: &Key,
+        uid: &str,
+        change: impl FnMut(&mut Value) -> Option<R>,
+    ) -> Option<R> {
+        let cached = self.pods.current(key, uid);
+        let (r, written) = self.api.update_pod_status(key, uid, cached, change).await?;
+        self.pods.observe(written);
+        Some(r)
+    }
+
     /// Brings one pod in line with what the node should be doing with it.
-    fn sync(&mut self, key: &Key) {
-        let Some(pod) = self.store.read(|st| st.get(PODS, &key.0, &key.1).cloned()) else {
+    async fn sync(&mut self, key: &Key) {
+        let Some(pod) = self.pods.get(key).cloned() else {
             self.tracks.remove(key);
             self.config.logs.remove(&key.0, &key.1);
             return;
@@ -371,7 +380,7 @@ impl Kubelet {
         if deleting {
             self.tracks.remove(key);
             if node == NODE_NAME {
-                self.kill(key, &uid);
+                self.api.finish_deletion(key, &uid).await;
             }
             return;
         }
@@ -380,7 +389,7 @@ impl Kubelet {
                 self.tracks.remove(key);
             }
             "Running" if node == NODE_NAME => {
-                // Adopt a pod that was already running (a resync, or a test that seeded it).
+                // Adopt a pod that was already running (a relist, or a test that seeded it).
                 if !self.tracks.contains_key(key) {
                     let statuses = pod["status"]["containerStatuses"]
                         .as_array()
@@ -410,89 +419,96 @@ impl Kubelet {
                     );
                 }
                 if pod["spec"]["ephemeralContainers"].is_array() {
-                    self.report_ephemeral(key, &uid);
+                    self.report_ephemeral(key, &uid).await;
                 }
             }
-            _ => self.start(key, &uid),
+            _ if self.tracks.get(key).is_some_and(|t| t.uid == uid) => {
+                // Started already; the informer has not seen the node's own write yet.
+            }
+            _ => self.start(key, &uid, node.is_empty()).await,
         }
     }
 
     /// Ephemeral containers added to a running pod (the API server's `ephemeral_containers` strategy) are reported
     /// `running` at once (the simulation runs nothing, and they never end on their own).
-    fn report_ephemeral(&self, key: &Key, uid: &str) {
+    async fn report_ephemeral(&mut self, key: &Key, uid: &str) {
         let now = self.now();
-        self.store.write(|st| {
-            if let Some(mut pod) = current(st, key, uid)
-                && add_ephemeral_statuses(&mut pod, &now)
-            {
-                st.write(PODS, pod);
-            }
-        });
+        self.update_status(key, uid, |pod| {
+            add_ephemeral_statuses(pod, &now).then_some(())
+        })
+        .await;
     }
 
-    /// Binds (if needed) and starts a pod: `Pending` then `Running`, two writes.
-    fn start(&mut self, key: &Key, uid: &str) {
+    /// Binds (if needed, the scheduler's part) and starts a pod: `Running`, every container
+    /// `running` and ready.
+    async fn start(&mut self, key: &Key, uid: &str, unbound: bool) {
+        if unbound && !self.api.bind(key, uid).await {
+            return;
+        }
         let now = self.now();
         let ip = self.alloc_ip();
-        let started = self.store.write(|st| {
-            let mut pod = current(st, key, uid)?;
-            if pod["spec"]["nodeName"]
-                .as_str()
-                .unwrap_or_default()
-                .is_empty()
-            {
-                bind_to_node(&mut pod, &now);
-                pod = st.update(PODS, pod);
-            }
-            let running: Vec<Value> = containers(&pod, "containers")
-                .iter()
-                .map(|c| container_status(c, true, 0, json!({"running": {"startedAt": now}})))
-                .collect();
-            let inits: Vec<Value> = containers(&pod, "initContainers")
-                .iter()
-                .map(|c| {
-                    container_status(
-                        c,
-                        false,
-                        0,
-                        json!({"terminated": {"exitCode": 0, "reason": "Completed",
-                                              "startedAt": now, "finishedAt": now}}),
-                    )
-                })
-                .collect();
-            with_status(&mut pod, |status| {
-                status.insert("phase".into(), json!("Running"));
-                status.insert("hostIP".into(), json!(HOST_IP));
-                status.insert("hostIPs".into(), json!([{"ip": HOST_IP}]));
-                status.insert("podIP".into(), json!(ip));
-                status.insert("podIPs".into(), json!([{"ip": ip}]));
-                status.insert("startTime".into(), json!(now));
-                status.insert("qosClass".into(), json!("BestEffort"));
-                status.insert(
-                    "conditions".into(),
-                    json!([
-                        condition("PodReadyToStartContainers", "True", &now),
-                        condition("Initialized", "True", &now),
-                        condition("Ready", "True", &now),
-                        condition("ContainersReady", "True", &now),
-                        condition("PodScheduled", "True", &now),
-                    ]),
-                );
-                status.insert("containerStatuses".into(), json!(running));
-                if !inits.is_empty() {
-                    status.insert("initContainerStatuses".into(), json!(inits));
+        // After a binding the informer's copy is stale: read the pod again.
+        let cached = (!unbound).then(|| self.pods.current(key, uid)).flatten();
+        let started = self
+            .api
+            .update_pod_status(key, uid, cached, |pod| {
+                let bound = pod["spec"]["nodeName"] == NODE_NAME;
+                let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+                if !bound
+                    || !meta_str(pod, "deletionTimestamp").is_empty()
+                    || matches!(phase, "Running" | "Succeeded" | "Failed")
+                {
+                    return None;
                 }
-            });
-            let exits = ever_exits(&pod);
-            let specs = containers(&pod, "containers");
-            st.write(PODS, pod);
-            Some((exits, specs))
-        });
-        let Some((exits, specs)) = started else {
+                let running: Vec<Value> = containers(pod, "containers")
+                    .iter()
+                    .map(|c| container_status(c, true, 0, json!({"running": {"startedAt": now}})))
+                    .collect();
+                let inits: Vec<Value> = containers(pod, "initContainers")
+                    .iter()
+                    .map(|c| {
+                        container_status(
+                            c,
+                            false,
+                            0,
+                            json!({"terminated": {"exitCode": 0, "reason": "Completed",
+                                                  "startedAt": now, "finishedAt": now}}),
+                        )
+                    })
+                    .collect();
+                with_status(pod, |status| {
+                    status.insert("phase".into(), json!("Running"));
+                    status.insert("hostIP".into(), json!(HOST_IP));
+                    status.insert("hostIPs".into(), json!([{"ip": HOST_IP}]));
+                    status.insert("podIP".into(), json!(ip));
+                    status.insert("podIPs".into(), json!([{"ip": ip}]));
+                    status.insert("startTime".into(), json!(now));
+                    status.insert("qosClass".into(), json!("BestEffort"));
+                    status.insert(
+                        "conditions".into(),
+                        json!([
+                            condition("PodReadyToStartContainers", "True", &now),
+                            condition("Initialized", "True", &now),
+                            condition("Ready", "True", &now),
+                            condition("ContainersReady", "True", &now),
+                            condition("PodScheduled", "True", &now),
+                        ]),
+                    );
+                    status.insert("containerStatuses".into(), json!(running));
+                    if !inits.is_empty() {
+                        status.insert("initContainerStatuses".into(), json!(inits));
+                    }
+                });
+                Some((ever_exits(pod), containers(pod, "containers")))
+            })
+            .await;
+        let Some(((exits, specs), written)) = started else {
             return;
         };
+        let one_shot = restart_policy(&written) != Restart::Always;
+        self.pods.observe(written);
         for c in &specs {
-            self.log_start(key, uid, c);
+            self.log_start(key, uid, c, one_shot);
         }
         tracing::debug!(namespace = %key.0, pod = %key.1, node = NODE_NAME, "pod started");
         let due = exits.then(|| Instant::now() + self.config.run_time);
@@ -508,7 +524,7 @@ impl Kubelet {
     }
 
     /// Ends or restarts the containers of every pod whose stage is over.
-    fn fire_due(&mut self) {
+    async fn fire_due(&mut self) {
         let now = Instant::now();
         let due: Vec<Key> = self
             .tracks
@@ -521,98 +537,101 @@ impl Kubelet {
                 continue;
             };
             match track.stage {
-                Stage::Running => self.containers_exit(&key, track),
-                Stage::BackOff => self.containers_restart(&key, track),
+                Stage::Running => self.containers_exit(&key, track).await,
+                Stage::BackOff => self.containers_restart(&key, track).await,
             }
         }
     }
 
     /// The run time is over: one-shot containers exit with their command's exit code.
-    fn containers_exit(&mut self, key: &Key, track: Track) {
+    async fn containers_exit(&mut self, key: &Key, track: Track) {
         let now = self.now();
-        let outcome = self.store.write(|st| {
-            let mut pod = current(st, key, &track.uid)?;
-            let policy = restart_policy(&pod);
-            let specs = containers(&pod, "containers");
-            let old_statuses = pod["status"]["containerStatuses"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let mut any_failed = false;
-            let mut all_ok = true;
-            let mut statuses = vec![];
-            for c in &specs {
-                let name = c["name"].as_str().unwrap_or_default();
-                let old = old_statuses
-                    .iter()
-                    .find(|s| s["name"] == name)
+        let outcome = self
+            .update_status(key, &track.uid, |pod| {
+                let policy = restart_policy(pod);
+                let specs = containers(pod, "containers");
+                let old_statuses = pod["status"]["containerStatuses"]
+                    .as_array()
                     .cloned()
-                    .unwrap_or_else(|| container_status(c, false, 0, json!({})));
-                let restarts = old["restartCount"].as_u64().unwrap_or(0);
-                let Some(started_at) = old["state"]["running"]["startedAt"].as_str() else {
-                    // Already terminated (a container that succeeded under OnFailure).
-                    statuses.push(old);
-                    continue;
-                };
-                let code = exit_code_of(c);
-                if code == 0 && policy == Restart::Always {
-                    // Under Always only a failing command ends; the others run on.
-                    statuses.push(old);
-                    continue;
-                }
-                self.log_exit(key, &track.uid, name, code);
-                let terminated = json!({
-                    "exitCode": code,
-                    "reason": if code == 0 { "Completed" } else { "Error" },
-                    "startedAt": started_at,
-                    "finishedAt": now,
-                    "containerID": old["containerID"],
-                });
-                let mut s = old.clone();
-                s["ready"] = json!(false);
-                s["started"] = json!(false);
-                if code != 0 && policy != Restart::Never {
-                    any_failed = true;
-                    all_ok = false;
-                    s["restartCount"] = json!(restarts + 1);
-                    s["lastState"] = json!({"terminated": terminated});
-                    s["state"] = json!({"waiting": {
-                        "reason": "CrashLoopBackOff",
-                        "message": format!(
-                            "back-off {}s restarting failed container={name} pod={}_{}({})",
-                            back_off(track.restarts + 1).as_secs(), key.1, key.0, track.uid
-                        ),
-                    }});
-                } else {
-                    if code != 0 {
-                        all_ok = false;
+                    .unwrap_or_default();
+                let mut any_failed = false;
+                let mut all_ok = true;
+                let mut statuses = vec![];
+                let mut exits = vec![];
+                for c in &specs {
+                    let name = c["name"].as_str().unwrap_or_default();
+                    let old = old_statuses
+                        .iter()
+                        .find(|s| s["name"] == name)
+                        .cloned()
+                        .unwrap_or_else(|| container_status(c, false, 0, json!({})));
+                    let restarts = old["restartCount"].as_u64().unwrap_or(0);
+                    let Some(started_at) = old["state"]["running"]["startedAt"].as_str() else {
+                        // Already terminated (a container that succeeded under OnFailure).
+                        statuses.push(old);
+                        continue;
+                    };
+                    let code = exit_code_of(c);
+                    if code == 0 && policy == Restart::Always {
+                        // Under Always only a failing command ends; the others run on.
+                        statuses.push(old);
+                        continue;
                     }
-                    s["state"] = json!({"terminated": terminated});
+                    exits.push((name.to_owned(), code));
+                    let terminated = json!({
+                        "exitCode": code,
+                        "reason": if code == 0 { "Completed" } else { "Error" },
+                        "startedAt": started_at,
+                        "finishedAt": now,
+                        "containerID": old["containerID"],
+                    });
+                    let mut s = old.clone();
+                    s["ready"] = json!(false);
+                    s["started"] = json!(false);
+                    if code != 0 && policy != Restart::Never {
+                        any_failed = true;
+                        all_ok = false;
+                        s["restartCount"] = json!(restarts + 1);
+                        s["lastState"] = json!({"terminated": terminated});
+                        s["state"] = json!({"waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": format!(
+                                "back-off {}s restarting failed container={name} pod={}_{}({})",
+                                back_off(track.restarts + 1).as_secs(), key.1, key.0, track.uid
+                            ),
+                        }});
+                    } else {
+                        if code != 0 {
+                            all_ok = false;
+                        }
+                        s["state"] = json!({"terminated": terminated});
+                    }
+                    statuses.push(s);
                 }
-                statuses.push(s);
-            }
-            let phase = after_exit(&mut pod, statuses, any_failed, all_ok, policy, &now);
-            st.write(PODS, pod);
-            Some(phase)
-        });
-        match outcome {
-            Some("Running") => {
-                tracing::debug!(namespace = %key.0, pod = %key.1, "container failed; backing off");
-                let restarts = track.restarts + 1;
-                self.tracks.insert(
-                    key.clone(),
-                    Track {
-                        stage: Stage::BackOff,
-                        due: Some(Instant::now() + back_off(restarts)),
-                        restarts,
-                        ..track
-                    },
-                );
-            }
-            Some(phase) => {
-                tracing::debug!(namespace = %key.0, pod = %key.1, phase, "pod finished");
-            }
-            None => {}
+                let phase = after_exit(pod, statuses, any_failed, all_ok, policy, &now);
+                Some((phase, exits))
+            })
+            .await;
+        let Some((phase, exits)) = outcome else {
+            return;
+        };
+        for (name, code) in exits {
+            self.log_exit(key, &track.uid, &name, code);
+        }
+        if phase == "Running" {
+            tracing::debug!(namespace = %key.0, pod = %key.1, "container failed; backing off");
+            let restarts = track.restarts + 1;
+            self.tracks.insert(
+                key.clone(),
+                Track {
+                    stage: Stage::BackOff,
+                    due: Some(Instant::now() + back_off(restarts)),
+                    restarts,
+                    ..track
+                },
+            );
+        } else {
+            tracing::debug!(namespace = %key.0, pod = %key.1, phase, "pod finished");
         }
     }
 
@@ -628,40 +647,40 @@ impl Kubelet {
     }
 
     /// The crash-loop back-off is over: failed containers run again.
-    fn containers_restart(&mut self, key: &Key, track: Track) {
+    async fn containers_restart(&mut self, key: &Key, track: Track) {
         let now = self.now();
-        let restarted = self.store.write(|st| {
-            let mut pod = current(st, key, &track.uid)?;
-            let mut statuses = pod["status"]["containerStatuses"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let specs = containers(&pod, "containers");
-            let mut restarted = vec![];
-            for s in statuses.iter_mut() {
-                if s["state"]["waiting"].is_object() {
-                    if let Some(c) = specs.iter().find(|c| c["name"] == s["name"]) {
-                        restarted.push(c.clone());
+        let restarted = self
+            .update_status(key, &track.uid, |pod| {
+                let mut statuses = pod["status"]["containerStatuses"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let specs = containers(pod, "containers");
+                let mut restarted = vec![];
+                for s in statuses.iter_mut() {
+                    if s["state"]["waiting"].is_object() {
+                        if let Some(c) = specs.iter().find(|c| c["name"] == s["name"]) {
+                            restarted.push(c.clone());
+                        }
+                        s["state"] = json!({"running": {"startedAt": now}});
+                        s["ready"] = json!(true);
+                        s["started"] = json!(true);
                     }
-                    s["state"] = json!({"running": {"startedAt": now}});
-                    s["ready"] = json!(true);
-                    s["started"] = json!(true);
                 }
-            }
-            let all_ready = statuses.iter().all(|s| s["ready"] == true);
-            with_status(&mut pod, |status| {
-                status.insert("containerStatuses".into(), json!(statuses));
-                if all_ready {
-                    set_condition(status, "Ready", "True", "", "", &now);
-                    set_condition(status, "ContainersReady", "True", "", "", &now);
-                }
-            });
-            st.write(PODS, pod);
-            Some(restarted)
-        });
-        if let Some(restarted) = restarted {
+                let all_ready = statuses.iter().all(|s| s["ready"] == true);
+                with_status(pod, |status| {
+                    status.insert("containerStatuses".into(), json!(statuses));
+                    if all_ready {
+                        set_condition(status, "Ready", "True", "", "", &now);
+                        set_condition(status, "ContainersReady", "True", "", "", &now);
+                    }
+                });
+                Some((restarted, restart_policy(pod) != Restart::Always))
+            })
+            .await;
+        if let Some((restarted, one_shot)) = restarted {
             for c in &restarted {
-                self.log_start(key, &track.uid, c);
+                self.log_start(key, &track.uid, c, one_shot);
             }
             self.tracks.insert(
                 key.clone(),
@@ -674,13 +693,9 @@ impl Kubelet {
         }
     }
 
-    /// Finishes the graceful deletion of a pod on this node (grace period 0 now).
-    fn kill(&mut self, key: &Key, uid: &str) {
-        finish_deletion(&self.store, key, uid);
-    }
-
-    /// Starts a log instance for container `c` and writes what the simulation decided for it.
-    fn log_start(&self, key: &Key, uid: &str, c: &Value) {
+    /// Starts a log instance for container `c` and writes what the simulation decided for it
+    /// (`one_shot`: the pod's containers are not restarted when they succeed).
+    fn log_start(&self, key: &Key, uid: &str, c: &Value, one_shot: bool) {
         let name = c["name"].as_str().unwrap_or_default();
         let buf = self.config.logs.start_instance(&key.0, &key.1, uid, name);
         let words: Vec<&str> = ["command", "args"]
@@ -690,14 +705,7 @@ impl Kubelet {
             .filter_map(Value::as_str)
             .collect();
         let code = exit_code_of(c);
-        let pod_exits = self
-            .store
-            .read(|st| {
-                st.get(PODS, &key.0, &key.1)
-                    .map(|p| restart_policy(p) != Restart::Always)
-            })
-            .unwrap_or(false);
-        let what = if code != 0 || pod_exits {
+        let what = if code != 0 || one_shot {
             format!("it exits with code {code} after {:?}", self.config.run_time)
         } else {
             "it runs until the pod is deleted".to_owned()
@@ -709,101 +717,58 @@ impl Kubelet {
     }
 }
 
-/// Registers the node object [`NODE_NAME`] (once) with `runtime` as its container runtime.
-pub(crate) fn register_node_as(store: &Store, now: &str, runtime: &str) {
-    let now = now.to_owned();
-    store.write(|st| {
-        if st.get("core/nodes", "", NODE_NAME).is_some() {
-            return;
+/// The Node object [`NODE_NAME`] a kubelet registers: labels, `Ready` and no pressure,
+/// `capacity` (and the same `allocatable`: nothing is reserved for the system), addresses,
+/// and `runtime` as its container runtime.
+pub(crate) fn node_object(now: &str, runtime: &str, capacity: &Value) -> Value {
+    let ready = |ty: &str, status: &str, reason: &str, msg: &str| {
+        json!({"type": ty, "status": status, "reason": reason, "message": msg,
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": NODE_NAME,
+            "labels": {
+                "kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
+                "beta.kubernetes.io/arch": "amd64",
+                "node-role.kubernetes.io/control-plane": ""
+            }
+        },
+        "spec": {"podCIDR": "10.244.0.0/16", "podCIDRs": ["10.244.0.0/16"]},
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [
+                ready("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                ready("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                ready("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                ready("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": HOST_IP},
+                {"type": "Hostname", "address": NODE_NAME}
+            ],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
+            "nodeInfo": {
+                "kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0",
+                "containerRuntimeVersion": runtime, "operatingSystem": "linux",
+                "architecture": "amd64", "osImage": "embedded simulated node",
+                "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": ""
+            }
         }
-        let ready = |ty: &str, status: &str, reason: &str, msg: &str| {
-            json!({"type": ty, "status": status, "reason": reason, "message": msg,
-                   "lastHeartbeatTime": now, "lastTransitionTime": now})
-        };
-        st.create(
-            "core/nodes",
-            json!({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {
-                    "name": NODE_NAME, "uid": meta::new_uid(), "creationTimestamp": now,
-                    "labels": {
-                        "kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux",
-                        "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-                        "beta.kubernetes.io/arch": "amd64",
-                        "node-role.kubernetes.io/control-plane": ""
-                    }
-                },
-                "spec": {"podCIDR": "10.244.0.0/16", "podCIDRs": ["10.244.0.0/16"]},
-                "status": {
-                    "capacity": {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
-                    "allocatable": {"cpu": "8", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"},
-                    "conditions": [
-                        ready("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-                        ready("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-                        ready("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-                        ready("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-                    ],
-                    "addresses": [
-                        {"type": "InternalIP", "address": HOST_IP},
-                        {"type": "Hostname", "address": NODE_NAME}
-                    ],
-                    "nodeInfo": {
-                        "kubeletVersion": "v1.33.0", "kubeProxyVersion": "v1.33.0",
-                        "containerRuntimeVersion": runtime, "operatingSystem": "linux",
-                        "architecture": "amd64", "osImage": "embedded simulated node",
-                        "kernelVersion": "", "machineID": "", "systemUUID": "", "bootID": ""
-                    }
-                }
-            }),
-        );
-    });
+    })
 }
 
-/// Registers the node object [`NODE_NAME`] (once) for the simulated runtime.
-fn register_node(store: &Store, now: &str) {
-    register_node_as(store, now, "simulated://1.0");
-}
+/// The kubelet's port as the Node reports it (`status.daemonEndpoints`); the embedded node
+/// listens on no port: the API server reaches it in process.
+pub(crate) const KUBELET_PORT: u16 = 10250;
 
-/// Finishes the graceful deletion of pod `key` (if it still has `uid`): deletes it with grace
-/// period 0, as a kubelet does once the pod's containers have stopped.
-pub(crate) fn finish_deletion(store: &Store, key: &Key, uid: &str) {
-    store.write(|st| {
-        if current(st, key, uid).is_none() {
-            return;
-        }
-        let Some(def) = st.registry.lookup("", "v1", "pods") else {
-            return;
-        };
-        let held = st
-            .get(PODS, &key.0, &key.1)
-            .and_then(|p| p["metadata"]["deletionGracePeriodSeconds"].as_i64())
-            == Some(0);
-        if held {
-            // Already at grace 0 and held by finalizers: nothing left for the kubelet to do.
-            return;
-        }
-        let target = Target {
-            def,
-            namespace: Some(key.0.clone()),
-            name: Some(key.1.clone()),
-            subresource: None,
-        };
-        let opts = DeleteOptions {
-            grace_period: Some(0),
-            precondition_uid: Some(uid.to_owned()),
-            ..Default::default()
-        };
-        if let Err(e) = verbs::delete_one(st, &target, &opts) {
-            tracing::debug!(namespace = %key.0, pod = %key.1, error = %e.message, "finishing pod deletion failed");
-        }
-    });
-}
-
-/// The stored pod at `key` if it still has `uid`.
-pub(crate) fn current(st: &State, key: &Key, uid: &str) -> Option<Value> {
-    st.get(PODS, &key.0, &key.1)
-        .filter(|p| meta_str(p, "uid") == uid)
-        .cloned()
+/// Registers the Node object [`NODE_NAME`] through the API (kept if it exists) with `runtime`
+/// as its container runtime and `capacity` as its size.
+pub(crate) async fn register_node_as(api: &NodeApi, now: &str, runtime: &str, capacity: &Value) {
+    api.register_node(node_object(now, runtime, capacity)).await;
 }
 
 pub(crate) fn containers(pod: &Value, field: &str) -> Vec<Value> {
@@ -949,31 +914,6 @@ pub(crate) fn set_condition(
         None => conds.push(c),
     }
     status.insert("conditions".into(), json!(conds));
-}
-
-/// The scheduler's part of a pod's start, shared by both runtimes: bound to this node,
-/// `Pending`, `PodScheduled`, every container waiting in `ContainerCreating`.
-pub(crate) fn bind_to_node(pod: &mut Value, now: &str) {
-    pod["spec"]["nodeName"] = json!(NODE_NAME);
-    let waiting: Vec<Value> = containers(pod, "containers")
-        .iter()
-        .map(|c| {
-            container_status(
-                c,
-                false,
-                0,
-                json!({"waiting": {"reason": "ContainerCreating"}}),
-            )
-        })
-        .collect();
-    with_status(pod, |status| {
-        status.insert("phase".into(), json!("Pending"));
-        status.insert(
-            "conditions".into(),
-            json!([condition("PodScheduled", "True", now)]),
-        );
-        status.insert("containerStatuses".into(), json!(waiting));
-    });
 }
 
 #[cfg(test)]

@@ -25,16 +25,59 @@
 //! `kubectl exec`, `attach` and `port-forward` work ([`remotecommand`], over SPDY ([`spdy`]) or
 //! WebSocket ([`wsstream`] on [`websocket`])).
 //!
-//! The node registers its kubelet with the server under [`kubelet::NODE_NAME`]
-//! ([`embedded_apiserver::ApiServerHandle::register_kubelet`]): the server checks a log or
-//! stream request as kube-apiserver does and hands it to [`KubeletServer`], the kubelet's own
-//! endpoints.
+//! ## The seam with the server
+//!
+//! The node and the API server meet where a kubelet and kube-apiserver meet, in both
+//! directions:
+//!
+//! ```text
+//!  embedded-node ──── loopback interface, as system:node:embedded-node ────▶ API server
+//!  (client)           (group system:nodes; RBAC, admission, validation)
+//!                     LIST/WATCH pods · PUT pods/NAME/status · POST pods/NAME/binding ·
+//!                     DELETE pods (grace 0) · POST nodes, events · GET configmaps, secrets
+//!
+//!  API server ─────── Kubelet trait (the kubelet's own endpoints) ─────────▶ KubeletServer
+//!                     pods/log · pods/exec, attach, portforward (upgraded streams) ·
+//!                     nodes/NAME/proxy/PATH (/healthz, /pods, /configz)
+//! ```
+//!
+//! * **node → server**: everything the node knows of the cluster it learns through
+//!   [`embedded_apiserver::loopback::Loopback`], made for the user `system:node:<node>` in
+//!   the group `system:nodes` ([`client::NodeApi`]), whose rights are the bootstrap
+//!   `system:node` ClusterRole. It never reads or writes the server's storage directly:
+//!   its pods come from an informer ([`client::PodInformer`]: LIST, WATCH from the list's
+//!   resourceVersion, LIST again on `410 Gone`), its reports are conditional writes redone on
+//!   `409 Conflict`, so the node's writes meet the same authorization, admission webhooks and
+//!   validation as any client's;
+//! * **server → node**: the node registers its kubelet under [`kubelet::NODE_NAME`]
+//!   ([`embedded_apiserver::ApiServerHandle::register_kubelet`]); the server checks a log,
+//!   stream or node-proxy request as kube-apiserver does and hands it to [`KubeletServer`],
+//!   the kubelet's own endpoints ([`embedded_apiserver::kubelet::Kubelet`]).
+//!
+//! ## Module map
+//!
+//! | module | kubelet analogue | what lives there |
+//! |---|---|---|
+//! | [`client`] | the kubelet's clientset, pod config source, status manager | the loopback client as `system:node:<node>`, the pod informer, status writes, binding, deletion, Node registration, events |
+//! | [`kubelet`] | the scheduler + kubelet, without containers | the simulated runtime: pod lifecycle decided from each command's text, crash-loop back-off, pause |
+//! | [`runtime`] | `pod_workers.go`, `kuberuntime_manager.go` | the process runtime: each container a child process, restarts, deadlines, graceful deletion, events |
+//! | [`machine`] | cAdvisor's `MachineInfo` | the Node's capacity: this machine's CPUs and memory, or the simulated node's fixed size |
+//! | [`volumes`] | the volume manager | `configMap`, `secret` and `emptyDir` volumes as host directories; path rewriting |
+//! | [`logs`] | the CRI's container logs, `/containerLogs` | per-container bounded logs, `kubectl logs` (follow, tail, since, previous) |
+//! | [`endpoints`] | `pkg/kubelet/server` | what the node proxy reaches: `/healthz`, `/pods`, `/configz` |
+//! | [`remotecommand`] | `pkg/kubelet/cri/streaming` | exec, attach and port-forward sessions on the process runtime |
+//! | [`spdy`] | `httpstream/spdy` | SPDY/3.1 streams (kubectl up to 1.29) |
+//! | [`websocket`], [`wsstream`] | `wsstream`, the v5 channel protocol | WebSocket frames and channels (kubectl 1.30+), port-forward's SPDY tunnel |
+//! | [`background`] | — | the virtual clock the node's timestamps come from |
 
 #![forbid(unsafe_code)]
 
 pub mod background;
+pub mod client;
+pub mod endpoints;
 pub mod kubelet;
 pub mod logs;
+pub mod machine;
 pub mod remotecommand;
 pub mod runtime;
 pub mod spdy;
@@ -45,10 +88,11 @@ pub mod wsstream;
 use std::sync::Arc;
 use std::time::Duration;
 
+use embedded_apiserver::ApiError;
 use embedded_apiserver::ApiServerHandle;
-use embedded_apiserver::http::Body;
-use embedded_apiserver::kubelet::{Kubelet, LogsRequest, StreamRequest};
-use embedded_apiserver::status::ApiError;
+use embedded_apiserver::api::Body;
+use embedded_apiserver::kubelet::{Kubelet, LogsRequest, ProxyRequest, StreamRequest};
+use futures_util::future::BoxFuture;
 use http::Response;
 use tokio_util::sync::CancellationToken;
 
@@ -131,7 +175,8 @@ impl NodeBuilder {
     pub fn start(self, server: &ApiServerHandle) -> NodeHandle {
         let shutdown = server.shutdown_token();
         let tracker = server.tracker().clone();
-        let store = server.store();
+        let api = client::NodeApi::new(server, NODE_NAME);
+        let api_for_server = api.clone();
         let clock = background::VirtualClock::new();
         let logs = Arc::new(logs::LogStore::new(self.pod_log_bytes));
         let control = NodeControl::default();
@@ -144,7 +189,7 @@ impl NodeBuilder {
         });
         match &process {
             Some(handle) => runtime::spawn(
-                store,
+                api,
                 runtime::ProcessConfig {
                     clock,
                     max_pods: self.max_pods,
@@ -156,7 +201,7 @@ impl NodeBuilder {
                 &tracker,
             ),
             None => kubelet::spawn(
-                store,
+                api,
                 kubelet::KubeletConfig {
                     run_time: self.pod_run_time,
                     clock,
@@ -170,6 +215,16 @@ impl NodeBuilder {
         server.register_kubelet(
             NODE_NAME,
             Arc::new(KubeletServer {
+                api: api_for_server,
+                settings: endpoints::KubeletSettings {
+                    runtime: self.runtime,
+                    max_pods: if self.runtime == NodeRuntime::Process {
+                        self.max_pods
+                    } else {
+                        SIMULATED_MAX_PODS
+                    },
+                    pod_run_time: self.pod_run_time,
+                },
                 logs: logs.clone(),
                 process,
                 shutdown,
@@ -198,15 +253,27 @@ impl NodeHandle {
     }
 }
 
-/// The kubelet's endpoints for the API server: container logs, and the exec, attach and
-/// port-forward streams (only the process runtime has processes to stream).
+/// The kubelet's endpoints for the API server: container logs, the exec, attach and
+/// port-forward streams (only the process runtime has processes to stream), and the paths
+/// the node proxy reaches ([`endpoints`]).
 pub struct KubeletServer {
+    api: client::NodeApi,
+    settings: endpoints::KubeletSettings,
     logs: Arc<logs::LogStore>,
     process: Option<runtime::NodeHandle>,
     shutdown: CancellationToken,
 }
 
+/// The kubelet's `maxPods` the simulated node reports (its Node's `pods` capacity).
+const SIMULATED_MAX_PODS: usize = 110;
+
 impl Kubelet for KubeletServer {
+    fn proxy(&self, request: ProxyRequest) -> BoxFuture<'static, Response<Body>> {
+        let api = self.api.clone();
+        let settings = self.settings.clone();
+        Box::pin(async move { endpoints::serve(&api, &settings, request).await })
+    }
+
     fn container_logs(&self, request: LogsRequest) -> Result<Response<Body>, ApiError> {
         logs::serve(&self.logs, request, self.shutdown.clone())
     }

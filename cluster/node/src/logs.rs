@@ -53,10 +53,9 @@ use hyper::body::Frame;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use embedded_apiserver::http::Body;
+use embedded_apiserver::ApiError;
+use embedded_apiserver::api::Body;
 use embedded_apiserver::kubelet::{LogOptions, LogsRequest};
-use embedded_apiserver::status::ApiError;
-use embedded_apiserver::store::Store;
 
 /// Default cap of one container instance's log buffer: 1 MiB.
 pub const DEFAULT_LOG_BYTES: usize = 1024 * 1024;
@@ -330,20 +329,9 @@ impl LogStore {
         }
     }
 
-    /// Forgets the logs of every pod the store no longer holds (by namespace, name and uid).
-    pub fn retain_existing(&self, store: &Store) {
-        let alive: std::collections::HashSet<(String, String, String)> = store.read(|st| {
-            st.list("core/pods", None)
-                .into_iter()
-                .map(|p| {
-                    (
-                        embedded_apiserver::meta::meta_str(p, "namespace").to_owned(),
-                        embedded_apiserver::meta::meta_str(p, "name").to_owned(),
-                        embedded_apiserver::meta::meta_str(p, "uid").to_owned(),
-                    )
-                })
-                .collect()
-        });
+    /// Forgets the logs of every pod not in `alive` (by namespace, name and uid): the pods the
+    /// node still knows of.
+    pub fn retain_existing(&self, alive: &std::collections::HashSet<(String, String, String)>) {
         let mut pods = self.lock();
         pods.retain(|(ns, name), p| {
             let keep = alive.contains(&(ns.clone(), name.clone(), p.uid.clone()));

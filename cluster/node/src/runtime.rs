@@ -14,9 +14,16 @@
 //! The kubelet's pod workers (`pkg/kubelet/pod_workers.go`, `kuberuntime_manager.go`), with
 //! the scheduler's binding in front:
 //!
-//! * **binding**: a pod without `spec.nodeName` is bound to [`NODE_NAME`] (`Pending`,
-//!   `PodScheduled=True`, containers `waiting` in `ContainerCreating`) and a `Scheduled` event
-//!   is recorded (`Successfully assigned ns/pod to embedded-node`, from `default-scheduler`);
+//! * **binding**: a pod without `spec.nodeName` is bound to [`NODE_NAME`] through
+//!   `pods/NAME/binding` (`PodScheduled=True`) and a `Scheduled` event is recorded
+//!   (`Successfully assigned ns/pod to embedded-node`, from `default-scheduler`); once bound
+//!   it is `Pending` with its containers `waiting` in `ContainerCreating` until they start;
+//! * **the API**: everything the node reads and writes goes through the API as
+//!   `system:node:embedded-node` ([`crate::client`]): the pods by informer, each container's
+//!   report as a `pods/NAME/status` write (the pod's containers report concurrently, so a
+//!   write that meets `409 Conflict` reads the pod again and is redone), events, the
+//!   ConfigMaps and Secrets of volumes. The Node it registers reports this machine's CPUs and
+//!   memory ([`crate::machine`]);
 //! * **starting**: each container of `spec.containers` starts at once (init containers are
 //!   reported `Completed` without running). For each run the node records `Pulled` (the image
 //!   is **not** pulled: the event and the container status's `imageID` say so), `Created` and
@@ -113,16 +120,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::background::{ChangeFeed, VirtualClock};
+use super::background::VirtualClock;
+use super::client::{Key, NodeApi, PodInformer, meta_str};
 use super::kubelet::{
-    self, HOST_IP, NODE_NAME, Restart, back_off, bind_to_node, container_status, containers,
-    current, finish_deletion, restart_policy, set_condition, with_status,
+    self, HOST_IP, NODE_NAME, Restart, back_off, container_status, containers, restart_policy,
+    set_condition, with_status,
 };
 use super::logs::{LineSplitter, LogBuffer, LogStore};
-use embedded_apiserver::meta::{self, meta_str};
-use embedded_apiserver::store::{Key, State, Store};
-
-const PODS: &str = "core/pods";
+use super::machine;
 
 /// Default limit of pods running at once under the process runtime.
 pub const DEFAULT_MAX_PODS: usize = 16;
@@ -162,15 +167,16 @@ pub struct ProcessConfig {
 /// the node registers its running containers, for exec, attach and port-forward
 /// ([`super::remotecommand`]); make it with [`NodeHandle::new`] on the same token and tracker.
 pub fn spawn(
-    store: Arc<Store>,
+    api: NodeApi,
     config: ProcessConfig,
     handle: NodeHandle,
     shutdown: CancellationToken,
     tracker: &TaskTracker,
 ) {
     let node = Node {
+        pods: PodInformer::new(api.clone()),
         ctx: Arc::new(Ctx {
-            store,
+            api,
             slots: Arc::new(Semaphore::new(config.max_pods.max(1))),
             config,
             handle,
@@ -185,7 +191,7 @@ pub fn spawn(
 
 /// What every pod worker shares.
 struct Ctx {
-    store: Arc<Store>,
+    api: NodeApi,
     config: ProcessConfig,
     slots: Arc<Semaphore>,
     handle: NodeHandle,
@@ -324,6 +330,7 @@ struct Worker {
 
 struct Node {
     ctx: Arc<Ctx>,
+    pods: PodInformer,
     workers: HashMap<Key, Worker>,
     next_ip: u32,
     shutdown: CancellationToken,
@@ -332,45 +339,31 @@ struct Node {
 
 impl Node {
     async fn run(mut self) {
-        kubelet::register_node_as(&self.ctx.store, &self.ctx.now(), "process://1.0");
-        let mut feed = ChangeFeed::new(self.ctx.store.clone());
-        self.resync();
+        kubelet::register_node_as(
+            &self.ctx.api,
+            &self.ctx.now(),
+            "process://1.0",
+            &machine::process_capacity(),
+        )
+        .await;
         tracing::debug!(node = NODE_NAME, "process node started");
         loop {
             tokio::select! {
                 _ = self.shutdown.cancelled() => break,
-                _ = feed.changed() => match feed.poll().changed_keys(PODS) {
-                Some(keys) => keys.iter().for_each(|key| self.sync(key)),
-                None => self.resync(),
-            },
+                keys = self.pods.next() => match keys {
+                    Some(keys) => {
+                        self.ctx.config.logs.retain_existing(&self.pods.alive());
+                        for key in &keys {
+                            self.sync(key).await;
+                        }
+                    }
+                    None => break,
+                },
             }
         }
         // Every worker sees the same cancellation and kills its processes; the tracker
         // waits for them.
         tracing::debug!(node = NODE_NAME, "process node stopped");
-    }
-
-    fn resync(&mut self) {
-        let keys: Vec<Key> = self.ctx.store.read(|st| {
-            st.list(PODS, None)
-                .into_iter()
-                .map(embedded_apiserver::store::key_of)
-                .collect()
-        });
-        let present: std::collections::HashSet<&Key> = keys.iter().collect();
-        let gone: Vec<Key> = self
-            .workers
-            .keys()
-            .filter(|k| !present.contains(k))
-            .cloned()
-            .collect();
-        for key in gone {
-            self.sync(&key);
-        }
-        self.ctx.config.logs.retain_existing(&self.ctx.store);
-        for key in keys {
-            self.sync(&key);
-        }
     }
 
     fn alloc_ip(&mut self) -> String {
@@ -380,12 +373,8 @@ impl Node {
     }
 
     /// Brings one pod in line with what the node should be doing with it.
-    fn sync(&mut self, key: &Key) {
-        let Some(pod) = self
-            .ctx
-            .store
-            .read(|st| st.get(PODS, &key.0, &key.1).cloned())
-        else {
+    async fn sync(&mut self, key: &Key) {
+        let Some(pod) = self.pods.get(key).cloned() else {
             if let Some(w) = self.workers.remove(key) {
                 w.stop.send_replace(Some(Stop::Gone));
             }
@@ -415,12 +404,12 @@ impl Node {
                     w.stop
                         .send_replace(Some(Stop::Delete(Duration::from_secs(grace))));
                 }
-                _ => finish_deletion(&self.ctx.store, key, &uid),
+                _ => self.ctx.api.finish_deletion(key, &uid).await,
             }
             return;
         }
         if node.is_empty() {
-            self.bind(key, &uid);
+            self.bind(key, &uid).await;
             return; // the binding's own change brings the pod back here
         }
         if let Some(w) = self.workers.get(key) {
@@ -465,33 +454,30 @@ impl Node {
         );
     }
 
-    /// The scheduler's part: bind to this node, `Pending`, a `Scheduled` event.
-    fn bind(&mut self, key: &Key, uid: &str) {
-        let now = self.ctx.now();
-        self.ctx.store.write(|st| {
-            let Some(mut pod) = current(st, key, uid) else {
-                return;
-            };
-            bind_to_node(&mut pod, &now);
-            let pod = st.write(PODS, pod);
-            record_event(
-                st,
-                &now,
-                &pod,
-                None,
-                "default-scheduler",
-                "Normal",
-                "Scheduled",
-                &format!("Successfully assigned {}/{} to {NODE_NAME}", key.0, key.1),
-            );
-        });
+    /// The scheduler's part: bind to this node (`pods/NAME/binding`), then a `Scheduled`
+    /// event.
+    async fn bind(&mut self, key: &Key, uid: &str) {
+        if !self.ctx.api.bind(key, uid).await {
+            return;
+        }
+        let Some(pod) = self.ctx.api.pod(key, uid).await else {
+            return;
+        };
+        let event = event_of(
+            &self.ctx.now(),
+            &pod,
+            None,
+            "default-scheduler",
+            "Normal",
+            "Scheduled",
+            &format!("Successfully assigned {}/{} to {NODE_NAME}", key.0, key.1),
+        );
+        self.ctx.api.create_event(&key.0, event).await;
     }
 }
 
-/// Writes a core/v1 Event about `pod` (and the container at `field_path`, if any).
-#[allow(clippy::too_many_arguments)]
-fn record_event(
-    st: &mut State,
+/// A core/v1 Event about `pod` (and the container at `field_path`, if any).
+fn event_of(
     now: &str,
     pod: &Value,
     container: Option<&str>,
@@ -499,7 +485,7 @@ fn record_event(
     ty: &str,
     reason: &str,
     message: &str,
-) {
+) -> Value {
     let ns = meta_str(pod, "namespace").to_owned();
     let name = meta_str(pod, "name").to_owned();
     let mut involved = json!({
@@ -521,11 +507,11 @@ fn record_event(
     if component == "kubelet" {
         source["host"] = json!(NODE_NAME);
     }
-    let event = json!({
+    json!({
         "apiVersion": "v1", "kind": "Event",
         "metadata": {
             "name": format!("{name}.{}", kubelet::random_hex(16)),
-            "namespace": ns, "uid": meta::new_uid(), "creationTimestamp": now,
+            "namespace": ns,
         },
         "involvedObject": involved,
         "reason": reason, "message": message, "type": ty,
@@ -534,12 +520,11 @@ fn record_event(
         "reportingComponent": component,
         "reportingInstance": if component == "kubelet" { NODE_NAME } else { "" },
         "eventTime": null,
-    });
-    st.create("core/events", event);
+    })
 }
 
-/// Records an event about the pod `key` (with `uid`) if it still exists.
-fn event(
+/// Records a kubelet event about the pod `key` (with `uid`) if it still exists.
+async fn event(
     ctx: &Ctx,
     key: &Key,
     uid: &str,
@@ -548,12 +533,11 @@ fn event(
     reason: &str,
     message: &str,
 ) {
-    let now = ctx.now();
-    ctx.store.write(|st| {
-        if let Some(pod) = current(st, key, uid) {
-            record_event(st, &now, &pod, container, "kubelet", ty, reason, message);
-        }
-    });
+    let Some(pod) = ctx.api.pod(key, uid).await else {
+        return;
+    };
+    let event = event_of(&ctx.now(), &pod, container, "kubelet", ty, reason, message);
+    ctx.api.create_event(&key.0, event).await;
 }
 
 /// A pod's stop request, shared by its container tasks: cancelled `kill`, and the grace period
@@ -606,9 +590,9 @@ async fn run_pod(
     let Some(permit) = wait_for_slot(&ctx, &key, &uid, &mut signals.stop, &shutdown).await else {
         return;
     };
-    let Some(pod) = start_pod(&ctx, &key, &uid, &ip) else {
+    let Some(pod) = start_pod(&ctx, &key, &uid, &ip).await else {
         // Deleted before it started: nothing runs, so the deletion can finish.
-        finish_deletion(&ctx.store, &key, &uid);
+        ctx.api.finish_deletion(&key, &uid).await;
         return;
     };
     let Some(dir) = mount_volumes(&ctx, &key, &uid, &pod, &mut signals.stop, &shutdown).await
@@ -620,16 +604,18 @@ async fn run_pod(
     // The processes are done: the pod's directory goes.
     drop(dir);
     match ended {
-        Some(Ended::Deadline) => fail_past_deadline(&ctx, &key, &uid),
+        Some(Ended::Deadline) => fail_past_deadline(&ctx, &key, &uid).await,
         Some(Ended::Shutdown | Ended::Gone) => return,
         Some(Ended::Delete) | None => {}
     }
     // A deletion that raced with the pod's own end is finished here.
-    let deleting = ctx.store.read(|st| {
-        current(st, &key, &uid).is_some_and(|p| !meta_str(&p, "deletionTimestamp").is_empty())
-    });
+    let deleting = ctx
+        .api
+        .pod(&key, &uid)
+        .await
+        .is_some_and(|p| !meta_str(&p, "deletionTimestamp").is_empty());
     if deleting {
-        finish_deletion(&ctx.store, &key, &uid);
+        ctx.api.finish_deletion(&key, &uid).await;
     }
 }
 
@@ -647,16 +633,18 @@ async fn mount_volumes(
 ) -> Option<super::volumes::PodDir> {
     let mut last_error = String::new();
     loop {
-        let store = ctx.store.clone();
-        let p = pod.clone();
-        let attempt =
-            tokio::task::spawn_blocking(move || store.read(|st| super::volumes::set_up(st, &p)))
-                .await;
+        let attempt = match super::volumes::fetch_sources(&ctx.api, pod).await {
+            Ok(sources) => {
+                let p = pod.clone();
+                tokio::task::spawn_blocking(move || super::volumes::set_up(&sources, &p)).await
+            }
+            Err(e) => Ok(Err(e)),
+        };
         match attempt {
             Ok(Ok(dir)) => return Some(dir),
             Ok(Err(super::volumes::MountError(message))) => {
                 if message != last_error {
-                    event(ctx, key, uid, None, "Warning", "FailedMount", &message);
+                    event(ctx, key, uid, None, "Warning", "FailedMount", &message).await;
                     last_error = message;
                 }
             }
@@ -668,9 +656,9 @@ async fn mount_volumes(
         tokio::select! {
             () = tokio::time::sleep(MOUNT_RETRY) => {}
             () = shutdown.cancelled() => return None,
-            r = stop.wait_for(Option::is_some) => {
-                if let Some(Stop::Delete(_)) = r.ok().and_then(|g| *g) {
-                    finish_deletion(&ctx.store, key, uid);
+            s = stopped(stop) => {
+                if let Some(Stop::Delete(_)) = s {
+                    ctx.api.finish_deletion(key, uid).await;
                 }
                 return None;
             }
@@ -704,12 +692,10 @@ async fn wait_for_slot(
     stop: &mut watch::Receiver<Option<Stop>>,
     shutdown: &CancellationToken,
 ) -> Option<Option<tokio::sync::OwnedSemaphorePermit>> {
-    let needs_slot = ctx.store.read(|st| {
-        current(st, key, uid).is_some_and(|p| {
-            containers(&p, "containers")
-                .iter()
-                .any(|c| !argv_of(c).is_empty())
-        })
+    let needs_slot = ctx.api.pod(key, uid).await.is_some_and(|p| {
+        containers(&p, "containers")
+            .iter()
+            .any(|c| !argv_of(c).is_empty())
     });
     let slot = async {
         if needs_slot {
@@ -721,10 +707,9 @@ async fn wait_for_slot(
     tokio::select! {
         p = slot => p,
         _ = shutdown.cancelled() => None,
-        r = stop.wait_for(Option::is_some) => {
-            let s = r.ok().and_then(|g| *g);
+        s = stopped(stop) => {
             if let Some(Stop::Delete(_)) = s {
-                finish_deletion(&ctx.store, key, uid);
+                ctx.api.finish_deletion(key, uid).await;
             }
             None
         }
@@ -735,14 +720,13 @@ async fn wait_for_slot(
 /// container `ContainerCreating`, init containers `Completed`, the node's and the pod's IPs,
 /// `startTime`, and the `PodScheduled`, `PodReadyToStartContainers` and `Initialized`
 /// conditions. Returns the stored pod, or `None` when it is gone or being deleted.
-fn start_pod(ctx: &Ctx, key: &Key, uid: &str, ip: &str) -> Option<Value> {
+async fn start_pod(ctx: &Ctx, key: &Key, uid: &str, ip: &str) -> Option<Value> {
     let now = ctx.now();
-    ctx.store.write(|st| {
-        let mut pod = current(st, key, uid)?;
-        if !meta_str(&pod, "deletionTimestamp").is_empty() {
+    let started = ctx.api.update_pod_status(key, uid, None, |pod| {
+        if !meta_str(pod, "deletionTimestamp").is_empty() {
             return None;
         }
-        let inits: Vec<Value> = containers(&pod, "initContainers")
+        let inits: Vec<Value> = containers(pod, "initContainers")
             .iter()
             .map(|c| {
                 container_status(
@@ -754,7 +738,7 @@ fn start_pod(ctx: &Ctx, key: &Key, uid: &str, ip: &str) -> Option<Value> {
                 )
             })
             .collect();
-        let waiting: Vec<Value> = containers(&pod, "containers")
+        let waiting: Vec<Value> = containers(pod, "containers")
             .iter()
             .map(|c| {
                 container_status(
@@ -765,7 +749,7 @@ fn start_pod(ctx: &Ctx, key: &Key, uid: &str, ip: &str) -> Option<Value> {
                 )
             })
             .collect();
-        with_status(&mut pod, |status| {
+        with_status(pod, |status| {
             status.insert("phase".into(), json!("Pending"));
             status.insert("containerStatuses".into(), json!(waiting));
             set_condition(status, "PodScheduled", "True", "", "", &now);
@@ -781,9 +765,9 @@ fn start_pod(ctx: &Ctx, key: &Key, uid: &str, ip: &str) -> Option<Value> {
                 status.insert("initContainerStatuses".into(), json!(inits));
             }
         });
-        let pod = st.update(PODS, pod);
-        Some(pod)
-    })
+        Some(())
+    });
+    started.await.map(|((), pod)| pod)
 }
 
 /// Runs the pod's containers (one task each, under its restart policy) until every one has
@@ -872,15 +856,15 @@ async fn run_containers(
             _ = sleep_until_opt(deadline), if why.is_none() => {
                 why = Some(Ended::Deadline);
                 event(ctx, key, uid, None, "Warning", "DeadlineExceeded",
-                      "Pod was active on the node longer than the specified deadline");
-                stop_containers(ctx, key, uid, &kill, grace_of(ctx, key, uid));
+                      "Pod was active on the node longer than the specified deadline").await;
+                let grace = grace_of(ctx, key, uid).await;
+                stop_containers(ctx, key, uid, &kill, grace).await;
             }
-            r = stop.wait_for(Option::is_some), if why.is_none() => {
-                let s = r.ok().and_then(|g| *g);
+            s = stopped(stop), if why.is_none() => {
                 match s {
                     Some(Stop::Delete(grace)) => {
                         why = Some(Ended::Delete);
-                        stop_containers(ctx, key, uid, &kill, grace);
+                        stop_containers(ctx, key, uid, &kill, grace).await;
                     }
                     _ => {
                         why = Some(Ended::Gone);
@@ -902,13 +886,10 @@ async fn run_containers(
 
 /// The kubelet's verdict on a pod past its deadline: `Failed` with reason `DeadlineExceeded`,
 /// not ready.
-fn fail_past_deadline(ctx: &Ctx, key: &Key, uid: &str) {
+async fn fail_past_deadline(ctx: &Ctx, key: &Key, uid: &str) {
     let now = ctx.now();
-    ctx.store.write(|st| {
-        let Some(mut pod) = current(st, key, uid) else {
-            return;
-        };
-        with_status(&mut pod, |status| {
+    let failed = ctx.api.update_pod_status(key, uid, None, |pod| {
+        with_status(pod, |status| {
             status.insert("phase".into(), json!("Failed"));
             status.insert("reason".into(), json!("DeadlineExceeded"));
             status.insert(
@@ -919,31 +900,34 @@ fn fail_past_deadline(ctx: &Ctx, key: &Key, uid: &str) {
             set_condition(status, "ContainersReady", "False", "PodFailed", "", &now);
             set_condition(status, "PodReadyToStartContainers", "False", "", "", &now);
         });
-        st.write(PODS, pod);
+        Some(())
     });
+    failed.await;
 }
 
 /// The grace period a pod's containers get when the node stops them on its own.
-fn grace_of(ctx: &Ctx, key: &Key, uid: &str) -> Duration {
-    let secs = ctx.store.read(|st| {
-        current(st, key, uid)
-            .and_then(|p| p["spec"]["terminationGracePeriodSeconds"].as_u64())
-            .unwrap_or(30)
-    });
+async fn grace_of(ctx: &Ctx, key: &Key, uid: &str) -> Duration {
+    let secs = ctx
+        .api
+        .pod(key, uid)
+        .await
+        .and_then(|p| p["spec"]["terminationGracePeriodSeconds"].as_u64())
+        .unwrap_or(30);
     Duration::from_secs(secs)
 }
 
 /// `Killing` events for every running container, then the kill.
-fn stop_containers(ctx: &Ctx, key: &Key, uid: &str, kill: &Kill, grace: Duration) {
-    let running: Vec<String> = ctx.store.read(|st| {
-        current(st, key, uid)
-            .and_then(|p| p["status"]["containerStatuses"].as_array().cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter(|s| s["state"]["running"].is_object())
-            .filter_map(|s| s["name"].as_str().map(str::to_owned))
-            .collect()
-    });
+async fn stop_containers(ctx: &Ctx, key: &Key, uid: &str, kill: &Kill, grace: Duration) {
+    let running: Vec<String> = ctx
+        .api
+        .pod(key, uid)
+        .await
+        .and_then(|p| p["status"]["containerStatuses"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|s| s["state"]["running"].is_object())
+        .filter_map(|s| s["name"].as_str().map(str::to_owned))
+        .collect();
     for c in &running {
         event(
             ctx,
@@ -953,9 +937,15 @@ fn stop_containers(ctx: &Ctx, key: &Key, uid: &str, kill: &Kill, grace: Duration
             "Normal",
             "Killing",
             &format!("Stopping container {c}"),
-        );
+        )
+        .await;
     }
     kill.fire(grace);
+}
+
+/// Waits for a stop request (`None` when the node dropped the sender without one).
+async fn stopped(stop: &mut watch::Receiver<Option<Stop>>) -> Option<Stop> {
+    stop.wait_for(Option::is_some).await.ok().and_then(|g| *g)
 }
 
 async fn sleep_until_opt(deadline: Option<Instant>) {
@@ -1010,7 +1000,7 @@ async fn run_container(
             &format!(
                 "Container image \"{image}\" not pulled: the process runtime runs the command on the host"
             ),
-        );
+        ).await;
         if argv.is_empty() {
             // Nothing to run without the image's entrypoint. A pod that is not restarted takes
             // it to exit 0 at once (a shell image's `sh` with no input: `alpine`, `busybox`);
@@ -1025,7 +1015,7 @@ async fn run_container(
                     "process runtime: the container has no command; its image's entrypoint cannot run without the image, so nothing runs\n"
                 },
             );
-            set_running(&ctx, &key, &uid, &name, &now, "process://none");
+            set_running(&ctx, &key, &uid, &name, &now, "process://none").await;
             // Nothing runs, but the container is running as far as exec is concerned: a
             // command exec'd in it gets its environment.
             let running = Arc::new(RunningContainer {
@@ -1047,7 +1037,8 @@ async fn run_container(
                 "Normal",
                 "Created",
                 &format!("Created container: {name}"),
-            );
+            )
+            .await;
             event(
                 &ctx,
                 &key,
@@ -1056,7 +1047,8 @@ async fn run_container(
                 "Normal",
                 "Started",
                 &format!("Started container {name}"),
-            );
+            )
+            .await;
             if one_shot {
                 buf.close();
                 let exit = Exit {
@@ -1065,7 +1057,7 @@ async fn run_container(
                     message: None,
                     started_at: now,
                 };
-                set_terminated(&ctx, &key, &uid, &name, &exit, policy, false);
+                set_terminated(&ctx, &key, &uid, &name, &exit, policy, false).await;
                 return;
             }
             kill.token.cancelled().await;
@@ -1078,7 +1070,7 @@ async fn run_container(
                 message: None,
                 started_at: now,
             };
-            set_terminated(&ctx, &key, &uid, &name, &exit, policy, true);
+            set_terminated(&ctx, &key, &uid, &name, &exit, policy, true).await;
             return;
         }
         let exit = run_once(&ctx, &key, &uid, &name, &c, &mounts, &argv, &buf, &kill).await;
@@ -1091,11 +1083,11 @@ async fn run_container(
                 Restart::Always => true,
             };
         if !restart {
-            set_terminated(&ctx, &key, &uid, &name, &exit, policy, killed);
+            set_terminated(&ctx, &key, &uid, &name, &exit, policy, killed).await;
             return;
         }
         let delay = restart_delay(restarts + 1);
-        set_back_off(&ctx, &key, &uid, &name, &exit, delay);
+        set_back_off(&ctx, &key, &uid, &name, &exit, delay).await;
         if !delay.is_zero() {
             event(
                 &ctx,
@@ -1108,7 +1100,8 @@ async fn run_container(
                     "Back-off restarting failed container {name} in pod {}_{}({uid})",
                     key.1, key.0
                 ),
-            );
+            )
+            .await;
         }
         tokio::select! {
             _ = tokio::time::sleep(delay) => {}
@@ -1125,7 +1118,8 @@ async fn run_container(
             &name,
             |s| s["restartCount"] = json!(restarts),
             None,
-        );
+        )
+        .await;
     }
 }
 
@@ -1171,7 +1165,8 @@ async fn run_once(
                 "Warning",
                 "Failed",
                 &format!("Error: {message}"),
-            );
+            )
+            .await;
             return Exit {
                 code: 128,
                 reason: "StartError",
@@ -1193,7 +1188,7 @@ async fn run_once(
     });
     let registered = (key.0.clone(), key.1.clone(), name.to_owned());
     ctx.handle.register(registered.clone(), running.clone());
-    set_running_with_events(ctx, key, uid, name, &started_at, pid);
+    set_running_with_events(ctx, key, uid, name, &started_at, pid).await;
     let readers = capture_output(&mut child, buf, ctx.config.clock, &running);
     let status = tokio::select! {
         s = child.wait() => s,
@@ -1284,7 +1279,7 @@ pub(crate) fn process_command(
 
 /// Marks a started container running (its container ID names the process) and records the
 /// `Created` and `Started` events.
-fn set_running_with_events(
+async fn set_running_with_events(
     ctx: &Ctx,
     key: &Key,
     uid: &str,
@@ -1292,7 +1287,7 @@ fn set_running_with_events(
     started_at: &str,
     pid: u32,
 ) {
-    set_running(ctx, key, uid, name, started_at, &format!("process://{pid}"));
+    set_running(ctx, key, uid, name, started_at, &format!("process://{pid}")).await;
     event(
         ctx,
         key,
@@ -1301,7 +1296,8 @@ fn set_running_with_events(
         "Normal",
         "Created",
         &format!("Created container: {name}"),
-    );
+    )
+    .await;
     event(
         ctx,
         key,
@@ -1310,7 +1306,8 @@ fn set_running_with_events(
         "Normal",
         "Started",
         &format!("Started container {name}"),
-    );
+    )
+    .await;
 }
 
 /// Starts copying the child's stdout and stderr into the container's log (and to any attached
@@ -1415,35 +1412,26 @@ pub(crate) async fn signal_group(pgid: u32, signal: &str) {
     }
 }
 
-/// Rewrites one container's status (and then the pod's phase and readiness) in the store.
-fn update_container(
+/// Rewrites one container's status (and then the pod's phase and readiness) through the API
+/// (read again and redone on a conflict: the pod's containers report concurrently).
+async fn update_container(
     ctx: &Ctx,
     key: &Key,
     uid: &str,
     name: &str,
-    f: impl FnOnce(&mut Value),
+    f: impl Fn(&mut Value),
     phase_policy: Option<Restart>,
 ) {
     let now = ctx.now();
-    ctx.store.write(|st| {
-        let Some(mut pod) = current(st, key, uid) else {
-            return;
-        };
-        let mut f = Some(f);
-        if update_ephemeral(&mut pod, name, &mut f) {
-            st.write(PODS, pod);
-            return;
+    let updated = ctx.api.update_pod_status(key, uid, None, |pod| {
+        if update_ephemeral(pod, name, &f) {
+            return Some(());
         }
-        let Some(f) = f else {
-            return;
-        };
         let mut statuses = pod["status"]["containerStatuses"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        let Some(s) = statuses.iter_mut().find(|s| s["name"] == name) else {
-            return;
-        };
+        let s = statuses.iter_mut().find(|s| s["name"] == name)?;
         f(s);
         let all_ready = statuses.iter().all(|s| s["ready"] == true);
         let unready: Vec<&str> = statuses
@@ -1455,7 +1443,7 @@ fn update_container(
         let ended = phase_policy.and_then(|policy| pod_end(&statuses, policy));
         let statuses = json!(statuses);
         let was_pending = pod["status"]["phase"] == "Pending";
-        with_status(&mut pod, |status| {
+        with_status(pod, |status| {
             status.insert("containerStatuses".into(), statuses);
             match ended {
                 Some(phase) => {
@@ -1497,22 +1485,20 @@ fn update_container(
                 }
             }
         });
-        st.write(PODS, pod);
+        Some(())
     });
+    updated.await;
 }
 
 /// Rewrites the status of `name` when it is one of the pod's ephemeral containers (its entry in
 /// `status.ephemeralContainerStatuses` is created on its first update); `false`, with `f` left
 /// unused, for any other container. An ephemeral container is never `ready` and leaves the
 /// pod's phase and conditions alone.
-fn update_ephemeral(pod: &mut Value, name: &str, f: &mut Option<impl FnOnce(&mut Value)>) -> bool {
+fn update_ephemeral(pod: &mut Value, name: &str, f: &impl Fn(&mut Value)) -> bool {
     let Some(spec) = containers(pod, "ephemeralContainers")
         .into_iter()
         .find(|c| c["name"] == name)
     else {
-        return false;
-    };
-    let Some(f) = f.take() else {
         return false;
     };
     let mut statuses = pod["status"]["ephemeralContainerStatuses"]
@@ -1556,7 +1542,7 @@ fn pod_end(statuses: &[Value], policy: Restart) -> Option<&'static str> {
     }
 }
 
-fn set_running(ctx: &Ctx, key: &Key, uid: &str, name: &str, started_at: &str, id: &str) {
+async fn set_running(ctx: &Ctx, key: &Key, uid: &str, name: &str, started_at: &str, id: &str) {
     update_container(
         ctx,
         key,
@@ -1570,7 +1556,8 @@ fn set_running(ctx: &Ctx, key: &Key, uid: &str, name: &str, started_at: &str, id
             s["imageID"] = json!("");
         },
         None,
-    );
+    )
+    .await;
 }
 
 fn terminated_json(exit: &Exit, finished_at: &str, id: &Value) -> Value {
@@ -1589,7 +1576,7 @@ fn terminated_json(exit: &Exit, finished_at: &str, id: &Value) -> Value {
 
 /// The container ended for good. `killed`: the node stopped it, so the pod's end is decided
 /// by whoever stopped it (deadline, deletion, shutdown), not by the exit codes.
-fn set_terminated(
+async fn set_terminated(
     ctx: &Ctx,
     key: &Key,
     uid: &str,
@@ -1610,10 +1597,11 @@ fn set_terminated(
             s["started"] = json!(false);
         },
         (!killed).then_some(policy),
-    );
+    )
+    .await;
 }
 
-fn set_back_off(ctx: &Ctx, key: &Key, uid: &str, name: &str, exit: &Exit, delay: Duration) {
+async fn set_back_off(ctx: &Ctx, key: &Key, uid: &str, name: &str, exit: &Exit, delay: Duration) {
     let now = ctx.now();
     update_container(
         ctx,
@@ -1637,7 +1625,8 @@ fn set_back_off(ctx: &Ctx, key: &Key, uid: &str, name: &str, exit: &Exit, delay:
             }});
         },
         None,
-    );
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -41,7 +41,9 @@ use std::path::PathBuf;
 use base64::Engine;
 use serde_json::Value;
 
-use embedded_apiserver::store::State;
+use embedded_apiserver::loopback::Resource;
+
+use super::client::{NodeApi, meta_str};
 
 /// The environment variable that names the pod's directory in every process of the pod.
 pub const POD_ROOT_ENV: &str = "POD_ROOT";
@@ -168,12 +170,48 @@ fn kind_of(v: &Value) -> Option<&'static str> {
 #[derive(Debug)]
 pub(crate) struct MountError(pub(crate) String);
 
-/// Creates the pod's directory and writes its volumes. `Err` with the kubelet's message when
-/// an object or key is missing (the caller retries); a host error (the directory cannot be
-/// written) is an `Err` too.
-pub(crate) fn set_up(st: &State, pod: &Value) -> Result<PodDir, MountError> {
-    let uid = embedded_apiserver::meta::meta_str(pod, "uid");
-    let ns = embedded_apiserver::meta::meta_str(pod, "namespace");
+/// The ConfigMaps and Secrets a pod's volumes name, as the node read them through the API:
+/// `(volume kind, object name)` → the object; one that was not found is absent.
+pub(crate) type Sources = BTreeMap<(&'static str, String), Value>;
+
+/// Reads the ConfigMaps and Secrets the pod's `configMap` and `secret` volumes name (GET, as
+/// the node's user). A read that fails for another reason than not found is a [`MountError`]
+/// (the caller retries).
+pub(crate) async fn fetch_sources(api: &NodeApi, pod: &Value) -> Result<Sources, MountError> {
+    let ns = meta_str(pod, "namespace");
+    let mut sources = Sources::new();
+    for v in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+        let (resource, kind, name) = match kind_of(v) {
+            Some("secret") => ("secrets", "secret", v["secret"]["secretName"].as_str()),
+            Some("configMap") => ("configmaps", "configMap", v["configMap"]["name"].as_str()),
+            _ => continue,
+        };
+        let name = name.unwrap_or_default().to_owned();
+        if name.is_empty() || sources.contains_key(&(kind, name.clone())) {
+            continue;
+        }
+        match api.get(&Resource::core(resource), ns, &name).await {
+            Ok(Some(obj)) => {
+                sources.insert((kind, name), obj);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Err(MountError(format!(
+                    "MountVolume.SetUp failed for volume {:?} : {}",
+                    v["name"].as_str().unwrap_or_default(),
+                    e.message
+                )));
+            }
+        }
+    }
+    Ok(sources)
+}
+
+/// Creates the pod's directory and writes its volumes from `sources`
+/// ([`fetch_sources`]). `Err` with the kubelet's message when an object or key is missing
+/// (the caller retries); a host error (the directory cannot be written) is an `Err` too.
+pub(crate) fn set_up(sources: &Sources, pod: &Value) -> Result<PodDir, MountError> {
+    let uid = meta_str(pod, "uid");
     let safe_uid: String = uid
         .chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
@@ -195,7 +233,7 @@ pub(crate) fn set_up(st: &State, pod: &Value) -> Result<PodDir, MountError> {
         if kind == "emptyDir" {
             continue;
         }
-        let files = files_of(st, ns, name, kind, &v[kind])?;
+        let files = files_of(sources, name, kind, &v[kind])?;
         for (path, (bytes, mode)) in files {
             let file = vdir.join(&path);
             if let Some(parent) = file.parent() {
@@ -212,16 +250,15 @@ pub(crate) fn set_up(st: &State, pod: &Value) -> Result<PodDir, MountError> {
 
 /// The files of one `configMap` or `secret` volume: relative path → (bytes, mode).
 fn files_of(
-    st: &State,
-    ns: &str,
+    sources: &Sources,
     volume: &str,
     kind: &str,
     src: &Value,
 ) -> Result<BTreeMap<String, (Vec<u8>, u32)>, MountError> {
-    let (object_name, storage, what) = if kind == "secret" {
-        (src["secretName"].as_str(), "core/secrets", "secret")
+    let (object_name, kind, what) = if kind == "secret" {
+        (src["secretName"].as_str(), "secret", "secret")
     } else {
-        (src["name"].as_str(), "core/configmaps", "configmap")
+        (src["name"].as_str(), "configMap", "configmap")
     };
     let optional = src["optional"] == true;
     let object_name = object_name.unwrap_or_default();
@@ -229,7 +266,7 @@ fn files_of(
         .as_u64()
         .and_then(|m| u32::try_from(m).ok())
         .unwrap_or(DEFAULT_MODE);
-    let Some(obj) = st.get(storage, ns, object_name) else {
+    let Some(obj) = sources.get(&(kind, object_name.to_owned())) else {
         if optional {
             return Ok(BTreeMap::new());
         }
@@ -328,34 +365,29 @@ mod tests {
     fn items_modes_and_optional_are_honoured() {
         let src =
             json!({"name": "cm", "items": [{"key": "a", "path": "sub/a.txt", "mode": 0o600}]});
-        let store = embedded_apiserver::store::Store::with_limits(
-            embedded_apiserver::store::HistoryLimits::default(),
+        let mut sources = Sources::new();
+        sources.insert(
+            ("configMap", "cm".to_owned()),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "cm", "namespace": "default"},
+                   "data": {"a": "A", "b": "B"}}),
         );
-        store.write(|st| {
-            st.create(
-                "core/configmaps",
-                json!({"apiVersion": "v1", "kind": "ConfigMap",
-                       "metadata": {"name": "cm", "namespace": "default"},
-                       "data": {"a": "A", "b": "B"}}),
-            );
-        });
-        store.read(|st| check_files(st, &src));
+        check_files(&sources, &src);
     }
 
-    fn check_files(st: &State, src: &Value) {
-        let files = files_of(st, "default", "v", "configMap", src).unwrap();
+    fn check_files(st: &Sources, src: &Value) {
+        let files = files_of(st, "v", "configMap", src).unwrap();
         assert_eq!(files.len(), 1);
         assert_eq!(files["sub/a.txt"], (b"A".to_vec(), 0o600));
         let all = files_of(
             st,
-            "default",
             "v",
             "configMap",
             &json!({"name": "cm", "defaultMode": 0o400}),
         )
         .unwrap();
         assert_eq!(all["b"], (b"B".to_vec(), 0o400));
-        let e = files_of(st, "default", "v", "configMap", &json!({"name": "nope"})).unwrap_err();
+        let e = files_of(st, "v", "configMap", &json!({"name": "nope"})).unwrap_err();
         assert_eq!(
             e.0,
             "MountVolume.SetUp failed for volume \"v\" : configmap \"nope\" not found"
@@ -363,7 +395,6 @@ mod tests {
         assert!(
             files_of(
                 st,
-                "default",
                 "v",
                 "configMap",
                 &json!({"name": "nope", "optional": true})
@@ -373,7 +404,6 @@ mod tests {
         );
         let e = files_of(
             st,
-            "default",
             "v",
             "configMap",
             &json!({"name": "cm", "items": [{"key": "z", "path": "z"}]}),

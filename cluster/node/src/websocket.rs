@@ -50,8 +50,8 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig
 pub use tokio_tungstenite::tungstenite::Message;
 pub use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use embedded_apiserver::http::Body;
-use embedded_apiserver::status::ApiError;
+use embedded_apiserver::ApiError;
+use embedded_apiserver::api::Body;
 
 /// A server-side WebSocket on an upgraded connection `S`.
 pub type WebSocket<S> = WebSocketStream<S>;

@@ -68,8 +68,8 @@ use super::remotecommand::{
     Writer,
 };
 use super::websocket::{self, CloseCode, Message, WebSocket};
-use embedded_apiserver::http::Body;
-use embedded_apiserver::status::ApiError;
+use embedded_apiserver::ApiError;
+use embedded_apiserver::api::Body;
 
 /// `v5.channel.k8s.io`: binary, Status JSON, close signals.
 pub const V5_BINARY: &str = "v5.channel.k8s.io";

@@ -1,6 +1,8 @@
 //! Tests of the simulated node (crate `embedded-node`): pods, runtimes, exec, attach, port-forward, logs.
 
 mod exec;
+mod node_status;
 mod pods;
 mod process_runtime;
+mod proxy;
 mod spdy;

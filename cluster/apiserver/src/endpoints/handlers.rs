@@ -143,7 +143,57 @@ pub(crate) async fn route(
             class,
         );
     }
+    if let ["api", "v1", "nodes", name, "proxy", rest @ ..] = request.segs.as_slice() {
+        return serve_node_proxy(shared, request, name, rest, class).await;
+    }
     serve_resource(shared, request, class).await
+}
+
+/// `/api/v1/nodes/NAME/proxy/PATH`: authorized as `nodes/proxy` with the verb of the HTTP
+/// method, then handed to the node's kubelet ([`crate::kubelet`]).
+async fn serve_node_proxy(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    name: &str,
+    rest: &[&str],
+    class: &mut RequestLabel,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming { parts, user, .. } = request;
+    let verb = match parts.method {
+        Method::GET | Method::HEAD => "get".to_owned(),
+        Method::POST => "create".to_owned(),
+        Method::PUT => "update".to_owned(),
+        Method::PATCH => "patch".to_owned(),
+        Method::DELETE => "delete".to_owned(),
+        ref other => other.as_str().to_ascii_lowercase(),
+    };
+    class.verb = verb.clone();
+    class.resource = "nodes".into();
+    class.subresource = "proxy".into();
+    let def = shared
+        .store
+        .read(|s| s.registry.lookup("", "v1", "nodes"))
+        .ok_or_else(ApiError::page_not_found)?;
+    let target = Target {
+        def,
+        namespace: None,
+        name: Some(name.to_owned()),
+        subresource: Some("proxy".into()),
+    };
+    authorize_resource(&shared.rbac, &shared.store, user, &target, &verb, None)?;
+    let mut path = format!("/{}", rest.join("/"));
+    if !rest.is_empty() && request.path.ends_with('/') {
+        path.push('/');
+    }
+    let node = shared
+        .store
+        .read(|st| st.get("core/nodes", "", name).cloned());
+    let proxied = crate::kubelet::ProxyRequest {
+        method: parts.method.clone(),
+        path,
+        query: parts.uri.query().unwrap_or_default().to_owned(),
+    };
+    crate::kubelet::serve_node_proxy(&shared.kubelets, name, node, proxied).await
 }
 
 /// The non-resource endpoints: health probes, `/metrics`, the fault-injection admin route,
@@ -299,7 +349,10 @@ async fn serve_resource(
     if target.def.is_component_status() {
         return serve_component_status(request, &target, class);
     }
-    if matches!(target.subresource.as_deref(), Some("token" | "eviction")) {
+    if matches!(
+        target.subresource.as_deref(),
+        Some("token" | "eviction" | "binding")
+    ) {
         return serve_pod_action(shared, request, &target, class);
     }
     let def = &target.def;
@@ -487,8 +540,8 @@ fn serve_component_status(
     Ok(resp)
 }
 
-/// The actions `serviceaccounts/token` and `pods/eviction`: a `POST` that does something and
-/// answers with its result.
+/// The actions `serviceaccounts/token`, `pods/eviction` and `pods/binding`: a `POST` that does
+/// something and answers with its result.
 fn serve_pod_action(
     shared: &Arc<Shared>,
     request: &Incoming<'_>,
@@ -519,15 +572,33 @@ fn serve_pod_action(
             )
         })?
     } else {
-        shared
-            .store
-            .write_checked(|st| crate::registry::core::pod_actions::evict(st, target, &body))?
+        pod_action(shared, target, &body)?
     };
     Ok(json_response(
         code,
         &GoOrdered::new(&answer),
         "application/json",
     ))
+}
+
+/// `pods/eviction` or `pods/binding` on the store (the HTTP handler's and the loopback
+/// interface's shared path).
+pub(crate) fn pod_action(
+    shared: &Shared,
+    target: &Target,
+    body: &Value,
+) -> Result<(u16, Value), ApiError> {
+    use crate::registry::core::pod_actions;
+    if target.subresource.as_deref() == Some("binding") {
+        let now = crate::api::object_meta::now_time();
+        shared
+            .store
+            .write_checked(|st| pod_actions::bind(st, target, body, &now))
+    } else {
+        shared
+            .store
+            .write_checked(|st| pod_actions::evict(st, target, body))
+    }
 }
 
 /// `GET` on a resource: `watch` (a stream, as Table rows when asked), `get` of one object or
@@ -1018,8 +1089,9 @@ fn resolve(shared: &Shared, segs: &[&str]) -> Result<Target, ApiError> {
         }
         Some("token")
             if def.group.is_empty() && def.plural == "serviceaccounts" && name.is_some() => {}
-        Some("eviction" | "exec" | "attach" | "portforward" | "ephemeralcontainers")
-            if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
+        Some(
+            "eviction" | "binding" | "exec" | "attach" | "portforward" | "ephemeralcontainers",
+        ) if def.group.is_empty() && def.plural == "pods" && name.is_some() => {}
         Some(_) => return Err(ApiError::page_not_found()),
     }
     Ok(Target {

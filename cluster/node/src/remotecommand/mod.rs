@@ -63,11 +63,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::OwnedSemaphorePermit;
 
+use embedded_apiserver::ApiError;
 use embedded_apiserver::kubelet::StreamRequest;
 pub use embedded_apiserver::kubelet::{
     MAX_FORWARDED_PORTS, SessionKind, StreamOptions, TerminalSize,
 };
-use embedded_apiserver::status::ApiError;
 
 use crate::runtime::{NodeHandle, RunningContainer};
 

@@ -54,8 +54,8 @@ use tokio::process::Child;
 use tokio_util::task::TaskTracker;
 
 use super::{Reader, StreamOptions, Streams, Writer, exit_failure, internal_error, success};
+use crate::client::Key;
 use crate::runtime::{DRAIN_TIMEOUT, NodeHandle, RunningContainer, process_command, signal_group};
-use embedded_apiserver::store::Key;
 
 /// The buffer each output and input copy uses.
 const CHUNK: usize = 32 * 1024;

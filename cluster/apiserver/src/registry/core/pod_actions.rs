@@ -1,5 +1,5 @@
-//! Two subresources that are actions, not objects: `serviceaccounts/<name>/token`
-//! (TokenRequest) and `pods/<name>/eviction` (Eviction).
+//! Three subresources that are actions, not objects: `serviceaccounts/<name>/token`
+//! (TokenRequest), `pods/<name>/eviction` (Eviction) and `pods/<name>/binding` (Binding).
 //!
 //! * **TokenRequest** (`pkg/registry/core/serviceaccount/storage/token.go`): a `POST` of an
 //!   `authentication.k8s.io/v1` TokenRequest for an existing ServiceAccount answers `201` with
@@ -19,6 +19,14 @@
 //!   Succeeded, Failed) is evicted whatever the budget says. A refusal is `429
 //!   TooManyRequests` `Cannot evict pod as it would violate the pod's disruption budget.` with
 //!   the cause `DisruptionBudget`; two budgets on one pod are `500`.
+//! * **Binding** (`pkg/registry/core/pod/storage/storage.go`, `BindingREST`): a `POST` of a
+//!   core/v1 Binding (`target: {kind: Node, name: <node>}`) is how a scheduler assigns a pod:
+//!   it sets `spec.nodeName`, merges the Binding's annotations into the pod's, sets the
+//!   `PodScheduled` condition `True`, and answers `201` with a `Success` Status. `target.name`
+//!   is required and `target.kind` must be `Node` (or empty); a Binding carrying
+//!   `metadata.uid` or `metadata.resourceVersion` binds only that incarnation or version. A
+//!   pod already assigned (`pod X is already assigned to node "Y"`) or being deleted (`pod X
+//!   is being deleted, cannot be assigned to a host`) is `409 Conflict`.
 //!
 //! ComponentStatuses ([`component_statuses`]) are answered here too: like kube-apiserver's
 //! `componentstatus` REST storage they are computed on each read, never stored, and only
@@ -184,6 +192,95 @@ pub fn evict(st: &mut State, pods: &Target, body: &Value) -> Result<(u16, Value)
     ))
 }
 
+/// `POST pods/<name>/binding`: assigns the pod to `target.name` (see the module docs);
+/// `now` is the `lastTransitionTime` of the `PodScheduled` condition.
+pub fn bind(
+    st: &mut State,
+    pods: &Target,
+    body: &Value,
+    now: &str,
+) -> Result<(u16, Value), ApiError> {
+    let ns = pods.namespace.clone().unwrap_or_default();
+    let name = pods.name.clone().unwrap_or_default();
+    let node = body["target"]["name"].as_str().unwrap_or_default();
+    let kind = body["target"]["kind"].as_str().unwrap_or_default();
+    let mut causes = vec![];
+    if node.is_empty() {
+        causes.push(Cause::new(
+            "FieldValueRequired",
+            "target.name",
+            "Required value",
+        ));
+    }
+    if !kind.is_empty() && kind != "Node" {
+        causes.push(Cause::new(
+            "FieldValueNotSupported",
+            "target.kind",
+            format!("Unsupported value: {kind:?}: supported values: \"Node\""),
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid("Binding", "", &name, causes));
+    }
+    let Some(mut pod) = st.get("core/pods", &ns, &name).cloned() else {
+        return Err(ApiError::not_found("pods", "", &name));
+    };
+    let uid = meta_str(body, "uid");
+    let rv = meta_str(body, "resourceVersion");
+    if (!uid.is_empty() && uid != meta_str(&pod, "uid"))
+        || (!rv.is_empty() && rv != meta_str(&pod, "resourceVersion"))
+    {
+        return Err(ApiError::conflict("pods", "", &name));
+    }
+    if !meta_str(&pod, "deletionTimestamp").is_empty() {
+        return Err(ApiError::conflict_because(
+            "pods",
+            "",
+            &name,
+            &format!("pod {name} is being deleted, cannot be assigned to a host"),
+        ));
+    }
+    let assigned = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    if !assigned.is_empty() {
+        return Err(ApiError::conflict_because(
+            "pods",
+            "",
+            &name,
+            &format!("pod {name} is already assigned to node {assigned:?}"),
+        ));
+    }
+    pod["spec"]["nodeName"] = json!(node);
+    if let Some(extra) = body["metadata"]["annotations"].as_object() {
+        let meta = &mut pod["metadata"];
+        if !meta["annotations"].is_object() {
+            meta["annotations"] = json!({});
+        }
+        for (k, v) in extra {
+            meta["annotations"][k] = v.clone();
+        }
+    }
+    let mut conditions = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let scheduled = json!({"type": "PodScheduled", "status": "True",
+                           "lastProbeTime": null, "lastTransitionTime": now});
+    match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
+        Some(c) if c["status"] == "True" => {}
+        Some(c) => *c = scheduled,
+        None => conditions.push(scheduled),
+    }
+    if !pod["status"].is_object() {
+        pod["status"] = json!({});
+    }
+    pod["status"]["conditions"] = json!(conditions);
+    st.write("core/pods", pod);
+    Ok((
+        201,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
 /// The deprecation warning of ComponentStatuses.
 pub const COMPONENT_STATUS_WARNING: &str = "v1 ComponentStatus is deprecated in v1.19+";
 
@@ -213,5 +310,74 @@ pub fn component_status_answer(name: Option<&str>) -> Result<Value, ApiError> {
             .ok_or_else(|| ApiError::not_found("componentstatuses", "", n)),
         None => Ok(json!({"kind": "ComponentStatusList", "apiVersion": "v1",
                           "metadata": {}, "items": all})),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Store;
+
+    fn pods_target(store: &Store, name: &str) -> Target {
+        Target {
+            def: store
+                .read(|s| s.registry.lookup("", "v1", "pods"))
+                .expect("pods are served"),
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            subresource: Some("binding".into()),
+        }
+    }
+
+    fn binding(node: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
+               "target": {"kind": "Node", "name": node}})
+    }
+
+    #[test]
+    fn a_binding_assigns_an_unassigned_pod_once() {
+        let store = Store::new(100);
+        store.write(|s| {
+            s.create(
+                "core/pods",
+                json!({"apiVersion": "v1", "kind": "Pod",
+                       "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+                       "spec": {"containers": [{"name": "c", "image": "i"}]},
+                       "status": {"phase": "Pending"}}),
+            )
+        });
+        let t = pods_target(&store, "p");
+        let (code, _) = store
+            .write(|s| bind(s, &t, &binding("n1"), "2024-01-01T00:00:00Z"))
+            .unwrap();
+        assert_eq!(code, 201);
+        let pod = store
+            .read(|s| s.get("core/pods", "default", "p").cloned())
+            .unwrap();
+        assert_eq!(pod["spec"]["nodeName"], "n1");
+        assert_eq!(pod["status"]["conditions"][0]["type"], "PodScheduled");
+        assert_eq!(pod["status"]["conditions"][0]["status"], "True");
+
+        let again = store
+            .write(|s| bind(s, &t, &binding("n2"), "2024-01-01T00:00:00Z"))
+            .unwrap_err();
+        assert_eq!(again.code, 409);
+        assert!(
+            again.message.contains("already assigned to node \"n1\""),
+            "{}",
+            again.message
+        );
+
+        let mut wrong_uid = binding("n1");
+        wrong_uid["metadata"]["uid"] = json!("other");
+        let e = store.write(|s| bind(s, &t, &wrong_uid, "")).unwrap_err();
+        assert_eq!(e.code, 409);
+        let e = store.write(|s| bind(s, &t, &binding(""), "")).unwrap_err();
+        assert_eq!(e.code, 422);
+        let missing = pods_target(&store, "q");
+        let e = store
+            .write(|s| bind(s, &missing, &binding("n1"), ""))
+            .unwrap_err();
+        assert_eq!(e.code, 404);
     }
 }
