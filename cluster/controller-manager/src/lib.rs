@@ -7,16 +7,27 @@
 
 pub mod background;
 pub mod cronjobs;
+pub mod daemonsets;
 pub mod gc;
+pub mod informer;
 pub mod jobs;
-pub mod owned;
-pub mod podsets;
+pub mod pod_control;
+pub mod replicationcontrollers;
 pub mod serviceaccounts;
+pub mod statefulsets;
+pub mod worker;
 pub mod workloads;
 
 use std::time::Duration;
 
 use embedded_apiserver::ApiServerHandle;
+
+/// The user the controllers act as (kube-controller-manager's; the bootstrap RBAC policy
+/// binds it to the ClusterRole of the same name).
+pub const USER: &str = "system:kube-controller-manager";
+
+/// The field manager of the controllers' writes (kube-controller-manager's user agent).
+pub const FIELD_MANAGER: &str = "kube-controller-manager";
 
 /// The entry point: `ControllerManager::builder()...start(&server)`.
 #[derive(Debug)]
@@ -90,25 +101,45 @@ impl ControllerManagerBuilder {
         let shutdown = server.shutdown_token();
         let tracker = server.tracker();
         let clock = background::VirtualClock::new();
+        let lb = server.loopback(USER, &[], FIELD_MANAGER);
         if self.garbage_collector {
             gc::spawn(store.clone(), shutdown.clone(), tracker);
         }
         if self.service_accounts || self.root_ca_publisher {
-            serviceaccounts::spawn_service_accounts(
-                store.clone(),
-                self.service_accounts,
-                server
-                    .ca_pem()
-                    .filter(|_| self.root_ca_publisher)
-                    .map(str::to_owned),
-                shutdown.clone(),
-                tracker,
-            );
+            let ca_pem = server
+                .ca_pem()
+                .filter(|_| self.root_ca_publisher)
+                .map(str::to_owned);
+            tracker.spawn(worker::run(
+                serviceaccounts::ServiceAccountsController::new(
+                    lb.clone(),
+                    self.service_accounts,
+                    ca_pem,
+                ),
+                lb.clone(),
+            ));
         }
         if self.workloads {
-            jobs::spawn(store.clone(), shutdown.clone(), tracker);
-            podsets::spawn(store.clone(), shutdown.clone(), tracker);
-            cronjobs::spawn(store.clone(), clock, shutdown.clone(), tracker);
+            tracker.spawn(worker::run(
+                jobs::JobController::new(lb.clone(), clock),
+                lb.clone(),
+            ));
+            tracker.spawn(worker::run(
+                replicationcontrollers::ReplicationControllerManager::new(lb.clone()),
+                lb.clone(),
+            ));
+            tracker.spawn(worker::run(
+                daemonsets::DaemonSetController::new(lb.clone()),
+                lb.clone(),
+            ));
+            tracker.spawn(worker::run(
+                cronjobs::CronJobController::new(lb.clone(), clock),
+                lb.clone(),
+            ));
+            tracker.spawn(worker::run(
+                statefulsets::StatefulSetController::new(lb.clone(), self.workload_delay),
+                lb.clone(),
+            ));
             workloads::spawn(
                 store,
                 workloads::WorkloadConfig {
