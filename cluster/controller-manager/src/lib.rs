@@ -103,7 +103,7 @@ impl ControllerManagerBuilder {
         let clock = background::VirtualClock::new();
         let lb = server.loopback(USER, &[], FIELD_MANAGER);
         if self.garbage_collector {
-            gc::spawn(store.clone(), shutdown.clone(), tracker);
+            tracker.spawn(gc::run(lb.clone()));
         }
         if self.service_accounts || self.root_ca_publisher {
             let ca_pem = server
