@@ -432,6 +432,7 @@ impl Loopback {
                 verb: "watch".into(),
                 group: "*".into(),
                 resource: "*".into(),
+                resource_request: true,
                 ..Default::default()
             };
             self.shared
