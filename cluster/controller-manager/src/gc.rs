@@ -545,11 +545,9 @@ impl Collector {
             return Ok(());
         }
         let deps = self.dependents_of(&uid);
-        let blocking = deps.iter().any(|d| {
-            self.nodes
-                .get(d)
-                .is_some_and(|n| n.blocks.iter().any(|b| *b == uid))
-        });
+        let blocking = deps
+            .iter()
+            .any(|d| self.nodes.get(d).is_some_and(|n| n.blocks.contains(&uid)));
         if !blocking {
             tracing::debug!(resource = %r.0, namespace = %r.1, name = %r.2, "no dependents block the owner any more; removing foregroundDeletion");
             return self.release(r, owner, "foregroundDeletion").await;
