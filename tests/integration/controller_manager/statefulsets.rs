@@ -111,10 +111,8 @@ fn pod_before(h: &ClusterHandle, name: &str, since: u64, rv: u64) -> Option<Valu
         s.changes_since(since)
             .unwrap()
             .iter()
-            .filter(|c| {
-                c.storage == "core/pods" && c.rv < rv && c.object["metadata"]["name"] == name
-            })
-            .last()
+            .rev()
+            .find(|c| c.storage == "core/pods" && c.rv < rv && c.object["metadata"]["name"] == name)
             .filter(|c| c.kind != ChangeType::Deleted)
             .map(|c| c.object.value().clone())
     })
