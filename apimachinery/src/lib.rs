@@ -9,6 +9,7 @@
 //! | module | apimachinery / client-go analogue |
 //! |---|---|
 //! | [`clock`] | `k8s.io/utils/clock`: a wall clock that follows tokio's (pausable) clock |
+//! | [`cron`] | `robfig/cron/v3` (`ParseStandard`): CronJob schedules, as the API server validates and the CronJob controller runs them |
 //! | [`crypto`] | (none: rustls' process-wide crypto provider, installed once) |
 //! | [`duration`] | Go's `time.ParseDuration` and `Duration.String`, as every component's flags use them |
 //! | [`labels`] | `pkg/labels`: label selectors, parsed and matched |
@@ -28,6 +29,7 @@
 #![deny(unsafe_code)]
 
 pub mod clock;
+pub mod cron;
 pub mod crypto;
 pub mod duration;
 pub mod labels;

@@ -141,6 +141,14 @@ impl Object {
     pub fn into_value(self) -> Value {
         Stored::into_value(self.0)
     }
+
+    /// Runs `f` on the object without keeping a decoded tree it did not have (an object the
+    /// server rests as bytes is decoded for `f` and dropped after): how a component that reads
+    /// a few fields of every object (the garbage collector, its owner references) looks at
+    /// them without holding them all decoded.
+    pub fn with_value<R>(&self, f: impl FnOnce(&Value) -> R) -> R {
+        self.0.with_value(f)
+    }
 }
 
 impl std::ops::Deref for Object {
@@ -424,6 +432,7 @@ impl Loopback {
                 verb: "watch".into(),
                 group: "*".into(),
                 resource: "*".into(),
+                resource_request: true,
                 ..Default::default()
             };
             self.shared

@@ -1,20 +1,13 @@
-//! Plumbing shared by the server's background controllers: the change feed and the virtual clock.
+//! The store change feed the Deployment and ReplicaSet status simulation ([`crate::workloads`])
+//! follows, and the virtual clock.
 //!
-//! A real cluster's controllers (the garbage collector, the kubelet, the Deployment and
-//! StatefulSet controllers) are separate processes that watch the API server through informers.
-//! The embedded server's simulated controllers live in the same process as the store, so they
-//! skip HTTP and informers and follow the store directly: a [`ChangeFeed`] wakes up whenever the
-//! global revision moves and hands over every [`Change`] written since the last wake-up — the
-//! same history a watch replays, so no change is missed even if many land at once. When the
-//! history no longer reaches back far enough (it was compacted, by the window or by a fault
-//! injection), the feed answers [`Batch::Resync`] and the controller re-examines every object it
-//! cares about, which is what an informer's relist amounts to.
-//!
-//! Every controller writes under the store lock, inside one [`Store::write`] closure that re-reads
-//! the object it is about to change. A controller therefore never needs optimistic-concurrency
-//! retries: the read-check-write is atomic, like an etcd transaction. Its own writes wake it up
-//! again; every controller here is *level-triggered* (it compares the object to what it should
-//! be and does nothing when they already agree), so that echo is harmless.
+//! Every other controller of this crate reaches the API server through its loopback interface
+//! ([`crate::informer`], [`crate::worker`]). The status simulation still follows the store
+//! directly: a [`ChangeFeed`] wakes up whenever the global revision moves and hands over every
+//! [`Change`] written since the last wake-up — the same history a watch replays — and answers
+//! [`Batch::Resync`] when the history no longer reaches back far enough. Its writes happen
+//! under the store lock, inside one [`Store::write`] closure that re-reads the object it is
+//! about to change.
 //!
 //! ## Virtual time
 //!

@@ -24,86 +24,105 @@
 //!
 //! ## What the simulation keeps (with `ClusterBuilder::simulate` (crate `embedded-cluster`))
 //!
-//! All of the above, with the Job controller ([`super::jobs`]) running the Jobs. Times come
+//! All of the above, with the Job controller ([`crate::jobs`]) running the Jobs.
+//! [`CronJobController`] runs on the crate's worker loop ([`crate::worker`]): its informer follows
+//! CronJobs and the Jobs they control; a change of either syncs the CronJob, and each sync asks
+//! to be woken again at the schedule's next time. Times come
 //! from the server's virtual clock, so a test with a paused tokio clock can run a schedule an
 //! hour ahead in a millisecond. Left out: `timeZone` other than `UTC`/`Etc/UTC` and the
 //! `CRON_TZ=`/`TZ=` prefixes (such a CronJob is left alone, as are schedules that do not
 //! parse: the real server's validation would refuse them at create), the warnings about too
 //! many missed start times, and events.
 
-use std::sync::Arc;
+use std::time::Duration;
 
+use apimachinery::clock::Clock;
+use apimachinery::cron::Schedule;
+use embedded_apiserver::ApiError;
+use embedded_apiserver::loopback::{Loopback, Resource, WatchEvent};
 use jiff::Timestamp;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::background::{Batch, ChangeFeed, VirtualClock};
-use super::owned;
-use embedded_apiserver::cronjobs::Schedule;
-use embedded_apiserver::meta::meta_str;
-use embedded_apiserver::store::{State, Store};
+use crate::informer::{Informer, Key, Kind, controller_ref_of, is_deleting, key_of, meta_str};
+use crate::pod_control;
+use crate::worker::Controller;
 
-const CRONJOBS: &str = "batch/cronjobs";
-const JOBS: &str = "batch/jobs";
+fn cronjobs() -> Resource {
+    Resource::batch("cronjobs")
+}
+
+fn jobs() -> Resource {
+    Resource::batch("jobs")
+}
 
 /// The annotation with the time a Job was scheduled for.
 const SCHEDULED_ANNOTATION: &str = "batch.kubernetes.io/cronjob-scheduled-timestamp";
 
-/// Starts the CronJob controller.
-pub fn spawn(
-    store: Arc<Store>,
-    clock: VirtualClock,
-    shutdown: CancellationToken,
-    tracker: &TaskTracker,
-) {
-    tracker.spawn(async move {
-        let mut feed = ChangeFeed::new(store.clone());
-        // Every CronJob is looked at on each pass: there are few, and a pass is cheap.
-        let mut next = store.write(|st| sync_all(st, clock.now()));
-        loop {
-            let sleep = next.map(|t| clock.until(t));
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = feed.changed() => {
-                    // Only CronJob and Job changes matter.
-                    let relevant = match feed.poll() {
-                        Batch::Changes(changes) => changes
-                            .iter()
-                            .any(|c| c.storage == CRONJOBS || c.storage == JOBS),
-                        Batch::Resync => true,
-                    };
-                    if !relevant {
-                        continue;
-                    }
-                }
-                _ = async {
-                    match sleep {
-                        Some(d) => tokio::time::sleep(d).await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
-            }
-            next = store.write(|st| sync_all(st, clock.now()));
-        }
-    });
+/// The CronJob controller (`cronjob-controller`), acting through `lb`.
+#[derive(Debug)]
+pub struct CronJobController {
+    lb: Loopback,
+    clock: Clock,
 }
 
-/// Syncs every CronJob; returns the earliest time one is due next.
-fn sync_all(st: &mut State, now: Timestamp) -> Option<Timestamp> {
-    let keys: Vec<(String, String)> = st
-        .list(CRONJOBS, None)
-        .iter()
-        .map(|c| {
-            (
-                meta_str(c, "namespace").to_owned(),
-                meta_str(c, "name").to_owned(),
-            )
-        })
-        .collect();
-    keys.iter()
-        .filter_map(|(ns, name)| sync(st, ns, name, now))
-        .min()
+impl CronJobController {
+    /// A CronJob controller writing through `lb`, telling time by `clock`.
+    pub fn new(lb: Loopback, clock: Clock) -> Self {
+        CronJobController { lb, clock }
+    }
+}
+
+/// The CronJob that controls `job`, by its controller reference.
+fn controller_cronjob(job: &Value) -> Option<String> {
+    controller_ref_of(job)
+        .filter(|r| r["kind"] == "CronJob" && r["apiVersion"] == "batch/v1")
+        .and_then(|r| r["name"].as_str())
+        .map(str::to_owned)
+}
+
+fn cronjob_job(job: &Value) -> bool {
+    controller_cronjob(job).is_some()
+}
+
+impl Controller for CronJobController {
+    type Key = Key;
+
+    fn name(&self) -> &'static str {
+        "cronjob-controller"
+    }
+
+    fn kinds(&self) -> Vec<Kind> {
+        vec![Kind::all(cronjobs()), Kind::only(jobs(), cronjob_job)]
+    }
+
+    fn keys_for(&self, ev: &WatchEvent, _: &Informer) -> Vec<Key> {
+        if ev.resource == cronjobs() {
+            vec![key_of(&ev.object)]
+        } else {
+            controller_cronjob(&ev.object)
+                .map(|c| (meta_str(&ev.object, "namespace").to_owned(), c))
+                .into_iter()
+                .collect()
+        }
+    }
+
+    fn all_keys(&self, cache: &Informer) -> Vec<Key> {
+        cache.list(&cronjobs()).map(|c| key_of(c)).collect()
+    }
+
+    async fn sync(&mut self, key: &Key, cache: &Informer) -> Result<Option<Duration>, ApiError> {
+        let Some(cj) = cache.get(&cronjobs(), &key.0, &key.1) else {
+            return Ok(None);
+        };
+        let jobs: Vec<Value> = cache
+            .controlled_by(&jobs(), meta_str(cj, "uid"))
+            .into_iter()
+            .map(|j| j.to_value())
+            .collect();
+        let now = self.clock.now();
+        let next = sync(&self.lb, &cj.to_value(), jobs, now).await?;
+        Ok(next.map(|t| self.clock.until(t)))
+    }
 }
 
 fn parse_time(v: &Value) -> Option<Timestamp> {
@@ -123,31 +142,28 @@ fn finished(job: &Value) -> Option<&'static str> {
     })
 }
 
-/// One pass over one CronJob (see the module docs); returns when it is due next.
-fn sync(st: &mut State, ns: &str, name: &str, now: Timestamp) -> Option<Timestamp> {
-    let cj = st.get(CRONJOBS, ns, name).cloned()?;
-    if !meta_str(&cj, "deletionTimestamp").is_empty() {
-        return None;
+/// One pass over one CronJob and the Jobs it controls (see the module docs); returns when it
+/// is due next.
+async fn sync(
+    lb: &Loopback,
+    cj: &Value,
+    mut jobs: Vec<Value>,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, ApiError> {
+    if is_deleting(cj) {
+        return Ok(None);
     }
+    let ns = meta_str(cj, "namespace");
     let spec = &cj["spec"];
     if spec["timeZone"]
         .as_str()
         .is_some_and(|z| !matches!(z, "UTC" | "Etc/UTC"))
     {
-        return None;
+        return Ok(None);
     }
-    let schedule = Schedule::parse(spec["schedule"].as_str().unwrap_or_default()).ok()?;
-    let uid = meta_str(&cj, "uid").to_owned();
-    let mut jobs: Vec<Value> = st
-        .list(JOBS, Some(ns))
-        .into_iter()
-        .filter(|j| {
-            j["metadata"]["ownerReferences"]
-                .as_array()
-                .is_some_and(|r| r.iter().any(|r| r["uid"] == uid && r["controller"] == true))
-        })
-        .cloned()
-        .collect();
+    let Ok(schedule) = Schedule::parse(spec["schedule"].as_str().unwrap_or_default()) else {
+        return Ok(None);
+    };
     let mut status = cj["status"].clone();
     if !status.is_object() {
         status = json!({});
@@ -164,7 +180,7 @@ fn sync(st: &mut State, ns: &str, name: &str, now: Timestamp) -> Option<Timestam
     }
     let mut active: Vec<Value> = jobs
         .iter()
-        .filter(|j| finished(j).is_none() && meta_str(j, "deletionTimestamp").is_empty())
+        .filter(|j| finished(j).is_none() && !is_deleting(j))
         .cloned()
         .collect();
 
@@ -183,10 +199,10 @@ fn sync(st: &mut State, ns: &str, name: &str, now: Timestamp) -> Option<Timestam
         if !missed && !forbidden {
             if policy == "Replace" {
                 for j in active.drain(..) {
-                    delete_job(st, &j);
+                    delete_job(lb, &j).await?;
                 }
             }
-            if let Some(job) = create_job(st, &cj, due) {
+            if let Some(job) = create_job(lb, cj, due).await? {
                 jobs.push(job.clone());
                 active.push(job);
             }
@@ -219,7 +235,7 @@ fn sync(st: &mut State, ns: &str, name: &str, now: Timestamp) -> Option<Timestam
         };
         let mut done: Vec<&Value> = jobs
             .iter()
-            .filter(|j| finished(j) == Some(kind) && meta_str(j, "deletionTimestamp").is_empty())
+            .filter(|j| finished(j) == Some(kind) && !is_deleting(j))
             .collect();
         let keep = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
         if done.len() > keep {
@@ -233,27 +249,24 @@ fn sync(st: &mut State, ns: &str, name: &str, now: Timestamp) -> Option<Timestam
                 )
             });
             let surplus = done.len() - keep;
-            for j in done.into_iter().take(surplus).cloned().collect::<Vec<_>>() {
-                delete_job(st, &j);
+            for j in done.into_iter().take(surplus) {
+                delete_job(lb, j).await?;
             }
         }
     }
-    if status != cj["status"] {
-        let mut updated = cj.clone();
-        updated["status"] = status;
-        st.write(CRONJOBS, updated);
-    }
+    pod_control::update_status(lb, &cronjobs(), cj, status).await?;
     if suspended {
-        return None;
+        return Ok(None);
     }
-    schedule.next_after(now)
+    Ok(schedule.next_after(now))
 }
 
-/// Creates the Job of the time `due` from the CronJob's `jobTemplate`.
-fn create_job(st: &mut State, cj: &Value, due: Timestamp) -> Option<Value> {
+/// Creates the Job of the time `due` from the CronJob's `jobTemplate`: the stored Job, or
+/// `None` when a Job of that name exists already (an earlier pass created it and its status
+/// write did not land).
+async fn create_job(lb: &Loopback, cj: &Value, due: Timestamp) -> Result<Option<Value>, ApiError> {
     let ns = meta_str(cj, "namespace");
     let name = meta_str(cj, "name");
-    let def = st.registry.lookup("batch", "v1", "jobs")?;
     let template = &cj["spec"]["jobTemplate"];
     let job_name = format!("{name}-{}", due.as_second() / 60);
     let mut annotations = template["metadata"]["annotations"].clone();
@@ -265,29 +278,21 @@ fn create_job(st: &mut State, cj: &Value, due: Timestamp) -> Option<Value> {
         "name": job_name,
         "namespace": ns,
         "annotations": annotations,
-        "ownerReferences": [owned::controller_ref(cj, "batch/v1", "CronJob")],
+        "ownerReferences": [pod_control::controller_ref(cj, "batch/v1", "CronJob")],
     });
     if let Some(l) = template["metadata"]["labels"].as_object() {
         metadata["labels"] = json!(l);
     }
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
                      "spec": template["spec"].clone()});
-    match owned::create(st, def, ns, job) {
-        Ok(created) => Some(created),
-        Err(e) => {
-            tracing::warn!(namespace = ns, cronjob = name, job = %job_name, error = %e.message, "creating a job failed");
-            None
-        }
+    match lb.create(&jobs(), ns, job).await {
+        Ok(created) => Ok(Some(created)),
+        Err(e) if e.is_already_exists() => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
 /// Deletes a Job with background propagation (the garbage collector removes its pods).
-fn delete_job(st: &mut State, job: &Value) {
-    let ns = meta_str(job, "namespace");
-    let name = meta_str(job, "name");
-    let uid = meta_str(job, "uid");
-    let jobs = ("batch", "v1", "jobs");
-    if let Err(e) = owned::delete(st, jobs, ns, name, uid, Some("Background")) {
-        tracing::warn!(namespace = ns, job = name, error = %e.message, "deleting a job failed");
-    }
+async fn delete_job(lb: &Loopback, job: &Value) -> Result<(), ApiError> {
+    pod_control::delete(lb, &jobs(), job, Some("Background")).await
 }

@@ -8,7 +8,7 @@
 //! follows these references. A controller inside kube-controller-manager, the **garbage
 //! collector**, watches every resource, keeps a graph of owners and dependents, and acts when
 //! an owner goes away. What it does depends on the `propagationPolicy` of the DELETE, which the
-//! API server records as a finalizer on the owner (see [`embedded_apiserver::verbs::delete_one`]):
+//! API server records as a finalizer on the owner:
 //!
 //! * **Background** (the default): the API server removes the owner at once. The collector
 //!   then finds every dependent whose owners are all gone and deletes it (with the policy its
@@ -33,21 +33,30 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use embedded_apiserver::ApiServer;
+//! use embedded_apiserver::loopback::{DeleteParams, ListParams, Resource};
+//! use embedded_controller_manager::ControllerManager;
+//! use serde_json::json;
 //!
-//! let server = ApiServer::builder().start().await?; // the collector is on by default
-//! let owner = server.load_manifests("{apiVersion: v1, kind: ConfigMap, metadata: {name: owner}}")?;
-//! assert_eq!(owner, ["ConfigMap/owner"]);
-//! let store = server.store();
-//! let uid = store.read(|s| s.get("core/configmaps", "default", "owner").unwrap()["metadata"]["uid"].clone());
-//! server.load_manifests(&format!(
-//!     "{{apiVersion: v1, kind: ConfigMap, metadata: {{name: dep, ownerReferences: \
-//!       [{{apiVersion: v1, kind: ConfigMap, name: owner, uid: {uid}}}]}}}}"
-//! ))?;
-//! store.write(|s| s.delete("core/configmaps", "default", "owner")); // a Background delete
-//! let mut changes = store.subscribe();
-//! while store.read(|s| s.get("core/configmaps", "default", "dep").is_some()) {
-//!     changes.changed().await?; // the collector removes the dependent
+//! let server = ApiServer::builder().plain_http(true).start().await?;
+//! ControllerManager::builder().start(&server); // the collector is on by default
+//! let client = server.loopback("admin", &["system:masters"], "example");
+//! let cms = Resource::core("configmaps");
+//! let owner = client
+//!     .create(&cms, "default", json!({"metadata": {"name": "owner"}}))
+//!     .await?;
+//! client
+//!     .create(&cms, "default", json!({"metadata": {"name": "dep", "ownerReferences": [
+//!         {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+//!          "uid": owner["metadata"]["uid"]}]}}))
+//!     .await?;
+//! let since = client.resource_version();
+//! let mut watch = client.watch(&cms, Some("default"), since)?;
+//! client.delete(&cms, "default", "owner", &DeleteParams::default()).await?; // Background
+//! while client.get(&cms, "default", "dep").await.is_ok() {
+//!     watch.next().await?; // the collector removes the dependent
 //! }
+//! let left = client.list(&cms, Some("default"), &ListParams::default()).await?;
+//! assert!(left.items.is_empty());
 //! server.shutdown().await;
 //! # Ok(()) }
 //! ```
@@ -55,79 +64,94 @@
 //! ## What the simulation keeps and leaves out
 //!
 //! This module keeps the algorithm of the real `attemptToDeleteItem`,
-//! `processDeletingDependentsItem` and `orphanDependents` above, run by a background task
-//! owned by the server handle (always on unless
-//! `ClusterBuilder::garbage_collector` (crate `embedded-cluster`) turns it off). Instead of informers over
-//! HTTP it follows the store's change feed ([`super::background`]) and keeps its graph as three
-//! maps (object → uid and owners, uid → object, owner uid → dependents), rebuilt from scratch
-//! whenever the feed reports a compaction. Unlike the real graph, which holds a node for every
-//! object of every monitored resource, only objects with owners and objects being deleted are
-//! nodes: nothing asks after any other object while it lives, and an owner's dependents are
-//! found by its uid. (A node for each of 10,000 Ats without owners held about 5 MB.) A dependent is examined when it enters the graph or
-//! its owner references change, and again when one of its owners goes or starts deleting its
-//! dependents, as the real graph builder queues it; an update that leaves its owners as they
-//! were (a pod's status, say) is not a reason to look again. It acts under the store lock, so each decision is
-//! made on current data and never needs a retry; deletions go through the same
-//! [`embedded_apiserver::verbs::delete_one`] as a client's DELETE (uid precondition, finalizers, pod grace
-//! periods), so every step is visible to watchers exactly as in a cluster. It leaves out the
-//! real collector's discovery-driven monitors, its retry queues and back-off (nothing here can
-//! fail transiently) and its events about invalid references. Namespace deletion is the
-//! namespace controller's job, which the API server side does inline
-//! ([`embedded_apiserver::verbs::delete_one`] on a namespace): everything in it is deleted, then the
-//! namespace goes once it is empty.
+//! `processDeletingDependentsItem` and `orphanDependents` above, run as
+//! `system:kube-controller-manager` over the loopback interface (on unless
+//! `ClusterBuilder::garbage_collector` (crate `embedded-cluster`) turns it off). Instead of one
+//! metadata informer per discovered resource it lists every resource the server serves
+//! ([`Loopback::resources`]) and follows them all with one watch ([`Loopback::watch_all`]),
+//! which also covers resources that appear later (a new CRD's). Its graph is three maps (object
+//! → uid, owners and the owners it blocks; uid → object; owner uid → dependents), rebuilt from
+//! a fresh list whenever the watch answers 410 Gone. Unlike the real graph, which holds a node
+//! for every object of every monitored resource, only objects with owners and objects being
+//! deleted are nodes: nothing asks after any other object while it lives, and an owner's
+//! dependents are found by its uid. (A node for each of 10,000 Ats without owners held about
+//! 5 MB.) A dependent is examined when it enters the graph or its owner references change, and
+//! again when one of its owners goes or starts deleting its dependents, as the real graph
+//! builder queues it; an update that leaves its owners as they were (a pod's status, say) is
+//! not a reason to look again. Each decision reads the objects it depends on afresh with a GET
+//! (the real collector's live lookups of owners), and every write is a client's: owner
+//! references and finalizers are removed by updates conditional on the object's
+//! resourceVersion (a conflict re-queues the item), and deletions carry a uid precondition and
+//! a `propagationPolicy` (finalizers, pod grace periods), so every step is visible to watchers
+//! exactly as in a cluster. An item that fails is retried with the workers' back-off
+//! ([`crate::worker::Queue`]). It leaves out the absent-owner cache and the events about
+//! invalid references. Namespace deletion is the namespace controller's job, which the API
+//! server does inline: everything in the namespace is deleted, then the namespace goes once it
+//! is empty.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
 
+use embedded_apiserver::ApiError;
+use embedded_apiserver::loopback::{
+    DeleteParams, EventType, ListParams, Loopback, Resource, Watch, WatchError,
+};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::background::{Batch, ChangeFeed};
-use embedded_apiserver::meta::{finalizers_of, meta_str};
-use embedded_apiserver::registry::ResourceDef;
-use embedded_apiserver::store::{ChangeType, State, Store, Stored};
-use embedded_apiserver::strategy;
-use embedded_apiserver::verbs::{self, DeleteOptions, Target};
+use crate::informer::{is_deleting, meta_str};
+use crate::worker::Queue;
 
-/// `(storage, namespace, name)` of an object.
-type ObjRef = (String, String, String);
+/// `(resource, namespace, name)` of an object.
+type ObjRef = (Resource, String, String);
 
-/// Starts the garbage collector on `tracker`; it stops when `shutdown` is cancelled.
-pub fn spawn(store: Arc<Store>, shutdown: CancellationToken, tracker: &TaskTracker) {
-    tracker.spawn(run(store, shutdown));
-}
-
-async fn run(store: Arc<Store>, shutdown: CancellationToken) {
-    let mut gc = Collector::new(store.clone());
-    let mut feed = ChangeFeed::new(store);
-    gc.resync();
-    gc.drain();
+/// The garbage collector (`garbage-collector-controller`), acting through `lb` until the
+/// server shuts down.
+pub async fn run(lb: Loopback) {
+    let shutdown = lb.shutdown();
+    let mut gc = Collector::new(lb);
+    let Some(mut watch) = gc.resync().await else {
+        return;
+    };
     loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = feed.changed() => {}
-        }
-        // Drain everything written so far, including the collector's own writes, before
-        // sleeping again.
-        loop {
-            match feed.poll() {
-                Batch::Changes(changes) if changes.is_empty() => break,
-                Batch::Changes(changes) => {
-                    for c in changes {
-                        gc.observe(
-                            &c.storage,
-                            c.kind,
-                            &c.object,
-                            c.prev.as_deref().map(Stored::value),
-                        );
-                    }
-                }
-                Batch::Resync => gc.resync(),
+        while let Some(w) = gc.queue.pop_due() {
+            if shutdown.is_cancelled() {
+                return;
             }
-            gc.drain();
-            // Stay cooperative when other writers keep the feed busy.
+            // Decide on the newest graph: apply what the watch has so far.
+            match watch.poll() {
+                Ok(events) => gc.observe_all(events),
+                Err(WatchError::Gone(_)) => match gc.resync().await {
+                    Some(w) => watch = w,
+                    None => return,
+                },
+                Err(WatchError::Closed) => return,
+            }
+            match gc.process(&w).await {
+                Ok(()) => gc.queue.forget(&w),
+                Err(e) if e.is_conflict() => gc.queue.add(w),
+                Err(e) => {
+                    tracing::debug!(work = ?w, error = %e.message, "garbage collector item failed; retrying");
+                    gc.queue.add_rate_limited(w);
+                }
+            }
             tokio::task::yield_now().await;
+        }
+        let next = gc.queue.next_due();
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            events = watch.next() => match events {
+                Ok(events) => gc.observe_all(events),
+                Err(WatchError::Gone(_)) => match gc.resync().await {
+                    Some(w) => watch = w,
+                    None => return,
+                },
+                Err(WatchError::Closed) => return,
+            },
+            () = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
         }
     }
 }
@@ -161,15 +185,24 @@ fn owner_refs(obj: &Value) -> Vec<OwnerRef> {
         .unwrap_or_default()
 }
 
+fn finalizers_of(obj: &Value) -> Vec<String> {
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn has_finalizer(obj: &Value, f: &str) -> bool {
-    finalizers_of(obj).iter().any(|x| x == f)
+    obj["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x == f))
 }
 
-fn is_deleting(obj: &Value) -> bool {
-    !meta_str(obj, "deletionTimestamp").is_empty()
-}
-
-/// Pending work, deduplicated.
+/// Pending work.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum Work {
     /// Decide whether a dependent must go (its owners are gone or going).
@@ -184,58 +217,96 @@ enum Work {
 struct Node {
     uid: String,
     owners: Vec<String>,
+    /// The owners this object blocks (`blockOwnerDeletion: true`).
+    blocks: Vec<String>,
 }
 
 struct Collector {
-    store: Arc<Store>,
+    lb: Loopback,
     nodes: HashMap<ObjRef, Node>,
     by_uid: HashMap<String, ObjRef>,
     dependents: HashMap<String, HashSet<ObjRef>>,
-    queue: VecDeque<Work>,
-    queued: HashSet<Work>,
+    queue: Queue<Work>,
+}
+
+/// What an owner reference points at.
+enum Owner {
+    /// A live owner.
+    Solid,
+    /// No such owner (or another object now has its name).
+    Dangling,
+    /// The owner is being deleted in the foreground and waits for its dependents.
+    Waiting,
+    /// The reference cannot be judged (unknown kind, or a namespaced owner of a cluster-scoped
+    /// dependent): the dependent is left alone.
+    Invalid,
 }
 
 impl Collector {
-    fn new(store: Arc<Store>) -> Self {
+    fn new(lb: Loopback) -> Self {
         Collector {
-            store,
+            lb,
             nodes: HashMap::new(),
             by_uid: HashMap::new(),
             dependents: HashMap::new(),
-            queue: VecDeque::new(),
-            queued: HashSet::new(),
+            queue: Queue::default(),
         }
     }
 
-    fn enqueue(&mut self, w: Work) {
-        if self.queued.insert(w.clone()) {
-            self.queue.push_back(w);
+    /// Rebuilds the graph from a list of every resource and watches from before the lists;
+    /// `None` once the server shuts down. (Changes between the start of the watch and a list
+    /// are applied twice; the graph converges to the newest, and every action reads afresh.)
+    async fn resync(&mut self) -> Option<Watch> {
+        let shutdown = self.lb.shutdown();
+        let mut backoff = std::time::Duration::from_millis(100);
+        loop {
+            match self.relist().await {
+                Ok(watch) => return Some(watch),
+                Err(e) => {
+                    tracing::warn!(error = %e.message, "garbage collector could not list; retrying");
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return None,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(std::time::Duration::from_secs(30));
         }
     }
 
-    /// Rebuilds the graph from the store and re-examines every object.
-    fn resync(&mut self) {
+    async fn relist(&mut self) -> Result<Watch, ApiError> {
         self.nodes.clear();
         self.by_uid.clear();
         self.dependents.clear();
-        // Observed under the read lock, each object as it is stored: copying them out would
-        // decode every object resting as bytes ([`embedded_apiserver::stored`]) at once.
-        let store = self.store.clone();
-        store.read(|st| {
-            let mut storages: Vec<String> = st
-                .registry
-                .all()
-                .iter()
-                .map(|d| d.storage.clone())
-                .collect();
-            storages.sort();
-            storages.dedup();
-            for s in &storages {
-                for o in st.list_shared(s, None) {
-                    o.with_value(|obj| self.observe(s, ChangeType::Added, obj, None));
-                }
+        let since = self.lb.resource_version();
+        let watch = self.lb.watch_all(since)?;
+        for info in self.lb.resources() {
+            let list = match self
+                .lb
+                .list(&info.resource, None, &ListParams::default())
+                .await
+            {
+                Ok(list) => list,
+                // Gone since discovery (a CRD deleted meanwhile).
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            for o in list.items {
+                // Read without keeping a decoded tree the server rests as bytes.
+                o.with_value(|obj| self.observe(&info.resource, EventType::Added, obj, None));
             }
-        });
+        }
+        Ok(watch)
+    }
+
+    fn observe_all(&mut self, events: Vec<embedded_apiserver::loopback::WatchEvent>) {
+        for ev in events {
+            let prev = ev.previous.as_ref();
+            ev.object.with_value(|obj| match prev {
+                Some(p) => p.with_value(|p| self.observe(&ev.resource, ev.kind, obj, Some(p))),
+                None => self.observe(&ev.resource, ev.kind, obj, None),
+            });
+        }
     }
 
     fn forget(&mut self, r: &ObjRef) {
@@ -255,9 +326,9 @@ impl Collector {
     }
 
     /// Updates the graph with one change and queues what it calls for.
-    fn observe(&mut self, storage: &str, kind: ChangeType, obj: &Value, prev: Option<&Value>) {
+    fn observe(&mut self, resource: &Resource, kind: EventType, obj: &Value, prev: Option<&Value>) {
         let r: ObjRef = (
-            storage.to_owned(),
+            resource.clone(),
             meta_str(obj, "namespace").to_owned(),
             meta_str(obj, "name").to_owned(),
         );
@@ -267,15 +338,10 @@ impl Collector {
             .unwrap_or_default();
         let known_owners = self.nodes.get(&r).map(|n| n.owners.clone());
         self.forget(&r);
-        if kind == ChangeType::Deleted {
+        if kind == EventType::Deleted {
             // Its dependents may now have no owner left.
-            let deps: Vec<ObjRef> = self
-                .dependents
-                .get(&uid)
-                .map(|s| s.iter().cloned().collect())
-                .unwrap_or_default();
-            for d in deps {
-                self.enqueue(Work::AttemptToDelete(d));
+            for d in self.dependents_of(&uid) {
+                self.queue.add(Work::AttemptToDelete(d));
             }
         } else {
             let owners = owner_refs(obj);
@@ -290,7 +356,7 @@ impl Collector {
             // A new node, or new owners: are they there? (An update that leaves the owners as
             // they were asks nothing new; an owner's deletion re-examines its dependents.)
             if !owners.is_empty() && known_owners.as_ref() != Some(&owner_uids) {
-                self.enqueue(Work::AttemptToDelete(r.clone()));
+                self.queue.add(Work::AttemptToDelete(r.clone()));
             }
             // Only dependents and objects being deleted are nodes: nothing asks after an
             // object that has no owners while it lives (its dependents are found by its uid).
@@ -301,40 +367,31 @@ impl Collector {
                     Node {
                         uid: uid.clone(),
                         owners: owner_uids,
+                        blocks: owners
+                            .iter()
+                            .filter(|o| o.block)
+                            .map(|o| o.uid.clone())
+                            .collect(),
                     },
                 );
             }
             if is_deleting(obj) {
                 if has_finalizer(obj, "orphan") {
-                    self.enqueue(Work::Orphan(r.clone()));
+                    self.queue.add(Work::Orphan(r.clone()));
                 }
                 if has_finalizer(obj, "foregroundDeletion") {
-                    self.enqueue(Work::DeleteDependents(r.clone()));
+                    self.queue.add(Work::DeleteDependents(r.clone()));
                 }
-            }
-            // Something that was deleting its dependents may have new (or re-)arrivals.
-            if self.dependents.contains_key(&uid) && is_deleting(obj) {
-                let deps: Vec<ObjRef> = self.dependents[&uid].iter().cloned().collect();
-                for d in deps {
-                    self.enqueue(Work::AttemptToDelete(d));
+                // Something that was deleting its dependents may have new (or re-)arrivals.
+                for d in self.dependents_of(&uid) {
+                    self.queue.add(Work::AttemptToDelete(d));
                 }
             }
         }
         // An owner waiting for its dependents re-checks whenever one of them changes or goes.
         for o in touched_owners {
             if let Some(owner) = self.by_uid.get(&o).cloned() {
-                self.enqueue(Work::DeleteDependents(owner));
-            }
-        }
-    }
-
-    fn drain(&mut self) {
-        while let Some(w) = self.queue.pop_front() {
-            self.queued.remove(&w);
-            match &w {
-                Work::AttemptToDelete(r) => self.attempt_to_delete(r),
-                Work::DeleteDependents(r) => self.delete_dependents(r),
-                Work::Orphan(r) => self.orphan(r),
+                self.queue.add(Work::DeleteDependents(owner));
             }
         }
     }
@@ -346,181 +403,209 @@ impl Collector {
             .unwrap_or_default()
     }
 
+    async fn process(&mut self, w: &Work) -> Result<(), ApiError> {
+        match w {
+            Work::AttemptToDelete(r) => self.attempt_to_delete(r).await,
+            Work::DeleteDependents(r) => self.delete_dependents(r).await,
+            Work::Orphan(r) => self.orphan(r).await,
+        }
+    }
+
+    /// The object as the server has it now (`None`: gone).
+    async fn get(&self, r: &ObjRef) -> Result<Option<Value>, ApiError> {
+        match self.lb.get(&r.0, &r.1, &r.2).await {
+            Ok(obj) => Ok(Some(obj)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The resource an owner reference's `apiVersion` and `kind` name: that version, or any
+    /// served version of the kind in its group (references name a version; any will do).
+    fn owner_resource(&self, o: &OwnerRef) -> Option<(Resource, bool)> {
+        if let Some(info) = self.lb.resource_for_kind(&o.api_version, &o.kind) {
+            return Some((info.resource, info.namespaced));
+        }
+        let group = o
+            .api_version
+            .split_once('/')
+            .map_or("", |(g, _)| g)
+            .to_owned();
+        self.lb
+            .resources()
+            .into_iter()
+            .find(|i| i.resource.group == group && i.kind == o.kind)
+            .map(|i| (i.resource, i.namespaced))
+    }
+
+    /// What `o`, an owner of a dependent in `dependent_ns`, points at now.
+    async fn classify(&self, dependent_ns: &str, o: &OwnerRef) -> Result<Owner, ApiError> {
+        let Some((resource, namespaced)) = self.owner_resource(o) else {
+            return Ok(Owner::Invalid);
+        };
+        let ns = if namespaced {
+            if dependent_ns.is_empty() {
+                return Ok(Owner::Invalid);
+            }
+            dependent_ns
+        } else {
+            ""
+        };
+        let owner = self.get(&(resource, ns.to_owned(), o.name.clone())).await?;
+        Ok(match owner {
+            Some(owner) if meta_str(&owner, "uid") == o.uid => {
+                if is_deleting(&owner) && has_finalizer(&owner, "foregroundDeletion") {
+                    Owner::Waiting
+                } else {
+                    Owner::Solid
+                }
+            }
+            _ => Owner::Dangling,
+        })
+    }
+
     /// `attemptToDeleteItem`: classify the owners of `r`, then delete it or drop references.
-    fn attempt_to_delete(&mut self, r: &ObjRef) {
+    async fn attempt_to_delete(&mut self, r: &ObjRef) -> Result<(), ApiError> {
         let has_dependents = self
             .nodes
             .get(r)
             .is_some_and(|n| self.dependents.contains_key(&n.uid));
-        self.store.write(|st| {
-            let Some(obj) = st.get_shared(&r.0, &r.1, &r.2) else {
-                return;
-            };
-            if is_deleting(&obj) {
-                // Already going; a foreground deletion in progress is handled on its own.
-                return;
-            }
-            let refs = owner_refs(&obj);
-            if refs.is_empty() {
-                return;
-            }
-            let mut solid = vec![];
-            let mut dangling = vec![];
-            let mut waiting = vec![];
-            for o in &refs {
-                match classify(st, &r.1, o) {
-                    Owner::Solid => solid.push(o),
-                    Owner::Dangling => dangling.push(o),
-                    Owner::Waiting => waiting.push(o),
-                    Owner::Invalid => return,
+        let Some(obj) = self.get(r).await? else {
+            return Ok(());
+        };
+        if is_deleting(&obj) {
+            // Already going; a foreground deletion in progress is handled on its own.
+            return Ok(());
+        }
+        let refs = owner_refs(&obj);
+        if refs.is_empty() {
+            return Ok(());
+        }
+        let mut solid = vec![];
+        let mut gone = HashSet::new();
+        let mut waiting = false;
+        for o in &refs {
+            match self.classify(&r.1, o).await? {
+                Owner::Solid => solid.push(o),
+                Owner::Dangling => {
+                    gone.insert(o.uid.clone());
                 }
-            }
-            if !solid.is_empty() {
-                if dangling.is_empty() && waiting.is_empty() {
-                    return;
+                Owner::Waiting => {
+                    waiting = true;
+                    gone.insert(o.uid.clone());
                 }
-                // Keep the object, drop the references to owners that are gone or going.
-                let drop: HashSet<&str> = dangling
-                    .iter()
-                    .chain(waiting.iter())
-                    .map(|o| o.uid.as_str())
-                    .collect();
-                let mut new = Value::clone(&obj);
-                retain_owner_refs(&mut new, |uid| !drop.contains(uid));
-                tracing::debug!(storage = %r.0, namespace = %r.1, name = %r.2, "garbage collector removed dangling owner references");
-                st.update(&r.0, new);
-                return;
+                Owner::Invalid => return Ok(()),
             }
-            let policy = if !waiting.is_empty() && has_dependents {
-                "Foreground"
-            } else if has_finalizer(&obj, "orphan") {
-                "Orphan"
-            } else if has_finalizer(&obj, "foregroundDeletion") {
-                "Foreground"
-            } else {
-                "Background"
-            };
-            tracing::debug!(storage = %r.0, namespace = %r.1, name = %r.2, policy, "garbage collector deleting an object whose owners are gone");
-            delete(st, r, meta_str(&obj, "uid"), policy);
-        });
+        }
+        if !solid.is_empty() {
+            if gone.is_empty() {
+                return Ok(());
+            }
+            // Keep the object, drop the references to owners that are gone or going.
+            let mut new = obj;
+            retain_owner_refs(&mut new, |uid| !gone.contains(uid));
+            tracing::debug!(resource = %r.0, namespace = %r.1, name = %r.2, "garbage collector removed dangling owner references");
+            return self.lb.update(&r.0, &r.1, new).await.map(|_| ());
+        }
+        let policy = if waiting && has_dependents {
+            "Foreground"
+        } else if has_finalizer(&obj, "orphan") {
+            "Orphan"
+        } else if has_finalizer(&obj, "foregroundDeletion") {
+            "Foreground"
+        } else {
+            "Background"
+        };
+        tracing::debug!(resource = %r.0, namespace = %r.1, name = %r.2, policy, "garbage collector deleting an object whose owners are gone");
+        let params = DeleteParams {
+            propagation_policy: Some(policy.to_owned()),
+            uid: Some(meta_str(&obj, "uid").to_owned()),
+            ..Default::default()
+        };
+        match self.lb.delete(&r.0, &r.1, &r.2, &params).await {
+            Ok(_) => Ok(()),
+            // Gone meanwhile, or another object took the name (the uid precondition).
+            Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// `processDeletingDependentsItem`: an owner in foreground deletion.
-    fn delete_dependents(&mut self, r: &ObjRef) {
+    async fn delete_dependents(&mut self, r: &ObjRef) -> Result<(), ApiError> {
         let Some(uid) = self.nodes.get(r).map(|n| n.uid.clone()) else {
-            return;
+            return Ok(());
         };
-        let deps = self.dependents_of(&uid);
-        let released = self.store.write(|st| {
-            let waiting = st.get(&r.0, &r.1, &r.2).is_some_and(|owner| {
-                meta_str(owner, "uid") == uid
-                    && is_deleting(owner)
-                    && has_finalizer(owner, "foregroundDeletion")
-            });
-            if !waiting {
-                return true;
-            }
-            let blocking = deps.iter().any(|d| {
-                st.get(&d.0, &d.1, &d.2).is_some_and(|dep| {
-                    owner_refs(dep).iter().any(|o| o.uid == uid && o.block)
-                })
-            });
-            if blocking {
-                return false;
-            }
-            tracing::debug!(storage = %r.0, namespace = %r.1, name = %r.2, "no dependents block the owner any more; removing foregroundDeletion");
-            release(st, r, "foregroundDeletion");
-            true
-        });
-        if !released {
-            for d in deps {
-                self.enqueue(Work::AttemptToDelete(d));
-            }
+        let Some(owner) = self.get(r).await? else {
+            return Ok(());
+        };
+        let waiting = meta_str(&owner, "uid") == uid
+            && is_deleting(&owner)
+            && has_finalizer(&owner, "foregroundDeletion");
+        if !waiting {
+            return Ok(());
         }
+        let deps = self.dependents_of(&uid);
+        let blocking = deps
+            .iter()
+            .any(|d| self.nodes.get(d).is_some_and(|n| n.blocks.contains(&uid)));
+        if !blocking {
+            tracing::debug!(resource = %r.0, namespace = %r.1, name = %r.2, "no dependents block the owner any more; removing foregroundDeletion");
+            return self.release(r, owner, "foregroundDeletion").await;
+        }
+        for d in deps {
+            self.queue.add(Work::AttemptToDelete(d));
+        }
+        Ok(())
     }
 
     /// `orphanDependents`, then the `orphan` finalizer goes.
-    fn orphan(&mut self, r: &ObjRef) {
+    async fn orphan(&mut self, r: &ObjRef) -> Result<(), ApiError> {
         let Some(uid) = self.nodes.get(r).map(|n| n.uid.clone()) else {
-            return;
+            return Ok(());
         };
+        let Some(owner) = self.get(r).await? else {
+            return Ok(());
+        };
+        if meta_str(&owner, "uid") != uid || !has_finalizer(&owner, "orphan") {
+            return Ok(());
+        }
         let deps = self.dependents_of(&uid);
-        self.store.write(|st| {
-            let Some(owner) = st.get(&r.0, &r.1, &r.2) else {
-                return;
+        for d in &deps {
+            let Some(mut dep) = self.get(d).await? else {
+                continue;
             };
-            if meta_str(owner, "uid") != uid || !has_finalizer(owner, "orphan") {
-                return;
-            }
-            for d in &deps {
-                let Some(dep) = st.get(&d.0, &d.1, &d.2).cloned() else {
-                    continue;
-                };
-                if owner_refs(&dep).iter().any(|o| o.uid == uid) {
-                    let mut new = dep;
-                    retain_owner_refs(&mut new, |u| u != uid);
-                    st.update(&d.0, new);
+            if owner_refs(&dep).iter().any(|o| o.uid == uid) {
+                retain_owner_refs(&mut dep, |u| u != uid);
+                match self.lb.update(&d.0, &d.1, dep).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(e),
                 }
             }
-            tracing::debug!(storage = %r.0, namespace = %r.1, name = %r.2, orphaned = deps.len(), "dependents orphaned; removing the orphan finalizer");
-            release(st, r, "orphan");
-        });
+        }
+        tracing::debug!(resource = %r.0, namespace = %r.1, name = %r.2, orphaned = deps.len(), "dependents orphaned; removing the orphan finalizer");
+        self.release(r, owner, "orphan").await
     }
-}
 
-/// What an owner reference points at.
-enum Owner {
-    /// A live owner.
-    Solid,
-    /// No such owner (or another object now has its name).
-    Dangling,
-    /// The owner is being deleted in the foreground and waits for its dependents.
-    Waiting,
-    /// The reference cannot be judged (unknown kind, or a namespaced owner of a cluster-scoped
-    /// dependent): the dependent is left alone.
-    Invalid,
-}
-
-fn owner_def(st: &State, o: &OwnerRef) -> Option<Arc<ResourceDef>> {
-    let (group, version) = match o.api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", o.api_version.as_str()),
-    };
-    st.registry
-        .all()
-        .iter()
-        .find(|d| d.group == group && d.version == version && d.kind == o.kind)
-        .or_else(|| {
-            // Owner references name a version; any served version of the kind will do.
-            st.registry
-                .all()
-                .iter()
-                .find(|d| d.group == group && d.kind == o.kind)
-        })
-        .cloned()
-}
-
-fn classify(st: &State, dependent_ns: &str, o: &OwnerRef) -> Owner {
-    let Some(def) = owner_def(st, o) else {
-        return Owner::Invalid;
-    };
-    let ns = if def.namespaced {
-        if dependent_ns.is_empty() {
-            return Owner::Invalid;
-        }
-        dependent_ns
-    } else {
-        ""
-    };
-    match st.get(&def.storage, ns, &o.name) {
-        Some(owner) if meta_str(owner, "uid") == o.uid => {
-            if is_deleting(owner) && has_finalizer(owner, "foregroundDeletion") {
-                Owner::Waiting
-            } else {
-                Owner::Solid
+    /// Removes one of the collector's finalizers from `obj` (as read); the server removes the
+    /// object if nothing else holds it.
+    async fn release(&self, r: &ObjRef, mut obj: Value, finalizer: &str) -> Result<(), ApiError> {
+        let fins: Vec<String> = finalizers_of(&obj)
+            .into_iter()
+            .filter(|f| f != finalizer)
+            .collect();
+        if fins.is_empty() {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("finalizers");
             }
+        } else {
+            obj["metadata"]["finalizers"] = json!(fins);
         }
-        _ => Owner::Dangling,
+        match self.lb.update(&r.0, &r.1, obj).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -540,58 +625,6 @@ fn retain_owner_refs(obj: &mut Value, keep: impl Fn(&str) -> bool) {
         }
     } else {
         obj["metadata"]["ownerReferences"] = json!(kept);
-    }
-}
-
-fn def_for(st: &State, storage: &str) -> Option<Arc<ResourceDef>> {
-    st.registry.by_storage(storage).into_iter().next()
-}
-
-/// Deletes an object the way a client's DELETE with `propagationPolicy` and a uid
-/// precondition would.
-fn delete(st: &mut State, r: &ObjRef, uid: &str, policy: &str) {
-    let Some(def) = def_for(st, &r.0) else {
-        return;
-    };
-    let target = Target {
-        def,
-        namespace: (!r.1.is_empty()).then(|| r.1.clone()),
-        name: Some(r.2.clone()),
-        subresource: None,
-    };
-    let opts = DeleteOptions {
-        propagation: Some(policy.to_owned()),
-        precondition_uid: Some(uid.to_owned()),
-        ..Default::default()
-    };
-    if let Err(e) = verbs::delete_one(st, &target, &opts) {
-        tracing::debug!(storage = %r.0, namespace = %r.1, name = %r.2, error = %e.message, "garbage collector delete failed");
-    }
-}
-
-/// Removes one of the collector's finalizers; the object goes if nothing else holds it.
-fn release(st: &mut State, r: &ObjRef, finalizer: &str) {
-    let Some(def) = def_for(st, &r.0) else {
-        return;
-    };
-    let Some(mut obj) = st.get(&r.0, &r.1, &r.2).cloned() else {
-        return;
-    };
-    let fins: Vec<String> = finalizers_of(&obj)
-        .into_iter()
-        .filter(|f| f != finalizer)
-        .collect();
-    if fins.is_empty() {
-        if let Some(m) = obj["metadata"].as_object_mut() {
-            m.remove("finalizers");
-        }
-    } else {
-        obj["metadata"]["finalizers"] = json!(fins);
-    }
-    if strategy::should_delete(&def, &obj) {
-        verbs::remove_object(st, &def, &r.1, &r.2, Some(obj));
-    } else {
-        st.update(&r.0, obj);
     }
 }
 
@@ -620,55 +653,32 @@ mod tests {
         assert!(obj["metadata"].get("ownerReferences").is_none());
     }
 
-    #[test]
-    fn owners_are_classified_by_uid_scope_and_deletion_state() {
-        let store = Store::new(100);
-        store.write(|st| {
-            st.create(
-                "core/configmaps",
-                json!({"metadata": {"name": "live", "namespace": "a", "uid": "u-live"}}),
-            );
-            st.create(
-                "core/configmaps",
-                json!({"metadata": {"name": "going", "namespace": "a", "uid": "u-going",
-                                    "deletionTimestamp": "2024-01-01T00:00:00Z",
-                                    "finalizers": ["foregroundDeletion"]}}),
-            );
-        });
-        let r = |name: &str, uid: &str, kind: &str| OwnerRef {
-            api_version: "v1".into(),
-            kind: kind.into(),
-            name: name.into(),
-            uid: uid.into(),
-            block: false,
-        };
-        store.read(|st| {
-            assert!(matches!(
-                classify(st, "a", &r("live", "u-live", "ConfigMap")),
-                Owner::Solid
-            ));
-            assert!(matches!(
-                classify(st, "a", &r("live", "other-uid", "ConfigMap")),
-                Owner::Dangling
-            ));
-            // Another namespace's object of that name is not the owner.
-            assert!(matches!(
-                classify(st, "b", &r("live", "u-live", "ConfigMap")),
-                Owner::Dangling
-            ));
-            assert!(matches!(
-                classify(st, "a", &r("going", "u-going", "ConfigMap")),
-                Owner::Waiting
-            ));
-            assert!(matches!(
-                classify(st, "a", &r("x", "y", "NoSuchKind")),
-                Owner::Invalid
-            ));
-            // A cluster-scoped dependent cannot have a namespaced owner.
-            assert!(matches!(
-                classify(st, "", &r("live", "u-live", "ConfigMap")),
-                Owner::Invalid
-            ));
-        });
+    #[tokio::test]
+    async fn the_graph_queues_a_new_dependent_and_again_when_its_owner_goes() {
+        let server = embedded_apiserver::ApiServer::builder()
+            .plain_http(true)
+            .start()
+            .await
+            .unwrap();
+        let mut gc = Collector::new(server.loopback(crate::USER, &[], "test"));
+        let cms = Resource::core("configmaps");
+        let dep = json!({"metadata": {"name": "dep", "namespace": "a", "uid": "d1",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "o",
+                                 "uid": "o1", "blockOwnerDeletion": true}]}});
+        let r: ObjRef = (cms.clone(), "a".into(), "dep".into());
+        gc.observe(&cms, EventType::Added, &dep, None);
+        assert_eq!(gc.queue.pop_due(), Some(Work::AttemptToDelete(r.clone())));
+        assert_eq!(gc.nodes[&r].blocks, ["o1"]);
+        // An update that keeps its owners asks nothing new.
+        gc.observe(&cms, EventType::Modified, &dep, Some(&dep));
+        assert_eq!(gc.queue.pop_due(), None);
+        // Its owner's deletion does.
+        let owner = json!({"metadata": {"name": "o", "namespace": "a", "uid": "o1"}});
+        gc.observe(&cms, EventType::Deleted, &owner, None);
+        assert_eq!(gc.queue.pop_due(), Some(Work::AttemptToDelete(r.clone())));
+        // A dependent that goes leaves the graph.
+        gc.observe(&cms, EventType::Deleted, &dep, None);
+        assert!(gc.nodes.is_empty() && gc.dependents.is_empty() && gc.by_uid.is_empty());
+        server.shutdown().await;
     }
 }

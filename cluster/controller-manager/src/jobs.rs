@@ -12,7 +12,9 @@
 //!
 //! ## The controller (with `ClusterBuilder::simulate` (crate `embedded-cluster`))
 //!
-//! Like kube-controller-manager's Job controller, for each Job that is neither suspended nor
+//! [`JobController`] runs on the crate's worker loop ([`crate::worker`]): its informer follows
+//! Jobs and the pods a Job controls, and a change of either syncs that Job. Like
+//! kube-controller-manager's Job controller, for each Job that is neither suspended nor
 //! finished: it counts the pods it controls (`Succeeded`, `Failed`, active), creates pods named
 //! `<job>-<random>` from the template (with the controller labels and a controlling
 //! `ownerReference`) until `min(parallelism, completions - succeeded)` are active, and writes
@@ -21,96 +23,94 @@
 //! conditions `SuccessCriteriaMet` and `Complete` (reason `CompletionsReached`) and a
 //! `completionTime`; once more than `backoffLimit` pods failed, `FailureTarget` and `Failed`
 //! (reason `BackoffLimitExceeded`, `Job has reached the specified backoff limit`) and its active
-//! pods are deleted. The simulated node (the node's `kubelet` module (crate `embedded-node`), the node's `runtime` module (crate `embedded-node`)) runs the pods.
+//! pods are deleted. The node (crate `embedded-node`) runs the pods.
 //! Left out: indexed completion mode, pod failure policies, `activeDeadlineSeconds`,
 //! `ttlSecondsAfterFinished`, the job-tracking finalizer and backoff delays between retries.
 
-use std::sync::Arc;
+use std::time::Duration;
 
+use embedded_apiserver::ApiError;
+use embedded_apiserver::loopback::{Loopback, Resource, WatchEvent};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::background::{Batch, ChangeFeed};
-use super::owned;
-use embedded_apiserver::meta::{self, meta_str};
-use embedded_apiserver::store::{State, Store};
+use crate::informer::{Informer, Key, Kind, controller_ref_of, is_deleting, key_of, meta_str};
+use crate::pod_control;
+use crate::worker::Controller;
+use apimachinery::clock::Clock;
 
-const JOBS: &str = "batch/jobs";
-const PODS: &str = "core/pods";
-
-/// Starts the Job controller.
-pub fn spawn(store: Arc<Store>, shutdown: CancellationToken, tracker: &TaskTracker) {
-    tracker.spawn(async move {
-        let mut feed = ChangeFeed::new(store.clone());
-        sync_all(&store);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = feed.changed() => {}
-            }
-            loop {
-                let keys: Vec<(String, String)> = match feed.poll() {
-                    Batch::Changes(changes) if changes.is_empty() => break,
-                    Batch::Changes(changes) => changes
-                        .iter()
-                        .filter_map(|c| match c.storage.as_str() {
-                            JOBS => Some((
-                                meta_str(&c.object, "namespace").to_owned(),
-                                meta_str(&c.object, "name").to_owned(),
-                            )),
-                            PODS => controller_job(&c.object)
-                                .map(|j| (meta_str(&c.object, "namespace").to_owned(), j)),
-                            _ => None,
-                        })
-                        .collect(),
-                    Batch::Resync => {
-                        sync_all(&store);
-                        continue;
-                    }
-                };
-                let mut keys = keys;
-                keys.sort();
-                keys.dedup();
-                if !keys.is_empty() {
-                    store.write(|st| {
-                        for (ns, name) in &keys {
-                            sync(st, ns, name);
-                        }
-                    });
-                }
-                tokio::task::yield_now().await;
-            }
-        }
-    });
+fn jobs() -> Resource {
+    Resource::batch("jobs")
 }
 
-fn sync_all(store: &Store) {
-    store.write(|st| {
-        let keys: Vec<(String, String)> = st
-            .list(JOBS, None)
-            .iter()
-            .map(|j| {
-                (
-                    meta_str(j, "namespace").to_owned(),
-                    meta_str(j, "name").to_owned(),
-                )
-            })
-            .collect();
-        for (ns, name) in keys {
-            sync(st, &ns, &name);
-        }
-    });
+fn pods() -> Resource {
+    Resource::core("pods")
+}
+
+/// The Job controller (`job-controller`), acting through `lb`.
+#[derive(Debug)]
+pub struct JobController {
+    lb: Loopback,
+    clock: Clock,
+}
+
+impl JobController {
+    /// A Job controller writing through `lb`, timestamps from `clock`.
+    pub fn new(lb: Loopback, clock: Clock) -> Self {
+        JobController { lb, clock }
+    }
+}
+
+/// Whether `pod`'s controller is a Job.
+fn job_pod(pod: &Value) -> bool {
+    controller_job(pod).is_some()
 }
 
 /// The Job that controls `pod`, by its controller reference.
 fn controller_job(pod: &Value) -> Option<String> {
-    pod["metadata"]["ownerReferences"]
-        .as_array()?
-        .iter()
-        .find(|r| r["controller"] == true && r["kind"] == "Job")
+    controller_ref_of(pod)
+        .filter(|r| r["kind"] == "Job" && r["apiVersion"] == "batch/v1")
         .and_then(|r| r["name"].as_str())
         .map(str::to_owned)
+}
+
+impl Controller for JobController {
+    type Key = Key;
+
+    fn name(&self) -> &'static str {
+        "job-controller"
+    }
+
+    fn kinds(&self) -> Vec<Kind> {
+        vec![Kind::all(jobs()), Kind::only(pods(), job_pod)]
+    }
+
+    fn keys_for(&self, ev: &WatchEvent, _: &Informer) -> Vec<Key> {
+        if ev.resource == jobs() {
+            vec![key_of(&ev.object)]
+        } else {
+            controller_job(&ev.object)
+                .map(|j| (meta_str(&ev.object, "namespace").to_owned(), j))
+                .into_iter()
+                .collect()
+        }
+    }
+
+    fn all_keys(&self, cache: &Informer) -> Vec<Key> {
+        cache.list(&jobs()).map(|j| key_of(j)).collect()
+    }
+
+    async fn sync(&mut self, key: &Key, cache: &Informer) -> Result<Option<Duration>, ApiError> {
+        let Some(job) = cache.get(&jobs(), &key.0, &key.1) else {
+            return Ok(None);
+        };
+        let pods: Vec<Value> = cache
+            .controlled_by(&pods(), meta_str(job, "uid"))
+            .into_iter()
+            .map(|p| p.to_value())
+            .collect();
+        sync(&self.lb, &self.clock, &job.to_value(), &pods).await?;
+        Ok(None)
+    }
 }
 
 fn has_condition(job: &Value, ty: &str) -> bool {
@@ -124,33 +124,34 @@ fn condition(ty: &str, reason: &str, message: &str, now: &str) -> Value {
            "reason": reason, "message": message})
 }
 
-/// One pass of the Job controller over one Job: counts its pods, then marks it complete or
-/// failed, or creates the pods it is missing, and writes the status if it changed.
-fn sync(st: &mut State, ns: &str, name: &str) {
-    let Some(job) = st.get(JOBS, ns, name).cloned() else {
-        return;
-    };
-    if !meta_str(&job, "deletionTimestamp").is_empty()
-        || has_condition(&job, "Complete")
-        || has_condition(&job, "Failed")
+/// One pass of the Job controller over one Job and the pods it controls: counts them, then
+/// marks the Job complete or failed, or creates the pods it is missing, and writes the status
+/// if it changed.
+async fn sync(
+    lb: &Loopback,
+    clock: &Clock,
+    job: &Value,
+    controlled: &[Value],
+) -> Result<(), ApiError> {
+    if is_deleting(job)
+        || has_condition(job, "Complete")
+        || has_condition(job, "Failed")
         || job["spec"]["suspend"] == json!(true)
     {
-        return;
+        return Ok(());
     }
-    let uid = meta_str(&job, "uid").to_owned();
-    let pods = owned::controlled_pods(st, ns, &uid);
     let PodCounts {
         succeeded,
         failed,
         terminating,
         active,
         ready,
-    } = PodCounts::of(&pods);
+    } = PodCounts::of(controlled);
     let spec = &job["spec"];
     let parallelism = spec["parallelism"].as_i64().unwrap_or(1).max(0);
     let completions = spec["completions"].as_i64();
     let backoff_limit = spec["backoffLimit"].as_i64().unwrap_or(6);
-    let now = meta::now_time();
+    let now = clock.now_time();
     let mut status = job["status"].clone();
     if !status.is_object() {
         status = json!({});
@@ -189,7 +190,7 @@ fn sync(st: &mut State, ns: &str, name: &str) {
         ));
         conditions.push(condition("Failed", "BackoffLimitExceeded", message, &now));
         for p in &active {
-            delete_pod(st, ns, meta_str(p, "name"), meta_str(p, "uid"));
+            pod_control::delete(lb, &pods(), p, None).await?;
         }
         active_count = 0;
     } else {
@@ -199,34 +200,27 @@ fn sync(st: &mut State, ns: &str, name: &str) {
         };
         let missing = (wanted - active_count).max(0);
         for _ in 0..missing {
-            if create_pod(st, &job) {
-                active_count += 1;
+            let pod = pod_control::pod_from_template(job, "batch/v1", "Job");
+            match pod_control::create_pod(lb, pod).await {
+                Ok(_) => active_count += 1,
+                Err(e) => {
+                    tracing::warn!(namespace = meta_str(job, "namespace"), job = meta_str(job, "name"), error = %e.message, "creating a job pod failed");
+                    break;
+                }
             }
         }
     }
     if !conditions.is_empty() {
         status["conditions"] = json!(conditions);
     }
-    status["active"] = json!(active_count);
+    // Go omits zero `active`, `succeeded` and `failed` (`omitempty`), not the others.
+    pod_control::set_count(&mut status, "active", active_count);
     status["ready"] = json!(ready);
-    status["succeeded"] = json!(succeeded);
-    status["failed"] = json!(failed);
+    pod_control::set_count(&mut status, "succeeded", succeeded);
+    pod_control::set_count(&mut status, "failed", failed);
     status["terminating"] = json!(terminating);
     status["uncountedTerminatedPods"] = json!({});
-    for (k, zero) in [("active", 0), ("succeeded", 0), ("failed", 0)] {
-        // Go omits zero counts (`omitempty`).
-        if status[k] == json!(zero)
-            && let Some(o) = status.as_object_mut()
-        {
-            o.remove(k);
-        }
-    }
-    if status == job["status"] {
-        return;
-    }
-    let mut updated = job.clone();
-    updated["status"] = status;
-    st.update(JOBS, updated);
+    pod_control::update_status(lb, &jobs(), job, status).await
 }
 
 /// A Job's pods counted the way its status reports them.
@@ -277,41 +271,5 @@ impl<'a> PodCounts<'a> {
             active,
             ready,
         }
-    }
-}
-
-fn create_pod(st: &mut State, job: &Value) -> bool {
-    let ns = meta_str(job, "namespace");
-    let name = meta_str(job, "name");
-    let Some(def) = st.registry.lookup("", "v1", "pods") else {
-        return false;
-    };
-    let template = &job["spec"]["template"];
-    let mut metadata = json!({
-        "generateName": format!("{name}-"),
-        "namespace": ns,
-        "labels": template["metadata"]["labels"].clone(),
-        "ownerReferences": [owned::controller_ref(job, "batch/v1", "Job")],
-    });
-    if !metadata["labels"].is_object() {
-        metadata["labels"] = json!({});
-    }
-    if let Some(a) = template["metadata"]["annotations"].as_object() {
-        metadata["annotations"] = json!(a);
-    }
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-                     "spec": template["spec"].clone()});
-    match owned::create(st, def, ns, pod) {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::warn!(namespace = ns, job = name, error = %e.message, "creating a job pod failed");
-            false
-        }
-    }
-}
-
-fn delete_pod(st: &mut State, ns: &str, name: &str, uid: &str) {
-    if let Err(e) = owned::delete(st, ("", "v1", "pods"), ns, name, uid, None) {
-        tracing::warn!(namespace = ns, pod = name, error = %e.message, "deleting a job pod failed");
     }
 }

@@ -1,156 +1,163 @@
-//! The objects a new cluster starts with, and the ServiceAccount controller.
+//! The ServiceAccount controller and the root CA publisher.
 //!
-//! kube-apiserver's post-start hooks and kube-controller-manager create these; test suites
-//! written for real clusters expect them:
+//! ## What they do in a real cluster
 //!
-//! * the **`kubernetes` Service** in `default` (the `kubernetesservice` bootstrap controller):
-//!   port 443 `https`, target port the server's own, cluster IP `10.96.0.1`
-//!   (`registry::core::services::kubernetes_service` in the API server), seeded in `ClusterBuilder::start` (crate `embedded-cluster`);
-//! * the **bootstrap RBAC policy** (`plugin/pkg/auth/authorizer/rbac/bootstrappolicy`, written by
-//!   the `rbac/bootstrap-roles` post-start hook): the user-facing ClusterRoles `cluster-admin`,
-//!   `admin`, `edit` and `view` (the last three aggregated from `system:aggregate-to-*`, whose
-//!   rules are filled in as the aggregation controller fills them), the discovery roles
-//!   `system:discovery`, `system:basic-user`, `system:public-info-viewer` and
-//!   `system:monitoring`, and their ClusterRoleBindings (`cluster-admin` to `system:masters`,
-//!   the discovery ones to `system:authenticated` and, for public info, `system:unauthenticated`).
-//!   Every one carries the label `kubernetes.io/bootstrapping: rbac-defaults` and the annotation
-//!   `rbac.authorization.kubernetes.io/autoupdate: "true"`. Like the hook, a start creates the
-//!   missing ones and leaves existing ones alone (their rules are not re-reconciled). The
-//!   `system:controller:*` roles of kube-controller-manager's own controllers and the node and
-//!   kube-proxy roles are not created: no such component talks to this server. The rules are
-//!   those of the real policy restricted to nothing: they name resources this server does not
-//!   serve (cronjobs, ingresses, ...) exactly as the real ones do;
-//! * a **`default` ServiceAccount** in every namespace ([`spawn_service_accounts`]; the
-//!   `serviceaccount-controller` of kube-controller-manager), created when the namespace
-//!   appears and again if it is deleted, never in a namespace being deleted, and the
-//!   **`kube-root-ca.crt` ConfigMap** (the `root-ca-cert-publisher`) holding the server's CA
-//!   (`ca.crt`) when it serves HTTPS, kept at that content. The ServiceAccount controller is on
-//!   by default; the publisher is on in the standalone server and opt-in for the library
-//!   (`ClusterBuilder::root_ca_publisher` (crate `embedded-cluster`)), so that a test's ConfigMaps are its own.
+//! Two small controllers of kube-controller-manager give every namespace what a pod in it
+//! expects to find:
+//!
+//! * the **ServiceAccount controller** (`serviceaccount-controller`,
+//!   `pkg/controller/serviceaccount/serviceaccounts_controller.go`) creates the `default`
+//!   ServiceAccount in every namespace when the namespace appears, and again when someone
+//!   deletes it, but never in a namespace that is being deleted;
+//! * the **root CA publisher** (`root-ca-cert-publisher`, `pkg/controller/certificates/rootcacertpublisher`)
+//!   keeps a ConfigMap `kube-root-ca.crt` in every namespace whose `ca.crt` is the cluster's
+//!   CA bundle (and the annotation `kubernetes.io/description`), putting the content back when
+//!   it is changed and the ConfigMap back when it is deleted.
+//!
+//! ## Here
+//!
+//! [`ServiceAccountsController`] is both, on the crate's worker loop ([`crate::worker`]), keyed
+//! by namespace: its informer follows Namespaces, the `default` ServiceAccounts and (with the
+//! publisher on) the `kube-root-ca.crt` ConfigMaps — only those names, as the real
+//! controllers' field selectors do. The ServiceAccount controller is on by default; the
+//! publisher is on in the standalone server and opt-in for the library
+//! (`ClusterBuilder::root_ca_publisher` (crate `embedded-cluster`)), so that a test's ConfigMaps
+//! are its own, and has nothing to publish when the server serves plain HTTP (no CA).
 
-use std::sync::Arc;
+use std::time::Duration;
 
-use serde_json::json;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use embedded_apiserver::ApiError;
+use embedded_apiserver::loopback::{Loopback, Resource, WatchEvent};
+use serde_json::{Value, json};
 
-use super::background::{Batch, ChangeFeed};
-use embedded_apiserver::meta;
-use embedded_apiserver::store::{State, Store};
+use crate::informer::{Informer, Kind, is_deleting, meta_str};
+use crate::worker::Controller;
 
-/// The ServiceAccount controller and the root CA publisher (see the module docs).
-pub fn spawn_service_accounts(
-    store: Arc<Store>,
-    service_accounts: bool,
-    ca_pem: Option<String>,
-    shutdown: CancellationToken,
-    tracker: &TaskTracker,
-) {
-    tracker.spawn(async move {
-        let mut feed = ChangeFeed::new(store.clone());
-        reconcile_all(&store, service_accounts, ca_pem.as_deref());
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = feed.changed() => {}
-            }
-            loop {
-                let namespaces: Vec<String> = match feed.poll() {
-                    Batch::Changes(changes) if changes.is_empty() => break,
-                    Batch::Changes(changes) => changes
-                        .iter()
-                        .filter(|c| {
-                            matches!(
-                                c.storage.as_str(),
-                                "core/namespaces" | "core/serviceaccounts" | "core/configmaps"
-                            )
-                        })
-                        .map(|c| {
-                            if c.storage == "core/namespaces" {
-                                meta::meta_str(&c.object, "name").to_owned()
-                            } else {
-                                meta::meta_str(&c.object, "namespace").to_owned()
-                            }
-                        })
-                        .collect(),
-                    Batch::Resync => {
-                        reconcile_all(&store, service_accounts, ca_pem.as_deref());
-                        continue;
-                    }
-                };
-                if !namespaces.is_empty() {
-                    store.write(|st| {
-                        for ns in dedup(namespaces) {
-                            reconcile(st, &ns, service_accounts, ca_pem.as_deref());
-                        }
-                    });
-                }
-                tokio::task::yield_now().await;
-            }
-        }
-    });
-}
-
-fn dedup(mut v: Vec<String>) -> Vec<String> {
-    v.sort();
-    v.dedup();
-    v
-}
-
-fn reconcile_all(store: &Store, service_accounts: bool, ca_pem: Option<&str>) {
-    store.write(|st| {
-        let namespaces: Vec<String> = st
-            .list("core/namespaces", None)
-            .iter()
-            .map(|n| meta::meta_str(n, "name").to_owned())
-            .collect();
-        for ns in namespaces {
-            reconcile(st, &ns, service_accounts, ca_pem);
-        }
-    });
-}
-
-/// Creates the namespace's `default` ServiceAccount and `kube-root-ca.crt` ConfigMap when they
-/// are missing (and puts the CA back into the ConfigMap when it differs), unless the
-/// namespace is gone or terminating.
-fn reconcile(st: &mut State, ns: &str, service_accounts: bool, ca_pem: Option<&str>) {
-    let Some(namespace) = st.get("core/namespaces", "", ns) else {
-        return;
-    };
-    if !meta::meta_str(namespace, "deletionTimestamp").is_empty() {
-        return;
-    }
-    if service_accounts && st.get("core/serviceaccounts", ns, "default").is_none() {
-        st.create(
-            "core/serviceaccounts",
-            json!({"apiVersion": "v1", "kind": "ServiceAccount",
-                   "metadata": {"name": "default", "namespace": ns, "uid": meta::new_uid(),
-                                "creationTimestamp": meta::now_time()}}),
-        );
-    }
-    let Some(ca) = ca_pem else {
-        return;
-    };
-    let data = json!({"ca.crt": ca});
-    match st.get("core/configmaps", ns, "kube-root-ca.crt") {
-        Some(cm) if cm["data"] == data => {}
-        Some(cm) => {
-            let mut cm = cm.clone();
-            cm["data"] = data;
-            st.update("core/configmaps", cm);
-        }
-        None => {
-            st.create(
-                "core/configmaps",
-                json!({"apiVersion": "v1", "kind": "ConfigMap",
-                       "metadata": {"name": "kube-root-ca.crt", "namespace": ns,
-                                    "uid": meta::new_uid(), "creationTimestamp": meta::now_time(),
-                                    "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
-                       "data": data}),
-            );
-        }
-    }
-}
+/// The ConfigMap the root CA publisher keeps in every namespace.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
 
 /// The annotation the root CA publisher puts on `kube-root-ca.crt`.
 const ROOT_CA_DESCRIPTION: &str = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters.";
+
+fn namespaces() -> Resource {
+    Resource::core("namespaces")
+}
+
+fn service_accounts() -> Resource {
+    Resource::core("serviceaccounts")
+}
+
+fn configmaps() -> Resource {
+    Resource::core("configmaps")
+}
+
+/// The ServiceAccount controller and the root CA publisher (see the module docs).
+#[derive(Debug)]
+pub struct ServiceAccountsController {
+    lb: Loopback,
+    service_accounts: bool,
+    ca_pem: Option<String>,
+}
+
+impl ServiceAccountsController {
+    /// Creates `default` ServiceAccounts when `service_accounts`, publishes `ca_pem` when
+    /// `Some`, writing through `lb`.
+    pub fn new(lb: Loopback, service_accounts: bool, ca_pem: Option<String>) -> Self {
+        ServiceAccountsController {
+            lb,
+            service_accounts,
+            ca_pem,
+        }
+    }
+}
+
+fn default_sa(o: &Value) -> bool {
+    meta_str(o, "name") == "default"
+}
+
+fn root_ca(o: &Value) -> bool {
+    meta_str(o, "name") == ROOT_CA_CONFIGMAP
+}
+
+impl Controller for ServiceAccountsController {
+    /// A namespace's name.
+    type Key = String;
+
+    fn name(&self) -> &'static str {
+        "serviceaccount-controller"
+    }
+
+    fn kinds(&self) -> Vec<Kind> {
+        let mut kinds = vec![Kind::all(namespaces())];
+        if self.service_accounts {
+            kinds.push(Kind::only(service_accounts(), default_sa));
+        }
+        if self.ca_pem.is_some() {
+            kinds.push(Kind::only(configmaps(), root_ca));
+        }
+        kinds
+    }
+
+    fn keys_for(&self, ev: &WatchEvent, _: &Informer) -> Vec<String> {
+        let field = if ev.resource == namespaces() {
+            "name"
+        } else {
+            "namespace"
+        };
+        vec![meta_str(&ev.object, field).to_owned()]
+    }
+
+    fn all_keys(&self, cache: &Informer) -> Vec<String> {
+        cache
+            .list(&namespaces())
+            .map(|n| meta_str(n, "name").to_owned())
+            .collect()
+    }
+
+    async fn sync(&mut self, ns: &String, cache: &Informer) -> Result<Option<Duration>, ApiError> {
+        let Some(namespace) = cache.get(&namespaces(), "", ns) else {
+            return Ok(None);
+        };
+        if is_deleting(namespace) {
+            return Ok(None);
+        }
+        if self.service_accounts && cache.get(&service_accounts(), ns, "default").is_none() {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": "default", "namespace": ns}});
+            created(self.lb.create(&service_accounts(), ns, sa).await)?;
+        }
+        let Some(ca) = self.ca_pem.as_deref() else {
+            return Ok(None);
+        };
+        let data = json!({"ca.crt": ca});
+        match cache.get(&configmaps(), ns, ROOT_CA_CONFIGMAP) {
+            Some(cm) if cm["data"] == data => {}
+            Some(cm) => {
+                let mut cm = cm.to_value();
+                cm["data"] = data;
+                self.lb.update(&configmaps(), ns, cm).await?;
+            }
+            None => {
+                let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": ROOT_CA_CONFIGMAP, "namespace": ns,
+                                 "annotations": {"kubernetes.io/description": ROOT_CA_DESCRIPTION}},
+                    "data": data});
+                created(self.lb.create(&configmaps(), ns, cm).await)?;
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A create's outcome, where finding the object there already is success (another writer
+/// was first; the informer brings it before the next sync), and so is a namespace that
+/// started terminating meanwhile (403 from the namespace lifecycle admission: nothing is to be
+/// created there any more).
+fn created(result: Result<Value, ApiError>) -> Result<(), ApiError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_already_exists() => Ok(()),
+        Err(e) if e.code == 403 && e.message.contains("terminat") => Ok(()),
+        Err(e) => Err(e),
+    }
+}

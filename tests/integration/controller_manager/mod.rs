@@ -1,4 +1,6 @@
 //! Tests of the simulated controller manager (crate `embedded-controller-manager`).
 
 mod gc;
+mod rbac;
+mod statefulsets;
 mod workloads;
