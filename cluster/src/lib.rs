@@ -228,6 +228,17 @@ impl ClusterBuilder {
         self
     }
 
+    /// Run Deployments and ReplicaSets as Kubernetes does (default: on whenever
+    /// [`Self::simulate`] runs the workload controllers): a ReplicaSet per template revision,
+    /// rolling updates, pods the node runs ([`embedded_controller_manager::deployments`]).
+    /// Off is a fast mode that **departs from Kubernetes**: a Deployment or ReplicaSet gets
+    /// only its status, every count equal to `spec.replicas` after the workload delay, and no
+    /// ReplicaSet or pod is created (for tests of controllers that own many Deployments).
+    pub fn deployment_pods(mut self, yes: bool) -> Self {
+        self.controllers = self.controllers.deployment_pods(yes);
+        self
+    }
+
     /// Run the garbage collector (default: on): deleting an owner deletes or orphans its
     /// dependents by `ownerReferences`, following the DELETE's `propagationPolicy`.
     pub fn garbage_collector(mut self, yes: bool) -> Self {

@@ -7,10 +7,12 @@
 
 pub mod background;
 pub mod cronjobs;
+
 pub mod gc;
 pub mod jobs;
 pub mod owned;
 pub mod podsets;
+pub mod replicasets;
 pub mod serviceaccounts;
 pub mod workloads;
 
@@ -39,6 +41,7 @@ pub struct ControllerManagerBuilder {
     root_ca_publisher: bool,
     workloads: bool,
     workload_delay: Duration,
+    deployment_pods: bool,
 }
 
 impl Default for ControllerManagerBuilder {
@@ -49,6 +52,7 @@ impl Default for ControllerManagerBuilder {
             root_ca_publisher: false,
             workloads: false,
             workload_delay: Duration::from_millis(500),
+            deployment_pods: true,
         }
     }
 }
@@ -84,6 +88,17 @@ impl ControllerManagerBuilder {
         self
     }
 
+    /// Run Deployments and ReplicaSets as Kubernetes does, with the [`deployments`] and
+    /// [`replicasets`] controllers: ReplicaSets per template revision, pods run by the node
+    /// (default on, when the workload controllers run). Off, a **departure from Kubernetes**
+    /// for tests that want Deployments to roll out without the cost of pods: their status
+    /// alone follows `spec.replicas` after the workload delay ([`workloads`]), and no
+    /// ReplicaSet or pod is created.
+    pub fn deployment_pods(mut self, yes: bool) -> Self {
+        self.deployment_pods = yes;
+        self
+    }
+
     /// Starts the controllers that are on against `server`; they stop when it shuts down.
     pub fn start(self, server: &ApiServerHandle) {
         let store = server.store();
@@ -109,11 +124,21 @@ impl ControllerManagerBuilder {
             jobs::spawn(store.clone(), shutdown.clone(), tracker);
             podsets::spawn(store.clone(), shutdown.clone(), tracker);
             cronjobs::spawn(store.clone(), clock, shutdown.clone(), tracker);
+            if self.deployment_pods {
+                let lb = server.loopback(replicasets::USER, &[], replicasets::FIELD_MANAGER);
+                let config = replicasets::Config {
+                    delay: self.workload_delay,
+                    clock,
+                };
+                replicasets::spawn(lb.clone(), config, tracker);
+                drop(lb);
+            }
             workloads::spawn(
                 store,
                 workloads::WorkloadConfig {
                     delay: self.workload_delay,
                     clock,
+                    deployments_status_only: !self.deployment_pods,
                 },
                 shutdown,
                 tracker,

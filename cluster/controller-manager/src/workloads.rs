@@ -39,13 +39,17 @@
 //!   `availableReplicas` those Running with `Ready=True`, `currentReplicas`/`updatedReplicas`,
 //!   `currentRevision`/`updateRevision`, `observedGeneration`). The simulated node runs the pods
 //!   and keeps them Running and Ready (their `restartPolicy` is `Always`).
-//! * **Deployments** get only their status: after the delay every count equals `spec.replicas`
-//!   (default 1), `observedGeneration` catches up, and `Available`/`Progressing` are `True`.
-//!   No ReplicaSets or pods are created, so a test of a controller that owns Deployments sees
-//!   them "roll out" without the cost of pods. **ReplicaSets** created directly get their
-//!   status the same way (`replicas`, `fullyLabeledReplicas`, `readyReplicas`,
-//!   `availableReplicas`, `observedGeneration`), without pods either. Rolling updates, `maxSurge`/`maxUnavailable`,
-//!   `minReadySeconds`, paused deployments and rollbacks are left out.
+//! * **Deployments** and **ReplicaSets** are run by the [`super::deployments`] and
+//!   [`super::replicasets`] controllers, as Kubernetes runs them. Only in the fast mode
+//!   (`ControllerManagerBuilder::deployment_pods(false)`, a departure from Kubernetes) does this
+//!   task handle them, through their status only: after the delay every count equals
+//!   `spec.replicas` (default 1), `observedGeneration` catches up, and
+//!   `Available`/`Progressing` are `True`. No ReplicaSets or pods are created, so a test of a
+//!   controller that owns Deployments sees them "roll out" without the cost of pods.
+//!   ReplicaSets created directly get their status the same way (`replicas`,
+//!   `fullyLabeledReplicas`, `readyReplicas`, `availableReplicas`, `observedGeneration`),
+//!   without pods either. Rolling updates, `maxSurge`/`maxUnavailable`, `minReadySeconds`,
+//!   paused deployments and rollbacks are left out of that mode.
 //!
 //! Updates of a StatefulSet's template do not roll existing pods (the real controller replaces
 //! them in reverse ordinal order); PersistentVolumeClaim templates are ignored.
@@ -80,6 +84,10 @@ pub struct WorkloadConfig {
     pub delay: Duration,
     /// Source of the timestamps written into conditions.
     pub clock: VirtualClock,
+    /// Give Deployments and ReplicaSets their status only (the fast mode,
+    /// `ControllerManagerBuilder::deployment_pods(false)`); otherwise the [`super::deployments`]
+    /// and [`super::replicasets`] controllers run them and this task leaves them alone.
+    pub deployments_status_only: bool,
 }
 
 /// Starts the simulated Deployment and StatefulSet controllers on `tracker`; they stop when
@@ -143,6 +151,9 @@ impl Controllers {
         let keys: Vec<WorkKey> = self.store.read(|st| {
             let mut keys = vec![];
             for storage in [DEPLOYMENTS, REPLICASETS, STATEFULSETS] {
+                if storage != STATEFULSETS && !self.config.deployments_status_only {
+                    continue;
+                }
                 for o in st.list(storage, None) {
                     keys.push((
                         storage,
@@ -161,6 +172,7 @@ impl Controllers {
     fn observe(&mut self, storage: &str, obj: &Value) {
         let ns = meta_str(obj, "namespace").to_owned();
         match storage {
+            DEPLOYMENTS | REPLICASETS if !self.config.deployments_status_only => {}
             DEPLOYMENTS => self.schedule((DEPLOYMENTS, ns, meta_str(obj, "name").to_owned())),
             REPLICASETS => self.schedule((REPLICASETS, ns, meta_str(obj, "name").to_owned())),
             STATEFULSETS => self.schedule((STATEFULSETS, ns, meta_str(obj, "name").to_owned())),

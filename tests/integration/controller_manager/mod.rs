@@ -1,4 +1,5 @@
 //! Tests of the simulated controller manager (crate `embedded-controller-manager`).
 
+mod deployments;
 mod gc;
 mod workloads;
