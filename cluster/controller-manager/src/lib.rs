@@ -7,6 +7,7 @@
 
 pub mod background;
 pub mod cronjobs;
+pub mod deployments;
 
 pub mod gc;
 pub mod jobs;
@@ -131,7 +132,7 @@ impl ControllerManagerBuilder {
                     clock,
                 };
                 replicasets::spawn(lb.clone(), config, tracker);
-                drop(lb);
+                deployments::spawn(lb, config, tracker);
             }
             workloads::spawn(
                 store,

@@ -138,3 +138,146 @@ async fn a_replica_set_keeps_its_pods_and_counts_them() {
     .await;
     h.shutdown().await;
 }
+
+fn deployment(name: &str, replicas: i64, image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}},
+                         "spec": {"containers": [{"name": "main", "image": image}]}}
+        }
+    })
+}
+
+/// ReplicaSets the Deployment `name` controls, oldest first.
+fn replicasets_of(h: &ClusterHandle, name: &str) -> Vec<Value> {
+    let uid = get(h, "apps/deployments", "default", name)
+        .map(|d| d["metadata"]["uid"].clone())
+        .unwrap_or_default();
+    let mut rss: Vec<Value> = h.store().read(|s| {
+        s.list("apps/replicasets", Some("default"))
+            .into_iter()
+            .filter(|rs| {
+                rs["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|refs| {
+                        refs.iter()
+                            .any(|r| r["uid"] == uid && r["controller"] == true)
+                    })
+            })
+            .cloned()
+            .collect()
+    });
+    rss.sort_by_key(|rs| {
+        rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+            .as_str()
+            .and_then(|r| r.parse::<i64>().ok())
+    });
+    rss
+}
+
+fn rolled_out(s: &embedded_apiserver::store::State, name: &str, n: i64) -> bool {
+    s.get("apps/deployments", "default", name).is_some_and(|d| {
+        let st = &d["status"];
+        st["observedGeneration"] == d["metadata"]["generation"]
+            && st["updatedReplicas"] == n
+            && st["replicas"] == n
+            && st["availableReplicas"] == n
+            && st["readyReplicas"] == n
+            && st.get("unavailableReplicas").is_none()
+    })
+}
+
+/// A Deployment makes one ReplicaSet `<deploy>-<pod-template-hash>` (the hash a label of it,
+/// its selector and its template; revision, desired and max annotations), whose pods run; the
+/// status and conditions count them; scaling goes through the ReplicaSet.
+#[tokio::test(start_paused = true)]
+async fn a_deployment_rolls_out_through_one_replica_set() {
+    let h = server(Duration::from_millis(100)).await;
+    create(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        deployment("api", 3, "nginx:1"),
+    );
+    wait_until(&h, "deployment rolled out", |s| rolled_out(s, "api", 3)).await;
+    let rss = replicasets_of(&h, "api");
+    assert_eq!(rss.len(), 1);
+    let rs = &rss[0];
+    let hash = rs["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .unwrap();
+    assert_eq!(rs["metadata"]["name"], format!("api-{hash}"));
+    assert_eq!(
+        rs["spec"]["selector"]["matchLabels"]["pod-template-hash"],
+        hash
+    );
+    assert_eq!(
+        rs["spec"]["template"]["metadata"]["labels"]["pod-template-hash"],
+        hash
+    );
+    let a = &rs["metadata"]["annotations"];
+    assert_eq!(a["deployment.kubernetes.io/revision"], "1");
+    assert_eq!(a["deployment.kubernetes.io/desired-replicas"], "3");
+    assert_eq!(a["deployment.kubernetes.io/max-replicas"], "4");
+    let rs_name = rs["metadata"]["name"].as_str().unwrap();
+    let pods = controlled(&h, "ReplicaSet", rs_name);
+    assert_eq!(pods.len(), 3);
+    for p in &pods {
+        assert_eq!(p["metadata"]["labels"]["pod-template-hash"], hash);
+        assert_eq!(p["status"]["phase"], "Running");
+    }
+    let d = get(&h, "apps/deployments", "default", "api").unwrap();
+    assert_eq!(
+        d["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "1"
+    );
+    let conds = d["status"]["conditions"].as_array().unwrap();
+    let cond = |ty: &str| conds.iter().find(|c| c["type"] == ty).unwrap().clone();
+    assert_eq!(cond("Available")["status"], "True");
+    assert_eq!(cond("Available")["reason"], "MinimumReplicasAvailable");
+    assert_eq!(cond("Progressing")["status"], "True");
+    assert_eq!(cond("Progressing")["reason"], "NewReplicaSetAvailable");
+
+    // Scaling changes the ReplicaSet, not the revision.
+    merge_patch(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        "api",
+        json!({"spec": {"replicas": 5}}),
+    );
+    wait_until(&h, "scaled to 5", |s| rolled_out(s, "api", 5)).await;
+    let rss = replicasets_of(&h, "api");
+    assert_eq!(rss.len(), 1);
+    assert_eq!(rss[0]["spec"]["replicas"], 5);
+    assert_eq!(
+        rss[0]["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"],
+        "5"
+    );
+    assert_eq!(controlled(&h, "ReplicaSet", rs_name).len(), 5);
+
+    // Scaled to zero: no pods, counts omitted.
+    merge_patch(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        "api",
+        json!({"spec": {"replicas": 0}}),
+    );
+    wait_until(&h, "scaled to 0", |s| {
+        s.get("apps/deployments", "default", "api")
+            .is_some_and(|d| {
+                d["status"]["observedGeneration"] == 3 && d["status"].get("replicas").is_none()
+            })
+            && s.list("core/pods", Some("default")).is_empty()
+    })
+    .await;
+    h.shutdown().await;
+}
