@@ -281,3 +281,370 @@ async fn a_deployment_rolls_out_through_one_replica_set() {
     .await;
     h.shutdown().await;
 }
+
+/// The store's revision now (where a replay of the history starts).
+fn revision_now(h: &ClusterHandle) -> u64 {
+    h.store().resource_version()
+}
+
+/// Replays the ReplicaSet changes of Deployment `name` since `from` and checks, after every
+/// one, that the ReplicaSets want at most `replicas + surge` pods and report at least
+/// `replicas - unavailable` available; answers the most pods wanted at once.
+fn check_rollout_bounds(
+    h: &ClusterHandle,
+    name: &str,
+    from: u64,
+    replicas: i64,
+    surge: i64,
+    unavailable: i64,
+) -> i64 {
+    let prefix = format!("{name}-");
+    let changes = h.store().read(|s| s.changes_since(from).unwrap());
+    let mut state: std::collections::BTreeMap<String, Value> = Default::default();
+    for rs in replicasets_of(h, name) {
+        // Start from the state before `from`: the oldest version the replay shows is rebuilt
+        // from the first change's `prev` below; ReplicaSets untouched since then are current.
+        state.insert(rs["metadata"]["name"].as_str().unwrap().to_owned(), rs);
+    }
+    for c in changes.iter().filter(|c| c.storage == "apps/replicasets") {
+        if let Some(prev) = &c.prev {
+            let n = prev["metadata"]["name"].as_str().unwrap().to_owned();
+            state.entry(n).or_insert_with(|| prev.value().clone());
+        }
+    }
+    // Rewind: for every ReplicaSet changed since `from`, its state before the first change.
+    let mut first_seen = std::collections::BTreeSet::new();
+    for c in changes.iter().filter(|c| c.storage == "apps/replicasets") {
+        let n = c.object["metadata"]["name"].as_str().unwrap().to_owned();
+        if first_seen.insert(n.clone()) {
+            match &c.prev {
+                Some(prev) => state.insert(n, prev.value().clone()),
+                None => state.remove(&n),
+            };
+        }
+    }
+    let mut most = 0;
+    for c in changes.iter().filter(|c| c.storage == "apps/replicasets") {
+        let n = c.object["metadata"]["name"].as_str().unwrap().to_owned();
+        if !n.starts_with(&prefix) {
+            continue;
+        }
+        match c.kind {
+            embedded_apiserver::store::ChangeType::Deleted => state.remove(&n),
+            _ => state.insert(n, c.object.value().clone()),
+        };
+        let wanted: i64 = state
+            .values()
+            .map(|rs| rs["spec"]["replicas"].as_i64().unwrap_or(0))
+            .sum();
+        let available: i64 = state
+            .values()
+            .map(|rs| rs["status"]["availableReplicas"].as_i64().unwrap_or(0))
+            .sum();
+        assert!(
+            wanted <= replicas + surge,
+            "{wanted} pods wanted at revision {}: more than {replicas} + {surge}",
+            c.rv
+        );
+        assert!(
+            available >= replicas - unavailable,
+            "{available} available at revision {}: fewer than {replicas} - {unavailable}",
+            c.rv
+        );
+        most = most.max(wanted);
+    }
+    most
+}
+
+/// A new template rolls out through a new ReplicaSet: at every step the ReplicaSets want at
+/// most `replicas + maxSurge` pods and keep `replicas - maxUnavailable` available (percentages
+/// rounded as kube rounds them: surge up, unavailability down); the old ReplicaSet ends at
+/// zero and stays as history.
+#[tokio::test(start_paused = true)]
+async fn a_rolling_update_respects_max_surge_and_max_unavailable() {
+    let h = server(Duration::from_millis(100)).await;
+    // Default strategy, 5 replicas: maxSurge 25% → 2, maxUnavailable 25% → 1.
+    create(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        deployment("web", 5, "nginx:1"),
+    );
+    wait_until(&h, "first rollout", |s| rolled_out(s, "web", 5)).await;
+    let from = revision_now(&h);
+    merge_patch(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        "web",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "nginx:2"}]}}}}),
+    );
+    wait_until(&h, "second rollout", |s| rolled_out(s, "web", 5)).await;
+    let most = check_rollout_bounds(&h, "web", from, 5, 2, 1);
+    assert_eq!(most, 7, "the surge is used");
+    let rss = replicasets_of(&h, "web");
+    assert_eq!(rss.len(), 2);
+    assert_eq!(rss[0]["spec"]["replicas"], 0);
+    assert_eq!(rss[1]["spec"]["replicas"], 5);
+    assert_eq!(
+        rss[1]["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "2"
+    );
+    assert_eq!(
+        rss[1]["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:2"
+    );
+    let new_rs = rss[1]["metadata"]["name"].as_str().unwrap();
+    assert_eq!(controlled(&h, "ReplicaSet", new_rs).len(), 5);
+    assert_eq!(
+        h.store()
+            .read(|s| s.list("core/pods", Some("default")).len()),
+        5
+    );
+
+    // Integers: no surge, one unavailable at a time.
+    let from = revision_now(&h);
+    merge_patch(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        "web",
+        json!({"spec": {
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": {"spec": {"containers": [{"name": "main", "image": "nginx:3"}]}}}}),
+    );
+    wait_until(&h, "third rollout", |s| rolled_out(s, "web", 5)).await;
+    assert_eq!(check_rollout_bounds(&h, "web", from, 5, 0, 1), 5);
+    assert_eq!(replicasets_of(&h, "web").len(), 3);
+    h.shutdown().await;
+}
+
+/// Pod changes of kind `kind` (ADDED, DELETED) since `from`, as `(revision, pod-template-hash)`.
+fn pod_changes(
+    h: &ClusterHandle,
+    from: u64,
+    kind: embedded_apiserver::store::ChangeType,
+) -> Vec<(u64, String)> {
+    h.store().read(|s| {
+        s.changes_since(from)
+            .unwrap()
+            .iter()
+            .filter(|c| c.storage == "core/pods" && c.kind == kind)
+            .map(|c| {
+                (
+                    c.rv,
+                    c.object["metadata"]["labels"]["pod-template-hash"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    })
+}
+
+/// `Recreate` deletes every old pod before the first new one is created.
+#[tokio::test(start_paused = true)]
+async fn recreate_deletes_the_old_pods_before_creating_new_ones() {
+    let h = server(Duration::from_millis(100)).await;
+    let mut d = deployment("db", 3, "postgres:15");
+    d["spec"]["strategy"] = json!({"type": "Recreate"});
+    create(&h, "apps", "deployments", "default", d);
+    wait_until(&h, "first rollout", |s| rolled_out(s, "db", 3)).await;
+    let old_hash = replicasets_of(&h, "db")[0]["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let from = revision_now(&h);
+    merge_patch(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        "db",
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "postgres:16"}]}}}}),
+    );
+    wait_until(&h, "second rollout", |s| rolled_out(s, "db", 3)).await;
+    use embedded_apiserver::store::ChangeType;
+    let deleted = pod_changes(&h, from, ChangeType::Deleted);
+    let added = pod_changes(&h, from, ChangeType::Added);
+    assert_eq!(deleted.len(), 3);
+    assert!(deleted.iter().all(|(_, hash)| *hash == old_hash));
+    assert_eq!(added.len(), 3);
+    assert!(added.iter().all(|(_, hash)| *hash != old_hash));
+    let last_deleted = deleted.iter().map(|(rv, _)| *rv).max().unwrap();
+    let first_added = added.iter().map(|(rv, _)| *rv).min().unwrap();
+    assert!(
+        last_deleted < first_added,
+        "old pods gone ({last_deleted}) before new ones ({first_added})"
+    );
+    h.shutdown().await;
+}
+
+/// A paused Deployment does not roll a new template out (it is marked `DeploymentPaused`),
+/// and rolls it once resumed.
+#[tokio::test(start_paused = true)]
+async fn a_paused_deployment_does_not_roll() {
+    let h = server(Duration::from_millis(100)).await;
+    create(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        deployment("web", 2, "nginx:1"),
+    );
+    wait_until(&h, "first rollout", |s| rolled_out(s, "web", 2)).await;
+    let pods_before: Vec<Value> = controlled(
+        &h,
+        "ReplicaSet",
+        replicasets_of(&h, "web")[0]["metadata"]["name"]
+            .as_str()
+            .unwrap(),
+    );
+    merge_patch(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        "web",
+        json!({"spec": {"paused": true,
+                        "template": {"spec": {"containers": [{"name": "main", "image": "nginx:2"}]}}}}),
+    );
+    wait_until(&h, "the paused spec observed", |s| {
+        s.get("apps/deployments", "default", "web")
+            .is_some_and(|d| {
+                d["status"]["observedGeneration"] == d["metadata"]["generation"]
+                    && d["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c["type"] == "Progressing"
+                                && c["reason"] == "DeploymentPaused"
+                                && c["status"] == "Unknown"
+                        })
+                    })
+            })
+    })
+    .await;
+    // Let the controllers run a while longer: still one ReplicaSet and the same pods.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(replicasets_of(&h, "web").len(), 1);
+    let d = get(&h, "apps/deployments", "default", "web").unwrap();
+    assert!(
+        d["status"].get("updatedReplicas").is_none(),
+        "{}",
+        d["status"]
+    );
+    let names = |pods: &[Value]| {
+        let mut n: Vec<String> = pods
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    let rs0 = replicasets_of(&h, "web")[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        names(&controlled(&h, "ReplicaSet", &rs0)),
+        names(&pods_before)
+    );
+
+    merge_patch(
+        &h,
+        "apps",
+        "deployments",
+        "default",
+        "web",
+        json!({"spec": {"paused": false}}),
+    );
+    wait_until(&h, "rolled out once resumed", |s| rolled_out(s, "web", 2)).await;
+    let rss = replicasets_of(&h, "web");
+    assert_eq!(rss.len(), 2);
+    assert_eq!(
+        rss[1]["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:2"
+    );
+    h.shutdown().await;
+}
+
+/// Old ReplicaSets without replicas beyond `revisionHistoryLimit` are deleted, lowest
+/// revision first.
+#[tokio::test(start_paused = true)]
+async fn revision_history_limit_prunes_old_replica_sets() {
+    let h = server(Duration::from_millis(100)).await;
+    let mut d = deployment("web", 1, "nginx:1");
+    d["spec"]["revisionHistoryLimit"] = json!(1);
+    create(&h, "apps", "deployments", "default", d);
+    wait_until(&h, "first rollout", |s| rolled_out(s, "web", 1)).await;
+    for v in 2..=4 {
+        merge_patch(
+            &h,
+            "apps",
+            "deployments",
+            "default",
+            "web",
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": format!("nginx:{v}")}]}}}}),
+        );
+        wait_until(&h, &format!("rollout {v}"), |s| rolled_out(s, "web", 1)).await;
+    }
+    wait_until(&h, "two ReplicaSets left", |s| {
+        s.list("apps/replicasets", Some("default")).len() == 2
+    })
+    .await;
+    let revisions: Vec<String> = replicasets_of(&h, "web")
+        .iter()
+        .map(|rs| {
+            rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(revisions, ["3", "4"]);
+    h.shutdown().await;
+}
+
+/// A rollout whose pods never become available (ready, but not for `minReadySeconds`)
+/// exceeds its progress deadline: `Progressing=False`, `ProgressDeadlineExceeded`, and
+/// `Available=False` below the minimum.
+#[tokio::test(start_paused = true)]
+async fn a_stuck_rollout_exceeds_its_progress_deadline() {
+    let h = server(Duration::from_millis(100)).await;
+    let mut d = deployment("crash", 2, "nginx");
+    d["spec"]["progressDeadlineSeconds"] = json!(5);
+    d["spec"]["minReadySeconds"] = json!(3600);
+    create(&h, "apps", "deployments", "default", d);
+    wait_until(&h, "deadline exceeded", |s| {
+        s.get("apps/deployments", "default", "crash")
+            .is_some_and(|d| {
+                d["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c["type"] == "Progressing"
+                            && c["status"] == "False"
+                            && c["reason"] == "ProgressDeadlineExceeded"
+                    })
+                })
+            })
+    })
+    .await;
+    let d = get(&h, "apps/deployments", "default", "crash").unwrap();
+    let st = &d["status"];
+    assert_eq!(st["replicas"], 2);
+    assert_eq!(st["updatedReplicas"], 2);
+    assert_eq!(st["readyReplicas"], 2);
+    assert!(st.get("availableReplicas").is_none(), "{st}");
+    assert_eq!(st["unavailableReplicas"], 2);
+    let available = st["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Available")
+        .unwrap();
+    assert_eq!(available["status"], "False");
+    assert_eq!(available["reason"], "MinimumReplicasUnavailable");
+    h.shutdown().await;
+}
