@@ -648,3 +648,198 @@ async fn a_stuck_rollout_exceeds_its_progress_deadline() {
     assert_eq!(available["reason"], "MinimumReplicasUnavailable");
     h.shutdown().await;
 }
+
+/// kubectl's JSON answer.
+async fn kubectl_json(k: &Kubectl, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&k.ok(&all).await).unwrap()
+}
+
+/// ReplicaSets of `app=web` as kubectl lists them: `(name, revision, spec.replicas, image)`,
+/// by revision.
+async fn kubectl_replicasets(k: &Kubectl) -> Vec<(String, i64, i64, String)> {
+    let list = kubectl_json(k, &["get", "replicasets", "-l", "app=web"]).await;
+    let mut out: Vec<(String, i64, i64, String)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|rs| {
+            (
+                rs["metadata"]["name"].as_str().unwrap().to_owned(),
+                rs["metadata"]["annotations"]["deployment.kubernetes.io/revision"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+                rs["spec"]["replicas"].as_i64().unwrap(),
+                rs["spec"]["template"]["spec"]["containers"][0]["image"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+            )
+        })
+        .collect();
+    out.sort_by_key(|r| r.1);
+    out
+}
+
+async fn rollout_status(k: &Kubectl) {
+    let out = k
+        .ok(&["rollout", "status", "deployment/web", "--timeout=60s"])
+        .await;
+    assert!(out.contains("successfully rolled out"), "{out}");
+}
+
+/// The whole kubectl workflow against real ReplicaSets and pods: `create deployment`, `rollout
+/// status`, `scale`, `set image` (within the surge and unavailability bounds), `rollout
+/// history`, `rollout undo`, `rollout restart`, and `delete` (the garbage collector takes the
+/// ReplicaSets and pods).
+#[tokio::test]
+async fn kubectl_rolls_deployments_out_back_and_again() {
+    let h = Cluster::builder()
+        .simulate(true)
+        .workload_delay(Duration::from_millis(20))
+        .start()
+        .await
+        .unwrap();
+    let Some(k) = Kubectl::new(&h) else {
+        h.shutdown().await;
+        return;
+    };
+    k.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=3",
+    ])
+    .await;
+    rollout_status(&k).await;
+    let rss = kubectl_replicasets(&k).await;
+    assert_eq!(rss.len(), 1, "{rss:?}");
+    let (first_rs, _, _, _) = rss[0].clone();
+    let rs = kubectl_json(&k, &["get", "replicaset", &first_rs]).await;
+    let hash = rs["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .unwrap();
+    assert_eq!(first_rs, format!("web-{hash}"));
+    let pods = kubectl_json(&k, &["get", "pods", "-l", "app=web"]).await;
+    let pods = pods["items"].as_array().unwrap();
+    assert_eq!(pods.len(), 3);
+    for p in pods {
+        let name = p["metadata"]["name"].as_str().unwrap();
+        let suffix = name.strip_prefix(&format!("{first_rs}-")).unwrap();
+        assert_eq!(suffix.len(), 5, "{name}");
+        assert_eq!(
+            p["metadata"]["ownerReferences"][0]["name"],
+            first_rs.as_str()
+        );
+        assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
+    }
+
+    // Scale to 5 (25% each: surge 2, unavailable 1), then a new image.
+    k.ok(&["scale", "deployment", "web", "--replicas=5"]).await;
+    rollout_status(&k).await;
+    let from = revision_now(&h);
+    k.ok(&["set", "image", "deployment/web", "nginx=nginx:1.27"])
+        .await;
+    rollout_status(&k).await;
+    check_rollout_bounds(&h, "web", from, 5, 2, 1);
+    k.ok(&[
+        "annotate",
+        "deployment/web",
+        "kubernetes.io/change-cause=nginx 1.27",
+    ])
+    .await;
+    let rss = kubectl_replicasets(&k).await;
+    assert_eq!(rss.len(), 2, "{rss:?}");
+    assert_eq!((rss[0].1, rss[0].2), (1, 0));
+    assert_eq!(
+        (rss[1].1, rss[1].2, rss[1].3.as_str()),
+        (2, 5, "nginx:1.27")
+    );
+
+    // History: both revisions; the change cause reaches the new ReplicaSet.
+    let mut history = String::new();
+    for _ in 0..500 {
+        history = k.ok(&["rollout", "history", "deployment/web"]).await;
+        if history.contains("nginx 1.27") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let revisions: Vec<&str> = history
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.parse::<i64>().is_ok())
+        .collect();
+    assert_eq!(revisions, ["1", "2"], "{history}");
+    assert!(history.contains("nginx 1.27"), "{history}");
+    let rev1 = k
+        .ok(&["rollout", "history", "deployment/web", "--revision=1"])
+        .await;
+    assert!(
+        rev1.contains("Image:\tnginx\n")
+            || rev1.contains("Image:      nginx\n")
+            || rev1.lines().any(|l| l.trim() == "Image:\tnginx"
+                || l.split_whitespace().collect::<Vec<_>>() == ["Image:", "nginx"]),
+        "{rev1}"
+    );
+
+    // Undo: back to the first template, through the first ReplicaSet (now revision 3).
+    k.ok(&["rollout", "undo", "deployment/web"]).await;
+    rollout_status(&k).await;
+    let rss = kubectl_replicasets(&k).await;
+    assert_eq!(rss.len(), 2, "{rss:?}");
+    assert_eq!(rss[1].0, first_rs, "{rss:?}");
+    assert_eq!((rss[1].1, rss[1].2, rss[1].3.as_str()), (3, 5, "nginx"));
+    assert_eq!(rss[0].2, 0);
+    let d = kubectl_json(&k, &["get", "deployment", "web"]).await;
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx"
+    );
+    assert_eq!(
+        d["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "3"
+    );
+    let rs = kubectl_json(&k, &["get", "replicaset", &first_rs]).await;
+    assert_eq!(
+        rs["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"],
+        "1"
+    );
+
+    // Restart: a template annotation, so a new ReplicaSet.
+    k.ok(&["rollout", "restart", "deployment/web"]).await;
+    rollout_status(&k).await;
+    let rss = kubectl_replicasets(&k).await;
+    assert_eq!(rss.len(), 3, "{rss:?}");
+    assert_eq!((rss[2].1, rss[2].2), (4, 5));
+    let rs = kubectl_json(&k, &["get", "replicaset", &rss[2].0]).await;
+    assert!(
+        rs["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+            .is_string()
+    );
+    let pods = kubectl_json(&k, &["get", "pods", "-l", "app=web"]).await;
+    let live: Vec<&Value> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    assert_eq!(live.len(), 5);
+    assert!(
+        live.iter()
+            .all(|p| p["metadata"]["ownerReferences"][0]["name"] == rss[2].0.as_str())
+    );
+
+    // Deleting the Deployment takes its ReplicaSets and pods with it.
+    k.ok(&["delete", "deployment", "web"]).await;
+    wait_until(&h, "replicasets and pods collected", |s| {
+        s.list("apps/replicasets", Some("default")).is_empty()
+            && s.list("core/pods", Some("default")).is_empty()
+    })
+    .await;
+    h.shutdown().await;
+}
