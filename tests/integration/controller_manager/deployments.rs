@@ -780,10 +780,8 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
         .ok(&["rollout", "history", "deployment/web", "--revision=1"])
         .await;
     assert!(
-        rev1.contains("Image:\tnginx\n")
-            || rev1.contains("Image:      nginx\n")
-            || rev1.lines().any(|l| l.trim() == "Image:\tnginx"
-                || l.split_whitespace().collect::<Vec<_>>() == ["Image:", "nginx"]),
+        rev1.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Image:", "nginx"]),
         "{rev1}"
     );
 
