@@ -221,7 +221,7 @@ impl ClusterBuilder {
         self
     }
 
-    /// How long the simulated Deployment and StatefulSet controllers take to react to a change
+    /// How long the Deployment, ReplicaSet and StatefulSet controllers take to react to a change
     /// (default 500 ms; zero allowed).
     pub fn workload_delay(mut self, d: Duration) -> Self {
         self.controllers = self.controllers.workload_delay(d);

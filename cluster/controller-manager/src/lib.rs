@@ -83,7 +83,8 @@ impl ControllerManagerBuilder {
         self
     }
 
-    /// How long the Deployment and StatefulSet controllers take to react (default 500 ms).
+    /// How long the Deployment, ReplicaSet and StatefulSet controllers take to react (default
+    /// 500 ms).
     pub fn workload_delay(mut self, d: Duration) -> Self {
         self.workload_delay = d;
         self

@@ -1,6 +1,7 @@
-//! The simulated Deployment and StatefulSet controllers: StatefulSets create and delete their
-//! pods `<name>-<ordinal>` in order (or in parallel), status follows `spec.replicas`, and
-//! kubectl's `rollout status` and `scale` work against them.
+//! The simulated workload controllers: StatefulSets create and delete their pods
+//! `<name>-<ordinal>` in order (or in parallel), Deployments in the status-only fast mode
+//! follow `spec.replicas`, and kubectl's `rollout status` and `scale` work against them
+//! (Deployments with real ReplicaSets: `deployments.rs`).
 
 use crate::support::cluster;
 
