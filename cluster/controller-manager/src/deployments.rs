@@ -59,8 +59,7 @@
 //!
 //! All of the above, reaching the server only through the loopback interface
 //! ([`embedded_apiserver::loopback`]) as `system:kube-controller-manager`, with informers of
-//! Deployments, ReplicaSets and pods and a keyed queue ([`super::replicasets::Informer`],
-//! [`super::replicasets::Queue`]); before every round of syncs it reads the watches up to the
+//! Deployments, ReplicaSets and pods and a keyed queue (shared with [`super::replicasets`]); before every round of syncs it reads the watches up to the
 //! server's revision, so it sees its own writes.
 //!
 //! Departures: every change is acted on after the cluster's workload delay (see
@@ -134,7 +133,7 @@ fn replicasets() -> Resource {
 // the API's defaults and the arithmetic of rolling updates (pkg/controller/deployment/util)
 
 /// `spec.replicas` (default 1).
-pub fn replicas(d: &Value) -> i64 {
+pub(crate) fn replicas(d: &Value) -> i64 {
     int(&d["spec"]["replicas"], 1).max(0)
 }
 
@@ -147,7 +146,7 @@ fn status_count(rs: &Value, field: &str) -> i64 {
 }
 
 /// Whether the strategy is `RollingUpdate` (the default).
-pub fn is_rolling_update(d: &Value) -> bool {
+pub(crate) fn is_rolling_update(d: &Value) -> bool {
     d["spec"]["strategy"]["type"]
         .as_str()
         .is_none_or(|t| t == "RollingUpdate")
@@ -155,7 +154,7 @@ pub fn is_rolling_update(d: &Value) -> bool {
 
 /// An `IntOrString` scaled against `total` (`GetScaledValueFromIntOrPercent`): a percentage
 /// rounds up or down as asked; `default` when absent or unreadable.
-pub fn scaled_value(v: &Value, default: &str, total: i64, round_up: bool) -> i64 {
+pub(crate) fn scaled_value(v: &Value, default: &str, total: i64, round_up: bool) -> i64 {
     let v = if v.is_null() {
         json!(default)
     } else {
@@ -176,7 +175,7 @@ pub fn scaled_value(v: &Value, default: &str, total: i64, round_up: bool) -> i64
 
 /// `(maxSurge, maxUnavailable)` as counts (`ResolveFenceposts`): both zero means one may be
 /// unavailable.
-pub fn fenceposts(d: &Value) -> (i64, i64) {
+pub(crate) fn fenceposts(d: &Value) -> (i64, i64) {
     let ru = &d["spec"]["strategy"]["rollingUpdate"];
     let desired = replicas(d);
     let surge = scaled_value(&ru["maxSurge"], "25%", desired, true);
@@ -188,7 +187,7 @@ pub fn fenceposts(d: &Value) -> (i64, i64) {
 }
 
 /// `MaxSurge`: zero unless rolling.
-pub fn max_surge(d: &Value) -> i64 {
+pub(crate) fn max_surge(d: &Value) -> i64 {
     if !is_rolling_update(d) {
         return 0;
     }
@@ -196,7 +195,7 @@ pub fn max_surge(d: &Value) -> i64 {
 }
 
 /// `MaxUnavailable`: zero unless rolling or without replicas, at most `spec.replicas`.
-pub fn max_unavailable(d: &Value) -> i64 {
+pub(crate) fn max_unavailable(d: &Value) -> i64 {
     if !is_rolling_update(d) || replicas(d) == 0 {
         return 0;
     }
@@ -228,7 +227,7 @@ fn annotation_i64(obj: &Value, key: &str) -> Option<i64> {
 
 /// A value with null fields and empty objects and arrays dropped, for Go's semantic
 /// equality (nil and empty are equal) and a stable hash.
-pub fn normalized(v: &Value) -> Option<Value> {
+pub(crate) fn normalized(v: &Value) -> Option<Value> {
     match v {
         Value::Null => None,
         Value::Object(m) => {
@@ -259,13 +258,13 @@ fn without_hash(template: &Value) -> Value {
 }
 
 /// Whether two pod templates are equal but for the hash label (`EqualIgnoreHash`).
-pub fn equal_ignore_hash(a: &Value, b: &Value) -> bool {
+pub(crate) fn equal_ignore_hash(a: &Value, b: &Value) -> bool {
     without_hash(a) == without_hash(b)
 }
 
 /// The `pod-template-hash` of a template (`ComputeHash`): FNV-32a of its canonical JSON and
 /// the collision count, the decimal number spelt in `SafeEncodeString`'s alphabet.
-pub fn compute_hash(template: &Value, collision_count: i64) -> String {
+pub(crate) fn compute_hash(template: &Value, collision_count: i64) -> String {
     let mut h: u32 = 0x811c_9dc5;
     let mut feed = |bytes: &[u8]| {
         for b in bytes {

@@ -36,9 +36,9 @@
 //! ([`embedded_apiserver::loopback`]) as `system:kube-controller-manager`: its writes go through
 //! authorization, admission and validation like any client's, and a pod it creates is bound and
 //! run by the cluster's node like any other. Its informers are a list and a watch per resource
-//! ([`Informer`]); before every round of syncs it reads the watch up to the server's current
+//! (`Informer`); before every round of syncs it reads the watch up to the server's current
 //! revision, so it always sees its own earlier writes (loopback writes are in the history when
-//! they return) and needs no expectations cache. Work is a queue of keys ([`Queue`]).
+//! they return) and needs no expectations cache. Work is a queue of keys (`Queue`).
 //!
 //! Departures: every change is acted on after the cluster's workload delay
 //! (`ControllerManagerBuilder::workload_delay`, default 500 ms, zero allowed; measured with
@@ -95,11 +95,11 @@ pub fn spawn(lb: Loopback, config: Config, tracker: &TaskTracker) {
 // informers and the work queue, shared with the Deployment controller
 
 /// `(namespace, name)`.
-pub type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 /// A list and a watch of one resource over the loopback interface, and the objects they
 /// answered, by namespace (a client-go informer with its indexer, in miniature).
-pub struct Informer {
+pub(crate) struct Informer {
     resource: Resource,
     watch: Watch,
     by_ns: HashMap<String, BTreeMap<String, Object>>,
@@ -107,11 +107,11 @@ pub struct Informer {
 
 /// The server is shutting down: the controller stops.
 #[derive(Debug)]
-pub struct Closed;
+pub(crate) struct Closed;
 
 impl Informer {
     /// Lists `resource` everywhere and watches it from the list's revision.
-    pub async fn start(lb: &Loopback, resource: Resource) -> Result<Self, ApiError> {
+    pub(crate) async fn start(lb: &Loopback, resource: Resource) -> Result<Self, ApiError> {
         let list = lb.list(&resource, None, &ListParams::default()).await?;
         let watch = lb.watch(&resource, None, list.resource_version)?;
         let mut informer = Informer {
@@ -142,12 +142,12 @@ impl Informer {
     }
 
     /// The cached object `namespace/name`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<&Object> {
+    pub(crate) fn get(&self, namespace: &str, name: &str) -> Option<&Object> {
         self.by_ns.get(namespace)?.get(name)
     }
 
     /// The cached objects of one namespace, by name.
-    pub fn in_namespace(&self, namespace: &str) -> impl Iterator<Item = &Object> {
+    pub(crate) fn in_namespace(&self, namespace: &str) -> impl Iterator<Item = &Object> {
         self.by_ns
             .get(namespace)
             .into_iter()
@@ -155,18 +155,18 @@ impl Informer {
     }
 
     /// Every cached object.
-    pub fn all(&self) -> impl Iterator<Item = &Object> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = &Object> {
         self.by_ns.values().flat_map(|m| m.values())
     }
 
     /// The watch, for a `select!` on [`Watch::next`] (cancel-safe) whose answer goes to
     /// [`Informer::absorb`].
-    pub fn watch(&mut self) -> &mut Watch {
+    pub(crate) fn watch(&mut self) -> &mut Watch {
         &mut self.watch
     }
 
     /// Reads every change up to the server's current revision into the cache; the changes.
-    pub async fn catch_up(&mut self, lb: &Loopback) -> Result<Vec<WatchEvent>, Closed> {
+    pub(crate) async fn catch_up(&mut self, lb: &Loopback) -> Result<Vec<WatchEvent>, Closed> {
         let events = self.watch.poll();
         self.absorb(lb, events).await
     }
@@ -174,7 +174,7 @@ impl Informer {
     /// Applies what the watch answered to the cache and hands the changes on; after a
     /// `410 Gone` lists again and reports every object as modified (and the vanished ones as
     /// deleted), as an informer's relist does.
-    pub async fn absorb(
+    pub(crate) async fn absorb(
         &mut self,
         lb: &Loopback,
         answer: Result<Vec<WatchEvent>, WatchError>,
@@ -236,14 +236,14 @@ impl Informer {
 /// Keys waiting for their sync, each with the instant it is due (a rate-limited work queue's
 /// `AddAfter`, keyed so a key is queued once).
 #[derive(Debug)]
-pub struct Queue {
+pub(crate) struct Queue {
     due: HashMap<Key, Instant>,
     delay: Duration,
 }
 
 impl Queue {
     /// An empty queue whose [`Queue::add`] waits `delay`.
-    pub fn new(delay: Duration) -> Self {
+    pub(crate) fn new(delay: Duration) -> Self {
         Queue {
             due: HashMap::new(),
             delay,
@@ -251,12 +251,12 @@ impl Queue {
     }
 
     /// Queues `key` after the controller's delay (an earlier due time stays).
-    pub fn add(&mut self, namespace: &str, name: &str) {
+    pub(crate) fn add(&mut self, namespace: &str, name: &str) {
         self.add_after(namespace, name, self.delay);
     }
 
     /// Queues `key` after `after` (the earlier of this and an existing due time wins).
-    pub fn add_after(&mut self, namespace: &str, name: &str, after: Duration) {
+    pub(crate) fn add_after(&mut self, namespace: &str, name: &str, after: Duration) {
         let at = Instant::now() + after;
         let entry = self
             .due
@@ -266,7 +266,7 @@ impl Queue {
     }
 
     /// The keys due now, taken out of the queue.
-    pub fn take_due(&mut self) -> Vec<Key> {
+    pub(crate) fn take_due(&mut self) -> Vec<Key> {
         let now = Instant::now();
         let mut ready: Vec<Key> = self
             .due
@@ -282,7 +282,7 @@ impl Queue {
     }
 
     /// Sleeps until the next key is due (forever when none is queued).
-    pub async fn next_due(&self) {
+    pub(crate) async fn next_due(&self) {
         match self.due.values().min().copied() {
             Some(at) => tokio::time::sleep_until(at).await,
             None => std::future::pending().await,
@@ -294,17 +294,17 @@ impl Queue {
 // object helpers, shared with the Deployment controller
 
 /// `metadata.<field>` as a string (`""` when absent).
-pub fn meta<'a>(obj: &'a Value, field: &str) -> &'a str {
+pub(crate) fn meta<'a>(obj: &'a Value, field: &str) -> &'a str {
     obj["metadata"][field].as_str().unwrap_or_default()
 }
 
 /// Whether the object carries a `deletionTimestamp`.
-pub fn is_deleting(obj: &Value) -> bool {
+pub(crate) fn is_deleting(obj: &Value) -> bool {
     !obj["metadata"]["deletionTimestamp"].is_null()
 }
 
 /// The owner reference with `controller: true`, if any.
-pub fn controller_ref(obj: &Value) -> Option<&Value> {
+pub(crate) fn controller_ref(obj: &Value) -> Option<&Value> {
     obj["metadata"]["ownerReferences"]
         .as_array()?
         .iter()
@@ -313,7 +313,7 @@ pub fn controller_ref(obj: &Value) -> Option<&Value> {
 
 /// The `ownerReferences` entry naming `owner` (`api_version` `kind`) as controller
 /// (`metav1.NewControllerRef`).
-pub fn new_controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+pub(crate) fn new_controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
     json!({
         "apiVersion": api_version, "kind": kind, "name": meta(owner, "name"),
         "uid": meta(owner, "uid"), "controller": true, "blockOwnerDeletion": true,
@@ -321,12 +321,12 @@ pub fn new_controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value
 }
 
 /// An object's labels as a map (empty when absent).
-pub fn labels_of(obj: &Value) -> BTreeMap<String, String> {
+pub(crate) fn labels_of(obj: &Value) -> BTreeMap<String, String> {
     string_map(&obj["metadata"]["labels"])
 }
 
 /// A JSON object of strings as a map (other values skipped).
-pub fn string_map(v: &Value) -> BTreeMap<String, String> {
+pub(crate) fn string_map(v: &Value) -> BTreeMap<String, String> {
     v.as_object()
         .map(|m| {
             m.iter()
@@ -339,7 +339,7 @@ pub fn string_map(v: &Value) -> BTreeMap<String, String> {
 /// The selector of a `metav1.LabelSelector` (`LabelSelectorAsSelector`): `None` when it is
 /// invalid; an empty or missing one selects nothing here, as the workload controllers treat it
 /// (validation refuses it anyway).
-pub fn selector_of(v: &Value) -> Option<Selector> {
+pub(crate) fn selector_of(v: &Value) -> Option<Selector> {
     let mut reqs = vec![];
     for (k, val) in v["matchLabels"].as_object().into_iter().flatten() {
         reqs.push(Requirement::new(k.clone(), Operator::Equals, [val.as_str()?]).ok()?);
@@ -367,12 +367,12 @@ pub fn selector_of(v: &Value) -> Option<Selector> {
 }
 
 /// An `int32` field as an `i64` (`default` when absent).
-pub fn int(v: &Value, default: i64) -> i64 {
+pub(crate) fn int(v: &Value, default: i64) -> i64 {
     v.as_i64().unwrap_or(default)
 }
 
 /// Sets `key` to `n`, or removes it when `n` is zero (Go's `omitempty`).
-pub fn set_count(status: &mut Value, key: &str, n: i64) {
+pub(crate) fn set_count(status: &mut Value, key: &str, n: i64) {
     if n != 0 {
         status[key] = json!(n);
     } else if let Some(o) = status.as_object_mut() {
@@ -381,7 +381,7 @@ pub fn set_count(status: &mut Value, key: &str, n: i64) {
 }
 
 /// Whether the pod's `Ready` condition is `True` (`podutil.IsPodReady`).
-pub fn is_pod_ready(p: &Value) -> bool {
+pub(crate) fn is_pod_ready(p: &Value) -> bool {
     ready_condition(p).is_some_and(|c| c["status"] == "True")
 }
 
@@ -393,7 +393,7 @@ fn ready_condition(p: &Value) -> Option<&Value> {
 }
 
 /// Ready for at least `min_ready_seconds` at `now` (`podutil.IsPodAvailable`).
-pub fn is_pod_available(p: &Value, min_ready_seconds: i64, now: jiff::Timestamp) -> bool {
+pub(crate) fn is_pod_available(p: &Value, min_ready_seconds: i64, now: jiff::Timestamp) -> bool {
     let Some(c) = ready_condition(p).filter(|c| c["status"] == "True") else {
         return false;
     };
@@ -412,7 +412,7 @@ pub fn is_pod_available(p: &Value, min_ready_seconds: i64, now: jiff::Timestamp)
 }
 
 /// Not finished and not being deleted (`controller.IsPodActive`).
-pub fn is_pod_active(p: &Value) -> bool {
+pub(crate) fn is_pod_active(p: &Value) -> bool {
     !is_deleting(p) && !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
 }
 
@@ -423,7 +423,7 @@ fn has_all_labels(labels: &BTreeMap<String, String>, want: &BTreeMap<String, Str
 
 /// `obj` with `ownerReferences` changed by `f` (adoption and release), for an update that the
 /// object's resourceVersion guards.
-pub fn with_owner_refs(obj: &Value, f: impl FnOnce(&mut Vec<Value>)) -> Value {
+pub(crate) fn with_owner_refs(obj: &Value, f: impl FnOnce(&mut Vec<Value>)) -> Value {
     let mut updated = obj.clone();
     let mut refs = updated["metadata"]["ownerReferences"]
         .as_array()
@@ -441,7 +441,7 @@ pub fn with_owner_refs(obj: &Value, f: impl FnOnce(&mut Vec<Value>)) -> Value {
 }
 
 /// A condition as the workload kinds write them.
-pub fn condition(ty: &str, status: &str, reason: &str, message: &str, now: &str) -> Value {
+pub(crate) fn condition(ty: &str, status: &str, reason: &str, message: &str, now: &str) -> Value {
     json!({"type": ty, "status": status, "reason": reason, "message": message,
            "lastTransitionTime": now})
 }
