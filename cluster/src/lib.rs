@@ -221,10 +221,21 @@ impl ClusterBuilder {
         self
     }
 
-    /// How long the simulated Deployment and StatefulSet controllers take to react to a change
+    /// How long the Deployment, ReplicaSet and StatefulSet controllers take to react to a change
     /// (default 500 ms; zero allowed).
     pub fn workload_delay(mut self, d: Duration) -> Self {
         self.controllers = self.controllers.workload_delay(d);
+        self
+    }
+
+    /// Run Deployments and ReplicaSets as Kubernetes does (default: on whenever
+    /// [`Self::simulate`] runs the workload controllers): a ReplicaSet per template revision,
+    /// rolling updates, pods the node runs ([`embedded_controller_manager::deployments`]).
+    /// Off is a fast mode that **departs from Kubernetes**: a Deployment or ReplicaSet gets
+    /// only its status, every count equal to `spec.replicas` after the workload delay, and no
+    /// ReplicaSet or pod is created (for tests of controllers that own many Deployments).
+    pub fn deployment_pods(mut self, yes: bool) -> Self {
+        self.controllers = self.controllers.deployment_pods(yes);
         self
     }
 

@@ -94,10 +94,12 @@
 pub mod background;
 pub mod cronjobs;
 pub mod daemonsets;
+pub mod deployments;
 pub mod gc;
 pub mod informer;
 pub mod jobs;
 pub mod pod_control;
+pub mod replicasets;
 pub mod replicationcontrollers;
 pub mod serviceaccounts;
 pub mod statefulsets;
@@ -126,6 +128,7 @@ pub struct ControllerContext<'a> {
     loopback: Loopback,
     clock: Clock,
     workload_delay: Duration,
+    deployment_pods: bool,
 }
 
 impl ControllerContext<'_> {
@@ -205,7 +208,30 @@ pub fn controller_descriptors() -> Vec<ControllerDescriptor> {
         d("daemonset-controller", false, |cx| {
             cx.spawn(daemonsets::DaemonSetController::new(cx.loopback.clone()));
         }),
+        d("replicaset-controller", false, |cx| {
+            if cx.deployment_pods {
+                let config = replicasets::Config {
+                    delay: cx.workload_delay,
+                    clock: cx.clock,
+                };
+                replicasets::spawn(cx.loopback.clone(), config, cx.server.tracker());
+            }
+        }),
+        d("deployment-controller", false, |cx| {
+            if cx.deployment_pods {
+                let config = replicasets::Config {
+                    delay: cx.workload_delay,
+                    clock: cx.clock,
+                };
+                deployments::spawn(cx.loopback.clone(), config, cx.server.tracker());
+            }
+        }),
+        // The fast mode (`deployment_pods(false)`): Deployments and ReplicaSets get their
+        // status only.
         d("deployment-replicaset-status", false, |cx| {
+            if cx.deployment_pods {
+                return;
+            }
             workloads::spawn(
                 cx.server.store(),
                 workloads::WorkloadConfig {
@@ -226,6 +252,8 @@ pub const WORKLOAD_CONTROLLERS: &[&str] = &[
     "statefulset-controller",
     "replicationcontroller-controller",
     "daemonset-controller",
+    "replicaset-controller",
+    "deployment-controller",
     "deployment-replicaset-status",
 ];
 
@@ -247,6 +275,7 @@ impl ControllerManager {
 pub struct ControllerManagerBuilder {
     enabled: BTreeMap<String, bool>,
     workload_delay: Duration,
+    deployment_pods: bool,
 }
 
 impl Default for ControllerManagerBuilder {
@@ -254,6 +283,7 @@ impl Default for ControllerManagerBuilder {
         ControllerManagerBuilder {
             enabled: BTreeMap::new(),
             workload_delay: Duration::from_millis(500),
+            deployment_pods: true,
         }
     }
 }
@@ -289,10 +319,21 @@ impl ControllerManagerBuilder {
         self
     }
 
-    /// How long the StatefulSet controller and the Deployment status simulation take to react
-    /// (default 500 ms).
+    /// How long the Deployment, ReplicaSet and StatefulSet controllers and the Deployment
+    /// status simulation take to react (default 500 ms).
     pub fn workload_delay(mut self, d: Duration) -> Self {
         self.workload_delay = d;
+        self
+    }
+
+    /// Run Deployments and ReplicaSets as Kubernetes does, with the [`deployments`] and
+    /// [`replicasets`] controllers: ReplicaSets per template revision, pods run by the node
+    /// (default on, when the workload controllers run). Off, a **departure from Kubernetes**
+    /// for tests that want Deployments to roll out without the cost of pods: their status
+    /// alone follows `spec.replicas` after the workload delay ([`workloads`]), and no
+    /// ReplicaSet or pod is created.
+    pub fn deployment_pods(mut self, yes: bool) -> Self {
+        self.deployment_pods = yes;
         self
     }
 
@@ -313,6 +354,7 @@ impl ControllerManagerBuilder {
             loopback: server.loopback(USER, &[], FIELD_MANAGER),
             clock: Clock::new(),
             workload_delay: self.workload_delay,
+            deployment_pods: self.deployment_pods,
         };
         for d in controller_descriptors() {
             if self.is_enabled(d.name) {

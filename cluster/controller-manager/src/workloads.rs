@@ -14,7 +14,13 @@
 //!
 //! ## What the simulation keeps and leaves out
 //!
-//! One background task (on with `ClusterBuilder::simulate` (crate `embedded-cluster`)) follows
+//! This module is the **fast mode**, a departure from Kubernetes for tests that want
+//! Deployments to roll out without the cost of pods (`ControllerManagerBuilder::deployment_pods(false)`,
+//! `ClusterBuilder::deployment_pods(false)` in crate `embedded-cluster`). By default Deployments
+//! and ReplicaSets are run as Kubernetes runs them, by [`crate::deployments`] and
+//! [`crate::replicasets`], and this task does not start.
+//!
+//! One background task follows
 //! the store's change feed ([`crate::background`]). Whenever a Deployment or ReplicaSet
 //! changes, it schedules a *sync* of that object after the workload delay
 //! (`ClusterBuilder::workload_delay` (crate `embedded-cluster`), default 500 ms, zero allowed;

@@ -1,5 +1,6 @@
 //! Tests of the simulated controller manager (crate `embedded-controller-manager`).
 
+mod deployments;
 mod gc;
 mod rbac;
 mod statefulsets;

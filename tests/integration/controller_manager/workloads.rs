@@ -1,6 +1,7 @@
-//! The simulated Deployment and StatefulSet controllers: StatefulSets create and delete their
-//! pods `<name>-<ordinal>` in order (or in parallel), status follows `spec.replicas`, and
-//! kubectl's `rollout status` and `scale` work against them.
+//! The simulated workload controllers: StatefulSets create and delete their pods
+//! `<name>-<ordinal>` in order (or in parallel), Deployments in the status-only fast mode
+//! follow `spec.replicas`, and kubectl's `rollout status` and `scale` work against them
+//! (Deployments with real ReplicaSets: `deployments.rs`).
 
 use crate::support::cluster;
 
@@ -189,8 +190,16 @@ async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() 
 }
 
 #[tokio::test(start_paused = true)]
-async fn deployment_status_follows_spec_replicas_after_the_delay() {
-    let h = server(Duration::from_secs(3)).await;
+async fn deployment_status_follows_spec_replicas_after_the_delay_in_the_fast_mode() {
+    // The fast mode (a departure from Kubernetes): status only, no ReplicaSets or pods.
+    let h = Cluster::builder()
+        .plain_http(true)
+        .simulate(true)
+        .deployment_pods(false)
+        .workload_delay(Duration::from_secs(3))
+        .start()
+        .await
+        .unwrap();
     let d = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "api"},
@@ -240,6 +249,7 @@ async fn deployment_status_follows_spec_replicas_after_the_delay() {
     );
     // No pods: deployments are simulated through their status only.
     assert!(names(&h, "core/pods", "default").is_empty());
+    assert!(names(&h, "apps/replicasets", "default").is_empty());
 
     // ReplicaSets created directly get their status the same way.
     let rs = json!({

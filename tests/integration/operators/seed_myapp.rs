@@ -65,6 +65,12 @@ async fn example_myapp_gets_the_track_s_deployment() {
         .await;
     assert_eq!(row(&out)[..2], [NAME, "2/2"], "{out}");
     assert_eq!(out.lines().count(), 2, "one Deployment: {out}");
+    let out = w
+        .kubectl(&["get", "pods", "-l", "app=example-myapp,version=v1"])
+        .await;
+    let pods: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(pods.len(), 2, "the Deployment's two pods: {out}");
+    assert!(pods.iter().all(|p| p.contains("Running")), "{out}");
     let jsonpath = |path: &str| format!("jsonpath={path}");
     let get = |path: String| {
         let w = &w;

@@ -65,6 +65,15 @@ async fn tdset_hello_world_in_temp_follows_the_hour_of_the_day() {
     // seed's container.
     let out = w.kubectl(&["get", "deployments", "-n", NS]).await;
     assert_eq!(row(&out)[..2], [NAME, "5/5"], "{out}");
+    // Its ReplicaSet's five pods run on the cluster's node.
+    let out = w.kubectl(&["get", "pods", "-n", NS]).await;
+    let pods: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(pods.len(), 5, "{out}");
+    assert!(
+        pods.iter()
+            .all(|p| p.starts_with(&format!("{NAME}-")) && p.contains("Running")),
+        "{out}"
+    );
     let container = w
         .kubectl(&[
             "get",

@@ -1,6 +1,7 @@
 //! Shared fixtures of the operators' integration tests: an embedded API server with every CRD
-//! installed and its simulated node and workload controllers on (so Deployments report
-//! available replicas and StatefulSets create, run and delete real pods), plus small typed
+//! installed and its simulated node and workload controllers on (so Deployments roll out
+//! through ReplicaSets whose pods the node runs, and StatefulSets create, run and delete real
+//! pods), plus small typed
 //! helpers. The generic pieces (clients, the manager runner, polling, the paused-clock ticker)
 //! come from `at_support`.
 #![allow(dead_code)]
