@@ -35,7 +35,9 @@
 //! | `statefulset-controller` | no | pods `<set>-<ordinal>` in order, rolling updates in reverse ordinal order | [`statefulsets`] |
 //! | `replicationcontroller-controller` | no | a ReplicationController's pods and status | [`replicationcontrollers`] |
 //! | `daemonset-controller` | no | one pod of a DaemonSet on every schedulable node | [`daemonsets`] |
-//! | `deployment-replicaset-status` | no | Deployment and ReplicaSet status as if rolled out, without pods | [`workloads`] |
+//! | `replicaset-controller` | no | a ReplicaSet's pods `<rs>-<5 chars>` (adoption, release, replacement) and status | [`replicasets`] |
+//! | `deployment-controller` | no | a ReplicaSet per template revision (`pod-template-hash`), rolling updates (`maxSurge`/`maxUnavailable`), `Recreate`, pause, rollback, history limit, status and `Progressing` | [`deployments`] |
+//! | `deployment-replicaset-status` | no | only in the fast mode (`deployment_pods(false)`, a departure from Kubernetes): Deployment and ReplicaSet status as if rolled out, without ReplicaSets or pods; the two rows above then stay off | [`workloads`] |
 //!
 //! The workload controllers are off by default because their pods only run when a node runs
 //! them: `ClusterBuilder::simulate` (crate `embedded-cluster`) turns them on together with the
@@ -68,9 +70,9 @@
 //!   embedded-apiserver: authorization (RBAC) ─▶ admission ─▶ registry ─▶ storage ─▶ watches
 //! ```
 //!
-//! (The Deployment and ReplicaSet status simulation of [`workloads`] still follows the store's
-//! change feed, [`background`]; it is the one exception, to be replaced by real Deployment and
-//! ReplicaSet controllers on the loopback interface.)
+//! The one exception is the fast mode's status simulation ([`workloads`]): it follows the
+//! store's change feed ([`background`]) and runs only when a test asked for Deployments
+//! without pods (`ControllerManagerBuilder::deployment_pods(false)`).
 //!
 //! ## Module map
 //!
@@ -86,7 +88,9 @@
 //! | [`statefulsets`] | `pkg/controller/statefulset` | the StatefulSet controller |
 //! | [`replicationcontrollers`] | `pkg/controller/replication` | the ReplicationController manager |
 //! | [`daemonsets`] | `pkg/controller/daemon` | the DaemonSet controller |
-//! | [`workloads`] | (none) | Deployment and ReplicaSet status without pods |
+//! | [`replicasets`] | `pkg/controller/replicaset` | the ReplicaSet controller |
+//! | [`deployments`] | `pkg/controller/deployment` | the Deployment controller (sync, rolling, recreate, rollback, progress) |
+//! | [`workloads`] | (none) | the fast mode: Deployment and ReplicaSet status without pods |
 //! | [`background`] | (none) | the store change feed [`workloads`] follows |
 
 #![forbid(unsafe_code)]
