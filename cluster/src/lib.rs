@@ -230,7 +230,7 @@ impl ClusterBuilder {
 
     /// Run Deployments and ReplicaSets as Kubernetes does (default: on whenever
     /// [`Self::simulate`] runs the workload controllers): a ReplicaSet per template revision,
-    /// rolling updates, pods the node runs ([`embedded_controller_manager::deployments`]).
+    /// rolling updates, pods the node runs (`deployment-controller`, `replicaset-controller`).
     /// Off is a fast mode that **departs from Kubernetes**: a Deployment or ReplicaSet gets
     /// only its status, every count equal to `spec.replicas` after the workload delay, and no
     /// ReplicaSet or pod is created (for tests of controllers that own many Deployments).

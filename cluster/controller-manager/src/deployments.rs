@@ -85,8 +85,8 @@ use super::replicasets::{
     Closed, Config, Informer, Queue, controller_ref, int, is_deleting, labels_of, meta,
     new_controller_ref, selector_of, set_count, with_owner_refs,
 };
+use embedded_apiserver::ApiError;
 use embedded_apiserver::loopback::{DeleteParams, EventType, Loopback, Resource, WatchEvent};
-use embedded_apiserver::status::ApiError;
 
 /// The label (on a ReplicaSet, its selector and its template) naming the template's hash.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";

@@ -27,17 +27,17 @@
 //!
 //! | name | on by default | what it does | module |
 //! |---|---|---|---|
-//! | `garbage-collector-controller` | yes | deletes (or orphans) the dependents of a deleted owner, by `ownerReferences` and the DELETE's `propagationPolicy` | [`gc`] |
-//! | `serviceaccount-controller` | yes | a `default` ServiceAccount in every namespace | [`serviceaccounts`] |
-//! | `root-ca-certificate-publisher-controller` | no | the `kube-root-ca.crt` ConfigMap (the server's CA) in every namespace | [`serviceaccounts`] |
-//! | `job-controller` | no | a Job's pods until enough succeed (or too many fail), and its status | [`jobs`] |
-//! | `cronjob-controller` | no | a Job each time a CronJob's schedule falls due, history limits | [`cronjobs`] |
-//! | `statefulset-controller` | no | pods `<set>-<ordinal>` in order, rolling updates in reverse ordinal order | [`statefulsets`] |
-//! | `replicationcontroller-controller` | no | a ReplicationController's pods and status | [`replicationcontrollers`] |
-//! | `daemonset-controller` | no | one pod of a DaemonSet on every schedulable node | [`daemonsets`] |
-//! | `replicaset-controller` | no | a ReplicaSet's pods `<rs>-<5 chars>` (adoption, release, replacement) and status | [`replicasets`] |
-//! | `deployment-controller` | no | a ReplicaSet per template revision (`pod-template-hash`), rolling updates (`maxSurge`/`maxUnavailable`), `Recreate`, pause, rollback, history limit, status and `Progressing` | [`deployments`] |
-//! | `deployment-replicaset-status` | no | only in the fast mode (`deployment_pods(false)`, a departure from Kubernetes): Deployment and ReplicaSet status as if rolled out, without ReplicaSets or pods; the two rows above then stay off | [`workloads`] |
+//! | `garbage-collector-controller` | yes | deletes (or orphans) the dependents of a deleted owner, by `ownerReferences` and the DELETE's `propagationPolicy` | `gc` |
+//! | `serviceaccount-controller` | yes | a `default` ServiceAccount in every namespace | `serviceaccounts` |
+//! | `root-ca-certificate-publisher-controller` | no | the `kube-root-ca.crt` ConfigMap (the server's CA) in every namespace | `serviceaccounts` |
+//! | `job-controller` | no | a Job's pods until enough succeed (or too many fail), and its status | `jobs` |
+//! | `cronjob-controller` | no | a Job each time a CronJob's schedule falls due, history limits | `cronjobs` |
+//! | `statefulset-controller` | no | pods `<set>-<ordinal>` in order, rolling updates in reverse ordinal order | `statefulsets` |
+//! | `replicationcontroller-controller` | no | a ReplicationController's pods and status | `replicationcontrollers` |
+//! | `daemonset-controller` | no | one pod of a DaemonSet on every schedulable node | `daemonsets` |
+//! | `replicaset-controller` | no | a ReplicaSet's pods `<rs>-<5 chars>` (adoption, release, replacement) and status | `replicasets` |
+//! | `deployment-controller` | no | a ReplicaSet per template revision (`pod-template-hash`), rolling updates (`maxSurge`/`maxUnavailable`), `Recreate`, pause, rollback, history limit, status and `Progressing` | `deployments` |
+//! | `deployment-replicaset-status` | no | only in the fast mode (`deployment_pods(false)`, a departure from Kubernetes): Deployment and ReplicaSet status as if rolled out, without ReplicaSets or pods; the two rows above then stay off | `workloads` |
 //!
 //! The workload controllers are off by default because their pods only run when a node runs
 //! them: `ClusterBuilder::simulate` (crate `embedded-cluster`) turns them on together with the
@@ -50,7 +50,7 @@
 //! authenticated as `system:kube-controller-manager`, its requests authorized by RBAC and run
 //! through admission and validation. So is this crate. It depends on the API server's public
 //! loopback interface ([`embedded_apiserver::loopback`]) and nothing else of it: every
-//! controller reads through an [`informer`] (list, then watch from the list's
+//! controller reads through an informer (list, then watch from the list's
 //! resourceVersion, relist on 410 Gone) and writes with the API's verbs, conditional on the
 //! object's resourceVersion, as [`USER`] (bound by the bootstrap RBAC policy to the ClusterRole
 //! of the same name), so a cluster started with RBAC enforced runs them unchanged.
@@ -70,45 +70,56 @@
 //!   embedded-apiserver: authorization (RBAC) ─▶ admission ─▶ registry ─▶ storage ─▶ watches
 //! ```
 //!
-//! The one exception is the fast mode's status simulation ([`workloads`]): it follows the
-//! store's change feed ([`background`]) and runs only when a test asked for Deployments
-//! without pods (`ControllerManagerBuilder::deployment_pods(false)`).
+//! The fast mode's status simulation (`workloads`, only with
+//! `ControllerManagerBuilder::deployment_pods(false)`) is a controller of the same kind: an
+//! informer of Deployments and ReplicaSets, and `update_status` through the loopback.
+//!
+//! ## The public surface
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`ControllerManager`], [`ControllerManagerBuilder`] | starting the controllers against a running server: which ones ([`ControllerManagerBuilder::enable`], `--controllers`), the workload set, reaction delay, Deployments with or without pods |
+//! | [`controller_descriptors`], [`ControllerDescriptor`], [`WORKLOAD_CONTROLLERS`] | the controller table, by name |
+//! | [`USER`], [`FIELD_MANAGER`] | who the controllers are to the server (RBAC subject, field manager) |
+//!
+//! Everything else is the crate's own (`pub(crate)`): the modules below are documented for
+//! readers of the source (`cargo doc --document-private-items`), not for callers.
 //!
 //! ## Module map
 //!
 //! | module | kube-controller-manager | what lives there |
 //! |---|---|---|
-//! | [`informer`] | client-go `tools/cache` (reflector, indexer, listers) | a controller's list-then-watch cache, with a controlled-by index |
-//! | [`worker`] | `util/workqueue`, sample-controller's worker loop | the [`worker::Controller`] trait, the keyed queue with back-off, [`worker::run`] |
-//! | [`pod_control`] | `pkg/controller/controller_utils.go` (`PodControl`) | controller references, pods from templates, deletes with uid preconditions, pod predicates |
-//! | [`gc`] | `pkg/controller/garbagecollector` | the garbage collector and its graph |
-//! | [`serviceaccounts`] | `pkg/controller/serviceaccount`, `certificates/rootcacertpublisher` | `default` ServiceAccounts, `kube-root-ca.crt` |
-//! | [`jobs`] | `pkg/controller/job` | the Job controller |
-//! | [`cronjobs`] | `pkg/controller/cronjob` | the CronJob controller |
-//! | [`statefulsets`] | `pkg/controller/statefulset` | the StatefulSet controller |
-//! | [`replicationcontrollers`] | `pkg/controller/replication` | the ReplicationController manager |
-//! | [`daemonsets`] | `pkg/controller/daemon` | the DaemonSet controller |
-//! | [`replicasets`] | `pkg/controller/replicaset` | the ReplicaSet controller |
-//! | [`deployments`] | `pkg/controller/deployment` | the Deployment controller (sync, rolling, recreate, rollback, progress) |
-//! | [`workloads`] | (none) | the fast mode: Deployment and ReplicaSet status without pods |
-//! | [`background`] | (none) | the store change feed [`workloads`] follows |
+//! | `informer` | client-go `tools/cache` (reflector, indexer, listers) | a controller's list-then-watch cache, with a controlled-by index |
+//! | `worker` | `util/workqueue`, sample-controller's worker loop | the `Controller` trait, the keyed queue with back-off, `run` |
+//! | `pod_control` | `pkg/controller/controller_utils.go` (`PodControl`) | controller references, pods from templates, deletes with uid preconditions, pod predicates |
+//! | `gc` | `pkg/controller/garbagecollector` | the garbage collector and its graph |
+//! | `serviceaccounts` | `pkg/controller/serviceaccount`, `certificates/rootcacertpublisher` | `default` ServiceAccounts, `kube-root-ca.crt` |
+//! | `jobs` | `pkg/controller/job` | the Job controller |
+//! | `cronjobs` | `pkg/controller/cronjob` | the CronJob controller |
+//! | `statefulsets` | `pkg/controller/statefulset` | the StatefulSet controller |
+//! | `replicationcontrollers` | `pkg/controller/replication` | the ReplicationController manager |
+//! | `daemonsets` | `pkg/controller/daemon` | the DaemonSet controller |
+//! | `replicasets` | `pkg/controller/replicaset` | the ReplicaSet controller |
+//! | `deployments` | `pkg/controller/deployment` | the Deployment controller (sync, rolling, recreate, rollback, progress) |
+//! | `workloads` | (none) | the fast mode: Deployment and ReplicaSet status without pods, on the same worker loop |
+//! | `background` | (none) | the virtual clock the controllers stamp objects with |
 
 #![forbid(unsafe_code)]
 
-pub mod background;
-pub mod cronjobs;
-pub mod daemonsets;
-pub mod deployments;
-pub mod gc;
-pub mod informer;
-pub mod jobs;
-pub mod pod_control;
-pub mod replicasets;
-pub mod replicationcontrollers;
-pub mod serviceaccounts;
-pub mod statefulsets;
-pub mod worker;
-pub mod workloads;
+mod background;
+mod cronjobs;
+mod daemonsets;
+mod deployments;
+mod gc;
+mod informer;
+mod jobs;
+mod pod_control;
+mod replicasets;
+mod replicationcontrollers;
+mod serviceaccounts;
+mod statefulsets;
+mod worker;
+mod workloads;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -127,7 +138,7 @@ pub const FIELD_MANAGER: &str = "kube-controller-manager";
 /// What a controller's start function gets: the server's loopback as [`USER`], and the
 /// manager's settings.
 #[derive(Debug)]
-pub struct ControllerContext<'a> {
+struct ControllerContext<'a> {
     server: &'a ApiServerHandle,
     loopback: Loopback,
     clock: Clock,
@@ -236,15 +247,13 @@ pub fn controller_descriptors() -> Vec<ControllerDescriptor> {
             if cx.deployment_pods {
                 return;
             }
-            workloads::spawn(
-                cx.server.store(),
+            cx.spawn(workloads::StatusController::new(
+                cx.loopback.clone(),
                 workloads::WorkloadConfig {
                     delay: cx.workload_delay,
                     clock: cx.clock,
                 },
-                cx.server.shutdown_token(),
-                cx.server.tracker(),
-            );
+            ));
         }),
     ]
 }
@@ -300,17 +309,17 @@ impl ControllerManagerBuilder {
         self
     }
 
-    /// Run the garbage collector ([`gc`], default on).
+    /// Run the garbage collector (`garbage-collector-controller`, default on).
     pub fn garbage_collector(self, yes: bool) -> Self {
         self.enable("garbage-collector-controller", yes)
     }
 
-    /// Run the ServiceAccount controller ([`serviceaccounts`], default on).
+    /// Run the ServiceAccount controller (`serviceaccount-controller`, default on).
     pub fn service_accounts(self, yes: bool) -> Self {
         self.enable("serviceaccount-controller", yes)
     }
 
-    /// Run the root CA publisher ([`serviceaccounts`], default off).
+    /// Run the root CA publisher (`root-ca-certificate-publisher-controller`, default off).
     pub fn root_ca_publisher(self, yes: bool) -> Self {
         self.enable("root-ca-certificate-publisher-controller", yes)
     }
@@ -330,11 +339,11 @@ impl ControllerManagerBuilder {
         self
     }
 
-    /// Run Deployments and ReplicaSets as Kubernetes does, with the [`deployments`] and
-    /// [`replicasets`] controllers: ReplicaSets per template revision, pods run by the node
+    /// Run Deployments and ReplicaSets as Kubernetes does, with the `deployment-controller` and
+    /// `replicaset-controller`: ReplicaSets per template revision, pods run by the node
     /// (default on, when the workload controllers run). Off, a **departure from Kubernetes**
     /// for tests that want Deployments to roll out without the cost of pods: their status
-    /// alone follows `spec.replicas` after the workload delay ([`workloads`]), and no
+    /// alone follows `spec.replicas` after the workload delay (`deployment-replicaset-status`), and no
     /// ReplicaSet or pod is created.
     pub fn deployment_pods(mut self, yes: bool) -> Self {
         self.deployment_pods = yes;

@@ -56,19 +56,13 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::background::VirtualClock;
+use embedded_apiserver::ApiError;
 use embedded_apiserver::loopback::{
     DeleteParams, EventType, ListParams, Loopback, Object, Resource, Watch, WatchError, WatchEvent,
 };
-use embedded_apiserver::status::ApiError;
 
 /// Most pods one sync of one ReplicaSet creates or deletes (`burstReplicas`).
 pub const BURST_REPLICAS: usize = 500;
-
-/// The user kube-controller-manager's controllers act as.
-pub const USER: &str = "system:kube-controller-manager";
-
-/// The field manager of the controllers' writes.
-pub const FIELD_MANAGER: &str = "kube-controller-manager";
 
 /// Settings shared by the Deployment and ReplicaSet controllers.
 #[derive(Clone, Copy, Debug)]

@@ -20,242 +20,207 @@
 //! and ReplicaSets are run as Kubernetes runs them, by [`crate::deployments`] and
 //! [`crate::replicasets`], and this task does not start.
 //!
-//! One background task follows
-//! the store's change feed ([`crate::background`]). Whenever a Deployment or ReplicaSet
-//! changes, it schedules a *sync* of that object after the workload delay
+//! [`StatusController`] runs on the crate's worker loop ([`crate::worker`]), as every other
+//! controller here does: its informer follows Deployments and ReplicaSets through the loopback
+//! interface, and a change of either syncs that object after the workload delay
 //! (`ClusterBuilder::workload_delay` (crate `embedded-cluster`), default 500 ms, zero allowed;
 //! measured with `tokio::time`, so paused-clock tests control it). **Deployments** get only
-//! their status: after the delay every count equals `spec.replicas` (default 1),
-//! `observedGeneration` catches up, and `Available`/`Progressing` are `True`. No ReplicaSets
-//! or pods are created, so a test of a controller that owns Deployments sees them "roll out"
-//! without the cost of pods. **ReplicaSets** created directly get their status the same way
-//! (`replicas`, `fullyLabeledReplicas`, `readyReplicas`, `availableReplicas`,
-//! `observedGeneration`), without pods either. Rolling updates, `maxSurge`/`maxUnavailable`,
-//! `minReadySeconds`, paused deployments and rollbacks are left out. (StatefulSets are
+//! their status, written to `deployments/status` as `system:kube-controller-manager`: after
+//! the delay every count equals `spec.replicas` (default 1), `observedGeneration` catches up,
+//! and `Available`/`Progressing` are `True`. No ReplicaSets or pods are created, so a test of
+//! a controller that owns Deployments sees them "roll out" without the cost of pods.
+//! **ReplicaSets** created directly get their status the same way (`replicas`,
+//! `fullyLabeledReplicas`, `readyReplicas`, `availableReplicas`, `observedGeneration`),
+//! without pods either. Rolling updates, `maxSurge`/`maxUnavailable`, `minReadySeconds`,
+//! paused deployments and rollbacks are left out. (StatefulSets are
 //! [`crate::statefulsets`].)
 
-use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
+use embedded_apiserver::ApiError;
+use embedded_apiserver::loopback::{Loopback, Resource, WatchEvent};
 use serde_json::{Value, json};
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use super::background::{Batch, ChangeFeed, VirtualClock};
-use embedded_apiserver::meta::meta_str;
-use embedded_apiserver::store::Store;
+use crate::background::VirtualClock;
+use crate::informer::{Informer, Kind, is_deleting, key_of};
+use crate::worker::Controller;
 
-const DEPLOYMENTS: &str = "apps/deployments";
-const REPLICASETS: &str = "apps/replicasets";
+fn deployments() -> Resource {
+    Resource::apps("deployments")
+}
 
-/// Settings of the simulated workload controllers.
+fn replicasets() -> Resource {
+    Resource::apps("replicasets")
+}
+
+/// Settings of the simulated status.
 #[derive(Clone, Copy, Debug)]
-pub struct WorkloadConfig {
-    /// How long after a change the controllers react to it.
-    pub delay: Duration,
+pub(crate) struct WorkloadConfig {
+    /// How long after a change the controller reacts to it.
+    pub(crate) delay: Duration,
     /// Source of the timestamps written into conditions.
-    pub clock: VirtualClock,
+    pub(crate) clock: VirtualClock,
 }
 
-/// Starts the simulated Deployment and ReplicaSet status on `tracker`; they stop when
-/// `shutdown` is cancelled.
-pub fn spawn(
-    store: Arc<Store>,
+/// Which of the two kinds a key names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Which {
+    Deployment,
+    ReplicaSet,
+}
+
+/// `(kind, namespace, name)` of a Deployment or ReplicaSet.
+pub(crate) type WorkKey = (Which, String, String);
+
+/// The fast mode's status simulation (`deployment-replicaset-status`), acting through `lb`.
+#[derive(Debug)]
+pub(crate) struct StatusController {
+    lb: Loopback,
     config: WorkloadConfig,
-    shutdown: CancellationToken,
-    tracker: &TaskTracker,
-) {
-    tracker.spawn(run(store, config, shutdown));
 }
 
-/// `(storage, namespace, name)` of a Deployment or ReplicaSet.
-type WorkKey = (&'static str, String, String);
-
-struct Controllers {
-    store: Arc<Store>,
-    config: WorkloadConfig,
-    due: HashMap<WorkKey, Instant>,
-}
-
-async fn run(store: Arc<Store>, config: WorkloadConfig, shutdown: CancellationToken) {
-    let mut c = Controllers {
-        store: store.clone(),
-        config,
-        due: HashMap::new(),
-    };
-    let mut feed = ChangeFeed::new(store);
-    c.resync();
-    loop {
-        c.sync_due();
-        let next = c.due.values().min().copied();
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = feed.changed() => match feed.poll() {
-                Batch::Changes(changes) => {
-                    for ch in changes {
-                        c.observe(&ch.storage, &ch.object);
-                    }
-                }
-                Batch::Resync => c.resync(),
-            },
-            _ = async {
-                match next {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            } => {}
-        }
+impl StatusController {
+    /// The status simulation writing through `lb`.
+    pub(crate) fn new(lb: Loopback, config: WorkloadConfig) -> Self {
+        StatusController { lb, config }
     }
 }
 
-impl Controllers {
-    fn schedule(&mut self, key: WorkKey) {
-        let at = Instant::now() + self.config.delay;
-        self.due.entry(key).or_insert(at);
+impl Controller for StatusController {
+    type Key = WorkKey;
+
+    fn name(&self) -> &'static str {
+        "deployment-replicaset-status"
     }
 
-    fn resync(&mut self) {
-        let keys: Vec<WorkKey> = self.store.read(|st| {
-            let mut keys = vec![];
-            for storage in [DEPLOYMENTS, REPLICASETS] {
-                for o in st.list(storage, None) {
-                    keys.push((
-                        storage,
-                        meta_str(o, "namespace").to_owned(),
-                        meta_str(o, "name").to_owned(),
-                    ));
-                }
-            }
-            keys
-        });
-        for k in keys {
-            self.schedule(k);
+    fn kinds(&self) -> Vec<Kind> {
+        vec![Kind::all(deployments()), Kind::all(replicasets())]
+    }
+
+    fn keys_for(&self, ev: &WatchEvent, _cache: &Informer) -> Vec<WorkKey> {
+        let which = if ev.resource == deployments() {
+            Which::Deployment
+        } else {
+            Which::ReplicaSet
+        };
+        let (ns, name) = key_of(&ev.object);
+        vec![(which, ns, name)]
+    }
+
+    fn all_keys(&self, cache: &Informer) -> Vec<WorkKey> {
+        let mut keys = vec![];
+        for (which, resource) in [
+            (Which::Deployment, deployments()),
+            (Which::ReplicaSet, replicasets()),
+        ] {
+            keys.extend(cache.list(&resource).map(|o| {
+                let (ns, name) = key_of(o);
+                (which, ns, name)
+            }));
+        }
+        keys
+    }
+
+    fn delay(&self) -> Duration {
+        self.config.delay
+    }
+
+    async fn sync(
+        &mut self,
+        key: &WorkKey,
+        cache: &Informer,
+    ) -> Result<Option<Duration>, ApiError> {
+        let (which, ns, name) = key;
+        let resource = match which {
+            Which::Deployment => deployments(),
+            Which::ReplicaSet => replicasets(),
+        };
+        let Some(obj) = cache.get(&resource, ns, name) else {
+            return Ok(None);
+        };
+        if is_deleting(obj) {
+            return Ok(None);
+        }
+        let status = match which {
+            Which::Deployment => deployment_status(obj, name, &self.config.clock.now_time()),
+            Which::ReplicaSet => replicaset_status(obj),
+        };
+        if obj["status"] == status {
+            return Ok(None);
+        }
+        let mut new = obj.to_value();
+        new["status"] = status;
+        self.lb.update_status(&resource, ns, new).await?;
+        tracing::debug!(namespace = %ns, name = %name, ?which, "simulated status updated");
+        Ok(None)
+    }
+}
+
+/// A Deployment's status as if rolled out: every count equals `spec.replicas`, both
+/// conditions `True` (a condition already `True` for the same reason keeps its times).
+fn deployment_status(d: &Value, name: &str, now: &str) -> Value {
+    let replicas = d["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
+    let mut status =
+        json!({"observedGeneration": d["metadata"]["generation"].as_i64().unwrap_or(1)});
+    for f in [
+        "replicas",
+        "updatedReplicas",
+        "readyReplicas",
+        "availableReplicas",
+    ] {
+        if replicas > 0 {
+            status[f] = json!(replicas);
         }
     }
-
-    fn observe(&mut self, storage: &str, obj: &Value) {
-        let ns = meta_str(obj, "namespace").to_owned();
-        match storage {
-            DEPLOYMENTS => self.schedule((DEPLOYMENTS, ns, meta_str(obj, "name").to_owned())),
-            REPLICASETS => self.schedule((REPLICASETS, ns, meta_str(obj, "name").to_owned())),
-            _ => {}
-        }
-    }
-
-    fn sync_due(&mut self) {
-        let now = Instant::now();
-        let ready: Vec<WorkKey> = self
-            .due
+    let old_conds = d["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let cond = |ty: &str, reason: &str, message: String| {
+        let keep = old_conds
             .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in ready {
-            self.due.remove(&k);
-            match k.0 {
-                DEPLOYMENTS => self.sync_deployment(&k.1, &k.2),
-                _ => self.sync_replicaset(&k.1, &k.2),
-            }
+            .find(|c| c["type"] == ty && c["status"] == "True" && c["reason"] == reason);
+        let transition = keep
+            .map(|c| c["lastTransitionTime"].clone())
+            .unwrap_or_else(|| json!(now));
+        let update = keep
+            .map(|c| c["lastUpdateTime"].clone())
+            .unwrap_or_else(|| json!(now));
+        json!({"type": ty, "status": "True", "reason": reason, "message": message,
+               "lastUpdateTime": update, "lastTransitionTime": transition})
+    };
+    status["conditions"] = json!([
+        cond(
+            "Available",
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.".into()
+        ),
+        cond(
+            "Progressing",
+            "NewReplicaSetAvailable",
+            format!(
+                "ReplicaSet \"{name}-{}\" has successfully progressed.",
+                template_hash(d)
+            )
+        ),
+    ]);
+    status
+}
+
+/// A ReplicaSet's status: every count equals `spec.replicas` (status only, like
+/// Deployments).
+fn replicaset_status(rs: &Value) -> Value {
+    let replicas = rs["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
+    let mut status = json!({
+        "replicas": replicas,
+        "observedGeneration": rs["metadata"]["generation"].as_i64().unwrap_or(1),
+    });
+    if replicas > 0 {
+        for f in ["fullyLabeledReplicas", "readyReplicas", "availableReplicas"] {
+            status[f] = json!(replicas);
         }
     }
-
-    fn sync_deployment(&mut self, ns: &str, name: &str) {
-        let now = self.config.clock.now_time();
-        self.store.write(|st| {
-            let Some(d) = st.get(DEPLOYMENTS, ns, name).cloned() else {
-                return;
-            };
-            if !meta_str(&d, "deletionTimestamp").is_empty() {
-                return;
-            }
-            let replicas = d["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
-            let mut status =
-                json!({"observedGeneration": d["metadata"]["generation"].as_i64().unwrap_or(1)});
-            for f in [
-                "replicas",
-                "updatedReplicas",
-                "readyReplicas",
-                "availableReplicas",
-            ] {
-                if replicas > 0 {
-                    status[f] = json!(replicas);
-                }
-            }
-            let old_conds = d["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let cond = |ty: &str, reason: &str, message: String| {
-                let keep = old_conds
-                    .iter()
-                    .find(|c| c["type"] == ty && c["status"] == "True" && c["reason"] == reason);
-                let transition = keep
-                    .map(|c| c["lastTransitionTime"].clone())
-                    .unwrap_or_else(|| json!(now));
-                let update = keep
-                    .map(|c| c["lastUpdateTime"].clone())
-                    .unwrap_or_else(|| json!(now));
-                json!({"type": ty, "status": "True", "reason": reason, "message": message,
-                       "lastUpdateTime": update, "lastTransitionTime": transition})
-            };
-            status["conditions"] = json!([
-                cond(
-                    "Available",
-                    "MinimumReplicasAvailable",
-                    "Deployment has minimum availability.".into()
-                ),
-                cond(
-                    "Progressing",
-                    "NewReplicaSetAvailable",
-                    format!(
-                        "ReplicaSet \"{name}-{}\" has successfully progressed.",
-                        template_hash(&d)
-                    )
-                ),
-            ]);
-            if d["status"] != status {
-                let mut new = d;
-                new["status"] = status;
-                st.write(DEPLOYMENTS, new);
-                tracing::debug!(
-                    namespace = ns,
-                    deployment = name,
-                    replicas,
-                    "simulated deployment status updated"
-                );
-            }
-        });
-    }
-
-    /// A ReplicaSet's status: every count equals `spec.replicas` (status only, like
-    /// Deployments).
-    fn sync_replicaset(&mut self, ns: &str, name: &str) {
-        self.store.write(|st| {
-            let Some(rs) = st.get(REPLICASETS, ns, name).cloned() else {
-                return;
-            };
-            if !meta_str(&rs, "deletionTimestamp").is_empty() {
-                return;
-            }
-            let replicas = rs["spec"]["replicas"].as_i64().unwrap_or(1).max(0);
-            let mut status = json!({
-                "replicas": replicas,
-                "observedGeneration": rs["metadata"]["generation"].as_i64().unwrap_or(1),
-            });
-            if replicas > 0 {
-                for f in ["fullyLabeledReplicas", "readyReplicas", "availableReplicas"] {
-                    status[f] = json!(replicas);
-                }
-            }
-            if rs["status"] != status {
-                let mut new = rs;
-                new["status"] = status;
-                st.write(REPLICASETS, new);
-            }
-        });
-    }
+    status
 }
 
 /// A short, stable hash of an object's pod template (FNV-1a), like `pod-template-hash`.
