@@ -4,7 +4,7 @@
 //! comprehension over `ports`, a status rule). Run with `cargo bench -p benches --bench cel_rules`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use embedded_apiserver::cel_rules;
+use embedded_apiserver::internals::cel_rules;
 use serde_json::{Value, json};
 
 fn schema() -> Value {

@@ -486,7 +486,7 @@ fn run_one(n: usize, streaming: bool, keep: bool, embedded: bool) -> i32 {
 }
 
 /// `--paging`: the server's own cost of a paged LIST, measured in-process on the embedded API
-/// server's [`Store`](embedded_apiserver::Store) and `verbs::list` (no HTTP, no JSON
+/// server's [`Store`](embedded_apiserver::internals::store::Store) and `verbs::list` (no HTTP, no JSON
 /// encoding), so the figure is the store's work alone.
 ///
 /// It seeds `n` pods (the [`make_pod`] pods, in 50 namespaces) through `verbs::create`, then
@@ -506,9 +506,9 @@ mod paging {
     use std::sync::atomic::Ordering;
     use std::time::Instant;
 
-    use embedded_apiserver::Store;
-    use embedded_apiserver::query::{ListOptions, Query};
-    use embedded_apiserver::verbs::{self, Target};
+    use embedded_apiserver::internals::query::{ListOptions, Query};
+    use embedded_apiserver::internals::store::Store;
+    use embedded_apiserver::internals::verbs::{self, Target};
     use serde_json::{Value, json};
 
     use super::{ALLOCATED, make_pod};

@@ -279,7 +279,7 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
     }
     if let Some(path) = &args.client_ca_file {
         let pem = std::fs::read_to_string(path).map_err(|e| {
-            ServerError::Tls(embedded_apiserver::tls::TlsError::new(format!(
+            ServerError::Tls(embedded_apiserver::TlsError::new(format!(
                 "--client-ca-file {}: {e}",
                 path.display()
             )))

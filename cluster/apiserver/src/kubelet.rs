@@ -41,7 +41,8 @@ use futures_util::future::BoxFuture;
 use http::{HeaderMap, Method, Response};
 use serde_json::Value;
 
-use crate::api::Body;
+/// The body of a response the kubelet streams back (logs, proxied replies): bytes, boxed.
+pub use crate::api::Body;
 use crate::api::query::Query;
 use crate::api::status::{ApiError, Cause};
 

@@ -42,18 +42,26 @@
 //!
 //! ## The public surface
 //!
+//! Everything a caller can name is in this table; every module not linked here is the crate's
+//! own (`pub(crate)`), described in the module map for readers of the source.
+//!
 //! | item | what it is |
 //! |---|---|
 //! | [`ApiServer`], [`ApiServerBuilder`] | starting a server: address, TLS or plain HTTP, tokens, RBAC, history bounds, data and certificate directories, APF, connection limits, webhooks' service endpoints |
 //! | [`ApiServerHandle`] | a running server: URL, token, CA, kubeconfigs (token or client certificate), the request log, faults, manifests, the two interfaces, shutdown |
-//! | [`StartError`] | why a server could not start |
-//! | [`loopback`] | the in-process client of the controller manager and the node |
+//! | [`StartError`], [`TlsError`], [`ManifestError`], [`DiskError`] | why a server could not start, or a manifest was refused |
+//! | [`loopback`] | the in-process client of the controller manager and the node (the interface between the three components) |
 //! | [`kubelet`] | the interface a node implements for logs and streams |
 //! | [`faults`] | fault injection for tests (also `POST /admin/faults`) |
 //! | [`RequestLog`], [`RequestKey`], [`UNROUTED`] | counts of the requests served (also at `/metrics`) |
 //! | [`ApiError`] | an API error as a `metav1.Status` (what the interfaces return) |
 //! | [`apiextensions`] | checking a CRD's schema and CEL rules offline, as the server will |
 //! | [`ServingLimits`], [`parse_token_auth_file`], [`StaticToken`], [`ADMIN_TOKEN_FILE`] | the options a command line needs |
+//!
+//! **Not part of the API:** the cargo feature `unstable-internals` (off by default) compiles a
+//! module `internals` and `ApiServerHandle::store`, which hand the store and the registry's
+//! verbs to the workspace's own tests and benchmarks. Like tokio's `tokio_unstable`, it may
+//! change in any release; nothing outside this repository should turn it on.
 //!
 //! ## Module map
 //!
@@ -68,7 +76,7 @@
 //! | `auth` | `pkg/authentication`, `plugin/pkg/auth/authorizer/rbac`, `pkg/registry/rbac/validation` | tokens and client certificates, the RBAC authorizer, escalation checks |
 //! | `webhook` | `pkg/util/webhook` | the one HTTPS client every webhook call goes through (admission and conversion) |
 //! | `registry` | `pkg/registry`, `registry/generic/registry.Store` | the resource table, the generic store (get, list, create, update, patch, apply, delete), a `Strategy` per resource under `registry/<group>/` |
-//! | [`apiextensions`] | `apiextensions-apiserver` | CRDs: structural schemas, CEL rules, the custom resources' strategy, conversion webhooks |
+//! | [`apiextensions`] | `apiextensions-apiserver` | CRDs: structural schemas, CEL rules, the custom resources' strategy, conversion webhooks; the offline schema checks are its public part |
 //! | `admission` | `pkg/admission/plugin/webhook` | mutating and validating admission webhooks around every write |
 //! | `filters` | `pkg/server/filters`, `endpoints/filters` | one filter per file: authentication, impersonation, priority and fairness, body limit, authorization, faults, the request log |
 //! | [`kubelet`] | `pkg/kubelet/client` | what the server asks of a node |
@@ -99,7 +107,7 @@
 //! based on; if someone wrote in between, the versions differ and the update fails with `409
 //! Conflict`, and the controller re-reads and retries instead of silently overwriting. **Resuming
 //! streams**: a client that has seen everything up to version N can ask for "everything after N"
-//! (a watch from N) and miss nothing. Details in [`storage`].
+//! (a watch from N) and miss nothing. Details in the `storage` module.
 //!
 //! ## Watch, the history window and 410
 //!
@@ -109,7 +117,7 @@
 //! [`ApiServerBuilder::history_max_age`], [`ApiServerBuilder::history_max_bytes`]).
 //! A client that asks for a version older than the window gets an `ERROR` event holding a `410
 //! Expired` Status: it has missed changes the server no longer remembers, so it must list again
-//! from scratch. That is the *relist* every informer knows how to do. Details in [`endpoints`] (its `watch`).
+//! from scratch. That is the *relist* every informer knows how to do. Details in `endpoints/watch`.
 //!
 //! ## Status subresources
 //!
@@ -119,7 +127,7 @@
 //! observed) is written through `.../status`, whose writes keep everything else. So a user's
 //! `kubectl apply` can never clobber what the controller reported and vice versa, and
 //! `metadata.generation` — bumped only by spec changes — lets a controller publish
-//! `status.observedGeneration` to say which spec its status describes. Details in [`registry`].
+//! `status.observedGeneration` to say which spec its status describes. Details in the `registry` module.
 //!
 //! ## What is served
 //!
@@ -255,7 +263,7 @@
 //! Namespace deletion is finished inline (content deleted, the `kubernetes` finalizer
 //! released, the namespace removed once empty), and deleting a CRD removes its custom resources
 //! at once. The watch history is one window shared by all resources (etcd's, not the
-//! per-resource watch cache's). No in-tree admission plugins (admission webhooks are called: [`admission`]); RBAC enforced only on request (`auth/rbac`; without
+//! per-resource watch cache's). No in-tree admission plugins (admission webhooks are called: `admission`); RBAC enforced only on request (`auth/rbac`; without
 //! it every request and every `kubectl auth can-i` is allowed, as with
 //! `--authorization-mode=AlwaysAllow`); no defaulting of built-in kinds (but Services, Jobs, CronJobs and a pod's `securityContext: {}`), no conversion
 //! webhooks; built-in kinds get the real metadata validation and their kinds' main rules
@@ -267,52 +275,31 @@
 
 #![forbid(unsafe_code)]
 
-pub mod admission;
-pub mod api;
+pub(crate) mod admission;
+pub(crate) mod api;
 pub mod apiextensions;
-pub mod auth;
-pub mod endpoints;
-pub mod filters;
+pub(crate) mod auth;
+pub(crate) mod endpoints;
+pub(crate) mod filters;
 pub mod kubelet;
 pub mod loopback;
-pub mod registry;
-pub mod server;
-pub mod storage;
-pub mod webhook;
+pub(crate) mod registry;
+pub(crate) mod server;
+pub(crate) mod storage;
+pub(crate) mod webhook;
+
+#[cfg(feature = "unstable-internals")]
+pub mod internals;
 
 use apiextensions::conversion;
 use filters::{flowcontrol, request_log};
 
+use auth::rbac;
+use endpoints::watch;
 /// Fault injection for tests: drop watches, compact, fail or delay requests.
 pub use filters::faults;
-use server::bootstrap;
-use storage::{durable, memory};
-
-// Transitional re-exports of the paths the controller manager, the node and the tests used
-// before the server's modules moved into folders; they go once those use the loopback
-// interface.
-#[doc(hidden)]
-pub use api::{object_meta as meta, query, status};
-#[doc(hidden)]
-pub use apiextensions::cel_rules;
-#[doc(hidden)]
-pub use endpoints::{handlers as http, watch};
-#[doc(hidden)]
-pub use registry::{batch::cronjobs, generic as verbs, strategy};
-#[doc(hidden)]
-pub use storage::stored;
-#[doc(hidden)]
-pub mod store {
-    pub use crate::registry::{State, Store};
-    pub use crate::storage::store::*;
-}
-#[doc(hidden)]
-pub use {auth::rbac, server::tls};
-#[doc(hidden)]
-pub mod logic {
-    pub use crate::apiextensions::schema;
-    pub use crate::endpoints::protobuf;
-}
+use server::{bootstrap, tls};
+use storage::{durable, memory, store, stored};
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -325,7 +312,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use crate::registry::Store;
+use crate::registry::Store;
 /// An API error as a `metav1.Status`: what the server answers, and what the interfaces return.
 pub use api::status::ApiError;
 pub use apimachinery::serving::ServingLimits;
@@ -333,6 +320,12 @@ pub use apimachinery::serving::ServingLimits;
 pub use auth::tokens::{StaticToken, parse_token_auth_file};
 use endpoints::Shared;
 pub use request_log::{RequestKey, RequestLog, UNROUTED};
+/// Why manifests were refused ([`ApiServerHandle::load_manifests`], [`StartError::Manifests`]).
+pub use server::manifests::ManifestError;
+/// Why certificates could not be made, read or used ([`StartError::Tls`]).
+pub use server::tls::TlsError;
+/// Why the data directory could not be used ([`StartError::Storage`]).
+pub use storage::durable::DiskError;
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -491,7 +484,7 @@ impl ApiServerBuilder {
         self
     }
 
-    /// Enforce RBAC ([`rbac`]; default off, everything allowed): requests are authorized
+    /// Enforce RBAC (`auth/rbac`; default off, everything allowed): requests are authorized
     /// against the Roles, ClusterRoles, RoleBindings and ClusterRoleBindings stored in the
     /// server, and denied with 403; access reviews (`kubectl auth can-i`) and impersonation
     /// follow the same rules. The bootstrap token stays all-powerful. Off, every request,
@@ -508,7 +501,7 @@ impl ApiServerBuilder {
     }
 
     /// An extra bound on how many changes the watch history keeps (default: none, only the
-    /// age and byte bounds); older watches and continue tokens get 410. See [`store`].
+    /// age and byte bounds); older watches and continue tokens get 410.
     pub fn history_window(mut self, n: usize) -> Self {
         self.history.max_changes = Some(n.max(1));
         self
@@ -531,9 +524,9 @@ impl ApiServerBuilder {
     /// Keep objects, the revision counter and the watch history in `dir` (kube-apiserver keeps
     /// them in etcd): a restart resumes with the same objects and revisions. The server's
     /// identity lives there too unless [`Self::cert_dir`] names another directory: its CA,
-    /// serving certificate and client CA ([`tls`]) and the admin token ([`ADMIN_TOKEN_FILE`]),
+    /// serving certificate and client CA and the admin token ([`ADMIN_TOKEN_FILE`]),
     /// so a kubeconfig written before a restart works after it. Default: memory only. See
-    /// [`durable`].
+    /// `storage/durable`.
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
         self
@@ -542,7 +535,7 @@ impl ApiServerBuilder {
     /// Keep the CA and the serving certificate in `dir` (kube-apiserver's `--cert-dir`): made
     /// on the first start, reused after, so clients keep verifying the server across
     /// restarts. Default: the data directory ([`Self::data_dir`]) when there is one, else a new
-    /// CA at every start. See [`tls`].
+    /// CA at every start.
     pub fn cert_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.cert_dir = Some(dir.into());
         self
@@ -555,7 +548,7 @@ impl ApiServerBuilder {
     }
 
     /// Close a watch as unresponsive when its client leaves a frame untaken for `after` while
-    /// `backlog` events wait for it (default 5 s and 1,000 events; see [`watch`], "Watchers
+    /// `backlog` events wait for it (default 5 s and 1,000 events; see `endpoints/watch`, "Watchers
     /// that do not read").
     pub fn watch_unresponsive(mut self, after: Duration, backlog: usize) -> Self {
         self.watch_unresponsive = watch::Unresponsive { after, backlog };
@@ -596,7 +589,7 @@ impl ApiServerBuilder {
     }
 
     /// How long an object goes unread before it rests (default
-    /// [`stored::DEFAULT_REST_AFTER`], 30 s; `--rest-unread-after`): it rests between two and
+    /// 30 s by default; `--rest-unread-after`): it rests between two and
     /// three thirds of this after its last read. Shorter saves memory sooner and costs CPU
     /// under writes: every version of an object that outlives it is encoded once, and decoded
     /// again when read. Under the At benchmark (10,000 Ats written four times each in about 30
@@ -607,7 +600,7 @@ impl ApiServerBuilder {
         self
     }
 
-    /// API Priority and Fairness ([`flowcontrol`]; default on). Off, the server keeps the
+    /// API Priority and Fairness (`filters/flowcontrol`; default on). Off, the server keeps the
     /// plain max-in-flight limits instead (`--enable-priority-and-fairness=false`).
     pub fn priority_and_fairness(mut self, yes: bool) -> Self {
         self.flow_control.enabled = yes;
@@ -643,19 +636,19 @@ impl ApiServerBuilder {
     }
 
     /// Hands freed memory back to the system after large requests: every
-    /// [`memory::CHECK_INTERVAL`], if the request and response bodies handled since the last
-    /// call total more than [`memory::RELEASE_AFTER_BYTES`], `release` runs on a blocking
+    /// 5 s, if the request and response bodies handled since the last
+    /// call total more than 16 MiB, `release` runs on a blocking
     /// thread (the `apiserver` command passes glibc's `malloc_trim`,
     /// [`apimachinery::malloc::release_freed_memory`]). Off by default: a library does not
-    /// change its host's allocator behaviour unasked. See [`memory`].
+    /// change its host's allocator behaviour unasked (`storage/memory`).
     pub fn memory_release(mut self, release: fn()) -> Self {
         self.memory_release = Some(release);
         self
     }
 
     /// Where the Service `namespace/name` is reached (`host:port`), for admission webhooks
-    /// and CRD conversion webhooks ([`conversion`]) whose `clientConfig.service` names it
-    /// ([`admission`]; `--service-endpoint`): this
+    /// and CRD conversion webhooks whose `clientConfig.service` names it
+    /// (`--service-endpoint`): this
     /// server has no cluster network, so a webhook service must be mapped to an address. The
     /// webhook's certificate must still name `NAME.NAMESPACE.svc`, as in a cluster.
     pub fn service_endpoint(mut self, namespace_name: &str, host_port: &str) -> Self {
@@ -665,14 +658,14 @@ impl ApiServerBuilder {
     }
 
     /// Also accept client certificates signed by the CA(s) of this PEM (`--client-ca-file`),
-    /// besides the server's own client CA ([`tls`], [`ApiServerHandle::client_certificate`]).
+    /// besides the server's own client CA ([`ApiServerHandle::client_certificate`]).
     pub fn client_ca_pem(mut self, pem: impl Into<String>) -> Self {
         self.client_ca_pems.push(pem.into());
         self
     }
 
     /// How long a CRD conversion webhook call may take before it fails with `context deadline
-    /// exceeded` (default 30 s, the real server's; [`conversion`]).
+    /// exceeded` (default 30 s, the real server's).
     pub fn conversion_webhook_timeout(mut self, timeout: Duration) -> Self {
         self.conversion_timeout = timeout;
         self
@@ -993,7 +986,7 @@ impl ApiServerHandle {
 
     /// A client certificate for `user` (its common name) in `group` (its organization, if
     /// any), signed by the server's client CA: `(certificate PEM, key PEM)`. `None` with plain
-    /// HTTP. ([`tls`]: the server authenticates it as that user in that group.)
+    /// HTTP. (The server authenticates it as that user in that group.)
     pub fn client_certificate(
         &self,
         user: &str,
@@ -1058,8 +1051,9 @@ impl ApiServerHandle {
         self.shared.store.resource_version()
     }
 
-    /// The store, for in-process helpers (background controllers, fault injection, direct
-    /// seeding) that subscribe to its revision channel.
+    /// The store itself, for the project's own tests and benchmarks that seed or inspect it
+    /// directly ([`internals`]; not part of the API).
+    #[cfg(feature = "unstable-internals")]
     pub fn store(&self) -> Arc<Store> {
         self.shared.store.clone()
     }

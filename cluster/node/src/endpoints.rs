@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use embedded_apiserver::api::Body;
+use embedded_apiserver::kubelet::Body;
 use embedded_apiserver::kubelet::{ProxyRequest, not_found_text, text};
 use embedded_apiserver::loopback::{ListParams, Resource};
 use http::{Method, Response};

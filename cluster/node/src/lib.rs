@@ -90,7 +90,7 @@ use std::time::Duration;
 
 use embedded_apiserver::ApiError;
 use embedded_apiserver::ApiServerHandle;
-use embedded_apiserver::api::Body;
+use embedded_apiserver::kubelet::Body;
 use embedded_apiserver::kubelet::{Kubelet, LogsRequest, ProxyRequest, StreamRequest};
 use futures_util::future::BoxFuture;
 use http::Response;

@@ -54,7 +54,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use embedded_apiserver::ApiError;
-use embedded_apiserver::api::Body;
+use embedded_apiserver::kubelet::Body;
 use embedded_apiserver::kubelet::{LogOptions, LogsRequest};
 
 /// Default cap of one container instance's log buffer: 1 MiB.

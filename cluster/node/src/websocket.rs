@@ -51,7 +51,7 @@ pub use tokio_tungstenite::tungstenite::Message;
 pub use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use embedded_apiserver::ApiError;
-use embedded_apiserver::api::Body;
+use embedded_apiserver::kubelet::Body;
 
 /// A server-side WebSocket on an upgraded connection `S`.
 pub type WebSocket<S> = WebSocketStream<S>;

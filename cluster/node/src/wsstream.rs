@@ -69,7 +69,7 @@ use super::remotecommand::{
 };
 use super::websocket::{self, CloseCode, Message, WebSocket};
 use embedded_apiserver::ApiError;
-use embedded_apiserver::api::Body;
+use embedded_apiserver::kubelet::Body;
 
 /// `v5.channel.k8s.io`: binary, Status JSON, close signals.
 pub const V5_BINARY: &str = "v5.channel.k8s.io";

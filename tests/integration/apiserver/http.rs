@@ -1227,8 +1227,23 @@ async fn writes_record_their_field_manager() {
 
 #[tokio::test]
 async fn protobuf_bodies_are_accepted_for_built_in_kinds() {
-    use embedded_apiserver::logic::protobuf::encode_body;
     use prost::Message;
+    // The envelope a Go client wraps an encoded object in: the magic `k8s\0`, then a
+    // runtime.Unknown holding the type and the object's bytes.
+    let encode_body = |api_version: &str, kind: &str, raw: Vec<u8>| {
+        let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown {
+            type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
+            }),
+            raw: Some(raw),
+            content_encoding: Some(String::new()),
+            content_type: Some(String::new()),
+        };
+        let mut out = b"k8s\0".to_vec();
+        out.extend(unknown.encode_to_vec());
+        out
+    };
     let s = start().await;
     let c = TestClient::new(&s);
     let pb = "application/vnd.kubernetes.protobuf";
@@ -1357,7 +1372,8 @@ async fn malformed_bodies_are_bad_requests() {
 
 #[tokio::test]
 async fn bodies_over_the_limit_get_413_and_the_server_stays_up() {
-    use embedded_apiserver::http::MAX_BODY;
+    // kube-apiserver's limit on a request body: 3 MiB.
+    const MAX_BODY: usize = 3 * 1024 * 1024;
     let s = start().await;
     // HTTP/2, so the early answer arrives even while the client is still sending.
     let c = TestClient::with_http2(&s, true);

@@ -124,10 +124,10 @@ async fn a_replica_set_keeps_its_pods_and_counts_them() {
     t.name = Some(name.clone());
     h.store()
         .write(|s| {
-            embedded_apiserver::verbs::delete_one(
+            embedded_apiserver::internals::verbs::delete_one(
                 s,
                 &t,
-                &embedded_apiserver::verbs::DeleteOptions::default(),
+                &embedded_apiserver::internals::verbs::DeleteOptions::default(),
             )
         })
         .unwrap();
@@ -179,7 +179,7 @@ fn replicasets_of(h: &ClusterHandle, name: &str) -> Vec<Value> {
     rss
 }
 
-fn rolled_out(s: &embedded_apiserver::store::State, name: &str, n: i64) -> bool {
+fn rolled_out(s: &embedded_apiserver::internals::store::State, name: &str, n: i64) -> bool {
     s.get("apps/deployments", "default", name).is_some_and(|d| {
         let st = &d["status"];
         st["observedGeneration"] == d["metadata"]["generation"]
@@ -330,7 +330,7 @@ fn check_rollout_bounds(
             continue;
         }
         match c.kind {
-            embedded_apiserver::store::ChangeType::Deleted => state.remove(&n),
+            embedded_apiserver::internals::store::ChangeType::Deleted => state.remove(&n),
             _ => state.insert(n, c.object.value().clone()),
         };
         let wanted: i64 = state
@@ -426,7 +426,7 @@ async fn a_rolling_update_respects_max_surge_and_max_unavailable() {
 fn pod_changes(
     h: &ClusterHandle,
     from: u64,
-    kind: embedded_apiserver::store::ChangeType,
+    kind: embedded_apiserver::internals::store::ChangeType,
 ) -> Vec<(u64, String)> {
     h.store().read(|s| {
         s.changes_since(from)
@@ -468,7 +468,7 @@ async fn recreate_deletes_the_old_pods_before_creating_new_ones() {
         json!({"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "postgres:16"}]}}}}),
     );
     wait_until(&h, "second rollout", |s| rolled_out(s, "db", 3)).await;
-    use embedded_apiserver::store::ChangeType;
+    use embedded_apiserver::internals::store::ChangeType;
     let deleted = pod_changes(&h, from, ChangeType::Deleted);
     let added = pod_changes(&h, from, ChangeType::Added);
     assert_eq!(deleted.len(), 3);

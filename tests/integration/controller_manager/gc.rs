@@ -62,7 +62,7 @@ fn deleted_at(h: &ClusterHandle, name: &str) -> u64 {
             .unwrap()
             .iter()
             .find(|c| {
-                c.kind == embedded_apiserver::store::ChangeType::Deleted
+                c.kind == embedded_apiserver::internals::store::ChangeType::Deleted
                     && c.object["metadata"]["name"] == name
             })
             .map(|c| c.rv)

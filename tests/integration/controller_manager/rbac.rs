@@ -32,7 +32,7 @@ fn pod_template(app: &str, restart: &str, command: &str) -> Value {
 }
 
 fn status_is(
-    s: &embedded_apiserver::store::State,
+    s: &embedded_apiserver::internals::store::State,
     storage: &str,
     name: &str,
     f: &str,
@@ -90,7 +90,7 @@ async fn every_controller_works_with_rbac_enforced() {
     let mut t = target(&h, "", "v1", "configmaps", "default");
     t.name = Some("owner".into());
     h.store()
-        .write(|s| embedded_apiserver::verbs::delete_one(s, &t, &Default::default()))
+        .write(|s| embedded_apiserver::internals::verbs::delete_one(s, &t, &Default::default()))
         .unwrap();
     wait_until(&h, "the dependent collected", |s| {
         s.get("core/configmaps", "default", "dep").is_none()

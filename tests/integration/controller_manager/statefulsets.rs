@@ -9,7 +9,7 @@ use crate::support::cluster;
 use std::time::Duration;
 
 use cluster::*;
-use embedded_apiserver::store::ChangeType;
+use embedded_apiserver::internals::store::ChangeType;
 use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
 
@@ -206,12 +206,12 @@ async fn a_partition_keeps_the_lower_ordinals_at_the_current_revision() {
     let uid = pod(&h, "db-0")["metadata"]["uid"].clone();
     let mut t = target(&h, "", "v1", "pods", "default");
     t.name = Some("db-0".into());
-    let opts = embedded_apiserver::verbs::DeleteOptions {
+    let opts = embedded_apiserver::internals::verbs::DeleteOptions {
         grace_period: Some(0),
         ..Default::default()
     };
     h.store()
-        .write(|s| embedded_apiserver::verbs::delete_one(s, &t, &opts))
+        .write(|s| embedded_apiserver::internals::verbs::delete_one(s, &t, &opts))
         .unwrap();
     wait_until(&h, "db-0 recreated and ready", |s| {
         s.get("core/pods", "default", "db-0")
@@ -276,12 +276,12 @@ async fn on_delete_rolls_nothing_until_a_pod_is_deleted() {
     let uid = pod(&h, "cache-1")["metadata"]["uid"].clone();
     let mut t = target(&h, "", "v1", "pods", "default");
     t.name = Some("cache-1".into());
-    let opts = embedded_apiserver::verbs::DeleteOptions {
+    let opts = embedded_apiserver::internals::verbs::DeleteOptions {
         grace_period: Some(0),
         ..Default::default()
     };
     h.store()
-        .write(|s| embedded_apiserver::verbs::delete_one(s, &t, &opts))
+        .write(|s| embedded_apiserver::internals::verbs::delete_one(s, &t, &opts))
         .unwrap();
     wait_until(&h, "cache-1 recreated at the update revision", |s| {
         let st = &s.get("apps/statefulsets", "default", "cache").unwrap()["status"];

@@ -8,7 +8,7 @@ use crate::support::cluster;
 use std::time::Duration;
 
 use cluster::*;
-use embedded_apiserver::store::ChangeType;
+use embedded_apiserver::internals::store::ChangeType;
 use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
 
@@ -111,12 +111,12 @@ async fn ordered_ready_scales_up_in_order_and_down_from_the_highest_ordinal() {
     // A pod that disappears comes back with the same name.
     let mut t = target(&h, "", "v1", "pods", "default");
     t.name = Some("web-0".into());
-    let opts = embedded_apiserver::verbs::DeleteOptions {
+    let opts = embedded_apiserver::internals::verbs::DeleteOptions {
         grace_period: Some(0),
         ..Default::default()
     };
     h.store()
-        .write(|s| embedded_apiserver::verbs::delete_one(s, &t, &opts))
+        .write(|s| embedded_apiserver::internals::verbs::delete_one(s, &t, &opts))
         .unwrap();
     wait_until(&h, "web-0 recreated", |s| {
         s.get("core/pods", "default", "web-0")
@@ -180,7 +180,7 @@ async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() 
     let mut t = target(&h, "apps", "v1", "statefulsets", "default");
     t.name = Some("db".into());
     h.store()
-        .write(|s| embedded_apiserver::verbs::delete_one(s, &t, &Default::default()))
+        .write(|s| embedded_apiserver::internals::verbs::delete_one(s, &t, &Default::default()))
         .unwrap();
     wait_until(&h, "pods collected", |s| {
         s.list("core/pods", Some("default")).is_empty()
@@ -385,17 +385,17 @@ async fn a_replication_controller_keeps_its_replicas_and_reports_them() {
     let mut rc = get(&h, "core/replicationcontrollers", "default", "rc").unwrap();
     rc["spec"]["replicas"] = json!(1);
     let t = target(&h, "", "v1", "replicationcontrollers", "default");
-    let t = embedded_apiserver::verbs::Target {
+    let t = embedded_apiserver::internals::verbs::Target {
         name: Some("rc".into()),
         ..t
     };
     h.store()
         .write(|s| {
-            embedded_apiserver::verbs::update(
+            embedded_apiserver::internals::verbs::update(
                 s,
                 &t,
                 rc,
-                &embedded_apiserver::query::Query::parse(None),
+                &embedded_apiserver::internals::query::Query::parse(None),
             )
         })
         .unwrap();
@@ -563,7 +563,7 @@ async fn a_cron_job_creates_a_job_each_minute_and_keeps_its_history_limit() {
     h.shutdown().await;
 }
 
-fn c_last(s: &embedded_apiserver::store::State) -> Value {
+fn c_last(s: &embedded_apiserver::internals::store::State) -> Value {
     s.get("batch/cronjobs", "default", "tick")
         .map(|c| c["status"]["lastScheduleTime"].clone())
         .unwrap_or(Value::Null)

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use embedded_apiserver::query::Query;
-use embedded_apiserver::verbs::{self, Target};
+use embedded_apiserver::internals::query::Query;
+use embedded_apiserver::internals::verbs::{self, Target};
 use embedded_cluster::ClusterHandle;
 use serde_json::{Value, json};
 
@@ -63,7 +63,7 @@ pub fn names(h: &ClusterHandle, storage: &str, ns: &str) -> Vec<String> {
 /// after 30 s of wall-clock or virtual time so a missing transition fails instead of hanging.
 pub async fn wait_until<F>(h: &ClusterHandle, what: &str, mut pred: F)
 where
-    F: FnMut(&embedded_apiserver::store::State) -> bool,
+    F: FnMut(&embedded_apiserver::internals::store::State) -> bool,
 {
     let store = h.store();
     let mut rx = store.subscribe();

@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::api::selectors::LabelSelector;
-pub use crate::registry::admissionregistration::{GROUP, Kind};
+pub use crate::registry::admissionregistration::Kind;
 pub use crate::webhook::endpoint::{Endpoint, decode_ca};
 
 /// One webhook of a configuration, with its defaults applied.
@@ -33,8 +33,6 @@ pub use crate::webhook::endpoint::{Endpoint, decode_ca};
 pub struct Webhook {
     /// Validating or mutating.
     pub kind: Kind,
-    /// The configuration's name.
-    pub configuration: String,
     /// `webhooks[].name` (what messages quote).
     pub name: String,
     /// `clientConfig`.
@@ -88,10 +86,6 @@ fn str_list(v: &Value) -> Vec<&str> {
 /// Reads the webhooks of one stored configuration (already defaulted and validated; fields
 /// that are nonetheless missing take their defaults).
 pub fn webhooks_of(kind: Kind, config: &Value) -> Vec<Webhook> {
-    let configuration = config["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
     let mut out = vec![];
     for h in config["webhooks"].as_array().into_iter().flatten() {
         let cc = &h["clientConfig"];
@@ -99,7 +93,6 @@ pub fn webhooks_of(kind: Kind, config: &Value) -> Vec<Webhook> {
         let versions = str_list(&h["admissionReviewVersions"]);
         out.push(Webhook {
             kind,
-            configuration: configuration.clone(),
             name: h["name"].as_str().unwrap_or_default().to_owned(),
             endpoint,
             ca_bundle: cc
@@ -179,12 +172,6 @@ impl Webhook {
             o.is_some_and(|o| sel.matches(&crate::api::object_meta::labels_of(o)))
         };
         Ok(hit(object) || hit(old_object))
-    }
-
-    /// The URL messages quote (and, for a service, the address the certificate must name:
-    /// `https://NAME.NAMESPACE.svc:PORT/PATH`).
-    pub fn url(&self) -> String {
-        self.endpoint.url()
     }
 }
 

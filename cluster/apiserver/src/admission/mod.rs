@@ -88,7 +88,6 @@ use crate::webhook::Webhooks;
 pub mod call;
 
 pub use crate::registry::generic::Write;
-pub use crate::webhook::client::ClientManager;
 pub use call::CallError;
 pub use config::{Kind, Webhook};
 

@@ -348,6 +348,7 @@ impl Serialize for Items<'_> {
 }
 
 /// [`GoOrdered`] as bytes.
+#[cfg(test)]
 pub fn to_vec(v: &Value) -> Vec<u8> {
     serde_json::to_vec(&GoOrdered::new(v)).unwrap_or_default()
 }

@@ -41,7 +41,6 @@ use std::fmt;
 use serde_json::Value;
 
 use apimachinery::labels::Selector;
-pub use apimachinery::labels::{Operator as LabelOp, Requirement as LabelRequirement};
 
 /// A parsed label selector: the AND of its requirements. The default (empty) selector matches
 /// every object. The grammar, the validation of keys and values and the matching are
@@ -107,11 +106,6 @@ impl LabelSelector {
     /// True when the selector has no requirements and so matches everything.
     pub fn is_empty(&self) -> bool {
         self.0.is_everything()
-    }
-
-    /// The parsed requirements, in canonical order (sorted by key).
-    pub fn requirements(&self) -> &[LabelRequirement] {
-        self.0.requirements()
     }
 }
 
@@ -309,6 +303,7 @@ impl FieldSelector {
     }
 
     /// The parsed terms, in the order written.
+    #[cfg(test)]
     pub fn requirements(&self) -> &[FieldRequirement] {
         &self.requirements
     }

@@ -185,6 +185,7 @@ impl FieldError {
 /// The message of a 422 Invalid status for `kind` `name` with these errors, as
 /// `apierrors.NewInvalid` writes it: `At.cnat.example.com "x" is invalid: spec.a: Required value`
 /// (several errors are listed in brackets, comma-separated).
+#[cfg(test)]
 pub fn invalid_message(qualified_kind: &str, name: &str, errors: &[FieldError]) -> String {
     let list = match errors {
         [one] => one.message(),

@@ -41,7 +41,6 @@ use crate::registry::generic::{self as verbs, DeleteOptions, PatchType, Target};
 use crate::registry::resources::ResourceDef;
 
 pub use crate::api::Body;
-pub use crate::filters::body_limit::MAX_BODY;
 
 fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).boxed()

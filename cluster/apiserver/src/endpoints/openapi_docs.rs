@@ -60,6 +60,7 @@ pub struct OpenApiKind {
 
 impl OpenApiKind {
     /// A built-in kind with the permissive schema.
+    #[cfg(test)]
     pub fn builtin(
         group: &str,
         version: &str,

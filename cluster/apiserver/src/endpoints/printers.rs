@@ -240,6 +240,7 @@ pub fn eval_json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Is `path` a JSONPath this module can evaluate? (CRD validation rejects other paths.)
+#[cfg(test)]
 pub fn is_simple_json_path(path: &str) -> bool {
     parse_json_path(path).is_some_and(|s| !s.is_empty())
 }
@@ -1877,23 +1878,6 @@ impl IncludeObject {
             )),
         }
     }
-}
-
-/// Builds a Table for `items` with the current time; see [`to_table_at`].
-pub fn to_table(
-    items: &[Value],
-    columns: &[ColumnDef],
-    list_rv: &str,
-    continue_: Option<&str>,
-) -> Value {
-    to_table_at(
-        items,
-        columns,
-        list_rv,
-        continue_,
-        IncludeObject::Metadata,
-        Timestamp::now(),
-    )
 }
 
 /// Builds a `meta.k8s.io/v1` Table: `metadata.resourceVersion` = `list_rv`, `metadata.continue`

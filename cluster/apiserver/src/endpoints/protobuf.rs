@@ -88,9 +88,6 @@ use serde_json::{Map, Value};
 /// The four bytes every Kubernetes protobuf body starts with.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
 
-/// The media type of protobuf bodies.
-pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
-
 /// Conversion of one decoded protobuf value to its JSON form.
 trait ToJson {
     fn to_json(self) -> Result<Value, String>;
@@ -1289,6 +1286,7 @@ fn decode_as<T: Message + Default + ToJson>(
 }
 
 /// The `(apiVersion, kind)` pairs [`decode_body`] understands.
+#[cfg(test)]
 pub const SUPPORTED_KINDS: &[(&str, &str)] = &[
     ("v1", "Namespace"),
     ("v1", "ConfigMap"),
@@ -1442,6 +1440,7 @@ pub fn decode_body(bytes: &[u8]) -> Result<Value, String> {
 }
 
 /// Wraps an encoded object in the envelope, as a Go client does (useful for tests and tools).
+#[cfg(test)]
 pub fn encode_body(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
     let unknown = Unknown {
         type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {

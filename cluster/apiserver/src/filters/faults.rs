@@ -14,6 +14,7 @@
 //! | [`Faults::compact`] | a watch or exact list from an older resourceVersion gets `410 Expired` | the reflector relists |
 //! | [`Faults::inject`] with [`Fault::fail`] | the next N matching requests get the code with a proper `Status` (`500 InternalError`, `503 ServiceUnavailable`, `429 TooManyRequests` + `Retry-After`, `409 Conflict`, ...), or with [`Fault::plain_text`] the plain-text body the real overload filters send | retries, back-off, rate-limited requeues |
 //! | [`Faults::inject`] with [`Fault::latency`] | matching requests wait before they are served | timeouts |
+//! | [`Faults::disk_full`] | every write gets `500` (`etcdserver: mvcc: database space exceeded`) while reads go on, until lifted | errors on writes that are not the client's fault |
 //! | [`Faults::conflict_next_updates`] | the next N updates (PUT, also of `/status`) of a resource find the object changed under them: a no-op write bumps its resourceVersion (watchers see a `MODIFIED`), then `409 Conflict` | re-read and retry |
 //!
 //! ```
@@ -212,6 +213,20 @@ impl Faults {
         self.store.write(|s| s.compact());
         self.log.record_fault("compact", "*", "*");
         tracing::info!("fault injected: compacted the watch history");
+    }
+
+    /// The data directory ([`crate::ApiServerBuilder::data_dir`]) fills up (`true`) or has
+    /// room again (`false`): while full, every commit fails as on a full disk, so the store turns
+    /// read-only as etcd does on `NOSPACE` (writes answer `500 etcdserver: mvcc: database space
+    /// exceeded`, reads go on) and recovers once there is room. No effect on a server that
+    /// keeps its state in memory. Loopback writes (the cluster's own components) fail too: the
+    /// disk is the whole server's.
+    pub fn disk_full(&self, full: bool) {
+        self.store.simulate_disk_full(full);
+        if full {
+            self.log.record_fault("disk-full", "*", "*");
+        }
+        tracing::info!(full, "fault injected: data directory full");
     }
 
     /// Adds a fault rule.

@@ -49,7 +49,6 @@ pub mod strategy;
 pub mod typed;
 pub mod validation;
 #[doc(hidden)]
-pub use resources::{CustomInfo, Registry, ResourceDef, ScaleSpec, View};
 
 /// The store of this server: its objects, their history, and the resource table.
 pub type Store = store::Store<resources::Registry>;

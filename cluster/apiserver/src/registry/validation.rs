@@ -22,6 +22,7 @@
 //! ([`check_unknown_fields`]) and with duplicate JSON keys ([`check_duplicate_fields`],
 //! [`parse_json_body`]).
 
+#[cfg(test)]
 use std::collections::HashSet;
 use std::fmt;
 
@@ -290,6 +291,7 @@ pub fn check_unknown_fields(
 /// Duplicate keys of a JSON object body, in document order (`duplicate field "replicas"`).
 /// serde_json keeps the last of duplicate keys silently; this walks the text once more and
 /// records them, bounded by the body limit the HTTP layer already enforced.
+#[cfg(test)]
 pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
     struct Walk<'a>(&'a mut Vec<String>);
     impl<'de> DeserializeSeed<'de> for Walk<'_> {
@@ -346,6 +348,7 @@ pub fn duplicate_json_keys(bytes: &[u8]) -> Vec<String> {
 
 /// `fieldValidation` for duplicate keys of a JSON body: `Strict` refuses (400 `strict decoding
 /// error: duplicate field "x"`), `Warn` warns, `Ignore` keeps the last value silently.
+#[cfg(test)]
 pub fn check_duplicate_fields(bytes: &[u8], q: &Query) -> Result<(), ApiError> {
     report_duplicate_fields(&duplicate_json_keys(bytes), q)
 }

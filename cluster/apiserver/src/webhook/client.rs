@@ -137,14 +137,6 @@ impl ClientManager {
         }
     }
 
-    /// The configured service endpoints (`NAMESPACE/NAME` → `HOST:PORT`).
-    pub fn endpoints(&self) -> HashMap<String, String> {
-        self.endpoints
-            .read()
-            .map(|endpoints| endpoints.clone())
-            .unwrap_or_default()
-    }
-
     fn client(&self, ca: &[u8]) -> Result<HttpsClient, String> {
         if let Ok(clients) = self.clients.lock()
             && let Some(c) = clients.get(ca)

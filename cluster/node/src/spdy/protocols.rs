@@ -59,7 +59,7 @@ use super::{Connection, IncomingStream, Stream, rst};
 use crate::remotecommand::{
     self, Action, Reader, Session, SessionKind, StreamOptions, Target, UpgradeRequest, Writer,
 };
-use embedded_apiserver::api::Body;
+use embedded_apiserver::kubelet::Body;
 
 /// The exec/attach protocols SPDY serves, newest first (the kubelet's list).
 pub const EXEC_PROTOCOLS: [&str; 4] = [

@@ -677,11 +677,6 @@ impl FlowControl {
         });
     }
 
-    /// The settings it runs with.
-    pub fn settings(&self) -> &Settings {
-        &self.settings
-    }
-
     /// Total seats: `--max-requests-inflight` + `--max-mutating-requests-inflight`.
     pub fn server_concurrency(&self) -> usize {
         self.settings.max_requests_inflight + self.settings.max_mutating_requests_inflight
@@ -962,6 +957,7 @@ impl FlowControl {
     }
 
     /// Nominal seats of a priority level (`None` if unknown or exempt).
+    #[cfg(test)]
     pub fn nominal_seats(&self, level: &str) -> Option<usize> {
         self.current()
             .levels

@@ -172,6 +172,7 @@ impl QueueSet {
     }
 
     /// `(waiting requests, executing seats)` right now.
+    #[cfg(test)]
     pub fn counts(&self) -> (usize, usize) {
         let g = self.lock();
         (g.waiting, g.executing)

@@ -10,7 +10,6 @@
 //! The schedule grammar is `apimachinery::cron` ([`Schedule`], shared with the controller
 //! manager).
 
-pub use apimachinery::cron::Schedule;
 use serde_json::{Value, json};
 
 use crate::registry::resources::ResourceDef;

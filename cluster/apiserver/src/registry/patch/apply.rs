@@ -64,6 +64,7 @@ impl std::error::Error for ApplyError {}
 
 /// Server-side apply with the current time; see [`apply`] for the details and the error kinds.
 /// The error string of a conflict starts with `Apply failed with`.
+#[cfg(test)]
 pub fn apply_patch(
     current: Option<&Value>,
     applied: &Value,
@@ -458,7 +459,8 @@ fn take_over(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::patch::{field_owners, managed_fields_of, record_update};
+    use crate::registry::patch::managed_fields::{field_owners, managed_fields_of};
+    use crate::registry::patch::record_update;
 
     fn cm(data: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d"}, "data": data})

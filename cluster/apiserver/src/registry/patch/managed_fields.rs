@@ -20,7 +20,9 @@
 //! [`crate::registry::patch::list_strategy`] rather than from `x-kubernetes-list-map-keys`; there is no
 //! per-version conversion of field sets.
 
-use std::collections::{BTreeMap, BTreeSet};
+#[cfg(test)]
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
@@ -377,12 +379,14 @@ pub fn record_update(
 }
 
 /// The path set of an applied configuration in `FieldsV1` form (what [`crate::registry::patch::apply()`] records).
+#[cfg(test)]
 pub fn managed_fields_of(applied: &Value) -> Value {
     fields_v1(&paths_of(applied))
 }
 
 /// Merges the managed-field sets of several entries into one map from rendered path
 /// (`.spec.replicas`) to owning managers; handy for explaining ownership in docs and tests.
+#[cfg(test)]
 pub fn field_owners(obj: &Value) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let entries = obj

@@ -40,10 +40,9 @@ mod managed_fields;
 mod merge_patch;
 mod strategic;
 
-pub use apply::{ApplyError, apply, apply_patch};
+pub use apply::{ApplyError, apply};
 pub use json_patch::{JsonPatchError, json_patch, json_patch_limited};
-pub use lists::{ListStrategy, list_strategy};
-pub use managed_fields::{field_owners, managed_fields_of, record_update};
+pub use managed_fields::record_update;
 pub use merge_patch::merge_patch;
 pub use strategic::strategic_merge_patch;
 
