@@ -5,7 +5,7 @@
 //!
 //! 1. the **embedded API server** ([`embedded_apiserver`]) over HTTPS on 127.0.0.1 with a
 //!    generated CA and a token, with its node on the **process runtime**
-//!    ([`embedded_cluster::node::runtime`]): each pod's command really runs as a child process of
+//!    ([`embedded_cluster::NodeRuntime::Process`]): each pod's command really runs as a child process of
 //!    the demo, its output is what `kubectl logs` prints, and its exit code decides the pod's
 //!    phase. It writes a kubeconfig so you can watch from another terminal with `kubectl`;
 //! 2. installs the **At CRD** generated from [`sample_operators::apis::At`]: `v1` stored,

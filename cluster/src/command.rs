@@ -11,11 +11,11 @@
 //! kube-apiserver uses, `127.0.0.1:6443`; pass `--listen 127.0.0.1:0` for a free port.
 //!
 //! Unlike the library default, the standalone server behaves like a small cluster out of the
-//! box: the garbage collector, the simulated node ([`embedded_node::kubelet`]) and the simulated
+//! box: the garbage collector, the simulated node ([`embedded_node::NodeRuntime::Simulated`]) and the simulated
 //! workload controllers run, so pods reach `Running` and `Succeeded`/`Failed` on their own.
 //! `--simulate=false` turns the node and the workload controllers off (the garbage collector
 //! stays); `--pod-run-time 0s` makes one-shot pods finish at once. `--node-runtime process`
-//! runs each container's command on this host instead ([`embedded_node::runtime`], with its safety
+//! runs each container's command on this host instead ([`embedded_node::NodeRuntime::Process`], with its safety
 //! rules), so `kubectl logs` shows what the command printed. Faults can be injected with
 //! the bootstrap token at `POST /admin/faults` ([`embedded_apiserver::faults::admin`]):
 //!
@@ -107,14 +107,14 @@ pub struct ApiServerArgs {
     #[arg(long, value_enum, default_value_t = NodeRuntimeArg::Simulated)]
     pub node_runtime: NodeRuntimeArg,
     /// Process runtime: at most this many pods run at once.
-    #[arg(long, default_value_t = embedded_node::runtime::DEFAULT_MAX_PODS)]
+    #[arg(long, default_value_t = embedded_node::DEFAULT_MAX_PODS)]
     pub node_runtime_max_pods: usize,
     /// Process runtime: the longest any pod may run (`30s`, `5m`), like an
     /// `activeDeadlineSeconds` on every pod.
     #[arg(long, value_parser = apimachinery::duration::parse)]
     pub node_runtime_timeout: Option<Duration>,
     /// Bytes of output kept per container for `kubectl logs` (the oldest lines go first).
-    #[arg(long, default_value_t = embedded_node::logs::DEFAULT_LOG_BYTES)]
+    #[arg(long, default_value_t = embedded_node::DEFAULT_LOG_BYTES)]
     pub pod_log_bytes: usize,
     /// Keep objects nobody has read for `--rest-unread-after` as their JSON bytes instead of
     /// decoded trees: after a burst of writes the RSS grows by about 1.5 times the live JSON

@@ -69,7 +69,7 @@ pub enum StartError {
     #[error(transparent)]
     ApiServer(#[from] embedded_apiserver::StartError),
     /// The process runtime was asked for on a non-loopback address without RBAC enforcement
-    /// ([`embedded_node::runtime`]): anyone reaching the server could run commands on the host.
+    /// ([`embedded_node::NodeRuntime::Process`]): anyone reaching the server could run commands on the host.
     #[error(
         "refusing to run pods as processes on {addr}: it is not a loopback address and RBAC is not enforced (anyone who can reach it could run commands on this host); listen on 127.0.0.1 or enforce RBAC"
     )]
@@ -187,7 +187,7 @@ impl ClusterBuilder {
 
     /// Which runtime the node uses when [`Self::simulate`] is on (default
     /// [`NodeRuntime::Simulated`]). [`NodeRuntime::Process`] runs each container's command as
-    /// a child process of this process ([`embedded_node::runtime`]; read its safety notes):
+    /// a child process of this process (read its safety notes):
     /// [`Self::start`] then refuses a non-loopback address unless RBAC is enforced.
     pub fn node_runtime(mut self, runtime: NodeRuntime) -> Self {
         self.node_runtime = runtime;
@@ -195,7 +195,7 @@ impl ClusterBuilder {
     }
 
     /// At most this many pods run at once under the process runtime (default
-    /// [`embedded_node::runtime::DEFAULT_MAX_PODS`]; at least 1).
+    /// [`embedded_node::DEFAULT_MAX_PODS`]; at least 1).
     pub fn node_runtime_max_pods(mut self, n: usize) -> Self {
         self.node = self.node.max_pods(n);
         self
@@ -328,7 +328,7 @@ impl ClusterHandle {
 
     /// The container logs the node has written (what `kubectl logs` reads); empty without a
     /// node.
-    pub fn logs(&self) -> Option<std::sync::Arc<embedded_node::logs::LogStore>> {
+    pub fn logs(&self) -> Option<std::sync::Arc<embedded_node::LogStore>> {
         self.node.as_ref().map(|n| n.logs())
     }
 }

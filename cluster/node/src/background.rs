@@ -12,6 +12,3 @@
 /// Wall-clock timestamps that advance with `tokio::time` (see the module docs): the shared
 /// `apimachinery::clock::Clock`, under the name the node knows it by.
 pub use apimachinery::clock::Clock as VirtualClock;
-
-/// The server's duration flags (`--pod-run-time 250ms`) read Go's syntax, as kube-apiserver's do.
-pub use apimachinery::duration::parse as parse_duration;

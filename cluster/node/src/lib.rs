@@ -18,12 +18,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Two runtimes run the pods ([`NodeRuntime`]): the **simulated** one ([`kubelet`]) decides
+//! Two runtimes run the pods ([`NodeRuntime`]): the **simulated** one (`kubelet`) decides
 //! each container's outcome from its command's text and runs nothing; the **process** one
-//! ([`runtime`]) runs each container's command as a child process of this process, with the
-//! pod's environment and volumes ([`volumes`]), so `kubectl logs` shows what it printed and
-//! `kubectl exec`, `attach` and `port-forward` work ([`remotecommand`], over SPDY ([`spdy`]) or
-//! WebSocket ([`wsstream`] on [`websocket`])).
+//! (`runtime`) runs each container's command as a child process of this process, with the
+//! pod's environment and volumes (`volumes`), so `kubectl logs` shows what it printed and
+//! `kubectl exec`, `attach` and `port-forward` work (`remotecommand`, over SPDY ([`spdy`]) or
+//! WebSocket (`wsstream` on `websocket`)).
 //!
 //! ## The seam with the server
 //!
@@ -43,47 +43,61 @@
 //!
 //! * **node → server**: everything the node knows of the cluster it learns through
 //!   [`embedded_apiserver::loopback::Loopback`], made for the user `system:node:<node>` in
-//!   the group `system:nodes` ([`client::NodeApi`]), whose rights are the bootstrap
+//!   the group `system:nodes` (`client::NodeApi`), whose rights are the bootstrap
 //!   `system:node` ClusterRole. It never reads or writes the server's storage directly:
-//!   its pods come from an informer ([`client::PodInformer`]: LIST, WATCH from the list's
+//!   its pods come from an informer (`client::PodInformer`: LIST, WATCH from the list's
 //!   resourceVersion, LIST again on `410 Gone`), its reports are conditional writes redone on
 //!   `409 Conflict`, so the node's writes meet the same authorization, admission webhooks and
 //!   validation as any client's;
-//! * **server → node**: the node registers its kubelet under [`kubelet::NODE_NAME`]
+//! * **server → node**: the node registers its kubelet under [`NODE_NAME`]
 //!   ([`embedded_apiserver::ApiServerHandle::register_kubelet`]); the server checks a log,
 //!   stream or node-proxy request as kube-apiserver does and hands it to [`KubeletServer`],
 //!   the kubelet's own endpoints ([`embedded_apiserver::kubelet::Kubelet`]).
+//!
+//! ## The public surface
+//!
+//! | item | what it is |
+//! |---|---|
+//! | [`Node`], [`NodeBuilder`] | starting a node against a running server: runtime, run time of one-shot containers, pod and log limits, timeout |
+//! | [`NodeHandle`], [`NodeControl`] | a running node: pausing and resuming its pods, their logs ([`LogStore`]) |
+//! | [`NodeRuntime`] | simulated or process runtime |
+//! | [`KubeletServer`] | the node's side of the server's `Kubelet` interface (registered by [`NodeBuilder::start`]) |
+//! | [`NODE_NAME`], [`DEFAULT_MAX_PODS`], [`DEFAULT_LOG_BYTES`], [`FALLBACK_MEMORY`] | the node's name and defaults, for command lines and tests |
+//! | [`spdy`] | SPDY/3.1 frames (the codec kubectl ≤ 1.29 speaks), for clients and tests that speak it to the server |
+//!
+//! Everything else is the crate's own (`pub(crate)`); the module map is for readers of the
+//! source (`cargo doc --document-private-items`).
 //!
 //! ## Module map
 //!
 //! | module | kubelet analogue | what lives there |
 //! |---|---|---|
-//! | [`client`] | the kubelet's clientset, pod config source, status manager | the loopback client as `system:node:<node>`, the pod informer, status writes, binding, deletion, Node registration, events |
-//! | [`kubelet`] | the scheduler + kubelet, without containers | the simulated runtime: pod lifecycle decided from each command's text, crash-loop back-off, pause |
-//! | [`runtime`] | `pod_workers.go`, `kuberuntime_manager.go` | the process runtime: each container a child process, restarts, deadlines, graceful deletion, events |
-//! | [`machine`] | cAdvisor's `MachineInfo` | the Node's capacity: this machine's CPUs and memory, or the simulated node's fixed size |
-//! | [`volumes`] | the volume manager | `configMap`, `secret` and `emptyDir` volumes as host directories; path rewriting |
-//! | [`logs`] | the CRI's container logs, `/containerLogs` | per-container bounded logs, `kubectl logs` (follow, tail, since, previous) |
-//! | [`endpoints`] | `pkg/kubelet/server` | what the node proxy reaches: `/healthz`, `/pods`, `/configz` |
-//! | [`remotecommand`] | `pkg/kubelet/cri/streaming` | exec, attach and port-forward sessions on the process runtime |
+//! | `client` | the kubelet's clientset, pod config source, status manager | the loopback client as `system:node:<node>`, the pod informer, status writes, binding, deletion, Node registration, events |
+//! | `kubelet` | the scheduler + kubelet, without containers | the simulated runtime: pod lifecycle decided from each command's text, crash-loop back-off, pause |
+//! | `runtime` | `pod_workers.go`, `kuberuntime_manager.go` | the process runtime: each container a child process, restarts, deadlines, graceful deletion, events |
+//! | `machine` | cAdvisor's `MachineInfo` | the Node's capacity: this machine's CPUs and memory, or the simulated node's fixed size |
+//! | `volumes` | the volume manager | `configMap`, `secret` and `emptyDir` volumes as host directories; path rewriting |
+//! | `logs` | the CRI's container logs, `/containerLogs` | per-container bounded logs, `kubectl logs` (follow, tail, since, previous) |
+//! | `endpoints` | `pkg/kubelet/server` | what the node proxy reaches: `/healthz`, `/pods`, `/configz` |
+//! | `remotecommand` | `pkg/kubelet/cri/streaming` | exec, attach and port-forward sessions on the process runtime |
 //! | [`spdy`] | `httpstream/spdy` | SPDY/3.1 streams (kubectl up to 1.29) |
-//! | [`websocket`], [`wsstream`] | `wsstream`, the v5 channel protocol | WebSocket frames and channels (kubectl 1.30+), port-forward's SPDY tunnel |
-//! | [`background`] | — | the virtual clock the node's timestamps come from |
+//! | `websocket`, `wsstream` | `wsstream`, the v5 channel protocol | WebSocket frames and channels (kubectl 1.30+), port-forward's SPDY tunnel |
+//! | `background` | — | the virtual clock the node's timestamps come from |
 
 #![forbid(unsafe_code)]
 
-pub mod background;
-pub mod client;
-pub mod endpoints;
-pub mod kubelet;
-pub mod logs;
-pub mod machine;
-pub mod remotecommand;
-pub mod runtime;
+mod background;
+mod client;
+mod endpoints;
+mod kubelet;
+mod logs;
+mod machine;
+mod remotecommand;
+mod runtime;
 pub mod spdy;
-pub mod volumes;
-pub mod websocket;
-pub mod wsstream;
+mod volumes;
+mod websocket;
+mod wsstream;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,7 +111,9 @@ use http::Response;
 use tokio_util::sync::CancellationToken;
 
 pub use kubelet::{NODE_NAME, NodeControl};
-pub use runtime::NodeRuntime;
+pub use logs::{DEFAULT_LOG_BYTES, LogStore};
+pub use machine::FALLBACK_MEMORY;
+pub use runtime::{DEFAULT_MAX_PODS, NodeRuntime};
 
 /// The entry point: `Node::builder()...start(&server)`.
 #[derive(Debug)]
@@ -111,7 +127,7 @@ impl Node {
 }
 
 /// Configures a node. Defaults: the simulated runtime, one-shot containers run 1 s, at most
-/// [`runtime::DEFAULT_MAX_PODS`] process pods at once and no time limit, 1 MiB of log per
+/// [`DEFAULT_MAX_PODS`] process pods at once and no time limit, 1 MiB of log per
 /// container instance.
 #[derive(Clone, Debug)]
 pub struct NodeBuilder {
@@ -137,7 +153,7 @@ impl Default for NodeBuilder {
 impl NodeBuilder {
     /// Which runtime runs the pods (default [`NodeRuntime::Simulated`]).
     /// [`NodeRuntime::Process`] runs each container's command as a child process of this
-    /// process ([`runtime`], with its safety rules).
+    /// process (with the safety rules of [`NodeRuntime::Process`]).
     pub fn runtime(mut self, runtime: NodeRuntime) -> Self {
         self.runtime = runtime;
         self
@@ -150,7 +166,7 @@ impl NodeBuilder {
     }
 
     /// How many pods the process runtime runs at once (default
-    /// [`runtime::DEFAULT_MAX_PODS`]; at least 1).
+    /// [`DEFAULT_MAX_PODS`]; at least 1).
     pub fn max_pods(mut self, n: usize) -> Self {
         self.max_pods = n.max(1);
         self
@@ -255,7 +271,7 @@ impl NodeHandle {
 
 /// The kubelet's endpoints for the API server: container logs, the exec, attach and
 /// port-forward streams (only the process runtime has processes to stream), and the paths
-/// the node proxy reaches ([`endpoints`]).
+/// the node proxy reaches (`/healthz`, `/pods`, `/configz`).
 pub struct KubeletServer {
     api: client::NodeApi,
     settings: endpoints::KubeletSettings,

@@ -146,6 +146,14 @@ pub enum NodeRuntime {
     #[default]
     Simulated,
     /// Run each container's command as a child process of the server.
+    ///
+    /// **Safety**: anyone who may create a pod may then run any command as the server's user.
+    /// So this runtime is opt-in; `embedded-cluster` refuses to start it on an address that
+    /// is not loopback unless RBAC is enforced; every child runs in its own process group,
+    /// killed (SIGKILL) and reaped when the server shuts down; at most
+    /// [`NodeBuilder::max_pods`](crate::NodeBuilder::max_pods) pods run processes at once,
+    /// [`NodeBuilder::timeout`](crate::NodeBuilder::timeout) caps how long any pod may run,
+    /// and the output kept per container is bounded.
     Process,
 }
 

@@ -49,8 +49,8 @@
 //! ## What this module does
 //!
 //! [`Connection::new`] runs a server-side SPDY/3.1 session over any `AsyncRead + AsyncWrite`:
-//! hyper's upgraded HTTP/1.1 connection ([`serve`]), or the byte stream of a WebSocket tunnel
-//! ([`tunnel`]). Two tasks, owned by the [`Connection`] and stopped when it is dropped, read and
+//! hyper's upgraded HTTP/1.1 connection (the node's `serve`), or the byte stream of a WebSocket
+//! tunnel (its `tunnel`). Two tasks, owned by the [`Connection`] and stopped when it is dropped, read and
 //! write frames; the
 //! application takes the peer's streams with [`Connection::accept`], looks at their headers,
 //! accepts (a `SYN_REPLY`) or refuses (`RST_STREAM`) them and uses each accepted [`Stream`] as an
@@ -62,7 +62,7 @@
 //! another version, an even or decreasing stream id, a malformed frame, a bad header block).
 //!
 //! The Kubernetes protocols over these streams (exec, attach, port-forward, as the kubelet serves
-//! them) live in [`protocols`].
+//! them) live in the node's `spdy/protocols.rs`.
 //!
 //! ## Flow control, and the peer that has none
 //!
@@ -119,9 +119,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
-pub mod protocols;
+pub(crate) mod protocols;
 
-pub use protocols::{serve, serve_tunneled_port_forward, tunnel};
+pub(crate) use protocols::{serve, tunnel};
 
 /// The SPDY version this module speaks (SPDY/3; 3.1 adds the connection-level window).
 pub const VERSION: u16 = 3;

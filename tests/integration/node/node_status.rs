@@ -43,7 +43,7 @@ fn mem_total() -> String {
                 .and_then(|rest| rest.split_whitespace().next().map(str::to_owned))
         })
         .map_or_else(
-            || embedded_cluster::node::machine::FALLBACK_MEMORY.to_owned(),
+            || embedded_cluster::node::FALLBACK_MEMORY.to_owned(),
             |kib| format!("{kib}Ki"),
         )
 }

@@ -65,9 +65,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use embedded_apiserver::ApiError;
 use embedded_apiserver::kubelet::StreamRequest;
-pub use embedded_apiserver::kubelet::{
-    MAX_FORWARDED_PORTS, SessionKind, StreamOptions, TerminalSize,
-};
+pub use embedded_apiserver::kubelet::{SessionKind, StreamOptions};
 
 use crate::runtime::{NodeHandle, RunningContainer};
 
@@ -138,11 +136,6 @@ impl Target {
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         self.spawner().spawn(session);
-    }
-
-    /// Cancelled when the server shuts down.
-    pub fn shutdown(&self) -> tokio_util::sync::CancellationToken {
-        self.node.shutdown().clone()
     }
 
     /// A [`Spawner`] for a session that takes this target along (so cannot call
