@@ -39,7 +39,7 @@
 //!   threshold to 13 MB, and after 10,000 Ats had rested one worker's arena kept 13.7 MB
 //!   resident with 8 KB in use. The server's RSS after the burst then varied between 1.7 and
 //!   3.7 times the live data from run to run; with the thresholds fixed, see
-//!   `embedded_apiserver::stored` for the figures.
+//!   the API server's `storage/stored.rs` for the figures.
 //!
 //!   An operator's own `MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`
 //!   or `GLIBC_TUNABLES` wins: then nothing is changed.
