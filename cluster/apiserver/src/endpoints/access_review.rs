@@ -78,6 +78,8 @@ pub const VERSION: &str = "v1";
 pub const API_VERSION: &str = "authorization.k8s.io/v1";
 
 /// One of the four review resources.
+// The variants are the resources' kinds, which all end in `Review`.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReviewKind {
     /// `localsubjectaccessreviews` (namespaced).

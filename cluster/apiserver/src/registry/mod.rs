@@ -48,7 +48,6 @@ pub mod resources;
 pub mod strategy;
 pub mod typed;
 pub mod validation;
-#[doc(hidden)]
 
 /// The store of this server: its objects, their history, and the resource table.
 pub type Store = store::Store<resources::Registry>;
