@@ -274,6 +274,12 @@
 //! get the `Name` / `Created At` columns, as on a real server.
 
 #![forbid(unsafe_code)]
+// `unstable-internals` re-exports internal modules (hidden) whose docs link to other internals;
+// without it, the published documentation, links to private items stay errors.
+#![cfg_attr(
+    feature = "unstable-internals",
+    allow(rustdoc::private_intra_doc_links)
+)]
 
 pub(crate) mod admission;
 pub(crate) mod api;
@@ -288,7 +294,9 @@ pub(crate) mod server;
 pub(crate) mod storage;
 pub(crate) mod webhook;
 
+// Not part of the API, so not in its documentation either (read `src/internals.rs`).
 #[cfg(feature = "unstable-internals")]
+#[doc(hidden)]
 pub mod internals;
 
 use apiextensions::conversion;
@@ -1052,8 +1060,9 @@ impl ApiServerHandle {
     }
 
     /// The store itself, for the project's own tests and benchmarks that seed or inspect it
-    /// directly ([`internals`]; not part of the API).
+    /// directly (the `unstable-internals` feature; not part of the API).
     #[cfg(feature = "unstable-internals")]
+    #[doc(hidden)]
     pub fn store(&self) -> Arc<Store> {
         self.shared.store.clone()
     }
