@@ -948,6 +948,20 @@ impl DeploymentController {
                 continue;
             }
             let down = (max_scaled_down - cleaned).min(spec - avail);
+            if down < 0 {
+                // More available than wanted: the ReplicaSet's status still counts pods that
+                // are going (a process node ends them one by one). kube refuses the step
+                // ("got invalid request to scale down") and the sync is retried once the
+                // ReplicaSet's status has caught up; scaling "down" by a negative count
+                // would scale it up past maxSurge.
+                tracing::debug!(
+                    replicaset = meta(&rss[i], "name"),
+                    from = spec,
+                    to = spec - down,
+                    "when cleaning up unhealthy replicas, got invalid request to scale down"
+                );
+                return Err(Retry);
+            }
             self.scale_rs(d, &mut rss[i], spec - down).await?;
             cleaned += down;
         }

@@ -9,7 +9,7 @@ use crate::support::cluster;
 use std::time::Duration;
 
 use cluster::*;
-use embedded_cluster::{Cluster, ClusterHandle};
+use embedded_cluster::{Cluster, ClusterHandle, NodeRuntime};
 use serde_json::{Value, json};
 
 async fn server(delay: Duration) -> ClusterHandle {
@@ -324,6 +324,7 @@ fn check_rollout_bounds(
         }
     }
     let mut most = 0;
+    let mut trace = String::new();
     for c in changes.iter().filter(|c| c.storage == "apps/replicasets") {
         let n = c.object["metadata"]["name"].as_str().unwrap().to_owned();
         if !n.starts_with(&prefix) {
@@ -331,7 +332,7 @@ fn check_rollout_bounds(
         }
         match c.kind {
             embedded_apiserver::store::ChangeType::Deleted => state.remove(&n),
-            _ => state.insert(n, c.object.value().clone()),
+            _ => state.insert(n.clone(), c.object.value().clone()),
         };
         let wanted: i64 = state
             .values()
@@ -341,9 +342,13 @@ fn check_rollout_bounds(
             .values()
             .map(|rs| rs["status"]["availableReplicas"].as_i64().unwrap_or(0))
             .sum();
+        trace.push_str(&format!(
+            "\n{} {:?} {n}: spec {} status {}",
+            c.rv, c.kind, c.object["spec"]["replicas"], c.object["status"]
+        ));
         assert!(
             wanted <= replicas + surge,
-            "{wanted} pods wanted at revision {}: more than {replicas} + {surge}",
+            "{wanted} pods wanted at revision {}: more than {replicas} + {surge}{trace}",
             c.rv
         );
         assert!(
@@ -694,11 +699,12 @@ async fn rollout_status(k: &Kubectl) {
 /// The whole kubectl workflow against real ReplicaSets and pods: `create deployment`, `rollout
 /// status`, `scale`, `set image` (within the surge and unavailability bounds), `rollout
 /// history`, `rollout undo`, `rollout restart`, and `delete` (the garbage collector takes the
-/// ReplicaSets and pods).
-#[tokio::test]
-async fn kubectl_rolls_deployments_out_back_and_again() {
+/// ReplicaSets and pods), with either node runtime: the simulated one, and the process
+/// runtime, where every pod is a `sleep 3600` process the ReplicaSets' scaling starts and ends.
+async fn kubectl_rollout_workflow(runtime: NodeRuntime) {
     let h = Cluster::builder()
         .simulate(true)
+        .node_runtime(runtime)
         .workload_delay(Duration::from_millis(20))
         .start()
         .await
@@ -711,8 +717,11 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
         "create",
         "deployment",
         "web",
-        "--image=nginx",
+        "--image=busybox",
         "--replicas=3",
+        "--",
+        "sleep",
+        "3600",
     ])
     .await;
     rollout_status(&k).await;
@@ -736,20 +745,29 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
             first_rs.as_str()
         );
         assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
+        if runtime == NodeRuntime::Process {
+            // The pod is a process of this machine running the container's command.
+            let id = p["status"]["containerStatuses"][0]["containerID"]
+                .as_str()
+                .unwrap_or_default();
+            let pid = id.strip_prefix("process://").unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            assert_eq!(cmdline, b"sleep\x003600\x00", "pod {name}: container {id}");
+        }
     }
 
     // Scale to 5 (25% each: surge 2, unavailable 1), then a new image.
     k.ok(&["scale", "deployment", "web", "--replicas=5"]).await;
     rollout_status(&k).await;
     let from = revision_now(&h);
-    k.ok(&["set", "image", "deployment/web", "nginx=nginx:1.27"])
+    k.ok(&["set", "image", "deployment/web", "busybox=busybox:1.37"])
         .await;
     rollout_status(&k).await;
     check_rollout_bounds(&h, "web", from, 5, 2, 1);
     k.ok(&[
         "annotate",
         "deployment/web",
-        "kubernetes.io/change-cause=nginx 1.27",
+        "kubernetes.io/change-cause=busybox 1.37",
     ])
     .await;
     let rss = kubectl_replicasets(&k).await;
@@ -757,14 +775,14 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
     assert_eq!((rss[0].1, rss[0].2), (1, 0));
     assert_eq!(
         (rss[1].1, rss[1].2, rss[1].3.as_str()),
-        (2, 5, "nginx:1.27")
+        (2, 5, "busybox:1.37")
     );
 
     // History: both revisions; the change cause reaches the new ReplicaSet.
     let mut history = String::new();
     for _ in 0..500 {
         history = k.ok(&["rollout", "history", "deployment/web"]).await;
-        if history.contains("nginx 1.27") {
+        if history.contains("busybox 1.37") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -775,13 +793,13 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
         .filter(|w| w.parse::<i64>().is_ok())
         .collect();
     assert_eq!(revisions, ["1", "2"], "{history}");
-    assert!(history.contains("nginx 1.27"), "{history}");
+    assert!(history.contains("busybox 1.37"), "{history}");
     let rev1 = k
         .ok(&["rollout", "history", "deployment/web", "--revision=1"])
         .await;
     assert!(
         rev1.lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Image:", "nginx"]),
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Image:", "busybox"]),
         "{rev1}"
     );
 
@@ -791,12 +809,12 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
     let rss = kubectl_replicasets(&k).await;
     assert_eq!(rss.len(), 2, "{rss:?}");
     assert_eq!(rss[1].0, first_rs, "{rss:?}");
-    assert_eq!((rss[1].1, rss[1].2, rss[1].3.as_str()), (3, 5, "nginx"));
+    assert_eq!((rss[1].1, rss[1].2, rss[1].3.as_str()), (3, 5, "busybox"));
     assert_eq!(rss[0].2, 0);
     let d = kubectl_json(&k, &["get", "deployment", "web"]).await;
     assert_eq!(
         d["spec"]["template"]["spec"]["containers"][0]["image"],
-        "nginx"
+        "busybox"
     );
     assert_eq!(
         d["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
@@ -840,4 +858,14 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
     })
     .await;
     h.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_rolls_deployments_out_back_and_again() {
+    kubectl_rollout_workflow(NodeRuntime::Simulated).await;
+}
+
+#[tokio::test]
+async fn kubectl_rolls_deployments_out_back_and_again_as_processes() {
+    kubectl_rollout_workflow(NodeRuntime::Process).await;
 }
