@@ -21,7 +21,7 @@
 //! Two runtimes run the pods ([`NodeRuntime`]): the **simulated** one ([`kubelet`]) decides
 //! each container's outcome from its command's text and runs nothing; the **process** one
 //! ([`runtime`]) runs each container's command as a child process of this process, with the
-//! pod's environment ([`env`]), volumes ([`volumes`]) and ServiceAccount token
+//! pod's environment ([`env`](mod@env)), volumes ([`volumes`]) and ServiceAccount token
 //! ([`serviceaccount`]), so `kubectl logs` shows what it printed and
 //! `kubectl exec`, `attach` and `port-forward` work ([`remotecommand`], over SPDY ([`spdy`]) or
 //! WebSocket ([`wsstream`] on [`websocket`])).
@@ -65,7 +65,7 @@
 //! | [`machine`] | cAdvisor's `MachineInfo` | the Node's capacity: this machine's CPUs and memory, or the simulated node's fixed size |
 //! | [`volumes`] | the volume manager | `configMap`, `secret` and `emptyDir` volumes as host directories; path rewriting |
 //! | [`serviceaccount`] | the ServiceAccount admission plugin's projected volume, the token manager | a pod's token, CA and namespace files, renewed; the kubeconfig naming them |
-//! | [`env`] | `makeEnvironmentVariables`, `expansion` | a container's environment (`fieldRef`s, `$(VAR)`), `KUBERNETES_SERVICE_HOST`/`_PORT`, an image's binary |
+//! | [`env`](mod@env) | `makeEnvironmentVariables`, `expansion` | a container's environment (`fieldRef`s, `$(VAR)`), `KUBERNETES_SERVICE_HOST`/`_PORT`, an image's binary |
 //! | [`logs`] | the CRI's container logs, `/containerLogs` | per-container bounded logs, `kubectl logs` (follow, tail, since, previous) |
 //! | [`endpoints`] | `pkg/kubelet/server` | what the node proxy reaches: `/healthz`, `/pods`, `/configz` |
 //! | [`remotecommand`] | `pkg/kubelet/cri/streaming` | exec, attach and port-forward sessions on the process runtime |
@@ -178,7 +178,7 @@ impl NodeBuilder {
 
     /// The process runtime runs the host binary `path` for a container whose `image` is
     /// exactly `image` and that has no `command`, as its image's entrypoint, followed by the
-    /// container's `args` ([`env`]); repeat for more images (the last mapping of an image
+    /// container's `args` ([`env`](mod@env)); repeat for more images (the last mapping of an image
     /// wins). A container with a `command` runs its command as given. Without a mapping, a
     /// container without `command` runs its `args` alone as the command (or nothing at all).
     pub fn image_binary(
