@@ -60,14 +60,7 @@ async fn a_replica_set_keeps_its_pods_and_counts_them() {
     }
 
     // Scale down: two pods go.
-    merge_patch(
-        &h,
-        "apps",
-        "replicasets",
-        "default",
-        "front",
-        json!({"spec": {"replicas": 1}}),
-    );
+    scale(&h, "apps", "replicasets", "front", 1);
     wait_until(&h, "replicaset scaled to 1", |s| {
         s.get("apps/replicasets", "default", "front")
             .is_some_and(|o| o["status"]["replicas"] == 1 && o["status"]["observedGeneration"] == 2)
@@ -214,14 +207,7 @@ async fn a_deployment_rolls_out_through_one_replica_set() {
     assert_eq!(cond("Progressing")["reason"], "NewReplicaSetAvailable");
 
     // Scaling changes the ReplicaSet, not the revision.
-    merge_patch(
-        &h,
-        "apps",
-        "deployments",
-        "default",
-        "api",
-        json!({"spec": {"replicas": 5}}),
-    );
+    scale(&h, "apps", "deployments", "api", 5);
     wait_until(&h, "scaled to 5", |s| rolled_out(s, "api", 5)).await;
     let rss = replicasets_of(&h, "api");
     assert_eq!(rss.len(), 1);
@@ -233,14 +219,7 @@ async fn a_deployment_rolls_out_through_one_replica_set() {
     assert_eq!(controlled_pods(&h, "ReplicaSet", rs_name).len(), 5);
 
     // Scaled to zero: no pods, counts omitted.
-    merge_patch(
-        &h,
-        "apps",
-        "deployments",
-        "default",
-        "api",
-        json!({"spec": {"replicas": 0}}),
-    );
+    scale(&h, "apps", "deployments", "api", 0);
     wait_until(&h, "scaled to 0", |s| {
         s.get("apps/deployments", "default", "api")
             .is_some_and(|d| {

@@ -83,14 +83,7 @@ async fn ordered_ready_scales_up_in_order_and_down_from_the_highest_ordinal() {
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(status["currentReplicas"], 3);
 
-    merge_patch(
-        &h,
-        "apps",
-        "statefulsets",
-        "default",
-        "web",
-        json!({"spec": {"replicas": 1}}),
-    );
+    scale(&h, "apps", "statefulsets", "web", 1);
     wait_sts_ready(&h, "web", 1).await;
     assert_eq!(pod_events(&h, ChangeType::Deleted), ["web-2", "web-1"]);
     assert_eq!(
@@ -134,14 +127,7 @@ async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() 
         sts("db", 0, Some("Parallel")),
     );
     wait_sts_ready(&h, "db", 0).await;
-    merge_patch(
-        &h,
-        "apps",
-        "statefulsets",
-        "default",
-        "db",
-        json!({"spec": {"replicas": 3}}),
-    );
+    scale(&h, "apps", "statefulsets", "db", 3);
     // Nothing happens before the delay...
     tokio::time::advance(Duration::from_millis(1_900)).await;
     tokio::task::yield_now().await;
@@ -219,14 +205,7 @@ async fn deployment_status_follows_spec_replicas_after_the_delay_in_the_fast_mod
     assert_eq!(status["conditions"][0]["type"], "Available");
     assert_eq!(status["conditions"][0]["status"], "True");
 
-    merge_patch(
-        &h,
-        "apps",
-        "deployments",
-        "default",
-        "api",
-        json!({"spec": {"replicas": 0}}),
-    );
+    scale(&h, "apps", "deployments", "api", 0);
     wait_until(&h, "deployment scaled to zero", |s| {
         s.get("apps/deployments", "default", "api")
             .is_some_and(|d| d["status"]["observedGeneration"] == 2)

@@ -1,6 +1,8 @@
 //! Helpers for the cluster-behaviour tests (simulated node, garbage collector, workload
-//! controllers, faults, RBAC): direct store access for paused-clock tests, waiting on the
-//! store's revision channel, and a kubectl runner that skips when kubectl is absent.
+//! controllers, faults, RBAC): a simulated cluster ([`simulated`]), direct store access for
+//! paused-clock tests (create, get, patch, scale, the pods a controller controls), waiting on
+//! the store's revision channel, and a kubectl runner that skips when kubectl is absent
+//! ([`Kubectl::or_skip`]), with its table rows ([`rows`]) and JSON answers ([`Kubectl::json`]).
 
 #![allow(dead_code)]
 
@@ -310,4 +312,17 @@ pub fn merge_patch(
         .write(|s| verbs::patch(s, &t, verbs::PatchType::Merge, patch, &Query::parse(None)))
         .unwrap_or_else(|e| panic!("patch {plural}/{name}: {}", e.message))
         .1
+}
+
+/// Scales `default/name` of `group/plural` to `replicas` in-process (a merge patch of
+/// `spec.replicas`).
+pub fn scale(h: &ClusterHandle, group: &str, plural: &str, name: &str, replicas: i64) -> Value {
+    merge_patch(
+        h,
+        group,
+        plural,
+        "default",
+        name,
+        json!({"spec": {"replicas": replicas}}),
+    )
 }
