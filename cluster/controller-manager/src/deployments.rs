@@ -753,7 +753,7 @@ impl DeploymentController {
     async fn is_scaling_event(
         &mut self,
         d: &mut Value,
-        rss: &mut Vec<Value>,
+        rss: &mut [Value],
     ) -> Result<bool, ApiError> {
         self.sync_revision(d, rss).await?;
         let want = replicas(d);
@@ -762,22 +762,14 @@ impl DeploymentController {
             .any(|i| annotation_i64(&rss[i], DESIRED_REPLICAS).is_some_and(|n| n != want)))
     }
 
-    async fn sync_status_only(
-        &mut self,
-        d: &mut Value,
-        rss: &mut Vec<Value>,
-    ) -> Result<(), ApiError> {
+    /// A Deployment being deleted: its status only.
+    async fn sync_status_only(&mut self, d: &mut Value, rss: &mut [Value]) -> Result<(), ApiError> {
         let new = self.sync_revision(d, rss).await?;
-        let status = self.calculate_status(d, rss, new);
-        if status != d["status"] {
-            d["status"] = status;
-            self.update_status(d).await?;
-        }
-        Ok(())
+        self.sync_status_only_with(d, rss, new).await
     }
 
     /// `sync`: scale (paused or a scaling event), clean up when paused, write status.
-    async fn sync_scale(&mut self, d: &mut Value, rss: &mut Vec<Value>) -> Result<(), ApiError> {
+    async fn sync_scale(&mut self, d: &mut Value, rss: &mut [Value]) -> Result<(), ApiError> {
         let new = self.sync_revision(d, rss).await?;
         self.scale(d, rss, new).await?;
         if d["spec"]["paused"] == true {
