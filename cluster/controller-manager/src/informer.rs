@@ -365,7 +365,7 @@ impl Informer {
         &'a self,
         resource: &Resource,
         namespace: &str,
-    ) -> impl Iterator<Item = &'a Object> {
+    ) -> impl Iterator<Item = &'a Object> + use<'a> {
         let start = (namespace.to_owned(), String::new());
         let ns = namespace.to_owned();
         self.kind(resource).into_iter().flat_map(move |k| {
