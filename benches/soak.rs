@@ -20,7 +20,9 @@
 //!   with kube's `failed calling webhook` 500 until it is removed while Ats keep coming; the
 //!   controllers retry with back-off and every At must still go DONE within its deadline), and the
 //!   leading manager stopped with SIGTERM and restarted, handing the Lease to the other
-//!   (`--handover-every`, 10 min);
+//!   (`--handover-every`, 10 min); a manager that exits on its own (a leader that could not
+//!   renew its Lease in time exits so that the standby takes over) is started again 5 s later,
+//!   as the kubelet restarts a pod's container, and counted;
 //! * **samples** every `--sample-every` (5 s) into `samples.csv`, for the server and each
 //!   manager: RSS and anonymous memory (`RssAnon`, the heap's share of the RSS), open fds and
 //!   threads from `/proc`; from the managers' `/metrics`, the Tokio tasks alive, the work
@@ -313,6 +315,14 @@ impl Manager {
 
     fn pid(&self) -> Option<u32> {
         self.proc.as_ref().map(|p| p.0.id())
+    }
+
+    /// The exit status of a manager that ended on its own (a leader that could not renew its
+    /// Lease exits so that a standby takes over, as client-go's leader election asks), reaped.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.proc.as_mut()?.0.try_wait().ok()??;
+        self.proc = None;
+        Some(status)
     }
 
     async fn metrics(&self) -> String {
@@ -655,6 +665,8 @@ struct Run {
     samples: std::fs::File,
     faults: std::fs::File,
     rows: Vec<Sample>,
+    /// Managers that exited on their own (a lost Lease) and were started again.
+    manager_exits: u32,
 }
 
 impl Run {
@@ -803,6 +815,7 @@ async fn run(opts: Opts) -> BoxResult<bool> {
         t0: Instant::now(),
         samples,
         faults,
+        manager_exits: 0,
         rows: Vec::new(),
     };
 
@@ -861,6 +874,24 @@ async fn run(opts: Opts) -> BoxResult<bool> {
                         );
                         i += 1;
                     }
+                    // A create whose answer was lost (the server was killed or slow past the
+                    // timeout after storing it): the At is there, so it counts as created.
+                    Ok(Err(e)) if e.code() == Some(409) => {
+                        let mut b = lock(&book);
+                        b.created += 1;
+                        b.create_errors += 1;
+                        b.ats.insert(
+                            name,
+                            AtRec {
+                                created,
+                                done: None,
+                                deleted: false,
+                                late: false,
+                                pods: HashSet::new(),
+                            },
+                        );
+                        i += 1;
+                    }
                     // The server is down, restarting or refusing: the same name next tick.
                     _ => lock(&book).create_errors += 1,
                 }
@@ -879,6 +910,7 @@ async fn run(opts: Opts) -> BoxResult<bool> {
     let mut next_step = every(Duration::from_secs(5));
     let mut step = 0usize;
     let mut restart_manager: Option<(usize, Instant)> = None;
+    let mut crash_restarts: Vec<(usize, Instant)> = Vec::new();
     let end = Instant::now() + opts.duration;
     let mut last_report = Instant::now();
     while Instant::now() < end {
@@ -928,6 +960,31 @@ async fn run(opts: Opts) -> BoxResult<bool> {
                 Err(e) => eprintln!("[{:>7.1}s] removing the down webhook: {e}", r.t()),
             }
         }
+        // A manager that exited on its own is started again 5 s later, as the kubelet
+        // restarts a pod's container.
+        for i in 0..r.managers.len() {
+            if restart_manager.is_some_and(|(j, _)| j == i) {
+                continue;
+            }
+            if let Some(status) = r.managers[i].exited() {
+                let name = r.managers[i].name;
+                r.manager_exits += 1;
+                r.fault_row(
+                    "manager-exited",
+                    &format!("{name} {status}; restarted in 5 s"),
+                );
+                crash_restarts.push((i, now + Duration::from_secs(5)));
+            }
+        }
+        let mut k = 0;
+        while k < crash_restarts.len() {
+            if now >= crash_restarts[k].1 {
+                let (i, _) = crash_restarts.remove(k);
+                r.managers[i].spawn()?;
+            } else {
+                k += 1;
+            }
+        }
         if now >= next_handover && restart_manager.is_none() {
             if let Some(i) = r.leader().await {
                 r.managers[i].stop();
@@ -955,9 +1012,10 @@ async fn run(opts: Opts) -> BoxResult<bool> {
         if last_report.elapsed() >= Duration::from_secs(60) {
             let b = lock(&r.book);
             eprintln!(
-                "[{:>7.1}s] created {} done {} deleted {} violations {}",
+                "[{:>7.1}s] created {} (failed attempts {}) done {} deleted {} violations {}",
                 r.t(),
                 b.created,
+                b.create_errors,
                 b.done,
                 b.deleted,
                 b.violations.len()
@@ -971,6 +1029,9 @@ async fn run(opts: Opts) -> BoxResult<bool> {
     stop_creating.cancel();
     let _ = creator.await;
     if let Some((i, _)) = restart_manager.take() {
+        r.managers[i].spawn()?;
+    }
+    for (i, _) in crash_restarts.drain(..) {
         r.managers[i].spawn()?;
     }
     if webhook_up_at.is_some() {
@@ -1056,7 +1117,10 @@ async fn report(r: &mut Run, leftovers: &str) -> bool {
         "Ats created {} (create attempts refused or failed: {}), DONE {}, deleted {}; DONE before a poll saw their pod: {}",
         b.created, b.create_errors, b.done, b.deleted, without_pod
     );
-    println!("API server starts: {}", r.server.starts);
+    println!(
+        "API server starts: {}; managers that exited on their own (a Lease not renewed in time) and were restarted: {}",
+        r.server.starts, r.manager_exits
+    );
     // Growth after warm-up: the first sample past 10 % of the run (at least 60 s) against the
     // last, and the range in between.
     let warm = (r.opts.duration.as_secs_f64() * 0.1).max(60.0);
