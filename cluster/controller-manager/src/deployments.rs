@@ -937,13 +937,12 @@ impl DeploymentController {
                 // ("got invalid request to scale down") and the sync is retried once the
                 // ReplicaSet's status has caught up; scaling "down" by a negative count
                 // would scale it up past maxSurge.
-                tracing::debug!(
-                    replicaset = meta(&rss[i], "name"),
-                    from = spec,
-                    to = spec - down,
-                    "when cleaning up unhealthy replicas, got invalid request to scale down"
-                );
-                return Err(Retry);
+                return Err(ApiError::internal(format!(
+                    "when cleaning up unhealthy replicas, got invalid request to scale down {}/{} {spec} -> {}",
+                    meta_str(&rss[i], "namespace"),
+                    meta_str(&rss[i], "name"),
+                    spec - down
+                )));
             }
             self.scale_rs(d, &mut rss[i], spec - down).await?;
             cleaned += down;
