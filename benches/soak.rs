@@ -14,10 +14,15 @@
 //!   and connections break and their kubeconfig keeps working, the server's identity being in
 //!   the data directory), every open watch dropped (`--drop-every`, 30 s), the watch history
 //!   compacted under the reconnecting reflectors so that they get 410 and relist
-//!   (`--compact-every`, 5 min), At writes refused with 500 for a while, as a fail-closed
-//!   admission webhook that is down refuses them (`--refuse-every`, 7 min, 40 writes), and the
+//!   (`--compact-every`, 5 min), an admission webhook down for a while (`--webhook-down-every`,
+//!   7 min, for `--webhook-down-for`, 20 s: a fail-closed `ValidatingWebhookConfiguration` for pod
+//!   creates whose endpoint does not answer, so the server refuses the managers' pod creates
+//!   with kube's `failed calling webhook` 500 until it is removed while Ats keep coming; the
+//!   controllers retry with back-off and every At must still go DONE within its deadline), and the
 //!   leading manager stopped with SIGTERM and restarted, handing the Lease to the other
-//!   (`--handover-every`, 10 min);
+//!   (`--handover-every`, 10 min); a manager that exits on its own (a leader that could not
+//!   renew its Lease in time exits so that the standby takes over) is started again 5 s later,
+//!   as the kubelet restarts a pod's container, and counted;
 //! * **samples** every `--sample-every` (5 s) into `samples.csv`, for the server and each
 //!   manager: RSS and anonymous memory (`RssAnon`, the heap's share of the RSS), open fds and
 //!   threads from `/proc`; from the managers' `/metrics`, the Tokio tasks alive, the work
@@ -81,7 +86,8 @@ struct Opts {
     kill_every: Duration,
     drop_every: Duration,
     compact_every: Duration,
-    refuse_every: Duration,
+    webhook_down_every: Duration,
+    webhook_down_for: Duration,
     handover_every: Duration,
     sample_every: Duration,
     out: Option<PathBuf>,
@@ -124,7 +130,8 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         kill_every: Duration::from_secs(120),
         drop_every: Duration::from_secs(30),
         compact_every: Duration::from_secs(300),
-        refuse_every: Duration::from_secs(420),
+        webhook_down_every: Duration::from_secs(420),
+        webhook_down_for: Duration::from_secs(20),
         handover_every: Duration::from_secs(600),
         sample_every: Duration::from_secs(5),
         out: None,
@@ -139,7 +146,8 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--kill-every" => o.kill_every = parse_duration(&val()?)?,
             "--drop-every" => o.drop_every = parse_duration(&val()?)?,
             "--compact-every" => o.compact_every = parse_duration(&val()?)?,
-            "--refuse-every" => o.refuse_every = parse_duration(&val()?)?,
+            "--webhook-down-every" => o.webhook_down_every = parse_duration(&val()?)?,
+            "--webhook-down-for" => o.webhook_down_for = parse_duration(&val()?)?,
             "--handover-every" => o.handover_every = parse_duration(&val()?)?,
             "--sample-every" => o.sample_every = parse_duration(&val()?)?,
             "--out" => o.out = Some(PathBuf::from(val()?)),
@@ -309,6 +317,14 @@ impl Manager {
         self.proc.as_ref().map(|p| p.0.id())
     }
 
+    /// The exit status of a manager that ended on its own (a leader that could not renew its
+    /// Lease exits so that a standby takes over, as client-go's leader election asks), reaped.
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.proc.as_mut()?.0.try_wait().ok()??;
+        self.proc = None;
+        Some(status)
+    }
+
     async fn metrics(&self) -> String {
         if self.proc.is_none() {
             return String::new();
@@ -412,6 +428,51 @@ async fn fault(client: &Client, body: serde_json::Value) -> BoxResult<()> {
         .body(Bytes::from(body.to_string()))?;
     client.request_bytes(req).await?;
     Ok(())
+}
+
+/// The name of the fail-closed webhook the `webhook-down` fault registers.
+const DOWN_WEBHOOK: &str = "soak-webhook-down";
+
+/// Registers a fail-closed validating webhook for pod creates whose endpoint is a
+/// port nothing listens on (bound, read and released here): an admission webhook that is
+/// down. Returns the port.
+async fn webhook_down(client: &Client) -> BoxResult<u16> {
+    let port = free_port()?;
+    let rule = |group: &str, resource: &str| {
+        json!({"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE"],
+               "resources": [resource], "scope": "Namespaced"})
+    };
+    let body = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": DOWN_WEBHOOK},
+        "webhooks": [{
+            "name": "down.soak.programming-kubernetes.info",
+            "clientConfig": {"url": format!("https://127.0.0.1:{port}/validate")},
+            "rules": [rule("", "pods")],
+            "failurePolicy": "Fail", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "timeoutSeconds": 2,
+        }],
+    });
+    let req = http::Request::post(
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+    )
+    .header("content-type", "application/json")
+    .body(Bytes::from(body.to_string()))?;
+    client.request_bytes(req).await?;
+    Ok(port)
+}
+
+/// Removes the webhook of [`webhook_down`] (a 404 counts as removed).
+async fn webhook_up(client: &Client) -> BoxResult<()> {
+    let req = http::Request::delete(format!(
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{DOWN_WEBHOOK}"
+    ))
+    .body(Bytes::new())?;
+    match client.request_bytes(req).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The operator churn: one step of this cycle every 15 s (kubectl, as a user would).
@@ -604,6 +665,8 @@ struct Run {
     samples: std::fs::File,
     faults: std::fs::File,
     rows: Vec<Sample>,
+    /// Managers that exited on their own (a lost Lease) and were started again.
+    manager_exits: u32,
 }
 
 impl Run {
@@ -752,6 +815,7 @@ async fn run(opts: Opts) -> BoxResult<bool> {
         t0: Instant::now(),
         samples,
         faults,
+        manager_exits: 0,
         rows: Vec::new(),
     };
 
@@ -810,6 +874,24 @@ async fn run(opts: Opts) -> BoxResult<bool> {
                         );
                         i += 1;
                     }
+                    // A create whose answer was lost (the server was killed or slow past the
+                    // timeout after storing it): the At is there, so it counts as created.
+                    Ok(Err(e)) if e.code() == Some(409) => {
+                        let mut b = lock(&book);
+                        b.created += 1;
+                        b.create_errors += 1;
+                        b.ats.insert(
+                            name,
+                            AtRec {
+                                created,
+                                done: None,
+                                deleted: false,
+                                late: false,
+                                pods: HashSet::new(),
+                            },
+                        );
+                        i += 1;
+                    }
                     // The server is down, restarting or refusing: the same name next tick.
                     _ => lock(&book).create_errors += 1,
                 }
@@ -821,12 +903,14 @@ async fn run(opts: Opts) -> BoxResult<bool> {
     let mut next_kill = every(opts.kill_every);
     let mut next_drop = every(opts.drop_every);
     let mut next_compact = every(opts.compact_every);
-    let mut next_refuse = every(opts.refuse_every);
+    let mut next_webhook_down = every(opts.webhook_down_every);
+    let mut webhook_up_at: Option<Instant> = None;
     let mut next_handover = every(opts.handover_every);
     let mut next_sample = Instant::now();
     let mut next_step = every(Duration::from_secs(5));
     let mut step = 0usize;
     let mut restart_manager: Option<(usize, Instant)> = None;
+    let mut crash_restarts: Vec<(usize, Instant)> = Vec::new();
     let end = Instant::now() + opts.duration;
     let mut last_report = Instant::now();
     while Instant::now() < end {
@@ -852,21 +936,54 @@ async fn run(opts: Opts) -> BoxResult<bool> {
             r.fault_row("compact", if res.is_ok() { "" } else { "not applied" });
             next_compact = now + opts.compact_every;
         }
-        if now >= next_refuse {
-            let res = fault(
-                &client,
-                json!({"action": "fail", "code": 500, "verb": "create", "resource": "ats", "count": 40}),
-            )
-            .await;
-            r.fault_row(
-                "refuse-at-writes",
-                if res.is_ok() {
-                    "40 creates"
-                } else {
-                    "not applied"
-                },
-            );
-            next_refuse = now + opts.refuse_every;
+        if now >= next_webhook_down && webhook_up_at.is_none() {
+            let res = webhook_down(&client).await;
+            let detail = match &res {
+                Ok(port) => format!("endpoint 127.0.0.1:{port} not answering"),
+                Err(e) => format!("not applied: {e}"),
+            };
+            r.fault_row("webhook-down", &detail);
+            if res.is_ok() {
+                webhook_up_at = Some(now + opts.webhook_down_for);
+            }
+            next_webhook_down = now + opts.webhook_down_every;
+        }
+        if let Some(at) = webhook_up_at
+            && now >= at
+        {
+            // Retried on the next turn while the server is restarting.
+            match webhook_up(&client).await {
+                Ok(()) => {
+                    r.fault_row("webhook-up", "");
+                    webhook_up_at = None;
+                }
+                Err(e) => eprintln!("[{:>7.1}s] removing the down webhook: {e}", r.t()),
+            }
+        }
+        // A manager that exited on its own is started again 5 s later, as the kubelet
+        // restarts a pod's container.
+        for i in 0..r.managers.len() {
+            if restart_manager.is_some_and(|(j, _)| j == i) {
+                continue;
+            }
+            if let Some(status) = r.managers[i].exited() {
+                let name = r.managers[i].name;
+                r.manager_exits += 1;
+                r.fault_row(
+                    "manager-exited",
+                    &format!("{name} {status}; restarted in 5 s"),
+                );
+                crash_restarts.push((i, now + Duration::from_secs(5)));
+            }
+        }
+        let mut k = 0;
+        while k < crash_restarts.len() {
+            if now >= crash_restarts[k].1 {
+                let (i, _) = crash_restarts.remove(k);
+                r.managers[i].spawn()?;
+            } else {
+                k += 1;
+            }
         }
         if now >= next_handover && restart_manager.is_none() {
             if let Some(i) = r.leader().await {
@@ -895,9 +1012,10 @@ async fn run(opts: Opts) -> BoxResult<bool> {
         if last_report.elapsed() >= Duration::from_secs(60) {
             let b = lock(&r.book);
             eprintln!(
-                "[{:>7.1}s] created {} done {} deleted {} violations {}",
+                "[{:>7.1}s] created {} (failed attempts {}) done {} deleted {} violations {}",
                 r.t(),
                 b.created,
+                b.create_errors,
                 b.done,
                 b.deleted,
                 b.violations.len()
@@ -912,6 +1030,18 @@ async fn run(opts: Opts) -> BoxResult<bool> {
     let _ = creator.await;
     if let Some((i, _)) = restart_manager.take() {
         r.managers[i].spawn()?;
+    }
+    for (i, _) in crash_restarts.drain(..) {
+        r.managers[i].spawn()?;
+    }
+    if webhook_up_at.is_some() {
+        for _ in 0..20 {
+            if webhook_up(&client).await.is_ok() {
+                r.fault_row("webhook-up", "at the end");
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     }
     let _ = operator_step(&kubeconfig, "delete-rediscluster-tdset");
     let _ = operator_step(&kubeconfig, "delete-myapp");
@@ -987,7 +1117,10 @@ async fn report(r: &mut Run, leftovers: &str) -> bool {
         "Ats created {} (create attempts refused or failed: {}), DONE {}, deleted {}; DONE before a poll saw their pod: {}",
         b.created, b.create_errors, b.done, b.deleted, without_pod
     );
-    println!("API server starts: {}", r.server.starts);
+    println!(
+        "API server starts: {}; managers that exited on their own (a Lease not renewed in time) and were restarted: {}",
+        r.server.starts, r.manager_exits
+    );
     // Growth after warm-up: the first sample past 10 % of the run (at least 60 s) against the
     // last, and the range in between.
     let warm = (r.opts.duration.as_secs_f64() * 0.1).max(60.0);
@@ -1045,7 +1178,7 @@ fn main() -> BoxResult<()> {
         Ok(o) => o,
         Err(e) => {
             eprintln!(
-                "soak: {e}\nusage: hack/soak.sh DURATION [--rate N] [--deadline D] [--kill-every D] [--drop-every D] [--compact-every D] [--refuse-every D] [--handover-every D] [--sample-every D] [--out DIR]"
+                "soak: {e}\nusage: hack/soak.sh DURATION [--rate N] [--deadline D] [--kill-every D] [--drop-every D] [--compact-every D] [--webhook-down-every D] [--webhook-down-for D] [--handover-every D] [--sample-every D] [--out DIR]"
             );
             std::process::exit(2);
         }

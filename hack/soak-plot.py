@@ -43,7 +43,7 @@ def main():
     ]
     processes = sorted({r["process"] for r in rows})
     colors = {"fault": {"apiserver-kill": "red", "drop-watches": "#bbbbbb", "compact": "orange",
-                        "refuse-at-writes": "purple", "leader-handover": "green"}}
+                        "webhook-down": "purple", "webhook-up": "plum", "leader-handover": "green", "manager-exited": "red"}}
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.3 * len(panels)), sharex=True)
     for ax, (key, title, scale) in zip(axes, panels):
         for p in processes:

@@ -16,7 +16,11 @@
 //! `--simulate=false` turns the node and the workload controllers off (the garbage collector
 //! stays); `--pod-run-time 0s` makes one-shot pods finish at once. `--node-runtime process`
 //! runs each container's command on this host instead ([`embedded_node::NodeRuntime::Process`], with its safety
-//! rules), so `kubectl logs` shows what the command printed. Faults can be injected with
+//! rules), so `kubectl logs` shows what the command printed; `--image-binary IMAGE=PATH`
+//! (repeatable) runs the host binary PATH where a container of image IMAGE has no `command`,
+//! as that image's entrypoint, with the pod's ServiceAccount token, so a Deployment or Helm
+//! chart whose pods run IMAGE runs the built binary as those pods
+//! ([`crate::ClusterBuilder::image_binary`]). Faults can be injected with
 //! the bootstrap token at `POST /admin/faults` ([`embedded_apiserver::faults::admin`]):
 //!
 //! ```text
@@ -106,6 +110,12 @@ pub struct ApiServerArgs {
     /// server's own privileges: refused on a non-loopback address without `--enforce-rbac`).
     #[arg(long, value_enum, default_value_t = NodeRuntimeArg::Simulated)]
     pub node_runtime: NodeRuntimeArg,
+    /// Process runtime: run the host binary PATH for containers whose image is exactly IMAGE
+    /// and that have no `command`, as the image's entrypoint (PATH followed by the container's
+    /// `args`), with the pod's ServiceAccount token and `KUBERNETES_SERVICE_HOST`/`_PORT`
+    /// (repeatable), e.g. `--image-binary sample-controller:dev=target/debug/sample-controller`.
+    #[arg(long = "image-binary", value_name = "IMAGE=PATH", value_parser = parse_image_binary)]
+    pub image_binaries: Vec<(String, PathBuf)>,
     /// Process runtime: at most this many pods run at once.
     #[arg(long, default_value_t = embedded_node::DEFAULT_MAX_PODS)]
     pub node_runtime_max_pods: usize,
@@ -201,6 +211,22 @@ pub fn parse_service_endpoint(s: &str) -> Result<(String, String), String> {
     Ok((svc.to_owned(), addr.to_owned()))
 }
 
+/// `IMAGE=PATH` as its two halves. The path is made absolute (against the current directory),
+/// since the pods' processes run elsewhere.
+pub fn parse_image_binary(s: &str) -> Result<(String, PathBuf), String> {
+    let bad = || {
+        format!(
+            "{s:?} is not IMAGE=PATH (e.g. sample-controller:dev=/usr/local/bin/sample-controller)"
+        )
+    };
+    let (image, path) = s.split_once('=').ok_or_else(bad)?;
+    if image.is_empty() || path.is_empty() || image.chars().any(char::is_whitespace) {
+        return Err(bad());
+    }
+    let path = std::path::absolute(path).map_err(|e| format!("{s:?}: {e}"))?;
+    Ok((image.to_owned(), path))
+}
+
 /// The start-time exposure check: `Err` (the refusal's text) for anonymous admin on a network
 /// address without the opt-in, `Ok(Some(warning))` when the server will be reachable from the
 /// network without authentication, `Ok(None)` otherwise.
@@ -264,6 +290,9 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
         .rest_unread_objects(args.rest_unread_objects)
         .rest_unread_after(args.rest_unread_after)
         .memory_release(apimachinery::malloc::release_freed_memory);
+    for (image, path) in &args.image_binaries {
+        builder = builder.image_binary(image, path);
+    }
     if let Some(t) = args.token {
         builder = builder.token(t);
     }
@@ -385,6 +414,30 @@ mod tests {
             "Cnat/w=h:1",
         ] {
             let e = parse_service_endpoint(bad).unwrap_err();
+            assert!(e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn image_binaries_repeat_become_absolute_and_bad_ones_are_named() {
+        let a = args(&[
+            "--image-binary",
+            "sample-controller:dev=/bin/true",
+            "--image-binary",
+            "other=rel/bin",
+        ]);
+        assert_eq!(
+            a.image_binaries[0],
+            (
+                "sample-controller:dev".to_owned(),
+                PathBuf::from("/bin/true")
+            )
+        );
+        assert_eq!(a.image_binaries[1].0, "other");
+        assert!(a.image_binaries[1].1.is_absolute());
+        assert!(a.image_binaries[1].1.ends_with("rel/bin"));
+        for bad in ["noequals", "=path", "image=", "two words=/bin/true"] {
+            let e = parse_image_binary(bad).unwrap_err();
             assert!(e.contains(bad), "{e}");
         }
     }

@@ -208,6 +208,20 @@ impl ClusterBuilder {
         self
     }
 
+    /// Under the process runtime, run the host binary `path` for containers whose `image` is
+    /// exactly `image` and that have no `command`, as the image's entrypoint would run: `path`
+    /// followed by the container's `args` (with `$(VAR)` references expanded), with the
+    /// container's environment, `KUBERNETES_SERVICE_HOST`/`_PORT` naming this server and the
+    /// pod's ServiceAccount token mounted ([`embedded_node::env`],
+    /// [`embedded_node::serviceaccount`]). So a chart's or manifest's Deployment runs as
+    /// written, its pods the processes of the built binary: `image_binary("sample-controller:dev",
+    /// env!("CARGO_BIN_EXE_sample-controller"))`. Repeat for more images. Standalone:
+    /// `--image-binary IMAGE=PATH`.
+    pub fn image_binary(mut self, image: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        self.node = self.node.image_binary(image, path);
+        self
+    }
+
     /// Bytes of output kept per container instance for `kubectl logs` (default 1 MiB); the
     /// oldest lines go first.
     pub fn pod_log_bytes(mut self, n: usize) -> Self {

@@ -1,8 +1,10 @@
 """The embedded API server and the manager as processes, for the Helm chart's tests.
 
 `ApiServer` runs `sample-controller apiserver` on 127.0.0.1:0 (its URL is read from the line it
-prints once it serves), with RBAC enforced and a token for the chart's ServiceAccount, and talks
-to it over HTTPS with the CA and the admin token of the kubeconfig it writes. `Manager` runs
+prints once it serves), with RBAC enforced and a token for the chart's ServiceAccount (and, for
+the pod test, `--node-runtime process --image-binary IMAGE=<this binary>`, so the chart's pods
+are this binary's processes), and talks to it over HTTPS with the CA and the admin token of the
+kubeconfig it writes. `Manager` runs
 `sample-controller run` with the arguments of the chart's Deployment, authenticated as that
 ServiceAccount, so exactly the chart's RBAC applies to it.
 """
@@ -86,8 +88,15 @@ class HttpError(Exception):
 class ApiServer:
     """`sample-controller apiserver` as a child process (stopped with SIGTERM by `stop`)."""
 
-    def __init__(self, binary: Path, workdir: Path, tokens: list[tuple[str, str, list[str]]]):
-        """`tokens`: (token, user, groups) accepted besides the admin's."""
+    def __init__(
+        self,
+        binary: Path,
+        workdir: Path,
+        tokens: list[tuple[str, str, list[str]]],
+        extra_args: list[str] | None = None,
+    ):
+        """`tokens`: (token, user, groups) accepted besides the admin's; `extra_args`: more
+        flags of `apiserver`."""
         self.workdir = workdir
         self.kubeconfig = workdir / "admin.kubeconfig"
         token_file = workdir / "tokens.csv"
@@ -102,6 +111,7 @@ class ApiServer:
                 f"--kubeconfig-out={self.kubeconfig}",
                 f"--token-auth-file={token_file}",
                 "--enforce-rbac",
+                *(extra_args or []),
             ],
             stdout=subprocess.PIPE,
             stderr=self._log,

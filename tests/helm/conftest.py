@@ -27,6 +27,8 @@ RELEASE = "sample-controller"
 SA_TOKEN = "chart-service-account-token"
 SA_USER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}"
 SA_GROUPS = ["system:serviceaccounts", f"system:serviceaccounts:{NAMESPACE}"]
+# The chart's default image (values.yaml: image.repository and image.tag).
+IMAGE = "sample-controller:dev"
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +45,25 @@ def server(binary: Path, tmp_path: Path):
     from cluster import ApiServer
 
     api = ApiServer(binary, tmp_path, tokens=[(SA_TOKEN, SA_USER, SA_GROUPS)])
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+def pod_server(binary: Path, tmp_path: Path):
+    """As `server`, with the process node running the chart's pods: `--node-runtime process
+    --image-binary sample-controller:dev=<binary>` makes a container of the chart's image this
+    build's binary, run with the container's args, environment and ServiceAccount token."""
+    from cluster import ApiServer
+
+    api = ApiServer(
+        binary,
+        tmp_path,
+        tokens=[(SA_TOKEN, SA_USER, SA_GROUPS)],
+        extra_args=["--node-runtime=process", f"--image-binary={IMAGE}={binary}"],
+    )
     try:
         yield api
     finally:

@@ -10,16 +10,17 @@ with RBAC enforced.
   of the installed Deployment and authenticated as the chart's ServiceAccount, reconciles an At
   to DONE and a RedisCluster through its finalizer without a single 403;
 * upgrade changes the replicas and a flag, rollback brings revision 1 back, uninstall removes
-  every object of the release and keeps the CRDs (Helm's rule for crds/).
+  every object of the release and keeps the CRDs (Helm's rule for crds/);
+* the manager runs as the chart's Deployment makes it (test_the_manager_runs_as_the_charts_pods):
+  the server's process node runs the chart's image as this build's binary
+  (`apiserver --node-runtime process --image-binary sample-controller:dev=<binary>`), so the
+  Deployment's ReplicaSet's pods are the manager's processes, with the container's arguments
+  (`$(POD_NAMESPACE)` expanded from the downward API) and the token of the chart's
+  ServiceAccount, under the chart's RBAC.
 
-Why the manager runs beside the cluster rather than as the chart's pod on the process node
-(`apiserver --node-runtime process`, which runs a pod's command on the host): the embedded
-server simulates a Deployment's rollout in its status alone and creates no ReplicaSet or pod
-for it, so the chart's Deployment has no pod for that node to run. (That node would also need
-the image's entrypoint as `command`, the values `command` gives, and it resolves no `valueFrom`
-env such as POD_NAMESPACE and mounts no ServiceAccount token.) The test does what that pod
-would: the Deployment's own arguments, `$(POD_NAMESPACE)` expanded as the kubelet expands it,
-and a token of the ServiceAccount the pod runs as.
+The other tests that run the manager start it beside the cluster with the installed
+Deployment's arguments and a token of the chart's ServiceAccount: that is what the pod runs,
+and it lets them run the manager as often as upgrade and rollback change its flags.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from conftest import MISSING, NAMESPACE, RELEASE, SA_TOKEN, SKIP_REASON
+from conftest import IMAGE, MISSING, NAMESPACE, RELEASE, SA_TOKEN, SA_USER, SKIP_REASON
 
 if MISSING:
     pytest.skip(SKIP_REASON, allow_module_level=True)
@@ -422,6 +423,125 @@ def test_install_run_upgrade_rollback_uninstall(
     for crd in CRDS:
         assert server.get_opt(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
     assert server.get_opt(f"{ATS}/example-at") is not None
+
+
+def controller_of(obj: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(kind, name, uid) of an object's controlling owner."""
+    for ref in obj["metadata"].get("ownerReferences", []):
+        if ref.get("controller"):
+            return ref["kind"], ref["name"], ref["uid"]
+    return None
+
+
+def test_the_manager_runs_as_the_charts_pods(pod_server: ApiServer):
+    """The chart installed as is but for the two listen ports (the process node's pods share
+    the host's ports, so two replicas, and tests running side by side, cannot all bind :8443
+    and :8081): its Deployment's ReplicaSet's two pods are the manager's processes, the
+    leader's Lease names one of them, an At goes DONE without a single 403, the manager's
+    requests are the chart's ServiceAccount's, and uninstall stops the pods."""
+    server = pod_server
+    cfg = helm_config(server)
+    values = {"metrics": {"enabled": False}, "probes": {"enabled": False}}
+    run(
+        helm.Install(cfg).run(
+            RELEASE, str(CHART), values=values, create_namespace=True, wait=True, timeout=120
+        )
+    )
+    deployment = server.get(DEPLOYMENT)
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    assert deployment["status"].get("availableReplicas") == 2, deployment["status"]
+
+    # The owner chain: Deployment -> ReplicaSet -> pods, as the controllers build it.
+    replicasets = [
+        rs
+        for rs in server.get(f"/apis/apps/v1/namespaces/{NAMESPACE}/replicasets")["items"]
+        if controller_of(rs) == ("Deployment", RELEASE, deployment["metadata"]["uid"])
+    ]
+    assert len(replicasets) == 1, [rs["metadata"]["name"] for rs in replicasets]
+    rs = replicasets[0]["metadata"]
+
+    def running_pods():
+        pods = [
+            p
+            for p in server.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            if controller_of(p) == ("ReplicaSet", rs["name"], rs["uid"])
+        ]
+        running = [
+            p
+            for p in pods
+            if p["status"].get("phase") == "Running"
+            and (p["status"].get("containerStatuses") or [{}])[0]
+            .get("containerID", "")
+            .startswith("process://")
+        ]
+        return running if len(running) == 2 else None
+
+    pods = wait_for("the ReplicaSet's two pods running as processes", running_pods)
+    names = sorted(p["metadata"]["name"] for p in pods)
+    for p in pods:
+        assert p["spec"]["serviceAccountName"] == RELEASE, p["spec"]
+        assert p["spec"]["nodeName"] == "embedded-node", p["spec"]
+        assert "command" not in p["spec"]["containers"][0], "the image's binary runs, not a command"
+
+    def pod_logs() -> str:
+        return "\n".join(
+            server.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{n}/log") for n in names
+        )
+
+    def no_403(probe):
+        def checked():
+            if forbidden_total(server) > 0:
+                pytest.fail(f"403: {forbidden_requests(server)}\n{pod_logs()}")
+            return probe()
+
+        return checked
+
+    # The leader is one of the pods: its identity is the pod's host name and a suffix.
+    lease_path = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/sample-controller"
+    holder = wait_for(
+        "the leader's Lease",
+        no_403(lambda: ((server.get_opt(lease_path) or {}).get("spec") or {}).get("holderIdentity")),
+    )
+    assert holder.rsplit("_", 1)[0] in names, (holder, names)
+
+    server.create(ATS, at("in-pod"))
+    wait_for(
+        "At in-pod DONE",
+        no_403(
+            lambda: (server.get(f"{ATS}/in-pod").get("status") or {}).get("phase") == "DONE"
+        ),
+    )
+    assert forbidden_total(server) == 0, forbidden_requests(server)
+
+    # Whose requests those were: without the ClusterRoleBinding the manager's next write is
+    # refused, and the refusal the pod logs names the user it came as.
+    binding_path = f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{RELEASE}"
+    binding = server.get(binding_path)
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": RELEASE, "namespace": NAMESPACE}
+    ], binding["subjects"]
+    server.request("DELETE", binding_path)
+    server.create(ATS, at("refused"))
+    wait_for(
+        f"a refusal naming {SA_USER} in the pods' logs",
+        lambda: f'User \\"{SA_USER}\\" cannot' in pod_logs()
+        or f'User "{SA_USER}" cannot' in pod_logs(),
+    )
+    assert forbidden_total(server) > 0
+    for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+        binding["metadata"].pop(key, None)
+    server.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding)
+
+    # Uninstall: the Deployment goes, its ReplicaSet and pods after it (the manager stopped
+    # by SIGTERM within the grace period; a pod is gone only once its process is).
+    run(helm.Uninstall(cfg).run(RELEASE, wait=True, timeout=120))
+    assert server.get_opt(DEPLOYMENT) is None
+    wait_for(
+        "the chart's ReplicaSet and pods to go",
+        lambda: server.get_opt(f"/apis/apps/v1/namespaces/{NAMESPACE}/replicasets/{rs['name']}")
+        is None
+        and not server.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"],
+    )
 
 
 def test_values_become_the_managers_flags(server: ApiServer, binary: Path, tmp_path: Path):

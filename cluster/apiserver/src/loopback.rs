@@ -464,7 +464,9 @@ impl Loopback {
     /// POST to a subresource of an object: the actions `pods/NAME/binding` (a scheduler's
     /// assignment: a core/v1 Binding whose `target.name` is the node) and
     /// `pods/NAME/eviction` (a policy/v1 Eviction), answered as over HTTP (a `Success`
-    /// Status); other subresources are not created (405).
+    /// Status), and `serviceaccounts/NAME/token` (a TokenRequest, answered with the token in
+    /// its `status`, as a kubelet asks for a pod's projected token); other subresources are
+    /// not created (405).
     pub async fn create_subresource(
         &self,
         resource: &Resource,
@@ -477,6 +479,22 @@ impl Loopback {
         let is_pod_action = target.def.group.is_empty()
             && target.def.plural == "pods"
             && matches!(subresource, "binding" | "eviction");
+        if target.def.group.is_empty()
+            && target.def.plural == "serviceaccounts"
+            && subresource == "token"
+        {
+            self.authorize("create", &target)?;
+            let (_, answer) = self.shared.store.read(|st| {
+                crate::registry::core::pod_actions::token_request(
+                    st,
+                    &self.shared.authn.tokens,
+                    namespace,
+                    name,
+                    &object,
+                )
+            })?;
+            return Ok(answer);
+        }
         if is_pod_action {
             self.authorize("create", &target)?;
             let (_, answer) =

@@ -4,7 +4,7 @@
 //!
 //! `pkg/controller/deployment` never touches pods itself: it keeps **one ReplicaSet per
 //! template revision** and moves replicas between them; the ReplicaSet controller
-//! ([`super::replicasets`]) makes the pods. One sync of a Deployment (`syncDeployment`):
+//! ([`crate::replicasets`]) makes the pods. One sync of a Deployment (`syncDeployment`):
 //!
 //! 1. **claims** the ReplicaSets of its namespace (`ClaimReplicaSets`): adopts orphans its
 //!    `spec.selector` matches, releases the ones it controls that no longer match;
@@ -58,12 +58,18 @@
 //! ## What this one keeps, and how
 //!
 //! All of the above, reaching the server only through the loopback interface
-//! ([`embedded_apiserver::loopback`]) as `system:kube-controller-manager`, with informers of
-//! Deployments, ReplicaSets and pods and a keyed queue (shared with [`super::replicasets`]); before every round of syncs it reads the watches up to the
-//! server's revision, so it sees its own writes.
+//! ([`embedded_apiserver::loopback`]) as `system:kube-controller-manager`.
+//! [`DeploymentController`] runs on the crate's worker loop ([`crate::worker`]): its informer
+//! ([`crate::informer`]) follows Deployments, ReplicaSets and the pods ReplicaSets control; a
+//! change of a Deployment syncs it, a change of a ReplicaSet syncs its controller (before and
+//! after the change) or, for an orphan, every Deployment of its namespace whose selector
+//! matches it, and a deleted pod syncs its ReplicaSet's Deployment (a `Recreate` waits for
+//! those). The informer catches up before every sync, so a sync sees its own writes. Claiming
+//! is [`crate::claim`]. A failed write syncs the Deployment again (at once after a conflict,
+//! else with the worker's back-off), as does a hash collision once `collisionCount` is raised.
 //!
 //! Departures: every change is acted on after the cluster's workload delay (see
-//! [`super::replicasets`]); the server does not default built-in kinds, so the API's defaults
+//! [`crate::replicasets`]); the server does not default built-in kinds, so the API's defaults
 //! (`replicas` 1, `RollingUpdate` with 25%/25%, `revisionHistoryLimit` 10,
 //! `progressDeadlineSeconds` 600) are applied here when a field is missing; templates are
 //! compared as JSON with empty and null fields dropped (Go's semantic equality) and hashed from
@@ -78,15 +84,15 @@ use std::time::Duration;
 
 use apimachinery::labels::Selector;
 use serde_json::{Map, Value, json};
-use tokio_util::task::TaskTracker;
 
-use super::background::VirtualClock;
-use super::replicasets::{
-    Closed, Config, Informer, Queue, controller_ref, int, is_deleting, labels_of, meta,
-    new_controller_ref, selector_of, set_count, with_owner_refs,
-};
+use apimachinery::clock::Clock;
 use embedded_apiserver::ApiError;
-use embedded_apiserver::loopback::{DeleteParams, EventType, Loopback, Resource, WatchEvent};
+use embedded_apiserver::loopback::{EventType, Loopback, Resource, WatchEvent};
+
+use crate::claim::{self, Claimed, selector_of};
+use crate::informer::{Informer, Key, Kind, controller_ref_of, is_deleting, key_of, meta_str};
+use crate::pod_control::{self, controller_ref, set_count};
+use crate::worker::Controller;
 
 /// The label (on a ReplicaSet, its selector and its template) naming the template's hash.
 pub const POD_TEMPLATE_HASH: &str = "pod-template-hash";
@@ -109,24 +115,26 @@ const SKIP_COPY: [&str; 6] = [
     "deprecated.deployment.rollback.to",
 ];
 
-/// Starts the Deployment controller on `tracker`; it stops when the server shuts down.
-pub fn spawn(lb: Loopback, config: Config, tracker: &TaskTracker) {
-    tracker.spawn(async move {
-        match DeploymentController::start(lb, config).await {
-            Ok(c) => c.run().await,
-            Err(e) => {
-                tracing::warn!(error = %e.message, "the Deployment controller could not start")
-            }
-        }
-    });
-}
-
 fn deployments() -> Resource {
     Resource::apps("deployments")
 }
 
 fn replicasets() -> Resource {
     Resource::apps("replicasets")
+}
+
+fn pods() -> Resource {
+    Resource::core("pods")
+}
+
+/// Whether `pod`'s controller is a ReplicaSet (the pods the controller's informer keeps).
+fn replicaset_pod(pod: &Value) -> bool {
+    controller_ref_of(pod).is_some_and(|r| r["kind"] == "ReplicaSet")
+}
+
+/// An `int32` field as an `i64` (`default` when absent).
+fn int(v: &Value, default: i64) -> i64 {
+    v.as_i64().unwrap_or(default)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -284,9 +292,9 @@ pub(crate) fn compute_hash(template: &Value, collision_count: i64) -> String {
 }
 
 fn created_then_name(a: &Value, b: &Value) -> Ordering {
-    meta(a, "creationTimestamp")
-        .cmp(meta(b, "creationTimestamp"))
-        .then_with(|| meta(a, "name").cmp(meta(b, "name")))
+    meta_str(a, "creationTimestamp")
+        .cmp(meta_str(b, "creationTimestamp"))
+        .then_with(|| meta_str(a, "name").cmp(meta_str(b, "name")))
 }
 
 /// `FilterActiveReplicaSets`: the ones with replicas.
@@ -368,144 +376,113 @@ fn new_condition(ty: &str, status: &str, reason: &str, message: String, now: &st
 // ---------------------------------------------------------------------------------------------
 // the controller
 
-struct DeploymentController {
+/// The Deployment controller (`deployment-controller`), acting through `lb`.
+#[derive(Debug)]
+pub struct DeploymentController {
     lb: Loopback,
-    clock: VirtualClock,
-    deps: Informer,
-    rss: Informer,
-    pods: Informer,
-    queue: Queue,
-}
-
-/// What a sync step could not finish (the key is queued again).
-struct Retry;
-
-impl From<ApiError> for Retry {
-    fn from(e: ApiError) -> Self {
-        tracing::debug!(error = %e.message, "deployment sync failed; retrying");
-        Retry
-    }
+    delay: Duration,
+    clock: Clock,
+    /// When the Deployment being synced wants another look (its progress deadline).
+    requeue_after: Option<Duration>,
 }
 
 impl DeploymentController {
-    async fn start(lb: Loopback, config: Config) -> Result<Self, ApiError> {
-        let deps = Informer::start(&lb, deployments()).await?;
-        let rss = Informer::start(&lb, replicasets()).await?;
-        let pods = Informer::start(&lb, Resource::core("pods")).await?;
-        let mut queue = Queue::new(config.delay);
-        for d in deps.all() {
-            queue.add(meta(d, "namespace"), meta(d, "name"));
-        }
-        Ok(DeploymentController {
+    /// A Deployment controller writing through `lb`, reacting `delay` after each change, with
+    /// condition timestamps and "now" (for deadlines) from `clock`.
+    pub fn new(lb: Loopback, delay: Duration, clock: Clock) -> Self {
+        DeploymentController {
             lb,
-            clock: config.clock,
-            deps,
-            rss,
-            pods,
-            queue,
-        })
-    }
-
-    async fn run(mut self) {
-        let shutdown = self.lb.shutdown();
-        loop {
-            let due = self.queue.take_due();
-            if !due.is_empty() {
-                if self.catch_up().await.is_err() {
-                    return;
-                }
-                for (ns, name) in due {
-                    if self.sync(&ns, &name).await.is_err() {
-                        self.queue.add_after(&ns, &name, Duration::from_millis(10));
-                    }
-                }
-                continue;
-            }
-            let lb = self.lb.clone();
-            let result = tokio::select! {
-                () = shutdown.cancelled() => return,
-                r = self.deps.watch().next() => self.deps.absorb(&lb, r).await.map(|e| [e, vec![], vec![]]),
-                r = self.rss.watch().next() => self.rss.absorb(&lb, r).await.map(|e| [vec![], e, vec![]]),
-                r = self.pods.watch().next() => self.pods.absorb(&lb, r).await.map(|e| [vec![], vec![], e]),
-                () = self.queue.next_due() => Ok([vec![], vec![], vec![]]),
-            };
-            match result {
-                Ok([d, r, p]) => self.enqueue(&d, &r, &p),
-                Err(Closed) => return,
-            }
+            delay,
+            clock,
+            requeue_after: None,
         }
     }
+}
 
-    async fn catch_up(&mut self) -> Result<(), Closed> {
-        let d = self.deps.catch_up(&self.lb).await?;
-        let r = self.rss.catch_up(&self.lb).await?;
-        let p = self.pods.catch_up(&self.lb).await?;
-        self.enqueue(&d, &r, &p);
-        Ok(())
+impl Controller for DeploymentController {
+    type Key = Key;
+
+    fn name(&self) -> &'static str {
+        "deployment-controller"
     }
 
-    /// The Deployments a batch of changes concerns: the changed ones; the controller of a
-    /// changed ReplicaSet (or, for an orphan, every Deployment whose selector matches it); the
-    /// Deployment of a deleted pod's ReplicaSet (a `Recreate` waits for those).
-    fn enqueue(&mut self, deps: &[WatchEvent], rss: &[WatchEvent], pods: &[WatchEvent]) {
-        for e in deps {
-            self.queue
-                .add(meta(&e.object, "namespace"), meta(&e.object, "name"));
+    fn kinds(&self) -> Vec<Kind> {
+        vec![
+            Kind::all(deployments()),
+            Kind::all(replicasets()),
+            Kind::only(pods(), replicaset_pod),
+        ]
+    }
+
+    /// The changed Deployment; the controller of a changed ReplicaSet (before and after the
+    /// change) or, for an orphan, every Deployment whose selector matches it; the Deployment of
+    /// a deleted pod's ReplicaSet (a `Recreate` waits for those).
+    fn keys_for(&self, ev: &WatchEvent, cache: &Informer) -> Vec<Key> {
+        if ev.resource == deployments() {
+            return vec![key_of(&ev.object)];
         }
-        for e in rss {
-            let ns = meta(&e.object, "namespace").to_owned();
-            let mut owners = vec![];
-            for rs in std::iter::once(&e.object).chain(e.previous.as_ref()) {
-                match controller_ref(rs) {
+        let ns = meta_str(&ev.object, "namespace");
+        let mut owners = vec![];
+        if ev.resource == replicasets() {
+            for rs in std::iter::once(&ev.object).chain(ev.previous.as_ref()) {
+                match controller_ref_of(rs) {
                     Some(r) if r["kind"] == "Deployment" => {
                         owners.push(r["name"].as_str().unwrap_or_default().to_owned());
                     }
                     Some(_) => {}
-                    None if e.kind != EventType::Deleted => {
-                        let labels = labels_of(rs);
-                        for d in self.deps.in_namespace(&ns) {
-                            if selector_of(&d["spec"]["selector"])
-                                .is_some_and(|s| s.matches(&labels))
-                            {
-                                owners.push(meta(d, "name").to_owned());
-                            }
-                        }
+                    None if ev.kind != EventType::Deleted => {
+                        owners.extend(claim::selecting(
+                            cache.list_namespace(&deployments(), ns),
+                            rs,
+                        ));
                     }
                     None => {}
                 }
             }
-            owners.sort();
-            owners.dedup();
-            for o in owners.iter().filter(|o| !o.is_empty()) {
-                self.queue.add(&ns, o);
-            }
+        } else if ev.kind == EventType::Deleted
+            && let Some(r) = controller_ref_of(&ev.object).filter(|r| r["kind"] == "ReplicaSet")
+            && let Some(rs) = cache.get(&replicasets(), ns, r["name"].as_str().unwrap_or_default())
+            && let Some(name) = controller_ref_of(rs)
+                .filter(|r| r["kind"] == "Deployment")
+                .and_then(|r| r["name"].as_str())
+        {
+            owners.push(name.to_owned());
         }
-        for e in pods.iter().filter(|e| e.kind == EventType::Deleted) {
-            let ns = meta(&e.object, "namespace");
-            let Some(r) = controller_ref(&e.object).filter(|r| r["kind"] == "ReplicaSet") else {
-                continue;
-            };
-            let Some(rs) = self.rss.get(ns, r["name"].as_str().unwrap_or_default()) else {
-                continue;
-            };
-            if let Some(dr) = controller_ref(rs).filter(|r| r["kind"] == "Deployment")
-                && let Some(name) = dr["name"].as_str()
-            {
-                let name = name.to_owned();
-                self.queue.add(ns, &name);
-            }
-        }
+        owners.sort();
+        owners.dedup();
+        owners
+            .into_iter()
+            .filter(|o| !o.is_empty())
+            .map(|o| (ns.to_owned(), o))
+            .collect()
     }
 
-    async fn sync(&mut self, ns: &str, name: &str) -> Result<(), Retry> {
-        let Some(d) = self.deps.get(ns, name) else {
+    fn all_keys(&self, cache: &Informer) -> Vec<Key> {
+        cache.list(&deployments()).map(|o| key_of(o)).collect()
+    }
+
+    fn delay(&self) -> Duration {
+        self.delay
+    }
+
+    async fn sync(&mut self, key: &Key, cache: &Informer) -> Result<Option<Duration>, ApiError> {
+        self.requeue_after = None;
+        self.sync_deployment(key, cache).await?;
+        Ok(self.requeue_after.take())
+    }
+}
+
+impl DeploymentController {
+    /// `syncDeployment` (see the module docs).
+    async fn sync_deployment(&mut self, key: &Key, cache: &Informer) -> Result<(), ApiError> {
+        let Some(d) = cache.get(&deployments(), &key.0, &key.1) else {
             return Ok(());
         };
         let mut d = d.to_value();
         let Some(selector) = selector_of(&d["spec"]["selector"]) else {
             return Ok(());
         };
-        let mut rss = self.claim_replicasets(&d, &selector).await?;
+        let mut rss = self.claim_replicasets(cache, &d, &selector).await?;
         if is_deleting(&d) {
             return self.sync_status_only(&mut d, &mut rss).await;
         }
@@ -516,7 +493,7 @@ impl DeploymentController {
         if is_rolling_update(&d) {
             self.rollout_rolling(&mut d, &mut rss).await
         } else {
-            self.rollout_recreate(&mut d, &mut rss).await
+            self.rollout_recreate(cache, &mut d, &mut rss).await
         }
     }
 
@@ -524,39 +501,23 @@ impl DeploymentController {
     /// the ones that no longer match (`ClaimReplicaSets`).
     async fn claim_replicasets(
         &mut self,
+        cache: &Informer,
         d: &Value,
         selector: &Selector,
-    ) -> Result<Vec<Value>, Retry> {
-        let ns = meta(d, "namespace");
-        let uid = meta(d, "uid");
-        let mut owned = vec![];
-        let mut adopt = vec![];
-        let mut release = vec![];
-        for rs in self.rss.in_namespace(ns) {
-            let matches = selector.matches(&labels_of(rs));
-            match controller_ref(rs) {
-                Some(r) if r["uid"] == uid => {
-                    if matches {
-                        owned.push(rs.to_value());
-                    } else {
-                        release.push(rs.to_value());
-                    }
-                }
-                Some(_) => {}
-                None if matches && !is_deleting(d) && !is_deleting(rs) => {
-                    adopt.push(rs.to_value());
-                }
-                None => {}
-            }
-        }
+    ) -> Result<Vec<Value>, ApiError> {
+        let ns = meta_str(d, "namespace");
+        let Claimed {
+            mut owned,
+            adopt,
+            release,
+        } = claim::claim(d, selector, cache.list_namespace(&replicasets(), ns));
         for rs in adopt {
-            let owner = new_controller_ref(d, "apps/v1", "Deployment");
-            let updated = with_owner_refs(&rs, |refs| refs.push(owner));
-            owned.push(self.lb.update(&replicasets(), ns, updated).await?);
+            let adopted =
+                claim::adopt(&self.lb, &replicasets(), d, "apps/v1", "Deployment", &rs).await?;
+            owned.push(adopted);
         }
         for rs in release {
-            let updated = with_owner_refs(&rs, |refs| refs.retain(|r| r["uid"] != uid));
-            self.lb.update(&replicasets(), ns, updated).await?;
+            claim::release(&self.lb, &replicasets(), d, &rs).await?;
         }
         owned.sort_by(created_then_name);
         Ok(owned)
@@ -569,16 +530,21 @@ impl DeploymentController {
             .position(|rs| equal_ignore_hash(&rs["spec"]["template"], &d["spec"]["template"]))
     }
 
-    /// `getAllReplicaSetsAndSyncRevision`: the index of the new ReplicaSet (created when
-    /// `create` and missing), its revision brought up to date, the Deployment's annotation
-    /// following it.
-    async fn sync_revision(
+    /// The index of the new ReplicaSet, created when missing
+    /// (`getAllReplicaSetsAndSyncRevision` with `createIfNotExisted`).
+    async fn new_replica_set(
         &mut self,
         d: &mut Value,
         rss: &mut Vec<Value>,
-        create: bool,
-    ) -> Result<Option<usize>, Retry> {
-        let new = Self::find_new(d, rss);
+    ) -> Result<usize, ApiError> {
+        match self.sync_revision(d, rss).await? {
+            Some(i) => Ok(i),
+            None => self.create_replica_set(d, rss).await,
+        }
+    }
+
+    /// The revision the new ReplicaSet gets: one more than the newest of the others.
+    fn next_revision(rss: &[Value], new: Option<usize>) -> String {
         let max_old = rss
             .iter()
             .enumerate()
@@ -586,42 +552,60 @@ impl DeploymentController {
             .map(|(_, rs)| revision(rs))
             .max()
             .unwrap_or(0);
-        let new_revision = (max_old + 1).to_string();
-        let ns = meta(d, "namespace").to_owned();
-        let now = self.clock.now_time();
-        if let Some(i) = new {
-            let mut rs = rss[i].clone();
-            let mut changed = set_new_rs_annotations(d, &mut rs, &new_revision, true);
-            let min_ready = &d["spec"]["minReadySeconds"];
-            if rs["spec"]["minReadySeconds"] != *min_ready
-                && !(min_ready.is_null() && rs["spec"]["minReadySeconds"] == 0)
-            {
-                rs["spec"]["minReadySeconds"] = min_ready.clone();
-                changed = true;
-            }
-            if changed {
-                rss[i] = self.lb.update(&replicasets(), &ns, rs).await?;
-            }
-            let rs_revision = rss[i]["metadata"]["annotations"][REVISION]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            self.set_deployment_revision(d, &rs_revision).await?;
-            if progress_deadline(d).is_some()
-                && get_condition(&d["status"], "Progressing").is_none()
-            {
-                let msg = format!("Found new replica set {:?}", meta(&rss[i], "name"));
-                set_condition(
-                    &mut d["status"],
-                    new_condition("Progressing", "True", "FoundNewReplicaSet", msg, &now),
-                );
-                self.update_status(d).await?;
-            }
-            return Ok(Some(i));
-        }
-        if !create {
+        (max_old + 1).to_string()
+    }
+
+    /// `getAllReplicaSetsAndSyncRevision`: the index of the new ReplicaSet, if there is one,
+    /// its revision brought up to date, the Deployment's annotation following it.
+    async fn sync_revision(
+        &mut self,
+        d: &mut Value,
+        rss: &mut [Value],
+    ) -> Result<Option<usize>, ApiError> {
+        let new = Self::find_new(d, rss);
+        let Some(i) = new else {
             return Ok(None);
+        };
+        let new_revision = Self::next_revision(rss, new);
+        let ns = meta_str(d, "namespace").to_owned();
+        let now = self.clock.now_time();
+        let mut rs = rss[i].clone();
+        let mut changed = set_new_rs_annotations(d, &mut rs, &new_revision, true);
+        let min_ready = &d["spec"]["minReadySeconds"];
+        if rs["spec"]["minReadySeconds"] != *min_ready
+            && !(min_ready.is_null() && rs["spec"]["minReadySeconds"] == 0)
+        {
+            rs["spec"]["minReadySeconds"] = min_ready.clone();
+            changed = true;
         }
+        if changed {
+            rss[i] = self.lb.update(&replicasets(), &ns, rs).await?;
+        }
+        let rs_revision = rss[i]["metadata"]["annotations"][REVISION]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        self.set_deployment_revision(d, &rs_revision).await?;
+        if progress_deadline(d).is_some() && get_condition(&d["status"], "Progressing").is_none() {
+            let msg = format!("Found new replica set {:?}", meta_str(&rss[i], "name"));
+            set_condition(
+                &mut d["status"],
+                new_condition("Progressing", "True", "FoundNewReplicaSet", msg, &now),
+            );
+            self.update_status(d).await?;
+        }
+        Ok(Some(i))
+    }
+
+    /// Creates the new ReplicaSet (`getNewReplicaSet` when none has the template); its index.
+    async fn create_replica_set(
+        &mut self,
+        d: &mut Value,
+        rss: &mut Vec<Value>,
+    ) -> Result<usize, ApiError> {
+        let new_revision = Self::next_revision(rss, None);
+        let ns = meta_str(d, "namespace").to_owned();
+        let now = self.clock.now_time();
         let collisions = int(&d["status"]["collisionCount"], 0);
         let hash = compute_hash(&d["spec"]["template"], collisions);
         let mut template = d["spec"]["template"].clone();
@@ -634,13 +618,13 @@ impl DeploymentController {
             selector["matchLabels"] = json!({});
         }
         selector["matchLabels"][POD_TEMPLATE_HASH] = json!(hash);
-        let rs_name = format!("{}-{hash}", meta(d, "name"));
+        let rs_name = format!("{}-{hash}", meta_str(d, "name"));
         let mut rs = json!({
             "apiVersion": "apps/v1", "kind": "ReplicaSet",
             "metadata": {
                 "name": rs_name, "namespace": ns,
                 "labels": template["metadata"]["labels"].clone(),
-                "ownerReferences": [new_controller_ref(d, "apps/v1", "Deployment")],
+                "ownerReferences": [controller_ref(d, "apps/v1", "Deployment")],
             },
             "spec": {"replicas": 0, "selector": selector, "template": template},
         });
@@ -657,7 +641,8 @@ impl DeploymentController {
             Ok(created) => created,
             Err(e) if e.is_already_exists() => {
                 let existing = self.lb.get(&replicasets(), &ns, &rs_name).await?;
-                let ours = controller_ref(&existing).is_some_and(|r| r["uid"] == meta(d, "uid"));
+                let ours =
+                    controller_ref_of(&existing).is_some_and(|r| r["uid"] == meta_str(d, "uid"));
                 if ours && equal_ignore_hash(&existing["spec"]["template"], &d["spec"]["template"])
                 {
                     existing
@@ -665,27 +650,27 @@ impl DeploymentController {
                     // A hash collision: the next hash includes a higher count.
                     d["status"]["collisionCount"] = json!(collisions + 1);
                     self.update_status(d).await?;
-                    return Err(Retry);
+                    return Err(e);
                 }
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
-        tracing::debug!(namespace = %ns, replicaset = meta(&created, "name"), "new replica set created");
+        tracing::debug!(namespace = %ns, replicaset = meta_str(&created, "name"), "new replica set created");
         rss.push(created);
         let i = rss.len() - 1;
         self.set_deployment_revision(d, &new_revision).await?;
         if progress_deadline(d).is_some() {
-            let msg = format!("Created new replica set {:?}", meta(&rss[i], "name"));
+            let msg = format!("Created new replica set {:?}", meta_str(&rss[i], "name"));
             set_condition(
                 &mut d["status"],
                 new_condition("Progressing", "True", "NewReplicaSetCreated", msg, &now),
             );
             self.update_status(d).await?;
         }
-        Ok(Some(i))
+        Ok(i)
     }
 
-    async fn set_deployment_revision(&mut self, d: &mut Value, rev: &str) -> Result<(), Retry> {
+    async fn set_deployment_revision(&mut self, d: &mut Value, rev: &str) -> Result<(), ApiError> {
         if rev.is_empty() || d["metadata"]["annotations"][REVISION] == rev {
             return Ok(());
         }
@@ -694,13 +679,13 @@ impl DeploymentController {
             updated["metadata"]["annotations"] = json!({});
         }
         updated["metadata"]["annotations"][REVISION] = json!(rev);
-        let ns = meta(d, "namespace").to_owned();
+        let ns = meta_str(d, "namespace").to_owned();
         *d = self.lb.update(&deployments(), &ns, updated).await?;
         Ok(())
     }
 
-    async fn update_status(&mut self, d: &mut Value) -> Result<(), Retry> {
-        let ns = meta(d, "namespace").to_owned();
+    async fn update_status(&mut self, d: &mut Value) -> Result<(), ApiError> {
+        let ns = meta_str(d, "namespace").to_owned();
         *d = self
             .lb
             .update_status(&deployments(), &ns, d.clone())
@@ -709,7 +694,7 @@ impl DeploymentController {
     }
 
     /// `scaleReplicaSet`: `spec.replicas` and the desired/max annotations.
-    async fn scale_rs(&mut self, d: &Value, rs: &mut Value, to: i64) -> Result<bool, Retry> {
+    async fn scale_rs(&mut self, d: &Value, rs: &mut Value, to: i64) -> Result<bool, ApiError> {
         let mut updated = rs.clone();
         let size_changed = rs_replicas(rs) != to;
         let annotations_changed =
@@ -718,16 +703,16 @@ impl DeploymentController {
             return Ok(false);
         }
         updated["spec"]["replicas"] = json!(to);
-        let ns = meta(rs, "namespace").to_owned();
+        let ns = meta_str(rs, "namespace").to_owned();
         *rs = self.lb.update(&replicasets(), &ns, updated).await?;
         if size_changed {
-            tracing::debug!(namespace = %ns, replicaset = meta(rs, "name"), replicas = to, "scaled replica set");
+            tracing::debug!(namespace = %ns, replicaset = meta_str(rs, "name"), replicas = to, "scaled replica set");
         }
         Ok(size_changed)
     }
 
     /// `checkPausedConditions`.
-    async fn check_paused_conditions(&mut self, d: &mut Value) -> Result<(), Retry> {
+    async fn check_paused_conditions(&mut self, d: &mut Value) -> Result<(), ApiError> {
         if progress_deadline(d).is_none() {
             return Ok(());
         }
@@ -768,28 +753,24 @@ impl DeploymentController {
     async fn is_scaling_event(
         &mut self,
         d: &mut Value,
-        rss: &mut Vec<Value>,
-    ) -> Result<bool, Retry> {
-        self.sync_revision(d, rss, false).await?;
+        rss: &mut [Value],
+    ) -> Result<bool, ApiError> {
+        self.sync_revision(d, rss).await?;
         let want = replicas(d);
         Ok(active(rss)
             .into_iter()
             .any(|i| annotation_i64(&rss[i], DESIRED_REPLICAS).is_some_and(|n| n != want)))
     }
 
-    async fn sync_status_only(&mut self, d: &mut Value, rss: &mut Vec<Value>) -> Result<(), Retry> {
-        let new = self.sync_revision(d, rss, false).await?;
-        let status = self.calculate_status(d, rss, new);
-        if status != d["status"] {
-            d["status"] = status;
-            self.update_status(d).await?;
-        }
-        Ok(())
+    /// A Deployment being deleted: its status only.
+    async fn sync_status_only(&mut self, d: &mut Value, rss: &mut [Value]) -> Result<(), ApiError> {
+        let new = self.sync_revision(d, rss).await?;
+        self.sync_status_only_with(d, rss, new).await
     }
 
     /// `sync`: scale (paused or a scaling event), clean up when paused, write status.
-    async fn sync_scale(&mut self, d: &mut Value, rss: &mut Vec<Value>) -> Result<(), Retry> {
-        let new = self.sync_revision(d, rss, false).await?;
+    async fn sync_scale(&mut self, d: &mut Value, rss: &mut [Value]) -> Result<(), ApiError> {
+        let new = self.sync_revision(d, rss).await?;
         self.scale(d, rss, new).await?;
         if d["spec"]["paused"] == true {
             self.cleanup(d, rss, new).await?;
@@ -802,7 +783,7 @@ impl DeploymentController {
         d: &mut Value,
         rss: &[Value],
         new: Option<usize>,
-    ) -> Result<(), Retry> {
+    ) -> Result<(), ApiError> {
         let status = self.calculate_status(d, rss, new);
         if status != d["status"] {
             d["status"] = status;
@@ -817,7 +798,7 @@ impl DeploymentController {
         d: &Value,
         rss: &mut [Value],
         new: Option<usize>,
-    ) -> Result<(), Retry> {
+    ) -> Result<(), ApiError> {
         let want = replicas(d);
         // One active (or, with none, the latest) ReplicaSet takes every replica.
         let act = active(rss);
@@ -884,10 +865,12 @@ impl DeploymentController {
     }
 
     /// `rolloutRolling`: one step of a rolling update.
-    async fn rollout_rolling(&mut self, d: &mut Value, rss: &mut Vec<Value>) -> Result<(), Retry> {
-        let Some(n) = self.sync_revision(d, rss, true).await? else {
-            return Err(Retry);
-        };
+    async fn rollout_rolling(
+        &mut self,
+        d: &mut Value,
+        rss: &mut Vec<Value>,
+    ) -> Result<(), ApiError> {
+        let n = self.new_replica_set(d, rss).await?;
         // Scale the new ReplicaSet up (or down to spec.replicas).
         let want = replicas(d);
         let cur = rs_replicas(&rss[n]);
@@ -921,7 +904,7 @@ impl DeploymentController {
         d: &Value,
         rss: &mut [Value],
         n: usize,
-    ) -> Result<bool, Retry> {
+    ) -> Result<bool, ApiError> {
         let old: Vec<usize> = (0..rss.len()).filter(|i| *i != n).collect();
         let old_count: i64 = old.iter().map(|i| rs_replicas(&rss[*i])).sum();
         if old_count == 0 {
@@ -948,6 +931,19 @@ impl DeploymentController {
                 continue;
             }
             let down = (max_scaled_down - cleaned).min(spec - avail);
+            if down < 0 {
+                // More available than wanted: the ReplicaSet's status still counts pods that
+                // are going (a process node ends them one by one). kube refuses the step
+                // ("got invalid request to scale down") and the sync is retried once the
+                // ReplicaSet's status has caught up; scaling "down" by a negative count
+                // would scale it up past maxSurge.
+                return Err(ApiError::internal(format!(
+                    "when cleaning up unhealthy replicas, got invalid request to scale down {}/{} {spec} -> {}",
+                    meta_str(&rss[i], "namespace"),
+                    meta_str(&rss[i], "name"),
+                    spec - down
+                )));
+            }
             self.scale_rs(d, &mut rss[i], spec - down).await?;
             cleaned += down;
         }
@@ -976,23 +972,27 @@ impl DeploymentController {
     }
 
     /// `rolloutRecreate`.
-    async fn rollout_recreate(&mut self, d: &mut Value, rss: &mut Vec<Value>) -> Result<(), Retry> {
-        let mut new = self.sync_revision(d, rss, false).await?;
+    async fn rollout_recreate(
+        &mut self,
+        cache: &Informer,
+        d: &mut Value,
+        rss: &mut Vec<Value>,
+    ) -> Result<(), ApiError> {
+        let new = self.sync_revision(d, rss).await?;
         let mut scaled_down = false;
         for i in active(rss) {
             if Some(i) != new {
                 scaled_down |= self.scale_rs(d, &mut rss[i], 0).await?;
             }
         }
-        if scaled_down || self.old_pods_running(rss, new) {
+        if scaled_down || old_pods_running(cache, rss, new) {
             return self.sync_rollout_status(d, rss, new).await;
         }
-        if new.is_none() {
-            new = self.sync_revision(d, rss, true).await?;
-        }
-        let Some(n) = new else {
-            return Err(Retry);
+        let n = match new {
+            Some(n) => n,
+            None => self.create_replica_set(d, rss).await?,
         };
+        let new = Some(n);
         let mut rs = rss[n].clone();
         self.scale_rs(d, &mut rs, replicas(d)).await?;
         rss[n] = rs;
@@ -1002,30 +1002,14 @@ impl DeploymentController {
         self.sync_rollout_status(d, rss, new).await
     }
 
-    /// `oldPodsRunning`: old ReplicaSets still report replicas, or a pod of theirs has not
-    /// ended.
-    fn old_pods_running(&self, rss: &[Value], new: Option<usize>) -> bool {
-        let old: Vec<&Value> = rss
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| Some(*i) != new)
-            .map(|(_, rs)| rs)
-            .collect();
-        if old.iter().any(|rs| status_count(rs, "replicas") > 0) {
-            return true;
-        }
-        old.iter().any(|rs| {
-            let uid = meta(rs, "uid");
-            self.pods.in_namespace(meta(rs, "namespace")).any(|p| {
-                controller_ref(p).is_some_and(|r| r["uid"] == uid)
-                    && !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded"))
-            })
-        })
-    }
-
     /// `cleanupDeployment`: old ReplicaSets without replicas beyond the history limit go,
     /// lowest revision first.
-    async fn cleanup(&mut self, d: &Value, rss: &[Value], new: Option<usize>) -> Result<(), Retry> {
+    async fn cleanup(
+        &mut self,
+        d: &Value,
+        rss: &[Value],
+        new: Option<usize>,
+    ) -> Result<(), ApiError> {
         let limit = revision_history_limit(d).max(0);
         let mut old: Vec<&Value> = rss
             .iter()
@@ -1042,7 +1026,7 @@ impl DeploymentController {
                 .cmp(&revision(b))
                 .then_with(|| created_then_name(a, b))
         });
-        let doomed: Vec<(String, String, String)> = old
+        let doomed: Vec<&Value> = old
             .into_iter()
             .take(usize::try_from(diff).unwrap_or(0))
             .filter(|rs| {
@@ -1051,26 +1035,14 @@ impl DeploymentController {
                     && int(&rs["metadata"]["generation"], 0)
                         <= status_count(rs, "observedGeneration")
             })
-            .map(|rs| {
-                (
-                    meta(rs, "namespace").to_owned(),
-                    meta(rs, "name").to_owned(),
-                    meta(rs, "uid").to_owned(),
-                )
-            })
             .collect();
-        for (ns, name, uid) in doomed {
-            let params = DeleteParams {
-                uid: Some(uid),
-                ..Default::default()
-            };
-            match self.lb.delete(&replicasets(), &ns, &name, &params).await {
-                Ok(_) => {
-                    tracing::debug!(namespace = %ns, replicaset = %name, "old replica set cleaned up")
-                }
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e.into()),
-            }
+        for rs in doomed {
+            pod_control::delete(&self.lb, &replicasets(), rs, None).await?;
+            tracing::debug!(
+                namespace = meta_str(rs, "namespace"),
+                replicaset = meta_str(rs, "name"),
+                "old replica set cleaned up"
+            );
         }
         Ok(())
     }
@@ -1138,7 +1110,7 @@ impl DeploymentController {
         d: &mut Value,
         rss: &[Value],
         new: Option<usize>,
-    ) -> Result<(), Retry> {
+    ) -> Result<(), ApiError> {
         let mut status = self.calculate_status(d, rss, new);
         let deadline = progress_deadline(d);
         if deadline.is_none() {
@@ -1150,7 +1122,7 @@ impl DeploymentController {
                 .as_ref()
                 .is_some_and(|c| c["reason"] == "NewReplicaSetAvailable");
         let now = self.clock.now_time();
-        let rs_name = new.map(|n| meta(&rss[n], "name").to_owned());
+        let rs_name = new.map(|n| meta_str(&rss[n], "name").to_owned());
         if let Some(secs) = deadline
             && !complete_before
         {
@@ -1166,7 +1138,7 @@ impl DeploymentController {
             } else if deployment_progressing(d, &status) {
                 let msg = match &rs_name {
                     Some(n) => format!("ReplicaSet {n:?} is progressing."),
-                    None => format!("Deployment {:?} is progressing.", meta(d, "name")),
+                    None => format!("Deployment {:?} is progressing.", meta_str(d, "name")),
                 };
                 let mut cond = new_condition("Progressing", "True", "ReplicaSetUpdated", msg, &now);
                 if let Some(c) = &current
@@ -1181,7 +1153,7 @@ impl DeploymentController {
                     Some(n) => format!("ReplicaSet {n:?} has timed out progressing."),
                     None => format!(
                         "Deployment {:?} has timed out progressing.",
-                        meta(d, "name")
+                        meta_str(d, "name")
                     ),
                 };
                 set_condition(
@@ -1211,8 +1183,7 @@ impl DeploymentController {
             && let Ok(at) = from.checked_add(jiff::SignedDuration::from_secs(secs))
         {
             let after = self.clock.until(at) + Duration::from_secs(1);
-            let (ns, name) = (meta(d, "namespace").to_owned(), meta(d, "name").to_owned());
-            self.queue.add_after(&ns, &name, after);
+            self.requeue_after = Some(self.requeue_after.map_or(after, |a| a.min(after)));
         }
         Ok(())
     }
@@ -1234,6 +1205,24 @@ impl DeploymentController {
             .and_then(|from| from.checked_add(jiff::SignedDuration::from_secs(secs)).ok())
             .is_some_and(|at| at < self.clock.now())
     }
+}
+
+/// `oldPodsRunning`: old ReplicaSets still report replicas, or a pod of theirs has not ended.
+fn old_pods_running(cache: &Informer, rss: &[Value], new: Option<usize>) -> bool {
+    let mut old = rss
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != new)
+        .map(|(_, rs)| rs);
+    if old.clone().any(|rs| status_count(rs, "replicas") > 0) {
+        return true;
+    }
+    old.any(|rs| {
+        cache
+            .controlled_by(&pods(), meta_str(rs, "uid"))
+            .into_iter()
+            .any(|p| !matches!(p["status"]["phase"].as_str(), Some("Failed" | "Succeeded")))
+    })
 }
 
 /// `NewRSNewReplicas`: how far the new ReplicaSet may grow now.

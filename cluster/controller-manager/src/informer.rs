@@ -360,6 +360,23 @@ impl Informer {
             .flat_map(|k| k.cache.values())
     }
 
+    /// The cached objects of `resource` in `namespace`, in name order.
+    pub fn list_namespace<'a>(
+        &'a self,
+        resource: &Resource,
+        namespace: &str,
+    ) -> impl Iterator<Item = &'a Object> + use<'a> {
+        let start = (namespace.to_owned(), String::new());
+        let ns = namespace.to_owned();
+        self.kind(resource).into_iter().flat_map(move |k| {
+            let ns = ns.clone();
+            k.cache
+                .range(start.clone()..)
+                .take_while(move |((n, _), _)| *n == ns)
+                .map(|(_, o)| o)
+        })
+    }
+
     /// The cached objects of `resource` whose controller reference has `uid`, in key order.
     pub fn controlled_by(&self, resource: &Resource, uid: &str) -> Vec<&Object> {
         let Some(kind) = self.kind(resource) else {

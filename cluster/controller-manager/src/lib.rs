@@ -92,6 +92,7 @@
 //! | `informer` | client-go `tools/cache` (reflector, indexer, listers) | a controller's list-then-watch cache, with a controlled-by index |
 //! | `worker` | `util/workqueue`, sample-controller's worker loop | the `Controller` trait, the keyed queue with back-off, `run` |
 //! | `pod_control` | `pkg/controller/controller_utils.go` (`PodControl`) | controller references, pods from templates, deletes with uid preconditions, pod predicates |
+//! | `claim` | `pkg/controller/controller_ref_manager.go` | label selectors, claiming by selector and controller reference, adoption and release |
 //! | `gc` | `pkg/controller/garbagecollector` | the garbage collector and its graph |
 //! | `serviceaccounts` | `pkg/controller/serviceaccount`, `certificates/rootcacertpublisher` | `default` ServiceAccounts, `kube-root-ca.crt` |
 //! | `jobs` | `pkg/controller/job` | the Job controller |
@@ -107,6 +108,7 @@
 #![forbid(unsafe_code)]
 
 mod background;
+mod claim;
 mod cronjobs;
 mod daemonsets;
 mod deployments;
@@ -225,20 +227,20 @@ pub fn controller_descriptors() -> Vec<ControllerDescriptor> {
         }),
         d("replicaset-controller", false, |cx| {
             if cx.deployment_pods {
-                let config = replicasets::Config {
-                    delay: cx.workload_delay,
-                    clock: cx.clock,
-                };
-                replicasets::spawn(cx.loopback.clone(), config, cx.server.tracker());
+                cx.spawn(replicasets::ReplicaSetController::new(
+                    cx.loopback.clone(),
+                    cx.workload_delay,
+                    cx.clock,
+                ));
             }
         }),
         d("deployment-controller", false, |cx| {
             if cx.deployment_pods {
-                let config = replicasets::Config {
-                    delay: cx.workload_delay,
-                    clock: cx.clock,
-                };
-                deployments::spawn(cx.loopback.clone(), config, cx.server.tracker());
+                cx.spawn(deployments::DeploymentController::new(
+                    cx.loopback.clone(),
+                    cx.workload_delay,
+                    cx.clock,
+                ));
             }
         }),
         // The fast mode (`deployment_pods(false)`): Deployments and ReplicaSets get their

@@ -4,13 +4,14 @@
 //!
 //! kube-controller-manager's workload controllers share `pkg/controller/controller_utils.go`:
 //! `PodControl` creates pods from a template (`GetPodFromTemplate`: the template's labels,
-//! annotations and spec, `generateName: <owner>-` unless the controller names the pod, and a
-//! **controller reference**, `metav1.NewControllerRef`: the owner's `apiVersion`, `kind`,
-//! `name`, `uid`, `controller: true`, `blockOwnerDeletion: true`), so the garbage collector
+//! annotations, finalizers and spec, `generateName: <owner>-` unless the controller names the
+//! pod, and a **controller reference**, `metav1.NewControllerRef`: the owner's `apiVersion`,
+//! `kind`, `name`, `uid`, `controller: true`, `blockOwnerDeletion: true`), so the garbage collector
 //! deletes the pod with its owner and no second controller adopts it; deletes go with a UID
 //! precondition, so a newer object that took the same name is never removed by mistake; and
-//! `IsPodActive` / `IsPodReady` say which pods count. The Job, CronJob, ReplicationController,
-//! DaemonSet and StatefulSet controllers here do the same through these functions, over the
+//! `IsPodActive` / `IsPodReady` / `IsPodAvailable` say which pods count. The Job, CronJob,
+//! ReplicationController, DaemonSet, StatefulSet and ReplicaSet controllers here do the same
+//! through these functions (the Deployment controller uses its references), over the
 //! loopback interface: every create and delete is a client's request, through admission and
 //! validation.
 
@@ -28,8 +29,9 @@ pub fn controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
     })
 }
 
-/// A pod made from `owner`'s `spec.template` (`GetPodFromTemplate`), controlled by it:
-/// `generateName: <owner>-`; the caller may name it, add labels and change the spec.
+/// A pod made from `owner`'s `spec.template` (`GetPodFromTemplate`: its labels, annotations,
+/// finalizers and spec), controlled by it: `generateName: <owner>-`; the caller may name it,
+/// add labels and change the spec.
 pub fn pod_from_template(owner: &Value, api_version: &str, kind: &str) -> Value {
     let template = &owner["spec"]["template"];
     let mut labels = template["metadata"]["labels"].clone();
@@ -48,6 +50,9 @@ pub fn pod_from_template(owner: &Value, api_version: &str, kind: &str) -> Value 
     });
     if let Some(a) = template["metadata"]["annotations"].as_object() {
         metadata["annotations"] = json!(a);
+    }
+    if let Some(f) = template["metadata"]["finalizers"].as_array() {
+        metadata["finalizers"] = json!(f);
     }
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 }
@@ -93,10 +98,35 @@ pub fn is_active(p: &Value) -> bool {
 
 /// A `Ready=True` condition (`podutil.IsPodReady`).
 pub fn is_ready(p: &Value) -> bool {
-    p["status"]["conditions"].as_array().is_some_and(|c| {
-        c.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-    })
+    ready_since(p).is_some()
+}
+
+/// The pod's `Ready=True` condition, if it has one.
+fn ready_since(p: &Value) -> Option<&Value> {
+    p["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
+/// Ready for at least `min_ready_seconds` at `now` (`podutil.IsPodAvailable`: the `Ready`
+/// condition's `lastTransitionTime` plus `minReadySeconds` is not after `now`).
+pub fn is_available(p: &Value, min_ready_seconds: i64, now: jiff::Timestamp) -> bool {
+    let Some(c) = ready_since(p) else {
+        return false;
+    };
+    if min_ready_seconds <= 0 {
+        return true;
+    }
+    let Some(since) = c["lastTransitionTime"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    else {
+        return false;
+    };
+    since
+        .checked_add(jiff::SignedDuration::from_secs(min_ready_seconds))
+        .is_ok_and(|t| t <= now)
 }
 
 /// Running and Ready (what a StatefulSet waits for before the next ordinal).
@@ -141,6 +171,7 @@ mod tests {
             "spec": {"template": {"metadata": {"labels": {"app": "web"}, "annotations": {"a": "b"}},
                                   "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
         let pod = pod_from_template(&owner, "apps/v1", "DaemonSet");
+        assert!(pod["metadata"].get("finalizers").is_none());
         assert_eq!(pod["metadata"]["generateName"], "web-");
         assert_eq!(pod["metadata"]["namespace"], "ns");
         assert_eq!(pod["metadata"]["labels"], json!({"app": "web"}));
@@ -151,6 +182,26 @@ mod tests {
                     "controller": true, "blockOwnerDeletion": true}])
         );
         assert_eq!(pod["spec"]["containers"][0]["image"], "i");
+    }
+
+    #[test]
+    fn availability_waits_for_min_ready_seconds() {
+        let p = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2024-01-01T00:00:00Z"}]}});
+        let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap();
+        assert!(is_available(&p, 0, at("2024-01-01T00:00:00Z")));
+        assert!(!is_available(&p, 10, at("2024-01-01T00:00:09Z")));
+        assert!(is_available(&p, 10, at("2024-01-01T00:00:10Z")));
+        let unready = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+        assert!(!is_available(&unready, 0, at("2024-01-01T00:00:00Z")));
+    }
+
+    #[test]
+    fn template_finalizers_are_copied() {
+        let owner = json!({"metadata": {"name": "web", "namespace": "ns", "uid": "u1"},
+            "spec": {"template": {"metadata": {"finalizers": ["example.com/keep"]}, "spec": {}}}});
+        let pod = pod_from_template(&owner, "apps/v1", "ReplicaSet");
+        assert_eq!(pod["metadata"]["finalizers"], json!(["example.com/keep"]));
     }
 
     #[test]

@@ -190,6 +190,43 @@ impl NodeApi {
         }
     }
 
+    /// A token of the ServiceAccount `name` in `namespace` for the pod `pod` (with `uid`),
+    /// valid `seconds`: a TokenRequest bound to the pod, as the kubelet's token manager asks
+    /// for a projected `serviceAccountToken` volume. `Ok(None)` when the ServiceAccount does
+    /// not exist.
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        pod: &str,
+        uid: &str,
+        seconds: u64,
+    ) -> Result<Option<String>, ApiError> {
+        let request = json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "expirationSeconds": seconds,
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid},
+            },
+        });
+        match self
+            .lb
+            .create_subresource(
+                &Resource::core("serviceaccounts"),
+                namespace,
+                name,
+                "token",
+                request,
+            )
+            .await
+        {
+            Ok(answer) => Ok(answer["status"]["token"].as_str().map(str::to_owned)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Finishes the graceful deletion of the pod `key` (if it still has `uid`): DELETE with
     /// grace period 0 and the uid as precondition, as a kubelet does once the pod's containers
     /// have stopped. A pod already at grace period 0 and held by finalizers is left alone.

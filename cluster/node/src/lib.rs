@@ -21,7 +21,8 @@
 //! Two runtimes run the pods ([`NodeRuntime`]): the **simulated** one (`kubelet`) decides
 //! each container's outcome from its command's text and runs nothing; the **process** one
 //! (`runtime`) runs each container's command as a child process of this process, with the
-//! pod's environment and volumes (`volumes`), so `kubectl logs` shows what it printed and
+//! pod's environment (`env`), volumes (`volumes`) and ServiceAccount token
+//! (`serviceaccount`), so `kubectl logs` shows what it printed and
 //! `kubectl exec`, `attach` and `port-forward` work (`remotecommand`, over SPDY ([`spdy`]) or
 //! WebSocket (`wsstream` on `websocket`)).
 //!
@@ -77,6 +78,8 @@
 //! | `runtime` | `pod_workers.go`, `kuberuntime_manager.go` | the process runtime: each container a child process, restarts, deadlines, graceful deletion, events |
 //! | `machine` | cAdvisor's `MachineInfo` | the Node's capacity: this machine's CPUs and memory, or the simulated node's fixed size |
 //! | `volumes` | the volume manager | `configMap`, `secret` and `emptyDir` volumes as host directories; path rewriting |
+//! | `serviceaccount` | the ServiceAccount admission plugin's projected volume, the token manager | a pod's token, CA and namespace files, renewed; the kubeconfig naming them |
+//! | `env` | `makeEnvironmentVariables`, `expansion` | a container's environment (`fieldRef`s, `$(VAR)`), `KUBERNETES_SERVICE_HOST`/`_PORT`, an image's binary |
 //! | `logs` | the CRI's container logs, `/containerLogs` | per-container bounded logs, `kubectl logs` (follow, tail, since, previous) |
 //! | `endpoints` | `pkg/kubelet/server` | what the node proxy reaches: `/healthz`, `/pods`, `/configz` |
 //! | `remotecommand` | `pkg/kubelet/cri/streaming` | exec, attach and port-forward sessions on the process runtime |
@@ -89,11 +92,13 @@
 mod background;
 mod client;
 mod endpoints;
+mod env;
 mod kubelet;
 mod logs;
 mod machine;
 mod remotecommand;
 mod runtime;
+mod serviceaccount;
 pub mod spdy;
 mod volumes;
 mod websocket;
@@ -136,6 +141,7 @@ pub struct NodeBuilder {
     max_pods: usize,
     timeout: Option<Duration>,
     pod_log_bytes: usize,
+    image_binaries: std::collections::BTreeMap<String, std::path::PathBuf>,
 }
 
 impl Default for NodeBuilder {
@@ -146,6 +152,7 @@ impl Default for NodeBuilder {
             max_pods: runtime::DEFAULT_MAX_PODS,
             timeout: None,
             pod_log_bytes: logs::DEFAULT_LOG_BYTES,
+            image_binaries: Default::default(),
         }
     }
 }
@@ -185,6 +192,20 @@ impl NodeBuilder {
         self
     }
 
+    /// The process runtime runs the host binary `path` for a container whose `image` is
+    /// exactly `image` and that has no `command`, as its image's entrypoint, followed by the
+    /// container's `args` ([`env`](mod@env)); repeat for more images (the last mapping of an image
+    /// wins). A container with a `command` runs its command as given. Without a mapping, a
+    /// container without `command` runs its `args` alone as the command (or nothing at all).
+    pub fn image_binary(
+        mut self,
+        image: impl Into<String>,
+        path: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.image_binaries.insert(image.into(), path.into());
+        self
+    }
+
     /// Starts the node against `server`: registers its kubelet and runs pods until the server
     /// shuts down (its tasks run on the server's tracker, so the server's shutdown waits for
     /// them and every child process is gone when it returns).
@@ -211,6 +232,11 @@ impl NodeBuilder {
                     max_pods: self.max_pods,
                     timeout: self.timeout,
                     logs: logs.clone(),
+                    image_binaries: Arc::new(self.image_binaries.clone()),
+                    api_server: serviceaccount::ApiServerAddress {
+                        url: server.url().to_owned(),
+                        ca_pem: server.ca_pem().map(str::to_owned),
+                    },
                 },
                 handle.clone(),
                 shutdown.clone(),

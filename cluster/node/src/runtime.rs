@@ -28,14 +28,18 @@
 //!   reported `Completed` without running). For each run the node records `Pulled` (the image
 //!   is **not** pulled: the event and the container status's `imageID` say so), `Created` and
 //!   `Started`; the status is `running` with `startedAt` and `containerID: process://<pid>`;
-//! * **the process**: `command` followed by `args` (with no `command`, `args` alone is the
-//!   command; a container with neither would run its image's entrypoint, which this node does
-//!   not have: in a pod whose `restartPolicy` is `Never` or `OnFailure` (a Job's) it exits 0
-//!   at once, as a shell image's default `sh` does without input, and in an `Always` pod it is
-//!   reported running with nothing behind it until stopped, as the simulated node decides),
-//!   with a clean environment of `PATH`, `HOME=/`, `HOSTNAME=<pod name>` and the container's
-//!   `env` entries that have a `value` (`valueFrom` is not resolved) and `POD_ROOT` (the pod's
-//!   directory, [`super::volumes`]), in `workingDir` when that directory exists on the host
+//! * **the process**: `command` followed by `args`. Without `command` the image's entrypoint
+//!   would run; the node knows one only for an image mapped to a host binary
+//!   (`--image-binary IMAGE=PATH`, [`super::env`]), which then runs followed by `args`. For
+//!   other images `args` alone is the command, and a container with neither runs nothing: in
+//!   a pod whose `restartPolicy` is `Never` or `OnFailure` (a Job's) it exits 0 at once, as a
+//!   shell image's default `sh` does without input, and in an `Always` pod it is reported
+//!   running with nothing behind it until stopped, as the simulated node decides. The
+//!   environment is clean: `PATH`, `HOME=/`, `HOSTNAME=<pod name>`, `POD_ROOT` (the pod's
+//!   directory, [`super::volumes`]), `KUBERNETES_SERVICE_HOST`/`_PORT` (the API server), the
+//!   ServiceAccount's `KUBECONFIG` ([`super::serviceaccount`]) and the container's `env` with
+//!   `fieldRef`s resolved and `$(VAR)` references expanded, as in `command` and `args`
+//!   ([`super::env`]); the process runs in `workingDir` when that directory exists on the host
 //!   (else the server's directory); stdin is closed (a pipe, for attach, when the container
 //!   has `stdin: true`), stdout and stderr go to the container's log, line by line with the
 //!   time each line was read;
@@ -94,9 +98,9 @@
 //! server's user, on the host), resources, probes, volumes other than `configMap`, `secret`
 //! and `emptyDir` (those are directories on the host, found through rewritten paths:
 //! [`super::volumes`]), init-container ordering, pod networking (the addresses are made up,
-//! as in the simulation; a pod's ports are the host's, see [`super::remotecommand::process_exec`]),
-//! `valueFrom`/`envFrom`, and the node pause of the simulated node
-//! ([`super::kubelet::NodeControl`] has no effect).
+//! as in the simulation; a pod's ports are the host's, see [`super::remotecommand::process_exec`],
+//! so two pods serving the same port collide), `valueFrom` other than `fieldRef`, `envFrom`,
+//! and the node pause of the simulated node ([`super::kubelet::NodeControl`] has no effect).
 //!
 //! ## Exec, attach and port-forward
 //!
@@ -122,12 +126,14 @@ use tokio_util::task::TaskTracker;
 
 use super::background::VirtualClock;
 use super::client::{Key, NodeApi, PodInformer, meta_str};
+use super::env::ImageBinaries;
 use super::kubelet::{
     self, HOST_IP, NODE_NAME, Restart, back_off, container_status, containers, restart_policy,
     set_condition, with_status,
 };
 use super::logs::{LineSplitter, LogBuffer, LogStore};
 use super::machine;
+use super::serviceaccount::{self, ApiServerAddress};
 
 /// Default limit of pods running at once under the process runtime.
 pub const DEFAULT_MAX_PODS: usize = 16;
@@ -168,6 +174,11 @@ pub struct ProcessConfig {
     pub timeout: Option<Duration>,
     /// Where the containers' output goes.
     pub logs: Arc<LogStore>,
+    /// The host binary standing for each known image's entrypoint ([`super::env`]).
+    pub image_binaries: ImageBinaries,
+    /// The API server as the pods reach it (`KUBERNETES_SERVICE_HOST`/`_PORT`, the
+    /// ServiceAccount's kubeconfig: [`super::serviceaccount`]).
+    pub api_server: ApiServerAddress,
 }
 
 /// Starts the process node on `tracker`; it (and every child process) stops when `shutdown`
@@ -603,11 +614,28 @@ async fn run_pod(
         ctx.api.finish_deletion(&key, &uid).await;
         return;
     };
-    let Some(dir) = mount_volumes(&ctx, &key, &uid, &pod, &mut signals.stop, &shutdown).await
+    let Some((dir, account)) =
+        mount_volumes(&ctx, &key, &uid, &pod, &mut signals.stop, &shutdown).await
     else {
         return;
     };
-    let ended = run_containers(&ctx, &key, &uid, &pod, &dir, &mut signals, &shutdown).await;
+    let mut base_env = ctx.config.api_server.service_env();
+    base_env.extend(account.as_ref().map(serviceaccount::Mounted::env));
+    let setting = PodSetting {
+        dir: &dir,
+        account: account.as_ref(),
+        env: base_env,
+    };
+    let renew = async {
+        match &account {
+            Some(a) => a.keep_fresh(&ctx.api).await,
+            None => std::future::pending().await,
+        }
+    };
+    let ended = tokio::select! {
+        ended = run_containers(&ctx, &key, &uid, &pod, &setting, &mut signals, &shutdown) => ended,
+        never = renew => match never {},
+    };
     drop(permit);
     // The processes are done: the pod's directory goes.
     drop(dir);
@@ -627,10 +655,11 @@ async fn run_pod(
     }
 }
 
-/// Sets up the pod's directory and volumes ([`super::volumes`]). While an object or key is
-/// missing the pod stays `ContainerCreating` with a Warning `FailedMount` event (recorded
-/// again only when the message changes), retried every [`MOUNT_RETRY`]. `None` when the pod
-/// must not start after all (stopped or the server shuts down; a deletion is finished here).
+/// Sets up the pod's directory and volumes ([`super::volumes`]) and its ServiceAccount's files
+/// ([`super::serviceaccount`]). While an object or key is missing, or the token cannot be had,
+/// the pod stays `ContainerCreating` with a Warning `FailedMount` event (recorded again only
+/// when the message changes), retried every [`MOUNT_RETRY`]. `None` when the pod must not
+/// start after all (stopped or the server shuts down; a deletion is finished here).
 async fn mount_volumes(
     ctx: &Ctx,
     key: &Key,
@@ -638,7 +667,7 @@ async fn mount_volumes(
     pod: &Value,
     stop: &mut watch::Receiver<Option<Stop>>,
     shutdown: &CancellationToken,
-) -> Option<super::volumes::PodDir> {
+) -> Option<(super::volumes::PodDir, Option<serviceaccount::Mounted>)> {
     let mut last_error = String::new();
     loop {
         let attempt = match super::volumes::fetch_sources(&ctx.api, pod).await {
@@ -648,8 +677,24 @@ async fn mount_volumes(
             }
             Err(e) => Ok(Err(e)),
         };
+        let attempt = match attempt {
+            Ok(Ok(dir)) => {
+                match serviceaccount::mount(&ctx.api, pod, dir.root(), &ctx.config.api_server).await
+                {
+                    Ok(serviceaccount::Mount::Mounted(a)) => Ok(Ok((dir, Some(a)))),
+                    Ok(serviceaccount::Mount::None) => Ok(Ok((dir, None))),
+                    Ok(serviceaccount::Mount::Missing(message)) => {
+                        event(ctx, key, uid, None, "Warning", "FailedMount", &message).await;
+                        Ok(Ok((dir, None)))
+                    }
+                    Err(e) => Ok(Err(e)),
+                }
+            }
+            Ok(Err(e)) => Ok(Err(e)),
+            Err(e) => Err(e),
+        };
         match attempt {
-            Ok(Ok(dir)) => return Some(dir),
+            Ok(Ok(mounted)) => return Some(mounted),
             Ok(Err(super::volumes::MountError(message))) => {
                 if message != last_error {
                     event(ctx, key, uid, None, "Warning", "FailedMount", &message).await;
@@ -677,6 +722,27 @@ async fn mount_volumes(
 /// How often the node retries setting up volumes whose object or key is missing.
 const MOUNT_RETRY: Duration = Duration::from_secs(2);
 
+/// What every container of a running pod is started with: the pod's directory, its mounted
+/// ServiceAccount, and the variables the node puts before the container's own `env`.
+struct PodSetting<'a> {
+    dir: &'a super::volumes::PodDir,
+    account: Option<&'a serviceaccount::Mounted>,
+    env: Vec<(String, String)>,
+}
+
+impl PodSetting<'_> {
+    /// Container `c` as it runs ([`super::env::resolve`]: environment, expanded command line,
+    /// the image's binary) and where its mounts are on the host.
+    fn container(&self, ctx: &Ctx, pod: &Value, c: &Value) -> (Value, Arc<super::volumes::Mounts>) {
+        let mut mounts = super::volumes::Mounts::of(self.dir, pod, c);
+        if let Some(a) = self.account {
+            mounts = mounts.with_mount(serviceaccount::SERVICE_ACCOUNT_DIR, &a.dir);
+        }
+        let c = super::env::resolve(pod, c, &self.env, &ctx.config.image_binaries);
+        (c, Arc::new(mounts))
+    }
+}
+
 /// Why the node stopped a pod's containers before they ended on their own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ended {
@@ -701,9 +767,12 @@ async fn wait_for_slot(
     shutdown: &CancellationToken,
 ) -> Option<Option<tokio::sync::OwnedSemaphorePermit>> {
     let needs_slot = ctx.api.pod(key, uid).await.is_some_and(|p| {
-        containers(&p, "containers")
-            .iter()
-            .any(|c| !argv_of(c).is_empty())
+        containers(&p, "containers").iter().any(|c| {
+            !argv_of(c).is_empty()
+                || c["image"]
+                    .as_str()
+                    .is_some_and(|i| ctx.config.image_binaries.contains_key(i))
+        })
     });
     let slot = async {
         if needs_slot {
@@ -791,7 +860,7 @@ async fn run_containers(
     key: &Key,
     uid: &str,
     pod: &Value,
-    dir: &super::volumes::PodDir,
+    setting: &PodSetting<'_>,
     signals: &mut Signals,
     shutdown: &CancellationToken,
 ) -> Option<Ended> {
@@ -810,7 +879,7 @@ async fn run_containers(
     let policy = restart_policy(pod);
     let mut tasks = tokio::task::JoinSet::new();
     for c in containers(pod, "containers") {
-        let mounts = Arc::new(super::volumes::Mounts::of(dir, pod, &c));
+        let (c, mounts) = setting.container(ctx, pod, &c);
         tasks.spawn(run_container(
             ctx.clone(),
             key.clone(),
@@ -838,7 +907,7 @@ async fn run_containers(
                 .collect();
             for c in added {
                 ephemeral_started.insert(c["name"].as_str().unwrap_or_default().to_owned());
-                let mounts = Arc::new(super::volumes::Mounts::of(dir, pod, &c));
+                let (c, mounts) = setting.container(ctx, pod, &c);
                 ephemeral_tasks.spawn(run_container(
                     ctx.clone(),
                     key.clone(),
@@ -995,20 +1064,19 @@ async fn run_container(
     let name = c["name"].as_str().unwrap_or_default().to_owned();
     let image = c["image"].as_str().unwrap_or_default().to_owned();
     let argv = argv_of(&c);
+    let pulled = match ctx.config.image_binaries.get(&image) {
+        Some(bin) => format!(
+            "Container image \"{image}\" not pulled: the process runtime runs {} for it on the host",
+            bin.display()
+        ),
+        None => format!(
+            "Container image \"{image}\" not pulled: the process runtime runs the command on the host"
+        ),
+    };
     let mut restarts: u32 = 0;
     loop {
         let buf = ctx.config.logs.start_instance(&key.0, &key.1, &uid, &name);
-        event(
-            &ctx,
-            &key,
-            &uid,
-            Some(&name),
-            "Normal",
-            "Pulled",
-            &format!(
-                "Container image \"{image}\" not pulled: the process runtime runs the command on the host"
-            ),
-        ).await;
+        event(&ctx, &key, &uid, Some(&name), "Normal", "Pulled", &pulled).await;
         if argv.is_empty() {
             // Nothing to run without the image's entrypoint. A pod that is not restarted takes
             // it to exit 0 at once (a shell image's `sh` with no input: `alpine`, `busybox`);

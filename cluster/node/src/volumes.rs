@@ -57,6 +57,13 @@ pub(crate) struct PodDir {
     root: PathBuf,
 }
 
+impl PodDir {
+    /// The directory ([`POD_ROOT_ENV`]).
+    pub(crate) fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+}
+
 impl Drop for PodDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.root);
@@ -107,6 +114,18 @@ impl Mounts {
             root: Some(dir.root.clone()),
             pairs,
         }
+    }
+
+    /// These mounts and one more: `mount_path` in the container is `host` on the host (the
+    /// ServiceAccount's directory, [`super::serviceaccount`]). A volume mount of the
+    /// container at the same path wins, as a container's own mount shadows the injected one.
+    pub(crate) fn with_mount(mut self, mount_path: &str, host: &std::path::Path) -> Self {
+        if !self.pairs.iter().any(|(m, _)| m == mount_path) {
+            self.pairs
+                .push((mount_path.to_owned(), host.to_string_lossy().into_owned()));
+            self.pairs.sort_by_key(|(m, _)| std::cmp::Reverse(m.len()));
+        }
+        self
     }
 
     /// `word` with every mount path in it replaced by its host directory (see the module doc).

@@ -745,18 +745,10 @@ async fn kubectl_reads_both_versions(version: &str) {
         .run_with_input(&["apply", "-f", "-"], Some(manifest))
         .await;
     assert!(out.ok, "{}", out.stderr);
-    let v2: Value = serde_json::from_str(
-        &k.ok(&["get", "widgets.v2.conv.example.com", "kc", "-o", "json"])
-            .await,
-    )
-    .unwrap();
+    let v2: Value = k.json(&["get", "widgets.v2.conv.example.com", "kc"]).await;
     assert_eq!(v2["apiVersion"], "conv.example.com/v2");
     assert_eq!(v2["spec"], json!({"replicas": 4, "colour": "teal"}));
-    let v1: Value = serde_json::from_str(
-        &k.ok(&["get", "widgets.v1.conv.example.com", "kc", "-o", "json"])
-            .await,
-    )
-    .unwrap();
+    let v1: Value = k.json(&["get", "widgets.v1.conv.example.com", "kc"]).await;
     assert_eq!(v1["apiVersion"], "conv.example.com/v1");
     assert_eq!(v1["spec"], json!({"size": 4}));
     // apply again in v1 (kubectl's three-way merge against the v1 view) changes the size.
@@ -769,11 +761,7 @@ async fn kubectl_reads_both_versions(version: &str) {
     assert!(out.ok, "{}", out.stderr);
     let table = k.ok(&["get", "widgets.v2.conv.example.com"]).await;
     assert!(table.contains("kc"), "{table}");
-    let v2: Value = serde_json::from_str(
-        &k.ok(&["get", "widgets.v2.conv.example.com", "kc", "-o", "json"])
-            .await,
-    )
-    .unwrap();
+    let v2: Value = k.json(&["get", "widgets.v2.conv.example.com", "kc"]).await;
     assert_eq!(v2["spec"], json!({"replicas": 6, "colour": "teal"}));
     // Server-side apply in v1 merges against the object converted to v1.
     let ssa =

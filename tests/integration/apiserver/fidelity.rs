@@ -432,53 +432,6 @@ async fn metadata_only_answers_for_get_list_patch_and_watch() {
     s.shutdown().await;
 }
 
-/// An HTTPS client presenting a client certificate.
-fn cert_client(
-    s: &embedded_cluster::ClusterHandle,
-    cert_pem: &str,
-    key_pem: &str,
-) -> hyper_util::client::legacy::Client<
-    hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-    http_body_util::Full<bytes::Bytes>,
-> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    sample_client_go::install_crypto_provider();
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(s.ca_pem().unwrap().as_bytes()).unwrap())
-        .unwrap();
-    let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
-    let tls = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .unwrap();
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_only()
-        .enable_http1()
-        .wrap_connector(crate::support::net::http_connector());
-    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(https)
-}
-
-async fn get_with(
-    client: &hyper_util::client::legacy::Client<
-        hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>,
-        http_body_util::Full<bytes::Bytes>,
-    >,
-    url: String,
-) -> (u16, Value) {
-    use http_body_util::BodyExt;
-    let req = hyper::Request::get(url)
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
-    let resp = client.request(req).await.unwrap();
-    let code = resp.status().as_u16();
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
-
 #[tokio::test]
 async fn client_certificates_authenticate_as_their_common_name_in_their_organizations() {
     let s = embedded_cluster::Cluster::builder()
@@ -490,19 +443,20 @@ async fn client_certificates_authenticate_as_their_common_name_in_their_organiza
         .client_certificate("kubernetes-admin", Some("system:masters"))
         .unwrap()
         .unwrap();
-    let admin = cert_client(&s, &cert, &key);
-    let (code, body) = get_with(&admin, format!("{}/api/v1/namespaces", s.url())).await;
-    assert_eq!(code, 200, "{body}");
+    let ca = s.ca_pem().unwrap();
+    let admin = TestClient::with_client_cert(s.url(), ca, &cert, &key);
+    let a = admin.get("/api/v1/namespaces").await;
+    assert_eq!(a.code, 200, "{:?}", a.body);
 
     let (cert, key) = s
         .client_certificate("alice", Some("devs"))
         .unwrap()
         .unwrap();
-    let alice = cert_client(&s, &cert, &key);
-    let (code, body) = get_with(&alice, format!("{}/api/v1/namespaces", s.url())).await;
-    assert_eq!(code, 403);
+    let alice = TestClient::with_client_cert(s.url(), ca, &cert, &key);
+    let a = alice.get("/api/v1/namespaces").await;
+    assert_eq!(a.code, 403);
     assert_eq!(
-        body["message"],
+        a.body["message"],
         "namespaces is forbidden: User \"alice\" cannot list resource \"namespaces\" in API group \"\" at the cluster scope"
     );
     // Her group is what a binding can name.
@@ -510,12 +464,8 @@ async fn client_certificates_authenticate_as_their_common_name_in_their_organiza
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: devs-view}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}\nsubjects: [{kind: Group, apiGroup: rbac.authorization.k8s.io, name: devs}]\n",
     )
     .unwrap();
-    let (code, body) = get_with(
-        &alice,
-        format!("{}/api/v1/namespaces/default/configmaps", s.url()),
-    )
-    .await;
-    assert_eq!(code, 200, "{body}");
+    let a = alice.get("/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(a.code, 200, "{:?}", a.body);
 
     // A certificate from another CA is refused at the handshake's verification: no user.
     let other = embedded_cluster::Cluster::builder().start().await.unwrap();
@@ -523,12 +473,9 @@ async fn client_certificates_authenticate_as_their_common_name_in_their_organiza
         .client_certificate("mallory", Some("system:masters"))
         .unwrap()
         .unwrap();
-    let mallory = cert_client(&s, &cert, &key);
-    let req = hyper::Request::get(format!("{}/api/v1/namespaces", s.url()))
-        .body(http_body_util::Full::new(bytes::Bytes::new()))
-        .unwrap();
+    let mallory = TestClient::with_client_cert(s.url(), ca, &cert, &key);
     assert!(
-        mallory.request(req).await.is_err(),
+        mallory.try_get("/api/v1/namespaces").await.is_err(),
         "a foreign client certificate was accepted"
     );
 

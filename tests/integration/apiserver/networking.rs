@@ -5,21 +5,14 @@
 use crate::support;
 use crate::support::cluster;
 
-use cluster::Kubectl;
+use cluster::{Kubectl, rows};
 use serde_json::json;
 use support::apiserver::*;
-
-/// The words of each line kubectl printed.
-fn rows(out: &str) -> Vec<Vec<String>> {
-    out.lines()
-        .map(|l| l.split_whitespace().map(str::to_owned).collect())
-        .collect()
-}
 
 #[tokio::test]
 async fn ingresses_classes_and_network_policies_with_kubectl() {
     let server = start().await;
-    let Some(k) = Kubectl::new(&server) else {
+    let Some(k) = Kubectl::or_skip(&server).await else {
         return;
     };
     let api = TestClient::new(&server);

@@ -5,7 +5,7 @@
 use crate::support;
 use crate::support::cluster;
 
-use cluster::Kubectl;
+use cluster::{Kubectl, rows};
 use serde_json::{Value, json};
 use support::apiserver::*;
 
@@ -18,17 +18,10 @@ async fn used(api: &TestClient, ns: &str, name: &str) -> Value {
     q.body["status"]["used"].clone()
 }
 
-/// The words of each line kubectl printed.
-fn rows(out: &str) -> Vec<Vec<String>> {
-    out.lines()
-        .map(|l| l.split_whitespace().map(str::to_owned).collect())
-        .collect()
-}
-
 #[tokio::test]
 async fn object_counts_are_kept_and_enforced() {
     let server = start().await;
-    let Some(k) = Kubectl::new(&server) else {
+    let Some(k) = Kubectl::or_skip(&server).await else {
         return;
     };
     let api = TestClient::new(&server);
@@ -198,7 +191,7 @@ async fn object_counts_are_kept_and_enforced() {
 #[tokio::test]
 async fn compute_quotas_sum_requests_and_need_them() {
     let server = start().await;
-    let Some(k) = Kubectl::new(&server) else {
+    let Some(k) = Kubectl::or_skip(&server).await else {
         return;
     };
     let api = TestClient::new(&server);

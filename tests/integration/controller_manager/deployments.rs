@@ -9,38 +9,8 @@ use crate::support::cluster;
 use std::time::Duration;
 
 use cluster::*;
-use embedded_cluster::{Cluster, ClusterHandle};
+use embedded_cluster::{Cluster, ClusterHandle, NodeRuntime};
 use serde_json::{Value, json};
-
-async fn server(delay: Duration) -> ClusterHandle {
-    Cluster::builder()
-        .plain_http(true)
-        .simulate(true)
-        .workload_delay(delay)
-        .start()
-        .await
-        .unwrap()
-}
-
-/// Live pods (not being deleted) whose controller is `kind`/`name`.
-fn controlled(h: &ClusterHandle, kind: &str, name: &str) -> Vec<Value> {
-    h.store().read(|s| {
-        s.list("core/pods", Some("default"))
-            .into_iter()
-            .filter(|p| {
-                p["metadata"]["deletionTimestamp"].is_null()
-                    && p["metadata"]["ownerReferences"]
-                        .as_array()
-                        .is_some_and(|refs| {
-                            refs.iter().any(|r| {
-                                r["controller"] == true && r["kind"] == kind && r["name"] == name
-                            })
-                        })
-            })
-            .cloned()
-            .collect()
-    })
-}
 
 fn rs(name: &str, replicas: i64) -> Value {
     json!({
@@ -60,7 +30,7 @@ fn rs(name: &str, replicas: i64) -> Value {
 /// matches is adopted, and a replaced pod is recreated.
 #[tokio::test(start_paused = true)]
 async fn a_replica_set_keeps_its_pods_and_counts_them() {
-    let h = server(Duration::from_millis(100)).await;
+    let h = simulated(Duration::from_millis(100)).await;
     create(&h, "apps", "replicasets", "default", rs("front", 3));
     wait_until(&h, "replicaset with 3 available pods", |s| {
         s.get("apps/replicasets", "default", "front")
@@ -74,7 +44,7 @@ async fn a_replica_set_keeps_its_pods_and_counts_them() {
             })
     })
     .await;
-    let pods = controlled(&h, "ReplicaSet", "front");
+    let pods = controlled_pods(&h, "ReplicaSet", "front");
     assert_eq!(pods.len(), 3);
     for p in &pods {
         let name = p["metadata"]["name"].as_str().unwrap();
@@ -90,14 +60,7 @@ async fn a_replica_set_keeps_its_pods_and_counts_them() {
     }
 
     // Scale down: two pods go.
-    merge_patch(
-        &h,
-        "apps",
-        "replicasets",
-        "default",
-        "front",
-        json!({"spec": {"replicas": 1}}),
-    );
+    scale(&h, "apps", "replicasets", "front", 1);
     wait_until(&h, "replicaset scaled to 1", |s| {
         s.get("apps/replicasets", "default", "front")
             .is_some_and(|o| o["status"]["replicas"] == 1 && o["status"]["observedGeneration"] == 2)
@@ -118,7 +81,7 @@ async fn a_replica_set_keeps_its_pods_and_counts_them() {
     .await;
 
     // A deleted pod is replaced.
-    let survivor = controlled(&h, "ReplicaSet", "front").remove(0);
+    let survivor = controlled_pods(&h, "ReplicaSet", "front").remove(0);
     let name = survivor["metadata"]["name"].as_str().unwrap().to_owned();
     let mut t = target(&h, "", "v1", "pods", "default");
     t.name = Some(name.clone());
@@ -196,7 +159,7 @@ fn rolled_out(s: &embedded_apiserver::internals::store::State, name: &str, n: i6
 /// status and conditions count them; scaling goes through the ReplicaSet.
 #[tokio::test(start_paused = true)]
 async fn a_deployment_rolls_out_through_one_replica_set() {
-    let h = server(Duration::from_millis(100)).await;
+    let h = simulated(Duration::from_millis(100)).await;
     create(
         &h,
         "apps",
@@ -225,7 +188,7 @@ async fn a_deployment_rolls_out_through_one_replica_set() {
     assert_eq!(a["deployment.kubernetes.io/desired-replicas"], "3");
     assert_eq!(a["deployment.kubernetes.io/max-replicas"], "4");
     let rs_name = rs["metadata"]["name"].as_str().unwrap();
-    let pods = controlled(&h, "ReplicaSet", rs_name);
+    let pods = controlled_pods(&h, "ReplicaSet", rs_name);
     assert_eq!(pods.len(), 3);
     for p in &pods {
         assert_eq!(p["metadata"]["labels"]["pod-template-hash"], hash);
@@ -244,14 +207,7 @@ async fn a_deployment_rolls_out_through_one_replica_set() {
     assert_eq!(cond("Progressing")["reason"], "NewReplicaSetAvailable");
 
     // Scaling changes the ReplicaSet, not the revision.
-    merge_patch(
-        &h,
-        "apps",
-        "deployments",
-        "default",
-        "api",
-        json!({"spec": {"replicas": 5}}),
-    );
+    scale(&h, "apps", "deployments", "api", 5);
     wait_until(&h, "scaled to 5", |s| rolled_out(s, "api", 5)).await;
     let rss = replicasets_of(&h, "api");
     assert_eq!(rss.len(), 1);
@@ -260,17 +216,10 @@ async fn a_deployment_rolls_out_through_one_replica_set() {
         rss[0]["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"],
         "5"
     );
-    assert_eq!(controlled(&h, "ReplicaSet", rs_name).len(), 5);
+    assert_eq!(controlled_pods(&h, "ReplicaSet", rs_name).len(), 5);
 
     // Scaled to zero: no pods, counts omitted.
-    merge_patch(
-        &h,
-        "apps",
-        "deployments",
-        "default",
-        "api",
-        json!({"spec": {"replicas": 0}}),
-    );
+    scale(&h, "apps", "deployments", "api", 0);
     wait_until(&h, "scaled to 0", |s| {
         s.get("apps/deployments", "default", "api")
             .is_some_and(|d| {
@@ -324,6 +273,7 @@ fn check_rollout_bounds(
         }
     }
     let mut most = 0;
+    let mut trace = String::new();
     for c in changes.iter().filter(|c| c.storage == "apps/replicasets") {
         let n = c.object["metadata"]["name"].as_str().unwrap().to_owned();
         if !n.starts_with(&prefix) {
@@ -331,7 +281,7 @@ fn check_rollout_bounds(
         }
         match c.kind {
             embedded_apiserver::internals::store::ChangeType::Deleted => state.remove(&n),
-            _ => state.insert(n, c.object.value().clone()),
+            _ => state.insert(n.clone(), c.object.value().clone()),
         };
         let wanted: i64 = state
             .values()
@@ -341,9 +291,13 @@ fn check_rollout_bounds(
             .values()
             .map(|rs| rs["status"]["availableReplicas"].as_i64().unwrap_or(0))
             .sum();
+        trace.push_str(&format!(
+            "\n{} {:?} {n}: spec {} status {}",
+            c.rv, c.kind, c.object["spec"]["replicas"], c.object["status"]
+        ));
         assert!(
             wanted <= replicas + surge,
-            "{wanted} pods wanted at revision {}: more than {replicas} + {surge}",
+            "{wanted} pods wanted at revision {}: more than {replicas} + {surge}{trace}",
             c.rv
         );
         assert!(
@@ -362,7 +316,7 @@ fn check_rollout_bounds(
 /// zero and stays as history.
 #[tokio::test(start_paused = true)]
 async fn a_rolling_update_respects_max_surge_and_max_unavailable() {
-    let h = server(Duration::from_millis(100)).await;
+    let h = simulated(Duration::from_millis(100)).await;
     // Default strategy, 5 replicas: maxSurge 25% → 2, maxUnavailable 25% → 1.
     create(
         &h,
@@ -397,7 +351,7 @@ async fn a_rolling_update_respects_max_surge_and_max_unavailable() {
         "nginx:2"
     );
     let new_rs = rss[1]["metadata"]["name"].as_str().unwrap();
-    assert_eq!(controlled(&h, "ReplicaSet", new_rs).len(), 5);
+    assert_eq!(controlled_pods(&h, "ReplicaSet", new_rs).len(), 5);
     assert_eq!(
         h.store()
             .read(|s| s.list("core/pods", Some("default")).len()),
@@ -449,7 +403,7 @@ fn pod_changes(
 /// `Recreate` deletes every old pod before the first new one is created.
 #[tokio::test(start_paused = true)]
 async fn recreate_deletes_the_old_pods_before_creating_new_ones() {
-    let h = server(Duration::from_millis(100)).await;
+    let h = simulated(Duration::from_millis(100)).await;
     let mut d = deployment("db", 3, "postgres:15");
     d["spec"]["strategy"] = json!({"type": "Recreate"});
     create(&h, "apps", "deployments", "default", d);
@@ -488,7 +442,7 @@ async fn recreate_deletes_the_old_pods_before_creating_new_ones() {
 /// and rolls it once resumed.
 #[tokio::test(start_paused = true)]
 async fn a_paused_deployment_does_not_roll() {
-    let h = server(Duration::from_millis(100)).await;
+    let h = simulated(Duration::from_millis(100)).await;
     create(
         &h,
         "apps",
@@ -497,7 +451,7 @@ async fn a_paused_deployment_does_not_roll() {
         deployment("web", 2, "nginx:1"),
     );
     wait_until(&h, "first rollout", |s| rolled_out(s, "web", 2)).await;
-    let pods_before: Vec<Value> = controlled(
+    let pods_before: Vec<Value> = controlled_pods(
         &h,
         "ReplicaSet",
         replicasets_of(&h, "web")[0]["metadata"]["name"]
@@ -549,7 +503,7 @@ async fn a_paused_deployment_does_not_roll() {
         .unwrap()
         .to_owned();
     assert_eq!(
-        names(&controlled(&h, "ReplicaSet", &rs0)),
+        names(&controlled_pods(&h, "ReplicaSet", &rs0)),
         names(&pods_before)
     );
 
@@ -575,7 +529,7 @@ async fn a_paused_deployment_does_not_roll() {
 /// revision first.
 #[tokio::test(start_paused = true)]
 async fn revision_history_limit_prunes_old_replica_sets() {
-    let h = server(Duration::from_millis(100)).await;
+    let h = simulated(Duration::from_millis(100)).await;
     let mut d = deployment("web", 1, "nginx:1");
     d["spec"]["revisionHistoryLimit"] = json!(1);
     create(&h, "apps", "deployments", "default", d);
@@ -613,7 +567,7 @@ async fn revision_history_limit_prunes_old_replica_sets() {
 /// `Available=False` below the minimum.
 #[tokio::test(start_paused = true)]
 async fn a_stuck_rollout_exceeds_its_progress_deadline() {
-    let h = server(Duration::from_millis(100)).await;
+    let h = simulated(Duration::from_millis(100)).await;
     let mut d = deployment("crash", 2, "nginx");
     d["spec"]["progressDeadlineSeconds"] = json!(5);
     d["spec"]["minReadySeconds"] = json!(3600);
@@ -649,17 +603,10 @@ async fn a_stuck_rollout_exceeds_its_progress_deadline() {
     h.shutdown().await;
 }
 
-/// kubectl's JSON answer.
-async fn kubectl_json(k: &Kubectl, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    serde_json::from_str(&k.ok(&all).await).unwrap()
-}
-
 /// ReplicaSets of `app=web` as kubectl lists them: `(name, revision, spec.replicas, image)`,
 /// by revision.
 async fn kubectl_replicasets(k: &Kubectl) -> Vec<(String, i64, i64, String)> {
-    let list = kubectl_json(k, &["get", "replicasets", "-l", "app=web"]).await;
+    let list = k.json(&["get", "replicasets", "-l", "app=web"]).await;
     let mut out: Vec<(String, i64, i64, String)> = list["items"]
         .as_array()
         .unwrap()
@@ -694,37 +641,40 @@ async fn rollout_status(k: &Kubectl) {
 /// The whole kubectl workflow against real ReplicaSets and pods: `create deployment`, `rollout
 /// status`, `scale`, `set image` (within the surge and unavailability bounds), `rollout
 /// history`, `rollout undo`, `rollout restart`, and `delete` (the garbage collector takes the
-/// ReplicaSets and pods).
-#[tokio::test]
-async fn kubectl_rolls_deployments_out_back_and_again() {
+/// ReplicaSets and pods), with either node runtime: the simulated one, and the process
+/// runtime, where every pod is a `sleep 3600` process the ReplicaSets' scaling starts and ends.
+async fn kubectl_rollout_workflow(runtime: NodeRuntime) {
     let h = Cluster::builder()
         .simulate(true)
+        .node_runtime(runtime)
         .workload_delay(Duration::from_millis(20))
         .start()
         .await
         .unwrap();
-    let Some(k) = Kubectl::new(&h) else {
-        h.shutdown().await;
+    let Some(k) = Kubectl::or_skip(&h).await else {
         return;
     };
     k.ok(&[
         "create",
         "deployment",
         "web",
-        "--image=nginx",
+        "--image=busybox",
         "--replicas=3",
+        "--",
+        "sleep",
+        "3600",
     ])
     .await;
     rollout_status(&k).await;
     let rss = kubectl_replicasets(&k).await;
     assert_eq!(rss.len(), 1, "{rss:?}");
     let (first_rs, _, _, _) = rss[0].clone();
-    let rs = kubectl_json(&k, &["get", "replicaset", &first_rs]).await;
+    let rs = k.json(&["get", "replicaset", &first_rs]).await;
     let hash = rs["metadata"]["labels"]["pod-template-hash"]
         .as_str()
         .unwrap();
     assert_eq!(first_rs, format!("web-{hash}"));
-    let pods = kubectl_json(&k, &["get", "pods", "-l", "app=web"]).await;
+    let pods = k.json(&["get", "pods", "-l", "app=web"]).await;
     let pods = pods["items"].as_array().unwrap();
     assert_eq!(pods.len(), 3);
     for p in pods {
@@ -736,20 +686,29 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
             first_rs.as_str()
         );
         assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
+        if runtime == NodeRuntime::Process {
+            // The pod is a process of this machine running the container's command.
+            let id = p["status"]["containerStatuses"][0]["containerID"]
+                .as_str()
+                .unwrap_or_default();
+            let pid = id.strip_prefix("process://").unwrap_or_default();
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            assert_eq!(cmdline, b"sleep\x003600\x00", "pod {name}: container {id}");
+        }
     }
 
     // Scale to 5 (25% each: surge 2, unavailable 1), then a new image.
     k.ok(&["scale", "deployment", "web", "--replicas=5"]).await;
     rollout_status(&k).await;
     let from = revision_now(&h);
-    k.ok(&["set", "image", "deployment/web", "nginx=nginx:1.27"])
+    k.ok(&["set", "image", "deployment/web", "busybox=busybox:1.37"])
         .await;
     rollout_status(&k).await;
     check_rollout_bounds(&h, "web", from, 5, 2, 1);
     k.ok(&[
         "annotate",
         "deployment/web",
-        "kubernetes.io/change-cause=nginx 1.27",
+        "kubernetes.io/change-cause=busybox 1.37",
     ])
     .await;
     let rss = kubectl_replicasets(&k).await;
@@ -757,14 +716,14 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
     assert_eq!((rss[0].1, rss[0].2), (1, 0));
     assert_eq!(
         (rss[1].1, rss[1].2, rss[1].3.as_str()),
-        (2, 5, "nginx:1.27")
+        (2, 5, "busybox:1.37")
     );
 
     // History: both revisions; the change cause reaches the new ReplicaSet.
     let mut history = String::new();
     for _ in 0..500 {
         history = k.ok(&["rollout", "history", "deployment/web"]).await;
-        if history.contains("nginx 1.27") {
+        if history.contains("busybox 1.37") {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -775,13 +734,13 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
         .filter(|w| w.parse::<i64>().is_ok())
         .collect();
     assert_eq!(revisions, ["1", "2"], "{history}");
-    assert!(history.contains("nginx 1.27"), "{history}");
+    assert!(history.contains("busybox 1.37"), "{history}");
     let rev1 = k
         .ok(&["rollout", "history", "deployment/web", "--revision=1"])
         .await;
     assert!(
         rev1.lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Image:", "nginx"]),
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["Image:", "busybox"]),
         "{rev1}"
     );
 
@@ -791,18 +750,18 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
     let rss = kubectl_replicasets(&k).await;
     assert_eq!(rss.len(), 2, "{rss:?}");
     assert_eq!(rss[1].0, first_rs, "{rss:?}");
-    assert_eq!((rss[1].1, rss[1].2, rss[1].3.as_str()), (3, 5, "nginx"));
+    assert_eq!((rss[1].1, rss[1].2, rss[1].3.as_str()), (3, 5, "busybox"));
     assert_eq!(rss[0].2, 0);
-    let d = kubectl_json(&k, &["get", "deployment", "web"]).await;
+    let d = k.json(&["get", "deployment", "web"]).await;
     assert_eq!(
         d["spec"]["template"]["spec"]["containers"][0]["image"],
-        "nginx"
+        "busybox"
     );
     assert_eq!(
         d["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
         "3"
     );
-    let rs = kubectl_json(&k, &["get", "replicaset", &first_rs]).await;
+    let rs = k.json(&["get", "replicaset", &first_rs]).await;
     assert_eq!(
         rs["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"],
         "1"
@@ -814,12 +773,12 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
     let rss = kubectl_replicasets(&k).await;
     assert_eq!(rss.len(), 3, "{rss:?}");
     assert_eq!((rss[2].1, rss[2].2), (4, 5));
-    let rs = kubectl_json(&k, &["get", "replicaset", &rss[2].0]).await;
+    let rs = k.json(&["get", "replicaset", &rss[2].0]).await;
     assert!(
         rs["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
             .is_string()
     );
-    let pods = kubectl_json(&k, &["get", "pods", "-l", "app=web"]).await;
+    let pods = k.json(&["get", "pods", "-l", "app=web"]).await;
     let live: Vec<&Value> = pods["items"]
         .as_array()
         .unwrap()
@@ -840,4 +799,14 @@ async fn kubectl_rolls_deployments_out_back_and_again() {
     })
     .await;
     h.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_rolls_deployments_out_back_and_again() {
+    kubectl_rollout_workflow(NodeRuntime::Simulated).await;
+}
+
+#[tokio::test]
+async fn kubectl_rolls_deployments_out_back_and_again_as_processes() {
+    kubectl_rollout_workflow(NodeRuntime::Process).await;
 }

@@ -10,20 +10,10 @@ use std::time::Duration;
 
 use cluster::*;
 use embedded_apiserver::internals::store::ChangeType;
-use embedded_cluster::{Cluster, ClusterHandle};
+use embedded_cluster::ClusterHandle;
 use serde_json::{Value, json};
 
 const REVISION: &str = "controller-revision-hash";
-
-async fn server() -> ClusterHandle {
-    Cluster::builder()
-        .plain_http(true)
-        .simulate(true)
-        .workload_delay(Duration::from_millis(500))
-        .start()
-        .await
-        .unwrap()
-}
 
 fn sts(name: &str, strategy: Value) -> Value {
     json!({
@@ -120,7 +110,7 @@ fn pod_before(h: &ClusterHandle, name: &str, since: u64, rv: u64) -> Option<Valu
 
 #[tokio::test(start_paused = true)]
 async fn a_template_change_rolls_the_pods_in_reverse_ordinal_order_one_ready_pod_at_a_time() {
-    let h = server().await;
+    let h = simulated(Duration::from_millis(500)).await;
     create(
         &h,
         "apps",
@@ -174,7 +164,7 @@ async fn a_template_change_rolls_the_pods_in_reverse_ordinal_order_one_ready_pod
 
 #[tokio::test(start_paused = true)]
 async fn a_partition_keeps_the_lower_ordinals_at_the_current_revision() {
-    let h = server().await;
+    let h = simulated(Duration::from_millis(500)).await;
     let strategy = json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 2}});
     create(&h, "apps", "statefulsets", "default", sts("db", strategy));
     wait_ready(&h, "db").await;
@@ -243,7 +233,7 @@ async fn a_partition_keeps_the_lower_ordinals_at_the_current_revision() {
 
 #[tokio::test(start_paused = true)]
 async fn on_delete_rolls_nothing_until_a_pod_is_deleted() {
-    let h = server().await;
+    let h = simulated(Duration::from_millis(500)).await;
     create(
         &h,
         "apps",

@@ -12,16 +12,6 @@ use embedded_apiserver::internals::store::ChangeType;
 use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
 
-async fn server(delay: Duration) -> ClusterHandle {
-    Cluster::builder()
-        .plain_http(true)
-        .simulate(true)
-        .workload_delay(delay)
-        .start()
-        .await
-        .unwrap()
-}
-
 fn sts(name: &str, replicas: i64, policy: Option<&str>) -> Value {
     let mut s = json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -70,7 +60,7 @@ async fn wait_sts_ready(h: &ClusterHandle, name: &str, n: i64) {
 
 #[tokio::test(start_paused = true)]
 async fn ordered_ready_scales_up_in_order_and_down_from_the_highest_ordinal() {
-    let h = server(Duration::from_millis(500)).await;
+    let h = simulated(Duration::from_millis(500)).await;
     let created = create(&h, "apps", "statefulsets", "default", sts("web", 3, None));
     wait_sts_ready(&h, "web", 3).await;
     assert_eq!(
@@ -93,14 +83,7 @@ async fn ordered_ready_scales_up_in_order_and_down_from_the_highest_ordinal() {
     assert_eq!(status["observedGeneration"], 1);
     assert_eq!(status["currentReplicas"], 3);
 
-    merge_patch(
-        &h,
-        "apps",
-        "statefulsets",
-        "default",
-        "web",
-        json!({"spec": {"replicas": 1}}),
-    );
+    scale(&h, "apps", "statefulsets", "web", 1);
     wait_sts_ready(&h, "web", 1).await;
     assert_eq!(pod_events(&h, ChangeType::Deleted), ["web-2", "web-1"]);
     assert_eq!(
@@ -135,7 +118,7 @@ async fn ordered_ready_scales_up_in_order_and_down_from_the_highest_ordinal() {
 
 #[tokio::test(start_paused = true)]
 async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() {
-    let h = server(Duration::from_secs(2)).await;
+    let h = simulated(Duration::from_secs(2)).await;
     create(
         &h,
         "apps",
@@ -144,14 +127,7 @@ async fn parallel_creates_all_pods_at_once_and_deleting_the_set_collects_them() 
         sts("db", 0, Some("Parallel")),
     );
     wait_sts_ready(&h, "db", 0).await;
-    merge_patch(
-        &h,
-        "apps",
-        "statefulsets",
-        "default",
-        "db",
-        json!({"spec": {"replicas": 3}}),
-    );
+    scale(&h, "apps", "statefulsets", "db", 3);
     // Nothing happens before the delay...
     tokio::time::advance(Duration::from_millis(1_900)).await;
     tokio::task::yield_now().await;
@@ -229,14 +205,7 @@ async fn deployment_status_follows_spec_replicas_after_the_delay_in_the_fast_mod
     assert_eq!(status["conditions"][0]["type"], "Available");
     assert_eq!(status["conditions"][0]["status"], "True");
 
-    merge_patch(
-        &h,
-        "apps",
-        "deployments",
-        "default",
-        "api",
-        json!({"spec": {"replicas": 0}}),
-    );
+    scale(&h, "apps", "deployments", "api", 0);
     wait_until(&h, "deployment scaled to zero", |s| {
         s.get("apps/deployments", "default", "api")
             .is_some_and(|d| d["status"]["observedGeneration"] == 2)
@@ -279,8 +248,7 @@ async fn kubectl_rollout_status_and_scale() {
         .start()
         .await
         .unwrap();
-    let Some(k) = Kubectl::new(&h) else {
-        h.shutdown().await;
+    let Some(k) = Kubectl::or_skip(&h).await else {
         return;
     };
     let out = k
@@ -331,29 +299,11 @@ async fn kubectl_rollout_status_and_scale() {
     h.shutdown().await;
 }
 
-fn owned_by(h: &ClusterHandle, kind: &str, name: &str) -> Vec<Value> {
-    h.store().read(|s| {
-        s.list("core/pods", Some("default"))
-            .into_iter()
-            .filter(|p| {
-                meta_is_live(p)
-                    && p["metadata"]["ownerReferences"][0]["kind"] == kind
-                    && p["metadata"]["ownerReferences"][0]["name"] == name
-            })
-            .cloned()
-            .collect()
-    })
-}
-
-fn meta_is_live(p: &Value) -> bool {
-    p["metadata"]["deletionTimestamp"].is_null()
-}
-
 /// A ReplicationController keeps `spec.replicas` pods of its template (named `<rc>-<random>`,
 /// controlled by it) and reports them in its status; scaling down deletes the surplus.
 #[tokio::test]
 async fn a_replication_controller_keeps_its_replicas_and_reports_them() {
-    let h = server(Duration::ZERO).await;
+    let h = simulated(Duration::ZERO).await;
     create(
         &h,
         "",
@@ -375,7 +325,7 @@ async fn a_replication_controller_keeps_its_replicas_and_reports_them() {
             })
     })
     .await;
-    let pods = owned_by(&h, "ReplicationController", "rc");
+    let pods = controlled_pods(&h, "ReplicationController", "rc");
     assert_eq!(pods.len(), 3);
     for p in &pods {
         assert!(p["metadata"]["name"].as_str().unwrap().starts_with("rc-"));
@@ -404,14 +354,14 @@ async fn a_replication_controller_keeps_its_replicas_and_reports_them() {
             .is_some_and(|o| o["status"]["replicas"] == 1 && o["status"]["observedGeneration"] == 2)
     })
     .await;
-    assert_eq!(owned_by(&h, "ReplicationController", "rc").len(), 1);
+    assert_eq!(controlled_pods(&h, "ReplicationController", "rc").len(), 1);
     h.shutdown().await;
 }
 
 /// A DaemonSet runs one pod on the node and reports it in its status.
 #[tokio::test]
 async fn a_daemon_set_runs_one_pod_on_the_node() {
-    let h = server(Duration::ZERO).await;
+    let h = simulated(Duration::ZERO).await;
     create(
         &h,
         "apps",
@@ -437,7 +387,7 @@ async fn a_daemon_set_runs_one_pod_on_the_node() {
             })
     })
     .await;
-    let pods = owned_by(&h, "DaemonSet", "agent");
+    let pods = controlled_pods(&h, "DaemonSet", "agent");
     assert_eq!(pods.len(), 1);
     assert_eq!(pods[0]["spec"]["nodeName"], "embedded-node");
     assert_eq!(pods[0]["status"]["phase"], "Running");
@@ -466,7 +416,7 @@ fn is_complete(j: &Value) -> bool {
 /// `successfulJobsHistoryLimit` finished Jobs.
 #[tokio::test(start_paused = true)]
 async fn a_cron_job_creates_a_job_each_minute_and_keeps_its_history_limit() {
-    let h = server(Duration::ZERO).await;
+    let h = simulated(Duration::ZERO).await;
     let created = create(
         &h,
         "batch",

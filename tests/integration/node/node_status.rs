@@ -25,10 +25,7 @@ async fn node(h: &ClusterHandle) -> Value {
     })
     .await;
     match Kubectl::new(h) {
-        Some(k) => {
-            let out = k.ok(&["get", "node", NODE_NAME, "-o", "json"]).await;
-            serde_json::from_str(&out).unwrap()
-        }
+        Some(k) => k.json(&["get", "node", NODE_NAME]).await,
         None => get(h, "core/nodes", "", NODE_NAME).unwrap(),
     }
 }

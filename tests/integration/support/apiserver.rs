@@ -114,6 +114,26 @@ impl TestClient {
         body: Vec<u8>,
         with_token: bool,
     ) -> hyper::Response<Incoming> {
+        self.try_raw(method, path, headers, body, with_token)
+            .await
+            .unwrap()
+    }
+
+    /// A GET of `path` whose connection may fail (a refused handshake): the error as text.
+    pub async fn try_get(&self, path: &str) -> Result<Answer, String> {
+        let resp = self.try_raw("GET", path, &[], vec![], true).await;
+        Ok(read_answer(resp.map_err(|e| e.to_string())?).await)
+    }
+
+    /// [`TestClient::raw`], with the connection's error handed back.
+    pub async fn try_raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+        with_token: bool,
+    ) -> Result<hyper::Response<Incoming>, hyper_util::client::legacy::Error> {
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("{}{}", self.base, path));
@@ -126,7 +146,6 @@ impl TestClient {
         self.client
             .request(req.body(Full::new(Bytes::from(body))).unwrap())
             .await
-            .unwrap()
     }
 
     pub async fn send(

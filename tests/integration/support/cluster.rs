@@ -1,6 +1,8 @@
 //! Helpers for the cluster-behaviour tests (simulated node, garbage collector, workload
-//! controllers, faults, RBAC): direct store access for paused-clock tests, waiting on the
-//! store's revision channel, and a kubectl runner that skips when kubectl is absent.
+//! controllers, faults, RBAC): a simulated cluster ([`simulated`]), direct store access for
+//! paused-clock tests (create, get, patch, scale, the pods a controller controls), waiting on
+//! the store's revision channel, and a kubectl runner that skips when kubectl is absent
+//! ([`Kubectl::or_skip`]), with its table rows ([`rows`]) and JSON answers ([`Kubectl::json`]).
 
 #![allow(dead_code)]
 
@@ -10,8 +12,20 @@ use std::time::Duration;
 
 use embedded_apiserver::internals::query::Query;
 use embedded_apiserver::internals::verbs::{self, Target};
-use embedded_cluster::ClusterHandle;
+use embedded_cluster::{Cluster, ClusterHandle};
 use serde_json::{Value, json};
+
+/// A plain-HTTP cluster whose node runs pods and whose workload controllers run, reacting
+/// `workload_delay` after each change.
+pub async fn simulated(workload_delay: Duration) -> ClusterHandle {
+    Cluster::builder()
+        .plain_http(true)
+        .simulate(true)
+        .workload_delay(workload_delay)
+        .start()
+        .await
+        .unwrap()
+}
 
 /// The target of a resource in the server's registry.
 pub fn target(h: &ClusterHandle, group: &str, version: &str, plural: &str, ns: &str) -> Target {
@@ -55,6 +69,27 @@ pub fn names(h: &ClusterHandle, storage: &str, ns: &str) -> Vec<String> {
                     .unwrap_or_default()
                     .to_owned()
             })
+            .collect()
+    })
+}
+
+/// The stored pods of `default`, not being deleted, whose controller (the `ownerReferences`
+/// entry with `controller: true`) is the `kind` named `name`.
+pub fn controlled_pods(h: &ClusterHandle, kind: &str, name: &str) -> Vec<Value> {
+    h.store().read(|s| {
+        s.list("core/pods", Some("default"))
+            .into_iter()
+            .filter(|p| {
+                p["metadata"]["deletionTimestamp"].is_null()
+                    && p["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|refs| {
+                            refs.iter().any(|r| {
+                                r["controller"] == true && r["kind"] == kind && r["name"] == name
+                            })
+                        })
+            })
+            .cloned()
             .collect()
     })
 }
@@ -135,6 +170,13 @@ pub struct Kubectl {
     home: tempfile::TempDir,
 }
 
+/// The words of each line kubectl printed (a table's rows, the header first).
+pub fn rows(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
 /// What a kubectl run printed.
 pub struct Out {
     pub ok: bool,
@@ -150,6 +192,16 @@ impl Kubectl {
             return None;
         };
         Some(Self::with_bin(bin, server))
+    }
+
+    /// Same as [`Kubectl::new`], but shuts `server` down when kubectl is not installed: a
+    /// test that needs kubectl writes `let Some(k) = Kubectl::or_skip(&h).await else { return };`.
+    pub async fn or_skip(server: &ClusterHandle) -> Option<Self> {
+        let k = Self::new(server);
+        if k.is_none() {
+            server.shutdown().await;
+        }
+        k
     }
 
     /// The kubectl at `bin`, talking to `server`.
@@ -230,6 +282,15 @@ impl Kubectl {
         out.stdout
     }
 
+    /// Runs kubectl with `args` and `-o json` and returns its answer; fails the test if
+    /// kubectl failed.
+    pub async fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let out = self.ok(&all).await;
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {all:?}: {e}: {out}"))
+    }
+
     /// Runs kubectl with `args`.
     pub async fn run(&self, args: &[&str]) -> Out {
         self.run_with_input(args, None).await
@@ -251,4 +312,17 @@ pub fn merge_patch(
         .write(|s| verbs::patch(s, &t, verbs::PatchType::Merge, patch, &Query::parse(None)))
         .unwrap_or_else(|e| panic!("patch {plural}/{name}: {}", e.message))
         .1
+}
+
+/// Scales `default/name` of `group/plural` to `replicas` in-process (a merge patch of
+/// `spec.replicas`).
+pub fn scale(h: &ClusterHandle, group: &str, plural: &str, name: &str, replicas: i64) -> Value {
+    merge_patch(
+        h,
+        group,
+        plural,
+        "default",
+        name,
+        json!({"spec": {"replicas": replicas}}),
+    )
 }
