@@ -12,7 +12,8 @@
 //!   (`pkg/kubelet/status/status_manager.go`), a conditional write on the `resourceVersion`
 //!   it read, read again and redone on `409 Conflict`; the final deletion of a pod it has
 //!   stopped (DELETE with grace period 0 and the pod's uid as precondition); the `Node` object
-//!   it registers (`pkg/kubelet/kubelet_node_status.go`) and Events about its pods;
+//!   it registers (`pkg/kubelet/kubelet_node_status.go`), its heartbeat Lease in
+//!   `kube-node-lease` (`pkg/kubelet/nodelease`) and Events about its pods;
 //! * **what its pods use**: the ConfigMaps and Secrets of their volumes, by GET.
 //!
 //! The embedded node does the same over [`embedded_apiserver::loopback::Loopback`] (the API's
@@ -25,11 +26,13 @@
 //! `spec.nodeName` to itself, through the `pods/NAME/binding` subresource (the scheduler's
 //! write; the bootstrap `system:node` role of this server grants it). So its informer follows
 //! the pods bound to it *and* the pods bound to no node; a watch over the loopback interface
-//! has no field selector, so the informer drops the others as they arrive. There is no node
-//! Lease and no periodic node-status heartbeat: the embedded node is always `Ready`, and
-//! nothing in the embedded cluster judges a node by its heartbeat.
+//! has no field selector, so the informer drops the others as they arrive. The node's heartbeat
+//! is its Lease ([`crate::nodelease`], renewed every 10 s); its Node's `status` is written once,
+//! at registration, and never refreshed: the embedded node is always `Ready`, and nothing in
+//! the embedded cluster judges a node by its heartbeat.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use embedded_apiserver::ApiError;
@@ -38,6 +41,7 @@ use embedded_apiserver::loopback::{
     DeleteParams, EventType, ListParams, Loopback, Object, Resource, Watch, WatchError,
 };
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
 /// A pod's `(namespace, name)`.
 pub type Key = (String, String);
@@ -79,6 +83,8 @@ fn pods() -> Resource {
 pub struct NodeApi {
     lb: Loopback,
     node: String,
+    /// Whether [`NodeApi::register_node`] has run (the node lease waits for it).
+    registered: Arc<watch::Sender<bool>>,
 }
 
 impl NodeApi {
@@ -88,6 +94,7 @@ impl NodeApi {
         NodeApi {
             lb: server.loopback(&node_user(node), &[NODES_GROUP], FIELD_MANAGER),
             node: node.to_owned(),
+            registered: Arc::new(watch::Sender::new(false)),
         }
     }
 
@@ -251,7 +258,8 @@ impl NodeApi {
     }
 
     /// Registers the Node object `node` (a complete `v1` Node, status included, as a kubelet
-    /// registers itself); a Node of that name that exists already is kept.
+    /// registers itself); a Node of that name that exists already is kept. Once it has been
+    /// tried, [`NodeApi::registered`] returns.
     pub async fn register_node(&self, node: Value) {
         match self.lb.create(&Resource::core("nodes"), "", node).await {
             Ok(_) => tracing::debug!(node = %self.node, "node registered"),
@@ -260,6 +268,14 @@ impl NodeApi {
                 tracing::warn!(node = %self.node, error = %e.message, "registering the node failed");
             }
         }
+        self.registered.send_replace(true);
+    }
+
+    /// Returns once this client has tried to register its Node ([`NodeApi::register_node`]).
+    pub async fn registered(&self) {
+        let mut rx = self.registered.subscribe();
+        // The sender lives as long as `self`, so the wait ends only when the flag is set.
+        let _ = rx.wait_for(|done| *done).await;
     }
 
     /// Creates a core/v1 Event (errors are logged: an event is best effort, as the kubelet's

@@ -3,7 +3,8 @@
 //! A Kubernetes node runs the kubelet: it watches the API server for the pods bound to it, runs
 //! their containers, reports their status, keeps their logs, and serves the streams the API
 //! server hands it for `kubectl logs`, `exec`, `attach` and `port-forward`. This crate is that
-//! node for the embedded cluster, started beside an [`embedded_apiserver`] server:
+//! node for the embedded cluster, started beside an [`embedded_apiserver`] server; like a
+//! kubelet it also renews its heartbeat, a Lease in `kube-node-lease` ([`nodelease`]):
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -35,7 +36,8 @@
 //!  embedded-node ──── loopback interface, as system:node:embedded-node ────▶ API server
 //!  (client)           (group system:nodes; RBAC, admission, validation)
 //!                     LIST/WATCH pods · PUT pods/NAME/status · POST pods/NAME/binding ·
-//!                     DELETE pods (grace 0) · POST nodes, events · GET configmaps, secrets
+//!                     DELETE pods (grace 0) · POST nodes, events · GET configmaps, secrets ·
+//!                     GET, POST, PUT leases (kube-node-lease/embedded-node, every 10 s)
 //!
 //!  API server ─────── Kubelet trait (the kubelet's own endpoints) ─────────▶ KubeletServer
 //!                     pods/log · pods/exec, attach, portforward (upgraded streams) ·
@@ -76,6 +78,7 @@
 //! | `client` | the kubelet's clientset, pod config source, status manager | the loopback client as `system:node:<node>`, the pod informer, status writes, binding, deletion, Node registration, events |
 //! | `kubelet` | the scheduler + kubelet, without containers | the simulated runtime: pod lifecycle decided from each command's text, crash-loop back-off, pause |
 //! | `runtime` | `pod_workers.go`, `kuberuntime_manager.go` | the process runtime: each container a child process, restarts, deadlines, graceful deletion, events |
+//! | `nodelease` | `pkg/kubelet/nodelease`, the component-helpers lease controller | the node's heartbeat: its Lease in `kube-node-lease`, renewed every 10 s |
 //! | `machine` | cAdvisor's `MachineInfo` | the Node's capacity: this machine's CPUs and memory, or the simulated node's fixed size |
 //! | `volumes` | the volume manager | `configMap`, `secret` and `emptyDir` volumes as host directories; path rewriting |
 //! | `serviceaccount` | the ServiceAccount admission plugin's projected volume, the token manager | a pod's token, CA and namespace files, renewed; the kubeconfig naming them |
@@ -96,6 +99,7 @@ mod env;
 mod kubelet;
 mod logs;
 mod machine;
+mod nodelease;
 mod remotecommand;
 mod runtime;
 mod serviceaccount;
@@ -215,6 +219,7 @@ impl NodeBuilder {
         let api = client::NodeApi::new(server, NODE_NAME);
         let api_for_server = api.clone();
         let clock = background::VirtualClock::new();
+        nodelease::spawn(api.clone(), clock, shutdown.clone(), &tracker);
         let logs = Arc::new(logs::LogStore::new(self.pod_log_bytes));
         let control = NodeControl::default();
         let process = (self.runtime == NodeRuntime::Process).then(|| {

@@ -965,7 +965,10 @@ async fn discovery_legacy_and_aggregated() {
         .find(|r| r["resource"] == "deployments")
         .unwrap();
     assert_eq!(deploy["responseKind"]["kind"], "Deployment");
-    assert_eq!(deploy["subresources"][1]["responseKind"]["kind"], "Scale");
+    // Subresources by name, as kube-apiserver lists them: scale, then status.
+    assert_eq!(deploy["subresources"][0]["subresource"], "scale");
+    assert_eq!(deploy["subresources"][0]["responseKind"]["kind"], "Scale");
+    assert_eq!(deploy["subresources"][1]["subresource"], "status");
     let etag = agg
         .headers
         .get("etag")

@@ -2,6 +2,7 @@
 
 mod admission;
 mod auth_review;
+mod bindings;
 mod bounded;
 mod cel;
 mod conversion;

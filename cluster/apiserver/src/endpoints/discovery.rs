@@ -7,9 +7,14 @@
 //!
 //! * **Legacy**: `GET /api` (`APIVersions`), `GET /apis` (`APIGroupList`), then one
 //!   `APIResourceList` per group-version (`GET /api/v1`, `GET /apis/apps/v1`, ...). Subresources
-//!   appear as `pods/status`, `deployments/scale` (the latter with group `autoscaling`, kind
-//!   `Scale`).
-//! * **Aggregated** (`apidiscovery.k8s.io`): the same information in one document per root,
+//!   appear after their resource, by name, as `pods/status`, `deployments/scale` (the latter
+//!   with group `autoscaling`, kind `Scale`); pods also list their streams (`attach`, `exec`,
+//!   `portforward`), `log`, `ephemeralcontainers` and the create-only actions `pods/binding`
+//!   (kind Binding) and `pods/eviction` (group `policy`, version `v1`, kind Eviction). The
+//!   core group lists first the create-only resource `bindings` (kind Binding), the older
+//!   path to the same binding ([`BINDINGS`]).
+//! * **Aggregated** (`apidiscovery.k8s.io`): the same information (`bindings` included, each
+//!   subresource with its `responseKind`) in one document per root,
 //!   sent only to clients that ask for it in `Accept` (`as=APIGroupDiscoveryList;v=v2`, or
 //!   `v2beta1` for kubectl 1.28/1.29). The response `Content-Type` must carry the same
 //!   `g`/`v`/`as` parameters, or client-go falls back to the legacy documents.
@@ -124,6 +129,12 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         return None;
     }
     let mut resources = vec![];
+    if group.is_empty() && version == "v1" {
+        resources.push(json!({
+            "name": BINDINGS, "singularName": "binding", "namespaced": true,
+            "kind": "Binding", "verbs": ["create"],
+        }));
+    }
     for d in &defs {
         let mut r = json!({
             "name": d.plural, "singularName": d.singular, "namespaced": d.namespaced,
@@ -136,38 +147,18 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
             r["categories"] = json!(d.categories);
         }
         resources.push(r);
-        if d.status_subresource {
-            resources.push(json!({
-                "name": format!("{}/status", d.plural), "singularName": "", "namespaced": d.namespaced,
-                "kind": d.kind, "verbs": ["get", "patch", "update"],
-            }));
-        }
-        if d.group.is_empty() && d.plural == "pods" {
-            for (sub, kind) in POD_STREAMS.iter().take(2) {
-                resources.push(json!({
-                    "name": format!("pods/{sub}"), "singularName": "", "namespaced": true,
-                    "kind": kind, "verbs": ["create", "get"],
-                }));
+        for sub in subresources(d) {
+            let mut r = json!({
+                "name": format!("{}/{}", d.plural, sub.name), "singularName": "",
+                "namespaced": d.namespaced,
+            });
+            if let Some((group, version)) = sub.gv {
+                r["group"] = json!(group);
+                r["version"] = json!(version);
             }
-            resources.push(json!({
-                "name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true,
-                "kind": "Pod", "verbs": ["get", "patch", "update"],
-            }));
-            resources.push(json!({
-                "name": "pods/log", "singularName": "", "namespaced": true,
-                "kind": "Pod", "verbs": ["get"],
-            }));
-            let (sub, kind) = POD_STREAMS[2];
-            resources.push(json!({
-                "name": format!("pods/{sub}"), "singularName": "", "namespaced": true,
-                "kind": kind, "verbs": ["create", "get"],
-            }));
-        }
-        if d.scale.is_some() {
-            resources.push(json!({
-                "name": format!("{}/scale", d.plural), "singularName": "", "namespaced": d.namespaced,
-                "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"],
-            }));
+            r["kind"] = json!(sub.kind);
+            r["verbs"] = json!(sub.verbs);
+            resources.push(r);
         }
     }
     let group_version = if group.is_empty() {
@@ -181,39 +172,93 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
     }))
 }
 
-/// The streaming subresources of pods ([`crate::remotecommand`]) and the kinds of their
-/// options, in the real server's (alphabetical) order; each takes `create` and `get`.
-const POD_STREAMS: [(&str, &str); 3] = [
-    ("attach", "PodAttachOptions"),
-    ("exec", "PodExecOptions"),
-    ("portforward", "PodPortForwardOptions"),
-];
+/// The core/v1 resource `bindings` (`POST /api/v1/namespaces/NS/bindings`): create-only,
+/// the older spelling of `pods/NAME/binding`, served by
+/// [`crate::endpoints::handlers`] without a stored resource of its own.
+pub const BINDINGS: &str = "bindings";
+
+/// Verbs of a subresource that is read and written (`status`, `scale`,
+/// `ephemeralcontainers`).
+const READ_WRITE: &[&str] = &["get", "patch", "update"];
+/// Verbs of the streaming subresources of pods (`attach`, `exec`, `portforward`).
+const STREAM: &[&str] = &["create", "get"];
+/// Verbs of an action (`binding`, `eviction`).
+const ACTION: &[&str] = &["create"];
+
+/// One subresource as discovery lists it.
+struct Subresource {
+    name: &'static str,
+    /// The group and version of its kind when they are not its resource's.
+    gv: Option<(&'static str, &'static str)>,
+    kind: String,
+    verbs: &'static [&'static str],
+}
+
+/// The subresources of `d`, by name, as kube-apiserver lists them: `status` and `scale`
+/// where the resource has them, `namespaces/finalize`, `serviceaccounts/token` (kind
+/// `authentication.k8s.io/v1` TokenRequest), and for pods the streams (`attach`, `exec`, `portforward`,
+/// [`crate::remotecommand`]), `log`, `ephemeralcontainers` and the actions `binding` (kind
+/// Binding) and `eviction` (kind `policy/v1` Eviction), both create-only.
+fn subresources(d: &ResourceDef) -> Vec<Subresource> {
+    let own = |name, kind: &str, verbs| Subresource {
+        name,
+        gv: None,
+        kind: kind.to_owned(),
+        verbs,
+    };
+    let mut subs = vec![];
+    if d.status_subresource {
+        subs.push(own("status", &d.kind, READ_WRITE));
+    }
+    if d.scale.is_some() {
+        subs.push(Subresource {
+            name: "scale",
+            gv: Some(("autoscaling", "v1")),
+            kind: "Scale".into(),
+            verbs: READ_WRITE,
+        });
+    }
+    let core = d.group.is_empty() && d.custom.is_none();
+    if core && d.plural == "namespaces" {
+        subs.push(own("finalize", &d.kind, &["update"]));
+    }
+    if core && d.plural == "serviceaccounts" {
+        subs.push(Subresource {
+            name: "token",
+            gv: Some(("authentication.k8s.io", "v1")),
+            kind: "TokenRequest".into(),
+            verbs: ACTION,
+        });
+    }
+    if core && d.plural == "pods" {
+        subs.push(own("attach", "PodAttachOptions", STREAM));
+        subs.push(own("binding", "Binding", ACTION));
+        subs.push(own("ephemeralcontainers", &d.kind, READ_WRITE));
+        subs.push(Subresource {
+            name: "eviction",
+            gv: Some(("policy", "v1")),
+            kind: "Eviction".into(),
+            verbs: ACTION,
+        });
+        subs.push(own("exec", "PodExecOptions", STREAM));
+        subs.push(own("log", &d.kind, &["get"]));
+        subs.push(own("portforward", "PodPortForwardOptions", STREAM));
+    }
+    subs.sort_by_key(|s| s.name);
+    subs
+}
 
 fn resource_discovery(d: &ResourceDef) -> Value {
     let kind = json!({"group": d.group, "version": d.version, "kind": d.kind});
-    let mut subresources = vec![];
-    if d.status_subresource {
-        subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
-    }
-    if d.group.is_empty() && d.plural == "pods" {
-        let stream = |(sub, k): (&str, &str)| {
-            json!({"subresource": sub, "responseKind": {"group": "", "version": "v1", "kind": k},
-                   "verbs": ["create", "get"]})
-        };
-        subresources.push(stream(POD_STREAMS[0]));
-        subresources.push(stream(POD_STREAMS[1]));
-        subresources.push(
-            json!({"subresource": "ephemeralcontainers", "responseKind": kind,
-            "verbs": ["get", "patch", "update"]}),
-        );
-        subresources.push(json!({"subresource": "log", "responseKind": kind, "verbs": ["get"]}));
-        subresources.push(stream(POD_STREAMS[2]));
-    }
-    if d.scale.is_some() {
-        subresources.push(json!({"subresource": "scale",
-            "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
-            "verbs": ["get", "patch", "update"]}));
-    }
+    let subresources: Vec<Value> = subresources(d)
+        .into_iter()
+        .map(|sub| {
+            let (group, version) = sub.gv.unwrap_or((&d.group, &d.version));
+            json!({"subresource": sub.name,
+                   "responseKind": {"group": group, "version": version, "kind": sub.kind},
+                   "verbs": sub.verbs})
+        })
+        .collect();
     let mut r = json!({
         "resource": d.plural, "responseKind": kind,
         "scope": if d.namespaced { "Namespaced" } else { "Cluster" },
@@ -242,11 +287,20 @@ fn group_discovery(reg: &Registry, group: &str) -> Value {
         .versions(group)
         .iter()
         .map(|v| {
-            let resources: Vec<Value> = reg
+            let mut resources: Vec<Value> = reg
                 .in_group_version(group, v)
                 .iter()
                 .map(|d| resource_discovery(d))
                 .collect();
+            if group.is_empty() && v == "v1" {
+                resources.insert(
+                    0,
+                    json!({"resource": BINDINGS,
+                           "responseKind": {"group": "", "version": "v1", "kind": "Binding"},
+                           "scope": "Namespaced", "singularResource": "binding",
+                           "verbs": ["create"]}),
+                );
+            }
             json!({"version": v, "resources": resources, "freshness": "Current"})
         })
         .collect();
@@ -316,6 +370,74 @@ mod tests {
         assert!(names.contains(&"deployments/scale"));
         assert!(names.contains(&"deployments/status"));
         assert!(api_resource_list(&reg, "nope", "v1").is_none());
+    }
+
+    #[test]
+    fn the_core_group_lists_bindings_and_the_pod_actions() {
+        let reg = Registry::builtins();
+        let core = api_resource_list(&reg, "", "v1").unwrap();
+        let resources = core["resources"].as_array().unwrap();
+        let by = |n: &str| resources.iter().find(|r| r["name"] == n).cloned();
+        assert_eq!(
+            by("bindings"),
+            Some(
+                json!({"name": "bindings", "singularName": "binding", "namespaced": true,
+                        "kind": "Binding", "verbs": ["create"]})
+            )
+        );
+        assert_eq!(
+            by("pods/binding"),
+            Some(
+                json!({"name": "pods/binding", "singularName": "", "namespaced": true,
+                        "kind": "Binding", "verbs": ["create"]})
+            )
+        );
+        assert_eq!(
+            by("pods/eviction"),
+            Some(
+                json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
+                        "group": "policy", "version": "v1", "kind": "Eviction",
+                        "verbs": ["create"]})
+            )
+        );
+        let pod_subs: Vec<&str> = resources
+            .iter()
+            .filter_map(|r| r["name"].as_str()?.strip_prefix("pods/"))
+            .collect();
+        assert_eq!(
+            pod_subs,
+            [
+                "attach",
+                "binding",
+                "ephemeralcontainers",
+                "eviction",
+                "exec",
+                "log",
+                "portforward",
+                "status"
+            ]
+        );
+        let agg = aggregated(&reg, true, "v2");
+        let v1 = &agg["items"][0]["versions"][0]["resources"];
+        assert_eq!(v1[0]["resource"], "bindings");
+        assert_eq!(v1[0]["verbs"], json!(["create"]));
+        let pods = v1
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resource"] == "pods")
+            .unwrap();
+        let eviction = pods["subresources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["subresource"] == "eviction")
+            .unwrap();
+        assert_eq!(
+            eviction["responseKind"],
+            json!({"group": "policy", "version": "v1", "kind": "Eviction"})
+        );
+        assert_eq!(eviction["verbs"], json!(["create"]));
     }
 
     #[test]

@@ -317,6 +317,9 @@ async fn serve_resource(
     let Incoming {
         parts, query, user, ..
     } = request;
+    if let ["api", "v1", "namespaces", ns, discovery::BINDINGS] = request.segs[..] {
+        return serve_bindings(shared, request, ns, class).await;
+    }
     let target = resolve(shared, &request.segs)?;
     class.resource = target.def.plural.clone();
     class.subresource = target.subresource.clone().unwrap_or_default();
@@ -573,6 +576,70 @@ fn serve_pod_action(
     } else {
         pod_action(shared, target, &body)?
     };
+    Ok(json_response(
+        code,
+        &GoOrdered::new(&answer),
+        "application/json",
+    ))
+}
+
+/// `POST /api/v1/namespaces/NS/bindings`: the resource `bindings`, kube's `LegacyBindingREST`,
+/// binds the pod the Binding's `metadata.name` names, exactly as `pods/NAME/binding` does
+/// ([`pod_action`]). It is authorized as `create` on `bindings` (not on `pods/binding`), and
+/// only created: any other method is `405`. Faults injected on `bindings` apply to it.
+async fn serve_bindings(
+    shared: &Arc<Shared>,
+    request: &Incoming<'_>,
+    namespace: &str,
+    class: &mut RequestLabel,
+) -> Result<Response<Body>, ApiError> {
+    let Incoming { parts, user, .. } = request;
+    class.resource = discovery::BINDINGS.into();
+    class.namespace = namespace.to_owned();
+    class.verb = "create".into();
+    if parts.method != Method::POST {
+        class.verb = parts.method.as_str().to_ascii_lowercase();
+        return Err(ApiError::method_not_allowed(
+            parts.method.as_str(),
+            discovery::BINDINGS,
+            "",
+        ));
+    }
+    let pods = shared
+        .store
+        .read(|s| s.registry.lookup("", "v1", "pods"))
+        .ok_or_else(ApiError::page_not_found)?;
+    let mut bindings = (*pods).clone();
+    bindings.plural = discovery::BINDINGS.into();
+    bindings.singular = "binding".into();
+    bindings.kind = "Binding".into();
+    let collection = Target {
+        def: Arc::new(bindings),
+        namespace: Some(namespace.to_owned()),
+        name: None,
+        subresource: None,
+    };
+    authorize_resource(
+        &shared.rbac,
+        &shared.store,
+        user,
+        &collection,
+        "create",
+        None,
+    )?;
+    shared.faults.before("create", &collection).await?;
+    let body = decode_object_any(&request.content_type, request.bytes)?;
+    let name = body["metadata"]["name"].as_str().unwrap_or_default();
+    if name.is_empty() {
+        return Err(ApiError::bad_request("Name parameter required."));
+    }
+    let binding = Target {
+        def: pods,
+        namespace: Some(namespace.to_owned()),
+        name: Some(name.to_owned()),
+        subresource: Some("binding".into()),
+    };
+    let (code, answer) = pod_action(shared, &binding, &body)?;
     Ok(json_response(
         code,
         &GoOrdered::new(&answer),

@@ -483,14 +483,16 @@ pub fn seed_rbac(st: &mut State) {
     }
 }
 
-/// The objects of a fresh cluster: the namespaces `default`, `kube-system` and `kube-public`,
+/// The objects of a fresh cluster: the namespaces `default`, `kube-system`, `kube-public` and
+/// `kube-node-lease` (where the nodes' heartbeat Leases live; kube-apiserver's
+/// `systemnamespaces` controller creates the last three),
 /// the bootstrap RBAC policy ([`seed_rbac`]) and the `kubernetes` Service in `default` pointing
 /// at this server's port (kube-apiserver's bootstrap controllers; an existing one, loaded from
 /// the data directory, gets its port reconciled as the real `kubernetesservice` controller
 /// does).
 pub fn seed(store: &crate::registry::Store, port: u16) {
     store.write(|st| {
-        for ns in ["default", "kube-system", "kube-public"] {
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             if st.get("core/namespaces", "", ns).is_some() {
                 continue; // loaded from the data directory
             }

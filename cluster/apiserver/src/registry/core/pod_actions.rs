@@ -22,7 +22,11 @@
 //! * **Binding** (`pkg/registry/core/pod/storage/storage.go`, `BindingREST`): a `POST` of a
 //!   core/v1 Binding (`target: {kind: Node, name: <node>}`) is how a scheduler assigns a pod:
 //!   it sets `spec.nodeName`, merges the Binding's annotations into the pod's, sets the
-//!   `PodScheduled` condition `True`, and answers `201` with a `Success` Status. `target.name`
+//!   `PodScheduled` condition `True`, and answers `201` with a `Success` Status. The Binding's
+//!   `metadata.name` must be the pod's (`400 name in URL does not match name in Binding
+//!   object`) and its `metadata.namespace`, if set, the request's. The resource `bindings`
+//!   (`POST /api/v1/namespaces/NS/bindings`, kube's `LegacyBindingREST`) is the same action,
+//!   the pod named by the Binding's `metadata.name`. `target.name`
 //!   is required and `target.kind` must be `Node` (or empty); a Binding carrying
 //!   `metadata.uid` or `metadata.resourceVersion` binds only that incarnation or version. A
 //!   pod already assigned (`pod X is already assigned to node "Y"`) or being deleted (`pod X
@@ -202,6 +206,17 @@ pub fn bind(
 ) -> Result<(u16, Value), ApiError> {
     let ns = pods.namespace.clone().unwrap_or_default();
     let name = pods.name.clone().unwrap_or_default();
+    if meta_str(body, "name") != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Binding object",
+        ));
+    }
+    let body_ns = meta_str(body, "namespace");
+    if !body_ns.is_empty() && body_ns != ns {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
     let node = body["target"]["name"].as_str().unwrap_or_default();
     let kind = body["target"]["kind"].as_str().unwrap_or_default();
     let mut causes = vec![];
@@ -378,6 +393,18 @@ mod tests {
         let e = store
             .write(|s| bind(s, &missing, &binding("n1"), ""))
             .unwrap_err();
+        assert_eq!(e.code, 400, "the URL names q, the Binding p");
+        assert_eq!(
+            e.message,
+            "name in URL does not match name in Binding object"
+        );
+        let mut for_q = binding("n1");
+        for_q["metadata"]["name"] = json!("q");
+        let e = store.write(|s| bind(s, &missing, &for_q, "")).unwrap_err();
         assert_eq!(e.code, 404);
+        let mut elsewhere = binding("n1");
+        elsewhere["metadata"]["namespace"] = json!("other");
+        let e = store.write(|s| bind(s, &t, &elsewhere, "")).unwrap_err();
+        assert_eq!(e.code, 400);
     }
 }
