@@ -66,6 +66,7 @@
 //! | [`NodeRuntime`] | simulated or process runtime |
 //! | [`KubeletServer`] | the node's side of the server's `Kubelet` interface (registered by [`NodeBuilder::start`]) |
 //! | [`NODE_NAME`], [`DEFAULT_MAX_PODS`], [`DEFAULT_LOG_BYTES`], [`FALLBACK_MEMORY`] | the node's name and defaults, for command lines and tests |
+//! | [`LEASE_NAMESPACE`], [`LEASE_DURATION_SECONDS`], [`RENEW_INTERVAL`], [`JITTER`] | the node heartbeat Lease's place and timing (see the `nodelease` module) |
 //! | [`spdy`] | SPDY/3.1 frames (the codec kubectl ≤ 1.29 speaks), for clients and tests that speak it to the server |
 //!
 //! Everything else is the crate's own (`pub(crate)`); the module map is for readers of the
@@ -122,6 +123,7 @@ use tokio_util::sync::CancellationToken;
 pub use kubelet::{NODE_NAME, NodeControl};
 pub use logs::{DEFAULT_LOG_BYTES, LogStore};
 pub use machine::FALLBACK_MEMORY;
+pub use nodelease::{JITTER, LEASE_DURATION_SECONDS, LEASE_NAMESPACE, RENEW_INTERVAL};
 pub use runtime::{DEFAULT_MAX_PODS, NodeRuntime};
 
 /// The entry point: `Node::builder()...start(&server)`.

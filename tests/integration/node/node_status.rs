@@ -7,7 +7,7 @@ use crate::support::cluster;
 
 use cluster::*;
 use embedded_cluster::node::NODE_NAME;
-use embedded_cluster::node::nodelease::{JITTER, LEASE_NAMESPACE, RENEW_INTERVAL};
+use embedded_cluster::node::{JITTER, LEASE_NAMESPACE, RENEW_INTERVAL};
 use embedded_cluster::{Cluster, ClusterHandle, NodeRuntime};
 use serde_json::Value;
 
