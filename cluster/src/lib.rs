@@ -212,8 +212,8 @@ impl ClusterBuilder {
     /// exactly `image` and that have no `command`, as the image's entrypoint would run: `path`
     /// followed by the container's `args` (with `$(VAR)` references expanded), with the
     /// container's environment, `KUBERNETES_SERVICE_HOST`/`_PORT` naming this server and the
-    /// pod's ServiceAccount token mounted ([`embedded_node::env`],
-    /// [`embedded_node::serviceaccount`]). So a chart's or manifest's Deployment runs as
+    /// pod's ServiceAccount token mounted (the node crate's `env` and
+    /// `serviceaccount` modules). So a chart's or manifest's Deployment runs as
     /// written, its pods the processes of the built binary: `image_binary("sample-controller:dev",
     /// env!("CARGO_BIN_EXE_sample-controller"))`. Repeat for more images. Standalone:
     /// `--image-binary IMAGE=PATH`.

@@ -4,7 +4,7 @@
 //! their containers, reports their status, keeps their logs, and serves the streams the API
 //! server hands it for `kubectl logs`, `exec`, `attach` and `port-forward`. This crate is that
 //! node for the embedded cluster, started beside an [`embedded_apiserver`] server; like a
-//! kubelet it also renews its heartbeat, a Lease in `kube-node-lease` ([`nodelease`]):
+//! kubelet it also renews its heartbeat, a Lease in `kube-node-lease` (`nodelease`, timing in [`RENEW_INTERVAL`]):
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -200,7 +200,7 @@ impl NodeBuilder {
 
     /// The process runtime runs the host binary `path` for a container whose `image` is
     /// exactly `image` and that has no `command`, as its image's entrypoint, followed by the
-    /// container's `args` ([`env`](mod@env)); repeat for more images (the last mapping of an image
+    /// container's `args` (the `env` module); repeat for more images (the last mapping of an image
     /// wins). A container with a `command` runs its command as given. Without a mapping, a
     /// container without `command` runs its `args` alone as the command (or nothing at all).
     pub fn image_binary(
