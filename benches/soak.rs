@@ -853,48 +853,35 @@ async fn run(opts: Opts) -> BoxResult<bool> {
                     }
                 };
                 let created = Instant::now();
-                match tokio::time::timeout(
+                let res = tokio::time::timeout(
                     Duration::from_secs(10),
                     ats.create(&PostParams::default(), &at),
                 )
-                .await
-                {
-                    Ok(Ok(_)) => {
-                        let mut b = lock(&book);
-                        b.created += 1;
-                        b.ats.insert(
-                            name,
-                            AtRec {
-                                created,
-                                done: None,
-                                deleted: false,
-                                late: false,
-                                pods: HashSet::new(),
-                            },
-                        );
-                        i += 1;
-                    }
+                .await;
+                let mut b = lock(&book);
+                match res {
+                    Ok(Ok(_)) => {}
                     // A create whose answer was lost (the server was killed or slow past the
                     // timeout after storing it): the At is there, so it counts as created.
-                    Ok(Err(e)) if e.code() == Some(409) => {
-                        let mut b = lock(&book);
-                        b.created += 1;
-                        b.create_errors += 1;
-                        b.ats.insert(
-                            name,
-                            AtRec {
-                                created,
-                                done: None,
-                                deleted: false,
-                                late: false,
-                                pods: HashSet::new(),
-                            },
-                        );
-                        i += 1;
-                    }
+                    Ok(Err(e)) if e.code() == Some(409) => b.create_errors += 1,
                     // The server is down, restarting or refusing: the same name next tick.
-                    _ => lock(&book).create_errors += 1,
+                    _ => {
+                        b.create_errors += 1;
+                        continue;
+                    }
                 }
+                b.created += 1;
+                b.ats.insert(
+                    name,
+                    AtRec {
+                        created,
+                        done: None,
+                        deleted: false,
+                        late: false,
+                        pods: HashSet::new(),
+                    },
+                );
+                i += 1;
             }
         })
     };
