@@ -895,19 +895,28 @@ fn kubeconfig_text(url: &str, token: &str, ca_pem: Option<&str>) -> String {
     )
 }
 
-/// `s` as a YAML scalar that reads back as the string `s`: plain when it starts with a letter,
-/// holds only characters that mean nothing to YAML there and is not a YAML 1.1 boolean or null;
-/// else double-quoted (a JSON string is a valid double-quoted YAML scalar).
+/// `s` as a YAML scalar that reads back as the string `s`: plain (as a YAML serializer writes
+/// it, and as scripts that cut a kubeconfig's `token:` line expect) when it holds only letters,
+/// digits and `._/:+=-`, starts with a letter or a digit, and YAML would not read it as
+/// anything but a string (a boolean or null word, a number, a hexadecimal, octal or binary
+/// integer, a sexagesimal one); else double-quoted (a JSON string is a valid double-quoted
+/// YAML scalar).
 fn yaml_str(s: &str) -> String {
-    let plain = s.starts_with(|c: char| c.is_ascii_alphabetic())
+    let lower = s.to_ascii_lowercase();
+    let safe = s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._/:+=-".contains(&b))
-        && !s.contains(": ")
-        && !matches!(
-            s.to_ascii_lowercase().as_str(),
-            "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "null"
-        );
-    if plain {
+        && !s.contains(": ");
+    let word = matches!(
+        lower.as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "null"
+    );
+    let numeric = s.starts_with(|c: char| c.is_ascii_digit())
+        && (s.parse::<f64>().is_ok()
+            || s.contains(':')
+            || !s.bytes().any(|b| b.is_ascii_alphabetic())
+            || ["0x", "0o", "0b"].iter().any(|p| lower.starts_with(p)));
+    if safe && !word && !numeric {
         s.to_owned()
     } else {
         serde_json::Value::from(s).to_string()
@@ -1196,6 +1205,11 @@ mod tests {
                 Some(ca),
             ),
             ("https://localhost:6443", "", None),
+            ("https://localhost:6443", "0x1f", None),
+            ("https://localhost:6443", "1e5", None),
+            ("https://localhost:6443", "1:20", None),
+            ("https://localhost:6443", "0o17abc", None),
+            ("https://localhost:6443", "9abcdefghij0123456789", None),
         ] {
             let text = super::kubeconfig_text(url, token, ca_pem);
             let read: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
@@ -1216,5 +1230,12 @@ mod tests {
             });
             assert_eq!(read, want, "{text}");
         }
+        // What scripts cut out of the file: a random token and the URL stand plain on their lines.
+        let text = super::kubeconfig_text("https://127.0.0.1:1", "9abc0def", None);
+        assert!(text.contains("\n    token: 9abc0def\n"), "{text}");
+        assert!(
+            text.contains("\n    server: https://127.0.0.1:1\n"),
+            "{text}"
+        );
     }
 }
