@@ -31,6 +31,12 @@
 //!   (`ca.crt`) when it serves HTTPS, kept at that content. The ServiceAccount controller is on
 //!   by default; the publisher is on in the standalone server and opt-in for the library
 //!   (`ClusterBuilder::root_ca_publisher` of the embedded cluster), so that a test's ConfigMaps are its own.
+//!
+//! Where the simulation departs: the real hooks build these objects in each kube-apiserver
+//! process; here a test process may run a hundred servers, so the RBAC objects (and the APF
+//! ones, `filters/flowcontrol`) are built once per process as templates, and each server
+//! stores copies stamped with their own `uid` and `creationTimestamp`, as the hooks' creates
+//! would be.
 
 use std::sync::LazyLock;
 
