@@ -14,6 +14,19 @@
 //!   until `/readyz` answers 200 (median of 10).
 //!
 //! docs/09 puts the figures beside envtest's and kwok's published ones.
+//!
+//! Two probes for measurements that do not depend on a quiet machine, chosen with
+//! `TEST_SERVER_PROBE` (the criterion run and the table are then skipped):
+//!
+//! * `TEST_SERVER_PROBE=first-request TEST_SERVER_N=N [TEST_SERVER_TLS=0]`: starts N servers one
+//!   after the other, each until its first answer, then shuts it down. Under
+//!   `valgrind --tool=callgrind`, the instructions of N=11 less those of N=1, divided by 10, are
+//!   one server's start and first answer, the process's one-time set-up left out.
+//! * `TEST_SERVER_PROBE=crd TEST_SERVER_N=N`: N servers in turn, each started, given the At CRD
+//!   and shut down (the same subtraction gives one CRD's cost).
+//! * `TEST_SERVER_PROBE=idle TEST_SERVER_N=N [TEST_SERVER_TLS=0]`: starts N servers, each answering
+//!   one request, drops the clients, and prints the RSS before and after and the difference per
+//!   server (`/proc/self/status`, `VmRSS`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -100,12 +113,77 @@ async fn standalone_to_readyz(bin: &Path) -> Option<Duration> {
     None
 }
 
+/// `TEST_SERVER_PROBE=first-request`: `n` servers in turn, each started until its first answer
+/// and shut down.
+async fn probe_first_request(n: usize, tls: bool) {
+    for _ in 0..n {
+        start_to_first_answer(tls).await;
+    }
+    println!("{n} servers started, each answered");
+}
+
+/// `TEST_SERVER_PROBE=crd`: `n` servers in turn, each started, given the At CRD and shut down.
+async fn probe_crd(n: usize, tls: bool) {
+    for _ in 0..n {
+        let handle = start(tls).await;
+        sample_operators::apis::crds::install::<At>(&client(&handle))
+            .await
+            .unwrap_or_else(|e| panic!("installing the At CRD: {e}"));
+        handle.shutdown().await;
+    }
+    println!("{n} servers started, each given the At CRD");
+}
+
+/// `TEST_SERVER_PROBE=idle`: `n` servers at once, each answering one request; the RSS they add.
+async fn probe_idle(n: usize, tls: bool) {
+    // One server first, so that what the process sets up once (the crypto provider, lazily
+    // built tables, the runtime's threads) is not charged to the `n`.
+    let warm = start(tls).await;
+    let cl = client(&warm);
+    cl.apiserver_version()
+        .await
+        .unwrap_or_else(|e| panic!("the warm-up server's answer: {e}"));
+    drop(cl);
+    warm.shutdown().await;
+    drop(warm);
+    let before = rss_kib();
+    let mut servers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let h = start(tls).await;
+        let cl = client(&h);
+        cl.apiserver_version()
+            .await
+            .unwrap_or_else(|e| panic!("a server's first answer: {e}"));
+        servers.push(h);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib();
+    println!(
+        "{n} idle servers (tls: {tls}): RSS {before} KiB before, {after} KiB after, {:.2} MiB per server",
+        after.saturating_sub(before) as f64 / n as f64 / 1024.0
+    );
+    for h in &servers {
+        h.shutdown().await;
+    }
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("a runtime");
+    let n: usize = std::env::var("TEST_SERVER_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let tls = std::env::var("TEST_SERVER_TLS").map_or(true, |v| v != "0");
+    match std::env::var("TEST_SERVER_PROBE").as_deref() {
+        Ok("first-request") => return rt.block_on(probe_first_request(n, tls)),
+        Ok("crd") => return rt.block_on(probe_crd(n, tls)),
+        Ok("idle") => return rt.block_on(probe_idle(n, tls)),
+        _ => {}
+    }
     let mut c = Criterion::default().sample_size(30).configure_from_args();
     let mut group = c.benchmark_group("start_to_first_request");
     for (name, tls) in [("tls", true), ("plain_http", false)] {

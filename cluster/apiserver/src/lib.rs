@@ -862,6 +862,68 @@ impl ApiServerBuilder {
     }
 }
 
+/// The kubeconfig of [`ApiServerHandle::kubeconfig_yaml`] for a server at `url`.
+fn kubeconfig_text(url: &str, token: &str, ca_pem: Option<&str>) -> String {
+    use base64::Engine;
+    let ca = match ca_pem {
+        Some(ca) => format!(
+            "    certificate-authority-data: {}\n",
+            yaml_str(&base64::engine::general_purpose::STANDARD.encode(ca))
+        ),
+        None => String::new(),
+    };
+    format!(
+        "apiVersion: v1\n\
+             clusters:\n\
+             - cluster:\n\
+             {ca}    server: {server}\n  \
+             name: sample-controller\n\
+             contexts:\n\
+             - context:\n    \
+             cluster: sample-controller\n    \
+             namespace: default\n    \
+             user: admin\n  \
+             name: sample-controller\n\
+             current-context: sample-controller\n\
+             kind: Config\n\
+             preferences: {{}}\n\
+             users:\n\
+             - name: admin\n  \
+             user:\n    \
+             token: {token}\n",
+        server = yaml_str(url),
+        token = yaml_str(token),
+    )
+}
+
+/// `s` as a YAML scalar that reads back as the string `s`: plain (as a YAML serializer writes
+/// it, and as scripts that cut a kubeconfig's `token:` line expect) when it holds only letters,
+/// digits and `._/:+=-`, starts with a letter or a digit, and YAML would not read it as
+/// anything but a string (a boolean or null word, a number, a hexadecimal, octal or binary
+/// integer, a sexagesimal one); else double-quoted (a JSON string is a valid double-quoted
+/// YAML scalar).
+fn yaml_str(s: &str) -> String {
+    let lower = s.to_ascii_lowercase();
+    let safe = s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._/:+=-".contains(&b))
+        && !s.contains(": ");
+    let word = matches!(
+        lower.as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "null"
+    );
+    let numeric = s.starts_with(|c: char| c.is_ascii_digit())
+        && (s.parse::<f64>().is_ok()
+            || s.contains(':')
+            || !s.bytes().any(|b| b.is_ascii_alphabetic())
+            || ["0x", "0o", "0b"].iter().any(|p| lower.starts_with(p)));
+    if safe && !word && !numeric {
+        s.to_owned()
+    } else {
+        serde_json::Value::from(s).to_string()
+    }
+}
+
 /// Writes `text` to `path`, readable by its owner only on Unix (kubeconfigs hold credentials).
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::write(path, text)?;
@@ -957,24 +1019,11 @@ impl ApiServerHandle {
     }
 
     /// A kubeconfig (context `sample-controller`, namespace `default`) with the CA data and token.
+    ///
+    /// Written out directly rather than through a YAML serializer: a test calls this once per
+    /// server it starts, and the serializer took about as long as the server's own start.
     pub fn kubeconfig_yaml(&self) -> String {
-        use base64::Engine;
-        let mut cluster = json!({"server": self.url});
-        if let Some(ca) = &self.ca_pem {
-            cluster["certificate-authority-data"] =
-                json!(base64::engine::general_purpose::STANDARD.encode(ca));
-        }
-        let doc = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "sample-controller", "cluster": cluster}],
-            "users": [{"name": "admin", "user": {"token": self.token}}],
-            "contexts": [{"name": "sample-controller",
-                          "context": {"cluster": "sample-controller", "user": "admin", "namespace": "default"}}],
-            "current-context": "sample-controller",
-            "preferences": {},
-        });
-        serde_yaml_ng::to_string(&doc).unwrap_or_default()
+        kubeconfig_text(&self.url, &self.token, self.ca_pem.as_deref())
     }
 
     /// [`Self::kubeconfig_yaml`] authenticating with another token, e.g. one added with
@@ -1133,5 +1182,63 @@ impl ApiServerHandle {
         self.shared.shutdown.cancel();
         self.tracker.close();
         self.tracker.wait().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    /// The kubeconfig reads back as the document it stands for, whatever the token holds.
+    #[test]
+    fn the_kubeconfig_reads_back_as_its_document() {
+        use base64::Engine;
+        let ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        for (url, token, ca_pem) in [
+            (
+                "https://127.0.0.1:40123",
+                "Ab3xYz09Ab3xYz09Ab3xYz09Ab3xYz09",
+                Some(ca),
+            ),
+            ("http://[::1]:8080", "12345", None),
+            ("https://localhost:6443", "true", Some(ca)),
+            (
+                "https://localhost:6443",
+                "a: b #c \"d\" 'e' \\ é\n",
+                Some(ca),
+            ),
+            ("https://localhost:6443", "", None),
+            ("https://localhost:6443", "0x1f", None),
+            ("https://localhost:6443", "1e5", None),
+            ("https://localhost:6443", "1:20", None),
+            ("https://localhost:6443", "0o17abc", None),
+            ("https://localhost:6443", "9abcdefghij0123456789", None),
+        ] {
+            let text = super::kubeconfig_text(url, token, ca_pem);
+            let read: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+            let mut cluster = json!({"server": url});
+            if let Some(ca) = ca_pem {
+                cluster["certificate-authority-data"] =
+                    json!(base64::engine::general_purpose::STANDARD.encode(ca));
+            }
+            let want = json!({
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "sample-controller", "cluster": cluster}],
+                "users": [{"name": "admin", "user": {"token": token}}],
+                "contexts": [{"name": "sample-controller",
+                              "context": {"cluster": "sample-controller", "user": "admin", "namespace": "default"}}],
+                "current-context": "sample-controller",
+                "preferences": {},
+            });
+            assert_eq!(read, want, "{text}");
+        }
+        // What scripts cut out of the file: a random token and the URL stand plain on their lines.
+        let text = super::kubeconfig_text("https://127.0.0.1:1", "9abc0def", None);
+        assert!(text.contains("\n    token: 9abc0def\n"), "{text}");
+        assert!(
+            text.contains("\n    server: https://127.0.0.1:1\n"),
+            "{text}"
+        );
     }
 }

@@ -166,9 +166,9 @@ static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
 /// One compiled `x-kubernetes-validations` entry.
 struct Rule {
     source: String,
-    program: Program,
+    program: Arc<Program>,
     message: String,
-    message_expression: Option<(String, Program)>,
+    message_expression: Option<(String, Arc<Program>)>,
     reason: Option<String>,
     /// The normalized `fieldPath` (`spec.replicas`, `labels[x]`), empty when unset.
     field_path: String,
@@ -498,9 +498,45 @@ fn certainly_not(e: &IdedExpr, want_bool: bool) -> bool {
     }
 }
 
+/// What the parsed expressions kept by [`parse`] may hold: this many sources, of at most
+/// [`PARSED_MAX_BYTES`] together; past either, the cache starts over.
+const PARSED_MAX_ENTRIES: usize = 4096;
+/// See [`PARSED_MAX_ENTRIES`].
+const PARSED_MAX_BYTES: usize = 4 << 20;
+
+/// The expressions parsed so far in this process, by source, with the error of each that does
+/// not parse, and the bytes of their sources.
+type Parsed = (HashMap<String, Result<Arc<Program>, String>>, usize);
+
+static PARSED: LazyLock<std::sync::Mutex<Parsed>> = LazyLock::new(Default::default);
+
 /// Parses `source` as a rule or message expression: `Err` carries the text after
 /// `compilation failed: ` (cel-go's issues).
-fn parse(source: &str) -> Result<Program, String> {
+///
+/// A program depends on its source only, so each source is parsed once per process and its
+/// program shared: a CRD's versions often repeat their rules, and a test suite creates the same
+/// CRDs in every server it starts. (kube-apiserver compiles each CRD's rules when it builds
+/// the CRD's handler; the parse is most of that cost here.)
+fn parse(source: &str) -> Result<Arc<Program>, String> {
+    let lock = || PARSED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(known) = lock().0.get(source) {
+        return known.clone();
+    }
+    let parsed = parse_uncached(source).map(Arc::new);
+    if source.len() <= PARSED_MAX_BYTES {
+        let mut kept = lock();
+        if kept.0.len() >= PARSED_MAX_ENTRIES || kept.1 + source.len() > PARSED_MAX_BYTES {
+            *kept = Parsed::default();
+        }
+        if kept.0.insert(source.to_owned(), parsed.clone()).is_none() {
+            kept.1 += source.len();
+        }
+    }
+    parsed
+}
+
+/// [`parse`] without the cache.
+fn parse_uncached(source: &str) -> Result<Program, String> {
     if source.chars().count() > MAX_RULE_LENGTH {
         return Err(format!(
             "ERROR: <input>:-1:0: expression code point size exceeds limit: size: {}, limit {MAX_RULE_LENGTH}",
@@ -838,7 +874,7 @@ fn compile_message_expression(
     raw: &Value,
     field: &dyn Fn(&str) -> String,
     c: &mut Compiling,
-) -> (Option<(String, Program)>, bool) {
+) -> (Option<(String, Arc<Program>)>, bool) {
     let mut ok = true;
     let message_expression = match raw["messageExpression"].as_str().filter(|m| !m.is_empty()) {
         None => None,
@@ -1651,6 +1687,30 @@ pub fn rules_not_checked() -> FieldError {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn each_source_is_parsed_once_and_its_program_shared() {
+        let source = "self.spec.replicas >= 0 && size(self.metadata.name) < 64";
+        let (a, b) = (parse(source).unwrap(), parse(source).unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+        // Errors are kept too, with the same words.
+        let bad = "self.spec.replicas >=";
+        assert_eq!(parse(bad).unwrap_err(), parse_uncached(bad).unwrap_err());
+        assert_eq!(parse(bad).unwrap_err(), parse(bad).unwrap_err());
+        // Two schemas with the same rule share its program.
+        let schema = root(
+            json!({"replicas": {"type": "integer"}}),
+            json!([{"rule": source}]),
+        );
+        let (one, two) = (
+            compile(&schema, "").unwrap().unwrap(),
+            compile(&schema, "").unwrap().unwrap(),
+        );
+        assert!(Arc::ptr_eq(
+            &one.root.rules[0].program,
+            &two.root.rules[0].program
+        ));
+    }
 
     /// A CRD-like root schema with `spec` holding `props`, and `rules` at the root.
     fn root(props: Value, rules: Value) -> Value {

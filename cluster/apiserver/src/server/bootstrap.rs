@@ -31,6 +31,14 @@
 //!   (`ca.crt`) when it serves HTTPS, kept at that content. The ServiceAccount controller is on
 //!   by default; the publisher is on in the standalone server and opt-in for the library
 //!   (`ClusterBuilder::root_ca_publisher` of the embedded cluster), so that a test's ConfigMaps are its own.
+//!
+//! Where the simulation departs: the real hooks build these objects in each kube-apiserver
+//! process; here a test process may run a hundred servers, so the RBAC objects (and the APF
+//! ones, `filters/flowcontrol`) are built once per process as templates, and each server
+//! stores copies stamped with their own `uid` and `creationTimestamp`, as the hooks' creates
+//! would be.
+
+use std::sync::LazyLock;
 
 use serde_json::{Value, json};
 
@@ -461,25 +469,41 @@ fn user_binding(name: &str, user: &str) -> Value {
     )
 }
 
-/// Creates the bootstrap roles and bindings that are missing (existing ones are kept).
-pub fn seed_rbac(st: &mut State) {
-    let sets = [
+/// The bootstrap roles and bindings by storage, built once per process: every server of the
+/// process seeds copies of the same objects, each stamped with its own uid and creation time.
+static RBAC_DEFAULTS: LazyLock<[(String, Vec<Value>); 2]> = LazyLock::new(|| {
+    [
         (format!("{RBAC}/clusterroles"), cluster_roles()),
         (
             format!("{RBAC}/clusterrolebindings"),
             cluster_role_bindings(),
         ),
-    ];
-    for (storage, objects) in sets {
-        for mut obj in objects {
-            let name = meta::meta_str(&obj, "name").to_owned();
-            if st.get(&storage, "", &name).is_some() {
-                continue;
-            }
-            obj["metadata"]["uid"] = json!(meta::new_uid());
-            obj["metadata"]["creationTimestamp"] = json!(meta::now_time());
-            st.create(&storage, obj);
+    ]
+});
+
+/// Creates the bootstrap roles and bindings that are missing (existing ones are kept).
+pub fn seed_rbac(st: &mut State) {
+    for (storage, objects) in RBAC_DEFAULTS.iter() {
+        seed_missing(st, storage, objects);
+    }
+}
+
+/// Creates a copy of each of `objects` (cluster-scoped) that `storage` does not hold yet, with a
+/// fresh uid and creation time.
+fn seed_missing(st: &mut State, storage: &str, objects: &[Value]) {
+    for template in objects {
+        if st
+            .get(storage, "", meta::meta_str(template, "name"))
+            .is_some()
+        {
+            continue;
         }
+        let mut obj = template.clone();
+        obj["metadata"]["uid"] = json!(meta::new_uid());
+        obj["metadata"]["creationTimestamp"] = json!(meta::now_time());
+        // `write`, not `create`: the stored object is shared with the history, and the copy
+        // `create` would hand back is not needed.
+        st.write(storage, obj);
     }
 }
 
@@ -503,7 +527,7 @@ pub fn seed(store: &crate::registry::Store, port: u16) {
                 "spec": {"finalizers": ["kubernetes"]},
                 "status": {"phase": "Active"}
             });
-            st.create("core/namespaces", obj);
+            st.write("core/namespaces", obj);
         }
         seed_rbac(st);
         let mut svc = crate::registry::core::services::kubernetes_service(port);
@@ -512,12 +536,12 @@ pub fn seed(store: &crate::registry::Store, port: u16) {
             Some(old) => {
                 let mut updated = old.clone();
                 updated["spec"]["ports"] = svc["spec"]["ports"].clone();
-                st.update("core/services", updated);
+                st.write("core/services", updated);
             }
             None => {
                 svc["metadata"]["uid"] = json!(meta::new_uid());
                 svc["metadata"]["creationTimestamp"] = json!(meta::now_time());
-                st.create("core/services", svc);
+                st.write("core/services", svc);
             }
         }
     });

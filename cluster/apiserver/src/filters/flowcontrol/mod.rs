@@ -70,13 +70,14 @@ pub mod queueset;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::api::object_meta::{meta_str, new_uid, now_time};
 use crate::api::status::ApiError;
 use crate::auth::rbac::UserInfo;
 use crate::registry::Store;
@@ -662,16 +663,24 @@ impl FlowControl {
 
     /// Creates the mandatory and suggested objects ([`bootstrap`]) that do not exist yet.
     pub fn seed(store: &Store) {
-        store.write(|st| {
-            for (storage, objs) in [
+        // Built once per process; each server stores copies with their own uids and times.
+        static DEFAULTS: LazyLock<[(&str, Vec<Value>); 2]> = LazyLock::new(|| {
+            [
                 (PRIORITY_LEVELS, bootstrap::priority_levels()),
                 (FLOW_SCHEMAS, bootstrap::flow_schemas()),
-            ] {
-                for obj in objs {
-                    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-                    if st.get(storage, "", name).is_none() {
-                        st.create(storage, obj);
+            ]
+        });
+        store.write(|st| {
+            for (storage, objs) in DEFAULTS.iter() {
+                for template in objs {
+                    if st.get(storage, "", meta_str(template, "name")).is_some() {
+                        continue;
                     }
+                    let mut obj = template.clone();
+                    obj["metadata"]["uid"] = Value::String(new_uid());
+                    obj["metadata"]["creationTimestamp"] = Value::String(now_time());
+                    // `write`, not `create`: the copy `create` hands back is not needed.
+                    st.write(storage, obj);
                 }
             }
         });
