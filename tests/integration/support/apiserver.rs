@@ -148,16 +148,6 @@ impl TestClient {
             .await
     }
 
-    /// GET `path` with the token, or the connection's error (a TLS handshake that failed, say)
-    /// instead of a panic.
-    pub async fn try_get(&self, path: &str) -> Result<u16, hyper_util::client::legacy::Error> {
-        let req = hyper::Request::get(format!("{}{}", self.base, path))
-            .header("authorization", format!("Bearer {}", self.token))
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        Ok(self.client.request(req).await?.status().as_u16())
-    }
-
     pub async fn send(
         &self,
         method: &str,
