@@ -755,8 +755,8 @@ pub fn same_spec_part(def: &ResourceDef, a: &Value, b: &Value) -> bool {
         return a == b;
     };
     let counted = |k: &str| {
-        !matches!(k, "metadata" | "kind" | "apiVersion")
-            && !(def.status_subresource && k == "status")
+        let own = matches!(k, "metadata" | "kind" | "apiVersion");
+        !(own || (def.status_subresource && k == "status"))
     };
     let len = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| counted(k)).count();
     len(a) == len(b)

@@ -497,30 +497,26 @@ mod tests {
             "status": {"phase": "Pending",
                        "conditions": [{"type": "Ready", "status": "False"}]}
         });
-        let edits: Vec<Box<dyn Fn(&mut Value)>> = vec![
-            Box::new(|_| {}),
-            Box::new(|v| v["status"]["phase"] = json!("Running")),
-            Box::new(|v| v["status"]["conditions"][0]["status"] = json!("True")),
-            Box::new(|v| {
-                v["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}])
-            }),
-            Box::new(|v| v["spec"]["containers"][1]["image"] = json!("nginx:2")),
-            Box::new(
-                |v| v["spec"]["containers"] = json!([{"name": "d", "image": "nginx"}, {"name": "c", "image": "busybox", "args": ["x", "y"]}]),
-            ),
-            Box::new(|v| v["metadata"]["labels"]["tier"] = json!("web")),
-            Box::new(|v| v["metadata"]["finalizers"] = json!(["b", "c"])),
-            Box::new(|v| v["metadata"]["resourceVersion"] = json!("8")),
-            Box::new(|v| v["spec"]["empty"] = json!({"now": 1})),
-            Box::new(|v| v["spec"]["nodeName"] = json!({"not": "a string"})),
-            Box::new(|v| v["spec"]["tolerations"] = json!("scalar")),
-            Box::new(|v| {
+        let edits: Vec<fn(&mut Value)> = vec![
+            |_| {},
+            |v| v["status"]["phase"] = json!("Running"),
+            |v| v["status"]["conditions"][0]["status"] = json!("True"),
+            |v| v["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}]),
+            |v| v["spec"]["containers"][1]["image"] = json!("nginx:2"),
+            |v| v["spec"]["containers"] = json!([{"name": "d", "image": "nginx"}, {"name": "c", "image": "busybox", "args": ["x", "y"]}]),
+            |v| v["metadata"]["labels"]["tier"] = json!("web"),
+            |v| v["metadata"]["finalizers"] = json!(["b", "c"]),
+            |v| v["metadata"]["resourceVersion"] = json!("8"),
+            |v| v["spec"]["empty"] = json!({"now": 1}),
+            |v| v["spec"]["nodeName"] = json!({"not": "a string"}),
+            |v| v["spec"]["tolerations"] = json!("scalar"),
+            |v| {
                 v["metadata"]
                     .as_object_mut()
                     .unwrap()
                     .remove("managedFields");
                 v["status"] = json!({});
-            }),
+            },
         ];
         for (i, edit) in edits.iter().enumerate() {
             let mut new = pod.clone();
