@@ -140,3 +140,31 @@ done | sort -k3 >"$dir/dumps"
 echo "dumps (label, instructions, file):"
 cat "$dir/dumps"
 echo "N=$N K=$K  files in $dir"
+# The rows of docs/13's tables: inclusive instructions of a few functions, per At (the `at`
+# dump) or per request (the others).
+echo "per At or per request, in thousands of instructions:"
+while read -r label _ file; do
+  case $label in at) div=$N ;; list) div=20 ;; *) div=$K ;; esac
+  callgrind_annotate --threshold=100 --inclusive=yes "$file" 2>/dev/null | python3 -c '
+import re, sys
+label, div = sys.argv[1], float(sys.argv[2])
+rows = [("total", None),
+        ("handler", r"embedded_apiserver::endpoints::handlers::serve_resource::\{\{closure\}\}$"),
+        ("node", r"embedded_node::kubelet::run::\{\{closure\}\}$"),
+        ("node sweep", r"embedded_node::(client::PodInformer::alive|logs::LogStore::(retain_existing|forget_gone))$"),
+        ("managedFields", r"managed_fields::record_update$"),
+        ("unknown fields", r"validation::check_unknown_fields$"),
+        ("CRD validation", r"CustomResourceStrategy as .*Strategy>::validate$"),
+        ("watch fan-out", r"endpoints::watch::WatchState::catch_up$"),
+        ("shed", r"Store<Reg>::shed$")]
+vals = {}
+for line in sys.stdin:
+    m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(PROGRAM TOTALS|\S*?:(.*) \[)", line)
+    if not m: continue
+    v = int(m.group(1).replace(",", ""))
+    if m.group(2) == "PROGRAM TOTALS": vals["total"] = v; continue
+    for k, p in rows:
+        if p and re.search(p, m.group(3)): vals[k] = vals.get(k, 0) + v
+print(f"{label:>11}: " + ", ".join(f"{k} {vals.get(k, 0) / div / 1000:.0f}k" for k, _ in rows))
+' "$label" "$div"
+done <"$dir/dumps"
