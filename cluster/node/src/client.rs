@@ -346,6 +346,21 @@ impl PodInformer {
         self.get(key).filter(|p| meta_str(p, "uid") == uid).cloned()
     }
 
+    /// How many pods the informer holds.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Whether the informer holds no pod.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// The uid of the pod held at `key`.
+    pub fn uid_of(&self, key: &Key) -> Option<String> {
+        self.get(key).map(|p| meta_str(p, "uid").to_owned())
+    }
+
     /// `(namespace, name, uid)` of every pod held.
     pub fn alive(&self) -> HashSet<(String, String, String)> {
         self.pods

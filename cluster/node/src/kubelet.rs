@@ -305,10 +305,12 @@ async fn run(
             _ = shutdown.cancelled() => break,
             keys = k.pods.next() => match keys {
                 Some(keys) => {
-                    k.config.logs.retain_existing(&k.pods.alive());
+                    // Only the pods of this batch can have left (see `LogStore::forget_gone`).
+                    k.forget_gone_logs(&keys);
                     for key in &keys {
                         k.sync(key).await;
                     }
+                    k.forget_gone_logs(&keys);
                 }
                 None => break,
             },
@@ -332,6 +334,14 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
 }
 
 impl Kubelet {
+    /// Forgets the logs of the pods of `keys` the node no longer holds.
+    fn forget_gone_logs(&self, keys: &[Key]) {
+        let pods = &self.pods;
+        self.config
+            .logs
+            .forget_gone(keys, |key| pods.uid_of(key), pods.len(), || pods.alive());
+    }
+
     fn now(&self) -> String {
         self.config.clock.now_time()
     }

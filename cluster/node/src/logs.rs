@@ -329,6 +329,37 @@ impl LogStore {
         }
     }
 
+    /// Forgets the logs of the pods at `keys` (namespace, name) that the node no longer holds
+    /// (`uid_of` answers `None`) or holds as another pod (another uid): what
+    /// [`LogStore::retain_existing`] does, for the pods a batch of changes touched, at the cost
+    /// of the batch rather than of every pod the node holds. Then, if the store still holds logs
+    /// of more pods than `held` (the node's pod count), some pod left without passing through a
+    /// batch (a log started after its pod went), and the whole store is swept.
+    pub fn forget_gone<'k>(
+        &self,
+        keys: impl IntoIterator<Item = &'k (String, String)>,
+        uid_of: impl Fn(&(String, String)) -> Option<String>,
+        held: usize,
+        alive: impl FnOnce() -> std::collections::HashSet<(String, String, String)>,
+    ) {
+        let mut pods = self.lock();
+        for key in keys {
+            let gone = match pods.get(key) {
+                Some(p) => uid_of(key).is_none_or(|uid| uid != p.uid),
+                None => false,
+            };
+            if gone && let Some(p) = pods.remove(key) {
+                for c in p.containers.values() {
+                    c.current.close();
+                }
+            }
+        }
+        if pods.len() > held {
+            drop(pods);
+            self.retain_existing(&alive());
+        }
+    }
+
     /// Forgets the logs of every pod not in `alive` (by namespace, name and uid): the pods the
     /// node still knows of.
     pub fn retain_existing(&self, alive: &std::collections::HashSet<(String, String, String)>) {

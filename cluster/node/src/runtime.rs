@@ -357,6 +357,15 @@ struct Node {
 }
 
 impl Node {
+    /// Forgets the logs of the pods of `keys` the node no longer holds.
+    fn forget_gone_logs(&self, keys: &[Key]) {
+        let pods = &self.pods;
+        self.ctx
+            .config
+            .logs
+            .forget_gone(keys, |key| pods.uid_of(key), pods.len(), || pods.alive());
+    }
+
     async fn run(mut self) {
         kubelet::register_node_as(
             &self.ctx.api,
@@ -371,10 +380,12 @@ impl Node {
                 _ = self.shutdown.cancelled() => break,
                 keys = self.pods.next() => match keys {
                     Some(keys) => {
-                        self.ctx.config.logs.retain_existing(&self.pods.alive());
+                        // Only the pods of this batch can have left (see `LogStore::forget_gone`).
+                        self.forget_gone_logs(&keys);
                         for key in &keys {
                             self.sync(key).await;
                         }
+                        self.forget_gone_logs(&keys);
                     }
                     None => break,
                 },

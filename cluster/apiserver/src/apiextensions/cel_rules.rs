@@ -174,6 +174,9 @@ struct Rule {
     field_path: String,
     uses_old_self: bool,
     optional_old_self: bool,
+    /// The rule or its `messageExpression` reads `oldSelf` (or the rule declares
+    /// `optionalOldSelf`): only then is the old value converted and bound.
+    reads_old_self: bool,
 }
 
 impl Rule {
@@ -791,7 +794,13 @@ fn compile_rule(
     if !ok {
         return None;
     }
+    let reads_old_self = old
+        || optional_old_self
+        || message_expression
+            .as_ref()
+            .is_some_and(|(_, p)| uses_old_self(p.expression()));
     Some(Rule {
+        reads_old_self,
         source: source.to_owned(),
         program,
         message: message.trim().to_owned(),
@@ -1473,9 +1482,14 @@ fn run_rules(node: &Node, path: &str, v: &Value, old: Option<&Value>, run: &mut 
     }
     let observed = Bounds::observe(&node.schema, v, old);
     let this = to_cel(Some(&node.schema), v, node.resource_root);
-    let previous = old.map(|o| to_cel(Some(&node.schema), o, node.resource_root));
+    // `oldSelf` is converted only when a rule of the node reads it: a rule that does not
+    // cannot tell whether it is bound (a status write's spec rules, `has(self.run)`, skip the
+    // copy of the old spec).
+    let previous = old
+        .filter(|_| node.rules.iter().any(|r| r.reads_old_self))
+        .map(|o| to_cel(Some(&node.schema), o, node.resource_root));
     for rule in &node.rules {
-        if rule.uses_old_self && previous.is_none() && !rule.optional_old_self {
+        if rule.uses_old_self && old.is_none() && !rule.optional_old_self {
             continue;
         }
         let cost = estimate_cost(rule.program.expression(), &node.schema, &observed);
@@ -1531,6 +1545,9 @@ fn run_rules(node: &Node, path: &str, v: &Value, old: Option<&Value>, run: &mut 
 fn rule_context(rule: &Rule, this: &Cel, previous: Option<&Cel>) -> Context<'static, 'static> {
     let mut ctx = Context::with_env(Arc::clone(&ENV));
     ctx.add_variable_from_value("self", this.clone());
+    if !rule.reads_old_self {
+        return ctx;
+    }
     if rule.optional_old_self {
         let opt = match previous {
             Some(p) => OptionalValue::of(p.clone()),

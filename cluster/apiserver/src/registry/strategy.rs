@@ -686,7 +686,8 @@ pub fn prepare_update(
             r
         }
     };
-    let old_meta = old["metadata"].as_object().cloned().unwrap_or_default();
+    let no_meta = serde_json::Map::new();
+    let old_meta = old["metadata"].as_object().unwrap_or(&no_meta);
     let m = meta_mut(&mut result)?;
     for f in [
         "uid",
@@ -714,9 +715,7 @@ pub fn prepare_update(
     {
         m.insert("managedFields".into(), mf.clone());
     }
-    if (def.tracks_generation || def.custom.is_some())
-        && spec_part(def, old) != spec_part(def, &result)
-    {
+    if (def.tracks_generation || def.custom.is_some()) && !same_spec_part(def, old, &result) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         result["metadata"]["generation"] = json!(g);
     }
@@ -749,10 +748,54 @@ pub fn spec_part(def: &ResourceDef, obj: &Value) -> Value {
     o
 }
 
+/// Whether `a` and `b` have the same [`spec_part`], compared in place (an update's old and new
+/// objects, whose metadata and status are not copied to find out).
+pub fn same_spec_part(def: &ResourceDef, a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let counted = |k: &str| {
+        let own = matches!(k, "metadata" | "kind" | "apiVersion");
+        !(own || (def.status_subresource && k == "status"))
+    };
+    let len = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| counted(k)).count();
+    len(a) == len(b)
+        && a.iter()
+            .filter(|(k, _)| counted(k))
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::registry::resources::Registry;
+
+    #[test]
+    fn the_spec_part_compares_in_place_as_it_does_copied() {
+        let registry = Registry::builtins();
+        let pods = registry.lookup("", "v1", "pods").unwrap();
+        let cms = registry.lookup("", "v1", "configmaps").unwrap();
+        let objects = [
+            json!({"metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"p": 1}}),
+            json!({"metadata": {"name": "b"}, "spec": {"x": 1}, "status": {"p": 2}}),
+            json!({"kind": "Pod", "spec": {"x": 1}}),
+            json!({"spec": {"x": 2}, "extra": true}),
+            json!({"spec": {"x": 1}, "data": {"a": "1"}}),
+            json!({"data": {"a": "1"}}),
+            json!("not an object"),
+        ];
+        for def in [&pods, &cms] {
+            for a in &objects {
+                for b in &objects {
+                    assert_eq!(
+                        same_spec_part(def, a, b),
+                        spec_part(def, a) == spec_part(def, b),
+                        "{a} {b}"
+                    );
+                }
+            }
+        }
+    }
 
     /// [`Presented`] writes exactly the bytes of serializing [`present`]'s copy, whatever
     /// the stored object already says of `apiVersion` and `kind` and wherever its other keys

@@ -216,36 +216,77 @@ pub(crate) fn kind_errors(group: &str, plural: &str, obj: Value) -> Vec<FieldErr
     validate_object(&def, &obj, None)
 }
 
+/// One step of the path [`strip_unknown`] is at: a field name or a list index.
+#[derive(Clone, Copy)]
+enum Step<'a> {
+    Field(&'a str),
+    Index(usize),
+}
+
+/// `spec.containers[0].bar` from its steps.
+fn render_steps(steps: &[Step<'_>]) -> String {
+    let mut out = String::new();
+    for step in steps {
+        match step {
+            Step::Field(f) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(f);
+            }
+            Step::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
 /// Removes from `body` every (non-null) field that `typed` lacks, recording its path
-/// (`spec.foo`, `spec.containers[0].bar`).
-fn strip_unknown(body: &mut Value, typed: &Value, prefix: &str, out: &mut Vec<String>) {
+/// (`spec.foo`, `spec.containers[0].bar`). The walk keeps the path as borrowed steps and renders
+/// one only for a field it reports: a body with no unknown field (nearly every request) costs
+/// no allocation per field.
+fn strip_unknown(body: &mut Value, typed: &Value, out: &mut Vec<String>) {
+    strip_unknown_at(body, typed, &mut Vec::new(), out);
+}
+
+fn strip_unknown_at<'t>(
+    body: &mut Value,
+    typed: &'t Value,
+    steps: &mut Vec<Step<'t>>,
+    out: &mut Vec<String>,
+) {
     match (body, typed) {
         (Value::Object(b), Value::Object(t)) => {
-            let keys: Vec<String> = b.keys().cloned().collect();
-            for k in keys {
-                let path = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                match t.get(&k) {
-                    Some(tv) => {
-                        if let Some(bv) = b.get_mut(&k) {
-                            strip_unknown(bv, tv, &path, out);
-                        }
+            // In key order, as the fields are reported; unknown ones are removed afterwards.
+            let mut unknown: Vec<String> = vec![];
+            for (k, bv) in b.iter_mut() {
+                match t.get_key_value(k) {
+                    Some((tk, tv)) => {
+                        steps.push(Step::Field(tk));
+                        strip_unknown_at(bv, tv, steps, out);
+                        steps.pop();
                     }
                     None => {
-                        if b.get(&k).is_some_and(|v| !v.is_null()) {
+                        if !bv.is_null() {
+                            let mut path = render_steps(steps);
+                            if !path.is_empty() {
+                                path.push('.');
+                            }
+                            path.push_str(k);
                             out.push(path);
                         }
-                        b.remove(&k);
+                        unknown.push(k.clone());
                     }
                 }
+            }
+            for k in unknown {
+                b.remove(&k);
             }
         }
         (Value::Array(b), Value::Array(t)) => {
             for (i, (bv, tv)) in b.iter_mut().zip(t).enumerate() {
-                strip_unknown(bv, tv, &format!("{prefix}[{i}]"), out);
+                steps.push(Step::Index(i));
+                strip_unknown_at(bv, tv, steps, out);
+                steps.pop();
             }
         }
         _ => {}
@@ -265,7 +306,7 @@ pub fn check_unknown_fields(
         return Ok(());
     };
     let mut unknown = vec![];
-    strip_unknown(body, &typed, "", &mut unknown);
+    strip_unknown(body, &typed, &mut unknown);
     if unknown.is_empty() {
         return Ok(());
     }

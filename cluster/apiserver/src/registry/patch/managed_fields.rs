@@ -128,6 +128,71 @@ pub(super) fn paths_of(applied: &Value) -> BTreeSet<FieldPath> {
     out
 }
 
+/// The paths of `new` ([`paths_of`], without the `"."` self markers) whose value differs from
+/// the value at the same path in `old`: what an update set or changed.
+///
+/// Found without listing every path of the object: below a map reached by field names alone,
+/// a field whose value equals the old one's is skipped whole (every path under it reads the
+/// same value in both, since reading a path is a function of that subtree), so a status
+/// write walks the status and compares the rest in place. Lists, scalars and empty maps under
+/// a changed field are judged path by path, with list elements found by key ([`value_at`]).
+fn changed_paths(old: &Value, new: &Value) -> BTreeSet<FieldPath> {
+    let mut out = BTreeSet::new();
+    match new {
+        Value::Object(map) if !map.is_empty() => {
+            changed_fields(old, new, map, Some(old), &mut Vec::new(), &mut out);
+        }
+        _ => {
+            let mut all = BTreeSet::new();
+            collect_paths(new, &mut Vec::new(), None, &mut all);
+            keep_changed(old, new, all, &mut out);
+        }
+    }
+    out
+}
+
+/// [`changed_paths`] below the non-empty map `map` at `path` (field names only), whose old
+/// counterpart is `old_here`.
+fn changed_fields(
+    old: &Value,
+    new: &Value,
+    map: &Map<String, Value>,
+    old_here: Option<&Value>,
+    path: &mut FieldPath,
+    out: &mut BTreeSet<FieldPath>,
+) {
+    for (k, v) in map {
+        path.push(PathElem::Field(k.clone()));
+        let old_v = old_here.and_then(|o| o.get(k));
+        if !is_stripped(path) && old_v != Some(v) {
+            match v {
+                Value::Object(m) if !m.is_empty() => changed_fields(old, new, m, old_v, path, out),
+                _ => {
+                    let mut under = BTreeSet::new();
+                    collect_paths(v, path, Some(k), &mut under);
+                    keep_changed(old, new, under, out);
+                }
+            }
+        }
+        path.pop();
+    }
+}
+
+/// Moves into `out` the paths of `paths` (but the self markers) that read differently in `old`
+/// and `new`.
+fn keep_changed(
+    old: &Value,
+    new: &Value,
+    paths: BTreeSet<FieldPath>,
+    out: &mut BTreeSet<FieldPath>,
+) {
+    out.extend(
+        paths.into_iter().filter(|p| {
+            p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(new, p)
+        }),
+    );
+}
+
 /// Renders a path set in the `FieldsV1` format.
 pub(super) fn fields_v1(paths: &BTreeSet<FieldPath>) -> Value {
     let mut root = Map::new();
@@ -314,16 +379,9 @@ pub fn record_update(
             .unwrap_or_default(),
     };
     let body: &Value = new;
-    let new_paths = paths_of(body);
     let changed: BTreeSet<FieldPath> = match old {
-        None => new_paths.clone(),
-        Some(old) => new_paths
-            .iter()
-            .filter(|p| {
-                p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(body, p)
-            })
-            .cloned()
-            .collect(),
+        None => paths_of(body),
+        Some(old) => changed_paths(old, body),
     };
     let is_mine = |e: &Value| {
         e.get("manager").and_then(Value::as_str) == Some(manager)
@@ -419,6 +477,73 @@ mod tests {
 
     fn cm(data: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d"}, "data": data})
+    }
+
+    /// The changed paths by their definition: every path of `new` (but the self markers) that
+    /// reads differently in `old`.
+    fn changed_by_definition(old: &Value, new: &Value) -> BTreeSet<FieldPath> {
+        paths_of(new)
+            .into_iter()
+            .filter(|p| p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(new, p))
+            .collect()
+    }
+
+    #[test]
+    fn changed_paths_skip_equal_subtrees_and_match_the_definition() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "resourceVersion": "7",
+                         "labels": {"app": "web", "tier": "db"}, "finalizers": ["a", "b"],
+                         "managedFields": [{"manager": "m"}]},
+            "spec": {"containers": [{"name": "c", "image": "busybox", "args": ["x"]},
+                                    {"name": "d", "image": "nginx"}],
+                     "nodeName": "n", "tolerations": [{"key": "k"}], "empty": {}},
+            "status": {"phase": "Pending",
+                       "conditions": [{"type": "Ready", "status": "False"}]}
+        });
+        let edits: Vec<fn(&mut Value)> = vec![
+            |_| {},
+            |v| v["status"]["phase"] = json!("Running"),
+            |v| v["status"]["conditions"][0]["status"] = json!("True"),
+            |v| v["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True"}]),
+            |v| v["spec"]["containers"][1]["image"] = json!("nginx:2"),
+            |v| v["spec"]["containers"] = json!([{"name": "d", "image": "nginx"}, {"name": "c", "image": "busybox", "args": ["x", "y"]}]),
+            |v| v["metadata"]["labels"]["tier"] = json!("web"),
+            |v| v["metadata"]["finalizers"] = json!(["b", "c"]),
+            |v| v["metadata"]["resourceVersion"] = json!("8"),
+            |v| v["spec"]["empty"] = json!({"now": 1}),
+            |v| v["spec"]["nodeName"] = json!({"not": "a string"}),
+            |v| v["spec"]["tolerations"] = json!("scalar"),
+            |v| {
+                v["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("managedFields");
+                v["status"] = json!({});
+            },
+        ];
+        for (i, edit) in edits.iter().enumerate() {
+            let mut new = pod.clone();
+            edit(&mut new);
+            assert_eq!(
+                changed_paths(&pod, &new),
+                changed_by_definition(&pod, &new),
+                "edit {i}"
+            );
+            assert_eq!(
+                changed_paths(&new, &pod),
+                changed_by_definition(&new, &pod),
+                "edit {i}, reversed"
+            );
+        }
+        // A status write is only its status.
+        let mut new = pod.clone();
+        new["status"]["phase"] = json!("Running");
+        let changed: Vec<String> = changed_paths(&pod, &new)
+            .iter()
+            .map(|p| render_path(p))
+            .collect();
+        assert_eq!(changed, [".status.phase"]);
     }
 
     #[test]
