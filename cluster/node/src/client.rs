@@ -351,11 +351,6 @@ impl PodInformer {
         self.pods.len()
     }
 
-    /// Whether the informer holds no pod.
-    pub fn is_empty(&self) -> bool {
-        self.pods.is_empty()
-    }
-
     /// The uid of the pod held at `key`.
     pub fn uid_of(&self, key: &Key) -> Option<String> {
         self.get(key).map(|p| meta_str(p, "uid").to_owned())

@@ -734,7 +734,9 @@ pub fn should_delete(def: &ResourceDef, obj: &Value) -> bool {
 }
 
 /// The part of an object whose change bumps `generation`: everything but `metadata` and, when
-/// the resource has a status subresource, `status`.
+/// the resource has a status subresource, `status` (the definition [`same_spec_part`] is tested
+/// against).
+#[cfg(test)]
 pub fn spec_part(def: &ResourceDef, obj: &Value) -> Value {
     let mut o = obj.clone();
     if let Some(m) = o.as_object_mut() {
