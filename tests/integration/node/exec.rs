@@ -5,7 +5,7 @@
 //!
 //! Every wait has a generous timeout that only prevents a hang; no test asserts a duration.
 
-use crate::support::cluster::kubectl_bin;
+use crate::support::{self, cluster::kubectl_bin};
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,11 +14,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 /// A running `sample-controller apiserver --node-runtime process --plain-http`.
 struct Server {
-    _child: Child,
+    _child: support::StopOnDrop,
     addr: String,
     dir: tempfile::TempDir,
 }
@@ -42,7 +42,7 @@ impl Server {
             .stderr(Stdio::null())
             .env_remove("RUST_LOG")
             // The pods' directories go under the test's own temporary directory, so they
-            // go with it even though the server is killed (SIGKILL) when the test ends.
+            // go with it even if the server had to be killed (SIGKILL) when the test ended.
             .env("TMPDIR", dir.path())
             .kill_on_drop(true)
             .spawn()
@@ -65,7 +65,7 @@ impl Server {
         });
         let addr = url.trim_start_matches("http://").to_owned();
         Server {
-            _child: child,
+            _child: support::StopOnDrop(child),
             addr,
             dir,
         }

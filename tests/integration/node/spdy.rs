@@ -8,18 +8,18 @@
 //! version (or `python3`, which the port-forward pods run) skips its test with a message. Every wait has a generous timeout that only prevents a hang; no test asserts a
 //! duration.
 
-use crate::support::cluster::kubectl_bin;
+use crate::support::{self, cluster::kubectl_bin};
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 /// The standalone server, its kubeconfig, killed when dropped.
 struct Server {
-    _child: Child,
+    _child: support::StopOnDrop,
     _dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     home: PathBuf,
@@ -41,7 +41,7 @@ async fn server() -> Server {
         .arg("--kubeconfig-out")
         .arg(&kubeconfig)
         // Pods' volume directories go under the test's own directory: a server killed with
-        // SIGKILL cannot remove them itself.
+        // SIGKILL (when SIGTERM did not end it) cannot remove them itself.
         .env("TMPDIR", dir.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -58,7 +58,7 @@ async fn server() -> Server {
     // Keep reading its output so it never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     Server {
-        _child: child,
+        _child: support::StopOnDrop(child),
         _dir: dir,
         kubeconfig,
         home,

@@ -33,6 +33,29 @@ pub fn bin() -> String {
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sample-controller").to_string())
 }
 
+/// A child process (a standalone server, say) stopped the way an operator stops it when the
+/// test ends: SIGTERM, up to 10 s to shut down (a server with a process node ends its pods'
+/// processes then), and SIGKILL only after that. A bare `kill_on_drop` would SIGKILL the server
+/// and leave its pods' processes running after the test.
+pub struct StopOnDrop(pub tokio::process::Child);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+            for _ in 0..200 {
+                if matches!(self.0.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let _ = self.0.start_kill();
+    }
+}
+
 /// Polls `cond` every 10 ms until it holds; panics naming `what` after 60,000 polls (ten
 /// minutes of real time, or of a paused Tokio clock, which the sleeps advance).
 pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
