@@ -675,7 +675,10 @@ pub async fn run(
         .filter(|c| c.conversion.is_some())
         .map(|c| c.storage_version.clone())
     else {
-        return backend.store.write_checked(plain);
+        if trial {
+            return backend.store.write_checked(plain);
+        }
+        return write.run_on(&backend.store, target, query);
     };
     if matches!(write, Write::Delete(_)) || target.subresource.as_deref() == Some("scale") {
         let (code, body) = backend.store.write_checked(plain)?;

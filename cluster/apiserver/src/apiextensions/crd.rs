@@ -442,6 +442,11 @@ const CRD_STORAGE: &str = "apiextensions.k8s.io/customresourcedefinitions";
 pub struct CrdStrategy;
 
 impl Strategy for CrdStrategy {
+    /// Its store hooks read the stored objects: writes run under the lock.
+    fn store_free_writes(&self) -> bool {
+        false
+    }
+
     fn before_store(&self, st: &mut State, obj: &mut Value, dry_run: bool) -> Result<(), ApiError> {
         establish(st, obj, dry_run)
     }

@@ -8,6 +8,32 @@
 //! updating the same object with the same `resourceVersion` cannot both win; the second gets
 //! 409 Conflict.
 //!
+//! ## Outside the lock
+//!
+//! Most of a write's work reads nothing but the request and the object it replaces: the
+//! body's unknown-field check and typed decoding, a custom resource's schema and CEL rules,
+//! the metadata rules, the managed-fields record. kube-apiserver does all of it before its
+//! storage's compare-and-swap (`GuaranteedUpdate` computes the new object from the one it
+//! read, and etcd's transaction stores it only if that one is still the current revision,
+//! else the update is computed again). POST and PUT (of an object or its `/status`) run the
+//! same way here ([`Write::run_on`]), so two writes validate at once on two cores instead of
+//! one after the other:
+//!
+//! * **create**: intake and the strategy's validation outside; a brief lock to check the
+//!   namespace ([`strategy::prepare_create`]); then, under the lock, a generated name that is
+//!   free, quota admission, the existence check and the write;
+//! * **update**: intake once; then the stored object is read (an `Arc`, no copy), the update
+//!   is decided against it outside the lock, and stored under the lock only if that object is
+//!   still the stored one. If another write came in between, the update is decided again
+//!   against the new object (at most five times, then under the lock), so a client's stale
+//!   `resourceVersion` still gets 409, and an unconditional update applies to the newest
+//!   object, as under the lock.
+//!
+//! The answers, errors and their order are those of the locked path. A kind whose strategy's
+//! store hooks read the stored objects (a Service's IP allocation, a CRD's establishment,
+//! quota and RBAC escalation checks: [`strategy::Strategy::store_free_writes`]), a dry run,
+//! a patch, `/scale` and deletes run wholly under the lock.
+//!
 //! The store knows no resource by name. What one resource does differently (its defaults, its
 //! validation, its status on create, a Service's allocations, a pod's grace period, a
 //! namespace's finalization, the subresources it serves itself) is its
@@ -42,7 +68,6 @@ use crate::api::selectors::{FieldSelector, LabelSelector};
 use crate::api::status::{ApiError, Cause, success_status};
 use crate::api::user::UserInfo;
 use crate::auth::rbac::{Attributes, exact_name};
-use crate::registry::State;
 use crate::registry::core::namespaces;
 use crate::registry::core::resourcequotas::{self, admission as quota_admission};
 use crate::registry::patch::{self, ApplyError, JsonPatchError, apply};
@@ -50,6 +75,7 @@ use crate::registry::resources::ResourceDef;
 use crate::registry::strategy::{self, Presented, intake, present};
 use crate::registry::typed;
 use crate::registry::validation;
+use crate::registry::{State, Store};
 use crate::storage::store::{Key, Stored, key_of, rv_of};
 
 /// The resource, namespace, name and subresource a request URL names.
@@ -660,14 +686,64 @@ fn create_prepared(
     obj: Value,
     opts: WriteOptions,
 ) -> Result<Answer, ApiError> {
-    let dry_run = opts.dry_run;
+    let generated = is_generated(&obj);
+    let obj = strategy::prepare_create(st, &t.def, obj, t.namespace.as_deref())?;
+    let obj = decide_create(Some(st), t, obj, &opts)?;
+    match store_create(st, t, obj, generated, &opts)? {
+        Created::Stored(stored) => Ok((201, present(&t.def, &stored))),
+        Created::DryRun(obj) => Ok((201, present(&t.def, &obj))),
+    }
+}
+
+/// Whether the server chooses the name: the client sent `generateName` and no name.
+fn is_generated(obj: &Value) -> bool {
+    meta_str(obj, "name").is_empty() && !meta_str(obj, "generateName").is_empty()
+}
+
+/// The rules of a create that read nothing stored (with `st`, the strategy's `BeginCreate` too,
+/// which may): the kind's validation and defaults, the metadata rules, the managed-fields
+/// record. `obj` comes from [`strategy::prepare_create`].
+fn decide_create(
+    st: Option<&mut State>,
+    t: &Target,
+    mut obj: Value,
+    opts: &WriteOptions,
+) -> Result<Value, ApiError> {
     let def = &t.def;
-    // The name is the server's to choose only when the client sent `generateName` and no name.
-    let generated = meta_str(&obj, "name").is_empty() && !meta_str(&obj, "generateName").is_empty();
     let strategy = def.strategy.get();
-    let mut obj = strategy::prepare_create(st, def, obj, t.namespace.as_deref())?;
-    strategy.begin_create(st, &mut obj)?;
+    if let Some(st) = st {
+        strategy.begin_create(st, &mut obj)?;
+    }
     strategy.validate(def, &mut obj, None, opts.strict)?;
+    validation::check(
+        def,
+        meta_str(&obj, "name"),
+        validation::validate_object(def, &obj, None),
+    )?;
+    if opts.record {
+        let sub = t.subresource.as_deref();
+        patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
+    }
+    Ok(obj)
+}
+
+/// What a create stored, or would have (a dry run).
+enum Created {
+    Stored(Arc<Stored>),
+    DryRun(Value),
+}
+
+/// The rest of a create, under the store's lock: a generated name that is free, quota
+/// admission, the existence check, the strategy's store hooks, and the write.
+fn store_create(
+    st: &mut State,
+    t: &Target,
+    mut obj: Value,
+    generated: bool,
+    opts: &WriteOptions,
+) -> Result<Created, ApiError> {
+    let def = &t.def;
+    let strategy = def.strategy.get();
     if generated {
         // KEP-4420: a generated name that collides is generated again, as the real registry
         // does (`maxNameGenerationCreateAttempts`), before giving up with 409.
@@ -684,18 +760,9 @@ fn create_prepared(
             obj["metadata"]["name"] = json!(name);
         }
     }
-    validation::check(
-        def,
-        meta_str(&obj, "name"),
-        validation::validate_object(def, &obj, None),
-    )?;
     // Quota admission, the last admission plugin: a create that would exceed a quota of its
     // namespace is refused before anything is stored.
     quota_admission::admit_create(st, def, &obj)?;
-    if opts.record {
-        let sub = t.subresource.as_deref();
-        patch::record_update(None, &mut obj, &opts.manager, sub, &meta::now_time());
-    }
     let (ns, name) = key_of(&obj);
     if let Some(existing) = st.get(&def.storage, &ns, &name) {
         let mut e = if generated {
@@ -711,16 +778,16 @@ fn create_prepared(
     if let Some(user) = &opts.requester {
         strategy.authorize_write(st, def, user, &obj, None)?;
     }
-    strategy.before_store(st, &mut obj, dry_run)?;
-    if dry_run {
-        return Ok((201, present(def, &obj)));
+    strategy.before_store(st, &mut obj, opts.dry_run)?;
+    if opts.dry_run {
+        return Ok(Created::DryRun(obj));
     }
     limits::check_stored_size(&obj)?;
     let stored = st.write(&def.storage, obj);
     if def.namespaced {
         resourcequotas::refresh(st, &ns);
     }
-    Ok((201, present(def, &stored)))
+    Ok(Created::Stored(stored))
 }
 
 /// POST on a collection.
@@ -733,14 +800,20 @@ pub fn create(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
             &t.def.group,
         ));
     }
+    let obj = create_intake(t, body, q)?;
+    create_prepared(st, t, obj, WriteOptions::from_query(q))
+}
+
+/// A create's body in storage shape: the request-version checks, unknown fields (warnings or,
+/// under `Strict`, the error), the typed decoding and defaults. Reads nothing stored.
+fn create_intake(t: &Target, body: Value, q: &Query) -> Result<Value, ApiError> {
     t.def
         .strategy
         .get()
         .validate_create_request(&t.def, &body)?;
     let mut body = body;
     validation::check_unknown_fields(&t.def, &mut body, q)?;
-    let obj = intake(&t.def, body)?;
-    create_prepared(st, t, obj, WriteOptions::from_query(q))
+    intake(&t.def, body)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -755,6 +828,35 @@ fn update_stored(
     new: Value,
     opts: WriteOptions,
 ) -> Result<Answer, ApiError> {
+    match decide_update(Some(st), t, old, new, &opts)? {
+        Decided::Answer(a) => Ok(a),
+        Decided::Store(result) => Ok(store_update(st, t, result).answer(&t.def)),
+        Decided::Remove(result) => Ok(store_update_removal(st, t, result).answer(&t.def)),
+    }
+}
+
+/// What an update decided before anything is stored.
+enum Decided {
+    /// The answer already: a no-op write (nothing stored, no event) or a dry run.
+    Answer(Answer),
+    /// The object to store.
+    Store(Value),
+    /// The object to remove: the last finalizer went and nothing else holds it.
+    Remove(Value),
+}
+
+/// The rules of an update against `old`, the stored object: kube's `BeforeUpdate` (the shared
+/// rules, the kind's validation and the metadata rules), the no-op check and the managed-fields
+/// record. With `st`, the strategy's store hooks run too (`BeginUpdate`, the escalation check,
+/// `before_store`); without it they are skipped, which only a strategy whose hooks read
+/// nothing stored allows ([`Strategy::store_free_writes`](strategy::Strategy::store_free_writes)).
+fn decide_update(
+    mut st: Option<&mut State>,
+    t: &Target,
+    old: &Value,
+    new: Value,
+    opts: &WriteOptions,
+) -> Result<Decided, ApiError> {
     let dry_run = opts.dry_run;
     let def = &t.def;
     let strategy = def.strategy.get();
@@ -766,7 +868,9 @@ fn update_stored(
         t.name(),
         t.subresource.as_deref(),
     )?;
-    strategy.begin_update(st, old, &mut result)?;
+    if let Some(st) = st.as_deref_mut() {
+        strategy.begin_update(st, old, &mut result)?;
+    }
     if let Some(sub) = t.subresource.as_deref() {
         validation::check(
             def,
@@ -780,13 +884,15 @@ fn update_stored(
         t.name(),
         validation::validate_object(def, &result, Some(old)),
     )?;
-    if let Some(user) = &opts.requester {
-        strategy.authorize_write(st, def, user, &result, Some(old))?;
+    if let Some(st) = st {
+        if let Some(user) = &opts.requester {
+            strategy.authorize_write(st, def, user, &result, Some(old))?;
+        }
+        strategy.before_store(st, &mut result, dry_run)?;
     }
-    strategy.before_store(st, &mut result, dry_run)?;
     if same_except_managed_times(&result, old) {
         // A no-op write changes nothing: same resourceVersion, no watch event.
-        return Ok((200, present(def, old)));
+        return Ok(Decided::Answer((200, present(def, old))));
     }
     if opts.record {
         let sub = t.subresource.as_deref();
@@ -798,25 +904,50 @@ fn update_stored(
             &meta::now_time(),
         );
         if same_except_managed_times(&result, old) {
-            return Ok((200, present(def, old)));
+            return Ok(Decided::Answer((200, present(def, old))));
         }
     }
     if dry_run {
-        return Ok((200, present(def, &result)));
+        return Ok(Decided::Answer((200, present(def, &result))));
     }
     if strategy::should_delete(def, &result) {
-        // The last finalizer went away: the object is gone, and the caller sees its final state.
-        let (ns, name) = key_of(&result);
-        let removed = remove_object(st, def, &ns, &name, Some(result.clone())).unwrap_or(result);
-        return Ok((200, present(def, &removed)));
+        return Ok(Decided::Remove(result));
     }
     limits::check_stored_size(&result)?;
+    Ok(Decided::Store(result))
+}
+
+/// What an update wrote: the stored object, or the removed one (the caller sees its final
+/// state). Presented outside the store's lock.
+enum Written {
+    Stored(Arc<Stored>),
+    Removed(Value),
+}
+
+impl Written {
+    fn answer(self, def: &ResourceDef) -> Answer {
+        match self {
+            Written::Stored(s) => (200, present(def, &s)),
+            Written::Removed(v) => (200, present(def, &v)),
+        }
+    }
+}
+
+/// Stores a decided update, under the store's lock.
+fn store_update(st: &mut State, t: &Target, result: Value) -> Written {
+    let def = &t.def;
     let ns = meta_str(&result, "namespace").to_owned();
     let stored = st.write(&def.storage, result);
     if def.namespaced {
         resourcequotas::refresh(st, &ns);
     }
-    Ok((200, present(def, &stored)))
+    Written::Stored(stored)
+}
+
+/// Removes an object whose update let it go, under the store's lock.
+fn store_update_removal(st: &mut State, t: &Target, result: Value) -> Written {
+    let (ns, name) = key_of(&result);
+    Written::Removed(remove_object(st, &t.def, &ns, &name, Some(result.clone())).unwrap_or(result))
 }
 
 /// PUT on an object, its `/status` or its `/scale`.
@@ -837,6 +968,13 @@ pub fn update(st: &mut State, t: &Target, body: Value, q: &Query) -> Result<Answ
     let mut body = body;
     validation::check_unknown_fields(&def, &mut body, q)?;
     let new = intake(&def, body)?;
+    update_intaken(st, t, new, q)
+}
+
+/// The rest of a PUT once its body is in storage shape: the stored object (or create-on-PUT),
+/// then the update rules.
+fn update_intaken(st: &mut State, t: &Target, new: Value, q: &Query) -> Result<Answer, ApiError> {
+    let def = t.def.clone();
     let Some(old) = st.get_shared(&def.storage, t.ns_key(), t.name()) else {
         if def.create_on_update && t.subresource.is_none() {
             let body_name = meta_str(&new, "name");
@@ -1517,6 +1655,23 @@ impl Write {
         }
     }
 
+    /// Runs the write on `store`, holding its lock only for what reads or changes stored
+    /// objects (see the module docs, "Outside the lock"). A dry run, `/scale`, a subresource of
+    /// the kind's own, a patch, a delete, or a kind whose strategy reads the store takes the
+    /// plain verb under the lock.
+    pub(crate) fn run_on(&self, store: &Store, t: &Target, q: &Query) -> Result<Answer, ApiError> {
+        let outside = !q.dry_run()
+            && matches!(t.subresource.as_deref(), None | Some("status"))
+            && t.def.strategy.get().store_free_writes();
+        match self {
+            Write::Create(b) if outside && t.subresource.is_none() && t.name.is_none() => {
+                create_outside_lock(store, t, b.clone(), q)
+            }
+            Write::Update(b) if outside => update_outside_lock(store, t, b.clone(), q),
+            _ => store.write_checked(|st| self.run(st, t, q)),
+        }
+    }
+
     /// Runs the write on the store as a dry run.
     pub(crate) fn run_dry(
         &self,
@@ -1533,6 +1688,94 @@ impl Write {
             _ => self.run(st, t, &q.for_dry_run()),
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// outside the lock
+
+/// How many times a write computed outside the lock is computed again when the object changed
+/// before it could be stored (kube's `GuaranteedUpdate` retries the same way), before the write
+/// is run under the lock instead.
+const OPTIMISTIC_ATTEMPTS: usize = 5;
+
+/// POST with the state-free work outside the store's lock: the body's intake, the kind's
+/// validation and defaults, the metadata rules and the managed-fields record. The lock is taken
+/// twice, briefly: to check the namespace ([`strategy::prepare_create`]) and to store.
+fn create_outside_lock(
+    store: &Store,
+    t: &Target,
+    body: Value,
+    q: &Query,
+) -> Result<Answer, ApiError> {
+    q.check_write_options("CreateOptions")?;
+    let obj = create_intake(t, body, q)?;
+    let opts = WriteOptions::from_query(q);
+    let generated = is_generated(&obj);
+    let obj = store.read(|st| strategy::prepare_create(st, &t.def, obj, t.namespace.as_deref()))?;
+    let obj = decide_create(None, t, obj, &opts)?;
+    match store.write_checked(|st| store_create(st, t, obj, generated, &opts))? {
+        Created::Stored(stored) => Ok((201, present(&t.def, &stored))),
+        Created::DryRun(obj) => Ok((201, present(&t.def, &obj))),
+    }
+}
+
+/// PUT (of an object or its `/status`) computed outside the store's lock against the stored
+/// object as it was read, then stored with a compare-and-swap: if the object changed in
+/// between, the update is computed again against the new one (a client's stale
+/// `resourceVersion` then gets its 409 from [`strategy::prepare_update`], as under the lock).
+/// The body's intake runs once, so its warnings are given once.
+fn update_outside_lock(
+    store: &Store,
+    t: &Target,
+    body: Value,
+    q: &Query,
+) -> Result<Answer, ApiError> {
+    update_outside_lock_then(store, t, body, q, || {})
+}
+
+/// [`update_outside_lock`], running `between` between each decision and its compare-and-swap
+/// (where another writer may come in; the tests write there).
+fn update_outside_lock_then(
+    store: &Store,
+    t: &Target,
+    body: Value,
+    q: &Query,
+    mut between: impl FnMut(),
+) -> Result<Answer, ApiError> {
+    q.check_write_options("UpdateOptions")?;
+    let def = &t.def;
+    let mut body = body;
+    validation::check_unknown_fields(def, &mut body, q)?;
+    let new = intake(def, body)?;
+    let opts = WriteOptions::from_query(q);
+    for _ in 0..OPTIMISTIC_ATTEMPTS {
+        let Some(old) = store.read(|st| st.get_shared(&def.storage, t.ns_key(), t.name())) else {
+            // Not found, or created by this PUT: the plain verb decides, under the lock.
+            break;
+        };
+        let decided = decide_update(None, t, &old, new.clone(), &opts)?;
+        let (result, remove) = match decided {
+            Decided::Answer(a) => return Ok(a),
+            Decided::Store(r) => (r, false),
+            Decided::Remove(r) => (r, true),
+        };
+        between();
+        let written = store.write_checked(|st| {
+            let current = st.get_shared(&def.storage, t.ns_key(), t.name());
+            if !current.is_some_and(|c| Arc::ptr_eq(&c, &old) || rv_of(&c) == rv_of(&old)) {
+                return Ok::<_, ApiError>(None);
+            }
+            Ok(Some(if remove {
+                store_update_removal(st, t, result)
+            } else {
+                store_update(st, t, result)
+            }))
+        })?;
+        if let Some(w) = written {
+            return Ok(w.answer(def));
+        }
+    }
+    store.write_checked(|st| update_intaken(st, t, new, q))
 }
 
 #[cfg(test)]
@@ -1616,6 +1859,97 @@ mod tests {
             &obj("2024-01-01T00:00:00Z", "1"),
             &no_time
         ));
+    }
+
+    /// A store with namespace `default` and ConfigMap `default/cm` (`data.k: "0"`), and a
+    /// target naming that ConfigMap.
+    fn store_with_a_configmap() -> (Store, Target) {
+        let store = Store::new(100);
+        let def = store.read(|st| st.registry.lookup("", "v1", "configmaps").unwrap());
+        store.write(|st| {
+            st.create("core/namespaces", json!({"metadata": {"name": "default"}}));
+            st.create(
+                "core/configmaps",
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "cm", "namespace": "default", "uid": "u1"},
+                    "data": {"k": "0"}}),
+            );
+        });
+        let target = Target {
+            def,
+            namespace: Some("default".into()),
+            name: Some("cm".into()),
+            subresource: None,
+        };
+        (store, target)
+    }
+
+    fn configmap(rv: Option<u64>, value: &str) -> Value {
+        let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "namespace": "default"}, "data": {"k": value}});
+        if let Some(rv) = rv {
+            cm["metadata"]["resourceVersion"] = json!(rv.to_string());
+        }
+        cm
+    }
+
+    /// An update decided outside the lock is stored only if the object it was decided against
+    /// is still the stored one: a write that came in between makes a conditional update 409
+    /// (its `resourceVersion` is stale now), as under the lock, instead of overwriting it.
+    #[test]
+    fn an_update_whose_object_changed_meanwhile_gets_409_when_conditional() {
+        let (store, target) = store_with_a_configmap();
+        assert!(target.def.strategy.get().store_free_writes());
+        let rv = store.read(|st| rv_of(st.get("core/configmaps", "default", "cm").unwrap()));
+        let q = Query::parse(None);
+        let mut interloper = Some(configmap(None, "interloper"));
+        let err =
+            update_outside_lock_then(&store, &target, configmap(Some(rv), "mine"), &q, || {
+                if let Some(body) = interloper.take() {
+                    let q = Query::parse(None);
+                    store
+                        .write_checked(|st| update(st, &target, body, &q))
+                        .unwrap();
+                }
+            })
+            .unwrap_err();
+        assert_eq!(err.code, 409, "{err:?}");
+        let stored = store.read(|st| st.get("core/configmaps", "default", "cm").cloned());
+        assert_eq!(stored.unwrap()["data"]["k"], "interloper");
+    }
+
+    /// An unconditional update (no `resourceVersion`) whose object changed before it could be
+    /// stored is decided again against the new object and stored on top of it: one write each,
+    /// and the decision ran twice.
+    #[test]
+    fn an_unconditional_update_is_decided_again_against_the_new_object() {
+        let (store, target) = store_with_a_configmap();
+        let before = store.read(|st| st.resource_version());
+        let q = Query::parse(None);
+        let mut decisions = 0;
+        let (code, answer) =
+            update_outside_lock_then(&store, &target, configmap(None, "mine"), &q, || {
+                decisions += 1;
+                if decisions == 1 {
+                    let q = Query::parse(None);
+                    store
+                        .write_checked(|st| update(st, &target, configmap(None, "other"), &q))
+                        .unwrap();
+                }
+            })
+            .unwrap();
+        assert_eq!((code, decisions), (200, 2));
+        assert_eq!(answer["data"]["k"], "mine");
+        assert_eq!(
+            answer["metadata"]["resourceVersion"],
+            (before + 2).to_string()
+        );
+        let history = store.read(|st| st.changes_since(before).unwrap());
+        let values: Vec<&str> = history
+            .iter()
+            .map(|c| c.object.value()["data"]["k"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(values, ["other", "mine"]);
     }
 
     #[test]

@@ -107,6 +107,18 @@ pub trait Strategy: Send + Sync + std::fmt::Debug {
         clear_status(def, obj);
     }
 
+    /// Whether this kind's writes may be computed outside the store's lock: true unless one of
+    /// the hooks that get the stored objects ([`Strategy::begin_create`],
+    /// [`Strategy::begin_update`], [`Strategy::authorize_write`], [`Strategy::before_store`])
+    /// reads or changes them. A strategy that overrides one of those returns `false` here, and
+    /// its creates and updates run wholly under the lock; for the others the validation,
+    /// defaults and managed-fields record run outside it, against the stored object as read,
+    /// and the result is stored with a compare-and-swap ([`crate::registry::generic`],
+    /// "Outside the lock").
+    fn store_free_writes(&self) -> bool {
+        true
+    }
+
     /// The store's `BeginCreate`: runs under the store's lock with the stored objects at hand,
     /// after [`Strategy::prepare_for_create`] (a Service's cluster IP and node ports are
     /// allocated here, from the addresses the stored Services hold).

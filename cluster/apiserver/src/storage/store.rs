@@ -81,7 +81,9 @@
 //! ## Concurrency
 //!
 //! All state sits behind one mutex that is never held across an `.await`; a request handler
-//! locks it, validates, writes, and unlocks. After each write batch the new revision is published
+//! locks it, checks what depends on the stored objects, writes, and unlocks (the validation
+//! that depends only on the request and the replaced object runs before, outside the lock:
+//! [`crate::registry::generic`], "Outside the lock"). After each write batch the new revision is published
 //! on a `tokio::sync::watch` channel ([`Store::subscribe`]); watch streams and background
 //! controllers wait on it and then read [`State::changes_since`] their last revision, so no
 //! change is ever missed even if several land between two wake-ups.

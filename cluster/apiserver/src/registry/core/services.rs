@@ -105,6 +105,11 @@ fn static_band() -> u32 {
 pub struct ServiceStrategy;
 
 impl Strategy for ServiceStrategy {
+    /// Its store hooks read the stored objects: writes run under the lock.
+    fn store_free_writes(&self) -> bool {
+        false
+    }
+
     fn validate_name(&self, name: &str) -> Vec<String> {
         is_dns1035_label(name)
     }

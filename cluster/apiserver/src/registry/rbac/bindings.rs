@@ -26,6 +26,11 @@ use crate::registry::validation::{is_valid_path_segment_name, str_at};
 pub struct BindingStrategy;
 
 impl Strategy for BindingStrategy {
+    /// Its store hooks read the stored objects: writes run under the lock.
+    fn store_free_writes(&self) -> bool {
+        false
+    }
+
     fn validate_name(&self, name: &str) -> Vec<String> {
         rbac::validate_name(name)
     }

@@ -24,6 +24,11 @@ use crate::registry::strategy::Strategy;
 pub struct RoleStrategy;
 
 impl Strategy for RoleStrategy {
+    /// Its store hooks read the stored objects: writes run under the lock.
+    fn store_free_writes(&self) -> bool {
+        false
+    }
+
     fn validate_name(&self, name: &str) -> Vec<String> {
         rbac::validate_name(name)
     }

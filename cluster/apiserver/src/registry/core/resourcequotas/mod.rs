@@ -143,6 +143,11 @@ fn computed_status(st: &State, quota: &Value, creating: bool) -> Value {
 }
 
 impl Strategy for ResourceQuotaStrategy {
+    /// Its store hooks read the stored objects: writes run under the lock.
+    fn store_free_writes(&self) -> bool {
+        false
+    }
+
     fn validate(
         &self,
         def: &ResourceDef,
