@@ -198,6 +198,146 @@ struct Node {
     items: Option<Box<Node>>,
     additional: Option<Box<Node>>,
     resource_root: bool,
+    /// What of `self` the node's rules and message expressions read ([`Reads`]).
+    self_reads: Reads,
+    /// What of `oldSelf` they read.
+    old_reads: Reads,
+}
+
+/// What of a variable (`self` or `oldSelf`) a node's expressions read. A rule that only
+/// selects fields (`self.spec.schedule`, `has(self.run)`, `oldSelf.status.phase`) reads only
+/// those subtrees, so only they are converted to CEL values for it: an At's root rule reads
+/// three fields, not the whole object with its status on every status write. Any other use of
+/// the variable (compared, passed to a function, iterated, indexed) reads all of it.
+#[derive(Clone, Debug, PartialEq)]
+enum Reads {
+    /// These field paths, none a prefix of another (empty: the variable is not read).
+    Paths(Vec<Vec<String>>),
+    /// The whole value.
+    Everything,
+}
+
+impl Reads {
+    fn merge(&mut self, other: Reads) {
+        match (&mut *self, other) {
+            (Reads::Everything, _) => {}
+            (_, Reads::Everything) => *self = Reads::Everything,
+            (Reads::Paths(a), Reads::Paths(b)) => {
+                a.extend(b);
+                a.sort();
+                a.dedup();
+                // A path under another one is read with it.
+                let all = std::mem::take(a);
+                for p in &all {
+                    if !all.iter().any(|q| q.len() < p.len() && p.starts_with(q)) {
+                        a.push(p.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// `v` with only the subtrees read (the whole of `v` if everything is, or if it is not an
+    /// object). A path that meets a value that is not an object keeps that value whole.
+    fn view<'v>(&self, v: &'v Value) -> std::borrow::Cow<'v, Value> {
+        let Reads::Paths(paths) = self else {
+            return std::borrow::Cow::Borrowed(v);
+        };
+        if !v.is_object() {
+            return std::borrow::Cow::Borrowed(v);
+        }
+        let mut out = Value::Object(serde_json::Map::new());
+        for p in paths {
+            copy_path(v, &mut out, p);
+        }
+        std::borrow::Cow::Owned(out)
+    }
+}
+
+fn copy_path(src: &Value, dst: &mut Value, path: &[String]) {
+    let Some((first, rest)) = path.split_first() else {
+        *dst = src.clone();
+        return;
+    };
+    let (Value::Object(from), Value::Object(to)) = (src, &mut *dst) else {
+        *dst = src.clone();
+        return;
+    };
+    // The selected name is the property's CEL name (`__namespace__` for `namespace`).
+    let plain = escape_property(first).as_deref() == Some(first.as_str());
+    let found = from
+        .get_key_value(first.as_str())
+        .filter(|_| plain)
+        .or_else(|| {
+            from.iter()
+                .find(|(k, _)| escape_property(k).as_deref() == Some(first.as_str()))
+        });
+    let Some((key, child)) = found else {
+        return;
+    };
+    if rest.is_empty() {
+        to.insert(key.clone(), child.clone());
+        return;
+    }
+    let slot = to
+        .entry(key.clone())
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    copy_path(child, slot, rest);
+}
+
+/// What `e` reads of the variable `var` ([`Reads`]); a comprehension that binds the same
+/// name hides it inside.
+fn reads_of(e: &IdedExpr, var: &str) -> Reads {
+    let mut out = Reads::Paths(vec![]);
+    // Depth-first without recursion (a hostile tree cannot overflow the stack); each entry
+    // carries how many of the comprehension-bound `names` apply to it.
+    let mut stack = vec![(e, 0)];
+    let mut names: Vec<String> = vec![];
+    while let Some((e, depth)) = stack.pop() {
+        names.truncate(depth);
+        if out == Reads::Everything {
+            break;
+        }
+        match &e.expr {
+            Expr::Ident(name) if name == var && !names.iter().any(|b| b == var) => {
+                return Reads::Everything;
+            }
+            Expr::Select(_) => {
+                let mut fields = vec![];
+                let mut at = e;
+                while let Expr::Select(s) = &at.expr {
+                    fields.push(s.field.clone());
+                    at = &s.operand;
+                }
+                match &at.expr {
+                    Expr::Ident(name) if name == var && !names.iter().any(|b| b == var) => {
+                        fields.reverse();
+                        out.merge(Reads::Paths(vec![fields]));
+                    }
+                    _ => stack.push((at, depth)),
+                }
+            }
+            Expr::Comprehension(c) => {
+                stack.push((&c.iter_range, depth));
+                stack.push((&c.accu_init, depth));
+                names.push(c.iter_var.clone());
+                if let Some(v) = &c.iter_var2 {
+                    names.push(v.clone());
+                }
+                names.push(c.accu_var.clone());
+                let inner = names.len();
+                for x in [&c.loop_cond, &c.loop_step, &c.result] {
+                    stack.push((x, inner));
+                }
+            }
+            _ => {
+                for c in children(e) {
+                    stack.push((c, depth));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The compiled validation rules of one CRD version's schema.
@@ -1002,6 +1142,16 @@ fn compile_node(
     {
         return None;
     }
+    let mut self_reads = Reads::Paths(vec![]);
+    let mut old_reads = Reads::Paths(vec![]);
+    for r in &rules {
+        let programs =
+            std::iter::once(&r.program).chain(r.message_expression.iter().map(|(_, p)| p));
+        for p in programs {
+            self_reads.merge(reads_of(p.expression(), "self"));
+            old_reads.merge(reads_of(p.expression(), "oldSelf"));
+        }
+    }
     Some(Node {
         schema: schema.clone(),
         rules,
@@ -1009,6 +1159,8 @@ fn compile_node(
         items: items_node,
         additional: additional_node,
         resource_root,
+        self_reads,
+        old_reads,
     })
 }
 
@@ -1481,13 +1633,23 @@ fn run_rules(node: &Node, path: &str, v: &Value, old: Option<&Value>, run: &mut 
         return;
     }
     let observed = Bounds::observe(&node.schema, v, old);
-    let this = to_cel(Some(&node.schema), v, node.resource_root);
+    let this = to_cel(
+        Some(&node.schema),
+        &node.self_reads.view(v),
+        node.resource_root,
+    );
     // `oldSelf` is converted only when a rule of the node reads it: a rule that does not
     // cannot tell whether it is bound (a status write's spec rules, `has(self.run)`, skip the
     // copy of the old spec).
     let previous = old
         .filter(|_| node.rules.iter().any(|r| r.reads_old_self))
-        .map(|o| to_cel(Some(&node.schema), o, node.resource_root));
+        .map(|o| {
+            to_cel(
+                Some(&node.schema),
+                &node.old_reads.view(o),
+                node.resource_root,
+            )
+        });
     for rule in &node.rules {
         if rule.uses_old_self && old.is_none() && !rule.optional_old_self {
             continue;
@@ -1704,6 +1866,67 @@ pub fn rules_not_checked() -> FieldError {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Field selections read their subtrees only; any other use of the variable reads it all;
+    /// a comprehension variable of the same name hides it.
+    #[test]
+    fn rules_read_the_fields_they_select() {
+        let reads = |src: &str, var: &str| reads_of(parse(src).unwrap().expression(), var);
+        let paths = |ps: &[&[&str]]| {
+            Reads::Paths(
+                ps.iter()
+                    .map(|p| p.iter().map(|s| (*s).to_owned()).collect())
+                    .collect(),
+            )
+        };
+        let root = "!has(oldSelf.status) || !has(oldSelf.status.phase) || \
+                    oldSelf.status.phase == 'PENDING' || self.spec.schedule == oldSelf.spec.schedule";
+        assert_eq!(reads(root, "self"), paths(&[&["spec", "schedule"]]));
+        assert_eq!(
+            reads(root, "oldSelf"),
+            paths(&[&["spec", "schedule"], &["status"]])
+        );
+        assert_eq!(
+            reads("has(self.run) || has(self.command)", "oldSelf"),
+            paths(&[])
+        );
+        assert_eq!(
+            reads("self.items.all(x, x.a > 0)", "self"),
+            paths(&[&["items"]])
+        );
+        assert_eq!(
+            reads("self.items[0].name == 'x'", "self"),
+            paths(&[&["items"]])
+        );
+        for everything in ["self == oldSelf", "size(self) < 3", "self.all(k, k != 'x')"] {
+            assert_eq!(reads(everything, "self"), Reads::Everything, "{everything}");
+        }
+        assert_eq!(
+            reads("self.items.all(self, self.a > 0)", "self"),
+            paths(&[&["items"]])
+        );
+    }
+
+    /// The view of a value keeps exactly the subtrees read, and the whole value otherwise.
+    #[test]
+    fn a_view_keeps_the_subtrees_read() {
+        let v = json!({"spec": {"schedule": "s", "run": {"command": "c"}},
+                       "status": {"phase": "RUNNING", "x": 1}, "metadata": {"name": "a"}});
+        let view = Reads::Paths(vec![
+            vec!["spec".into(), "schedule".into()],
+            vec!["status".into()],
+            vec!["missing".into(), "field".into()],
+        ])
+        .view(&v);
+        assert_eq!(
+            *view,
+            json!({"spec": {"schedule": "s"}, "status": {"phase": "RUNNING", "x": 1}})
+        );
+        assert_eq!(*Reads::Everything.view(&v), v);
+        assert_eq!(*Reads::Paths(vec![]).view(&v), json!({}));
+        let scalar = json!(3);
+        assert_eq!(*Reads::Paths(vec![vec!["a".into()]]).view(&scalar), scalar);
+    }
 
     #[test]
     fn each_source_is_parsed_once_and_its_program_shared() {
