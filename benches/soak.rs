@@ -7,7 +7,8 @@
 //! another (`controller-manager run --leader-elect`, every operator), and for `DURATION`:
 //!
 //! * **churn**: `--rate` Ats a second (default 10), each due at once and deleted 5 s after it
-//!   went DONE; every 15 s one step of a cycle that creates, scales and deletes a RedisCluster
+//!   went DONE (the count follows the schedule: the creates the server could not take while it
+//!   was down are made when it is back, so a run creates `rate` × `DURATION` Ats); every 15 s one step of a cycle that creates, scales and deletes a RedisCluster
 //!   and a TDSet and creates, updates and deletes a MyApp;
 //! * **faults** on a schedule, each written to `faults.csv`: the API server `kill -9`'d and
 //!   restarted from its data directory (`--kill-every`, default 2 min; the managers' watches
@@ -833,55 +834,62 @@ async fn run(opts: Opts) -> BoxResult<bool> {
             let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut i = 0u64;
-            loop {
+            let start = Instant::now();
+            'ticks: loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = tick.tick() => {}
                 }
-                let name = format!("soak-{i}");
-                let at: At = match serde_json::from_value(json!({
-                    "apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
-                    "metadata": {"name": name, "namespace": "default"},
-                    "spec": {"schedule": rfc3339(SystemTime::now()), "run": {"command": "echo soak"}},
-                })) {
-                    Ok(at) => at,
-                    Err(e) => {
-                        lock(&book)
-                            .violations
-                            .push(format!("building At {name}: {e}"));
-                        break;
+                // The schedule, not the ticks, sets the count: after the server was down (or
+                // slow), the Ats it should have had by now are created at once, as a client
+                // keeping its rate would, so a run creates `rate` × its duration.
+                let due = (start.elapsed().as_secs_f64() * rate) as u64 + 1;
+                while i < due && !stop.is_cancelled() {
+                    let name = format!("soak-{i}");
+                    let at: At = match serde_json::from_value(json!({
+                        "apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
+                        "metadata": {"name": name, "namespace": "default"},
+                        "spec": {"schedule": rfc3339(SystemTime::now()), "run": {"command": "echo soak"}},
+                    })) {
+                        Ok(at) => at,
+                        Err(e) => {
+                            lock(&book)
+                                .violations
+                                .push(format!("building At {name}: {e}"));
+                            break 'ticks;
+                        }
+                    };
+                    let created = Instant::now();
+                    let res = tokio::time::timeout(
+                        Duration::from_secs(10),
+                        ats.create(&PostParams::default(), &at),
+                    )
+                    .await;
+                    let mut b = lock(&book);
+                    match res {
+                        Ok(Ok(_)) => {}
+                        // A create whose answer was lost (the server was killed or slow past the
+                        // timeout after storing it): the At is there, so it counts as created.
+                        Ok(Err(e)) if e.code() == Some(409) => b.create_errors += 1,
+                        // The server is down, restarting or refusing: the same name next tick.
+                        _ => {
+                            b.create_errors += 1;
+                            continue 'ticks;
+                        }
                     }
-                };
-                let created = Instant::now();
-                let res = tokio::time::timeout(
-                    Duration::from_secs(10),
-                    ats.create(&PostParams::default(), &at),
-                )
-                .await;
-                let mut b = lock(&book);
-                match res {
-                    Ok(Ok(_)) => {}
-                    // A create whose answer was lost (the server was killed or slow past the
-                    // timeout after storing it): the At is there, so it counts as created.
-                    Ok(Err(e)) if e.code() == Some(409) => b.create_errors += 1,
-                    // The server is down, restarting or refusing: the same name next tick.
-                    _ => {
-                        b.create_errors += 1;
-                        continue;
-                    }
+                    b.created += 1;
+                    b.ats.insert(
+                        name,
+                        AtRec {
+                            created,
+                            done: None,
+                            deleted: false,
+                            late: false,
+                            pods: HashSet::new(),
+                        },
+                    );
+                    i += 1;
                 }
-                b.created += 1;
-                b.ats.insert(
-                    name,
-                    AtRec {
-                        created,
-                        done: None,
-                        deleted: false,
-                        late: false,
-                        pods: HashSet::new(),
-                    },
-                );
-                i += 1;
             }
         })
     };
