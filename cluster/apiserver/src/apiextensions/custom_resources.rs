@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::api::object_meta::meta_str;
 use crate::api::status::ApiError;
 use crate::apiextensions::cel_rules::{self, Validator};
 use crate::apiextensions::schema;
@@ -50,13 +49,54 @@ fn validate_custom(
     let Some(schema) = def.custom.as_ref().and_then(|c| c.schema.as_ref()) else {
         return Ok(());
     };
-    // apiVersion, kind and metadata are the server's, not the schema's.
-    let mut body = obj.clone();
-    if let Some(m) = body.as_object_mut() {
-        m.remove("metadata");
-        m.remove("apiVersion");
-        m.remove("kind");
+    let Some(fields) = obj.as_object_mut() else {
+        // Not an object: the schema says what is wrong with it.
+        let body = obj.clone();
+        return check_body(
+            def,
+            schema,
+            rules,
+            body,
+            old,
+            strict,
+            &mut serde_json::Map::new(),
+        )
+        .1;
+    };
+    // apiVersion, kind and metadata are the server's, not the schema's: moved out while the
+    // schema's defaults, pruning and validation run on the rest, and back in after.
+    let mut server = serde_json::Map::new();
+    for key in ["metadata", "apiVersion", "kind"] {
+        if let Some(v) = fields.remove(key) {
+            server.insert(key.to_owned(), v);
+        }
     }
+    let body = Value::Object(std::mem::take(fields));
+    let checked = check_body(def, schema, rules, body, old, strict, &mut server);
+    let Some(fields) = obj.as_object_mut() else {
+        return checked.1;
+    };
+    let (mut body, result) = checked;
+    if let Some(b) = body.as_object_mut() {
+        *fields = std::mem::take(b);
+    }
+    fields.extend(server);
+    result
+}
+
+/// The schema's part of [`validate_custom`] on `body` (the object without the server's
+/// fields, which `server` holds): the body (defaulted and pruned when it passed) and the
+/// verdict. The CEL rules see the server's fields too (`self.metadata.name`): they
+/// are lent to the body for the rules and taken back.
+fn check_body(
+    def: &ResourceDef,
+    schema: &Value,
+    rules: Option<&Validator>,
+    mut body: Value,
+    old: Option<&Value>,
+    strict: bool,
+    server: &mut serde_json::Map<String, Value>,
+) -> (Value, Result<(), ApiError>) {
     if strict {
         let mut pruned = body.clone();
         schema::prune(schema, &mut pruned);
@@ -67,10 +107,8 @@ fn validate_custom(
                 .iter()
                 .map(|f| format!("unknown field \"{f}\""))
                 .collect();
-            return Err(ApiError::bad_request(format!(
-                "strict decoding error: {}",
-                list.join(", ")
-            )));
+            let e = ApiError::bad_request(format!("strict decoding error: {}", list.join(", ")));
+            return (body, Err(e));
         }
     }
     schema::apply_defaults(schema, &mut body);
@@ -79,42 +117,40 @@ fn validate_custom(
     if let Some(rules) = rules {
         if cel_rules::has_blocking_error(&errors) {
             errors.push(cel_rules::rules_not_checked());
-        } else {
-            let mut whole = body.clone();
-            for key in ["metadata", "apiVersion", "kind"] {
-                if let (Some(w), Some(v)) = (whole.as_object_mut(), obj.get(key)) {
-                    w.insert(key.to_owned(), v.clone());
+        } else if let Some(b) = body.as_object_mut() {
+            let lent: Vec<String> = server.keys().cloned().collect();
+            b.extend(std::mem::take(server));
+            errors.extend(rules.validate(&body, old));
+            if let Some(b) = body.as_object_mut() {
+                for key in lent {
+                    if let Some(v) = b.remove(&key) {
+                        server.insert(key, v);
+                    }
                 }
             }
-            errors.extend(rules.validate(&whole, old));
+        } else {
+            errors.extend(rules.validate(&body, old));
         }
     }
-    if !errors.is_empty() {
-        let causes = errors
-            .iter()
-            .map(|e| {
-                let c = e.to_cause();
-                crate::api::status::Cause::new(
-                    c.reason.as_deref().unwrap_or("FieldValueInvalid"),
-                    c.field.as_deref().unwrap_or_default(),
-                    c.message.unwrap_or_default(),
-                )
-            })
-            .collect();
-        return Err(ApiError::invalid(
-            &def.kind,
-            &def.group,
-            meta_str(obj, "name"),
-            causes,
-        ));
+    if errors.is_empty() {
+        return (body, Ok(()));
     }
-    if let (Some(pruned), Some(o)) = (body.as_object_mut(), obj.as_object_mut()) {
-        for key in ["metadata", "apiVersion", "kind"] {
-            if let Some(v) = o.remove(key) {
-                pruned.insert(key.to_owned(), v);
-            }
-        }
-        *o = std::mem::take(pruned);
-    }
-    Ok(())
+    let causes = errors
+        .iter()
+        .map(|e| {
+            let c = e.to_cause();
+            crate::api::status::Cause::new(
+                c.reason.as_deref().unwrap_or("FieldValueInvalid"),
+                c.field.as_deref().unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
+        .collect();
+    let name = server
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let e = ApiError::invalid(&def.kind, &def.group, name, causes);
+    (body, Err(e))
 }

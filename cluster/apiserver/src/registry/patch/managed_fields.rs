@@ -389,8 +389,16 @@ pub fn record_update(
             && e.get("subresource").and_then(Value::as_str) == subresource
     };
     let mut mine_found = false;
-    for e in &mut entries {
+    // The entries the stored object holds, rendered by this function when it was written.
+    let stored_entries = old
+        .and_then(|o| o.pointer("/metadata/managedFields"))
+        .and_then(Value::as_array);
+    for (i, e) in entries.iter_mut().enumerate() {
+        let as_stored = stored_entries
+            .and_then(|s| s.get(i))
+            .is_some_and(|s| s.get("fieldsV1") == e.get("fieldsV1"));
         let mut set = e.get("fieldsV1").map(parse_fields_v1).unwrap_or_default();
+        let parsed = set.len();
         if is_mine(e) {
             mine_found = true;
             set.extend(changed.iter().cloned());
@@ -401,9 +409,15 @@ pub fn record_update(
         } else {
             set.retain(|p| !changed.contains(p));
         }
+        let grown = set.len();
         // Fields that no longer exist are owned by nobody.
         set.retain(|p| value_at(body, p).is_some());
-        e["fieldsV1"] = fields_v1(&set);
+        // An entry as stored whose set neither gained nor lost a path keeps its rendering
+        // (most entries of most writes: another manager's fields, or a status writer's own
+        // again); any other is rendered from its set.
+        if !as_stored || grown != parsed || set.len() != grown {
+            e["fieldsV1"] = fields_v1(&set);
+        }
     }
     if !mine_found && !changed.is_empty() {
         let mut entry = json!({
