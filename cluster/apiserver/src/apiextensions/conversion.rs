@@ -678,7 +678,7 @@ pub async fn run(
         if trial {
             return backend.store.write_checked(plain);
         }
-        return write.run_on(&backend.store, target, query);
+        return write.clone().run_on(&backend.store, target, query);
     };
     if matches!(write, Write::Delete(_)) || target.subresource.as_deref() == Some("scale") {
         let (code, body) = backend.store.write_checked(plain)?;

@@ -1659,16 +1659,16 @@ impl Write {
     /// objects (see the module docs, "Outside the lock"). A dry run, `/scale`, a subresource of
     /// the kind's own, a patch, a delete, or a kind whose strategy reads the store takes the
     /// plain verb under the lock.
-    pub(crate) fn run_on(&self, store: &Store, t: &Target, q: &Query) -> Result<Answer, ApiError> {
+    pub(crate) fn run_on(self, store: &Store, t: &Target, q: &Query) -> Result<Answer, ApiError> {
         let outside = !q.dry_run()
             && matches!(t.subresource.as_deref(), None | Some("status"))
             && t.def.strategy.get().store_free_writes();
         match self {
             Write::Create(b) if outside && t.subresource.is_none() && t.name.is_none() => {
-                create_outside_lock(store, t, b.clone(), q)
+                create_outside_lock(store, t, b, q)
             }
-            Write::Update(b) if outside => update_outside_lock(store, t, b.clone(), q),
-            _ => store.write_checked(|st| self.run(st, t, q)),
+            Write::Update(b) if outside => update_outside_lock(store, t, b, q),
+            other => store.write_checked(|st| other.run(st, t, q)),
         }
     }
 

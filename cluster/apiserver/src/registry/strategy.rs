@@ -281,11 +281,16 @@ pub fn clear_status(def: &ResourceDef, obj: &mut Value) {
 /// through `/status` keeps (a subresource that writes status, such as a CSR's `/approval`, uses
 /// it too).
 pub fn take_status(old: &Value, new: &Value) -> Value {
+    with_status(old, new.get("status").cloned())
+}
+
+/// A copy of `old` with `status` as its status (none: without one).
+fn with_status(old: &Value, status: Option<Value>) -> Value {
     let mut r = old.clone();
     if let Some(o) = r.as_object_mut() {
-        match new.get("status") {
+        match status {
             Some(s) => {
-                o.insert("status".into(), s.clone());
+                o.insert("status".into(), s);
             }
             None => {
                 o.remove("status");
@@ -671,7 +676,11 @@ pub fn prepare_update(
     }
     // The main endpoint's rules, unless `/status` or a subresource of the kind's own writes.
     let merged = match subresource {
-        Some("status") => Some(take_status(old, &new)),
+        // The status is moved over from the request, not copied.
+        Some("status") => Some(with_status(
+            old,
+            new.as_object_mut().and_then(|o| o.remove("status")),
+        )),
         Some(sub) => def
             .strategy
             .get()
