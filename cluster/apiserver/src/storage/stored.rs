@@ -145,12 +145,39 @@ impl Stored {
         }
     }
 
-    /// An object as its JSON bytes only, decoded on first read.
-    fn from_json(json: Arc<[u8]>) -> Self {
+    /// An object as its JSON bytes only, decoded on first read: a rested object, or one loaded
+    /// from the data directory ([`crate::storage::durable`]). The bytes must be serde_json's compact
+    /// encoding of a tree (what [`Stored::to_json`] writes): watches may serve them as they are
+    /// ([`Stored::json`]).
+    pub fn from_json(json: Arc<[u8]>) -> Self {
         Stored {
             tree: OnceLock::new(),
             json: OnceLock::from(json),
             idle: AtomicU8::new(0),
+        }
+    }
+
+    /// The JSON bytes the object holds besides or instead of its tree (rested, or loaded from
+    /// the data directory), `None` for a tree not encoded yet. Always the compact encoding of
+    /// the tree (serde_json's, keys in sorted order): the same bytes as
+    /// `serde_json::to_vec(self.value())`.
+    pub fn json(&self) -> Option<&Arc<[u8]>> {
+        self.json.get()
+    }
+
+    /// Whether two objects hold the same JSON bytes (so the same object), compared without
+    /// decoding either: `false` when either has no bytes.
+    pub fn same_json(&self, other: &Stored) -> bool {
+        matches!((self.json.get(), other.json.get()), (Some(a), Some(b)) if a == b)
+    }
+
+    /// `(namespace, name)` of the object, read from its bytes when it holds no tree (a small
+    /// borrowed parse of `metadata`, no tree built).
+    pub fn key(&self) -> crate::storage::store::Key {
+        match (self.tree.get(), self.json.get()) {
+            (Some(tree), _) => crate::storage::store::key_of(tree),
+            (None, Some(json)) => key_of_json(json),
+            (None, None) => Default::default(),
         }
     }
 
@@ -279,6 +306,39 @@ fn decode(json: &[u8]) -> Value {
             tracing::error!(error = %e, "a stored object's JSON does not decode");
             Value::Null
         }
+    }
+}
+
+/// `(namespace, name)` from an object's JSON: only `metadata.namespace` and `metadata.name` are
+/// kept, everything else is skipped as it is read. Falls back to decoding the whole object
+/// when they are not plain strings (then the key is what [`crate::storage::store::key_of`] reads).
+pub fn key_of_json(json: &[u8]) -> crate::storage::store::Key {
+    #[derive(Deserialize)]
+    struct Object {
+        #[serde(default)]
+        metadata: Option<Meta>,
+    }
+    #[derive(Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        name: Option<String>,
+    }
+    let mut de = serde_json::Deserializer::from_slice(json);
+    de.disable_recursion_limit();
+    match Object::deserialize(&mut de) {
+        Ok(Object { metadata }) => {
+            let meta = metadata.unwrap_or(Meta {
+                namespace: None,
+                name: None,
+            });
+            (
+                meta.namespace.unwrap_or_default(),
+                meta.name.unwrap_or_default(),
+            )
+        }
+        Err(_) => crate::storage::store::key_of(&decode(json)),
     }
 }
 
