@@ -57,8 +57,9 @@ mem() { # LABEL
     rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
     hist=$(curl -fs "$base/metrics" | awk '/^apiserver_storage_history_bytes / {print $2}')
     changes=$(curl -fs "$base/metrics" | awk '/^apiserver_storage_history_changes / {print $2}')
-    printf '%-10s VmHWM %6d MiB  VmRSS %6d MiB  history %6.1f MiB (%s changes)\n' \
-        "$1" $((hwm / 1024)) $((rss / 1024)) "$(echo "$hist" | awk '{print $1 / 1048576}')" "$changes"
+    printf '%-10s VmHWM %6d MiB  VmRSS %6d MiB  history %6.1f MiB (%s changes)  store.redb %d MiB\n' \
+        "$1" $((hwm / 1024)) $((rss / 1024)) "$(echo "$hist" | awk '{print $1 / 1048576}')" "$changes" \
+        $(($(stat -c %s "$work/data/store.redb") / 1048576))
 }
 
 echo "binary: $bin"

@@ -282,6 +282,16 @@ impl SharedEncoding {
     }
 }
 
+impl SharedEncoding {
+    /// The bytes a watch encoded for `served_as`, if one has (encoding nothing).
+    pub fn get(&self, served_as: &str) -> Option<bytes::Bytes> {
+        self.0
+            .get()
+            .filter(|b| b.0 == served_as)
+            .map(|b| b.1.clone())
+    }
+}
+
 impl Clone for SharedEncoding {
     /// A clone starts empty (the cache is not part of the change's value).
     fn clone(&self) -> Self {

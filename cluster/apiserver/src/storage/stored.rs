@@ -33,6 +33,17 @@
 //! serializes a cold object from a tree decoded for that item alone ([`Stored::with_value`]),
 //! so listing everything does not bring every tree back.
 //!
+//! A restart from the data directory loads every object, live and in the history, bytes-only
+//! ([`Stored::from_json`]; [`crate::storage::durable`], "Loading"), so the server starts at about
+//! its JSON rather than its trees. Such an object is decoded by its first read like a rested
+//! one, and rests again like any other; what reads many objects in one go keeps no tree of
+//! them: a LIST ([`Stored::with_value`]), the snapshot of a paged LIST ([`Stored::key`]), a
+//! watch's initial events and its replay of the history
+//! ([`crate::endpoints::watch`]: a custom resource's event is the stored bytes as they are
+//! when they hold the served `apiVersion` and `kind`, [`Stored::json`]; anything else is
+//! encoded from a tree decoded for that event alone, and that encoding is not kept with the
+//! change).
+//!
 //! Where each allocation is made decides whether memory comes back after a burst. glibc's
 //! malloc gives a thread's allocations from that thread's arena, and can only return pages that
 //! are wholly free. The trees are allocated by request threads; the rested copies (the JSON,
@@ -215,7 +226,8 @@ impl Stored {
     }
 
     /// An estimate of the memory the object holds now (the history's byte accounting): its
-    /// tree's size ([`crate::storage::store::value_bytes`]) when decoded, else its JSON's length.
+    /// tree's size ([`crate::storage::store::value_bytes`]) when decoded, else its JSON's length
+    /// (a rested object, or one loaded from the data directory and not read since).
     pub fn bytes(&self) -> usize {
         match (self.tree.get(), self.json.get()) {
             (Some(tree), _) => crate::storage::store::value_bytes(tree),
