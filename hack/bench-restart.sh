@@ -15,7 +15,9 @@
 # VmHWM/VmRSS (from /proc/PID/status) next to the history's bytes, kills it with SIGKILL and
 # starts it again on the same directory, then prints the same figures:
 #
-#   * `loaded`: once /healthz answers after the restart;
+#   * `written`: before the kill (with how long the writes took: every write is committed to
+#     the data directory before it is answered);
+#   * `loaded`: once /healthz answers after the restart (with how long that took);
 #   * `replayed`: after two watches from the revision before the writes (Ats and ConfigMaps:
 #     every change of the history is replayed), a watch of Ats with resourceVersion=0 (the
 #     initial ADDED events), a plain LIST of each resource, a LIST with resourceVersion=0 and
@@ -70,6 +72,7 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 
+t0=$(date +%s.%N)
 python3 - "$base" "${ATS:-3000}" "${HISTORY_MIB:-150}" >"$work/rv0" <<'EOF'
 import json, sys, threading, urllib.request
 base, n_ats, target = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]) * 1048576
@@ -113,10 +116,15 @@ while history_bytes() < target:
         range(n_cm))
 EOF
 rv0=$(cat "$work/rv0")
+t1=$(date +%s.%N)
 mem written
+echo "  writes took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s"
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+t0=$(date +%s.%N)
 start_server
+t1=$(date +%s.%N)
 mem loaded
+echo "  the restart took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s to answer /healthz"
 
 python3 - "$base" "$rv0" <<'EOF'
 import json, sys, threading, urllib.request
