@@ -6,12 +6,16 @@
 #   hack/bench-restart.sh                      # the release binary of this tree (built if missing)
 #   BIN=/path/to/sample-controller hack/bench-restart.sh   # another build (e.g. main's)
 #   HISTORY_MIB=100 hack/bench-restart.sh      # a smaller history (default 150 MiB)
+#   SIMULATE=true hack/bench-restart.sh        # with the simulated node and controllers
+#   SERVER_FLAGS="--history-max-bytes 64Mi" hack/bench-restart.sh   # more flags for the server
 #
 # What it does: starts `sample-controller apiserver --data-dir D` (plain HTTP on a free loopback
-# port, no simulated controllers, history kept for an hour so nothing expires during the run),
-# applies artifacts/crds/, then writes, from a few Python threads: ATS Ats (default 3,000), their
-# status four times each, and ConfigMaps of 100 short keys each, created and updated until the
-# server's `apiserver_storage_history_bytes` reaches HISTORY_MIB. It prints the server's
+# port, no simulated controllers unless SIMULATE=true, history kept for an hour so nothing
+# expires during the run), applies artifacts/crds/, then writes, from a few Python threads: ATS
+# Ats (default 3,000), their status four times each, and ConfigMaps of 100 short keys each,
+# created and updated until the server's `apiserver_storage_history_bytes` reaches HISTORY_MIB
+# (the history charges objects written less than --rest-unread-after ago their trees, and
+# rested ones their JSON, so the JSON the restart loads is less). It prints the server's
 # VmHWM/VmRSS (from /proc/PID/status) next to the history's bytes, kills it with SIGKILL and
 # starts it again on the same directory, then prints the same figures:
 #
@@ -44,14 +48,17 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 base="http://127.0.0.1:$port"
 pid=""
 start_server() {
-    "$bin" apiserver --plain-http --listen "127.0.0.1:$port" --simulate=false \
-        --data-dir "$work/data" --kubeconfig-out "$work/kc" --history-max-age 1h \
+    "$bin" apiserver --plain-http --listen "127.0.0.1:$port" --simulate="${SIMULATE:-false}" \
+        --data-dir "$work/data" --kubeconfig-out "$work/kc" --history-max-age 1h ${SERVER_FLAGS:-} \
         >>"$work/server.log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do curl -fs "$base/healthz" >/dev/null 2>&1 && return; sleep 0.1; done
     echo "the server did not come up; its log:" >&2; tail -20 "$work/server.log" >&2; exit 1
 }
-cleanup() { [[ -n "$pid" ]] && kill -9 "$pid" 2>/dev/null || true; rm -rf "$work"; }
+cleanup() {
+    if [[ -n "$pid" ]]; then kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
 trap cleanup EXIT
 mem() { # LABEL
     local hwm rss hist changes
