@@ -21,13 +21,14 @@
 #
 #   * `written`: before the kill (with how long the writes took: every write is committed to
 #     the data directory before it is answered);
+#   * `rested`: REST_WAIT seconds later (default 45: past the default --rest-unread-after of
+#     30 s, so the objects written have rested as JSON), still before the kill;
 #   * `loaded`: once /healthz answers after the restart (with how long that took);
 #   * `replayed`: after two watches from the revision before the writes (Ats and ConfigMaps:
 #     every change of the history is replayed), a watch of Ats with resourceVersion=0 (the
 #     initial ADDED events), a plain LIST of each resource, a LIST with resourceVersion=0 and
 #     a paged LIST (limit=500, from the revision before the writes), each read to its end;
-#   * `settled`: REST_WAIT seconds later (default 45: past the default --rest-unread-after
-#     of 30 s, so what the replay decoded has rested again).
+#   * `settled`: REST_WAIT seconds later (what the replay decoded has rested again).
 #
 # VmHWM is the peak since the process started, so `loaded` and `replayed` show the peak of the
 # load and of the replay. Needs python3 and kubectl. Nothing is asserted: the figures are the
@@ -126,6 +127,8 @@ rv0=$(cat "$work/rv0")
 t1=$(date +%s.%N)
 mem written
 echo "  writes took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s"
+sleep "${REST_WAIT:-45}"
+mem rested
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 t0=$(date +%s.%N)
 start_server
