@@ -343,6 +343,13 @@ impl Disk {
             else {
                 return Err(fail(&format!("object key {:?}", k.value())));
             };
+            // Checked as JSON (scanned, not built), so a damaged object stops the start with
+            // its name rather than reading as `null` later.
+            let mut de = serde_json::Deserializer::from_slice(v.value());
+            de.disable_recursion_limit();
+            serde::de::IgnoredAny::deserialize(&mut de)
+                .and_then(|_| de.end())
+                .map_err(|e| fail(&format!("object {}: {e}", k.value().replace('\0', "/"))))?;
             let storage = loader.storage(storage);
             let key: Key = (ns.to_owned(), name.to_owned());
             let obj = Arc::new(Stored::from_json(Arc::from(v.value())));
@@ -610,6 +617,25 @@ mod tests {
             let back = Loader::default().change(4, &as_tree).unwrap();
             assert_eq!(back, *c);
         }
+    }
+
+    #[test]
+    fn a_damaged_object_stops_the_start_with_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (disk, _) = Disk::open(dir.path()).unwrap();
+            let t = disk.enqueue(vec![change(2, ChangeType::Added, "a", 1)], 2, 1);
+            disk.wait(t).unwrap();
+            let db = disk.db.lock().unwrap().take().unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(OBJECTS)
+                .unwrap()
+                .insert("core/configmaps\0ns\0a", b"{\"metadata\":".as_slice())
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let err = Disk::open(dir.path()).err().unwrap().to_string();
+        assert!(err.contains("object core/configmaps/ns/a: EOF"), "{err}");
     }
 
     #[test]
