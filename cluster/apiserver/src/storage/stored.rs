@@ -476,6 +476,44 @@ mod tests {
     }
 
     #[test]
+    fn the_key_of_an_object_at_rest_is_read_without_decoding_it() {
+        let rested = Stored::from_json(serde_json::to_vec(&at()).unwrap().into());
+        assert_eq!(rested.key(), ("default".to_owned(), "a".to_owned()));
+        assert!(!rested.is_decoded());
+        assert_eq!(Stored::new(at()).key(), rested.key());
+        // As `key_of` reads them: a missing namespace is "", a name that is not a string too.
+        for (json, key) in [
+            (r#"{"metadata":{"name":"n"}}"#, ("", "n")),
+            (r#"{"kind":"X"}"#, ("", "")),
+            (r#"{"metadata":null}"#, ("", "")),
+            (
+                r#"{"metadata":{"namespace":"\u00e9","name":7}}"#,
+                ("\u{e9}", ""),
+            ),
+        ] {
+            let want = (key.0.to_owned(), key.1.to_owned());
+            assert_eq!(key_of_json(json.as_bytes()), want, "{json}");
+            let tree: Value = serde_json::from_str(json).unwrap();
+            assert_eq!(crate::storage::store::key_of(&tree), want, "{json}");
+        }
+    }
+
+    #[test]
+    fn same_json_compares_bytes_and_needs_them() {
+        let bytes: Arc<[u8]> = serde_json::to_vec(&at()).unwrap().into();
+        let a = Stored::from_json(bytes.clone());
+        assert!(a.same_json(&Stored::from_json(bytes.to_vec().into())));
+        assert!(
+            !a.same_json(&Stored::new(at())),
+            "a tree never encoded has no bytes"
+        );
+        assert_eq!(
+            a.json().map(|j| j.to_vec()),
+            Some(serde_json::to_vec(&at()).unwrap())
+        );
+    }
+
+    #[test]
     fn into_value_moves_a_unique_tree_and_copies_a_shared_one() {
         let a = Arc::new(Stored::new(at()));
         let b = a.clone();
