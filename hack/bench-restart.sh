@@ -136,6 +136,7 @@ t1=$(date +%s.%N)
 mem loaded
 echo "  the restart took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s to answer /healthz"
 
+t0=$(date +%s.%N)
 python3 - "$base" "$rv0" <<'EOF'
 import json, sys, threading, urllib.request
 base, rv0 = sys.argv[1], sys.argv[2]
@@ -180,6 +181,8 @@ for path in (ats, cms):
     counts[f"paged list {path.rsplit('/', 1)[1]} at {rv0}"] = n
 print("  " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
 EOF
+t1=$(date +%s.%N)
 mem replayed
+echo "  the watches and lists took $(echo "$t0 $t1" | awk '{printf "%.1f", $2 - $1}') s"
 sleep "${REST_WAIT:-45}"
 mem settled
