@@ -101,6 +101,12 @@
 //! [`crate::storage::stored`]). The writes, each committed before its answer, are no slower with
 //! the small page cache: 76 s, against 90 s with redb's default (one run each, on a shared
 //! machine).
+//!
+//! The price is CPU after the restart: a watch replaying a change of a built-in resource
+//! decodes its object for that event and encodes it in Go's field order (a custom resource's
+//! event is the stored bytes), where the trees loaded before were encoded once for all
+//! watches. In another run of the same script the watches and LISTs took 4.1 s, against
+//! 2.2 s with trees, after a load of 1.0 s instead of 3.4 s.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
