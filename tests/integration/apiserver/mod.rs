@@ -18,5 +18,6 @@ mod many_servers;
 mod networking;
 mod quota;
 mod rbac;
+mod restart_memory;
 mod trust;
 mod watch;

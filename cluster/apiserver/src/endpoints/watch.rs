@@ -237,6 +237,19 @@ fn frame(ty: &str, def: &ResourceDef, object: &Value) -> Bytes {
 }
 
 impl WatchState {
+    /// [`Self::in_scope`] of a stored object, without keeping a tree it does not hold: without
+    /// selectors only the namespace counts, read from the object's bytes; with selectors a
+    /// rested object is decoded for the check alone ([`Stored::with_value`]).
+    fn sees(&self, obj: &Stored) -> bool {
+        if obj.is_decoded() || !self.selection.is_everything() {
+            return obj.with_value(|o| self.in_scope(o));
+        }
+        match (&self.namespace, self.def.namespaced) {
+            (Some(ns), true) => obj.key().0 == *ns,
+            _ => true,
+        }
+    }
+
     fn in_scope(&self, obj: &Value) -> bool {
         let ns_ok = match (&self.namespace, self.def.namespaced) {
             (Some(ns), true) => obj["metadata"]["namespace"].as_str() == Some(ns.as_str()),
@@ -258,8 +271,8 @@ impl WatchState {
             Start::From(n) => {
                 self.last_rv = n;
                 for obj in initial {
-                    if self.in_scope(obj) {
-                        self.push_object("ADDED", obj);
+                    if self.sees(obj) {
+                        self.push_stored("ADDED", obj);
                     }
                 }
                 if send_initial && opts.send_initial_events == Some(true) && opts.allow_bookmarks {
@@ -284,6 +297,56 @@ impl WatchState {
     fn needs_conversion(&self, stored: &Value) -> bool {
         self.converter.is_some()
             && stored["apiVersion"].as_str() != Some(self.def.api_version().as_str())
+    }
+
+    /// Whether this watch serves a stored object exactly as its JSON bytes are: the bytes of
+    /// [`Presented`](crate::registry::strategy::Presented) for a custom resource without
+    /// conversion are the stored object's fields in sorted order with the served `apiVersion`
+    /// and `kind` among them, which is the stored JSON itself (serde_json's compact encoding
+    /// of a tree, keys sorted: [`Stored::json`]) when it already holds that `apiVersion` and
+    /// `kind`. Built-in kinds are served in Go's field order, and plain JSON watches only.
+    fn serves_stored_json(&self, json: &[u8]) -> bool {
+        #[derive(serde::Deserialize)]
+        struct TypeMeta {
+            #[serde(rename = "apiVersion")]
+            api_version: Option<String>,
+            kind: Option<String>,
+        }
+        let plain = self.renderer.is_none()
+            && self.def.view == View::Native
+            && self
+                .def
+                .custom
+                .as_ref()
+                .is_some_and(|c| c.conversion.is_none());
+        if !plain || json.first() != Some(&b'{') {
+            return false;
+        }
+        let mut de = serde_json::Deserializer::from_slice(json);
+        de.disable_recursion_limit();
+        match <TypeMeta as serde::Deserialize>::deserialize(&mut de) {
+            Ok(TypeMeta {
+                api_version: Some(v),
+                kind: Some(k),
+            }) => v == self.def.api_version() && k == self.def.kind,
+            _ => false,
+        }
+    }
+
+    /// [`Self::push_object`] of a stored object without keeping a tree it does not hold (one
+    /// that rested, or was loaded from the data directory after a restart): its bytes as they
+    /// are when they are what the watch serves ([`Self::serves_stored_json`]), else a tree
+    /// decoded for this event alone.
+    fn push_stored(&mut self, ty: &'static str, obj: &Stored) {
+        if !obj.is_decoded()
+            && let Some(json) = obj.json()
+            && self.serves_stored_json(json)
+        {
+            self.pending
+                .push_back(Pending::Ready(frame_bytes(ty, json)));
+            return;
+        }
+        obj.with_value(|o| self.push_object(ty, o));
     }
 
     fn push_object(&mut self, ty: &'static str, stored: &Value) {
@@ -323,12 +386,25 @@ impl WatchState {
     /// [`Self::push_object`] for the object of a stored change, sharing its encoding with every
     /// other watch of the resource (a plain JSON watch of the native view; a Table watch or the
     /// events.k8s.io view renders per watch).
+    ///
+    /// A change whose object holds no tree (rested, or loaded after a restart) is served
+    /// without decoding it for good: from an encoding a watch made before, else as
+    /// [`Self::push_stored`] does, and its encoding is not kept (it would stay as long as the
+    /// change, beside the bytes; a change that rests drops its encoding, a loaded one never
+    /// rests).
     fn push_change(&mut self, ty: &'static str, change: &Change) {
-        if self.renderer.is_some()
-            || self.def.view != View::Native
-            || self.needs_conversion(&change.object)
-        {
-            self.push_object(ty, &change.object);
+        let plain = self.renderer.is_none() && self.def.view == View::Native;
+        if !change.object.is_decoded() {
+            match change.served.get(&self.served_as).filter(|_| plain) {
+                Some(bytes) => self
+                    .pending
+                    .push_back(Pending::Ready(frame_bytes(ty, &bytes))),
+                None => self.push_stored(ty, &change.object),
+            }
+            return;
+        }
+        if !plain || self.needs_conversion(change.object.value()) {
+            self.push_object(ty, change.object.value());
             return;
         }
         let def = &self.def;
@@ -397,8 +473,13 @@ impl WatchState {
             if c.storage != self.def.storage {
                 continue;
             }
-            let now = self.in_scope(&c.object);
-            let before = c.prev.as_ref().is_some_and(|p| self.in_scope(p));
+            let now = self.sees(&c.object);
+            // Without selectors only the namespace counts, the same before and after.
+            let before = match &c.prev {
+                Some(_) if self.selection.is_everything() => now,
+                Some(p) => self.sees(p),
+                None => false,
+            };
             match c.kind {
                 ChangeType::Added if now => self.push_change("ADDED", &c),
                 ChangeType::Deleted if before => self.push_change("DELETED", &c),
@@ -410,7 +491,7 @@ impl WatchState {
                         let mut last = c
                             .prev
                             .as_deref()
-                            .map(|p| p.value().clone())
+                            .map(|p| p.with_value(Value::clone))
                             .unwrap_or_default();
                         last["metadata"]["resourceVersion"] = json!(c.rv.to_string());
                         self.push_object("DELETED", &last);

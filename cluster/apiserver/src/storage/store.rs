@@ -284,6 +284,16 @@ impl SharedEncoding {
     }
 }
 
+impl SharedEncoding {
+    /// The bytes a watch encoded for `served_as`, if one has (encoding nothing).
+    pub fn get(&self, served_as: &str) -> Option<bytes::Bytes> {
+        self.0
+            .get()
+            .filter(|b| b.0 == served_as)
+            .map(|b| b.1.clone())
+    }
+}
+
 impl Clone for SharedEncoding {
     /// A clone starts empty (the cache is not part of the change's value).
     fn clone(&self) -> Self {
@@ -776,7 +786,9 @@ impl<Reg> State<Reg> {
                 ChangeType::Added => None,
                 ChangeType::Modified | ChangeType::Deleted => change.prev.as_ref(),
             };
-            undo.entry(key_of(&change.object)).or_insert(before);
+            // The key read without decoding a rested object (a paged LIST after a restart
+            // would otherwise decode every change since its revision).
+            undo.entry(change.object.key()).or_insert(before);
         }
         Ok(Snapshot {
             bucket: self.objects.get(storage),
@@ -1073,37 +1085,15 @@ impl<Reg: Default> Store<Reg> {
         if loaded.rv > 0 {
             state.rv = loaded.rv;
             state.compacted = loaded.compacted.max(1);
-            for (storage, obj) in loaded.objects {
-                bucket_mut(&mut state.objects, &storage)
-                    .insert(key_of(&obj), Arc::new(Stored::new(obj)));
+            // Bytes-only, and each version one allocation as before the restart (the loader
+            // shares a change's previous object with the key's change before it, and the
+            // newest change's object with the live one): see [`crate::storage::durable`].
+            for (storage, key, obj) in loaded.objects {
+                let bucket = bucket_mut(&mut state.objects, &storage);
+                bucket.name = storage;
+                bucket.insert(key, obj);
             }
-            // Each version is one allocation again, as before the restart: a change's previous
-            // object is the object of the key's change before it, and the newest change's
-            // object is the live one ([`Change::bytes`] charges each version once).
-            let mut newest: HashMap<(String, Key), Arc<Stored>> = HashMap::new();
-            for mut change in loaded.history {
-                // One shared key per resource, as for changes written since.
-                if let Some(bucket) = state.objects.get(change.storage.as_str()) {
-                    change.storage = bucket.name.clone();
-                }
-                let key = (
-                    change.storage.as_str().to_owned(),
-                    key_of(change.object.value()),
-                );
-                let before = newest.get(&key);
-                if let (Some(prev), Some(before)) = (&mut change.prev, before)
-                    && prev.value() == before.value()
-                {
-                    *prev = before.clone();
-                }
-                let live = state
-                    .objects
-                    .get(change.storage.as_str())
-                    .and_then(|b| b.objects.get(&key.1));
-                if let Some(live) = live.filter(|l| l.value() == change.object.value()) {
-                    change.object = live.clone();
-                }
-                newest.insert(key, change.object.clone());
+            for change in loaded.history {
                 state.history_bytes += change.bytes();
                 state.history.push_back(Arc::new(change));
             }
@@ -1400,47 +1390,85 @@ mod tests {
         assert!(text.contains("apiserver_storage_history_bytes "), "{text}");
     }
 
+    /// The history as values: `(rv, kind, object, prev)`, read without keeping trees.
+    fn history_values(s: &State) -> Vec<(u64, ChangeType, Value, Option<Value>)> {
+        s.history
+            .iter()
+            .map(|c| {
+                (
+                    c.rv,
+                    c.kind,
+                    c.object.with_value(Value::clone),
+                    c.prev.as_ref().map(|p| p.with_value(Value::clone)),
+                )
+            })
+            .collect()
+    }
+
     #[test]
     fn a_durable_store_reopens_with_the_same_objects_revision_and_history() {
         let dir = tempfile::tempdir().unwrap();
-        let (rv, a_rv, bytes) = {
+        let (rv, a_rv, before, rested_bytes) = {
             let store = Store::open(HistoryLimits::default(), dir.path(), |_| {}).unwrap();
             let a = store.write(|s| s.create("core/configmaps", cm("a", "1")));
             store.write(|s| s.create("core/configmaps", cm("b", "1")));
             store.write(|s| s.update("core/configmaps", cm("a", "2")));
             store.write(|s| s.delete("core/configmaps", "default", "b"));
+            store.write(|s| s.create("core/secrets", cm("a", "x")));
+            let before = store.read(history_values);
+            // Rested, the history is charged what a restart loads: the objects' JSON.
+            for _ in 0..super::super::stored::REST_AFTER_PASSES {
+                store.shed();
+            }
+            assert_eq!(store.read(decoded), 0);
             let bytes = store.read(|s| s.history_bytes());
-            (store.resource_version(), rv_of(&a), bytes)
+            (store.resource_version(), rv_of(&a), before, bytes)
         };
         let store = Store::open(HistoryLimits::default(), dir.path(), |_| {}).unwrap();
         assert_eq!(store.resource_version(), rv);
         store.read(|s| {
+            // Loaded as bytes: no object, live or in the history, holds a tree.
+            assert_eq!(decoded(s), 0);
+            assert_eq!(s.history_bytes(), rested_bytes);
+            let sum: usize = s.history.iter().map(|c| c.bytes()).sum();
+            assert_eq!(s.history_bytes(), sum);
             // Each version is one allocation again: a's update holds a's creation as its
-            // previous object, and the live object is the newest change's.
-            assert_eq!(s.history_bytes(), bytes);
-            let a_changes: Vec<_> = s
-                .history
-                .iter()
-                .filter(|c| key_of(c.object.value()).1 == "a")
-                .collect();
-            assert_eq!(a_changes.len(), 2);
-            let prev = a_changes[1].prev.as_ref().unwrap();
-            assert!(Arc::ptr_eq(prev, &a_changes[0].object));
-            let live = &s.objects["core/configmaps"].objects[&("default".into(), "a".into())];
-            assert!(Arc::ptr_eq(live, &a_changes[1].object));
+            // previous object, b's deletion b's creation, and the live objects are the
+            // newest changes'.
+            let h = &s.history;
+            assert!(Arc::ptr_eq(h[2].prev.as_ref().unwrap(), &h[0].object));
+            assert!(Arc::ptr_eq(h[3].prev.as_ref().unwrap(), &h[1].object));
+            let live =
+                |storage: &str| s.objects[storage].objects[&("default".into(), "a".into())].clone();
+            assert!(Arc::ptr_eq(&live("core/configmaps"), &h[2].object));
+            assert!(Arc::ptr_eq(&live("core/secrets"), &h[4].object));
+            assert!(std::ptr::eq(
+                h[0].storage.as_str(),
+                s.objects["core/configmaps"].name.as_str()
+            ));
+            // Reading the past (a paged LIST's snapshot, a watch's changes) decodes nothing.
+            let snap = s.snapshot_at("core/configmaps", a_rv).unwrap();
+            assert_eq!(snap.count(None), 1);
+            assert_eq!(snap.changed_keys(), 2);
+            let since = s.changes_since(a_rv).unwrap();
+            let kinds: Vec<_> = since.iter().map(|c| c.kind).collect();
+            assert_eq!(
+                kinds,
+                vec![
+                    ChangeType::Added,
+                    ChangeType::Modified,
+                    ChangeType::Deleted,
+                    ChangeType::Added
+                ]
+            );
+            assert_eq!(decoded(s), 0);
+            // Exactly what was written.
+            assert_eq!(history_values(s), before);
             assert_eq!(
                 s.get("core/configmaps", "default", "a").unwrap()["data"]["v"],
                 "2"
             );
             assert!(s.get("core/configmaps", "default", "b").is_none());
-            let since = s.changes_since(a_rv).unwrap();
-            let kinds: Vec<_> = since.iter().map(|c| c.kind).collect();
-            assert_eq!(
-                kinds,
-                vec![ChangeType::Added, ChangeType::Modified, ChangeType::Deleted]
-            );
-            let snap = s.snapshot_at("core/configmaps", a_rv).unwrap();
-            assert_eq!(snap.count(None), 1);
         });
         // The counter continues.
         let c = store.write(|s| s.create("core/configmaps", cm("c", "1")));

@@ -33,6 +33,17 @@
 //! serializes a cold object from a tree decoded for that item alone ([`Stored::with_value`]),
 //! so listing everything does not bring every tree back.
 //!
+//! A restart from the data directory loads every object, live and in the history, bytes-only
+//! ([`Stored::from_json`]; [`crate::storage::durable`], "Loading"), so the server starts at about
+//! its JSON rather than its trees. Such an object is decoded by its first read like a rested
+//! one, and rests again like any other; what reads many objects in one go keeps no tree of
+//! them: a LIST ([`Stored::with_value`]), the snapshot of a paged LIST ([`Stored::key`]), a
+//! watch's initial events and its replay of the history
+//! ([`crate::endpoints::watch`]: a custom resource's event is the stored bytes as they are
+//! when they hold the served `apiVersion` and `kind`, [`Stored::json`]; anything else is
+//! encoded from a tree decoded for that event alone, and that encoding is not kept with the
+//! change).
+//!
 //! Where each allocation is made decides whether memory comes back after a burst. glibc's
 //! malloc gives a thread's allocations from that thread's arena, and can only return pages that
 //! are wholly free. The trees are allocated by request threads; the rested copies (the JSON,
@@ -145,12 +156,39 @@ impl Stored {
         }
     }
 
-    /// An object as its JSON bytes only, decoded on first read.
-    fn from_json(json: Arc<[u8]>) -> Self {
+    /// An object as its JSON bytes only, decoded on first read: a rested object, or one loaded
+    /// from the data directory ([`crate::storage::durable`]). The bytes must be serde_json's compact
+    /// encoding of a tree (what [`Stored::to_json`] writes): watches may serve them as they are
+    /// ([`Stored::json`]).
+    pub fn from_json(json: Arc<[u8]>) -> Self {
         Stored {
             tree: OnceLock::new(),
             json: OnceLock::from(json),
             idle: AtomicU8::new(0),
+        }
+    }
+
+    /// The JSON bytes the object holds besides or instead of its tree (rested, or loaded from
+    /// the data directory), `None` for a tree not encoded yet. Always the compact encoding of
+    /// the tree (serde_json's, keys in sorted order): the same bytes as
+    /// `serde_json::to_vec(self.value())`.
+    pub fn json(&self) -> Option<&Arc<[u8]>> {
+        self.json.get()
+    }
+
+    /// Whether two objects hold the same JSON bytes (so the same object), compared without
+    /// decoding either: `false` when either has no bytes.
+    pub fn same_json(&self, other: &Stored) -> bool {
+        matches!((self.json.get(), other.json.get()), (Some(a), Some(b)) if a == b)
+    }
+
+    /// `(namespace, name)` of the object, read from its bytes when it holds no tree (a small
+    /// borrowed parse of `metadata`, no tree built).
+    pub fn key(&self) -> crate::storage::store::Key {
+        match (self.tree.get(), self.json.get()) {
+            (Some(tree), _) => crate::storage::store::key_of(tree),
+            (None, Some(json)) => key_of_json(json),
+            (None, None) => Default::default(),
         }
     }
 
@@ -188,7 +226,8 @@ impl Stored {
     }
 
     /// An estimate of the memory the object holds now (the history's byte accounting): its
-    /// tree's size ([`crate::storage::store::value_bytes`]) when decoded, else its JSON's length.
+    /// tree's size ([`crate::storage::store::value_bytes`]) when decoded, else its JSON's length
+    /// (a rested object, or one loaded from the data directory and not read since).
     pub fn bytes(&self) -> usize {
         match (self.tree.get(), self.json.get()) {
             (Some(tree), _) => crate::storage::store::value_bytes(tree),
@@ -279,6 +318,39 @@ fn decode(json: &[u8]) -> Value {
             tracing::error!(error = %e, "a stored object's JSON does not decode");
             Value::Null
         }
+    }
+}
+
+/// `(namespace, name)` from an object's JSON: only `metadata.namespace` and `metadata.name` are
+/// kept, everything else is skipped as it is read. Falls back to decoding the whole object
+/// when they are not plain strings (then the key is what [`crate::storage::store::key_of`] reads).
+pub fn key_of_json(json: &[u8]) -> crate::storage::store::Key {
+    #[derive(Deserialize)]
+    struct Object {
+        #[serde(default)]
+        metadata: Option<Meta>,
+    }
+    #[derive(Deserialize)]
+    struct Meta {
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        name: Option<String>,
+    }
+    let mut de = serde_json::Deserializer::from_slice(json);
+    de.disable_recursion_limit();
+    match Object::deserialize(&mut de) {
+        Ok(Object { metadata }) => {
+            let meta = metadata.unwrap_or(Meta {
+                namespace: None,
+                name: None,
+            });
+            (
+                meta.namespace.unwrap_or_default(),
+                meta.name.unwrap_or_default(),
+            )
+        }
+        Err(_) => crate::storage::store::key_of(&decode(json)),
     }
 }
 
@@ -401,6 +473,44 @@ mod tests {
         s.encode();
         let _ = s.value();
         assert!(s.rested().is_none());
+    }
+
+    #[test]
+    fn the_key_of_an_object_at_rest_is_read_without_decoding_it() {
+        let rested = Stored::from_json(serde_json::to_vec(&at()).unwrap().into());
+        assert_eq!(rested.key(), ("default".to_owned(), "a".to_owned()));
+        assert!(!rested.is_decoded());
+        assert_eq!(Stored::new(at()).key(), rested.key());
+        // As `key_of` reads them: a missing namespace is "", a name that is not a string too.
+        for (json, key) in [
+            (r#"{"metadata":{"name":"n"}}"#, ("", "n")),
+            (r#"{"kind":"X"}"#, ("", "")),
+            (r#"{"metadata":null}"#, ("", "")),
+            (
+                r#"{"metadata":{"namespace":"\u00e9","name":7}}"#,
+                ("\u{e9}", ""),
+            ),
+        ] {
+            let want = (key.0.to_owned(), key.1.to_owned());
+            assert_eq!(key_of_json(json.as_bytes()), want, "{json}");
+            let tree: Value = serde_json::from_str(json).unwrap();
+            assert_eq!(crate::storage::store::key_of(&tree), want, "{json}");
+        }
+    }
+
+    #[test]
+    fn same_json_compares_bytes_and_needs_them() {
+        let bytes: Arc<[u8]> = serde_json::to_vec(&at()).unwrap().into();
+        let a = Stored::from_json(bytes.clone());
+        assert!(a.same_json(&Stored::from_json(bytes.to_vec().into())));
+        assert!(
+            !a.same_json(&Stored::new(at())),
+            "a tree never encoded has no bytes"
+        );
+        assert_eq!(
+            a.json().map(|j| j.to_vec()),
+            Some(serde_json::to_vec(&at()).unwrap())
+        );
     }
 
     #[test]
