@@ -392,8 +392,9 @@ pub fn list(st: &State, t: &Target, opts: &ListOptions) -> Result<ListResult, Ap
     let mut last: Option<&Key> = None;
     let everything = sel.is_everything();
     for (key, obj) in keys.by_ref() {
-        // Without selectors a rested object is not decoded here (see `Items` below).
-        if everything || sel.matches(obj) {
+        // Without selectors a rested object is not decoded here (see `Items` below); with
+        // them it is decoded for the match and not kept.
+        if everything || obj.with_value(|o| sel.matches(o)) {
             items.push(Arc::clone(obj));
             last = Some(key);
             if items.len() == limit {
