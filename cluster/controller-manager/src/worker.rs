@@ -26,7 +26,7 @@
 //! ([`Controller::delay`]): the StatefulSet controller reacts a fixed time after each change,
 //! so tests can watch its steps one by one.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 use std::future::Future;
 use std::hash::Hash;
 use std::time::Duration;
@@ -73,17 +73,55 @@ const BASE_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Keys with the time each is due, each held once (client-go's delaying, rate-limiting queue
-/// in one map).
+/// in one structure): a map from each key to its due time, and a heap of due times for taking
+/// the earliest in O(log n), as client-go's delaying queue keeps its `waitForPriorityQueue`.
+/// When a key's due time moves earlier the heap gets a new entry and the old one is skipped
+/// when it comes up (each entry carries the sequence number it was added with), so adding,
+/// taking and asking for the next due time stay logarithmic however many keys wait (the
+/// garbage collector's queue holds one item per new dependent).
 #[derive(Debug)]
 pub struct Queue<K> {
-    due: HashMap<K, Instant>,
+    due: HashMap<K, (Instant, u64)>,
+    heap: BinaryHeap<Entry<K>>,
+    seq: u64,
     failures: HashMap<K, u32>,
+}
+
+/// One heap entry: earliest first, then first added.
+#[derive(Debug)]
+struct Entry<K> {
+    at: Instant,
+    seq: u64,
+    key: K,
+}
+
+impl<K> PartialEq for Entry<K> {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl<K> Eq for Entry<K> {}
+
+impl<K> PartialOrd for Entry<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<K> Ord for Entry<K> {
+    /// Reversed: `BinaryHeap` is a max-heap, and the earliest must come out first.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
 }
 
 impl<K: Clone + Eq + Hash> Default for Queue<K> {
     fn default() -> Self {
         Queue {
             due: HashMap::new(),
+            heap: BinaryHeap::new(),
+            seq: 0,
             failures: HashMap::new(),
         }
     }
@@ -98,10 +136,16 @@ impl<K: Clone + Eq + Hash> Queue<K> {
     /// Due after `d` (an earlier due time the key already has is kept).
     pub fn add_after(&mut self, key: K, d: Duration) {
         let at = Instant::now() + d;
-        self.due
-            .entry(key)
-            .and_modify(|t| *t = (*t).min(at))
-            .or_insert(at);
+        if self.due.get(&key).is_some_and(|(t, _)| *t <= at) {
+            return;
+        }
+        self.seq += 1;
+        self.due.insert(key.clone(), (at, self.seq));
+        self.heap.push(Entry {
+            at,
+            seq: self.seq,
+            key,
+        });
     }
 
     /// Due after the key's next back-off step.
@@ -119,22 +163,35 @@ impl<K: Clone + Eq + Hash> Queue<K> {
         self.failures.remove(key);
     }
 
-    /// A key that is due, taken off the queue.
+    /// Drops heap entries a later `add_after` replaced, from the top.
+    fn skip_stale(&mut self) {
+        while let Some(top) = self.heap.peek() {
+            if self
+                .due
+                .get(&top.key)
+                .is_some_and(|(_, seq)| *seq == top.seq)
+            {
+                return;
+            }
+            self.heap.pop();
+        }
+    }
+
+    /// A key that is due, taken off the queue (the one due earliest).
     pub fn pop_due(&mut self) -> Option<K> {
-        let now = Instant::now();
-        let key = self
-            .due
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .min_by_key(|(_, at)| **at)
-            .map(|(k, _)| k.clone())?;
-        self.due.remove(&key);
-        Some(key)
+        self.skip_stale();
+        if self.heap.peek()?.at > Instant::now() {
+            return None;
+        }
+        let entry = self.heap.pop()?;
+        self.due.remove(&entry.key);
+        Some(entry.key)
     }
 
     /// When the next key is due.
-    pub fn next_due(&self) -> Option<Instant> {
-        self.due.values().min().copied()
+    pub fn next_due(&mut self) -> Option<Instant> {
+        self.skip_stale();
+        self.heap.peek().map(|e| e.at)
     }
 
     /// How many keys wait.
@@ -235,6 +292,36 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         assert_eq!(q.pop_due(), Some("a"));
         assert_eq!(q.len(), 0);
+    }
+
+    /// Keys come out earliest first (then in the order they were added), each once, however
+    /// often its due time moved; a key taken and added again comes back.
+    #[tokio::test(start_paused = true)]
+    async fn keys_come_out_earliest_first_and_once() {
+        let mut q: Queue<u32> = Queue::default();
+        for k in (0..100).rev() {
+            q.add_after(k, Duration::from_secs(u64::from(k % 10)));
+        }
+        // Moved earlier (a new heap entry; the old one is skipped) and later (kept as it was).
+        q.add_after(55, Duration::ZERO);
+        q.add_after(3, Duration::from_secs(60));
+        assert_eq!(q.len(), 100);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let mut out = vec![];
+        while let Some(k) = q.pop_due() {
+            out.push(k);
+        }
+        let mut expected: Vec<u32> = (0..100).collect();
+        // By due time, then by when each got it (55's earlier time came last).
+        expected.sort_by_key(|k| match k {
+            55 => (0, 100),
+            k => (k % 10, 99 - k),
+        });
+        assert_eq!(out, expected);
+        assert_eq!((q.len(), q.next_due()), (0, None));
+        q.add(7);
+        assert_eq!(q.pop_due(), Some(7));
+        assert_eq!(q.pop_due(), None);
     }
 
     #[tokio::test(start_paused = true)]
