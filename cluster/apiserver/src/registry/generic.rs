@@ -454,7 +454,11 @@ impl ListResult {
     /// The items as served (`present`: the served `apiVersion` and `kind` set), each a copy:
     /// for the renderings that work on values (Table, conversion, `deletecollection`).
     pub fn served(&self, def: &ResourceDef) -> Vec<Value> {
-        self.items.iter().map(|o| present(def, o)).collect()
+        // A rested object is decoded for its copy and not kept.
+        self.items
+            .iter()
+            .map(|o| o.with_value(|v| present(def, v)))
+            .collect()
     }
 
     /// The list's `metadata`: `resourceVersion`, and `continue` and `remainingItemCount` when
