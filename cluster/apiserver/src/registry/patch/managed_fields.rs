@@ -20,9 +20,7 @@
 //! [`crate::registry::patch::list_strategy`] rather than from `x-kubernetes-list-map-keys`; there is no
 //! per-version conversion of field sets.
 
-#[cfg(test)]
-use std::collections::BTreeMap;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
@@ -186,11 +184,11 @@ fn keep_changed(
     paths: BTreeSet<FieldPath>,
     out: &mut BTreeSet<FieldPath>,
 ) {
-    out.extend(
-        paths.into_iter().filter(|p| {
-            p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(new, p)
-        }),
-    );
+    let mut keys = ListKeys::default();
+    out.extend(paths.into_iter().filter(|p| {
+        p.last() != Some(&PathElem::Itself)
+            && value_at_with(old, p, &mut keys) != value_at_with(new, p, &mut keys)
+    }));
 }
 
 /// Renders a path set in the `FieldsV1` format.
@@ -277,12 +275,37 @@ pub(super) fn render_path(path: &[PathElem]) -> String {
 
 /// Reads the value a path addresses (`None` when absent).
 pub(super) fn value_at<'a>(obj: &'a Value, path: &[PathElem]) -> Option<&'a Value> {
+    value_at_with(obj, path, &mut ListKeys::default())
+}
+
+/// List keys (`k:{"type":"Ready"}`) parsed once for many lookups: the paths of one changed
+/// list all name its items by the same few keys, and a write looks each path up in the old
+/// object and in the new.
+#[derive(Default)]
+pub(super) struct ListKeys(BTreeMap<String, Option<Map<String, Value>>>);
+
+impl ListKeys {
+    fn get(&mut self, key: &str) -> Option<&Map<String, Value>> {
+        if !self.0.contains_key(key) {
+            self.0
+                .insert(key.to_owned(), serde_json::from_str(key).ok());
+        }
+        self.0.get(key).and_then(Option::as_ref)
+    }
+}
+
+/// [`value_at`] with list keys parsed once across calls.
+pub(super) fn value_at_with<'a>(
+    obj: &'a Value,
+    path: &[PathElem],
+    keys: &mut ListKeys,
+) -> Option<&'a Value> {
     let mut cur = obj;
     for elem in path {
         match elem {
             PathElem::Field(f) => cur = cur.get(f)?,
             PathElem::Key(k) => {
-                let want: Map<String, Value> = serde_json::from_str(k).ok()?;
+                let want = keys.get(k)?;
                 let items = cur.as_array()?;
                 cur = items
                     .iter()
@@ -393,6 +416,7 @@ pub fn record_update(
     let stored_entries = old
         .and_then(|o| o.pointer("/metadata/managedFields"))
         .and_then(Value::as_array);
+    let mut keys = ListKeys::default();
     for (i, e) in entries.iter_mut().enumerate() {
         let as_stored = stored_entries
             .and_then(|s| s.get(i))
@@ -411,7 +435,7 @@ pub fn record_update(
         }
         let grown = set.len();
         // Fields that no longer exist are owned by nobody.
-        set.retain(|p| value_at(body, p).is_some());
+        set.retain(|p| value_at_with(body, p, &mut keys).is_some());
         // An entry as stored whose set neither gained nor lost a path keeps its rendering
         // (most entries of most writes: another manager's fields, or a status writer's own
         // again); any other is rendered from its set.
@@ -500,6 +524,38 @@ mod tests {
             .into_iter()
             .filter(|p| p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(new, p))
             .collect()
+    }
+
+    /// One set of parsed list keys serves lookups in several objects, and a key that is not
+    /// JSON finds nothing, as without the cache.
+    #[test]
+    fn list_keys_parsed_once_find_what_a_fresh_parse_finds() {
+        let old = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+        let new = json!({"status": {"conditions": [{"type": "Ready", "status": "True"},
+                                                   {"type": "Done", "status": "True"}]}});
+        let path = |key: &str| {
+            vec![
+                PathElem::Field("status".into()),
+                PathElem::Field("conditions".into()),
+                PathElem::Key(key.into()),
+                PathElem::Field("status".into()),
+            ]
+        };
+        let mut keys = ListKeys::default();
+        for key in [r#"{"type":"Ready"}"#, r#"{"type":"Done"}"#, "not json"] {
+            for obj in [&old, &new] {
+                assert_eq!(
+                    value_at_with(obj, &path(key), &mut keys),
+                    value_at(obj, &path(key)),
+                    "{key}"
+                );
+            }
+        }
+        assert_eq!(
+            value_at_with(&new, &path(r#"{"type":"Done"}"#), &mut keys),
+            Some(&json!("True"))
+        );
+        assert_eq!(keys.0.len(), 3);
     }
 
     #[test]
