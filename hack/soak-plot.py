@@ -38,7 +38,7 @@ def main():
         ("threads", "threads", 1),
         ("tokio_tasks", "Tokio tasks (managers)", 1),
         ("queue_depth", "work queue depth (managers)", 1),
-        ("cache_objects", "informer cache objects (managers)", 1),
+        ("cache_objects", "objects: informer caches (managers), stored (server)", 1),
         ("history_bytes", "watch history (MiB, server)", 1 / 1048576),
     ]
     processes = sorted({r["process"] for r in rows})

@@ -137,6 +137,10 @@ pub struct ApiServerArgs {
     /// under writes.
     #[arg(long, default_value = "30s", value_parser = apimachinery::duration::parse)]
     pub rest_unread_after: Duration,
+    /// How long an event is kept after its last write (kube-apiserver's flag and default);
+    /// `0s` keeps events until they are deleted.
+    #[arg(long, default_value = "1h", value_parser = apimachinery::duration::parse)]
+    pub event_ttl: Duration,
     /// How long a simulated one-shot container runs (`1s`, `250ms`, `0s`).
     #[arg(long, default_value = "1s", value_parser = apimachinery::duration::parse)]
     pub pod_run_time: Duration,
@@ -289,6 +293,7 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
         .pod_log_bytes(args.pod_log_bytes)
         .rest_unread_objects(args.rest_unread_objects)
         .rest_unread_after(args.rest_unread_after)
+        .event_ttl(args.event_ttl)
         .memory_release(apimachinery::malloc::release_freed_memory);
     for (image, path) in &args.image_binaries {
         builder = builder.image_binary(image, path);

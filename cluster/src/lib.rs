@@ -141,6 +141,8 @@ impl ClusterBuilder {
         fn kubeconfig_client_cert(user: &str, group: Option<&str>);
         /// Answer `sendInitialEvents` with 422.
         fn reject_send_initial_events(yes: bool);
+        /// How long events are kept after their last write.
+        fn event_ttl(ttl: Duration);
         /// Let unread objects rest as JSON bytes.
         fn rest_unread_objects(on: bool);
         /// How long an object stays unread before it rests.

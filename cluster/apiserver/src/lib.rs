@@ -408,6 +408,7 @@ pub struct ApiServerBuilder {
     conversion_timeout: Duration,
     client_ca_pems: Vec<String>,
     memory_release: Option<fn()>,
+    event_ttl: Duration,
 }
 
 impl Default for ApiServerBuilder {
@@ -435,6 +436,7 @@ impl Default for ApiServerBuilder {
             conversion_timeout: conversion::DEFAULT_TIMEOUT,
             client_ca_pems: vec![],
             memory_release: None,
+            event_ttl: DEFAULT_EVENT_TTL,
         }
     }
 }
@@ -520,6 +522,14 @@ impl ApiServerBuilder {
     /// bound forces an earlier compaction.
     pub fn history_max_age(mut self, d: Duration) -> Self {
         self.history.max_age = d;
+        self
+    }
+
+    /// How long an event is kept after its last write (kube-apiserver's `--event-ttl`, default
+    /// [`DEFAULT_EVENT_TTL`], one hour); then it is deleted and its watchers see `DELETED`.
+    /// Zero keeps events until they are deleted. See `storage::store`, "Objects that expire".
+    pub fn event_ttl(mut self, ttl: Duration) -> Self {
+        self.event_ttl = ttl;
         self
     }
 
@@ -713,6 +723,7 @@ impl ApiServerBuilder {
                 store
             }
         });
+        store.expire_after(EVENTS_STORAGE, self.event_ttl);
         bootstrap::seed(&store, addr.port());
         flowcontrol::FlowControl::seed(&store);
         let flow_control = flowcontrol::FlowControl::new(self.flow_control.clone(), &store);
@@ -934,6 +945,13 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// How long events are kept after their last write by default: kube-apiserver's
+/// `--event-ttl` default, one hour ([`ApiServerBuilder::event_ttl`]).
+pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(3600);
+
+/// Where core/v1 and events.k8s.io/v1 events are stored (one storage, two schemas).
+const EVENTS_STORAGE: &str = "core/events";
 
 /// The file of a cert or data directory that holds the admin token.
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";

@@ -326,6 +326,45 @@ async fn pods_and_events_support_their_extra_field_selectors() {
     s.shutdown().await;
 }
 
+/// kube-apiserver's `--event-ttl`: an event goes its TTL after its last write, and a watcher of
+/// events sees it DELETED; other objects stay.
+#[tokio::test]
+async fn events_are_deleted_their_ttl_after_their_last_write() {
+    let s = embedded_cluster::Cluster::builder()
+        .event_ttl(std::time::Duration::from_millis(300))
+        .start()
+        .await
+        .unwrap();
+    let c = TestClient::new(&s);
+    let events = "/api/v1/namespaces/default/events";
+    let ev = json!({"metadata": {"name": "p1.1"}, "reason": "Started", "message": "started",
+        "involvedObject": {"kind": "Pod", "name": "p1", "namespace": "default"}, "type": "Normal"});
+    let created = c.post(events, &ev).await;
+    assert_eq!(created.code, 201, "{:?}", created.body);
+    assert_eq!(c.post(CMS, &cm("kept", json!({}))).await.code, 201);
+    let rv = created.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap();
+    let mut w = c
+        .watch(&format!("{events}?watch=true&resourceVersion={rv}"))
+        .await;
+    let gone = w.next_change().await.expect("a watch event");
+    assert_eq!(gone["type"], "DELETED");
+    assert_eq!(gone["object"]["metadata"]["name"], "p1.1");
+    assert_eq!(gone["object"]["message"], "started");
+    assert_eq!(c.get(&format!("{events}/p1.1")).await.code, 404);
+    assert_eq!(c.get(&format!("{CMS}/kept")).await.code, 200);
+    // kube-apiserver's gauge of stored objects follows.
+    let metrics = c.get("/metrics").await;
+    let text = metrics.body.as_str().unwrap_or_default();
+    assert!(
+        text.contains("apiserver_storage_objects{resource=\"events\"} 0\n"),
+        "{text}"
+    );
+    assert!(text.contains("apiserver_storage_objects{resource=\"configmaps\"} "));
+    s.shutdown().await;
+}
+
 #[tokio::test]
 async fn limit_and_continue_page_through_a_consistent_snapshot() {
     let s = start().await;

@@ -54,6 +54,26 @@
 //! same revision (the counter continues) and the same history, so watches resume from their
 //! revision without a relist.
 
+//! ## Objects that expire: events' TTL
+//!
+//! kube-apiserver keeps events for `--event-ttl` (default one hour) after their last write:
+//! the events registry gives every create and update an etcd lease of that length
+//! (`pkg/registry/core/event/storage`, `TTLFunc` returns the TTL whatever the object), and
+//! when the lease runs out etcd deletes the key, which watchers see as a `DELETED` event
+//! carrying the last state. Without it a server that records events keeps every one of them,
+//! and a busy one grows without bound (20 events a second, two per At, are 72,000 an hour).
+//! Here [`Store::expire_after`] gives a storage such a TTL: each write of one of its objects
+//! schedules the key for `ttl` later, with the revision written ([`Leases`]); the store's
+//! compaction timer ([`compact_on_time`], every second at most) deletes each object whose
+//! time has come and that was not written again since, at most [`EXPIRE_PER_PASS`] a pass so
+//! that a backlog (a restart after a long stop) is spread over passes rather than held under
+//! the lock. A write after the schedule moves it: the older entry finds a newer revision and
+//! is dropped. After a restart from the data directory the leases are made again from each
+//! object's last write, the newest of its change in the loaded history and the times it
+//! carries (`metadata.creationTimestamp`, `firstTimestamp`, `lastTimestamp`, `eventTime`,
+//! `series.lastObservedTime`: what an event recorder stamps on each write), so a server killed
+//! and restarted every two minutes still lets its events go an hour after they were written.
+//!
 //! ## Snapshots: reading the past without copying the present
 //!
 //! The same history lets [`State::snapshot_at`] show a resource as it was at an older
@@ -88,7 +108,8 @@
 //! controllers wait on it and then read [`State::changes_since`] their last revision, so no
 //! change is ever missed even if several land between two wake-ups.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::iter::Peekable;
 use std::ops::{Bound, Deref};
 use std::path::Path;
@@ -384,6 +405,15 @@ impl HistoryLimits {
     }
 }
 
+/// kube-apiserver's `resource` label of a storage: `events`, `deployments.apps`.
+fn resource_label(storage: &str) -> String {
+    match storage.split_once('/') {
+        Some(("core" | "", resource)) => resource.to_owned(),
+        Some((group, resource)) => format!("{resource}.{group}"),
+        None => storage.to_owned(),
+    }
+}
+
 /// Milliseconds since the Unix epoch, by the system clock.
 pub fn system_now_ms() -> u64 {
     SystemTime::now()
@@ -513,6 +543,133 @@ fn bucket_mut<'a>(objects: &'a mut HashMap<String, Bucket>, storage: &str) -> &'
         .expect("the bucket was inserted above")
 }
 
+/// The most expired objects one pass of [`Store::compact_expired`] deletes.
+pub const EXPIRE_PER_PASS: usize = 1_000;
+
+/// One scheduled expiry: the object `key` of `storage`, as written at revision `rv`, goes at
+/// `due` (milliseconds since the epoch) unless written again.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Lease {
+    due: u64,
+    rv: u64,
+    storage: String,
+    key: Key,
+}
+
+/// The TTLs of the storages whose objects expire and the schedule of their expiries,
+/// earliest first (see the module docs, "Objects that expire").
+#[derive(Debug, Default)]
+struct Leases {
+    ttl_ms: Vec<(String, u64)>,
+    due: BinaryHeap<Reverse<Lease>>,
+}
+
+impl Leases {
+    fn ttl_of(&self, storage: &str) -> Option<u64> {
+        self.ttl_ms
+            .iter()
+            .find(|(s, _)| s == storage)
+            .map(|&(_, ttl)| ttl)
+    }
+
+    fn schedule(&mut self, due: u64, rv: u64, storage: &str, key: &Key) {
+        self.due.push(Reverse(Lease {
+            due,
+            rv,
+            storage: storage.to_owned(),
+            key: key.clone(),
+        }));
+    }
+
+    fn pop_due(&mut self, now_ms: u64) -> Option<Lease> {
+        if self.due.peek()?.0.due > now_ms {
+            return None;
+        }
+        self.due.pop().map(|Reverse(lease)| lease)
+    }
+}
+
+/// When an object loaded from the data directory was last written, as far as it says: the
+/// newest of the times an object and an event recorder stamp (see the module docs, "Objects
+/// that expire"), in milliseconds since the epoch; 0 when it carries none.
+fn written_at_ms(obj: &Value) -> u64 {
+    let at = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, time_ms);
+    [
+        obj.pointer("/metadata/creationTimestamp"),
+        obj.get("firstTimestamp"),
+        obj.get("lastTimestamp"),
+        obj.get("eventTime"),
+        obj.pointer("/series/lastObservedTime"),
+    ]
+    .into_iter()
+    .map(at)
+    .max()
+    .unwrap_or(0)
+}
+
+/// The revision of a stored object and [`written_at_ms`], read from its bytes without building
+/// a tree when it rests (a restart loads every object so).
+fn rv_and_written_at(obj: &Stored) -> (u64, u64) {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Stamps {
+        #[serde(default)]
+        metadata: Option<MetaStamps>,
+        #[serde(default)]
+        first_timestamp: Option<String>,
+        #[serde(default)]
+        last_timestamp: Option<String>,
+        #[serde(default)]
+        event_time: Option<String>,
+        #[serde(default)]
+        series: Option<SeriesStamps>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct MetaStamps {
+        #[serde(default)]
+        resource_version: Option<String>,
+        #[serde(default)]
+        creation_timestamp: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct SeriesStamps {
+        #[serde(default)]
+        last_observed_time: Option<String>,
+    }
+    let parsed = match (obj.is_decoded(), obj.json()) {
+        (false, Some(json)) => serde_json::from_slice::<Stamps>(json).ok(),
+        _ => None,
+    };
+    let Some(st) = parsed else {
+        return obj.with_value(|v| (rv_of(v), written_at_ms(v)));
+    };
+    let (rv, created) = st
+        .metadata
+        .map_or((None, None), |m| (m.resource_version, m.creation_timestamp));
+    let written = [
+        created,
+        st.first_timestamp,
+        st.last_timestamp,
+        st.event_time,
+        st.series.and_then(|s| s.last_observed_time),
+    ]
+    .into_iter()
+    .map(|t| t.as_deref().map_or(0, time_ms))
+    .max()
+    .unwrap_or(0);
+    (rv.and_then(|r| r.parse().ok()).unwrap_or(0), written)
+}
+
+/// An RFC 3339 time in milliseconds since the epoch; 0 when it does not parse.
+fn time_ms(s: &str) -> u64 {
+    s.parse::<jiff::Timestamp>()
+        .ok()
+        .and_then(|t| u64::try_from(t.as_millisecond()).ok())
+        .unwrap_or(0)
+}
+
 /// Everything stored, plus the resource table. Reached through [`Store::read`] / [`Store::write`].
 #[derive(Debug)]
 pub struct State<Reg> {
@@ -530,6 +687,8 @@ pub struct State<Reg> {
     retired: Vec<Arc<Change>>,
     /// Changes not yet handed to the disk (only when the store is durable).
     journal: Option<Vec<Arc<Change>>>,
+    /// The storages whose objects expire, and when each of theirs does (see the module docs).
+    leases: Leases,
     /// The resources served (the API server's resource table, a type this module does not
     /// know); CRD registration edits it under the same lock as the objects.
     pub registry: Reg,
@@ -551,6 +710,7 @@ impl<Reg> State<Reg> {
             clock: system_now_ms,
             retired: Vec::new(),
             journal: None,
+            leases: Leases::default(),
             registry: Reg::default(),
         }
     }
@@ -691,6 +851,10 @@ impl<Reg> State<Reg> {
         self.rv += 1;
         stamp(&mut obj, self.rv);
         let key = key_of(&obj);
+        if let Some(ttl) = self.leases.ttl_of(storage) {
+            let due = (self.clock)().saturating_add(ttl);
+            self.leases.schedule(due, self.rv, storage, &key);
+        }
         let obj = Arc::new(Stored::new(obj));
         let bucket = bucket_mut(&mut self.objects, storage);
         let prev = bucket.insert(key, obj.clone());
@@ -907,6 +1071,29 @@ impl<Reg> State<Reg> {
         garbage
     }
 
+    /// Deletes the objects whose lease ran out by `now_ms` and that were not written since it
+    /// was taken, at most `max` of them (see the module docs, "Objects that expire"); each
+    /// deletion is a `DELETED` change like any other. Returns how many were deleted.
+    pub fn expire(&mut self, now_ms: u64, max: usize) -> usize {
+        let mut deleted = 0;
+        while deleted < max {
+            let Some(lease) = self.leases.pop_due(now_ms) else {
+                break;
+            };
+            let current = self
+                .objects
+                .get(lease.storage.as_str())
+                .and_then(|b| b.objects.get(&lease.key))
+                .map(|o| rv_and_written_at(o).0);
+            if current == Some(lease.rv) {
+                let (ns, name) = &lease.key;
+                self.delete(&lease.storage, ns, name);
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+
     /// Drops the whole event history: every watch or exact list from an older revision now
     /// gets 410. A test hook to exercise clients' relist paths deterministically.
     pub fn compact(&mut self) {
@@ -1115,6 +1302,46 @@ impl<Reg> Store<Reg> {
         self.write(|st| {
             let now = (st.clock)();
             st.trim(now);
+            st.expire(now, EXPIRE_PER_PASS);
+        });
+    }
+
+    /// Gives the objects of `storage` a time to live (kube-apiserver's `--event-ttl` for
+    /// events): each is deleted `ttl` after its last write unless written again (see the
+    /// module docs, "Objects that expire"). The objects stored already (loaded from the data
+    /// directory) get their leases from when they were last written. A TTL of zero keeps
+    /// them (etcd attaches no lease then).
+    pub fn expire_after(&self, storage: &str, ttl: Duration) {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self.write(|st| {
+            st.leases.ttl_ms.retain(|(s, _)| s != storage);
+            st.leases.due.retain(|l| l.0.storage != storage);
+            if ttl_ms == 0 {
+                return;
+            }
+            st.leases.ttl_ms.push((storage.to_owned(), ttl_ms));
+            let Some(bucket) = st.objects.get(storage) else {
+                return;
+            };
+            // The last write of each key still in the history, by its clock.
+            let mut last_change: HashMap<Key, u64> = HashMap::new();
+            for c in st.history.iter() {
+                if c.storage.as_str() == storage && c.kind != ChangeType::Deleted {
+                    last_change.insert(c.object.key(), c.at_ms);
+                }
+            }
+            let mut due = Vec::with_capacity(bucket.objects.len());
+            for (key, obj) in &bucket.objects {
+                let (rv, stamped) = rv_and_written_at(obj);
+                let written = last_change.get(key).copied().unwrap_or(0).max(stamped);
+                due.push(Lease {
+                    due: written.saturating_add(ttl_ms),
+                    rv,
+                    storage: storage.to_owned(),
+                    key: key.clone(),
+                });
+            }
+            st.leases.due.extend(due.into_iter().map(Reverse));
         });
     }
 
@@ -1220,15 +1447,22 @@ impl<Reg> Store<Reg> {
     /// `apiserver_storage_compacted_revision`, and the counter
     /// `apiserver_terminated_watchers_total{group,resource}`.
     pub fn prometheus_text(&self) -> String {
-        let (bytes, len, limit, early, compacted) = self.read(|s| {
+        let (bytes, len, limit, early, compacted, mut objects) = self.read(|s| {
+            let objects: Vec<(String, usize)> = s
+                .objects
+                .iter()
+                .map(|(storage, b)| (resource_label(storage), b.objects.len()))
+                .collect();
             (
                 s.history_bytes,
                 s.history.len(),
                 s.limits.max_bytes,
                 s.early_compactions,
                 s.compacted,
+                objects,
             )
         });
+        objects.sort();
         let mut text = format!(
             "# HELP apiserver_storage_history_bytes Bytes held by the watch and continue history.\n\
              # TYPE apiserver_storage_history_bytes gauge\napiserver_storage_history_bytes {bytes}\n\
@@ -1241,6 +1475,15 @@ impl<Reg> Store<Reg> {
              # HELP apiserver_storage_compacted_revision The oldest revision a watch or continue token may start from.\n\
              # TYPE apiserver_storage_compacted_revision gauge\napiserver_storage_compacted_revision {compacted}\n"
         );
+        text.push_str(
+            "# HELP apiserver_storage_objects Number of stored objects at the time of last check split by kind.\n\
+             # TYPE apiserver_storage_objects gauge\n",
+        );
+        for (resource, n) in objects {
+            text.push_str(&format!(
+                "apiserver_storage_objects{{resource=\"{resource}\"}} {n}\n"
+            ));
+        }
         text.push_str(
             "# HELP apiserver_terminated_watchers_total Counter of watchers closed due to unresponsiveness broken by resource type.\n\
              # TYPE apiserver_terminated_watchers_total counter\n",
@@ -1403,6 +1646,121 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    // The clock of the expiry tests (their own, so other tests' clocks do not move it).
+    static LEASE_NOW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    fn lease_now() -> u64 {
+        LEASE_NOW.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn event(name: &str, last: &str) -> Value {
+        json!({"metadata": {"name": name, "namespace": "default",
+                            "creationTimestamp": "2026-01-01T00:00:00Z"},
+               "lastTimestamp": last, "reason": "Started"})
+    }
+
+    fn names(s: &State, storage: &str) -> Vec<String> {
+        s.list(storage, None)
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn events_expire_a_ttl_after_their_last_write_and_watchers_see_them_deleted() {
+        let store = Store::with_limits(HistoryLimits::default());
+        let t0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+        LEASE_NOW.store(t0, std::sync::atomic::Ordering::SeqCst);
+        store.write(|s| s.clock = lease_now);
+        store.expire_after("core/events", Duration::from_secs(3600));
+        let (a, b) = store.write(|s| {
+            let a = s.create("core/events", event("a", "2026-01-01T00:00:00Z"));
+            let b = s.create("core/events", event("b", "2026-01-01T00:00:00Z"));
+            s.create("core/configmaps", cm("c", "1"));
+            (a, b)
+        });
+        // Half an hour later `b` is written again: its hour starts over.
+        LEASE_NOW.store(t0 + 1_800_000, std::sync::atomic::Ordering::SeqCst);
+        store.write(|s| s.update("core/events", b.clone()));
+        // One hour after `a`'s write: `a` goes, `b` stays, the ConfigMap has no TTL.
+        LEASE_NOW.store(t0 + 3_600_000, std::sync::atomic::Ordering::SeqCst);
+        store.compact_expired();
+        store.read(|s| {
+            assert_eq!(names(s, "core/events"), ["b"]);
+            assert_eq!(names(s, "core/configmaps"), ["c"]);
+            // Watchers see a DELETED event carrying the last state.
+            let last = s.history.back().unwrap();
+            assert_eq!(last.kind, ChangeType::Deleted);
+            assert_eq!(last.object.key(), ("default".into(), "a".into()));
+            assert_eq!(last.prev.as_ref().map(|p| rv_of(p)), Some(rv_of(&a)));
+        });
+        // An hour after `b`'s second write it goes too.
+        LEASE_NOW.store(t0 + 5_400_000, std::sync::atomic::Ordering::SeqCst);
+        store.compact_expired();
+        store.read(|s| assert!(names(s, "core/events").is_empty()));
+    }
+
+    #[test]
+    fn a_pass_expires_at_most_its_share_and_a_zero_ttl_keeps_events() {
+        let store = Store::with_limits(HistoryLimits::default());
+        store.expire_after("core/events", Duration::from_millis(1));
+        let n = EXPIRE_PER_PASS + 5;
+        store.write(|s| {
+            for i in 0..n {
+                s.create("core/events", event(&format!("e{i}"), ""));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(5));
+        store.compact_expired();
+        assert_eq!(store.read(|s| s.count("core/events")), 5);
+        store.compact_expired();
+        assert_eq!(store.read(|s| s.count("core/events")), 0);
+        // TTL zero: nothing expires, whatever was scheduled before.
+        store.write(|s| s.create("core/events", event("kept", "")));
+        store.expire_after("core/events", Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(5));
+        store.compact_expired();
+        assert_eq!(store.read(|s| s.count("core/events")), 1);
+    }
+
+    #[test]
+    fn a_restart_keeps_each_event_s_lease_from_its_last_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = system_now_ms();
+        let stamp = |ms: u64| {
+            jiff::Timestamp::from_millisecond(i64::try_from(ms).unwrap())
+                .unwrap()
+                .to_string()
+        };
+        {
+            let store = Store::open(HistoryLimits::default(), dir.path(), |_| {}).unwrap();
+            store.write(|s| {
+                // Written 59 minutes ago (by its stamps; older than the history), and now.
+                s.create("core/events", event("old", &stamp(now - 59 * 60_000)));
+                s.create("core/events", event("new", &stamp(now)));
+            });
+            // Rested as bytes, as a restart loads them.
+            for _ in 0..super::super::stored::REST_AFTER_PASSES {
+                store.shed();
+            }
+        }
+        // Reopened with a history too short to hold either write: only the stamps tell.
+        std::thread::sleep(Duration::from_millis(5));
+        let short = HistoryLimits {
+            max_age: Duration::from_millis(1),
+            ..HistoryLimits::default()
+        };
+        let store = Store::open(short, dir.path(), |_| {}).unwrap();
+        assert_eq!(store.read(|s| s.history_len()), 0);
+        store.expire_after("core/events", Duration::from_secs(3600));
+        store.read(|s| assert_eq!(decoded(s), 0));
+        // A minute and a bit after the restart, `old` has had its hour; `new` has not.
+        LEASE_NOW.store(now + 61_000, std::sync::atomic::Ordering::SeqCst);
+        store.write(|s| s.clock = lease_now);
+        store.compact_expired();
+        store.read(|s| assert_eq!(names(s, "core/events"), ["new"]));
     }
 
     #[test]
