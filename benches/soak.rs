@@ -682,6 +682,8 @@ struct Run {
     rows: Vec<Sample>,
     /// Managers that exited on their own (a lost Lease) and were started again.
     manager_exits: u32,
+    /// The server's history bound (`apiserver_storage_history_limit_bytes`), once read.
+    history_limit: Option<f64>,
 }
 
 impl Run {
@@ -712,6 +714,9 @@ impl Run {
                 },
                 Err(_) => String::new(),
             };
+            if let Some(limit) = prom_sum(&text, "apiserver_storage_history_limit_bytes") {
+                self.history_limit = Some(limit);
+            }
             rows.push(Sample {
                 t,
                 process: "apiserver",
@@ -833,6 +838,7 @@ async fn run(opts: Opts) -> BoxResult<bool> {
         samples,
         faults,
         manager_exits: 0,
+        history_limit: None,
         rows: Vec::new(),
     };
 
@@ -1167,6 +1173,23 @@ async fn report(r: &mut Run, leftovers: &str) -> bool {
                 f(last).unwrap_or(f64::NAN)
             );
         }
+    }
+    let server_rss_max = r
+        .rows
+        .iter()
+        .filter(|s| s.process == "apiserver")
+        .map(|s| s.stats.rss_kib as f64 / 1024.0)
+        .fold(0.0, f64::max);
+    if let Some(limit) = r.history_limit {
+        let limit = limit / 1048576.0;
+        println!(
+            "\nAPI server RSS at most {server_rss_max:.1} MiB, {} its history bound ({limit:.0} MiB, --history-max-bytes)",
+            if server_rss_max <= limit {
+                "within"
+            } else {
+                "above"
+            }
+        );
     }
     if b.violations.is_empty() {
         println!(
