@@ -73,16 +73,22 @@
 //!
 //! redb keeps a page cache of its own, by default 1 GiB, which keeps every page a read brings
 //! in up to that size: loading the data directory would leave the whole file in it. Here the
-//! cache is [`CACHE_BYTES`] (16 MiB): the load reads each page once, and a commit reads the few
+//! cache is [`CACHE_BYTES`] (4 MiB): the load reads each page once, and a commit reads the few
 //! pages of the B-trees it changes, which the kernel's page cache holds (not counted in the
-//! server's RSS).
+//! server's RSS). With 16 MiB the cache stayed full and the server held 11 MiB more for it
+//! after every restart, for no faster writes (`BIN=... HISTORY_MIB=60 REST_WAIT=5
+//! hack/bench-restart.sh`, three runs of each alternated on a machine running a soak: writes
+//! 13.5 to 14.3 s with 4 MiB against 12.3 to 15.5 s with 16 MiB; RSS once loaded 49 against
+//! 60 MiB; the data directory of a one-hour soak, 744 MB with 13,000 events, loaded in 135
+//! against 147 MiB).
 //!
 //! Measured with the release binary (`hack/bench-restart.sh`: 3,000 Ats with four status
 //! updates each and 2,500 ConfigMaps of 100 keys written four to five times each, 25,054
 //! changes; then `kill -9`, a restart, watches of both resources from the revision before the
 //! writes (25,000 events), a watch of Ats from `resourceVersion=0`, and plain,
 //! `resourceVersion=0` and paged LISTs of both), loading trees as the server did before, and
-//! bytes as it does now:
+//! bytes as it does now (with the page cache at 16 MiB then; at 4 MiB each figure after the
+//! restart is about 11 MiB lower):
 //!
 //! | | trees | bytes |
 //! |---|---|---|
@@ -126,7 +132,7 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 /// The memory redb may keep for its page cache (see the module docs, "Memory"): a tenth for
 /// the pages a commit writes, the rest for pages read or written before.
-pub const CACHE_BYTES: usize = 16 << 20;
+pub const CACHE_BYTES: usize = 4 << 20;
 
 /// Opens (or creates) the database with a page cache of [`CACHE_BYTES`].
 fn create(path: &Path) -> Result<Database, redb::DatabaseError> {
