@@ -723,7 +723,7 @@ impl ApiServerBuilder {
                 store
             }
         });
-        store.expire_after(EVENTS_STORAGE, self.event_ttl);
+        store.expire_after(crate::registry::resources::EVENTS_STORAGE, self.event_ttl);
         bootstrap::seed(&store, addr.port());
         flowcontrol::FlowControl::seed(&store);
         let flow_control = flowcontrol::FlowControl::new(self.flow_control.clone(), &store);
@@ -949,9 +949,6 @@ fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
 /// How long events are kept after their last write by default: kube-apiserver's
 /// `--event-ttl` default, one hour ([`ApiServerBuilder::event_ttl`]).
 pub const DEFAULT_EVENT_TTL: Duration = Duration::from_secs(3600);
-
-/// Where core/v1 and events.k8s.io/v1 events are stored (one storage, two schemas).
-const EVENTS_STORAGE: &str = "core/events";
 
 /// The file of a cert or data directory that holds the admin token.
 pub const ADMIN_TOKEN_FILE: &str = "admin-token";

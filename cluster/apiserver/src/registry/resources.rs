@@ -346,6 +346,9 @@ impl Default for Registry {
     }
 }
 
+/// Where core/v1 and events.k8s.io/v1 events are stored (one storage, two schemas).
+pub const EVENTS_STORAGE: &str = "core/events";
+
 impl Registry {
     /// The built-in resources every server starts with.
     pub fn builtins() -> Self {
@@ -354,7 +357,7 @@ impl Registry {
             .fields(EVENT_FIELDS)
             .strategy(EventsV1Strategy)
             .0;
-        events_v1.storage = "core/events".into();
+        events_v1.storage = EVENTS_STORAGE.into();
         events_v1.view = View::EventsV1;
         let defs = vec![
             B::new("", "v1", "namespaces", "Namespace", false)

@@ -552,7 +552,7 @@ pub const EXPIRE_PER_PASS: usize = 1_000;
 struct Lease {
     due: u64,
     rv: u64,
-    storage: String,
+    storage: StorageKey,
     key: Key,
 }
 
@@ -572,11 +572,11 @@ impl Leases {
             .map(|&(_, ttl)| ttl)
     }
 
-    fn schedule(&mut self, due: u64, rv: u64, storage: &str, key: &Key) {
+    fn schedule(&mut self, due: u64, rv: u64, storage: &StorageKey, key: &Key) {
         self.due.push(Reverse(Lease {
             due,
             rv,
-            storage: storage.to_owned(),
+            storage: storage.clone(),
             key: key.clone(),
         }));
     }
@@ -589,77 +589,103 @@ impl Leases {
     }
 }
 
-/// When an object loaded from the data directory was last written, as far as it says: the
-/// newest of the times an object and an event recorder stamp (see the module docs, "Objects
-/// that expire"), in milliseconds since the epoch; 0 when it carries none.
-fn written_at_ms(obj: &Value) -> u64 {
-    let at = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, time_ms);
-    [
-        obj.pointer("/metadata/creationTimestamp"),
-        obj.get("firstTimestamp"),
-        obj.get("lastTimestamp"),
-        obj.get("eventTime"),
-        obj.pointer("/series/lastObservedTime"),
-    ]
-    .into_iter()
-    .map(at)
-    .max()
-    .unwrap_or(0)
+/// What an object says of its last write (see the module docs, "Objects that expire"): its
+/// revision and the times an object and an event recorder stamp, read from its bytes without
+/// building a tree when it rests (a restart loads every object so).
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Stamps {
+    #[serde(default)]
+    metadata: Option<MetaStamps>,
+    #[serde(default)]
+    first_timestamp: Option<String>,
+    #[serde(default)]
+    last_timestamp: Option<String>,
+    #[serde(default)]
+    event_time: Option<String>,
+    #[serde(default)]
+    series: Option<SeriesStamps>,
 }
 
-/// The revision of a stored object and [`written_at_ms`], read from its bytes without building
-/// a tree when it rests (a restart loads every object so).
-fn rv_and_written_at(obj: &Stored) -> (u64, u64) {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Stamps {
-        #[serde(default)]
-        metadata: Option<MetaStamps>,
-        #[serde(default)]
-        first_timestamp: Option<String>,
-        #[serde(default)]
-        last_timestamp: Option<String>,
-        #[serde(default)]
-        event_time: Option<String>,
-        #[serde(default)]
-        series: Option<SeriesStamps>,
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct MetaStamps {
+    #[serde(default)]
+    resource_version: Option<String>,
+    #[serde(default)]
+    creation_timestamp: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SeriesStamps {
+    #[serde(default)]
+    last_observed_time: Option<String>,
+}
+
+impl Stamps {
+    /// Read from the object's bytes when it rests, else from its tree; a field of another
+    /// type than expected reads as absent.
+    fn of(obj: &Stored) -> Stamps {
+        let parsed = match (obj.is_decoded(), obj.json()) {
+            (false, Some(json)) => serde_json::from_slice::<Stamps>(json).ok(),
+            _ => None,
+        };
+        parsed.unwrap_or_else(|| {
+            obj.with_value(|v| {
+                let stamp = |s: &str| v.pointer(s).and_then(Value::as_str).map(str::to_owned);
+                Stamps {
+                    metadata: Some(MetaStamps {
+                        resource_version: stamp("/metadata/resourceVersion"),
+                        creation_timestamp: stamp("/metadata/creationTimestamp"),
+                    }),
+                    first_timestamp: stamp("/firstTimestamp"),
+                    last_timestamp: stamp("/lastTimestamp"),
+                    event_time: stamp("/eventTime"),
+                    series: Some(SeriesStamps {
+                        last_observed_time: stamp("/series/lastObservedTime"),
+                    }),
+                }
+            })
+        })
     }
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct MetaStamps {
-        #[serde(default)]
-        resource_version: Option<String>,
-        #[serde(default)]
-        creation_timestamp: Option<String>,
+
+    /// `metadata.resourceVersion` as a number (0 when absent).
+    fn rv(&self) -> u64 {
+        self.metadata
+            .as_ref()
+            .and_then(|m| m.resource_version.as_deref())
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0)
     }
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct SeriesStamps {
-        #[serde(default)]
-        last_observed_time: Option<String>,
+
+    /// The newest of the stamped times in milliseconds since the epoch; 0 when there is none.
+    fn written_at_ms(&self) -> u64 {
+        let meta = self.metadata.as_ref();
+        [
+            meta.and_then(|m| m.creation_timestamp.as_deref()),
+            self.first_timestamp.as_deref(),
+            self.last_timestamp.as_deref(),
+            self.event_time.as_deref(),
+            self.series
+                .as_ref()
+                .and_then(|s| s.last_observed_time.as_deref()),
+        ]
+        .into_iter()
+        .map(|t| t.map_or(0, time_ms))
+        .max()
+        .unwrap_or(0)
     }
-    let parsed = match (obj.is_decoded(), obj.json()) {
-        (false, Some(json)) => serde_json::from_slice::<Stamps>(json).ok(),
-        _ => None,
-    };
-    let Some(st) = parsed else {
-        return obj.with_value(|v| (rv_of(v), written_at_ms(v)));
-    };
-    let (rv, created) = st
-        .metadata
-        .map_or((None, None), |m| (m.resource_version, m.creation_timestamp));
-    let written = [
-        created,
-        st.first_timestamp,
-        st.last_timestamp,
-        st.event_time,
-        st.series.and_then(|s| s.last_observed_time),
-    ]
-    .into_iter()
-    .map(|t| t.as_deref().map_or(0, time_ms))
-    .max()
-    .unwrap_or(0);
-    (rv.and_then(|r| r.parse().ok()).unwrap_or(0), written)
+}
+
+/// The revision of a stored object: read in place from its tree, or from its bytes when it
+/// rests.
+fn stored_rv(obj: &Stored) -> u64 {
+    if obj.is_decoded() {
+        obj.with_value(rv_of)
+    } else {
+        Stamps::of(obj).rv()
+    }
 }
 
 /// An RFC 3339 time in milliseconds since the epoch; 0 when it does not parse.
@@ -851,12 +877,12 @@ impl<Reg> State<Reg> {
         self.rv += 1;
         stamp(&mut obj, self.rv);
         let key = key_of(&obj);
-        if let Some(ttl) = self.leases.ttl_of(storage) {
-            let due = (self.clock)().saturating_add(ttl);
-            self.leases.schedule(due, self.rv, storage, &key);
-        }
         let obj = Arc::new(Stored::new(obj));
         let bucket = bucket_mut(&mut self.objects, storage);
+        if let Some(ttl) = self.leases.ttl_of(storage) {
+            let due = (self.clock)().saturating_add(ttl);
+            self.leases.schedule(due, self.rv, &bucket.name, &key);
+        }
         let prev = bucket.insert(key, obj.clone());
         let storage = bucket.name.clone();
         self.record(Change {
@@ -1084,7 +1110,7 @@ impl<Reg> State<Reg> {
                 .objects
                 .get(lease.storage.as_str())
                 .and_then(|b| b.objects.get(&lease.key))
-                .map(|o| rv_and_written_at(o).0);
+                .map(|o| stored_rv(o));
             if current == Some(lease.rv) {
                 let (ns, name) = &lease.key;
                 self.delete(&lease.storage, ns, name);
@@ -1315,7 +1341,7 @@ impl<Reg> Store<Reg> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         self.write(|st| {
             st.leases.ttl_ms.retain(|(s, _)| s != storage);
-            st.leases.due.retain(|l| l.0.storage != storage);
+            st.leases.due.retain(|l| l.0.storage.as_str() != storage);
             if ttl_ms == 0 {
                 return;
             }
@@ -1332,12 +1358,13 @@ impl<Reg> Store<Reg> {
             }
             let mut due = Vec::with_capacity(bucket.objects.len());
             for (key, obj) in &bucket.objects {
-                let (rv, stamped) = rv_and_written_at(obj);
+                let stamps = Stamps::of(obj);
+                let (rv, stamped) = (stamps.rv(), stamps.written_at_ms());
                 let written = last_change.get(key).copied().unwrap_or(0).max(stamped);
                 due.push(Lease {
                     due: written.saturating_add(ttl_ms),
                     rv,
-                    storage: storage.to_owned(),
+                    storage: bucket.name.clone(),
                     key: key.clone(),
                 });
             }
