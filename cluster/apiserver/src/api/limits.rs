@@ -139,10 +139,48 @@ pub fn json_from_slice<T: serde::de::DeserializeOwned>(
 }
 
 /// Whether `v`'s JSON is longer than `limit` bytes, measured without building it and without
-/// walking more than `limit` bytes of it.
+/// walking more than `limit` bytes of it. A bound first ([`json_len_bound`]: no formatting,
+/// a walk of the tree), and the exact length only when the bound is over the limit: an object
+/// far below it (every ordinary write against etcd's 1.5 MiB) is not encoded at all.
 pub fn json_longer_than(v: &Value, limit: u64) -> bool {
+    if json_len_bound(v, limit) <= limit {
+        return false;
+    }
     let mut w = CountUpTo { count: 0, limit };
     serde_json::to_writer(&mut w, v).is_err()
+}
+
+/// At least the length of `v`'s compact JSON, and at most `limit + 1` once it is over
+/// `limit`: every string byte counted as the six of a `\u00XX` escape, every number as 24
+/// bytes (the longest an `i64`, a `u64` or an `f64` is written).
+fn json_len_bound(v: &Value, limit: u64) -> u64 {
+    fn walk(v: &Value, total: &mut u64, limit: u64) {
+        if *total > limit {
+            return;
+        }
+        let str_bound = |s: &str| 2 + 6 * s.len() as u64;
+        match v {
+            Value::Null | Value::Bool(_) => *total += 5,
+            Value::Number(_) => *total += 24,
+            Value::String(s) => *total += str_bound(s),
+            Value::Array(items) => {
+                *total += 2 + items.len() as u64;
+                for item in items {
+                    walk(item, total, limit);
+                }
+            }
+            Value::Object(m) => {
+                *total += 2 + m.len() as u64;
+                for (k, item) in m {
+                    *total += str_bound(k) + 1;
+                    walk(item, total, limit);
+                }
+            }
+        }
+    }
+    let mut total = 0;
+    walk(v, &mut total, limit);
+    total.min(limit.saturating_add(1))
 }
 
 /// etcd's refusal of a write larger than [`MAX_OBJECT_BYTES`], as kube-apiserver passes it on:
@@ -600,6 +638,26 @@ pub fn parse_yaml(bytes: &[u8]) -> Result<Value, String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The bound is never below the real length (escapes, numbers, nesting) and stops growing
+    /// past the limit; the answer is the exact one on both sides of the limit.
+    #[test]
+    fn the_json_length_bound_is_at_least_the_length_and_the_answer_exact() {
+        let values = [
+            json!(null),
+            json!({"a": [1, -9223372036854775808i64, 18446744073709551615u64, -1.7976931348623157e308, true]}),
+            json!({"\u{1}\"\\": "\u{0}\u{1f}\n\"", "e": {}, "l": [], "s": ""}),
+            json!([[[[{"k": "v"}]]]]),
+        ];
+        for v in &values {
+            let len = serde_json::to_vec(v).unwrap().len() as u64;
+            assert!(json_len_bound(v, u64::MAX) >= len, "{v}");
+            assert!(!json_longer_than(v, len));
+            assert!(json_longer_than(v, len - 1));
+        }
+        let long = json!({"a": "x".repeat(1000)});
+        assert_eq!(json_len_bound(&long, 10), 11);
+    }
 
     #[test]
     fn yaml_depth_is_estimated_in_one_pass() {

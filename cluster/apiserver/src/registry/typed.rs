@@ -54,6 +54,9 @@ pub struct GoKind {
     /// A body decoded into the kind's struct and encoded again (`None` when it does not
     /// decode).
     roundtrip: fn(&Value) -> Option<Value>,
+    /// The fields of a body that decoding it into the kind's struct ignores (`None` when it
+    /// does not decode).
+    ignored: fn(&Value) -> Option<Vec<FieldSteps>>,
     /// The kind's own top-level fields whose Go types are checked, beyond `ObjectMeta`.
     fields: &'static [(&'static str, Ty)],
 }
@@ -65,33 +68,80 @@ fn rt<T: DeserializeOwned + Serialize>(b: &Value) -> Option<Value> {
     serde_json::to_value(t).ok()
 }
 
-const fn go_kind(
+/// One step of a path into a body: a field's name or a list's index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A field of an object.
+    Field(String),
+    /// An element of a list.
+    Index(usize),
+}
+
+/// A path into a body, from its root.
+pub type FieldSteps = Vec<Step>;
+
+/// The fields of `b` that decoding it into `T` ignores, in the order the decoder meets them
+/// (the body's, depth first): each an unknown field's path, ending in its name. The decoder
+/// reports them itself (serde's `IgnoredAny`, which every struct's decoder asks for a field it
+/// lacks), so nothing is encoded again.
+fn ign<T: DeserializeOwned>(b: &Value) -> Option<Vec<FieldSteps>> {
+    let mut out = vec![];
+    let decoded: Result<T, _> = serde_ignored::deserialize(b, |p| out.push(steps_of(&p)));
+    decoded.ok().map(|_| out)
+}
+
+/// A decoder's path as steps (`Option`s and newtypes take no step).
+fn steps_of(path: &serde_ignored::Path<'_>) -> FieldSteps {
+    use serde_ignored::Path;
+    let mut steps = vec![];
+    let mut at = path;
+    loop {
+        at = match at {
+            Path::Root => break,
+            Path::Seq { parent, index } => {
+                steps.push(Step::Index(*index));
+                parent
+            }
+            Path::Map { parent, key } => {
+                steps.push(Step::Field(key.clone()));
+                parent
+            }
+            Path::Some { parent }
+            | Path::NewtypeStruct { parent }
+            | Path::NewtypeVariant { parent } => parent,
+        };
+    }
+    steps.reverse();
+    steps
+}
+
+const fn go_kind<T: DeserializeOwned + Serialize>(
     group: &'static str,
     kind: &'static str,
-    roundtrip: fn(&Value) -> Option<Value>,
 ) -> GoKind {
     GoKind {
         group,
         kind,
-        roundtrip,
+        roundtrip: rt::<T>,
+        ignored: ign::<T>,
         fields: &[],
     }
 }
 
 /// The built-in kinds whose Go types this server knows.
 pub const SCHEME: &[GoKind] = &[
-    go_kind("", "Namespace", rt::<core::Namespace>),
-    go_kind("", "Pod", rt::<core::Pod>),
-    go_kind("", "Event", rt::<core::Event>),
-    go_kind("events.k8s.io", "Event", rt::<events::Event>),
-    go_kind("", "Service", rt::<core::Service>),
+    go_kind::<core::Namespace>("", "Namespace"),
+    go_kind::<core::Pod>("", "Pod"),
+    go_kind::<core::Event>("", "Event"),
+    go_kind::<events::Event>("events.k8s.io", "Event"),
+    go_kind::<core::Service>("", "Service"),
     GoKind {
         fields: &[
             ("data", Ty::StrMap),
             ("binaryData", Ty::BytesMap),
             ("immutable", Ty::Bool),
         ],
-        ..go_kind("", "ConfigMap", rt::<core::ConfigMap>)
+        ..go_kind::<core::ConfigMap>("", "ConfigMap")
     },
     GoKind {
         fields: &[
@@ -100,43 +150,23 @@ pub const SCHEME: &[GoKind] = &[
             ("type", Ty::Str("v1.SecretType")),
             ("immutable", Ty::Bool),
         ],
-        ..go_kind("", "Secret", rt::<core::Secret>)
+        ..go_kind::<core::Secret>("", "Secret")
     },
-    go_kind("", "ServiceAccount", rt::<core::ServiceAccount>),
-    go_kind("", "ResourceQuota", rt::<core::ResourceQuota>),
-    go_kind("", "Node", rt::<core::Node>),
-    go_kind("apps", "Deployment", rt::<apps::Deployment>),
-    go_kind("apps", "StatefulSet", rt::<apps::StatefulSet>),
-    go_kind("apps", "ReplicaSet", rt::<apps::ReplicaSet>),
-    go_kind("coordination.k8s.io", "Lease", rt::<coord::Lease>),
-    go_kind("networking.k8s.io", "Ingress", rt::<net::Ingress>),
-    go_kind("networking.k8s.io", "IngressClass", rt::<net::IngressClass>),
-    go_kind(
-        "networking.k8s.io",
-        "NetworkPolicy",
-        rt::<net::NetworkPolicy>,
-    ),
-    go_kind(
-        "apiextensions.k8s.io",
-        "CustomResourceDefinition",
-        rt::<ext::CustomResourceDefinition>,
-    ),
-    go_kind("rbac.authorization.k8s.io", "Role", rt::<rbac::Role>),
-    go_kind(
-        "rbac.authorization.k8s.io",
-        "ClusterRole",
-        rt::<rbac::ClusterRole>,
-    ),
-    go_kind(
-        "rbac.authorization.k8s.io",
-        "RoleBinding",
-        rt::<rbac::RoleBinding>,
-    ),
-    go_kind(
-        "rbac.authorization.k8s.io",
-        "ClusterRoleBinding",
-        rt::<rbac::ClusterRoleBinding>,
-    ),
+    go_kind::<core::ServiceAccount>("", "ServiceAccount"),
+    go_kind::<core::ResourceQuota>("", "ResourceQuota"),
+    go_kind::<core::Node>("", "Node"),
+    go_kind::<apps::Deployment>("apps", "Deployment"),
+    go_kind::<apps::StatefulSet>("apps", "StatefulSet"),
+    go_kind::<apps::ReplicaSet>("apps", "ReplicaSet"),
+    go_kind::<coord::Lease>("coordination.k8s.io", "Lease"),
+    go_kind::<net::Ingress>("networking.k8s.io", "Ingress"),
+    go_kind::<net::IngressClass>("networking.k8s.io", "IngressClass"),
+    go_kind::<net::NetworkPolicy>("networking.k8s.io", "NetworkPolicy"),
+    go_kind::<ext::CustomResourceDefinition>("apiextensions.k8s.io", "CustomResourceDefinition"),
+    go_kind::<rbac::Role>("rbac.authorization.k8s.io", "Role"),
+    go_kind::<rbac::ClusterRole>("rbac.authorization.k8s.io", "ClusterRole"),
+    go_kind::<rbac::RoleBinding>("rbac.authorization.k8s.io", "RoleBinding"),
+    go_kind::<rbac::ClusterRoleBinding>("rbac.authorization.k8s.io", "ClusterRoleBinding"),
 ];
 
 /// The scheme's entry for a built-in kind, if it has one.
@@ -152,6 +182,16 @@ pub fn roundtrip(def: &ResourceDef, body: &Value) -> Option<Value> {
         return None;
     }
     (lookup(&def.group, &def.kind)?.roundtrip)(body)
+}
+
+/// The fields of a body that the built-in kind's typed decoder ignores (the fields its Go
+/// struct lacks), as [`ign`] finds them. `None` for kinds without a Go type here (custom
+/// resources among them) or bodies that do not decode.
+pub fn ignored_fields(def: &ResourceDef, body: &Value) -> Option<Vec<FieldSteps>> {
+    if def.custom.is_some() {
+        return None;
+    }
+    (lookup(&def.group, &def.kind)?.ignored)(body)
 }
 
 /// Go's word for a JSON value's type in an `UnmarshalTypeError`.

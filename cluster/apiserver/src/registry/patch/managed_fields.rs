@@ -160,9 +160,13 @@ fn changed_fields(
     out: &mut BTreeSet<FieldPath>,
 ) {
     for (k, v) in map {
-        path.push(PathElem::Field(k.clone()));
         let old_v = old_here.and_then(|o| o.get(k));
-        if !is_stripped(path) && old_v != Some(v) {
+        // An unchanged field is passed over before its name is copied into the path.
+        if old_v == Some(v) {
+            continue;
+        }
+        path.push(PathElem::Field(k.clone()));
+        if !is_stripped(path) {
             match v {
                 Value::Object(m) if !m.is_empty() => changed_fields(old, new, m, old_v, path, out),
                 _ => {
@@ -194,17 +198,27 @@ fn keep_changed(
 /// Renders a path set in the `FieldsV1` format.
 pub(super) fn fields_v1(paths: &BTreeSet<FieldPath>) -> Value {
     let mut root = Map::new();
+    // The paths share their prefixes (they come sorted): each element's key is written into
+    // one buffer and looked up, and copied only where the node is new.
+    let mut key = String::new();
     for path in paths {
         let mut node = &mut root;
         for elem in path {
-            let key = match elem {
-                PathElem::Field(f) => format!("f:{f}"),
-                PathElem::Key(k) => format!("k:{k}"),
-                PathElem::Val(v) => format!("v:{v}"),
-                PathElem::Itself => ".".to_string(),
+            key.clear();
+            let (prefix, rest) = match elem {
+                PathElem::Field(f) => ("f:", f.as_str()),
+                PathElem::Key(k) => ("k:", k.as_str()),
+                PathElem::Val(v) => ("v:", v.as_str()),
+                PathElem::Itself => (".", ""),
             };
-            let entry = node.entry(key).or_insert_with(|| Value::Object(Map::new()));
-            let Value::Object(next) = entry else { break };
+            key.push_str(prefix);
+            key.push_str(rest);
+            if !node.contains_key(key.as_str()) {
+                node.insert(key.clone(), Value::Object(Map::new()));
+            }
+            let Some(Value::Object(next)) = node.get_mut(key.as_str()) else {
+                break;
+            };
             node = next;
         }
     }
