@@ -375,6 +375,7 @@ impl Loopback {
             .read(|st| verbs::get(st, &target, &query))?;
         crate::apiextensions::conversion::answer_to_served(&self.shared.backend, &target.def, obj)
             .await
+            .map(|served| served.into_value(&target.def))
     }
 
     /// LIST of a resource, in one namespace (`Some`) or all of them (`None`, or a
@@ -637,7 +638,7 @@ impl Loopback {
         }
         let (_, answer) =
             admission::write(&self.shared.backend, target, &self.user, write, &query).await?;
-        Ok(answer)
+        Ok(answer.into_value(&target.def))
     }
 }
 

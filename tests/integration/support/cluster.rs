@@ -50,7 +50,7 @@ pub fn create(h: &ClusterHandle, group: &str, plural: &str, ns: &str, body: Valu
         .write(|s| verbs::create(s, &t, body, &Query::parse(None)))
         .unwrap_or_else(|e| panic!("create {plural}: {}", e.message));
     assert_eq!(code, 201);
-    obj
+    obj.into_value(&t.def)
 }
 
 /// The stored object, if any (`group/plural` storage key, e.g. `core/pods`).
@@ -312,6 +312,7 @@ pub fn merge_patch(
         .write(|s| verbs::patch(s, &t, verbs::PatchType::Merge, patch, &Query::parse(None)))
         .unwrap_or_else(|e| panic!("patch {plural}/{name}: {}", e.message))
         .1
+        .into_value(&t.def)
 }
 
 /// Scales `default/name` of `group/plural` to `replicas` in-process (a merge patch of

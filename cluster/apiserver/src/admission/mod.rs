@@ -443,7 +443,7 @@ async fn admit_once(
     // 4. Validating webhooks, in parallel.
     let shown = match write {
         Write::Delete(_) => None,
-        _ => Some(dry.1.clone()),
+        _ => Some(dry.1.clone().into_value(&target.def)),
     };
     let validating = backend
         .store
@@ -481,7 +481,7 @@ fn candidates(
     let old = (exists && !(m.is_empty() && v.is_empty()))
         .then(|| verbs::get(st, target, &Query::default()).ok())
         .flatten()
-        .map(|(_, o)| o);
+        .map(|(_, o)| o.into_value(&target.def));
     (old, m, v)
 }
 
@@ -512,7 +512,8 @@ async fn requested_object(
         Write::Patch(PatchType::Apply, _) => Some(
             crate::apiextensions::conversion::run(backend, target, write, query, true)
                 .await?
-                .1,
+                .1
+                .into_value(&target.def),
         ),
         // A patch needs the object it patches (the caller answered the missing one).
         Write::Patch(ty, p) => match old {

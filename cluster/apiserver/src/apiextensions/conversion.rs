@@ -118,7 +118,7 @@ use crate::api::query::Query;
 use crate::api::status::{ApiError, Cause};
 use crate::registry::Backend;
 use crate::registry::generic::Write;
-use crate::registry::generic::{self as verbs, Answer, Target};
+use crate::registry::generic::{self as verbs, Answer, Served, Target};
 use crate::registry::resources::ResourceDef;
 pub use crate::registry::resources::WebhookConversion;
 use crate::registry::strategy;
@@ -622,23 +622,24 @@ pub async fn items_to_served(
 pub async fn answer_to_served(
     backend: &Backend,
     def: &ResourceDef,
-    body: Value,
-) -> Result<Value, ApiError> {
+    body: Served,
+) -> Result<Served, ApiError> {
     if webhook_of(def).is_none() {
         return Ok(body);
     }
+    let body = body.into_value(def);
     let kind = body["kind"].as_str().unwrap_or_default();
     if kind == def.kind {
-        return to_served(backend, def, body).await;
+        return Ok(to_served(backend, def, body).await?.into());
     }
     if kind == def.list_kind
         && let Some(items) = body["items"].as_array().cloned()
     {
         let mut body = body;
         body["items"] = Value::Array(items_to_served(backend, def, items).await?);
-        return Ok(body);
+        return Ok(body.into());
     }
-    Ok(body)
+    Ok(body.into())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -711,14 +712,15 @@ pub async fn run(
             }
             _ => write.run(st, target, &dry_query),
         })?;
+        let computed = computed.into_value(def);
         if dry {
-            return Ok((code, computed));
+            return Ok((code, computed.into()));
         }
         if let Some(old) = &old_view
             && computed == *old
         {
             // A no-op write stores nothing.
-            return Ok((code, computed));
+            return Ok((code, computed.into()));
         }
         // 3. The result in the storage version.
         let mut converted =
@@ -733,7 +735,9 @@ pub async fn run(
             Ok(obj) => {
                 return Ok((
                     code,
-                    to_served(backend, def, strategy::present(def, &obj)).await?,
+                    to_served(backend, def, strategy::present(def, &obj))
+                        .await?
+                        .into(),
                 ));
             }
             Err(Swap::Lost(e)) => return Err(e),

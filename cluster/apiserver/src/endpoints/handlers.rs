@@ -37,7 +37,7 @@ use crate::endpoints::discovery;
 use crate::endpoints::watch::{self, WatchSettings};
 use crate::filters::authorization::{authorize_path, authorize_resource};
 use crate::filters::request_log::RequestLabel;
-use crate::registry::generic::{self as verbs, DeleteOptions, PatchType, Target};
+use crate::registry::generic::{self as verbs, DeleteOptions, PatchType, Served, Target};
 use crate::registry::resources::ResourceDef;
 
 pub use crate::api::Body;
@@ -728,6 +728,7 @@ async fn serve_read(
         let obj =
             crate::apiextensions::conversion::answer_to_served(&shared.backend, def, obj).await?;
         if wants_table && target.subresource.is_none() {
+            let obj = obj.into_value(def);
             let rv = obj["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or_default()
@@ -740,8 +741,7 @@ async fn serve_read(
                 crate::endpoints::table::CONTENT_TYPE,
             ));
         }
-        let obj = crate::endpoints::partial::object(def, partial.as_ref(), obj)?;
-        return Ok(json_response(code, &def.ordered(&obj), "application/json"));
+        return answer_response(def, partial.as_ref(), code, obj);
     }
     class.verb = "list".into();
     let opts = ListOptions::parse(query, false)?;
@@ -833,11 +833,32 @@ async fn serve_write(
         crate::admission::write(&shared.backend, target, user, write, query).await?
     };
     let partial = crate::endpoints::partial::negotiate(&request.accept);
-    let obj = crate::endpoints::partial::object(&target.def, partial.as_ref(), obj)?;
     Ok(with_warnings(
-        json_response(code, &target.def.ordered(&obj), "application/json"),
+        answer_response(&target.def, partial.as_ref(), code, obj)?,
         query,
     ))
+}
+
+/// The JSON response for a verb's answer (as a `PartialObjectMetadata` when the client asked for
+/// one): an object as stored is serialized from the store's own copy
+/// ([`crate::registry::strategy::Presented`]), the same bytes as its presented value.
+fn answer_response(
+    def: &ResourceDef,
+    partial: Option<&crate::endpoints::partial::Wanted>,
+    code: u16,
+    obj: Served,
+) -> Result<Response<Body>, ApiError> {
+    if partial.is_none()
+        && let Served::Stored(stored) = &obj
+    {
+        return Ok(json_response(
+            code,
+            &crate::registry::strategy::Presented::new(def, stored),
+            "application/json",
+        ));
+    }
+    let obj = crate::endpoints::partial::object(def, partial, obj.into_value(def))?;
+    Ok(json_response(code, &def.ordered(&obj), "application/json"))
 }
 
 /// `DELETE` of one object (`delete`) or of a collection (`deletecollection`, by the list
@@ -872,9 +893,8 @@ async fn serve_delete(
             crate::admission::write(&shared.backend, target, user, Write::Delete(opts), query)
                 .await?;
         let partial = crate::endpoints::partial::negotiate(&request.accept);
-        let obj = crate::endpoints::partial::object(&target.def, partial.as_ref(), obj)?;
         return Ok(with_warnings(
-            json_response(code, &target.def.ordered(&obj), "application/json"),
+            answer_response(&target.def, partial.as_ref(), code, obj)?,
             query,
         ));
     }
@@ -885,11 +905,7 @@ async fn serve_delete(
         .write_checked(|s| verbs::delete_collection(s, target, &list_opts, &opts))?;
     let obj = crate::apiextensions::conversion::answer_to_served(&shared.backend, &target.def, obj)
         .await?;
-    Ok(json_response(
-        code,
-        &target.def.ordered(&obj),
-        "application/json",
-    ))
+    answer_response(&target.def, None, code, obj)
 }
 
 /// `POST /apis/authorization.k8s.io/v1/...reviews`: an access or rules review, authorized like

@@ -128,14 +128,14 @@ fn finalize(
         .unwrap_or_else(|| json!([]));
     meta::set_path(&mut new, ".spec.finalizers", finalizers);
     if new == old || opts.dry_run {
-        return Ok((200, present(&def, &new)));
+        return Ok((200, present(&def, &new).into()));
     }
     if should_delete(&def, &new) {
         let removed = remove_object(st, &def, "", t.name(), Some(new.clone())).unwrap_or(new);
-        return Ok((200, present(&def, &removed)));
+        return Ok((200, present(&def, &removed).into()));
     }
     let stored = st.write(&def.storage, new);
-    Ok((200, present(&def, &stored)))
+    Ok((200, present(&def, &stored).into()))
 }
 
 /// Deletes everything in a namespace that is being terminated (the namespace controller's job,
