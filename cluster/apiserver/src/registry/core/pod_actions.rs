@@ -278,8 +278,9 @@ pub fn bind(
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let scheduled = json!({"type": "PodScheduled", "status": "True",
-                           "lastProbeTime": null, "lastTransitionTime": now});
+    // No `lastProbeTime: null` (a zero time): the server drops a built-in kind's `null` fields
+    // on every other write, and the node's status writes copy this condition.
+    let scheduled = json!({"type": "PodScheduled", "status": "True", "lastTransitionTime": now});
     match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
         Some(c) if c["status"] == "True" => {}
         Some(c) => *c = scheduled,

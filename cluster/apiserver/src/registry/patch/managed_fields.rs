@@ -388,6 +388,77 @@ pub(super) fn remove_at(obj: &mut Value, path: &[PathElem]) {
     }
 }
 
+/// Whether `path` is a member of the `FieldsV1` set `tree` (as [`parse_fields_v1`] reads it:
+/// its node is there and is empty or not an object), looked up without parsing the set.
+fn has_member(tree: &Map<String, Value>, path: &[PathElem], key: &mut String) -> bool {
+    let mut node = tree;
+    for (i, elem) in path.iter().enumerate() {
+        key.clear();
+        match elem {
+            PathElem::Field(f) => {
+                key.push_str("f:");
+                key.push_str(f);
+            }
+            PathElem::Key(k) => {
+                key.push_str("k:");
+                key.push_str(k);
+            }
+            PathElem::Val(v) => {
+                key.push_str("v:");
+                key.push_str(v);
+            }
+            PathElem::Itself => key.push('.'),
+        }
+        let last = i + 1 == path.len();
+        match node.get(key.as_str()) {
+            None => return false,
+            Some(Value::Object(m)) if last => return m.is_empty(),
+            Some(Value::Object(m)) => node = m,
+            Some(_) => return last,
+        }
+    }
+    false
+}
+
+/// Whether every node of the `FieldsV1` set `tree` addresses a value of `at` (so every path of
+/// the set exists there, as [`value_at_with`] reads them). False for anything it cannot read,
+/// which only sends the caller to the exact, slower check.
+fn all_exist(tree: &Map<String, Value>, at: &Value, keys: &mut ListKeys) -> bool {
+    for (k, v) in tree {
+        let next = if k == "." {
+            Some(at)
+        } else if let Some(f) = k.strip_prefix("f:") {
+            at.get(f)
+        } else if let Some(item_key) = k.strip_prefix("k:") {
+            let Some(want) = keys.get(item_key) else {
+                return false;
+            };
+            at.as_array().and_then(|items| {
+                items
+                    .iter()
+                    .find(|i| want.iter().all(|(wk, wv)| i.get(wk) == Some(wv)))
+            })
+        } else if let Some(member) = k.strip_prefix("v:") {
+            let Ok(want) = serde_json::from_str::<Value>(member) else {
+                return false;
+            };
+            at.as_array()
+                .and_then(|items| items.iter().find(|i| **i == want))
+        } else {
+            return false;
+        };
+        let Some(next) = next else {
+            return false;
+        };
+        if let Value::Object(m) = v
+            && !all_exist(m, next, keys)
+        {
+            return false;
+        }
+    }
+    true
+}
+
 /// Records an ordinary write (create, PUT, non-apply PATCH) in `metadata.managedFields`, as the
 /// API server's field manager does for `operation: Update`: the fields this write set or changed
 /// (all of them for a create, `old == None`) are added to the entry of (`manager`, `Update`,
@@ -431,10 +502,22 @@ pub fn record_update(
         .and_then(|o| o.pointer("/metadata/managedFields"))
         .and_then(Value::as_array);
     let mut keys = ListKeys::default();
+    let mut key = String::new();
     for (i, e) in entries.iter_mut().enumerate() {
         let as_stored = stored_entries
             .and_then(|s| s.get(i))
             .is_some_and(|s| s.get("fieldsV1") == e.get("fieldsV1"));
+        // Another manager's entry, as stored, that owns none of the changed fields and whose
+        // fields all still exist is left as it is, without parsing it into paths (what most
+        // writes meet: a status writer's write beside the creator's entry, or the other way).
+        if as_stored
+            && !is_mine(e)
+            && let Some(Value::Object(tree)) = e.get("fieldsV1")
+            && !changed.iter().any(|p| has_member(tree, p, &mut key))
+            && all_exist(tree, body, &mut keys)
+        {
+            continue;
+        }
         let mut set = e.get("fieldsV1").map(parse_fields_v1).unwrap_or_default();
         let parsed = set.len();
         if is_mine(e) {
@@ -667,5 +750,73 @@ mod tests {
             same["metadata"]["managedFields"],
             status["metadata"]["managedFields"]
         );
+    }
+
+    /// Another manager's entry is skipped unparsed only when the exact path-by-path update
+    /// would leave it as it is: the same entries either way, for a write beside it, one that
+    /// takes a field of it, and one that removes a list item it owns.
+    #[test]
+    fn an_untouched_entry_is_skipped_with_the_same_result_as_the_exact_update() {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"app": "a"}},
+            "spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "busybox", "command": ["sh"]},
+                {"name": "d", "image": "busybox"}]}});
+        record_update(None, &mut pod, "at-controller", None, "t1");
+        let mut running = pod.clone();
+        running["status"] =
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+        let writes = [
+            // Beside the creator's fields: its entry is skipped.
+            (running, Some("status")),
+            // Takes the creator's restartPolicy.
+            (
+                {
+                    let mut w = pod.clone();
+                    w["spec"]["restartPolicy"] = json!("Always");
+                    w
+                },
+                None,
+            ),
+            // Removes a container the creator owns (a keyed list item).
+            (
+                {
+                    let mut w = pod.clone();
+                    w["spec"]["containers"].as_array_mut().unwrap().pop();
+                    w
+                },
+                None,
+            ),
+        ];
+        // The creator's set is read in place: every node found, the status not in it.
+        let tree = pod["metadata"]["managedFields"][0]["fieldsV1"]
+            .as_object()
+            .unwrap();
+        assert!(all_exist(tree, &writes[0].0, &mut ListKeys::default()));
+        let status_paths = changed_paths(&pod, &writes[0].0);
+        assert!(!status_paths.is_empty());
+        assert!(
+            !status_paths
+                .iter()
+                .any(|p| has_member(tree, p, &mut String::new()))
+        );
+        assert!(!all_exist(tree, &writes[2].0, &mut ListKeys::default()));
+        for (write, sub) in writes {
+            let mut fast = write.clone();
+            record_update(Some(&pod), &mut fast, "kubelet", sub, "t2");
+            // The exact update: the old object's entries hidden, so none counts as stored.
+            let mut unlisted = pod.clone();
+            unlisted["metadata"]["managedFields"] = json!([]);
+            let mut exact = write.clone();
+            record_update(Some(&unlisted), &mut exact, "kubelet", sub, "t2");
+            assert_eq!(
+                fast["metadata"]["managedFields"],
+                exact["metadata"]["managedFields"]
+            );
+        }
+        let mut took = pod.clone();
+        took["spec"]["restartPolicy"] = json!("Always");
+        record_update(Some(&pod), &mut took, "kubelet", None, "t2");
+        assert_eq!(field_owners(&took)[".spec.restartPolicy"], vec!["kubelet"]);
     }
 }
