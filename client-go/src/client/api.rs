@@ -82,7 +82,7 @@ struct WriteMeta {
 pub struct Api<K> {
     client: Client,
     namespace: Option<String>,
-    /// Lists and watches cut `metadata.managedFields` before decoding
+    /// Lists, watches and writes cut `metadata.managedFields` before decoding
     /// ([`Api::without_managed_fields`]).
     skip_managed_fields: bool,
     _kind: PhantomData<fn() -> K>,
@@ -144,11 +144,12 @@ where
         Self::all(client)
     }
 
-    /// This Api, with its lists and watches cutting `metadata.managedFields` out of each
-    /// object's text before decoding it ([`super::skip_managed_fields`]): the objects come out
-    /// as if decoded whole and cleared of the field, without building it first. For callers
-    /// that drop the field anyway, such as an informer's cache; the other verbs answer whole
-    /// objects as before.
+    /// This Api, with its lists, watches and writes (the object a create, update or patch
+    /// answers) cutting `metadata.managedFields` out of each object's text before decoding it
+    /// ([`super::skip_managed_fields`]): the objects come out as if decoded whole and cleared
+    /// of the field, without building it first. For callers that drop the field anyway, such
+    /// as an informer's cache, or a controller that writes a status or records an event and
+    /// reads back only its revision; a GET answers the whole object as before.
     pub fn without_managed_fields(mut self) -> Self {
         self.skip_managed_fields = true;
         self
@@ -397,7 +398,11 @@ where
         if let Some(sent) = sent {
             record_written::<K>(&body, verb, subresource, sent);
         }
-        Self::decode(&body, verb)
+        let cut = self
+            .skip_managed_fields
+            .then(|| super::skip_managed_fields::without_managed_fields(&body))
+            .flatten();
+        Self::decode(cut.as_deref().unwrap_or(&body), verb)
     }
 
     async fn put(&self, pp: &PostParams, obj: &K, subresource: &str) -> Result<K> {

@@ -102,7 +102,9 @@ impl ApiEventSink {
                 "can't write event in namespace {ns:?} with a sink for namespace {only:?}"
             )));
         }
-        Ok(Api::namespaced(self.client.clone(), ns))
+        // The recorder keeps an event's name, revision and count from the answer, never its
+        // managedFields: they are cut before decoding.
+        Ok(Api::namespaced(self.client.clone(), ns).without_managed_fields())
     }
 }
 

@@ -538,8 +538,8 @@ async fn retry_after_from_the_embedded_server_is_honoured() {
     server.shutdown().await;
 }
 
-/// An `Api` that skips `metadata.managedFields` lists and watches the same objects as one that
-/// decodes them whole, minus that field alone, and its other verbs still answer whole objects.
+/// An `Api` that skips `metadata.managedFields` lists, watches and writes the same objects as
+/// one that decodes them whole, minus that field alone, and a GET still answers whole objects.
 #[tokio::test]
 async fn lists_and_watches_without_managed_fields_equal_whole_objects_cleared_of_them() {
     let (server, client) = https_server().await;
@@ -604,5 +604,24 @@ async fn lists_and_watches_without_managed_fields_equal_whole_objects_cleared_of
             .managed_fields
             .is_some()
     );
+    // Its writes answer the object as stored, cleared of the field.
+    let created = slim
+        .create(&PostParams::default(), &cm("m4", json!({"mf": "1"})))
+        .await
+        .unwrap();
+    assert_eq!(created, cleared(whole.get("m4").await.unwrap()));
+    let patched = slim
+        .patch(
+            "m4",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "p"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched, cleared(whole.get("m4").await.unwrap()));
+    let mut again = patched.clone();
+    again.data = Some([("k".to_owned(), "u".to_owned())].into());
+    let updated = slim.update(&PostParams::default(), &again).await.unwrap();
+    assert_eq!(updated, cleared(whole.get("m4").await.unwrap()));
     server.shutdown().await;
 }

@@ -299,7 +299,8 @@ impl AtController {
             field_manager: Some(CONTROLLER_NAME.to_string()),
             ..PostParams::default()
         };
-        let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace);
+        // The created pod is not read: its answer is decoded without managedFields.
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace).without_managed_fields();
         match pods.create(&pp, &new_pod).await {
             Ok(_) => tracing::info!(key, pod = %pod_name, "pod launched"),
             Err(source) if source.is_already_exists() => {
@@ -415,7 +416,9 @@ impl AtController {
         updated.status = Some(status);
         let pp = PostParams::with_field_manager(CONTROLLER_NAME);
         // Boxed: the write's state is kept apart from the sync's future (see `Api::create`).
-        match Box::pin(Api::<At>::all(self.client.clone()).update_status(&pp, &updated)).await {
+        // The answer is read for its revision and status: decoded without managedFields.
+        let ats = Api::<At>::all(self.client.clone()).without_managed_fields();
+        match Box::pin(ats.update_status(&pp, &updated)).await {
             Ok(stored) => {
                 let phase = stored.phase();
                 if phase != old_phase {
