@@ -254,6 +254,23 @@ impl Reads {
     }
 }
 
+/// The schema property whose CEL name (its name escaped, [`escape_property`]) is `field`: looked
+/// up by name when the name is its own CEL name (nearly always), else found among all of them.
+fn property_named<'a>(
+    properties: &'a serde_json::Map<String, Value>,
+    field: &str,
+) -> Option<&'a Value> {
+    if let Some(v) = properties.get(field)
+        && escape_property(field).as_deref() == Some(field)
+    {
+        return Some(v);
+    }
+    properties
+        .iter()
+        .find(|(k, _)| escape_property(k).as_deref() == Some(field))
+        .map(|(_, v)| v)
+}
+
 fn copy_path(src: &Value, dst: &mut Value, path: &[String]) {
     let Some((first, rest)) = path.split_first() else {
         *dst = src.clone();
@@ -1261,11 +1278,7 @@ fn estimate<'a>(
             }
             let child = node.and_then(|n| {
                 props(n)
-                    .and_then(|p| {
-                        p.iter()
-                            .find(|(k, _)| escape_property(k).as_deref() == Some(s.field.as_str()))
-                            .map(|(_, v)| v)
-                    })
+                    .and_then(|p| property_named(p, &s.field))
                     .or_else(|| additional(n))
             });
             let (size, child) = sized(child);
@@ -2276,6 +2289,23 @@ mod tests {
             messages(&v.validate(&obj(spec), None)),
             Vec::<String>::new()
         );
+    }
+
+    /// A property is found by its CEL name: directly when the name is its own CEL name, else
+    /// among the escaped names (a literal property spelled like another's escape is not it).
+    #[test]
+    fn a_property_is_found_by_its_cel_name() {
+        let props = json!({"spec": 1, "foo-bar": 2, "foo__dash__bar": 3, "namespace": 4, "__namespace__": 5});
+        let props = props.as_object().unwrap();
+        assert_eq!(property_named(props, "spec"), Some(&json!(1)));
+        assert_eq!(property_named(props, "foo__dash__bar"), Some(&json!(2)));
+        assert_eq!(
+            property_named(props, "foo__underscores__dash__underscores__bar"),
+            Some(&json!(3))
+        );
+        assert_eq!(property_named(props, "__namespace__"), Some(&json!(4)));
+        assert_eq!(property_named(props, "namespace"), None);
+        assert_eq!(property_named(props, "missing"), None);
     }
 
     #[test]
