@@ -12,9 +12,10 @@
 //! [`without_managed_fields`] cuts the member out of the object's JSON text instead, and
 //! [`list_without_managed_fields`] out of every item of a `<Kind>List`, so the decoder never sees
 //! it. [`Api::without_managed_fields`](super::Api::without_managed_fields) turns this on for an
-//! `Api`'s lists and watches; the informer factory's
+//! `Api`'s lists, watches and write answers; the informer factory's
 //! [`ClientSource`](crate::cache::ClientSource) does so for the caches, whose transforms drop
-//! the field anyway.
+//! the field anyway, and the At controller and the event sink for the objects their writes
+//! answer, of which they keep the revision and the status.
 //!
 //! ## How, and what it guarantees
 //!

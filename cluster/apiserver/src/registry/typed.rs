@@ -22,9 +22,10 @@
 //! Which Go type a built-in kind decodes into is the *scheme*'s to know: kube-apiserver's
 //! `runtime.Scheme`, where each group's `install` package registers its kinds' Go structs, and
 //! which is not part of any resource's strategy. Here [`SCHEME`] is that table: per kind, the
-//! [`k8s_openapi`] struct standing in for the Go one (a body round-tripped through it keeps the
-//! fields the kind has: [`roundtrip`], for `fieldValidation`) and the kind's own fields checked
-//! above. Kinds not in it (Jobs, CronJobs, ...) keep every field sent and get the `ObjectMeta`
+//! [`k8s_openapi`] struct standing in for the Go one (its decoder names the fields of a body it
+//! ignores, the fields the kind lacks: [`ignored_fields`], for `fieldValidation`; a body
+//! round-tripped through it keeps the fields the kind has: [`roundtrip`], for a body with a
+//! `null`) and the kind's own fields checked above. Kinds not in it (Jobs, CronJobs, ...) keep every field sent and get the `ObjectMeta`
 //! checks alone.
 //!
 //! The error is Go's, `json: cannot unmarshal <what> into Go struct field <Struct>.<path> of type
