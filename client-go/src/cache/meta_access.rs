@@ -32,6 +32,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 /// What the cache reads from an object's metadata: apimachinery's `metav1.Object`, the
 /// interface `meta.Accessor` returns. See the module documentation.
 pub trait ObjectMetaAccess: Send + Sync {
+    /// Whether decoding this metadata type builds `metadata.managedFields`. A slim type made
+    /// for a cache that has no such field says `false`: its decoder skips the member as it
+    /// parses, so the client does not cut it out of the text first
+    /// ([`ClientSource`](super::ClientSource)).
+    const DECODES_MANAGED_FIELDS: bool = true;
     /// `metadata.name`.
     fn name(&self) -> Option<&str>;
     /// `metadata.namespace` (`None` or empty for a cluster-scoped object).

@@ -387,6 +387,8 @@ impl MetaSummary {
 }
 
 impl ObjectMetaAccess for MetaSummary {
+    /// Its decoder skips `managedFields` while parsing: nothing to cut from the text first.
+    const DECODES_MANAGED_FIELDS: bool = false;
     plain_field_accessors!();
     /// Only [`TRACEPARENT_ANNOTATION`] is kept (see [`MetaSummary`]).
     fn annotation(&self, key: &str) -> Option<&str> {

@@ -498,6 +498,41 @@ mod tests {
     use crate::registry::POD_CONDITIONS_READ;
     use serde_json::json;
 
+    /// The slim types skip `managedFields` as they parse (so the informers' client does not cut
+    /// it from their text first, `ObjectMetaAccess::DECODES_MANAGED_FIELDS`): decoding the text
+    /// as it came equals decoding it with the member cut out.
+    #[test]
+    fn slim_types_decode_the_same_with_or_without_managed_fields_in_the_text() {
+        use sample_client_go::cache::ObjectMetaAccess;
+        use sample_client_go::client::skip_managed_fields::without_managed_fields;
+        assert!(!<MetaSummary as ObjectMetaAccess>::DECODES_MANAGED_FIELDS);
+        let managed = json!([{"manager": "kubectl", "operation": "Update", "apiVersion": "v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}}}]);
+        let at = json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
+            "metadata": {"name": "a", "namespace": "default", "uid": "u", "resourceVersion": "7",
+                "managedFields": managed, "labels": {"app": "a"}},
+            "spec": {"schedule": "2030-06-01T11:00:00Z", "run": {"command": "echo hi"}},
+            "status": {"phase": "RUNNING"}});
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "a-pod", "namespace": "default", "uid": "p", "managedFields": managed,
+                "ownerReferences": [{"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
+                    "name": "a", "uid": "u", "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Succeeded"}});
+        let text = serde_json::to_vec(&at).unwrap();
+        let cut = without_managed_fields(&text).expect("a member to cut");
+        assert_eq!(
+            serde_json::from_slice::<AtSummary>(&text).unwrap(),
+            serde_json::from_slice::<AtSummary>(&cut).unwrap()
+        );
+        let text = serde_json::to_vec(&pod).unwrap();
+        let cut = without_managed_fields(&text).expect("a member to cut");
+        assert_eq!(
+            serde_json::from_slice::<PodSummary>(&text).unwrap(),
+            serde_json::from_slice::<PodSummary>(&cut).unwrap()
+        );
+    }
+
     #[test]
     fn the_at_cache_keeps_an_ats_spec_status_and_summary_and_slims_a_done_at_only() {
         let json = json!({
