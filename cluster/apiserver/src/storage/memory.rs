@@ -85,8 +85,18 @@ pub async fn shed_rested<Reg: Send + Sync + 'static>(
         .spawn(move || {
             // Ends when the task below drops `wake`: when the server stops, or when a runtime
             // shut down without stopping it drops the task.
+            let mut last_rv = store.resource_version();
+            let mut deferred = 0;
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = woken.recv_timeout(interval)
             {
+                let rv = store.resource_version();
+                let writes = rv.saturating_sub(last_rv);
+                last_rv = rv;
+                if crate::storage::stored::defer_pass(writes, interval, deferred) {
+                    deferred += 1;
+                    continue;
+                }
+                deferred = 0;
                 let garbage = store.shed();
                 if !garbage.is_empty() && tx.send(garbage).is_err() {
                     return;
