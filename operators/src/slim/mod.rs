@@ -505,7 +505,7 @@ mod tests {
     fn slim_types_decode_the_same_with_or_without_managed_fields_in_the_text() {
         use sample_client_go::cache::ObjectMetaAccess;
         use sample_client_go::client::skip_managed_fields::without_managed_fields;
-        assert!(!<MetaSummary as ObjectMetaAccess>::DECODES_MANAGED_FIELDS);
+        const { assert!(!<MetaSummary as ObjectMetaAccess>::DECODES_MANAGED_FIELDS) };
         let managed = json!([{"manager": "kubectl", "operation": "Update", "apiVersion": "v1",
             "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}}}]);
         let at = json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
