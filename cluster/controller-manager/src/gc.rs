@@ -85,7 +85,10 @@
 //! a `propagationPolicy` (finalizers, pod grace periods), so every step is visible to watchers
 //! exactly as in a cluster. An item that fails is retried with the workers' back-off
 //! ([`crate::worker::Queue`]). It leaves out the absent-owner cache and the events about
-//! invalid references. Namespace deletion is the namespace controller's job, which the API
+//! invalid references. Like kube's (`DefaultIgnoredResources` of its graph builder), it ignores
+//! events, `v1` and `events.k8s.io` alike: it neither lists nor follows them, so an event's
+//! `ownerReferences` never get it collected (events go when their `--event-ttl` runs out), and a
+//! run that records thousands of events costs the collector nothing for them. Namespace deletion is the namespace controller's job, which the API
 //! server does inline: everything in the namespace is deleted, then the namespace goes once it
 //! is empty.
 
@@ -99,6 +102,12 @@ use serde_json::{Value, json};
 
 use crate::informer::{is_deleting, meta_str};
 use crate::worker::Queue;
+
+/// The resources the collector neither lists nor follows: events (`v1` and `events.k8s.io`,
+/// one storage), as kube's garbage collector's `DefaultIgnoredResources`.
+fn ignored(resource: &Resource) -> bool {
+    resource.plural == "events" && (resource.group.is_empty() || resource.group == "events.k8s.io")
+}
 
 /// `(resource, namespace, name)` of an object.
 type ObjRef = (Resource, String, String);
@@ -281,6 +290,9 @@ impl Collector {
         let since = self.lb.resource_version();
         let watch = self.lb.watch_all(since)?;
         for info in self.lb.resources() {
+            if ignored(&info.resource) {
+                continue;
+            }
             let list = match self
                 .lb
                 .list(&info.resource, None, &ListParams::default())
@@ -301,6 +313,9 @@ impl Collector {
 
     fn observe_all(&mut self, events: Vec<embedded_apiserver::loopback::WatchEvent>) {
         for ev in events {
+            if ignored(&ev.resource) {
+                continue;
+            }
             let prev = ev.previous.as_ref();
             ev.object.with_value(|obj| match prev {
                 Some(p) => p.with_value(|p| self.observe(&ev.resource, ev.kind, obj, Some(p))),

@@ -212,6 +212,46 @@ async fn dependents_of_missing_or_other_namespace_owners_are_collected() {
 }
 
 #[tokio::test]
+async fn events_are_ignored_so_an_event_s_owner_reference_does_not_collect_it() {
+    // kube's collector ignores events (`DefaultIgnoredResources`): an event whose
+    // ownerReferences name a deleted owner stays until its TTL runs out.
+    let (h, c) = server().await;
+    let owner = make(&c, cm("owner", vec![], &[])).await;
+    for (path, body) in [
+        (
+            "/api/v1/namespaces/default/events",
+            json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": "owned-v1", "ownerReferences": [owner_ref(&owner, false)]},
+                "involvedObject": {"kind": "ConfigMap", "name": "owner", "namespace": "default"},
+                "reason": "Test", "message": "owned", "type": "Normal"}),
+        ),
+        (
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            json!({"apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": "owned-events-v1", "ownerReferences": [owner_ref(&owner, false)]},
+                "regarding": {"kind": "ConfigMap", "name": "owner", "namespace": "default"},
+                "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "test/gc",
+                "reportingInstance": "test-1", "action": "Test", "reason": "Test",
+                "note": "owned", "type": "Normal"}),
+        ),
+    ] {
+        let r = c.post(path, &body).await;
+        assert_eq!(r.code, 201, "{}", r.body);
+    }
+    assert_eq!(c.delete(&format!("{CMS}/owner"), None).await.code, 200);
+    // Collecting a configmap of the same owner proves the collector has seen the deletion.
+    make(&c, cm("witness", vec![owner_ref(&owner, false)], &[])).await;
+    gone(&h, "witness").await;
+    for name in ["owned-v1", "owned-events-v1"] {
+        assert!(
+            get(&h, "core/events", "default", name).is_some(),
+            "event {name} was collected"
+        );
+    }
+    h.shutdown().await;
+}
+
+#[tokio::test]
 async fn deleting_a_namespace_removes_everything_in_it_then_the_namespace() {
     let h = Cluster::builder()
         .plain_http(true)
