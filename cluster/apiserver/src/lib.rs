@@ -724,6 +724,9 @@ impl ApiServerBuilder {
             }
         });
         store.expire_after(crate::registry::resources::EVENTS_STORAGE, self.event_ttl);
+        // Events are written far more than read (nothing in the cluster reads them back but
+        // `kubectl describe` and `get events`): kept as bytes from their write.
+        store.rest_on_write(crate::registry::resources::EVENTS_STORAGE);
         bootstrap::seed(&store, addr.port());
         flowcontrol::FlowControl::seed(&store);
         let flow_control = flowcontrol::FlowControl::new(self.flow_control.clone(), &store);

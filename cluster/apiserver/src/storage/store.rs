@@ -422,6 +422,18 @@ pub fn system_now_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// A write of a storage that rests on write: the store's copy holds the object's bytes only,
+/// the caller's the tree it answers from (then drops). An object that does not encode (it
+/// always does) is stored as a tree.
+fn written_as_bytes(obj: Value) -> (Arc<Stored>, Arc<Stored>) {
+    let json = crate::storage::stored::encode_tree(&obj);
+    let answer = Arc::new(Stored::new(obj));
+    if json.is_empty() {
+        return (answer.clone(), answer);
+    }
+    (Arc::new(Stored::written_as_json(json)), answer)
+}
+
 /// `(namespace, name)` of an object.
 pub fn key_of(obj: &Value) -> Key {
     let meta = &obj["metadata"];
@@ -715,6 +727,9 @@ pub struct State<Reg> {
     journal: Option<Vec<Arc<Change>>>,
     /// The storages whose objects expire, and when each of theirs does (see the module docs).
     leases: Leases,
+    /// The storages whose writes keep the object's bytes only ([`crate::storage::stored`],
+    /// "Written as bytes").
+    rest_on_write: Vec<String>,
     /// The resources served (the API server's resource table, a type this module does not
     /// know); CRD registration edits it under the same lock as the objects.
     pub registry: Reg,
@@ -737,6 +752,7 @@ impl<Reg> State<Reg> {
             retired: Vec::new(),
             journal: None,
             leases: Leases::default(),
+            rest_on_write: Vec::new(),
             registry: Reg::default(),
         }
     }
@@ -873,11 +889,20 @@ impl<Reg> State<Reg> {
 
     /// [`State::update`] returning the stored object itself, shared with the store and the
     /// history instead of copied (the request handlers' path: they only read it to answer).
+    ///
+    /// A storage that rests on write ([`Store::rest_on_write`]) keeps the object's bytes
+    /// only; the tree returned is the caller's alone ([`crate::storage::stored`], "Written as
+    /// bytes").
     pub fn write(&mut self, storage: &str, mut obj: Value) -> Arc<Stored> {
         self.rv += 1;
         stamp(&mut obj, self.rv);
         let key = key_of(&obj);
-        let obj = Arc::new(Stored::new(obj));
+        let (obj, answer) = if self.rest_on_write.iter().any(|s| s == storage) {
+            written_as_bytes(obj)
+        } else {
+            let obj = Arc::new(Stored::new(obj));
+            (obj.clone(), obj)
+        };
         let bucket = bucket_mut(&mut self.objects, storage);
         if let Some(ttl) = self.leases.ttl_of(storage) {
             let due = (self.clock)().saturating_add(ttl);
@@ -899,7 +924,7 @@ impl<Reg> State<Reg> {
             served: SharedEncoding::default(),
             size: Default::default(),
         });
-        obj
+        answer
     }
 
     /// Removes an object; returns its last state stamped with the deletion revision.
@@ -993,7 +1018,7 @@ impl<Reg> State<Reg> {
         let mut seen: std::collections::HashSet<*const Stored, PtrHash> = Default::default();
         let mut out = Vec::new();
         let mut visit = |s: &Arc<Stored>| {
-            if s.is_decoded() && seen.insert(Arc::as_ptr(s)) && s.age() {
+            if (s.is_decoded() || s.is_unhomed()) && seen.insert(Arc::as_ptr(s)) && s.age() {
                 out.push(s.clone());
             }
         };
@@ -1329,6 +1354,17 @@ impl<Reg> Store<Reg> {
             let now = (st.clock)();
             st.trim(now);
             st.expire(now, EXPIRE_PER_PASS);
+        });
+    }
+
+    /// Makes every write of `storage` keep the object's bytes only, not its tree
+    /// ([`crate::storage::stored`], "Written as bytes"): for a storage written far more than
+    /// it is read, events.
+    pub fn rest_on_write(&self, storage: &str) {
+        self.write(|st| {
+            if !st.rest_on_write.iter().any(|s| s == storage) {
+                st.rest_on_write.push(storage.to_owned());
+            }
         });
     }
 
@@ -2149,6 +2185,78 @@ mod tests {
             );
             assert_eq!(changes[0].storage, "core/configmaps");
         });
+    }
+
+    #[test]
+    fn a_storage_that_rests_on_write_keeps_bytes_and_a_pass_moves_them() {
+        let store = Store::new(1000);
+        store.rest_on_write("core/events");
+        let ev = |name: &str, count: u64| {
+            json!({"apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": "default"},
+                "reason": "Started", "count": count})
+        };
+        // The writer gets the tree it answers from; the store and the history keep bytes.
+        let answer = store.write(|s| s.write("core/events", ev("e", 1)));
+        assert!(answer.is_decoded());
+        assert_eq!(answer["count"], 1);
+        let kept = store.read(|s| s.get_shared("core/events", "default", "e").unwrap());
+        assert!(!kept.is_decoded() && kept.is_unhomed());
+        assert!(!Arc::ptr_eq(&kept, &answer));
+        assert_eq!(
+            store.read(decoded),
+            0,
+            "no tree in the store or the history"
+        );
+        // Other storages are unchanged.
+        store.write(|s| s.create("core/configmaps", cm("a", "1")));
+        assert_eq!(store.read(decoded), 2);
+        // It reads back as written, from the live objects and from the history.
+        store.read(|s| {
+            let changes = s.changes_since(1).unwrap();
+            assert_eq!(changes[0].object.with_value(|v| v.clone()), *answer.value());
+            assert_eq!(changes[0].object.key(), ("default".into(), "e".into()));
+        });
+        // An update stores bytes again, with the previous version as `prev`.
+        store.write(|s| s.write("core/events", ev("e", 2)));
+        store.read(|s| {
+            let last = s.changes_since(2).unwrap()[1].clone();
+            assert!(!last.object.is_decoded());
+            assert_eq!(
+                last.prev
+                    .as_ref()
+                    .unwrap()
+                    .with_value(|v| v["count"].clone()),
+                1
+            );
+        });
+        // The next shedding pass copies the bytes on its own thread, once: the copies are
+        // homed, shared by the live object and its history entry, and read the same.
+        let before = store.read(|s| s.get_shared("core/events", "default", "e").unwrap());
+        let garbage = store.shed();
+        assert!(
+            !garbage.objects.is_empty(),
+            "both versions of the event were replaced"
+        );
+        let after = store.read(|s| s.get_shared("core/events", "default", "e").unwrap());
+        assert!(!after.is_unhomed() && !after.is_decoded());
+        assert!(!Arc::ptr_eq(&before, &after));
+        assert_ne!(
+            before.json().unwrap().as_ptr(),
+            after.json().unwrap().as_ptr(),
+            "the bytes were copied"
+        );
+        store.read(|s| {
+            let last = s.changes_since(2).unwrap()[1].clone();
+            assert!(Arc::ptr_eq(&last.object, &after));
+        });
+        assert_eq!(after.with_value(|v| v["count"].clone()), 2);
+        assert!(store.shed().objects.is_empty(), "nothing to move again");
+        // A read decodes it like any rested object.
+        assert_eq!(
+            store.read(|s| s.get("core/events", "default", "e").unwrap()["count"].clone()),
+            2
+        );
     }
 
     #[test]
