@@ -42,16 +42,15 @@ PEER=${TMPDIR:-/tmp}/kube-at-target/release/kube-at
 free_port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 due=$(python3 -c "import datetime as d;print((d.datetime.now(d.timezone.utc)-d.timedelta(seconds=5)).strftime('%Y-%m-%dT%H:%M:%SZ'))")
 
-# N v1 Ats named b1..bN in `default`, due at $3, eight concurrent clients (as seed.py does).
-seed_v1() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import base64, sys, tempfile, threading
+# The Python both snippets below start with: the kubeconfig of argv[1] (server `base`, its CA,
+# the admin token) and `session()`, an HTTP session that uses them.
+KUBECONFIG_SESSION_PY='
+import base64, sys, tempfile
 import requests, urllib3, yaml
 urllib3.disable_warnings()
-cfg = yaml.safe_load(open(sys.argv[1])); n = int(sys.argv[2]); due = sys.argv[3]
+cfg = yaml.safe_load(open(sys.argv[1]))
 cl = cfg["clusters"][0]["cluster"]; us = cfg["users"][0]["user"]
 base = cl["server"].rstrip("/")
-url = base + "/apis/cnat.programming-kubernetes.info/v1/namespaces/default/ats"
 def session():
     s = requests.Session(); s.trust_env = False
     if us.get("token"): s.headers["Authorization"] = "Bearer " + us["token"]
@@ -59,6 +58,14 @@ def session():
         f = tempfile.NamedTemporaryFile(delete=False, suffix=".crt")
         f.write(base64.b64decode(cl["certificate-authority-data"])); f.close(); s.verify = f.name
     return s
+'
+
+# N v1 Ats named b1..bN in `default`, due at $3, eight concurrent clients (as seed.py does).
+seed_v1() {
+  python3 -c "$KUBECONFIG_SESSION_PY$(cat <<'PY'
+import threading
+n = int(sys.argv[2]); due = sys.argv[3]
+url = base + "/apis/cnat.programming-kubernetes.info/v1/namespaces/default/ats"
 errors = []
 def worker(k):
     s = session()
@@ -71,22 +78,15 @@ ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
 [t.start() for t in ts]; [t.join() for t in ts]
 if errors: print(f"{len(errors)} creates failed, first: {errors[0]}", file=sys.stderr); sys.exit(1)
 PY
+)" "$1" "$2" "$3"
 }
 
 # Requests served so far, by verb and resource (`apiserver_request_total` of /metrics), as JSON.
 requests_by_verb() {
-  python3 - "$1" <<'PY'
-import base64, json, re, sys, tempfile
-import requests, urllib3, yaml
-urllib3.disable_warnings()
-cfg = yaml.safe_load(open(sys.argv[1])); cl = cfg["clusters"][0]["cluster"]; us = cfg["users"][0]["user"]
-s = requests.Session(); s.trust_env = False
-if us.get("token"): s.headers["Authorization"] = "Bearer " + us["token"]
-if cl.get("certificate-authority-data"):
-    f = tempfile.NamedTemporaryFile(delete=False, suffix=".crt")
-    f.write(base64.b64decode(cl["certificate-authority-data"])); f.close(); s.verify = f.name
+  python3 -c "$KUBECONFIG_SESSION_PY$(cat <<'PY'
+import json, re
 counts = {}
-for line in s.get(cl["server"].rstrip("/") + "/metrics", timeout=30).text.splitlines():
+for line in session().get(base + "/metrics", timeout=30).text.splitlines():
     m = re.match(r'apiserver_request_total\{verb="([^"]*)",resource="([^"]*)",subresource="([^"]*)".*\} (\d+)', line)
     if m:
         verb, res, sub, n = m.groups()
@@ -94,6 +94,7 @@ for line in s.get(cl["server"].rstrip("/") + "/metrics", timeout=30).text.splitl
         counts[k] = counts.get(k, 0) + int(n)
 print(json.dumps(counts))
 PY
+)" "$1"
 }
 
 # The difference of two `requests_by_verb` snapshots, per At, largest first ("verb resource=x.xx").

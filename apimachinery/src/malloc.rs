@@ -41,7 +41,6 @@
 //!   3.7 times the live data from run to run; with the thresholds fixed, see
 //!   the API server's `storage/stored.rs` for the figures.
 //!
-//!
 //!   And a **per-thread cache of 512 chunks per size class** instead of glibc's 7
 //!   (`glibc.malloc.tcache_count`, [`SERVER_TUNABLES`]). A write clones, builds and drops
 //!   trees of `serde_json::Value`: a pod is about 80 maps of one size class (a `BTreeMap`
@@ -212,9 +211,9 @@ pub fn tune_for_server() {
     }
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
 /// Set by [`tune_for_server`] for the second start, which then only applies what `mallopt`
 /// can (an operator's own settings are not in question then: there were none).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const EXECUTED_AGAIN: &str = "SAMPLE_CONTROLLER_MALLOC_TUNED";
 
 /// What [`tune_for_server`] puts in `GLIBC_TUNABLES`: the fixed thresholds of the module doc

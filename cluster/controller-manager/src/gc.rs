@@ -87,10 +87,11 @@
 //! ([`crate::worker::Queue`]). It leaves out the absent-owner cache and the events about
 //! invalid references. Like kube's (`DefaultIgnoredResources` of its graph builder), it ignores
 //! events, `v1` and `events.k8s.io` alike: it neither lists nor follows them, so an event's
-//! `ownerReferences` never get it collected (events go when their `--event-ttl` runs out), and a
-//! run that records thousands of events costs the collector nothing for them. Namespace deletion is the namespace controller's job, which the API
-//! server does inline: everything in the namespace is deleted, then the namespace goes once it
-//! is empty.
+//! `ownerReferences` never get it collected (events go when their `--event-ttl` runs out), and
+//! a run that records thousands of events costs the collector nothing for them.
+//!
+//! Namespace deletion is the namespace controller's job, which the API server does inline:
+//! everything in the namespace is deleted, then the namespace goes once it is empty.
 
 use std::collections::{HashMap, HashSet};
 

@@ -310,8 +310,9 @@ impl Stored {
         }
     }
 
-    /// A cheap estimate of what this object's tree holds (to decide when to hand memory back
-    /// to the system): ten times its JSON, about what a tree of small maps costs.
+    /// A cheap estimate of what this object holds (to decide when to hand memory back to the
+    /// system): with a tree, ten times its JSON, about what a tree of small maps costs;
+    /// bytes only, the JSON.
     pub(crate) fn tree_estimate(&self) -> usize {
         match (self.tree.get(), self.json.get()) {
             (Some(_), Some(j)) => j.len() * 10,
