@@ -1096,8 +1096,8 @@ impl ManagerCommand {
 }
 
 /// A binary's `run` command, whole: glibc's malloc tuned for the manager
-/// ([`apimachinery::malloc`]), the TLS crypto provider, a multi-threaded runtime, the log
-/// subscriber of `--log-format` and `-v` ([`crate::logging::init`]), then [`run`]. Returns the
+/// ([`apimachinery::malloc`]), the TLS crypto provider, a tokio runtime of `--runtime-threads`
+/// worker threads (one by default), the log subscriber of `--log-format` and `-v` ([`crate::logging::init`]), then [`run`]. Returns the
 /// process's exit code: 0 after a clean shutdown, 2 for a bad flag, 1 for anything else, with
 /// the error on stderr after `program: error:`. Both binaries (`sample-controller run` and the
 /// image's `controller-manager run`) are this function behind their flag parser, with the
@@ -1112,7 +1112,11 @@ pub fn main(
     apimachinery::malloc::tune_for_manager();
     apimachinery::crypto::install_provider();
     apimachinery::serving::set_memory_release(apimachinery::malloc::release_freed_memory);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if options.runtime_threads > 0 {
+        builder.worker_threads(options.runtime_threads);
+    }
+    let runtime = match builder
         .enable_all()
         .on_thread_park(apimachinery::malloc::on_thread_park)
         .build()
