@@ -1,9 +1,10 @@
 //! The worker loop's counters, and how one `sync_handler` call ended.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::metrics::{ControllerMetrics, ReconcileResult};
+use crate::metrics::{ControllerMetrics, ControllerSeries, ReconcileResult};
 use sample_client_go::keytrace::Triggers;
 
 /// Counters of one controller's worker loop. Cheap to read from tests; with
@@ -12,6 +13,8 @@ use sample_client_go::keytrace::Triggers;
 pub struct SyncStats {
     /// Where syncs are exported, if anywhere.
     pub(super) metrics: Option<ControllerMetrics>,
+    /// The controller's series in `metrics`, resolved at the first observation.
+    series: OnceLock<ControllerSeries>,
     /// Every finished `sync_handler` call, whatever its outcome.
     pub syncs: AtomicU64,
     /// Calls that returned `Err`.
@@ -33,19 +36,30 @@ impl SyncStats {
         }
     }
 
+    /// The series of `controller` (always the same controller for one `SyncStats`), when
+    /// exported.
+    pub(super) fn series(&self, controller: &str) -> Option<&ControllerSeries> {
+        let m = self.metrics.as_ref()?;
+        let series = self
+            .series
+            .get_or_init(|| ControllerSeries::new(m.clone(), controller));
+        debug_assert_eq!(series.controller(), controller);
+        Some(series)
+    }
+
     pub(super) fn observe(&self, controller: &str, took: Duration, result: ReconcileResult) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        if let Some(m) = &self.metrics {
-            m.observe_reconcile(controller, took, result);
+        if let Some(s) = self.series(controller) {
+            s.observe_reconcile(took, result);
         }
     }
 
     /// Counts why one sync of `controller` runs: each of its distinct triggers
     /// (`controller_reconcile_triggers_total{controller,trigger}`).
     pub(super) fn observe_triggers(&self, controller: &str, triggers: &Triggers) {
-        if let Some(m) = &self.metrics {
+        if let Some(s) = self.series(controller) {
             for t in triggers.iter() {
-                m.observe_trigger(controller, t.trigger.label());
+                s.observe_trigger(t.trigger.label());
             }
         }
     }

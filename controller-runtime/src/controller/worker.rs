@@ -191,8 +191,8 @@ struct ActiveWorker<'a> {
 
 impl<'a> ActiveWorker<'a> {
     fn new(controller: &'static str, stats: &'a SyncStats) -> Self {
-        if let Some(m) = &stats.metrics {
-            m.add_active_workers(controller, 1);
+        if let Some(s) = stats.series(controller) {
+            s.add_active_workers(1);
         }
         ActiveWorker { controller, stats }
     }
@@ -200,8 +200,8 @@ impl<'a> ActiveWorker<'a> {
 
 impl Drop for ActiveWorker<'_> {
     fn drop(&mut self) {
-        if let Some(m) = &self.stats.metrics {
-            m.add_active_workers(self.controller, -1);
+        if let Some(s) = self.stats.series(self.controller) {
+            s.add_active_workers(-1);
         }
     }
 }
