@@ -490,9 +490,11 @@ impl ControllerSeries {
 
     /// As [`ControllerMetrics::add_active_workers`].
     pub fn add_active_workers(&self, delta: i64) {
-        Self::of(&self.active_workers, &self.metrics.cr_active_workers, || {
-            self.mine()
-        })
+        Self::of(
+            &self.active_workers,
+            &self.metrics.cr_active_workers,
+            || self.mine(),
+        )
         .inc_by(delta);
     }
 }

@@ -510,14 +510,16 @@ mod tests {
         assert!(decode_as_written::<ConfigMap>(extra, false).is_none());
         assert_eq!(decode_event::<ConfigMap>(extra).unwrap(), expected);
         // Two objects run together, and a truncated one: errors, not a decoded half.
-        let doubled = br#"{"type":"ADDED","object":{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}}"#;
+        let doubled =
+            br#"{"type":"ADDED","object":{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}}"#;
         let truncated = br#"{"type":"ADDED","object":{"metadata":{"name":"a"}"#;
         for line in [&doubled[..], &truncated[..]] {
             assert!(decode_as_written::<ConfigMap>(line, false).is_none());
             assert!(decode_event::<ConfigMap>(line).is_err());
         }
         // An object of the wrong shape with a name is still named.
-        let bad = br#"{"type":"ADDED","object":{"metadata":{"name":"c","namespace":"ns"},"data":7}}"#;
+        let bad =
+            br#"{"type":"ADDED","object":{"metadata":{"name":"c","namespace":"ns"},"data":7}}"#;
         match decode_event::<ConfigMap>(bad) {
             Err(e) => assert!(e.to_string().contains("ns/c"), "{e}"),
             Ok(ev) => panic!("decoded {ev:?}"),
