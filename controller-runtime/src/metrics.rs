@@ -1216,6 +1216,62 @@ mod tests {
         assert!(tasks.is_some(), "{text}");
     }
 
+    /// A controller's kept series export exactly what the per-call lookups export: the same
+    /// lines with the same values, and no series before its first observation.
+    #[test]
+    fn kept_series_export_what_per_call_lookups_export() {
+        let (kept, looked_up) = (Metrics::new(), Metrics::new());
+        // The controller families' samples, sorted (a family lists its series in hash order;
+        // the process collector's samples differ between calls).
+        let samples = |m: &Metrics| {
+            let mut lines: Vec<String> = m
+                .encode()
+                .lines()
+                .filter(|l| l.starts_with("controller"))
+                .map(str::to_owned)
+                .collect();
+            lines.sort();
+            lines.join("\n")
+        };
+        let series = ControllerSeries::new(kept.controller(), "at");
+        let direct = looked_up.controller();
+        series.observe_trigger("added");
+        direct.observe_trigger("at", "added");
+        assert_eq!(samples(&kept), samples(&looked_up));
+        assert!(!samples(&kept).contains("controller_sync_errors_total{"));
+        assert!(!samples(&kept).contains("trigger=\"timer\""));
+        for (ms, result) in [
+            (3, ReconcileResult::Success),
+            (7, ReconcileResult::RequeueAfter),
+            (9, ReconcileResult::Error),
+            (11, ReconcileResult::Panic),
+            (5, ReconcileResult::Success),
+        ] {
+            series.observe_reconcile(Duration::from_millis(ms), result);
+            direct.observe_reconcile("at", Duration::from_millis(ms), result);
+        }
+        series.observe_trigger("timer");
+        direct.observe_trigger("at", "timer");
+        series.observe_trigger("something-new");
+        direct.observe_trigger("at", "something-new");
+        series.add_active_workers(2);
+        series.add_active_workers(-1);
+        direct.add_active_workers("at", 1);
+        let text = samples(&kept);
+        assert_eq!(text, samples(&looked_up));
+        for line in [
+            "controller_sync_total{controller=\"at\"} 5",
+            "controller_sync_errors_total{controller=\"at\"} 2",
+            "controller_runtime_reconcile_total{controller=\"at\",result=\"success\"} 2",
+            "controller_runtime_reconcile_total{controller=\"at\",result=\"error\"} 2",
+            "controller_runtime_reconcile_panics_total{controller=\"at\"} 1",
+            "controller_runtime_active_workers{controller=\"at\"} 1",
+            "controller_reconcile_triggers_total{controller=\"at\",trigger=\"something-new\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+
     #[test]
     fn bind_addresses_as_controller_runtime_reads_them() {
         let f = "--metrics-bind-address";

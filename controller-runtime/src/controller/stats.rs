@@ -36,32 +36,36 @@ impl SyncStats {
         }
     }
 
-    /// The series of `controller` (always the same controller for one `SyncStats`), when
-    /// exported.
-    pub(super) fn series(&self, controller: &str) -> Option<&ControllerSeries> {
-        let m = self.metrics.as_ref()?;
-        let series = self
+    /// Calls `f` with the series of `controller`, when exported: the kept ones of the first
+    /// controller observed (a `SyncStats` serves one controller), or, should another use the
+    /// same `SyncStats`, series looked up for that call alone.
+    pub(super) fn with_series(&self, controller: &str, f: impl FnOnce(&ControllerSeries)) {
+        let Some(m) = self.metrics.as_ref() else {
+            return;
+        };
+        let kept = self
             .series
             .get_or_init(|| ControllerSeries::new(m.clone(), controller));
-        debug_assert_eq!(series.controller(), controller);
-        Some(series)
+        if kept.controller() == controller {
+            f(kept);
+        } else {
+            f(&ControllerSeries::new(m.clone(), controller));
+        }
     }
 
     pub(super) fn observe(&self, controller: &str, took: Duration, result: ReconcileResult) {
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        if let Some(s) = self.series(controller) {
-            s.observe_reconcile(took, result);
-        }
+        self.with_series(controller, |s| s.observe_reconcile(took, result));
     }
 
     /// Counts why one sync of `controller` runs: each of its distinct triggers
     /// (`controller_reconcile_triggers_total{controller,trigger}`).
     pub(super) fn observe_triggers(&self, controller: &str, triggers: &Triggers) {
-        if let Some(s) = self.series(controller) {
+        self.with_series(controller, |s| {
             for t in triggers.iter() {
                 s.observe_trigger(t.trigger.label());
             }
-        }
+        });
     }
 
     /// The workers of `controller` start: its `controller_runtime_*` series are created

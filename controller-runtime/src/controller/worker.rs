@@ -191,18 +191,15 @@ struct ActiveWorker<'a> {
 
 impl<'a> ActiveWorker<'a> {
     fn new(controller: &'static str, stats: &'a SyncStats) -> Self {
-        if let Some(s) = stats.series(controller) {
-            s.add_active_workers(1);
-        }
+        stats.with_series(controller, |s| s.add_active_workers(1));
         ActiveWorker { controller, stats }
     }
 }
 
 impl Drop for ActiveWorker<'_> {
     fn drop(&mut self) {
-        if let Some(s) = self.stats.series(self.controller) {
-            s.add_active_workers(-1);
-        }
+        self.stats
+            .with_series(self.controller, |s| s.add_active_workers(-1));
     }
 }
 
