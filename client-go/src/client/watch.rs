@@ -34,6 +34,14 @@
 //! from a response body and is what [`crate::client::Api::watch`] returns. client-go's JSON
 //! framer reads whole JSON values rather than lines; the API server always writes one event per
 //! line, so splitting on `\n` reads the same wire format with a simpler bound on memory.
+//!
+//! A line is decoded in one pass when it has the form every API server writes (Go's encoding
+//! of `metav1.WatchEvent`: `{"type":"ADDED","object":` … `}`): the text between that prefix and
+//! the last brace is decoded as the object, and the decoder accepting it as one complete value
+//! proves the line was that envelope. Any other line (members in another order, spaces, a
+//! `BOOKMARK` or `ERROR`, an object that does not decode) is read envelope first, the object
+//! kept as its text (`RawValue`) and decoded from it, which names what was wrong. The envelope
+//! pass scans the whole object once more, and was a third of a manager's decoding.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use serde::Deserialize;
