@@ -317,14 +317,9 @@ enum WrittenType {
     Deleted,
 }
 
-/// The one-pass decode of an event as API servers write it: `{"type":"ADDED","object":`, the
-/// object, `}`. The object's text is the line between the two, decoded as `K` at once (the
-/// envelope's own decode first scans the whole object to find its end, as a `RawValue`, and
-/// that scan was a third of the manager's decoding). `K`'s decoder accepts the text only when
-/// it is one complete JSON value with nothing after it, so when it succeeds the line was that
-/// envelope; anything else (another member order, spaces, a `BOOKMARK`, an object that does
-/// not decode) gives `None`, and [`decode_event_with`] takes the general path, which names
-/// what was wrong.
+/// The one-pass decode of a line as API servers write it (the module doc, "Decoding"): the
+/// text between a [`WRITTEN_PREFIXES`] prefix and the last brace, decoded as `K`. `None` for
+/// any other line, which [`decode_event_with`] then reads envelope first.
 fn decode_as_written<K: serde::de::DeserializeOwned>(
     line: &[u8],
     skip_managed_fields: bool,
