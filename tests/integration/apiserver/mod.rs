@@ -14,6 +14,7 @@ mod http;
 mod kubectl;
 mod kubectl_compat;
 mod list_snapshot;
+mod managed_fields;
 mod many_servers;
 mod networking;
 mod quota;

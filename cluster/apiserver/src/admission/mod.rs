@@ -203,7 +203,11 @@ impl Request<'_> {
                     .map(|stored| strategy::present(&chosen.def, &stored))
                     .unwrap_or_else(|_| o.clone())
             }
-            Some(o) => o.clone(),
+            Some(o) => {
+                let mut shown = o.clone();
+                crate::api::folded::unfold(&mut shown);
+                shown
+            }
             None => Value::Null,
         };
         let uid = meta::new_uid();
@@ -773,7 +777,9 @@ fn apply_verdict(
     let mut shown = if other_view {
         strategy::present(def, &strategy::intake(&target.def, obj.clone())?)
     } else {
-        obj.clone()
+        let mut shown = obj.clone();
+        crate::api::folded::unfold(&mut shown);
+        shown
     };
     crate::registry::patch::json_patch(&mut shown, &patch).map_err(|e| {
         ApiError::internal(format!(
@@ -781,11 +787,13 @@ fn apply_verdict(
             hook.name
         ))
     })?;
-    let back = if other_view {
+    let mut back = if other_view {
         strategy::present(&target.def, &strategy::intake(def, shown)?)
     } else {
         shown
     };
+    // Compared and kept as the store holds it: field sets folded.
+    crate::api::folded::fold(&mut back);
     if back == *obj {
         return Ok(false);
     }

@@ -19,6 +19,10 @@
 //!   managedFields`, and `continue`, `remainingItemCount` for lists;
 //! * each list item as an object.
 //!
+//! Wherever it is, a `managedFields` list is written with its field sets unfolded: the store
+//! holds each `fieldsV1` as its JSON text ([`crate::api::folded`]), and a client gets the
+//! JSON object.
+//!
 //! Deeper levels (a spec's own fields) stay sorted: only a decoder that reports byte offsets
 //! or a client comparing bodies byte for byte could tell, and both look at the envelope.
 //! Custom resources (and their lists) are served by kube-apiserver from unstructured maps,
@@ -28,6 +32,8 @@
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use serde_json::{Map, Value};
+
+use crate::api::folded::{ManagedFields, Unfolded};
 
 /// ObjectMeta and ListMeta field order.
 const META: &[&str] = &[
@@ -165,6 +171,10 @@ enum Ctx {
     Meta,
     Details,
     Plain,
+    /// An object in sorted key order, its field sets unfolded.
+    Sorted,
+    /// `metadata.managedFields`, its field sets unfolded.
+    ManagedFields,
 }
 
 /// `value` (an object, a list or a Status), serialized in Go's field order.
@@ -197,7 +207,7 @@ impl<'a> GoOrdered<'a> {
     pub fn sorted(value: &'a Value) -> Self {
         GoOrdered {
             value,
-            ctx: Ctx::Plain,
+            ctx: Ctx::Sorted,
         }
     }
 }
@@ -212,12 +222,23 @@ struct Nested<'a>(&'a Value, Ctx);
 
 impl Serialize for Nested<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.1 {
+            Ctx::Sorted => return Unfolded(self.0).serialize(s),
+            Ctx::ManagedFields => return ManagedFields(self.0).serialize(s),
+            _ => {}
+        }
         let Value::Object(fields) = self.0 else {
             return self.0.serialize(s);
         };
         match self.1 {
-            Ctx::Plain => self.0.serialize(s),
-            Ctx::Meta => ordered(s, fields, META, &[], |_| Ctx::Plain),
+            Ctx::Plain | Ctx::Sorted | Ctx::ManagedFields => self.0.serialize(s),
+            Ctx::Meta => ordered(s, fields, META, &[], |k| {
+                if k == "managedFields" {
+                    Ctx::ManagedFields
+                } else {
+                    Ctx::Plain
+                }
+            }),
             Ctx::Details => ordered(s, fields, DETAILS, &[], |_| Ctx::Plain),
             Ctx::Object => object(s, fields, &[]),
         }

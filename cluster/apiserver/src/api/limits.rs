@@ -147,7 +147,8 @@ pub fn json_longer_than(v: &Value, limit: u64) -> bool {
         return false;
     }
     let mut w = CountUpTo { count: 0, limit };
-    serde_json::to_writer(&mut w, v).is_err()
+    // As a client is served it: field sets unfolded ([`crate::api::folded`]).
+    serde_json::to_writer(&mut w, &crate::api::folded::Unfolded(v)).is_err()
 }
 
 /// At least the length of `v`'s compact JSON, and at most `limit + 1` once it is over

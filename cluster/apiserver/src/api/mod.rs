@@ -1,5 +1,6 @@
 //! api
 
+pub mod folded;
 pub mod json_order;
 pub mod limits;
 pub mod object_meta;

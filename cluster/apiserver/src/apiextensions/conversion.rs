@@ -578,6 +578,11 @@ pub async fn convert_all(
     };
     let gvk = format!("{}, Kind={kind}", api_version_of(first));
     let timeout = backend.webhooks.conversion_timeout;
+    // The webhook is shown the objects as a client would be: field sets unfolded.
+    let mut objects = objects;
+    for o in &mut objects {
+        crate::api::folded::unfold(o);
+    }
     convert(
         &backend.webhooks.clients,
         hook,

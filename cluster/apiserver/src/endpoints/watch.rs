@@ -220,6 +220,13 @@ struct WatchState {
 /// One event line, `{"type":TYPE,"object":OBJECT}\n`, from the object's JSON bytes: written
 /// around them, so an object encoded once ([`crate::storage::store::SharedEncoding`]) is copied, not
 /// re-encoded, into every watch's stream.
+/// Whether an object's compact JSON holds a folded field set: a `"fieldsV1"` key whose value
+/// is a string ([`crate::api::folded`]).
+fn holds_folded_set(json: &[u8]) -> bool {
+    const KEY: &[u8] = b"\"fieldsV1\":\"";
+    json.windows(KEY.len()).any(|w| w == KEY)
+}
+
 fn frame_bytes(ty: &str, object: &[u8]) -> Bytes {
     let mut line = Vec::with_capacity(object.len() + ty.len() + 24);
     line.extend_from_slice(b"{\"type\":\"");
@@ -299,7 +306,8 @@ impl WatchState {
             && stored["apiVersion"].as_str() != Some(self.def.api_version().as_str())
     }
 
-    /// Whether this watch serves a stored object exactly as its JSON bytes are: the bytes of
+    /// Whether this watch serves a stored object exactly as its JSON bytes are (bytes whose
+    /// field sets are not folded, as a data directory written before folding holds them): the bytes of
     /// [`Presented`](crate::registry::strategy::Presented) for a custom resource without
     /// conversion are the stored object's fields in sorted order with the served `apiVersion`
     /// and `kind` among them, which is the stored JSON itself (serde_json's compact encoding
@@ -319,7 +327,9 @@ impl WatchState {
                 .custom
                 .as_ref()
                 .is_some_and(|c| c.conversion.is_none());
-        if !plain || json.first() != Some(&b'{') {
+        // Bytes holding a folded field set ([`crate::api::folded`]) are not what a
+        // client is served.
+        if !plain || json.first() != Some(&b'{') || holds_folded_set(json) {
             return false;
         }
         let mut de = serde_json::Deserializer::from_slice(json);

@@ -357,6 +357,7 @@ pub fn intake(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         m.insert("kind".into(), Value::String(def.kind.clone()));
     }
     def.strategy.get().set_defaults(&mut obj);
+    crate::api::folded::fold(&mut obj);
     Ok(obj)
 }
 
@@ -371,8 +372,16 @@ fn json_type(v: &Value) -> &'static str {
     }
 }
 
-/// A stored object as this definition serves it.
+/// A stored object as this definition serves it, its field sets unfolded
+/// ([`crate::api::folded`]).
 pub fn present(def: &ResourceDef, stored: &Value) -> Value {
+    let mut shown = present_folded(def, stored);
+    crate::api::folded::unfold(&mut shown);
+    shown
+}
+
+/// [`present`] without unfolding the field sets (what [`Presented`] serializes from).
+fn present_folded(def: &ResourceDef, stored: &Value) -> Value {
     match def.view {
         View::EventsV1 => events::to_events_v1(stored),
         // A CRD with a conversion webhook: the object keeps the version it is stored in, and
@@ -429,7 +438,7 @@ impl serde::Serialize for Presented<'_> {
         let plain_native = self.def.view == View::Native && converted != Some(true);
         let untyped_item = self.list_item && self.def.custom.is_none();
         let Some(fields) = self.stored.as_object().filter(|_| plain_native) else {
-            let served = present(self.def, self.stored);
+            let served = present_folded(self.def, self.stored);
             if untyped_item && let Some(o) = served.as_object() {
                 let (kind, api_version) = (&self.def.kind, self.def.api_version());
                 return crate::api::json_order::list_item(s, o, kind, &api_version);
@@ -474,6 +483,9 @@ fn sorted_with<S: serde::Serializer>(
         }
         match set.next_if(|(key, _)| *key == k.as_str()) {
             Some((key, value)) => map.serialize_entry(key, value)?,
+            None if k == "metadata" => {
+                map.serialize_entry(k, &crate::api::folded::SortedMeta(v))?
+            }
             None => map.serialize_entry(k, v)?,
         }
     }

@@ -896,6 +896,7 @@ impl<Reg> State<Reg> {
     pub fn write(&mut self, storage: &str, mut obj: Value) -> Arc<Stored> {
         self.rv += 1;
         stamp(&mut obj, self.rv);
+        crate::api::folded::fold(&mut obj);
         let key = key_of(&obj);
         let (obj, answer) = if self.rest_on_write.iter().any(|s| s == storage) {
             written_as_bytes(obj)
@@ -947,6 +948,7 @@ impl<Reg> State<Reg> {
         self.rv += 1;
         let mut obj = last.unwrap_or_else(|| prev.value().clone());
         stamp(&mut obj, self.rv);
+        crate::api::folded::fold(&mut obj);
         self.record(Change {
             rv: self.rv,
             storage,

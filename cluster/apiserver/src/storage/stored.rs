@@ -403,7 +403,11 @@ fn decode(json: &[u8]) -> Value {
     let mut de = serde_json::Deserializer::from_slice(json);
     de.disable_recursion_limit();
     match Value::deserialize(&mut de) {
-        Ok(v) => v,
+        // Bytes written before field sets were folded hold them unfolded.
+        Ok(mut v) => {
+            crate::api::folded::fold(&mut v);
+            v
+        }
         Err(e) => {
             tracing::error!(error = %e, "a stored object's JSON does not decode");
             Value::Null
@@ -532,7 +536,8 @@ mod tests {
     fn at() -> Value {
         json!({"apiVersion": "cnat.programming-kubernetes.info/v1", "kind": "At",
                "metadata": {"name": "a", "namespace": "default", "labels": {"x": "1"},
-                            "managedFields": [{"fieldsV1": {"f:spec": {"f:schedule": {}}}}]},
+                            // As the store holds a field set: folded.
+                            "managedFields": [{"fieldsV1": "{\"f:spec\":{\"f:schedule\":{}}}"}]},
                "spec": {"schedule": "2030-01-01T00:00:00Z", "n": 1.5, "big": u64::MAX}})
     }
 
@@ -578,6 +583,20 @@ mod tests {
             rested.json().unwrap().as_ptr(),
             read.json().unwrap().as_ptr()
         );
+    }
+
+    /// Bytes written before field sets were folded (a data directory of an older server) read
+    /// back folded, and are served as they were written.
+    #[test]
+    fn bytes_with_unfolded_sets_read_back_folded() {
+        let mut unfolded = at();
+        crate::api::folded::unfold(&mut unfolded);
+        assert!(unfolded["metadata"]["managedFields"][0]["fieldsV1"].is_object());
+        let bytes = serde_json::to_vec(&unfolded).unwrap();
+        let loaded = Stored::from_json(bytes.clone().into());
+        assert_eq!(*loaded, at());
+        let served = serde_json::to_vec(&crate::api::folded::Unfolded(&loaded)).unwrap();
+        assert_eq!(served, bytes);
     }
 
     #[test]

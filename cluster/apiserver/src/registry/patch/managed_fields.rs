@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
+use crate::api::folded::{is_nonempty_set, same_set, set_tree};
 use crate::registry::patch::lists::{ListStrategy, list_strategy};
 
 /// One element of a managed field path.
@@ -195,8 +196,14 @@ fn keep_changed(
     }));
 }
 
-/// Renders a path set in the `FieldsV1` format.
+/// Renders a path set in the `FieldsV1` format, folded as the store holds it
+/// ([`crate::api::folded`]): a string of the set's compact JSON.
 pub(super) fn fields_v1(paths: &BTreeSet<FieldPath>) -> Value {
+    Value::String(fields_v1_tree(paths).to_string())
+}
+
+/// A path set in the `FieldsV1` format, as a JSON object.
+pub(super) fn fields_v1_tree(paths: &BTreeSet<FieldPath>) -> Value {
     let mut root = Map::new();
     // The paths share their prefixes (they come sorted): each element's key is written into
     // one buffer and looked up, and copied only where the node is new.
@@ -225,7 +232,8 @@ pub(super) fn fields_v1(paths: &BTreeSet<FieldPath>) -> Value {
     Value::Object(root)
 }
 
-/// Parses a `FieldsV1` value back into a path set.
+/// Parses a `FieldsV1` value, in either form ([`crate::api::folded`]), back into a path
+/// set; anything that is no map is the empty set.
 pub(super) fn parse_fields_v1(value: &Value) -> BTreeSet<FieldPath> {
     fn walk(node: &Map<String, Value>, path: &mut FieldPath, out: &mut BTreeSet<FieldPath>) {
         if node.is_empty() && !path.is_empty() {
@@ -254,8 +262,8 @@ pub(super) fn parse_fields_v1(value: &Value) -> BTreeSet<FieldPath> {
         }
     }
     let mut out = BTreeSet::new();
-    if let Value::Object(m) = value {
-        walk(m, &mut Vec::new(), &mut out);
+    if let Some(m) = crate::api::folded::set_tree(value) {
+        walk(&m, &mut Vec::new(), &mut out);
     }
     out
 }
@@ -506,15 +514,15 @@ pub fn record_update(
     for (i, e) in entries.iter_mut().enumerate() {
         let as_stored = stored_entries
             .and_then(|s| s.get(i))
-            .is_some_and(|s| s.get("fieldsV1") == e.get("fieldsV1"));
+            .is_some_and(|s| same_set(s.get("fieldsV1"), e.get("fieldsV1")));
         // Another manager's entry, as stored, that owns none of the changed fields and whose
         // fields all still exist is left as it is, without parsing it into paths (what most
         // writes meet: a status writer's write beside the creator's entry, or the other way).
         if as_stored
             && !is_mine(e)
-            && let Some(Value::Object(tree)) = e.get("fieldsV1")
-            && !changed.iter().any(|p| has_member(tree, p, &mut key))
-            && all_exist(tree, body, &mut keys)
+            && let Some(tree) = e.get("fieldsV1").and_then(set_tree)
+            && !changed.iter().any(|p| has_member(&tree, p, &mut key))
+            && all_exist(&tree, body, &mut keys)
         {
             continue;
         }
@@ -554,11 +562,9 @@ pub fn record_update(
         }
         entries.push(entry);
     }
-    entries.retain(|e| {
-        e.get("fieldsV1")
-            .and_then(Value::as_object)
-            .is_some_and(|m| !m.is_empty())
-    });
+    // Every entry not as stored was rendered above, so a set that is a string is one this
+    // server folded.
+    entries.retain(|e| e.get("fieldsV1").is_some_and(is_nonempty_set));
     if !new.get("metadata").is_some_and(Value::is_object) {
         new["metadata"] = json!({});
     }
@@ -568,13 +574,14 @@ pub fn record_update(
         }
     } else {
         new["metadata"]["managedFields"] = Value::Array(entries);
+        crate::api::folded::fold(new);
     }
 }
 
 /// The path set of an applied configuration in `FieldsV1` form (what [`crate::registry::patch::apply()`] records).
 #[cfg(test)]
 pub fn managed_fields_of(applied: &Value) -> Value {
-    fields_v1(&paths_of(applied))
+    fields_v1_tree(&paths_of(applied))
 }
 
 /// Merges the managed-field sets of several entries into one map from rendered path
@@ -720,7 +727,9 @@ mod tests {
         assert_eq!(
             created["metadata"]["managedFields"],
             json!([{"manager": "kubectl-create", "operation": "Update", "apiVersion": "v1", "time": "t1",
-                    "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}, "f:b": {}}}}])
+                    "fieldsType": "FieldsV1",
+                    // Folded, as the store holds a set ([`crate::api::folded`]).
+                    "fieldsV1": json!({"f:data": {"f:a": {}, "f:b": {}}}).to_string()}])
         );
         // A controller changes b and adds c: it owns them now; a stays with the creator.
         let mut next = created.clone();
@@ -742,7 +751,7 @@ mod tests {
             "creator owned only the removed field"
         );
         assert!(entries.iter().any(|e| e["subresource"] == "status"
-            && e["fieldsV1"] == json!({"f:status": {"f:phase": {}}})));
+            && e["fieldsV1"] == json!({"f:status": {"f:phase": {}}}).to_string()));
         // An unchanged write adds nothing.
         let mut same = status.clone();
         record_update(Some(&status), &mut same, "other", None, "t4");
@@ -789,9 +798,8 @@ mod tests {
             ),
         ];
         // The creator's set is read in place: every node found, the status not in it.
-        let tree = pod["metadata"]["managedFields"][0]["fieldsV1"]
-            .as_object()
-            .unwrap();
+        let tree = set_tree(&pod["metadata"]["managedFields"][0]["fieldsV1"]).unwrap();
+        let tree = &*tree;
         assert!(all_exist(tree, &writes[0].0, &mut ListKeys::default()));
         let status_paths = changed_paths(&pod, &writes[0].0);
         assert!(!status_paths.is_empty());
