@@ -93,10 +93,31 @@ pub fn set_tree(set: &Value) -> Option<Cow<'_, Map<String, Value>>> {
 /// Whether two `fieldsV1` values are the same set, whichever form each is in.
 pub fn same_set(a: Option<&Value>, b: Option<&Value>) -> bool {
     match (a, b) {
-        (Some(Value::String(x)), Some(Value::Object(_))) => b.is_some_and(|b| b.to_string() == *x),
-        (Some(Value::Object(_)), Some(Value::String(y))) => a.is_some_and(|a| a.to_string() == *y),
+        (Some(Value::String(text)), Some(tree @ Value::Object(_)))
+        | (Some(tree @ Value::Object(_)), Some(Value::String(text))) => encodes_as(tree, text),
         _ => a == b,
     }
+}
+
+/// Whether `tree`'s compact JSON is `text`, compared as it is written (no copy).
+fn encodes_as(tree: &Value, text: &str) -> bool {
+    struct Matches<'a>(&'a [u8]);
+    impl std::io::Write for Matches<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            match self.0.strip_prefix(buf) {
+                Some(rest) => {
+                    self.0 = rest;
+                    Ok(buf.len())
+                }
+                None => Err(std::io::ErrorKind::InvalidData.into()),
+            }
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut rest = Matches(text.as_bytes());
+    serde_json::to_writer(&mut rest, tree).is_ok() && rest.0.is_empty()
 }
 
 /// Whether a `fieldsV1` value, in either form, is a set with at least one member.
@@ -265,6 +286,15 @@ mod tests {
         assert!(same_set(Some(&text), Some(&tree)));
         assert!(!same_set(Some(&text), Some(&json!({"f:spec": {}}))));
         assert!(!same_set(Some(&text), None));
+        let longer = json!({"f:spec": {"f:a": {}, "f:b": {}, "f:c": {}}});
+        assert!(
+            !same_set(Some(&longer), Some(&text)),
+            "a prefix is not the set"
+        );
+        assert!(!same_set(
+            Some(&text),
+            Some(&json!({"f:spec": {"f:a": {}}}))
+        ));
         assert_eq!(
             set_tree(&text).unwrap().into_owned(),
             tree.as_object().unwrap().clone()

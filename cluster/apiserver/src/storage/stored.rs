@@ -3,8 +3,9 @@
 //! The handlers, the watch streams and the simulated controllers all read stored objects as
 //! `serde_json::Value` trees, and a tree is large: every non-empty JSON object is a `BTreeMap`
 //! whose first node holds room for eleven entries (about 630 bytes), and every key and string
-//! is a heap allocation of its own. An At of 660 bytes of JSON is a tree of about 9 KB (half
-//! of it the small maps of `managedFields`), so 10,000 Ats written in a burst held the server
+//! is a heap allocation of its own. An At of 660 bytes of JSON is a tree of about 9 KB as a
+//! request's body decodes it (half of it the small maps of `managedFields`, which the store
+//! folds into their JSON text: [`crate::api::folded`]), so 10,000 Ats written in a burst held the server
 //! at 15 times their JSON for as long as they lived. kube-apiserver keeps objects as bytes in
 //! etcd and decodes them into its watch cache, whose Go structs are compact; here the compact
 //! form is the JSON itself. (serde_json's `preserve_order`, an `IndexMap` per object, was
