@@ -302,6 +302,11 @@ async fn a_validating_webhook_denies_with_its_message_code_and_causes() {
     let last = hooks.seen("/validate").pop().unwrap();
     assert_eq!(last["operation"], "UPDATE");
     assert_eq!(last["oldObject"]["data"]["k"], "v");
+    // Both objects carry their field sets as JSON objects, as a client reads them.
+    for which in ["object", "oldObject"] {
+        let set = &last[which]["metadata"]["managedFields"][0]["fieldsV1"];
+        assert!(set["f:data"].is_object(), "{which}: {set}");
+    }
     let r = api
         .patch(
             &format!("{CMS}/good"),

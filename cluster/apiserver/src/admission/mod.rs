@@ -203,11 +203,7 @@ impl Request<'_> {
                     .map(|stored| strategy::present(&chosen.def, &stored))
                     .unwrap_or_else(|_| o.clone())
             }
-            Some(o) => {
-                let mut shown = o.clone();
-                crate::api::folded::unfold(&mut shown);
-                shown
-            }
+            Some(o) => o.clone(),
             None => Value::Null,
         };
         let uid = meta::new_uid();
@@ -777,9 +773,7 @@ fn apply_verdict(
     let mut shown = if other_view {
         strategy::present(def, &strategy::intake(&target.def, obj.clone())?)
     } else {
-        let mut shown = obj.clone();
-        crate::api::folded::unfold(&mut shown);
-        shown
+        obj.clone()
     };
     crate::registry::patch::json_patch(&mut shown, &patch).map_err(|e| {
         ApiError::internal(format!(
@@ -787,13 +781,11 @@ fn apply_verdict(
             hook.name
         ))
     })?;
-    let mut back = if other_view {
+    let back = if other_view {
         strategy::present(&target.def, &strategy::intake(def, shown)?)
     } else {
         shown
     };
-    // Compared and kept as the store holds it: field sets folded.
-    crate::api::folded::fold(&mut back);
     if back == *obj {
         return Ok(false);
     }

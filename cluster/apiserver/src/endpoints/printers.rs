@@ -1902,21 +1902,18 @@ pub fn to_table_at(
             let mut row = Map::new();
             row.insert("cells".into(), Value::Array(cells));
             match include {
-                // Rows are written as plain JSON: field sets unfolded here
-                // ([`crate::api::folded`]).
                 IncludeObject::Metadata => {
-                    let mut object = json!({
-                        "kind": "PartialObjectMetadata",
-                        "apiVersion": "meta.k8s.io/v1",
-                        "metadata": item.get("metadata").cloned().unwrap_or_else(|| json!({})),
-                    });
-                    crate::api::folded::unfold(&mut object);
-                    row.insert("object".into(), object);
+                    row.insert(
+                        "object".into(),
+                        json!({
+                            "kind": "PartialObjectMetadata",
+                            "apiVersion": "meta.k8s.io/v1",
+                            "metadata": item.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                        }),
+                    );
                 }
                 IncludeObject::Object => {
-                    let mut object = item.clone();
-                    crate::api::folded::unfold(&mut object);
-                    row.insert("object".into(), object);
+                    row.insert("object".into(), item.clone());
                 }
                 IncludeObject::None => {}
             }

@@ -235,9 +235,10 @@ impl Stored {
     }
 
     /// The JSON bytes the object holds besides or instead of its tree (rested, or loaded from
-    /// the data directory), `None` for a tree not encoded yet. Always the compact encoding of
-    /// the tree (serde_json's, keys in sorted order): the same bytes as
-    /// `serde_json::to_vec(self.value())`.
+    /// the data directory), `None` for a tree not encoded yet. The compact encoding of the tree
+    /// (serde_json's, keys in sorted order): the same bytes as `serde_json::to_vec(self.value())`,
+    /// field sets folded ([`crate::api::folded`]); bytes a data directory of an older server
+    /// holds may have them unfolded, which the tree then does not.
     pub fn json(&self) -> Option<&Arc<[u8]>> {
         self.json.get()
     }
