@@ -37,6 +37,10 @@
 //! informer answers with a relist. Objects are shared with the store, not copied
 //! ([`Object`]).
 //!
+//! Every object a loopback request reads or is answered holds its `managedFields` as the store
+//! does, each field set folded into its JSON text ([`crate::api::folded`]): the cluster's
+//! components never look inside, and what they write back is folded already.
+//!
 //! ## Writing like a controller
 //!
 //! A loopback write is a client's write: conditional on the `metadata.resourceVersion` it
@@ -375,7 +379,7 @@ impl Loopback {
             .read(|st| verbs::get(st, &target, &query))?;
         crate::apiextensions::conversion::answer_to_served(&self.shared.backend, &target.def, obj)
             .await
-            .map(|served| served.into_value(&target.def))
+            .map(|served| served.into_folded_value(&target.def))
     }
 
     /// LIST of a resource, in one namespace (`Some`) or all of them (`None`, or a
@@ -638,7 +642,7 @@ impl Loopback {
         }
         let (_, answer) =
             admission::write(&self.shared.backend, target, &self.user, write, &query).await?;
-        Ok(answer.into_value(&target.def))
+        Ok(answer.into_folded_value(&target.def))
     }
 }
 

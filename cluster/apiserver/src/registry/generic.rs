@@ -221,6 +221,16 @@ impl Served {
             Served::Stored(s) => present(def, &s),
         }
     }
+
+    /// [`Served::into_value`] with the field sets as the store holds them, folded
+    /// ([`crate::api::folded`]): what the loopback clients read, which write them back as they
+    /// are and never look inside.
+    pub fn into_folded_value(self, def: &ResourceDef) -> Value {
+        match self {
+            Served::Value(v) => v,
+            Served::Stored(s) => strategy::present_folded(def, &s),
+        }
+    }
 }
 
 impl From<Value> for Served {

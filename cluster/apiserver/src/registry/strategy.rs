@@ -380,8 +380,9 @@ pub fn present(def: &ResourceDef, stored: &Value) -> Value {
     shown
 }
 
-/// [`present`] without unfolding the field sets (what [`Presented`] serializes from).
-fn present_folded(def: &ResourceDef, stored: &Value) -> Value {
+/// [`present`] without unfolding the field sets (what [`Presented`] serializes from, and what
+/// the loopback clients read).
+pub fn present_folded(def: &ResourceDef, stored: &Value) -> Value {
     match def.view {
         View::EventsV1 => events::to_events_v1(stored),
         // A CRD with a conversion webhook: the object keeps the version it is stored in, and

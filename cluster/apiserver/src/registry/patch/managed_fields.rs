@@ -526,6 +526,22 @@ pub fn record_update(
         {
             continue;
         }
+        // The writer's own entry, as stored, that holds every changed field already and whose
+        // fields all still exist keeps its set: only its time and apiVersion change (a status
+        // writer writing the same fields again).
+        if as_stored
+            && is_mine(e)
+            && let Some(tree) = e.get("fieldsV1").and_then(set_tree)
+            && changed.iter().all(|p| has_member(&tree, p, &mut key))
+            && all_exist(&tree, body, &mut keys)
+        {
+            mine_found = true;
+            e["time"] = Value::String(now.to_string());
+            if let Some(v) = body.get("apiVersion") {
+                e["apiVersion"] = v.clone();
+            }
+            continue;
+        }
         let mut set = e.get("fieldsV1").map(parse_fields_v1).unwrap_or_default();
         let parsed = set.len();
         if is_mine(e) {
@@ -762,6 +778,49 @@ mod tests {
             same["metadata"]["managedFields"],
             status["metadata"]["managedFields"]
         );
+    }
+
+    /// The writer's own entry keeps its set unparsed only when the exact update would keep it:
+    /// the same entries either way for a write of fields it owns already (time updated), one
+    /// that adds a field, and one that removes a field it owns.
+    #[test]
+    fn the_writers_own_entry_is_kept_with_the_same_result_as_the_exact_update() {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        record_update(None, &mut pod, "at-controller", None, "t1");
+        let mut running = pod.clone();
+        running["status"] =
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+        record_update(Some(&pod), &mut running, "kubelet", Some("status"), "t2");
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut w = running.clone();
+            f(&mut w);
+            w
+        };
+        let writes = [
+            with(&|w| w["status"]["phase"] = json!("Succeeded")),
+            with(&|w| w["status"]["hostIP"] = json!("10.0.0.1")),
+            with(&|w| {
+                w["status"].as_object_mut().unwrap().remove("phase");
+            }),
+        ];
+        for (i, write) in writes.into_iter().enumerate() {
+            let mut fast = write.clone();
+            record_update(Some(&running), &mut fast, "kubelet", Some("status"), "t3");
+            let mut unlisted = running.clone();
+            unlisted["metadata"]["managedFields"] = json!([]);
+            let mut exact = write.clone();
+            record_update(Some(&unlisted), &mut exact, "kubelet", Some("status"), "t3");
+            assert_eq!(
+                fast["metadata"]["managedFields"], exact["metadata"]["managedFields"],
+                "write {i}"
+            );
+            let mine = &fast["metadata"]["managedFields"][1];
+            assert_eq!(
+                (&mine["manager"], &mine["time"]),
+                (&json!("kubelet"), &json!("t3"))
+            );
+        }
     }
 
     /// Another manager's entry is skipped unparsed only when the exact path-by-path update
