@@ -197,12 +197,68 @@ fn keep_changed(
 }
 
 /// Renders a path set in the `FieldsV1` format, folded as the store holds it
-/// ([`crate::api::folded`]): a string of the set's compact JSON.
+/// ([`crate::api::folded`]): a string of the set's compact JSON (a map per node, its keys
+/// sorted), written straight from the sorted paths without building the tree.
 pub(super) fn fields_v1(paths: &BTreeSet<FieldPath>) -> Value {
-    Value::String(fields_v1_tree(paths).to_string())
+    let all: Vec<&[PathElem]> = paths.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::with_capacity(32 * all.len() + 2);
+    let mut key = String::new();
+    write_node(&all, 0, &mut out, &mut key);
+    Value::String(String::from_utf8(out).unwrap_or_default())
 }
 
-/// A path set in the `FieldsV1` format, as a JSON object.
+/// The node at `depth` of `paths` (sorted, sharing their first `depth` elements): its children
+/// in the tree's key order. A map's keys sort as strings, so `"."` comes first; `f:`, `k:` and
+/// `v:` keep the order of [`PathElem`]'s variants, in which [`PathElem::Itself`] is last.
+fn write_node(paths: &[&[PathElem]], depth: usize, out: &mut Vec<u8>, key: &mut String) {
+    out.push(b'{');
+    let ended = paths.iter().take_while(|p| p.len() == depth).count();
+    let rest = &paths[ended..];
+    let split = rest.partition_point(|p| p[depth] != PathElem::Itself);
+    let (others, itself) = rest.split_at(split);
+    let mut first = true;
+    if !itself.is_empty() {
+        write_child(&PathElem::Itself, itself, depth, out, key, &mut first);
+    }
+    let mut i = 0;
+    while i < others.len() {
+        let elem = &others[i][depth];
+        let run = others[i..].partition_point(|p| &p[depth] == elem);
+        write_child(elem, &others[i..i + run], depth, out, key, &mut first);
+        i += run;
+    }
+    out.push(b'}');
+}
+
+fn write_child(
+    elem: &PathElem,
+    group: &[&[PathElem]],
+    depth: usize,
+    out: &mut Vec<u8>,
+    key: &mut String,
+    first: &mut bool,
+) {
+    if !std::mem::take(first) {
+        out.push(b',');
+    }
+    key.clear();
+    let (prefix, rest) = match elem {
+        PathElem::Field(f) => ("f:", f.as_str()),
+        PathElem::Key(k) => ("k:", k.as_str()),
+        PathElem::Val(v) => ("v:", v.as_str()),
+        PathElem::Itself => (".", ""),
+    };
+    key.push_str(prefix);
+    key.push_str(rest);
+    // A string always encodes.
+    let _ = serde_json::to_writer(&mut *out, key.as_str());
+    out.push(b':');
+    write_node(group, depth + 1, out, key);
+}
+
+/// A path set in the `FieldsV1` format, as a JSON object: what [`fields_v1`] writes the text
+/// of (the tests check the two agree).
+#[cfg(test)]
 pub(super) fn fields_v1_tree(paths: &BTreeSet<FieldPath>) -> Value {
     let mut root = Map::new();
     // The paths share their prefixes (they come sorted): each element's key is written into
@@ -262,10 +318,109 @@ pub(super) fn parse_fields_v1(value: &Value) -> BTreeSet<FieldPath> {
         }
     }
     let mut out = BTreeSet::new();
-    if let Some(m) = crate::api::folded::set_tree(value) {
-        walk(&m, &mut Vec::new(), &mut out);
+    match value {
+        Value::Object(m) => walk(m, &mut Vec::new(), &mut out),
+        Value::String(text) => parse_folded(text, &mut out),
+        _ => {}
     }
     out
+}
+
+/// [`parse_fields_v1`] of a folded set, read from its text without building its tree: the same
+/// paths as walking the parsed tree, and none for text that is not one JSON value.
+fn parse_folded(text: &str, out: &mut BTreeSet<FieldPath>) {
+    use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+    /// A node of the set at `path`: a map walks its children, anything else is a member.
+    struct Node<'a> {
+        path: &'a mut FieldPath,
+        out: &'a mut BTreeSet<FieldPath>,
+    }
+
+    impl Node<'_> {
+        fn member<E>(self) -> Result<(), E> {
+            if !self.path.is_empty() {
+                self.out.insert(self.path.clone());
+            }
+            Ok(())
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Node<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Node<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a FieldsV1 set")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut empty = true;
+            while let Some(key) = map.next_key::<String>()? {
+                empty = false;
+                let elem = if key == "." {
+                    PathElem::Itself
+                } else if let Some(f) = key.strip_prefix("f:") {
+                    PathElem::Field(f.to_owned())
+                } else if let Some(k) = key.strip_prefix("k:") {
+                    PathElem::Key(k.to_owned())
+                } else if let Some(v) = key.strip_prefix("v:") {
+                    PathElem::Val(v.to_owned())
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                };
+                self.path.push(elem);
+                map.next_value_seed(Node {
+                    path: &mut *self.path,
+                    out: &mut *self.out,
+                })?;
+                self.path.pop();
+            }
+            if empty {
+                return self.member();
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            self.member()
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            self.member()
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            self.member()
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            self.member()
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            self.member()
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            self.member()
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            self.member()
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_str(text);
+    let mut path = Vec::new();
+    let parsed = Node {
+        path: &mut path,
+        out: &mut *out,
+    }
+    .deserialize(&mut de)
+    .and_then(|()| de.end());
+    if parsed.is_err() {
+        out.clear();
+    }
 }
 
 /// Renders a path like the API server's conflict messages: `.spec.containers[name="web"].image`.
@@ -632,6 +787,7 @@ pub fn field_owners(obj: &Value) -> BTreeMap<String, Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
 
     fn cm(data: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d"}, "data": data})
@@ -644,6 +800,67 @@ mod tests {
             .into_iter()
             .filter(|p| p.last() != Some(&PathElem::Itself) && value_at(old, p) != value_at(new, p))
             .collect()
+    }
+
+    proptest::proptest! {
+        /// The folded rendering is the compact text of the tree, whatever the paths.
+        #[test]
+        fn the_folded_rendering_is_the_trees_text(
+            paths in proptest::collection::btree_set(
+                proptest::collection::vec(
+                    proptest::prop_oneof![
+                        proptest::strategy::Just(PathElem::Itself),
+                        "[ab\"]{1,2}".prop_map(PathElem::Field),
+                        proptest::strategy::Just(PathElem::Key(r#"{"name":"c"}"#.to_owned())),
+                        "[12]".prop_map(PathElem::Val),
+                    ],
+                    1..4,
+                ),
+                0..8,
+            )
+        ) {
+            let tree = fields_v1_tree(&paths);
+            proptest::prop_assert_eq!(fields_v1(&paths), Value::String(tree.to_string()));
+            proptest::prop_assert_eq!(parse_fields_v1(&fields_v1(&paths)), parse_fields_v1(&tree));
+        }
+
+        /// Read from its text, a set has the paths of its parsed tree, for any JSON; text that
+        /// is not JSON has none.
+        #[test]
+        fn a_folded_set_reads_as_its_tree(value in json_value()) {
+            let text = Value::String(value.to_string());
+            proptest::prop_assert_eq!(parse_fields_v1(&text), parse_fields_v1(&value));
+            let cut = value.to_string();
+            let cut = Value::String(cut[..cut.len() / 2].to_owned());
+            proptest::prop_assert!(cut == json!("") || parse_fields_v1(&cut).is_empty());
+        }
+    }
+
+    /// JSON values whose maps have keys of every kind a set can hold, and some it cannot.
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = proptest::prop_oneof![
+            proptest::strategy::Just(Value::Null),
+            proptest::strategy::Just(json!(1)),
+            proptest::strategy::Just(json!("s")),
+            proptest::strategy::Just(json!({})),
+        ];
+        leaf.prop_recursive(4, 24, 4, |inner| {
+            proptest::prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    proptest::prop_oneof![
+                        proptest::strategy::Just(".".to_owned()),
+                        "f:[ab]".prop_map(String::from),
+                        proptest::strategy::Just(r#"k:{"name":"c"}"#.to_owned()),
+                        "v:[12]".prop_map(String::from),
+                        "[xy]".prop_map(String::from),
+                    ],
+                    inner,
+                    0..4,
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     /// One set of parsed list keys serves lookups in several objects, and a key that is not
