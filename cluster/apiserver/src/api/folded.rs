@@ -17,16 +17,16 @@
 //! * **In:** a write's object is folded where it enters the write path
 //!   ([`crate::registry::strategy::intake`]) and again, for any path that built it otherwise,
 //!   where it is stored ([`crate::storage::store::State::write`]); folding is idempotent.
-//! * **Inside:** the field manager reads a set through [`set_tree`] and compares sets with
-//!   [`same_set`], both of which take either form; a set it writes is rendered folded. A
-//!   folded set is serde_json's compact encoding of a sorted tree, so two sets are equal exactly
-//!   when their texts are.
+//! * **Inside:** the field manager reads a set's paths straight from its text, looks a set up
+//!   through [`set_tree`] and compares sets with [`same_set`], all of which take either form;
+//!   a set it writes is rendered folded, straight from its paths. A folded set is serde_json's
+//!   compact encoding of a sorted tree, so two sets are equal exactly when their texts are.
 //! * **Out:** everything a client sees is unfolded. Responses and watch events are serialized
 //!   through [`crate::api::json_order`], which writes a folded set as the raw JSON it holds
-//!   ([`ManagedFields`]); a copy made to be shown ([`crate::registry::strategy::present`], an
-//!   admission review, `PartialObjectMetadata`, a conversion review) is unfolded
-//!   ([`unfold`]). A set that is a string but not JSON (a client may send anything) is written
-//!   as the string it is.
+//!   ([`ManagedFields`]); a copy made to be shown ([`crate::registry::strategy::present`], from
+//!   which admission reviews, Table rows and `PartialObjectMetadata` are built) is unfolded
+//!   ([`unfold`]), and so are the objects of a conversion review. A set that is a string but
+//!   not JSON (a client may send anything) is written as the string it is.
 //!
 //! The loopback clients ([`crate::loopback`]) read the store's objects as they are held,
 //! folded; the controllers of the embedded cluster never read field sets, and what they write
