@@ -38,7 +38,7 @@
 //! ([`Object`]).
 //!
 //! Every object a loopback request reads or is answered holds its `managedFields` as the store
-//! does, each field set folded into its JSON text ([`crate::api::folded`]): the cluster's
+//! does, each field set folded into its JSON text (the server's `api::folded` module): the cluster's
 //! components never look inside, and what they write back is folded already.
 //!
 //! ## Writing like a controller
