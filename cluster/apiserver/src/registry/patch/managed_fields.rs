@@ -40,6 +40,35 @@ pub(super) enum PathElem {
     Itself,
 }
 
+impl PathElem {
+    /// The element a `FieldsV1` key names (`f:`, `k:`, `v:` or `.`); `None` for any other key.
+    fn from_key(key: &str) -> Option<PathElem> {
+        if key == "." {
+            return Some(PathElem::Itself);
+        }
+        let (prefix, rest) = (key.get(..2)?, key.get(2..)?.to_owned());
+        match prefix {
+            "f:" => Some(PathElem::Field(rest)),
+            "k:" => Some(PathElem::Key(rest)),
+            "v:" => Some(PathElem::Val(rest)),
+            _ => None,
+        }
+    }
+
+    /// Writes the element's `FieldsV1` key into `key`, which is cleared first.
+    fn write_key(&self, key: &mut String) {
+        key.clear();
+        let (prefix, rest) = match self {
+            PathElem::Field(f) => ("f:", f.as_str()),
+            PathElem::Key(k) => ("k:", k.as_str()),
+            PathElem::Val(v) => ("v:", v.as_str()),
+            PathElem::Itself => (".", ""),
+        };
+        key.push_str(prefix);
+        key.push_str(rest);
+    }
+}
+
 pub(super) type FieldPath = Vec<PathElem>;
 
 /// Fields never recorded in field sets (as the real field manager strips them).
@@ -241,15 +270,7 @@ fn write_child(
     if !std::mem::take(first) {
         out.push(b',');
     }
-    key.clear();
-    let (prefix, rest) = match elem {
-        PathElem::Field(f) => ("f:", f.as_str()),
-        PathElem::Key(k) => ("k:", k.as_str()),
-        PathElem::Val(v) => ("v:", v.as_str()),
-        PathElem::Itself => (".", ""),
-    };
-    key.push_str(prefix);
-    key.push_str(rest);
+    elem.write_key(key);
     // A string always encodes.
     let _ = serde_json::to_writer(&mut *out, key.as_str());
     out.push(b':');
@@ -267,15 +288,7 @@ pub(super) fn fields_v1_tree(paths: &BTreeSet<FieldPath>) -> Value {
     for path in paths {
         let mut node = &mut root;
         for elem in path {
-            key.clear();
-            let (prefix, rest) = match elem {
-                PathElem::Field(f) => ("f:", f.as_str()),
-                PathElem::Key(k) => ("k:", k.as_str()),
-                PathElem::Val(v) => ("v:", v.as_str()),
-                PathElem::Itself => (".", ""),
-            };
-            key.push_str(prefix);
-            key.push_str(rest);
+            elem.write_key(&mut key);
             if !node.contains_key(key.as_str()) {
                 node.insert(key.clone(), Value::Object(Map::new()));
             }
@@ -296,15 +309,7 @@ pub(super) fn parse_fields_v1(value: &Value) -> BTreeSet<FieldPath> {
             out.insert(path.clone());
         }
         for (k, v) in node {
-            let elem = if k == "." {
-                PathElem::Itself
-            } else if let Some(f) = k.strip_prefix("f:") {
-                PathElem::Field(f.to_string())
-            } else if let Some(f) = k.strip_prefix("k:") {
-                PathElem::Key(f.to_string())
-            } else if let Some(f) = k.strip_prefix("v:") {
-                PathElem::Val(f.to_string())
-            } else {
+            let Some(elem) = PathElem::from_key(k) else {
                 continue;
             };
             path.push(elem);
@@ -362,15 +367,7 @@ fn parse_folded(text: &str, out: &mut BTreeSet<FieldPath>) {
             let mut empty = true;
             while let Some(key) = map.next_key::<String>()? {
                 empty = false;
-                let elem = if key == "." {
-                    PathElem::Itself
-                } else if let Some(f) = key.strip_prefix("f:") {
-                    PathElem::Field(f.to_owned())
-                } else if let Some(k) = key.strip_prefix("k:") {
-                    PathElem::Key(k.to_owned())
-                } else if let Some(v) = key.strip_prefix("v:") {
-                    PathElem::Val(v.to_owned())
-                } else {
+                let Some(elem) = PathElem::from_key(&key) else {
                     map.next_value::<IgnoredAny>()?;
                     continue;
                 };
@@ -556,22 +553,7 @@ pub(super) fn remove_at(obj: &mut Value, path: &[PathElem]) {
 fn has_member(tree: &Map<String, Value>, path: &[PathElem], key: &mut String) -> bool {
     let mut node = tree;
     for (i, elem) in path.iter().enumerate() {
-        key.clear();
-        match elem {
-            PathElem::Field(f) => {
-                key.push_str("f:");
-                key.push_str(f);
-            }
-            PathElem::Key(k) => {
-                key.push_str("k:");
-                key.push_str(k);
-            }
-            PathElem::Val(v) => {
-                key.push_str("v:");
-                key.push_str(v);
-            }
-            PathElem::Itself => key.push('.'),
-        }
+        elem.write_key(key);
         let last = i + 1 == path.len();
         match node.get(key.as_str()) {
             None => return false,
