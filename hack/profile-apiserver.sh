@@ -34,9 +34,6 @@ MANAGER=${MANAGER_BIN:-$TARGET/release/controller-manager}
 dir=$(mktemp -d)
 kc=$dir/kubeconfig
 port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-# The server executes itself again with its GLIBC_TUNABLES unless they are set (apimachinery's
-# `malloc::tune_for_server`), which valgrind would not follow: set them here, the same.
-GLIBC_TUNABLES=glibc.malloc.tcache_count=512:glibc.malloc.trim_threshold=262144:glibc.malloc.mmap_threshold=131072 \
 valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out.%p" --dump-instr=no \
   "$BIN" apiserver --listen "127.0.0.1:$port" --kubeconfig-out "$kc" --pod-run-time 0s \
   >"$dir/apiserver.log" 2>&1 &

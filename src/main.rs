@@ -13,11 +13,18 @@
 //!
 //! Exit codes: 0 on success or a clean shutdown, 1 when the work failed (an unreachable
 //! cluster, a missing CRD, a demo that did not finish), 2 for a bad flag.
+//!
+//! The binary allocates with jemalloc (`src/jemalloc.rs`), its background thread on: the API
+//! server builds and drops a tree of thousands of small maps and strings per write, and glibc's
+//! malloc grew slower with the heap where jemalloc's size-classed slabs do not (figures in
+//! `apimachinery::malloc`'s docs). The image's `controller-manager` keeps the C library's
+//! malloc, tuned there for a small manager.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 mod demo;
+mod jemalloc;
 mod trace;
 
 use demo::DemoOptions;
@@ -53,6 +60,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // glibc's malloc is not this binary's allocator: its tuning and trimming are skipped.
+    apimachinery::malloc::declare_own_allocator();
     match Cli::parse().command {
         // The manager's whole command (malloc tuning, runtime, logs, exit codes) is the
         // library's, shared with the image's `controller-manager` binary.
@@ -88,7 +97,6 @@ fn main() -> ExitCode {
             }
         }),
         Command::Apiserver(args) => {
-            apimachinery::malloc::tune_for_server();
             logging::init(
                 LogFormat::Text,
                 &logging::filter_directives(0, tracing::Level::INFO),
@@ -107,14 +115,14 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs `f` on a multi-threaded runtime, after installing the TLS crypto provider and glibc's
-/// memory release for the servers (see `apimachinery::serving`).
+/// Runs `f` on a multi-threaded runtime, after installing the TLS crypto provider and
+/// jemalloc's memory release for the servers (see `apimachinery::serving` and `src/jemalloc.rs`).
 fn with_runtime(f: impl FnOnce(&tokio::runtime::Runtime) -> ExitCode) -> ExitCode {
     apimachinery::crypto::install_provider();
-    apimachinery::serving::set_memory_release(apimachinery::malloc::release_freed_memory);
+    apimachinery::serving::set_memory_release(jemalloc::release);
     match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .on_thread_park(apimachinery::malloc::on_thread_park)
+        .on_thread_park(jemalloc::on_thread_park)
         .build()
     {
         Ok(runtime) => f(&runtime),

@@ -1,12 +1,12 @@
 //! glibc's malloc, tuned for a small, long-running process (the one module of the workspace's
 //! library crates that calls into C, so the one place `unsafe` is allowed).
 //!
-//! Both binaries (`sample-controller` and the image's `controller-manager`) install the first as
-//! the servers' release hook and call the second before the manager's runtime starts (`run`
-//! only); `sample-controller apiserver` calls the third (the demo keeps glibc's defaults). On
-//! any other C library (the
-//! container image is static musl, whose mallocng has no per-thread arenas and returns freed
-//! memory by itself) both do nothing.
+//! The image's `controller-manager` binary installs the first as the servers' release hook and
+//! calls the second before its runtime starts. On any other C library (the container image is
+//! static musl, whose mallocng has no per-thread arenas and returns freed memory by itself) both
+//! do nothing, and so they do in a program that has called [`declare_own_allocator`]: the
+//! `sample-controller` binary, which does not allocate with the C library's malloc at all (it
+//! links jemalloc: the last point below).
 //!
 //! * [`release_freed_memory`]: `malloc_trim(0)`. glibc keeps freed memory in its arenas; this
 //!   hands the free pages back to the system, after the runtime threads have handed over the
@@ -31,37 +31,44 @@
 //!     fragmented; fixed thresholds keep large buffers in their own mappings (returned when
 //!     freed) and trim the heap's top as soon as 256 KiB are free there.
 //!
-//! * [`tune_for_server`]: the same fixed thresholds for the API server (`sample-controller
-//!   apiserver`), without the single arena. There they decide whether memory comes back after
-//!   a burst: glibc's `malloc_trim` returns free pages inside an arena but never shrinks the
-//!   top of a thread's arena, which only a free of 64 KiB or more does, down to the trim
-//!   threshold; with the dynamic thresholds, one LIST of 6.6 MB (mapped and freed) raised that
-//!   threshold to 13 MB, and after 10,000 Ats had rested one worker's arena kept 13.7 MB
-//!   resident with 8 KB in use. The server's RSS after the burst then varied between 1.7 and
-//!   3.7 times the live data from run to run; with the thresholds fixed, see
-//!   the API server's `storage/stored.rs` for the figures.
+//! * **The API server allocates with jemalloc, not glibc.** `sample-controller` (whose
+//!   `apiserver` command is the standalone server) declares `tikv_jemallocator::Jemalloc` its
+//!   global allocator, with jemalloc's background thread handing freed pages back while the
+//!   server idles. A write clones, builds and drops trees of `serde_json::Value`: a pod is
+//!   about 80 maps of one size class (a `BTreeMap` leaf, about 640 bytes) and hundreds of
+//!   small strings, and glibc's bins grew slower to search and merge as the heap grew: under
+//!   the At benchmark (`perf record`) `_int_malloc`, `free`, `unlink_chunk` and
+//!   `malloc_consolidate` took 0.25 ms more per At at 100,000 Ats than at 10,000, even with a
+//!   per-thread cache of 512 chunks a size class (`GLIBC_TUNABLES=glibc.malloc.tcache_count=512`,
+//!   which had brought a 30,000-At run from 56-60 s of server CPU to 41-44 s). jemalloc's
+//!   size-classed slabs do not search: measured in alternated `ONLY=project` runs of
+//!   `hack/at-vs-kube-rs.sh` (the same server built once, jemalloc preloaded), the server's CPU
+//!   per At fell from 0.861 to 0.747 ms at 10,000 Ats and from 1.248 to 0.866 ms at 100,000,
+//!   the wall per At from 0.972 to 0.727 ms at 100,000, its peak RSS from 4,019 to 3,548 MiB
+//!   (figures in docs/13-performance.md, "Flat to 100,000"). A server embedded in a test (or in
+//!   any other program) allocates with whatever its host links.
 //!
-//!   And a **per-thread cache of 512 chunks per size class** instead of glibc's 7
-//!   (`glibc.malloc.tcache_count`, [`SERVER_TUNABLES`]). A write clones, builds and drops
-//!   trees of `serde_json::Value`: a pod is about 80 maps of one size class (a `BTreeMap`
-//!   leaf, about 640 bytes) and hundreds of small strings. With seven cached chunks a class,
-//!   most of those frees went to the arena's bins (`_int_free`, then `malloc_consolidate` and
-//!   `unlink_chunk` to merge them, `_int_malloc` to search them again), which grew with the
-//!   heap: under the At benchmark glibc's malloc and free took 24 % of the server's samples at
-//!   10,000 Ats and 35 % at 100,000 (`perf record`), and the server's CPU per At grew by 1.6
-//!   to 1.75 times. Measured with `ONLY=project` runs at 30,000 Ats, each on a fresh server:
-//!   56.0 to 60.1 s of server CPU with 7, 53.5 s with 128, 42.4 s with 512, 41.1 s with
-//!   2,000, the peak RSS alike (2,155 to 2,226 MiB). glibc reads the cache's size only from
-//!   `GLIBC_TUNABLES` when a process starts, so `tune_for_server` executes the program again
-//!   with it set (same arguments and process id; a few milliseconds). A thread's cache holds
-//!   at most 512 chunks of each class it uses; the release hands them over as it does the
-//!   default seven ([`release_freed_memory`]), and a thread that ends frees its cache.
-//!
-//!   An operator's own `MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`
-//!   or `GLIBC_TUNABLES` wins: then nothing is changed.
+//! An operator's own `MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
+//! `GLIBC_TUNABLES` wins over [`tune_for_manager`]: then nothing is changed.
+
+/// Whether [`declare_own_allocator`] was called.
+static OWN_ALLOCATOR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Declares that this program's Rust allocations do not go through the C library's malloc
+/// (its `#[global_allocator]` is another allocator, as `sample-controller`'s is jemalloc): from
+/// then on every function of this module does nothing, since tuning or trimming glibc's
+/// arenas would only cost time. Call it first thing in `main`.
+pub fn declare_own_allocator() {
+    OWN_ALLOCATOR.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the program allocates with the C library's malloc (see [`declare_own_allocator`]).
+fn c_malloc_in_use() -> bool {
+    !OWN_ALLOCATOR.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Hands the free pages of glibc's arenas back to the system (`malloc_trim(0)`); a no-op on
-/// other C libraries.
+/// other C libraries and after [`declare_own_allocator`].
 ///
 /// First it asks the runtime threads for their per-thread caches ([`on_thread_park`]): glibc
 /// keeps up to seven freed chunks of each small size per thread (the tcache, up to about
@@ -77,7 +84,7 @@
 /// [`CACHE_HANDOVER_WAIT`] keeps its cache this time.
 pub fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
+    if c_malloc_in_use() {
         thread_caches::ask();
         // An idle worker sleeps until something wakes it: a few empty tasks do, and each
         // worker parks again once they are run.
@@ -109,7 +116,9 @@ pub const CACHE_HANDOVER_WAIT: std::time::Duration = std::time::Duration::from_m
 /// one atomic load and a thread-local read.
 pub fn on_thread_park() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    thread_caches::on_park();
+    if c_malloc_in_use() {
+        thread_caches::on_park();
+    }
 }
 
 /// The per-thread cache hand-over of [`release_freed_memory`], in safe code: a cached chunk is
@@ -163,9 +172,10 @@ mod thread_caches {
 }
 
 /// Applies the manager's malloc settings (see the module doc) unless the environment sets its
-/// own; a no-op on other C libraries. Call it before any thread is started.
+/// own; a no-op on other C libraries and after [`declare_own_allocator`]. Call it before any
+/// thread is started.
 pub fn tune_for_manager() {
-    if user_tuned(|name| std::env::var_os(name).is_some()) {
+    if !c_malloc_in_use() || user_tuned(|name| std::env::var_os(name).is_some()) {
         return;
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -175,51 +185,6 @@ pub fn tune_for_manager() {
         glibc::FIXED_TRIM_THRESHOLD,
     ]);
 }
-
-/// Applies the API server's malloc settings (see the module doc) unless the environment sets
-/// its own; a no-op on other C libraries. Call it first thing in `main`, before any thread is
-/// started: it **executes the program again** (same path, arguments and process id) with
-/// [`SERVER_TUNABLES`] in `GLIBC_TUNABLES`, since glibc reads the per-thread cache's size only
-/// when a process starts. Should that fail, it sets what `mallopt` can and goes on.
-pub fn tune_for_server() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    if std::env::var_os(EXECUTED_AGAIN).is_some() {
-        // glibc keeps only part of `GLIBC_TUNABLES` in the environment it hands on, so the
-        // thresholds are set here again, as `mallopt` does when there is no second start.
-        glibc::tune(&[glibc::FIXED_MMAP_THRESHOLD, glibc::FIXED_TRIM_THRESHOLD]);
-        return;
-    }
-    if user_tuned(|name| std::env::var_os(name).is_some()) {
-        return;
-    }
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        use std::os::unix::process::CommandExt;
-        let mut args = std::env::args_os();
-        if let (Some(arg0), Ok(exe)) = (args.next(), std::env::current_exe()) {
-            let err = std::process::Command::new(exe)
-                .arg0(arg0)
-                .args(args)
-                .env("GLIBC_TUNABLES", SERVER_TUNABLES)
-                .env(EXECUTED_AGAIN, "1")
-                .exec();
-            eprintln!(
-                "note: could not execute again with GLIBC_TUNABLES={SERVER_TUNABLES} ({err}); going on with glibc's per-thread cache of 7"
-            );
-        }
-        glibc::tune(&[glibc::FIXED_MMAP_THRESHOLD, glibc::FIXED_TRIM_THRESHOLD]);
-    }
-}
-
-/// Set by [`tune_for_server`] for the second start, which then only applies what `mallopt`
-/// can (an operator's own settings are not in question then: there were none).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-const EXECUTED_AGAIN: &str = "SAMPLE_CONTROLLER_MALLOC_TUNED";
-
-/// What [`tune_for_server`] puts in `GLIBC_TUNABLES`: the fixed thresholds of the module doc
-/// and a per-thread cache of 512 chunks per size class (glibc's default is 7; see the module
-/// doc for the figures).
-pub const SERVER_TUNABLES: &str = "glibc.malloc.tcache_count=512:glibc.malloc.trim_threshold=262144:glibc.malloc.mmap_threshold=131072";
 
 /// The per-thread cache's chunks per size class in effect: `glibc.malloc.tcache_count` of
 /// `GLIBC_TUNABLES` when set (glibc caps it at 65,535), else glibc's default of 7.
@@ -297,7 +262,10 @@ mod tests {
 
     #[test]
     fn the_cache_size_is_read_from_the_tunables() {
-        assert_eq!(tcache_count_of(SERVER_TUNABLES), Some(512));
+        assert_eq!(
+            tcache_count_of("glibc.malloc.tcache_count=512:glibc.malloc.trim_threshold=262144"),
+            Some(512)
+        );
         assert_eq!(tcache_count_of("glibc.malloc.arena_max=1"), None);
         assert_eq!(tcache_count_of("glibc.malloc.tcache_count=x"), None);
         assert_eq!(

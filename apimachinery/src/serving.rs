@@ -71,6 +71,12 @@ pub fn set_memory_release(release: fn()) {
     let _ = RELEASE.set(release);
 }
 
+/// The release function installed by [`set_memory_release`], if any (a server of the same
+/// process can run it after its own bursts).
+pub fn memory_release() -> Option<fn()> {
+    RELEASE.get().copied()
+}
+
 /// How many times the release function has run in this process.
 pub fn memory_releases() -> u64 {
     RELEASES.load(Ordering::Relaxed)

@@ -293,8 +293,12 @@ async fn run_until_signal(args: ApiServerArgs) -> Result<(), StartError> {
         .pod_log_bytes(args.pod_log_bytes)
         .rest_unread_objects(args.rest_unread_objects)
         .rest_unread_after(args.rest_unread_after)
-        .event_ttl(args.event_ttl)
-        .memory_release(apimachinery::malloc::release_freed_memory);
+        .event_ttl(args.event_ttl);
+    // The binary's way of handing freed memory back (`apimachinery::serving`), after bursts of
+    // writes too.
+    if let Some(release) = apimachinery::serving::memory_release() {
+        builder = builder.memory_release(release);
+    }
     for (image, path) in &args.image_binaries {
         builder = builder.image_binary(image, path);
     }

@@ -596,8 +596,8 @@ impl ApiServerBuilder {
 
     /// Whether objects nobody has read for a while ([`ApiServerBuilder::rest_unread_after`])
     /// rest as their JSON bytes (`storage/stored`; `--rest-unread-objects`). After 10,000 Ats created
-    /// at once and a minute idle, the standalone server's RSS grew by about 1.5 times their JSON
-    /// with it, against 14 times without. Runs a thread of its own (`apiserver-shed`) while the
+    /// at once and a minute idle, the standalone server's RSS grew by about 1.8 times their JSON
+    /// with it, against 7.8 times without. Runs a thread of its own (`apiserver-shed`) while the
     /// server runs. Off by default here, on by default in the standalone server
     /// (the `sample-controller apiserver` command): a server a test starts lives for seconds, less than an object takes to
     /// rest, and without the thread nothing changes under a test but what it does itself.
@@ -656,9 +656,11 @@ impl ApiServerBuilder {
     /// Hands freed memory back to the system after large requests: every
     /// 5 s, if the request and response bodies handled since the last
     /// call total more than 16 MiB, `release` runs on a blocking
-    /// thread (the `apiserver` command passes glibc's `malloc_trim`,
-    /// [`apimachinery::malloc::release_freed_memory`]). Off by default: a library does not
-    /// change its host's allocator behaviour unasked (`storage/memory`).
+    /// thread (for glibc's malloc: `malloc_trim`,
+    /// [`apimachinery::malloc::release_freed_memory`]; the `apiserver` command passes the one
+    /// its binary installed, [`apimachinery::serving::memory_release`], jemalloc's purge for
+    /// `sample-controller`). Off by default: a library does not change its host's allocator
+    /// behaviour unasked (`storage/memory`).
     pub fn memory_release(mut self, release: fn()) -> Self {
         self.memory_release = Some(release);
         self

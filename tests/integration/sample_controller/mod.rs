@@ -4,6 +4,5 @@ mod demo_command;
 mod deploy_pods;
 mod docs_blocks;
 mod flags_doc;
-mod hack_scripts;
 mod helm_chart;
 mod workspace_modules;

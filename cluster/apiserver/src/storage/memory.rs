@@ -6,12 +6,15 @@
 //! keeps freed memory in its arenas instead: after a burst of large bodies the server sat at
 //! hundreds of MiB it no longer used. The HTTP layer counts the bytes of every request body it
 //! reads and every JSON response it encodes ([`handled`]); [`release_after_bursts`] checks the
-//! count every [`CHECK_INTERVAL`] and runs the release function (glibc's `malloc_trim(0)`) on
-//! a blocking thread when more than [`RELEASE_AFTER_BYTES`] went through since the last
-//! release, and once more when an interval passes with nothing handled after one that had
-//! some (the end of a burst: what its last requests freed is given back too). A quiet server
-//! never trims; a busy one trims at most once per interval. Connection floods are covered
-//! separately by [`apimachinery::serving`].
+//! count every [`CHECK_INTERVAL`] and runs the release function (glibc's `malloc_trim(0)`;
+//! jemalloc's flush and purge in the `sample-controller` binary) on a blocking thread when more
+//! than [`RELEASE_AFTER_BYTES`] went through since the last release, and once more when an
+//! interval passes with nothing handled after one that had some (the end of a burst: what its
+//! last requests freed is given back too). A quiet server never releases; while a burst goes
+//! on, a release runs at most once per [`RELEASE_INTERVAL_IN_BURST`]: what a burst frees it
+//! allocates again within seconds, and a page handed back is faulted in and zeroed again (the
+//! At benchmark's 100,000-At burst, 80 s long, had its server release every five seconds).
+//! Connection floods are covered separately by [`apimachinery::serving`].
 //!
 //! Stored objects are the other half
 //! ([`rest_unread_objects`](crate::ApiServerBuilder::rest_unread_objects), on in the standalone
@@ -34,6 +37,9 @@ pub const CHECK_INTERVAL: Duration = Duration::from_secs(5);
 /// Bytes handled since the last look above which memory is released.
 pub const RELEASE_AFTER_BYTES: u64 = 16 << 20;
 
+/// The shortest time between two releases while a burst goes on (its end releases at once).
+pub const RELEASE_INTERVAL_IN_BURST: Duration = Duration::from_secs(60);
+
 static HANDLED: AtomicU64 = AtomicU64::new(0);
 
 /// Counts the bytes of one request or response body.
@@ -45,8 +51,10 @@ pub fn handled(bytes: usize) {
 pub async fn release_after_bursts(release: fn(), stop: CancellationToken) {
     let mut tick = tokio::time::interval(CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Bytes handled since the last release, and in the previous interval.
+    // Bytes handled since the last release, and in the previous interval; when a release
+    // last ran for bytes handled (not for a burst's end).
     let (mut since_release, mut previous) = (0u64, 0u64);
+    let mut in_burst_release: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
@@ -56,7 +64,12 @@ pub async fn release_after_bursts(release: fn(), stop: CancellationToken) {
         since_release += now;
         let burst_ended = now == 0 && previous > 0;
         previous = now;
-        if since_release > RELEASE_AFTER_BYTES || burst_ended {
+        let many = since_release > RELEASE_AFTER_BYTES
+            && in_burst_release.is_none_or(|at| at.elapsed() >= RELEASE_INTERVAL_IN_BURST);
+        if many {
+            in_burst_release = Some(tokio::time::Instant::now());
+        }
+        if many || burst_ended {
             tracing::debug!(
                 handled_bytes = since_release,
                 burst_ended,
@@ -178,6 +191,30 @@ mod tests {
         assert_eq!(RELEASES.load(Ordering::Relaxed), 3, "once it has ended");
         tokio::time::sleep(CHECK_INTERVAL * 3).await;
         assert_eq!(RELEASES.load(Ordering::Relaxed), 3, "and not again");
+        // A long burst, a while after the first: released once as it crosses the bound, then
+        // not again before RELEASE_INTERVAL_IN_BURST, however much it handles; once more at
+        // its end.
+        tokio::time::sleep(RELEASE_INTERVAL_IN_BURST).await;
+        assert_eq!(RELEASES.load(Ordering::Relaxed), 3, "a quiet minute");
+        let intervals = (RELEASE_INTERVAL_IN_BURST.as_secs() / CHECK_INTERVAL.as_secs()) as u32;
+        for i in 1..=intervals {
+            handled(RELEASE_AFTER_BYTES as usize + 1);
+            tokio::time::sleep(CHECK_INTERVAL).await;
+            assert_eq!(
+                RELEASES.load(Ordering::Relaxed),
+                4,
+                "interval {i} of the burst"
+            );
+        }
+        handled(RELEASE_AFTER_BYTES as usize + 1);
+        tokio::time::sleep(CHECK_INTERVAL).await;
+        assert_eq!(
+            RELEASES.load(Ordering::Relaxed),
+            5,
+            "a minute into the burst"
+        );
+        tokio::time::sleep(CHECK_INTERVAL).await;
+        assert_eq!(RELEASES.load(Ordering::Relaxed), 6, "its end");
         stop.cancel();
         let _ = task.await;
     }

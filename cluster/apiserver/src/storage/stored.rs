@@ -45,27 +45,30 @@
 //! encoded from a tree decoded for that event alone, and that encoding is not kept with the
 //! change).
 //!
-//! Where each allocation is made decides whether memory comes back after a burst. glibc's
-//! malloc gives a thread's allocations from that thread's arena, and can only return pages that
-//! are wholly free. The trees are allocated by request threads; the rested copies (the JSON,
-//! the bytes-only `Stored`, the history entries and, once writes of new keys pause, the keys
-//! and map nodes of the resource) are made on the shedding thread, in its own arena, packed
-//! one after the other; and what they replace is dropped back on a request thread
-//! ([`Garbage`](crate::storage::store::Garbage)). Were the shedding thread to free the trees itself,
-//! its per-thread cache would hand their chunks straight back to its next copies, and the
-//! copies would land among the dead trees in the request threads' arenas (measured so: every
-//! rested object's JSON was found there, with most of those pages held by a few live bytes).
-//! With the copies apart, the request threads' arenas empty out after a burst and the server's
-//! release step hands them back (`apimachinery::malloc::release_freed_memory`, which also
-//! collects the runtime threads' cached chunks first; the standalone server fixes glibc's trim
-//! and mmap thresholds so that an arena's top is given back too).
+//! Where each allocation is made decides whether memory comes back after a burst. An
+//! allocator gives a thread's allocations from that thread's arena (glibc's malloc; jemalloc,
+//! the standalone server's allocator, assigns threads to its arenas likewise), keeps freed
+//! chunks in a per-thread cache for that thread's next allocations of the same size whichever
+//! arena they came from, and can only return pages that are wholly free. The trees are
+//! allocated by request threads; the rested copies (the JSON, the bytes-only `Stored`, the
+//! history entries and, once writes of new keys pause, the keys and map nodes of the resource)
+//! are made on the shedding thread, packed one after the other; and what they replace is
+//! dropped back on a request thread ([`Garbage`](crate::storage::store::Garbage)). Were the
+//! shedding thread to free the trees itself, its per-thread cache would hand their chunks
+//! straight back to its next copies, and the copies would land among the dead trees in the
+//! request threads' arenas (measured so with glibc: every rested object's JSON was found there,
+//! with most of those pages held by a few live bytes). With the copies apart, the request
+//! threads' arenas empty out after a burst and the server's release step hands them back
+//! (glibc: `apimachinery::malloc::release_freed_memory`, which collects the runtime threads'
+//! cached chunks first; jemalloc: the `sample-controller` binary's `src/jemalloc.rs`, which has
+//! each runtime thread flush its cache and purges every arena).
 //!
 //! Measured with the release binary (`hack/bench-hostile.sh`, last lines: 10,000 Ats of 660 bytes
-//! created by ten clients, then 60 s without writes), with resting the RSS grows by about 1.5 times
-//! the live JSON (1.52 in two runs; 1.60 to 1.65 in five runs when objects rested after two to
-//! three seconds: about 1,030 bytes an object, of which 688 the JSON, 112 the history entry, 96 the
-//! `Stored`, 64 the key and about 60 the map), against 14.1 times (89 MiB) when every object stays
-//! a tree (the default).
+//! created by ten clients, then 60 s without writes), with resting the RSS grows by about 1.8 times
+//! the live JSON (1.76 to 1.81 in three runs; 1.52 to 1.65 when the binary allocated with
+//! glibc's malloc: about 1,030 bytes an object, of which 688 the JSON, 112 the history entry, 96
+//! the `Stored`, 64 the key and about 60 the map), against 7.8 times (49 MiB) when every object
+//! stays a tree (the default; 9.5 to 14.1 times on glibc).
 //!
 //! The price is CPU, and the delay decides it. Every version of an object that outlives the
 //! delay unread is encoded once, and an object read again after resting is decoded again. Under
