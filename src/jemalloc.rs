@@ -15,8 +15,8 @@
 //! flushes its own thread's, then purges every arena's dirty pages at once. Measured with
 //! `hack/bench-hostile.sh`'s last line (10,000 Ats created by ten clients, then 60 s without a
 //! write, objects resting as bytes): the RSS grew by 2.70 to 2.89 times the live JSON with the
-//! background thread alone, and by the figure of the `storage/stored` module's docs with this
-//! release.
+//! background thread alone, and by 1.76 to 1.81 times with this release (the API server's
+//! `storage/stored` module docs break that down).
 //!
 //! The one module of the binary that calls into C (`mallctl`), so the one place `unsafe` is
 //! allowed.

@@ -64,12 +64,12 @@ pub async fn release_after_bursts(release: fn(), stop: CancellationToken) {
         since_release += now;
         let burst_ended = now == 0 && previous > 0;
         previous = now;
-        let many = since_release > RELEASE_AFTER_BYTES
+        let over_bound = since_release > RELEASE_AFTER_BYTES
             && in_burst_release.is_none_or(|at| at.elapsed() >= RELEASE_INTERVAL_IN_BURST);
-        if many {
+        if over_bound {
             in_burst_release = Some(tokio::time::Instant::now());
         }
-        if many || burst_ended {
+        if over_bound || burst_ended {
             tracing::debug!(
                 handled_bytes = since_release,
                 burst_ended,
