@@ -32,34 +32,86 @@
 //! caller decodes the original text, so a malformed body still gets the decoder's own error,
 //! naming what was wrong. Nothing is ever dropped that the decoder would have kept.
 //!
-//! The cost is one pass over the text with no allocation until a cut is found; a body without
-//! the key at all (the common case for a watch of objects no one applies) is recognised by a
-//! substring search and returned untouched.
+//! The cost is one pass over the text up to the end of the top-level `metadata` (the rest, the
+//! spec and status, is copied unread), with no allocation until a cut is found; strings are
+//! skipped with a SIMD search for their closing quote. A body without the key at all (the common
+//! case for a watch of objects no one applies) is recognised by a substring search and returned
+//! untouched. A caller that keeps only a few fields of an answer does better still: it decodes
+//! a type with just those fields and serde skips the rest, managedFields included
+//! ([`Api::create_as`](super::Api::create_as)).
 
 /// The member's key as it appears in the text.
 const MANAGED_FIELDS: &[u8] = b"\"managedFields\"";
 
+/// The key of the object's metadata, as it appears in the text.
+const METADATA: &[u8] = b"\"metadata\"";
+
 /// The object's JSON text without `metadata.managedFields`, or `None` when there is nothing to
 /// cut (no such member, or text the scanner does not recognise: decode the original then).
+///
+/// The scan stops at the end of the top-level `metadata` member: what follows it (the spec and
+/// the status, most of an object) is copied unread. Text that is malformed after `metadata` is
+/// therefore cut too, and fails to decode just as the original would; [`decode`] then decodes
+/// the original to report the decoder's own error about it. An object with a second top-level
+/// `metadata` (the decoder keeps one of them) is scanned to its end and has both cut.
 pub fn without_managed_fields(object: &[u8]) -> Option<Vec<u8>> {
-    if !contains(object, MANAGED_FIELDS) {
-        return None;
-    }
+    memchr::memmem::find(object, MANAGED_FIELDS)?;
     let start = skip_ws(object, 0);
     let mut cuts = Vec::with_capacity(1);
-    let end = object_cut(object, start, &mut cuts)?;
-    if skip_ws(object, end) != object.len() {
-        return None;
+    let metadata = member_value(object, start, METADATA)?;
+    if memchr::memmem::find(&object[metadata.end..], METADATA).is_some() {
+        let end = object_cut(object, start, &mut cuts)?;
+        if skip_ws(object, end) != object.len() {
+            return None;
+        }
+    } else {
+        metadata_cut(object, metadata.start, &mut cuts)?;
     }
     splice(object, &cuts)
+}
+
+/// Decodes `text` as `T` with `metadata.managedFields` cut first ([`without_managed_fields`]);
+/// when the cut text does not decode, decodes the original, so an error names what is wrong in
+/// the text as it came.
+pub fn decode<T, E>(text: &[u8], decode: impl Fn(&[u8]) -> Result<T, E>) -> Result<T, E> {
+    match without_managed_fields(text) {
+        Some(cut) => decode(&cut).or_else(|_| decode(text)),
+        None => decode(text),
+    }
+}
+
+/// Where the value of the object's top-level member `key` (its text with the quotes) is, found
+/// without reading past it; `None` when there is no such member or the text before it is not a
+/// JSON object's.
+pub fn member_value(b: &[u8], start: usize, key: &[u8]) -> Option<std::ops::Range<usize>> {
+    if b.get(start) != Some(&b'{') {
+        return None;
+    }
+    let mut i = skip_ws(b, start + 1);
+    loop {
+        let key_start = i;
+        let key_end = string_end(b, key_start)?;
+        i = skip_ws(b, key_end);
+        if b.get(i) != Some(&b':') {
+            return None;
+        }
+        let value_start = skip_ws(b, i + 1);
+        let value_end = value_end(b, value_start)?;
+        if &b[key_start..key_end] == key {
+            return Some(value_start..value_end);
+        }
+        i = skip_ws(b, value_end);
+        match b.get(i) {
+            Some(b',') => i = skip_ws(b, i + 1),
+            _ => return None,
+        }
+    }
 }
 
 /// A `<Kind>List`'s JSON text without `metadata.managedFields` in any of its `items`, or `None`
 /// when there is nothing to cut (see [`without_managed_fields`]).
 pub fn list_without_managed_fields(list: &[u8]) -> Option<Vec<u8>> {
-    if !contains(list, MANAGED_FIELDS) {
-        return None;
-    }
+    memchr::memmem::find(list, MANAGED_FIELDS)?;
     let mut cuts = Vec::new();
     let end = members(list, skip_ws(list, 0), |key, value| {
         if &list[key] == b"\"items\"" && list.get(value.start) == Some(&b'[') {
@@ -83,30 +135,36 @@ pub fn list_without_managed_fields(list: &[u8]) -> Option<Vec<u8>> {
 /// one comma) to `cuts`. Returns the index just past the object.
 fn object_cut(b: &[u8], start: usize, cuts: &mut Vec<std::ops::Range<usize>>) -> Option<usize> {
     members(b, start, |key, value| {
-        if &b[key] == b"\"metadata\"" && b.get(value.start) == Some(&b'{') {
-            let mut spans = Vec::new();
-            members(b, value.start, |k, v| {
-                spans.push((k.start, v.end, &b[k] == MANAGED_FIELDS));
-                Some(())
-            })?;
-            if let Some(i) = spans.iter().position(|s| s.2) {
-                let (key_start, value_end, _) = spans[i];
-                let cut = match (i.checked_sub(1).map(|p| spans[p]), spans.get(i + 1)) {
-                    // After another member: from the end of that one (its comma goes).
-                    (Some(prev), _) => prev.1..value_end,
-                    // The first of several: up to the next member's key (its comma goes).
-                    (None, Some(next)) => key_start..next.0,
-                    // The only member: `{}` remains.
-                    (None, None) => key_start..value_end,
-                };
-                cuts.push(cut);
-            }
+        if &b[key] == METADATA && b.get(value.start) == Some(&b'{') {
+            metadata_cut(b, value.start, cuts)?;
         }
         Some(())
     })
 }
 
-/// Copies `b` without the (ordered, disjoint) `cuts`; `None` when there are none.
+/// Finds `managedFields` among the members of the metadata object at `start` and records the
+/// text to cut: the member with one neighbouring comma.
+fn metadata_cut(b: &[u8], start: usize, cuts: &mut Vec<std::ops::Range<usize>>) -> Option<()> {
+    if b.get(start) != Some(&b'{') {
+        return Some(());
+    }
+    let mut spans = Vec::new();
+    members(b, start, |k, v| {
+        spans.push((k.start, v.end, &b[k] == MANAGED_FIELDS));
+        Some(())
+    })?;
+    if let Some(i) = spans.iter().position(|s| s.2) {
+        let (key_start, value_end, _) = spans[i];
+        let cut = match (i.checked_sub(1).map(|p| spans[p]), spans.get(i + 1)) {
+            (Some(prev), _) => prev.1..value_end,
+            (None, Some(next)) => key_start..next.0,
+            (None, None) => key_start..value_end,
+        };
+        cuts.push(cut);
+    }
+    Some(())
+}
+
 fn splice(b: &[u8], cuts: &[std::ops::Range<usize>]) -> Option<Vec<u8>> {
     if cuts.is_empty() {
         return None;
@@ -226,12 +284,12 @@ fn string_end(b: &[u8], i: usize) -> Option<usize> {
         return None;
     }
     let mut j = i + 1;
-    while j < b.len() {
-        match b[j] {
-            b'\\' => j += 2,
-            b'"' => return Some(j + 1),
-            _ => j += 1,
+    while let Some(at) = memchr::memchr2(b'"', b'\\', b.get(j..)?) {
+        j += at;
+        if b[j] == b'"' {
+            return Some(j + 1);
         }
+        j += 2;
     }
     None
 }
@@ -241,10 +299,6 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
         i += 1;
     }
     i
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -309,8 +363,6 @@ mod tests {
     fn text_it_does_not_recognise_is_left_to_the_decoder() {
         for text in [
             r#"{"metadata":{"managedFields":[}"#,
-            r#"{"metadata":{"managedFields":[]}"#,
-            r#"{"metadata":{"managedFields":[]}} trailing"#,
             r#"["managedFields"]"#,
             r#""managedFields""#,
             r#"{"metadata":{"managedFields" []}}"#,
@@ -318,6 +370,46 @@ mod tests {
         ] {
             assert_eq!(cut(text), None, "{text}");
         }
+    }
+
+    #[test]
+    fn text_broken_after_the_metadata_fails_with_the_decoders_own_error() {
+        // The scan stops at the end of metadata: the cut text fails as the original does, and
+        // `decode` reports the error about the original.
+        for text in [
+            r#"{"metadata":{"managedFields":[]}"#,
+            r#"{"metadata":{"managedFields":[]}} trailing"#,
+            r#"{"metadata":{"managedFields":[],"name":"a"},"spec":{"x":}}"#,
+        ] {
+            assert!(cut(text).is_some(), "{text}");
+            let original = serde_json::from_slice::<Value>(text.as_bytes()).unwrap_err();
+            let got = decode(text.as_bytes(), |t| serde_json::from_slice::<Value>(t)).unwrap_err();
+            assert_eq!(got.to_string(), original.to_string(), "{text}");
+        }
+        let fine = br#"{"metadata":{"managedFields":[1],"name":"a"},"spec":{}}"#;
+        assert_eq!(
+            decode(fine, |t| serde_json::from_slice::<Value>(t)).unwrap(),
+            json!({"metadata": {"name": "a"}, "spec": {}})
+        );
+    }
+
+    #[test]
+    fn a_second_top_level_metadata_is_cut_too() {
+        let text = r#"{"metadata":{"managedFields":[1]},"spec":{"metadata":"x"},"metadata":{"managedFields":[2],"name":"b"}}"#;
+        assert_eq!(
+            cut(text).as_deref(),
+            Some(r#"{"metadata":{},"spec":{"metadata":"x"},"metadata":{"name":"b"}}"#)
+        );
+    }
+
+    #[test]
+    fn member_value_stops_at_the_member() {
+        let text = br#" {"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"#;
+        let at = member_value(text, 1, METADATA).unwrap();
+        assert_eq!(&text[at], br#"{"name":"a"}"#);
+        assert_eq!(member_value(text, 1, b"\"status\""), None);
+        assert_eq!(member_value(br#"{"a":1}"#, 0, METADATA), None);
+        assert_eq!(member_value(br#"[1]"#, 0, METADATA), None);
     }
 
     #[test]

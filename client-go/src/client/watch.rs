@@ -175,7 +175,7 @@ impl<K: serde::de::DeserializeOwned> WatchDecoder<K> {
     pub fn push(&mut self, mut chunk: &[u8]) -> Vec<crate::client::Result<WatchEvent<K>>> {
         let mut out = Vec::new();
         while !chunk.is_empty() {
-            match chunk.iter().position(|b| *b == b'\n') {
+            match memchr::memchr(b'\n', chunk) {
                 Some(nl) => {
                     let (part, rest) = chunk.split_at(nl);
                     chunk = &rest[1..];
@@ -265,10 +265,12 @@ pub fn decode_event_with<K: serde::de::DeserializeOwned>(
     })?;
     let typed = |what: &'static str, v: &serde_json::value::RawValue| {
         let text = v.get().as_bytes();
-        let cut = skip_managed_fields
-            .then(|| super::skip_managed_fields::without_managed_fields(text))
-            .flatten();
-        serde_json::from_slice::<K>(cut.as_deref().unwrap_or(text)).map_err(|source| {
+        let decoded = if skip_managed_fields {
+            super::skip_managed_fields::decode(text, |t| serde_json::from_slice::<K>(t))
+        } else {
+            serde_json::from_slice::<K>(text)
+        };
+        decoded.map_err(|source| {
             // An object with a name is named, and the stream goes on past it; text that is
             // not an object at all is a broken stream.
             match super::UndecodableObject::from_text(text, "object", &source) {
@@ -328,10 +330,14 @@ fn decode_as_written<K: serde::de::DeserializeOwned>(
         .iter()
         .find(|(prefix, _)| line.starts_with(prefix))?;
     let text = line.get(prefix.len()..)?.strip_suffix(b"}")?;
-    let cut = skip_managed_fields
+    // Text that does not decode is read again, envelope first, for the error to name it.
+    let object = match skip_managed_fields
         .then(|| super::skip_managed_fields::without_managed_fields(text))
-        .flatten();
-    let object = serde_json::from_slice::<K>(cut.as_deref().unwrap_or(text)).ok()?;
+        .flatten()
+    {
+        Some(cut) => serde_json::from_slice::<K>(&cut).ok()?,
+        None => serde_json::from_slice::<K>(text).ok()?,
+    };
     Some(match kind {
         WrittenType::Added => WatchEvent::Added(object),
         WrittenType::Modified => WatchEvent::Modified(object),
