@@ -211,7 +211,7 @@ impl<'de> serde::Deserialize<'de> for Written {
 }
 
 impl EventSink for ApiEventSink {
-    /// POST the event; the answer is read for what the correlator keeps ([`WrittenEvent`]): the
+    /// POST the event; the answer is read for what the correlator keeps (its `WrittenEvent`): the
     /// returned event has its identity, name, resourceVersion, count and firstTimestamp.
     async fn create(&self, event: &Event) -> Result<Event, Error> {
         let written: Written = self
