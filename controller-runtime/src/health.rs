@@ -102,7 +102,6 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -766,7 +765,7 @@ where
 {
     let limits = Arc::new(limits);
     let gate = ConnectionGate::new(limits.max_connections);
-    let listener = TcpListener::bind(addr).await?;
+    let listener = apimachinery::serving::bind(addr)?;
     let local_addr = listener.local_addr()?;
     let route = Arc::new(route);
     let stop = cancel.child_token();

@@ -96,7 +96,6 @@ use k8s_openapi::api::authorization::v1::{
 use prometheus_client::registry::Registry;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -626,7 +625,7 @@ pub async fn serve_metrics_secure_and_machinery(
 ) -> std::io::Result<ServerHandle> {
     let limits = Arc::new(limits);
     let gate = ConnectionGate::new(limits.max_connections);
-    let listener = TcpListener::bind(addr).await?;
+    let listener = apimachinery::serving::bind(addr)?;
     let local_addr = listener.local_addr()?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let stop = cancel.child_token();

@@ -803,9 +803,8 @@ impl ApiServerBuilder {
     /// Step one of starting: refuses an unsafe combination (real processes on a reachable
     /// address with no RBAC), then binds the listening socket and reads back its address.
     async fn bind(&self) -> Result<(TcpListener, SocketAddr), StartError> {
-        let listener = TcpListener::bind(self.listen)
-            .await
-            .map_err(|source| StartError::Bind {
+        let listener =
+            apimachinery::serving::bind(self.listen).map_err(|source| StartError::Bind {
                 addr: self.listen,
                 source,
             })?;

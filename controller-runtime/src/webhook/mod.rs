@@ -418,9 +418,8 @@ pub async fn serve(
         .with_cert_resolver(watcher);
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-    let listener = tokio::net::TcpListener::bind(config.addr)
-        .await
-        .map_err(|source| WebhookError::Bind {
+    let listener =
+        apimachinery::serving::bind(config.addr).map_err(|source| WebhookError::Bind {
             addr: config.addr,
             source,
         })?;
