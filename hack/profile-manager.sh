@@ -9,8 +9,8 @@
 # included, so compare runs of one N). The dump stays in the printed directory:
 #   callgrind_annotate --inclusive=yes $dir/callgrind.out | head -60
 #
-#   hack/profile-manager.sh 2000               # N=2000 Ats (docs/13: "Where the manager's time goes")
-#   MANAGER_BIN=path hack/profile-manager.sh 2000   another build of the manager (an A/B run)
+#   hack/profile-manager.sh 3000               # N=3000 Ats (docs/13: "Where the manager's time goes")
+#   MANAGER_BIN=path hack/profile-manager.sh 3000   another build of the manager (an A/B run)
 #   SHARED=dir   where seed.py lives (default ../shared/bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
