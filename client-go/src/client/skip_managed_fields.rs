@@ -27,10 +27,12 @@
 //! decoding the original and then clearing `metadata.managedFields` gives; a property test
 //! checks that on generated objects, compact and pretty-printed.
 //!
-//! Anything the scanner does not recognise (text that is not a JSON object, a truncated
-//! document, a key spelled with escapes) is left as it is: the functions return `None` and the
-//! caller decodes the original text, so a malformed body still gets the decoder's own error,
-//! naming what was wrong. Nothing is ever dropped that the decoder would have kept.
+//! Anything the scanner does not recognise up to the end of `metadata` (text that is not a JSON
+//! object, a truncated document, a key spelled with escapes) is left as it is: the functions
+//! return `None` and the caller decodes the original text. Text broken after `metadata` is cut
+//! unread and fails to decode as the original would; [`decode`] then decodes the original, so a
+//! malformed body always gets the decoder's own error, naming what was wrong. Nothing is ever
+//! dropped that the decoder would have kept.
 //!
 //! The cost is one pass over the text up to the end of the top-level `metadata` (the rest, the
 //! spec and status, is copied unread), with no allocation until a cut is found; strings are
@@ -84,28 +86,15 @@ pub fn decode<T, E>(text: &[u8], decode: impl Fn(&[u8]) -> Result<T, E>) -> Resu
 /// without reading past it; `None` when there is no such member or the text before it is not a
 /// JSON object's.
 pub fn member_value(b: &[u8], start: usize, key: &[u8]) -> Option<std::ops::Range<usize>> {
-    if b.get(start) != Some(&b'{') {
-        return None;
-    }
-    let mut i = skip_ws(b, start + 1);
-    loop {
-        let key_start = i;
-        let key_end = string_end(b, key_start)?;
-        i = skip_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return None;
+    let mut found = None;
+    members(b, start, |k, v| {
+        if &b[k] == key {
+            found = Some(v);
+            return Some(Walk::Stop);
         }
-        let value_start = skip_ws(b, i + 1);
-        let value_end = value_end(b, value_start)?;
-        if &b[key_start..key_end] == key {
-            return Some(value_start..value_end);
-        }
-        i = skip_ws(b, value_end);
-        match b.get(i) {
-            Some(b',') => i = skip_ws(b, i + 1),
-            _ => return None,
-        }
-    }
+        Some(Walk::Next)
+    });
+    found
 }
 
 /// A `<Kind>List`'s JSON text without `metadata.managedFields` in any of its `items`, or `None`
@@ -121,9 +110,9 @@ pub fn list_without_managed_fields(list: &[u8]) -> Option<Vec<u8>> {
                 }
                 Some(())
             })
-            .map(|_| ());
+            .map(|_| Walk::Next);
         }
-        Some(())
+        Some(Walk::Next)
     })?;
     if skip_ws(list, end) != list.len() {
         return None;
@@ -138,7 +127,7 @@ fn object_cut(b: &[u8], start: usize, cuts: &mut Vec<std::ops::Range<usize>>) ->
         if &b[key] == METADATA && b.get(value.start) == Some(&b'{') {
             metadata_cut(b, value.start, cuts)?;
         }
-        Some(())
+        Some(Walk::Next)
     })
 }
 
@@ -151,7 +140,7 @@ fn metadata_cut(b: &[u8], start: usize, cuts: &mut Vec<std::ops::Range<usize>>) 
     let mut spans = Vec::new();
     members(b, start, |k, v| {
         spans.push((k.start, v.end, &b[k] == MANAGED_FIELDS));
-        Some(())
+        Some(Walk::Next)
     })?;
     if let Some(i) = spans.iter().position(|s| s.2) {
         let (key_start, value_end, _) = spans[i];
@@ -180,12 +169,20 @@ fn splice(b: &[u8], cuts: &[std::ops::Range<usize>]) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// What a member's visitor tells [`members`]: go on, or stop here unread past this member.
+enum Walk {
+    Next,
+    Stop,
+}
+
 /// Walks the members of the object at `start` (`b[start] == '{'`), calling `each` with the
-/// span of every key (quotes included) and value. Returns the index just past the `}`.
+/// span of every key (quotes included) and value. Returns the index just past the `}`, or just
+/// past the value where `each` said [`Walk::Stop`]; `None` where `each` did or the text is not
+/// an object's.
 fn members(
     b: &[u8],
     start: usize,
-    mut each: impl FnMut(std::ops::Range<usize>, std::ops::Range<usize>) -> Option<()>,
+    mut each: impl FnMut(std::ops::Range<usize>, std::ops::Range<usize>) -> Option<Walk>,
 ) -> Option<usize> {
     if b.get(start) != Some(&b'{') {
         return None;
@@ -203,7 +200,9 @@ fn members(
         }
         let value_start = skip_ws(b, i + 1);
         let value_end = value_end(b, value_start)?;
-        each(key_start..key_end, value_start..value_end)?;
+        if let Walk::Stop = each(key_start..key_end, value_start..value_end)? {
+            return Some(value_end);
+        }
         i = skip_ws(b, value_end);
         match b.get(i) {
             Some(b',') => i = skip_ws(b, i + 1),

@@ -330,14 +330,10 @@ fn decode_as_written<K: serde::de::DeserializeOwned>(
         .iter()
         .find(|(prefix, _)| line.starts_with(prefix))?;
     let text = line.get(prefix.len()..)?.strip_suffix(b"}")?;
-    // Text that does not decode is read again, envelope first, for the error to name it.
-    let object = match skip_managed_fields
+    let cut = skip_managed_fields
         .then(|| super::skip_managed_fields::without_managed_fields(text))
-        .flatten()
-    {
-        Some(cut) => serde_json::from_slice::<K>(&cut).ok()?,
-        None => serde_json::from_slice::<K>(text).ok()?,
-    };
+        .flatten();
+    let object = serde_json::from_slice::<K>(cut.as_deref().unwrap_or(text)).ok()?;
     Some(match kind {
         WrittenType::Added => WatchEvent::Added(object),
         WrittenType::Modified => WatchEvent::Modified(object),
