@@ -30,6 +30,15 @@
 //! are proxied to the kubelet, which answers them (`pkg/kubelet/cri/streaming/
 //! remotecommand/websocket.go`).
 //!
+//! One client race shows here and not on a real cluster: client-go's WebSocket executor starts
+//! its reading goroutine before the goroutine beside it has registered the session's streams,
+//! and drops a message for a stream it has not registered yet (`Unknown stream id 1,
+//! discarding message`). On a real cluster the first output comes tens of milliseconds after
+//! the upgrade (the SPDY round trips to the kubelet, the runtime's exec), which hides it; the
+//! process node runs the command at once, so on a loaded machine kubectl can lose the first
+//! output of a command that prints immediately. A command that reads its stdin first is never
+//! cut: the client sends stdin only after registering every stream.
+//!
 //! For **port-forward** (`pkg/kubelet/cri/streaming/portforward/websocket.go`, subprotocols
 //! `v4.channel.k8s.io`, `v4.base64.channel.k8s.io` or none) the query names the ports
 //! (`ports=80,443`); port `i` has the data channel `2i` (both ways) and the error channel

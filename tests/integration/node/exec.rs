@@ -218,6 +218,18 @@ fn pod(name: &str, containers: Value) -> Value {
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 
+/// The stdin line a test's exec reads (`read go`) before it prints anything.
+///
+/// client-go's WebSocket executor (kubectl ≥ 1.30) starts its reading goroutine before the
+/// goroutine beside it has registered the session's streams, and drops a message for a
+/// stream it has not registered yet (`Unknown stream id 1, discarding message`,
+/// `tools/remotecommand/websocket.go`). A real cluster's output comes tens of milliseconds
+/// after the upgrade (the API server's SPDY round trips to the kubelet, the runtime's exec),
+/// which hides that race; the process node runs the command at once, and on a loaded machine
+/// the client's first stdout message can beat its stream. The client sends stdin only after
+/// registering every stream, so a command that prints after reading a line is never cut.
+const GATE: &[u8] = b"go\n";
+
 #[tokio::test]
 async fn kubectl_exec_runs_commands_with_the_containers_environment_and_exit_code() {
     let server = Server::start().await;
@@ -236,17 +248,19 @@ async fn kubectl_exec_runs_commands_with_the_containers_environment_and_exit_cod
         .await;
     server.wait_running("shell").await;
 
+    // Each command below that prints reads a line of stdin first: see [`GATE`].
     let r = k
         .run(
             &[
                 "exec",
+                "-i",
                 "shell",
                 "--",
                 "sh",
                 "-c",
-                "echo out $GREETING; echo err >&2; exit 3",
+                "read go; echo out $GREETING; echo err >&2; exit 3",
             ],
-            None,
+            Some(GATE),
         )
         .await;
     assert_eq!(r.code, Some(3), "stderr: {}", r.stderr);
@@ -365,18 +379,19 @@ async fn commands_read_configmap_and_secret_volumes_at_their_mount_paths() {
         .run(
             &[
                 "exec",
+                "-i",
                 "vol",
                 "--",
                 "sh",
                 "-c",
-                "cat /var/run/creds/token; ls /etc/config",
+                "read go; cat /var/run/creds/token; ls /etc/config",
             ],
-            None,
+            Some(GATE),
         )
         .await;
     assert_eq!(r.code, Some(0), "stderr: {}", r.stderr);
     // Only the listed item is there; the Secret's value is decoded.
-    assert_eq!(r.stdout, "secret-valuekey\n");
+    assert_eq!(r.stdout, "secret-valuekey\n", "stderr: {}", r.stderr);
 }
 
 // ---------------------------------------------------------------------------------------------
