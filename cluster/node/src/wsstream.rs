@@ -35,9 +35,11 @@
 //! and drops a message for a stream it has not registered yet (`Unknown stream id 1,
 //! discarding message`). On a real cluster the first output comes tens of milliseconds after
 //! the upgrade (the SPDY round trips to the kubelet, the runtime's exec), which hides it; the
-//! process node runs the command at once, so on a loaded machine kubectl can lose the first
-//! output of a command that prints immediately. A command that reads its stdin first is never
-//! cut: the client sends stdin only after registering every stream.
+//! process node runs the command at once. So an exec or attach holds every message after
+//! its "ready" message until [`FIRST_OUTPUT_HOLD`] (20 ms) has passed since it was written;
+//! the command runs meanwhile, its output waits. A client starved of CPU for longer than
+//! that can still lose a first message; a command that reads its stdin first is never cut,
+//! since the client sends stdin only after registering every stream.
 //!
 //! For **port-forward** (`pkg/kubelet/cri/streaming/portforward/websocket.go`, subprotocols
 //! `v4.channel.k8s.io`, `v4.base64.channel.k8s.io` or none) the query names the ports
@@ -64,7 +66,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::future::BoxFuture;
-use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::stream::SplitStream;
 use futures_util::{SinkExt, StreamExt};
 use http::Response;
 use hyper_util::rt::TokioIo;
@@ -112,6 +114,11 @@ const QUEUE: usize = 32;
 /// How long the server waits for a client's close frame (and for its last frames to be
 /// written) after it closed.
 const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long an exec or attach holds what follows its "ready" message (see the module doc):
+/// about what a real cluster's API server, kubelet and runtime take before a command's first
+/// output, so client-go's executor has registered its streams when the output comes.
+const FIRST_OUTPUT_HOLD: Duration = Duration::from_millis(20);
 
 /// A transport that serves a SPDY connection tunnelled through a WebSocket's binary messages
 /// (kubectl's `SPDY/3.1+portforward.k8s.io`): given the byte stream and the session, it runs
@@ -260,22 +267,32 @@ pub fn serve(
 }
 
 /// The writing side of a connection: one task writes the queued messages in order, each
-/// flushed, up to and including a close.
-fn frame_writer<S>(
-    mut sink: SplitSink<WebSocket<S>, Message>,
+/// flushed, up to and including a close. The messages after the first wait until `hold` has
+/// passed since the first was written ([`FIRST_OUTPUT_HOLD`] for exec and attach).
+fn frame_writer<Si>(
+    mut sink: Si,
+    hold: Duration,
 ) -> (
     mpsc::Sender<Message>,
     impl std::future::Future<Output = ()> + Send,
 )
 where
-    S: AsyncRead + AsyncWrite + Send + Unpin,
+    Si: futures_util::Sink<Message> + Send + Unpin,
 {
     let (tx, mut rx) = mpsc::channel::<Message>(QUEUE);
     let task = async move {
+        let mut first = true;
+        let mut held_until = None;
         while let Some(msg) = rx.recv().await {
+            if let Some(until) = held_until.take() {
+                tokio::time::sleep_until(until).await;
+            }
             let last = msg.is_close();
             if sink.send(msg).await.is_err() || last {
                 return;
+            }
+            if std::mem::take(&mut first) && !hold.is_zero() {
+                held_until = Some(tokio::time::Instant::now() + hold);
             }
         }
     };
@@ -342,7 +359,7 @@ async fn remote_command<S>(
     S: AsyncRead + AsyncWrite + Send + Unpin,
 {
     let (write, read) = io.split();
-    let (tx, writer) = frame_writer(write);
+    let (tx, writer) = frame_writer(write, FIRST_OUTPUT_HOLD);
     let mut writer = std::pin::pin!(writer);
     let pair = || tokio::io::duplex(STREAM_BUFFER);
     // Each stream is a pipe: the session's end goes into `Streams`, ours is copied to or
@@ -478,7 +495,7 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin,
 {
     let (write, read) = io.split();
-    let (tx, writer) = frame_writer(write);
+    let (tx, writer) = frame_writer(write, Duration::ZERO);
     let mut writer = std::pin::pin!(writer);
     let mut feeds: Vec<mpsc::Sender<Bytes>> = vec![];
     let mut forwards = vec![];
@@ -632,6 +649,57 @@ mod tests {
             error_channel_bytes(framing(V1_BINARY), &remotecommand::success()),
             None
         );
+    }
+
+    /// What a writer wrote, with when (paused time, so exact).
+    async fn written_at(hold: Duration, messages: Vec<Message>) -> Vec<(Duration, Message)> {
+        let start = tokio::time::Instant::now();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(vec![]));
+        let sink = futures_util::sink::unfold(seen.clone(), move |seen, msg: Message| async move {
+            seen.lock().unwrap().push((start.elapsed(), msg));
+            Ok::<_, std::convert::Infallible>(seen)
+        });
+        let (tx, task) = frame_writer(Box::pin(sink), hold);
+        let send = async move {
+            for m in messages {
+                tx.send(m).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        tokio::join!(task, send);
+        std::mem::take(&mut *seen.lock().unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn messages_after_the_first_wait_for_the_hold_in_order() {
+        let msg = |b: &'static [u8]| Message::Binary(Bytes::from_static(b));
+        let got = written_at(
+            FIRST_OUTPUT_HOLD,
+            vec![
+                msg(b"\x01"),
+                msg(b"\x01out"),
+                msg(b"\x02err"),
+                msg(b"\x01late"),
+            ],
+        )
+        .await;
+        let times: Vec<u128> = got.iter().map(|(t, _)| t.as_millis()).collect();
+        // The ready message at once; the output held to 20 ms, then in order; what comes
+        // after the hold is not held again (the last was sent at 3 ms, written after the rest).
+        assert_eq!(times, [0, 20, 20, 20]);
+        let order: Vec<Message> = got.into_iter().map(|(_, m)| m).collect();
+        assert_eq!(
+            order,
+            [
+                msg(b"\x01"),
+                msg(b"\x01out"),
+                msg(b"\x02err"),
+                msg(b"\x01late")
+            ]
+        );
+        let got = written_at(Duration::ZERO, vec![msg(b"\x00"), msg(b"\x01")]).await;
+        let times: Vec<u128> = got.iter().map(|(t, _)| t.as_millis()).collect();
+        assert_eq!(times, [0, 1]);
     }
 
     #[test]
