@@ -281,7 +281,8 @@ where
 {
     let (tx, mut rx) = mpsc::channel::<Message>(QUEUE);
     let task = async move {
-        let mut first = true;
+        // The hold still to start (after the first message), then the time it ends.
+        let mut hold = Some(hold).filter(|h| !h.is_zero());
         let mut held_until = None;
         while let Some(msg) = rx.recv().await {
             if let Some(until) = held_until.take() {
@@ -291,9 +292,7 @@ where
             if sink.send(msg).await.is_err() || last {
                 return;
             }
-            if std::mem::take(&mut first) && !hold.is_zero() {
-                held_until = Some(tokio::time::Instant::now() + hold);
-            }
+            held_until = hold.take().map(|h| tokio::time::Instant::now() + h);
         }
     };
     (tx, task)
