@@ -7,7 +7,8 @@
 //! They never touch etcd.
 //!
 //! The embedded cluster keeps that seam with [`Loopback`]: a handle on one running server, for
-//! one identified user, that speaks the API's verbs — `get`, `list`, `watch`, `create`,
+//! one identified user, that speaks the API's verbs — `get` (or `get_metadata`, what a
+//! metadata client reads), `list`, `watch`, `create`,
 //! `update` (of an object or of a subresource such as `status`), `patch` and `delete` — in
 //! process. It is what kube-apiserver calls its *loopback client*, without the bytes: objects
 //! cross as `serde_json::Value`s instead of HTTP bodies, so a simulated node that reports the
@@ -380,6 +381,48 @@ impl Loopback {
         crate::apiextensions::conversion::answer_to_served(&self.shared.backend, &target.def, obj)
             .await
             .map(|served| served.into_folded_value(&target.def))
+    }
+
+    /// GET of one object's metadata alone, as a metadata client reads it (`Accept:
+    /// application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`): a `meta.k8s.io/v1`
+    /// `PartialObjectMetadata` with the object's `metadata`. kube-controller-manager's garbage
+    /// collector reads objects so (`getObject`, its metadata client); only the metadata is
+    /// copied, not the object (an object the server rests as bytes is decoded for the copy
+    /// and not kept decoded).
+    pub async fn get_metadata(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let target = self.target(resource, namespace, Some(name), None)?;
+        self.authorize("get", &target)?;
+        let query = Query::default();
+        let (_, obj) = self
+            .shared
+            .store
+            .read(|st| verbs::get(st, &target, &query))?;
+        let def = &target.def;
+        let as_stored = matches!(def.view, crate::registry::resources::View::Native)
+            && def.custom.as_ref().is_none_or(|c| c.conversion.is_none());
+        match obj {
+            verbs::Served::Stored(s) if as_stored => {
+                Ok(s.with_value(crate::endpoints::partial::metadata_of))
+            }
+            obj => {
+                // Served in another shape or version than stored (a conversion webhook may
+                // change labels and annotations): the object as served, then its metadata.
+                let served = crate::apiextensions::conversion::answer_to_served(
+                    &self.shared.backend,
+                    def,
+                    obj,
+                )
+                .await?;
+                Ok(crate::endpoints::partial::metadata_of(
+                    &served.into_folded_value(def),
+                ))
+            }
+        }
     }
 
     /// LIST of a resource, in one namespace (`Some`) or all of them (`None`, or a

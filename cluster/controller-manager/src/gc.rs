@@ -78,10 +78,12 @@
 //! 5 MB.) A dependent is examined when it enters the graph or its owner references change, and
 //! again when one of its owners goes or starts deleting its dependents, as the real graph
 //! builder queues it; an update that leaves its owners as they were (a pod's status, say) is
-//! not a reason to look again. Each decision reads the objects it depends on afresh with a GET
-//! (the real collector's live lookups of owners), and every write is a client's: owner
-//! references and finalizers are removed by updates conditional on the object's
-//! resourceVersion (a conflict re-queues the item), and deletions carry a uid precondition and
+//! not a reason to look again. Each decision reads the metadata of the objects it depends on
+//! afresh with a GET (the real collector's live lookups through its metadata client: only
+//! `metadata` is copied, as a `PartialObjectMetadata`), and every write is a client's: owner
+//! references and finalizers are removed by JSON merge patches conditional on the
+//! resourceVersion read (kube's `deleteOwnerRefJSONMergePatch` and `removeFinalizer`; a
+//! conflict re-queues the item), and deletions carry a uid precondition and
 //! a `propagationPolicy` (finalizers, pod grace periods), so every step is visible to watchers
 //! exactly as in a cluster. An item that fails is retried with the workers' back-off
 //! ([`crate::worker::Queue`]). It leaves out the absent-owner cache and the events about
@@ -97,7 +99,7 @@ use std::collections::{HashMap, HashSet};
 
 use embedded_apiserver::ApiError;
 use embedded_apiserver::loopback::{
-    DeleteParams, EventType, ListParams, Loopback, Resource, Watch, WatchError,
+    DeleteParams, EventType, ListParams, Loopback, Patch, Resource, Watch, WatchError,
 };
 use serde_json::{Value, json};
 
@@ -427,9 +429,10 @@ impl Collector {
         }
     }
 
-    /// The object as the server has it now (`None`: gone).
+    /// The object's metadata as the server has it now, a `PartialObjectMetadata` (`None`:
+    /// gone): kube's collector reads objects with its metadata client, and needs nothing else.
     async fn get(&self, r: &ObjRef) -> Result<Option<Value>, ApiError> {
-        match self.lb.get(&r.0, &r.1, &r.2).await {
+        match self.lb.get_metadata(&r.0, &r.1, &r.2).await {
             Ok(obj) => Ok(Some(obj)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
@@ -518,10 +521,9 @@ impl Collector {
                 return Ok(());
             }
             // Keep the object, drop the references to owners that are gone or going.
-            let mut new = obj;
-            retain_owner_refs(&mut new, |uid| !gone.contains(uid));
             tracing::debug!(resource = %r.0, namespace = %r.1, name = %r.2, "garbage collector removed dangling owner references");
-            return self.lb.update(&r.0, &r.1, new).await.map(|_| ());
+            let patch = owner_refs_patch(&obj, |uid| !gone.contains(uid));
+            return self.patch(r, patch).await;
         }
         let policy = if waiting && has_dependents {
             "Foreground"
@@ -587,37 +589,46 @@ impl Collector {
         }
         let deps = self.dependents_of(&uid);
         for d in &deps {
-            let Some(mut dep) = self.get(d).await? else {
+            let Some(dep) = self.get(d).await? else {
                 continue;
             };
             if owner_refs(&dep).iter().any(|o| o.uid == uid) {
-                retain_owner_refs(&mut dep, |u| u != uid);
-                match self.lb.update(&d.0, &d.1, dep).await {
-                    Ok(_) => {}
-                    Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(e),
-                }
+                self.patch(d, owner_refs_patch(&dep, |u| u != uid)).await?;
             }
         }
         tracing::debug!(resource = %r.0, namespace = %r.1, name = %r.2, orphaned = deps.len(), "dependents orphaned; removing the orphan finalizer");
         self.release(r, owner, "orphan").await
     }
 
-    /// Removes one of the collector's finalizers from `obj` (as read); the server removes the
-    /// object if nothing else holds it.
-    async fn release(&self, r: &ObjRef, mut obj: Value, finalizer: &str) -> Result<(), ApiError> {
+    /// Removes one of the collector's finalizers from `obj` (its metadata as read); the server
+    /// removes the object if nothing else holds it. kube's `removeFinalizer`: a JSON merge
+    /// patch of the finalizers left, conditional on the resourceVersion read.
+    async fn release(&self, r: &ObjRef, obj: Value, finalizer: &str) -> Result<(), ApiError> {
         let fins: Vec<String> = finalizers_of(&obj)
             .into_iter()
             .filter(|f| f != finalizer)
             .collect();
-        if fins.is_empty() {
-            if let Some(m) = obj["metadata"].as_object_mut() {
-                m.remove("finalizers");
-            }
+        // An empty list is `null`: merge patch removes the field.
+        let fins = if fins.is_empty() {
+            Value::Null
         } else {
-            obj["metadata"]["finalizers"] = json!(fins);
-        }
-        match self.lb.update(&r.0, &r.1, obj).await {
+            json!(fins)
+        };
+        let patch = json!({"metadata": {
+            "resourceVersion": meta_str(&obj, "resourceVersion"),
+            "finalizers": fins,
+        }});
+        self.patch(r, patch).await
+    }
+
+    /// A JSON merge patch of `r` (a conflict re-queues the item; an object gone meanwhile
+    /// needs nothing more).
+    async fn patch(&self, r: &ObjRef, patch: Value) -> Result<(), ApiError> {
+        match self
+            .lb
+            .patch(&r.0, &r.1, &r.2, None, Patch::Merge(patch))
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e),
@@ -625,7 +636,10 @@ impl Collector {
     }
 }
 
-fn retain_owner_refs(obj: &mut Value, keep: impl Fn(&str) -> bool) {
+/// kube's `deleteOwnerRefJSONMergePatch`: a JSON merge patch that sets the owner references of
+/// `obj` (its metadata as read) to those whose uid `keep` keeps (none: `null`, the field goes),
+/// conditional on the resourceVersion read.
+fn owner_refs_patch(obj: &Value, keep: impl Fn(&str) -> bool) -> Value {
     let kept: Vec<Value> = obj["metadata"]["ownerReferences"]
         .as_array()
         .map(|a| {
@@ -635,13 +649,15 @@ fn retain_owner_refs(obj: &mut Value, keep: impl Fn(&str) -> bool) {
                 .collect()
         })
         .unwrap_or_default();
-    if kept.is_empty() {
-        if let Some(m) = obj["metadata"].as_object_mut() {
-            m.remove("ownerReferences");
-        }
+    let refs = if kept.is_empty() {
+        Value::Null
     } else {
-        obj["metadata"]["ownerReferences"] = json!(kept);
-    }
+        Value::Array(kept)
+    };
+    json!({"metadata": {
+        "resourceVersion": meta_str(obj, "resourceVersion"),
+        "ownerReferences": refs,
+    }})
 }
 
 #[cfg(test)]
@@ -661,12 +677,73 @@ mod tests {
     }
 
     #[test]
-    fn dropping_the_last_reference_removes_the_field() {
-        let mut obj = json!({"metadata": {"ownerReferences": [{"uid": "1"}, {"uid": "2"}]}});
-        retain_owner_refs(&mut obj, |u| u != "1");
-        assert_eq!(obj["metadata"]["ownerReferences"], json!([{"uid": "2"}]));
-        retain_owner_refs(&mut obj, |_| false);
-        assert!(obj["metadata"].get("ownerReferences").is_none());
+    fn the_owner_references_patch_keeps_the_rest_and_nulls_an_empty_list() {
+        let obj = json!({"metadata": {"resourceVersion": "7",
+            "ownerReferences": [{"uid": "1"}, {"uid": "2"}]}});
+        assert_eq!(
+            owner_refs_patch(&obj, |u| u != "1"),
+            json!({"metadata": {"resourceVersion": "7", "ownerReferences": [{"uid": "2"}]}})
+        );
+        assert_eq!(
+            owner_refs_patch(&obj, |_| false),
+            json!({"metadata": {"resourceVersion": "7", "ownerReferences": null}})
+        );
+    }
+
+    #[tokio::test]
+    async fn reads_are_metadata_and_patches_are_conditional_on_the_version_read() {
+        let server = embedded_apiserver::ApiServer::builder()
+            .plain_http(true)
+            .start()
+            .await
+            .unwrap();
+        let gc = Collector::new(server.loopback(crate::USER, &[], "test"));
+        let admin = server.loopback("admin", &["system:masters"], "test");
+        let cms = Resource::core("configmaps");
+        let owner = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "o", "uid": "o1"}});
+        let dep = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "dep", "finalizers": ["example.com/hold"],
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                              "name": "o", "uid": "o1"}]},
+            "data": {"k": "v"}});
+        admin.create(&cms, "default", owner).await.unwrap();
+        admin.create(&cms, "default", dep).await.unwrap();
+        let r: ObjRef = (cms.clone(), "default".into(), "dep".into());
+
+        let read = gc.get(&r).await.unwrap().unwrap();
+        assert_eq!(read["kind"], "PartialObjectMetadata");
+        assert_eq!(read["apiVersion"], "meta.k8s.io/v1");
+        assert_eq!(read["metadata"]["name"], "dep");
+        assert!(read.get("data").is_none(), "{read}");
+
+        // Someone else writes in between: the patch made from the older read is refused.
+        let mut newer = admin.get(&cms, "default", "dep").await.unwrap();
+        newer["data"]["k"] = json!("w");
+        admin.update(&cms, "default", newer).await.unwrap();
+        let err = gc
+            .patch(&r, owner_refs_patch(&read, |_| false))
+            .await
+            .unwrap_err();
+        assert!(err.is_conflict(), "{}", err.message);
+
+        // Read again, the same patches go through: references, then a finalizer.
+        let read = gc.get(&r).await.unwrap().unwrap();
+        gc.patch(&r, owner_refs_patch(&read, |_| false))
+            .await
+            .unwrap();
+        let now = admin.get(&cms, "default", "dep").await.unwrap();
+        assert!(now["metadata"].get("ownerReferences").is_none(), "{now}");
+        assert_eq!(now["data"]["k"], "w");
+        gc.release(&r, gc.get(&r).await.unwrap().unwrap(), "example.com/hold")
+            .await
+            .unwrap();
+        let now = admin.get(&cms, "default", "dep").await.unwrap();
+        assert!(now["metadata"].get("finalizers").is_none(), "{now}");
+        // Gone: nothing to read, nothing to patch.
+        let gone: ObjRef = (cms, "default".into(), "missing".into());
+        assert!(gc.get(&gone).await.unwrap().is_none());
+        server.shutdown().await;
     }
 
     #[tokio::test]

@@ -245,6 +245,60 @@ pub(crate) fn back_off(restarts: u32) -> Duration {
     Duration::from_secs(secs.min(300))
 }
 
+/// What [`Kubelet::sync`] reads of a pod, taken from the informer's copy.
+struct Seen {
+    uid: String,
+    node: String,
+    deleting: bool,
+    phase: String,
+    /// Whether the pod has ephemeral containers.
+    ephemeral: bool,
+    /// How a running pod the node does not track yet is adopted: its stage, when it next
+    /// changes, and its restarts so far (read for a running pod only).
+    adopted: Option<(Stage, Option<Instant>, u32)>,
+}
+
+impl Seen {
+    fn of(pod: &Value, run_time: Duration) -> Seen {
+        let phase = pod["status"]["phase"].as_str().unwrap_or_default();
+        Seen {
+            uid: meta_str(pod, "uid").to_owned(),
+            node: pod["spec"]["nodeName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            deleting: !meta_str(pod, "deletionTimestamp").is_empty(),
+            phase: phase.to_owned(),
+            ephemeral: pod["spec"]["ephemeralContainers"].is_array(),
+            adopted: (phase == "Running").then(|| adoption(pod, run_time)),
+        }
+    }
+}
+
+/// The track of a running pod the node adopts: crash-looping when a container waits, else
+/// running (and due to exit after the run time if it ever exits).
+fn adoption(pod: &Value, run_time: Duration) -> (Stage, Option<Instant>, u32) {
+    let statuses = pod["status"]["containerStatuses"].as_array();
+    let statuses = statuses.map(Vec::as_slice).unwrap_or_default();
+    let restarts = statuses
+        .iter()
+        .filter_map(|s| s["restartCount"].as_u64())
+        .max()
+        .unwrap_or(0);
+    let restarts = u32::try_from(restarts).unwrap_or(u32::MAX);
+    let backing_off = statuses.iter().any(|s| s["state"]["waiting"].is_object());
+    if backing_off {
+        (
+            Stage::BackOff,
+            Some(Instant::now() + back_off(restarts)),
+            restarts,
+        )
+    } else {
+        let due = ever_exits(pod).then(|| Instant::now() + run_time);
+        (Stage::Running, due, restarts)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
     /// Containers run; at `due` the one-shot ones exit.
@@ -372,52 +426,38 @@ impl Kubelet {
 
     /// Brings one pod in line with what the node should be doing with it.
     async fn sync(&mut self, key: &Key) {
-        let Some(pod) = self.pods.get(key).cloned() else {
+        let Some(pod) = self.pods.get(key) else {
             self.tracks.remove(key);
             self.config.logs.remove(&key.0, &key.1);
             return;
         };
-        let uid = meta_str(&pod, "uid").to_owned();
+        // What the decision needs, read from the informer's copy without copying the pod.
+        let seen = Seen::of(pod, self.config.run_time);
+        let uid = seen.uid;
         if self.tracks.get(key).is_some_and(|t| t.uid != uid) {
             self.tracks.remove(key);
         }
-        let node = pod["spec"]["nodeName"].as_str().unwrap_or_default();
-        let deleting = !meta_str(&pod, "deletionTimestamp").is_empty();
+        let node = seen.node.as_str();
         if !node.is_empty() && node != NODE_NAME {
             self.tracks.remove(key);
             return;
         }
-        if deleting {
+        if seen.deleting {
             self.tracks.remove(key);
             if node == NODE_NAME {
                 self.api.finish_deletion(key, &uid).await;
             }
             return;
         }
-        match pod["status"]["phase"].as_str().unwrap_or_default() {
+        match seen.phase.as_str() {
             "Succeeded" | "Failed" => {
                 self.tracks.remove(key);
             }
             "Running" if node == NODE_NAME => {
                 // Adopt a pod that was already running (a relist, or a test that seeded it).
-                if !self.tracks.contains_key(key) {
-                    let statuses = pod["status"]["containerStatuses"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default();
-                    let restarts = statuses
-                        .iter()
-                        .filter_map(|s| s["restartCount"].as_u64())
-                        .max()
-                        .unwrap_or(0);
-                    let restarts = u32::try_from(restarts).unwrap_or(u32::MAX);
-                    let backing_off = statuses.iter().any(|s| s["state"]["waiting"].is_object());
-                    let (stage, due) = if backing_off {
-                        (Stage::BackOff, Some(Instant::now() + back_off(restarts)))
-                    } else {
-                        let due = ever_exits(&pod).then(|| Instant::now() + self.config.run_time);
-                        (Stage::Running, due)
-                    };
+                if !self.tracks.contains_key(key)
+                    && let Some((stage, due, restarts)) = seen.adopted
+                {
                     self.tracks.insert(
                         key.clone(),
                         Track {
@@ -428,7 +468,7 @@ impl Kubelet {
                         },
                     );
                 }
-                if pod["spec"]["ephemeralContainers"].is_array() {
+                if seen.ephemeral {
                     self.report_ephemeral(key, &uid).await;
                 }
             }

@@ -99,6 +99,11 @@ fn not_acceptable(message: String) -> ApiError {
     ApiError::new(406, "NotAcceptable", message)
 }
 
+/// One object's metadata as a `meta.k8s.io/v1` `PartialObjectMetadata`.
+pub fn metadata_of(obj: &Value) -> Value {
+    partial("meta.k8s.io/v1", obj)
+}
+
 /// One object's metadata as `PartialObjectMetadata`.
 fn partial(api_version: &str, obj: &Value) -> Value {
     let metadata = obj.get("metadata").cloned().unwrap_or_else(|| json!({}));

@@ -284,20 +284,21 @@ pub fn take_status(old: &Value, new: &Value) -> Value {
     with_status(old, new.get("status").cloned())
 }
 
-/// A copy of `old` with `status` as its status (none: without one).
+/// A copy of `old` with `status` as its status (none: without one). The old status is not
+/// copied only to be replaced: a status write's copy of a pod is mostly its status.
 fn with_status(old: &Value, status: Option<Value>) -> Value {
-    let mut r = old.clone();
-    if let Some(o) = r.as_object_mut() {
-        match status {
-            Some(s) => {
-                o.insert("status".into(), s);
-            }
-            None => {
-                o.remove("status");
-            }
-        }
+    let Some(fields) = old.as_object() else {
+        return old.clone();
+    };
+    let mut r: serde_json::Map<String, Value> = fields
+        .iter()
+        .filter(|(k, _)| k.as_str() != "status")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if let Some(s) = status {
+        r.insert("status".into(), s);
     }
-    r
+    Value::Object(r)
 }
 
 /// A request body as the storage shape (events.k8s.io/v1 bodies are renamed to core/v1),
