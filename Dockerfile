@@ -7,11 +7,12 @@
 #
 # Stage 1 builds a fully static binary against musl (Alpine's Rust image targets musl, and
 # Rust links musl statically by default). rustls with ring needs only a C compiler for ring's
-# assembly; there is no OpenSSL anywhere. Stage 2 is distroless "static": no shell, no package
-# manager, just CA certificates, /etc/passwd with the nonroot user (65532) and tzdata.
+# assembly, and jemalloc (the binary's allocator) a C compiler and make; there is no OpenSSL
+# anywhere. Stage 2 is distroless "static": no shell, no package manager, just CA
+# certificates, /etc/passwd with the nonroot user (65532) and tzdata.
 
 FROM rust:1-alpine AS build
-RUN apk add --no-cache musl-dev
+RUN apk add --no-cache musl-dev make
 WORKDIR /src
 COPY . .
 # BuildKit caches keep the registry and target directory between builds.
