@@ -371,6 +371,20 @@ impl Loopback {
         namespace: &str,
         name: &str,
     ) -> Result<Value, ApiError> {
+        let (target, obj) = self.read_one(resource, namespace, name)?;
+        crate::apiextensions::conversion::answer_to_served(&self.shared.backend, &target.def, obj)
+            .await
+            .map(|served| served.into_folded_value(&target.def))
+    }
+
+    /// The GET both [`Loopback::get`] and [`Loopback::get_metadata`] make: the target, authorized,
+    /// and the object as the store answers it.
+    fn read_one(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(Target, verbs::Served), ApiError> {
         let target = self.target(resource, namespace, Some(name), None)?;
         self.authorize("get", &target)?;
         let query = Query::default();
@@ -378,9 +392,7 @@ impl Loopback {
             .shared
             .store
             .read(|st| verbs::get(st, &target, &query))?;
-        crate::apiextensions::conversion::answer_to_served(&self.shared.backend, &target.def, obj)
-            .await
-            .map(|served| served.into_folded_value(&target.def))
+        Ok((target, obj))
     }
 
     /// GET of one object's metadata alone, as a metadata client reads it (`Accept:
@@ -395,13 +407,7 @@ impl Loopback {
         namespace: &str,
         name: &str,
     ) -> Result<Value, ApiError> {
-        let target = self.target(resource, namespace, Some(name), None)?;
-        self.authorize("get", &target)?;
-        let query = Query::default();
-        let (_, obj) = self
-            .shared
-            .store
-            .read(|st| verbs::get(st, &target, &query))?;
+        let (target, obj) = self.read_one(resource, namespace, name)?;
         let def = &target.def;
         let as_stored = matches!(def.view, crate::registry::resources::View::Native)
             && def.custom.as_ref().is_none_or(|c| c.conversion.is_none());
