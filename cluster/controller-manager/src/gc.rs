@@ -604,21 +604,13 @@ impl Collector {
     /// removes the object if nothing else holds it. kube's `removeFinalizer`: a JSON merge
     /// patch of the finalizers left, conditional on the resourceVersion read.
     async fn release(&self, r: &ObjRef, obj: Value, finalizer: &str) -> Result<(), ApiError> {
-        let fins: Vec<String> = finalizers_of(&obj)
+        let fins: Vec<Value> = finalizers_of(&obj)
             .into_iter()
             .filter(|f| f != finalizer)
+            .map(Value::String)
             .collect();
-        // An empty list is `null`: merge patch removes the field.
-        let fins = if fins.is_empty() {
-            Value::Null
-        } else {
-            json!(fins)
-        };
-        let patch = json!({"metadata": {
-            "resourceVersion": meta_str(&obj, "resourceVersion"),
-            "finalizers": fins,
-        }});
-        self.patch(r, patch).await
+        self.patch(r, metadata_list_patch(&obj, "finalizers", fins))
+            .await
     }
 
     /// A JSON merge patch of `r` (a conflict re-queues the item; an object gone meanwhile
@@ -637,8 +629,7 @@ impl Collector {
 }
 
 /// kube's `deleteOwnerRefJSONMergePatch`: a JSON merge patch that sets the owner references of
-/// `obj` (its metadata as read) to those whose uid `keep` keeps (none: `null`, the field goes),
-/// conditional on the resourceVersion read.
+/// `obj` (its metadata as read) to those whose uid `keep` keeps.
 fn owner_refs_patch(obj: &Value, keep: impl Fn(&str) -> bool) -> Value {
     let kept: Vec<Value> = obj["metadata"]["ownerReferences"]
         .as_array()
@@ -649,14 +640,20 @@ fn owner_refs_patch(obj: &Value, keep: impl Fn(&str) -> bool) -> Value {
                 .collect()
         })
         .unwrap_or_default();
-    let refs = if kept.is_empty() {
+    metadata_list_patch(obj, "ownerReferences", kept)
+}
+
+/// A JSON merge patch that sets the list `metadata.<field>` of `obj` (its metadata as read) to
+/// `items` (none: `null`, so the field goes), conditional on the resourceVersion read.
+fn metadata_list_patch(obj: &Value, field: &str, items: Vec<Value>) -> Value {
+    let list = if items.is_empty() {
         Value::Null
     } else {
-        Value::Array(kept)
+        Value::Array(items)
     };
     json!({"metadata": {
         "resourceVersion": meta_str(obj, "resourceVersion"),
-        "ownerReferences": refs,
+        field: list,
     }})
 }
 
